@@ -1,0 +1,919 @@
+//! The definition model: a workflow as plain data.
+//!
+//! Every type here is `serde`-(de)serializable; the JSON form is documented in the crate docs.
+//! Unknown fields are rejected on load, so a typo in a JSON definition is an error, not a
+//! silently ignored setting.
+
+use serde::{Deserialize, Serialize};
+
+/// A workflow definition: a stable name and the root activity that runs when an instance starts.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Definition {
+    /// The stable name instances are pinned to (ENG-44), e.g. `"OrderFlow"`.
+    pub name: String,
+    /// Free text for people; not part of the fingerprint.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    /// The activity an instance runs; its id is conventionally `root`.
+    pub root: Activity,
+}
+
+impl Definition {
+    /// A definition named `name` whose root is `root`.
+    pub fn new(name: impl Into<String>, root: impl Into<Activity>) -> Self {
+        Self {
+            name: name.into(),
+            description: None,
+            root: root.into(),
+        }
+    }
+
+    /// The version fingerprint of this definition (ENG-44): see [`crate::fingerprint`].
+    pub fn fingerprint(&self) -> String {
+        crate::fingerprint::fingerprint(self)
+    }
+}
+
+/// The set of outcome ports an activity may complete with (FC-2).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Ports<'a> {
+    /// Any port name may be connected and any outcome accepted (a JSON task without `ports`).
+    Open,
+    /// Exactly these ports.
+    Declared(Vec<&'a str>),
+}
+
+impl Ports<'_> {
+    /// Whether `port` may be connected.
+    pub fn contains(&self, port: &str) -> bool {
+        match self {
+            Ports::Open => true,
+            Ports::Declared(ports) => ports.contains(&port),
+        }
+    }
+}
+
+/// The default outcome of an activity that completes without naming one (FC-2).
+pub const DONE: &str = "done";
+
+macro_rules! activity_kinds {
+    ($( $(#[$doc:meta])* $variant:ident($ty:ident) = $name:literal, )*) => {
+        /// One activity: a node of a flowchart, a step of a sequence, a slot of a state machine,
+        /// or a workflow's root. Serialized with its kind in the field `kind`.
+        #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+        #[serde(tag = "kind", rename_all = "snake_case")]
+        pub enum Activity {
+            $( $(#[$doc])* $variant($ty), )*
+        }
+
+        impl Activity {
+            /// Every activity kind's name, as written in the `kind` field.
+            pub const KINDS: &'static [&'static str] = &[$($name),*];
+
+            /// The activity's id, unique among its siblings (FC-1, SM-C3).
+            pub fn id(&self) -> &str {
+                match self { $( Activity::$variant(a) => &a.id, )* }
+            }
+
+            /// A mutable reference to the activity's id.
+            pub fn id_mut(&mut self) -> &mut String {
+                match self { $( Activity::$variant(a) => &mut a.id, )* }
+            }
+
+            /// The kind's name, as written in the `kind` field (`"task"`, `"state_machine"`, ...).
+            pub fn kind_name(&self) -> &'static str {
+                match self { $( Activity::$variant(_) => $name, )* }
+            }
+        }
+
+        $(
+            impl From<$ty> for Activity {
+                fn from(value: $ty) -> Self {
+                    Activity::$variant(value)
+                }
+            }
+        )*
+    };
+}
+
+activity_kinds! {
+    /// A user async fn (ACT-11).
+    Task(Task) = "task",
+    /// A wait for a named stimulus (ACT-19).
+    Event(Event) = "event",
+    /// A durable wait for a duration or until an instant (ACT-20).
+    Delay(Delay) = "delay",
+    /// A repeating timer (ACT-21).
+    Timer(Timer) = "timer",
+    /// A wait until an instant (ACT-22).
+    StartAt(StartAt) = "start_at",
+    /// A wait for the next occurrence of a cron expression (ACT-23).
+    Cron(Cron) = "cron",
+    /// Ordered children run one after the other (ACT-12).
+    Sequence(Sequence) = "sequence",
+    /// Nodes joined by connections (flowchart.md).
+    Flowchart(Flowchart) = "flowchart",
+    /// Named states joined by transitions (state-machine.md).
+    StateMachine(StateMachine) = "state_machine",
+    /// A decision (ACT-13).
+    If(If) = "if",
+    /// A multi-way decision (ACT-14).
+    Switch(Switch) = "switch",
+    /// A loop while a condition holds (ACT-15).
+    While(While) = "while",
+    /// A sequential loop over items (ACT-16).
+    ForEach(ForEach) = "for_each",
+    /// A parallel loop over items (ACT-17).
+    ParallelForEach(ParallelForEach) = "parallel_for_each",
+    /// The structured fork: child branches run side by side (ACT-18).
+    Parallel(Parallel) = "parallel",
+    /// The flowchart fork node: completes at once with all its branch ports (FC-19).
+    Fork(Fork) = "fork",
+    /// The flowchart join node (FC-17).
+    Join(Join) = "join",
+    /// A no-op milestone that completes at once (FC-6 step 3).
+    Start(Start) = "start",
+    /// A terminal node that completes its flowchart (FC-20).
+    End(End) = "end",
+    /// Finishes the whole instance (ACT-25).
+    Finish(Finish) = "finish",
+    /// Completes the nearest enclosing loop (ACT-29).
+    Break(Break) = "break",
+    /// Fails at once with a permanent error (ACT-26).
+    Fault(Fault) = "fault",
+    /// Sets the instance's correlation id (ACT-27).
+    Correlate(Correlate) = "correlate",
+    /// Assigns a variable (ACT-28).
+    SetVariable(SetVariable) = "set_variable",
+    /// Starts a child instance and, by default, waits for it (ACT-24).
+    SubWorkflow(SubWorkflow) = "sub_workflow",
+}
+
+impl Activity {
+    /// The outcome ports this activity declares (FC-2; the catalogue of activities.md).
+    pub fn ports(&self) -> Ports<'_> {
+        fn declared(ports: &[String]) -> Vec<&str> {
+            ports.iter().map(String::as_str).collect()
+        }
+        match self {
+            Activity::Task(t) => match &t.ports {
+                Some(ports) => Ports::Declared(declared(ports)),
+                None => Ports::Open,
+            },
+            Activity::Event(e) => {
+                let mut ports = match &e.ports {
+                    Some(ports) => declared(ports),
+                    None => vec![DONE],
+                };
+                if e.deadline_ms.is_some() {
+                    ports.push("timeout");
+                }
+                Ports::Declared(ports)
+            }
+            Activity::If(_) => Ports::Declared(vec!["true", "false"]),
+            Activity::Switch(s) => {
+                let mut ports: Vec<&str> = s.cases.iter().map(|c| c.label.as_str()).collect();
+                ports.push("default");
+                Ports::Declared(ports)
+            }
+            Activity::Fork(f) => Ports::Declared(declared(&f.branches)),
+            Activity::SubWorkflow(s) => {
+                let mut ports = vec![DONE, "cancelled"];
+                if s.deadline_ms.is_some() {
+                    ports.push("timeout");
+                }
+                Ports::Declared(ports)
+            }
+            Activity::End(_) | Activity::Finish(_) | Activity::Break(_) | Activity::Fault(_) => {
+                Ports::Declared(Vec::new())
+            }
+            Activity::Delay(_)
+            | Activity::Timer(_)
+            | Activity::StartAt(_)
+            | Activity::Cron(_)
+            | Activity::Sequence(_)
+            | Activity::Flowchart(_)
+            | Activity::StateMachine(_)
+            | Activity::While(_)
+            | Activity::ForEach(_)
+            | Activity::ParallelForEach(_)
+            | Activity::Parallel(_)
+            | Activity::Join(_)
+            | Activity::Start(_)
+            | Activity::Correlate(_)
+            | Activity::SetVariable(_) => Ports::Declared(vec![DONE]),
+        }
+    }
+
+    /// Whether this node is marked as a trigger that can start the workflow (ACT-7).
+    pub fn is_trigger(&self) -> bool {
+        match self {
+            Activity::Event(e) => e.trigger,
+            Activity::Timer(t) => t.trigger,
+            Activity::StartAt(s) => s.trigger,
+            Activity::Cron(c) => c.trigger,
+            _ => false,
+        }
+    }
+
+    /// Whether this is a terminal kind that may have no outbound connections (FC-20).
+    pub fn is_terminal(&self) -> bool {
+        matches!(
+            self,
+            Activity::End(_) | Activity::Finish(_) | Activity::Break(_) | Activity::Fault(_)
+        )
+    }
+
+    /// Whether running this activity can wait or change data (FC-27): a loop made only of
+    /// activities that cannot would never end (FC-V12).
+    pub fn can_wait_or_change_data(&self) -> bool {
+        match self {
+            Activity::Task(_)
+            | Activity::SetVariable(_)
+            | Activity::Event(_)
+            | Activity::Delay(_)
+            | Activity::Timer(_)
+            | Activity::StartAt(_)
+            | Activity::SubWorkflow(_) => true,
+            Activity::Cron(c) => !c.trigger,
+            _ => self.children().any(Activity::can_wait_or_change_data),
+        }
+    }
+
+    /// The direct child activities, in declaration order (for a state machine: each state's
+    /// entry and exit, then each transition's trigger and action).
+    pub fn children(&self) -> impl Iterator<Item = &Activity> {
+        let mut out: Vec<&Activity> = Vec::new();
+        match self {
+            Activity::Sequence(s) => out.extend(&s.steps),
+            Activity::Flowchart(f) => out.extend(&f.nodes),
+            Activity::StateMachine(m) => {
+                for state in &m.states {
+                    out.extend(state.entry.as_ref());
+                    out.extend(state.exit.as_ref());
+                }
+                for transition in &m.transitions {
+                    out.extend(transition.trigger.as_ref());
+                    out.extend(transition.action.as_ref());
+                }
+            }
+            Activity::If(i) => {
+                out.extend(i.then.as_deref());
+                out.extend(i.r#else.as_deref());
+            }
+            Activity::Switch(s) => {
+                out.extend(s.cases.iter().filter_map(|c| c.body.as_ref()));
+                out.extend(s.default.as_deref());
+            }
+            Activity::While(w) => out.push(&w.body),
+            Activity::ForEach(f) => out.push(&f.body),
+            Activity::ParallelForEach(f) => out.push(&f.body),
+            Activity::Parallel(p) => out.extend(&p.branches),
+            Activity::Timer(t) => out.extend(t.body.as_deref()),
+            _ => {}
+        }
+        out.into_iter()
+    }
+}
+
+fn is_false(value: &bool) -> bool {
+    !*value
+}
+
+/// A user async fn, referenced by the name it is registered under (ACT-11).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Task {
+    /// The node id.
+    pub id: String,
+    /// The registry name of the user fn to run.
+    pub function: String,
+    /// Declared outcome ports; `None` means open in JSON (FC-2). `workflow!` always declares them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ports: Option<Vec<String>>,
+}
+
+impl Task {
+    /// A task `id` running the registered fn `function`, with open ports.
+    pub fn new(id: impl Into<String>, function: impl Into<String>) -> Self {
+        Self {
+            id: id.into(),
+            function: function.into(),
+            ports: None,
+        }
+    }
+
+    /// The same task with declared outcome ports.
+    #[must_use]
+    pub fn with_ports<I, S>(mut self, ports: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.ports = Some(ports.into_iter().map(Into::into).collect());
+        self
+    }
+}
+
+/// A wait for a named stimulus with an optional correlation key (ACT-19).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Event {
+    /// The node id.
+    pub id: String,
+    /// The stimulus name (RT-2).
+    pub event: String,
+    /// The key path into the workflow data whose value correlates the stimulus (RT-3),
+    /// e.g. `"order_id"` or `"customer.id"`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key: Option<String>,
+    /// The registry name of the type the payload decodes into, for documentation and diagrams.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub payload: Option<String>,
+    /// Whether this node can start the workflow (ACT-7).
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub trigger: bool,
+    /// Declared outcome ports chosen by the payload (ACT-19); `None` means `done`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ports: Option<Vec<String>>,
+    /// A deadline in milliseconds after which the `timeout` outcome is taken (TM-14).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deadline_ms: Option<u64>,
+}
+
+impl Event {
+    /// A wait with node id `id` for the stimulus named `event`.
+    pub fn new(id: impl Into<String>, event: impl Into<String>) -> Self {
+        Self {
+            id: id.into(),
+            event: event.into(),
+            key: None,
+            payload: None,
+            trigger: false,
+            ports: None,
+            deadline_ms: None,
+        }
+    }
+
+    /// The same event correlated by the key path `key` into the data.
+    #[must_use]
+    pub fn with_key(mut self, key: impl Into<String>) -> Self {
+        self.key = Some(key.into());
+        self
+    }
+}
+
+/// A durable wait (ACT-20).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Delay {
+    /// The node id.
+    pub id: String,
+    /// A constant duration in milliseconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub duration_ms: Option<u64>,
+    /// The registry name of a fn over the data that computes the duration or instant.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub until: Option<String>,
+}
+
+impl Delay {
+    /// A delay with node id `id` of `duration_ms` milliseconds.
+    pub fn new(id: impl Into<String>, duration_ms: u64) -> Self {
+        Self {
+            id: id.into(),
+            duration_ms: Some(duration_ms),
+            until: None,
+        }
+    }
+}
+
+/// A repeating timer (ACT-21).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Timer {
+    /// The node id.
+    pub id: String,
+    /// The interval between ticks in milliseconds (> 0, ACT-V9).
+    pub interval_ms: u64,
+    /// The activity run on every tick.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub body: Option<Box<Activity>>,
+    /// The registry name of a condition that stops the timer when true.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub until: Option<String>,
+    /// Stop after this many ticks.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_ticks: Option<u64>,
+    /// Whether this node can start the workflow (ACT-7).
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub trigger: bool,
+}
+
+/// A wait until an instant (ACT-22).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StartAt {
+    /// The node id.
+    pub id: String,
+    /// A constant instant, RFC 3339.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub at: Option<String>,
+    /// The registry name of a fn over the data that computes the instant.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub at_fn: Option<String>,
+    /// Whether this node can start the workflow (ACT-7).
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub trigger: bool,
+}
+
+/// A wait for the next occurrence of a cron expression (ACT-23).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Cron {
+    /// The node id.
+    pub id: String,
+    /// The cron expression (TM-12).
+    pub expression: String,
+    /// The IANA time zone; UTC when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub time_zone: Option<String>,
+    /// Whether this node can start the workflow (ACT-7).
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub trigger: bool,
+}
+
+/// Ordered children run one after the other (ACT-12).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Sequence {
+    /// The node id.
+    pub id: String,
+    /// The steps, in order.
+    #[serde(default)]
+    pub steps: Vec<Activity>,
+}
+
+/// Nodes joined by connections (flowchart.md).
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Flowchart {
+    /// The node id of the flowchart itself.
+    pub id: String,
+    /// Explicit start nodes (`start -> x`, FC-6 step 2). More than one is an error (FC-V6); in
+    /// JSON it is written as a single string.
+    #[serde(
+        default,
+        skip_serializing_if = "Vec::is_empty",
+        with = "one_or_many"
+    )]
+    pub start: Vec<String>,
+    /// The nodes, in declaration order (FC-1).
+    #[serde(default)]
+    pub nodes: Vec<Activity>,
+    /// The connections, in declaration order (FC-3).
+    #[serde(default)]
+    pub connections: Vec<Connection>,
+}
+
+/// A connection from an outcome port of one node to another node (FC-3).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Connection {
+    /// The source node id.
+    pub source: String,
+    /// The source port; `done` when absent.
+    #[serde(default = "done_port")]
+    pub port: String,
+    /// The target node id.
+    pub target: String,
+}
+
+fn done_port() -> String {
+    DONE.to_owned()
+}
+
+impl Connection {
+    /// A connection `source.port -> target`.
+    pub fn new(
+        source: impl Into<String>,
+        port: impl Into<String>,
+        target: impl Into<String>,
+    ) -> Self {
+        Self {
+            source: source.into(),
+            port: port.into(),
+            target: target.into(),
+        }
+    }
+
+    /// The key under which run state about this connection is persisted (FC-3):
+    /// `source.port->target`.
+    pub fn key(&self) -> String {
+        format!("{}.{}->{}", self.source, self.port, self.target)
+    }
+}
+
+/// Named states joined by ordered transitions (state-machine.md section 1).
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StateMachine {
+    /// The node id of the machine.
+    pub id: String,
+    /// The state the machine starts in (SM-1).
+    pub initial: String,
+    /// The states, in declaration order.
+    #[serde(default)]
+    pub states: Vec<State>,
+    /// The transitions, in declaration order, which is evaluation order.
+    #[serde(default)]
+    pub transitions: Vec<Transition>,
+}
+
+impl StateMachine {
+    /// The transition key of the transition at `index` (state-machine.md section 1):
+    /// `"{index}:{name}"`, or `"{index}:{from}->{to}"` when it has no name.
+    pub fn transition_key(index: usize, transition: &Transition) -> String {
+        match &transition.name {
+            Some(name) => format!("{index}:{name}"),
+            None => format!("{index}:{}->{}", transition.from, transition.to),
+        }
+    }
+
+    /// The state named `name`.
+    pub fn state(&self, name: &str) -> Option<&State> {
+        self.states.iter().find(|s| s.name == name)
+    }
+}
+
+/// A state of a state machine.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct State {
+    /// The state's unique name (SM-C2).
+    pub name: String,
+    /// A name for people; not part of the fingerprint.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub display_name: Option<String>,
+    /// Run when the state is entered (SM-2).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub entry: Option<Activity>,
+    /// Run when the state is left, before the transition's action (SM-5).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exit: Option<Activity>,
+}
+
+impl State {
+    /// A state named `name` with no entry or exit.
+    pub fn new(name: impl Into<String>) -> Self {
+        Self {
+            name: name.into(),
+            display_name: None,
+            entry: None,
+            exit: None,
+        }
+    }
+}
+
+/// A directed transition between two states.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Transition {
+    /// A machine-readable name, unique within the machine (SM-C3).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// A name for people; not part of the fingerprint.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub display_name: Option<String>,
+    /// The source state.
+    pub from: String,
+    /// The target state.
+    pub to: String,
+    /// What the transition waits for; `None` makes it automatic (SM-3).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trigger: Option<Activity>,
+    /// The registry name of the condition (`fn(&Data[, &Payload]) -> bool`); absent means true.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub condition: Option<String>,
+    /// Run after the source's exit and before the target's entry (SM-5).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub action: Option<Activity>,
+}
+
+impl Transition {
+    /// An automatic, unnamed transition `from -> to`.
+    pub fn new(from: impl Into<String>, to: impl Into<String>) -> Self {
+        Self {
+            name: None,
+            display_name: None,
+            from: from.into(),
+            to: to.into(),
+            trigger: None,
+            condition: None,
+            action: None,
+        }
+    }
+}
+
+/// A decision (ACT-13): structured with `then`/`else` children, or a flowchart node with the
+/// ports `true` and `false`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct If {
+    /// The node id.
+    pub id: String,
+    /// The registry name of the condition.
+    pub condition: String,
+    /// Run when the condition is true.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub then: Option<Box<Activity>>,
+    /// Run when the condition is false.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub r#else: Option<Box<Activity>>,
+}
+
+/// A multi-way decision (ACT-14).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Switch {
+    /// The node id.
+    pub id: String,
+    /// The cases, in order.
+    pub cases: Vec<SwitchCase>,
+    /// `first` (default) or `any`.
+    #[serde(default, skip_serializing_if = "SwitchMode::is_first")]
+    pub mode: SwitchMode,
+    /// Run when no case matches (structured form).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub default: Option<Box<Activity>>,
+}
+
+/// One case of a [`Switch`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SwitchCase {
+    /// The case label, also its port name (ACT-V2, ACT-V3).
+    pub label: String,
+    /// The registry name of the condition.
+    pub condition: String,
+    /// Run when the case matches (structured form).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub body: Option<Activity>,
+}
+
+/// How a [`Switch`] picks cases.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SwitchMode {
+    /// The first matching case.
+    #[default]
+    First,
+    /// Every matching case.
+    Any,
+}
+
+impl SwitchMode {
+    fn is_first(&self) -> bool {
+        *self == SwitchMode::First
+    }
+}
+
+/// A loop while a condition holds (ACT-15).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct While {
+    /// The node id.
+    pub id: String,
+    /// The registry name of the condition checked before each iteration.
+    pub condition: String,
+    /// The loop body.
+    pub body: Box<Activity>,
+}
+
+/// A sequential loop over items (ACT-16).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ForEach {
+    /// The node id.
+    pub id: String,
+    /// The registry name of the fn that lists the items.
+    pub items: String,
+    /// The loop body.
+    pub body: Box<Activity>,
+}
+
+/// A parallel loop over items (ACT-17).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ParallelForEach {
+    /// The node id.
+    pub id: String,
+    /// The registry name of the fn that lists the items.
+    pub items: String,
+    /// The loop body.
+    pub body: Box<Activity>,
+    /// At most this many bodies live at once; unlimited when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_in_flight: Option<u32>,
+}
+
+/// The structured fork (ACT-18).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Parallel {
+    /// The node id.
+    pub id: String,
+    /// The branches, in order.
+    #[serde(default)]
+    pub branches: Vec<Activity>,
+    /// `all` (default) or `any`.
+    #[serde(default, skip_serializing_if = "ParallelMode::is_all")]
+    pub mode: ParallelMode,
+}
+
+/// When a [`Parallel`] completes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ParallelMode {
+    /// When every branch has completed.
+    #[default]
+    All,
+    /// When the first branch completes; the others are cancelled.
+    Any,
+}
+
+impl ParallelMode {
+    fn is_all(&self) -> bool {
+        *self == ParallelMode::All
+    }
+}
+
+/// The flowchart fork node (FC-19).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Fork {
+    /// The node id.
+    pub id: String,
+    /// The branch port names (at least one, unique: FC-V15).
+    pub branches: Vec<String>,
+}
+
+/// The flowchart join node (FC-17); its mode has no default.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Join {
+    /// The node id.
+    pub id: String,
+    /// `all` or `any`.
+    pub mode: JoinMode,
+}
+
+/// How a [`Join`] waits (FC-17).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum JoinMode {
+    /// WaitAll: runs only if every forward inbound connection was followed.
+    All,
+    /// WaitAny: runs on the first followed arrival and cancels the other branches.
+    Any,
+}
+
+macro_rules! id_only {
+    ($($(#[$doc:meta])* $name:ident),*) => {$(
+        $(#[$doc])*
+        #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+        #[serde(deny_unknown_fields)]
+        pub struct $name {
+            /// The node id.
+            pub id: String,
+        }
+
+        impl $name {
+            /// The node with id `id`.
+            pub fn new(id: impl Into<String>) -> Self {
+                Self { id: id.into() }
+            }
+        }
+    )*};
+}
+
+id_only! {
+    /// A no-op milestone (FC-6 step 3).
+    Start,
+    /// A terminal node that completes its flowchart (FC-20).
+    End,
+    /// Completes the nearest enclosing loop (ACT-29).
+    Break
+}
+
+/// Finishes the whole instance (ACT-25).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Finish {
+    /// The node id.
+    pub id: String,
+    /// The registry name of a fn computing the instance output from the data.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output: Option<String>,
+}
+
+/// Fails at once with a permanent error (ACT-26).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Fault {
+    /// The node id.
+    pub id: String,
+    /// The error code.
+    pub code: String,
+    /// The error message.
+    #[serde(default)]
+    pub message: String,
+}
+
+/// Sets the instance's correlation id (ACT-27).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Correlate {
+    /// The node id.
+    pub id: String,
+    /// The registry name of the fn computing the key from the data.
+    pub key: String,
+}
+
+/// Assigns a variable (ACT-28).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SetVariable {
+    /// The node id.
+    pub id: String,
+    /// The variable's name.
+    pub variable: String,
+    /// The registry name of the fn computing the value.
+    pub value: String,
+}
+
+/// Starts a child instance (ACT-24).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SubWorkflow {
+    /// The node id.
+    pub id: String,
+    /// The child workflow's registered name.
+    pub workflow: String,
+    /// The registry name of the fn computing the child's input from the data.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub input: Option<String>,
+    /// The registry name of the fn folding the child's output into the data.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub assign: Option<String>,
+    /// `wait` (default) or `detach`.
+    #[serde(default, skip_serializing_if = "SubWorkflowMode::is_wait")]
+    pub mode: SubWorkflowMode,
+    /// A deadline in milliseconds after which the `timeout` outcome is taken.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deadline_ms: Option<u64>,
+}
+
+/// Whether a [`SubWorkflow`] waits for its child.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SubWorkflowMode {
+    /// Wait for the child's final status.
+    #[default]
+    Wait,
+    /// Complete once the child is created.
+    Detach,
+}
+
+impl SubWorkflowMode {
+    fn is_wait(&self) -> bool {
+        *self == SubWorkflowMode::Wait
+    }
+}
+
+/// `start` is one name or a list in memory; JSON writes one name as a string.
+mod one_or_many {
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum OneOrMany {
+        One(String),
+        Many(Vec<String>),
+    }
+
+    pub(super) fn serialize<S: Serializer>(value: &[String], s: S) -> Result<S::Ok, S::Error> {
+        match value {
+            [one] => one.serialize(s),
+            many => many.serialize(s),
+        }
+    }
+
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<String>, D::Error> {
+        Ok(match OneOrMany::deserialize(d)? {
+            OneOrMany::One(one) => vec![one],
+            OneOrMany::Many(many) => many,
+        })
+    }
+}

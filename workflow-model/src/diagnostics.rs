@@ -1,0 +1,303 @@
+//! Diagnostics: what the validator reports, where, and how it reads.
+//!
+//! A [`Location`] is a path from the definition's root to one element, made of field names and
+//! list indexes. It displays as a JSON Pointer (`/root/transitions/3/to`) for JSON definitions;
+//! the macros keep a table from locations to the spans of the user's tokens, so the same
+//! diagnostic becomes a `compile_error!` on the offending token.
+
+use std::borrow::Cow;
+use std::fmt;
+
+/// One step of a [`Location`].
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Segment {
+    /// A field of an object.
+    Field(Cow<'static, str>),
+    /// An element of a list.
+    Index(usize),
+}
+
+/// Where an element sits in a definition, from the definition's top.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Location(Vec<Segment>);
+
+impl Location {
+    /// The definition itself.
+    pub fn root() -> Self {
+        Self(Vec::new())
+    }
+
+    /// This location extended by the field `name`.
+    #[must_use]
+    pub fn field(&self, name: impl Into<Cow<'static, str>>) -> Self {
+        let mut path = self.0.clone();
+        path.push(Segment::Field(name.into()));
+        Self(path)
+    }
+
+    /// This location extended by the list index `index`.
+    #[must_use]
+    pub fn index(&self, index: usize) -> Self {
+        let mut path = self.0.clone();
+        path.push(Segment::Index(index));
+        Self(path)
+    }
+
+    /// The steps of the path, outermost first.
+    pub fn segments(&self) -> &[Segment] {
+        &self.0
+    }
+
+    /// Whether this location is `other` or inside it.
+    pub fn starts_with(&self, other: &Location) -> bool {
+        self.0.starts_with(&other.0)
+    }
+
+    /// The location as a JSON Pointer (RFC 6901), e.g. `/root/nodes/3/id`.
+    pub fn json_pointer(&self) -> String {
+        let mut out = String::new();
+        for segment in &self.0 {
+            out.push('/');
+            match segment {
+                Segment::Field(name) => out.push_str(&name.replace('~', "~0").replace('/', "~1")),
+                Segment::Index(index) => out.push_str(&index.to_string()),
+            }
+        }
+        out
+    }
+}
+
+impl fmt::Display for Location {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.0.is_empty() {
+            f.write_str("/")
+        } else {
+            f.write_str(&self.json_pointer())
+        }
+    }
+}
+
+/// One problem found in a definition.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Diagnostic {
+    /// The rule that was broken, e.g. `"SM-C4"` or `"FC-V2"`.
+    pub rule: &'static str,
+    /// A rustc-style message: one line, lowercase, no trailing period, code in backticks.
+    pub message: String,
+    /// The offending element.
+    pub at: Location,
+    /// Other elements involved (for a duplicate, the other occurrence).
+    pub related: Vec<Location>,
+    /// The declared name closest to the unknown one, when there is one (FC-25).
+    pub suggestion: Option<String>,
+}
+
+impl Diagnostic {
+    /// A diagnostic for `rule` at `at`.
+    pub fn new(rule: &'static str, at: Location, message: impl Into<String>) -> Self {
+        Self {
+            rule,
+            message: message.into(),
+            at,
+            related: Vec::new(),
+            suggestion: None,
+        }
+    }
+
+    /// The same diagnostic with a related location.
+    #[must_use]
+    pub fn with_related(mut self, related: Location) -> Self {
+        self.related.push(related);
+        self
+    }
+}
+
+impl fmt::Display for Diagnostic {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} at {}: {}", self.rule, self.at, self.message)
+    }
+}
+
+/// Every problem found in one definition; never empty when returned as an error.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Diagnostics(Vec<Diagnostic>);
+
+impl Diagnostics {
+    /// No diagnostics yet.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Adds one.
+    pub fn push(&mut self, diagnostic: Diagnostic) {
+        self.0.push(diagnostic);
+    }
+
+    /// Reports the same message on two elements that conflict (a duplicate, FC-25): one
+    /// diagnostic at each, each related to the other.
+    pub fn push_pair(&mut self, rule: &'static str, first: Location, second: Location, message: &str) {
+        self.0.push(Diagnostic::new(rule, first.clone(), message).with_related(second.clone()));
+        self.0.push(Diagnostic::new(rule, second, message).with_related(first));
+    }
+
+    /// Whether nothing was found.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// How many were found.
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    /// The diagnostics, in the order they were found.
+    pub fn iter(&self) -> std::slice::Iter<'_, Diagnostic> {
+        self.0.iter()
+    }
+
+    /// `Ok(())` when empty, else `Err(self)`.
+    pub fn into_result(self) -> Result<(), Diagnostics> {
+        if self.0.is_empty() { Ok(()) } else { Err(self) }
+    }
+}
+
+impl fmt::Display for Diagnostics {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let count = self.0.len();
+        write!(
+            f,
+            "{count} problem{} in the definition",
+            if count == 1 { "" } else { "s" }
+        )?;
+        for diagnostic in &self.0 {
+            write!(f, "\n  {diagnostic}")?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for Diagnostics {}
+
+impl IntoIterator for Diagnostics {
+    type Item = Diagnostic;
+    type IntoIter = std::vec::IntoIter<Diagnostic>;
+
+    fn into_iter(self) -> Self::IntoIter {
+        self.0.into_iter()
+    }
+}
+
+impl<'a> IntoIterator for &'a Diagnostics {
+    type Item = &'a Diagnostic;
+    type IntoIter = std::slice::Iter<'a, Diagnostic>;
+
+    fn into_iter(self) -> Self::IntoIter {
+        self.0.iter()
+    }
+}
+
+impl Extend<Diagnostic> for Diagnostics {
+    fn extend<T: IntoIterator<Item = Diagnostic>>(&mut self, iter: T) {
+        self.0.extend(iter);
+    }
+}
+
+/// The candidate closest to `name` by edit distance compared without case, when it is at most a
+/// third of `name`'s length away (rounded up, at least 1); ties go to the earlier candidate
+/// (FC-25). An exact match is not a suggestion.
+pub fn suggest<'a, I>(name: &str, candidates: I) -> Option<&'a str>
+where
+    I: IntoIterator<Item = &'a str>,
+{
+    let limit = name.chars().count().div_ceil(3).max(1);
+    let lower = name.to_lowercase();
+    let mut best: Option<(usize, &'a str)> = None;
+    for candidate in candidates {
+        if candidate == name {
+            continue;
+        }
+        let distance = edit_distance(&lower, &candidate.to_lowercase());
+        if distance <= limit && best.is_none_or(|(d, _)| distance < d) {
+            best = Some((distance, candidate));
+        }
+    }
+    best.map(|(_, candidate)| candidate)
+}
+
+/// `"; did you mean `x`?"` for the closest candidate, or an empty string.
+pub fn did_you_mean<'a, I>(name: &str, candidates: I) -> (String, Option<String>)
+where
+    I: IntoIterator<Item = &'a str>,
+{
+    match suggest(name, candidates) {
+        Some(found) => (format!("; did you mean `{found}`?"), Some(found.to_owned())),
+        None => (String::new(), None),
+    }
+}
+
+/// `` `a`, `b`, `c` `` for a hint listing valid choices.
+pub fn backticked<'a, I>(names: I) -> String
+where
+    I: IntoIterator<Item = &'a str>,
+{
+    names
+        .into_iter()
+        .map(|n| format!("`{n}`"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// Edit distance over chars where an insertion, a deletion, a substitution or a swap of two
+/// neighbours costs 1 (optimal string alignment), so `Nwe` is one edit from `New`.
+#[allow(clippy::indexing_slicing)] // every index is bounded by the lengths the table was built with
+fn edit_distance(a: &str, b: &str) -> usize {
+    let a: Vec<char> = a.chars().collect();
+    let b: Vec<char> = b.chars().collect();
+    let width = b.len() + 1;
+    let mut table = vec![0usize; (a.len() + 1) * width];
+    for i in 0..=a.len() {
+        table[i * width] = i;
+    }
+    for (j, cell) in table.iter_mut().enumerate().take(width) {
+        *cell = j;
+    }
+    for i in 1..=a.len() {
+        for j in 1..=b.len() {
+            let cost = usize::from(a[i - 1] != b[j - 1]);
+            let mut best = (table[(i - 1) * width + j] + 1)
+                .min(table[i * width + j - 1] + 1)
+                .min(table[(i - 1) * width + j - 1] + cost);
+            if i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] {
+                best = best.min(table[(i - 2) * width + j - 2] + 1);
+            }
+            table[i * width + j] = best;
+        }
+    }
+    table[a.len() * width + b.len()]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn suggests_the_closest_declared_name_fc_25() {
+        assert_eq!(suggest("Nwe", ["New", "Paid"]), Some("New"));
+        assert_eq!(suggest("Shiped", ["Paid", "Shipped"]), Some("Shipped"));
+        assert_eq!(suggest("reveiw", ["review", "submit"]), Some("review"));
+        assert_eq!(suggest("zzz", ["New", "Paid"]), None);
+    }
+
+    #[test]
+    fn suggestion_ignores_case_and_prefers_the_earlier_tie() {
+        assert_eq!(suggest("NEW", ["new", "few"]), Some("new"));
+        assert_eq!(suggest("ab", ["ax", "ay"]), Some("ax"));
+    }
+
+    #[test]
+    fn json_pointer_escapes() {
+        let at = Location::root().field("root").field("a/b~c").index(3);
+        assert_eq!(at.json_pointer(), "/root/a~1b~0c/3");
+        assert_eq!(Location::root().to_string(), "/");
+    }
+}

@@ -1,0 +1,73 @@
+//! Workflow definitions as data, and the one validator.
+//!
+//! This crate has no I/O and no async: it is used by the `workflow-macros` crate at compile
+//! time, on the definition it lowers from the DSL, and by the runtime for definitions loaded
+//! from JSON. One set of rules, one set of messages (FC-24).
+//!
+//! - [`Definition`]: a workflow's name and its root [`Activity`]: a [`StateMachine`], a
+//!   [`Flowchart`], a [`Sequence`], or any other activity kind.
+//! - [`validate`]: every rule of the state-machine (SM-C1..SM-C9) and flowchart (FC-V1..FC-V17)
+//!   contracts; all violations at once, each a [`Diagnostic`] with its rule id, a rustc-style
+//!   message, the [`Location`] it points at, related locations, and a "did you mean".
+//! - [`Definition::from_json`]: load and validate; one [`LoadError`] listing every problem
+//!   with its JSON Pointer, never a panic.
+//! - [`Definition::fingerprint`]: the version fingerprint (ENG-44), a SHA-256 of the canonical
+//!   graph.
+//!
+//! # The JSON format
+//!
+//! A definition is an object with `name`, optional `description`, and `root`, an activity.
+//! Every activity is an object with `kind` (one of [`Activity::KINDS`]) and `id` (a letter or
+//! `_` followed by letters, digits or `_`), plus the fields of its kind, named as the fields of
+//! the Rust structs in snake case. User code (tasks, conditions, key and value fns) is named
+//! by the string it is registered under; the data it works on is the workflow's. Durations are
+//! integers in milliseconds. Unknown fields are errors.
+//!
+//! A state machine (state-machine.md section 1): `initial`, `states` (each with `name` and
+//! optional `entry` and `exit` activities) and ordered `transitions` (`from`, `to`, optional
+//! `name`, `trigger`, `condition`, `action`):
+//!
+//! ```json
+#![doc = include_str!("../docs/order.json")]
+//! ```
+//!
+//! A flowchart (flowchart.md section 1): `start`, `nodes` and `connections` from a node's
+//! outcome `port` (default `done`) to a `target` node:
+//!
+//! ```json
+#![doc = include_str!("../docs/expense.json")]
+//! ```
+//!
+//! Loading both:
+//!
+//! ```
+//! use workflow_model::{Activity, Definition};
+//!
+//! let order = Definition::from_json(include_str!("../docs/order.json")).unwrap();
+//! let Activity::StateMachine(machine) = &order.root else { unreachable!() };
+//! assert_eq!(machine.initial, "New");
+//! assert_eq!(machine.transitions.len(), 4);
+//!
+//! let expense = Definition::from_json(include_str!("../docs/expense.json")).unwrap();
+//! assert_eq!(expense.root.kind_name(), "flowchart");
+//! // Round trip: what it writes, it reads back as the same definition.
+//! assert_eq!(Definition::from_json(&expense.to_json_pretty()).unwrap(), expense);
+//! ```
+
+mod definition;
+mod diagnostics;
+pub mod fingerprint;
+mod json;
+mod validate;
+
+pub use definition::{
+    Activity, Break, Connection, Correlate, Cron, DONE, Definition, Delay, End, Event, Fault,
+    Finish, Flowchart, ForEach, Fork, If, Join, JoinMode, Parallel, ParallelForEach, ParallelMode,
+    Ports, SetVariable, Start, StartAt, State, StateMachine, SubWorkflow, SubWorkflowMode, Switch,
+    SwitchCase, SwitchMode, Task, Timer, Transition, While,
+};
+pub use diagnostics::{
+    Diagnostic, Diagnostics, Location, Segment, backticked, did_you_mean, suggest,
+};
+pub use json::{LoadError, SHAPE_RULE};
+pub use validate::{FlowchartAnalysis, analyze_flowchart, is_valid_id, validate};
