@@ -463,11 +463,7 @@ pub struct Flowchart {
     pub id: String,
     /// Explicit start nodes (`start -> x`, FC-6 step 2). More than one is an error (FC-V6); in
     /// JSON it is written as a single string.
-    #[serde(
-        default,
-        skip_serializing_if = "Vec::is_empty",
-        with = "one_or_many"
-    )]
+    #[serde(default, skip_serializing_if = "Vec::is_empty", with = "one_or_many")]
     pub start: Vec<String>,
     /// The nodes, in declaration order (FC-1).
     #[serde(default)]

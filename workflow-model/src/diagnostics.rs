@@ -135,9 +135,17 @@ impl Diagnostics {
 
     /// Reports the same message on two elements that conflict (a duplicate, FC-25): one
     /// diagnostic at each, each related to the other.
-    pub fn push_pair(&mut self, rule: &'static str, first: Location, second: Location, message: &str) {
-        self.0.push(Diagnostic::new(rule, first.clone(), message).with_related(second.clone()));
-        self.0.push(Diagnostic::new(rule, second, message).with_related(first));
+    pub fn push_pair(
+        &mut self,
+        rule: &'static str,
+        first: Location,
+        second: Location,
+        message: &str,
+    ) {
+        self.0
+            .push(Diagnostic::new(rule, first.clone(), message).with_related(second.clone()));
+        self.0
+            .push(Diagnostic::new(rule, second, message).with_related(first));
     }
 
     /// Whether nothing was found.

@@ -111,10 +111,11 @@ pub(crate) fn children_with_locations<'a>(
     at: &Location,
 ) -> Vec<(&'a Activity, Location)> {
     let mut out = Vec::new();
-    let list = |out: &mut Vec<(&'a Activity, Location)>, items: &'a [Activity], field: &'static str| {
-        let base = at.field(field);
-        out.extend(items.iter().enumerate().map(|(i, a)| (a, base.index(i))));
-    };
+    let list =
+        |out: &mut Vec<(&'a Activity, Location)>, items: &'a [Activity], field: &'static str| {
+            let base = at.field(field);
+            out.extend(items.iter().enumerate().map(|(i, a)| (a, base.index(i))));
+        };
     match activity {
         Activity::Sequence(s) => list(&mut out, &s.steps, "steps"),
         Activity::Flowchart(f) => list(&mut out, &f.nodes, "nodes"),
@@ -127,8 +128,18 @@ pub(crate) fn children_with_locations<'a>(
             }
             for (i, transition) in m.transitions.iter().enumerate() {
                 let transition_at = at.field("transitions").index(i);
-                out.extend(transition.trigger.iter().map(|a| (a, transition_at.field("trigger"))));
-                out.extend(transition.action.iter().map(|a| (a, transition_at.field("action"))));
+                out.extend(
+                    transition
+                        .trigger
+                        .iter()
+                        .map(|a| (a, transition_at.field("trigger"))),
+                );
+                out.extend(
+                    transition
+                        .action
+                        .iter()
+                        .map(|a| (a, transition_at.field("action"))),
+                );
             }
         }
         Activity::If(i) => {
@@ -137,7 +148,11 @@ pub(crate) fn children_with_locations<'a>(
         }
         Activity::Switch(s) => {
             for (i, case) in s.cases.iter().enumerate() {
-                out.extend(case.body.iter().map(|a| (a, at.field("cases").index(i).field("body"))));
+                out.extend(
+                    case.body
+                        .iter()
+                        .map(|a| (a, at.field("cases").index(i).field("body"))),
+                );
             }
             out.extend(s.default.as_deref().map(|a| (a, at.field("default"))));
         }

@@ -1,0 +1,162 @@
+//! The registry of user code: tasks and conditions, referenced by name from a definition.
+//!
+//! Persisted state never holds closures, only these names (DESIGN.md section 3), so an
+//! instance suspended in one process resumes in another that registered the same names.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, OnceLock};
+
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+use workflow_model::Definition;
+
+use crate::task::{Outcome, TaskContext, TaskError};
+
+/// A boxed, sendable future borrowing from `'a`: what a registered task returns.
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// The result of one task attempt.
+pub type TaskResult = Result<Outcome, TaskError>;
+
+pub(crate) type TaskFn<D> =
+    Arc<dyn for<'a> Fn(&'a mut TaskContext<D>) -> BoxFuture<'a, TaskResult> + Send + Sync>;
+
+pub(crate) type ConditionFn<D> =
+    Arc<dyn Fn(&D, Option<&Value>) -> Result<bool, TaskError> + Send + Sync>;
+
+/// The user code of one workflow type, by the names its definition uses.
+///
+/// ```
+/// use workflow_runtime::{Outcome, Registry, TaskContext};
+///
+/// #[derive(serde::Serialize, serde::Deserialize)]
+/// struct Order { total: u64, paid: u64 }
+///
+/// #[derive(serde::Deserialize)]
+/// struct Payment { amount: u64 }
+///
+/// async fn record_payment(ctx: &mut TaskContext<Order>) -> Result<Outcome, workflow_runtime::TaskError> {
+///     let payment: Payment = ctx.payload()?;
+///     ctx.data_mut().paid += payment.amount;
+///     Ok(Outcome::done())
+/// }
+///
+/// let registry = Registry::<Order>::new()
+///     .task("record_payment", |ctx| Box::pin(record_payment(ctx)))
+///     .condition_with_payload("covers_amount", |order: &Order, p: &Payment| p.amount >= order.total)
+///     .condition("unpaid", |order: &Order| order.paid == 0);
+/// assert!(registry.has_task("record_payment"));
+/// assert!(registry.has_condition("covers_amount"));
+/// ```
+pub struct Registry<D> {
+    pub(crate) tasks: HashMap<String, TaskFn<D>>,
+    pub(crate) conditions: HashMap<String, ConditionFn<D>>,
+}
+
+impl<D> Default for Registry<D> {
+    fn default() -> Self {
+        Self {
+            tasks: HashMap::new(),
+            conditions: HashMap::new(),
+        }
+    }
+}
+
+impl<D> fmt::Debug for Registry<D> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut tasks: Vec<&String> = self.tasks.keys().collect();
+        tasks.sort();
+        let mut conditions: Vec<&String> = self.conditions.keys().collect();
+        conditions.sort();
+        f.debug_struct("Registry")
+            .field("tasks", &tasks)
+            .field("conditions", &conditions)
+            .finish()
+    }
+}
+
+impl<D: Send + Sync + 'static> Registry<D> {
+    /// An empty registry.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Registers the async fn `task` under `name`: a task node, a state's entry or exit, or a
+    /// transition's action. A later registration under the same name replaces it.
+    #[must_use]
+    pub fn task<F>(mut self, name: impl Into<String>, task: F) -> Self
+    where
+        F: for<'a> Fn(&'a mut TaskContext<D>) -> BoxFuture<'a, TaskResult> + Send + Sync + 'static,
+    {
+        self.tasks.insert(name.into(), Arc::new(task));
+        self
+    }
+
+    /// Registers a condition over the data under `name`.
+    #[must_use]
+    pub fn condition<F>(mut self, name: impl Into<String>, condition: F) -> Self
+    where
+        F: Fn(&D) -> bool + Send + Sync + 'static,
+    {
+        self.conditions.insert(
+            name.into(),
+            Arc::new(move |data, _payload| Ok(condition(data))),
+        );
+        self
+    }
+
+    /// Registers a condition over the data and the typed payload of the stimulus that fired the
+    /// transition's trigger. A payload that does not decode into `P` is an error naming the
+    /// condition and the type, never a panic.
+    #[must_use]
+    pub fn condition_with_payload<P, F>(mut self, name: impl Into<String>, condition: F) -> Self
+    where
+        P: DeserializeOwned + 'static,
+        F: Fn(&D, &P) -> bool + Send + Sync + 'static,
+    {
+        let name = name.into();
+        let label = name.clone();
+        self.conditions.insert(
+            name,
+            Arc::new(move |data, payload| {
+                let payload = payload.cloned().unwrap_or(Value::Null);
+                let typed: P = serde_json::from_value(payload).map_err(|e| {
+                    TaskError::permanent(format!(
+                        "condition `{label}` cannot read its payload as `{}`: {e}",
+                        std::any::type_name::<P>()
+                    ))
+                })?;
+                Ok(condition(data, &typed))
+            }),
+        );
+        self
+    }
+
+    /// Whether a task is registered under `name`.
+    pub fn has_task(&self, name: &str) -> bool {
+        self.tasks.contains_key(name)
+    }
+
+    /// Whether a condition is registered under `name`.
+    pub fn has_condition(&self, name: &str) -> bool {
+        self.conditions.contains_key(name)
+    }
+}
+
+/// The fingerprint of a `'static` definition as a `'static` string, computed once per
+/// definition (for [`crate::Workflow::version`]'s default).
+pub(crate) fn leak_version(definition: &'static Definition) -> &'static str {
+    static CACHE: OnceLock<Mutex<HashMap<usize, &'static str>>> = OnceLock::new();
+    let key = std::ptr::from_ref(definition) as usize;
+    let cache = CACHE.get_or_init(Default::default);
+    let mut cache = match cache.lock() {
+        Ok(guard) => guard,
+        Err(poisoned) => poisoned.into_inner(),
+    };
+    cache
+        .entry(key)
+        .or_insert_with(|| Box::leak(definition.fingerprint().into_boxed_str()))
+}

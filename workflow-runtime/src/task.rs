@@ -1,0 +1,191 @@
+//! What user code receives and returns: the task context, outcomes and task errors.
+
+use std::fmt;
+
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+
+/// What a running task, entry, exit or action sees (ACT-11): mutable access to the data, the
+/// payload of the stimulus that led here, its input, and stable identifiers.
+#[derive(Debug)]
+pub struct TaskContext<D> {
+    pub(crate) data: D,
+    pub(crate) payload: Option<Value>,
+    pub(crate) input: Option<Value>,
+    pub(crate) instance_id: String,
+    pub(crate) node_id: String,
+    pub(crate) context_id: u64,
+    pub(crate) attempt: u32,
+}
+
+impl<D> TaskContext<D> {
+    /// The workflow data.
+    pub fn data(&self) -> &D {
+        &self.data
+    }
+
+    /// The workflow data, mutably; changes are kept when the task succeeds.
+    pub fn data_mut(&mut self) -> &mut D {
+        &mut self.data
+    }
+
+    /// The payload of the stimulus that fired the transition this code runs for (an action's
+    /// event payload), decoded as `P`. Without a payload, decodes JSON `null` (so `Option<P>`
+    /// reads `None`).
+    pub fn payload<P: DeserializeOwned>(&self) -> Result<P, TaskError> {
+        decode(self.payload.as_ref(), "payload", &self.node_id)
+    }
+
+    /// The input this activity was scheduled with (ACT-5), decoded as `I`.
+    pub fn input<I: DeserializeOwned>(&self) -> Result<I, TaskError> {
+        decode(self.input.as_ref(), "input", &self.node_id)
+    }
+
+    /// The instance's id.
+    pub fn instance_id(&self) -> &str {
+        &self.instance_id
+    }
+
+    /// The node's id: its ancestor path (`root:review`).
+    pub fn node_id(&self) -> &str {
+        &self.node_id
+    }
+
+    /// The attempt number, from 1.
+    pub fn attempt(&self) -> u32 {
+        self.attempt
+    }
+
+    /// A key that is the same for every attempt and every re-run of this activity execution
+    /// (`{instance_id}:{context_id}`, ACT-11): pass it to external systems to make effects
+    /// idempotent.
+    pub fn idempotency_key(&self) -> String {
+        format!("{}:{}", self.instance_id, self.context_id)
+    }
+}
+
+fn decode<T: DeserializeOwned>(
+    value: Option<&Value>,
+    what: &str,
+    node: &str,
+) -> Result<T, TaskError> {
+    let value = value.cloned().unwrap_or(Value::Null);
+    serde_json::from_value(value).map_err(|e| {
+        TaskError::permanent(format!(
+            "node `{node}` cannot read its {what} as `{}`: {e}",
+            std::any::type_name::<T>()
+        ))
+    })
+}
+
+/// The outcome set an activity completes with (FC-4); `done` by default.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Outcome(Vec<String>);
+
+impl Outcome {
+    /// The default outcome, `done`.
+    pub fn done() -> Self {
+        Self(vec![workflow_model::DONE.to_owned()])
+    }
+
+    /// One named outcome, e.g. `approved`.
+    pub fn named(name: impl Into<String>) -> Self {
+        Self(vec![name.into()])
+    }
+
+    /// Several outcomes at once (all their connections are followed).
+    pub fn many<I, S>(names: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        Self(names.into_iter().map(Into::into).collect())
+    }
+
+    /// The outcome names.
+    pub fn names(&self) -> &[String] {
+        &self.0
+    }
+}
+
+impl Default for Outcome {
+    fn default() -> Self {
+        Self::done()
+    }
+}
+
+/// Why a task attempt failed.
+///
+/// Any `std::error::Error` converts into it with `?`; such errors are retryable under the
+/// activity's retry policy. [`TaskError::permanent`] fails for good at once.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TaskError {
+    message: String,
+    permanent: bool,
+}
+
+impl TaskError {
+    /// A retryable failure.
+    pub fn new(message: impl Into<String>) -> Self {
+        Self {
+            message: message.into(),
+            permanent: false,
+        }
+    }
+
+    /// A failure no retry can fix (a payload of the wrong type, a broken invariant).
+    pub fn permanent(message: impl Into<String>) -> Self {
+        Self {
+            message: message.into(),
+            permanent: true,
+        }
+    }
+
+    /// The message.
+    pub fn message(&self) -> &str {
+        &self.message
+    }
+
+    /// Whether retrying cannot help.
+    pub fn is_permanent(&self) -> bool {
+        self.permanent
+    }
+}
+
+impl fmt::Display for TaskError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl<E: std::error::Error> From<E> for TaskError {
+    fn from(error: E) -> Self {
+        Self::new(error.to_string())
+    }
+}
+
+/// What a user fn may return: `()`, an [`Outcome`], or a `Result` of either. The macros call
+/// [`IntoTaskResult::into_task_result`] on whatever the user's fn returned.
+pub trait IntoTaskResult {
+    /// The value as a task result.
+    fn into_task_result(self) -> crate::registry::TaskResult;
+}
+
+impl IntoTaskResult for () {
+    fn into_task_result(self) -> crate::registry::TaskResult {
+        Ok(Outcome::done())
+    }
+}
+
+impl IntoTaskResult for Outcome {
+    fn into_task_result(self) -> crate::registry::TaskResult {
+        Ok(self)
+    }
+}
+
+impl<T: IntoTaskResult, E: Into<TaskError>> IntoTaskResult for Result<T, E> {
+    fn into_task_result(self) -> crate::registry::TaskResult {
+        self.map_err(Into::into)
+            .and_then(IntoTaskResult::into_task_result)
+    }
+}

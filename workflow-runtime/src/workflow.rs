@@ -1,0 +1,80 @@
+//! The workflow trait: what the runtime needs to know about a workflow type.
+//!
+//! `#[state_machine]` and `workflow!` implement these traits; everything they emit can be
+//! written by hand against this public API (see the `order_by_hand` example).
+
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use workflow_model::Definition;
+
+use crate::registry::Registry;
+
+/// A workflow type: a stable name, a definition built once, and the user code its activities
+/// reference by name.
+///
+/// Implemented by the macros; implement it by hand for a workflow written against the model:
+///
+/// ```
+/// use std::sync::OnceLock;
+/// use workflow_runtime::model::{Definition, Task};
+/// use workflow_runtime::{Registry, Workflow, TaskContext};
+///
+/// #[derive(Default, serde::Serialize, serde::Deserialize)]
+/// struct Counter { count: u32 }
+///
+/// struct Count;
+///
+/// impl Workflow for Count {
+///     type Data = Counter;
+///     fn name() -> &'static str { "Count" }
+///     fn definition() -> &'static Definition {
+///         static DEFINITION: OnceLock<Definition> = OnceLock::new();
+///         DEFINITION.get_or_init(|| Definition::new("Count", Task::new("root", "count")))
+///     }
+///     fn registry() -> Registry<Counter> {
+///         Registry::new().task("count", |ctx: &mut TaskContext<Counter>| {
+///             Box::pin(async move {
+///                 ctx.data_mut().count += 1;
+///                 Ok(workflow_runtime::Outcome::done())
+///             })
+///         })
+///     }
+/// }
+///
+/// assert_eq!(Count::version().len(), 64);
+/// ```
+pub trait Workflow: Send + Sync + 'static {
+    /// The workflow's data, persisted with every instance as JSON (ENG-43).
+    type Data: Serialize + DeserializeOwned + Send + Sync + 'static;
+
+    /// The stable name instances are pinned to (ENG-44). Renaming the Rust type must not
+    /// change it.
+    fn name() -> &'static str;
+
+    /// The definition, built once.
+    fn definition() -> &'static Definition;
+
+    /// The version fingerprint of [`Workflow::definition`] (ENG-44).
+    ///
+    /// The default computes it from the definition on every call; the macros override it with
+    /// the value they computed at compile time.
+    fn version() -> &'static str {
+        crate::registry::leak_version(Self::definition())
+    }
+
+    /// The user code the definition refers to by name: tasks, entries, exits, actions and
+    /// conditions.
+    fn registry() -> Registry<Self::Data>;
+}
+
+/// A workflow whose root is a state machine, with a typed current state.
+pub trait StateMachineWorkflow: Workflow {
+    /// The typed state: the enum the machine was declared on.
+    type State: Copy + Eq + std::fmt::Debug + Send + Sync + 'static;
+
+    /// The state's name in the definition.
+    fn state_name(state: Self::State) -> &'static str;
+
+    /// The state named `name`, if the machine declares it.
+    fn state_from_name(name: &str) -> Option<Self::State>;
+}
