@@ -178,7 +178,10 @@ fn state_machine_lists_report_the_element() {
     let pointers: Vec<&str> = found.iter().map(|(p, _, _)| p.as_str()).collect();
     assert_eq!(pointers, ["/root/states/1/nam", "/root/transitions/0/to"]);
     assert!(found[0].2.starts_with("unknown field `nam`"), "{found:?}");
-    assert!(found[1].2.starts_with("invalid type: integer `3`"), "{found:?}");
+    assert!(
+        found[1].2.starts_with("invalid type: integer `3`"),
+        "{found:?}"
+    );
 }
 
 #[test]
