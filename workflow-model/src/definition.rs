@@ -171,6 +171,16 @@ impl Activity {
                 }
                 Ports::Declared(ports)
             }
+            // Structured forms run their children and complete with `done` (ACT-13, ACT-14);
+            // as flowchart nodes they have no children and route by decision ports.
+            Activity::If(i) if i.then.is_some() || i.r#else.is_some() => {
+                Ports::Declared(vec![DONE])
+            }
+            Activity::Switch(s)
+                if s.default.is_some() || s.cases.iter().any(|c| c.body.is_some()) =>
+            {
+                Ports::Declared(vec![DONE])
+            }
             Activity::If(_) => Ports::Declared(vec!["true", "false"]),
             Activity::Switch(s) => {
                 let mut ports: Vec<&str> = s.cases.iter().map(|c| c.label.as_str()).collect();

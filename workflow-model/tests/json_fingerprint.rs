@@ -203,3 +203,26 @@ fn garbage_never_panics() {
         assert!(Definition::from_json(input).is_err(), "accepted {input}");
     }
 }
+
+#[test]
+fn sibling_ids_are_unique_in_a_sequence_fc_1() {
+    let text = r#"{ "name": "S", "root": { "kind": "sequence", "id": "root", "steps": [
+        { "kind": "task", "id": "a", "function": "fa" },
+        { "kind": "task", "id": "b", "function": "fb" },
+        { "kind": "task", "id": "a", "function": "fc" } ] } }"#;
+    assert_eq!(
+        problems(text),
+        vec![
+            (
+                "/root/steps/0/id".to_owned(),
+                "FC-V1",
+                "duplicate node `a`".to_owned()
+            ),
+            (
+                "/root/steps/2/id".to_owned(),
+                "FC-V1",
+                "duplicate node `a`".to_owned()
+            ),
+        ]
+    );
+}

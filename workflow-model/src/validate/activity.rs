@@ -32,8 +32,28 @@ pub(super) fn check(activity: &Activity, at: &Location, in_loop: bool, cx: &mut 
             at.field("interval_ms"),
             "timer interval must be greater than zero",
         )),
+        Activity::Sequence(sequence) => check_sibling_ids(&sequence.steps, &at.field("steps"), cx),
+        Activity::Parallel(parallel) => {
+            check_sibling_ids(&parallel.branches, &at.field("branches"), cx);
+        }
         _ => {}
     }
+}
+
+/// Sibling ids are unique in every composite, not only in flowcharts (FC-1): the engine names a
+/// node by its ancestor path (ENG-3), so two steps of one sequence with the same id could not
+/// be told apart. Reported under FC-V1 with its message.
+fn check_sibling_ids(children: &[Activity], at: &Location, cx: &mut Diagnostics) {
+    report_duplicates(
+        "FC-V1",
+        children.iter().map(|child| Some(child.id())),
+        |i| at.index(i).field("id"),
+        |i| {
+            let id = children.get(i).map_or("", Activity::id);
+            format!("duplicate node `{id}`")
+        },
+        cx,
+    );
 }
 
 /// ACT-V2 (a repeated case label) and ACT-V3 (a case labelled `default`).
