@@ -31,11 +31,21 @@ pub(crate) fn expand(machine: &Machine, definition: Option<&Definition>) -> Toke
     let private = quote!(::workflow_runtime::__private);
     let ident = &machine.item.ident;
     let stub;
+    let stub_only = definition.is_none();
     let (definition, registry) = match definition {
         Some(definition) => (definition, registry(machine)),
         None => {
             stub = stub_definition(machine);
-            (&stub, quote!(#private::Registry::new()))
+            // The fns are named but not registered: an unknown name is still reported (it is
+            // the user's mistake), a type mismatch is not (it may only echo another error).
+            let paths = user_fns(machine);
+            (
+                &stub,
+                quote!({
+                    let _ = (#(#paths,)*);
+                    #private::Registry::new()
+                }),
+            )
         }
     };
     let name = &definition.name;
@@ -50,6 +60,13 @@ pub(crate) fn expand(machine: &Machine, definition: Option<&Definition>) -> Toke
         .map_or_else(|| quote!(()), |ty| quote!(#ty));
 
     let mut item = machine.item.clone();
+    if stub_only {
+        // What the errors said is wrong is dropped, so that it is reported once.
+        item.generics = syn::Generics::default();
+        for variant in &mut item.variants {
+            variant.fields = syn::Fields::Unit;
+        }
+    }
     let have = existing_derives(&item.attrs);
     let derives: Vec<TokenStream> = [
         ("Clone", quote!(::core::clone::Clone)),
@@ -73,6 +90,7 @@ pub(crate) fn expand(machine: &Machine, definition: Option<&Definition>) -> Toke
         .map(super::parse::StateDecl::name)
         .collect();
     let consts = constants(machine);
+    let serialize = serde_impls(ident, &names, &have);
 
     quote! {
         #item
@@ -133,6 +151,17 @@ pub(crate) fn expand(machine: &Machine, definition: Option<&Definition>) -> Toke
             }
         }
 
+        #serialize
+    }
+}
+
+/// `Serialize` and `Deserialize` by state name, except those the user derives (an error
+/// already says to remove that derive; a second, conflicting impl would only repeat it).
+fn serde_impls(ident: &syn::Ident, names: &[String], have: &[String]) -> TokenStream {
+    let private = quote!(::workflow_runtime::__private);
+    let mut out = TokenStream::new();
+    if !have.iter().any(|h| h == "Serialize") {
+        out.extend(quote! {
         impl #private::serde::Serialize for #ident {
             fn serialize<__S>(&self, serializer: __S) -> ::core::result::Result<__S::Ok, __S::Error>
             where
@@ -143,7 +172,10 @@ pub(crate) fn expand(machine: &Machine, definition: Option<&Definition>) -> Toke
                 )
             }
         }
-
+        });
+    }
+    if !have.iter().any(|h| h == "Deserialize") {
+        out.extend(quote! {
         impl<'de> #private::serde::Deserialize<'de> for #ident {
             fn deserialize<__D>(deserializer: __D) -> ::core::result::Result<Self, __D::Error>
             where
@@ -161,7 +193,9 @@ pub(crate) fn expand(machine: &Machine, definition: Option<&Definition>) -> Toke
                 }
             }
         }
+        });
     }
+    out
 }
 
 /// The states alone: what a machine with errors still exposes.
@@ -256,6 +290,23 @@ pub(crate) fn screaming_snake(value: &str) -> String {
     out
 }
 
+/// Every user fn path, in declaration order.
+fn user_fns(machine: &Machine) -> Vec<&syn::Path> {
+    let mut out = Vec::new();
+    for state in &machine.states {
+        out.extend(state.entry.iter().map(|f| &f.path));
+        out.extend(state.exit.iter().map(|f| &f.path));
+        for transition in &state.transitions {
+            if let Some(TriggerDecl::Task { function, .. }) = &transition.trigger {
+                out.push(&function.path);
+            }
+            out.extend(transition.when.iter().map(|f| &f.path));
+            out.extend(transition.action.iter().map(|f| &f.path));
+        }
+    }
+    out
+}
+
 /// The registry: each user fn once per name, each call spanned on the user's path.
 fn registry(machine: &Machine) -> TokenStream {
     let private = quote!(::workflow_runtime::__private);
@@ -270,7 +321,7 @@ fn registry(machine: &Machine) -> TokenStream {
                     tasks.push(function);
                     None
                 }
-                Some(TriggerDecl::Event { payload, .. }) => payload.as_ref(),
+                Some(TriggerDecl::Event { payload, .. }) => payload.as_deref(),
                 _ => None,
             };
             tasks.extend(transition.action.iter());

@@ -137,7 +137,7 @@ pub(crate) enum TriggerDecl {
     /// `event::<Payload>("name").key(path)`.
     Event {
         tokens: TokenStream,
-        payload: Option<Type>,
+        payload: Option<Box<Type>>,
         name: LitStr,
         key: Option<(String, TokenStream)>,
     },
@@ -289,6 +289,8 @@ pub(crate) fn existing_derives(attrs: &[Attribute]) -> Vec<String> {
 fn parse_options(args: TokenStream, errors: &mut Errors) -> Options {
     let mut options = Options::default();
     let mut seen: Vec<Ident> = Vec::new();
+    // Options named by a misspelling: their absence is that one mistake, not a second one.
+    let mut misspelled: Vec<String> = Vec::new();
     let parser = |input: ParseStream<'_>| -> syn::Result<()> {
         while !input.is_empty() {
             let key: Ident = input.call(syn::ext::IdentExt::parse_any)?;
@@ -311,22 +313,23 @@ fn parse_options(args: TokenStream, errors: &mut Errors) -> Options {
             input.parse::<Token![=]>()?;
             match key_name.as_str() {
                 "data" => {
-                    let ty = value(input, &key_name, |i| i.parse::<Type>())?;
+                    let ty = value::<Type>(input, &key_name)?;
                     options.data.get_or_insert(ty);
                 }
                 "initial" => {
-                    let ident = value(input, &key_name, |i| i.parse::<Ident>())?;
+                    let ident = value::<Ident>(input, &key_name)?;
                     options.initial.get_or_insert(ident);
                 }
                 "name" => {
-                    let lit = value(input, &key_name, |i| i.parse::<LitStr>())?;
+                    let lit = value::<LitStr>(input, &key_name)?;
                     if lit.value().trim().is_empty() {
                         errors.at(&lit, "the workflow `name` cannot be empty");
                     }
                     options.name.get_or_insert(lit);
                 }
                 _ => {
-                    let (hint, _) = did_you_mean(&key_name, MACHINE_OPTIONS);
+                    let (hint, found) = did_you_mean(&key_name, MACHINE_OPTIONS);
+                    misspelled.extend(found);
                     errors.at(
                         &key,
                         format!(
@@ -352,7 +355,7 @@ fn parse_options(args: TokenStream, errors: &mut Errors) -> Options {
         ("data", options.data.is_none()),
         ("initial", options.initial.is_none()),
     ] {
-        if missing && !seen.iter().any(|k| k == option) {
+        if missing && !seen.iter().any(|k| k == option) && !misspelled.iter().any(|m| m == option) {
             errors.push(syn::Error::new(
                 Span::call_site(),
                 format!(
@@ -379,13 +382,9 @@ fn example(option: &str) -> &'static str {
 }
 
 /// Parses one option value, turning syn's message into a rustc-style one naming the option.
-fn value<T>(
-    input: ParseStream<'_>,
-    key: &str,
-    parse: impl FnOnce(ParseStream<'_>) -> syn::Result<T>,
-) -> syn::Result<T> {
+fn value<T: syn::parse::Parse>(input: ParseStream<'_>, key: &str) -> syn::Result<T> {
     let span = input.span();
-    parse(input).map_err(|_| {
+    input.parse::<T>().map_err(|_| {
         let what = match key {
             "data" => "a type",
             "initial" => "the name of a state (a variant of this enum)",
@@ -506,11 +505,11 @@ fn parse_state_options(
         input.parse::<Token![=]>()?;
         match key_name.as_str() {
             "name" => {
-                let lit = value(input, "name", |i| i.parse::<LitStr>())?;
+                let lit = value::<LitStr>(input, "name")?;
                 state.rename.get_or_insert(lit);
             }
             "display" => {
-                let lit = value(input, "display", |i| i.parse::<LitStr>())?;
+                let lit = value::<LitStr>(input, "display")?;
                 state.display.get_or_insert(lit);
             }
             _ => {
@@ -606,7 +605,7 @@ fn parse_transition(input: ParseStream<'_>, errors: &mut Errors) -> syn::Result<
         input.parse::<Token![=]>()?;
         match key_name.as_str() {
             "when" | "action" => {
-                let path = value(input, &key_name, |i| i.parse::<Path>())?;
+                let path = value::<Path>(input, &key_name)?;
                 let path = fn_path(path, &key_name)?;
                 let slot = if key_name == "when" {
                     &mut transition.when
@@ -616,11 +615,11 @@ fn parse_transition(input: ParseStream<'_>, errors: &mut Errors) -> syn::Result<
                 slot.get_or_insert(FnRef { path });
             }
             "display" => {
-                let lit = value(input, &key_name, |i| i.parse::<LitStr>())?;
+                let lit = value::<LitStr>(input, &key_name)?;
                 transition.display.get_or_insert(lit);
             }
             "id" => {
-                let lit = value(input, &key_name, |i| i.parse::<LitStr>())?;
+                let lit = value::<LitStr>(input, &key_name)?;
                 if transition.trigger.is_none() {
                     errors.at(
                         &key,
@@ -661,7 +660,7 @@ fn parse_trigger(input: ParseStream<'_>) -> syn::Result<TriggerDecl> {
                 input.parse::<Token![<]>()?;
                 let ty: Type = input.parse()?;
                 input.parse::<Token![>]>()?;
-                Some(ty)
+                Some(Box::new(ty))
             } else {
                 None
             };
@@ -1024,8 +1023,18 @@ mod tests {
                 "unknown state machine option `intial`; expected one of `data`, `initial`, `name`; did you mean `initial`?",
                 "duplicate state machine option `data`",
                 "duplicate state machine option `data`",
-                "missing state machine option `initial`; expected `initial = FirstState`",
             ]
+        );
+        assert_eq!(
+            parse_err(
+                quote!(initial = A),
+                quote!(
+                    enum E {
+                        A,
+                    }
+                )
+            ),
+            ["missing state machine option `data`; expected `data = MyData`"]
         );
     }
 
