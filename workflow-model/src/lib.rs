@@ -71,4 +71,4 @@ pub use diagnostics::{
     Diagnostic, Diagnostics, Location, Segment, backticked, did_you_mean, suggest,
 };
 pub use json::{LoadError, SHAPE_RULE};
-pub use validate::{FlowchartAnalysis, analyze_flowchart, is_valid_id, validate};
+pub use validate::{FlowchartAnalysis, FlowchartLoop, analyze_flowchart, is_valid_id, validate};

@@ -4,10 +4,11 @@
 //! the first. The macros call it on the definition they lowered from the DSL, the runtime on
 //! definitions loaded from JSON and again at `build()` (FC-24).
 
+mod activity;
 mod flowchart;
 mod state_machine;
 
-pub use flowchart::{FlowchartAnalysis, analyze_flowchart};
+pub use flowchart::{FlowchartAnalysis, FlowchartLoop, analyze_flowchart};
 
 use crate::definition::{Activity, Definition};
 use crate::diagnostics::{Diagnostic, Diagnostics, Location};
@@ -41,7 +42,14 @@ pub fn validate(definition: &Definition) -> Result<(), Diagnostics> {
         ));
     }
     let at = Location::root().field("root");
-    walk(&definition.root, &at, Place::Root, &mut cx);
+    walk(
+        &definition.root,
+        &at,
+        Place::Root,
+        &definition.name,
+        false,
+        &mut cx,
+    );
     cx.into_result()
 }
 
@@ -56,7 +64,17 @@ enum Place {
     Nested,
 }
 
-fn walk(activity: &Activity, at: &Location, place: Place, cx: &mut Diagnostics) {
+/// Checks `activity` at `at` and everything inside it. `workflow` is the definition's name
+/// (FC-V13); `in_loop` says whether a While, ForEach, ParallelForEach or Timer encloses it
+/// (ACT-V1).
+fn walk(
+    activity: &Activity,
+    at: &Location,
+    place: Place,
+    workflow: &str,
+    in_loop: bool,
+    cx: &mut Diagnostics,
+) {
     check_id(activity.id(), &at.field("id"), cx);
     if activity.is_trigger() && place == Place::Nested {
         cx.push(Diagnostic::new(
@@ -68,17 +86,26 @@ fn walk(activity: &Activity, at: &Location, place: Place, cx: &mut Diagnostics) 
             ),
         ));
     }
+    activity::check(activity, at, in_loop, cx);
     match activity {
         Activity::StateMachine(machine) => state_machine::check(machine, at, cx),
-        Activity::Flowchart(chart) => flowchart::check(chart, at, cx),
+        Activity::Flowchart(chart) => flowchart::check(chart, at, workflow, cx),
         _ => {}
     }
+    let child_in_loop = in_loop
+        || matches!(
+            activity,
+            Activity::While(_)
+                | Activity::ForEach(_)
+                | Activity::ParallelForEach(_)
+                | Activity::Timer(_)
+        );
     let child_place = match (activity, place) {
         (Activity::Flowchart(_), Place::Root) => Place::TopLevelNode,
         _ => Place::Nested,
     };
     for (child, child_at) in children_with_locations(activity, at) {
-        walk(child, &child_at, child_place, cx);
+        walk(child, &child_at, child_place, workflow, child_in_loop, cx);
     }
 }
 
