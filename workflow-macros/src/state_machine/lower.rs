@@ -26,23 +26,44 @@ use workflow_model::{
 use super::parse::{Machine, StateDecl, TransitionDecl, TriggerDecl};
 
 /// From a model location to the tokens the user wrote for it.
+///
+/// An element the user did not write but the macro derived from another (a trigger id taken
+/// from the transition's name) is an *alias* of that one: a diagnostic on it lands on the same
+/// tokens, and the same rule is reported there once.
 #[derive(Default)]
-pub(crate) struct SpanTable(HashMap<Location, TokenStream>);
+pub(crate) struct SpanTable {
+    tokens: HashMap<Location, TokenStream>,
+    aliases: HashMap<Location, Location>,
+}
 
 impl SpanTable {
     fn insert(&mut self, at: Location, tokens: impl ToTokens) {
         let tokens = tokens.into_token_stream();
         if !tokens.is_empty() {
-            self.0.insert(at, tokens);
+            self.tokens.insert(at, tokens);
         }
     }
 
-    /// The tokens of `at`, or of its closest recorded ancestor.
-    pub(crate) fn tokens_of(&self, at: &Location) -> Option<&TokenStream> {
+    fn alias(&mut self, at: Location, of: Location) {
+        self.aliases.insert(at, of);
+    }
+
+    /// The recorded location `at` resolves to: itself, what it is an alias of, or its
+    /// closest recorded ancestor.
+    pub(crate) fn resolve(&self, at: &Location) -> Option<Location> {
+        if let Some(of) = self.aliases.get(at) {
+            return self.resolve(of);
+        }
         let segments = at.segments();
         (0..=segments.len())
             .rev()
-            .find_map(|len| self.0.get(&prefix(segments.get(..len).unwrap_or_default())))
+            .map(|len| prefix(segments.get(..len).unwrap_or_default()))
+            .find(|candidate| self.tokens.contains_key(candidate))
+    }
+
+    /// The tokens of `at` (see [`SpanTable::resolve`]).
+    pub(crate) fn tokens_of(&self, at: &Location) -> Option<&TokenStream> {
+        self.resolve(at).and_then(|at| self.tokens.get(&at))
     }
 
     /// An error with `message` on the tokens of `at`.
@@ -175,7 +196,7 @@ pub(crate) fn lower(machine: &Machine) -> Lowered {
                 spans.insert(trigger_at.clone(), trigger.tokens());
                 match (&transition.id, &transition.name) {
                     (Some(id), _) => spans.insert(trigger_at.field("id"), id),
-                    (None, Some(name)) => spans.insert(trigger_at.field("id"), name),
+                    (None, Some(_)) => spans.alias(trigger_at.field("id"), t_at.field("name")),
                     (None, None) => {}
                 }
                 model.trigger = Some(lower_trigger(
@@ -239,8 +260,13 @@ fn lower_trigger(
 pub(crate) fn validate(lowered: &Lowered, syntax_errors: bool) -> Option<syn::Error> {
     let diagnostics = workflow_model::validate(&lowered.definition).err()?;
     let mut all: Option<syn::Error> = None;
+    let mut reported = std::collections::HashSet::new();
     for diagnostic in &diagnostics {
         if syntax_errors && diagnostic.rule == "SM-C5" {
+            continue;
+        }
+        // A trigger id derived from a duplicate transition name is that same duplicate.
+        if !reported.insert((diagnostic.rule, lowered.spans.resolve(&diagnostic.at))) {
             continue;
         }
         let error = lowered.spans.error(&diagnostic.at, &diagnostic.message);

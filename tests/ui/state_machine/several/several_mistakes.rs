@@ -8,12 +8,12 @@ pub struct Order {
     pub total: u64,
 }
 
-#[state_machine(data = Order, initial = New, nmae = "Orders")]
+#[state_machine(data = Order, initial = Nwe, nmae = "Orders")]
 pub enum OrderFlow {
     #[on(pay: event("payment") => Paid, wen = covers_amount)]
     #[on(expire: after(fortnights(2)) => Cancelled)]
     New,
-    #[on(ship: event("shipped") => Shipped, id = "")]
+    #[on(ship: event("shipped") => Shiped, id = "")]
     Paid,
     Shipped,
     Cancelled,

@@ -10,9 +10,9 @@ pub struct Order {
 
 #[state_machine(data = Order, initial = New)]
 pub enum OrderFlow {
-    #[on(pay: event("payment") => Paid)]
+    #[on(pay: event("payment") => Paid, id = "payment")]
     New,
-    #[on(pay: event("refund") => New)]
+    #[on(refund: event("refund") => New, id = "payment")]
     Paid,
 }
 fn main() {}
