@@ -226,7 +226,7 @@ fn constants(machine: &Machine) -> TokenStream {
     for state in &machine.states {
         for transition in &state.transitions {
             if let Some(name) = &transition.name {
-                let value = name.to_string();
+                let value = syn::ext::IdentExt::unraw(name).to_string();
                 push_const(
                     &mut out,
                     &mut seen,

@@ -19,6 +19,7 @@ use std::collections::HashMap;
 
 use proc_macro2::{Span, TokenStream};
 use quote::ToTokens;
+use syn::ext::IdentExt;
 use workflow_model::{
     Activity, Definition, Delay, Event, Location, Segment, State, StateMachine, Task, Transition,
 };
@@ -113,9 +114,9 @@ pub(crate) fn base_id(from: &StateDecl, index: usize, transition: &TransitionDec
     if let Some(id) = &transition.id {
         id.value()
     } else if let Some(name) = &transition.name {
-        name.to_string()
+        name.unraw().to_string()
     } else {
-        format!("{}_{index}", from.ident)
+        format!("{}_{index}", from.ident.unraw())
     }
 }
 
@@ -164,7 +165,7 @@ pub(crate) fn lower(machine: &Machine) -> Lowered {
         for (field, function) in [("entry", &decl.entry), ("exit", &decl.exit)] {
             if let Some(function) = function {
                 spans.insert(state_at.field(field), &function.path);
-                let task = Task::new(format!("{}_{field}", decl.ident), function.name());
+                let task = Task::new(format!("{}_{field}", decl.ident.unraw()), function.name());
                 if field == "entry" {
                     state.entry = Some(task.into());
                 } else {
@@ -185,7 +186,7 @@ pub(crate) fn lower(machine: &Machine) -> Lowered {
                 Transition::new(decl.name(), state_name_of(machine, &transition.target));
             if let Some(name) = &transition.name {
                 spans.insert(t_at.field("name"), name);
-                model.name = Some(name.to_string());
+                model.name = Some(name.unraw().to_string());
             }
             if let Some(display) = &transition.display {
                 spans.insert(t_at.field("display_name"), display);

@@ -48,3 +48,71 @@ fn debug_print(output: &TokenStream) {
         eprintln!("#[state_machine] expansion:\n{output}");
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use quote::quote;
+
+    use super::state_machine;
+
+    #[test]
+    fn a_valid_machine_expands_to_the_enum_and_the_glue() {
+        let output = state_machine(
+            quote!(data = Order, initial = New),
+            quote!(
+                #[derive(Debug)]
+                pub enum Flow {
+                    #[on(go: event("go") => Done, when = ready)]
+                    New,
+                    Done,
+                }
+            ),
+        )
+        .to_string();
+        assert!(!output.contains("compile_error"), "{output}");
+        assert!(output.contains("pub enum Flow"));
+        assert!(output.contains(":: workflow_runtime :: __private :: Workflow for Flow"));
+        assert!(output.contains("pub const TRIGGER_GO"));
+        assert!(
+            output.contains(". condition (\"ready\" , ready)"),
+            "{output}"
+        );
+        // `Debug` is the user's: not derived twice.
+        assert!(!output.contains(":: core :: fmt :: Debug"));
+    }
+
+    #[test]
+    fn errors_come_with_the_enum_and_a_stub() {
+        let output = state_machine(
+            quote!(data = Order, initial = Nwe),
+            quote!(
+                enum Flow {
+                    #[on(=> Dnoe, when = ready)]
+                    New,
+                    Done,
+                }
+            ),
+        )
+        .to_string();
+        assert_eq!(output.matches("compile_error").count(), 2, "{output}");
+        assert!(output.contains("did you mean `New`?"));
+        assert!(output.contains("did you mean `Done`?"));
+        assert!(output.contains("enum Flow"));
+        // The stub registers nothing but still names the user's fns.
+        assert!(!output.contains(". condition"));
+        assert!(output.contains("let _ = (ready ,)"), "{output}");
+    }
+
+    #[test]
+    fn not_an_enum_is_only_an_error() {
+        let output = state_machine(
+            quote!(data = D, initial = A),
+            quote!(
+                struct S;
+            ),
+        )
+        .to_string();
+        assert!(output.starts_with(":: core :: compile_error !"), "{output}");
+        assert!(!output.contains("struct S"));
+    }
+}

@@ -7,6 +7,7 @@
 
 use proc_macro2::{Span, TokenStream, TokenTree};
 use quote::ToTokens;
+use syn::ext::IdentExt;
 use syn::parse::{ParseStream, Parser};
 use syn::spanned::Spanned;
 use syn::{Attribute, Fields, Ident, ItemEnum, LitInt, LitStr, Path, Token, Type};
@@ -114,7 +115,7 @@ impl StateDecl {
     pub(crate) fn name(&self) -> String {
         match &self.rename {
             Some(lit) => lit.value(),
-            None => self.ident.to_string(),
+            None => self.ident.unraw().to_string(),
         }
     }
 }
@@ -293,7 +294,7 @@ fn parse_options(args: TokenStream, errors: &mut Errors) -> Options {
     let mut misspelled: Vec<String> = Vec::new();
     let parser = |input: ParseStream<'_>| -> syn::Result<()> {
         while !input.is_empty() {
-            let key: Ident = input.call(syn::ext::IdentExt::parse_any)?;
+            let key: Ident = input.call(Ident::parse_any)?;
             let key_name = key.to_string();
             if let Some(first) = seen.iter().find(|k| **k == key) {
                 let message = format!("duplicate state machine option `{key_name}`");
@@ -494,7 +495,7 @@ fn parse_state_options(
 ) -> syn::Result<()> {
     let mut seen: Vec<Ident> = Vec::new();
     while !input.is_empty() {
-        let key: Ident = input.call(syn::ext::IdentExt::parse_any)?;
+        let key: Ident = input.call(Ident::parse_any)?;
         let key_name = key.to_string();
         if let Some(first) = seen.iter().find(|k| **k == key) {
             let message = format!("duplicate state option `{key_name}`");
@@ -585,7 +586,7 @@ fn parse_transition(input: ParseStream<'_>, errors: &mut Errors) -> syn::Result<
         if input.is_empty() {
             break;
         }
-        let key: Ident = input.call(syn::ext::IdentExt::parse_any)?;
+        let key: Ident = input.call(Ident::parse_any)?;
         let key_name = key.to_string();
         if let Some(first) = seen.iter().find(|k| **k == key) {
             let message = format!("duplicate transition option `{key_name}`");
@@ -798,7 +799,7 @@ fn parse_key(input: ParseStream<'_>) -> syn::Result<(String, TokenStream)> {
     }
     let mut parts = Vec::new();
     loop {
-        let part: Ident = input.call(syn::ext::IdentExt::parse_any).map_err(|e| {
+        let part: Ident = input.call(Ident::parse_any).map_err(|e| {
             syn::Error::new(
                 e.span(),
                 "malformed `.key`: expected a field path into the data, as in `.key(order_id)` or `.key(customer.id)`",
