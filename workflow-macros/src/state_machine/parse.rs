@@ -507,7 +507,12 @@ fn parse_state_options(
         match key_name.as_str() {
             "name" => {
                 let lit = value::<LitStr>(input, "name")?;
-                state.rename.get_or_insert(lit);
+                if lit.value().is_empty() {
+                    // Reported here, and the ident stays the name, so targets still resolve.
+                    errors.at(&lit, "a state name cannot be empty");
+                } else {
+                    state.rename.get_or_insert(lit);
+                }
             }
             "display" => {
                 let lit = value::<LitStr>(input, "display")?;
