@@ -157,5 +157,4 @@ fn typed_state_and_registry() {
     }
     assert!(registry.has_condition("covers_amount"));
     assert!(registry.has_condition("is_free"));
-    let _ = Duration::ZERO;
 }

@@ -91,9 +91,24 @@ pub(crate) fn expand(machine: &Machine, definition: Option<&Definition>) -> Toke
         .collect();
     let consts = constants(machine);
     let serialize = serde_impls(ident, &names, &have);
+    let duration_types = machine
+        .states
+        .iter()
+        .flat_map(|s| &s.transitions)
+        .filter_map(|t| match &t.trigger {
+            Some(TriggerDecl::After {
+                duration_type: Some(ty),
+                ..
+            }) => {
+                Some(quote!(const _: ::core::option::Option<#ty> = ::core::option::Option::None;))
+            }
+            _ => None,
+        });
 
     quote! {
         #item
+
+        #(#duration_types)*
 
         #[allow(dead_code)]
         impl #ident {

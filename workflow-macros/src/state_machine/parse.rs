@@ -142,8 +142,14 @@ pub(crate) enum TriggerDecl {
         name: LitStr,
         key: Option<(String, TokenStream)>,
     },
-    /// `after(secs(30))`: the duration in milliseconds, evaluated here.
-    After { tokens: TokenStream, millis: u64 },
+    /// `after(secs(30))`: the duration in milliseconds, evaluated here; `duration_type` is
+    /// the `Duration` of `Duration::from_secs(..)`, named in the expansion so that the user's
+    /// import of it is used (and checked).
+    After {
+        tokens: TokenStream,
+        millis: u64,
+        duration_type: Option<Path>,
+    },
     /// `task(run_audit)`: any user activity.
     Task {
         tokens: TokenStream,
@@ -718,13 +724,14 @@ fn parse_trigger(input: ParseStream<'_>) -> syn::Result<TriggerDecl> {
         "after" => {
             let content;
             syn::parenthesized!(content in input);
-            let millis = parse_duration(&content)?;
+            let (millis, duration_type) = parse_duration(&content)?;
             if !content.is_empty() {
                 return Err(content.error("unexpected token after the duration"));
             }
             TriggerDecl::After {
                 tokens: TokenStream::new(),
                 millis,
+                duration_type,
             }
         }
         "task" => {
@@ -769,9 +776,14 @@ fn with_tokens(trigger: TriggerDecl, spanned: TokenStream) -> TriggerDecl {
             name,
             key,
         },
-        TriggerDecl::After { millis, .. } => TriggerDecl::After {
+        TriggerDecl::After {
+            millis,
+            duration_type,
+            ..
+        } => TriggerDecl::After {
             tokens: spanned,
             millis,
+            duration_type,
         },
         TriggerDecl::Task { function, .. } => TriggerDecl::Task {
             tokens: spanned,
@@ -827,7 +839,7 @@ fn parse_key(input: ParseStream<'_>) -> syn::Result<(String, TokenStream)> {
 /// `Duration::from_secs(48 * 3600)` (any path ending in `from_millis`, `from_secs`,
 /// `from_mins`, `from_hours`, `from_days`); the argument is integer arithmetic with `+`, `-`,
 /// `*`, `/` and parentheses, evaluated by the macro because it goes into the definition.
-fn parse_duration(input: ParseStream<'_>) -> syn::Result<u64> {
+fn parse_duration(input: ParseStream<'_>) -> syn::Result<(u64, Option<Path>)> {
     let start_span = input.span();
     let unit_path: Path = input.parse().map_err(|_| duration_error(start_span))?;
     let unit = unit_path
@@ -844,12 +856,21 @@ fn parse_duration(input: ParseStream<'_>) -> syn::Result<u64> {
     if !content.is_empty() {
         return Err(content.error("expected an integer expression such as `48 * 3600`"));
     }
-    amount.checked_mul(*factor).ok_or_else(|| {
+    let millis = amount.checked_mul(*factor).ok_or_else(|| {
         syn::Error::new(
             unit_path.span(),
             "the duration overflows `u64` milliseconds",
         )
-    })
+    })?;
+    let mut duration_type = None;
+    if unit.starts_with("from_") && unit_path.segments.len() > 1 {
+        let count = unit_path.segments.len() - 1;
+        duration_type = Some(Path {
+            leading_colon: unit_path.leading_colon,
+            segments: unit_path.segments.into_iter().take(count).collect(),
+        });
+    }
+    Ok((millis, duration_type))
 }
 
 fn duration_error(span: Span) -> syn::Error {
@@ -1004,7 +1025,7 @@ mod tests {
             (quote!(hours((1 + 1) * 24)), 48 * 3_600_000),
             (quote!(std::time::Duration::from_millis(10 / 2 - 1)), 4),
         ] {
-            let millis = parse_duration.parse2(tokens.clone()).unwrap();
+            let (millis, _) = parse_duration.parse2(tokens.clone()).unwrap();
             assert_eq!(millis, expected, "{tokens}");
         }
         let error = parse_duration.parse2(quote!(fortnights(2))).unwrap_err();

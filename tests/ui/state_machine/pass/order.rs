@@ -82,5 +82,4 @@ fn main() {
     }
     assert!(registry.has_condition("covers_amount"));
     assert!(registry.has_condition("is_free"));
-    let _ = Duration::ZERO;
 }
