@@ -4,3 +4,13 @@
 //! The macros lower their DSL to a `workflow_model::Definition` and run the same validator the
 //! runtime runs on JSON definitions, so a bad transition is a compile error on the offending
 //! token.
+
+mod state_machine;
+
+use proc_macro::TokenStream;
+
+#[doc = include_str!("../docs/state_machine.md")]
+#[proc_macro_attribute]
+pub fn state_machine(args: TokenStream, item: TokenStream) -> TokenStream {
+    state_machine::state_machine(args.into(), item.into()).into()
+}

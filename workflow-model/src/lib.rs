@@ -56,6 +56,7 @@
 
 mod definition;
 mod diagnostics;
+pub mod diagram;
 pub mod fingerprint;
 mod json;
 mod validate;

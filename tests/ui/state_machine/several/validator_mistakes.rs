@@ -1,0 +1,22 @@
+#![allow(dead_code)]
+
+use workflow_runtime::state_machine;
+
+#[derive(Default, serde::Serialize, serde::Deserialize)]
+pub struct Order {
+    pub order_id: String,
+    pub total: u64,
+}
+
+#[state_machine(data = Order, initial = Nwe)]
+pub enum OrderFlow {
+    #[on(pay: event("payment") => Paid)]
+    #[on(pay: event("payment") => Cancelled)]
+    New,
+    #[on(ship: event("shipped") => Shiped)]
+    Paid,
+    Shipped,
+    Cancelled,
+    Refunded,
+}
+fn main() {}

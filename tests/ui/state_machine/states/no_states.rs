@@ -1,0 +1,11 @@
+#![allow(dead_code)]
+
+use workflow_runtime::state_machine;
+
+#[derive(Default, serde::Serialize, serde::Deserialize)]
+pub struct Order;
+
+#[state_machine(data = Order, initial = New)]
+pub enum OrderFlow {}
+
+fn main() {}

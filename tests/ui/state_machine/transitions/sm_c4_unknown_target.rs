@@ -1,0 +1,19 @@
+#![allow(dead_code)]
+
+use workflow_runtime::state_machine;
+
+#[derive(Default, serde::Serialize, serde::Deserialize)]
+pub struct Order {
+    pub order_id: String,
+    pub total: u64,
+}
+
+#[state_machine(data = Order, initial = New)]
+pub enum OrderFlow {
+    #[on(pay: event("payment") => Paid)]
+    New,
+    #[on(ship: event("shipped") => Shiped)]
+    Paid,
+    Shipped,
+}
+fn main() {}

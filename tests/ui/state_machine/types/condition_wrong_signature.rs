@@ -1,0 +1,21 @@
+#![allow(dead_code)]
+
+use workflow_runtime::state_machine;
+
+#[derive(Default, serde::Serialize, serde::Deserialize)]
+pub struct Order {
+    pub order_id: String,
+    pub total: u64,
+}
+
+fn is_free(total: u64) -> bool {
+    total == 0
+}
+
+#[state_machine(data = Order, initial = New)]
+pub enum OrderFlow {
+    #[on(=> Paid, when = is_free)]
+    New,
+    Paid,
+}
+fn main() {}

@@ -1,0 +1,495 @@
+//! Expansion: the enum, kept as the typed state, and the runtime glue, all hygienic
+//! (`::workflow_runtime::__private::...`, `::core`, `::std` only).
+//!
+//! What is emitted for `enum OrderFlow`:
+//!
+//! - the enum itself, with `Clone`, `Copy`, `PartialEq`, `Eq` and `Debug` derived unless the
+//!   user already derives them, and `Serialize`/`Deserialize` implemented as the state name;
+//! - `impl Workflow for OrderFlow` (`type Data` = the `data` option; `name()`, `definition()`
+//!   built once, `version()` = the fingerprint computed at compile time, `registry()` with
+//!   the user's fns, each call spanned on the user's path so a type error lands there);
+//! - `impl StateMachineWorkflow for OrderFlow` (`type State = Self`, names both ways);
+//! - inherent items: `STATES`, `TRANSITION_{NAME}` for each named transition,
+//!   `TRIGGER_{ID}` for each trigger id (in `SCREAMING_SNAKE_CASE`), `mermaid()` and `dot()`
+//!   computed at compile time.
+//!
+//! With errors, the same items are emitted over a minimal definition (the states only) and an
+//! empty registry, so a mistake in the machine does not cascade into unrelated errors.
+
+use std::collections::HashSet;
+
+use proc_macro2::{Span, TokenStream};
+use quote::{quote, quote_spanned};
+use syn::spanned::Spanned;
+use workflow_model::{Activity, Definition, State, StateMachine};
+
+use super::lower::base_id;
+use super::parse::{FnRef, Machine, TriggerDecl, existing_derives};
+
+/// The emitted code. `definition` is `None` when there were errors (the stub).
+pub(crate) fn expand(machine: &Machine, definition: Option<&Definition>) -> TokenStream {
+    let private = quote!(::workflow_runtime::__private);
+    let ident = &machine.item.ident;
+    let stub;
+    let stub_only = definition.is_none();
+    let (definition, registry) = match definition {
+        Some(definition) => (definition, registry(machine)),
+        None => {
+            stub = stub_definition(machine);
+            // The fns are named but not registered: an unknown name is still reported (it is
+            // the user's mistake), a type mismatch is not (it may only echo another error).
+            let paths = user_fns(machine);
+            (
+                &stub,
+                quote!({
+                    let _ = (#(#paths,)*);
+                    #private::Registry::new()
+                }),
+            )
+        }
+    };
+    let name = &definition.name;
+    let version = definition.fingerprint();
+    let mermaid = workflow_model::diagram::mermaid(definition);
+    let dot = workflow_model::diagram::dot(definition);
+    let build = definition_tokens(definition);
+    let data = machine
+        .options
+        .data
+        .as_ref()
+        .map_or_else(|| quote!(()), |ty| quote!(#ty));
+
+    let mut item = machine.item.clone();
+    if stub_only {
+        // What the errors said is wrong is dropped, so that it is reported once.
+        item.generics = syn::Generics::default();
+        for variant in &mut item.variants {
+            variant.fields = syn::Fields::Unit;
+        }
+    }
+    let have = existing_derives(&item.attrs);
+    let derives: Vec<TokenStream> = [
+        ("Clone", quote!(::core::clone::Clone)),
+        ("Copy", quote!(::core::marker::Copy)),
+        ("PartialEq", quote!(::core::cmp::PartialEq)),
+        ("Eq", quote!(::core::cmp::Eq)),
+        ("Debug", quote!(::core::fmt::Debug)),
+    ]
+    .into_iter()
+    .filter(|(name, _)| !have.iter().any(|h| h == name))
+    .map(|(_, path)| path)
+    .collect();
+    if !derives.is_empty() {
+        item.attrs.push(syn::parse_quote!(#[derive(#(#derives),*)]));
+    }
+
+    let variants: Vec<&syn::Ident> = machine.states.iter().map(|s| &s.ident).collect();
+    let names: Vec<String> = machine
+        .states
+        .iter()
+        .map(super::parse::StateDecl::name)
+        .collect();
+    let consts = constants(machine);
+    let serialize = serde_impls(ident, &names, &have);
+    let duration_types = machine
+        .states
+        .iter()
+        .flat_map(|s| &s.transitions)
+        .filter_map(|t| match &t.trigger {
+            Some(TriggerDecl::After {
+                duration_type: Some(ty),
+                ..
+            }) => {
+                Some(quote!(const _: ::core::option::Option<#ty> = ::core::option::Option::None;))
+            }
+            _ => None,
+        });
+
+    quote! {
+        #item
+
+        #(#duration_types)*
+
+        #[allow(dead_code)]
+        impl #ident {
+            /// Every state, in declaration order.
+            pub const STATES: &'static [Self] = &[#(Self::#variants),*];
+            #consts
+
+            /// The machine as a Mermaid `stateDiagram-v2`, computed at compile time.
+            pub fn mermaid() -> &'static str {
+                #mermaid
+            }
+
+            /// The machine as a Graphviz DOT digraph, computed at compile time.
+            pub fn dot() -> &'static str {
+                #dot
+            }
+        }
+
+        impl #private::Workflow for #ident {
+            type Data = #data;
+
+            fn name() -> &'static str {
+                #name
+            }
+
+            fn definition() -> &'static #private::model::Definition {
+                static DEFINITION: ::std::sync::OnceLock<#private::model::Definition> =
+                    ::std::sync::OnceLock::new();
+                DEFINITION.get_or_init(|| #build)
+            }
+
+            fn version() -> &'static str {
+                #version
+            }
+
+            fn registry() -> #private::Registry<Self::Data> {
+                #registry
+            }
+        }
+
+        impl #private::StateMachineWorkflow for #ident {
+            type State = Self;
+
+            fn state_name(state: Self) -> &'static str {
+                match state {
+                    #(Self::#variants => #names,)*
+                }
+            }
+
+            fn state_from_name(name: &str) -> ::core::option::Option<Self> {
+                match name {
+                    #(#names => ::core::option::Option::Some(Self::#variants),)*
+                    _ => ::core::option::Option::None,
+                }
+            }
+        }
+
+        #serialize
+    }
+}
+
+/// `Serialize` and `Deserialize` by state name, except those the user derives (an error
+/// already says to remove that derive; a second, conflicting impl would only repeat it).
+fn serde_impls(ident: &syn::Ident, names: &[String], have: &[String]) -> TokenStream {
+    let private = quote!(::workflow_runtime::__private);
+    let mut out = TokenStream::new();
+    if !have.iter().any(|h| h == "Serialize") {
+        out.extend(quote! {
+        impl #private::serde::Serialize for #ident {
+            fn serialize<__S>(&self, serializer: __S) -> ::core::result::Result<__S::Ok, __S::Error>
+            where
+                __S: #private::serde::Serializer,
+            {
+                serializer.serialize_str(
+                    <Self as #private::StateMachineWorkflow>::state_name(*self),
+                )
+            }
+        }
+        });
+    }
+    if !have.iter().any(|h| h == "Deserialize") {
+        out.extend(quote! {
+        impl<'de> #private::serde::Deserialize<'de> for #ident {
+            fn deserialize<__D>(deserializer: __D) -> ::core::result::Result<Self, __D::Error>
+            where
+                __D: #private::serde::Deserializer<'de>,
+            {
+                const NAMES: &[&str] = &[#(#names),*];
+                let name = <::std::string::String as #private::serde::Deserialize>::deserialize(
+                    deserializer,
+                )?;
+                match <Self as #private::StateMachineWorkflow>::state_from_name(&name) {
+                    ::core::option::Option::Some(state) => ::core::result::Result::Ok(state),
+                    ::core::option::Option::None => ::core::result::Result::Err(
+                        <__D::Error as #private::serde::de::Error>::unknown_variant(&name, NAMES),
+                    ),
+                }
+            }
+        }
+        });
+    }
+    out
+}
+
+/// The states alone: what a machine with errors still exposes.
+fn stub_definition(machine: &Machine) -> Definition {
+    let states: Vec<State> = machine
+        .states
+        .iter()
+        .map(|s| State::new(s.name()))
+        .collect();
+    let initial = states.first().map(|s| s.name.clone()).unwrap_or_default();
+    Definition::new(
+        super::lower::workflow_name(machine),
+        StateMachine {
+            id: "root".to_owned(),
+            initial,
+            states,
+            transitions: Vec::new(),
+        },
+    )
+}
+
+/// `TRANSITION_PAY`, `TRIGGER_PAY`, ...; a name that would repeat one already emitted is
+/// skipped (the validator reports real duplicates, SM-C3).
+fn constants(machine: &Machine) -> TokenStream {
+    let mut seen = HashSet::new();
+    let mut out = TokenStream::new();
+    let mut index = 0usize;
+    for state in &machine.states {
+        for transition in &state.transitions {
+            if let Some(name) = &transition.name {
+                let value = syn::ext::IdentExt::unraw(name).to_string();
+                push_const(
+                    &mut out,
+                    &mut seen,
+                    "TRANSITION",
+                    &value,
+                    "The transition named",
+                );
+            }
+            if transition.trigger.is_some() {
+                let value = base_id(state, index, transition);
+                push_const(
+                    &mut out,
+                    &mut seen,
+                    "TRIGGER",
+                    &value,
+                    "The id of the trigger",
+                );
+            }
+            index += 1;
+        }
+    }
+    out
+}
+
+fn push_const(
+    out: &mut TokenStream,
+    seen: &mut HashSet<String>,
+    prefix: &str,
+    value: &str,
+    doc: &str,
+) {
+    let name = format!("{prefix}_{}", screaming_snake(value));
+    if syn::parse_str::<syn::Ident>(&name).is_err() || !seen.insert(name.clone()) {
+        return;
+    }
+    let ident = syn::Ident::new(&name, Span::call_site());
+    let doc = format!("{doc} `{value}`.");
+    out.extend(quote! {
+        #[doc = #doc]
+        pub const #ident: &'static str = #value;
+    });
+}
+
+/// `pay` -> `PAY`, `ShipOrder_2` -> `SHIP_ORDER_2`.
+pub(crate) fn screaming_snake(value: &str) -> String {
+    let mut out = String::new();
+    let mut previous: Option<char> = None;
+    for c in value.chars() {
+        if !(c.is_ascii_alphanumeric() || c == '_') {
+            out.push('_');
+        } else {
+            if c.is_ascii_uppercase()
+                && previous.is_some_and(|p| p.is_ascii_lowercase() || p.is_ascii_digit())
+            {
+                out.push('_');
+            }
+            out.push(c.to_ascii_uppercase());
+        }
+        previous = Some(c);
+    }
+    out
+}
+
+/// Every user fn path, in declaration order.
+fn user_fns(machine: &Machine) -> Vec<&syn::Path> {
+    let mut out = Vec::new();
+    for state in &machine.states {
+        out.extend(state.entry.iter().map(|f| &f.path));
+        out.extend(state.exit.iter().map(|f| &f.path));
+        for transition in &state.transitions {
+            if let Some(TriggerDecl::Task { function, .. }) = &transition.trigger {
+                out.push(&function.path);
+            }
+            out.extend(transition.when.iter().map(|f| &f.path));
+            out.extend(transition.action.iter().map(|f| &f.path));
+        }
+    }
+    out
+}
+
+/// The registry: each user fn once per name, each call spanned on the user's path.
+fn registry(machine: &Machine) -> TokenStream {
+    let private = quote!(::workflow_runtime::__private);
+    let mut tasks: Vec<&FnRef> = Vec::new();
+    let mut conditions: Vec<(&FnRef, Option<&syn::Type>)> = Vec::new();
+    for state in &machine.states {
+        tasks.extend(state.entry.iter());
+        tasks.extend(state.exit.iter());
+        for transition in &state.transitions {
+            let payload = match &transition.trigger {
+                Some(TriggerDecl::Task { function, .. }) => {
+                    tasks.push(function);
+                    None
+                }
+                Some(TriggerDecl::Event { payload, .. }) => payload.as_deref(),
+                _ => None,
+            };
+            tasks.extend(transition.action.iter());
+            if let Some(when) = &transition.when {
+                conditions.push((when, payload));
+            }
+        }
+    }
+    let mut seen = HashSet::new();
+    let mut calls = TokenStream::new();
+    for task in tasks {
+        let name = task.name();
+        if !seen.insert(name.clone()) {
+            continue;
+        }
+        let path = &task.path;
+        let span = path.span();
+        let call = quote_spanned!(span=> #path(ctx).await);
+        calls.extend(quote! {
+            .task(#name, |ctx| ::std::boxed::Box::pin(async move {
+                #private::IntoTaskResult::into_task_result(#call)
+            }))
+        });
+    }
+    let mut seen = HashSet::new();
+    for (condition, payload) in conditions {
+        let name = condition.name();
+        let key = (name.clone(), payload.map(|ty| quote!(#ty).to_string()));
+        if !seen.insert(key) {
+            continue;
+        }
+        let path = &condition.path;
+        calls.extend(match payload {
+            Some(ty) => quote!(.condition_with_payload::<#ty, _>(#name, #path)),
+            None => quote!(.condition(#name, #path)),
+        });
+    }
+    quote!(#private::Registry::<Self::Data>::new() #calls)
+}
+
+/// Code that builds `definition` with the model's public types (what one would write by hand).
+fn definition_tokens(definition: &Definition) -> TokenStream {
+    let model = quote!(::workflow_runtime::__private::model);
+    let name = &definition.name;
+    let root = match &definition.root {
+        Activity::StateMachine(machine) => machine_tokens(machine),
+        other => activity_tokens(other),
+    };
+    quote!(#model::Definition::new(#name, #root))
+}
+
+fn string(value: &str) -> TokenStream {
+    quote!(::std::string::String::from(#value))
+}
+
+fn option_string(value: Option<&String>) -> TokenStream {
+    match value {
+        Some(value) => {
+            let value = string(value);
+            quote!(::core::option::Option::Some(#value))
+        }
+        None => quote!(::core::option::Option::None),
+    }
+}
+
+fn option_activity(value: Option<&Activity>) -> TokenStream {
+    match value {
+        Some(value) => {
+            let value = activity_tokens(value);
+            quote!(::core::option::Option::Some(#value))
+        }
+        None => quote!(::core::option::Option::None),
+    }
+}
+
+fn machine_tokens(machine: &StateMachine) -> TokenStream {
+    let model = quote!(::workflow_runtime::__private::model);
+    let id = string(&machine.id);
+    let initial = string(&machine.initial);
+    let states = machine.states.iter().map(|state| {
+        let name = string(&state.name);
+        let display_name = option_string(state.display_name.as_ref());
+        let entry = option_activity(state.entry.as_ref());
+        let exit = option_activity(state.exit.as_ref());
+        quote!(#model::State { name: #name, display_name: #display_name, entry: #entry, exit: #exit })
+    });
+    let transitions = machine.transitions.iter().map(|t| {
+        let name = option_string(t.name.as_ref());
+        let display_name = option_string(t.display_name.as_ref());
+        let from = string(&t.from);
+        let to = string(&t.to);
+        let trigger = option_activity(t.trigger.as_ref());
+        let condition = option_string(t.condition.as_ref());
+        let action = option_activity(t.action.as_ref());
+        quote! {
+            #model::Transition {
+                name: #name,
+                display_name: #display_name,
+                from: #from,
+                to: #to,
+                trigger: #trigger,
+                condition: #condition,
+                action: #action,
+            }
+        }
+    });
+    quote! {
+        #model::StateMachine {
+            id: #id,
+            initial: #initial,
+            states: ::std::vec![#(#states),*],
+            transitions: ::std::vec![#(#transitions),*],
+        }
+    }
+}
+
+/// The activities the macro lowers to: tasks, events and delays.
+fn activity_tokens(activity: &Activity) -> TokenStream {
+    let model = quote!(::workflow_runtime::__private::model);
+    match activity {
+        Activity::Task(task) => {
+            let (id, function) = (&task.id, &task.function);
+            quote!(#model::Activity::Task(#model::Task::new(#id, #function)))
+        }
+        Activity::Event(event) => {
+            let (id, name) = (&event.id, &event.event);
+            let key = event.key.as_ref().map(|key| quote!(.with_key(#key)));
+            quote!(#model::Activity::Event(#model::Event::new(#id, #name) #key))
+        }
+        Activity::Delay(delay) => {
+            let id = &delay.id;
+            let millis = delay.duration_ms.unwrap_or_default();
+            quote!(#model::Activity::Delay(#model::Delay::new(#id, #millis)))
+        }
+        other => {
+            let message = format!(
+                "internal error: `#[state_machine]` cannot emit a `{}` activity",
+                other.kind_name()
+            );
+            quote!(::core::compile_error!(#message))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn constant_names() {
+        assert_eq!(screaming_snake("pay"), "PAY");
+        assert_eq!(screaming_snake("ShipOrder_2"), "SHIP_ORDER_2");
+        assert_eq!(screaming_snake("pay_again"), "PAY_AGAIN");
+        assert_eq!(screaming_snake("a-b"), "A_B");
+    }
+}

@@ -1,0 +1,422 @@
+//! Lowering: the parsed [`Machine`] to a `workflow_model::Definition` plus a span table from
+//! each model [`Location`] to the user's tokens, then the shared validator's diagnostics to
+//! spanned compile errors.
+//!
+//! Node-id conventions (the same machine written as JSON must use them to get the same
+//! fingerprint):
+//!
+//! - the root state machine's id is `root`;
+//! - a state's name is the variant's ident, or `#[state(name = "...")]`;
+//! - entry `{Variant}_entry`, exit `{Variant}_exit` (the variant ident, never the renamed name);
+//! - a transition's *base id* is its explicit `id = "..."`, else its name, else
+//!   `{FromVariant}_{index}` with `index` the 0-based position among all the machine's
+//!   transitions in declaration order; the trigger's id is the base id and the action's id is
+//!   `{base}_action`;
+//! - the registry name of a user fn is its path as written (`send_confirmation`,
+//!   `orders::send`); an event's `payload` is left out (type names are not graph).
+
+use std::collections::HashMap;
+
+use proc_macro2::{Span, TokenStream};
+use quote::ToTokens;
+use syn::ext::IdentExt;
+use workflow_model::{
+    Activity, Definition, Delay, Event, Location, Segment, State, StateMachine, Task, Transition,
+};
+
+use super::parse::{Machine, StateDecl, TransitionDecl, TriggerDecl};
+
+/// From a model location to the tokens the user wrote for it.
+///
+/// An element the user did not write but the macro derived from another (a trigger id taken
+/// from the transition's name) is an *alias* of that one: a diagnostic on it lands on the same
+/// tokens, and the same rule is reported there once.
+#[derive(Default)]
+pub(crate) struct SpanTable {
+    tokens: HashMap<Location, TokenStream>,
+    aliases: HashMap<Location, Location>,
+}
+
+impl SpanTable {
+    fn insert(&mut self, at: Location, tokens: impl ToTokens) {
+        let tokens = tokens.into_token_stream();
+        if !tokens.is_empty() {
+            self.tokens.insert(at, tokens);
+        }
+    }
+
+    fn alias(&mut self, at: Location, of: Location) {
+        self.aliases.insert(at, of);
+    }
+
+    /// The recorded location `at` resolves to: itself, what it is an alias of, or its
+    /// closest recorded ancestor.
+    pub(crate) fn resolve(&self, at: &Location) -> Option<Location> {
+        if let Some(of) = self.aliases.get(at) {
+            return self.resolve(of);
+        }
+        let segments = at.segments();
+        (0..=segments.len())
+            .rev()
+            .map(|len| prefix(segments.get(..len).unwrap_or_default()))
+            .find(|candidate| self.tokens.contains_key(candidate))
+    }
+
+    /// The tokens of `at` (see [`SpanTable::resolve`]).
+    pub(crate) fn tokens_of(&self, at: &Location) -> Option<&TokenStream> {
+        self.resolve(at).and_then(|at| self.tokens.get(&at))
+    }
+
+    /// An error with `message` on the tokens of `at`.
+    pub(crate) fn error(&self, at: &Location, message: &str) -> syn::Error {
+        match self.tokens_of(at) {
+            Some(tokens) => syn::Error::new_spanned(tokens, message),
+            None => syn::Error::new(Span::call_site(), message),
+        }
+    }
+}
+
+fn prefix(segments: &[Segment]) -> Location {
+    segments
+        .iter()
+        .fold(Location::root(), |at, segment| match segment {
+            Segment::Field(name) => at.field(name.clone()),
+            Segment::Index(index) => at.index(*index),
+        })
+}
+
+/// The lowered machine.
+pub(crate) struct Lowered {
+    pub(crate) definition: Definition,
+    pub(crate) spans: SpanTable,
+}
+
+/// The name of the workflow: `name = "..."`, else the enum's ident.
+pub(crate) fn workflow_name(machine: &Machine) -> String {
+    match &machine.options.name {
+        Some(lit) => lit.value(),
+        None => machine.item.ident.to_string(),
+    }
+}
+
+/// The model name of the state whose variant is `ident`, or the ident itself when no variant
+/// has it (the validator then reports it, SM-C1 / SM-C4).
+fn state_name_of(machine: &Machine, ident: &syn::Ident) -> String {
+    machine
+        .states
+        .iter()
+        .find(|s| s.ident == *ident)
+        .map_or_else(|| ident.to_string(), StateDecl::name)
+}
+
+/// The base id of the transition at global `index` declared on `from`.
+pub(crate) fn base_id(from: &StateDecl, index: usize, transition: &TransitionDecl) -> String {
+    if let Some(id) = &transition.id {
+        id.value()
+    } else if let Some(name) = &transition.name {
+        name.unraw().to_string()
+    } else {
+        format!("{}_{index}", from.ident.unraw())
+    }
+}
+
+/// Lowers `machine` to the model.
+pub(crate) fn lower(machine: &Machine) -> Lowered {
+    let mut spans = SpanTable::default();
+    let ident = &machine.item.ident;
+    let top = Location::root();
+    let at = top.field("root");
+    spans.insert(top.clone(), ident);
+    spans.insert(
+        top.field("name"),
+        machine
+            .options
+            .name
+            .as_ref()
+            .map_or_else(|| ident.to_token_stream(), ToTokens::into_token_stream),
+    );
+    spans.insert(at.clone(), ident);
+
+    let initial = match &machine.options.initial {
+        Some(initial) => {
+            spans.insert(at.field("initial"), initial);
+            state_name_of(machine, initial)
+        }
+        // SM-C9 already reported the missing option; validate the rest as if it named the
+        // first state rather than echo the same mistake as SM-C1.
+        None => machine
+            .states
+            .first()
+            .map(StateDecl::name)
+            .unwrap_or_default(),
+    };
+
+    let mut states = Vec::new();
+    let mut transitions = Vec::new();
+    for (i, decl) in machine.states.iter().enumerate() {
+        let state_at = at.field("states").index(i);
+        spans.insert(state_at.clone(), &decl.ident);
+        match &decl.rename {
+            Some(lit) => spans.insert(state_at.field("name"), lit),
+            None => spans.insert(state_at.field("name"), &decl.ident),
+        }
+        let mut state = State::new(decl.name());
+        state.display_name = decl.display.as_ref().map(syn::LitStr::value);
+        for (field, function) in [("entry", &decl.entry), ("exit", &decl.exit)] {
+            if let Some(function) = function {
+                spans.insert(state_at.field(field), &function.path);
+                let task = Task::new(format!("{}_{field}", decl.ident.unraw()), function.name());
+                if field == "entry" {
+                    state.entry = Some(task.into());
+                } else {
+                    state.exit = Some(task.into());
+                }
+            }
+        }
+        states.push(state);
+
+        for transition in &decl.transitions {
+            let index = transitions.len();
+            let t_at = at.field("transitions").index(index);
+            spans.insert(t_at.clone(), &transition.tokens);
+            spans.insert(t_at.field("from"), &decl.ident);
+            spans.insert(t_at.field("to"), &transition.target);
+            let base = base_id(decl, index, transition);
+            let mut model =
+                Transition::new(decl.name(), state_name_of(machine, &transition.target));
+            if let Some(name) = &transition.name {
+                spans.insert(t_at.field("name"), name);
+                model.name = Some(name.unraw().to_string());
+            }
+            if let Some(display) = &transition.display {
+                spans.insert(t_at.field("display_name"), display);
+                model.display_name = Some(display.value());
+            }
+            if let Some(trigger) = &transition.trigger {
+                let trigger_at = t_at.field("trigger");
+                spans.insert(trigger_at.clone(), trigger.tokens());
+                match (&transition.id, &transition.name) {
+                    (Some(id), _) => spans.insert(trigger_at.field("id"), id),
+                    (None, Some(_)) => spans.alias(trigger_at.field("id"), t_at.field("name")),
+                    (None, None) => {}
+                }
+                model.trigger = Some(lower_trigger(
+                    trigger,
+                    base.clone(),
+                    &trigger_at,
+                    &mut spans,
+                ));
+            }
+            if let Some(when) = &transition.when {
+                spans.insert(t_at.field("condition"), &when.path);
+                model.condition = Some(when.name());
+            }
+            if let Some(action) = &transition.action {
+                spans.insert(t_at.field("action"), &action.path);
+                model.action = Some(Task::new(format!("{base}_action"), action.name()).into());
+            }
+            transitions.push(model);
+        }
+    }
+
+    let root = StateMachine {
+        id: "root".to_owned(),
+        initial,
+        states,
+        transitions,
+    };
+    Lowered {
+        definition: Definition::new(workflow_name(machine), root),
+        spans,
+    }
+}
+
+fn lower_trigger(
+    trigger: &TriggerDecl,
+    id: String,
+    at: &Location,
+    spans: &mut SpanTable,
+) -> Activity {
+    match trigger {
+        TriggerDecl::Event { name, key, .. } => {
+            spans.insert(at.field("event"), name);
+            let mut event = Event::new(id, name.value());
+            if let Some((key, tokens)) = key {
+                spans.insert(at.field("key"), tokens);
+                event = event.with_key(key.clone());
+            }
+            event.into()
+        }
+        TriggerDecl::After { millis, .. } => Delay::new(id, *millis).into(),
+        TriggerDecl::Task { function, .. } => {
+            spans.insert(at.field("function"), &function.path);
+            Task::new(id, function.name()).into()
+        }
+    }
+}
+
+/// Runs the shared validator; every diagnostic becomes an error on the user's tokens.
+/// `syntax_errors` tells that some declarations were dropped by a syntax error: reachability
+/// (SM-C5) is then not reported, since the dropped transition is the likely cause.
+pub(crate) fn validate(lowered: &Lowered, syntax_errors: bool) -> Option<syn::Error> {
+    let diagnostics = workflow_model::validate(&lowered.definition).err()?;
+    let mut all: Option<syn::Error> = None;
+    let mut reported = std::collections::HashSet::new();
+    for diagnostic in &diagnostics {
+        if syntax_errors && diagnostic.rule == "SM-C5" {
+            continue;
+        }
+        // A trigger id derived from a duplicate transition name is that same duplicate.
+        if !reported.insert((diagnostic.rule, lowered.spans.resolve(&diagnostic.at))) {
+            continue;
+        }
+        let error = lowered.spans.error(&diagnostic.at, &diagnostic.message);
+        match &mut all {
+            Some(all) => all.combine(error),
+            None => all = Some(error),
+        }
+    }
+    all
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::state_machine::parse::{Errors, parse};
+    use quote::quote;
+
+    fn lower_tokens(args: TokenStream, item: TokenStream) -> Lowered {
+        let mut errors = Errors::default();
+        let machine = parse(args, item, &mut errors).unwrap();
+        assert!(errors.is_empty());
+        lower(&machine)
+    }
+
+    #[test]
+    fn lowers_to_the_model_with_the_id_conventions() {
+        let lowered = lower_tokens(
+            quote!(data = Order, initial = New),
+            quote! {
+                enum OrderFlow {
+                    #[entry(send_confirmation)]
+                    #[exit(log_exit)]
+                    #[on(pay: event::<Payment>("payment").key(customer.id) => Paid, when = covers_amount, action = record_payment)]
+                    #[on(event("cancel") => Cancelled, id = "cancel")]
+                    #[on(after(mins(5)) => Cancelled, display = "Expire")]
+                    #[on(=> Paid, when = is_free, action = orders::note)]
+                    New,
+                    #[state(name = "Settled")]
+                    #[on(audit: task(run_audit) => Cancelled)]
+                    Paid,
+                    Cancelled,
+                }
+            },
+        );
+        let definition = &lowered.definition;
+        assert_eq!(definition.name, "OrderFlow");
+        let Activity::StateMachine(machine) = &definition.root else {
+            panic!("a state machine")
+        };
+        assert_eq!(machine.id, "root");
+        assert_eq!(machine.initial, "New");
+        let names: Vec<&str> = machine.states.iter().map(|s| s.name.as_str()).collect();
+        assert_eq!(names, ["New", "Settled", "Cancelled"]);
+        assert_eq!(machine.states[0].entry.as_ref().unwrap().id(), "New_entry");
+        assert_eq!(machine.states[0].exit.as_ref().unwrap().id(), "New_exit");
+
+        let t = &machine.transitions;
+        assert_eq!(t.len(), 5);
+        assert_eq!(t[0].name.as_deref(), Some("pay"));
+        assert_eq!(t[0].to, "Settled");
+        assert_eq!(t[0].condition.as_deref(), Some("covers_amount"));
+        let Some(Activity::Event(event)) = &t[0].trigger else {
+            panic!("an event")
+        };
+        assert_eq!(
+            (event.id.as_str(), event.event.as_str()),
+            ("pay", "payment")
+        );
+        assert_eq!(event.key.as_deref(), Some("customer.id"));
+        assert_eq!(event.payload, None);
+        assert_eq!(t[0].action.as_ref().unwrap().id(), "pay_action");
+        assert_eq!(t[1].trigger.as_ref().unwrap().id(), "cancel");
+        let Some(Activity::Delay(delay)) = &t[2].trigger else {
+            panic!("a delay")
+        };
+        assert_eq!(
+            (delay.id.as_str(), delay.duration_ms),
+            ("New_2", Some(300_000))
+        );
+        assert_eq!(t[2].display_name.as_deref(), Some("Expire"));
+        assert!(t[3].trigger.is_none());
+        let Some(Activity::Task(action)) = &t[3].action else {
+            panic!("a task")
+        };
+        assert_eq!(
+            (action.id.as_str(), action.function.as_str()),
+            ("New_3_action", "orders::note")
+        );
+        assert_eq!(
+            (t[4].from.as_str(), t[4].to.as_str()),
+            ("Settled", "Cancelled")
+        );
+        let Some(Activity::Task(audit)) = &t[4].trigger else {
+            panic!("a task")
+        };
+        assert_eq!(
+            (audit.id.as_str(), audit.function.as_str()),
+            ("audit", "run_audit")
+        );
+    }
+
+    #[test]
+    fn span_table_falls_back_to_the_closest_ancestor() {
+        let lowered = lower_tokens(
+            quote!(data = D, initial = A),
+            quote!(
+                enum E {
+                    #[on(go: event("go") => B)]
+                    A,
+                    B,
+                }
+            ),
+        );
+        let to = Location::root()
+            .field("root")
+            .field("transitions")
+            .index(0)
+            .field("to");
+        assert_eq!(lowered.spans.tokens_of(&to).unwrap().to_string(), "B");
+        let deep = to.field("nowhere").index(9);
+        assert_eq!(lowered.spans.tokens_of(&deep).unwrap().to_string(), "B");
+        let trigger_id = Location::root()
+            .field("root")
+            .field("transitions")
+            .index(0)
+            .field("trigger")
+            .field("id");
+        assert_eq!(
+            lowered.spans.tokens_of(&trigger_id).unwrap().to_string(),
+            "go"
+        );
+    }
+
+    #[test]
+    fn an_unknown_target_keeps_its_ident_for_the_validator() {
+        let lowered = lower_tokens(
+            quote!(data = D, initial = Nwe),
+            quote!(
+                enum E {
+                    #[on(=> Shiped)]
+                    New,
+                    Shipped,
+                }
+            ),
+        );
+        let Activity::StateMachine(machine) = &lowered.definition.root else {
+            panic!("a state machine")
+        };
+        assert_eq!(machine.initial, "Nwe");
+        assert_eq!(machine.transitions[0].to, "Shiped");
+    }
+}

@@ -1,0 +1,118 @@
+//! `#[state_machine]`: parse (syn, spans kept) -> lower (model definition + span table) ->
+//! validate (the shared `workflow_model::validate`) -> expand (or a stub with the errors).
+
+mod expand;
+mod lower;
+mod parse;
+
+use proc_macro2::TokenStream;
+
+/// The whole macro on token streams (testable without a compiler).
+pub(crate) fn state_machine(args: TokenStream, item: TokenStream) -> TokenStream {
+    let output = expand_or_errors(args, item);
+    debug_print(&output);
+    output
+}
+
+fn expand_or_errors(args: TokenStream, item: TokenStream) -> TokenStream {
+    let mut errors = parse::Errors::default();
+    let machine = match parse::parse(args, item, &mut errors) {
+        Ok(machine) => machine,
+        Err(error) => {
+            let mut all = error;
+            if let Some(more) = errors.into_error() {
+                all.combine(more);
+            }
+            return all.into_compile_error();
+        }
+    };
+    let syntax_errors = !errors.is_empty();
+    let lowered = lower::lower(&machine);
+    if let Some(validation) = lower::validate(&lowered, syntax_errors) {
+        errors.push(validation);
+    }
+    match errors.into_error() {
+        None => expand::expand(&machine, Some(&lowered.definition)),
+        Some(error) => {
+            let mut output = error.into_compile_error();
+            output.extend(expand::expand(&machine, None));
+            output
+        }
+    }
+}
+
+/// `WORKFLOW_MACROS_DEBUG=1` prints every expansion to stderr.
+#[allow(clippy::print_stderr)] // printing is the point of this switch
+fn debug_print(output: &TokenStream) {
+    if std::env::var_os("WORKFLOW_MACROS_DEBUG").is_some_and(|v| v == "1") {
+        eprintln!("#[state_machine] expansion:\n{output}");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use quote::quote;
+
+    use super::state_machine;
+
+    #[test]
+    fn a_valid_machine_expands_to_the_enum_and_the_glue() {
+        let output = state_machine(
+            quote!(data = Order, initial = New),
+            quote!(
+                #[derive(Debug)]
+                pub enum Flow {
+                    #[on(go: event("go") => Done, when = ready)]
+                    New,
+                    Done,
+                }
+            ),
+        )
+        .to_string();
+        assert!(!output.contains("compile_error"), "{output}");
+        assert!(output.contains("pub enum Flow"));
+        assert!(output.contains(":: workflow_runtime :: __private :: Workflow for Flow"));
+        assert!(output.contains("pub const TRIGGER_GO"));
+        assert!(
+            output.contains(". condition (\"ready\" , ready)"),
+            "{output}"
+        );
+        // `Debug` is the user's: not derived twice.
+        assert!(!output.contains(":: core :: fmt :: Debug"));
+    }
+
+    #[test]
+    fn errors_come_with_the_enum_and_a_stub() {
+        let output = state_machine(
+            quote!(data = Order, initial = Nwe),
+            quote!(
+                enum Flow {
+                    #[on(=> Dnoe, when = ready)]
+                    New,
+                    Done,
+                }
+            ),
+        )
+        .to_string();
+        assert_eq!(output.matches("compile_error").count(), 2, "{output}");
+        assert!(output.contains("did you mean `New`?"));
+        assert!(output.contains("did you mean `Done`?"));
+        assert!(output.contains("enum Flow"));
+        // The stub registers nothing but still names the user's fns.
+        assert!(!output.contains(". condition"));
+        assert!(output.contains("let _ = (ready ,)"), "{output}");
+    }
+
+    #[test]
+    fn not_an_enum_is_only_an_error() {
+        let output = state_machine(
+            quote!(data = D, initial = A),
+            quote!(
+                struct S;
+            ),
+        )
+        .to_string();
+        assert!(output.starts_with(":: core :: compile_error !"), "{output}");
+        assert!(!output.contains("struct S"));
+    }
+}

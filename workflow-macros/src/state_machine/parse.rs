@@ -1,0 +1,1124 @@
+//! Parsing: the attribute arguments and the annotated enum into a [`Machine`] AST that keeps
+//! every token (and so every span) the user wrote.
+//!
+//! Syntax errors inside one attribute stop that attribute (syn's span, fail fast); every other
+//! attribute is still parsed, so independent mistakes are all reported in one build. Option
+//! errors (unknown, duplicate, missing, malformed) are SM-C9.
+
+use proc_macro2::{Span, TokenStream, TokenTree};
+use quote::ToTokens;
+use syn::ext::IdentExt;
+use syn::parse::{ParseStream, Parser};
+use syn::spanned::Spanned;
+use syn::{Attribute, Fields, Ident, ItemEnum, LitInt, LitStr, Path, Token, Type};
+use workflow_model::{backticked, did_you_mean};
+
+/// Collects errors so that independent mistakes are all reported in one build.
+#[derive(Default)]
+pub(crate) struct Errors(Option<syn::Error>);
+
+impl Errors {
+    pub(crate) fn push(&mut self, error: syn::Error) {
+        match &mut self.0 {
+            Some(all) => all.combine(error),
+            None => self.0 = Some(error),
+        }
+    }
+
+    pub(crate) fn at(&mut self, tokens: impl ToTokens, message: impl std::fmt::Display) {
+        self.push(syn::Error::new_spanned(tokens, message));
+    }
+
+    pub(crate) fn is_empty(&self) -> bool {
+        self.0.is_none()
+    }
+
+    pub(crate) fn into_error(self) -> Option<syn::Error> {
+        self.0
+    }
+}
+
+/// The options of `#[state_machine(...)]`.
+pub(crate) const MACHINE_OPTIONS: [&str; 3] = ["data", "initial", "name"];
+/// The options after a transition's target.
+pub(crate) const TRANSITION_OPTIONS: [&str; 4] = ["when", "action", "display", "id"];
+/// The attributes the macro reads on a variant.
+pub(crate) const STATE_ATTRIBUTES: [&str; 4] = ["entry", "exit", "on", "state"];
+/// The options of `#[state(...)]`.
+pub(crate) const STATE_OPTIONS: [&str; 2] = ["name", "display"];
+/// The trigger kinds.
+pub(crate) const TRIGGERS: [&str; 3] = ["event", "after", "task"];
+/// The duration units of `after(...)`, with their length in milliseconds.
+pub(crate) const UNITS: [(&str, u64); 10] = [
+    ("millis", 1),
+    ("secs", 1_000),
+    ("mins", 60_000),
+    ("hours", 3_600_000),
+    ("days", 86_400_000),
+    ("from_millis", 1),
+    ("from_secs", 1_000),
+    ("from_mins", 60_000),
+    ("from_hours", 3_600_000),
+    ("from_days", 86_400_000),
+];
+
+/// `#[state_machine(data = Order, initial = New, name = "OrderFlow")]`.
+#[derive(Default)]
+pub(crate) struct Options {
+    pub(crate) data: Option<Type>,
+    pub(crate) initial: Option<Ident>,
+    pub(crate) name: Option<LitStr>,
+}
+
+/// A user fn named by its path (`send_confirmation`, `orders::send`).
+#[derive(Clone)]
+pub(crate) struct FnRef {
+    pub(crate) path: Path,
+}
+
+impl FnRef {
+    /// The registry name: the path as written, without spaces.
+    pub(crate) fn name(&self) -> String {
+        path_name(&self.path)
+    }
+}
+
+/// The path as written, without spaces (`orders::send`).
+pub(crate) fn path_name(path: &Path) -> String {
+    let mut out = String::new();
+    if path.leading_colon.is_some() {
+        out.push_str("::");
+    }
+    for (i, segment) in path.segments.iter().enumerate() {
+        if i > 0 {
+            out.push_str("::");
+        }
+        out.push_str(&segment.ident.to_string());
+    }
+    out
+}
+
+/// One variant of the enum: a state.
+pub(crate) struct StateDecl {
+    pub(crate) ident: Ident,
+    /// `#[state(name = "...")]`: the state's name in the definition (default: the ident).
+    pub(crate) rename: Option<LitStr>,
+    /// `#[state(display = "...")]`.
+    pub(crate) display: Option<LitStr>,
+    pub(crate) entry: Option<FnRef>,
+    pub(crate) exit: Option<FnRef>,
+    pub(crate) transitions: Vec<TransitionDecl>,
+}
+
+impl StateDecl {
+    /// The state's name in the definition.
+    pub(crate) fn name(&self) -> String {
+        match &self.rename {
+            Some(lit) => lit.value(),
+            None => self.ident.unraw().to_string(),
+        }
+    }
+}
+
+/// `#[on(name: trigger => Target, when = f, action = g, display = "..", id = "..")]`.
+pub(crate) struct TransitionDecl {
+    /// Every token inside `on(...)`, for diagnostics about the whole transition.
+    pub(crate) tokens: TokenStream,
+    pub(crate) name: Option<Ident>,
+    pub(crate) trigger: Option<TriggerDecl>,
+    pub(crate) target: Ident,
+    pub(crate) when: Option<FnRef>,
+    pub(crate) action: Option<FnRef>,
+    pub(crate) display: Option<LitStr>,
+    pub(crate) id: Option<LitStr>,
+}
+
+/// What a transition waits for.
+pub(crate) enum TriggerDecl {
+    /// `event::<Payload>("name").key(path)`.
+    Event {
+        tokens: TokenStream,
+        payload: Option<Box<Type>>,
+        name: LitStr,
+        key: Option<(String, TokenStream)>,
+    },
+    /// `after(secs(30))`: the duration in milliseconds, evaluated here; `duration_type` is
+    /// the `Duration` of `Duration::from_secs(..)`, named in the expansion so that the user's
+    /// import of it is used (and checked).
+    After {
+        tokens: TokenStream,
+        millis: u64,
+        duration_type: Option<Path>,
+    },
+    /// `task(run_audit)`: any user activity.
+    Task {
+        tokens: TokenStream,
+        function: FnRef,
+    },
+}
+
+impl TriggerDecl {
+    pub(crate) fn tokens(&self) -> &TokenStream {
+        match self {
+            TriggerDecl::Event { tokens, .. }
+            | TriggerDecl::After { tokens, .. }
+            | TriggerDecl::Task { tokens, .. } => tokens,
+        }
+    }
+}
+
+/// The parsed machine.
+pub(crate) struct Machine {
+    /// The enum with the macro's own attributes removed: what is emitted.
+    pub(crate) item: ItemEnum,
+    pub(crate) options: Options,
+    pub(crate) states: Vec<StateDecl>,
+}
+
+/// Parses the attribute arguments and the enum. `Err` only when the item is not an enum at
+/// all; every other mistake is collected in `errors` and parsing goes on.
+pub(crate) fn parse(
+    args: TokenStream,
+    item: TokenStream,
+    errors: &mut Errors,
+) -> syn::Result<Machine> {
+    let mut item: ItemEnum = syn::parse2(item).map_err(|e| {
+        syn::Error::new(
+            e.span(),
+            "`#[state_machine]` goes on an enum whose unit variants are the states",
+        )
+    })?;
+    let options = parse_options(args, errors);
+    if let Some(param) = item.generics.params.first() {
+        errors.at(
+            param,
+            "a state machine enum cannot be generic; its data type goes in `data = ...`",
+        );
+    }
+    if let Some(clause) = &item.generics.where_clause {
+        errors.at(clause, "a state machine enum cannot have a `where` clause");
+    }
+    let mut states = Vec::new();
+    for variant in &mut item.variants {
+        if !matches!(variant.fields, Fields::Unit) {
+            errors.at(
+                &variant.fields,
+                format!(
+                    "state `{}` cannot carry fields; states are names, the data lives in `data = ...`",
+                    variant.ident
+                ),
+            );
+        }
+        let attrs = std::mem::take(&mut variant.attrs);
+        let (ours, theirs) = split_attributes(attrs, errors);
+        variant.attrs = theirs;
+        states.push(parse_state(variant.ident.clone(), &ours, errors));
+    }
+    check_derives(&item.attrs, errors);
+    Ok(Machine {
+        item,
+        options,
+        states,
+    })
+}
+
+/// Separates the macro's attributes from the user's; a close misspelling of one of ours
+/// (`#[entyr(...)]`) is an error rather than a confusing "cannot find attribute".
+fn split_attributes(
+    attrs: Vec<Attribute>,
+    errors: &mut Errors,
+) -> (Vec<Attribute>, Vec<Attribute>) {
+    let mut ours = Vec::new();
+    let mut theirs = Vec::new();
+    for attr in attrs {
+        let Some(ident) = attr.path().get_ident().map(ToString::to_string) else {
+            theirs.push(attr);
+            continue;
+        };
+        if STATE_ATTRIBUTES.contains(&ident.as_str()) {
+            ours.push(attr);
+        } else if let Some(found) = workflow_model::suggest(&ident, STATE_ATTRIBUTES)
+            && !KNOWN_RUST_ATTRIBUTES.contains(&ident.as_str())
+        {
+            errors.at(
+                attr.path(),
+                format!(
+                    "unknown state attribute `{ident}`; expected one of {}; did you mean `{found}`?",
+                    backticked(STATE_ATTRIBUTES)
+                ),
+            );
+        } else {
+            theirs.push(attr);
+        }
+    }
+    (ours, theirs)
+}
+
+/// Attributes of the language that must never be mistaken for a misspelling of ours.
+const KNOWN_RUST_ATTRIBUTES: [&str; 8] = [
+    "doc", "cfg", "cfg_attr", "allow", "warn", "deny", "expect", "serde",
+];
+
+/// The macro implements these by state name; a derive of them would conflict.
+fn check_derives(attrs: &[Attribute], errors: &mut Errors) {
+    for attr in attrs.iter().filter(|a| a.path().is_ident("derive")) {
+        let _ = attr.parse_nested_meta(|meta| {
+            if let Some(last) = meta.path.segments.last() {
+                let name = last.ident.to_string();
+                if name == "Serialize" || name == "Deserialize" {
+                    errors.at(
+                        &meta.path,
+                        format!(
+                            "`#[state_machine]` implements `{name}` by state name; remove this derive"
+                        ),
+                    );
+                }
+            }
+            Ok(())
+        });
+    }
+}
+
+/// The derives among `Clone`, `Copy`, `PartialEq`, `Eq`, `Debug` the user already wrote.
+pub(crate) fn existing_derives(attrs: &[Attribute]) -> Vec<String> {
+    let mut out = Vec::new();
+    for attr in attrs.iter().filter(|a| a.path().is_ident("derive")) {
+        let _ = attr.parse_nested_meta(|meta| {
+            if let Some(last) = meta.path.segments.last() {
+                out.push(last.ident.to_string());
+            }
+            Ok(())
+        });
+    }
+    out
+}
+
+fn parse_options(args: TokenStream, errors: &mut Errors) -> Options {
+    let mut options = Options::default();
+    let mut seen: Vec<Ident> = Vec::new();
+    // Options named by a misspelling: their absence is that one mistake, not a second one.
+    let mut misspelled: Vec<String> = Vec::new();
+    let parser = |input: ParseStream<'_>| -> syn::Result<()> {
+        while !input.is_empty() {
+            let key: Ident = input.call(Ident::parse_any)?;
+            let key_name = key.to_string();
+            if let Some(first) = seen.iter().find(|k| **k == key) {
+                let message = format!("duplicate state machine option `{key_name}`");
+                errors.at(first, &message);
+                errors.at(&key, &message);
+            }
+            seen.push(key.clone());
+            if !input.peek(Token![=]) {
+                return Err(syn::Error::new(
+                    key.span(),
+                    format!(
+                        "expected `=` after `{key_name}`, as in `{}`",
+                        example(&key_name)
+                    ),
+                ));
+            }
+            input.parse::<Token![=]>()?;
+            match key_name.as_str() {
+                "data" => {
+                    let ty = value::<Type>(input, &key_name)?;
+                    options.data.get_or_insert(ty);
+                }
+                "initial" => {
+                    let ident = value::<Ident>(input, &key_name)?;
+                    options.initial.get_or_insert(ident);
+                }
+                "name" => {
+                    let lit = value::<LitStr>(input, &key_name)?;
+                    if lit.value().trim().is_empty() {
+                        errors.at(&lit, "the workflow `name` cannot be empty");
+                    }
+                    options.name.get_or_insert(lit);
+                }
+                _ => {
+                    let (hint, found) = did_you_mean(&key_name, MACHINE_OPTIONS);
+                    misspelled.extend(found);
+                    errors.at(
+                        &key,
+                        format!(
+                            "unknown state machine option `{key_name}`; expected one of {}{hint}",
+                            backticked(MACHINE_OPTIONS)
+                        ),
+                    );
+                    skip_value(input)?;
+                }
+            }
+            if input.is_empty() {
+                break;
+            }
+            input.parse::<Token![,]>()?;
+        }
+        Ok(())
+    };
+    if let Err(e) = parser.parse2(args) {
+        errors.push(e);
+        return options;
+    }
+    for (option, missing) in [
+        ("data", options.data.is_none()),
+        ("initial", options.initial.is_none()),
+    ] {
+        if missing && !seen.iter().any(|k| k == option) && !misspelled.iter().any(|m| m == option) {
+            errors.push(syn::Error::new(
+                Span::call_site(),
+                format!(
+                    "missing state machine option `{option}`; expected `{}`",
+                    example(option)
+                ),
+            ));
+        }
+    }
+    options
+}
+
+fn example(option: &str) -> &'static str {
+    match option {
+        "data" => "data = MyData",
+        "initial" => "initial = FirstState",
+        "name" => "name = \"OrderFlow\"",
+        "when" => "when = a_condition_fn",
+        "action" => "action = an_async_fn",
+        "display" => "display = \"Pay the order\"",
+        "id" => "id = \"pay\"",
+        _ => "option = value",
+    }
+}
+
+/// Parses one option value, turning syn's message into a rustc-style one naming the option.
+fn value<T: syn::parse::Parse>(input: ParseStream<'_>, key: &str) -> syn::Result<T> {
+    let span = input.span();
+    input.parse::<T>().map_err(|_| {
+        let what = match key {
+            "data" => "a type",
+            "initial" => "the name of a state (a variant of this enum)",
+            "name" | "display" | "id" => "a string literal",
+            "when" | "action" => "the path of a fn",
+            _ => "a value",
+        };
+        syn::Error::new(
+            span,
+            format!(
+                "malformed `{key}`: expected {what}, as in `{}`",
+                example(key)
+            ),
+        )
+    })
+}
+
+/// Skips tokens up to the next top-level comma (for an unknown option's value).
+fn skip_value(input: ParseStream<'_>) -> syn::Result<()> {
+    input.step(|cursor| {
+        let mut rest = *cursor;
+        let mut depth = 0usize;
+        while let Some((tt, next)) = rest.token_tree() {
+            if let TokenTree::Punct(p) = &tt {
+                match p.as_char() {
+                    ',' if depth == 0 => return Ok(((), rest)),
+                    '<' => depth += 1,
+                    '>' => depth = depth.saturating_sub(1),
+                    _ => {}
+                }
+            }
+            rest = next;
+        }
+        Ok(((), rest))
+    })
+}
+
+fn parse_state(ident: Ident, attrs: &[Attribute], errors: &mut Errors) -> StateDecl {
+    let mut state = StateDecl {
+        ident,
+        rename: None,
+        display: None,
+        entry: None,
+        exit: None,
+        transitions: Vec::new(),
+    };
+    let mut first_entry: Option<&Attribute> = None;
+    let mut first_exit: Option<&Attribute> = None;
+    let mut first_state: Option<&Attribute> = None;
+    for attr in attrs {
+        let Some(kind) = attr.path().get_ident().map(ToString::to_string) else {
+            continue;
+        };
+        let slot = match kind.as_str() {
+            "entry" => Some(&mut first_entry),
+            "exit" => Some(&mut first_exit),
+            "state" => Some(&mut first_state),
+            _ => None,
+        };
+        if let Some(slot) = slot {
+            if let Some(first) = slot {
+                let message = format!("duplicate `#[{kind}]` on state `{}`", state.ident);
+                errors.at(first.path(), &message);
+                errors.at(attr.path(), &message);
+                continue;
+            }
+            *slot = Some(attr);
+        }
+        match kind.as_str() {
+            "entry" | "exit" => match attr.parse_args::<Path>().and_then(|p| fn_path(p, &kind)) {
+                Ok(path) => {
+                    let function = Some(FnRef { path });
+                    if kind == "entry" {
+                        state.entry = function;
+                    } else {
+                        state.exit = function;
+                    }
+                }
+                Err(e) => errors.push(syn::Error::new(
+                    e.span(),
+                    format!(
+                        "malformed `#[{kind}]`: expected the path of an async fn, as in `#[{kind}(send_confirmation)]`"
+                    ),
+                )),
+            },
+            "state" => {
+                if let Err(e) = attr.parse_args_with(|input: ParseStream<'_>| {
+                    parse_state_options(input, &mut state, errors)
+                }) {
+                    errors.push(e);
+                }
+            }
+            "on" => match attr.parse_args_with(|input: ParseStream<'_>| parse_transition(input, errors)) {
+                Ok(transition) => state.transitions.push(transition),
+                Err(e) => errors.push(e),
+            },
+            _ => {}
+        }
+    }
+    state
+}
+
+fn parse_state_options(
+    input: ParseStream<'_>,
+    state: &mut StateDecl,
+    errors: &mut Errors,
+) -> syn::Result<()> {
+    let mut seen: Vec<Ident> = Vec::new();
+    while !input.is_empty() {
+        let key: Ident = input.call(Ident::parse_any)?;
+        let key_name = key.to_string();
+        if let Some(first) = seen.iter().find(|k| **k == key) {
+            let message = format!("duplicate state option `{key_name}`");
+            errors.at(first, &message);
+            errors.at(&key, &message);
+        }
+        seen.push(key.clone());
+        input.parse::<Token![=]>()?;
+        match key_name.as_str() {
+            "name" => {
+                let lit = value::<LitStr>(input, "name")?;
+                if lit.value().is_empty() {
+                    // Reported here, and the ident stays the name, so targets still resolve.
+                    errors.at(&lit, "a state name cannot be empty");
+                } else {
+                    state.rename.get_or_insert(lit);
+                }
+            }
+            "display" => {
+                let lit = value::<LitStr>(input, "display")?;
+                state.display.get_or_insert(lit);
+            }
+            _ => {
+                let (hint, _) = did_you_mean(&key_name, STATE_OPTIONS);
+                errors.at(
+                    &key,
+                    format!(
+                        "unknown state option `{key_name}`; expected one of {}{hint}",
+                        backticked(STATE_OPTIONS)
+                    ),
+                );
+                skip_value(input)?;
+            }
+        }
+        if input.is_empty() {
+            break;
+        }
+        input.parse::<Token![,]>()?;
+    }
+    Ok(())
+}
+
+/// A fn path: no generic arguments (the registry name is the path as written).
+fn fn_path(path: Path, what: &str) -> syn::Result<Path> {
+    for segment in &path.segments {
+        if !segment.arguments.is_none() {
+            return Err(syn::Error::new_spanned(
+                &segment.arguments,
+                format!("`{what}` takes the path of a fn without generic arguments"),
+            ));
+        }
+    }
+    Ok(path)
+}
+
+/// `[name:] [trigger] => Target [, option = value]*`
+fn parse_transition(input: ParseStream<'_>, errors: &mut Errors) -> syn::Result<TransitionDecl> {
+    let tokens: TokenStream = input.fork().parse()?;
+    let name = if input.peek(Ident) && input.peek2(Token![:]) && !input.peek2(Token![::]) {
+        let name: Ident = input.parse()?;
+        input.parse::<Token![:]>()?;
+        Some(name)
+    } else {
+        None
+    };
+    let trigger = if input.peek(Token![=>]) {
+        None
+    } else {
+        Some(parse_trigger(input)?)
+    };
+    if !input.peek(Token![=>]) {
+        return Err(input.error(
+            "expected `=> TargetState` after the trigger, as in `#[on(pay: event(\"payment\") => Paid)]`",
+        ));
+    }
+    input.parse::<Token![=>]>()?;
+    let target: Ident = input
+        .parse()
+        .map_err(|e| syn::Error::new(e.span(), "expected the target state after `=>`"))?;
+    let mut transition = TransitionDecl {
+        tokens,
+        name,
+        trigger,
+        target,
+        when: None,
+        action: None,
+        display: None,
+        id: None,
+    };
+    let mut seen: Vec<Ident> = Vec::new();
+    while !input.is_empty() {
+        input.parse::<Token![,]>()?;
+        if input.is_empty() {
+            break;
+        }
+        let key: Ident = input.call(Ident::parse_any)?;
+        let key_name = key.to_string();
+        if let Some(first) = seen.iter().find(|k| **k == key) {
+            let message = format!("duplicate transition option `{key_name}`");
+            errors.at(first, &message);
+            errors.at(&key, &message);
+        }
+        seen.push(key.clone());
+        if !input.peek(Token![=]) {
+            return Err(syn::Error::new(
+                key.span(),
+                format!(
+                    "expected `=` after `{key_name}`, as in `{}`",
+                    example(&key_name)
+                ),
+            ));
+        }
+        input.parse::<Token![=]>()?;
+        match key_name.as_str() {
+            "when" | "action" => {
+                let path = value::<Path>(input, &key_name)?;
+                let path = fn_path(path, &key_name)?;
+                let slot = if key_name == "when" {
+                    &mut transition.when
+                } else {
+                    &mut transition.action
+                };
+                slot.get_or_insert(FnRef { path });
+            }
+            "display" => {
+                let lit = value::<LitStr>(input, &key_name)?;
+                transition.display.get_or_insert(lit);
+            }
+            "id" => {
+                let lit = value::<LitStr>(input, &key_name)?;
+                if transition.trigger.is_none() {
+                    errors.at(
+                        &key,
+                        "`id` names the trigger, and this transition has none; name the transition instead, as in `#[on(skip: => Done)]`",
+                    );
+                }
+                transition.id.get_or_insert(lit);
+            }
+            _ => {
+                let (hint, _) = did_you_mean(&key_name, TRANSITION_OPTIONS);
+                errors.at(
+                    &key,
+                    format!(
+                        "unknown transition option `{key_name}`; expected one of {}{hint}",
+                        backticked(TRANSITION_OPTIONS)
+                    ),
+                );
+                skip_value(input)?;
+            }
+        }
+    }
+    Ok(transition)
+}
+
+fn parse_trigger(input: ParseStream<'_>) -> syn::Result<TriggerDecl> {
+    let start = input.fork();
+    let kind: Ident = input.parse().map_err(|e| {
+        syn::Error::new(
+            e.span(),
+            "expected a trigger (`event(\"name\")`, `after(secs(30))`, `task(my_fn)`) or `=>` for an automatic transition",
+        )
+    })?;
+    let kind_name = kind.to_string();
+    let trigger = match kind_name.as_str() {
+        "event" => {
+            let payload = if input.peek(Token![::]) {
+                input.parse::<Token![::]>()?;
+                input.parse::<Token![<]>()?;
+                let ty: Type = input.parse()?;
+                input.parse::<Token![>]>()?;
+                Some(Box::new(ty))
+            } else {
+                None
+            };
+            let content;
+            syn::parenthesized!(content in input);
+            let name: LitStr = content.parse().map_err(|e| {
+                syn::Error::new(
+                    e.span(),
+                    "malformed `event`: expected the event name as a string literal, as in `event(\"payment\")`",
+                )
+            })?;
+            if !content.is_empty() {
+                return Err(content.error("unexpected token after the event name"));
+            }
+            if name.value().is_empty() {
+                return Err(syn::Error::new(
+                    name.span(),
+                    "the event name cannot be empty",
+                ));
+            }
+            let mut key = None;
+            while input.peek(Token![.]) {
+                input.parse::<Token![.]>()?;
+                let method: Ident = input.parse()?;
+                if method != "key" {
+                    let (hint, _) = did_you_mean(&method.to_string(), ["key"]);
+                    return Err(syn::Error::new(
+                        method.span(),
+                        format!("unknown event option `.{method}`; expected `.key(field)`{hint}"),
+                    ));
+                }
+                if key.is_some() {
+                    return Err(syn::Error::new(
+                        method.span(),
+                        "duplicate event option `.key`",
+                    ));
+                }
+                let content;
+                syn::parenthesized!(content in input);
+                key = Some(parse_key(&content)?);
+            }
+            TriggerDecl::Event {
+                tokens: TokenStream::new(),
+                payload,
+                name,
+                key,
+            }
+        }
+        "after" => {
+            let content;
+            syn::parenthesized!(content in input);
+            let (millis, duration_type) = parse_duration(&content)?;
+            if !content.is_empty() {
+                return Err(content.error("unexpected token after the duration"));
+            }
+            TriggerDecl::After {
+                tokens: TokenStream::new(),
+                millis,
+                duration_type,
+            }
+        }
+        "task" => {
+            let content;
+            syn::parenthesized!(content in input);
+            let path: Path = content.parse().map_err(|e| {
+                syn::Error::new(
+                    e.span(),
+                    "malformed `task`: expected the path of an async fn, as in `task(run_audit)`",
+                )
+            })?;
+            let path = fn_path(path, "task")?;
+            if !content.is_empty() {
+                return Err(content.error("unexpected token after the fn path"));
+            }
+            TriggerDecl::Task {
+                tokens: TokenStream::new(),
+                function: FnRef { path },
+            }
+        }
+        _ => {
+            let (hint, _) = did_you_mean(&kind_name, TRIGGERS);
+            return Err(syn::Error::new(
+                kind.span(),
+                format!(
+                    "unknown trigger `{kind_name}`; expected one of {}{hint}",
+                    backticked(TRIGGERS)
+                ),
+            ));
+        }
+    };
+    Ok(with_tokens(trigger, tokens_between(&start, input)))
+}
+
+fn with_tokens(trigger: TriggerDecl, spanned: TokenStream) -> TriggerDecl {
+    match trigger {
+        TriggerDecl::Event {
+            payload, name, key, ..
+        } => TriggerDecl::Event {
+            tokens: spanned,
+            payload,
+            name,
+            key,
+        },
+        TriggerDecl::After {
+            millis,
+            duration_type,
+            ..
+        } => TriggerDecl::After {
+            tokens: spanned,
+            millis,
+            duration_type,
+        },
+        TriggerDecl::Task { function, .. } => TriggerDecl::Task {
+            tokens: spanned,
+            function,
+        },
+    }
+}
+
+/// The tokens consumed from `start` up to where `end` stands.
+fn tokens_between(start: ParseStream<'_>, end: ParseStream<'_>) -> TokenStream {
+    let mut out = TokenStream::new();
+    let mut cursor = start.cursor();
+    let stop = end.cursor();
+    while cursor != stop {
+        let Some((tt, next)) = cursor.token_tree() else {
+            break;
+        };
+        out.extend(std::iter::once(tt));
+        cursor = next;
+    }
+    out
+}
+
+/// `order_id`, `customer.id` or `"customer.id"`.
+fn parse_key(input: ParseStream<'_>) -> syn::Result<(String, TokenStream)> {
+    let tokens: TokenStream = input.fork().parse()?;
+    if input.peek(LitStr) {
+        let lit: LitStr = input.parse()?;
+        return Ok((lit.value(), tokens));
+    }
+    let mut parts = Vec::new();
+    loop {
+        let part: Ident = input.call(Ident::parse_any).map_err(|e| {
+            syn::Error::new(
+                e.span(),
+                "malformed `.key`: expected a field path into the data, as in `.key(order_id)` or `.key(customer.id)`",
+            )
+        })?;
+        parts.push(part.to_string());
+        if input.peek(Token![.]) {
+            input.parse::<Token![.]>()?;
+        } else {
+            break;
+        }
+    }
+    if !input.is_empty() {
+        return Err(input.error("unexpected token in the key path"));
+    }
+    Ok((parts.join("."), tokens))
+}
+
+/// `secs(30)`, `millis(1500)`, `mins(5)`, `hours(48)`, `days(2)`, or
+/// `Duration::from_secs(48 * 3600)` (any path ending in `from_millis`, `from_secs`,
+/// `from_mins`, `from_hours`, `from_days`); the argument is integer arithmetic with `+`, `-`,
+/// `*`, `/` and parentheses, evaluated by the macro because it goes into the definition.
+fn parse_duration(input: ParseStream<'_>) -> syn::Result<(u64, Option<Path>)> {
+    let start_span = input.span();
+    let unit_path: Path = input.parse().map_err(|_| duration_error(start_span))?;
+    let unit = unit_path
+        .segments
+        .last()
+        .map(|s| s.ident.to_string())
+        .unwrap_or_default();
+    let Some((_, factor)) = UNITS.iter().find(|(name, _)| *name == unit) else {
+        return Err(duration_error(unit_path.span()));
+    };
+    let content;
+    syn::parenthesized!(content in input);
+    let amount = parse_sum(&content)?;
+    if !content.is_empty() {
+        return Err(content.error("expected an integer expression such as `48 * 3600`"));
+    }
+    let millis = amount.checked_mul(*factor).ok_or_else(|| {
+        syn::Error::new(
+            unit_path.span(),
+            "the duration overflows `u64` milliseconds",
+        )
+    })?;
+    let mut duration_type = None;
+    if unit.starts_with("from_") && unit_path.segments.len() > 1 {
+        let count = unit_path.segments.len() - 1;
+        duration_type = Some(Path {
+            leading_colon: unit_path.leading_colon,
+            segments: unit_path.segments.into_iter().take(count).collect(),
+        });
+    }
+    Ok((millis, duration_type))
+}
+
+fn duration_error(span: Span) -> syn::Error {
+    syn::Error::new(
+        span,
+        "malformed `after`: expected a constant duration such as `secs(30)`, `mins(5)`, `hours(48)` or `Duration::from_secs(48 * 3600)`",
+    )
+}
+
+fn parse_sum(input: ParseStream<'_>) -> syn::Result<u64> {
+    let span = input.span();
+    let mut total = parse_product(input)?;
+    loop {
+        let next = if input.peek(Token![+]) {
+            input.parse::<Token![+]>()?;
+            total.checked_add(parse_product(input)?)
+        } else if input.peek(Token![-]) {
+            input.parse::<Token![-]>()?;
+            total.checked_sub(parse_product(input)?)
+        } else {
+            return Ok(total);
+        };
+        total = next.ok_or_else(|| {
+            syn::Error::new(span, "the duration is out of range (negative or too large)")
+        })?;
+    }
+}
+
+fn parse_product(input: ParseStream<'_>) -> syn::Result<u64> {
+    let span = input.span();
+    let mut total = parse_atom(input)?;
+    loop {
+        let next = if input.peek(Token![*]) {
+            input.parse::<Token![*]>()?;
+            total.checked_mul(parse_atom(input)?)
+        } else if input.peek(Token![/]) {
+            input.parse::<Token![/]>()?;
+            total.checked_div(parse_atom(input)?)
+        } else {
+            return Ok(total);
+        };
+        total = next.ok_or_else(|| {
+            syn::Error::new(
+                span,
+                "the duration is out of range (division by zero or too large)",
+            )
+        })?;
+    }
+}
+
+fn parse_atom(input: ParseStream<'_>) -> syn::Result<u64> {
+    if input.peek(syn::token::Paren) {
+        let content;
+        syn::parenthesized!(content in input);
+        let value = parse_sum(&content)?;
+        if !content.is_empty() {
+            return Err(content.error("unexpected token in the duration"));
+        }
+        return Ok(value);
+    }
+    let lit: LitInt = input.parse().map_err(|e| {
+        syn::Error::new(
+            e.span(),
+            "expected an integer literal: the duration must be known when the macro runs",
+        )
+    })?;
+    lit.base10_parse::<u64>()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use quote::quote;
+
+    fn parse_ok(args: TokenStream, item: TokenStream) -> Machine {
+        let mut errors = Errors::default();
+        let machine = parse(args, item, &mut errors).unwrap();
+        assert!(errors.is_empty(), "{:?}", errors.into_error());
+        machine
+    }
+
+    fn parse_err(args: TokenStream, item: TokenStream) -> Vec<String> {
+        let mut errors = Errors::default();
+        let result = parse(args, item, &mut errors);
+        let mut out = Vec::new();
+        if let Err(e) = result {
+            out.extend(e.into_iter().map(|e| e.to_string()));
+        }
+        if let Some(e) = errors.into_error() {
+            out.extend(e.into_iter().map(|e| e.to_string()));
+        }
+        out
+    }
+
+    #[test]
+    fn parses_the_full_grammar() {
+        let machine = parse_ok(
+            quote!(data = Order, initial = New, name = "Orders"),
+            quote! {
+                pub enum OrderFlow {
+                    #[entry(send_confirmation)]
+                    #[exit(orders::log_exit)]
+                    #[on(pay: event::<Payment>("payment").key(order_id) => Paid, when = covers_amount, action = record_payment, display = "Pay", id = "pay_event")]
+                    #[on(expire: after(Duration::from_secs(48 * 3600)) => Cancelled)]
+                    #[on(audit: task(run_audit) => Paid)]
+                    #[on(=> Paid, when = is_free)]
+                    New,
+                    #[state(name = "paid", display = "Paid in full")]
+                    Paid,
+                    Cancelled,
+                }
+            },
+        );
+        assert_eq!(machine.options.initial.unwrap().to_string(), "New");
+        assert_eq!(machine.options.name.unwrap().value(), "Orders");
+        let [new, paid, _] = &machine.states[..] else {
+            panic!("three states")
+        };
+        assert_eq!(new.entry.as_ref().unwrap().name(), "send_confirmation");
+        assert_eq!(new.exit.as_ref().unwrap().name(), "orders::log_exit");
+        assert_eq!(new.transitions.len(), 4);
+        let pay = &new.transitions[0];
+        assert_eq!(pay.name.as_ref().unwrap().to_string(), "pay");
+        assert_eq!(pay.target.to_string(), "Paid");
+        assert_eq!(pay.id.as_ref().unwrap().value(), "pay_event");
+        let Some(TriggerDecl::Event {
+            payload, name, key, ..
+        }) = &pay.trigger
+        else {
+            panic!("an event")
+        };
+        assert!(payload.is_some());
+        assert_eq!(name.value(), "payment");
+        assert_eq!(key.as_ref().unwrap().0, "order_id");
+        let Some(TriggerDecl::After { millis, .. }) = &new.transitions[1].trigger else {
+            panic!("a delay")
+        };
+        assert_eq!(*millis, 48 * 3600 * 1000);
+        assert!(new.transitions[3].trigger.is_none());
+        assert!(new.transitions[3].name.is_none());
+        assert_eq!(paid.name(), "paid");
+        // The macro's own attributes are removed from the emitted enum.
+        assert!(machine.item.variants.iter().all(|v| v.attrs.is_empty()));
+    }
+
+    #[test]
+    fn durations_are_evaluated() {
+        for (tokens, expected) in [
+            (quote!(secs(30)), 30_000),
+            (quote!(millis(1_500)), 1_500),
+            (quote!(mins(2 + 3)), 300_000),
+            (quote!(hours((1 + 1) * 24)), 48 * 3_600_000),
+            (quote!(std::time::Duration::from_millis(10 / 2 - 1)), 4),
+        ] {
+            let (millis, _) = parse_duration.parse2(tokens.clone()).unwrap();
+            assert_eq!(millis, expected, "{tokens}");
+        }
+        let error = parse_duration.parse2(quote!(fortnights(2))).unwrap_err();
+        assert!(error.to_string().starts_with("malformed `after`"));
+        let error = parse_duration.parse2(quote!(secs(x))).unwrap_err();
+        assert!(error.to_string().contains("integer literal"));
+    }
+
+    #[test]
+    fn unknown_duplicate_and_missing_options_sm_c9() {
+        let errors = parse_err(
+            quote!(data = Order, intial = New, data = Order),
+            quote!(
+                enum E {
+                    A,
+                }
+            ),
+        );
+        assert_eq!(
+            errors,
+            [
+                "unknown state machine option `intial`; expected one of `data`, `initial`, `name`; did you mean `initial`?",
+                "duplicate state machine option `data`",
+                "duplicate state machine option `data`",
+            ]
+        );
+        assert_eq!(
+            parse_err(
+                quote!(initial = A),
+                quote!(
+                    enum E {
+                        A,
+                    }
+                )
+            ),
+            ["missing state machine option `data`; expected `data = MyData`"]
+        );
+    }
+
+    #[test]
+    fn transition_option_mistakes_sm_c9() {
+        let errors = parse_err(
+            quote!(data = D, initial = A),
+            quote!(
+                enum E {
+                    #[on(event("go") => B, wen = ok, when = a, when = b)]
+                    #[entyr(x)]
+                    A,
+                    B(u32),
+                }
+            ),
+        );
+        assert_eq!(
+            errors,
+            [
+                "unknown state attribute `entyr`; expected one of `entry`, `exit`, `on`, `state`; did you mean `entry`?",
+                "unknown transition option `wen`; expected one of `when`, `action`, `display`, `id`; did you mean `when`?",
+                "duplicate transition option `when`",
+                "duplicate transition option `when`",
+                "state `B` cannot carry fields; states are names, the data lives in `data = ...`",
+            ]
+        );
+    }
+
+    #[test]
+    fn syntax_errors_fail_fast_per_attribute() {
+        let errors = parse_err(
+            quote!(data = D, initial = A),
+            quote!(
+                enum E {
+                    #[on(evnt("go") => B)]
+                    #[on(event("go") B)]
+                    A,
+                    B,
+                }
+            ),
+        );
+        assert_eq!(
+            errors,
+            [
+                "unknown trigger `evnt`; expected one of `event`, `after`, `task`; did you mean `event`?",
+                "expected `=> TargetState` after the trigger, as in `#[on(pay: event(\"payment\") => Paid)]`",
+            ]
+        );
+        let errors = parse_err(
+            quote!(data = D, initial = A),
+            quote!(
+                struct S;
+            ),
+        );
+        assert_eq!(
+            errors,
+            ["`#[state_machine]` goes on an enum whose unit variants are the states"]
+        );
+    }
+}
