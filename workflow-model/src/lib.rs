@@ -63,8 +63,8 @@ mod validate;
 pub use definition::{
     Activity, Break, Connection, Correlate, Cron, DONE, Definition, Delay, End, Event, Fault,
     Finish, Flowchart, ForEach, Fork, If, Join, JoinMode, Parallel, ParallelForEach, ParallelMode,
-    Ports, SetVariable, Start, StartAt, State, StateMachine, SubWorkflow, SubWorkflowMode, Switch,
-    SwitchCase, SwitchMode, Task, Timer, Transition, While,
+    Ports, Sequence, SetVariable, Start, StartAt, State, StateMachine, SubWorkflow,
+    SubWorkflowMode, Switch, SwitchCase, SwitchMode, Task, Timer, Transition, While,
 };
 pub use diagnostics::{
     Diagnostic, Diagnostics, Location, Segment, backticked, did_you_mean, suggest,
