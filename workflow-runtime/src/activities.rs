@@ -328,6 +328,15 @@ where
             .or_else(|| m.transitions.iter().find(|t| t.key == tag))
     }
 
+    #[cfg(test)]
+    pub(crate) fn resolve_for_tests<'m>(
+        m: &'m MachineNode,
+        current: &str,
+        tag: Option<&str>,
+    ) -> Option<&'m TransitionNode> {
+        Self::resolve(m, current, tag)
+    }
+
     /// SM-4: a trigger completed.
     fn machine_on_trigger(
         &mut self,

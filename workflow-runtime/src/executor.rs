@@ -407,6 +407,12 @@ where
         Ok(())
     }
 
+    /// [`Executor::plan`] for the step-by-step tests.
+    #[cfg(test)]
+    pub(crate) fn plan_for_tests(&mut self, target: RunTarget) -> Result<(), RunError> {
+        self.plan(target)
+    }
+
     fn end_for_idle(&self) -> RunEnd {
         let root_done = self
             .state
