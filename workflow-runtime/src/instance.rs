@@ -345,7 +345,10 @@ pub struct Journal {
     pub max_entries: usize,
     /// The next sequence number.
     pub next_seq: u64,
-    /// The entries, oldest first.
+    /// The entries recorded since the last commit, oldest first. Not part of the state
+    /// document: a commit moves them to the journal stored apart from the state, which is
+    /// never read to execute (ENG-41), so the document stays small.
+    #[serde(skip)]
     pub entries: Vec<JournalEntry>,
 }
 

@@ -41,8 +41,9 @@ pub use instance::{
 pub use registry::{BoxFuture, Registry, TaskResult};
 pub use routing::RoutingError;
 pub use runtime::{
-    AwaitError, BuildError, CancelError, Completion, InstanceSnapshot, ResumeError, Runtime,
-    RuntimeBuilder, SendError, SendReport, StartError, StartOptions, Started, StateError, Stimulus,
+    AwaitError, BuildError, CancelError, Completion, InstanceSnapshot, PurgeError, ResumeError,
+    Runtime, RuntimeBuilder, SendError, SendReport, StartError, StartOptions, Started, StateError,
+    Stimulus,
 };
 pub use task::{IntoTaskResult, Outcome, TaskContext, TaskError};
 pub use workflow::{StateMachineWorkflow, Workflow};

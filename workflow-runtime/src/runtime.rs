@@ -278,6 +278,23 @@ pub enum CancelError {
     Run(#[from] RunError),
 }
 
+/// Why a purge failed (ST-31).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PurgeError {
+    /// Unknown id.
+    #[error("instance `{instance}` not found")]
+    InstanceNotFound {
+        /// The id.
+        instance: String,
+    },
+    /// Only `Finished` and `Cancelled` instances can be purged.
+    #[error("instance is {status:?}, not final")]
+    NotTerminal {
+        /// Its status.
+        status: WorkflowStatus,
+    },
+}
+
 // ---- results ---------------------------------------------------------------------------
 
 /// What [`Runtime::start`] returns once the first run committed.
@@ -310,8 +327,10 @@ pub struct SendReport {
 /// A read-only snapshot of an instance (ENG-51).
 #[derive(Debug, Clone, PartialEq)]
 pub struct InstanceSnapshot {
-    /// The whole persisted state: status, contexts, bookmarks, queue, data, journal...
+    /// The whole persisted state: status, contexts, bookmarks, queue, data...
     pub state: WorkflowState,
+    /// The journal, stored apart from the state (ENG-41), oldest first.
+    pub journal: Vec<crate::instance::JournalEntry>,
 }
 
 impl InstanceSnapshot {
@@ -340,7 +359,7 @@ impl InstanceSnapshot {
 
     /// The journal entries, oldest first.
     pub fn journal(&self) -> &[crate::instance::JournalEntry] {
-        &self.state.journal.entries
+        &self.journal
     }
 }
 
@@ -609,9 +628,10 @@ impl RuntimeBuilder {
 
 // ---- the runtime -------------------------------------------------------------------------
 
-/// One stored instance: its JSON document and a watch of its status.
+/// One stored instance: its JSON document and, apart from it, its journal (ENG-41).
 struct Slot {
     json: String,
+    journal: Journal,
 }
 
 /// What awaiters watch.
@@ -752,7 +772,8 @@ impl Runtime {
         let json = serde_json::to_string(&state).map_err(|e| StartError::Input {
             message: e.to_string(),
         })?;
-        let slot = Arc::new(tokio::sync::Mutex::new(Slot { json }));
+        let journal = Journal::new(self.inner.journal_level, self.inner.max_journal_entries);
+        let slot = Arc::new(tokio::sync::Mutex::new(Slot { json, journal }));
         let guard = slot.clone().lock_owned().await;
         {
             let mut instances = lock(&self.inner.instances);
@@ -855,7 +876,10 @@ impl Runtime {
         };
         let guard = slot.lock().await;
         let state = decode_state(instance_id, &guard.json)?;
-        Ok(Some(InstanceSnapshot { state }))
+        Ok(Some(InstanceSnapshot {
+            state,
+            journal: guard.journal.entries.clone(),
+        }))
     }
 
     /// The typed current state of a state-machine instance: `None` for an unknown id or a
@@ -949,6 +973,23 @@ impl Runtime {
         let before = state.bookmarks.clone();
         let output = workflow.cancel(state, reason, &self.inner.middleware)?;
         self.commit(&mut guard, instance_id, &before, output)?;
+        Ok(())
+    }
+
+    /// Removes a final instance with its journal (ST-31).
+    pub async fn purge(&self, instance_id: &str) -> Result<(), PurgeError> {
+        let not_found = || PurgeError::InstanceNotFound {
+            instance: instance_id.to_owned(),
+        };
+        let slot = self.slot(instance_id).ok_or_else(not_found)?;
+        let guard = slot.lock().await;
+        let state = decode_state(instance_id, &guard.json).map_err(|_| not_found())?;
+        if !state.status.is_final() {
+            return Err(PurgeError::NotTerminal {
+                status: state.status,
+            });
+        }
+        lock(&self.inner.instances).remove(instance_id);
         Ok(())
     }
 
@@ -1047,7 +1088,9 @@ impl Runtime {
         before: &[crate::instance::Bookmark],
         output: RunOutput,
     ) -> Result<Started, RunError> {
-        let state = output.state;
+        let mut state = output.state;
+        guard.journal.entries.append(&mut state.journal.entries);
+        guard.journal.compact();
         guard.json = serde_json::to_string(&state).map_err(|e| RunError::StateCorrupt {
             instance: instance_id.to_owned(),
             reason: format!("state does not serialize: {e}"),
