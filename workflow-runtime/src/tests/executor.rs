@@ -265,3 +265,72 @@ fn sm6_100k_automatic_self_transitions_without_stack_growth() {
     assert!(slices >= 20, "the step budget split the run: {slices}");
     assert_eq!(current.as_deref(), Some("Done"));
 }
+
+// ENG-20: re-running an activity that already created its bookmark (an interrupted re-run)
+// returns the same bookmark instead of doubling it.
+#[test]
+fn eng20_rerun_does_not_double_bookmarks() {
+    let def = seq(vec![event("wait", "go")]);
+    let mut h = Harness::new(&def, registry());
+    h.run();
+    let first = h.exec.state.bookmarks.clone();
+    assert_eq!(first.len(), 1);
+    let context = first[0].context_id;
+    h.exec.state.queue.push_back(crate::instance::WorkItem {
+        context,
+        entry: crate::instance::EntryPoint::Execute,
+    });
+    h.step();
+    assert_eq!(h.exec.state.bookmarks, first);
+}
+
+// ENG-5, ENG-25, ENG-26: a context committed with `is_executing` set was interrupted; the next
+// run re-runs its entry point first, and nothing is lost.
+#[test]
+fn eng26_interrupted_context_is_rerun_first() {
+    let def = seq(vec![log_task("a", "a"), log_task("b", "b")]);
+    let mut h = Harness::new(&def, registry());
+    h.begin();
+    h.step();
+    let item = h.exec.state.queue.pop_front().unwrap();
+    let a = h.exec.state.context_mut(item.context).unwrap();
+    a.status = ActivityStatus::Running;
+    a.is_executing = true;
+    a.executing_entry = Some(crate::instance::EntryPoint::Execute);
+    let (reg, def2) = (registry(), def.clone());
+    let mut h = h.round_trip(&def2, reg);
+    assert!(h.exec.state.queue.is_empty());
+    assert_eq!(h.run(), RunEnd::Finished);
+    assert_eq!(h.log(), ["a", "b"]);
+}
+
+// SM-1: a current state that does not exist (a definition changed under the instance)
+// completes the machine at once, scheduling nothing, and the journal says why.
+#[test]
+fn sm1_missing_current_state_completes_the_machine_and_journals_why() {
+    let def = machine(
+        "A",
+        vec![state("A", Some(log_task("A_entry", "a")), None)],
+        vec![],
+    );
+    let mut h = Harness::new(&def, registry());
+    h.begin();
+    h.set_current("Gone");
+    h.step();
+    assert_eq!(h.root_status(), ActivityStatus::Completed);
+    assert!(h.queue().is_empty() && h.log().is_empty());
+    let declined = h
+        .exec
+        .state
+        .journal
+        .entries
+        .iter()
+        .find(|e| e.kind == crate::instance::JournalKind::Declined)
+        .unwrap();
+    assert!(
+        declined.detail["reason"]
+            .as_str()
+            .unwrap()
+            .contains("`Gone`")
+    );
+}
