@@ -381,4 +381,22 @@ fn runtime_futures_are_send() {
     assert_send(&start);
     let send = rt.send(Stimulus::new("payment"));
     assert_send(&send);
+    fn assert_shared<T: Send + Sync + Clone>() {}
+    assert_shared::<Runtime>();
+}
+
+#[test]
+fn a_key_that_does_not_serialize_is_a_typed_send_error() {
+    let mut key = std::collections::HashMap::new();
+    key.insert((1, 2), 3);
+    let err = block_on(runtime().send(Stimulus::new("payment").key(key))).unwrap_err();
+    assert!(matches!(err, SendError::Payload { .. }), "{err}");
+    let err = block_on(runtime().send(Stimulus::new("payment").key(1.5))).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            SendError::Routing(workflow_runtime::RoutingError::UnhashableKey { .. })
+        ),
+        "{err}"
+    );
 }

@@ -237,6 +237,9 @@ pub(crate) struct Executor<'a, D> {
     /// The decoded data; always equal to `state.data` when `Some` (decoded lazily).
     pub(crate) data: Option<D>,
     pub(crate) events: Vec<LifecycleEvent>,
+    /// Whether anyone listens: without subscribers no event is built (they are process-local
+    /// and never persisted, ENG-40).
+    pub(crate) emit_events: bool,
     middleware: &'a Middleware,
     pub(crate) now: u64,
     faulted: bool,
@@ -266,6 +269,7 @@ where
             state,
             data: None,
             events: Vec::new(),
+            emit_events: true,
             middleware,
             now: now_ms(),
             faulted: false,
@@ -281,7 +285,7 @@ where
         target: RunTarget,
         max_steps: usize,
     ) -> Result<RunEnd, RunError> {
-        let span = tracing::debug_span!(
+        let span = tracing::info_span!(
             "workflow.run",
             instance = %self.state.instance_id,
             definition = %self.state.definition.name
@@ -518,7 +522,7 @@ where
                 return Ok(());
             }
         }
-        let span = tracing::debug_span!(
+        let span = tracing::info_span!(
             "workflow.activity",
             instance = %instance_id,
             node = %node_id,
@@ -1090,6 +1094,9 @@ where
     }
 
     pub(crate) fn publish(&mut self, kind: EventKind) {
+        if !self.emit_events {
+            return;
+        }
         self.state.event_seq += 1;
         self.events.push(LifecycleEvent {
             instance_id: self.state.instance_id.clone(),
@@ -1102,6 +1109,9 @@ where
     }
 
     fn activity_event(&mut self, id: ContextId, make: fn(ActivityRef) -> EventKind) {
+        if !self.emit_events {
+            return;
+        }
         let Some(c) = self.state.context(id) else {
             return;
         };

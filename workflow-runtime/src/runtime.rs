@@ -144,6 +144,8 @@ pub struct Stimulus {
     pub instance_id: Option<String>,
     /// The payload, decoded by the waiting activity.
     pub payload: Value,
+    /// Why the key or payload given to the builder methods did not serialize.
+    invalid: Option<String>,
 }
 
 impl Stimulus {
@@ -154,13 +156,17 @@ impl Stimulus {
             key: None,
             instance_id: None,
             payload: Value::Null,
+            invalid: None,
         }
     }
 
     /// With a correlation key (any `Serialize` value; RT-3).
     #[must_use]
     pub fn key(mut self, key: impl Serialize) -> Self {
-        self.key = serde_json::to_value(key).ok();
+        match serde_json::to_value(key) {
+            Ok(key) => self.key = Some(key),
+            Err(e) => self.invalid = Some(format!("key does not serialize: {e}")),
+        }
         self
     }
 
@@ -171,10 +177,14 @@ impl Stimulus {
         self
     }
 
-    /// With a typed payload. A payload that does not serialize becomes `null`.
+    /// With a typed payload. One that does not serialize makes [`Runtime::send`] fail with
+    /// [`SendError::Payload`].
     #[must_use]
     pub fn payload(mut self, payload: impl Serialize) -> Self {
-        self.payload = serde_json::to_value(payload).unwrap_or(Value::Null);
+        match serde_json::to_value(payload) {
+            Ok(payload) => self.payload = payload,
+            Err(e) => self.invalid = Some(format!("payload does not serialize: {e}")),
+        }
         self
     }
 }
@@ -185,6 +195,12 @@ pub enum SendError {
     /// The name or key cannot be routed (RT-2, RT-3).
     #[error(transparent)]
     Routing(#[from] RoutingError),
+    /// The key or payload given to [`Stimulus`] did not serialize; nothing was sent.
+    #[error("{message}")]
+    Payload {
+        /// Why.
+        message: String,
+    },
     /// No bookmark waits for this stimulus. (The bookmark queue of RT-23 comes with the
     /// routing issue; until then the stimulus is not kept.)
     #[error("no instance waits for `{name}` with this key")]
@@ -381,6 +397,7 @@ trait ErasedWorkflow: Send + Sync {
         target: RunTarget,
         max_steps: usize,
         middleware: &'a Middleware,
+        emit_events: bool,
     ) -> BoxFuture<'a, Result<RunOutput, RunError>>;
     fn cancel(
         &self,
@@ -416,9 +433,11 @@ where
         target: RunTarget,
         max_steps: usize,
         middleware: &'a Middleware,
+        emit_events: bool,
     ) -> BoxFuture<'a, Result<RunOutput, RunError>> {
         Box::pin(async move {
             let mut executor = Executor::new(&self.graph, &self.registry, state, middleware);
+            executor.emit_events = emit_events;
             let end = executor.run(target, max_steps).await?;
             Ok(RunOutput {
                 state: executor.state,
@@ -808,6 +827,9 @@ impl Runtime {
     /// creation order.
     pub async fn send(&self, stimulus: Stimulus) -> Result<SendReport, SendError> {
         check_name(&stimulus.name)?;
+        if let Some(message) = stimulus.invalid.clone() {
+            return Err(SendError::Payload { message });
+        }
         let hash = stimulus_hash(&stimulus.name, stimulus.key.as_ref(), None)?;
         let matches: Vec<(String, String)> = lock(&self.inner.bookmarks)
             .get(&hash)
@@ -1068,6 +1090,7 @@ impl Runtime {
                     target,
                     self.inner.max_steps_per_run,
                     &self.inner.middleware,
+                    self.inner.events.receiver_count() > 0,
                 )
                 .await?;
             let end = output.end;
