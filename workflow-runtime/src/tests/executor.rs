@@ -334,3 +334,54 @@ fn sm1_missing_current_state_completes_the_machine_and_journals_why() {
             .contains("`Gone`")
     );
 }
+
+/// Records the names and fields of new spans.
+#[derive(Default)]
+struct SpanNames(std::sync::Mutex<Vec<String>>);
+
+struct Fields<'a>(&'a mut String);
+
+impl tracing::field::Visit for Fields<'_> {
+    fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+        self.0.push_str(&format!(" {}={:?}", field.name(), value));
+    }
+}
+
+impl tracing::Subscriber for SpanNames {
+    fn enabled(&self, _: &tracing::Metadata<'_>) -> bool {
+        true
+    }
+    fn new_span(&self, span: &tracing::span::Attributes<'_>) -> tracing::span::Id {
+        let mut line = span.metadata().name().to_owned();
+        span.record(&mut Fields(&mut line));
+        let mut names = self.0.lock().unwrap();
+        names.push(line);
+        tracing::span::Id::from_u64(names.len() as u64)
+    }
+    fn record(&self, _: &tracing::span::Id, _: &tracing::span::Record<'_>) {}
+    fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
+    fn event(&self, _: &tracing::Event<'_>) {}
+    fn enter(&self, _: &tracing::span::Id) {}
+    fn exit(&self, _: &tracing::span::Id) {}
+}
+
+// ENG-34, ENG-38: each run is a `workflow.run` span and each work item a `workflow.activity`
+// span with the instance, node and context ids.
+#[test]
+fn eng34_tracing_spans_name_the_run_and_each_activity() {
+    let subscriber = std::sync::Arc::new(SpanNames::default());
+    let def = seq(vec![log_task("a", "a")]);
+    tracing::subscriber::with_default(subscriber.clone(), || {
+        let mut h = Harness::new(&def, registry());
+        assert_eq!(h.run(), RunEnd::Finished);
+    });
+    let names = subscriber.0.lock().unwrap().clone();
+    assert_eq!(names.len(), 3, "{names:?}");
+    assert!(names[0].starts_with("workflow.run instance=01J9ZQ3K8W0000000000000000"));
+    assert!(names[1].starts_with("workflow.activity"));
+    assert!(
+        names[2].contains("node=root:a context=2 entry=\"execute\""),
+        "{}",
+        names[2]
+    );
+}
