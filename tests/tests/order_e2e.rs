@@ -279,6 +279,41 @@ fn a_failing_action_faults_the_instance_and_await_reports_the_incident_eng17() {
                 .message
                 .contains("Payment")
         );
+        assert_eq!(
+            snapshot.state.incidents[0].node_id, "root",
+            "the machine's condition failed"
+        );
+        // The payment bookmark was consumed by the trigger's completion; the competitors stay
+        // (ENG-17), but a faulted instance runs nothing (ENG-2): the stimulus is not delivered.
+        let names: Vec<&str> = snapshot
+            .state
+            .bookmarks
+            .iter()
+            .map(|b| b.name.as_str())
+            .collect();
+        assert_eq!(names, ["cancel", "wf.delay"]);
+        let err = rt
+            .send(Stimulus::new("cancel").key("o-3"))
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(
+                err,
+                SendError::Run(workflow_runtime::RunError::NotRunnable {
+                    status: WorkflowStatus::Faulted,
+                    ..
+                })
+            ),
+            "{err}"
+        );
+        // Cancel still ends it (ENG-50), incidents resolved.
+        rt.cancel(&id, None).await.unwrap();
+        let snapshot = rt.get_state(&id).await.unwrap().unwrap();
+        assert_eq!(
+            snapshot.state.incidents[0].resolution.as_deref(),
+            Some("cancelled")
+        );
+        assert!(snapshot.state.bookmarks.is_empty());
     });
 }
 

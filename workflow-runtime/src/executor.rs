@@ -70,6 +70,14 @@ pub enum RunError {
         /// The missing context.
         context: ContextId,
     },
+    /// The instance is final or faulted: nothing runs (ENG-2). Its stimuli are not delivered.
+    #[error("instance `{instance}` is {status:?}: nothing runs")]
+    NotRunnable {
+        /// The instance.
+        instance: String,
+        /// Its status.
+        status: WorkflowStatus,
+    },
     /// The targeted context does not exist (ENG-25).
     #[error("context {context} not found")]
     ContextNotFound {
@@ -621,8 +629,12 @@ where
             None => self.complete(id, Some(payload), Vec::new()),
         };
         match &result {
-            Err(StepError::Fault { .. }) => {
-                // ENG-21: on fault the bookmark stays for a retry with the same payload.
+            Err(StepError::Fault { .. })
+                if self.state.context(id).is_some_and(|c| !c.status.is_final()) =>
+            {
+                // ENG-21: on fault the bookmark stays for a retry with the same payload. (When
+                // the context completed and its owner's callback failed, ENG-15, the bookmark
+                // was consumed by that completion and the owner is what faulted.)
                 self.state
                     .bookmarks
                     .insert(position.min(self.state.bookmarks.len()), bookmark);

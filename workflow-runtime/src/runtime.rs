@@ -338,6 +338,10 @@ pub struct StartOptions {
 pub struct SendReport {
     /// One entry per resumed instance, in delivery order.
     pub resumed: Vec<Started>,
+    /// Matching instances that could not run (faulted, or final in the meantime): the
+    /// stimulus was not delivered to them. (The bookmark queue that defers it comes with the
+    /// routing issue, RT-18.)
+    pub not_delivered: Vec<RunError>,
 }
 
 /// A read-only snapshot of an instance (ENG-51).
@@ -850,6 +854,7 @@ impl Runtime {
             }
         }
         let mut resumed = Vec::new();
+        let mut not_delivered = Vec::new();
         for (instance, ids) in targets {
             let target = RunTarget::Bookmarks {
                 ids,
@@ -859,15 +864,22 @@ impl Runtime {
                 Ok(Some(started)) => resumed.push(started),
                 // Consumed elsewhere in the meantime: routing treats it as gone (ENG-25).
                 Ok(None) | Err(RunError::BookmarkNotFound { .. }) => {}
+                Err(error @ RunError::NotRunnable { .. }) => not_delivered.push(error),
                 Err(error) => return Err(SendError::Run(error)),
             }
         }
         if resumed.is_empty() {
+            if let Some(error) = not_delivered.into_iter().next() {
+                return Err(SendError::Run(error));
+            }
             return Err(SendError::NoMatchingBookmark {
                 name: stimulus.name,
             });
         }
-        Ok(SendReport { resumed })
+        Ok(SendReport {
+            resumed,
+            not_delivered,
+        })
     }
 
     /// Resumes one bookmark by id (RT-34), e.g. a `wf.delay` bookmark before timers exist.
@@ -1074,11 +1086,10 @@ impl Runtime {
                     instance: instance_id.to_owned(),
                     reason: e.to_string(),
                 })?;
-            if state.status.is_final() {
-                return Ok(Started {
-                    instance_id: instance_id.to_owned(),
+            if state.status.is_final() || state.status == WorkflowStatus::Faulted {
+                return Err(RunError::NotRunnable {
+                    instance: instance_id.to_owned(),
                     status: state.status,
-                    sub_status: state.sub_status,
                 });
             }
             let workflow = self.workflow_for(&state)?;
