@@ -3,15 +3,48 @@
 //! This crate is the one users depend on: it re-exports the definition model
 //! ([`model`]) and, behind the default feature `macros`, the `#[state_machine]` and
 //! `workflow!` macros.
+//!
+//! The engine (issue 4) is made of one module per component (DESIGN.md section 5):
+//! [`instance`] (the persisted [`WorkflowState`]), the executor (run loop, scheduling,
+//! completion, cancellation, faults, middleware), the built-in activities (Sequence, Task,
+//! Event, Delay, StateMachine), [`routing`] (stimulus hashes) and [`Runtime`] (in memory for
+//! now; durable stores come behind the same API).
 
+mod activities;
+mod events;
+mod executor;
+mod graph;
+mod ids;
+pub mod instance;
 mod registry;
+pub mod routing;
+mod runtime;
 mod task;
 mod workflow;
+
+#[cfg(test)]
+mod tests;
 
 /// The definition model and its validator (the `workflow-model` crate).
 pub use workflow_model as model;
 
+pub use activities::{CURRENT_STATE, TAG_CONTINUING, TAG_ENTERING};
+pub use events::{ActivityRef, EventKind, EventStream, LifecycleEvent, RecvError};
+pub use executor::{
+    ActivityInfo, ActivityMiddleware, DEFAULT_MAX_STEPS_PER_RUN, Flow, RunError, RunInfo,
+    WorkflowMiddleware,
+};
+pub use instance::{
+    ActivityStatus, Bookmark, ContextId, Incident, JournalEntry, JournalKind, JournalLevel,
+    SubStatus, WorkflowState, WorkflowStatus,
+};
 pub use registry::{BoxFuture, Registry, TaskResult};
+pub use routing::RoutingError;
+pub use runtime::{
+    AwaitError, BuildError, CancelError, Completion, InstanceSnapshot, PurgeError, ResumeError,
+    Runtime, RuntimeBuilder, SendError, SendReport, StartError, StartOptions, Started, StateError,
+    Stimulus,
+};
 pub use task::{IntoTaskResult, Outcome, TaskContext, TaskError};
 pub use workflow::{StateMachineWorkflow, Workflow};
 

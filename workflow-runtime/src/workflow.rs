@@ -1,7 +1,7 @@
 //! The workflow trait: what the runtime needs to know about a workflow type.
 //!
 //! `#[state_machine]` and `workflow!` implement these traits; everything they emit can be
-//! written by hand against this public API (see the `order_by_hand` example).
+//! written by hand against this public API (see the `order` example in `examples/`).
 
 use serde::Serialize;
 use serde::de::DeserializeOwned;

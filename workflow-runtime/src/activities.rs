@@ -1,0 +1,505 @@
+//! The built-in activities: Sequence (ACT-12), Task (ACT-11), Event (ACT-19), Delay (ACT-20,
+//! bookmark only: timers come with the timers issue) and the StateMachine (state-machine.md,
+//! SM-1 to SM-8).
+//!
+//! Each kind has an `execute` entry point and a table of callbacks by name (ENG-12); the
+//! executor resolves a persisted callback name here and fails the run with `UnknownCallback`
+//! for a name the kind does not know.
+
+use serde_json::{Value, json};
+
+use crate::executor::{ChildInfo, Executor, RunError, StepError, engine_fault};
+use crate::graph::{MachineNode, NodeIndex, NodeKind, TransitionNode};
+use crate::instance::{ActivityStatus, ContextId, JournalKind};
+use crate::routing::{stimulus_hash, value_at_path};
+
+/// The property holding a machine's current state (SM-1).
+pub const CURRENT_STATE: &str = "current_state";
+/// The property holding a sequence's current index (ACT-12).
+const INDEX: &str = "index";
+
+/// Tag of a state's entry (state-machine.md section 1).
+pub const TAG_ENTERING: &str = "entering";
+/// Tag of the automatic-cycle continuation (SM-6).
+pub const TAG_CONTINUING: &str = "continuing";
+
+const ON_STEP: &str = "step_completed";
+const ON_ENTRY: &str = "on_entry";
+const ON_TRIGGER: &str = "on_trigger";
+const ON_EXIT: &str = "on_exit";
+const ON_ACTION: &str = "on_action";
+const ON_CONTINUE: &str = "on_continue";
+
+impl<D> Executor<'_, D>
+where
+    D: serde::Serialize + serde::de::DeserializeOwned + Send + Sync + 'static,
+{
+    /// The `execute` entry point of every kind.
+    pub(crate) async fn execute(
+        &mut self,
+        id: ContextId,
+        node: NodeIndex,
+    ) -> Result<(), StepError> {
+        let graph = self.graph;
+        let Some(node) = graph.node(node) else {
+            return Err(RunError::NodeNotFound {
+                node: format!("#{node}"),
+            }
+            .into());
+        };
+        match &node.kind {
+            NodeKind::Task { function } => self.run_task(id, function).await,
+            NodeKind::Event { event, key } => self.execute_event(id, event, key.as_deref()),
+            NodeKind::Delay { duration_ms } => self.execute_delay(id, *duration_ms),
+            NodeKind::Sequence { steps } => self.sequence_next(id, steps, 0),
+            NodeKind::StateMachine(machine) => self.machine_execute(id, machine),
+        }
+    }
+
+    /// Runs the owner's callback `callback` for a child's completion or a continuation.
+    pub(crate) fn on_child(
+        &mut self,
+        owner: ContextId,
+        callback: &str,
+        child: ChildInfo,
+    ) -> Result<(), StepError> {
+        let graph = self.graph;
+        let node_id = self
+            .state
+            .context(owner)
+            .map(|c| c.node_id.clone())
+            .unwrap_or_default();
+        let node = graph
+            .index_of(&node_id)
+            .and_then(|i| graph.node(i))
+            .ok_or_else(|| RunError::NodeNotFound {
+                node: node_id.clone(),
+            })?;
+        let unknown = |kind: &'static str| {
+            StepError::Abort(RunError::UnknownCallback {
+                node: node_id.clone(),
+                kind,
+                callback: callback.to_owned(),
+            })
+        };
+        match (&node.kind, callback) {
+            (NodeKind::Sequence { steps }, ON_STEP) => {
+                self.sequence_step_completed(owner, steps, &child)
+            }
+            (NodeKind::StateMachine(m), ON_ENTRY) => self.machine_on_entry(owner, m, &child),
+            (NodeKind::StateMachine(m), ON_TRIGGER) => self.machine_on_trigger(owner, m, child),
+            (NodeKind::StateMachine(m), ON_EXIT) => self.machine_on_exit(owner, m, child),
+            (NodeKind::StateMachine(m), ON_ACTION) => self.machine_on_action(owner, m, child),
+            (NodeKind::StateMachine(m), ON_CONTINUE) => self.machine_on_continue(owner, m, child),
+            (NodeKind::Sequence { .. }, _) => Err(unknown("sequence")),
+            (NodeKind::StateMachine(_), _) => Err(unknown("state_machine")),
+            (NodeKind::Task { .. }, _) => Err(unknown("task")),
+            (NodeKind::Event { .. }, _) => Err(unknown("event")),
+            (NodeKind::Delay { .. }, _) => Err(unknown("delay")),
+        }
+    }
+
+    // ---- Event (ACT-19) and Delay (ACT-20) ----------------------------------------------
+
+    /// Creates a bookmark named after the event, hashed over its name and the key read from
+    /// the data (ACT-3, RT-5); resuming it completes the event with the payload (ENG-21).
+    fn execute_event(
+        &mut self,
+        id: ContextId,
+        event: &str,
+        key: Option<&str>,
+    ) -> Result<(), StepError> {
+        let key_value = match key {
+            None => None,
+            Some(path) => match value_at_path(&self.state.data, path) {
+                Some(value) => Some(value.clone()),
+                None => {
+                    return Err(engine_fault(
+                        id,
+                        format!("event `{event}`: key path `{path}` is not in the data"),
+                    ));
+                }
+            },
+        };
+        let hash = stimulus_hash(event, key_value.as_ref(), None)
+            .map_err(|e| engine_fault(id, format!("event `{event}`: {e}")))?;
+        self.create_bookmark(id, event, hash, json!({ "key": key_value }), None)?;
+        Ok(())
+    }
+
+    /// A `wf.delay` bookmark scoped to this context (RT-7) with its due time as payload. No
+    /// timer driver fires it yet (timers issue); it can be resumed by bookmark id.
+    fn execute_delay(&mut self, id: ContextId, duration_ms: Option<u64>) -> Result<(), StepError> {
+        let Some(duration_ms) = duration_ms else {
+            return Err(engine_fault(
+                id,
+                "delay without a duration is not supported yet",
+            ));
+        };
+        let scope_context = id.to_string();
+        let hash = stimulus_hash(
+            "wf.delay",
+            None,
+            Some((self.state.instance_id.as_str(), scope_context.as_str())),
+        )
+        .map_err(|e| engine_fault(id, e.to_string()))?;
+        let due_at = self.now.saturating_add(duration_ms);
+        self.create_bookmark(id, "wf.delay", hash, json!({ "due_at": due_at }), None)?;
+        Ok(())
+    }
+
+    // ---- Sequence (ACT-12) --------------------------------------------------------------
+
+    fn sequence_next(
+        &mut self,
+        id: ContextId,
+        steps: &[NodeIndex],
+        index: usize,
+    ) -> Result<(), StepError> {
+        let Some(&step) = steps.get(index) else {
+            return self.complete(id, None, Vec::new());
+        };
+        if let Some(c) = self.state.context_mut(id) {
+            c.properties.insert(INDEX.to_owned(), json!(index));
+        }
+        self.schedule_child(id, step, Some(index.to_string()), Some(ON_STEP), None)?;
+        Ok(())
+    }
+
+    fn sequence_step_completed(
+        &mut self,
+        id: ContextId,
+        steps: &[NodeIndex],
+        child: &ChildInfo,
+    ) -> Result<(), StepError> {
+        let index = self
+            .state
+            .context(id)
+            .and_then(|c| c.properties.get(INDEX))
+            .and_then(Value::as_u64)
+            .and_then(|i| usize::try_from(i).ok())
+            .unwrap_or(0);
+        let expected = steps.get(index).map(|&s| self.node_id(s));
+        if expected != Some(child.node_id.as_str()) {
+            self.record(JournalKind::Declined, Some(id), json!({"stale": child.id}));
+            return Ok(());
+        }
+        self.sequence_next(id, steps, index + 1)
+    }
+
+    // ---- StateMachine (state-machine.md section 2) --------------------------------------
+
+    fn current_state(&self, id: ContextId) -> Option<String> {
+        self.state
+            .context(id)
+            .and_then(|c| c.properties.get(CURRENT_STATE))
+            .and_then(Value::as_str)
+            .map(str::to_owned)
+    }
+
+    fn set_current_state(&mut self, id: ContextId, state: &str) {
+        if let Some(c) = self.state.context_mut(id) {
+            c.properties.insert(CURRENT_STATE.to_owned(), json!(state));
+        }
+    }
+
+    /// SM-1: `current_state := current_state ?? initial`, then enter it (no yield).
+    fn machine_execute(&mut self, id: ContextId, m: &MachineNode) -> Result<(), StepError> {
+        let current = self.current_state(id).unwrap_or_else(|| m.initial.clone());
+        self.set_current_state(id, &current);
+        if m.state(&current).is_none() {
+            self.record(
+                JournalKind::Declined,
+                Some(id),
+                json!({"reason": format!("state `{current}` does not exist: the machine completes")}),
+            );
+            return self.complete(id, None, Vec::new());
+        }
+        self.record(
+            JournalKind::StateChanged,
+            Some(id),
+            json!({"from": null, "to": current}),
+        );
+        self.machine_enter(id, m, &current, None)
+    }
+
+    /// SM-2: schedule the entry (tag `entering`), or run the outbound step at once.
+    fn machine_enter(
+        &mut self,
+        id: ContextId,
+        m: &MachineNode,
+        state: &str,
+        payload: Option<Value>,
+    ) -> Result<(), StepError> {
+        let Some(node) = m.state(state) else {
+            self.record(
+                JournalKind::Declined,
+                Some(id),
+                json!({"reason": format!("state `{state}` does not exist: the machine completes")}),
+            );
+            return self.complete(id, None, Vec::new());
+        };
+        match node.entry {
+            Some(entry) => {
+                self.schedule_child(
+                    id,
+                    entry,
+                    Some(TAG_ENTERING.to_owned()),
+                    Some(ON_ENTRY),
+                    payload,
+                )?;
+                Ok(())
+            }
+            None => self.machine_outbound(id, m, state),
+        }
+    }
+
+    fn machine_on_entry(
+        &mut self,
+        id: ContextId,
+        m: &MachineNode,
+        child: &ChildInfo,
+    ) -> Result<(), StepError> {
+        let current = self.current_state(id).unwrap_or_default();
+        let expected = m
+            .state(&current)
+            .and_then(|s| s.entry)
+            .map(|e| self.node_id(e));
+        if child.status != ActivityStatus::Completed || expected != Some(child.node_id.as_str()) {
+            self.record(
+                JournalKind::Declined,
+                Some(id),
+                json!({"ignored": child.id, "tag": child.tag}),
+            );
+            return Ok(());
+        }
+        self.machine_outbound(id, m, &current)
+    }
+
+    /// SM-3: terminal -> complete; first true automatic transition -> take it; else arm every
+    /// trigger (tag = transition key); none -> stay Running with nothing pending.
+    fn machine_outbound(
+        &mut self,
+        id: ContextId,
+        m: &MachineNode,
+        state: &str,
+    ) -> Result<(), StepError> {
+        let valid: Vec<&TransitionNode> = m
+            .transitions
+            .iter()
+            .filter(|t| t.from == state && m.state(&t.to).is_some())
+            .collect();
+        if valid.is_empty() {
+            return self.complete(id, Some(json!(state)), Vec::new());
+        }
+        for t in valid.iter().filter(|t| t.trigger.is_none()) {
+            if self.condition(id, t.condition.as_deref(), None)? {
+                return self.machine_take(id, m, t, None);
+            }
+        }
+        let mut armed = 0;
+        for t in &valid {
+            if let Some(trigger) = t.trigger {
+                self.schedule_child(id, trigger, Some(t.key.clone()), Some(ON_TRIGGER), None)?;
+                armed += 1;
+            }
+        }
+        if armed == 0 {
+            self.record(
+                JournalKind::Declined,
+                Some(id),
+                json!({"reason": format!("no transition from `{state}` can be taken (SM-3.4)")}),
+            );
+        }
+        Ok(())
+    }
+
+    /// Resolves a transition from a tag: first among the current state's outbound
+    /// transitions, else among all (SM-4).
+    fn resolve<'m>(
+        m: &'m MachineNode,
+        current: &str,
+        tag: Option<&str>,
+    ) -> Option<&'m TransitionNode> {
+        let tag = tag?;
+        m.transitions
+            .iter()
+            .find(|t| t.from == current && t.key == tag)
+            .or_else(|| m.transitions.iter().find(|t| t.key == tag))
+    }
+
+    #[cfg(test)]
+    pub(crate) fn resolve_for_tests<'m>(
+        m: &'m MachineNode,
+        current: &str,
+        tag: Option<&str>,
+    ) -> Option<&'m TransitionNode> {
+        Self::resolve(m, current, tag)
+    }
+
+    /// SM-4: a trigger completed.
+    fn machine_on_trigger(
+        &mut self,
+        id: ContextId,
+        m: &MachineNode,
+        child: ChildInfo,
+    ) -> Result<(), StepError> {
+        let current = self.current_state(id).unwrap_or_default();
+        let transition = Self::resolve(m, &current, child.tag.as_deref());
+        let Some(t) = transition.filter(|t| {
+            child.status == ActivityStatus::Completed
+                && t.from == current
+                && m.state(&t.to).is_some()
+        }) else {
+            self.record(
+                JournalKind::Declined,
+                Some(id),
+                json!({"ignored": child.id, "tag": child.tag}),
+            );
+            return Ok(());
+        };
+        let payload = child.result;
+        if self.condition(id, t.condition.as_deref(), payload.as_ref())? {
+            return self.machine_take(id, m, t, payload);
+        }
+        // False: stay, leave competitors alone, re-arm the same trigger (SM-4).
+        self.record(
+            JournalKind::Declined,
+            Some(id),
+            json!({"transition": t.key, "reason": "condition false; trigger re-armed"}),
+        );
+        if let Some(trigger) = t.trigger {
+            self.schedule_child(id, trigger, Some(t.key.clone()), Some(ON_TRIGGER), None)?;
+        }
+        Ok(())
+    }
+
+    /// SM-5: cancel competitors, exit, action, set the state, enter the target.
+    fn machine_take(
+        &mut self,
+        id: ContextId,
+        m: &MachineNode,
+        t: &TransitionNode,
+        payload: Option<Value>,
+    ) -> Result<(), StepError> {
+        let competitors: Vec<ContextId> = self
+            .state
+            .callbacks
+            .iter()
+            .filter(|e| e.owner == id && e.callback == ON_TRIGGER)
+            .map(|e| e.child)
+            .collect();
+        for child in competitors {
+            self.cancel_silently(child)?;
+        }
+        match m.state(&t.from).and_then(|s| s.exit) {
+            Some(exit) => {
+                self.schedule_child(id, exit, Some(t.key.clone()), Some(ON_EXIT), payload)?;
+                Ok(())
+            }
+            None => self.machine_after_exit(id, m, t, payload),
+        }
+    }
+
+    fn machine_after_exit(
+        &mut self,
+        id: ContextId,
+        m: &MachineNode,
+        t: &TransitionNode,
+        payload: Option<Value>,
+    ) -> Result<(), StepError> {
+        match t.action {
+            Some(action) => {
+                self.schedule_child(id, action, Some(t.key.clone()), Some(ON_ACTION), payload)?;
+                Ok(())
+            }
+            None => self.machine_arrive(id, m, t, payload),
+        }
+    }
+
+    /// The transition an exit or action completion belongs to, unless stale (SM-5.3).
+    fn live_transition<'m>(
+        &mut self,
+        id: ContextId,
+        m: &'m MachineNode,
+        child: &ChildInfo,
+    ) -> Option<&'m TransitionNode> {
+        let current = self.current_state(id).unwrap_or_default();
+        let found = Self::resolve(m, &current, child.tag.as_deref())
+            .filter(|t| child.status == ActivityStatus::Completed && t.from == current);
+        if found.is_none() {
+            self.record(
+                JournalKind::Declined,
+                Some(id),
+                json!({"stale": child.id, "tag": child.tag}),
+            );
+        }
+        found
+    }
+
+    fn machine_on_exit(
+        &mut self,
+        id: ContextId,
+        m: &MachineNode,
+        child: ChildInfo,
+    ) -> Result<(), StepError> {
+        match self.live_transition(id, m, &child) {
+            Some(t) => self.machine_after_exit(id, m, t, child.payload),
+            None => Ok(()),
+        }
+    }
+
+    fn machine_on_action(
+        &mut self,
+        id: ContextId,
+        m: &MachineNode,
+        child: ChildInfo,
+    ) -> Result<(), StepError> {
+        match self.live_transition(id, m, &child) {
+            Some(t) => self.machine_arrive(id, m, t, child.payload),
+            None => Ok(()),
+        }
+    }
+
+    /// SM-5.4 and SM-5.5: the only moment the state changes; then enter the target, through
+    /// a continuation work item when it can reach itself automatically (SM-6).
+    fn machine_arrive(
+        &mut self,
+        id: ContextId,
+        m: &MachineNode,
+        t: &TransitionNode,
+        payload: Option<Value>,
+    ) -> Result<(), StepError> {
+        self.set_current_state(id, &t.to);
+        self.record(
+            JournalKind::StateChanged,
+            Some(id),
+            json!({"from": t.from, "to": t.to, "transition": t.key}),
+        );
+        if m.state(&t.to)
+            .is_some_and(|s| s.reaches_itself_automatically)
+        {
+            self.schedule_continuation(id, ON_CONTINUE, TAG_CONTINUING, payload);
+            return Ok(());
+        }
+        self.machine_enter(id, m, &t.to, payload)
+    }
+
+    fn machine_on_continue(
+        &mut self,
+        id: ContextId,
+        m: &MachineNode,
+        child: ChildInfo,
+    ) -> Result<(), StepError> {
+        if child.id != id || child.tag.as_deref() != Some(TAG_CONTINUING) {
+            self.record(
+                JournalKind::Declined,
+                Some(id),
+                json!({"ignored": child.id, "tag": child.tag}),
+            );
+            return Ok(());
+        }
+        let current = self.current_state(id).unwrap_or_default();
+        self.machine_enter(id, m, &current, child.payload)
+    }
+}

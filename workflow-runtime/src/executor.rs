@@ -1,0 +1,1226 @@
+//! The executor: the FIFO run loop (ENG-8, ENG-9), scheduling, completion, cancellation and
+//! faults (ENG-11 to ENG-17), the resume paths (ENG-24 to ENG-26), the step budget (ENG-10)
+//! and the middleware chains (ENG-34, ENG-38).
+//!
+//! One [`Executor`] runs one run of one instance over an owned [`WorkflowState`]. It never
+//! recurses on work items: an activity schedules children as work items and the loop takes
+//! them one at a time, so automatic cycles (SM-6) do not grow the stack.
+
+use std::future::Future;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use serde_json::{Value, json};
+use tracing::Instrument;
+
+use crate::events::{ActivityRef, EventKind, LifecycleEvent};
+use crate::graph::{Graph, NodeIndex};
+use crate::ids::{new_ulid, now_ms};
+use crate::instance::{
+    ActivityContext, ActivityStatus, Bookmark, CallbackEntry, ContextId, EntryPoint, FaultKind,
+    FaultRecord, Incident, JournalKind, SubStatus, WorkItem, WorkflowState, WorkflowStatus,
+};
+use crate::registry::Registry;
+
+/// The default step budget of one run (ENG-10).
+pub const DEFAULT_MAX_STEPS_PER_RUN: usize = 10_000;
+
+/// An engine failure that aborts a run: nothing of the run is committed (ENG-38).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RunError {
+    /// The persisted state breaks an invariant of ENG-3.
+    #[error("state of instance `{instance}` is corrupt: {reason}")]
+    StateCorrupt {
+        /// The instance.
+        instance: String,
+        /// Which invariant.
+        reason: String,
+    },
+    /// The stored data no longer decodes into the workflow's data type (ENG-43).
+    #[error("data of instance `{instance}` does not decode: {message}")]
+    DataDecode {
+        /// The instance.
+        instance: String,
+        /// The decoder's message.
+        message: String,
+    },
+    /// A persisted callback name is not in its kind's table (ENG-12).
+    #[error("unknown callback `{callback}` for node `{node}` of kind `{kind}`")]
+    UnknownCallback {
+        /// The owner's node.
+        node: String,
+        /// The owner's kind.
+        kind: &'static str,
+        /// The callback name.
+        callback: String,
+    },
+    /// None of the targeted bookmarks exists any more (ENG-25).
+    #[error("no targeted bookmark exists in instance `{instance}`")]
+    BookmarkNotFound {
+        /// The instance.
+        instance: String,
+    },
+    /// A bookmark's owning context is missing (ENG-25).
+    #[error("bookmark `{bookmark}` belongs to missing context {context}")]
+    BookmarkOrphaned {
+        /// The bookmark.
+        bookmark: String,
+        /// The missing context.
+        context: ContextId,
+    },
+    /// The instance is final or faulted: nothing runs (ENG-2). Its stimuli are not delivered.
+    #[error("instance `{instance}` is {status:?}: nothing runs")]
+    NotRunnable {
+        /// The instance.
+        instance: String,
+        /// Its status.
+        status: WorkflowStatus,
+    },
+    /// The targeted context does not exist (ENG-25).
+    #[error("context {context} not found")]
+    ContextNotFound {
+        /// The context.
+        context: ContextId,
+    },
+    /// A context names a node the pinned graph does not have (ENG-3).
+    #[error("node `{node}` is not in the definition")]
+    NodeNotFound {
+        /// The node id.
+        node: String,
+    },
+}
+
+/// What a run was asked to do first (ENG-24).
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum RunTarget {
+    /// Start, recovery or continuation of a restored queue.
+    None,
+    /// Resume these bookmarks with this payload, in creation order.
+    Bookmarks { ids: Vec<String>, payload: Value },
+}
+
+/// How a run ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum RunEnd {
+    /// The root completed.
+    Finished,
+    /// The queue drained with unfinished activities.
+    Suspended(SubStatus),
+    /// An activity failed for good.
+    Faulted,
+    /// The step budget ran out with work queued (ENG-10).
+    Budget,
+}
+
+/// What an activity middleware layer decides before the activity runs (ENG-34, ENG-37).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Flow {
+    /// Go on to the next layer and the activity.
+    Continue,
+    /// Do not run it: the context stays as it is with no work item, journaled (ENG-37).
+    Decline,
+}
+
+/// The activity a middleware layer sees.
+#[derive(Debug, Clone, Copy)]
+pub struct ActivityInfo<'a> {
+    /// The instance.
+    pub instance_id: &'a str,
+    /// The node.
+    pub node_id: &'a str,
+    /// The context.
+    pub context_id: ContextId,
+    /// `"execute"`, `"resume"` or `"continue"`.
+    pub entry: &'static str,
+}
+
+/// A user layer of the activity middleware chain (ENG-34), run in registration order inside
+/// the built-in layers (fault capture, journal, lifecycle events, the `workflow.activity`
+/// tracing span). `before` runs outermost first, `after` in reverse order.
+pub trait ActivityMiddleware: Send + Sync + 'static {
+    /// Called before the activity runs; [`Flow::Decline`] declines it (ENG-37).
+    fn before(&self, activity: &ActivityInfo<'_>) -> Flow {
+        let _ = activity;
+        Flow::Continue
+    }
+
+    /// Called after the activity's entry point returned, with its context's status.
+    fn after(&self, activity: &ActivityInfo<'_>, status: ActivityStatus) {
+        let _ = (activity, status);
+    }
+}
+
+/// What a workflow middleware layer sees of a run.
+#[derive(Debug, Clone, Copy)]
+pub struct RunInfo<'a> {
+    /// The instance.
+    pub instance_id: &'a str,
+    /// Its definition name.
+    pub definition: &'a str,
+    /// Its status when the run starts (or ends, in `after_run`).
+    pub status: WorkflowStatus,
+    /// Its sub-status.
+    pub sub_status: Option<SubStatus>,
+    /// How many work items are queued.
+    pub queued: usize,
+}
+
+/// A user layer of the workflow middleware chain (ENG-38), around each run, inside the
+/// built-in fault capture and the `workflow.run` tracing span.
+pub trait WorkflowMiddleware: Send + Sync + 'static {
+    /// Called before the run loop; [`Flow::Decline`] skips the run (nothing changes).
+    fn before_run(&self, run: &RunInfo<'_>) -> Flow {
+        let _ = run;
+        Flow::Continue
+    }
+
+    /// Called after the run loop, before the commit.
+    fn after_run(&self, run: &RunInfo<'_>) {
+        let _ = run;
+    }
+}
+
+/// The user middleware of a runtime.
+#[derive(Clone, Default)]
+pub(crate) struct Middleware {
+    pub(crate) activity: Vec<Arc<dyn ActivityMiddleware>>,
+    pub(crate) workflow: Vec<Arc<dyn WorkflowMiddleware>>,
+}
+
+impl std::fmt::Debug for Middleware {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Middleware")
+            .field("activity", &self.activity.len())
+            .field("workflow", &self.workflow.len())
+            .finish()
+    }
+}
+
+/// Why a step failed: an activity failing for good (recorded, ENG-17) or an engine problem
+/// that aborts the run (nothing committed).
+#[derive(Debug)]
+pub(crate) enum StepError {
+    Fault {
+        context: ContextId,
+        record: FaultRecord,
+    },
+    Abort(RunError),
+}
+
+impl From<RunError> for StepError {
+    fn from(value: RunError) -> Self {
+        StepError::Abort(value)
+    }
+}
+
+pub(crate) fn engine_fault(context: ContextId, message: impl Into<String>) -> StepError {
+    StepError::Fault {
+        context,
+        record: FaultRecord {
+            kind: FaultKind::Engine,
+            message: message.into(),
+            attempt: 1,
+        },
+    }
+}
+
+/// What an owner's callback learns about its child (ENG-15).
+#[derive(Debug, Clone)]
+pub(crate) struct ChildInfo {
+    pub(crate) id: ContextId,
+    pub(crate) node_id: String,
+    pub(crate) status: ActivityStatus,
+    pub(crate) result: Option<Value>,
+    pub(crate) tag: Option<String>,
+    pub(crate) payload: Option<Value>,
+}
+
+/// One run of one instance.
+pub(crate) struct Executor<'a, D> {
+    pub(crate) graph: &'a Graph,
+    pub(crate) registry: &'a Registry<D>,
+    pub(crate) state: WorkflowState,
+    /// The decoded data; always equal to `state.data` when `Some` (decoded lazily).
+    pub(crate) data: Option<D>,
+    pub(crate) events: Vec<LifecycleEvent>,
+    /// Whether anyone listens: without subscribers no event is built (they are process-local
+    /// and never persisted, ENG-40).
+    pub(crate) emit_events: bool,
+    middleware: &'a Middleware,
+    pub(crate) now: u64,
+    faulted: bool,
+}
+
+impl<D> std::fmt::Debug for Executor<'_, D> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Executor")
+            .field("instance", &self.state.instance_id)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<'a, D> Executor<'a, D>
+where
+    D: serde::Serialize + serde::de::DeserializeOwned + Send + Sync + 'static,
+{
+    pub(crate) fn new(
+        graph: &'a Graph,
+        registry: &'a Registry<D>,
+        state: WorkflowState,
+        middleware: &'a Middleware,
+    ) -> Self {
+        Self {
+            graph,
+            registry,
+            state,
+            data: None,
+            events: Vec::new(),
+            emit_events: true,
+            middleware,
+            now: now_ms(),
+            faulted: false,
+        }
+    }
+
+    // ---- run loop -----------------------------------------------------------------------
+
+    /// One run (ENG-9): builds the initial queue (ENG-25, ENG-26), takes items in FIFO order
+    /// until the queue is empty, an activity faults, or `max_steps` items ran (ENG-10).
+    pub(crate) async fn run(
+        &mut self,
+        target: RunTarget,
+        max_steps: usize,
+    ) -> Result<RunEnd, RunError> {
+        let span = tracing::info_span!(
+            "workflow.run",
+            instance = %self.state.instance_id,
+            definition = %self.state.definition.name
+        );
+        self.run_inner(target, max_steps).instrument(span).await
+    }
+
+    async fn run_inner(&mut self, target: RunTarget, max_steps: usize) -> Result<RunEnd, RunError> {
+        self.state
+            .check_invariants()
+            .map_err(|reason| RunError::StateCorrupt {
+                instance: self.state.instance_id.clone(),
+                reason,
+            })?;
+        let before = (self.state.status, self.state.sub_status);
+        self.plan(target)?;
+
+        let middleware = self.middleware;
+        for layer in &middleware.workflow {
+            if layer.before_run(&run_info(&self.state)) == Flow::Decline {
+                self.record(JournalKind::Declined, None, json!({"run": "declined"}));
+                return Ok(self.end_for_idle());
+            }
+        }
+
+        if before == (WorkflowStatus::Running, Some(SubStatus::Pending)) {
+            self.publish(EventKind::WorkflowStarted);
+        } else if before.0 == WorkflowStatus::Suspended {
+            self.publish(EventKind::WorkflowResumed);
+        }
+        self.set_status(WorkflowStatus::Running, Some(SubStatus::Executing));
+
+        let mut steps = 0usize;
+        let end = loop {
+            if self.faulted {
+                break RunEnd::Faulted;
+            }
+            if steps >= max_steps && !self.state.queue.is_empty() {
+                break RunEnd::Budget;
+            }
+            let Some(item) = self.state.queue.pop_front() else {
+                break self.end_for_idle();
+            };
+            steps += 1;
+            match self.step(item).await {
+                Ok(()) => {}
+                Err(StepError::Fault { context, record }) => self.fault(context, record),
+                Err(StepError::Abort(error)) => return Err(error),
+            }
+        };
+        self.finish(end);
+        for layer in middleware.workflow.iter().rev() {
+            layer.after_run(&run_info(&self.state));
+        }
+        Ok(end)
+    }
+
+    /// ENG-25, ENG-26: interrupted contexts first, then the restored queue, then the target's
+    /// work; a fresh start only for `Running/Pending`.
+    fn plan(&mut self, target: RunTarget) -> Result<(), RunError> {
+        let interrupted: Vec<WorkItem> = self
+            .state
+            .contexts
+            .values()
+            .filter(|c| c.is_executing)
+            .map(|c| WorkItem {
+                context: c.id,
+                entry: c.executing_entry.clone().unwrap_or(EntryPoint::Execute),
+            })
+            .collect();
+        for item in interrupted.into_iter().rev() {
+            if let Some(c) = self.state.context_mut(item.context) {
+                c.is_executing = false;
+            }
+            self.state.queue.push_front(item);
+        }
+        match target {
+            RunTarget::Bookmarks { ids, payload } => {
+                let mut found = 0;
+                let mut items = Vec::new();
+                for bookmark in &self.state.bookmarks {
+                    if !ids.contains(&bookmark.id) {
+                        continue;
+                    }
+                    if !self.state.contexts.contains_key(&bookmark.context_id) {
+                        return Err(RunError::BookmarkOrphaned {
+                            bookmark: bookmark.id.clone(),
+                            context: bookmark.context_id,
+                        });
+                    }
+                    found += 1;
+                    items.push(WorkItem {
+                        context: bookmark.context_id,
+                        entry: EntryPoint::Resume {
+                            bookmark: bookmark.id.clone(),
+                            payload: payload.clone(),
+                        },
+                    });
+                }
+                if found == 0 {
+                    return Err(RunError::BookmarkNotFound {
+                        instance: self.state.instance_id.clone(),
+                    });
+                }
+                self.state.queue.extend(items);
+            }
+            RunTarget::None => {
+                let fresh = self.state.status == WorkflowStatus::Running
+                    && self.state.sub_status == Some(SubStatus::Pending)
+                    && self.state.root.is_none();
+                if self.state.queue.is_empty() && fresh {
+                    let root = self.graph.root();
+                    let input = self.state.input.clone();
+                    let id = self.create_context(root, None, None, Some(input), None)?;
+                    self.state.root = Some(id);
+                    self.state.queue.push_back(WorkItem {
+                        context: id,
+                        entry: EntryPoint::Execute,
+                    });
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// [`Executor::plan`] for the step-by-step tests.
+    #[cfg(test)]
+    pub(crate) fn plan_for_tests(&mut self, target: RunTarget) -> Result<(), RunError> {
+        self.plan(target)
+    }
+
+    fn end_for_idle(&self) -> RunEnd {
+        let root_done = self
+            .state
+            .root
+            .and_then(|r| self.state.context(r))
+            .is_some_and(|c| c.status == ActivityStatus::Completed);
+        if root_done {
+            RunEnd::Finished
+        } else if self.state.bookmarks.is_empty() {
+            RunEnd::Suspended(SubStatus::Stalled)
+        } else {
+            RunEnd::Suspended(SubStatus::Waiting)
+        }
+    }
+
+    /// Sets the final status of the run and tidies the state for the commit (ENG-7, ENG-42).
+    fn finish(&mut self, end: RunEnd) {
+        match end {
+            RunEnd::Finished => {
+                self.state.bookmarks.clear();
+                self.state.callbacks.clear();
+                self.state.queue.clear();
+                if self.state.output.is_none() {
+                    self.state.output = Some(self.state.data.clone());
+                }
+                self.set_status(WorkflowStatus::Finished, None);
+                self.publish(EventKind::WorkflowFinished);
+            }
+            RunEnd::Suspended(sub) => {
+                self.set_status(WorkflowStatus::Suspended, Some(sub));
+                self.publish(EventKind::WorkflowSuspended { sub_status: sub });
+            }
+            RunEnd::Faulted => {
+                self.set_status(WorkflowStatus::Faulted, None);
+                if let Some(incident) = self.state.incidents.last().cloned() {
+                    self.publish(EventKind::WorkflowFaulted { incident });
+                }
+            }
+            RunEnd::Budget => {}
+        }
+        self.state.prune();
+        self.state.journal.compact();
+        self.state.updated_at = self.now;
+    }
+
+    pub(crate) fn set_status(&mut self, status: WorkflowStatus, sub: Option<SubStatus>) {
+        if (self.state.status, self.state.sub_status) == (status, sub) {
+            return;
+        }
+        let detail = json!({
+            "from": format!("{:?}/{:?}", self.state.status, self.state.sub_status),
+            "to": format!("{status:?}/{sub:?}"),
+        });
+        self.state.status = status;
+        self.state.sub_status = sub;
+        // Executing is transient inside a run; journal only what a commit can show.
+        if sub != Some(SubStatus::Executing) {
+            self.record(JournalKind::StatusChanged, None, detail);
+        }
+    }
+
+    // ---- one work item ------------------------------------------------------------------
+
+    /// Runs one work item through the middleware chain (ENG-34) and the invoker (ENG-35).
+    pub(crate) async fn step(&mut self, item: WorkItem) -> Result<(), StepError> {
+        let Some(context) = self.state.context(item.context) else {
+            return Err(RunError::ContextNotFound {
+                context: item.context,
+            }
+            .into());
+        };
+        if context.status.is_final() || context.status == ActivityStatus::Faulted {
+            // Withdrawn work cannot be here; stay robust to a hand-edited queue.
+            return Ok(());
+        }
+        let node_id = context.node_id.clone();
+        let node = self
+            .graph
+            .index_of(&node_id)
+            .ok_or_else(|| RunError::NodeNotFound {
+                node: node_id.clone(),
+            })?;
+        let entry_name = match item.entry {
+            EntryPoint::Execute => "execute",
+            EntryPoint::Resume { .. } => "resume",
+            EntryPoint::Continue { .. } => "continue",
+        };
+        let middleware = self.middleware;
+        let instance_id = self.state.instance_id.clone();
+        let info = ActivityInfo {
+            instance_id: &instance_id,
+            node_id: &node_id,
+            context_id: item.context,
+            entry: entry_name,
+        };
+        for layer in &middleware.activity {
+            if layer.before(&info) == Flow::Decline {
+                self.record(
+                    JournalKind::Declined,
+                    Some(item.context),
+                    json!({"entry": entry_name}),
+                );
+                return Ok(());
+            }
+        }
+        let span = tracing::info_span!(
+            "workflow.activity",
+            instance = %instance_id,
+            node = %node_id,
+            context = item.context,
+            entry = entry_name
+        );
+        let result = self
+            .invoke(item.context, node, item.entry)
+            .instrument(span)
+            .await;
+        let status = self
+            .state
+            .context(item.context)
+            .map_or(ActivityStatus::Canceled, |c| c.status);
+        for layer in middleware.activity.iter().rev() {
+            layer.after(&info, status);
+        }
+        result
+    }
+
+    /// ENG-35: set `Running`, run the entry point, burn the resumed bookmark, count it.
+    async fn invoke(
+        &mut self,
+        id: ContextId,
+        node: NodeIndex,
+        entry: EntryPoint,
+    ) -> Result<(), StepError> {
+        let now = self.now;
+        if let Some(c) = self.state.context_mut(id) {
+            if c.status == ActivityStatus::Pending {
+                c.status = ActivityStatus::Running;
+                c.started_at = Some(now);
+            }
+            c.execution_count += 1;
+        }
+        self.record(JournalKind::Started, Some(id), Value::Null);
+        self.activity_event(id, ActivityRef::executing);
+        let result = match entry {
+            EntryPoint::Execute => self.execute(id, node).await,
+            EntryPoint::Resume { bookmark, payload } => self.resume(id, node, &bookmark, payload),
+            EntryPoint::Continue {
+                callback,
+                tag,
+                payload,
+            } => {
+                let child = ChildInfo {
+                    id,
+                    node_id: self.node_id(node).to_owned(),
+                    status: ActivityStatus::Running,
+                    result: None,
+                    tag: Some(tag),
+                    payload,
+                };
+                self.on_child(id, &callback, child)
+            }
+        };
+        self.activity_event(id, ActivityRef::executed);
+        result
+    }
+
+    /// ENG-21: resume from a bookmark; burn it once the entry point returned without fault.
+    fn resume(
+        &mut self,
+        id: ContextId,
+        node: NodeIndex,
+        bookmark_id: &str,
+        payload: Value,
+    ) -> Result<(), StepError> {
+        let Some(position) = self
+            .state
+            .bookmarks
+            .iter()
+            .position(|b| b.id == bookmark_id)
+        else {
+            // Consumed by an earlier item of this run: nothing to do.
+            return Ok(());
+        };
+        let bookmark = self.state.bookmarks.remove(position);
+        self.record(
+            JournalKind::BookmarkResumed,
+            Some(id),
+            json!({"bookmark": bookmark.id, "name": bookmark.name}),
+        );
+        let result = match &bookmark.callback {
+            Some(callback) => {
+                let child = ChildInfo {
+                    id,
+                    node_id: self.node_id(node).to_owned(),
+                    status: ActivityStatus::Running,
+                    result: Some(payload.clone()),
+                    tag: None,
+                    payload: Some(payload),
+                };
+                self.on_child(id, callback, child)
+            }
+            None => self.complete(id, Some(payload), Vec::new()),
+        };
+        match &result {
+            Err(StepError::Fault { .. })
+                if self.state.context(id).is_some_and(|c| !c.status.is_final()) =>
+            {
+                // ENG-21: on fault the bookmark stays for a retry with the same payload. (When
+                // the context completed and its owner's callback failed, ENG-15, the bookmark
+                // was consumed by that completion and the owner is what faulted.)
+                self.state
+                    .bookmarks
+                    .insert(position.min(self.state.bookmarks.len()), bookmark);
+            }
+            _ if !bookmark.auto_burn => {
+                if self
+                    .state
+                    .contexts
+                    .get(&id)
+                    .is_some_and(|c| !c.status.is_final())
+                {
+                    self.state
+                        .bookmarks
+                        .insert(position.min(self.state.bookmarks.len()), bookmark);
+                }
+            }
+            _ => self.record(
+                JournalKind::BookmarkBurned,
+                Some(id),
+                json!({"bookmark": bookmark.id}),
+            ),
+        }
+        result
+    }
+
+    // ---- contexts, scheduling, completion -----------------------------------------------
+
+    pub(crate) fn node_id(&self, node: NodeIndex) -> &'a str {
+        let graph: &'a Graph = self.graph;
+        graph.node(node).map_or("", |n| n.id.as_str())
+    }
+
+    fn create_context(
+        &mut self,
+        node: NodeIndex,
+        parent: Option<ContextId>,
+        tag: Option<String>,
+        input: Option<Value>,
+        payload: Option<Value>,
+    ) -> Result<ContextId, RunError> {
+        let node_id = self.node_id(node);
+        if node_id.is_empty() {
+            return Err(RunError::NodeNotFound {
+                node: format!("#{node}"),
+            });
+        }
+        let id = self.state.next_context_id;
+        self.state.next_context_id += 1;
+        self.state.contexts.insert(
+            id,
+            ActivityContext {
+                id,
+                node_id: node_id.to_owned(),
+                parent,
+                status: ActivityStatus::Pending,
+                is_executing: false,
+                executing_entry: None,
+                tag,
+                properties: serde_json::Map::new(),
+                variables: serde_json::Map::new(),
+                input,
+                payload,
+                execution_count: 0,
+                started_at: None,
+                completed_at: None,
+                result: None,
+                outcomes: Vec::new(),
+                completion_seq: None,
+                fault: None,
+            },
+        );
+        Ok(id)
+    }
+
+    /// ENG-11: schedules `node`, a direct child of the owner's node, with a completion tag and
+    /// a callback name; returns the child's context id.
+    pub(crate) fn schedule_child(
+        &mut self,
+        owner: ContextId,
+        node: NodeIndex,
+        tag: Option<String>,
+        callback: Option<&str>,
+        payload: Option<Value>,
+    ) -> Result<ContextId, StepError> {
+        let owner_node = self
+            .state
+            .context(owner)
+            .and_then(|c| self.graph.index_of(&c.node_id));
+        let parent = self.graph.node(node).and_then(|n| n.parent);
+        if owner_node.is_none() || parent != owner_node {
+            return Err(engine_fault(
+                owner,
+                format!(
+                    "NotAChild: node `{}` is not a direct child of the scheduling activity",
+                    self.node_id(node)
+                ),
+            ));
+        }
+        let detail = json!({ "tag": tag });
+        let entry_tag = if callback.is_some() {
+            tag.clone()
+        } else {
+            None
+        };
+        let child = self.create_context(node, Some(owner), tag, None, payload)?;
+        self.state.queue.push_back(WorkItem {
+            context: child,
+            entry: EntryPoint::Execute,
+        });
+        if let Some(callback) = callback {
+            self.state.callbacks.push(CallbackEntry {
+                owner,
+                child,
+                callback: callback.to_owned(),
+                tag: entry_tag,
+            });
+        }
+        self.record(JournalKind::Scheduled, Some(child), detail);
+        Ok(child)
+    }
+
+    /// Appends a continuation work item for `owner` itself (SM-6).
+    pub(crate) fn schedule_continuation(
+        &mut self,
+        owner: ContextId,
+        callback: &str,
+        tag: &str,
+        payload: Option<Value>,
+    ) {
+        self.state.queue.push_back(WorkItem {
+            context: owner,
+            entry: EntryPoint::Continue {
+                callback: callback.to_owned(),
+                tag: tag.to_owned(),
+                payload,
+            },
+        });
+        self.record(JournalKind::Scheduled, Some(owner), json!({ "tag": tag }));
+    }
+
+    /// ENG-14: completes a `Running` context (a no-op otherwise) and signals its owner.
+    pub(crate) fn complete(
+        &mut self,
+        id: ContextId,
+        result: Option<Value>,
+        outcomes: Vec<String>,
+    ) -> Result<(), StepError> {
+        if self.state.context(id).map(|c| c.status) != Some(ActivityStatus::Running) {
+            return Ok(());
+        }
+        // The owner is not called for the children its own completion cancels (ENG-15).
+        self.state.callbacks.retain(|e| e.owner != id);
+        for child in self.state.live_children(id) {
+            self.cancel(child)?;
+        }
+        self.state.bookmarks.retain(|b| b.context_id != id);
+        self.state.queue.retain(|w| w.context != id);
+        self.state.completion_seq += 1;
+        let seq = self.state.completion_seq;
+        let now = self.now;
+        if let Some(c) = self.state.context_mut(id) {
+            c.status = ActivityStatus::Completed;
+            c.result = result;
+            c.outcomes = outcomes;
+            c.completed_at = Some(now);
+            c.completion_seq = Some(seq);
+            c.variables.clear();
+        }
+        self.record(JournalKind::Completed, Some(id), Value::Null);
+        self.activity_event(id, ActivityRef::completed);
+        self.signal_owner(id)
+    }
+
+    /// ENG-16: cancels a non-final context and its descendants, then signals its owner.
+    pub(crate) fn cancel(&mut self, id: ContextId) -> Result<(), StepError> {
+        if self.state.context(id).is_none_or(|c| c.status.is_final()) {
+            return Ok(());
+        }
+        let descendants = self.descendants(id);
+        self.state
+            .queue
+            .retain(|w| w.context != id && !descendants.contains(&w.context));
+        self.state.callbacks.retain(|e| e.owner != id);
+        for child in self.state.live_children(id) {
+            self.cancel(child)?;
+        }
+        self.state.bookmarks.retain(|b| b.context_id != id);
+        let now = self.now;
+        if let Some(c) = self.state.context_mut(id) {
+            c.status = ActivityStatus::Canceled;
+            c.is_executing = false;
+            c.completed_at = Some(now);
+            c.variables.clear();
+        }
+        self.record(JournalKind::Canceled, Some(id), Value::Null);
+        self.activity_event(id, ActivityRef::canceled);
+        self.signal_owner(id)
+    }
+
+    /// Cancels `child` without calling its owner back (SM-5.1: callbacks dropped).
+    pub(crate) fn cancel_silently(&mut self, child: ContextId) -> Result<(), StepError> {
+        self.state.callbacks.retain(|e| e.child != child);
+        self.cancel(child)
+    }
+
+    fn descendants(&self, id: ContextId) -> Vec<ContextId> {
+        let mut out = Vec::new();
+        let mut frontier = vec![id];
+        while let Some(parent) = frontier.pop() {
+            for c in self
+                .state
+                .contexts
+                .values()
+                .filter(|c| c.parent == Some(parent))
+            {
+                out.push(c.id);
+                frontier.push(c.id);
+            }
+        }
+        out
+    }
+
+    /// ENG-15: removes the child's callback entry and runs the owner's callback at once.
+    fn signal_owner(&mut self, child: ContextId) -> Result<(), StepError> {
+        let Some(position) = self.state.callbacks.iter().position(|e| e.child == child) else {
+            return Ok(());
+        };
+        let entry = self.state.callbacks.remove(position);
+        let Some(c) = self.state.context(child) else {
+            return Ok(());
+        };
+        let info = ChildInfo {
+            id: child,
+            node_id: c.node_id.clone(),
+            status: c.status,
+            result: c.result.clone(),
+            tag: entry.tag,
+            payload: c.payload.clone(),
+        };
+        self.on_child(entry.owner, &entry.callback, info)
+    }
+
+    /// ENG-17: records the failure for good; the owner is not signalled and the run stops.
+    fn fault(&mut self, id: ContextId, record: FaultRecord) {
+        let node_id = self
+            .state
+            .context(id)
+            .map(|c| c.node_id.clone())
+            .unwrap_or_default();
+        if let Some(c) = self.state.context_mut(id) {
+            c.status = ActivityStatus::Faulted;
+            c.is_executing = false;
+            c.fault = Some(record.clone());
+        }
+        let detail = json!({"kind": format!("{:?}", record.kind), "message": record.message});
+        self.state.incidents.push(Incident {
+            id: new_ulid(),
+            context_id: id,
+            node_id,
+            fault: record,
+            at: self.now,
+            resolution: None,
+        });
+        self.record(JournalKind::Faulted, Some(id), detail);
+        self.activity_event(id, ActivityRef::faulted);
+        self.faulted = true;
+    }
+
+    /// ENG-19, ENG-20: creates a bookmark owned by a `Running` context; an identical one
+    /// (same hash and callback) is returned instead of doubled.
+    pub(crate) fn create_bookmark(
+        &mut self,
+        id: ContextId,
+        name: &str,
+        hash: String,
+        payload: Value,
+        callback: Option<&str>,
+    ) -> Result<String, StepError> {
+        let Some(c) = self.state.context(id) else {
+            return Err(RunError::ContextNotFound { context: id }.into());
+        };
+        if c.status != ActivityStatus::Running {
+            return Err(engine_fault(
+                id,
+                "ContextNotRunning: only a running activity may create bookmarks",
+            ));
+        }
+        if let Some(existing) = self
+            .state
+            .bookmarks
+            .iter()
+            .find(|b| b.context_id == id && b.hash == hash && b.callback.as_deref() == callback)
+        {
+            return Ok(existing.id.clone());
+        }
+        let node_id = c.node_id.clone();
+        let bookmark = Bookmark {
+            id: new_ulid(),
+            name: name.to_owned(),
+            hash,
+            node_id,
+            context_id: id,
+            payload,
+            auto_burn: true,
+            callback: callback.map(str::to_owned),
+            created_at: self.now,
+        };
+        let bookmark_id = bookmark.id.clone();
+        self.record(
+            JournalKind::BookmarkCreated,
+            Some(id),
+            json!({"bookmark": bookmark_id, "name": name}),
+        );
+        self.state.bookmarks.push(bookmark);
+        Ok(bookmark_id)
+    }
+
+    // ---- data and user code -------------------------------------------------------------
+
+    /// The decoded data, decoding `state.data` on first use (ENG-43).
+    pub(crate) fn data_mut(&mut self) -> Result<&mut D, RunError> {
+        if self.data.is_none() {
+            let decoded: D = serde_json::from_value(self.state.data.clone()).map_err(|e| {
+                RunError::DataDecode {
+                    instance: self.state.instance_id.clone(),
+                    message: e.to_string(),
+                }
+            })?;
+            self.data = Some(decoded);
+        }
+        self.data.as_mut().ok_or_else(|| RunError::DataDecode {
+            instance: self.state.instance_id.clone(),
+            message: "data unavailable".to_owned(),
+        })
+    }
+
+    /// Evaluates the registered condition `name` for the activity `owner` (ACT-6): an error or
+    /// a panic faults `owner`.
+    pub(crate) fn condition(
+        &mut self,
+        owner: ContextId,
+        name: Option<&str>,
+        payload: Option<&Value>,
+    ) -> Result<bool, StepError> {
+        let Some(name) = name else {
+            return Ok(true);
+        };
+        let registry = self.registry;
+        let Some(condition) = registry.conditions.get(name) else {
+            return Err(engine_fault(
+                owner,
+                format!("no condition is registered under `{name}`"),
+            ));
+        };
+        let data: &D = self.data_mut()?;
+        let result = catch_unwind(AssertUnwindSafe(|| condition(data, payload)));
+        let value = match result {
+            Ok(Ok(value)) => value,
+            Ok(Err(error)) => {
+                return Err(StepError::Fault {
+                    context: owner,
+                    record: FaultRecord {
+                        kind: FaultKind::Error,
+                        message: format!("condition `{name}` failed: {error}"),
+                        attempt: 1,
+                    },
+                });
+            }
+            Err(panic) => {
+                return Err(StepError::Fault {
+                    context: owner,
+                    record: FaultRecord {
+                        kind: FaultKind::Panicked,
+                        message: format!("condition `{name}` panicked: {}", panic_message(&*panic)),
+                        attempt: 1,
+                    },
+                });
+            }
+        };
+        Ok(value)
+    }
+
+    /// Runs the registered task `function` for context `id` (ACT-11): mutable access to the
+    /// data for the whole attempt; on error or panic the data is rolled back (FLT-4) and the
+    /// context faults.
+    pub(crate) async fn run_task(
+        &mut self,
+        id: ContextId,
+        function: &str,
+    ) -> Result<(), StepError> {
+        let registry = self.registry;
+        let Some(task) = registry.tasks.get(function) else {
+            return Err(engine_fault(
+                id,
+                format!("no task is registered under `{function}`"),
+            ));
+        };
+        self.data_mut()?;
+        let Some(data) = self.data.take() else {
+            return Err(engine_fault(id, "data unavailable"));
+        };
+        let (payload, input, node_id) = match self.state.context_mut(id) {
+            Some(c) => {
+                c.is_executing = true;
+                c.executing_entry = Some(EntryPoint::Execute);
+                (c.payload.clone(), c.input.clone(), c.node_id.clone())
+            }
+            None => return Err(RunError::ContextNotFound { context: id }.into()),
+        };
+        let mut cx = crate::task::TaskContext {
+            data,
+            payload,
+            input,
+            instance_id: self.state.instance_id.clone(),
+            node_id,
+            context_id: id,
+            attempt: 1,
+        };
+        let outcome = CatchUnwind(task(&mut cx)).await;
+        if let Some(c) = self.state.context_mut(id) {
+            c.is_executing = false;
+            c.executing_entry = None;
+        }
+        let failure = match outcome {
+            Ok(Ok(outcome)) => match serde_json::to_value(&cx.data) {
+                Ok(json) => {
+                    self.state.data = json;
+                    self.data = Some(cx.data);
+                    let names = outcome.names().to_vec();
+                    return self.complete(id, None, names);
+                }
+                Err(e) => FaultRecord {
+                    kind: FaultKind::Engine,
+                    message: format!("data does not serialize after task `{function}`: {e}"),
+                    attempt: 1,
+                },
+            },
+            Ok(Err(error)) => FaultRecord {
+                kind: FaultKind::Error,
+                message: error.message().to_owned(),
+                attempt: 1,
+            },
+            Err(message) => FaultRecord {
+                kind: FaultKind::Panicked,
+                message,
+                attempt: 1,
+            },
+        };
+        // FLT-4: the failed attempt's changes are dropped; `state.data` is the last good value.
+        self.data = None;
+        Err(StepError::Fault {
+            context: id,
+            record: failure,
+        })
+    }
+
+    // ---- journal and events -------------------------------------------------------------
+
+    /// Appends a journal entry (kept if the journal level keeps its kind).
+    pub(crate) fn record(&mut self, kind: JournalKind, context: Option<ContextId>, detail: Value) {
+        let node = context.and_then(|id| self.state.context(id).map(|c| (id, c.node_id.clone())));
+        let now = self.now;
+        self.state.journal.record(
+            kind,
+            node.as_ref().map(|(id, n)| (*id, n.as_str())),
+            detail,
+            now,
+        );
+    }
+
+    pub(crate) fn publish(&mut self, kind: EventKind) {
+        if !self.emit_events {
+            return;
+        }
+        self.state.event_seq += 1;
+        self.events.push(LifecycleEvent {
+            instance_id: self.state.instance_id.clone(),
+            definition: self.state.definition.name.clone(),
+            correlation_id: self.state.correlation_id.clone(),
+            at: self.now,
+            seq: self.state.event_seq,
+            kind,
+        });
+    }
+
+    fn activity_event(&mut self, id: ContextId, make: fn(ActivityRef) -> EventKind) {
+        if !self.emit_events {
+            return;
+        }
+        let Some(c) = self.state.context(id) else {
+            return;
+        };
+        let activity = ActivityRef {
+            node_id: c.node_id.clone(),
+            context_id: id,
+            execution_count: c.execution_count,
+        };
+        self.publish(make(activity));
+    }
+
+    /// Cancels the whole instance (ENG-50 on an idle instance): the tree, the queue, the
+    /// bookmarks; open incidents resolved as `cancelled`.
+    pub(crate) fn cancel_instance(&mut self, reason: Option<String>) -> Result<(), RunError> {
+        if let Some(root) = self.state.root {
+            match self.cancel(root) {
+                Ok(()) | Err(StepError::Fault { .. }) => {}
+                Err(StepError::Abort(e)) => return Err(e),
+            }
+        }
+        // Faulted contexts are not final: cancel them too (ENG-4 `Faulted -> Canceled`).
+        let now = self.now;
+        for c in self.state.contexts.values_mut() {
+            if !c.status.is_final() {
+                c.status = ActivityStatus::Canceled;
+                c.completed_at = Some(now);
+            }
+        }
+        self.state.queue.clear();
+        self.state.bookmarks.clear();
+        self.state.callbacks.clear();
+        for incident in &mut self.state.incidents {
+            if incident.resolution.is_none() {
+                incident.resolution = Some("cancelled".to_owned());
+            }
+        }
+        self.state.cancel_reason = reason.clone();
+        self.set_status(WorkflowStatus::Cancelled, None);
+        self.publish(EventKind::WorkflowCancelled { reason });
+        self.state.prune();
+        self.state.journal.compact();
+        self.state.updated_at = self.now;
+        Ok(())
+    }
+}
+
+impl ActivityRef {
+    fn executing(self) -> EventKind {
+        EventKind::ActivityExecuting(self)
+    }
+    fn executed(self) -> EventKind {
+        EventKind::ActivityExecuted(self)
+    }
+    fn completed(self) -> EventKind {
+        EventKind::ActivityCompleted(self)
+    }
+    fn faulted(self) -> EventKind {
+        EventKind::ActivityFaulted(self)
+    }
+    fn canceled(self) -> EventKind {
+        EventKind::ActivityCanceled(self)
+    }
+}
+
+/// Polls a boxed future, turning a panic into an error message (ENG-17: user code never
+/// panics the runtime).
+struct CatchUnwind<F>(F);
+
+impl<F: Future + Unpin> Future for CatchUnwind<F> {
+    type Output = Result<F::Output, String>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let inner = &mut self.0;
+        match catch_unwind(AssertUnwindSafe(|| Pin::new(inner).poll(cx))) {
+            Ok(Poll::Ready(value)) => Poll::Ready(Ok(value)),
+            Ok(Poll::Pending) => Poll::Pending,
+            Err(panic) => Poll::Ready(Err(format!("panicked: {}", panic_message(&*panic)))),
+        }
+    }
+}
+
+fn run_info(s: &WorkflowState) -> RunInfo<'_> {
+    RunInfo {
+        instance_id: &s.instance_id,
+        definition: &s.definition.name,
+        status: s.status,
+        sub_status: s.sub_status,
+        queued: s.queue.len(),
+    }
+}
+
+fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+    if let Some(s) = panic.downcast_ref::<&str>() {
+        (*s).to_owned()
+    } else if let Some(s) = panic.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "a non-string panic payload".to_owned()
+    }
+}

@@ -1,0 +1,637 @@
+//! The persisted instance: [`WorkflowState`] and everything it holds (engine.md section 1).
+//!
+//! Every type here round-trips through serde; the in-memory runtime keeps instances as JSON
+//! between runs, so each suspension is a real persistence round trip (SM-8).
+
+use std::collections::{BTreeMap, VecDeque};
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+/// The format version of the persisted [`WorkflowState`] document.
+pub const FORMAT_VERSION: u32 = 1;
+
+/// An activity context id: from a per-instance counter, never reused (ENG-3).
+pub type ContextId = u64;
+
+/// The instance status (ENG-2).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum WorkflowStatus {
+    /// Created or running.
+    Running,
+    /// Waiting on a stimulus, paused, or stalled.
+    Suspended,
+    /// An activity failed for good (not final: FLT-7).
+    Faulted,
+    /// The root activity completed. Final.
+    Finished,
+    /// Cancelled through the API. Final.
+    Cancelled,
+}
+
+impl WorkflowStatus {
+    /// Whether nothing can change the instance any more.
+    pub fn is_final(self) -> bool {
+        matches!(self, WorkflowStatus::Finished | WorkflowStatus::Cancelled)
+    }
+}
+
+/// The sub-status of a `Running` or `Suspended` instance (ENG-2).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum SubStatus {
+    /// Created, never executed.
+    Pending,
+    /// A run is in progress, or a run stopped at its step budget with work queued (ENG-10).
+    Executing,
+    /// Waiting on at least one bookmark.
+    Waiting,
+    /// Paused by an operator.
+    Paused,
+    /// Unfinished activities, no bookmark, no queued work: no stimulus can wake it.
+    Stalled,
+}
+
+/// The status of one activity context (ENG-4).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum ActivityStatus {
+    /// Created, not yet run.
+    Pending,
+    /// Running or suspended on bookmarks or children.
+    Running,
+    /// Completed. Final.
+    Completed,
+    /// Failed for good.
+    Faulted,
+    /// Cancelled. Final.
+    Canceled,
+}
+
+impl ActivityStatus {
+    /// `Completed` or `Canceled`.
+    pub fn is_final(self) -> bool {
+        matches!(self, ActivityStatus::Completed | ActivityStatus::Canceled)
+    }
+}
+
+/// The `{name, version}` an instance is pinned to (ENG-44).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DefinitionRef {
+    /// The stable definition name.
+    pub name: String,
+    /// The version fingerprint.
+    pub version: String,
+}
+
+/// One execution of one node (ENG-3).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ActivityContext {
+    /// The context id.
+    pub id: ContextId,
+    /// The node's ancestor path, `root:review:manager`.
+    pub node_id: String,
+    /// The owning context; `None` only for the root.
+    pub parent: Option<ContextId>,
+    /// The status.
+    pub status: ActivityStatus,
+    /// Set while user code of this context runs (ENG-5).
+    pub is_executing: bool,
+    /// The entry point being run while `is_executing` is set, for recovery (ENG-25).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub executing_entry: Option<EntryPoint>,
+    /// The completion tag its owner chose (ENG-11).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tag: Option<String>,
+    /// Durable activity state (ENG-6): a sequence's index, a machine's current state.
+    #[serde(default, skip_serializing_if = "Map::is_empty")]
+    pub properties: Map<String, Value>,
+    /// Local variables.
+    #[serde(default, skip_serializing_if = "Map::is_empty")]
+    pub variables: Map<String, Value>,
+    /// The input it was scheduled with (ACT-5).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub input: Option<Value>,
+    /// The payload of the stimulus that led here (a transition's event payload for its exit,
+    /// action and the target's entry).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub payload: Option<Value>,
+    /// How many times an entry point of it ran.
+    pub execution_count: u32,
+    /// When it first ran (ms since the epoch).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started_at: Option<u64>,
+    /// When it became final.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub completed_at: Option<u64>,
+    /// Its result once completed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub result: Option<Value>,
+    /// Its outcomes once completed.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub outcomes: Vec<String>,
+    /// The per-instance completion sequence number (ACT-1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub completion_seq: Option<u64>,
+    /// The fault record once faulted (ENG-17).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fault: Option<FaultRecord>,
+}
+
+/// Why an activity failed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FaultRecord {
+    /// `Error` for a returned error, `Panicked` for a panic, `Engine` for a contract violation
+    /// (`NotAChild`, an unregistered fn, a key that cannot be routed...).
+    pub kind: FaultKind,
+    /// The message.
+    pub message: String,
+    /// The attempt that failed, from 1.
+    pub attempt: u32,
+}
+
+/// The kind of a [`FaultRecord`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum FaultKind {
+    /// User code returned an error.
+    Error,
+    /// User code panicked.
+    Panicked,
+    /// The activity broke an engine rule or its configuration is wrong.
+    Engine,
+}
+
+/// An entry point of an activity: what a work item runs (ENG-8).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "entry", rename_all = "snake_case")]
+pub enum EntryPoint {
+    /// Run the activity.
+    Execute,
+    /// Resume it from a bookmark with a stimulus payload (ENG-21).
+    Resume {
+        /// The bookmark resumed.
+        bookmark: String,
+        /// The stimulus payload.
+        payload: Value,
+    },
+    /// Run one of its own callbacks by name, with itself as the child: a continuation such as
+    /// the state machine's `"continuing"` (SM-6).
+    Continue {
+        /// The callback name.
+        callback: String,
+        /// The tag passed to the callback.
+        tag: String,
+        /// Data carried to the callback.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        payload: Option<Value>,
+    },
+}
+
+/// A scheduled unit of work: run this context with this entry point (ENG-8).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct WorkItem {
+    /// The context to run.
+    pub context: ContextId,
+    /// The entry point.
+    #[serde(flatten)]
+    pub entry: EntryPoint,
+}
+
+/// A completion callback persisted by name (ENG-11, ENG-12).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CallbackEntry {
+    /// The context that scheduled the child.
+    pub owner: ContextId,
+    /// The child.
+    pub child: ContextId,
+    /// The callback name, resolved in the owner kind's table.
+    pub callback: String,
+    /// The completion tag.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tag: Option<String>,
+}
+
+/// A bookmark: a context waiting for a stimulus (ENG-19).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Bookmark {
+    /// A ULID.
+    pub id: String,
+    /// Its stimulus name: an event name, or a reserved `wf.` name.
+    pub name: String,
+    /// The stimulus hash (RT-5), scoped for bookmarks resumed by id (RT-7).
+    pub hash: String,
+    /// The owning node.
+    pub node_id: String,
+    /// The owning context.
+    pub context_id: ContextId,
+    /// What the activity needs when it resumes.
+    #[serde(default)]
+    pub payload: Value,
+    /// Removed once resumed without fault (ENG-21).
+    pub auto_burn: bool,
+    /// The callback run on resume; with none the context completes with the payload.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub callback: Option<String>,
+    /// When it was created (ms since the epoch).
+    pub created_at: u64,
+}
+
+/// A failure for good recorded against the instance (ENG-17, FLT-6).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Incident {
+    /// A ULID.
+    pub id: String,
+    /// The faulted context.
+    pub context_id: ContextId,
+    /// Its node.
+    pub node_id: String,
+    /// What happened.
+    pub fault: FaultRecord,
+    /// When (ms since the epoch).
+    pub at: u64,
+    /// `open` until the instance is retried or cancelled.
+    pub resolution: Option<String>,
+}
+
+/// The kind of a [`JournalEntry`] (ENG-41).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub enum JournalKind {
+    /// A context was scheduled.
+    Scheduled,
+    /// A context started an entry point.
+    Started,
+    /// A context completed.
+    Completed,
+    /// A context faulted.
+    Faulted,
+    /// A context was cancelled.
+    Canceled,
+    /// A bookmark was created.
+    BookmarkCreated,
+    /// A bookmark was resumed.
+    BookmarkResumed,
+    /// A bookmark was burned.
+    BookmarkBurned,
+    /// A stimulus was consumed.
+    StimulusConsumed,
+    /// The instance status changed.
+    StatusChanged,
+    /// A step was declined (ENG-37), or an activity ignored a completion (stale, SM-4).
+    Declined,
+    /// Older entries were compacted (ENG-42).
+    Compacted,
+    /// A state machine changed state (detail: `{from, to, transition}`).
+    StateChanged,
+}
+
+/// One journal entry (ENG-41).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct JournalEntry {
+    /// Per-instance sequence number.
+    pub seq: u64,
+    /// Time (ms since the epoch).
+    pub at: u64,
+    /// The kind.
+    pub kind: JournalKind,
+    /// The context concerned.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub context_id: Option<ContextId>,
+    /// Its node.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_id: Option<String>,
+    /// Small JSON detail.
+    #[serde(default, skip_serializing_if = "Value::is_null")]
+    pub detail: Value,
+}
+
+/// How much the journal keeps (ENG-42).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Default, Serialize, Deserialize)]
+pub enum JournalLevel {
+    /// Nothing.
+    Off,
+    /// Status changes and state changes only.
+    Lifecycle,
+    /// Activity completions, faults, cancellations, bookmarks (the default).
+    #[default]
+    Activities,
+    /// Everything, scheduling and starts included.
+    Verbose,
+}
+
+impl JournalKind {
+    fn level(self) -> JournalLevel {
+        match self {
+            JournalKind::StatusChanged | JournalKind::StateChanged | JournalKind::Compacted => {
+                JournalLevel::Lifecycle
+            }
+            JournalKind::Completed
+            | JournalKind::Faulted
+            | JournalKind::Canceled
+            | JournalKind::BookmarkCreated
+            | JournalKind::BookmarkResumed
+            | JournalKind::StimulusConsumed
+            | JournalKind::Declined => JournalLevel::Activities,
+            JournalKind::Scheduled | JournalKind::Started | JournalKind::BookmarkBurned => {
+                JournalLevel::Verbose
+            }
+        }
+    }
+}
+
+/// The append-only, bounded journal of one instance (ENG-41, ENG-42).
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct Journal {
+    /// What is kept.
+    pub level: JournalLevel,
+    /// At most this many entries are kept; older ones are compacted into one entry.
+    pub max_entries: usize,
+    /// The next sequence number.
+    pub next_seq: u64,
+    /// The entries recorded since the last commit, oldest first. Not part of the state
+    /// document: a commit moves them to the journal stored apart from the state, which is
+    /// never read to execute (ENG-41), so the document stays small.
+    #[serde(skip)]
+    pub entries: Vec<JournalEntry>,
+}
+
+impl Journal {
+    /// An empty journal.
+    pub fn new(level: JournalLevel, max_entries: usize) -> Self {
+        Self {
+            level,
+            max_entries: max_entries.max(2),
+            next_seq: 1,
+            entries: Vec::new(),
+        }
+    }
+
+    /// Appends an entry if the level keeps its kind.
+    pub(crate) fn record(
+        &mut self,
+        kind: JournalKind,
+        context: Option<(ContextId, &str)>,
+        detail: Value,
+        now: u64,
+    ) {
+        if self.level == JournalLevel::Off || kind.level() > self.level {
+            return;
+        }
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        self.entries.push(JournalEntry {
+            seq,
+            at: now,
+            kind,
+            context_id: context.map(|c| c.0),
+            node_id: context.map(|c| c.1.to_owned()),
+            detail,
+        });
+    }
+
+    /// Replaces the oldest entries with one `Compacted` entry when over the bound (ENG-42).
+    pub(crate) fn compact(&mut self) {
+        if self.entries.len() <= self.max_entries {
+            return;
+        }
+        let excess = self.entries.len() - self.max_entries + 1;
+        let removed: Vec<JournalEntry> = self.entries.drain(..excess).collect();
+        let mut kinds: BTreeMap<String, u64> = BTreeMap::new();
+        let mut nodes: BTreeMap<String, u64> = BTreeMap::new();
+        for entry in &removed {
+            if entry.kind == JournalKind::Compacted {
+                // Fold an earlier compaction's counts into this one.
+                for (map, field) in [(&mut kinds, "kinds"), (&mut nodes, "nodes")] {
+                    if let Some(Value::Object(counts)) = entry.detail.get(field) {
+                        for (k, v) in counts {
+                            *map.entry(k.clone()).or_default() += v.as_u64().unwrap_or(0);
+                        }
+                    }
+                }
+                continue;
+            }
+            *kinds.entry(format!("{:?}", entry.kind)).or_default() += 1;
+            if let Some(node) = &entry.node_id {
+                *nodes.entry(node.clone()).or_default() += 1;
+            }
+        }
+        let first = removed.first();
+        let last = removed.last();
+        let from_seq = first
+            .and_then(|e| e.detail.get("from_seq").and_then(Value::as_u64))
+            .or(first.map(|e| e.seq));
+        let compacted = JournalEntry {
+            seq: last.map_or(0, |e| e.seq),
+            at: last.map_or(0, |e| e.at),
+            kind: JournalKind::Compacted,
+            context_id: None,
+            node_id: None,
+            detail: serde_json::json!({
+                "from_seq": from_seq,
+                "to_seq": last.map(|e| e.seq),
+                "first_at": first.map(|e| e.at),
+                "last_at": last.map(|e| e.at),
+                "kinds": kinds,
+                "nodes": nodes,
+            }),
+        };
+        self.entries.insert(0, compacted);
+    }
+}
+
+/// One workflow instance, as persisted (ENG-1).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct WorkflowState {
+    /// The document format (see [`FORMAT_VERSION`]).
+    pub format_version: u32,
+    /// The instance id.
+    pub instance_id: String,
+    /// The pinned definition.
+    pub definition: DefinitionRef,
+    /// An optional caller-chosen correlation id.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub correlation_id: Option<String>,
+    /// When it was created (ms since the epoch).
+    pub created_at: u64,
+    /// When it last changed.
+    pub updated_at: u64,
+    /// The status.
+    pub status: WorkflowStatus,
+    /// The sub-status, for `Running` and `Suspended`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sub_status: Option<SubStatus>,
+    /// The activity contexts by id: a tree with one root (ENG-3).
+    pub contexts: BTreeMap<ContextId, ActivityContext>,
+    /// The root context, once created.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub root: Option<ContextId>,
+    /// The next context id.
+    pub next_context_id: ContextId,
+    /// The FIFO work queue (ENG-8).
+    pub queue: VecDeque<WorkItem>,
+    /// Completion callbacks by name (ENG-12).
+    pub callbacks: Vec<CallbackEntry>,
+    /// Bookmarks, in creation order (ENG-19).
+    pub bookmarks: Vec<Bookmark>,
+    /// The workflow data as JSON (ENG-43).
+    pub data: Value,
+    /// The start input.
+    pub input: Value,
+    /// The output once finished.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output: Option<Value>,
+    /// Workflow-level variables.
+    #[serde(default, skip_serializing_if = "Map::is_empty")]
+    pub variables: Map<String, Value>,
+    /// The last completion sequence number handed out (ACT-1).
+    pub completion_seq: u64,
+    /// Failures for good (ENG-17).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub incidents: Vec<Incident>,
+    /// Why it was cancelled.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cancel_reason: Option<String>,
+    /// The last lifecycle event sequence number (ENG-39).
+    #[serde(default)]
+    pub event_seq: u64,
+    /// The execution journal (ENG-41).
+    pub journal: Journal,
+}
+
+impl WorkflowState {
+    /// A new instance, `Running/Pending`, with no context yet.
+    pub fn new(
+        instance_id: String,
+        definition: DefinitionRef,
+        input: Value,
+        data: Value,
+        journal: Journal,
+        now: u64,
+    ) -> Self {
+        Self {
+            format_version: FORMAT_VERSION,
+            instance_id,
+            definition,
+            correlation_id: None,
+            created_at: now,
+            updated_at: now,
+            status: WorkflowStatus::Running,
+            sub_status: Some(SubStatus::Pending),
+            contexts: BTreeMap::new(),
+            root: None,
+            next_context_id: 1,
+            queue: VecDeque::new(),
+            callbacks: Vec::new(),
+            bookmarks: Vec::new(),
+            data,
+            input,
+            output: None,
+            variables: Map::new(),
+            completion_seq: 0,
+            incidents: Vec::new(),
+            cancel_reason: None,
+            event_seq: 0,
+            journal,
+        }
+    }
+
+    /// The context `id`.
+    pub fn context(&self, id: ContextId) -> Option<&ActivityContext> {
+        self.contexts.get(&id)
+    }
+
+    pub(crate) fn context_mut(&mut self, id: ContextId) -> Option<&mut ActivityContext> {
+        self.contexts.get_mut(&id)
+    }
+
+    /// The live (non-final) children of `id`, in creation order.
+    pub fn live_children(&self, id: ContextId) -> Vec<ContextId> {
+        self.contexts
+            .values()
+            .filter(|c| c.parent == Some(id) && !c.status.is_final())
+            .map(|c| c.id)
+            .collect()
+    }
+
+    /// Checks the tree invariants of ENG-3: one root, existing parents, no cycles.
+    pub fn check_invariants(&self) -> Result<(), String> {
+        if self.format_version != FORMAT_VERSION {
+            return Err(format!(
+                "format version {} is not {FORMAT_VERSION}",
+                self.format_version
+            ));
+        }
+        let roots = self
+            .contexts
+            .values()
+            .filter(|c| c.parent.is_none())
+            .count();
+        if roots > 1 {
+            return Err(format!("{roots} root contexts"));
+        }
+        for context in self.contexts.values() {
+            if context.parent.is_some_and(|p| p >= context.id) {
+                // Parents are created before children, so ids strictly increase down the tree;
+                // this also excludes cycles.
+                return Err(format!(
+                    "context {} has parent {:?} not created before it",
+                    context.id, context.parent
+                ));
+            }
+            if let Some(parent) = context.parent
+                && !self.contexts.contains_key(&parent)
+            {
+                return Err(format!(
+                    "context {} has missing parent {parent}",
+                    context.id
+                ));
+            }
+        }
+        for item in &self.queue {
+            if !self.contexts.contains_key(&item.context) {
+                return Err(format!("queued work for missing context {}", item.context));
+            }
+        }
+        Ok(())
+    }
+
+    /// Removes final contexts that are not the root (ENG-7): their owner was signalled when
+    /// they became final, and their descendants are final too.
+    pub(crate) fn prune(&mut self) {
+        let root = self.root;
+        let keep_faulted_parents: Vec<ContextId> = self
+            .contexts
+            .values()
+            .filter(|c| !c.status.is_final())
+            .filter_map(|c| c.parent)
+            .collect();
+        self.contexts.retain(|id, c| {
+            Some(*id) == root || !c.status.is_final() || keep_faulted_parents.contains(id)
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn eng42_journal_compacts_oldest_entries_into_one() {
+        let mut journal = Journal::new(JournalLevel::Verbose, 10);
+        for i in 0..25 {
+            journal.record(JournalKind::Completed, Some((i, "root:a")), Value::Null, i);
+            journal.compact();
+        }
+        assert_eq!(journal.entries.len(), 10);
+        let first = &journal.entries[0];
+        assert_eq!(first.kind, JournalKind::Compacted);
+        assert_eq!(first.detail["from_seq"], 1);
+        assert_eq!(first.detail["kinds"]["Completed"], 16);
+        assert_eq!(journal.entries[1].seq, 17);
+    }
+
+    #[test]
+    fn journal_level_filters_kinds() {
+        let mut journal = Journal::new(JournalLevel::Lifecycle, 10);
+        journal.record(JournalKind::Completed, None, Value::Null, 0);
+        journal.record(JournalKind::StatusChanged, None, Value::Null, 0);
+        assert_eq!(journal.entries.len(), 1);
+    }
+}
