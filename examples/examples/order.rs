@@ -1,28 +1,27 @@
-//! An order state machine run end to end in memory, written by hand against the public API:
-//! no macro. This is the "no-macro twin" of the `#[state_machine]` order in DESIGN.md: the
-//! model types build the definition, a `Registry` holds the user code, and `Workflow` /
-//! `StateMachineWorkflow` are implemented by hand.
+//! The main example: an order state machine declared with `#[state_machine]`, driven from
+//! checkout to delivery by events sent from outside the workflow.
 //!
 //! ```text
 //! cargo run -p examples --example order
 //! ```
+//!
+//! The same machine written by hand against the public API, without the macro, is the
+//! `order_by_hand` example.
 
 #![allow(clippy::print_stdout)]
 
 use std::error::Error;
-use std::sync::OnceLock;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
-use workflow_runtime::model::{Activity, Definition, Event, State, StateMachine, Task, Transition};
 use workflow_runtime::{
-    Completion, JournalKind, Outcome, Registry, Runtime, StateMachineWorkflow, Stimulus,
-    TaskContext, Workflow,
+    Completion, JournalKind, Outcome, Runtime, Stimulus, TaskContext, TaskError, Workflow,
+    state_machine,
 };
 
 /// The order's data, persisted with the instance.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
-struct Order {
+pub struct Order {
     order_id: String,
     total: u64,
     paid: u64,
@@ -33,140 +32,66 @@ struct Order {
 
 /// The payload of a `payment` event.
 #[derive(Debug, Serialize, Deserialize)]
-struct Payment {
+pub struct Payment {
     amount: u64,
 }
 
 /// The payload of a `shipped` event.
 #[derive(Debug, Serialize, Deserialize)]
-struct Shipment {
+pub struct Shipment {
     tracking: String,
 }
 
-/// The typed state.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum OrderState {
+async fn send_confirmation(ctx: &mut TaskContext<Order>) {
+    ctx.data_mut().confirmation_sent = true;
+}
+
+async fn reserve_stock(ctx: &mut TaskContext<Order>) {
+    ctx.data_mut().stock_reserved = true;
+}
+
+async fn record_payment(ctx: &mut TaskContext<Order>) -> Result<Outcome, TaskError> {
+    let payment: Payment = ctx.payload()?;
+    ctx.data_mut().paid += payment.amount;
+    Ok(Outcome::done())
+}
+
+async fn record_shipment(ctx: &mut TaskContext<Order>) -> Result<(), TaskError> {
+    let shipment: Shipment = ctx.payload()?;
+    ctx.data_mut().tracking = Some(shipment.tracking);
+    Ok(())
+}
+
+fn covers_amount(order: &Order, payment: &Payment) -> bool {
+    payment.amount >= order.total
+}
+
+/// An order from checkout to delivery.
+#[state_machine(data = Order, initial = New)]
+pub enum OrderFlow {
+    #[entry(send_confirmation)]
+    #[on(pay: event::<Payment>("payment").key(order_id) => Paid, when = covers_amount, action = record_payment)]
+    #[on(cancel: event("cancel").key(order_id) => Cancelled)]
     New,
+    #[entry(reserve_stock)]
+    #[on(ship: event::<Shipment>("shipped").key(order_id) => Shipped, action = record_shipment)]
     Paid,
     Shipped,
     Cancelled,
 }
 
-struct OrderFlow;
-
-fn on(name: &str, from: &str, to: &str, trigger: Activity) -> Transition {
-    let mut t = Transition::new(from, to);
-    t.name = Some(name.to_owned());
-    t.trigger = Some(trigger);
-    t
-}
-
-impl Workflow for OrderFlow {
-    type Data = Order;
-
-    fn name() -> &'static str {
-        "OrderFlow"
-    }
-
-    fn definition() -> &'static Definition {
-        static DEFINITION: OnceLock<Definition> = OnceLock::new();
-        DEFINITION.get_or_init(|| {
-            let mut new = State::new("New");
-            new.entry = Some(Task::new("New_entry", "send_confirmation").into());
-            let mut paid = State::new("Paid");
-            paid.entry = Some(Task::new("Paid_entry", "reserve_stock").into());
-            let mut pay = on(
-                "pay",
-                "New",
-                "Paid",
-                Event::new("pay", "payment").with_key("order_id").into(),
-            );
-            pay.condition = Some("covers_amount".into());
-            pay.action = Some(Task::new("pay_action", "record_payment").into());
-            let cancel = on(
-                "cancel",
-                "New",
-                "Cancelled",
-                Event::new("cancel", "cancel").with_key("order_id").into(),
-            );
-            let mut ship = on(
-                "ship",
-                "Paid",
-                "Shipped",
-                Event::new("ship", "shipped").with_key("order_id").into(),
-            );
-            ship.action = Some(Task::new("ship_action", "record_shipment").into());
-            Definition::new(
-                "OrderFlow",
-                StateMachine {
-                    id: "root".into(),
-                    initial: "New".into(),
-                    states: vec![new, paid, State::new("Shipped"), State::new("Cancelled")],
-                    transitions: vec![pay, cancel, ship],
-                },
-            )
-        })
-    }
-
-    fn registry() -> Registry<Order> {
-        Registry::new()
-            .task("send_confirmation", |cx: &mut TaskContext<Order>| {
-                Box::pin(async move {
-                    cx.data_mut().confirmation_sent = true;
-                    Ok(Outcome::done())
-                })
-            })
-            .task("reserve_stock", |cx: &mut TaskContext<Order>| {
-                Box::pin(async move {
-                    cx.data_mut().stock_reserved = true;
-                    Ok(Outcome::done())
-                })
-            })
-            .task("record_payment", |cx: &mut TaskContext<Order>| {
-                Box::pin(async move {
-                    let payment: Payment = cx.payload()?;
-                    cx.data_mut().paid += payment.amount;
-                    Ok(Outcome::done())
-                })
-            })
-            .task("record_shipment", |cx: &mut TaskContext<Order>| {
-                Box::pin(async move {
-                    let shipment: Shipment = cx.payload()?;
-                    cx.data_mut().tracking = Some(shipment.tracking);
-                    Ok(Outcome::done())
-                })
-            })
-            .condition_with_payload("covers_amount", |order: &Order, p: &Payment| {
-                p.amount >= order.total
-            })
-    }
-}
-
-impl StateMachineWorkflow for OrderFlow {
-    type State = OrderState;
-
-    fn state_name(state: OrderState) -> &'static str {
-        match state {
-            OrderState::New => "New",
-            OrderState::Paid => "Paid",
-            OrderState::Shipped => "Shipped",
-            OrderState::Cancelled => "Cancelled",
-        }
-    }
-
-    fn state_from_name(name: &str) -> Option<OrderState> {
-        match name {
-            "New" => Some(OrderState::New),
-            "Paid" => Some(OrderState::Paid),
-            "Shipped" => Some(OrderState::Shipped),
-            "Cancelled" => Some(OrderState::Cancelled),
-            _ => None,
-        }
-    }
+fn show(state: Option<OrderFlow>) -> String {
+    state.map_or_else(|| "(unknown)".to_owned(), |s| format!("{s:?}"))
 }
 
 async fn run() -> Result<(), Box<dyn Error>> {
     let runtime = Runtime::builder().register::<OrderFlow>().build()?;
+    println!(
+        "workflow `{}` version {}",
+        OrderFlow::name(),
+        OrderFlow::version()
+    );
+
     let order = Order {
         order_id: "o-42".into(),
         total: 100,
@@ -174,16 +99,13 @@ async fn run() -> Result<(), Box<dyn Error>> {
     };
     let started = runtime.start::<OrderFlow>(order).await?;
     let id = started.instance_id;
+    let state = show(runtime.current_state::<OrderFlow>(&id).await?);
     println!(
-        "started {id}: {:?}/{:?}",
-        started.status, started.sub_status
-    );
-    println!(
-        "  state: {:?}",
-        runtime.current_state::<OrderFlow>(&id).await?
+        "started order o-42 as instance {id}: {}, in state {state}",
+        started.status
     );
 
-    for (name, payload) in [
+    let events = [
         ("payment", serde_json::to_value(Payment { amount: 40 })?),
         ("payment", serde_json::to_value(Payment { amount: 100 })?),
         (
@@ -192,14 +114,15 @@ async fn run() -> Result<(), Box<dyn Error>> {
                 tracking: "TRK-1".into(),
             })?,
         ),
-    ] {
+    ];
+    for (name, payload) in events {
         let report = runtime
             .send(Stimulus::new(name).key("o-42").payload(payload.clone()))
             .await?;
-        let state = runtime.current_state::<OrderFlow>(&id).await?;
+        let state = show(runtime.current_state::<OrderFlow>(&id).await?);
         println!(
-            "sent {name} {payload}: {:?} -> state {state:?}",
-            report.resumed[0].status
+            "sent `{name}` {payload}: resumed {} instance(s), now in state {state}",
+            report.resumed.len()
         );
     }
 
@@ -224,6 +147,7 @@ async fn run() -> Result<(), Box<dyn Error>> {
             println!("  {from:>8} -> {to:<8} via {via}");
         }
     }
+    println!("\n{}", OrderFlow::mermaid());
     Ok(())
 }
 
