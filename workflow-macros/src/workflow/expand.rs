@@ -234,7 +234,7 @@ fn registry(tasks: &[&FnRef], conditions: &[&FnRef]) -> TokenStream {
         let name = condition.name();
         if seen.insert(name.clone()) {
             let path = &condition.path;
-            calls.extend(quote!(.condition(#name, #path)));
+            calls.extend(quote_spanned!(path.span()=> .condition(#name, #path)));
         }
     }
     quote!(#private::Registry::<Self::Data>::new() #calls)

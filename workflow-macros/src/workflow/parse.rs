@@ -319,14 +319,11 @@ fn parse_options(attr: &Attribute, name: &mut Option<LitStr>, errors: &mut Error
                 }
             }
             _ => {
-                let (hint, _) = did_you_mean(&key, WORKFLOW_OPTIONS);
-                errors.at(
-                    &meta.path,
-                    format!(
-                        "unknown workflow option `{key}`; expected one of {}{hint}",
-                        backticked(WORKFLOW_OPTIONS)
-                    ),
-                );
+                let hint = match workflow_model::suggest(&key, WORKFLOW_OPTIONS) {
+                    Some(found) => format!("did you mean `{found}`?"),
+                    None => "the only option is `name = \"StableName\"`".to_owned(),
+                };
+                errors.at(&meta.path, format!("unknown workflow option `{key}`; {hint}"));
                 if meta.input.peek(Token![=]) {
                     let _: syn::Expr = meta.value()?.parse()?;
                 }
@@ -365,6 +362,7 @@ fn parse_flowchart(group: &proc_macro2::Group, errors: &mut Errors) -> Body {
     }
     let mut broken = Vec::new();
     for tokens in statements {
+        let mut inner = Errors::default();
         let parser = |input: ParseStream<'_>| {
             parse_statement(
                 input,
@@ -372,9 +370,14 @@ fn parse_flowchart(group: &proc_macro2::Group, errors: &mut Errors) -> Body {
                 &mut starts,
                 &mut connections,
                 &mut broken,
+                &mut inner,
             )
         };
-        if let Err(e) = parser.parse2(tokens) {
+        let result = parser.parse2(tokens);
+        if let Some(e) = inner.into_error() {
+            errors.push(e);
+        }
+        if let Err(e) = result {
             errors.push(e);
         }
     }
@@ -392,6 +395,7 @@ fn parse_statement(
     starts: &mut Vec<Ident>,
     connections: &mut Vec<ConnectionDecl>,
     broken: &mut Vec<String>,
+    errors: &mut Errors,
 ) -> syn::Result<()> {
     // Doc comments on a node are allowed and ignored.
     let attrs = input.call(Attribute::parse_outer)?;
@@ -413,15 +417,25 @@ fn parse_statement(
         input.parse::<Token![=]>()?;
         broken.push(id.unraw().to_string());
         let kind = parse_kind(input, &NODE_KINDS, "node")?;
-        if !input.is_empty() {
-            return Err(input.error(format!(
-                "expected `;` after the `{}` node `{id}`",
-                kind.keyword()
-            )));
-        }
         broken.pop();
         let tokens = tokens_between(&start, input);
+        let missing_semicolon = !input.is_empty();
+        if missing_semicolon {
+            let last = tokens.clone().into_iter().last();
+            errors.push(syn::Error::new(
+                match last {
+                    Some(TokenTree::Group(group)) => group.span_close(),
+                    Some(tt) => tt.span(),
+                    None => input.span(),
+                },
+                format!("expected `;` after the `{}` node `{id}`", kind.keyword()),
+            ));
+        }
         nodes.push(NodeDecl { tokens, id, kind });
+        if missing_semicolon {
+            // The rest is most likely the next statement.
+            return parse_statement(input, nodes, starts, connections, broken, errors);
+        }
         return Ok(());
     }
     if input.is_empty() {
@@ -814,7 +828,9 @@ fn parse_event(input: ParseStream<'_>) -> syn::Result<KindDecl> {
                 ));
             }
             _ => {
-                let (hint, _) = did_you_mean(&method_name, EVENT_OPTIONS);
+                let hint = workflow_model::suggest(&method_name, EVENT_OPTIONS)
+                    .map(|found| format!("; did you mean `.{found}`?"))
+                    .unwrap_or_default();
                 return Err(syn::Error::new(
                     method.span(),
                     format!(
