@@ -51,7 +51,10 @@ fn the_macro_and_the_json_give_the_same_definition_and_fingerprint() {
 #[test]
 fn the_generated_json_round_trips() {
     let json = Expense::definition().to_json_pretty();
-    assert_eq!(Definition::from_json(&json).unwrap(), *Expense::definition());
+    assert_eq!(
+        Definition::from_json(&json).unwrap(),
+        *Expense::definition()
+    );
 }
 
 #[test]

@@ -288,3 +288,113 @@ pub(crate) fn validate(
         syntax_errors && (graph || unknown_broken)
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::common::Errors;
+    use crate::workflow::parse::parse;
+    use proc_macro2::TokenStream;
+    use quote::quote;
+
+    fn lower_tokens(input: TokenStream) -> Lowered {
+        let mut errors = Errors::default();
+        let decl = parse(input, &mut errors).unwrap();
+        assert!(errors.is_empty());
+        lower(&decl)
+    }
+
+    fn expense() -> Lowered {
+        lower_tokens(quote! {
+            /// Expense approval.
+            pub workflow Expense(ExpenseData) {
+                submit  = task(submit_expense);
+                review  = task(auto_review) -> [approved, rejected, manual];
+                manager = event::<Decision>("expense.decision").key(expense_id) -> [approved, rejected];
+                pay     = task(pay_out);
+                reject  = task(notify_rejected);
+
+                start -> submit -> review;
+                review.approved -> pay;   review.rejected -> reject;   review.manual -> manager;
+                manager.approved -> pay;  manager.rejected -> reject;
+            }
+        })
+    }
+
+    #[test]
+    fn lowers_the_expense_flowchart_to_the_json_of_the_docs() {
+        let json = include_str!("../../../workflow-model/docs/expense.json");
+        assert_eq!(expense().definition, Definition::from_json(json).unwrap());
+    }
+
+    #[test]
+    fn span_table_points_at_ports_targets_and_the_start() {
+        let lowered = expense();
+        let root = Location::root().field("root");
+        let tokens = |at: Location| lowered.spans.tokens_of(&at).unwrap().to_string();
+        let second = root.field("connections").index(1);
+        assert_eq!(tokens(second.field("port")), "approved");
+        assert_eq!(tokens(second.field("target")), "pay");
+        assert_eq!(tokens(second.clone()), "review . approved -> pay");
+        // `review -> ...` without a port: the port's diagnostics land on the source node.
+        let first = root.field("connections").index(0);
+        assert_eq!(tokens(first.field("port")), "submit");
+        // A single start is `/root/start` (FC-V2 on the start), several are `/root/start/i`.
+        assert_eq!(tokens(root.field("start")), "submit");
+        assert_eq!(tokens(root.field("start").index(0)), "submit");
+        let manager = root.field("nodes").index(2);
+        assert_eq!(tokens(manager.field("id")), "manager");
+        assert_eq!(tokens(manager.field("ports").index(1)), "rejected");
+        assert_eq!(tokens(manager.field("event")), "\"expense.decision\"");
+        assert_eq!(tokens(Location::root().field("name")), "Expense");
+    }
+
+    #[test]
+    fn lowers_every_kind_with_the_id_conventions() {
+        let lowered = lower_tokens(quote! {
+            #[workflow(name = "Kinds")]
+            workflow K(D) {
+                check = decide(rules::is_large);
+                route = switch { high: is_high, r#low: is_low };
+                split = fork [left, right];
+                merge = join(all);
+                done  = end;
+                stop  = finish;
+                fail  = fault("rejected");
+                child = workflow(shipping::Shipping);
+                wait  = event("go").timeout(mins(5)).trigger();
+                later = sequence [task(audit), after(secs(5)), fault("x", "y"), again = task(audit)];
+            }
+        });
+        let definition = &lowered.definition;
+        assert_eq!(definition.name, "Kinds");
+        assert_eq!(definition.description, None);
+        let Activity::Flowchart(chart) = &definition.root else {
+            panic!("a flowchart")
+        };
+        let json = |i: usize| {
+            let node = chart.nodes.get(i).unwrap().clone();
+            Definition::new("x", node).to_json_pretty()
+        };
+        assert!(json(0).contains(r#""condition": "rules::is_large""#));
+        assert!(json(1).contains(r#""label": "low""#));
+        assert_eq!(
+            chart.nodes[1].ports(),
+            workflow_model::Ports::Declared(vec!["high", "low", "default"])
+        );
+        assert!(json(3).contains(r#""mode": "all""#));
+        assert!(json(6).contains(r#""code": "rejected""#));
+        assert!(json(7).contains(r#""workflow": "Shipping""#));
+        let Activity::Event(wait) = &chart.nodes[8] else {
+            panic!("an event")
+        };
+        assert!(wait.trigger);
+        assert_eq!(wait.deadline_ms, Some(300_000));
+        assert_eq!(wait.ports, None);
+        let Activity::Sequence(later) = &chart.nodes[9] else {
+            panic!("a sequence")
+        };
+        let ids: Vec<&str> = later.steps.iter().map(Activity::id).collect();
+        assert_eq!(ids, ["audit", "after_1", "fault_2", "again"]);
+    }
+}

@@ -323,7 +323,10 @@ fn parse_options(attr: &Attribute, name: &mut Option<LitStr>, errors: &mut Error
                     Some(found) => format!("did you mean `{found}`?"),
                     None => "the only option is `name = \"StableName\"`".to_owned(),
                 };
-                errors.at(&meta.path, format!("unknown workflow option `{key}`; {hint}"));
+                errors.at(
+                    &meta.path,
+                    format!("unknown workflow option `{key}`; {hint}"),
+                );
                 if meta.input.peek(Token![=]) {
                     let _: syn::Expr = meta.value()?.parse()?;
                 }
@@ -896,5 +899,210 @@ impl Parse for Endpoint {
             None
         };
         Ok(Endpoint { node, port })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use quote::quote;
+
+    fn parse_ok(input: TokenStream) -> WorkflowDecl {
+        let mut errors = Errors::default();
+        let decl = parse(input, &mut errors).unwrap();
+        assert!(errors.is_empty(), "{:?}", errors.into_error());
+        decl
+    }
+
+    fn messages(input: TokenStream) -> Vec<String> {
+        let mut errors = Errors::default();
+        let mut out = Vec::new();
+        if let Err(e) = parse(input, &mut errors) {
+            out.extend(e.into_iter().map(|e| e.to_string()));
+        }
+        if let Some(e) = errors.into_error() {
+            out.extend(e.into_iter().map(|e| e.to_string()));
+        }
+        out
+    }
+
+    #[test]
+    fn parses_every_node_kind_and_chains() {
+        let decl = parse_ok(quote! {
+            /// Expense approval.
+            #[workflow(name = "ExpenseApproval")]
+            pub workflow Expense(ExpenseData) {
+                submit  = task(expenses::submit);
+                review  = task(auto_review) -> [approved, rejected, manual];
+                manager = event::<Decision>("expense.decision").key(customer.id).trigger().timeout(hours(24)) -> [approved, rejected];
+                remind  = after(Duration::from_secs(48 * 3600));
+                check   = decide(is_large);
+                route   = switch { high: is_high, low: is_low };
+                split   = fork [left, right];
+                merge   = join(any);
+                done    = end;
+                stop    = finish;
+                fail    = fault("rejected", "no");
+                child   = workflow(Shipping);
+                named   = workflow("shipping-v2");
+                later   = sequence [task(audit), wait = after(secs(5))];
+
+                start -> submit -> review;
+                review.approved -> check.true -> done;
+            }
+        });
+        assert_eq!(decl.ident.to_string(), "Expense");
+        assert_eq!(decl.name.as_ref().unwrap().value(), "ExpenseApproval");
+        assert_eq!(decl.description().as_deref(), Some("Expense approval."));
+        let Body::Flowchart {
+            nodes,
+            starts,
+            connections,
+            broken,
+        } = &decl.body
+        else {
+            panic!("a flowchart")
+        };
+        assert!(broken.is_empty());
+        let kinds: Vec<&str> = nodes.iter().map(|n| n.kind.keyword()).collect();
+        assert_eq!(
+            kinds,
+            [
+                "task", "task", "event", "after", "decide", "switch", "fork", "join", "end",
+                "finish", "fault", "workflow", "workflow", "sequence"
+            ]
+        );
+        let Some(KindDecl::Task { function, ports }) = nodes.get(1).map(|n| &n.kind) else {
+            panic!("a task")
+        };
+        assert_eq!(function.name(), "auto_review");
+        assert_eq!(ports.as_ref().unwrap().ports.len(), 3);
+        let Some(KindDecl::Event {
+            payload,
+            name,
+            key,
+            trigger,
+            timeout,
+            ports,
+        }) = nodes.get(2).map(|n| &n.kind)
+        else {
+            panic!("an event")
+        };
+        assert!(payload.is_some() && *trigger);
+        assert_eq!(name.value(), "expense.decision");
+        assert_eq!(key.as_ref().unwrap().0, "customer.id");
+        assert_eq!(*timeout, Some(24 * 3_600_000));
+        assert_eq!(ports.as_ref().unwrap().ports.len(), 2);
+        let Some(KindDecl::After { millis, .. }) = nodes.get(3).map(|n| &n.kind) else {
+            panic!("a delay")
+        };
+        assert_eq!(*millis, 48 * 3600 * 1000);
+        let Some(KindDecl::Join { mode }) = nodes.get(7).map(|n| &n.kind) else {
+            panic!("a join")
+        };
+        assert_eq!(*mode, JoinMode::Any);
+        let Some(KindDecl::Workflow(child)) = nodes.get(11).map(|n| &n.kind) else {
+            panic!("a sub-workflow")
+        };
+        assert_eq!(child.name(), "Shipping");
+        let Some(KindDecl::Sequence { steps }) = nodes.get(13).map(|n| &n.kind) else {
+            panic!("a sequence")
+        };
+        assert_eq!(steps.len(), 2);
+        assert_eq!(steps[1].id.as_ref().unwrap().to_string(), "wait");
+
+        // `start -> submit -> review` is the start plus one connection; a port in the middle
+        // of a chain is the source port of the next link.
+        let starts: Vec<String> = starts.iter().map(ToString::to_string).collect();
+        assert_eq!(starts, ["submit"]);
+        let links: Vec<(String, Option<String>, String)> = connections
+            .iter()
+            .map(|c| {
+                (
+                    c.source.node.to_string(),
+                    c.source.port.as_ref().map(ToString::to_string),
+                    c.target.to_string(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            links,
+            [
+                ("submit".to_owned(), None, "review".to_owned()),
+                (
+                    "review".to_owned(),
+                    Some("approved".to_owned()),
+                    "check".to_owned()
+                ),
+                (
+                    "check".to_owned(),
+                    Some("true".to_owned()),
+                    "done".to_owned()
+                ),
+            ]
+        );
+    }
+
+    #[test]
+    fn parses_the_sequence_form() {
+        let decl = parse_ok(quote! {
+            workflow Deferred(Data) = sequence [task(start_step), after(secs(5)), task(continue_step)];
+        });
+        let Body::Sequence { steps } = &decl.body else {
+            panic!("a sequence")
+        };
+        let kinds: Vec<&str> = steps.iter().map(|s| s.kind.keyword()).collect();
+        assert_eq!(kinds, ["task", "after", "task"]);
+    }
+
+    #[test]
+    fn every_statement_error_is_reported_and_parsing_goes_on() {
+        let errors = messages(quote! {
+            #[workflow(nmae = "X")]
+            workflow W(D) {
+                a = tsak(f);
+                b = task(g)
+                c = join(sometimes);
+                start = end;
+                a -> b.done;
+                a;
+                d = decide(h) -> [yes];
+            }
+        });
+        assert_eq!(
+            errors,
+            [
+                "unknown workflow option `nmae`; did you mean `name`?",
+                "unknown node kind `tsak`; expected one of `task`, `event`, `after`, `decide`, `switch`, `fork`, `join`, `end`, `finish`, `fault`, `workflow`, `sequence`; did you mean `task`?",
+                "expected `;` after the `task` node `b`",
+                "unknown join mode `sometimes`; expected one of `all`, `any`",
+                "`start` is reserved for the explicit start (`start -> first_node`); name this node otherwise",
+                "a connection's target is a node, not a port: nodes have a single input; write `-> b`",
+                "expected `-> target` after `a`, or `= kind` to declare a node",
+                "only `task` and `event` declare their outcome ports; `decide` has fixed ports",
+            ]
+        );
+    }
+
+    #[test]
+    fn header_mistakes_are_one_error() {
+        assert_eq!(
+            messages(quote!(
+                pub struct W;
+            )),
+            [
+                "expected `workflow Name(Data) { .. }`, as in `pub workflow Expense(ExpenseData) { .. }`"
+            ]
+        );
+        assert_eq!(
+            messages(quote!(workflow W(D) = sequnce [])),
+            ["expected `sequence [..]` after `=`, found `sequnce`"]
+        );
+        assert_eq!(
+            messages(quote!(workflow W(D) = sequence [decide(f)])),
+            [
+                "`decide` is a flowchart node, not a sequence step; expected one of `task`, `event`, `after`, `finish`, `fault`, `workflow`, `sequence`"
+            ]
+        );
     }
 }
