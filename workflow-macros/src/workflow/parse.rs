@@ -268,7 +268,19 @@ fn parse_header(input: ParseStream<'_>, errors: &mut Errors) -> syn::Result<Work
                 format!("expected `sequence [..]` after `=`, found `{kind}`"),
             ));
         }
-        let steps = parse_steps(input)?;
+        let steps = if input.peek(syn::token::Bracket) {
+            // A mistake in a step still emits the struct (over no steps), so that uses of the
+            // workflow type do not cascade into more errors.
+            let group: TokenTree = input.parse()?;
+            parse_steps
+                .parse2(group.into_token_stream())
+                .unwrap_or_else(|e| {
+                    errors.push(e);
+                    Vec::new()
+                })
+        } else {
+            parse_steps(input)?
+        };
         if input.peek(Token![;]) {
             input.parse::<Token![;]>()?;
         }
@@ -1098,6 +1110,7 @@ mod tests {
             messages(quote!(workflow W(D) = sequnce [])),
             ["expected `sequence [..]` after `=`, found `sequnce`"]
         );
+        // A mistake in a step: the error, and the workflow over no steps.
         assert_eq!(
             messages(quote!(workflow W(D) = sequence [decide(f)])),
             [
