@@ -85,3 +85,32 @@ fn a_changed_graph_changes_the_fingerprint() {
     let changed = Definition::from_json(&changed).unwrap();
     assert_ne!(Expense::version(), changed.fingerprint());
 }
+
+async fn start_step(_ctx: &mut TaskContext<ExpenseData>) {}
+async fn continue_step(_ctx: &mut TaskContext<ExpenseData>) {}
+
+workflow! {
+    /// Waits between two steps.
+    pub workflow Deferred(ExpenseData) = sequence [
+        task(start_step),
+        after(secs(5)),
+        then = task(continue_step),
+    ];
+}
+
+#[test]
+fn the_sequence_form_equals_its_json() {
+    let json = r#"{
+      "name": "Deferred",
+      "description": "Waits between two steps.",
+      "root": { "kind": "sequence", "id": "root", "steps": [
+        { "kind": "task", "id": "start_step", "function": "start_step", "ports": ["done"] },
+        { "kind": "delay", "id": "after_1", "duration_ms": 5000 },
+        { "kind": "task", "id": "then", "function": "continue_step", "ports": ["done"] }
+      ] }
+    }"#;
+    let from_json = Definition::from_json(json).unwrap();
+    assert_eq!(*Deferred::definition(), from_json);
+    assert_eq!(Deferred::version(), from_json.fingerprint());
+    assert!(Deferred::registry().has_task("continue_step"));
+}
