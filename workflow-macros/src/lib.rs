@@ -5,7 +5,9 @@
 //! runtime runs on JSON definitions, so a bad transition is a compile error on the offending
 //! token.
 
+mod common;
 mod state_machine;
+mod workflow;
 
 use proc_macro::TokenStream;
 
@@ -13,4 +15,10 @@ use proc_macro::TokenStream;
 #[proc_macro_attribute]
 pub fn state_machine(args: TokenStream, item: TokenStream) -> TokenStream {
     state_machine::state_machine(args.into(), item.into()).into()
+}
+
+#[doc = include_str!("../docs/workflow.md")]
+#[proc_macro]
+pub fn workflow(input: TokenStream) -> TokenStream {
+    workflow::workflow(input.into()).into()
 }

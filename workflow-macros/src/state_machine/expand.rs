@@ -18,13 +18,15 @@
 
 use std::collections::HashSet;
 
-use proc_macro2::{Span, TokenStream};
-use quote::{quote, quote_spanned};
-use syn::spanned::Spanned;
+use proc_macro2::TokenStream;
+use quote::quote;
 use workflow_model::{Activity, Definition, State, StateMachine};
 
 use super::lower::base_id;
-use super::parse::{FnRef, Machine, TriggerDecl, existing_derives};
+use super::parse::{Machine, TriggerDecl};
+use crate::common::expand::push_const;
+use crate::common::parse::FnRef;
+use crate::common::parse::existing_derives;
 
 /// The emitted code. `definition` is `None` when there were errors (the stub).
 pub(crate) fn expand(machine: &Machine, definition: Option<&Definition>) -> TokenStream {
@@ -266,45 +268,6 @@ fn constants(machine: &Machine) -> TokenStream {
     out
 }
 
-fn push_const(
-    out: &mut TokenStream,
-    seen: &mut HashSet<String>,
-    prefix: &str,
-    value: &str,
-    doc: &str,
-) {
-    let name = format!("{prefix}_{}", screaming_snake(value));
-    if syn::parse_str::<syn::Ident>(&name).is_err() || !seen.insert(name.clone()) {
-        return;
-    }
-    let ident = syn::Ident::new(&name, Span::call_site());
-    let doc = format!("{doc} `{value}`.");
-    out.extend(quote! {
-        #[doc = #doc]
-        pub const #ident: &'static str = #value;
-    });
-}
-
-/// `pay` -> `PAY`, `ShipOrder_2` -> `SHIP_ORDER_2`.
-pub(crate) fn screaming_snake(value: &str) -> String {
-    let mut out = String::new();
-    let mut previous: Option<char> = None;
-    for c in value.chars() {
-        if !(c.is_ascii_alphanumeric() || c == '_') {
-            out.push('_');
-        } else {
-            if c.is_ascii_uppercase()
-                && previous.is_some_and(|p| p.is_ascii_lowercase() || p.is_ascii_digit())
-            {
-                out.push('_');
-            }
-            out.push(c.to_ascii_uppercase());
-        }
-        previous = Some(c);
-    }
-    out
-}
-
 /// Every user fn path, in declaration order.
 fn user_fns(machine: &Machine) -> Vec<&syn::Path> {
     let mut out = Vec::new();
@@ -352,14 +315,7 @@ fn registry(machine: &Machine) -> TokenStream {
         if !seen.insert(name.clone()) {
             continue;
         }
-        let path = &task.path;
-        let span = path.span();
-        let call = quote_spanned!(span=> #path(ctx).await);
-        calls.extend(quote! {
-            .task(#name, |ctx| ::std::boxed::Box::pin(async move {
-                #private::IntoTaskResult::into_task_result(#call)
-            }))
-        });
+        calls.extend(crate::common::expand::register_task(task));
     }
     let mut seen = HashSet::new();
     for (condition, payload) in conditions {
@@ -478,18 +434,5 @@ fn activity_tokens(activity: &Activity) -> TokenStream {
             );
             quote!(::core::compile_error!(#message))
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn constant_names() {
-        assert_eq!(screaming_snake("pay"), "PAY");
-        assert_eq!(screaming_snake("ShipOrder_2"), "SHIP_ORDER_2");
-        assert_eq!(screaming_snake("pay_again"), "PAY_AGAIN");
-        assert_eq!(screaming_snake("a-b"), "A_B");
     }
 }

@@ -15,75 +15,14 @@
 //! - the registry name of a user fn is its path as written (`send_confirmation`,
 //!   `orders::send`); an event's `payload` is left out (type names are not graph).
 
-use std::collections::HashMap;
-
-use proc_macro2::{Span, TokenStream};
 use quote::ToTokens;
 use syn::ext::IdentExt;
 use workflow_model::{
-    Activity, Definition, Delay, Event, Location, Segment, State, StateMachine, Task, Transition,
+    Activity, Definition, Delay, Event, Location, State, StateMachine, Task, Transition,
 };
 
 use super::parse::{Machine, StateDecl, TransitionDecl, TriggerDecl};
-
-/// From a model location to the tokens the user wrote for it.
-///
-/// An element the user did not write but the macro derived from another (a trigger id taken
-/// from the transition's name) is an *alias* of that one: a diagnostic on it lands on the same
-/// tokens, and the same rule is reported there once.
-#[derive(Default)]
-pub(crate) struct SpanTable {
-    tokens: HashMap<Location, TokenStream>,
-    aliases: HashMap<Location, Location>,
-}
-
-impl SpanTable {
-    fn insert(&mut self, at: Location, tokens: impl ToTokens) {
-        let tokens = tokens.into_token_stream();
-        if !tokens.is_empty() {
-            self.tokens.insert(at, tokens);
-        }
-    }
-
-    fn alias(&mut self, at: Location, of: Location) {
-        self.aliases.insert(at, of);
-    }
-
-    /// The recorded location `at` resolves to: itself, what it is an alias of, or its
-    /// closest recorded ancestor.
-    pub(crate) fn resolve(&self, at: &Location) -> Option<Location> {
-        if let Some(of) = self.aliases.get(at) {
-            return self.resolve(of);
-        }
-        let segments = at.segments();
-        (0..=segments.len())
-            .rev()
-            .map(|len| prefix(segments.get(..len).unwrap_or_default()))
-            .find(|candidate| self.tokens.contains_key(candidate))
-    }
-
-    /// The tokens of `at` (see [`SpanTable::resolve`]).
-    pub(crate) fn tokens_of(&self, at: &Location) -> Option<&TokenStream> {
-        self.resolve(at).and_then(|at| self.tokens.get(&at))
-    }
-
-    /// An error with `message` on the tokens of `at`.
-    pub(crate) fn error(&self, at: &Location, message: &str) -> syn::Error {
-        match self.tokens_of(at) {
-            Some(tokens) => syn::Error::new_spanned(tokens, message),
-            None => syn::Error::new(Span::call_site(), message),
-        }
-    }
-}
-
-fn prefix(segments: &[Segment]) -> Location {
-    segments
-        .iter()
-        .fold(Location::root(), |at, segment| match segment {
-            Segment::Field(name) => at.field(name.clone()),
-            Segment::Index(index) => at.index(*index),
-        })
-}
+use crate::common::SpanTable;
 
 /// The lowered machine.
 pub(crate) struct Lowered {
@@ -259,30 +198,17 @@ fn lower_trigger(
 /// `syntax_errors` tells that some declarations were dropped by a syntax error: reachability
 /// (SM-C5) is then not reported, since the dropped transition is the likely cause.
 pub(crate) fn validate(lowered: &Lowered, syntax_errors: bool) -> Option<syn::Error> {
-    let diagnostics = workflow_model::validate(&lowered.definition).err()?;
-    let mut all: Option<syn::Error> = None;
-    let mut reported = std::collections::HashSet::new();
-    for diagnostic in &diagnostics {
-        if syntax_errors && diagnostic.rule == "SM-C5" {
-            continue;
-        }
-        // A trigger id derived from a duplicate transition name is that same duplicate.
-        if !reported.insert((diagnostic.rule, lowered.spans.resolve(&diagnostic.at))) {
-            continue;
-        }
-        let error = lowered.spans.error(&diagnostic.at, &diagnostic.message);
-        match &mut all {
-            Some(all) => all.combine(error),
-            None => all = Some(error),
-        }
-    }
-    all
+    crate::common::spans::validate(&lowered.definition, &lowered.spans, |diagnostic| {
+        syntax_errors && diagnostic.rule == "SM-C5"
+    })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::state_machine::parse::{Errors, parse};
+    use crate::common::Errors;
+    use crate::state_machine::parse::parse;
+    use proc_macro2::TokenStream;
     use quote::quote;
 
     fn lower_tokens(args: TokenStream, item: TokenStream) -> Lowered {

@@ -10,12 +10,12 @@ use proc_macro2::TokenStream;
 /// The whole macro on token streams (testable without a compiler).
 pub(crate) fn state_machine(args: TokenStream, item: TokenStream) -> TokenStream {
     let output = expand_or_errors(args, item);
-    debug_print(&output);
+    crate::common::debug_print("#[state_machine]", &output);
     output
 }
 
 fn expand_or_errors(args: TokenStream, item: TokenStream) -> TokenStream {
-    let mut errors = parse::Errors::default();
+    let mut errors = crate::common::Errors::default();
     let machine = match parse::parse(args, item, &mut errors) {
         Ok(machine) => machine,
         Err(error) => {
@@ -38,14 +38,6 @@ fn expand_or_errors(args: TokenStream, item: TokenStream) -> TokenStream {
             output.extend(expand::expand(&machine, None));
             output
         }
-    }
-}
-
-/// `WORKFLOW_MACROS_DEBUG=1` prints every expansion to stderr.
-#[allow(clippy::print_stderr)] // printing is the point of this switch
-fn debug_print(output: &TokenStream) {
-    if std::env::var_os("WORKFLOW_MACROS_DEBUG").is_some_and(|v| v == "1") {
-        eprintln!("#[state_machine] expansion:\n{output}");
     }
 }
 

@@ -1,0 +1,46 @@
+//! Expansion helpers shared by the macros (hygienic: `::workflow_runtime::__private`, `::core`
+//! and `::std` only).
+
+use std::collections::HashSet;
+
+use proc_macro2::{Span, TokenStream};
+use quote::{quote, quote_spanned};
+use syn::spanned::Spanned;
+
+use super::parse::FnRef;
+
+/// `.task("name", ...)`: registers the user's async fn, the call spanned on the user's path so
+/// that a type error lands there.
+pub(crate) fn register_task(task: &FnRef) -> TokenStream {
+    let private = quote!(::workflow_runtime::__private);
+    let name = task.name();
+    let path = &task.path;
+    let span = path.span();
+    let call = quote_spanned!(span=> #path(ctx).await);
+    quote! {
+        .task(#name, |ctx| ::std::boxed::Box::pin(async move {
+            #private::IntoTaskResult::into_task_result(#call)
+        }))
+    }
+}
+
+/// `pub const {PREFIX}_{VALUE}: &str = "value";` unless a constant of that name was already
+/// emitted (the validator reports real duplicates) or the name is not an identifier.
+pub(crate) fn push_const(
+    out: &mut TokenStream,
+    seen: &mut HashSet<String>,
+    prefix: &str,
+    value: &str,
+    doc: &str,
+) {
+    let name = format!("{prefix}_{}", super::screaming_snake(value));
+    if syn::parse_str::<syn::Ident>(&name).is_err() || !seen.insert(name.clone()) {
+        return;
+    }
+    let ident = syn::Ident::new(&name, Span::call_site());
+    let doc = format!("{doc} `{value}`.");
+    out.extend(quote! {
+        #[doc = #doc]
+        pub const #ident: &'static str = #value;
+    });
+}

@@ -1,0 +1,241 @@
+//! Expansion: a unit struct implementing `Workflow`, all hygienic
+//! (`::workflow_runtime::__private::...`, `::core`, `::std` only).
+//!
+//! What is emitted for `pub workflow Expense(ExpenseData) { .. }`:
+//!
+//! - `pub struct Expense;` with the user's attributes (the doc comment), deriving `Debug`,
+//!   `Clone`, `Copy` and `Default` unless the user already derives them;
+//! - `impl Workflow for Expense` (`type Data = ExpenseData`; `name()`; `definition()` loaded
+//!   once from the JSON the macro computed; `version()` = the fingerprint computed at compile
+//!   time; `registry()` with every task (`registry.task`) and every decision or switch
+//!   condition (`registry.condition`), each call spanned on the user's path so that a type
+//!   error lands there);
+//! - inherent items: `NODES` (the top-level node ids in declaration order), `NODE_{ID}` for
+//!   each of them (in `SCREAMING_SNAKE_CASE`), `mermaid()` and `dot()` computed at compile time;
+//! - a check that each `workflow(Type)` child implements `Workflow`.
+//!
+//! With errors, the same items are emitted over an empty flowchart and an empty registry, so a
+//! mistake in the workflow does not cascade into unrelated errors.
+
+use std::collections::HashSet;
+
+use proc_macro2::TokenStream;
+use quote::{quote, quote_spanned};
+use syn::spanned::Spanned;
+use workflow_model::{Definition, Flowchart};
+
+use super::lower::{step_id, workflow_name};
+use super::parse::{Body, KindDecl, StepDecl, SubWorkflowRef, WorkflowDecl};
+use crate::common::expand::{push_const, register_task};
+use crate::common::parse::{FnRef, existing_derives};
+
+/// The emitted code. `definition` is `None` when there were errors (the stub).
+pub(crate) fn expand(decl: &WorkflowDecl, definition: Option<&Definition>) -> TokenStream {
+    let private = quote!(::workflow_runtime::__private);
+    let ident = &decl.ident;
+    let vis = &decl.vis;
+    let attrs = &decl.attrs;
+    let data = &decl.data;
+    let mut tasks = Vec::new();
+    let mut conditions = Vec::new();
+    let mut children = Vec::new();
+    let mut durations = Vec::new();
+    for kind in kinds(decl) {
+        collect(
+            kind,
+            &mut tasks,
+            &mut conditions,
+            &mut children,
+            &mut durations,
+        );
+    }
+    let stub;
+    let (definition, registry) = match definition {
+        Some(definition) => (definition, registry(&tasks, &conditions)),
+        None => {
+            stub = Definition::new(
+                workflow_name(decl),
+                Flowchart {
+                    id: "root".to_owned(),
+                    ..Flowchart::default()
+                },
+            );
+            // The fns are named but not registered: an unknown name is still reported (it is
+            // the user's mistake), a type mismatch is not (it may only echo another error).
+            let paths = tasks.iter().chain(&conditions).map(|f| &f.path);
+            (
+                &stub,
+                quote!({
+                    let _ = (#(#paths,)*);
+                    #private::Registry::new()
+                }),
+            )
+        }
+    };
+    let name = &definition.name;
+    let version = definition.fingerprint();
+    let mermaid = workflow_model::diagram::mermaid(definition);
+    let dot = workflow_model::diagram::dot(definition);
+    let json = definition.to_json_pretty();
+
+    let have = existing_derives(attrs);
+    let derives: Vec<TokenStream> = [
+        ("Debug", quote!(::core::fmt::Debug)),
+        ("Clone", quote!(::core::clone::Clone)),
+        ("Copy", quote!(::core::marker::Copy)),
+        ("Default", quote!(::core::default::Default)),
+    ]
+    .into_iter()
+    .filter(|(name, _)| !have.iter().any(|h| h == name))
+    .map(|(_, path)| path)
+    .collect();
+    let derive = (!derives.is_empty()).then(|| quote!(#[derive(#(#derives),*)]));
+
+    let (ids, consts) = node_constants(decl);
+    let children = children.into_iter().map(|path| {
+        let check = quote_spanned!(path.span()=> __is_workflow::<#path>);
+        quote! {
+            const _: () = {
+                fn __is_workflow<W: #private::Workflow>() {}
+                let _ = #check;
+            };
+        }
+    });
+    let durations = durations
+        .into_iter()
+        .map(|ty| quote!(const _: ::core::option::Option<#ty> = ::core::option::Option::None;));
+
+    quote! {
+        #(#attrs)*
+        #derive
+        #vis struct #ident;
+
+        #(#children)*
+        #(#durations)*
+
+        #[allow(dead_code)]
+        impl #ident {
+            /// The ids of the top-level nodes (or steps), in declaration order.
+            pub const NODES: &'static [&'static str] = &[#(#ids),*];
+            #consts
+
+            /// The workflow as a Mermaid flowchart, computed at compile time.
+            pub fn mermaid() -> &'static str {
+                #mermaid
+            }
+
+            /// The workflow as a Graphviz DOT digraph, computed at compile time.
+            pub fn dot() -> &'static str {
+                #dot
+            }
+        }
+
+        impl #private::Workflow for #ident {
+            type Data = #data;
+
+            fn name() -> &'static str {
+                #name
+            }
+
+            #[allow(clippy::panic)]
+            fn definition() -> &'static #private::model::Definition {
+                static DEFINITION: ::std::sync::OnceLock<#private::model::Definition> =
+                    ::std::sync::OnceLock::new();
+                DEFINITION.get_or_init(|| {
+                    match #private::serde_json::from_str::<#private::model::Definition>(#json) {
+                        ::core::result::Result::Ok(definition) => definition,
+                        ::core::result::Result::Err(error) => ::core::panic!(
+                            "internal error: the definition generated by `workflow!` does not load: {}",
+                            error
+                        ),
+                    }
+                })
+            }
+
+            fn version() -> &'static str {
+                #version
+            }
+
+            fn registry() -> #private::Registry<Self::Data> {
+                #registry
+            }
+        }
+    }
+}
+
+/// The kinds of the top-level nodes or steps.
+fn kinds(decl: &WorkflowDecl) -> Vec<&KindDecl> {
+    match &decl.body {
+        Body::Flowchart { nodes, .. } => nodes.iter().map(|n| &n.kind).collect(),
+        Body::Sequence { steps, .. } => steps.iter().map(|s| &s.kind).collect(),
+    }
+}
+
+/// The user fns, child workflow types and `Duration` types named by `kind` and its steps.
+fn collect<'a>(
+    kind: &'a KindDecl,
+    tasks: &mut Vec<&'a FnRef>,
+    conditions: &mut Vec<&'a FnRef>,
+    children: &mut Vec<&'a syn::Path>,
+    durations: &mut Vec<&'a syn::Path>,
+) {
+    match kind {
+        KindDecl::Task { function, .. } => tasks.push(function),
+        KindDecl::Decide { condition } => conditions.push(condition),
+        KindDecl::Switch { cases } => conditions.extend(cases.iter().map(|(_, c)| c)),
+        KindDecl::Workflow(SubWorkflowRef::Type(path)) => children.push(path),
+        KindDecl::After {
+            duration_type: Some(ty),
+            ..
+        } => durations.push(ty),
+        KindDecl::Sequence { steps } => {
+            for step in steps {
+                collect(&step.kind, tasks, conditions, children, durations);
+            }
+        }
+        _ => {}
+    }
+}
+
+/// `NODES` and `NODE_{ID}`; a constant that would repeat one already emitted is skipped (the
+/// validator reports real duplicates, FC-V1).
+fn node_constants(decl: &WorkflowDecl) -> (Vec<String>, TokenStream) {
+    let ids: Vec<String> = match &decl.body {
+        Body::Flowchart { nodes, .. } => nodes
+            .iter()
+            .map(|n| syn::ext::IdentExt::unraw(&n.id).to_string())
+            .collect(),
+        Body::Sequence { steps, .. } => steps
+            .iter()
+            .enumerate()
+            .map(|(i, s): (usize, &StepDecl)| step_id(s, i))
+            .collect(),
+    };
+    let mut seen = HashSet::new();
+    let mut out = TokenStream::new();
+    for id in &ids {
+        push_const(&mut out, &mut seen, "NODE", id, "The id of the node");
+    }
+    (ids, out)
+}
+
+/// The registry: each user fn once per name.
+fn registry(tasks: &[&FnRef], conditions: &[&FnRef]) -> TokenStream {
+    let private = quote!(::workflow_runtime::__private);
+    let mut seen = HashSet::new();
+    let mut calls = TokenStream::new();
+    for task in tasks {
+        if seen.insert(task.name()) {
+            calls.extend(register_task(task));
+        }
+    }
+    let mut seen = HashSet::new();
+    for condition in conditions {
+        let name = condition.name();
+        if seen.insert(name.clone()) {
+            let path = &condition.path;
+            calls.extend(quote_spanned!(path.span()=> .condition(#name, #path)));
+        }
+    }
+    quote!(#private::Registry::<Self::Data>::new() #calls)
+}

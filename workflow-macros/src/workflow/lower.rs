@@ -1,0 +1,400 @@
+//! Lowering: the parsed [`WorkflowDecl`] to a `workflow_model::Definition` plus a span table
+//! from each model [`Location`] to the user's tokens.
+//!
+//! Conventions (the same workflow written as JSON must follow them to get the same definition
+//! and fingerprint):
+//!
+//! - the definition's name is `#[workflow(name = "...")]`, else the type's ident; its
+//!   description is the doc comment, lines trimmed and joined with `\n`;
+//! - the root activity's id is `root`: a flowchart, or a sequence for the `= sequence [..]`
+//!   form;
+//! - a node's id is the ident before `=`; a task without a port list declares exactly
+//!   `["done"]` (FC-2), an event without one declares none (`done`);
+//! - a sequence step's id is its `id =`, else a task's fn name (the path's last ident), else
+//!   `{kind}_{index}` (`after_1`) with the 0-based position of the step;
+//! - the registry name of a user fn is its path as written (`submit_expense`,
+//!   `expenses::pay`); an event's `payload` is the type as written, without spaces
+//!   (`Decision`); a `workflow(Shipping)` child is named by the type's ident.
+
+use quote::ToTokens;
+use syn::ext::IdentExt;
+use workflow_model::{
+    Activity, Connection, Definition, Delay, End, Event, Fault, Finish, Flowchart, Fork, If, Join,
+    Location, Sequence, SubWorkflow, SubWorkflowMode, Switch, SwitchCase, SwitchMode, Task,
+};
+
+use super::parse::{Body, KindDecl, StepDecl, WorkflowDecl};
+use crate::common::SpanTable;
+
+/// The lowered workflow.
+pub(crate) struct Lowered {
+    pub(crate) definition: Definition,
+    pub(crate) spans: SpanTable,
+}
+
+/// The name of the workflow: `#[workflow(name = "...")]`, else the type's ident.
+pub(crate) fn workflow_name(decl: &WorkflowDecl) -> String {
+    match &decl.name {
+        Some(lit) => lit.value(),
+        None => decl.ident.unraw().to_string(),
+    }
+}
+
+/// Lowers `decl` to the model.
+pub(crate) fn lower(decl: &WorkflowDecl) -> Lowered {
+    let mut spans = SpanTable::default();
+    let top = Location::root();
+    let at = top.field("root");
+    spans.insert(top.clone(), &decl.ident);
+    spans.insert(
+        top.field("name"),
+        decl.name
+            .as_ref()
+            .map_or_else(|| decl.ident.to_token_stream(), ToTokens::into_token_stream),
+    );
+    spans.insert(at.clone(), &decl.ident);
+    let root: Activity = match &decl.body {
+        Body::Flowchart {
+            nodes,
+            starts,
+            connections,
+            ..
+        } => {
+            let mut chart = Flowchart {
+                id: "root".to_owned(),
+                ..Flowchart::default()
+            };
+            for (i, node) in nodes.iter().enumerate() {
+                let node_at = at.field("nodes").index(i);
+                spans.insert(node_at.clone(), &node.tokens);
+                spans.insert(node_at.field("id"), &node.id);
+                chart.nodes.push(lower_kind(
+                    &node.kind,
+                    node.id.unraw().to_string(),
+                    &node_at,
+                    &mut spans,
+                ));
+            }
+            for (i, start) in starts.iter().enumerate() {
+                if starts.len() == 1 {
+                    spans.insert(at.field("start"), start);
+                }
+                spans.insert(at.field("start").index(i), start);
+                chart.start.push(start.unraw().to_string());
+            }
+            for (i, connection) in connections.iter().enumerate() {
+                let c_at = at.field("connections").index(i);
+                spans.insert(c_at.clone(), &connection.tokens);
+                spans.insert(c_at.field("source"), &connection.source.node);
+                match &connection.source.port {
+                    Some(port) => spans.insert(c_at.field("port"), port),
+                    None => spans.insert(c_at.field("port"), &connection.source.node),
+                }
+                spans.insert(c_at.field("target"), &connection.target);
+                chart.connections.push(Connection::new(
+                    connection.source.node.unraw().to_string(),
+                    connection.source.port.as_ref().map_or_else(
+                        || workflow_model::DONE.to_owned(),
+                        |p| p.unraw().to_string(),
+                    ),
+                    connection.target.unraw().to_string(),
+                ));
+            }
+            chart.into()
+        }
+        Body::Sequence { steps, .. } => Sequence {
+            id: "root".to_owned(),
+            steps: lower_steps(steps, &at, &mut spans),
+        }
+        .into(),
+    };
+    let mut definition = Definition::new(workflow_name(decl), root);
+    definition.description = decl.description();
+    Lowered { definition, spans }
+}
+
+/// The id of the step at `index` (see the module docs).
+pub(crate) fn step_id(step: &StepDecl, index: usize) -> String {
+    match (&step.id, &step.kind) {
+        (Some(id), _) => id.unraw().to_string(),
+        (None, KindDecl::Task { function, .. }) => function
+            .path
+            .segments
+            .last()
+            .map(|s| s.ident.unraw().to_string())
+            .unwrap_or_default(),
+        (None, kind) => format!("{}_{index}", kind.keyword()),
+    }
+}
+
+fn lower_steps(steps: &[StepDecl], at: &Location, spans: &mut SpanTable) -> Vec<Activity> {
+    steps
+        .iter()
+        .enumerate()
+        .map(|(i, step)| {
+            let step_at = at.field("steps").index(i);
+            spans.insert(step_at.clone(), &step.tokens);
+            if let Some(id) = &step.id {
+                spans.insert(step_at.field("id"), id);
+            }
+            lower_kind(&step.kind, step_id(step, i), &step_at, spans)
+        })
+        .collect()
+}
+
+fn idents(list: &[syn::Ident]) -> Vec<String> {
+    list.iter().map(|p| p.unraw().to_string()).collect()
+}
+
+fn lower_kind(kind: &KindDecl, id: String, at: &Location, spans: &mut SpanTable) -> Activity {
+    match kind {
+        KindDecl::Task { function, ports } => {
+            spans.insert(at.field("function"), &function.path);
+            let ports = match ports {
+                Some(list) => {
+                    spans.insert(at.field("ports"), &list.tokens);
+                    for (j, port) in list.ports.iter().enumerate() {
+                        spans.insert(at.field("ports").index(j), port);
+                    }
+                    idents(&list.ports)
+                }
+                None => vec![workflow_model::DONE.to_owned()],
+            };
+            Task::new(id, function.name()).with_ports(ports).into()
+        }
+        KindDecl::Event {
+            payload,
+            name,
+            key,
+            trigger,
+            timeout,
+            ports,
+        } => {
+            spans.insert(at.field("event"), name);
+            let mut event = Event::new(id, name.value());
+            if let Some((key, tokens)) = key {
+                spans.insert(at.field("key"), tokens);
+                event.key = Some(key.clone());
+            }
+            event.payload = payload
+                .as_ref()
+                .map(|ty| ty.to_token_stream().to_string().replace(' ', ""));
+            event.trigger = *trigger;
+            event.deadline_ms = *timeout;
+            if let Some(list) = ports {
+                spans.insert(at.field("ports"), &list.tokens);
+                for (j, port) in list.ports.iter().enumerate() {
+                    spans.insert(at.field("ports").index(j), port);
+                }
+                event.ports = Some(idents(&list.ports));
+            }
+            event.into()
+        }
+        KindDecl::After { millis, .. } => Delay::new(id, *millis).into(),
+        KindDecl::Decide { condition } => {
+            spans.insert(at.field("condition"), &condition.path);
+            If {
+                id,
+                condition: condition.name(),
+                then: None,
+                r#else: None,
+            }
+            .into()
+        }
+        KindDecl::Switch { cases } => {
+            let cases = cases
+                .iter()
+                .enumerate()
+                .map(|(j, (label, condition))| {
+                    let case_at = at.field("cases").index(j);
+                    spans.insert(case_at.field("label"), label);
+                    spans.insert(case_at.field("condition"), &condition.path);
+                    SwitchCase {
+                        label: label.unraw().to_string(),
+                        condition: condition.name(),
+                        body: None,
+                    }
+                })
+                .collect();
+            Switch {
+                id,
+                cases,
+                mode: SwitchMode::First,
+                default: None,
+            }
+            .into()
+        }
+        KindDecl::Fork { tokens, branches } => {
+            spans.insert(at.field("branches"), tokens);
+            for (j, branch) in branches.iter().enumerate() {
+                spans.insert(at.field("branches").index(j), branch);
+            }
+            Fork {
+                id,
+                branches: idents(branches),
+            }
+            .into()
+        }
+        KindDecl::Join { mode } => Join { id, mode: *mode }.into(),
+        KindDecl::End => End::new(id).into(),
+        KindDecl::Finish => Finish { id, output: None }.into(),
+        KindDecl::Fault { code, message } => Fault {
+            id,
+            code: code.value(),
+            message: message.as_ref().map(syn::LitStr::value).unwrap_or_default(),
+        }
+        .into(),
+        KindDecl::Workflow(child) => {
+            spans.insert(at.field("workflow"), child.tokens());
+            SubWorkflow {
+                id,
+                workflow: child.name(),
+                input: None,
+                assign: None,
+                mode: SubWorkflowMode::Wait,
+                deadline_ms: None,
+            }
+            .into()
+        }
+        KindDecl::Sequence { steps } => Sequence {
+            id,
+            steps: lower_steps(steps, at, spans),
+        }
+        .into(),
+    }
+}
+
+/// Runs the shared validator; every diagnostic becomes an error on the user's tokens.
+/// `syntax_errors` tells that some statements were dropped by a syntax error: the graph rules
+/// (unreachable nodes, joins, loops) and "no start" are then not reported, since the dropped
+/// statement is the likely cause.
+/// A node whose declaration had a syntax error (`broken`) is not reported as unknown either.
+pub(crate) fn validate(
+    lowered: &Lowered,
+    syntax_errors: bool,
+    broken: &[String],
+) -> Option<syn::Error> {
+    crate::common::spans::validate(&lowered.definition, &lowered.spans, |diagnostic| {
+        let graph = matches!(
+            diagnostic.rule,
+            "FC-V7" | "FC-V8" | "FC-V9" | "FC-V11" | "FC-V12" | "FC-V13"
+        );
+        let unknown_broken = diagnostic.rule == "FC-V2"
+            && broken.iter().any(|id| {
+                diagnostic
+                    .message
+                    .starts_with(&format!("unknown node `{id}`"))
+            });
+        syntax_errors && (graph || unknown_broken)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::common::Errors;
+    use crate::workflow::parse::parse;
+    use proc_macro2::TokenStream;
+    use quote::quote;
+
+    fn lower_tokens(input: TokenStream) -> Lowered {
+        let mut errors = Errors::default();
+        let decl = parse(input, &mut errors).unwrap();
+        assert!(errors.is_empty());
+        lower(&decl)
+    }
+
+    fn expense() -> Lowered {
+        lower_tokens(quote! {
+            /// Expense approval.
+            pub workflow Expense(ExpenseData) {
+                submit  = task(submit_expense);
+                review  = task(auto_review) -> [approved, rejected, manual];
+                manager = event::<Decision>("expense.decision").key(expense_id) -> [approved, rejected];
+                pay     = task(pay_out);
+                reject  = task(notify_rejected);
+
+                start -> submit -> review;
+                review.approved -> pay;   review.rejected -> reject;   review.manual -> manager;
+                manager.approved -> pay;  manager.rejected -> reject;
+            }
+        })
+    }
+
+    #[test]
+    fn lowers_the_expense_flowchart_to_the_json_of_the_docs() {
+        let json = include_str!("../../../workflow-model/docs/expense.json");
+        assert_eq!(expense().definition, Definition::from_json(json).unwrap());
+    }
+
+    #[test]
+    fn span_table_points_at_ports_targets_and_the_start() {
+        let lowered = expense();
+        let root = Location::root().field("root");
+        let tokens = |at: Location| lowered.spans.tokens_of(&at).unwrap().to_string();
+        let second = root.field("connections").index(1);
+        assert_eq!(tokens(second.field("port")), "approved");
+        assert_eq!(tokens(second.field("target")), "pay");
+        assert_eq!(tokens(second.clone()), "review . approved -> pay");
+        // `review -> ...` without a port: the port's diagnostics land on the source node.
+        let first = root.field("connections").index(0);
+        assert_eq!(tokens(first.field("port")), "submit");
+        // A single start is `/root/start` (FC-V2 on the start), several are `/root/start/i`.
+        assert_eq!(tokens(root.field("start")), "submit");
+        assert_eq!(tokens(root.field("start").index(0)), "submit");
+        let manager = root.field("nodes").index(2);
+        assert_eq!(tokens(manager.field("id")), "manager");
+        assert_eq!(tokens(manager.field("ports").index(1)), "rejected");
+        assert_eq!(tokens(manager.field("event")), "\"expense.decision\"");
+        assert_eq!(tokens(Location::root().field("name")), "Expense");
+    }
+
+    #[test]
+    fn lowers_every_kind_with_the_id_conventions() {
+        let lowered = lower_tokens(quote! {
+            #[workflow(name = "Kinds")]
+            workflow K(D) {
+                check = decide(rules::is_large);
+                route = switch { high: is_high, r#low: is_low };
+                split = fork [left, right];
+                merge = join(all);
+                done  = end;
+                stop  = finish;
+                fail  = fault("rejected");
+                child = workflow(shipping::Shipping);
+                wait  = event("go").timeout(mins(5)).trigger();
+                later = sequence [task(audit), after(secs(5)), fault("x", "y"), again = task(audit)];
+            }
+        });
+        let definition = &lowered.definition;
+        assert_eq!(definition.name, "Kinds");
+        assert_eq!(definition.description, None);
+        let Activity::Flowchart(chart) = &definition.root else {
+            panic!("a flowchart")
+        };
+        let json = |i: usize| {
+            let node = chart.nodes.get(i).unwrap().clone();
+            Definition::new("x", node).to_json_pretty()
+        };
+        assert!(json(0).contains(r#""condition": "rules::is_large""#));
+        assert!(json(1).contains(r#""label": "low""#));
+        assert_eq!(
+            chart.nodes[1].ports(),
+            workflow_model::Ports::Declared(vec!["high", "low", "default"])
+        );
+        assert!(json(3).contains(r#""mode": "all""#));
+        assert!(json(6).contains(r#""code": "rejected""#));
+        assert!(json(7).contains(r#""workflow": "Shipping""#));
+        let Activity::Event(wait) = &chart.nodes[8] else {
+            panic!("an event")
+        };
+        assert!(wait.trigger);
+        assert_eq!(wait.deadline_ms, Some(300_000));
+        assert_eq!(wait.ports, None);
+        let Activity::Sequence(later) = &chart.nodes[9] else {
+            panic!("a sequence")
+        };
+        let ids: Vec<&str> = later.steps.iter().map(Activity::id).collect();
+        assert_eq!(ids, ["audit", "after_1", "fault_2", "again"]);
+    }
+}
