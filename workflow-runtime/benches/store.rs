@@ -1,0 +1,2 @@
+//! Store benchmark (placeholder).
+fn main() {}

@@ -1,0 +1,1162 @@
+//! Durable storage: one async [`Store`] trait and its backends (`spec/store.md`).
+//!
+//! Everything durable goes through [`Store`]: instances guarded by an optimistic version and a
+//! lease fencing token (ST-13, ST-14), bookmarks indexed by stimulus hash (ST-6), triggers
+//! (ST-7), the stimulus queue and its dead letters (ST-8), timers by due time (ST-9), the
+//! journal (ST-10), receipts (ST-12) and leases (ST-11).
+//!
+//! Two backends implement it: [`MemoryStore`] (always compiled, not durable) and, behind the
+//! default feature `sqlite`, [`SqliteStore`] (one file, WAL, one writer thread with group
+//! commit, library-owned migrations).
+//!
+//! # Design notes
+//!
+//! * **Object safety (ST-1).** Every method returns a [`BoxFuture`] whose lifetime is tied to
+//!   `&self` only: arguments are borrowed for the call and copied by the backend before the
+//!   future is built. The trait is therefore `dyn`-compatible without helper crates, and an
+//!   `Arc<dyn Store>` can be cloned into any task. `async fn` in traits is not used because it
+//!   is not object-safe.
+//! * **Opaque state (ST-1, ST-19).** The store never interprets the instance state document
+//!   beyond its top-level `"format"` integer: the engine passes a [`serde_json::Value`] and the
+//!   indexed columns (status, sub-status, definition, correlation id, times) separately.
+//!   Backends keep the document *encoded* (JSON text), so a load always exercises decoding
+//!   (ST-25) and a corrupted row fails alone with [`StoreError::Decode`] (ST-22).
+//! * **Time is passed in (ST-3).** Every time-dependent operation takes `now` as
+//!   [`Micros`] (UTC microseconds since the Unix epoch, ST-23); no backend reads a clock.
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+pub(crate) use crate::registry::BoxFuture;
+
+mod memory;
+#[cfg(feature = "sqlite")]
+mod sqlite;
+
+#[cfg(feature = "test-support")]
+pub mod conformance;
+
+pub use memory::MemoryStore;
+#[cfg(feature = "sqlite")]
+pub use sqlite::{MigrateMode, SqliteOptions, SqliteStore, Synchronous};
+
+/// A UTC instant as integer microseconds since the Unix epoch (ST-23), or a duration in
+/// microseconds where a parameter says so (`ttl`).
+pub type Micros = i64;
+
+/// The state-document format this library writes and the newest it reads (ST-19).
+pub const STATE_FORMAT: u64 = 1;
+
+/// The default limit on an encoded state document: 16 MiB (ST-24).
+pub const DEFAULT_MAX_STATE_BYTES: usize = 16 * 1024 * 1024;
+
+/// The largest journal detail kept as is; longer ones are replaced by a marker (ST-10).
+pub const MAX_JOURNAL_DETAIL_BYTES: usize = 64 * 1024;
+
+/// The result of every store operation.
+pub type StoreResult<T> = Result<T, StoreError>;
+
+/// Everything a store operation can fail with (ST-4). Each variant names what it is about.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum StoreError {
+    /// The commit named a version the instance no longer has (ST-13). Nothing was written.
+    #[error("instance {instance}: version conflict (expected {expected}, found {actual})")]
+    Conflict {
+        /// The instance.
+        instance: String,
+        /// The version the caller read.
+        expected: u64,
+        /// The version stored now.
+        actual: u64,
+    },
+    /// The commit carried a receipt the instance already has (ST-16, RT-19): the stimulus was
+    /// applied by another run. Nothing was written. Treated like a [`StoreError::Conflict`] by
+    /// [`StoreError::is_conflict`].
+    #[error("instance {instance}: stimulus {stimulus_id} already applied (receipt exists)")]
+    ReceiptExists {
+        /// The instance.
+        instance: String,
+        /// The stimulus whose receipt exists.
+        stimulus_id: String,
+    },
+    /// The lease token presented is not the current one (ST-14). Nothing was written.
+    #[error("{resource}: lease token {token} is fenced (current token {current})")]
+    Fenced {
+        /// `instance:<id>` or `lease:<name>`.
+        resource: String,
+        /// The token presented.
+        token: u64,
+        /// The current token (0 when none was ever issued).
+        current: u64,
+    },
+    /// The row does not exist.
+    #[error("{what} {id} not found")]
+    NotFound {
+        /// The kind of row (`instance`, `queue item`, ...).
+        what: &'static str,
+        /// Its id.
+        id: String,
+    },
+    /// A row with this id exists already (C-2). Nothing was written.
+    #[error("{what} {id} already exists")]
+    AlreadyExists {
+        /// The kind of row.
+        what: &'static str,
+        /// Its id.
+        id: String,
+    },
+    /// A live lease is held by someone else (ST-14). Transient.
+    #[error("{resource}: lease held by {holder} until {until}")]
+    LeaseHeld {
+        /// `instance:<id>` or `lease:<name>`.
+        resource: String,
+        /// The current holder.
+        holder: String,
+        /// When the lease expires (µs since the epoch).
+        until: Micros,
+    },
+    /// A stored row could not be decoded (ST-22). Only that row is affected.
+    #[error("{what} {id}: cannot decode {path}: {message}")]
+    Decode {
+        /// The kind of row.
+        what: &'static str,
+        /// Its id.
+        id: String,
+        /// The column or JSON path that failed.
+        path: String,
+        /// The decoder's message.
+        message: String,
+    },
+    /// A state document written by a newer library (ST-19); the row is left untouched.
+    #[error("{what} {id}: format {found} is newer than the supported {supported}")]
+    FormatTooNew {
+        /// The kind of row.
+        what: &'static str,
+        /// Its id.
+        id: String,
+        /// The format found.
+        found: u64,
+        /// The newest format this library reads.
+        supported: u64,
+    },
+    /// The database schema is newer than this library (ST-28); the store does not open.
+    #[error("schema version {found} is newer than the supported {supported}")]
+    SchemaTooNew {
+        /// The schema version found.
+        found: u32,
+        /// The newest version this library knows.
+        supported: u32,
+    },
+    /// Migrations are pending and the store was opened with `CheckOnly` (ST-28).
+    #[error("schema version {found} is older than the required {required}")]
+    SchemaOutdated {
+        /// The schema version found.
+        found: u32,
+        /// The version this library requires.
+        required: u32,
+    },
+    /// An applied migration differs from the one embedded in this library (ST-28).
+    #[error("migration {version}: checksum differs from the embedded migration")]
+    MigrationChecksumMismatch {
+        /// The migration's version.
+        version: u32,
+    },
+    /// A value exceeds its limit (ST-24). Nothing was written.
+    #[error("{what} is too large: {size} bytes, limit {limit}")]
+    TooLarge {
+        /// What was too large (`state`).
+        what: &'static str,
+        /// Its size in bytes.
+        size: usize,
+        /// The limit in bytes.
+        limit: usize,
+    },
+    /// The operation needs a final instance (ST-32). Nothing was removed.
+    #[error("instance {instance} is {status}, not final")]
+    NotTerminal {
+        /// The instance.
+        instance: String,
+        /// Its status.
+        status: InstanceStatus,
+    },
+    /// A caller-supplied value is invalid (ST-23).
+    #[error("invalid {what}: {reason}")]
+    Invalid {
+        /// What was invalid (`instance_id`, `state`, ...).
+        what: &'static str,
+        /// Why.
+        reason: String,
+    },
+    /// The backend failed (I/O, connection, closed store). Transient; nothing partial was
+    /// written (ST-16).
+    #[error("store unavailable: {message}")]
+    Unavailable {
+        /// The underlying error's message.
+        message: String,
+    },
+}
+
+impl StoreError {
+    /// Whether retrying the same operation later may succeed (ST-4): only
+    /// [`StoreError::Unavailable`] and [`StoreError::LeaseHeld`].
+    pub fn is_transient(&self) -> bool {
+        matches!(self, Self::Unavailable { .. } | Self::LeaseHeld { .. })
+    }
+
+    /// Whether another run has moved the instance on ([`StoreError::Conflict`] or
+    /// [`StoreError::ReceiptExists`]): the caller discards its state (ENG-29).
+    pub fn is_conflict(&self) -> bool {
+        matches!(self, Self::Conflict { .. } | Self::ReceiptExists { .. })
+    }
+
+    pub(crate) fn unavailable(message: impl fmt::Display) -> Self {
+        Self::Unavailable {
+            message: message.to_string(),
+        }
+    }
+}
+
+/// An instance's status (ENG-2). Stored as its lower-case name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum InstanceStatus {
+    /// Runnable or being run.
+    Running,
+    /// Waiting, paused or stalled.
+    Suspended,
+    /// Failed for good; not final (FLT-7).
+    Faulted,
+    /// Completed: final.
+    Finished,
+    /// Cancelled: final.
+    Cancelled,
+}
+
+impl InstanceStatus {
+    /// The stored name (`"running"`, ...).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Running => "running",
+            Self::Suspended => "suspended",
+            Self::Faulted => "faulted",
+            Self::Finished => "finished",
+            Self::Cancelled => "cancelled",
+        }
+    }
+
+    /// Parses a stored name.
+    pub fn parse(name: &str) -> Option<Self> {
+        Some(match name {
+            "running" => Self::Running,
+            "suspended" => Self::Suspended,
+            "faulted" => Self::Faulted,
+            "finished" => Self::Finished,
+            "cancelled" => Self::Cancelled,
+            _ => return None,
+        })
+    }
+
+    /// `Finished` and `Cancelled` are final (ENG-2, ST-32).
+    pub fn is_final(self) -> bool {
+        matches!(self, Self::Finished | Self::Cancelled)
+    }
+}
+
+impl fmt::Display for InstanceStatus {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// An instance's sub-status (ENG-2). Stored as its lower-case name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SubStatus {
+    /// Created, never executed.
+    Pending,
+    /// A run holds the lease; after a crash: interrupted.
+    Executing,
+    /// Waiting on at least one bookmark.
+    Waiting,
+    /// Paused by an operator.
+    Paused,
+    /// No bookmark and no queued work.
+    Stalled,
+}
+
+impl SubStatus {
+    /// The stored name (`"pending"`, ...).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Pending => "pending",
+            Self::Executing => "executing",
+            Self::Waiting => "waiting",
+            Self::Paused => "paused",
+            Self::Stalled => "stalled",
+        }
+    }
+
+    /// Parses a stored name.
+    pub fn parse(name: &str) -> Option<Self> {
+        Some(match name {
+            "pending" => Self::Pending,
+            "executing" => Self::Executing,
+            "waiting" => Self::Waiting,
+            "paused" => Self::Paused,
+            "stalled" => Self::Stalled,
+            _ => return None,
+        })
+    }
+}
+
+/// A pending operator action on an instance (ST-5, C-29).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ControlRequest {
+    /// What is requested.
+    pub kind: ControlKind,
+    /// Why, for the journal and operators.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
+/// The kind of a [`ControlRequest`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ControlKind {
+    /// Cancel the instance.
+    Cancel,
+    /// Suspend (pause) the instance.
+    Suspend,
+}
+
+/// A lease granted to its holder (ST-14).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Lease {
+    /// The fencing token: one more than the last token ever issued for the resource.
+    pub token: u64,
+    /// When the lease expires unless renewed (wall-clock µs).
+    pub expires_at: Micros,
+}
+
+/// The lease currently recorded on an instance row.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeaseState {
+    /// Who holds it.
+    pub owner: String,
+    /// Its fencing token.
+    pub token: u64,
+    /// When it expires.
+    pub expires_at: Micros,
+}
+
+/// The result of a lease renewal: the extended lease and any pending control request (ST-14).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Renewal {
+    /// The extended lease (same token).
+    pub lease: Lease,
+    /// A pending cancel or suspend request, if any.
+    pub control_request: Option<ControlRequest>,
+}
+
+/// An instance to create (ST-5, ST-17), at version 1.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NewInstance {
+    /// Caller-supplied or generated id: 1 to 128 bytes of `[A-Za-z0-9._:-]` (ST-23).
+    pub instance_id: String,
+    /// The definition's name.
+    pub definition_name: String,
+    /// The definition's version fingerprint.
+    pub definition_version: String,
+    /// Initial status (usually `Running`).
+    pub status: InstanceStatus,
+    /// Initial sub-status (usually `Pending`).
+    pub sub_status: Option<SubStatus>,
+    /// Optional correlation id.
+    pub correlation_id: Option<String>,
+    /// Send time of the stimulus that started it, or of the start call.
+    pub origin_at: Micros,
+    /// Creation time; also the first `updated_at`.
+    pub created_at: Micros,
+    /// The opaque state document, a JSON object with a top-level `"format"` (ST-19).
+    pub state: Value,
+    /// A receipt `(instance_id, stimulus_id)` to write in the same operation (RT-19).
+    pub receipt: Option<String>,
+    /// A queue item consumed by this creation, deleted in the same operation (ST-17).
+    pub consumed_queue_item: Option<String>,
+}
+
+/// An instance as loaded: its columns and its state document, from one snapshot (ST-13).
+#[derive(Debug, Clone, PartialEq)]
+pub struct InstanceRecord {
+    /// The instance id.
+    pub instance_id: String,
+    /// The definition's name.
+    pub definition_name: String,
+    /// The definition's version fingerprint.
+    pub definition_version: String,
+    /// Status.
+    pub status: InstanceStatus,
+    /// Sub-status.
+    pub sub_status: Option<SubStatus>,
+    /// Correlation id.
+    pub correlation_id: Option<String>,
+    /// Optimistic version: 1 at creation, +1 per commit.
+    pub version: u64,
+    /// The lease, if one is held (possibly expired).
+    pub lease: Option<LeaseState>,
+    /// A pending control request.
+    pub control_request: Option<ControlRequest>,
+    /// Origin time.
+    pub origin_at: Micros,
+    /// Creation time.
+    pub created_at: Micros,
+    /// Time of the last commit.
+    pub updated_at: Micros,
+    /// When it became final.
+    pub finished_at: Option<Micros>,
+    /// The state document.
+    pub state: Value,
+}
+
+/// A bookmark to index, as carried by a commit (ENG-19, ST-6).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewBookmark {
+    /// Bookmark id (a ULID).
+    pub bookmark_id: String,
+    /// Stimulus hash (RT-5).
+    pub hash: String,
+    /// Stimulus name.
+    pub name: String,
+    /// Owning node.
+    pub node_id: String,
+    /// Owning context.
+    pub context_id: u64,
+    /// Look-back instant (RT-30), if any.
+    pub look_back: Option<Micros>,
+    /// Creation time.
+    pub created_at: Micros,
+}
+
+/// An indexed bookmark row (ST-6).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BookmarkRow {
+    /// Bookmark id.
+    pub bookmark_id: String,
+    /// Its instance.
+    pub instance_id: String,
+    /// Stimulus hash.
+    pub hash: String,
+    /// Stimulus name.
+    pub name: String,
+    /// Owning node.
+    pub node_id: String,
+    /// Owning context.
+    pub context_id: u64,
+    /// The instance's correlation id (copied, kept in sync by commits, C-10).
+    pub correlation_id: Option<String>,
+    /// The instance's definition name.
+    pub definition_name: String,
+    /// The instance's definition version.
+    pub definition_version: String,
+    /// Look-back instant.
+    pub look_back: Option<Micros>,
+    /// Creation time.
+    pub created_at: Micros,
+}
+
+/// A bookmark lookup by hash (C-8): rows in `(created_at, bookmark_id)` order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BookmarkQuery {
+    /// The stimulus hash.
+    pub hash: String,
+    /// Only this instance's bookmarks.
+    pub instance_id: Option<String>,
+    /// Only bookmarks with this correlation id.
+    pub correlation_id: Option<String>,
+    /// Only this bookmark.
+    pub bookmark_id: Option<String>,
+    /// Keyset: only rows after this `(created_at, bookmark_id)`.
+    pub after: Option<(Micros, String)>,
+    /// Page size.
+    pub limit: usize,
+}
+
+impl BookmarkQuery {
+    /// All bookmarks with `hash`, first page of `limit`.
+    pub fn by_hash(hash: impl Into<String>, limit: usize) -> Self {
+        Self {
+            hash: hash.into(),
+            instance_id: None,
+            correlation_id: None,
+            bookmark_id: None,
+            after: None,
+            limit,
+        }
+    }
+}
+
+/// A timer to insert with a commit (ST-9).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewTimer {
+    /// Timer id (the bookmark id of the delay).
+    pub timer_id: String,
+    /// Its kind (`"delay"`, `"retry"`, ...).
+    pub kind: String,
+    /// When it is due.
+    pub due_at: Micros,
+}
+
+/// A timer row (ST-9).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TimerRow {
+    /// Timer id.
+    pub timer_id: String,
+    /// Its instance (none for a trigger schedule).
+    pub instance_id: Option<String>,
+    /// Its kind.
+    pub kind: String,
+    /// When it is due.
+    pub due_at: Micros,
+    /// Parked timers are never claimed (TM-10).
+    pub parked: bool,
+}
+
+/// A journal entry to append with a commit (ST-10).
+#[derive(Debug, Clone, PartialEq)]
+pub struct NewJournalEntry {
+    /// When it happened.
+    pub at: Micros,
+    /// Its kind.
+    pub kind: String,
+    /// The context concerned.
+    pub context_id: Option<u64>,
+    /// The node concerned.
+    pub node_id: Option<String>,
+    /// Details; more than 64 KiB of JSON is replaced by a truncation marker.
+    pub detail: Value,
+}
+
+/// A stored journal entry.
+#[derive(Debug, Clone, PartialEq)]
+pub struct JournalEntry {
+    /// Sequence number within the instance, from 1.
+    pub seq: u64,
+    /// When it happened.
+    pub at: Micros,
+    /// Its kind.
+    pub kind: String,
+    /// The context concerned.
+    pub context_id: Option<u64>,
+    /// The node concerned.
+    pub node_id: Option<String>,
+    /// Details.
+    pub detail: Value,
+}
+
+/// One commit of one instance (ST-16, ENG-28): applied entirely or not at all.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Commit {
+    /// The instance.
+    pub instance_id: String,
+    /// The version the caller loaded (ST-13).
+    pub expected_version: u64,
+    /// The caller's lease token (ST-14).
+    pub lease_token: u64,
+    /// Commit time: the new `updated_at` (and `finished_at` for a final status).
+    pub now: Micros,
+    /// The new state document.
+    pub state: Value,
+    /// The new status.
+    pub status: InstanceStatus,
+    /// The new sub-status.
+    pub sub_status: Option<SubStatus>,
+    /// The correlation id after this commit (rewritten on the bookmark rows if changed).
+    pub correlation_id: Option<String>,
+    /// Clear the honoured control request.
+    pub clear_control_request: bool,
+    /// Release the lease in the same operation.
+    pub release_lease: bool,
+    /// Bookmarks to index.
+    pub bookmarks_added: Vec<NewBookmark>,
+    /// Bookmark ids to remove.
+    pub bookmarks_removed: Vec<String>,
+    /// Timers to insert.
+    pub timers_added: Vec<NewTimer>,
+    /// Timer ids to delete.
+    pub timers_removed: Vec<String>,
+    /// `Some(true)` parks all the instance's timers, `Some(false)` unparks them (TM-10).
+    pub timers_parked: Option<bool>,
+    /// Journal entries to append.
+    pub journal: Vec<NewJournalEntry>,
+    /// Receipts (stimulus ids) to write; an existing one fails the commit (RT-19).
+    pub receipts: Vec<String>,
+    /// Queue items consumed by this run, deleted in the commit (RT-19).
+    pub consumed_queue_items: Vec<String>,
+}
+
+impl Commit {
+    /// A commit writing `state` with the given status and nothing else; fill in the diffs.
+    /// The correlation id starts as `None`: set it to the instance's.
+    pub fn new(
+        instance_id: impl Into<String>,
+        expected_version: u64,
+        lease_token: u64,
+        now: Micros,
+        state: Value,
+        status: InstanceStatus,
+        sub_status: Option<SubStatus>,
+    ) -> Self {
+        Self {
+            instance_id: instance_id.into(),
+            expected_version,
+            lease_token,
+            now,
+            state,
+            status,
+            sub_status,
+            correlation_id: None,
+            clear_control_request: false,
+            release_lease: false,
+            bookmarks_added: Vec::new(),
+            bookmarks_removed: Vec::new(),
+            timers_added: Vec::new(),
+            timers_removed: Vec::new(),
+            timers_parked: None,
+            journal: Vec::new(),
+            receipts: Vec::new(),
+            consumed_queue_items: Vec::new(),
+        }
+    }
+}
+
+/// An event trigger row of a definition (ST-7).
+#[derive(Debug, Clone, PartialEq)]
+pub struct TriggerRow {
+    /// The definition's name.
+    pub definition_name: String,
+    /// The definition's version.
+    pub definition_version: String,
+    /// The trigger node.
+    pub node_id: String,
+    /// Stimulus hash.
+    pub hash: String,
+    /// Stimulus name.
+    pub name: String,
+    /// Key, for display.
+    pub key_display: Option<String>,
+    /// Trigger settings.
+    pub payload: Value,
+    /// Activation strategy (RT-15), opaque to the store.
+    pub activation: Value,
+    /// When it was registered. Not compared by [`Store::replace_triggers`].
+    pub registered_at: Micros,
+}
+
+/// What [`Store::replace_triggers`] changed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct TriggerDiff {
+    /// Rows inserted or changed.
+    pub added: usize,
+    /// Rows deleted.
+    pub removed: usize,
+    /// Rows left as they were.
+    pub unchanged: usize,
+}
+
+/// A stimulus queue item (RT-25, ST-8).
+#[derive(Debug, Clone, PartialEq)]
+pub struct QueueItem {
+    /// Item id (a ULID).
+    pub item_id: String,
+    /// The stimulus id, kept across replays so receipts still apply.
+    pub stimulus_id: String,
+    /// Stimulus name.
+    pub name: String,
+    /// Stimulus hash.
+    pub hash: String,
+    /// Key, for display.
+    pub key_display: Option<String>,
+    /// Payload.
+    pub payload: Value,
+    /// Correlation id.
+    pub correlation_id: Option<String>,
+    /// The send's targets (instance id, bookmark ids, scope), opaque to the store.
+    pub targets: Value,
+    /// When it was sent.
+    pub sent_at: Micros,
+    /// When it was enqueued.
+    pub enqueued_at: Micros,
+    /// When it expires (unless held).
+    pub expires_at: Micros,
+    /// Failed delivery attempts.
+    pub attempts: u32,
+    /// The last delivery error.
+    pub last_error: Option<String>,
+    /// When delivery was last attempted.
+    pub last_attempt_at: Option<Micros>,
+    /// Held items do not expire (RT-28).
+    pub held: bool,
+    /// The send's idempotency key.
+    pub idempotency_key: Option<String>,
+}
+
+/// Why an item became a dead letter (ST-8).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum DeadLetterReason {
+    /// Its TTL passed.
+    Expired,
+    /// Its attempts reached the maximum.
+    Failed,
+    /// It was rejected.
+    Rejected,
+}
+
+impl DeadLetterReason {
+    /// The stored name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Expired => "expired",
+            Self::Failed => "failed",
+            Self::Rejected => "rejected",
+        }
+    }
+
+    /// Parses a stored name.
+    pub fn parse(name: &str) -> Option<Self> {
+        Some(match name {
+            "expired" => Self::Expired,
+            "failed" => Self::Failed,
+            "rejected" => Self::Rejected,
+            _ => return None,
+        })
+    }
+}
+
+/// A dead letter: the item as it was, and why it died (ST-8). Keyed by the original item id,
+/// so moving an item twice stores one dead letter (C-17).
+#[derive(Debug, Clone, PartialEq)]
+pub struct DeadLetter {
+    /// The item, with its original id.
+    pub item: QueueItem,
+    /// Why it died.
+    pub reason: DeadLetterReason,
+    /// The error, for `Failed` and `Rejected`.
+    pub error: Option<String>,
+    /// When it died.
+    pub dead_at: Micros,
+}
+
+/// What [`Store::record_queue_failure`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum QueueFailure {
+    /// The item stays queued with this many attempts; its claim is released.
+    Retry {
+        /// Attempts so far.
+        attempts: u32,
+    },
+    /// The attempts reached the maximum: the item is now a dead letter `Failed`.
+    DeadLettered,
+}
+
+/// An instance claimed by [`Store::claim_runnable`], with the lease acquired for it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClaimedInstance {
+    /// The instance.
+    pub instance_id: String,
+    /// Its sub-status (`Executing` means interrupted, ENG-2).
+    pub sub_status: Option<SubStatus>,
+    /// The lease acquired.
+    pub lease: Lease,
+}
+
+/// Filters and keyset page of [`Store::list_instances`] (C-23), in `instance_id` order.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct InstanceFilter {
+    /// Only this status.
+    pub status: Option<InstanceStatus>,
+    /// Only this definition.
+    pub definition_name: Option<String>,
+    /// Only this correlation id.
+    pub correlation_id: Option<String>,
+    /// Keyset: only ids greater than this.
+    pub after: Option<String>,
+    /// Page size (0 means 100).
+    pub limit: usize,
+}
+
+/// One row of [`Store::list_instances`]: an undecodable row is an error item, never skipped
+/// and never failing the page (ST-22).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ListedInstance {
+    /// The instance id (use it as the next page's `after`).
+    pub instance_id: String,
+    /// The record, or why it could not be decoded.
+    pub record: StoreResult<InstanceRecord>,
+}
+
+/// What [`Store::purge`] removes (ST-31, ST-32).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PurgeFilter {
+    /// Final instances whose `finished_at` is before this instant.
+    pub finished_before: Micros,
+    /// Statuses to purge: only `Finished` and `Cancelled` are allowed; empty means both.
+    pub statuses: Vec<InstanceStatus>,
+    /// Only this definition.
+    pub definition_name: Option<String>,
+    /// Instances per batch (each batch atomic); 0 means 500.
+    pub batch_size: usize,
+}
+
+impl PurgeFilter {
+    /// All final instances finished before `cut_off`.
+    pub fn finished_before(cut_off: Micros) -> Self {
+        Self {
+            finished_before: cut_off,
+            statuses: Vec::new(),
+            definition_name: None,
+            batch_size: 0,
+        }
+    }
+}
+
+/// Operation counters (ST-2 statistics; C-32 uses them to show group commit).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct StoreStats {
+    /// Write requests applied (commits, creates, claims, ...), successful or not.
+    pub write_requests: u64,
+    /// Backend transactions that carried them (equal for `MemoryStore`).
+    pub transactions: u64,
+}
+
+/// The durable store (ST-1): one object-safe async trait every backend implements.
+///
+/// Every method is one atomic logical operation. Times are passed in (ST-3): due times, TTLs
+/// and ages on the workflow clock, lease and claim expiry on the wall clock. `ttl` parameters
+/// are durations in microseconds.
+pub trait Store: Send + Sync + 'static {
+    // ----- instances -----
+
+    /// Creates an instance at version 1, with its receipt and consumed queue item (ST-17).
+    /// An existing id gives `AlreadyExists` and changes nothing (C-2).
+    fn create_instance(&self, instance: NewInstance) -> BoxFuture<'_, StoreResult<u64>>;
+
+    /// Loads an instance: columns, version and state from one snapshot (ST-13).
+    fn load_instance(&self, instance_id: &str) -> BoxFuture<'_, StoreResult<InstanceRecord>>;
+
+    /// Applies a commit atomically (ST-16) and returns the new version. A stale version gives
+    /// `Conflict`, a superseded lease token `Fenced`, an existing receipt `ReceiptExists`, an
+    /// oversized state `TooLarge`; in every failure nothing is written.
+    fn commit(&self, commit: Commit) -> BoxFuture<'_, StoreResult<u64>>;
+
+    /// Records a cancel or suspend request without changing the version (ST-13, C-29).
+    fn request_control(
+        &self,
+        instance_id: &str,
+        request: ControlRequest,
+    ) -> BoxFuture<'_, StoreResult<()>>;
+
+    /// Lists instances with filters, in `instance_id` keyset order (C-23, ST-22).
+    fn list_instances(
+        &self,
+        filter: InstanceFilter,
+    ) -> BoxFuture<'_, StoreResult<Vec<ListedInstance>>>;
+
+    /// Claims up to `limit` `Running` instances whose lease is absent or expired at `now`,
+    /// oldest `updated_at` first, acquiring their leases for `owner` (ST-15, C-13). Recovery
+    /// after a restart uses it: `Running/Executing` ones were interrupted.
+    fn claim_runnable(
+        &self,
+        owner: &str,
+        now: Micros,
+        ttl: Micros,
+        limit: usize,
+    ) -> BoxFuture<'_, StoreResult<Vec<ClaimedInstance>>>;
+
+    /// Removes one final instance with its dependent rows; a live one gives `NotTerminal`
+    /// (ST-32).
+    fn delete_instance(&self, instance_id: &str) -> BoxFuture<'_, StoreResult<()>>;
+
+    /// Removes final instances finished before the cut-off with their bookmarks, timers,
+    /// journal and receipts, in atomic batches; returns how many (ST-31). A non-final status
+    /// in the filter gives `Invalid`.
+    fn purge(&self, filter: PurgeFilter) -> BoxFuture<'_, StoreResult<u64>>;
+
+    // ----- leases -----
+
+    /// Acquires the instance lease if none is live at `now` (ST-14): the token is one more
+    /// than the last ever issued. A live lease gives `LeaseHeld`.
+    fn acquire_lease(
+        &self,
+        instance_id: &str,
+        owner: &str,
+        now: Micros,
+        ttl: Micros,
+    ) -> BoxFuture<'_, StoreResult<Lease>>;
+
+    /// Extends the lease to `now + ttl` if `token` is current, else `Fenced`; returns any
+    /// pending control request (ST-14).
+    fn renew_lease(
+        &self,
+        instance_id: &str,
+        token: u64,
+        now: Micros,
+        ttl: Micros,
+    ) -> BoxFuture<'_, StoreResult<Renewal>>;
+
+    /// Releases the lease if `token` is current, else `Fenced`. Tokens are never reused.
+    fn release_lease(&self, instance_id: &str, token: u64) -> BoxFuture<'_, StoreResult<()>>;
+
+    /// Acquires a named lease (ST-11), as [`Store::acquire_lease`].
+    fn acquire_named_lease(
+        &self,
+        name: &str,
+        owner: &str,
+        now: Micros,
+        ttl: Micros,
+    ) -> BoxFuture<'_, StoreResult<Lease>>;
+
+    /// Renews a named lease, as [`Store::renew_lease`].
+    fn renew_named_lease(
+        &self,
+        name: &str,
+        token: u64,
+        now: Micros,
+        ttl: Micros,
+    ) -> BoxFuture<'_, StoreResult<Lease>>;
+
+    /// Releases a named lease, as [`Store::release_lease`].
+    fn release_named_lease(&self, name: &str, token: u64) -> BoxFuture<'_, StoreResult<()>>;
+
+    // ----- bookmarks and receipts -----
+
+    /// Bookmarks with a hash, filtered, in `(created_at, bookmark_id)` order (ST-6, C-8).
+    fn find_bookmarks(&self, query: BookmarkQuery) -> BoxFuture<'_, StoreResult<Vec<BookmarkRow>>>;
+
+    /// An instance's bookmark rows, in `(created_at, bookmark_id)` order.
+    fn list_bookmarks(&self, instance_id: &str) -> BoxFuture<'_, StoreResult<Vec<BookmarkRow>>>;
+
+    /// Whether the instance has consumed the stimulus (RT-19).
+    fn has_receipt(&self, instance_id: &str, stimulus_id: &str)
+    -> BoxFuture<'_, StoreResult<bool>>;
+
+    // ----- triggers -----
+
+    /// Replaces a definition's event triggers by difference (ST-7, ST-17, C-11): rows equal
+    /// but for `registered_at` are left alone, so re-running it writes nothing.
+    fn replace_triggers(
+        &self,
+        definition_name: &str,
+        triggers: Vec<TriggerRow>,
+    ) -> BoxFuture<'_, StoreResult<TriggerDiff>>;
+
+    /// Triggers with any of these hashes, by `(definition_name, node_id, hash)`.
+    fn find_triggers(&self, hashes: &[String]) -> BoxFuture<'_, StoreResult<Vec<TriggerRow>>>;
+
+    // ----- timers -----
+
+    /// The earliest `due_at` among unparked timers not under a live claim at `now` (ST-9).
+    fn earliest_timer(&self, now: Micros) -> BoxFuture<'_, StoreResult<Option<Micros>>>;
+
+    /// Claims up to `limit` unparked timers with `due_at <= now` and no live claim, in
+    /// `(due_at, timer_id)` order, marking them claimed by `owner` until `now + claim_ttl`
+    /// (ST-15, C-12). A commit that deletes the timer removes it.
+    fn claim_due_timers(
+        &self,
+        owner: &str,
+        now: Micros,
+        claim_ttl: Micros,
+        limit: usize,
+    ) -> BoxFuture<'_, StoreResult<Vec<TimerRow>>>;
+
+    /// An instance's timers, in `(due_at, timer_id)` order.
+    fn list_timers(&self, instance_id: &str) -> BoxFuture<'_, StoreResult<Vec<TimerRow>>>;
+
+    // ----- journal -----
+
+    /// Journal entries with `seq >= from_seq`, at most `limit`, in order (ST-10).
+    fn read_journal(
+        &self,
+        instance_id: &str,
+        from_seq: u64,
+        limit: usize,
+    ) -> BoxFuture<'_, StoreResult<Vec<JournalEntry>>>;
+
+    // ----- queue -----
+
+    /// Enqueues an item; an existing item id gives `AlreadyExists` (RT-25).
+    fn enqueue(&self, item: QueueItem) -> BoxFuture<'_, StoreResult<()>>;
+
+    /// Claims up to `limit` items in `(sent_at, item_id)` order that are not expired (or are
+    /// held) and not under a live claim, until `now + claim_ttl` (ST-15, C-14).
+    fn claim_queue_page(
+        &self,
+        owner: &str,
+        now: Micros,
+        claim_ttl: Micros,
+        limit: usize,
+    ) -> BoxFuture<'_, StoreResult<Vec<QueueItem>>>;
+
+    /// Releases `owner`'s claim on an item so it can be claimed again (RT-27).
+    fn release_queue_item(&self, item_id: &str, owner: &str) -> BoxFuture<'_, StoreResult<()>>;
+
+    /// Deletes a delivered item outside a commit (acknowledgement); returns whether it existed.
+    fn ack_queue_item(&self, item_id: &str) -> BoxFuture<'_, StoreResult<bool>>;
+
+    /// Records a failed delivery: attempts + 1 and the error; at `max_attempts` the item
+    /// becomes a dead letter `Failed` (C-16).
+    fn record_queue_failure(
+        &self,
+        item_id: &str,
+        error: &str,
+        now: Micros,
+        max_attempts: u32,
+    ) -> BoxFuture<'_, StoreResult<QueueFailure>>;
+
+    /// Moves an item to the dead letters atomically and idempotently (C-17); returns whether
+    /// this call moved it.
+    fn dead_letter(
+        &self,
+        item_id: &str,
+        reason: DeadLetterReason,
+        error: Option<&str>,
+        now: Micros,
+    ) -> BoxFuture<'_, StoreResult<bool>>;
+
+    /// Moves up to `limit` items whose `expires_at <= now` and that are not held to the dead
+    /// letters as `Expired` (C-15); returns how many.
+    fn expire_queue(&self, now: Micros, limit: usize) -> BoxFuture<'_, StoreResult<u64>>;
+
+    /// Dead letters, optionally of one reason, in `(dead_at, item_id)` order.
+    fn list_dead_letters(
+        &self,
+        reason: Option<DeadLetterReason>,
+        limit: usize,
+    ) -> BoxFuture<'_, StoreResult<Vec<DeadLetter>>>;
+
+    // ----- maintenance -----
+
+    /// Operation counters.
+    fn stats(&self) -> BoxFuture<'_, StoreResult<StoreStats>>;
+}
+
+// ----- shared validation and encoding -----
+
+/// Checks a caller-supplied instance id (ST-23).
+pub(crate) fn validate_instance_id(id: &str) -> StoreResult<()> {
+    if id.is_empty() || id.len() > 128 {
+        return Err(StoreError::Invalid {
+            what: "instance_id",
+            reason: format!("must be 1 to 128 bytes, got {}", id.len()),
+        });
+    }
+    if let Some(bad) = id
+        .chars()
+        .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | ':' | '-')))
+    {
+        return Err(StoreError::Invalid {
+            what: "instance_id",
+            reason: format!("character {bad:?} is not in [A-Za-z0-9._:-]"),
+        });
+    }
+    Ok(())
+}
+
+/// Encodes a state document to write, checking its `"format"` and size (ST-19, ST-24).
+pub(crate) fn encode_state(state: &Value, max_bytes: usize) -> StoreResult<String> {
+    match state.get("format").and_then(Value::as_u64) {
+        Some(format) if format <= STATE_FORMAT => {}
+        Some(format) => {
+            return Err(StoreError::Invalid {
+                what: "state",
+                reason: format!("format {format} is newer than {STATE_FORMAT}"),
+            });
+        }
+        None => {
+            return Err(StoreError::Invalid {
+                what: "state",
+                reason: "must be a JSON object with an integer \"format\"".to_owned(),
+            });
+        }
+    }
+    let text = serde_json::to_string(state).map_err(|e| StoreError::Invalid {
+        what: "state",
+        reason: e.to_string(),
+    })?;
+    if text.len() > max_bytes {
+        return Err(StoreError::TooLarge {
+            what: "state",
+            size: text.len(),
+            limit: max_bytes,
+        });
+    }
+    Ok(text)
+}
+
+/// Decodes a stored state document (ST-19, ST-22).
+pub(crate) fn decode_state(instance_id: &str, text: &str) -> StoreResult<Value> {
+    let value: Value = serde_json::from_str(text).map_err(|e| StoreError::Decode {
+        what: "instance",
+        id: instance_id.to_owned(),
+        path: "state".to_owned(),
+        message: e.to_string(),
+    })?;
+    match value.get("format").map(Value::as_u64) {
+        Some(Some(format)) if format <= STATE_FORMAT => Ok(value),
+        Some(Some(format)) => Err(StoreError::FormatTooNew {
+            what: "instance",
+            id: instance_id.to_owned(),
+            found: format,
+            supported: STATE_FORMAT,
+        }),
+        Some(None) | None => Err(StoreError::Decode {
+            what: "instance",
+            id: instance_id.to_owned(),
+            path: "state.format".to_owned(),
+            message: "missing or not an unsigned integer".to_owned(),
+        }),
+    }
+}
+
+/// A journal detail as stored: at most 64 KiB of JSON, else a truncation marker (ST-10).
+pub(crate) fn journal_detail(detail: &Value) -> Value {
+    let size = serde_json::to_string(detail).map_or(usize::MAX, |t| t.len());
+    if size <= MAX_JOURNAL_DETAIL_BYTES {
+        detail.clone()
+    } else {
+        serde_json::json!({ "truncated": true, "original_bytes": size })
+    }
+}
+
+/// Checks a purge filter's statuses (ST-32) and returns them (empty means both final ones).
+pub(crate) fn purge_statuses(filter: &PurgeFilter) -> StoreResult<Vec<InstanceStatus>> {
+    if let Some(live) = filter.statuses.iter().find(|s| !s.is_final()) {
+        return Err(StoreError::Invalid {
+            what: "purge filter",
+            reason: format!("status {live} is not final; cancel live instances first"),
+        });
+    }
+    if filter.statuses.is_empty() {
+        Ok(vec![InstanceStatus::Finished, InstanceStatus::Cancelled])
+    } else {
+        Ok(filter.statuses.clone())
+    }
+}
+
+/// `instance:<id>`, the resource name of an instance lease in errors.
+pub(crate) fn instance_resource(id: &str) -> String {
+    format!("instance:{id}")
+}
+
+/// `lease:<name>`, the resource name of a named lease in errors.
+pub(crate) fn named_resource(name: &str) -> String {
+    format!("lease:{name}")
+}
+
+/// Page sizes: 0 means the default.
+pub(crate) fn page(limit: usize, default: usize) -> usize {
+    if limit == 0 { default } else { limit }
+}

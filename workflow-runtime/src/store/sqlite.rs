@@ -1,0 +1,1976 @@
+//! `SqliteStore`: the embedded default backend (ST-26).
+//!
+//! One database file, WAL mode, foreign keys on, a busy timeout and `synchronous = FULL` by
+//! default. A single writer thread owns the only write connection; requests arrive over a
+//! channel and the writer takes every pending request (up to a batch limit), applies each in
+//! its own savepoint inside one transaction — so one failed version check rolls back only its
+//! own request — commits once (one sync), then answers each request with its own result. It
+//! never waits to fill a batch: a lone commit is written at once and batches form naturally
+//! under load (group commit). Reads run on a small pool of read-only connections on WAL
+//! snapshots and never block the writer.
+//!
+//! The futures returned are executor-agnostic: the blocking work runs on the store's own
+//! threads and results come back over `tokio::sync::oneshot` channels.
+//!
+//! Schema migrations are forward-only, numbered, checksummed and recorded in
+//! `wf_schema_migrations` (ST-28); every statement is parameterized (ST-1).
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use rusqlite::{Connection, ErrorCode, OpenFlags, OptionalExtension, Row, TransactionBehavior};
+use serde_json::Value;
+use tokio::sync::oneshot;
+
+use super::memory::same_trigger;
+use super::{
+    BookmarkQuery, BookmarkRow, BoxFuture, ClaimedInstance, Commit, ControlRequest,
+    DEFAULT_MAX_STATE_BYTES, DeadLetter, DeadLetterReason, InstanceFilter, InstanceRecord,
+    InstanceStatus, JournalEntry, Lease, LeaseState, ListedInstance, NewInstance, PurgeFilter,
+    QueueFailure, QueueItem, Renewal, Store, StoreError, StoreResult, StoreStats, SubStatus,
+    TimerRow, TriggerDiff, TriggerRow, decode_state, encode_state, instance_resource,
+    journal_detail, named_resource, page, purge_statuses, validate_instance_id,
+};
+
+/// SQLite's `synchronous` setting (ST-26).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Synchronous {
+    /// Every commit is synced: survives power loss. The default.
+    #[default]
+    Full,
+    /// Survives a process crash, may lose the last commits on power loss.
+    Normal,
+}
+
+/// What opening does with pending migrations (ST-28).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum MigrateMode {
+    /// Apply pending migrations (the default).
+    #[default]
+    Apply,
+    /// Refuse to open with `SchemaOutdated` when migrations are pending.
+    CheckOnly,
+}
+
+/// Options of [`SqliteStore::open_with`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SqliteOptions {
+    /// Durability of each transaction.
+    pub synchronous: Synchronous,
+    /// Migrations: apply or only check.
+    pub migrate: MigrateMode,
+    /// The state size limit (ST-24).
+    pub max_state_bytes: usize,
+    /// Read connections (at least one).
+    pub readers: usize,
+    /// The most write requests grouped into one transaction (ST-26: 256).
+    pub max_batch: usize,
+    /// How long a connection waits on a lock held by another process.
+    pub busy_timeout: Duration,
+}
+
+impl Default for SqliteOptions {
+    fn default() -> Self {
+        Self {
+            synchronous: Synchronous::Full,
+            migrate: MigrateMode::Apply,
+            max_state_bytes: DEFAULT_MAX_STATE_BYTES,
+            readers: 2,
+            max_batch: 256,
+            busy_timeout: Duration::from_secs(5),
+        }
+    }
+}
+
+/// Answers one write request once its transaction has committed (`None`) or failed.
+type Responder = Box<dyn FnOnce(Option<StoreError>) + Send>;
+/// One write request: runs inside its savepoint (or not at all when given `None`) and says
+/// whether it succeeded.
+type WriteJob = Box<dyn FnOnce(Option<&Connection>) -> (bool, Responder) + Send>;
+/// One read request.
+type ReadJob = Box<dyn FnOnce(&Connection) + Send>;
+
+#[derive(Debug, Default)]
+struct Counters {
+    write_requests: AtomicU64,
+    transactions: AtomicU64,
+}
+
+/// The embedded SQLite store (ST-26). Wrap it in an `Arc` to share it
+/// (`Arc<dyn Store>`); dropping the last handle stops its threads and closes the file.
+pub struct SqliteStore {
+    writer: Option<mpsc::Sender<WriteJob>>,
+    readers: Option<mpsc::Sender<ReadJob>>,
+    threads: Vec<JoinHandle<()>>,
+    counters: Arc<Counters>,
+    max_state_bytes: usize,
+    path: PathBuf,
+    migrations_applied: Vec<u32>,
+}
+
+impl fmt::Debug for SqliteStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SqliteStore")
+            .field("path", &self.path)
+            .field("max_state_bytes", &self.max_state_bytes)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Drop for SqliteStore {
+    fn drop(&mut self) {
+        self.writer = None;
+        self.readers = None;
+        for thread in self.threads.drain(..) {
+            // A panicked thread has nothing left to clean up.
+            let _ = thread.join();
+        }
+    }
+}
+
+impl From<rusqlite::Error> for StoreError {
+    fn from(error: rusqlite::Error) -> Self {
+        StoreError::unavailable(error)
+    }
+}
+
+fn closed() -> StoreError {
+    StoreError::unavailable("the store is closed")
+}
+
+fn is_constraint(error: &rusqlite::Error) -> bool {
+    matches!(error, rusqlite::Error::SqliteFailure(e, _) if e.code == ErrorCode::ConstraintViolation)
+}
+
+fn to_i64(value: u64) -> i64 {
+    i64::try_from(value).unwrap_or(i64::MAX)
+}
+
+fn to_u64(value: i64) -> u64 {
+    u64::try_from(value).unwrap_or(0)
+}
+
+fn limit_i64(limit: usize) -> i64 {
+    i64::try_from(limit).unwrap_or(i64::MAX)
+}
+
+fn not_found(what: &'static str, id: &str) -> StoreError {
+    StoreError::NotFound {
+        what,
+        id: id.to_owned(),
+    }
+}
+
+fn json_text(value: &Value) -> StoreResult<String> {
+    serde_json::to_string(value).map_err(|e| StoreError::Invalid {
+        what: "json",
+        reason: e.to_string(),
+    })
+}
+
+fn decode_json(what: &'static str, id: &str, path: &str, text: &str) -> StoreResult<Value> {
+    serde_json::from_str(text).map_err(|e| StoreError::Decode {
+        what,
+        id: id.to_owned(),
+        path: path.to_owned(),
+        message: e.to_string(),
+    })
+}
+
+// ----- migrations (ST-28) -----
+
+/// The embedded, forward-only migrations: `(version, name, sql)`.
+const MIGRATIONS: &[(u32, &str, &str)] = &[(1, "0001_init", MIGRATION_0001)];
+
+const MIGRATION_0001: &str = r"
+CREATE TABLE wf_instances (
+    instance_id        TEXT PRIMARY KEY NOT NULL,
+    definition_name    TEXT NOT NULL,
+    definition_version TEXT NOT NULL,
+    status             TEXT NOT NULL,
+    sub_status         TEXT,
+    correlation_id     TEXT,
+    version            INTEGER NOT NULL,
+    lease_owner        TEXT,
+    lease_token        INTEGER NOT NULL DEFAULT 0,
+    lease_expires_at   INTEGER,
+    control_request    TEXT,
+    origin_at          INTEGER NOT NULL,
+    created_at         INTEGER NOT NULL,
+    updated_at         INTEGER NOT NULL,
+    finished_at        INTEGER,
+    state              TEXT NOT NULL,
+    state_size         INTEGER NOT NULL
+);
+CREATE INDEX wf_instances_recovery ON wf_instances (status, lease_expires_at);
+CREATE INDEX wf_instances_definition ON wf_instances (definition_name, status);
+CREATE INDEX wf_instances_correlation ON wf_instances (correlation_id);
+CREATE INDEX wf_instances_finished ON wf_instances (finished_at);
+
+CREATE TABLE wf_bookmarks (
+    bookmark_id        TEXT PRIMARY KEY NOT NULL,
+    instance_id        TEXT NOT NULL,
+    hash               TEXT NOT NULL,
+    name               TEXT NOT NULL,
+    node_id            TEXT NOT NULL,
+    context_id         INTEGER NOT NULL,
+    correlation_id     TEXT,
+    definition_name    TEXT NOT NULL,
+    definition_version TEXT NOT NULL,
+    look_back          INTEGER,
+    created_at         INTEGER NOT NULL
+);
+CREATE INDEX wf_bookmarks_hash ON wf_bookmarks (hash, created_at, bookmark_id);
+CREATE INDEX wf_bookmarks_instance ON wf_bookmarks (instance_id);
+
+CREATE TABLE wf_triggers (
+    definition_name    TEXT NOT NULL,
+    node_id            TEXT NOT NULL,
+    hash               TEXT NOT NULL,
+    definition_version TEXT NOT NULL,
+    name               TEXT NOT NULL,
+    key_display        TEXT,
+    payload            TEXT NOT NULL,
+    activation         TEXT NOT NULL,
+    registered_at      INTEGER NOT NULL,
+    PRIMARY KEY (definition_name, node_id, hash)
+);
+CREATE INDEX wf_triggers_hash ON wf_triggers (hash);
+
+CREATE TABLE wf_queue (
+    item_id          TEXT PRIMARY KEY NOT NULL,
+    stimulus_id      TEXT NOT NULL,
+    name             TEXT NOT NULL,
+    hash             TEXT NOT NULL,
+    key_display      TEXT,
+    payload          TEXT NOT NULL,
+    correlation_id   TEXT,
+    targets          TEXT NOT NULL,
+    sent_at          INTEGER NOT NULL,
+    enqueued_at      INTEGER NOT NULL,
+    expires_at       INTEGER NOT NULL,
+    attempts         INTEGER NOT NULL DEFAULT 0,
+    last_error       TEXT,
+    last_attempt_at  INTEGER,
+    held             INTEGER NOT NULL DEFAULT 0,
+    idempotency_key  TEXT,
+    claim_owner      TEXT,
+    claim_expires_at INTEGER
+);
+CREATE INDEX wf_queue_order ON wf_queue (sent_at, item_id);
+CREATE INDEX wf_queue_hash ON wf_queue (hash, sent_at);
+CREATE INDEX wf_queue_expiry ON wf_queue (expires_at);
+
+CREATE TABLE wf_dead_letters (
+    original_item_id TEXT PRIMARY KEY NOT NULL,
+    stimulus_id      TEXT NOT NULL,
+    name             TEXT NOT NULL,
+    hash             TEXT NOT NULL,
+    key_display      TEXT,
+    payload          TEXT NOT NULL,
+    correlation_id   TEXT,
+    targets          TEXT NOT NULL,
+    sent_at          INTEGER NOT NULL,
+    enqueued_at      INTEGER NOT NULL,
+    expires_at       INTEGER NOT NULL,
+    attempts         INTEGER NOT NULL,
+    last_error       TEXT,
+    last_attempt_at  INTEGER,
+    held             INTEGER NOT NULL,
+    idempotency_key  TEXT,
+    reason           TEXT NOT NULL,
+    error            TEXT,
+    dead_at          INTEGER NOT NULL
+);
+CREATE INDEX wf_dead_letters_dead_at ON wf_dead_letters (dead_at);
+
+CREATE TABLE wf_timers (
+    timer_id         TEXT PRIMARY KEY NOT NULL,
+    instance_id      TEXT,
+    kind             TEXT NOT NULL,
+    due_at           INTEGER NOT NULL,
+    claim_owner      TEXT,
+    claim_expires_at INTEGER,
+    parked           INTEGER NOT NULL DEFAULT 0
+);
+CREATE INDEX wf_timers_due ON wf_timers (due_at);
+CREATE INDEX wf_timers_instance ON wf_timers (instance_id);
+
+CREATE TABLE wf_journal (
+    instance_id TEXT NOT NULL,
+    seq         INTEGER NOT NULL,
+    at          INTEGER NOT NULL,
+    kind        TEXT NOT NULL,
+    context_id  INTEGER,
+    node_id     TEXT,
+    detail      TEXT NOT NULL,
+    PRIMARY KEY (instance_id, seq)
+) WITHOUT ROWID;
+
+CREATE TABLE wf_receipts (
+    instance_id TEXT NOT NULL,
+    stimulus_id TEXT NOT NULL,
+    at          INTEGER NOT NULL,
+    PRIMARY KEY (instance_id, stimulus_id)
+) WITHOUT ROWID;
+
+CREATE TABLE wf_named_leases (
+    name       TEXT PRIMARY KEY NOT NULL,
+    owner      TEXT,
+    token      INTEGER NOT NULL,
+    expires_at INTEGER
+);
+";
+
+/// The newest schema version this library knows.
+pub(crate) fn latest_schema_version() -> u32 {
+    MIGRATIONS.iter().map(|(v, _, _)| *v).max().unwrap_or(0)
+}
+
+/// FNV-1a (64 bits) of a migration's text, in hex: detects an edited migration (ST-28).
+fn checksum(sql: &str) -> String {
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for byte in sql.bytes() {
+        hash ^= u64::from(byte);
+        hash = hash.wrapping_mul(0x0100_0000_01b3);
+    }
+    format!("{hash:016x}")
+}
+
+/// Checks and applies migrations in one immediate transaction, which serialises concurrent
+/// migrators: the later one finds the work done. Returns the versions applied now.
+fn migrate(conn: &mut Connection, mode: MigrateMode) -> StoreResult<Vec<u32>> {
+    conn.execute_batch(
+        "CREATE TABLE IF NOT EXISTS wf_schema_migrations (
+            version    INTEGER PRIMARY KEY NOT NULL,
+            name       TEXT NOT NULL,
+            checksum   TEXT NOT NULL,
+            applied_at INTEGER NOT NULL
+        )",
+    )?;
+    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    let applied: Vec<(i64, String)> = {
+        let mut stmt =
+            tx.prepare("SELECT version, checksum FROM wf_schema_migrations ORDER BY version")?;
+        let rows = stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?;
+        rows.collect::<Result<_, _>>()?
+    };
+    let latest = latest_schema_version();
+    let found = applied
+        .iter()
+        .map(|(v, _)| u32::try_from(*v).unwrap_or(u32::MAX))
+        .max()
+        .unwrap_or(0);
+    if found > latest {
+        return Err(StoreError::SchemaTooNew {
+            found,
+            supported: latest,
+        });
+    }
+    for (version, sum) in &applied {
+        let version = u32::try_from(*version).unwrap_or(u32::MAX);
+        let embedded = MIGRATIONS.iter().find(|(v, _, _)| *v == version);
+        if embedded.is_none_or(|(_, _, sql)| checksum(sql) != *sum) {
+            return Err(StoreError::MigrationChecksumMismatch { version });
+        }
+    }
+    let pending: Vec<&(u32, &str, &str)> = MIGRATIONS
+        .iter()
+        .filter(|(v, _, _)| !applied.iter().any(|(a, _)| *a == i64::from(*v)))
+        .collect();
+    if pending.is_empty() {
+        return Ok(Vec::new());
+    }
+    if mode == MigrateMode::CheckOnly {
+        return Err(StoreError::SchemaOutdated {
+            found,
+            required: latest,
+        });
+    }
+    let mut done = Vec::new();
+    for (version, name, sql) in pending {
+        tx.execute_batch(sql)?;
+        tx.execute(
+            "INSERT INTO wf_schema_migrations (version, name, checksum, applied_at)
+             VALUES (?1, ?2, ?3, CAST(unixepoch('subsec') * 1000000 AS INTEGER))",
+            rusqlite::params![version, name, checksum(sql)],
+        )?;
+        done.push(*version);
+    }
+    tx.commit()?;
+    Ok(done)
+}
+
+// ----- opening and threads -----
+
+fn configure(conn: &Connection, options: &SqliteOptions) -> StoreResult<()> {
+    conn.busy_timeout(options.busy_timeout)?;
+    let mode: String = conn.query_row("PRAGMA journal_mode = WAL", [], |r| r.get(0))?;
+    if !mode.eq_ignore_ascii_case("wal") {
+        return Err(StoreError::unavailable(format!(
+            "could not enable WAL mode (journal_mode is {mode})"
+        )));
+    }
+    conn.execute_batch(match options.synchronous {
+        Synchronous::Full => "PRAGMA synchronous = FULL; PRAGMA foreign_keys = ON;",
+        Synchronous::Normal => "PRAGMA synchronous = NORMAL; PRAGMA foreign_keys = ON;",
+    })?;
+    conn.set_prepared_statement_cache_capacity(64);
+    Ok(())
+}
+
+fn writer_loop(
+    conn: &Connection,
+    rx: &mpsc::Receiver<WriteJob>,
+    max_batch: usize,
+    counters: &Counters,
+) {
+    while let Ok(first) = rx.recv() {
+        let mut batch = vec![first];
+        while batch.len() < max_batch {
+            match rx.try_recv() {
+                Ok(job) => batch.push(job),
+                Err(_) => break,
+            }
+        }
+        run_batch(conn, batch, counters);
+    }
+}
+
+/// One transaction for a batch: each request in its own savepoint (ST-26).
+fn run_batch(conn: &Connection, batch: Vec<WriteJob>, counters: &Counters) {
+    let count = batch.len() as u64;
+    let mut responders = Vec::with_capacity(batch.len());
+    let mut failure: Option<StoreError> =
+        conn.execute_batch("BEGIN IMMEDIATE").err().map(Into::into);
+    let began = failure.is_none();
+    for job in batch {
+        if failure.is_some() {
+            responders.push(job(None).1);
+            continue;
+        }
+        if let Err(e) = conn.execute_batch("SAVEPOINT request") {
+            failure = Some(e.into());
+            responders.push(job(None).1);
+            continue;
+        }
+        let (ok, responder) = job(Some(conn));
+        responders.push(responder);
+        let end = if ok {
+            "RELEASE request"
+        } else {
+            "ROLLBACK TO request; RELEASE request"
+        };
+        if let Err(e) = conn.execute_batch(end) {
+            failure = Some(e.into());
+        }
+    }
+    if failure.is_none()
+        && let Err(e) = conn.execute_batch("COMMIT")
+    {
+        failure = Some(e.into());
+    }
+    if failure.is_some() && began {
+        // Nothing of this batch was written; the rollback error, if any, changes nothing.
+        let _ = conn.execute_batch("ROLLBACK");
+    }
+    counters.transactions.fetch_add(1, Ordering::Relaxed);
+    counters.write_requests.fetch_add(count, Ordering::Relaxed);
+    for responder in responders {
+        responder(failure.clone());
+    }
+}
+
+fn reader_loop(conn: &Connection, rx: &Mutex<mpsc::Receiver<ReadJob>>) {
+    loop {
+        let job = match rx.lock() {
+            Ok(guard) => guard.recv(),
+            Err(_) => return,
+        };
+        match job {
+            Ok(job) => job(conn),
+            Err(_) => return,
+        }
+    }
+}
+
+impl SqliteStore {
+    /// Opens (creating if needed) the database file with the default options, applying
+    /// pending migrations. Blocking: call it at start-up.
+    pub fn open(path: impl AsRef<Path>) -> StoreResult<Self> {
+        Self::open_with(path, &SqliteOptions::default())
+    }
+
+    /// Opens the database file with `options`. Blocking: call it at start-up.
+    pub fn open_with(path: impl AsRef<Path>, options: &SqliteOptions) -> StoreResult<Self> {
+        let path = path.as_ref().to_path_buf();
+        let mut conn = Connection::open(&path)?;
+        configure(&conn, options)?;
+        let migrations_applied = migrate(&mut conn, options.migrate)?;
+
+        let counters = Arc::new(Counters::default());
+        let (write_tx, write_rx) = mpsc::channel::<WriteJob>();
+        let mut threads = Vec::new();
+        let writer_counters = Arc::clone(&counters);
+        let max_batch = options.max_batch.max(1);
+        threads.push(
+            std::thread::Builder::new()
+                .name("wf-sqlite-writer".to_owned())
+                .spawn(move || writer_loop(&conn, &write_rx, max_batch, &writer_counters))
+                .map_err(StoreError::unavailable)?,
+        );
+
+        let (read_tx, read_rx) = mpsc::channel::<ReadJob>();
+        let read_rx = Arc::new(Mutex::new(read_rx));
+        for n in 0..options.readers.max(1) {
+            let conn = Connection::open_with_flags(
+                &path,
+                OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+            )?;
+            conn.busy_timeout(options.busy_timeout)?;
+            conn.set_prepared_statement_cache_capacity(64);
+            let rx = Arc::clone(&read_rx);
+            threads.push(
+                std::thread::Builder::new()
+                    .name(format!("wf-sqlite-reader-{n}"))
+                    .spawn(move || reader_loop(&conn, &rx))
+                    .map_err(StoreError::unavailable)?,
+            );
+        }
+
+        Ok(Self {
+            writer: Some(write_tx),
+            readers: Some(read_tx),
+            threads,
+            counters,
+            max_state_bytes: options.max_state_bytes,
+            path,
+            migrations_applied,
+        })
+    }
+
+    /// The database file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The migrations this open applied (empty when the schema was current, ST-28).
+    pub fn migrations_applied(&self) -> &[u32] {
+        &self.migrations_applied
+    }
+
+    /// The newest schema version this library knows.
+    pub fn schema_version() -> u32 {
+        latest_schema_version()
+    }
+
+    /// Replaces an instance's stored state text as is: a test hook to simulate a corrupted
+    /// or hand-edited row (C-25, C-26).
+    #[cfg(feature = "test-support")]
+    pub async fn write_raw_state(&self, instance_id: &str, raw: &str) -> StoreResult<()> {
+        let (id, raw) = (instance_id.to_owned(), raw.to_owned());
+        self.write(move |c| {
+            let n = c.execute(
+                "UPDATE wf_instances SET state = ?1 WHERE instance_id = ?2",
+                rusqlite::params![raw, id],
+            )?;
+            if n == 0 {
+                return Err(not_found("instance", &id));
+            }
+            Ok(())
+        })
+        .await
+    }
+
+    /// The stored state text of an instance, as is (test hook, C-26).
+    #[cfg(feature = "test-support")]
+    pub async fn read_raw_state(&self, instance_id: &str) -> StoreResult<String> {
+        let id = instance_id.to_owned();
+        self.read(move |c| {
+            c.query_row(
+                "SELECT state FROM wf_instances WHERE instance_id = ?1",
+                [&id],
+                |r| r.get(0),
+            )
+            .optional()?
+            .ok_or_else(|| not_found("instance", &id))
+        })
+        .await
+    }
+
+    /// Sends one write request to the writer thread.
+    fn write<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&Connection) -> StoreResult<T> + Send + 'static,
+    ) -> BoxFuture<'static, StoreResult<T>> {
+        let (tx, rx) = oneshot::channel::<StoreResult<T>>();
+        let job: WriteJob = Box::new(move |conn| {
+            let result = match conn {
+                Some(conn) => f(conn),
+                None => Err(StoreError::unavailable("the transaction was aborted")),
+            };
+            let ok = result.is_ok();
+            let responder: Responder = Box::new(move |failure| {
+                let _ = tx.send(match failure {
+                    None => result,
+                    Some(e) => Err(e),
+                });
+            });
+            (ok, responder)
+        });
+        let sent = self.writer.as_ref().is_some_and(|w| w.send(job).is_ok());
+        Box::pin(async move {
+            if !sent {
+                return Err(closed());
+            }
+            rx.await.unwrap_or_else(|_| Err(closed()))
+        })
+    }
+
+    /// Sends one read request to the reader pool.
+    fn read<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&Connection) -> StoreResult<T> + Send + 'static,
+    ) -> BoxFuture<'static, StoreResult<T>> {
+        let (tx, rx) = oneshot::channel::<StoreResult<T>>();
+        let job: ReadJob = Box::new(move |conn| {
+            let _ = tx.send(f(conn));
+        });
+        let sent = self.readers.as_ref().is_some_and(|r| r.send(job).is_ok());
+        Box::pin(async move {
+            if !sent {
+                return Err(closed());
+            }
+            rx.await.unwrap_or_else(|_| Err(closed()))
+        })
+    }
+}
+
+// ----- row decoding -----
+
+const INSTANCE_COLS: &str = "instance_id, definition_name, definition_version, status, \
+    sub_status, correlation_id, version, lease_owner, lease_token, lease_expires_at, \
+    control_request, origin_at, created_at, updated_at, finished_at, state";
+
+/// Decodes one instance row; any failure is a `Decode` naming the instance (ST-22).
+fn instance_from_row(id: &str, row: &Row<'_>) -> StoreResult<InstanceRecord> {
+    let col = |e: rusqlite::Error| StoreError::Decode {
+        what: "instance",
+        id: id.to_owned(),
+        path: "row".to_owned(),
+        message: e.to_string(),
+    };
+    let status: String = row.get(3).map_err(col)?;
+    let status = InstanceStatus::parse(&status).ok_or_else(|| StoreError::Decode {
+        what: "instance",
+        id: id.to_owned(),
+        path: "status".to_owned(),
+        message: format!("unknown status {status:?}"),
+    })?;
+    let sub_status: Option<String> = row.get(4).map_err(col)?;
+    let sub_status = match sub_status {
+        None => None,
+        Some(s) => Some(SubStatus::parse(&s).ok_or_else(|| StoreError::Decode {
+            what: "instance",
+            id: id.to_owned(),
+            path: "sub_status".to_owned(),
+            message: format!("unknown sub-status {s:?}"),
+        })?),
+    };
+    let lease_owner: Option<String> = row.get(7).map_err(col)?;
+    let lease_token: i64 = row.get(8).map_err(col)?;
+    let lease_expires_at: Option<i64> = row.get(9).map_err(col)?;
+    let control: Option<String> = row.get(10).map_err(col)?;
+    let control_request =
+        match control {
+            None => None,
+            Some(text) => Some(serde_json::from_str::<ControlRequest>(&text).map_err(|e| {
+                StoreError::Decode {
+                    what: "instance",
+                    id: id.to_owned(),
+                    path: "control_request".to_owned(),
+                    message: e.to_string(),
+                }
+            })?),
+        };
+    let state: String = row.get(15).map_err(col)?;
+    Ok(InstanceRecord {
+        instance_id: id.to_owned(),
+        definition_name: row.get(1).map_err(col)?,
+        definition_version: row.get(2).map_err(col)?,
+        status,
+        sub_status,
+        correlation_id: row.get(5).map_err(col)?,
+        version: to_u64(row.get(6).map_err(col)?),
+        lease: match (lease_owner, lease_expires_at) {
+            (Some(owner), Some(expires_at)) => Some(LeaseState {
+                owner,
+                token: to_u64(lease_token),
+                expires_at,
+            }),
+            _ => None,
+        },
+        control_request,
+        origin_at: row.get(11).map_err(col)?,
+        created_at: row.get(12).map_err(col)?,
+        updated_at: row.get(13).map_err(col)?,
+        finished_at: row.get(14).map_err(col)?,
+        state: decode_state(id, &state)?,
+    })
+}
+
+const BOOKMARK_COLS: &str = "bookmark_id, instance_id, hash, name, node_id, context_id, \
+    correlation_id, definition_name, definition_version, look_back, created_at";
+
+fn bookmark_from_row(row: &Row<'_>) -> rusqlite::Result<BookmarkRow> {
+    Ok(BookmarkRow {
+        bookmark_id: row.get(0)?,
+        instance_id: row.get(1)?,
+        hash: row.get(2)?,
+        name: row.get(3)?,
+        node_id: row.get(4)?,
+        context_id: to_u64(row.get(5)?),
+        correlation_id: row.get(6)?,
+        definition_name: row.get(7)?,
+        definition_version: row.get(8)?,
+        look_back: row.get(9)?,
+        created_at: row.get(10)?,
+    })
+}
+
+const TIMER_COLS: &str = "timer_id, instance_id, kind, due_at, parked";
+
+fn timer_from_row(row: &Row<'_>) -> rusqlite::Result<TimerRow> {
+    Ok(TimerRow {
+        timer_id: row.get(0)?,
+        instance_id: row.get(1)?,
+        kind: row.get(2)?,
+        due_at: row.get(3)?,
+        parked: row.get::<_, i64>(4)? != 0,
+    })
+}
+
+/// The queue columns after the id, shared by `wf_queue` and `wf_dead_letters`.
+const QUEUE_COLS: &str = "stimulus_id, name, hash, key_display, payload, correlation_id, \
+    targets, sent_at, enqueued_at, expires_at, attempts, last_error, last_attempt_at, held, \
+    idempotency_key";
+
+/// Raw queue row: JSON columns still encoded.
+struct RawQueue {
+    item: QueueItem,
+    payload: String,
+    targets: String,
+}
+
+/// Reads `id, QUEUE_COLS...` starting at column 0.
+fn queue_from_row(row: &Row<'_>) -> rusqlite::Result<RawQueue> {
+    Ok(RawQueue {
+        item: QueueItem {
+            item_id: row.get(0)?,
+            stimulus_id: row.get(1)?,
+            name: row.get(2)?,
+            hash: row.get(3)?,
+            key_display: row.get(4)?,
+            payload: Value::Null,
+            correlation_id: row.get(6)?,
+            targets: Value::Null,
+            sent_at: row.get(8)?,
+            enqueued_at: row.get(9)?,
+            expires_at: row.get(10)?,
+            attempts: u32::try_from(row.get::<_, i64>(11)?).unwrap_or(u32::MAX),
+            last_error: row.get(12)?,
+            last_attempt_at: row.get(13)?,
+            held: row.get::<_, i64>(14)? != 0,
+            idempotency_key: row.get(15)?,
+        },
+        payload: row.get(5)?,
+        targets: row.get(7)?,
+    })
+}
+
+impl RawQueue {
+    fn decode(self, what: &'static str) -> StoreResult<QueueItem> {
+        let mut item = self.item;
+        item.payload = decode_json(what, &item.item_id, "payload", &self.payload)?;
+        item.targets = decode_json(what, &item.item_id, "targets", &self.targets)?;
+        Ok(item)
+    }
+}
+
+// ----- write operations (run on the writer thread, inside a savepoint) -----
+
+fn commit_tx(c: &Connection, commit: &Commit, state: &str) -> StoreResult<u64> {
+    let id = commit.instance_id.as_str();
+    let row: Option<(i64, Option<String>, i64, String, String)> = c
+        .prepare_cached(
+            "SELECT version, lease_owner, lease_token, definition_name, definition_version
+             FROM wf_instances WHERE instance_id = ?1",
+        )?
+        .query_row([id], |r| {
+            Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?))
+        })
+        .optional()?;
+    let (version, lease_owner, lease_token, definition_name, definition_version) =
+        row.ok_or_else(|| not_found("instance", id))?;
+    let version = to_u64(version);
+    if version != commit.expected_version {
+        return Err(StoreError::Conflict {
+            instance: id.to_owned(),
+            expected: commit.expected_version,
+            actual: version,
+        });
+    }
+    let lease_token = to_u64(lease_token);
+    if lease_owner.is_none() || lease_token != commit.lease_token {
+        return Err(StoreError::Fenced {
+            resource: instance_resource(id),
+            token: commit.lease_token,
+            current: lease_token,
+        });
+    }
+    {
+        let mut stmt = c.prepare_cached(
+            "INSERT INTO wf_receipts (instance_id, stimulus_id, at) VALUES (?1, ?2, ?3)",
+        )?;
+        for stimulus in &commit.receipts {
+            match stmt.execute(rusqlite::params![id, stimulus, commit.now]) {
+                Ok(_) => {}
+                Err(e) if is_constraint(&e) => {
+                    return Err(StoreError::ReceiptExists {
+                        instance: id.to_owned(),
+                        stimulus_id: stimulus.clone(),
+                    });
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+    {
+        let mut stmt = c.prepare_cached(
+            "DELETE FROM wf_bookmarks WHERE bookmark_id = ?1 AND instance_id = ?2",
+        )?;
+        for bookmark_id in &commit.bookmarks_removed {
+            stmt.execute([bookmark_id, id])?;
+        }
+    }
+    {
+        let mut stmt = c.prepare_cached(
+            "INSERT INTO wf_bookmarks (bookmark_id, instance_id, hash, name, node_id, context_id,
+                correlation_id, definition_name, definition_version, look_back, created_at)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
+        )?;
+        for b in &commit.bookmarks_added {
+            match stmt.execute(rusqlite::params![
+                b.bookmark_id,
+                id,
+                b.hash,
+                b.name,
+                b.node_id,
+                to_i64(b.context_id),
+                commit.correlation_id,
+                definition_name,
+                definition_version,
+                b.look_back,
+                b.created_at,
+            ]) {
+                Ok(_) => {}
+                Err(e) if is_constraint(&e) => {
+                    return Err(StoreError::AlreadyExists {
+                        what: "bookmark",
+                        id: b.bookmark_id.clone(),
+                    });
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+    c.prepare_cached(
+        "UPDATE wf_bookmarks SET correlation_id = ?1
+         WHERE instance_id = ?2 AND correlation_id IS NOT ?1",
+    )?
+    .execute(rusqlite::params![commit.correlation_id, id])?;
+    {
+        let mut stmt =
+            c.prepare_cached("DELETE FROM wf_timers WHERE timer_id = ?1 AND instance_id = ?2")?;
+        for timer_id in &commit.timers_removed {
+            stmt.execute([timer_id, id])?;
+        }
+    }
+    {
+        let mut stmt = c.prepare_cached(
+            "INSERT INTO wf_timers (timer_id, instance_id, kind, due_at, parked)
+             VALUES (?1, ?2, ?3, ?4, 0)",
+        )?;
+        for t in &commit.timers_added {
+            match stmt.execute(rusqlite::params![t.timer_id, id, t.kind, t.due_at]) {
+                Ok(_) => {}
+                Err(e) if is_constraint(&e) => {
+                    return Err(StoreError::AlreadyExists {
+                        what: "timer",
+                        id: t.timer_id.clone(),
+                    });
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+    if let Some(parked) = commit.timers_parked {
+        c.prepare_cached("UPDATE wf_timers SET parked = ?1 WHERE instance_id = ?2")?
+            .execute(rusqlite::params![i64::from(parked), id])?;
+    }
+    if commit.status.is_final() {
+        // ENG-22: a final instance has no bookmarks or timers.
+        c.prepare_cached("DELETE FROM wf_bookmarks WHERE instance_id = ?1")?
+            .execute([id])?;
+        c.prepare_cached("DELETE FROM wf_timers WHERE instance_id = ?1")?
+            .execute([id])?;
+    }
+    if !commit.journal.is_empty() {
+        let last: i64 = c
+            .prepare_cached("SELECT COALESCE(MAX(seq), 0) FROM wf_journal WHERE instance_id = ?1")?
+            .query_row([id], |r| r.get(0))?;
+        let mut stmt = c.prepare_cached(
+            "INSERT INTO wf_journal (instance_id, seq, at, kind, context_id, node_id, detail)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+        )?;
+        let mut seq = last;
+        for entry in &commit.journal {
+            seq += 1;
+            let detail = json_text(&journal_detail(&entry.detail))?;
+            stmt.execute(rusqlite::params![
+                id,
+                seq,
+                entry.at,
+                entry.kind,
+                entry.context_id.map(to_i64),
+                entry.node_id,
+                detail,
+            ])?;
+        }
+    }
+    {
+        let mut stmt = c.prepare_cached("DELETE FROM wf_queue WHERE item_id = ?1")?;
+        for item in &commit.consumed_queue_items {
+            stmt.execute([item])?;
+        }
+    }
+    c.prepare_cached(
+        "UPDATE wf_instances SET
+            version = version + 1, state = ?1, state_size = ?2, status = ?3, sub_status = ?4,
+            correlation_id = ?5, updated_at = ?6, finished_at = ?7,
+            control_request = CASE WHEN ?8 THEN NULL ELSE control_request END,
+            lease_owner = CASE WHEN ?9 THEN NULL ELSE lease_owner END,
+            lease_expires_at = CASE WHEN ?9 THEN NULL ELSE lease_expires_at END
+         WHERE instance_id = ?10",
+    )?
+    .execute(rusqlite::params![
+        state,
+        limit_i64(state.len()),
+        commit.status.as_str(),
+        commit.sub_status.map(SubStatus::as_str),
+        commit.correlation_id,
+        commit.now,
+        commit.status.is_final().then_some(commit.now),
+        commit.clear_control_request,
+        commit.release_lease,
+        id,
+    ])?;
+    Ok(version + 1)
+}
+
+fn move_to_dead(
+    c: &Connection,
+    item_id: &str,
+    reason: DeadLetterReason,
+    error: Option<&str>,
+    now: i64,
+) -> StoreResult<bool> {
+    let inserted = c
+        .prepare_cached(&format!(
+            "INSERT OR IGNORE INTO wf_dead_letters (original_item_id, {QUEUE_COLS}, reason, error, dead_at)
+             SELECT item_id, {QUEUE_COLS}, ?2, ?3, ?4 FROM wf_queue WHERE item_id = ?1"
+        ))?
+        .execute(rusqlite::params![item_id, reason.as_str(), error, now])?;
+    let deleted = c
+        .prepare_cached("DELETE FROM wf_queue WHERE item_id = ?1")?
+        .execute([item_id])?;
+    Ok(inserted > 0 && deleted > 0)
+}
+
+fn delete_dependents(c: &Connection, id: &str) -> StoreResult<()> {
+    for sql in [
+        "DELETE FROM wf_bookmarks WHERE instance_id = ?1",
+        "DELETE FROM wf_timers WHERE instance_id = ?1",
+        "DELETE FROM wf_journal WHERE instance_id = ?1",
+        "DELETE FROM wf_receipts WHERE instance_id = ?1",
+        "DELETE FROM wf_instances WHERE instance_id = ?1",
+    ] {
+        c.prepare_cached(sql)?.execute([id])?;
+    }
+    Ok(())
+}
+
+fn acquire_instance_lease(
+    c: &Connection,
+    id: &str,
+    owner: &str,
+    now: i64,
+    ttl: i64,
+) -> StoreResult<Lease> {
+    let row: Option<(Option<String>, Option<i64>)> = c
+        .prepare_cached(
+            "SELECT lease_owner, lease_expires_at FROM wf_instances WHERE instance_id = ?1",
+        )?
+        .query_row([id], |r| Ok((r.get(0)?, r.get(1)?)))
+        .optional()?;
+    let (holder, until) = row.ok_or_else(|| not_found("instance", id))?;
+    if let (Some(holder), Some(until)) = (holder, until)
+        && until > now
+    {
+        return Err(StoreError::LeaseHeld {
+            resource: instance_resource(id),
+            holder,
+            until,
+        });
+    }
+    let expires_at = now.saturating_add(ttl);
+    let token: i64 = c
+        .prepare_cached(
+            "UPDATE wf_instances SET lease_token = lease_token + 1, lease_owner = ?2,
+                lease_expires_at = ?3
+             WHERE instance_id = ?1 RETURNING lease_token",
+        )?
+        .query_row(rusqlite::params![id, owner, expires_at], |r| r.get(0))?;
+    Ok(Lease {
+        token: to_u64(token),
+        expires_at,
+    })
+}
+
+/// Checks that `token` is the current, held token of an instance lease.
+fn check_instance_token(c: &Connection, id: &str, token: u64) -> StoreResult<()> {
+    let row: Option<(Option<String>, i64)> = c
+        .prepare_cached("SELECT lease_owner, lease_token FROM wf_instances WHERE instance_id = ?1")?
+        .query_row([id], |r| Ok((r.get(0)?, r.get(1)?)))
+        .optional()?;
+    let (owner, current) = row.ok_or_else(|| not_found("instance", id))?;
+    if owner.is_none() || to_u64(current) != token {
+        return Err(StoreError::Fenced {
+            resource: instance_resource(id),
+            token,
+            current: to_u64(current),
+        });
+    }
+    Ok(())
+}
+
+fn check_named_token(c: &Connection, name: &str, token: u64) -> StoreResult<()> {
+    let row: Option<(Option<String>, i64)> = c
+        .prepare_cached("SELECT owner, token FROM wf_named_leases WHERE name = ?1")?
+        .query_row([name], |r| Ok((r.get(0)?, r.get(1)?)))
+        .optional()?;
+    match row {
+        Some((Some(_), current)) if to_u64(current) == token => Ok(()),
+        other => Err(StoreError::Fenced {
+            resource: named_resource(name),
+            token,
+            current: other.map_or(0, |(_, t)| to_u64(t)),
+        }),
+    }
+}
+
+impl Store for SqliteStore {
+    fn create_instance(&self, instance: NewInstance) -> BoxFuture<'_, StoreResult<u64>> {
+        let encoded = validate_instance_id(&instance.instance_id)
+            .and_then(|()| encode_state(&instance.state, self.max_state_bytes));
+        let state = match encoded {
+            Ok(state) => state,
+            Err(e) => return Box::pin(std::future::ready(Err(e))),
+        };
+        self.write(move |c| {
+            let i = &instance;
+            let inserted = c
+                .prepare_cached(
+                    "INSERT INTO wf_instances (instance_id, definition_name, definition_version,
+                        status, sub_status, correlation_id, version, lease_token, origin_at,
+                        created_at, updated_at, finished_at, state, state_size)
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, 1, 0, ?7, ?8, ?8, ?9, ?10, ?11)",
+                )?
+                .execute(rusqlite::params![
+                    i.instance_id,
+                    i.definition_name,
+                    i.definition_version,
+                    i.status.as_str(),
+                    i.sub_status.map(SubStatus::as_str),
+                    i.correlation_id,
+                    i.origin_at,
+                    i.created_at,
+                    i.status.is_final().then_some(i.created_at),
+                    state,
+                    limit_i64(state.len()),
+                ]);
+            match inserted {
+                Ok(_) => {}
+                Err(e) if is_constraint(&e) => {
+                    return Err(StoreError::AlreadyExists {
+                        what: "instance",
+                        id: i.instance_id.clone(),
+                    });
+                }
+                Err(e) => return Err(e.into()),
+            }
+            if let Some(stimulus) = &i.receipt {
+                c.prepare_cached(
+                    "INSERT OR IGNORE INTO wf_receipts (instance_id, stimulus_id, at)
+                     VALUES (?1, ?2, ?3)",
+                )?
+                .execute(rusqlite::params![
+                    i.instance_id,
+                    stimulus,
+                    i.created_at
+                ])?;
+            }
+            if let Some(item) = &i.consumed_queue_item {
+                c.prepare_cached("DELETE FROM wf_queue WHERE item_id = ?1")?
+                    .execute([item])?;
+            }
+            Ok(1)
+        })
+    }
+
+    fn load_instance(&self, instance_id: &str) -> BoxFuture<'_, StoreResult<InstanceRecord>> {
+        let id = instance_id.to_owned();
+        self.read(move |c| {
+            let mut stmt = c.prepare_cached(&format!(
+                "SELECT {INSTANCE_COLS} FROM wf_instances WHERE instance_id = ?1"
+            ))?;
+            let mut rows = stmt.query([&id])?;
+            match rows.next()? {
+                Some(row) => instance_from_row(&id, row),
+                None => Err(not_found("instance", &id)),
+            }
+        })
+    }
+
+    fn commit(&self, commit: Commit) -> BoxFuture<'_, StoreResult<u64>> {
+        let state = match encode_state(&commit.state, self.max_state_bytes) {
+            Ok(state) => state,
+            Err(e) => return Box::pin(std::future::ready(Err(e))),
+        };
+        self.write(move |c| commit_tx(c, &commit, &state))
+    }
+
+    fn request_control(
+        &self,
+        instance_id: &str,
+        request: ControlRequest,
+    ) -> BoxFuture<'_, StoreResult<()>> {
+        let id = instance_id.to_owned();
+        self.write(move |c| {
+            let status: Option<String> = c
+                .prepare_cached("SELECT status FROM wf_instances WHERE instance_id = ?1")?
+                .query_row([&id], |r| r.get(0))
+                .optional()?;
+            let status = status.ok_or_else(|| not_found("instance", &id))?;
+            if InstanceStatus::parse(&status).is_none_or(InstanceStatus::is_final) {
+                return Err(StoreError::Invalid {
+                    what: "control request",
+                    reason: format!("instance {id} is {status}"),
+                });
+            }
+            let text = serde_json::to_string(&request).map_err(StoreError::unavailable)?;
+            c.prepare_cached(
+                "UPDATE wf_instances SET control_request = ?1 WHERE instance_id = ?2",
+            )?
+            .execute([&text, &id])?;
+            Ok(())
+        })
+    }
+
+    fn list_instances(
+        &self,
+        filter: InstanceFilter,
+    ) -> BoxFuture<'_, StoreResult<Vec<ListedInstance>>> {
+        self.read(move |c| {
+            let mut stmt = c.prepare_cached(&format!(
+                "SELECT {INSTANCE_COLS} FROM wf_instances
+                 WHERE (?1 IS NULL OR status = ?1)
+                   AND (?2 IS NULL OR definition_name = ?2)
+                   AND (?3 IS NULL OR correlation_id = ?3)
+                   AND (?4 IS NULL OR instance_id > ?4)
+                 ORDER BY instance_id LIMIT ?5"
+            ))?;
+            let mut rows = stmt.query(rusqlite::params![
+                filter.status.map(InstanceStatus::as_str),
+                filter.definition_name,
+                filter.correlation_id,
+                filter.after,
+                limit_i64(page(filter.limit, 100)),
+            ])?;
+            let mut listed = Vec::new();
+            while let Some(row) = rows.next()? {
+                let id: String = row.get(0)?;
+                let record = instance_from_row(&id, row);
+                listed.push(ListedInstance {
+                    instance_id: id,
+                    record,
+                });
+            }
+            Ok(listed)
+        })
+    }
+
+    fn claim_runnable(
+        &self,
+        owner: &str,
+        now: i64,
+        ttl: i64,
+        limit: usize,
+    ) -> BoxFuture<'_, StoreResult<Vec<ClaimedInstance>>> {
+        let owner = owner.to_owned();
+        self.write(move |c| {
+            let candidates: Vec<(String, Option<String>)> = {
+                let mut stmt = c.prepare_cached(
+                    "SELECT instance_id, sub_status FROM wf_instances
+                     WHERE status = 'running'
+                       AND (lease_owner IS NULL OR lease_expires_at IS NULL
+                            OR lease_expires_at <= ?1)
+                     ORDER BY updated_at, instance_id LIMIT ?2",
+                )?;
+                let rows = stmt.query_map(rusqlite::params![now, limit_i64(limit)], |r| {
+                    Ok((r.get(0)?, r.get(1)?))
+                })?;
+                rows.collect::<Result<_, _>>()?
+            };
+            let mut claimed = Vec::with_capacity(candidates.len());
+            for (id, sub_status) in candidates {
+                let lease = acquire_instance_lease(c, &id, &owner, now, ttl)?;
+                claimed.push(ClaimedInstance {
+                    instance_id: id,
+                    sub_status: sub_status.as_deref().and_then(SubStatus::parse),
+                    lease,
+                });
+            }
+            Ok(claimed)
+        })
+    }
+
+    fn delete_instance(&self, instance_id: &str) -> BoxFuture<'_, StoreResult<()>> {
+        let id = instance_id.to_owned();
+        self.write(move |c| {
+            let status: Option<String> = c
+                .prepare_cached("SELECT status FROM wf_instances WHERE instance_id = ?1")?
+                .query_row([&id], |r| r.get(0))
+                .optional()?;
+            let status = status.ok_or_else(|| not_found("instance", &id))?;
+            match InstanceStatus::parse(&status) {
+                Some(s) if s.is_final() => delete_dependents(c, &id),
+                Some(s) => Err(StoreError::NotTerminal {
+                    instance: id,
+                    status: s,
+                }),
+                None => Err(StoreError::Decode {
+                    what: "instance",
+                    id,
+                    path: "status".to_owned(),
+                    message: format!("unknown status {status:?}"),
+                }),
+            }
+        })
+    }
+
+    fn purge(&self, filter: PurgeFilter) -> BoxFuture<'_, StoreResult<u64>> {
+        Box::pin(async move {
+            let statuses = purge_statuses(&filter)?;
+            let first = statuses.first().map(|s| s.as_str()).unwrap_or_default();
+            let second = statuses.get(1).map_or(first, |s| s.as_str());
+            let batch = page(filter.batch_size, 500);
+            let mut total = 0u64;
+            loop {
+                let (first, second) = (first.to_owned(), second.to_owned());
+                let definition = filter.definition_name.clone();
+                let cut_off = filter.finished_before;
+                // Each batch is its own atomic write (ST-31).
+                let removed = self
+                    .write(move |c| {
+                        let ids: Vec<String> = {
+                            let mut stmt = c.prepare_cached(
+                                "SELECT instance_id FROM wf_instances
+                                 WHERE (status = ?1 OR status = ?2) AND finished_at < ?3
+                                   AND (?4 IS NULL OR definition_name = ?4)
+                                 LIMIT ?5",
+                            )?;
+                            let rows = stmt.query_map(
+                                rusqlite::params![
+                                    first,
+                                    second,
+                                    cut_off,
+                                    definition,
+                                    limit_i64(batch)
+                                ],
+                                |r| r.get(0),
+                            )?;
+                            rows.collect::<Result<_, _>>()?
+                        };
+                        for id in &ids {
+                            delete_dependents(c, id)?;
+                        }
+                        Ok(ids.len())
+                    })
+                    .await?;
+                total += removed as u64;
+                if removed < batch {
+                    return Ok(total);
+                }
+            }
+        })
+    }
+
+    fn acquire_lease(
+        &self,
+        instance_id: &str,
+        owner: &str,
+        now: i64,
+        ttl: i64,
+    ) -> BoxFuture<'_, StoreResult<Lease>> {
+        let (id, owner) = (instance_id.to_owned(), owner.to_owned());
+        self.write(move |c| acquire_instance_lease(c, &id, &owner, now, ttl))
+    }
+
+    fn renew_lease(
+        &self,
+        instance_id: &str,
+        token: u64,
+        now: i64,
+        ttl: i64,
+    ) -> BoxFuture<'_, StoreResult<Renewal>> {
+        let id = instance_id.to_owned();
+        self.write(move |c| {
+            check_instance_token(c, &id, token)?;
+            let expires_at = now.saturating_add(ttl);
+            let control: Option<String> = c
+                .prepare_cached(
+                    "UPDATE wf_instances SET lease_expires_at = ?2 WHERE instance_id = ?1
+                     RETURNING control_request",
+                )?
+                .query_row(rusqlite::params![id, expires_at], |r| r.get(0))?;
+            let control_request = match control {
+                None => None,
+                Some(text) => {
+                    Some(serde_json::from_str(&text).map_err(|e| StoreError::Decode {
+                        what: "instance",
+                        id: id.clone(),
+                        path: "control_request".to_owned(),
+                        message: e.to_string(),
+                    })?)
+                }
+            };
+            Ok(Renewal {
+                lease: Lease { token, expires_at },
+                control_request,
+            })
+        })
+    }
+
+    fn release_lease(&self, instance_id: &str, token: u64) -> BoxFuture<'_, StoreResult<()>> {
+        let id = instance_id.to_owned();
+        self.write(move |c| {
+            check_instance_token(c, &id, token)?;
+            c.prepare_cached(
+                "UPDATE wf_instances SET lease_owner = NULL, lease_expires_at = NULL
+                 WHERE instance_id = ?1",
+            )?
+            .execute([&id])?;
+            Ok(())
+        })
+    }
+
+    fn acquire_named_lease(
+        &self,
+        name: &str,
+        owner: &str,
+        now: i64,
+        ttl: i64,
+    ) -> BoxFuture<'_, StoreResult<Lease>> {
+        let (name, owner) = (name.to_owned(), owner.to_owned());
+        self.write(move |c| {
+            let row: Option<(Option<String>, Option<i64>)> = c
+                .prepare_cached("SELECT owner, expires_at FROM wf_named_leases WHERE name = ?1")?
+                .query_row([&name], |r| Ok((r.get(0)?, r.get(1)?)))
+                .optional()?;
+            if let Some((Some(holder), Some(until))) = row
+                && until > now
+            {
+                return Err(StoreError::LeaseHeld {
+                    resource: named_resource(&name),
+                    holder,
+                    until,
+                });
+            }
+            let expires_at = now.saturating_add(ttl);
+            let token: i64 = c
+                .prepare_cached(
+                    "INSERT INTO wf_named_leases (name, owner, token, expires_at)
+                     VALUES (?1, ?2, 1, ?3)
+                     ON CONFLICT (name) DO UPDATE SET owner = ?2, token = token + 1,
+                        expires_at = ?3
+                     RETURNING token",
+                )?
+                .query_row(rusqlite::params![name, owner, expires_at], |r| r.get(0))?;
+            Ok(Lease {
+                token: to_u64(token),
+                expires_at,
+            })
+        })
+    }
+
+    fn renew_named_lease(
+        &self,
+        name: &str,
+        token: u64,
+        now: i64,
+        ttl: i64,
+    ) -> BoxFuture<'_, StoreResult<Lease>> {
+        let name = name.to_owned();
+        self.write(move |c| {
+            check_named_token(c, &name, token)?;
+            let expires_at = now.saturating_add(ttl);
+            c.prepare_cached("UPDATE wf_named_leases SET expires_at = ?2 WHERE name = ?1")?
+                .execute(rusqlite::params![name, expires_at])?;
+            Ok(Lease { token, expires_at })
+        })
+    }
+
+    fn release_named_lease(&self, name: &str, token: u64) -> BoxFuture<'_, StoreResult<()>> {
+        let name = name.to_owned();
+        self.write(move |c| {
+            check_named_token(c, &name, token)?;
+            c.prepare_cached(
+                "UPDATE wf_named_leases SET owner = NULL, expires_at = NULL WHERE name = ?1",
+            )?
+            .execute([&name])?;
+            Ok(())
+        })
+    }
+
+    fn find_bookmarks(&self, query: BookmarkQuery) -> BoxFuture<'_, StoreResult<Vec<BookmarkRow>>> {
+        self.read(move |c| {
+            let (after_at, after_id) = match &query.after {
+                Some((at, id)) => (Some(*at), Some(id.as_str())),
+                None => (None, None),
+            };
+            let mut stmt = c.prepare_cached(&format!(
+                "SELECT {BOOKMARK_COLS} FROM wf_bookmarks
+                 WHERE hash = ?1
+                   AND (?2 IS NULL OR instance_id = ?2)
+                   AND (?3 IS NULL OR correlation_id = ?3)
+                   AND (?4 IS NULL OR bookmark_id = ?4)
+                   AND (?5 IS NULL OR (created_at, bookmark_id) > (?5, ?6))
+                 ORDER BY created_at, bookmark_id LIMIT ?7"
+            ))?;
+            let rows = stmt.query_map(
+                rusqlite::params![
+                    query.hash,
+                    query.instance_id,
+                    query.correlation_id,
+                    query.bookmark_id,
+                    after_at,
+                    after_id,
+                    limit_i64(page(query.limit, 100)),
+                ],
+                bookmark_from_row,
+            )?;
+            Ok(rows.collect::<Result<_, _>>()?)
+        })
+    }
+
+    fn list_bookmarks(&self, instance_id: &str) -> BoxFuture<'_, StoreResult<Vec<BookmarkRow>>> {
+        let id = instance_id.to_owned();
+        self.read(move |c| {
+            let mut stmt = c.prepare_cached(&format!(
+                "SELECT {BOOKMARK_COLS} FROM wf_bookmarks WHERE instance_id = ?1
+                 ORDER BY created_at, bookmark_id"
+            ))?;
+            let rows = stmt.query_map([&id], bookmark_from_row)?;
+            Ok(rows.collect::<Result<_, _>>()?)
+        })
+    }
+
+    fn has_receipt(
+        &self,
+        instance_id: &str,
+        stimulus_id: &str,
+    ) -> BoxFuture<'_, StoreResult<bool>> {
+        let (id, stimulus) = (instance_id.to_owned(), stimulus_id.to_owned());
+        self.read(move |c| {
+            Ok(c.prepare_cached(
+                "SELECT 1 FROM wf_receipts WHERE instance_id = ?1 AND stimulus_id = ?2",
+            )?
+            .query_row([&id, &stimulus], |_| Ok(()))
+            .optional()?
+            .is_some())
+        })
+    }
+
+    fn replace_triggers(
+        &self,
+        definition_name: &str,
+        triggers: Vec<TriggerRow>,
+    ) -> BoxFuture<'_, StoreResult<TriggerDiff>> {
+        let name = definition_name.to_owned();
+        self.write(move |c| {
+            if let Some(t) = triggers.iter().find(|t| t.definition_name != name) {
+                return Err(StoreError::Invalid {
+                    what: "trigger",
+                    reason: format!("belongs to {}, not {name}", t.definition_name),
+                });
+            }
+            let existing =
+                select_triggers(c, "WHERE definition_name = ?1", rusqlite::params![name])?;
+            let mut diff = TriggerDiff::default();
+            for old in &existing {
+                if !triggers
+                    .iter()
+                    .any(|t| t.node_id == old.node_id && t.hash == old.hash)
+                {
+                    c.prepare_cached(
+                        "DELETE FROM wf_triggers
+                         WHERE definition_name = ?1 AND node_id = ?2 AND hash = ?3",
+                    )?
+                    .execute([&name, &old.node_id, &old.hash])?;
+                    diff.removed += 1;
+                }
+            }
+            for t in &triggers {
+                let same = existing.iter().any(|old| {
+                    old.node_id == t.node_id && old.hash == t.hash && same_trigger(old, t)
+                });
+                if same {
+                    diff.unchanged += 1;
+                    continue;
+                }
+                c.prepare_cached(
+                    "INSERT OR REPLACE INTO wf_triggers (definition_name, node_id, hash,
+                        definition_version, name, key_display, payload, activation, registered_at)
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+                )?
+                .execute(rusqlite::params![
+                    t.definition_name,
+                    t.node_id,
+                    t.hash,
+                    t.definition_version,
+                    t.name,
+                    t.key_display,
+                    json_text(&t.payload)?,
+                    json_text(&t.activation)?,
+                    t.registered_at,
+                ])?;
+                diff.added += 1;
+            }
+            Ok(diff)
+        })
+    }
+
+    fn find_triggers(&self, hashes: &[String]) -> BoxFuture<'_, StoreResult<Vec<TriggerRow>>> {
+        let hashes = hashes.to_vec();
+        self.read(move |c| {
+            let mut found = Vec::new();
+            for hash in &hashes {
+                found.extend(select_triggers(
+                    c,
+                    "WHERE hash = ?1",
+                    rusqlite::params![hash],
+                )?);
+            }
+            found.sort_by(|a, b| {
+                (&a.definition_name, &a.node_id, &a.hash).cmp(&(
+                    &b.definition_name,
+                    &b.node_id,
+                    &b.hash,
+                ))
+            });
+            found.dedup_by(|a, b| {
+                a.definition_name == b.definition_name && a.node_id == b.node_id && a.hash == b.hash
+            });
+            Ok(found)
+        })
+    }
+
+    fn earliest_timer(&self, now: i64) -> BoxFuture<'_, StoreResult<Option<i64>>> {
+        self.read(move |c| {
+            Ok(c.prepare_cached(
+                "SELECT MIN(due_at) FROM wf_timers WHERE parked = 0
+                   AND (claim_owner IS NULL OR claim_expires_at IS NULL OR claim_expires_at <= ?1)",
+            )?
+            .query_row([now], |r| r.get(0))?)
+        })
+    }
+
+    fn claim_due_timers(
+        &self,
+        owner: &str,
+        now: i64,
+        claim_ttl: i64,
+        limit: usize,
+    ) -> BoxFuture<'_, StoreResult<Vec<TimerRow>>> {
+        let owner = owner.to_owned();
+        self.write(move |c| {
+            let rows: Vec<TimerRow> = {
+                let mut stmt = c.prepare_cached(&format!(
+                    "SELECT {TIMER_COLS} FROM wf_timers
+                     WHERE parked = 0 AND due_at <= ?1
+                       AND (claim_owner IS NULL OR claim_expires_at IS NULL
+                            OR claim_expires_at <= ?1)
+                     ORDER BY due_at, timer_id LIMIT ?2"
+                ))?;
+                let rows =
+                    stmt.query_map(rusqlite::params![now, limit_i64(limit)], timer_from_row)?;
+                rows.collect::<Result<_, _>>()?
+            };
+            let mut stmt = c.prepare_cached(
+                "UPDATE wf_timers SET claim_owner = ?2, claim_expires_at = ?3 WHERE timer_id = ?1",
+            )?;
+            for t in &rows {
+                stmt.execute(rusqlite::params![
+                    t.timer_id,
+                    owner,
+                    now.saturating_add(claim_ttl)
+                ])?;
+            }
+            Ok(rows)
+        })
+    }
+
+    fn list_timers(&self, instance_id: &str) -> BoxFuture<'_, StoreResult<Vec<TimerRow>>> {
+        let id = instance_id.to_owned();
+        self.read(move |c| {
+            let mut stmt = c.prepare_cached(&format!(
+                "SELECT {TIMER_COLS} FROM wf_timers WHERE instance_id = ?1
+                 ORDER BY due_at, timer_id"
+            ))?;
+            let rows = stmt.query_map([&id], timer_from_row)?;
+            Ok(rows.collect::<Result<_, _>>()?)
+        })
+    }
+
+    fn read_journal(
+        &self,
+        instance_id: &str,
+        from_seq: u64,
+        limit: usize,
+    ) -> BoxFuture<'_, StoreResult<Vec<JournalEntry>>> {
+        let id = instance_id.to_owned();
+        self.read(move |c| {
+            let mut stmt = c.prepare_cached(
+                "SELECT seq, at, kind, context_id, node_id, detail FROM wf_journal
+                 WHERE instance_id = ?1 AND seq >= ?2 ORDER BY seq LIMIT ?3",
+            )?;
+            let rows = stmt.query_map(
+                rusqlite::params![id, to_i64(from_seq), limit_i64(page(limit, 100))],
+                |r| {
+                    Ok((
+                        r.get::<_, i64>(0)?,
+                        r.get::<_, i64>(1)?,
+                        r.get::<_, String>(2)?,
+                        r.get::<_, Option<i64>>(3)?,
+                        r.get::<_, Option<String>>(4)?,
+                        r.get::<_, String>(5)?,
+                    ))
+                },
+            )?;
+            let mut entries = Vec::new();
+            for row in rows {
+                let (seq, at, kind, context_id, node_id, detail) = row?;
+                entries.push(JournalEntry {
+                    seq: to_u64(seq),
+                    at,
+                    kind,
+                    context_id: context_id.map(to_u64),
+                    node_id,
+                    detail: decode_json("journal entry", &id, "detail", &detail)?,
+                });
+            }
+            Ok(entries)
+        })
+    }
+
+    fn enqueue(&self, item: QueueItem) -> BoxFuture<'_, StoreResult<()>> {
+        let encoded = json_text(&item.payload).and_then(|p| Ok((p, json_text(&item.targets)?)));
+        let (payload, targets) = match encoded {
+            Ok(encoded) => encoded,
+            Err(e) => return Box::pin(std::future::ready(Err(e))),
+        };
+        self.write(move |c| {
+            let dead: bool = c
+                .prepare_cached("SELECT 1 FROM wf_dead_letters WHERE original_item_id = ?1")?
+                .query_row([&item.item_id], |_| Ok(()))
+                .optional()?
+                .is_some();
+            let inserted = if dead {
+                Err(None)
+            } else {
+                c.prepare_cached(&format!(
+                    "INSERT INTO wf_queue (item_id, {QUEUE_COLS})
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)"
+                ))?
+                .execute(rusqlite::params![
+                    item.item_id,
+                    item.stimulus_id,
+                    item.name,
+                    item.hash,
+                    item.key_display,
+                    payload,
+                    item.correlation_id,
+                    targets,
+                    item.sent_at,
+                    item.enqueued_at,
+                    item.expires_at,
+                    item.attempts,
+                    item.last_error,
+                    item.last_attempt_at,
+                    item.held,
+                    item.idempotency_key,
+                ])
+                .map_err(Some)
+            };
+            match inserted {
+                Ok(_) => Ok(()),
+                Err(Some(e)) if !is_constraint(&e) => Err(e.into()),
+                Err(_) => Err(StoreError::AlreadyExists {
+                    what: "queue item",
+                    id: item.item_id,
+                }),
+            }
+        })
+    }
+
+    fn claim_queue_page(
+        &self,
+        owner: &str,
+        now: i64,
+        claim_ttl: i64,
+        limit: usize,
+    ) -> BoxFuture<'_, StoreResult<Vec<QueueItem>>> {
+        let owner = owner.to_owned();
+        self.write(move |c| {
+            let raw: Vec<RawQueue> = {
+                let mut stmt = c.prepare_cached(&format!(
+                    "SELECT item_id, {QUEUE_COLS} FROM wf_queue
+                     WHERE (held = 1 OR expires_at > ?1)
+                       AND (claim_owner IS NULL OR claim_expires_at IS NULL
+                            OR claim_expires_at <= ?1)
+                     ORDER BY sent_at, item_id LIMIT ?2"
+                ))?;
+                let rows =
+                    stmt.query_map(rusqlite::params![now, limit_i64(limit)], queue_from_row)?;
+                rows.collect::<Result<_, _>>()?
+            };
+            let mut stmt = c.prepare_cached(
+                "UPDATE wf_queue SET claim_owner = ?2, claim_expires_at = ?3 WHERE item_id = ?1",
+            )?;
+            let mut items = Vec::with_capacity(raw.len());
+            for r in raw {
+                stmt.execute(rusqlite::params![
+                    r.item.item_id,
+                    owner,
+                    now.saturating_add(claim_ttl)
+                ])?;
+                items.push(r.decode("queue item")?);
+            }
+            Ok(items)
+        })
+    }
+
+    fn release_queue_item(&self, item_id: &str, owner: &str) -> BoxFuture<'_, StoreResult<()>> {
+        let (id, owner) = (item_id.to_owned(), owner.to_owned());
+        self.write(move |c| {
+            c.prepare_cached(
+                "UPDATE wf_queue SET claim_owner = NULL, claim_expires_at = NULL
+                 WHERE item_id = ?1 AND claim_owner = ?2",
+            )?
+            .execute([&id, &owner])?;
+            Ok(())
+        })
+    }
+
+    fn ack_queue_item(&self, item_id: &str) -> BoxFuture<'_, StoreResult<bool>> {
+        let id = item_id.to_owned();
+        self.write(move |c| {
+            Ok(c.prepare_cached("DELETE FROM wf_queue WHERE item_id = ?1")?
+                .execute([&id])?
+                > 0)
+        })
+    }
+
+    fn record_queue_failure(
+        &self,
+        item_id: &str,
+        error: &str,
+        now: i64,
+        max_attempts: u32,
+    ) -> BoxFuture<'_, StoreResult<QueueFailure>> {
+        let (id, error) = (item_id.to_owned(), error.to_owned());
+        self.write(move |c| {
+            let attempts: Option<i64> = c
+                .prepare_cached(
+                    "UPDATE wf_queue SET attempts = attempts + 1, last_error = ?2,
+                        last_attempt_at = ?3, claim_owner = NULL, claim_expires_at = NULL
+                     WHERE item_id = ?1 RETURNING attempts",
+                )?
+                .query_row(rusqlite::params![id, error, now], |r| r.get(0))
+                .optional()?;
+            let attempts = attempts.ok_or_else(|| not_found("queue item", &id))?;
+            let attempts = u32::try_from(attempts).unwrap_or(u32::MAX);
+            if attempts >= max_attempts {
+                move_to_dead(c, &id, DeadLetterReason::Failed, Some(&error), now)?;
+                Ok(QueueFailure::DeadLettered)
+            } else {
+                Ok(QueueFailure::Retry { attempts })
+            }
+        })
+    }
+
+    fn dead_letter(
+        &self,
+        item_id: &str,
+        reason: DeadLetterReason,
+        error: Option<&str>,
+        now: i64,
+    ) -> BoxFuture<'_, StoreResult<bool>> {
+        let (id, error) = (item_id.to_owned(), error.map(str::to_owned));
+        self.write(move |c| move_to_dead(c, &id, reason, error.as_deref(), now))
+    }
+
+    fn expire_queue(&self, now: i64, limit: usize) -> BoxFuture<'_, StoreResult<u64>> {
+        self.write(move |c| {
+            let ids: Vec<String> = {
+                let mut stmt = c.prepare_cached(
+                    "SELECT item_id FROM wf_queue WHERE held = 0 AND expires_at <= ?1
+                     ORDER BY expires_at, item_id LIMIT ?2",
+                )?;
+                let rows =
+                    stmt.query_map(rusqlite::params![now, limit_i64(limit)], |r| r.get(0))?;
+                rows.collect::<Result<_, _>>()?
+            };
+            let mut moved = 0;
+            for id in ids {
+                if move_to_dead(c, &id, DeadLetterReason::Expired, None, now)? {
+                    moved += 1;
+                }
+            }
+            Ok(moved)
+        })
+    }
+
+    fn list_dead_letters(
+        &self,
+        reason: Option<DeadLetterReason>,
+        limit: usize,
+    ) -> BoxFuture<'_, StoreResult<Vec<DeadLetter>>> {
+        self.read(move |c| {
+            let mut stmt = c.prepare_cached(&format!(
+                "SELECT original_item_id, {QUEUE_COLS}, reason, error, dead_at FROM wf_dead_letters
+                 WHERE (?1 IS NULL OR reason = ?1)
+                 ORDER BY dead_at, original_item_id LIMIT ?2"
+            ))?;
+            let rows = stmt.query_map(
+                rusqlite::params![
+                    reason.map(DeadLetterReason::as_str),
+                    limit_i64(page(limit, 100))
+                ],
+                |r| {
+                    Ok((
+                        queue_from_row(r)?,
+                        r.get::<_, String>(16)?,
+                        r.get::<_, Option<String>>(17)?,
+                        r.get::<_, i64>(18)?,
+                    ))
+                },
+            )?;
+            let mut letters = Vec::new();
+            for row in rows {
+                let (raw, reason_text, error, dead_at) = row?;
+                let item = raw.decode("dead letter")?;
+                let reason =
+                    DeadLetterReason::parse(&reason_text).ok_or_else(|| StoreError::Decode {
+                        what: "dead letter",
+                        id: item.item_id.clone(),
+                        path: "reason".to_owned(),
+                        message: format!("unknown reason {reason_text:?}"),
+                    })?;
+                letters.push(DeadLetter {
+                    item,
+                    reason,
+                    error,
+                    dead_at,
+                });
+            }
+            Ok(letters)
+        })
+    }
+
+    fn stats(&self) -> BoxFuture<'_, StoreResult<StoreStats>> {
+        let stats = StoreStats {
+            write_requests: self.counters.write_requests.load(Ordering::Relaxed),
+            transactions: self.counters.transactions.load(Ordering::Relaxed),
+        };
+        Box::pin(std::future::ready(Ok(stats)))
+    }
+}
+
+fn select_triggers(
+    c: &Connection,
+    filter: &str,
+    params: &[&dyn rusqlite::ToSql],
+) -> StoreResult<Vec<TriggerRow>> {
+    let mut stmt = c.prepare_cached(&format!(
+        "SELECT definition_name, node_id, hash, definition_version, name, key_display, payload,
+                activation, registered_at
+         FROM wf_triggers {filter} ORDER BY definition_name, node_id, hash"
+    ))?;
+    let rows = stmt.query_map(params, |r| {
+        Ok((
+            r.get::<_, String>(0)?,
+            r.get::<_, String>(1)?,
+            r.get::<_, String>(2)?,
+            r.get::<_, String>(3)?,
+            r.get::<_, String>(4)?,
+            r.get::<_, Option<String>>(5)?,
+            r.get::<_, String>(6)?,
+            r.get::<_, String>(7)?,
+            r.get::<_, i64>(8)?,
+        ))
+    })?;
+    let mut found = Vec::new();
+    for row in rows {
+        let (
+            definition_name,
+            node_id,
+            hash,
+            definition_version,
+            name,
+            key_display,
+            payload,
+            activation,
+            registered_at,
+        ) = row?;
+        let id = format!("{definition_name}/{node_id}/{hash}");
+        found.push(TriggerRow {
+            payload: decode_json("trigger", &id, "payload", &payload)?,
+            activation: decode_json("trigger", &id, "activation", &activation)?,
+            definition_name,
+            definition_version,
+            node_id,
+            hash,
+            name,
+            key_display,
+            registered_at,
+        });
+    }
+    Ok(found)
+}

@@ -1,0 +1,1 @@
+//! The store conformance suite (ST-33) run against every backend.
