@@ -1,0 +1,349 @@
+//! SQLite-specific store tests: durability across reopen, group commit (C-32), decode errors on
+//! hand-edited rows (C-25), migrations (C-30) and crash atomicity (C-31).
+#![cfg(feature = "sqlite")]
+#![allow(clippy::unwrap_used)]
+
+use std::path::Path;
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+use workflow_runtime::conformance::{
+    SEC, T0, TTL, bookmark, create_leased, doc, new_instance, queue_item, waiting,
+};
+use workflow_runtime::{
+    BookmarkQuery, DeadLetterReason, InstanceFilter, InstanceStatus, MigrateMode, NewJournalEntry,
+    NewTimer, SqliteOptions, SqliteStore, Store, StoreError, TriggerRow,
+};
+
+fn open(path: &Path) -> SqliteStore {
+    SqliteStore::open(path).unwrap()
+}
+
+#[tokio::test]
+async fn reopening_the_file_keeps_everything() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("store.db");
+    let token = {
+        let store = open(&path);
+        assert_eq!(store.migrations_applied(), [1]);
+        let lease = create_leased(&store, "wf-1").await;
+        let mut c = waiting("wf-1", 1, lease.token, 7);
+        c.correlation_id = Some("order-7".to_owned());
+        c.bookmarks_added = vec![bookmark("b1", "h", T0)];
+        c.timers_added = vec![NewTimer {
+            timer_id: "t1".to_owned(),
+            kind: "delay".to_owned(),
+            due_at: T0 + 60 * SEC,
+        }];
+        c.journal = vec![NewJournalEntry {
+            at: T0,
+            kind: "suspended".to_owned(),
+            context_id: Some(1),
+            node_id: Some("root".to_owned()),
+            detail: json!({ "why": "waiting" }),
+        }];
+        c.receipts = vec!["s0".to_owned()];
+        store.commit(c).await.unwrap();
+        store.enqueue(queue_item("q1", T0)).await.unwrap();
+        store.enqueue(queue_item("q2", T0)).await.unwrap();
+        store
+            .dead_letter("q2", DeadLetterReason::Rejected, Some("bad"), T0)
+            .await
+            .unwrap();
+        store
+            .replace_triggers(
+                "order",
+                vec![TriggerRow {
+                    definition_name: "order".to_owned(),
+                    definition_version: "v1".to_owned(),
+                    node_id: "root:start".to_owned(),
+                    hash: "th".to_owned(),
+                    name: "placed".to_owned(),
+                    key_display: None,
+                    payload: json!({}),
+                    activation: json!({}),
+                    registered_at: T0,
+                }],
+            )
+            .await
+            .unwrap();
+        store
+            .acquire_named_lease("purge", "node-a", T0, TTL)
+            .await
+            .unwrap();
+        lease.token
+        // The store (its threads and connections) is dropped here.
+    };
+
+    let store = open(&path);
+    assert!(store.migrations_applied().is_empty(), "second open: no-op");
+    let loaded = store.load_instance("wf-1").await.unwrap();
+    assert_eq!(loaded.version, 2);
+    assert_eq!(loaded.state, doc(7));
+    assert_eq!(loaded.status, InstanceStatus::Suspended);
+    assert_eq!(loaded.correlation_id.as_deref(), Some("order-7"));
+    assert_eq!(loaded.lease.map(|l| l.token), Some(token));
+    let found = store
+        .find_bookmarks(BookmarkQuery::by_hash("h", 10))
+        .await
+        .unwrap();
+    assert_eq!(found.len(), 1);
+    assert_eq!(found[0].correlation_id.as_deref(), Some("order-7"));
+    assert_eq!(store.earliest_timer(T0).await.unwrap(), Some(T0 + 60 * SEC));
+    assert_eq!(store.read_journal("wf-1", 0, 10).await.unwrap().len(), 1);
+    assert!(store.has_receipt("wf-1", "s0").await.unwrap());
+    let page = store.claim_queue_page("n", T0, TTL, 10).await.unwrap();
+    assert_eq!(page.len(), 1);
+    assert_eq!(page[0], queue_item("q1", T0));
+    assert_eq!(store.list_dead_letters(None, 10).await.unwrap().len(), 1);
+    assert_eq!(
+        store.find_triggers(&["th".to_owned()]).await.unwrap().len(),
+        1
+    );
+    assert!(matches!(
+        store
+            .acquire_named_lease("purge", "node-b", T0 + SEC, TTL)
+            .await,
+        Err(StoreError::LeaseHeld { .. })
+    ));
+    // The instance resumes where it was: the same lease token still commits.
+    assert_eq!(store.commit(waiting("wf-1", 2, token, 8)).await.unwrap(), 3);
+}
+
+/// C-32: many concurrent commits land in fewer transactions than commits, each with its own
+/// result; one failing version check does not affect the others.
+#[tokio::test]
+async fn group_commit_batches_concurrent_commits() {
+    const N: usize = 200;
+    let dir = tempfile::tempdir().unwrap();
+    let store: Arc<dyn Store> = Arc::new(open(&dir.path().join("store.db")));
+    let mut setup = Vec::new();
+    for i in 0..N {
+        let store = Arc::clone(&store);
+        setup.push(tokio::spawn(async move {
+            create_leased(&*store, &format!("wf-{i}")).await
+        }));
+    }
+    let mut tokens = Vec::new();
+    for task in setup {
+        tokens.push(task.await.unwrap().token);
+    }
+    let before = store.stats().await.unwrap();
+    let mut tasks = Vec::new();
+    for (i, token) in tokens.iter().copied().enumerate() {
+        let store = Arc::clone(&store);
+        tasks.push(tokio::spawn(async move {
+            let id = format!("wf-{i}");
+            // Instance 100 names a stale version: only it fails.
+            let version = if i == 100 { 7 } else { 1 };
+            let mut c = waiting(&id, version, token, i as i64);
+            c.bookmarks_added = vec![bookmark(&format!("b-{i}"), "h", T0)];
+            store.commit(c).await
+        }));
+    }
+    for (i, task) in tasks.into_iter().enumerate() {
+        let result = task.await.unwrap();
+        if i == 100 {
+            assert!(matches!(
+                result,
+                Err(StoreError::Conflict {
+                    expected: 7,
+                    actual: 1,
+                    ..
+                })
+            ));
+        } else {
+            assert_eq!(result.unwrap(), 2, "wf-{i}");
+        }
+    }
+    let after = store.stats().await.unwrap();
+    let requests = after.write_requests - before.write_requests;
+    let transactions = after.transactions - before.transactions;
+    println!("group commit: {requests} requests in {transactions} transactions");
+    assert_eq!(requests, N as u64);
+    assert!(transactions < requests, "{transactions} transactions");
+    for i in 0..N {
+        let loaded = store.load_instance(&format!("wf-{i}")).await.unwrap();
+        if i == 100 {
+            assert_eq!((loaded.version, loaded.state), (1, doc(0)));
+            assert!(store.list_bookmarks("wf-100").await.unwrap().is_empty());
+        } else {
+            assert_eq!((loaded.version, loaded.state), (2, doc(i as i64)));
+        }
+    }
+    let all = store
+        .find_bookmarks(BookmarkQuery::by_hash("h", 1000))
+        .await
+        .unwrap();
+    assert_eq!(all.len(), N - 1);
+}
+
+/// C-25 through the file: a hand-edited row gives `Decode` naming the instance, for that row
+/// only.
+#[tokio::test]
+async fn hand_edited_rows_fail_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("store.db");
+    {
+        let store = open(&path);
+        for id in ["wf-1", "wf-2", "wf-3"] {
+            store.create_instance(new_instance(id)).await.unwrap();
+        }
+    }
+    {
+        let raw = rusqlite::Connection::open(&path).unwrap();
+        raw.execute(
+            "UPDATE wf_instances SET state = 'not json' WHERE instance_id = 'wf-1'",
+            [],
+        )
+        .unwrap();
+        raw.execute(
+            "UPDATE wf_instances SET status = 'sleeping' WHERE instance_id = 'wf-3'",
+            [],
+        )
+        .unwrap();
+    }
+    let store = open(&path);
+    match store.load_instance("wf-1").await {
+        Err(StoreError::Decode { what, id, path, .. }) => {
+            assert_eq!(
+                (what, id.as_str(), path.as_str()),
+                ("instance", "wf-1", "state")
+            );
+        }
+        other => panic!("expected Decode, got {other:?}"),
+    }
+    match store.load_instance("wf-3").await {
+        Err(StoreError::Decode { id, path, .. }) => {
+            assert_eq!((id.as_str(), path.as_str()), ("wf-3", "status"));
+        }
+        other => panic!("expected Decode, got {other:?}"),
+    }
+    assert_eq!(store.load_instance("wf-2").await.unwrap().state, doc(0));
+    let listed = store
+        .list_instances(InstanceFilter::default())
+        .await
+        .unwrap();
+    let ok: Vec<bool> = listed.iter().map(|l| l.record.is_ok()).collect();
+    assert_eq!(ok, [false, true, false]);
+}
+
+/// C-30: fresh database, re-run is a no-op, concurrent migrators, newer schema refused,
+/// checksum mismatch detected, `CheckOnly` refuses pending migrations.
+#[test]
+fn migrations() {
+    let dir = tempfile::tempdir().unwrap();
+
+    // CheckOnly on an empty database: outdated.
+    let check_only = SqliteOptions {
+        migrate: MigrateMode::CheckOnly,
+        ..SqliteOptions::default()
+    };
+    let empty = dir.path().join("empty.db");
+    assert!(matches!(
+        SqliteStore::open_with(&empty, &check_only),
+        Err(StoreError::SchemaOutdated {
+            found: 0,
+            required: 1
+        })
+    ));
+
+    // Concurrent migrators: exactly one applies, both open.
+    let path = dir.path().join("store.db");
+    let handles: Vec<_> = (0..4)
+        .map(|_| {
+            let path = path.clone();
+            std::thread::spawn(move || {
+                SqliteStore::open(&path)
+                    .map(|s| s.migrations_applied().to_vec())
+                    .unwrap()
+            })
+        })
+        .collect();
+    let applied: Vec<Vec<u32>> = handles.into_iter().map(|h| h.join().unwrap()).collect();
+    assert_eq!(
+        applied.iter().filter(|a| **a == [1]).count(),
+        1,
+        "{applied:?}"
+    );
+    assert_eq!(applied.iter().filter(|a| a.is_empty()).count(), 3);
+    assert!(open(&path).migrations_applied().is_empty());
+    assert!(SqliteStore::open_with(&path, &check_only).is_ok());
+
+    let raw = rusqlite::Connection::open(&path).unwrap();
+    let rows: i64 = raw
+        .query_row("SELECT COUNT(*) FROM wf_schema_migrations", [], |r| {
+            r.get(0)
+        })
+        .unwrap();
+    assert_eq!(rows, 1);
+
+    // A checksum mismatch.
+    raw.execute(
+        "UPDATE wf_schema_migrations SET checksum = 'edited' WHERE version = 1",
+        [],
+    )
+    .unwrap();
+    assert!(matches!(
+        SqliteStore::open(&path),
+        Err(StoreError::MigrationChecksumMismatch { version: 1 })
+    ));
+
+    // A newer schema.
+    let newer = dir.path().join("newer.db");
+    drop(open(&newer));
+    let raw = rusqlite::Connection::open(&newer).unwrap();
+    raw.execute(
+        "INSERT INTO wf_schema_migrations (version, name, checksum, applied_at)
+         VALUES (99, '0099_future', 'x', 0)",
+        [],
+    )
+    .unwrap();
+    assert_eq!(
+        SqliteStore::open(&newer).unwrap_err(),
+        StoreError::SchemaTooNew {
+            found: 99,
+            supported: SqliteStore::schema_version()
+        }
+    );
+}
+
+/// Issue #5 item 4 and ST-20: stored payloads carry no Rust type names, so a state written
+/// from one Rust type loads into a renamed one.
+#[tokio::test]
+async fn renaming_a_rust_type_does_not_break_stored_instances() {
+    #[derive(Serialize)]
+    struct OrderData {
+        id: u64,
+        lines: Vec<String>,
+    }
+    #[derive(Deserialize, PartialEq, Debug)]
+    struct RenamedOrderData {
+        id: u64,
+        lines: Vec<String>,
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("store.db");
+    {
+        let store = open(&path);
+        let mut new = new_instance("wf-1");
+        new.state = json!({
+            "format": 1,
+            "data": OrderData { id: u64::MAX, lines: vec!["a".to_owned()] },
+        });
+        store.create_instance(new).await.unwrap();
+        let raw = store.read_raw_state("wf-1").await.unwrap();
+        assert!(!raw.contains("OrderData"), "{raw}");
+    }
+    let store = open(&path);
+    let loaded = store.load_instance("wf-1").await.unwrap();
+    let data: RenamedOrderData = serde_json::from_value(loaded.state["data"].clone()).unwrap();
+    assert_eq!(
+        data,
+        RenamedOrderData {
+            id: u64::MAX,
+            lines: vec!["a".to_owned()]
+        }
+    );
+}
