@@ -347,3 +347,135 @@ async fn renaming_a_rust_type_does_not_break_stored_instances() {
         }
     );
 }
+
+const CRASH_ENV: &str = "WF_STORE_CRASH_DB";
+const CRASH_INSTANCES: usize = 8;
+
+/// The commit of the crash test: from version `v`, state `v`, bookmark and timer `v` replace
+/// those of `v - 1`, one journal entry, receipt `s-v`.
+fn crash_commit(id: &str, version: u64, token: u64) -> workflow_runtime::Commit {
+    let n = version as i64;
+    let mut c = waiting(id, version, token, n);
+    c.bookmarks_added = vec![bookmark(&format!("{id}-b{n}"), "h", T0 + n)];
+    c.timers_added = vec![NewTimer {
+        timer_id: format!("{id}-t{n}"),
+        kind: "delay".to_owned(),
+        due_at: T0 + n,
+    }];
+    if n > 1 {
+        c.bookmarks_removed = vec![format!("{id}-b{}", n - 1)];
+        c.timers_removed = vec![format!("{id}-t{}", n - 1)];
+    }
+    c.journal = vec![NewJournalEntry {
+        at: T0 + n,
+        kind: "step".to_owned(),
+        context_id: None,
+        node_id: None,
+        detail: json!({ "n": n }),
+    }];
+    c.receipts = vec![format!("s-{n}")];
+    c
+}
+
+/// Child side of `crash_leaves_every_instance_at_one_committed_version`: commits in a loop
+/// until killed. Does nothing unless the parent set the database path.
+#[tokio::test]
+async fn crash_child() {
+    let Ok(path) = std::env::var(CRASH_ENV) else {
+        return;
+    };
+    let store: Arc<dyn Store> = Arc::new(open(Path::new(&path)));
+    let mut tasks = Vec::new();
+    for i in 0..CRASH_INSTANCES {
+        let store = Arc::clone(&store);
+        tasks.push(tokio::spawn(async move {
+            let id = format!("wf-{i}");
+            let lease = create_leased(&*store, &id).await;
+            let mut version = 1;
+            loop {
+                match store.commit(crash_commit(&id, version, lease.token)).await {
+                    Ok(next) => version = next,
+                    // End the process (closing stdout) so the parent cannot hang.
+                    Err(e) => {
+                        eprintln!("crash child: {e}");
+                        std::process::exit(1);
+                    }
+                }
+                if version == 3 && i == 0 {
+                    println!("crash-child-ready");
+                }
+            }
+        }));
+    }
+    // The tasks never end: the parent kills this process.
+    if let Some(task) = tasks.pop() {
+        task.await.unwrap();
+    }
+}
+
+/// C-31: a child process committing in a loop is killed with SIGKILL; after reopening, every
+/// instance is at one committed version with consistent bookmarks, timers, journal and
+/// receipts.
+#[tokio::test]
+async fn crash_leaves_every_instance_at_one_committed_version() {
+    use std::io::{BufRead, BufReader};
+    use std::process::{Command, Stdio};
+
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("crash.db");
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args(["crash_child", "--exact", "--nocapture", "--test-threads=1"])
+        .env(CRASH_ENV, &path)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let mut lines = BufReader::new(stdout).lines();
+    assert!(
+        lines.any(|l| l.is_ok_and(|l| l.contains("crash-child-ready"))),
+        "the child never got going"
+    );
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    child.kill().unwrap(); // SIGKILL
+    child.wait().unwrap();
+
+    let store = open(&path);
+    let mut total = 0;
+    for i in 0..CRASH_INSTANCES {
+        let id = format!("wf-{i}");
+        let record = store.load_instance(&id).await.unwrap();
+        let v = record.version;
+        assert!(v >= 1);
+        let last = v - 1; // the last committed step
+        total += last;
+        if last == 0 {
+            assert_eq!(record.state, doc(0));
+            continue;
+        }
+        assert_eq!(record.state, doc(last as i64), "{id}");
+        let bookmarks: Vec<String> = store
+            .list_bookmarks(&id)
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|b| b.bookmark_id)
+            .collect();
+        assert_eq!(bookmarks, [format!("{id}-b{last}")]);
+        let timers: Vec<String> = store
+            .list_timers(&id)
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|t| t.timer_id)
+            .collect();
+        assert_eq!(timers, [format!("{id}-t{last}")]);
+        let journal = store.read_journal(&id, 0, 1_000_000).await.unwrap();
+        assert_eq!(journal.len() as u64, last);
+        assert_eq!(journal.last().map(|e| e.seq), Some(last));
+        assert!(store.has_receipt(&id, &format!("s-{last}")).await.unwrap());
+        assert!(!store.has_receipt(&id, &format!("s-{v}")).await.unwrap());
+    }
+    println!("crash test: {total} commits survived the kill");
+    assert!(total >= 2);
+}
