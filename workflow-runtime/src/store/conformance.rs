@@ -5,7 +5,7 @@
 //! violation. [`store_conformance_tests!`](crate::store_conformance_tests) instantiates every
 //! case as a `#[tokio::test]` for a backend factory:
 //!
-//! ```ignore
+//! ```text
 //! async fn make() -> (Arc<dyn TestBackend>, ()) { (Arc::new(MemoryStore::new()), ()) }
 //! workflow_runtime::store_conformance_tests!(make);
 //! ```
@@ -27,9 +27,9 @@ use serde_json::{Value, json};
 
 use super::{
     BookmarkQuery, BoxFuture, Commit, ControlKind, ControlRequest, DEFAULT_MAX_STATE_BYTES,
-    DeadLetterReason, InstanceFilter, InstanceStatus, Lease, Micros, NewBookmark, NewInstance,
-    NewJournalEntry, NewTimer, PurgeFilter, QueueFailure, QueueItem, Store, StoreError,
-    StoreResult, SubStatus, TriggerRow,
+    DeadLetterReason, InstanceFilter, InstanceStatus, JournalCompaction, Lease, Micros,
+    NewBookmark, NewInstance, NewJournalEntry, NewTimer, PurgeFilter, QueueFailure, QueueItem,
+    Store, StoreError, StoreResult, SubStatus, TriggerRow, WakeUp,
 };
 
 /// A store with the test hooks the suite needs (C-25, C-26): raw access to a state row.
@@ -114,6 +114,9 @@ macro_rules! store_conformance_tests {
             c27_too_large,
             c29_control_requests,
             c34_clock,
+            c16_commit_writes_other_instances,
+            c22_journal_compaction,
+            c28_wake_ups,
             final_status_clears_bookmarks_and_timers,
         );
     };
@@ -1596,4 +1599,201 @@ pub async fn final_status_clears_bookmarks_and_timers(store: Arc<dyn TestBackend
     assert!(store.list_bookmarks("wf-1").await.unwrap().is_empty());
     assert!(store.list_timers("wf-1").await.unwrap().is_empty());
     assert_eq!(store.earliest_timer(T0).await.unwrap(), None);
+}
+
+/// ST-16: a commit also writes rows for other instances: instances it started (with their
+/// receipts), queue items addressed to them and cascaded control requests, all or nothing.
+pub async fn c16_commit_writes_other_instances(store: Arc<dyn TestBackend>) {
+    let lease = create_leased(&*store, "parent").await;
+    store.create_instance(new_instance("other")).await.unwrap();
+    store.create_instance(new_instance("taken")).await.unwrap();
+    let mut done = new_instance("done");
+    done.status = InstanceStatus::Finished;
+    done.sub_status = None;
+    store.create_instance(done).await.unwrap();
+    let cancel = ControlRequest {
+        kind: ControlKind::Cancel,
+        reason: Some("parent cancelled".to_owned()),
+    };
+    let build = |version: u64| {
+        let mut c = waiting("parent", version, lease.token, 1);
+        let mut child = new_instance("child");
+        child.receipt = Some("s-start".to_owned());
+        child.state = doc(5);
+        c.instances_created = vec![child];
+        let mut item = queue_item("to-other", T0);
+        item.targets = json!({ "instance_id": "other" });
+        c.queue_items = vec![item];
+        c.control_requests = vec![
+            ("other".to_owned(), cancel.clone()),
+            ("done".to_owned(), cancel.clone()),
+            ("missing".to_owned(), cancel.clone()),
+        ];
+        c
+    };
+    // Rejected (stale version): none of it is written.
+    assert!(store.commit(build(7)).await.is_err());
+    // Rejected (an existing child id): none of it is written.
+    let mut clash = build(1);
+    clash.instances_created[0].instance_id = "taken".to_owned();
+    assert!(matches!(
+        store.commit(clash).await,
+        Err(StoreError::AlreadyExists {
+            what: "instance",
+            ..
+        })
+    ));
+    // Rejected (invalid child id) before anything is written.
+    let mut invalid = build(1);
+    invalid.instances_created[0].instance_id = "bad id".to_owned();
+    assert!(matches!(
+        store.commit(invalid).await,
+        Err(StoreError::Invalid { .. })
+    ));
+    assert!(matches!(
+        store.load_instance("child").await,
+        Err(StoreError::NotFound { .. })
+    ));
+    assert_eq!(
+        store.load_instance("other").await.unwrap().control_request,
+        None
+    );
+    assert!(
+        store
+            .claim_queue_page("x", T0, 1, 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert_eq!(store.load_instance("parent").await.unwrap().version, 1);
+
+    assert_eq!(store.commit(build(1)).await.unwrap(), 2);
+    let child = store.load_instance("child").await.unwrap();
+    assert_eq!((child.version, child.state), (1, doc(5)));
+    assert!(store.has_receipt("child", "s-start").await.unwrap());
+    assert_eq!(
+        store.load_instance("other").await.unwrap().control_request,
+        Some(cancel)
+    );
+    assert_eq!(
+        store.load_instance("done").await.unwrap().control_request,
+        None
+    );
+    let items = store.claim_queue_page("x", T0, 1, 10).await.unwrap();
+    assert_eq!(items.len(), 1);
+    assert_eq!(items[0].targets, json!({ "instance_id": "other" }));
+}
+
+/// C-22: compaction in the same commit: a range replaced by its summary, order kept.
+pub async fn c22_journal_compaction(store: Arc<dyn TestBackend>) {
+    let lease = create_leased(&*store, "wf-1").await;
+    let entry = |n: u64| NewJournalEntry {
+        at: T0 + n as Micros,
+        kind: format!("k{n}"),
+        context_id: None,
+        node_id: None,
+        detail: json!(n),
+    };
+    let mut c = waiting("wf-1", 1, lease.token, 1);
+    c.journal = (1..=5).map(entry).collect();
+    store.commit(c).await.unwrap();
+    let mut c = waiting("wf-1", 2, lease.token, 2);
+    c.journal_compaction = Some(JournalCompaction {
+        through_seq: 4,
+        summary: NewJournalEntry {
+            at: T0 + 4,
+            kind: "compacted".to_owned(),
+            context_id: None,
+            node_id: None,
+            detail: json!({ "entries": 4 }),
+        },
+    });
+    c.journal = vec![entry(6)];
+    // A rejected compaction changes nothing.
+    let mut stale = c.clone();
+    stale.expected_version = 1;
+    assert!(store.commit(stale).await.is_err());
+    assert_eq!(store.read_journal("wf-1", 0, 100).await.unwrap().len(), 5);
+    store.commit(c).await.unwrap();
+    let all = store.read_journal("wf-1", 0, 100).await.unwrap();
+    let got: Vec<(u64, String)> = all.iter().map(|e| (e.seq, e.kind.clone())).collect();
+    assert_eq!(
+        got,
+        [
+            (4, "compacted".to_owned()),
+            (5, "k5".to_owned()),
+            (6, "k6".to_owned())
+        ]
+    );
+}
+
+fn drain(rx: &mut tokio::sync::broadcast::Receiver<WakeUp>) -> Vec<WakeUp> {
+    let mut hints = Vec::new();
+    while let Ok(hint) = rx.try_recv() {
+        hints.push(hint);
+    }
+    hints
+}
+
+/// C-28: enqueue, a commit adding a bookmark, a runnable instance and a terminal instance
+/// each produce a hint (sent before the operation's future completes).
+pub async fn c28_wake_ups(store: Arc<dyn TestBackend>) {
+    let mut rx = store.subscribe();
+    store.enqueue(queue_item("q1", T0)).await.unwrap();
+    assert!(drain(&mut rx).contains(&WakeUp::QueueChanged));
+
+    store.create_instance(new_instance("wf-1")).await.unwrap();
+    let runnable = WakeUp::InstanceRunnable {
+        id: "wf-1".to_owned(),
+    };
+    assert!(drain(&mut rx).contains(&runnable));
+
+    let lease = store.acquire_lease("wf-1", "n", T0, TTL).await.unwrap();
+    let mut c = waiting("wf-1", 1, lease.token, 1);
+    c.bookmarks_added = vec![bookmark("b1", "h", T0)];
+    c.timers_added = vec![timer("t1", T0 + 5 * SEC), timer("t2", T0 + 3 * SEC)];
+    store.commit(c).await.unwrap();
+    let hints = drain(&mut rx);
+    assert!(hints.contains(&WakeUp::QueueChanged), "{hints:?}");
+    assert!(hints.contains(&WakeUp::TimersChanged {
+        earliest: Some(T0 + 3 * SEC)
+    }));
+
+    store
+        .request_control(
+            "wf-1",
+            ControlRequest {
+                kind: ControlKind::Cancel,
+                reason: None,
+            },
+        )
+        .await
+        .unwrap();
+    assert!(drain(&mut rx).contains(&WakeUp::ControlRequested {
+        id: "wf-1".to_owned()
+    }));
+
+    let mut c = waiting("wf-1", 2, lease.token, 2);
+    c.status = InstanceStatus::Running;
+    c.sub_status = Some(SubStatus::Pending);
+    c.release_lease = true;
+    store.commit(c).await.unwrap();
+    assert!(drain(&mut rx).contains(&runnable));
+
+    let lease = store.acquire_lease("wf-1", "n", T0, TTL).await.unwrap();
+    store
+        .commit(final_commit("wf-1", 3, lease.token, T0 + SEC))
+        .await
+        .unwrap();
+    assert!(drain(&mut rx).contains(&WakeUp::InstanceTerminal {
+        id: "wf-1".to_owned()
+    }));
+    // A failed operation sends nothing.
+    assert!(
+        store
+            .commit(waiting("wf-1", 1, lease.token, 9))
+            .await
+            .is_err()
+    );
+    assert!(drain(&mut rx).is_empty());
 }

@@ -4,13 +4,16 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::future::ready;
 use std::sync::{Mutex, MutexGuard};
 
+use tokio::sync::broadcast;
+
 use super::{
     BookmarkQuery, BookmarkRow, BoxFuture, ClaimedInstance, Commit, ControlRequest,
     DEFAULT_MAX_STATE_BYTES, DeadLetter, DeadLetterReason, InstanceFilter, InstanceRecord,
     InstanceStatus, JournalEntry, Lease, LeaseState, ListedInstance, NewInstance, PurgeFilter,
     QueueFailure, QueueItem, Renewal, Store, StoreError, StoreResult, StoreStats, SubStatus,
-    TimerRow, TriggerDiff, TriggerRow, decode_state, encode_state, instance_resource,
-    journal_detail, named_resource, page, purge_statuses, validate_instance_id,
+    TimerRow, TriggerDiff, TriggerRow, WAKE_UP_CAPACITY, WakeUp, commit_hints, create_hint,
+    decode_state, encode_commit, encode_state, instance_resource, journal_detail, named_resource,
+    page, purge_statuses, send_hints, validate_instance_id,
 };
 
 /// An in-process store for tests and quick starts (ST-25).
@@ -23,6 +26,7 @@ use super::{
 pub struct MemoryStore {
     inner: Mutex<Inner>,
     max_state_bytes: usize,
+    hints: broadcast::Sender<WakeUp>,
 }
 
 #[derive(Debug, Clone)]
@@ -105,6 +109,7 @@ impl MemoryStore {
         Self {
             inner: Mutex::new(Inner::default()),
             max_state_bytes,
+            hints: broadcast::Sender::new(WAKE_UP_CAPACITY),
         }
     }
 
@@ -143,11 +148,23 @@ impl MemoryStore {
         &self,
         f: impl FnOnce(&mut Inner) -> StoreResult<T>,
     ) -> BoxFuture<'_, StoreResult<T>> {
+        self.write_hinting(f, Vec::new())
+    }
+
+    /// Runs one write operation and, if it succeeds, sends `hints` after it (ST-18).
+    fn write_hinting<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&mut Inner) -> StoreResult<T>,
+        hints: Vec<WakeUp>,
+    ) -> BoxFuture<'_, StoreResult<T>> {
         let result = self.lock().and_then(|mut inner| {
             inner.stats.write_requests += 1;
             inner.stats.transactions += 1;
             f(&mut inner)
         });
+        if result.is_ok() {
+            send_hints(&self.hints, hints);
+        }
         Box::pin(ready(result))
     }
 
@@ -200,6 +217,45 @@ fn lease_live(row: &MemInstance, now: i64) -> bool {
 }
 
 impl Inner {
+    /// Inserts a new instance at version 1 with its receipt and consumed queue item; an
+    /// existing id gives `AlreadyExists` and changes nothing.
+    fn insert_instance(&mut self, instance: NewInstance, state: String) -> StoreResult<()> {
+        if self.instances.contains_key(&instance.instance_id) {
+            return Err(StoreError::AlreadyExists {
+                what: "instance",
+                id: instance.instance_id,
+            });
+        }
+        let id = instance.instance_id;
+        if let Some(stimulus) = instance.receipt {
+            self.receipts.insert((id.clone(), stimulus));
+        }
+        if let Some(item) = instance.consumed_queue_item {
+            self.queue.remove(&item);
+        }
+        self.instances.insert(
+            id,
+            MemInstance {
+                definition_name: instance.definition_name,
+                definition_version: instance.definition_version,
+                status: instance.status,
+                sub_status: instance.sub_status,
+                correlation_id: instance.correlation_id,
+                version: 1,
+                lease_owner: None,
+                lease_token: 0,
+                lease_expires_at: None,
+                control_request: None,
+                origin_at: instance.origin_at,
+                created_at: instance.created_at,
+                updated_at: instance.created_at,
+                finished_at: instance.status.is_final().then_some(instance.created_at),
+                state,
+            },
+        );
+        Ok(())
+    }
+
     fn remove_bookmark(&mut self, bookmark_id: &str) {
         if let Some(row) = self.bookmarks.remove(bookmark_id) {
             self.bookmark_index
@@ -250,7 +306,7 @@ impl Inner {
         true
     }
 
-    fn commit(&mut self, c: Commit, state: String) -> StoreResult<u64> {
+    fn commit(&mut self, c: Commit, state: String, created: Vec<String>) -> StoreResult<u64> {
         let row = self
             .instances
             .get(&c.instance_id)
@@ -292,6 +348,28 @@ impl Inner {
                 return Err(StoreError::AlreadyExists {
                     what: "bookmark",
                     id: b.bookmark_id.clone(),
+                });
+            }
+        }
+        let mut new_instances = BTreeSet::new();
+        for i in &c.instances_created {
+            if self.instances.contains_key(&i.instance_id) || !new_instances.insert(&i.instance_id)
+            {
+                return Err(StoreError::AlreadyExists {
+                    what: "instance",
+                    id: i.instance_id.clone(),
+                });
+            }
+        }
+        let mut new_items = BTreeSet::new();
+        for q in &c.queue_items {
+            if self.queue.contains_key(&q.item_id)
+                || self.dead_letters.contains_key(&q.item_id)
+                || !new_items.insert(&q.item_id)
+            {
+                return Err(StoreError::AlreadyExists {
+                    what: "queue item",
+                    id: q.item_id.clone(),
                 });
             }
         }
@@ -398,6 +476,22 @@ impl Inner {
             // ENG-22: a final instance has no bookmarks or timers.
             self.remove_dependents(&id, true);
         }
+        if let Some(compaction) = c.journal_compaction {
+            let through = compaction.through_seq;
+            self.journal
+                .retain(|(entry_id, seq), _| !(*entry_id == id && *seq <= through));
+            self.journal.insert(
+                (id.clone(), through),
+                JournalEntry {
+                    seq: through,
+                    at: compaction.summary.at,
+                    kind: compaction.summary.kind,
+                    context_id: compaction.summary.context_id,
+                    node_id: compaction.summary.node_id,
+                    detail: journal_detail(&compaction.summary.detail),
+                },
+            );
+        }
         let mut seq = self
             .journal
             .range((id.clone(), 0)..=(id.clone(), u64::MAX))
@@ -423,6 +517,19 @@ impl Inner {
         for item in &c.consumed_queue_items {
             self.queue.remove(item);
         }
+        for (instance, state) in c.instances_created.into_iter().zip(created) {
+            self.insert_instance(instance, state)?;
+        }
+        for item in c.queue_items {
+            self.queue.insert(item.item_id.clone(), Claimed::new(item));
+        }
+        for (target, request) in c.control_requests {
+            if let Some(row) = self.instances.get_mut(&target)
+                && !row.status.is_final()
+            {
+                row.control_request = Some(request);
+            }
+        }
         Ok(new_version)
     }
 }
@@ -431,43 +538,14 @@ impl Store for MemoryStore {
     fn create_instance(&self, instance: NewInstance) -> BoxFuture<'_, StoreResult<u64>> {
         let encoded = validate_instance_id(&instance.instance_id)
             .and_then(|()| encode_state(&instance.state, self.max_state_bytes));
-        self.write(move |inner| {
-            let state = encoded?;
-            if inner.instances.contains_key(&instance.instance_id) {
-                return Err(StoreError::AlreadyExists {
-                    what: "instance",
-                    id: instance.instance_id,
-                });
-            }
-            let id = instance.instance_id;
-            if let Some(stimulus) = instance.receipt {
-                inner.receipts.insert((id.clone(), stimulus));
-            }
-            if let Some(item) = instance.consumed_queue_item {
-                inner.queue.remove(&item);
-            }
-            inner.instances.insert(
-                id,
-                MemInstance {
-                    definition_name: instance.definition_name,
-                    definition_version: instance.definition_version,
-                    status: instance.status,
-                    sub_status: instance.sub_status,
-                    correlation_id: instance.correlation_id,
-                    version: 1,
-                    lease_owner: None,
-                    lease_token: 0,
-                    lease_expires_at: None,
-                    control_request: None,
-                    origin_at: instance.origin_at,
-                    created_at: instance.created_at,
-                    updated_at: instance.created_at,
-                    finished_at: instance.status.is_final().then_some(instance.created_at),
-                    state,
-                },
-            );
-            Ok(1)
-        })
+        let hints = create_hint(&instance).into_iter().collect();
+        self.write_hinting(
+            move |inner| {
+                inner.insert_instance(instance, encoded?)?;
+                Ok(1)
+            },
+            hints,
+        )
     }
 
     fn load_instance(&self, instance_id: &str) -> BoxFuture<'_, StoreResult<InstanceRecord>> {
@@ -482,8 +560,15 @@ impl Store for MemoryStore {
     }
 
     fn commit(&self, commit: Commit) -> BoxFuture<'_, StoreResult<u64>> {
-        let encoded = encode_state(&commit.state, self.max_state_bytes);
-        self.write(move |inner| inner.commit(commit, encoded?))
+        let encoded = encode_commit(&commit, self.max_state_bytes);
+        let hints = commit_hints(&commit);
+        self.write_hinting(
+            move |inner| {
+                let (state, created) = encoded?;
+                inner.commit(commit, state, created)
+            },
+            hints,
+        )
     }
 
     fn request_control(
@@ -492,20 +577,25 @@ impl Store for MemoryStore {
         request: ControlRequest,
     ) -> BoxFuture<'_, StoreResult<()>> {
         let id = instance_id.to_owned();
-        self.write(move |inner| {
-            let row = inner
-                .instances
-                .get_mut(&id)
-                .ok_or_else(|| not_found("instance", &id))?;
-            if row.status.is_final() {
-                return Err(StoreError::Invalid {
-                    what: "control request",
-                    reason: format!("instance {id} is {}", row.status),
-                });
-            }
-            row.control_request = Some(request);
-            Ok(())
-        })
+        self.write_hinting(
+            move |inner| {
+                let row = inner
+                    .instances
+                    .get_mut(&id)
+                    .ok_or_else(|| not_found("instance", &id))?;
+                if row.status.is_final() {
+                    return Err(StoreError::Invalid {
+                        what: "control request",
+                        reason: format!("instance {id} is {}", row.status),
+                    });
+                }
+                row.control_request = Some(request);
+                Ok(())
+            },
+            vec![WakeUp::ControlRequested {
+                id: instance_id.to_owned(),
+            }],
+        )
     }
 
     fn list_instances(
@@ -687,22 +777,27 @@ impl Store for MemoryStore {
 
     fn release_lease(&self, instance_id: &str, token: u64) -> BoxFuture<'_, StoreResult<()>> {
         let id = instance_id.to_owned();
-        self.write(move |inner| {
-            let row = inner
-                .instances
-                .get_mut(&id)
-                .ok_or_else(|| not_found("instance", &id))?;
-            if row.lease_owner.is_none() || row.lease_token != token {
-                return Err(StoreError::Fenced {
-                    resource: instance_resource(&id),
-                    token,
-                    current: row.lease_token,
-                });
-            }
-            row.lease_owner = None;
-            row.lease_expires_at = None;
-            Ok(())
-        })
+        self.write_hinting(
+            move |inner| {
+                let row = inner
+                    .instances
+                    .get_mut(&id)
+                    .ok_or_else(|| not_found("instance", &id))?;
+                if row.lease_owner.is_none() || row.lease_token != token {
+                    return Err(StoreError::Fenced {
+                        resource: instance_resource(&id),
+                        token,
+                        current: row.lease_token,
+                    });
+                }
+                row.lease_owner = None;
+                row.lease_expires_at = None;
+                Ok(())
+            },
+            vec![WakeUp::InstanceRunnable {
+                id: instance_id.to_owned(),
+            }],
+        )
     }
 
     fn acquire_named_lease(
@@ -956,18 +1051,21 @@ impl Store for MemoryStore {
     }
 
     fn enqueue(&self, item: QueueItem) -> BoxFuture<'_, StoreResult<()>> {
-        self.write(move |inner| {
-            if inner.queue.contains_key(&item.item_id)
-                || inner.dead_letters.contains_key(&item.item_id)
-            {
-                return Err(StoreError::AlreadyExists {
-                    what: "queue item",
-                    id: item.item_id,
-                });
-            }
-            inner.queue.insert(item.item_id.clone(), Claimed::new(item));
-            Ok(())
-        })
+        self.write_hinting(
+            move |inner| {
+                if inner.queue.contains_key(&item.item_id)
+                    || inner.dead_letters.contains_key(&item.item_id)
+                {
+                    return Err(StoreError::AlreadyExists {
+                        what: "queue item",
+                        id: item.item_id,
+                    });
+                }
+                inner.queue.insert(item.item_id.clone(), Claimed::new(item));
+                Ok(())
+            },
+            vec![WakeUp::QueueChanged],
+        )
     }
 
     fn claim_queue_page(
@@ -1001,15 +1099,18 @@ impl Store for MemoryStore {
 
     fn release_queue_item(&self, item_id: &str, owner: &str) -> BoxFuture<'_, StoreResult<()>> {
         let (id, owner) = (item_id.to_owned(), owner.to_owned());
-        self.write(move |inner| {
-            if let Some(q) = inner.queue.get_mut(&id)
-                && q.claim_owner.as_deref() == Some(owner.as_str())
-            {
-                q.claim_owner = None;
-                q.claim_expires_at = None;
-            }
-            Ok(())
-        })
+        self.write_hinting(
+            move |inner| {
+                if let Some(q) = inner.queue.get_mut(&id)
+                    && q.claim_owner.as_deref() == Some(owner.as_str())
+                {
+                    q.claim_owner = None;
+                    q.claim_expires_at = None;
+                }
+                Ok(())
+            },
+            vec![WakeUp::QueueChanged],
+        )
     }
 
     fn ack_queue_item(&self, item_id: &str) -> BoxFuture<'_, StoreResult<bool>> {
@@ -1025,24 +1126,27 @@ impl Store for MemoryStore {
         max_attempts: u32,
     ) -> BoxFuture<'_, StoreResult<QueueFailure>> {
         let (id, error) = (item_id.to_owned(), error.to_owned());
-        self.write(move |inner| {
-            let q = inner
-                .queue
-                .get_mut(&id)
-                .ok_or_else(|| not_found("queue item", &id))?;
-            q.row.attempts = q.row.attempts.saturating_add(1);
-            q.row.last_error = Some(error.clone());
-            q.row.last_attempt_at = Some(now);
-            q.claim_owner = None;
-            q.claim_expires_at = None;
-            let attempts = q.row.attempts;
-            if attempts >= max_attempts {
-                inner.move_to_dead(&id, DeadLetterReason::Failed, Some(error), now);
-                Ok(QueueFailure::DeadLettered)
-            } else {
-                Ok(QueueFailure::Retry { attempts })
-            }
-        })
+        self.write_hinting(
+            move |inner| {
+                let q = inner
+                    .queue
+                    .get_mut(&id)
+                    .ok_or_else(|| not_found("queue item", &id))?;
+                q.row.attempts = q.row.attempts.saturating_add(1);
+                q.row.last_error = Some(error.clone());
+                q.row.last_attempt_at = Some(now);
+                q.claim_owner = None;
+                q.claim_expires_at = None;
+                let attempts = q.row.attempts;
+                if attempts >= max_attempts {
+                    inner.move_to_dead(&id, DeadLetterReason::Failed, Some(error), now);
+                    Ok(QueueFailure::DeadLettered)
+                } else {
+                    Ok(QueueFailure::Retry { attempts })
+                }
+            },
+            vec![WakeUp::QueueChanged],
+        )
     }
 
     fn dead_letter(
@@ -1095,6 +1199,10 @@ impl Store for MemoryStore {
 
     fn stats(&self) -> BoxFuture<'_, StoreResult<StoreStats>> {
         self.read(|inner| Ok(inner.stats))
+    }
+
+    fn subscribe(&self) -> broadcast::Receiver<WakeUp> {
+        self.hints.subscribe()
     }
 }
 

@@ -596,6 +596,27 @@ pub struct Commit {
     pub receipts: Vec<String>,
     /// Queue items consumed by this run, deleted in the commit (RT-19).
     pub consumed_queue_items: Vec<String>,
+    /// Compaction of the journal: delete a range and insert its summary (ENG-42, C-22).
+    pub journal_compaction: Option<JournalCompaction>,
+    /// Instances this run started (sub-workflows, dispatches), created in the same commit
+    /// with their receipts and activation guards; an existing id fails the commit.
+    pub instances_created: Vec<NewInstance>,
+    /// Queue items this run addresses to other instances (a child's result for its parent,
+    /// ACT-24), enqueued in the same commit.
+    pub queue_items: Vec<QueueItem>,
+    /// Control requests for other instances (a cascaded cancel). Missing or final targets
+    /// are skipped.
+    pub control_requests: Vec<(String, ControlRequest)>,
+}
+
+/// A journal compaction carried by a commit: entries with `seq <= through_seq` are deleted
+/// and `summary` takes the sequence number `through_seq`, so order is kept (ST-10, ST-16).
+#[derive(Debug, Clone, PartialEq)]
+pub struct JournalCompaction {
+    /// The last sequence number compacted.
+    pub through_seq: u64,
+    /// The entry that replaces them (kind `Compacted`, say).
+    pub summary: NewJournalEntry,
 }
 
 impl Commit {
@@ -629,6 +650,10 @@ impl Commit {
             journal: Vec::new(),
             receipts: Vec::new(),
             consumed_queue_items: Vec::new(),
+            journal_compaction: None,
+            instances_created: Vec::new(),
+            queue_items: Vec::new(),
+            control_requests: Vec::new(),
         }
     }
 }
@@ -830,6 +855,81 @@ pub struct StoreStats {
     pub write_requests: u64,
     /// Backend transactions that carried them (equal for `MemoryStore`).
     pub transactions: u64,
+}
+
+/// A change hint sent after the operation that caused it (ST-18). Hints may be lost,
+/// duplicated or coalesced; no rule may depend on them, every consumer also sweeps.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum WakeUp {
+    /// Queue items were added or became claimable, or bookmarks were added.
+    QueueChanged,
+    /// Timers were added or unparked; `earliest` is the earliest added due time, if known.
+    TimersChanged {
+        /// The earliest due time among the timers added.
+        earliest: Option<Micros>,
+    },
+    /// An instance may be runnable (created `Running`, or its lease was released).
+    InstanceRunnable {
+        /// The instance.
+        id: String,
+    },
+    /// An instance reached a final status.
+    InstanceTerminal {
+        /// The instance.
+        id: String,
+    },
+    /// A control request was recorded for an instance.
+    ControlRequested {
+        /// The instance.
+        id: String,
+    },
+}
+
+/// The capacity of each backend's wake-up broadcast; a slow subscriber loses older hints.
+pub(crate) const WAKE_UP_CAPACITY: usize = 1024;
+
+/// The hints a successful commit produces (ST-18, C-28).
+pub(crate) fn commit_hints(c: &Commit) -> Vec<WakeUp> {
+    let mut hints = Vec::new();
+    if !c.bookmarks_added.is_empty() || !c.queue_items.is_empty() {
+        hints.push(WakeUp::QueueChanged);
+    }
+    if !c.timers_added.is_empty() || c.timers_parked == Some(false) {
+        hints.push(WakeUp::TimersChanged {
+            earliest: c.timers_added.iter().map(|t| t.due_at).min(),
+        });
+    }
+    if c.status.is_final() {
+        hints.push(WakeUp::InstanceTerminal {
+            id: c.instance_id.clone(),
+        });
+    } else if c.status == InstanceStatus::Running && c.release_lease {
+        hints.push(WakeUp::InstanceRunnable {
+            id: c.instance_id.clone(),
+        });
+    }
+    for created in &c.instances_created {
+        hints.extend(create_hint(created));
+    }
+    for (id, _) in &c.control_requests {
+        hints.push(WakeUp::ControlRequested { id: id.clone() });
+    }
+    hints
+}
+
+/// The hint of a creation: a `Running` instance is runnable.
+pub(crate) fn create_hint(instance: &NewInstance) -> Option<WakeUp> {
+    (instance.status == InstanceStatus::Running).then(|| WakeUp::InstanceRunnable {
+        id: instance.instance_id.clone(),
+    })
+}
+
+/// Sends hints, ignoring the absence of subscribers.
+pub(crate) fn send_hints(sender: &tokio::sync::broadcast::Sender<WakeUp>, hints: Vec<WakeUp>) {
+    for hint in hints {
+        // No subscriber is not an error: hints are advisory (ST-18).
+        let _ = sender.send(hint);
+    }
 }
 
 /// The durable store (ST-1): one object-safe async trait every backend implements.
@@ -1041,6 +1141,10 @@ pub trait Store: Send + Sync + 'static {
 
     /// Operation counters.
     fn stats(&self) -> BoxFuture<'_, StoreResult<StoreStats>>;
+
+    /// Subscribes to change hints (ST-18), sent in-process after each operation that caused
+    /// them.
+    fn subscribe(&self) -> tokio::sync::broadcast::Receiver<WakeUp>;
 }
 
 // ----- shared validation and encoding -----
@@ -1094,6 +1198,21 @@ pub(crate) fn encode_state(state: &Value, max_bytes: usize) -> StoreResult<Strin
         });
     }
     Ok(text)
+}
+
+/// Encodes a commit's state and the states of the instances it creates (ST-19, ST-24),
+/// validating the created ids (ST-23).
+pub(crate) fn encode_commit(c: &Commit, max_bytes: usize) -> StoreResult<(String, Vec<String>)> {
+    let state = encode_state(&c.state, max_bytes)?;
+    let created = c
+        .instances_created
+        .iter()
+        .map(|i| {
+            validate_instance_id(&i.instance_id)?;
+            encode_state(&i.state, max_bytes)
+        })
+        .collect::<StoreResult<Vec<_>>>()?;
+    Ok((state, created))
 }
 
 /// Decodes a stored state document (ST-19, ST-22).

@@ -25,16 +25,17 @@ use std::time::Duration;
 
 use rusqlite::{Connection, ErrorCode, OpenFlags, OptionalExtension, Row, TransactionBehavior};
 use serde_json::Value;
-use tokio::sync::oneshot;
+use tokio::sync::{broadcast, oneshot};
 
 use super::memory::same_trigger;
 use super::{
     BookmarkQuery, BookmarkRow, BoxFuture, ClaimedInstance, Commit, ControlRequest,
     DEFAULT_MAX_STATE_BYTES, DeadLetter, DeadLetterReason, InstanceFilter, InstanceRecord,
-    InstanceStatus, JournalEntry, Lease, LeaseState, ListedInstance, NewInstance, PurgeFilter,
-    QueueFailure, QueueItem, Renewal, Store, StoreError, StoreResult, StoreStats, SubStatus,
-    TimerRow, TriggerDiff, TriggerRow, decode_state, encode_state, instance_resource,
-    journal_detail, named_resource, page, purge_statuses, validate_instance_id,
+    InstanceStatus, JournalEntry, Lease, LeaseState, ListedInstance, NewInstance, NewJournalEntry,
+    PurgeFilter, QueueFailure, QueueItem, Renewal, Store, StoreError, StoreResult, StoreStats,
+    SubStatus, TimerRow, TriggerDiff, TriggerRow, WAKE_UP_CAPACITY, WakeUp, commit_hints,
+    create_hint, decode_state, encode_commit, encode_state, instance_resource, journal_detail,
+    named_resource, page, purge_statuses, send_hints, validate_instance_id,
 };
 
 /// SQLite's `synchronous` setting (ST-26).
@@ -111,6 +112,7 @@ pub struct SqliteStore {
     max_state_bytes: usize,
     path: PathBuf,
     migrations_applied: Vec<u32>,
+    hints: broadcast::Sender<WakeUp>,
 }
 
 impl fmt::Debug for SqliteStore {
@@ -551,6 +553,7 @@ impl SqliteStore {
             max_state_bytes: options.max_state_bytes,
             path,
             migrations_applied,
+            hints: broadcast::Sender::new(WAKE_UP_CAPACITY),
         })
     }
 
@@ -629,6 +632,23 @@ impl SqliteStore {
                 return Err(closed());
             }
             rx.await.unwrap_or_else(|_| Err(closed()))
+        })
+    }
+
+    /// Sends one write request and, once it has committed successfully, `hints` (ST-18).
+    fn write_hinting<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&Connection) -> StoreResult<T> + Send + 'static,
+        hints: Vec<WakeUp>,
+    ) -> BoxFuture<'static, StoreResult<T>> {
+        let write = self.write(f);
+        let sender = self.hints.clone();
+        Box::pin(async move {
+            let result = write.await;
+            if result.is_ok() {
+                send_hints(&sender, hints);
+            }
+            result
         })
     }
 
@@ -804,7 +824,7 @@ impl RawQueue {
 
 // ----- write operations (run on the writer thread, inside a savepoint) -----
 
-fn commit_tx(c: &Connection, commit: &Commit, state: &str) -> StoreResult<u64> {
+fn commit_tx(c: &Connection, commit: &Commit, state: &str, created: &[String]) -> StoreResult<u64> {
     let id = commit.instance_id.as_str();
     let row: Option<(i64, Option<String>, i64, String, String)> = c
         .prepare_cached(
@@ -930,27 +950,18 @@ fn commit_tx(c: &Connection, commit: &Commit, state: &str) -> StoreResult<u64> {
         c.prepare_cached("DELETE FROM wf_timers WHERE instance_id = ?1")?
             .execute([id])?;
     }
+    if let Some(compaction) = &commit.journal_compaction {
+        let through = to_i64(compaction.through_seq);
+        c.prepare_cached("DELETE FROM wf_journal WHERE instance_id = ?1 AND seq <= ?2")?
+            .execute(rusqlite::params![id, through])?;
+        insert_journal(c, id, through, &compaction.summary)?;
+    }
     if !commit.journal.is_empty() {
         let last: i64 = c
             .prepare_cached("SELECT COALESCE(MAX(seq), 0) FROM wf_journal WHERE instance_id = ?1")?
             .query_row([id], |r| r.get(0))?;
-        let mut stmt = c.prepare_cached(
-            "INSERT INTO wf_journal (instance_id, seq, at, kind, context_id, node_id, detail)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
-        )?;
-        let mut seq = last;
-        for entry in &commit.journal {
-            seq += 1;
-            let detail = json_text(&journal_detail(&entry.detail))?;
-            stmt.execute(rusqlite::params![
-                id,
-                seq,
-                entry.at,
-                entry.kind,
-                entry.context_id.map(to_i64),
-                entry.node_id,
-                detail,
-            ])?;
+        for (seq, entry) in (last + 1..).zip(&commit.journal) {
+            insert_journal(c, id, seq, entry)?;
         }
     }
     {
@@ -958,6 +969,20 @@ fn commit_tx(c: &Connection, commit: &Commit, state: &str) -> StoreResult<u64> {
         for item in &commit.consumed_queue_items {
             stmt.execute([item])?;
         }
+    }
+    for (instance, state) in commit.instances_created.iter().zip(created) {
+        insert_instance_tx(c, instance, state)?;
+    }
+    for item in &commit.queue_items {
+        enqueue_tx(c, item)?;
+    }
+    for (target, request) in &commit.control_requests {
+        let text = serde_json::to_string(request).map_err(StoreError::unavailable)?;
+        c.prepare_cached(
+            "UPDATE wf_instances SET control_request = ?1
+             WHERE instance_id = ?2 AND status NOT IN ('finished', 'cancelled')",
+        )?
+        .execute([&text, target])?;
     }
     c.prepare_cached(
         "UPDATE wf_instances SET
@@ -981,6 +1006,114 @@ fn commit_tx(c: &Connection, commit: &Commit, state: &str) -> StoreResult<u64> {
         id,
     ])?;
     Ok(version + 1)
+}
+
+/// Inserts a new instance at version 1 with its receipt and consumed queue item (ST-17).
+fn insert_instance_tx(c: &Connection, i: &NewInstance, state: &str) -> StoreResult<()> {
+    let inserted = c
+        .prepare_cached(
+            "INSERT INTO wf_instances (instance_id, definition_name, definition_version,
+                status, sub_status, correlation_id, version, lease_token, origin_at,
+                created_at, updated_at, finished_at, state, state_size)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, 1, 0, ?7, ?8, ?8, ?9, ?10, ?11)",
+        )?
+        .execute(rusqlite::params![
+            i.instance_id,
+            i.definition_name,
+            i.definition_version,
+            i.status.as_str(),
+            i.sub_status.map(SubStatus::as_str),
+            i.correlation_id,
+            i.origin_at,
+            i.created_at,
+            i.status.is_final().then_some(i.created_at),
+            state,
+            limit_i64(state.len()),
+        ]);
+    match inserted {
+        Ok(_) => {}
+        Err(e) if is_constraint(&e) => {
+            return Err(StoreError::AlreadyExists {
+                what: "instance",
+                id: i.instance_id.clone(),
+            });
+        }
+        Err(e) => return Err(e.into()),
+    }
+    if let Some(stimulus) = &i.receipt {
+        c.prepare_cached(
+            "INSERT OR IGNORE INTO wf_receipts (instance_id, stimulus_id, at)
+             VALUES (?1, ?2, ?3)",
+        )?
+        .execute(rusqlite::params![i.instance_id, stimulus, i.created_at])?;
+    }
+    if let Some(item) = &i.consumed_queue_item {
+        c.prepare_cached("DELETE FROM wf_queue WHERE item_id = ?1")?
+            .execute([item])?;
+    }
+    Ok(())
+}
+
+/// Inserts a queue item; an id already queued or dead gives `AlreadyExists`.
+fn enqueue_tx(c: &Connection, item: &QueueItem) -> StoreResult<()> {
+    let exists = |what: &'static str| StoreError::AlreadyExists {
+        what,
+        id: item.item_id.clone(),
+    };
+    let dead = c
+        .prepare_cached("SELECT 1 FROM wf_dead_letters WHERE original_item_id = ?1")?
+        .query_row([&item.item_id], |_| Ok(()))
+        .optional()?
+        .is_some();
+    if dead {
+        return Err(exists("queue item"));
+    }
+    let inserted = c
+        .prepare_cached(&format!(
+            "INSERT INTO wf_queue (item_id, {QUEUE_COLS})
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)"
+        ))?
+        .execute(rusqlite::params![
+            item.item_id,
+            item.stimulus_id,
+            item.name,
+            item.hash,
+            item.key_display,
+            json_text(&item.payload)?,
+            item.correlation_id,
+            json_text(&item.targets)?,
+            item.sent_at,
+            item.enqueued_at,
+            item.expires_at,
+            item.attempts,
+            item.last_error,
+            item.last_attempt_at,
+            item.held,
+            item.idempotency_key,
+        ]);
+    match inserted {
+        Ok(_) => Ok(()),
+        Err(e) if is_constraint(&e) => Err(exists("queue item")),
+        Err(e) => Err(e.into()),
+    }
+}
+
+fn insert_journal(c: &Connection, id: &str, seq: i64, entry: &NewJournalEntry) -> StoreResult<()> {
+    let detail = json_text(&journal_detail(&entry.detail))?;
+    c.prepare_cached(
+        "INSERT INTO wf_journal (instance_id, seq, at, kind, context_id, node_id, detail)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+    )?
+    .execute(rusqlite::params![
+        id,
+        seq,
+        entry.at,
+        entry.kind,
+        entry.context_id.map(to_i64),
+        entry.node_id,
+        detail,
+    ])?;
+    Ok(())
 }
 
 fn move_to_dead(
@@ -1092,55 +1225,14 @@ impl Store for SqliteStore {
             Ok(state) => state,
             Err(e) => return Box::pin(std::future::ready(Err(e))),
         };
-        self.write(move |c| {
-            let i = &instance;
-            let inserted = c
-                .prepare_cached(
-                    "INSERT INTO wf_instances (instance_id, definition_name, definition_version,
-                        status, sub_status, correlation_id, version, lease_token, origin_at,
-                        created_at, updated_at, finished_at, state, state_size)
-                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, 1, 0, ?7, ?8, ?8, ?9, ?10, ?11)",
-                )?
-                .execute(rusqlite::params![
-                    i.instance_id,
-                    i.definition_name,
-                    i.definition_version,
-                    i.status.as_str(),
-                    i.sub_status.map(SubStatus::as_str),
-                    i.correlation_id,
-                    i.origin_at,
-                    i.created_at,
-                    i.status.is_final().then_some(i.created_at),
-                    state,
-                    limit_i64(state.len()),
-                ]);
-            match inserted {
-                Ok(_) => {}
-                Err(e) if is_constraint(&e) => {
-                    return Err(StoreError::AlreadyExists {
-                        what: "instance",
-                        id: i.instance_id.clone(),
-                    });
-                }
-                Err(e) => return Err(e.into()),
-            }
-            if let Some(stimulus) = &i.receipt {
-                c.prepare_cached(
-                    "INSERT OR IGNORE INTO wf_receipts (instance_id, stimulus_id, at)
-                     VALUES (?1, ?2, ?3)",
-                )?
-                .execute(rusqlite::params![
-                    i.instance_id,
-                    stimulus,
-                    i.created_at
-                ])?;
-            }
-            if let Some(item) = &i.consumed_queue_item {
-                c.prepare_cached("DELETE FROM wf_queue WHERE item_id = ?1")?
-                    .execute([item])?;
-            }
-            Ok(1)
-        })
+        let hints = create_hint(&instance).into_iter().collect();
+        self.write_hinting(
+            move |c| {
+                insert_instance_tx(c, &instance, &state)?;
+                Ok(1)
+            },
+            hints,
+        )
     }
 
     fn load_instance(&self, instance_id: &str) -> BoxFuture<'_, StoreResult<InstanceRecord>> {
@@ -1158,11 +1250,12 @@ impl Store for SqliteStore {
     }
 
     fn commit(&self, commit: Commit) -> BoxFuture<'_, StoreResult<u64>> {
-        let state = match encode_state(&commit.state, self.max_state_bytes) {
-            Ok(state) => state,
+        let (state, created) = match encode_commit(&commit, self.max_state_bytes) {
+            Ok(encoded) => encoded,
             Err(e) => return Box::pin(std::future::ready(Err(e))),
         };
-        self.write(move |c| commit_tx(c, &commit, &state))
+        let hints = commit_hints(&commit);
+        self.write_hinting(move |c| commit_tx(c, &commit, &state, &created), hints)
     }
 
     fn request_control(
@@ -1171,25 +1264,30 @@ impl Store for SqliteStore {
         request: ControlRequest,
     ) -> BoxFuture<'_, StoreResult<()>> {
         let id = instance_id.to_owned();
-        self.write(move |c| {
-            let status: Option<String> = c
-                .prepare_cached("SELECT status FROM wf_instances WHERE instance_id = ?1")?
-                .query_row([&id], |r| r.get(0))
-                .optional()?;
-            let status = status.ok_or_else(|| not_found("instance", &id))?;
-            if InstanceStatus::parse(&status).is_none_or(InstanceStatus::is_final) {
-                return Err(StoreError::Invalid {
-                    what: "control request",
-                    reason: format!("instance {id} is {status}"),
-                });
-            }
-            let text = serde_json::to_string(&request).map_err(StoreError::unavailable)?;
-            c.prepare_cached(
-                "UPDATE wf_instances SET control_request = ?1 WHERE instance_id = ?2",
-            )?
-            .execute([&text, &id])?;
-            Ok(())
-        })
+        self.write_hinting(
+            move |c| {
+                let status: Option<String> = c
+                    .prepare_cached("SELECT status FROM wf_instances WHERE instance_id = ?1")?
+                    .query_row([&id], |r| r.get(0))
+                    .optional()?;
+                let status = status.ok_or_else(|| not_found("instance", &id))?;
+                if InstanceStatus::parse(&status).is_none_or(InstanceStatus::is_final) {
+                    return Err(StoreError::Invalid {
+                        what: "control request",
+                        reason: format!("instance {id} is {status}"),
+                    });
+                }
+                let text = serde_json::to_string(&request).map_err(StoreError::unavailable)?;
+                c.prepare_cached(
+                    "UPDATE wf_instances SET control_request = ?1 WHERE instance_id = ?2",
+                )?
+                .execute([&text, &id])?;
+                Ok(())
+            },
+            vec![WakeUp::ControlRequested {
+                id: instance_id.to_owned(),
+            }],
+        )
     }
 
     fn list_instances(
@@ -1379,15 +1477,20 @@ impl Store for SqliteStore {
 
     fn release_lease(&self, instance_id: &str, token: u64) -> BoxFuture<'_, StoreResult<()>> {
         let id = instance_id.to_owned();
-        self.write(move |c| {
-            check_instance_token(c, &id, token)?;
-            c.prepare_cached(
-                "UPDATE wf_instances SET lease_owner = NULL, lease_expires_at = NULL
+        self.write_hinting(
+            move |c| {
+                check_instance_token(c, &id, token)?;
+                c.prepare_cached(
+                    "UPDATE wf_instances SET lease_owner = NULL, lease_expires_at = NULL
                  WHERE instance_id = ?1",
-            )?
-            .execute([&id])?;
-            Ok(())
-        })
+                )?
+                .execute([&id])?;
+                Ok(())
+            },
+            vec![WakeUp::InstanceRunnable {
+                id: instance_id.to_owned(),
+            }],
+        )
     }
 
     fn acquire_named_lease(
@@ -1700,53 +1803,7 @@ impl Store for SqliteStore {
     }
 
     fn enqueue(&self, item: QueueItem) -> BoxFuture<'_, StoreResult<()>> {
-        let encoded = json_text(&item.payload).and_then(|p| Ok((p, json_text(&item.targets)?)));
-        let (payload, targets) = match encoded {
-            Ok(encoded) => encoded,
-            Err(e) => return Box::pin(std::future::ready(Err(e))),
-        };
-        self.write(move |c| {
-            let dead: bool = c
-                .prepare_cached("SELECT 1 FROM wf_dead_letters WHERE original_item_id = ?1")?
-                .query_row([&item.item_id], |_| Ok(()))
-                .optional()?
-                .is_some();
-            let inserted = if dead {
-                Err(None)
-            } else {
-                c.prepare_cached(&format!(
-                    "INSERT INTO wf_queue (item_id, {QUEUE_COLS})
-                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)"
-                ))?
-                .execute(rusqlite::params![
-                    item.item_id,
-                    item.stimulus_id,
-                    item.name,
-                    item.hash,
-                    item.key_display,
-                    payload,
-                    item.correlation_id,
-                    targets,
-                    item.sent_at,
-                    item.enqueued_at,
-                    item.expires_at,
-                    item.attempts,
-                    item.last_error,
-                    item.last_attempt_at,
-                    item.held,
-                    item.idempotency_key,
-                ])
-                .map_err(Some)
-            };
-            match inserted {
-                Ok(_) => Ok(()),
-                Err(Some(e)) if !is_constraint(&e) => Err(e.into()),
-                Err(_) => Err(StoreError::AlreadyExists {
-                    what: "queue item",
-                    id: item.item_id,
-                }),
-            }
-        })
+        self.write_hinting(move |c| enqueue_tx(c, &item), vec![WakeUp::QueueChanged])
     }
 
     fn claim_queue_page(
@@ -1788,14 +1845,17 @@ impl Store for SqliteStore {
 
     fn release_queue_item(&self, item_id: &str, owner: &str) -> BoxFuture<'_, StoreResult<()>> {
         let (id, owner) = (item_id.to_owned(), owner.to_owned());
-        self.write(move |c| {
-            c.prepare_cached(
-                "UPDATE wf_queue SET claim_owner = NULL, claim_expires_at = NULL
+        self.write_hinting(
+            move |c| {
+                c.prepare_cached(
+                    "UPDATE wf_queue SET claim_owner = NULL, claim_expires_at = NULL
                  WHERE item_id = ?1 AND claim_owner = ?2",
-            )?
-            .execute([&id, &owner])?;
-            Ok(())
-        })
+                )?
+                .execute([&id, &owner])?;
+                Ok(())
+            },
+            vec![WakeUp::QueueChanged],
+        )
     }
 
     fn ack_queue_item(&self, item_id: &str) -> BoxFuture<'_, StoreResult<bool>> {
@@ -1815,24 +1875,27 @@ impl Store for SqliteStore {
         max_attempts: u32,
     ) -> BoxFuture<'_, StoreResult<QueueFailure>> {
         let (id, error) = (item_id.to_owned(), error.to_owned());
-        self.write(move |c| {
-            let attempts: Option<i64> = c
-                .prepare_cached(
-                    "UPDATE wf_queue SET attempts = attempts + 1, last_error = ?2,
+        self.write_hinting(
+            move |c| {
+                let attempts: Option<i64> = c
+                    .prepare_cached(
+                        "UPDATE wf_queue SET attempts = attempts + 1, last_error = ?2,
                         last_attempt_at = ?3, claim_owner = NULL, claim_expires_at = NULL
                      WHERE item_id = ?1 RETURNING attempts",
-                )?
-                .query_row(rusqlite::params![id, error, now], |r| r.get(0))
-                .optional()?;
-            let attempts = attempts.ok_or_else(|| not_found("queue item", &id))?;
-            let attempts = u32::try_from(attempts).unwrap_or(u32::MAX);
-            if attempts >= max_attempts {
-                move_to_dead(c, &id, DeadLetterReason::Failed, Some(&error), now)?;
-                Ok(QueueFailure::DeadLettered)
-            } else {
-                Ok(QueueFailure::Retry { attempts })
-            }
-        })
+                    )?
+                    .query_row(rusqlite::params![id, error, now], |r| r.get(0))
+                    .optional()?;
+                let attempts = attempts.ok_or_else(|| not_found("queue item", &id))?;
+                let attempts = u32::try_from(attempts).unwrap_or(u32::MAX);
+                if attempts >= max_attempts {
+                    move_to_dead(c, &id, DeadLetterReason::Failed, Some(&error), now)?;
+                    Ok(QueueFailure::DeadLettered)
+                } else {
+                    Ok(QueueFailure::Retry { attempts })
+                }
+            },
+            vec![WakeUp::QueueChanged],
+        )
     }
 
     fn dead_letter(
@@ -1912,6 +1975,10 @@ impl Store for SqliteStore {
             }
             Ok(letters)
         })
+    }
+
+    fn subscribe(&self) -> broadcast::Receiver<WakeUp> {
+        self.hints.subscribe()
     }
 
     fn stats(&self) -> BoxFuture<'_, StoreResult<StoreStats>> {
