@@ -122,6 +122,7 @@ async fn store_commits(
                 state: state(0),
                 receipt: None,
                 consumed_queue_item: None,
+                activation_scope: None,
             })
             .await
             .unwrap();

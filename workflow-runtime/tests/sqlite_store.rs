@@ -26,7 +26,7 @@ async fn reopening_the_file_keeps_everything() {
     let path = dir.path().join("store.db");
     let token = {
         let store = open(&path);
-        assert_eq!(store.migrations_applied(), [1]);
+        assert_eq!(store.migrations_applied(), [1, 2]);
         let lease = create_leased(&store, "wf-1").await;
         let mut c = waiting("wf-1", 1, lease.token, 7);
         c.correlation_id = Some("order-7".to_owned());
@@ -245,7 +245,7 @@ fn migrations() {
         SqliteStore::open_with(&empty, &check_only),
         Err(StoreError::SchemaOutdated {
             found: 0,
-            required: 1
+            required: 2
         })
     ));
 
@@ -263,7 +263,7 @@ fn migrations() {
         .collect();
     let applied: Vec<Vec<u32>> = handles.into_iter().map(|h| h.join().unwrap()).collect();
     assert_eq!(
-        applied.iter().filter(|a| **a == [1]).count(),
+        applied.iter().filter(|a| **a == [1, 2]).count(),
         1,
         "{applied:?}"
     );
@@ -277,7 +277,7 @@ fn migrations() {
             r.get(0)
         })
         .unwrap();
-    assert_eq!(rows, 1);
+    assert_eq!(rows, 2);
 
     // A checksum mismatch.
     raw.execute(
@@ -478,4 +478,46 @@ async fn crash_leaves_every_instance_at_one_committed_version() {
     }
     println!("crash test: {total} commits survived the kill");
     assert!(total >= 2);
+}
+
+/// ST-28, ST-29: a database at an older schema (a fixture at version 1) is migrated forward
+/// on open and its rows keep working.
+#[tokio::test]
+async fn an_older_schema_is_migrated_forward() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("old.db");
+    SqliteStore::create_at_schema(&path, 1).unwrap();
+    {
+        let raw = rusqlite::Connection::open(&path).unwrap();
+        raw.execute(
+            "INSERT INTO wf_instances (instance_id, definition_name, definition_version, status,
+                sub_status, version, lease_token, origin_at, created_at, updated_at, state,
+                state_size)
+             VALUES ('old-1', 'order', 'v1', 'suspended', 'waiting', 4, 2, 0, 0, 0,
+                '{\"format\":1,\"n\":4}', 20)",
+            [],
+        )
+        .unwrap();
+    }
+    let check_only = SqliteOptions {
+        migrate: MigrateMode::CheckOnly,
+        ..SqliteOptions::default()
+    };
+    assert!(matches!(
+        SqliteStore::open_with(&path, &check_only),
+        Err(StoreError::SchemaOutdated {
+            found: 1,
+            required: 2
+        })
+    ));
+    let store = open(&path);
+    assert_eq!(store.migrations_applied(), [2]);
+    let old = store.load_instance("old-1").await.unwrap();
+    assert_eq!((old.version, old.state), (4, doc(4)));
+    let mut new = new_instance("new-1");
+    new.activation_scope = Some("singleton:order".to_owned());
+    store.create_instance(new).await.unwrap();
+    let lease = store.acquire_lease("old-1", "n", T0, TTL).await.unwrap();
+    assert_eq!(lease.token, 3);
+    assert_eq!(store.commit(waiting("old-1", 4, 3, 5)).await.unwrap(), 5);
 }

@@ -27,9 +27,9 @@ use serde_json::{Value, json};
 
 use super::{
     BookmarkQuery, BoxFuture, Commit, ControlKind, ControlRequest, DEFAULT_MAX_STATE_BYTES,
-    DeadLetterReason, InstanceFilter, InstanceStatus, JournalCompaction, Lease, Micros,
-    NewBookmark, NewInstance, NewJournalEntry, NewTimer, PurgeFilter, QueueFailure, QueueItem,
-    Store, StoreError, StoreResult, SubStatus, TriggerRow, WakeUp,
+    DeadLetterReason, IdempotencyRecord, InstanceFilter, InstanceStatus, JournalCompaction, Lease,
+    Micros, NewBookmark, NewInstance, NewJournalEntry, NewTimer, PurgeFilter, QueueFailure,
+    QueueItem, Store, StoreError, StoreResult, SubStatus, TriggerRow, WakeUp,
 };
 
 /// A store with the test hooks the suite needs (C-25, C-26): raw access to a state row.
@@ -117,6 +117,9 @@ macro_rules! store_conformance_tests {
             c16_commit_writes_other_instances,
             c22_journal_compaction,
             c28_wake_ups,
+            c18_dead_letters,
+            c20_idempotency_records,
+            c21_activation_guard,
             final_status_clears_bookmarks_and_timers,
         );
     };
@@ -158,6 +161,7 @@ pub fn new_instance(id: &str) -> NewInstance {
         state: doc(0),
         receipt: None,
         consumed_queue_item: None,
+        activation_scope: None,
     }
 }
 
@@ -1796,4 +1800,149 @@ pub async fn c28_wake_ups(store: Arc<dyn TestBackend>) {
             .is_err()
     );
     assert!(drain(&mut rx).is_empty());
+}
+
+/// C-18: dead letters: list with filters, replay (fresh TTL, zero attempts, same stimulus id),
+/// delete, removal after their TTL.
+pub async fn c18_dead_letters(store: Arc<dyn TestBackend>) {
+    for (id, at) in [("q1", 0), ("q2", 1), ("q3", 2)] {
+        store.enqueue(queue_item(id, T0 + at)).await.unwrap();
+    }
+    store
+        .dead_letter("q1", DeadLetterReason::Rejected, Some("no"), T0 + 10)
+        .await
+        .unwrap();
+    store
+        .record_queue_failure("q2", "boom", T0 + 11, 1)
+        .await
+        .unwrap();
+    store
+        .dead_letter("q3", DeadLetterReason::Rejected, None, T0 + 12)
+        .await
+        .unwrap();
+    let rejected = store
+        .list_dead_letters(Some(DeadLetterReason::Rejected), 10)
+        .await
+        .unwrap();
+    let ids: Vec<&str> = rejected.iter().map(|d| d.item.item_id.as_str()).collect();
+    assert_eq!(ids, ["q1", "q3"]);
+    assert_eq!(store.list_dead_letters(None, 2).await.unwrap().len(), 2);
+
+    // Replay q2: fresh TTL, zero attempts, same ids.
+    let now = T0 + 100 * SEC;
+    let replayed = store.replay_dead_letter("q2", now, 60 * SEC).await.unwrap();
+    assert_eq!(replayed.stimulus_id, "s-q2");
+    assert_eq!(replayed.attempts, 0);
+    assert_eq!(replayed.last_error, None);
+    assert_eq!(replayed.expires_at, now + 60 * SEC);
+    let page = store.claim_queue_page("n", now, TTL, 10).await.unwrap();
+    assert_eq!(page, [replayed]);
+    assert!(matches!(
+        store.replay_dead_letter("q2", now, SEC).await,
+        Err(StoreError::NotFound { .. })
+    ));
+
+    assert!(store.delete_dead_letter("q3").await.unwrap());
+    assert!(!store.delete_dead_letter("q3").await.unwrap());
+    // TTL: q1 died at T0 + 10 µs.
+    assert_eq!(store.purge_dead_letters(T0 + 10, 100).await.unwrap(), 0);
+    assert_eq!(store.purge_dead_letters(T0 + 11, 100).await.unwrap(), 1);
+    assert!(store.list_dead_letters(None, 10).await.unwrap().is_empty());
+}
+
+/// C-20: idempotency records: store and look up; a reuse with a different hash is detectable.
+pub async fn c20_idempotency_records(store: Arc<dyn TestBackend>) {
+    let record = IdempotencyRecord {
+        key: "send-1".to_owned(),
+        hash: "h1".to_owned(),
+        payload_digest: "d1".to_owned(),
+        report: json!({ "resumed": ["wf-1"], "started": [] }),
+        created_at: T0,
+    };
+    assert_eq!(
+        store.put_idempotency_record(record.clone()).await.unwrap(),
+        None
+    );
+    assert_eq!(
+        store.find_idempotency_record("send-1").await.unwrap(),
+        Some(record.clone())
+    );
+    let mut reuse = record.clone();
+    reuse.hash = "h2".to_owned();
+    reuse.report = json!({});
+    let existing = store.put_idempotency_record(reuse).await.unwrap().unwrap();
+    assert_eq!(existing, record, "not overwritten");
+    assert_ne!(existing.hash, "h2", "the reuse is detectable");
+    assert_eq!(store.find_idempotency_record("other").await.unwrap(), None);
+}
+
+/// C-21: activation guard: two concurrent creations in one scope, one wins; allowed again
+/// once the winner is terminal; a correlation scope spans definitions.
+pub async fn c21_activation_guard(store: Arc<dyn TestBackend>) {
+    let scoped = |id: &str, definition: &str, scope: &str| {
+        let mut new = new_instance(id);
+        new.definition_name = definition.to_owned();
+        new.activation_scope = Some(scope.to_owned());
+        new
+    };
+    let mut tasks = Vec::new();
+    for id in ["a", "b"] {
+        let store = Arc::clone(&store);
+        let new = scoped(id, "order", "singleton:order");
+        tasks.push(tokio::spawn(
+            async move { store.create_instance(new).await },
+        ));
+    }
+    let mut winners = Vec::new();
+    for (task, id) in tasks.into_iter().zip(["a", "b"]) {
+        match task.await.unwrap() {
+            Ok(_) => winners.push(id),
+            Err(StoreError::ActivationConflict { scope, existing }) => {
+                assert_eq!(scope, "singleton:order");
+                assert_ne!(existing, id);
+            }
+            Err(other) => panic!("unexpected {other:?}"),
+        }
+    }
+    assert_eq!(winners.len(), 1);
+    let winner = winners[0];
+    // Other scopes are free.
+    store
+        .create_instance(scoped("c", "order", "singleton:invoice"))
+        .await
+        .unwrap();
+    // Terminal winner: allowed again.
+    let lease = store.acquire_lease(winner, "n", T0, TTL).await.unwrap();
+    store
+        .commit(final_commit(winner, 1, lease.token, T0 + SEC))
+        .await
+        .unwrap();
+    store
+        .create_instance(scoped("d", "order", "singleton:order"))
+        .await
+        .unwrap();
+    // A correlation scope spans definitions.
+    store
+        .create_instance(scoped("e", "order", "correlation:42"))
+        .await
+        .unwrap();
+    assert_eq!(
+        store
+            .create_instance(scoped("f", "invoice", "correlation:42"))
+            .await
+            .unwrap_err(),
+        StoreError::ActivationConflict {
+            scope: "correlation:42".to_owned(),
+            existing: "e".to_owned()
+        }
+    );
+    // Through a commit, too: a child in a taken scope fails the whole commit.
+    let plead = create_leased(&*store, "parent").await;
+    let mut c = waiting("parent", 1, plead.token, 1);
+    c.instances_created = vec![scoped("g", "invoice", "correlation:42")];
+    assert!(matches!(
+        store.commit(c).await,
+        Err(StoreError::ActivationConflict { .. })
+    ));
+    assert_eq!(store.load_instance("parent").await.unwrap().version, 1);
 }

@@ -8,12 +8,12 @@ use tokio::sync::broadcast;
 
 use super::{
     BookmarkQuery, BookmarkRow, BoxFuture, ClaimedInstance, Commit, ControlRequest,
-    DEFAULT_MAX_STATE_BYTES, DeadLetter, DeadLetterReason, InstanceFilter, InstanceRecord,
-    InstanceStatus, JournalEntry, Lease, LeaseState, ListedInstance, NewInstance, PurgeFilter,
-    QueueFailure, QueueItem, Renewal, Store, StoreError, StoreResult, StoreStats, SubStatus,
-    TimerRow, TriggerDiff, TriggerRow, WAKE_UP_CAPACITY, WakeUp, commit_hints, create_hint,
-    decode_state, encode_commit, encode_state, instance_resource, journal_detail, named_resource,
-    page, purge_statuses, send_hints, validate_instance_id,
+    DEFAULT_MAX_STATE_BYTES, DeadLetter, DeadLetterReason, IdempotencyRecord, InstanceFilter,
+    InstanceRecord, InstanceStatus, JournalEntry, Lease, LeaseState, ListedInstance, NewInstance,
+    PurgeFilter, QueueFailure, QueueItem, Renewal, Store, StoreError, StoreResult, StoreStats,
+    SubStatus, TimerRow, TriggerDiff, TriggerRow, WAKE_UP_CAPACITY, WakeUp, commit_hints,
+    create_hint, decode_state, encode_commit, encode_state, instance_resource, journal_detail,
+    named_resource, page, purge_statuses, send_hints, validate_instance_id,
 };
 
 /// An in-process store for tests and quick starts (ST-25).
@@ -45,6 +45,7 @@ struct MemInstance {
     created_at: i64,
     updated_at: i64,
     finished_at: Option<i64>,
+    activation_scope: Option<String>,
     state: String,
 }
 
@@ -89,6 +90,7 @@ struct Inner {
     journal: BTreeMap<(String, u64), JournalEntry>,
     receipts: BTreeSet<(String, String)>,
     named_leases: BTreeMap<String, NamedLease>,
+    idempotency: BTreeMap<String, IdempotencyRecord>,
     stats: StoreStats,
 }
 
@@ -226,6 +228,16 @@ impl Inner {
                 id: instance.instance_id,
             });
         }
+        if let Some(scope) = &instance.activation_scope
+            && let Some((existing, _)) = self.instances.iter().find(|(_, row)| {
+                row.activation_scope.as_ref() == Some(scope) && !row.status.is_final()
+            })
+        {
+            return Err(StoreError::ActivationConflict {
+                scope: scope.clone(),
+                existing: existing.clone(),
+            });
+        }
         let id = instance.instance_id;
         if let Some(stimulus) = instance.receipt {
             self.receipts.insert((id.clone(), stimulus));
@@ -250,6 +262,7 @@ impl Inner {
                 created_at: instance.created_at,
                 updated_at: instance.created_at,
                 finished_at: instance.status.is_final().then_some(instance.created_at),
+                activation_scope: instance.activation_scope,
                 state,
             },
         );
@@ -352,6 +365,7 @@ impl Inner {
             }
         }
         let mut new_instances = BTreeSet::new();
+        let mut new_scopes: BTreeMap<&String, &String> = BTreeMap::new();
         for i in &c.instances_created {
             if self.instances.contains_key(&i.instance_id) || !new_instances.insert(&i.instance_id)
             {
@@ -359,6 +373,23 @@ impl Inner {
                     what: "instance",
                     id: i.instance_id.clone(),
                 });
+            }
+            if let Some(scope) = &i.activation_scope {
+                let taken = self
+                    .instances
+                    .iter()
+                    .find(|(_, row)| {
+                        row.activation_scope.as_ref() == Some(scope) && !row.status.is_final()
+                    })
+                    .map(|(id, _)| id)
+                    .or_else(|| new_scopes.get(scope).copied());
+                if let Some(existing) = taken {
+                    return Err(StoreError::ActivationConflict {
+                        scope: scope.clone(),
+                        existing: existing.clone(),
+                    });
+                }
+                new_scopes.insert(scope, &i.instance_id);
             }
         }
         let mut new_items = BTreeSet::new();
@@ -1177,6 +1208,87 @@ impl Store for MemoryStore {
             }
             Ok(moved)
         })
+    }
+
+    fn replay_dead_letter(
+        &self,
+        item_id: &str,
+        now: i64,
+        ttl: i64,
+    ) -> BoxFuture<'_, StoreResult<QueueItem>> {
+        let id = item_id.to_owned();
+        self.write_hinting(
+            move |inner| {
+                if !inner.dead_letters.contains_key(&id) {
+                    return Err(not_found("dead letter", &id));
+                }
+                if inner.queue.contains_key(&id) {
+                    return Err(StoreError::AlreadyExists {
+                        what: "queue item",
+                        id,
+                    });
+                }
+                let dead = inner
+                    .dead_letters
+                    .remove(&id)
+                    .ok_or_else(|| not_found("dead letter", &id))?;
+                let mut item = dead.item;
+                item.enqueued_at = now;
+                item.expires_at = now.saturating_add(ttl);
+                item.attempts = 0;
+                item.last_error = None;
+                item.last_attempt_at = None;
+                inner.queue.insert(id, Claimed::new(item.clone()));
+                Ok(item)
+            },
+            vec![WakeUp::QueueChanged],
+        )
+    }
+
+    fn delete_dead_letter(&self, item_id: &str) -> BoxFuture<'_, StoreResult<bool>> {
+        let id = item_id.to_owned();
+        self.write(move |inner| Ok(inner.dead_letters.remove(&id).is_some()))
+    }
+
+    fn purge_dead_letters(
+        &self,
+        dead_before: i64,
+        limit: usize,
+    ) -> BoxFuture<'_, StoreResult<u64>> {
+        self.write(move |inner| {
+            let doomed: Vec<String> = inner
+                .dead_letters
+                .values()
+                .filter(|d| d.dead_at < dead_before)
+                .take(limit)
+                .map(|d| d.item.item_id.clone())
+                .collect();
+            for id in &doomed {
+                inner.dead_letters.remove(id);
+            }
+            Ok(doomed.len() as u64)
+        })
+    }
+
+    fn put_idempotency_record(
+        &self,
+        record: IdempotencyRecord,
+    ) -> BoxFuture<'_, StoreResult<Option<IdempotencyRecord>>> {
+        self.write(move |inner| {
+            if let Some(existing) = inner.idempotency.get(&record.key) {
+                return Ok(Some(existing.clone()));
+            }
+            inner.idempotency.insert(record.key.clone(), record);
+            Ok(None)
+        })
+    }
+
+    fn find_idempotency_record(
+        &self,
+        key: &str,
+    ) -> BoxFuture<'_, StoreResult<Option<IdempotencyRecord>>> {
+        let key = key.to_owned();
+        self.read(move |inner| Ok(inner.idempotency.get(&key).cloned()))
     }
 
     fn list_dead_letters(

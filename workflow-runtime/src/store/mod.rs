@@ -108,6 +108,15 @@ pub enum StoreError {
         /// Its id.
         id: String,
     },
+    /// A non-final instance already occupies the activation scope (ST-17, RT-15). Nothing
+    /// was written.
+    #[error("activation scope {scope} is taken by instance {existing}")]
+    ActivationConflict {
+        /// The scope.
+        scope: String,
+        /// The non-final instance holding it.
+        existing: String,
+    },
     /// A live lease is held by someone else (ST-14). Transient.
     #[error("{resource}: lease held by {holder} until {until}")]
     LeaseHeld {
@@ -387,6 +396,10 @@ pub struct NewInstance {
     pub receipt: Option<String>,
     /// A queue item consumed by this creation, deleted in the same operation (ST-17).
     pub consumed_queue_item: Option<String>,
+    /// Activation guard (ST-17, RT-15): creation fails with `ActivationConflict` while a
+    /// non-final instance has the same scope. The scope is an opaque key chosen by the
+    /// runtime (`singleton:<definition>`, `correlation:<id>` to span definitions, ...).
+    pub activation_scope: Option<String>,
 }
 
 /// An instance as loaded: its columns and its state document, from one snapshot (ST-13).
@@ -848,6 +861,21 @@ impl PurgeFilter {
     }
 }
 
+/// A send's idempotency record (ST-12, RT-19, C-20).
+#[derive(Debug, Clone, PartialEq)]
+pub struct IdempotencyRecord {
+    /// The idempotency key.
+    pub key: String,
+    /// The stimulus hash of the send.
+    pub hash: String,
+    /// A digest of the payload, to detect a reuse with different content.
+    pub payload_digest: String,
+    /// The stored send report, returned to a retried send.
+    pub report: Value,
+    /// When it was recorded.
+    pub created_at: Micros,
+}
+
 /// Operation counters (ST-2 statistics; C-32 uses them to show group commit).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct StoreStats {
@@ -1129,6 +1157,41 @@ pub trait Store: Send + Sync + 'static {
     /// Moves up to `limit` items whose `expires_at <= now` and that are not held to the dead
     /// letters as `Expired` (C-15); returns how many.
     fn expire_queue(&self, now: Micros, limit: usize) -> BoxFuture<'_, StoreResult<u64>>;
+
+    /// Re-enqueues a dead letter with a fresh TTL (`expires_at = now + ttl`), zero attempts,
+    /// no claim and the same item and stimulus ids, and deletes the dead letter (RT-28, C-18).
+    fn replay_dead_letter(
+        &self,
+        item_id: &str,
+        now: Micros,
+        ttl: Micros,
+    ) -> BoxFuture<'_, StoreResult<QueueItem>>;
+
+    /// Deletes a dead letter; returns whether it existed (C-18).
+    fn delete_dead_letter(&self, item_id: &str) -> BoxFuture<'_, StoreResult<bool>>;
+
+    /// Deletes up to `limit` dead letters that died before `dead_before` (their TTL, ST-30);
+    /// returns how many.
+    fn purge_dead_letters(
+        &self,
+        dead_before: Micros,
+        limit: usize,
+    ) -> BoxFuture<'_, StoreResult<u64>>;
+
+    // ----- idempotency records -----
+
+    /// Stores an idempotency record unless its key exists; returns the existing record in
+    /// that case, unchanged, so the caller can compare hashes and digests (C-20).
+    fn put_idempotency_record(
+        &self,
+        record: IdempotencyRecord,
+    ) -> BoxFuture<'_, StoreResult<Option<IdempotencyRecord>>>;
+
+    /// Looks up an idempotency record.
+    fn find_idempotency_record(
+        &self,
+        key: &str,
+    ) -> BoxFuture<'_, StoreResult<Option<IdempotencyRecord>>>;
 
     /// Dead letters, optionally of one reason, in `(dead_at, item_id)` order.
     fn list_dead_letters(

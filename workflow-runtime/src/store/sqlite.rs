@@ -30,12 +30,12 @@ use tokio::sync::{broadcast, oneshot};
 use super::memory::same_trigger;
 use super::{
     BookmarkQuery, BookmarkRow, BoxFuture, ClaimedInstance, Commit, ControlRequest,
-    DEFAULT_MAX_STATE_BYTES, DeadLetter, DeadLetterReason, InstanceFilter, InstanceRecord,
-    InstanceStatus, JournalEntry, Lease, LeaseState, ListedInstance, NewInstance, NewJournalEntry,
-    PurgeFilter, QueueFailure, QueueItem, Renewal, Store, StoreError, StoreResult, StoreStats,
-    SubStatus, TimerRow, TriggerDiff, TriggerRow, WAKE_UP_CAPACITY, WakeUp, commit_hints,
-    create_hint, decode_state, encode_commit, encode_state, instance_resource, journal_detail,
-    named_resource, page, purge_statuses, send_hints, validate_instance_id,
+    DEFAULT_MAX_STATE_BYTES, DeadLetter, DeadLetterReason, IdempotencyRecord, InstanceFilter,
+    InstanceRecord, InstanceStatus, JournalEntry, Lease, LeaseState, ListedInstance, NewInstance,
+    NewJournalEntry, PurgeFilter, QueueFailure, QueueItem, Renewal, Store, StoreError, StoreResult,
+    StoreStats, SubStatus, TimerRow, TriggerDiff, TriggerRow, WAKE_UP_CAPACITY, WakeUp,
+    commit_hints, create_hint, decode_state, encode_commit, encode_state, instance_resource,
+    journal_detail, named_resource, page, purge_statuses, send_hints, validate_instance_id,
 };
 
 /// SQLite's `synchronous` setting (ST-26).
@@ -187,7 +187,10 @@ fn decode_json(what: &'static str, id: &str, path: &str, text: &str) -> StoreRes
 // ----- migrations (ST-28) -----
 
 /// The embedded, forward-only migrations: `(version, name, sql)`.
-const MIGRATIONS: &[(u32, &str, &str)] = &[(1, "0001_init", MIGRATION_0001)];
+const MIGRATIONS: &[(u32, &str, &str)] = &[
+    (1, "0001_init", MIGRATION_0001),
+    (2, "0002_activation_and_idempotency", MIGRATION_0002),
+];
 
 const MIGRATION_0001: &str = r"
 CREATE TABLE wf_instances (
@@ -329,6 +332,21 @@ CREATE TABLE wf_named_leases (
 );
 ";
 
+/// Activation guards (ST-17) and idempotency records (ST-12).
+const MIGRATION_0002: &str = r"
+ALTER TABLE wf_instances ADD COLUMN activation_scope TEXT;
+CREATE INDEX wf_instances_activation ON wf_instances (activation_scope, status);
+
+CREATE TABLE wf_idempotency (
+    idempotency_key TEXT PRIMARY KEY NOT NULL,
+    hash            TEXT NOT NULL,
+    payload_digest  TEXT NOT NULL,
+    report          TEXT NOT NULL,
+    created_at      INTEGER NOT NULL
+);
+CREATE INDEX wf_idempotency_created ON wf_idempotency (created_at);
+";
+
 /// The newest schema version this library knows.
 pub(crate) fn latest_schema_version() -> u32 {
     MIGRATIONS.iter().map(|(v, _, _)| *v).max().unwrap_or(0)
@@ -347,6 +365,11 @@ fn checksum(sql: &str) -> String {
 /// Checks and applies migrations in one immediate transaction, which serialises concurrent
 /// migrators: the later one finds the work done. Returns the versions applied now.
 fn migrate(conn: &mut Connection, mode: MigrateMode) -> StoreResult<Vec<u32>> {
+    migrate_to(conn, mode, latest_schema_version())
+}
+
+/// [`migrate`] up to `target` only (test fixtures of older schemas, ST-29).
+fn migrate_to(conn: &mut Connection, mode: MigrateMode, target: u32) -> StoreResult<Vec<u32>> {
     conn.execute_batch(
         "CREATE TABLE IF NOT EXISTS wf_schema_migrations (
             version    INTEGER PRIMARY KEY NOT NULL,
@@ -383,7 +406,7 @@ fn migrate(conn: &mut Connection, mode: MigrateMode) -> StoreResult<Vec<u32>> {
     }
     let pending: Vec<&(u32, &str, &str)> = MIGRATIONS
         .iter()
-        .filter(|(v, _, _)| !applied.iter().any(|(a, _)| *a == i64::from(*v)))
+        .filter(|(v, _, _)| *v <= target && !applied.iter().any(|(a, _)| *a == i64::from(*v)))
         .collect();
     if pending.is_empty() {
         return Ok(Vec::new());
@@ -555,6 +578,16 @@ impl SqliteStore {
             migrations_applied,
             hints: broadcast::Sender::new(WAKE_UP_CAPACITY),
         })
+    }
+
+    /// Creates a database file with the migrations up to `version` only: a fixture of an
+    /// older schema for upgrade tests (ST-29).
+    #[cfg(feature = "test-support")]
+    pub fn create_at_schema(path: impl AsRef<Path>, version: u32) -> StoreResult<()> {
+        let mut conn = Connection::open(path)?;
+        configure(&conn, &SqliteOptions::default())?;
+        migrate_to(&mut conn, MigrateMode::Apply, version)?;
+        Ok(())
     }
 
     /// The database file.
@@ -1010,12 +1043,29 @@ fn commit_tx(c: &Connection, commit: &Commit, state: &str, created: &[String]) -
 
 /// Inserts a new instance at version 1 with its receipt and consumed queue item (ST-17).
 fn insert_instance_tx(c: &Connection, i: &NewInstance, state: &str) -> StoreResult<()> {
+    if let Some(scope) = &i.activation_scope {
+        // The single writer serialises this check with every other creation (ST-17).
+        let existing: Option<String> = c
+            .prepare_cached(
+                "SELECT instance_id FROM wf_instances
+                 WHERE activation_scope = ?1 AND status NOT IN ('finished', 'cancelled')
+                 LIMIT 1",
+            )?
+            .query_row([scope], |r| r.get(0))
+            .optional()?;
+        if let Some(existing) = existing {
+            return Err(StoreError::ActivationConflict {
+                scope: scope.clone(),
+                existing,
+            });
+        }
+    }
     let inserted = c
         .prepare_cached(
             "INSERT INTO wf_instances (instance_id, definition_name, definition_version,
                 status, sub_status, correlation_id, version, lease_token, origin_at,
-                created_at, updated_at, finished_at, state, state_size)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, 1, 0, ?7, ?8, ?8, ?9, ?10, ?11)",
+                created_at, updated_at, finished_at, state, state_size, activation_scope)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, 1, 0, ?7, ?8, ?8, ?9, ?10, ?11, ?12)",
         )?
         .execute(rusqlite::params![
             i.instance_id,
@@ -1029,6 +1079,7 @@ fn insert_instance_tx(c: &Connection, i: &NewInstance, state: &str) -> StoreResu
             i.status.is_final().then_some(i.created_at),
             state,
             limit_i64(state.len()),
+            i.activation_scope,
         ]);
     match inserted {
         Ok(_) => {}
@@ -1930,6 +1981,100 @@ impl Store for SqliteStore {
         })
     }
 
+    fn replay_dead_letter(
+        &self,
+        item_id: &str,
+        now: i64,
+        ttl: i64,
+    ) -> BoxFuture<'_, StoreResult<QueueItem>> {
+        let id = item_id.to_owned();
+        self.write_hinting(
+            move |c| {
+                let raw = c
+                    .prepare_cached(&format!(
+                        "SELECT original_item_id, {QUEUE_COLS} FROM wf_dead_letters
+                         WHERE original_item_id = ?1"
+                    ))?
+                    .query_row([&id], queue_from_row)
+                    .optional()?
+                    .ok_or_else(|| not_found("dead letter", &id))?;
+                let mut item = raw.decode("dead letter")?;
+                item.enqueued_at = now;
+                item.expires_at = now.saturating_add(ttl);
+                item.attempts = 0;
+                item.last_error = None;
+                item.last_attempt_at = None;
+                c.prepare_cached("DELETE FROM wf_dead_letters WHERE original_item_id = ?1")?
+                    .execute([&id])?;
+                enqueue_tx(c, &item)?;
+                Ok(item)
+            },
+            vec![WakeUp::QueueChanged],
+        )
+    }
+
+    fn delete_dead_letter(&self, item_id: &str) -> BoxFuture<'_, StoreResult<bool>> {
+        let id = item_id.to_owned();
+        self.write(move |c| {
+            Ok(
+                c.prepare_cached("DELETE FROM wf_dead_letters WHERE original_item_id = ?1")?
+                    .execute([&id])?
+                    > 0,
+            )
+        })
+    }
+
+    fn purge_dead_letters(
+        &self,
+        dead_before: i64,
+        limit: usize,
+    ) -> BoxFuture<'_, StoreResult<u64>> {
+        self.write(move |c| {
+            let n = c
+                .prepare_cached(
+                    "DELETE FROM wf_dead_letters WHERE original_item_id IN (
+                        SELECT original_item_id FROM wf_dead_letters WHERE dead_at < ?1 LIMIT ?2)",
+                )?
+                .execute(rusqlite::params![dead_before, limit_i64(limit)])?;
+            Ok(n as u64)
+        })
+    }
+
+    fn put_idempotency_record(
+        &self,
+        record: IdempotencyRecord,
+    ) -> BoxFuture<'_, StoreResult<Option<IdempotencyRecord>>> {
+        let report = match json_text(&record.report) {
+            Ok(report) => report,
+            Err(e) => return Box::pin(std::future::ready(Err(e))),
+        };
+        self.write(move |c| {
+            if let Some(existing) = find_idempotency(c, &record.key)? {
+                return Ok(Some(existing));
+            }
+            c.prepare_cached(
+                "INSERT INTO wf_idempotency (idempotency_key, hash, payload_digest, report,
+                    created_at) VALUES (?1, ?2, ?3, ?4, ?5)",
+            )?
+            .execute(rusqlite::params![
+                record.key,
+                record.hash,
+                record.payload_digest,
+                report,
+                record.created_at
+            ])?;
+            Ok(None)
+        })
+    }
+
+    fn find_idempotency_record(
+        &self,
+        key: &str,
+    ) -> BoxFuture<'_, StoreResult<Option<IdempotencyRecord>>> {
+        let key = key.to_owned();
+        self.read(move |c| find_idempotency(c, &key))
+    }
+
     fn list_dead_letters(
         &self,
         reason: Option<DeadLetterReason>,
@@ -1988,6 +2133,26 @@ impl Store for SqliteStore {
         };
         Box::pin(std::future::ready(Ok(stats)))
     }
+}
+
+fn find_idempotency(c: &Connection, key: &str) -> StoreResult<Option<IdempotencyRecord>> {
+    let row: Option<(String, String, String, i64)> = c
+        .prepare_cached(
+            "SELECT hash, payload_digest, report, created_at FROM wf_idempotency
+             WHERE idempotency_key = ?1",
+        )?
+        .query_row([key], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))
+        .optional()?;
+    row.map(|(hash, payload_digest, report, created_at)| {
+        Ok(IdempotencyRecord {
+            key: key.to_owned(),
+            hash,
+            payload_digest,
+            report: decode_json("idempotency record", key, "report", &report)?,
+            created_at,
+        })
+    })
+    .transpose()
 }
 
 fn select_triggers(
