@@ -26,7 +26,7 @@ async fn reopening_the_file_keeps_everything() {
     let path = dir.path().join("store.db");
     let token = {
         let store = open(&path);
-        assert_eq!(store.migrations_applied(), [1, 2]);
+        assert_eq!(store.migrations_applied(), [1, 2, 3]);
         let lease = create_leased(&store, "wf-1").await;
         let mut c = waiting("wf-1", 1, lease.token, 7);
         c.correlation_id = Some("order-7".to_owned());
@@ -245,7 +245,7 @@ fn migrations() {
         SqliteStore::open_with(&empty, &check_only),
         Err(StoreError::SchemaOutdated {
             found: 0,
-            required: 2
+            required: 3
         })
     ));
 
@@ -263,7 +263,7 @@ fn migrations() {
         .collect();
     let applied: Vec<Vec<u32>> = handles.into_iter().map(|h| h.join().unwrap()).collect();
     assert_eq!(
-        applied.iter().filter(|a| **a == [1, 2]).count(),
+        applied.iter().filter(|a| **a == [1, 2, 3]).count(),
         1,
         "{applied:?}"
     );
@@ -277,7 +277,7 @@ fn migrations() {
             r.get(0)
         })
         .unwrap();
-    assert_eq!(rows, 2);
+    assert_eq!(rows, 3);
 
     // A checksum mismatch.
     raw.execute(
@@ -507,11 +507,11 @@ async fn an_older_schema_is_migrated_forward() {
         SqliteStore::open_with(&path, &check_only),
         Err(StoreError::SchemaOutdated {
             found: 1,
-            required: 2
+            required: 3
         })
     ));
     let store = open(&path);
-    assert_eq!(store.migrations_applied(), [2]);
+    assert_eq!(store.migrations_applied(), [2, 3]);
     let old = store.load_instance("old-1").await.unwrap();
     assert_eq!((old.version, old.state), (4, doc(4)));
     let mut new = new_instance("new-1");

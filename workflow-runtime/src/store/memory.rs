@@ -15,6 +15,7 @@ use super::{
     create_hint, decode_state, encode_commit, encode_state, instance_resource, journal_detail,
     named_resource, page, purge_statuses, send_hints, validate_instance_id,
 };
+use super::{Incident, NewIncident};
 
 /// An in-process store for tests and quick starts (ST-25).
 ///
@@ -91,6 +92,7 @@ struct Inner {
     receipts: BTreeSet<(String, String)>,
     named_leases: BTreeMap<String, NamedLease>,
     idempotency: BTreeMap<String, IdempotencyRecord>,
+    incidents: BTreeMap<String, Incident>,
     stats: StoreStats,
 }
 
@@ -214,6 +216,23 @@ fn record(id: &str, row: &MemInstance) -> StoreResult<InstanceRecord> {
     })
 }
 
+fn incident(instance_id: &str, definition_name: &str, new: NewIncident) -> Incident {
+    Incident {
+        incident_id: new.incident_id,
+        instance_id: instance_id.to_owned(),
+        definition_name: definition_name.to_owned(),
+        kind: new.kind,
+        created_at: new.created_at,
+        resolved_at: None,
+        resolution: None,
+        record: new.record,
+    }
+}
+
+fn sort_incidents(rows: &mut [Incident]) {
+    rows.sort_by(|a, b| (a.created_at, &a.incident_id).cmp(&(b.created_at, &b.incident_id)));
+}
+
 fn lease_live(row: &MemInstance, now: i64) -> bool {
     row.lease_owner.is_some() && row.lease_expires_at.is_some_and(|at| at > now)
 }
@@ -291,6 +310,7 @@ impl Inner {
         if !keep_journal {
             self.journal.retain(|(id, _), _| id != instance_id);
             self.receipts.retain(|(id, _)| id != instance_id);
+            self.incidents.retain(|_, i| i.instance_id != instance_id);
         }
     }
 
@@ -390,6 +410,16 @@ impl Inner {
                     });
                 }
                 new_scopes.insert(scope, &i.instance_id);
+            }
+        }
+        let mut new_incidents = BTreeSet::new();
+        for i in &c.incidents_opened {
+            if self.incidents.contains_key(&i.incident_id) || !new_incidents.insert(&i.incident_id)
+            {
+                return Err(StoreError::AlreadyExists {
+                    what: "incident",
+                    id: i.incident_id.clone(),
+                });
             }
         }
         let mut new_items = BTreeSet::new();
@@ -553,6 +583,21 @@ impl Inner {
         }
         for item in c.queue_items {
             self.queue.insert(item.item_id.clone(), Claimed::new(item));
+        }
+        for opened in c.incidents_opened {
+            self.incidents.insert(
+                opened.incident_id.clone(),
+                incident(&id, &definition_name, opened),
+            );
+        }
+        for (incident_id, resolution) in c.incidents_resolved {
+            if let Some(incident) = self.incidents.get_mut(&incident_id)
+                && incident.instance_id == id
+                && incident.resolved_at.is_none()
+            {
+                incident.resolved_at = Some(c.now);
+                incident.resolution = Some(resolution);
+            }
         }
         for (target, request) in c.control_requests {
             if let Some(row) = self.instances.get_mut(&target)
@@ -1267,6 +1312,71 @@ impl Store for MemoryStore {
                 inner.dead_letters.remove(id);
             }
             Ok(doomed.len() as u64)
+        })
+    }
+
+    fn insert_incident(
+        &self,
+        instance_id: &str,
+        incident: NewIncident,
+    ) -> BoxFuture<'_, StoreResult<()>> {
+        let id = instance_id.to_owned();
+        self.write(move |inner| {
+            let definition = inner
+                .instances
+                .get(&id)
+                .ok_or_else(|| not_found("instance", &id))?
+                .definition_name
+                .clone();
+            if inner.incidents.contains_key(&incident.incident_id) {
+                return Err(StoreError::AlreadyExists {
+                    what: "incident",
+                    id: incident.incident_id,
+                });
+            }
+            inner.incidents.insert(
+                incident.incident_id.clone(),
+                self::incident(&id, &definition, incident),
+            );
+            Ok(())
+        })
+    }
+
+    fn list_incidents(&self, instance_id: &str) -> BoxFuture<'_, StoreResult<Vec<Incident>>> {
+        let id = instance_id.to_owned();
+        self.read(move |inner| {
+            let mut rows: Vec<Incident> = inner
+                .incidents
+                .values()
+                .filter(|i| i.instance_id == id)
+                .cloned()
+                .collect();
+            sort_incidents(&mut rows);
+            Ok(rows)
+        })
+    }
+
+    fn list_all_incidents(
+        &self,
+        unresolved_only: bool,
+        after: Option<(i64, String)>,
+        limit: usize,
+    ) -> BoxFuture<'_, StoreResult<Vec<Incident>>> {
+        self.read(move |inner| {
+            let mut rows: Vec<Incident> = inner
+                .incidents
+                .values()
+                .filter(|i| !unresolved_only || i.resolved_at.is_none())
+                .filter(|i| {
+                    after
+                        .as_ref()
+                        .is_none_or(|(at, id)| (i.created_at, &i.incident_id) > (*at, id))
+                })
+                .cloned()
+                .collect();
+            sort_incidents(&mut rows);
+            rows.truncate(page(limit, 100));
+            Ok(rows)
         })
     }
 

@@ -620,6 +620,45 @@ pub struct Commit {
     /// Control requests for other instances (a cascaded cancel). Missing or final targets
     /// are skipped.
     pub control_requests: Vec<(String, ControlRequest)>,
+    /// Incidents this commit opens for the instance (FLT-6, ST-12).
+    pub incidents_opened: Vec<NewIncident>,
+    /// Incidents of the instance this commit resolves (FLT-8): `(incident_id, resolution)`.
+    /// An unknown or already resolved id is skipped.
+    pub incidents_resolved: Vec<(String, String)>,
+}
+
+/// An incident to record (`timers-and-faults.md` FLT-6, ST-12).
+#[derive(Debug, Clone, PartialEq)]
+pub struct NewIncident {
+    /// Incident id (a ULID).
+    pub incident_id: String,
+    /// Its kind (`activity_failed`, `state_too_large`, `unreadable_state`, ...).
+    pub kind: String,
+    /// When it happened.
+    pub created_at: Micros,
+    /// The rest of the record, opaque to the store.
+    pub record: Value,
+}
+
+/// A stored incident.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Incident {
+    /// Incident id.
+    pub incident_id: String,
+    /// Its instance.
+    pub instance_id: String,
+    /// The instance's definition.
+    pub definition_name: String,
+    /// Its kind.
+    pub kind: String,
+    /// When it happened.
+    pub created_at: Micros,
+    /// When an operator action ended it.
+    pub resolved_at: Option<Micros>,
+    /// How it ended (`retried`, `cancelled`, ...).
+    pub resolution: Option<String>,
+    /// The rest of the record.
+    pub record: Value,
 }
 
 /// A journal compaction carried by a commit: entries with `seq <= through_seq` are deleted
@@ -667,6 +706,8 @@ impl Commit {
             instances_created: Vec::new(),
             queue_items: Vec::new(),
             control_requests: Vec::new(),
+            incidents_opened: Vec::new(),
+            incidents_resolved: Vec::new(),
         }
     }
 }
@@ -1177,6 +1218,29 @@ pub trait Store: Send + Sync + 'static {
         dead_before: Micros,
         limit: usize,
     ) -> BoxFuture<'_, StoreResult<u64>>;
+
+    // ----- incidents -----
+
+    /// Records an incident alone, leaving the instance row untouched: for an
+    /// `unreadable_state` incident, whose state cannot be committed (FLT-9, ST-2). An
+    /// existing id gives `AlreadyExists`.
+    fn insert_incident(
+        &self,
+        instance_id: &str,
+        incident: NewIncident,
+    ) -> BoxFuture<'_, StoreResult<()>>;
+
+    /// An instance's incidents, in `(created_at, incident_id)` order.
+    fn list_incidents(&self, instance_id: &str) -> BoxFuture<'_, StoreResult<Vec<Incident>>>;
+
+    /// Incidents across instances in `(created_at, incident_id)` order after the keyset
+    /// `after`, optionally only unresolved ones.
+    fn list_all_incidents(
+        &self,
+        unresolved_only: bool,
+        after: Option<(Micros, String)>,
+        limit: usize,
+    ) -> BoxFuture<'_, StoreResult<Vec<Incident>>>;
 
     // ----- idempotency records -----
 

@@ -37,6 +37,7 @@ use super::{
     commit_hints, create_hint, decode_state, encode_commit, encode_state, instance_resource,
     journal_detail, named_resource, page, purge_statuses, send_hints, validate_instance_id,
 };
+use super::{Incident, NewIncident};
 
 /// SQLite's `synchronous` setting (ST-26).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -190,6 +191,7 @@ fn decode_json(what: &'static str, id: &str, path: &str, text: &str) -> StoreRes
 const MIGRATIONS: &[(u32, &str, &str)] = &[
     (1, "0001_init", MIGRATION_0001),
     (2, "0002_activation_and_idempotency", MIGRATION_0002),
+    (3, "0003_incidents", MIGRATION_0003),
 ];
 
 const MIGRATION_0001: &str = r"
@@ -345,6 +347,22 @@ CREATE TABLE wf_idempotency (
     created_at      INTEGER NOT NULL
 );
 CREATE INDEX wf_idempotency_created ON wf_idempotency (created_at);
+";
+
+/// Incidents (ST-12, FLT-6).
+const MIGRATION_0003: &str = r"
+CREATE TABLE wf_incidents (
+    incident_id     TEXT PRIMARY KEY NOT NULL,
+    instance_id     TEXT NOT NULL,
+    definition_name TEXT NOT NULL,
+    kind            TEXT NOT NULL,
+    created_at      INTEGER NOT NULL,
+    resolved_at     INTEGER,
+    resolution      TEXT,
+    record          TEXT NOT NULL
+);
+CREATE INDEX wf_incidents_instance ON wf_incidents (instance_id, created_at);
+CREATE INDEX wf_incidents_created ON wf_incidents (created_at, incident_id);
 ";
 
 /// The newest schema version this library knows.
@@ -1009,6 +1027,16 @@ fn commit_tx(c: &Connection, commit: &Commit, state: &str, created: &[String]) -
     for item in &commit.queue_items {
         enqueue_tx(c, item)?;
     }
+    for opened in &commit.incidents_opened {
+        insert_incident_tx(c, id, &definition_name, opened)?;
+    }
+    for (incident_id, resolution) in &commit.incidents_resolved {
+        c.prepare_cached(
+            "UPDATE wf_incidents SET resolved_at = ?1, resolution = ?2
+             WHERE incident_id = ?3 AND instance_id = ?4 AND resolved_at IS NULL",
+        )?
+        .execute(rusqlite::params![commit.now, resolution, incident_id, id])?;
+    }
     for (target, request) in &commit.control_requests {
         let text = serde_json::to_string(request).map_err(StoreError::unavailable)?;
         c.prepare_cached(
@@ -1167,6 +1195,66 @@ fn insert_journal(c: &Connection, id: &str, seq: i64, entry: &NewJournalEntry) -
     Ok(())
 }
 
+fn insert_incident_tx(
+    c: &Connection,
+    instance_id: &str,
+    definition_name: &str,
+    incident: &NewIncident,
+) -> StoreResult<()> {
+    let inserted = c
+        .prepare_cached(
+            "INSERT INTO wf_incidents (incident_id, instance_id, definition_name, kind,
+                created_at, record) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+        )?
+        .execute(rusqlite::params![
+            incident.incident_id,
+            instance_id,
+            definition_name,
+            incident.kind,
+            incident.created_at,
+            json_text(&incident.record)?,
+        ]);
+    match inserted {
+        Ok(_) => Ok(()),
+        Err(e) if is_constraint(&e) => Err(StoreError::AlreadyExists {
+            what: "incident",
+            id: incident.incident_id.clone(),
+        }),
+        Err(e) => Err(e.into()),
+    }
+}
+
+const INCIDENT_COLS: &str = "incident_id, instance_id, definition_name, kind, created_at, \
+    resolved_at, resolution, record";
+
+fn incidents_from(
+    stmt: &mut rusqlite::CachedStatement<'_>,
+    params: &[&dyn rusqlite::ToSql],
+) -> StoreResult<Vec<Incident>> {
+    let rows = stmt.query_map(params, |r| {
+        Ok((
+            Incident {
+                incident_id: r.get(0)?,
+                instance_id: r.get(1)?,
+                definition_name: r.get(2)?,
+                kind: r.get(3)?,
+                created_at: r.get(4)?,
+                resolved_at: r.get(5)?,
+                resolution: r.get(6)?,
+                record: Value::Null,
+            },
+            r.get::<_, String>(7)?,
+        ))
+    })?;
+    let mut incidents = Vec::new();
+    for row in rows {
+        let (mut incident, record) = row?;
+        incident.record = decode_json("incident", &incident.incident_id, "record", &record)?;
+        incidents.push(incident);
+    }
+    Ok(incidents)
+}
+
 fn move_to_dead(
     c: &Connection,
     item_id: &str,
@@ -1192,6 +1280,7 @@ fn delete_dependents(c: &Connection, id: &str) -> StoreResult<()> {
         "DELETE FROM wf_timers WHERE instance_id = ?1",
         "DELETE FROM wf_journal WHERE instance_id = ?1",
         "DELETE FROM wf_receipts WHERE instance_id = ?1",
+        "DELETE FROM wf_incidents WHERE instance_id = ?1",
         "DELETE FROM wf_instances WHERE instance_id = ?1",
     ] {
         c.prepare_cached(sql)?.execute([id])?;
@@ -2037,6 +2126,63 @@ impl Store for SqliteStore {
                 )?
                 .execute(rusqlite::params![dead_before, limit_i64(limit)])?;
             Ok(n as u64)
+        })
+    }
+
+    fn insert_incident(
+        &self,
+        instance_id: &str,
+        incident: NewIncident,
+    ) -> BoxFuture<'_, StoreResult<()>> {
+        let id = instance_id.to_owned();
+        self.write(move |c| {
+            // Only the columns: the state may be the unreadable part (FLT-9).
+            let definition: String = c
+                .prepare_cached("SELECT definition_name FROM wf_instances WHERE instance_id = ?1")?
+                .query_row([&id], |r| r.get(0))
+                .optional()?
+                .ok_or_else(|| not_found("instance", &id))?;
+            insert_incident_tx(c, &id, &definition, &incident)
+        })
+    }
+
+    fn list_incidents(&self, instance_id: &str) -> BoxFuture<'_, StoreResult<Vec<Incident>>> {
+        let id = instance_id.to_owned();
+        self.read(move |c| {
+            let mut stmt = c.prepare_cached(&format!(
+                "SELECT {INCIDENT_COLS} FROM wf_incidents WHERE instance_id = ?1
+                 ORDER BY created_at, incident_id"
+            ))?;
+            incidents_from(&mut stmt, rusqlite::params![id])
+        })
+    }
+
+    fn list_all_incidents(
+        &self,
+        unresolved_only: bool,
+        after: Option<(i64, String)>,
+        limit: usize,
+    ) -> BoxFuture<'_, StoreResult<Vec<Incident>>> {
+        self.read(move |c| {
+            let (after_at, after_id) = match &after {
+                Some((at, id)) => (Some(*at), Some(id.as_str())),
+                None => (None, None),
+            };
+            let mut stmt = c.prepare_cached(&format!(
+                "SELECT {INCIDENT_COLS} FROM wf_incidents
+                 WHERE (?1 = 0 OR resolved_at IS NULL)
+                   AND (?2 IS NULL OR (created_at, incident_id) > (?2, ?3))
+                 ORDER BY created_at, incident_id LIMIT ?4"
+            ))?;
+            incidents_from(
+                &mut stmt,
+                rusqlite::params![
+                    unresolved_only,
+                    after_at,
+                    after_id,
+                    limit_i64(page(limit, 100))
+                ],
+            )
         })
     }
 
