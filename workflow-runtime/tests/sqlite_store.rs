@@ -249,15 +249,22 @@ fn migrations() {
         })
     ));
 
-    // Concurrent migrators: exactly one applies, both open.
+    // Concurrent migrators: the owner lock serialises them (the others get `InUse` and
+    // retry); exactly one applies the migrations, the later ones find the work done.
     let path = dir.path().join("store.db");
     let handles: Vec<_> = (0..4)
         .map(|_| {
             let path = path.clone();
             std::thread::spawn(move || {
-                SqliteStore::open(&path)
-                    .map(|s| s.migrations_applied().to_vec())
-                    .unwrap()
+                loop {
+                    match SqliteStore::open(&path) {
+                        Ok(store) => return store.migrations_applied().to_vec(),
+                        Err(StoreError::InUse { .. }) => {
+                            std::thread::sleep(std::time::Duration::from_millis(5));
+                        }
+                        Err(other) => panic!("{other:?}"),
+                    }
+                }
             })
         })
         .collect();
@@ -520,4 +527,40 @@ async fn an_older_schema_is_migrated_forward() {
     let lease = store.acquire_lease("old-1", "n", T0, TTL).await.unwrap();
     assert_eq!(lease.token, 3);
     assert_eq!(store.commit(waiting("old-1", 4, 3, 5)).await.unwrap(), 5);
+}
+
+/// C-33: a second writing open gives `InUse` naming the holder; a read-only open works and
+/// refuses writes; once the owner is dropped the file opens again.
+#[tokio::test]
+async fn one_writer_per_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("store.db");
+    let options = SqliteOptions {
+        owner: Some("node-a".to_owned()),
+        ..SqliteOptions::default()
+    };
+    let owner = SqliteStore::open_with(&path, &options).unwrap();
+    owner.create_instance(new_instance("wf-1")).await.unwrap();
+    assert_eq!(
+        SqliteStore::open(&path).unwrap_err(),
+        StoreError::InUse {
+            holder: "node-a".to_owned(),
+            until: i64::MAX
+        }
+    );
+    let reader = SqliteStore::open_read_only(&path).unwrap();
+    assert_eq!(reader.load_instance("wf-1").await.unwrap().state, doc(0));
+    assert!(matches!(
+        reader.create_instance(new_instance("wf-2")).await,
+        Err(StoreError::Invalid {
+            what: "operation",
+            ..
+        })
+    ));
+    drop(reader);
+    drop(owner);
+    let again = SqliteStore::open(&path).unwrap();
+    assert_eq!(again.load_instance("wf-1").await.unwrap().version, 1);
+    let fresh = dir.path().join("fresh.db");
+    assert!(SqliteStore::open_read_only(&fresh).is_err());
 }

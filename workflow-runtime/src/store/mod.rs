@@ -183,6 +183,15 @@ pub enum StoreError {
         /// The limit in bytes.
         limit: usize,
     },
+    /// Another store holds the SQLite file for writing (ST-26, C-33).
+    #[error("the store is in use by {holder} (until {until})")]
+    InUse {
+        /// Who holds it (`pid <n>` or the configured owner name).
+        holder: String,
+        /// Until when (µs since the epoch); `i64::MAX` means until that store is closed or
+        /// its process exits.
+        until: Micros,
+    },
     /// The operation needs a final instance (ST-32). Nothing was removed.
     #[error("instance {instance} is {status}, not final")]
     NotTerminal {

@@ -74,6 +74,8 @@ pub struct SqliteOptions {
     pub max_batch: usize,
     /// How long a connection waits on a lock held by another process.
     pub busy_timeout: Duration,
+    /// The name recorded as the file's owner and reported in `InUse` (default `pid <n>`).
+    pub owner: Option<String>,
 }
 
 impl Default for SqliteOptions {
@@ -85,6 +87,7 @@ impl Default for SqliteOptions {
             readers: 2,
             max_batch: 256,
             busy_timeout: Duration::from_secs(5),
+            owner: None,
         }
     }
 }
@@ -114,6 +117,9 @@ pub struct SqliteStore {
     path: PathBuf,
     migrations_applied: Vec<u32>,
     hints: broadcast::Sender<WakeUp>,
+    /// Holds the exclusive lock on the `-owner` side file while the store is open (ST-26).
+    /// Declared last: released after the threads have stopped.
+    _owner_lock: Option<Mutex<Connection>>,
 }
 
 impl fmt::Debug for SqliteStore {
@@ -467,6 +473,49 @@ fn configure(conn: &Connection, options: &SqliteOptions) -> StoreResult<()> {
     Ok(())
 }
 
+/// Takes the exclusive lock of the `<file>-owner` side file, held for the store's life
+/// (ST-26). A busy lock means another store holds the file: `InUse`, naming the holder
+/// recorded in the database.
+fn take_owner_lock(path: &Path) -> StoreResult<Connection> {
+    let mut side = path.as_os_str().to_owned();
+    side.push("-owner");
+    let lock = Connection::open(PathBuf::from(side))?;
+    lock.busy_timeout(Duration::ZERO)?;
+    let taken = lock.execute_batch(
+        "PRAGMA locking_mode = EXCLUSIVE;
+         BEGIN EXCLUSIVE;
+         CREATE TABLE IF NOT EXISTS owner (taken INTEGER);
+         COMMIT;",
+    );
+    match taken {
+        Ok(()) => Ok(lock),
+        Err(rusqlite::Error::SqliteFailure(e, _))
+            if matches!(e.code, ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked) =>
+        {
+            Err(in_use(path))
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// `InUse` with the holder recorded in the database, when it can be read.
+fn in_use(path: &Path) -> StoreError {
+    let recorded = Connection::open_with_flags(path, OpenFlags::SQLITE_OPEN_READ_ONLY)
+        .and_then(|c| {
+            c.query_row(
+                "SELECT owner, expires_at FROM wf_named_leases WHERE name = 'store-owner'",
+                [],
+                |r| Ok((r.get::<_, Option<String>>(0)?, r.get::<_, Option<i64>>(1)?)),
+            )
+        })
+        .ok();
+    let (holder, until) = recorded.unwrap_or_default();
+    StoreError::InUse {
+        holder: holder.unwrap_or_else(|| "another store".to_owned()),
+        until: until.unwrap_or(i64::MAX),
+    }
+}
+
 fn writer_loop(
     conn: &Connection,
     rx: &mpsc::Receiver<WriteJob>,
@@ -550,23 +599,96 @@ impl SqliteStore {
     }
 
     /// Opens the database file with `options`. Blocking: call it at start-up.
+    ///
+    /// Only one store may hold a file for writing: another open (in this process or another)
+    /// gets `InUse { holder, until }` until this store is dropped or its process exits; the
+    /// operating system releases the lock of a killed process, so a restart after a crash
+    /// opens at once. Use [`SqliteStore::open_read_only`] to inspect a file in use.
     pub fn open_with(path: impl AsRef<Path>, options: &SqliteOptions) -> StoreResult<Self> {
         let path = path.as_ref().to_path_buf();
+        let holder = options
+            .owner
+            .clone()
+            .unwrap_or_else(|| format!("pid {}", std::process::id()));
+        let owner_lock = take_owner_lock(&path)?;
         let mut conn = Connection::open(&path)?;
         configure(&conn, options)?;
         let migrations_applied = migrate(&mut conn, options.migrate)?;
+        conn.execute(
+            "INSERT INTO wf_named_leases (name, owner, token, expires_at)
+             VALUES ('store-owner', ?1, 1, ?2)
+             ON CONFLICT (name) DO UPDATE SET owner = ?1, token = token + 1, expires_at = ?2",
+            rusqlite::params![holder, i64::MAX],
+        )?;
+        Self::start(
+            path,
+            Some(conn),
+            options,
+            migrations_applied,
+            Some(owner_lock),
+        )
+    }
 
+    /// Opens a file read-only, for inspection, even while another store holds it (C-33).
+    /// The schema must be current (`SchemaOutdated` or `SchemaTooNew` otherwise); every write
+    /// operation fails with `Invalid`.
+    pub fn open_read_only(path: impl AsRef<Path>) -> StoreResult<Self> {
+        let path = path.as_ref().to_path_buf();
+        let options = SqliteOptions::default();
+        let conn = Connection::open_with_flags(&path, OpenFlags::SQLITE_OPEN_READ_ONLY)?;
+        conn.busy_timeout(options.busy_timeout)?;
+        let applied: Vec<i64> = {
+            let mut stmt = conn.prepare("SELECT version FROM wf_schema_migrations")?;
+            let rows = stmt.query_map([], |r| r.get(0))?;
+            rows.collect::<Result<_, _>>()?
+        };
+        let latest = latest_schema_version();
+        let found = applied
+            .iter()
+            .map(|v| u32::try_from(*v).unwrap_or(u32::MAX))
+            .max()
+            .unwrap_or(0);
+        if found > latest {
+            return Err(StoreError::SchemaTooNew {
+                found,
+                supported: latest,
+            });
+        }
+        if found < latest {
+            return Err(StoreError::SchemaOutdated {
+                found,
+                required: latest,
+            });
+        }
+        drop(conn);
+        Self::start(path, None, &options, Vec::new(), None)
+    }
+
+    /// Starts the writer (when given its connection) and the readers.
+    fn start(
+        path: PathBuf,
+        writer: Option<Connection>,
+        options: &SqliteOptions,
+        migrations_applied: Vec<u32>,
+        owner_lock: Option<Connection>,
+    ) -> StoreResult<Self> {
         let counters = Arc::new(Counters::default());
-        let (write_tx, write_rx) = mpsc::channel::<WriteJob>();
         let mut threads = Vec::new();
-        let writer_counters = Arc::clone(&counters);
-        let max_batch = options.max_batch.max(1);
-        threads.push(
-            std::thread::Builder::new()
-                .name("wf-sqlite-writer".to_owned())
-                .spawn(move || writer_loop(&conn, &write_rx, max_batch, &writer_counters))
-                .map_err(StoreError::unavailable)?,
-        );
+        let write_tx = match writer {
+            Some(conn) => {
+                let (write_tx, write_rx) = mpsc::channel::<WriteJob>();
+                let writer_counters = Arc::clone(&counters);
+                let max_batch = options.max_batch.max(1);
+                threads.push(
+                    std::thread::Builder::new()
+                        .name("wf-sqlite-writer".to_owned())
+                        .spawn(move || writer_loop(&conn, &write_rx, max_batch, &writer_counters))
+                        .map_err(StoreError::unavailable)?,
+                );
+                Some(write_tx)
+            }
+            None => None,
+        };
 
         let (read_tx, read_rx) = mpsc::channel::<ReadJob>();
         let read_rx = Arc::new(Mutex::new(read_rx));
@@ -587,7 +709,7 @@ impl SqliteStore {
         }
 
         Ok(Self {
-            writer: Some(write_tx),
+            writer: write_tx,
             readers: Some(read_tx),
             threads,
             counters,
@@ -595,6 +717,7 @@ impl SqliteStore {
             path,
             migrations_applied,
             hints: broadcast::Sender::new(WAKE_UP_CAPACITY),
+            _owner_lock: owner_lock.map(Mutex::new),
         })
     }
 
@@ -677,7 +800,13 @@ impl SqliteStore {
             });
             (ok, responder)
         });
-        let sent = self.writer.as_ref().is_some_and(|w| w.send(job).is_ok());
+        let Some(writer) = &self.writer else {
+            return Box::pin(std::future::ready(Err(StoreError::Invalid {
+                what: "operation",
+                reason: "the store was opened read-only".to_owned(),
+            })));
+        };
+        let sent = writer.send(job).is_ok();
         Box::pin(async move {
             if !sent {
                 return Err(closed());
