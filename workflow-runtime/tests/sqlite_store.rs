@@ -16,6 +16,14 @@ use workflow_runtime::{
     NewTimer, SqliteOptions, SqliteStore, Store, StoreError, TriggerRow,
 };
 
+/// The newest schema version (4 at the time of writing).
+const LATEST: u32 = 4;
+
+fn all_migrations() -> Vec<u32> {
+    assert_eq!(SqliteStore::schema_version(), LATEST);
+    (1..=LATEST).collect()
+}
+
 fn open(path: &Path) -> SqliteStore {
     SqliteStore::open(path).unwrap()
 }
@@ -26,7 +34,7 @@ async fn reopening_the_file_keeps_everything() {
     let path = dir.path().join("store.db");
     let token = {
         let store = open(&path);
-        assert_eq!(store.migrations_applied(), [1, 2, 3]);
+        assert_eq!(store.migrations_applied(), all_migrations());
         let lease = create_leased(&store, "wf-1").await;
         let mut c = waiting("wf-1", 1, lease.token, 7);
         c.correlation_id = Some("order-7".to_owned());
@@ -245,7 +253,7 @@ fn migrations() {
         SqliteStore::open_with(&empty, &check_only),
         Err(StoreError::SchemaOutdated {
             found: 0,
-            required: 3
+            required: LATEST
         })
     ));
 
@@ -270,7 +278,7 @@ fn migrations() {
         .collect();
     let applied: Vec<Vec<u32>> = handles.into_iter().map(|h| h.join().unwrap()).collect();
     assert_eq!(
-        applied.iter().filter(|a| **a == [1, 2, 3]).count(),
+        applied.iter().filter(|a| **a == all_migrations()).count(),
         1,
         "{applied:?}"
     );
@@ -284,7 +292,7 @@ fn migrations() {
             r.get(0)
         })
         .unwrap();
-    assert_eq!(rows, 3);
+    assert_eq!(rows, i64::from(LATEST));
 
     // A checksum mismatch.
     raw.execute(
@@ -514,11 +522,11 @@ async fn an_older_schema_is_migrated_forward() {
         SqliteStore::open_with(&path, &check_only),
         Err(StoreError::SchemaOutdated {
             found: 1,
-            required: 3
+            required: LATEST
         })
     ));
     let store = open(&path);
-    assert_eq!(store.migrations_applied(), [2, 3]);
+    assert_eq!(store.migrations_applied(), &all_migrations()[1..]);
     let old = store.load_instance("old-1").await.unwrap();
     assert_eq!((old.version, old.state), (4, doc(4)));
     let mut new = new_instance("new-1");

@@ -122,6 +122,7 @@ macro_rules! store_conformance_tests {
             c20_idempotency_records,
             c21_activation_guard,
             incidents,
+            retention_of_receipts_and_idempotency_records,
             final_status_clears_bookmarks_and_timers,
         );
     };
@@ -2044,4 +2045,38 @@ pub async fn incidents(store: Arc<dyn TestBackend>) {
         1
     );
     assert!(store.list_incidents("wf-1").await.unwrap().is_empty());
+}
+
+/// ST-30: receipts and idempotency records are removed after their retention.
+pub async fn retention_of_receipts_and_idempotency_records(store: Arc<dyn TestBackend>) {
+    let lease = create_leased(&*store, "wf-1").await;
+    let mut c = waiting("wf-1", 1, lease.token, 1); // committed at T0 + 1 s
+    c.receipts = vec!["s1".to_owned()];
+    store.commit(c).await.unwrap();
+    let mut c = waiting("wf-1", 2, lease.token, 2);
+    c.now = T0 + 5 * SEC;
+    c.receipts = vec!["s2".to_owned()];
+    store.commit(c).await.unwrap();
+    assert_eq!(store.purge_receipts(T0 + SEC, 10).await.unwrap(), 0);
+    assert_eq!(store.purge_receipts(T0 + 2 * SEC, 10).await.unwrap(), 1);
+    assert!(!store.has_receipt("wf-1", "s1").await.unwrap());
+    assert!(store.has_receipt("wf-1", "s2").await.unwrap());
+    for (key, at) in [("k1", T0), ("k2", T0 + 10 * SEC)] {
+        store
+            .put_idempotency_record(IdempotencyRecord {
+                key: key.to_owned(),
+                hash: "h".to_owned(),
+                payload_digest: "d".to_owned(),
+                report: json!(null),
+                created_at: at,
+            })
+            .await
+            .unwrap();
+    }
+    assert_eq!(
+        store.purge_idempotency_records(T0 + SEC, 10).await.unwrap(),
+        1
+    );
+    assert_eq!(store.find_idempotency_record("k1").await.unwrap(), None);
+    assert!(store.find_idempotency_record("k2").await.unwrap().is_some());
 }

@@ -89,7 +89,8 @@ struct Inner {
     dead_letters: BTreeMap<String, DeadLetter>,
     timers: BTreeMap<String, Claimed<TimerRow>>,
     journal: BTreeMap<(String, u64), JournalEntry>,
-    receipts: BTreeSet<(String, String)>,
+    /// `(instance_id, stimulus_id)` to the receipt's time.
+    receipts: BTreeMap<(String, String), i64>,
     named_leases: BTreeMap<String, NamedLease>,
     idempotency: BTreeMap<String, IdempotencyRecord>,
     incidents: BTreeMap<String, Incident>,
@@ -259,7 +260,8 @@ impl Inner {
         }
         let id = instance.instance_id;
         if let Some(stimulus) = instance.receipt {
-            self.receipts.insert((id.clone(), stimulus));
+            self.receipts
+                .insert((id.clone(), stimulus), instance.created_at);
         }
         if let Some(item) = instance.consumed_queue_item {
             self.queue.remove(&item);
@@ -309,7 +311,7 @@ impl Inner {
             .retain(|_, t| t.row.instance_id.as_deref() != Some(instance_id));
         if !keep_journal {
             self.journal.retain(|(id, _), _| id != instance_id);
-            self.receipts.retain(|(id, _)| id != instance_id);
+            self.receipts.retain(|(id, _), _| id != instance_id);
             self.incidents.retain(|_, i| i.instance_id != instance_id);
         }
     }
@@ -363,7 +365,7 @@ impl Inner {
             if !seen.insert(stimulus)
                 || self
                     .receipts
-                    .contains(&(c.instance_id.clone(), stimulus.clone()))
+                    .contains_key(&(c.instance_id.clone(), stimulus.clone()))
             {
                 return Err(StoreError::ReceiptExists {
                     instance: c.instance_id,
@@ -573,7 +575,7 @@ impl Inner {
             );
         }
         for stimulus in c.receipts {
-            self.receipts.insert((id.clone(), stimulus));
+            self.receipts.insert((id.clone(), stimulus), c.now);
         }
         for item in &c.consumed_queue_items {
             self.queue.remove(item);
@@ -997,7 +999,7 @@ impl Store for MemoryStore {
         stimulus_id: &str,
     ) -> BoxFuture<'_, StoreResult<bool>> {
         let key = (instance_id.to_owned(), stimulus_id.to_owned());
-        self.read(move |inner| Ok(inner.receipts.contains(&key)))
+        self.read(move |inner| Ok(inner.receipts.contains_key(&key)))
     }
 
     fn replace_triggers(
@@ -1310,6 +1312,42 @@ impl Store for MemoryStore {
                 .collect();
             for id in &doomed {
                 inner.dead_letters.remove(id);
+            }
+            Ok(doomed.len() as u64)
+        })
+    }
+
+    fn purge_receipts(&self, before: i64, limit: usize) -> BoxFuture<'_, StoreResult<u64>> {
+        self.write(move |inner| {
+            let doomed: Vec<(String, String)> = inner
+                .receipts
+                .iter()
+                .filter(|(_, at)| **at < before)
+                .take(limit)
+                .map(|(key, _)| key.clone())
+                .collect();
+            for key in &doomed {
+                inner.receipts.remove(key);
+            }
+            Ok(doomed.len() as u64)
+        })
+    }
+
+    fn purge_idempotency_records(
+        &self,
+        before: i64,
+        limit: usize,
+    ) -> BoxFuture<'_, StoreResult<u64>> {
+        self.write(move |inner| {
+            let doomed: Vec<String> = inner
+                .idempotency
+                .values()
+                .filter(|r| r.created_at < before)
+                .take(limit)
+                .map(|r| r.key.clone())
+                .collect();
+            for key in &doomed {
+                inner.idempotency.remove(key);
             }
             Ok(doomed.len() as u64)
         })

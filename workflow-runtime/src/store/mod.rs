@@ -1228,6 +1228,18 @@ pub trait Store: Send + Sync + 'static {
         limit: usize,
     ) -> BoxFuture<'_, StoreResult<u64>>;
 
+    /// Deletes up to `limit` receipts written before `before` (their retention, ST-30);
+    /// returns how many.
+    fn purge_receipts(&self, before: Micros, limit: usize) -> BoxFuture<'_, StoreResult<u64>>;
+
+    /// Deletes up to `limit` idempotency records created before `before` (ST-30); returns
+    /// how many.
+    fn purge_idempotency_records(
+        &self,
+        before: Micros,
+        limit: usize,
+    ) -> BoxFuture<'_, StoreResult<u64>>;
+
     // ----- incidents -----
 
     /// Records an incident alone, leaving the instance row untouched: for an

@@ -198,6 +198,7 @@ const MIGRATIONS: &[(u32, &str, &str)] = &[
     (1, "0001_init", MIGRATION_0001),
     (2, "0002_activation_and_idempotency", MIGRATION_0002),
     (3, "0003_incidents", MIGRATION_0003),
+    (4, "0004_retention_indexes", MIGRATION_0004),
 ];
 
 const MIGRATION_0001: &str = r"
@@ -369,6 +370,11 @@ CREATE TABLE wf_incidents (
 );
 CREATE INDEX wf_incidents_instance ON wf_incidents (instance_id, created_at);
 CREATE INDEX wf_incidents_created ON wf_incidents (created_at, incident_id);
+";
+
+/// Indexes for the retention of receipts (ST-30).
+const MIGRATION_0004: &str = r"
+CREATE INDEX wf_receipts_at ON wf_receipts (at);
 ";
 
 /// The newest schema version this library knows.
@@ -2254,6 +2260,34 @@ impl Store for SqliteStore {
                         SELECT original_item_id FROM wf_dead_letters WHERE dead_at < ?1 LIMIT ?2)",
                 )?
                 .execute(rusqlite::params![dead_before, limit_i64(limit)])?;
+            Ok(n as u64)
+        })
+    }
+
+    fn purge_receipts(&self, before: i64, limit: usize) -> BoxFuture<'_, StoreResult<u64>> {
+        self.write(move |c| {
+            let n = c
+                .prepare_cached(
+                    "DELETE FROM wf_receipts WHERE (instance_id, stimulus_id) IN (
+                        SELECT instance_id, stimulus_id FROM wf_receipts WHERE at < ?1 LIMIT ?2)",
+                )?
+                .execute(rusqlite::params![before, limit_i64(limit)])?;
+            Ok(n as u64)
+        })
+    }
+
+    fn purge_idempotency_records(
+        &self,
+        before: i64,
+        limit: usize,
+    ) -> BoxFuture<'_, StoreResult<u64>> {
+        self.write(move |c| {
+            let n = c
+                .prepare_cached(
+                    "DELETE FROM wf_idempotency WHERE idempotency_key IN (
+                        SELECT idempotency_key FROM wf_idempotency WHERE created_at < ?1 LIMIT ?2)",
+                )?
+                .execute(rusqlite::params![before, limit_i64(limit)])?;
             Ok(n as u64)
         })
     }
