@@ -29,3 +29,31 @@ mod sqlite {
 
     workflow_runtime::store_conformance_tests!(make);
 }
+
+/// ST-25: the memory store's failure hooks fail chosen operations, writing nothing.
+#[tokio::test]
+async fn memory_failure_injection() {
+    use workflow_runtime::conformance::{create_leased, doc, new_instance, waiting};
+    use workflow_runtime::{MemoryStore, Store, StoreError};
+
+    let store = MemoryStore::new();
+    let lease = create_leased(&store, "wf-1").await;
+    store.fail_next_commits(1).unwrap();
+    let err = store
+        .commit(waiting("wf-1", 1, lease.token, 1))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, StoreError::Unavailable { .. }) && err.is_transient());
+    assert_eq!(store.load_instance("wf-1").await.unwrap().state, doc(0));
+    assert_eq!(
+        store
+            .commit(waiting("wf-1", 1, lease.token, 1))
+            .await
+            .unwrap(),
+        2
+    );
+    store.fail_next_writes(2).unwrap();
+    assert!(store.create_instance(new_instance("wf-2")).await.is_err());
+    assert!(store.acquire_lease("wf-1", "x", 0, 1).await.is_err());
+    store.create_instance(new_instance("wf-2")).await.unwrap();
+}

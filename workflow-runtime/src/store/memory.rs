@@ -95,6 +95,10 @@ struct Inner {
     idempotency: BTreeMap<String, IdempotencyRecord>,
     incidents: BTreeMap<String, Incident>,
     stats: StoreStats,
+    /// Injected failures (ST-25): the next write operations fail with `Unavailable`.
+    fail_writes: u32,
+    /// Injected failures: the next commits fail with `Unavailable`.
+    fail_commits: u32,
 }
 
 impl Default for MemoryStore {
@@ -128,6 +132,21 @@ impl MemoryStore {
             .get_mut(instance_id)
             .ok_or_else(|| not_found("instance", instance_id))?;
         raw.clone_into(&mut row.state);
+        Ok(())
+    }
+
+    /// Makes the next `n` write operations (of any kind) fail with `Unavailable` and write
+    /// nothing: a test hook to simulate an unreachable store or a crash (ST-25).
+    #[cfg(feature = "test-support")]
+    pub fn fail_next_writes(&self, n: u32) -> StoreResult<()> {
+        self.lock()?.fail_writes = n;
+        Ok(())
+    }
+
+    /// Makes the next `n` commits fail with `Unavailable` and write nothing (ST-25).
+    #[cfg(feature = "test-support")]
+    pub fn fail_next_commits(&self, n: u32) -> StoreResult<()> {
+        self.lock()?.fail_commits = n;
         Ok(())
     }
 
@@ -165,6 +184,12 @@ impl MemoryStore {
         let result = self.lock().and_then(|mut inner| {
             inner.stats.write_requests += 1;
             inner.stats.transactions += 1;
+            if inner.fail_writes > 0 {
+                inner.fail_writes -= 1;
+                return Err(StoreError::unavailable(
+                    "injected failure (fail_next_writes)",
+                ));
+            }
             f(&mut inner)
         });
         if result.is_ok() {
@@ -642,6 +667,12 @@ impl Store for MemoryStore {
         let hints = commit_hints(&commit);
         self.write_hinting(
             move |inner| {
+                if inner.fail_commits > 0 {
+                    inner.fail_commits -= 1;
+                    return Err(StoreError::unavailable(
+                        "injected failure (fail_next_commits)",
+                    ));
+                }
                 let (state, created) = encoded?;
                 inner.commit(commit, state, created)
             },

@@ -543,22 +543,29 @@ fn writer_loop(
 /// One transaction for a batch: each request in its own savepoint (ST-26).
 fn run_batch(conn: &Connection, batch: Vec<WriteJob>, counters: &Counters) {
     let count = batch.len() as u64;
+    // A lone request needs no savepoint: if it fails, the whole transaction is rolled back.
+    let lone = batch.len() == 1;
     let mut responders = Vec::with_capacity(batch.len());
     let mut failure: Option<StoreError> =
         conn.execute_batch("BEGIN IMMEDIATE").err().map(Into::into);
     let began = failure.is_none();
+    let mut lone_failed = false;
     for job in batch {
         if failure.is_some() {
             responders.push(job(None).1);
             continue;
         }
-        if let Err(e) = conn.execute_batch("SAVEPOINT request") {
+        if !lone && let Err(e) = conn.execute_batch("SAVEPOINT request") {
             failure = Some(e.into());
             responders.push(job(None).1);
             continue;
         }
         let (ok, responder) = job(Some(conn));
         responders.push(responder);
+        if lone {
+            lone_failed = !ok;
+            continue;
+        }
         let end = if ok {
             "RELEASE request"
         } else {
@@ -569,12 +576,14 @@ fn run_batch(conn: &Connection, batch: Vec<WriteJob>, counters: &Counters) {
         }
     }
     if failure.is_none()
+        && !lone_failed
         && let Err(e) = conn.execute_batch("COMMIT")
     {
         failure = Some(e.into());
     }
-    if failure.is_some() && began {
-        // Nothing of this batch was written; the rollback error, if any, changes nothing.
+    if began && (failure.is_some() || lone_failed) {
+        // Nothing of this batch was written; the rollback error, if any, changes nothing:
+        // the failed request answers with its own error, the others with `failure`.
         let _ = conn.execute_batch("ROLLBACK");
     }
     counters.transactions.fetch_add(1, Ordering::Relaxed);
