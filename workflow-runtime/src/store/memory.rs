@@ -1271,15 +1271,16 @@ impl Store for MemoryStore {
 
     fn expire_queue(&self, now: i64, limit: usize) -> BoxFuture<'_, StoreResult<u64>> {
         self.write(move |inner| {
-            let expired: Vec<String> = inner
+            let mut expired: Vec<(i64, String)> = inner
                 .queue
                 .values()
                 .filter(|q| !q.row.held && q.row.expires_at <= now)
-                .take(limit)
-                .map(|q| q.row.item_id.clone())
+                .map(|q| (q.row.expires_at, q.row.item_id.clone()))
                 .collect();
+            expired.sort();
+            expired.truncate(limit);
             let mut moved = 0;
-            for id in expired {
+            for (_, id) in expired {
                 if inner.move_to_dead(&id, DeadLetterReason::Expired, None, now) {
                     moved += 1;
                 }

@@ -23,6 +23,22 @@
 //!   (ST-25) and a corrupted row fails alone with [`StoreError::Decode`] (ST-22).
 //! * **Time is passed in (ST-3).** Every time-dependent operation takes `now` as
 //!   [`Micros`] (UTC microseconds since the Unix epoch, ST-23); no backend reads a clock.
+//!   (The SQLite backend records `applied_at` of its migrations with SQLite's own clock;
+//!   that is metadata no rule reads.)
+//! * **Wake-ups (ST-18)** are an in-process `tokio::sync::broadcast` ([`Store::subscribe`]),
+//!   sent after the operation succeeded; they may be lost and no rule depends on them.
+//! * **Errors (ST-4).** One [`StoreError`]. Deviations from the spec's list: a duplicate
+//!   receipt is [`StoreError::ReceiptExists`] (a conflict for [`StoreError::is_conflict`]),
+//!   and `Unavailable` carries a `message` string (a field named `source` would make
+//!   `thiserror` treat it as the error source).
+//!
+//! # Not yet covered
+//!
+//! Trigger schedules as timer rows without an instance and the atomic "create from a time
+//! trigger and advance its schedule" (ST-9, ST-17, TM-11 to TM-13); the per-instance journal
+//! cap (ENG-42: the engine compacts through [`Commit::journal_compaction`]); the 4 MiB batch
+//! limit of group commit (only the 256-request limit is applied); store statistics beyond
+//! [`StoreStats`]; `PostgresStore` (ST-27).
 
 use std::fmt;
 
