@@ -24,8 +24,8 @@ pub use store::{
     InstanceFilter, InstanceRecord, InstanceStatus, JournalCompaction, JournalEntry, Lease,
     LeaseState, ListedInstance, MAX_JOURNAL_DETAIL_BYTES, MemoryStore, Micros, NewBookmark,
     NewIncident, NewInstance, NewJournalEntry, NewTimer, PurgeFilter, QueueFailure, QueueItem,
-    Renewal, STATE_FORMAT, Store, StoreError, StoreResult, StoreStats, SubStatus, TimerRow,
-    TriggerDiff, TriggerRow, WakeUp,
+    Renewal, STATE_FORMAT, Schedule, ScheduleFiring, Store, StoreError, StoreResult, StoreStats,
+    SubStatus, TimerRow, TriggerDiff, TriggerRow, WakeUp,
 };
 #[cfg(feature = "sqlite")]
 pub use store::{MigrateMode, SqliteOptions, SqliteStore, Synchronous};

@@ -15,7 +15,7 @@ use super::{
     create_hint, decode_state, encode_commit, encode_state, instance_resource, journal_detail,
     named_resource, page, purge_statuses, send_hints, validate_instance_id,
 };
-use super::{Incident, NewIncident};
+use super::{Incident, NewIncident, Schedule, ScheduleFiring};
 
 /// An in-process store for tests and quick starts (ST-25).
 ///
@@ -257,6 +257,18 @@ fn incident(instance_id: &str, definition_name: &str, new: NewIncident) -> Incid
 
 fn sort_incidents(rows: &mut [Incident]) {
     rows.sort_by(|a, b| (a.created_at, &a.incident_id).cmp(&(b.created_at, &b.incident_id)));
+}
+
+/// The schedule a timer row without instance describes.
+fn schedule_of(row: &TimerRow) -> Option<Schedule> {
+    Some(Schedule {
+        schedule_id: row.timer_id.clone(),
+        definition_name: row.definition_name.clone()?,
+        node_id: row.node_id.clone()?,
+        kind: row.kind.clone(),
+        due_at: row.due_at,
+        fired: row.parked,
+    })
 }
 
 fn lease_live(row: &MemInstance, now: i64) -> bool {
@@ -550,6 +562,8 @@ impl Inner {
                     kind: t.kind,
                     due_at: t.due_at,
                     parked: false,
+                    definition_name: None,
+                    node_id: None,
                 }),
             );
         }
@@ -1126,6 +1140,103 @@ impl Store for MemoryStore {
             }
             Ok(rows)
         })
+    }
+
+    fn put_schedule(&self, schedule: Schedule) -> BoxFuture<'_, StoreResult<bool>> {
+        self.write_hinting(
+            move |inner| {
+                if inner.timers.contains_key(&schedule.schedule_id) {
+                    return Ok(false);
+                }
+                inner.timers.insert(
+                    schedule.schedule_id.clone(),
+                    Claimed::new(TimerRow {
+                        timer_id: schedule.schedule_id,
+                        instance_id: None,
+                        kind: schedule.kind,
+                        due_at: schedule.due_at,
+                        parked: schedule.fired,
+                        definition_name: Some(schedule.definition_name),
+                        node_id: Some(schedule.node_id),
+                    }),
+                );
+                Ok(true)
+            },
+            vec![WakeUp::TimersChanged { earliest: None }],
+        )
+    }
+
+    fn delete_schedule(&self, schedule_id: &str) -> BoxFuture<'_, StoreResult<bool>> {
+        let id = schedule_id.to_owned();
+        self.write(move |inner| {
+            let is_schedule = inner
+                .timers
+                .get(&id)
+                .is_some_and(|t| t.row.instance_id.is_none());
+            if is_schedule {
+                inner.timers.remove(&id);
+            }
+            Ok(is_schedule)
+        })
+    }
+
+    fn list_schedules(&self, definition_name: &str) -> BoxFuture<'_, StoreResult<Vec<Schedule>>> {
+        let name = definition_name.to_owned();
+        self.read(move |inner| {
+            Ok(inner
+                .timers
+                .values()
+                .filter(|t| {
+                    t.row.instance_id.is_none()
+                        && t.row.definition_name.as_deref() == Some(name.as_str())
+                })
+                .filter_map(|t| schedule_of(&t.row))
+                .collect())
+        })
+    }
+
+    fn fire_schedule(
+        &self,
+        schedule_id: &str,
+        expected_due_at: i64,
+        instance: NewInstance,
+        next_due: Option<i64>,
+    ) -> BoxFuture<'_, StoreResult<ScheduleFiring>> {
+        let id = schedule_id.to_owned();
+        let encoded = validate_instance_id(&instance.instance_id)
+            .and_then(|()| encode_state(&instance.state, self.max_state_bytes));
+        let mut hints: Vec<WakeUp> = create_hint(&instance).into_iter().collect();
+        hints.push(WakeUp::TimersChanged { earliest: next_due });
+        self.write_hinting(
+            move |inner| {
+                let state = encoded?;
+                let current = inner
+                    .timers
+                    .get(&id)
+                    .filter(|t| t.row.instance_id.is_none() && !t.row.parked)
+                    .map(|t| t.row.due_at);
+                if current != Some(expected_due_at) {
+                    return Ok(ScheduleFiring::Stale);
+                }
+                let firing = match inner.insert_instance(instance, state) {
+                    Ok(()) => ScheduleFiring::Started,
+                    Err(StoreError::ActivationConflict { existing, .. }) => {
+                        ScheduleFiring::Refused { existing }
+                    }
+                    Err(e) => return Err(e),
+                };
+                if let Some(t) = inner.timers.get_mut(&id) {
+                    t.claim_owner = None;
+                    t.claim_expires_at = None;
+                    match next_due {
+                        Some(due) => t.row.due_at = due,
+                        None => t.row.parked = true,
+                    }
+                }
+                Ok(firing)
+            },
+            hints,
+        )
     }
 
     fn list_timers(&self, instance_id: &str) -> BoxFuture<'_, StoreResult<Vec<TimerRow>>> {

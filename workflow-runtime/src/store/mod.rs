@@ -34,8 +34,7 @@
 //!
 //! # Not yet covered
 //!
-//! Trigger schedules as timer rows without an instance and the atomic "create from a time
-//! trigger and advance its schedule" (ST-9, ST-17, TM-11 to TM-13); the per-instance journal
+//! The per-instance journal
 //! cap (ENG-42: the engine compacts through [`Commit::journal_compaction`]); the 4 MiB batch
 //! limit of group commit (only the 256-request limit is applied); store statistics beyond
 //! [`StoreStats`]; `PostgresStore` (ST-27).
@@ -559,8 +558,44 @@ pub struct TimerRow {
     pub kind: String,
     /// When it is due.
     pub due_at: Micros,
-    /// Parked timers are never claimed (TM-10).
+    /// Parked timers are never claimed (TM-10); a fired StartAt schedule stays parked.
     pub parked: bool,
+    /// For a trigger schedule: its definition.
+    pub definition_name: Option<String>,
+    /// For a trigger schedule: its trigger node.
+    pub node_id: Option<String>,
+}
+
+/// A trigger's schedule: a timer row with no instance (ST-9, TM-11 to TM-13).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Schedule {
+    /// Schedule id (a timer id; derive it from definition, node and, for StartAt, instant).
+    pub schedule_id: String,
+    /// The definition it starts.
+    pub definition_name: String,
+    /// The trigger node.
+    pub node_id: String,
+    /// Its kind (`"timer"`, `"cron"`, `"start_at"`).
+    pub kind: String,
+    /// The next occurrence (`next_due`).
+    pub due_at: Micros,
+    /// A StartAt schedule that fired: never claimed again (TM-13).
+    pub fired: bool,
+}
+
+/// What [`Store::fire_schedule`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ScheduleFiring {
+    /// The instance was created and the schedule advanced, in one transaction.
+    Started,
+    /// The activation guard refused the instance (RT-16); the schedule advanced anyway.
+    Refused {
+        /// The non-final instance holding the scope.
+        existing: String,
+    },
+    /// The schedule had already moved past `expected_due_at` (or fired, or was removed):
+    /// another process fired this occurrence; nothing was written.
+    Stale,
 }
 
 /// A journal entry to append with a commit (ST-10).
@@ -1165,6 +1200,29 @@ pub trait Store: Send + Sync + 'static {
         claim_ttl: Micros,
         limit: usize,
     ) -> BoxFuture<'_, StoreResult<Vec<TimerRow>>>;
+
+    /// Registers a trigger schedule if no schedule has its id; returns whether it was
+    /// inserted. An existing one is left as it is (an unchanged trigger keeps `next_due`,
+    /// TM-12; a fired StartAt never fires again, TM-13): delete it first to change it.
+    fn put_schedule(&self, schedule: Schedule) -> BoxFuture<'_, StoreResult<bool>>;
+
+    /// Deletes a trigger schedule; returns whether it existed.
+    fn delete_schedule(&self, schedule_id: &str) -> BoxFuture<'_, StoreResult<bool>>;
+
+    /// A definition's schedules, by id.
+    fn list_schedules(&self, definition_name: &str) -> BoxFuture<'_, StoreResult<Vec<Schedule>>>;
+
+    /// Fires one occurrence of a claimed schedule atomically (ST-17, TM-11 to TM-13): if the
+    /// schedule is still due at `expected_due_at`, creates `instance` (with its activation
+    /// guard) and advances the schedule to `next_due`, or marks it fired when `None`
+    /// (StartAt). One instance per occurrence across all processes.
+    fn fire_schedule(
+        &self,
+        schedule_id: &str,
+        expected_due_at: Micros,
+        instance: NewInstance,
+        next_due: Option<Micros>,
+    ) -> BoxFuture<'_, StoreResult<ScheduleFiring>>;
 
     /// An instance's timers, in `(due_at, timer_id)` order.
     fn list_timers(&self, instance_id: &str) -> BoxFuture<'_, StoreResult<Vec<TimerRow>>>;

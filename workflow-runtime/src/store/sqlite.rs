@@ -37,7 +37,7 @@ use super::{
     commit_hints, create_hint, decode_state, encode_commit, encode_state, instance_resource,
     journal_detail, named_resource, page, purge_statuses, send_hints, validate_instance_id,
 };
-use super::{Incident, NewIncident};
+use super::{Incident, NewIncident, Schedule, ScheduleFiring};
 
 /// SQLite's `synchronous` setting (ST-26).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -199,6 +199,7 @@ const MIGRATIONS: &[(u32, &str, &str)] = &[
     (2, "0002_activation_and_idempotency", MIGRATION_0002),
     (3, "0003_incidents", MIGRATION_0003),
     (4, "0004_retention_indexes", MIGRATION_0004),
+    (5, "0005_trigger_schedules", MIGRATION_0005),
 ];
 
 const MIGRATION_0001: &str = r"
@@ -375,6 +376,13 @@ CREATE INDEX wf_incidents_created ON wf_incidents (created_at, incident_id);
 /// Indexes for the retention of receipts (ST-30).
 const MIGRATION_0004: &str = r"
 CREATE INDEX wf_receipts_at ON wf_receipts (at);
+";
+
+/// Trigger schedules: timer rows without an instance (ST-9, TM-11 to TM-13).
+const MIGRATION_0005: &str = r"
+ALTER TABLE wf_timers ADD COLUMN definition_name TEXT;
+ALTER TABLE wf_timers ADD COLUMN node_id TEXT;
+CREATE INDEX wf_timers_definition ON wf_timers (definition_name);
 ";
 
 /// The newest schema version this library knows.
@@ -958,7 +966,7 @@ fn bookmark_from_row(row: &Row<'_>) -> rusqlite::Result<BookmarkRow> {
     })
 }
 
-const TIMER_COLS: &str = "timer_id, instance_id, kind, due_at, parked";
+const TIMER_COLS: &str = "timer_id, instance_id, kind, due_at, parked, definition_name, node_id";
 
 fn timer_from_row(row: &Row<'_>) -> rusqlite::Result<TimerRow> {
     Ok(TimerRow {
@@ -967,6 +975,8 @@ fn timer_from_row(row: &Row<'_>) -> rusqlite::Result<TimerRow> {
         kind: row.get(2)?,
         due_at: row.get(3)?,
         parked: row.get::<_, i64>(4)? != 0,
+        definition_name: row.get(5)?,
+        node_id: row.get(6)?,
     })
 }
 
@@ -2031,6 +2041,111 @@ impl Store for SqliteStore {
             }
             Ok(rows)
         })
+    }
+
+    fn put_schedule(&self, schedule: Schedule) -> BoxFuture<'_, StoreResult<bool>> {
+        self.write_hinting(
+            move |c| {
+                let n = c
+                    .prepare_cached(
+                        "INSERT OR IGNORE INTO wf_timers (timer_id, instance_id, kind, due_at,
+                            parked, definition_name, node_id)
+                         VALUES (?1, NULL, ?2, ?3, ?4, ?5, ?6)",
+                    )?
+                    .execute(rusqlite::params![
+                        schedule.schedule_id,
+                        schedule.kind,
+                        schedule.due_at,
+                        schedule.fired,
+                        schedule.definition_name,
+                        schedule.node_id,
+                    ])?;
+                Ok(n > 0)
+            },
+            vec![WakeUp::TimersChanged { earliest: None }],
+        )
+    }
+
+    fn delete_schedule(&self, schedule_id: &str) -> BoxFuture<'_, StoreResult<bool>> {
+        let id = schedule_id.to_owned();
+        self.write(move |c| {
+            Ok(c.prepare_cached(
+                "DELETE FROM wf_timers WHERE timer_id = ?1 AND instance_id IS NULL",
+            )?
+            .execute([&id])?
+                > 0)
+        })
+    }
+
+    fn list_schedules(&self, definition_name: &str) -> BoxFuture<'_, StoreResult<Vec<Schedule>>> {
+        let name = definition_name.to_owned();
+        self.read(move |c| {
+            let mut stmt = c.prepare_cached(&format!(
+                "SELECT {TIMER_COLS} FROM wf_timers
+                 WHERE instance_id IS NULL AND definition_name = ?1 ORDER BY timer_id"
+            ))?;
+            let rows = stmt.query_map([&name], timer_from_row)?;
+            let mut schedules = Vec::new();
+            for row in rows {
+                let row = row?;
+                schedules.push(Schedule {
+                    schedule_id: row.timer_id,
+                    definition_name: row.definition_name.unwrap_or_default(),
+                    node_id: row.node_id.unwrap_or_default(),
+                    kind: row.kind,
+                    due_at: row.due_at,
+                    fired: row.parked,
+                });
+            }
+            Ok(schedules)
+        })
+    }
+
+    fn fire_schedule(
+        &self,
+        schedule_id: &str,
+        expected_due_at: i64,
+        instance: NewInstance,
+        next_due: Option<i64>,
+    ) -> BoxFuture<'_, StoreResult<ScheduleFiring>> {
+        let id = schedule_id.to_owned();
+        let encoded = validate_instance_id(&instance.instance_id)
+            .and_then(|()| encode_state(&instance.state, self.max_state_bytes));
+        let state = match encoded {
+            Ok(state) => state,
+            Err(e) => return Box::pin(std::future::ready(Err(e))),
+        };
+        let mut hints: Vec<WakeUp> = create_hint(&instance).into_iter().collect();
+        hints.push(WakeUp::TimersChanged { earliest: next_due });
+        self.write_hinting(
+            move |c| {
+                let current: Option<i64> = c
+                    .prepare_cached(
+                        "SELECT due_at FROM wf_timers
+                         WHERE timer_id = ?1 AND instance_id IS NULL AND parked = 0",
+                    )?
+                    .query_row([&id], |r| r.get(0))
+                    .optional()?;
+                if current != Some(expected_due_at) {
+                    return Ok(ScheduleFiring::Stale);
+                }
+                let firing = match insert_instance_tx(c, &instance, &state) {
+                    Ok(()) => ScheduleFiring::Started,
+                    Err(StoreError::ActivationConflict { existing, .. }) => {
+                        ScheduleFiring::Refused { existing }
+                    }
+                    Err(e) => return Err(e),
+                };
+                c.prepare_cached(
+                    "UPDATE wf_timers SET claim_owner = NULL, claim_expires_at = NULL,
+                        due_at = COALESCE(?2, due_at), parked = (?2 IS NULL)
+                     WHERE timer_id = ?1",
+                )?
+                .execute(rusqlite::params![id, next_due])?;
+                Ok(firing)
+            },
+            hints,
+        )
     }
 
     fn list_timers(&self, instance_id: &str) -> BoxFuture<'_, StoreResult<Vec<TimerRow>>> {
