@@ -18,8 +18,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 use workflow_runtime::{
-    Commit, InstanceStatus, NewBookmark, NewInstance, SqliteOptions, SqliteStore, Store, SubStatus,
-    Synchronous,
+    Commit, InstanceStatus, InstanceSubStatus, NewBookmark, NewInstance, SqliteOptions,
+    SqliteStore, Store, Synchronous,
 };
 
 const T0: i64 = 1_700_000_000_000_000;
@@ -115,7 +115,7 @@ async fn store_commits(
                 definition_name: "bench".to_owned(),
                 definition_version: "v1".to_owned(),
                 status: InstanceStatus::Running,
-                sub_status: Some(SubStatus::Pending),
+                sub_status: Some(InstanceSubStatus::Pending),
                 correlation_id: None,
                 origin_at: T0,
                 created_at: T0,
@@ -151,7 +151,7 @@ async fn store_commits(
                     T0,
                     state(version),
                     InstanceStatus::Suspended,
-                    Some(SubStatus::Waiting),
+                    Some(InstanceSubStatus::Waiting),
                 );
                 c.bookmarks_added.push(NewBookmark {
                     bookmark_id: format!("{id}-b{version}"),

@@ -12,7 +12,7 @@ use workflow_runtime::conformance::{
     SEC, T0, TTL, bookmark, create_leased, doc, new_instance, queue_item, waiting,
 };
 use workflow_runtime::{
-    BookmarkQuery, DeadLetterReason, InstanceFilter, InstanceStatus, MigrateMode, NewJournalEntry,
+    BookmarkQuery, DeadLetterReason, InstanceFilter, InstanceStatus, MigrateMode, NewJournalRecord,
     NewTimer, SqliteOptions, SqliteStore, Store, StoreError, TriggerRow,
 };
 
@@ -44,7 +44,7 @@ async fn reopening_the_file_keeps_everything() {
             kind: "delay".to_owned(),
             due_at: T0 + 60 * SEC,
         }];
-        c.journal = vec![NewJournalEntry {
+        c.journal = vec![NewJournalRecord {
             at: T0,
             kind: "suspended".to_owned(),
             context_id: Some(1),
@@ -381,7 +381,7 @@ fn crash_commit(id: &str, version: u64, token: u64) -> workflow_runtime::Commit 
         c.bookmarks_removed = vec![format!("{id}-b{}", n - 1)];
         c.timers_removed = vec![format!("{id}-t{}", n - 1)];
     }
-    c.journal = vec![NewJournalEntry {
+    c.journal = vec![NewJournalRecord {
         at: T0 + n,
         kind: "step".to_owned(),
         context_id: None,

@@ -28,9 +28,9 @@ use serde_json::{Value, json};
 use super::NewIncident;
 use super::{
     BookmarkQuery, BoxFuture, Commit, ControlKind, ControlRequest, DEFAULT_MAX_STATE_BYTES,
-    DeadLetterReason, IdempotencyRecord, InstanceFilter, InstanceStatus, JournalCompaction, Lease,
-    Micros, NewBookmark, NewInstance, NewJournalEntry, NewTimer, PurgeFilter, QueueFailure,
-    QueueItem, Store, StoreError, StoreResult, SubStatus, TriggerRow, WakeUp,
+    DeadLetterReason, IdempotencyRecord, InstanceFilter, InstanceStatus, InstanceSubStatus,
+    JournalCompaction, Lease, Micros, NewBookmark, NewInstance, NewJournalRecord, NewTimer,
+    PurgeFilter, QueueFailure, QueueItem, Store, StoreError, StoreResult, TriggerRow, WakeUp,
 };
 
 /// A store with the test hooks the suite needs (C-25, C-26): raw access to a state row.
@@ -158,7 +158,7 @@ pub fn new_instance(id: &str) -> NewInstance {
         definition_name: "order".to_owned(),
         definition_version: "v1".to_owned(),
         status: InstanceStatus::Running,
-        sub_status: Some(SubStatus::Pending),
+        sub_status: Some(InstanceSubStatus::Pending),
         correlation_id: None,
         origin_at: T0,
         created_at: T0,
@@ -219,7 +219,7 @@ pub fn waiting(id: &str, version: u64, token: u64, n: i64) -> Commit {
         T0 + SEC,
         doc(n),
         InstanceStatus::Suspended,
-        Some(SubStatus::Waiting),
+        Some(InstanceSubStatus::Waiting),
     )
 }
 
@@ -267,7 +267,7 @@ pub async fn c01_round_trip(store: Arc<dyn TestBackend>) {
     assert_eq!(loaded.definition_name, "order");
     assert_eq!(loaded.definition_version, "v1");
     assert_eq!(loaded.status, InstanceStatus::Running);
-    assert_eq!(loaded.sub_status, Some(SubStatus::Pending));
+    assert_eq!(loaded.sub_status, Some(InstanceSubStatus::Pending));
     assert_eq!(loaded.correlation_id.as_deref(), Some("order-42"));
     assert_eq!(loaded.origin_at, T0 - SEC);
     assert_eq!(loaded.created_at, T0);
@@ -341,7 +341,7 @@ pub async fn c03_commit_increments_version(store: Arc<dyn TestBackend>) {
     assert_eq!(loaded.version, 2);
     assert_eq!(loaded.state, doc(1));
     assert_eq!(loaded.status, InstanceStatus::Suspended);
-    assert_eq!(loaded.sub_status, Some(SubStatus::Waiting));
+    assert_eq!(loaded.sub_status, Some(InstanceSubStatus::Waiting));
     assert_eq!(loaded.correlation_id.as_deref(), Some("c-1"));
     assert_eq!(loaded.updated_at, T0 + SEC);
     assert_eq!(loaded.lease.as_ref().map(|l| l.token), Some(lease.token));
@@ -375,7 +375,7 @@ pub async fn c04_stale_version_writes_nothing(store: Arc<dyn TestBackend>) {
         kind: "delay".to_owned(),
         due_at: T0,
     });
-    stale.journal.push(NewJournalEntry {
+    stale.journal.push(NewJournalRecord {
         at: T0,
         kind: "step".to_owned(),
         context_id: Some(1),
@@ -929,7 +929,7 @@ pub async fn c13_claim_runnable(store: Arc<dyn TestBackend>) {
         T0,
         doc(1),
         InstanceStatus::Running,
-        Some(SubStatus::Executing),
+        Some(InstanceSubStatus::Executing),
     );
     c.correlation_id = None;
     store.commit(c).await.unwrap();
@@ -943,7 +943,7 @@ pub async fn c13_claim_runnable(store: Arc<dyn TestBackend>) {
     assert_eq!(ids(&first), ["r2", "r3"], "oldest updated_at first");
     assert_eq!(ids(&second), ["r1"]);
     assert!(first.iter().all(|c| c.lease.expires_at == now + TTL));
-    assert_eq!(first[0].sub_status, Some(SubStatus::Pending));
+    assert_eq!(first[0].sub_status, Some(InstanceSubStatus::Pending));
     let record = store.load_instance("r2").await.unwrap();
     assert_eq!(
         record.lease.map(|l| (l.owner, l.token)),
@@ -966,7 +966,7 @@ pub async fn c13_claim_runnable(store: Arc<dyn TestBackend>) {
     got.sort();
     assert_eq!(got, ["e1", "r1", "r2", "r3"]);
     let e1 = third.iter().find(|c| c.instance_id == "e1").unwrap();
-    assert_eq!(e1.sub_status, Some(SubStatus::Executing));
+    assert_eq!(e1.sub_status, Some(InstanceSubStatus::Executing));
     assert!(e1.lease.token > held.token);
 }
 
@@ -1166,7 +1166,7 @@ pub async fn c19_receipts(store: Arc<dyn TestBackend>) {
 /// C-22: journal: append order, range reads, truncation of huge details.
 pub async fn c22_journal(store: Arc<dyn TestBackend>) {
     let lease = create_leased(&*store, "wf-1").await;
-    let entry = |n: u64| NewJournalEntry {
+    let entry = |n: u64| NewJournalRecord {
         at: T0 + n as Micros,
         kind: format!("k{n}"),
         context_id: Some(n),
@@ -1178,7 +1178,7 @@ pub async fn c22_journal(store: Arc<dyn TestBackend>) {
     store.commit(c).await.unwrap();
     let mut c = waiting("wf-1", 2, lease.token, 2);
     c.journal = (4..=5).map(entry).collect();
-    c.journal.push(NewJournalEntry {
+    c.journal.push(NewJournalRecord {
         at: T0,
         kind: "big".to_owned(),
         context_id: None,
@@ -1210,7 +1210,7 @@ pub async fn c23_list_instances(store: Arc<dyn TestBackend>) {
         }
         if i % 5 == 0 {
             new.status = InstanceStatus::Suspended;
-            new.sub_status = Some(SubStatus::Waiting);
+            new.sub_status = Some(InstanceSubStatus::Waiting);
         }
         new.correlation_id = Some(format!("c{}", i % 3));
         store.create_instance(new).await.unwrap();
@@ -1288,7 +1288,7 @@ pub async fn c24_purge(store: Arc<dyn TestBackend>) {
         c.bookmarks_added = vec![bookmark(&format!("b-{i}"), "h", T0)];
         c.timers_added = vec![timer(&format!("t-{i}"), T0 + 100 * SEC)];
         c.receipts = vec!["s".to_owned()];
-        c.journal = vec![NewJournalEntry {
+        c.journal = vec![NewJournalRecord {
             at: T0,
             kind: "k".to_owned(),
             context_id: None,
@@ -1695,7 +1695,7 @@ pub async fn c16_commit_writes_other_instances(store: Arc<dyn TestBackend>) {
 /// C-22: compaction in the same commit: a range replaced by its summary, order kept.
 pub async fn c22_journal_compaction(store: Arc<dyn TestBackend>) {
     let lease = create_leased(&*store, "wf-1").await;
-    let entry = |n: u64| NewJournalEntry {
+    let entry = |n: u64| NewJournalRecord {
         at: T0 + n as Micros,
         kind: format!("k{n}"),
         context_id: None,
@@ -1708,7 +1708,7 @@ pub async fn c22_journal_compaction(store: Arc<dyn TestBackend>) {
     let mut c = waiting("wf-1", 2, lease.token, 2);
     c.journal_compaction = Some(JournalCompaction {
         through_seq: 4,
-        summary: NewJournalEntry {
+        summary: NewJournalRecord {
             at: T0 + 4,
             kind: "compacted".to_owned(),
             context_id: None,
@@ -1783,7 +1783,7 @@ pub async fn c28_wake_ups(store: Arc<dyn TestBackend>) {
 
     let mut c = waiting("wf-1", 2, lease.token, 2);
     c.status = InstanceStatus::Running;
-    c.sub_status = Some(SubStatus::Pending);
+    c.sub_status = Some(InstanceSubStatus::Pending);
     c.release_lease = true;
     store.commit(c).await.unwrap();
     assert!(drain(&mut rx).contains(&runnable));
@@ -2015,7 +2015,7 @@ pub async fn incidents(store: Arc<dyn TestBackend>) {
     // The retry commit resolves it.
     let mut retry = waiting("wf-1", 2, lease.token, 2);
     retry.status = InstanceStatus::Running;
-    retry.sub_status = Some(SubStatus::Executing);
+    retry.sub_status = Some(InstanceSubStatus::Executing);
     retry.incidents_resolved = vec![("i-1".to_owned(), "retried".to_owned())];
     retry
         .incidents_resolved

@@ -9,13 +9,13 @@ use tokio::sync::broadcast;
 use super::{
     BookmarkQuery, BookmarkRow, BoxFuture, ClaimedInstance, Commit, ControlRequest,
     DEFAULT_MAX_STATE_BYTES, DeadLetter, DeadLetterReason, IdempotencyRecord, InstanceFilter,
-    InstanceRecord, InstanceStatus, JournalEntry, Lease, LeaseState, ListedInstance, NewInstance,
-    PurgeFilter, QueueFailure, QueueItem, Renewal, Store, StoreError, StoreResult, StoreStats,
-    SubStatus, TimerRow, TriggerDiff, TriggerRow, WAKE_UP_CAPACITY, WakeUp, commit_hints,
-    create_hint, decode_state, encode_commit, encode_state, instance_resource, journal_detail,
-    named_resource, page, purge_statuses, send_hints, validate_instance_id,
+    InstanceRecord, InstanceStatus, InstanceSubStatus, JournalRecord, Lease, LeaseState,
+    ListedInstance, NewInstance, PurgeFilter, QueueFailure, QueueItem, Renewal, Store, StoreError,
+    StoreResult, StoreStats, TimerRow, TriggerDiff, TriggerRow, WAKE_UP_CAPACITY, WakeUp,
+    commit_hints, create_hint, decode_state, encode_commit, encode_state, instance_resource,
+    journal_detail, named_resource, page, purge_statuses, send_hints, validate_instance_id,
 };
-use super::{Incident, NewIncident, Schedule, ScheduleFiring};
+use super::{IncidentRecord, NewIncident, Schedule, ScheduleFiring};
 
 /// An in-process store for tests and quick starts (ST-25).
 ///
@@ -35,7 +35,7 @@ struct MemInstance {
     definition_name: String,
     definition_version: String,
     status: InstanceStatus,
-    sub_status: Option<SubStatus>,
+    sub_status: Option<InstanceSubStatus>,
     correlation_id: Option<String>,
     version: u64,
     lease_owner: Option<String>,
@@ -88,12 +88,12 @@ struct Inner {
     queue: BTreeMap<String, Claimed<QueueItem>>,
     dead_letters: BTreeMap<String, DeadLetter>,
     timers: BTreeMap<String, Claimed<TimerRow>>,
-    journal: BTreeMap<(String, u64), JournalEntry>,
+    journal: BTreeMap<(String, u64), JournalRecord>,
     /// `(instance_id, stimulus_id)` to the receipt's time.
     receipts: BTreeMap<(String, String), i64>,
     named_leases: BTreeMap<String, NamedLease>,
     idempotency: BTreeMap<String, IdempotencyRecord>,
-    incidents: BTreeMap<String, Incident>,
+    incidents: BTreeMap<String, IncidentRecord>,
     stats: StoreStats,
     /// Injected failures (ST-25): the next write operations fail with `Unavailable`.
     fail_writes: u32,
@@ -242,8 +242,8 @@ fn record(id: &str, row: &MemInstance) -> StoreResult<InstanceRecord> {
     })
 }
 
-fn incident(instance_id: &str, definition_name: &str, new: NewIncident) -> Incident {
-    Incident {
+fn incident(instance_id: &str, definition_name: &str, new: NewIncident) -> IncidentRecord {
+    IncidentRecord {
         incident_id: new.incident_id,
         instance_id: instance_id.to_owned(),
         definition_name: definition_name.to_owned(),
@@ -255,7 +255,7 @@ fn incident(instance_id: &str, definition_name: &str, new: NewIncident) -> Incid
     }
 }
 
-fn sort_incidents(rows: &mut [Incident]) {
+fn sort_incidents(rows: &mut [IncidentRecord]) {
     rows.sort_by(|a, b| (a.created_at, &a.incident_id).cmp(&(b.created_at, &b.incident_id)));
 }
 
@@ -584,7 +584,7 @@ impl Inner {
                 .retain(|(entry_id, seq), _| !(*entry_id == id && *seq <= through));
             self.journal.insert(
                 (id.clone(), through),
-                JournalEntry {
+                JournalRecord {
                     seq: through,
                     at: compaction.summary.at,
                     kind: compaction.summary.kind,
@@ -603,7 +603,7 @@ impl Inner {
             seq += 1;
             self.journal.insert(
                 (id.clone(), seq),
-                JournalEntry {
+                JournalRecord {
                     seq,
                     at: entry.at,
                     kind: entry.kind,
@@ -1258,7 +1258,7 @@ impl Store for MemoryStore {
         instance_id: &str,
         from_seq: u64,
         limit: usize,
-    ) -> BoxFuture<'_, StoreResult<Vec<JournalEntry>>> {
+    ) -> BoxFuture<'_, StoreResult<Vec<JournalRecord>>> {
         let id = instance_id.to_owned();
         self.read(move |inner| {
             Ok(inner
@@ -1523,10 +1523,10 @@ impl Store for MemoryStore {
         })
     }
 
-    fn list_incidents(&self, instance_id: &str) -> BoxFuture<'_, StoreResult<Vec<Incident>>> {
+    fn list_incidents(&self, instance_id: &str) -> BoxFuture<'_, StoreResult<Vec<IncidentRecord>>> {
         let id = instance_id.to_owned();
         self.read(move |inner| {
-            let mut rows: Vec<Incident> = inner
+            let mut rows: Vec<IncidentRecord> = inner
                 .incidents
                 .values()
                 .filter(|i| i.instance_id == id)
@@ -1542,9 +1542,9 @@ impl Store for MemoryStore {
         unresolved_only: bool,
         after: Option<(i64, String)>,
         limit: usize,
-    ) -> BoxFuture<'_, StoreResult<Vec<Incident>>> {
+    ) -> BoxFuture<'_, StoreResult<Vec<IncidentRecord>>> {
         self.read(move |inner| {
-            let mut rows: Vec<Incident> = inner
+            let mut rows: Vec<IncidentRecord> = inner
                 .incidents
                 .values()
                 .filter(|i| !unresolved_only || i.resolved_at.is_none())

@@ -307,7 +307,7 @@ impl fmt::Display for InstanceStatus {
 /// An instance's sub-status (ENG-2). Stored as its lower-case name.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
-pub enum SubStatus {
+pub enum InstanceSubStatus {
     /// Created, never executed.
     Pending,
     /// A run holds the lease; after a crash: interrupted.
@@ -320,7 +320,7 @@ pub enum SubStatus {
     Stalled,
 }
 
-impl SubStatus {
+impl InstanceSubStatus {
     /// The stored name (`"pending"`, ...).
     pub fn as_str(self) -> &'static str {
         match self {
@@ -407,7 +407,7 @@ pub struct NewInstance {
     /// Initial status (usually `Running`).
     pub status: InstanceStatus,
     /// Initial sub-status (usually `Pending`).
-    pub sub_status: Option<SubStatus>,
+    pub sub_status: Option<InstanceSubStatus>,
     /// Optional correlation id.
     pub correlation_id: Option<String>,
     /// Send time of the stimulus that started it, or of the start call.
@@ -438,7 +438,7 @@ pub struct InstanceRecord {
     /// Status.
     pub status: InstanceStatus,
     /// Sub-status.
-    pub sub_status: Option<SubStatus>,
+    pub sub_status: Option<InstanceSubStatus>,
     /// Correlation id.
     pub correlation_id: Option<String>,
     /// Optimistic version: 1 at creation, +1 per commit.
@@ -600,7 +600,7 @@ pub enum ScheduleFiring {
 
 /// A journal entry to append with a commit (ST-10).
 #[derive(Debug, Clone, PartialEq)]
-pub struct NewJournalEntry {
+pub struct NewJournalRecord {
     /// When it happened.
     pub at: Micros,
     /// Its kind.
@@ -615,7 +615,7 @@ pub struct NewJournalEntry {
 
 /// A stored journal entry.
 #[derive(Debug, Clone, PartialEq)]
-pub struct JournalEntry {
+pub struct JournalRecord {
     /// Sequence number within the instance, from 1.
     pub seq: u64,
     /// When it happened.
@@ -646,7 +646,7 @@ pub struct Commit {
     /// The new status.
     pub status: InstanceStatus,
     /// The new sub-status.
-    pub sub_status: Option<SubStatus>,
+    pub sub_status: Option<InstanceSubStatus>,
     /// The correlation id after this commit (rewritten on the bookmark rows if changed).
     pub correlation_id: Option<String>,
     /// Clear the honoured control request.
@@ -664,7 +664,7 @@ pub struct Commit {
     /// `Some(true)` parks all the instance's timers, `Some(false)` unparks them (TM-10).
     pub timers_parked: Option<bool>,
     /// Journal entries to append.
-    pub journal: Vec<NewJournalEntry>,
+    pub journal: Vec<NewJournalRecord>,
     /// Receipts (stimulus ids) to write; an existing one fails the commit (RT-19).
     pub receipts: Vec<String>,
     /// Queue items consumed by this run, deleted in the commit (RT-19).
@@ -690,7 +690,7 @@ pub struct Commit {
 /// An incident to record (`timers-and-faults.md` FLT-6, ST-12).
 #[derive(Debug, Clone, PartialEq)]
 pub struct NewIncident {
-    /// Incident id (a ULID).
+    /// IncidentRecord id (a ULID).
     pub incident_id: String,
     /// Its kind (`activity_failed`, `state_too_large`, `unreadable_state`, ...).
     pub kind: String,
@@ -702,8 +702,8 @@ pub struct NewIncident {
 
 /// A stored incident.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Incident {
-    /// Incident id.
+pub struct IncidentRecord {
+    /// IncidentRecord id.
     pub incident_id: String,
     /// Its instance.
     pub instance_id: String,
@@ -728,7 +728,7 @@ pub struct JournalCompaction {
     /// The last sequence number compacted.
     pub through_seq: u64,
     /// The entry that replaces them (kind `Compacted`, say).
-    pub summary: NewJournalEntry,
+    pub summary: NewJournalRecord,
 }
 
 impl Commit {
@@ -741,7 +741,7 @@ impl Commit {
         now: Micros,
         state: Value,
         status: InstanceStatus,
-        sub_status: Option<SubStatus>,
+        sub_status: Option<InstanceSubStatus>,
     ) -> Self {
         Self {
             instance_id: instance_id.into(),
@@ -907,7 +907,7 @@ pub struct ClaimedInstance {
     /// The instance.
     pub instance_id: String,
     /// Its sub-status (`Executing` means interrupted, ENG-2).
-    pub sub_status: Option<SubStatus>,
+    pub sub_status: Option<InstanceSubStatus>,
     /// The lease acquired.
     pub lease: Lease,
 }
@@ -1235,7 +1235,7 @@ pub trait Store: Send + Sync + 'static {
         instance_id: &str,
         from_seq: u64,
         limit: usize,
-    ) -> BoxFuture<'_, StoreResult<Vec<JournalEntry>>>;
+    ) -> BoxFuture<'_, StoreResult<Vec<JournalRecord>>>;
 
     // ----- queue -----
 
@@ -1326,7 +1326,7 @@ pub trait Store: Send + Sync + 'static {
     ) -> BoxFuture<'_, StoreResult<()>>;
 
     /// An instance's incidents, in `(created_at, incident_id)` order.
-    fn list_incidents(&self, instance_id: &str) -> BoxFuture<'_, StoreResult<Vec<Incident>>>;
+    fn list_incidents(&self, instance_id: &str) -> BoxFuture<'_, StoreResult<Vec<IncidentRecord>>>;
 
     /// Incidents across instances in `(created_at, incident_id)` order after the keyset
     /// `after`, optionally only unresolved ones.
@@ -1335,7 +1335,7 @@ pub trait Store: Send + Sync + 'static {
         unresolved_only: bool,
         after: Option<(Micros, String)>,
         limit: usize,
-    ) -> BoxFuture<'_, StoreResult<Vec<Incident>>>;
+    ) -> BoxFuture<'_, StoreResult<Vec<IncidentRecord>>>;
 
     // ----- idempotency records -----
 

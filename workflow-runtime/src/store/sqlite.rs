@@ -31,13 +31,14 @@ use super::memory::same_trigger;
 use super::{
     BookmarkQuery, BookmarkRow, BoxFuture, ClaimedInstance, Commit, ControlRequest,
     DEFAULT_MAX_STATE_BYTES, DeadLetter, DeadLetterReason, IdempotencyRecord, InstanceFilter,
-    InstanceRecord, InstanceStatus, JournalEntry, Lease, LeaseState, ListedInstance, NewInstance,
-    NewJournalEntry, PurgeFilter, QueueFailure, QueueItem, Renewal, Store, StoreError, StoreResult,
-    StoreStats, SubStatus, TimerRow, TriggerDiff, TriggerRow, WAKE_UP_CAPACITY, WakeUp,
-    commit_hints, create_hint, decode_state, encode_commit, encode_state, instance_resource,
-    journal_detail, named_resource, page, purge_statuses, send_hints, validate_instance_id,
+    InstanceRecord, InstanceStatus, InstanceSubStatus, JournalRecord, Lease, LeaseState,
+    ListedInstance, NewInstance, NewJournalRecord, PurgeFilter, QueueFailure, QueueItem, Renewal,
+    Store, StoreError, StoreResult, StoreStats, TimerRow, TriggerDiff, TriggerRow,
+    WAKE_UP_CAPACITY, WakeUp, commit_hints, create_hint, decode_state, encode_commit, encode_state,
+    instance_resource, journal_detail, named_resource, page, purge_statuses, send_hints,
+    validate_instance_id,
 };
-use super::{Incident, NewIncident, Schedule, ScheduleFiring};
+use super::{IncidentRecord, NewIncident, Schedule, ScheduleFiring};
 
 /// SQLite's `synchronous` setting (ST-26).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -898,12 +899,14 @@ fn instance_from_row(id: &str, row: &Row<'_>) -> StoreResult<InstanceRecord> {
     let sub_status: Option<String> = row.get(4).map_err(col)?;
     let sub_status = match sub_status {
         None => None,
-        Some(s) => Some(SubStatus::parse(&s).ok_or_else(|| StoreError::Decode {
-            what: "instance",
-            id: id.to_owned(),
-            path: "sub_status".to_owned(),
-            message: format!("unknown sub-status {s:?}"),
-        })?),
+        Some(s) => Some(
+            InstanceSubStatus::parse(&s).ok_or_else(|| StoreError::Decode {
+                what: "instance",
+                id: id.to_owned(),
+                path: "sub_status".to_owned(),
+                message: format!("unknown sub-status {s:?}"),
+            })?,
+        ),
     };
     let lease_owner: Option<String> = row.get(7).map_err(col)?;
     let lease_token: i64 = row.get(8).map_err(col)?;
@@ -1212,7 +1215,7 @@ fn commit_tx(c: &Connection, commit: &Commit, state: &str, created: &[String]) -
         state,
         limit_i64(state.len()),
         commit.status.as_str(),
-        commit.sub_status.map(SubStatus::as_str),
+        commit.sub_status.map(InstanceSubStatus::as_str),
         commit.correlation_id,
         commit.now,
         commit.status.is_final().then_some(commit.now),
@@ -1254,7 +1257,7 @@ fn insert_instance_tx(c: &Connection, i: &NewInstance, state: &str) -> StoreResu
             i.definition_name,
             i.definition_version,
             i.status.as_str(),
-            i.sub_status.map(SubStatus::as_str),
+            i.sub_status.map(InstanceSubStatus::as_str),
             i.correlation_id,
             i.origin_at,
             i.created_at,
@@ -1331,7 +1334,7 @@ fn enqueue_tx(c: &Connection, item: &QueueItem) -> StoreResult<()> {
     }
 }
 
-fn insert_journal(c: &Connection, id: &str, seq: i64, entry: &NewJournalEntry) -> StoreResult<()> {
+fn insert_journal(c: &Connection, id: &str, seq: i64, entry: &NewJournalRecord) -> StoreResult<()> {
     let detail = json_text(&journal_detail(&entry.detail))?;
     c.prepare_cached(
         "INSERT INTO wf_journal (instance_id, seq, at, kind, context_id, node_id, detail)
@@ -1384,10 +1387,10 @@ const INCIDENT_COLS: &str = "incident_id, instance_id, definition_name, kind, cr
 fn incidents_from(
     stmt: &mut rusqlite::CachedStatement<'_>,
     params: &[&dyn rusqlite::ToSql],
-) -> StoreResult<Vec<Incident>> {
+) -> StoreResult<Vec<IncidentRecord>> {
     let rows = stmt.query_map(params, |r| {
         Ok((
-            Incident {
+            IncidentRecord {
                 incident_id: r.get(0)?,
                 instance_id: r.get(1)?,
                 definition_name: r.get(2)?,
@@ -1644,7 +1647,7 @@ impl Store for SqliteStore {
                 let lease = acquire_instance_lease(c, &id, &owner, now, ttl)?;
                 claimed.push(ClaimedInstance {
                     instance_id: id,
-                    sub_status: sub_status.as_deref().and_then(SubStatus::parse),
+                    sub_status: sub_status.as_deref().and_then(InstanceSubStatus::parse),
                     lease,
                 });
             }
@@ -2165,7 +2168,7 @@ impl Store for SqliteStore {
         instance_id: &str,
         from_seq: u64,
         limit: usize,
-    ) -> BoxFuture<'_, StoreResult<Vec<JournalEntry>>> {
+    ) -> BoxFuture<'_, StoreResult<Vec<JournalRecord>>> {
         let id = instance_id.to_owned();
         self.read(move |c| {
             let mut stmt = c.prepare_cached(
@@ -2188,7 +2191,7 @@ impl Store for SqliteStore {
             let mut entries = Vec::new();
             for row in rows {
                 let (seq, at, kind, context_id, node_id, detail) = row?;
-                entries.push(JournalEntry {
+                entries.push(JournalRecord {
                     seq: to_u64(seq),
                     at,
                     kind,
@@ -2433,7 +2436,7 @@ impl Store for SqliteStore {
         })
     }
 
-    fn list_incidents(&self, instance_id: &str) -> BoxFuture<'_, StoreResult<Vec<Incident>>> {
+    fn list_incidents(&self, instance_id: &str) -> BoxFuture<'_, StoreResult<Vec<IncidentRecord>>> {
         let id = instance_id.to_owned();
         self.read(move |c| {
             let mut stmt = c.prepare_cached(&format!(
@@ -2449,7 +2452,7 @@ impl Store for SqliteStore {
         unresolved_only: bool,
         after: Option<(i64, String)>,
         limit: usize,
-    ) -> BoxFuture<'_, StoreResult<Vec<Incident>>> {
+    ) -> BoxFuture<'_, StoreResult<Vec<IncidentRecord>>> {
         self.read(move |c| {
             let (after_at, after_id) = match &after {
                 Some((at, id)) => (Some(*at), Some(id.as_str())),
