@@ -572,3 +572,52 @@ async fn one_writer_per_file() {
     let fresh = dir.path().join("fresh.db");
     assert!(SqliteStore::open_read_only(&fresh).is_err());
 }
+
+/// ST-26: a batch closes at its request limit or its byte limit.
+#[tokio::test]
+async fn group_commit_respects_its_limits() {
+    async fn transactions_for(options: SqliteOptions) -> u64 {
+        const N: usize = 40;
+        let dir = tempfile::tempdir().unwrap();
+        let store: Arc<dyn Store> =
+            Arc::new(SqliteStore::open_with(dir.path().join("s.db"), &options).unwrap());
+        let mut tokens = Vec::new();
+        for i in 0..N {
+            tokens.push(create_leased(&*store, &format!("wf-{i}")).await.token);
+        }
+        let before = store.stats().await.unwrap();
+        let tasks: Vec<_> = tokens
+            .into_iter()
+            .enumerate()
+            .map(|(i, token)| {
+                let store = Arc::clone(&store);
+                tokio::spawn(async move {
+                    store
+                        .commit(waiting(&format!("wf-{i}"), 1, token, i as i64))
+                        .await
+                })
+            })
+            .collect();
+        for task in tasks {
+            assert_eq!(task.await.unwrap().unwrap(), 2);
+        }
+        let after = store.stats().await.unwrap();
+        assert_eq!(after.write_requests - before.write_requests, N as u64);
+        after.transactions - before.transactions
+    }
+    let by_bytes = transactions_for(SqliteOptions {
+        max_batch_bytes: 1,
+        ..SqliteOptions::default()
+    })
+    .await;
+    assert_eq!(
+        by_bytes, 40,
+        "every commit exceeds one byte: one per transaction"
+    );
+    let by_count = transactions_for(SqliteOptions {
+        max_batch: 4,
+        ..SqliteOptions::default()
+    })
+    .await;
+    assert!(by_count >= 10, "{by_count}");
+}

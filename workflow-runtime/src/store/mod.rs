@@ -34,10 +34,9 @@
 //!
 //! # Not yet covered
 //!
-//! The per-instance journal
-//! cap (ENG-42: the engine compacts through [`Commit::journal_compaction`]); the 4 MiB batch
-//! limit of group commit (only the 256-request limit is applied); store statistics beyond
-//! [`StoreStats`]; `PostgresStore` (ST-27).
+//! Enforcing the per-instance journal cap in the store (ENG-42: the engine compacts through
+//! [`Commit::journal_compaction`]); store statistics beyond [`StoreStats`] (dead-tuple
+//! counts, table sizes); `PostgresStore` (ST-27).
 
 use std::fmt;
 

@@ -73,6 +73,9 @@ pub struct SqliteOptions {
     pub readers: usize,
     /// The most write requests grouped into one transaction (ST-26: 256).
     pub max_batch: usize,
+    /// The most state bytes grouped into one transaction (ST-26: 4 MiB); a batch closes once
+    /// it reaches this size.
+    pub max_batch_bytes: usize,
     /// How long a connection waits on a lock held by another process.
     pub busy_timeout: Duration,
     /// The name recorded as the file's owner and reported in `InUse` (default `pid <n>`).
@@ -87,6 +90,7 @@ impl Default for SqliteOptions {
             max_state_bytes: DEFAULT_MAX_STATE_BYTES,
             readers: 2,
             max_batch: 256,
+            max_batch_bytes: 4 * 1024 * 1024,
             busy_timeout: Duration::from_secs(5),
             owner: None,
         }
@@ -98,6 +102,8 @@ type Responder = Box<dyn FnOnce(Option<StoreError>) + Send>;
 /// One write request: runs inside its savepoint (or not at all when given `None`) and says
 /// whether it succeeded.
 type WriteJob = Box<dyn FnOnce(Option<&Connection>) -> (bool, Responder) + Send>;
+/// A write request with its approximate size in bytes (the state documents it writes).
+type WriteRequest = (usize, WriteJob);
 /// One read request.
 type ReadJob = Box<dyn FnOnce(&Connection) + Send>;
 
@@ -110,7 +116,7 @@ struct Counters {
 /// The embedded SQLite store (ST-26). Wrap it in an `Arc` to share it
 /// (`Arc<dyn Store>`); dropping the last handle stops its threads and closes the file.
 pub struct SqliteStore {
-    writer: Option<mpsc::Sender<WriteJob>>,
+    writer: Option<mpsc::Sender<WriteRequest>>,
     readers: Option<mpsc::Sender<ReadJob>>,
     threads: Vec<JoinHandle<()>>,
     counters: Arc<Counters>,
@@ -531,17 +537,21 @@ fn in_use(path: &Path) -> StoreError {
     }
 }
 
+/// Takes every pending request up to the batch limits, without waiting for more (ST-26).
 fn writer_loop(
     conn: &Connection,
-    rx: &mpsc::Receiver<WriteJob>,
-    max_batch: usize,
+    rx: &mpsc::Receiver<WriteRequest>,
+    (max_batch, max_bytes): (usize, usize),
     counters: &Counters,
 ) {
-    while let Ok(first) = rx.recv() {
+    while let Ok((mut bytes, first)) = rx.recv() {
         let mut batch = vec![first];
-        while batch.len() < max_batch {
+        while batch.len() < max_batch && bytes < max_bytes {
             match rx.try_recv() {
-                Ok(job) => batch.push(job),
+                Ok((size, job)) => {
+                    bytes = bytes.saturating_add(size);
+                    batch.push(job);
+                }
                 Err(_) => break,
             }
         }
@@ -700,13 +710,13 @@ impl SqliteStore {
         let mut threads = Vec::new();
         let write_tx = match writer {
             Some(conn) => {
-                let (write_tx, write_rx) = mpsc::channel::<WriteJob>();
+                let (write_tx, write_rx) = mpsc::channel::<WriteRequest>();
                 let writer_counters = Arc::clone(&counters);
-                let max_batch = options.max_batch.max(1);
+                let limits = (options.max_batch.max(1), options.max_batch_bytes.max(1));
                 threads.push(
                     std::thread::Builder::new()
                         .name("wf-sqlite-writer".to_owned())
-                        .spawn(move || writer_loop(&conn, &write_rx, max_batch, &writer_counters))
+                        .spawn(move || writer_loop(&conn, &write_rx, limits, &writer_counters))
                         .map_err(StoreError::unavailable)?,
                 );
                 Some(write_tx)
@@ -809,6 +819,15 @@ impl SqliteStore {
         &self,
         f: impl FnOnce(&Connection) -> StoreResult<T> + Send + 'static,
     ) -> BoxFuture<'static, StoreResult<T>> {
+        self.write_sized(0, f)
+    }
+
+    /// Sends one write request of about `bytes` bytes to the writer thread.
+    fn write_sized<T: Send + 'static>(
+        &self,
+        bytes: usize,
+        f: impl FnOnce(&Connection) -> StoreResult<T> + Send + 'static,
+    ) -> BoxFuture<'static, StoreResult<T>> {
         let (tx, rx) = oneshot::channel::<StoreResult<T>>();
         let job: WriteJob = Box::new(move |conn| {
             let result = match conn {
@@ -830,7 +849,7 @@ impl SqliteStore {
                 reason: "the store was opened read-only".to_owned(),
             })));
         };
-        let sent = writer.send(job).is_ok();
+        let sent = writer.send((bytes, job)).is_ok();
         Box::pin(async move {
             if !sent {
                 return Err(closed());
@@ -845,7 +864,17 @@ impl SqliteStore {
         f: impl FnOnce(&Connection) -> StoreResult<T> + Send + 'static,
         hints: Vec<WakeUp>,
     ) -> BoxFuture<'static, StoreResult<T>> {
-        let write = self.write(f);
+        self.write_sized_hinting(0, f, hints)
+    }
+
+    /// [`SqliteStore::write_sized`], then `hints` once committed successfully.
+    fn write_sized_hinting<T: Send + 'static>(
+        &self,
+        bytes: usize,
+        f: impl FnOnce(&Connection) -> StoreResult<T> + Send + 'static,
+        hints: Vec<WakeUp>,
+    ) -> BoxFuture<'static, StoreResult<T>> {
+        let write = self.write_sized(bytes, f);
         let sender = self.hints.clone();
         Box::pin(async move {
             let result = write.await;
@@ -1523,7 +1552,8 @@ impl Store for SqliteStore {
             Err(e) => return Box::pin(std::future::ready(Err(e))),
         };
         let hints = create_hint(&instance).into_iter().collect();
-        self.write_hinting(
+        self.write_sized_hinting(
+            state.len(),
             move |c| {
                 insert_instance_tx(c, &instance, &state)?;
                 Ok(1)
@@ -1552,7 +1582,14 @@ impl Store for SqliteStore {
             Err(e) => return Box::pin(std::future::ready(Err(e))),
         };
         let hints = commit_hints(&commit);
-        self.write_hinting(move |c| commit_tx(c, &commit, &state, &created), hints)
+        let bytes = created
+            .iter()
+            .fold(state.len(), |n, s| n.saturating_add(s.len()));
+        self.write_sized_hinting(
+            bytes,
+            move |c| commit_tx(c, &commit, &state, &created),
+            hints,
+        )
     }
 
     fn request_control(
