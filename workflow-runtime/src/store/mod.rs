@@ -1065,6 +1065,53 @@ pub(crate) fn send_hints(sender: &tokio::sync::broadcast::Sender<WakeUp>, hints:
 /// Every method is one atomic logical operation. Times are passed in (ST-3): due times, TTLs
 /// and ages on the workflow clock, lease and claim expiry on the wall clock. `ttl` parameters
 /// are durations in microseconds.
+///
+/// A run, as the engine drives it: create, take the lease, commit under version and token.
+///
+/// ```
+/// use std::sync::Arc;
+/// use serde_json::json;
+/// use workflow_runtime::{
+///     Commit, InstanceStatus, InstanceSubStatus, MemoryStore, NewBookmark, NewInstance, Store,
+///     StoreError,
+/// };
+///
+/// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
+/// let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+/// let now = 1_700_000_000_000_000; // µs since the epoch, from the caller's clock
+/// store.create_instance(NewInstance {
+///     instance_id: "order-1".into(),
+///     definition_name: "order".into(),
+///     definition_version: "fingerprint".into(),
+///     status: InstanceStatus::Running,
+///     sub_status: Some(InstanceSubStatus::Pending),
+///     correlation_id: None,
+///     origin_at: now,
+///     created_at: now,
+///     state: json!({ "format": 1 }),
+///     receipt: None,
+///     consumed_queue_item: None,
+///     activation_scope: None,
+/// }).await?;
+/// let lease = store.acquire_lease("order-1", "node-a", now, 30_000_000).await?;
+/// let record = store.load_instance("order-1").await?;
+///
+/// let mut commit = Commit::new(
+///     "order-1", record.version, lease.token, now, json!({ "format": 1, "step": 1 }),
+///     InstanceStatus::Suspended, Some(InstanceSubStatus::Waiting),
+/// );
+/// commit.bookmarks_added.push(NewBookmark {
+///     bookmark_id: "bm-1".into(), hash: "approved".into(), name: "approved".into(),
+///     node_id: "root:wait".into(), context_id: 2, look_back: None, created_at: now,
+/// });
+/// commit.release_lease = true;
+/// assert_eq!(store.commit(commit.clone()).await?, 2);
+///
+/// // The same commit again is stale: nothing is written.
+/// assert!(matches!(store.commit(commit).await, Err(StoreError::Conflict { .. })));
+/// # Ok::<(), StoreError>(())
+/// # }).unwrap();
+/// ```
 pub trait Store: Send + Sync + 'static {
     // ----- instances -----
 
