@@ -1063,16 +1063,24 @@ impl RawQueue {
 
 fn commit_tx(c: &Connection, commit: &Commit, state: &str, created: &[String]) -> StoreResult<u64> {
     let id = commit.instance_id.as_str();
-    let row: Option<(i64, Option<String>, i64, String, String)> = c
+    let row: Option<(i64, Option<String>, i64, String, String, Option<String>)> = c
         .prepare_cached(
-            "SELECT version, lease_owner, lease_token, definition_name, definition_version
+            "SELECT version, lease_owner, lease_token, definition_name, definition_version,
+                correlation_id
              FROM wf_instances WHERE instance_id = ?1",
         )?
         .query_row([id], |r| {
-            Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?))
+            Ok((
+                r.get(0)?,
+                r.get(1)?,
+                r.get(2)?,
+                r.get(3)?,
+                r.get(4)?,
+                r.get(5)?,
+            ))
         })
         .optional()?;
-    let (version, lease_owner, lease_token, definition_name, definition_version) =
+    let (version, lease_owner, lease_token, definition_name, definition_version, correlation) =
         row.ok_or_else(|| not_found("instance", id))?;
     let version = to_u64(version);
     if version != commit.expected_version {
@@ -1146,11 +1154,14 @@ fn commit_tx(c: &Connection, commit: &Commit, state: &str, created: &[String]) -
             }
         }
     }
-    c.prepare_cached(
-        "UPDATE wf_bookmarks SET correlation_id = ?1
-         WHERE instance_id = ?2 AND correlation_id IS NOT ?1",
-    )?
-    .execute(rusqlite::params![commit.correlation_id, id])?;
+    if correlation != commit.correlation_id {
+        // C-10: the bookmark rows follow the instance's correlation id.
+        c.prepare_cached(
+            "UPDATE wf_bookmarks SET correlation_id = ?1
+             WHERE instance_id = ?2 AND correlation_id IS NOT ?1",
+        )?
+        .execute(rusqlite::params![commit.correlation_id, id])?;
+    }
     {
         let mut stmt =
             c.prepare_cached("DELETE FROM wf_timers WHERE timer_id = ?1 AND instance_id = ?2")?;
