@@ -1061,9 +1061,13 @@ impl RawQueue {
 
 // ----- write operations (run on the writer thread, inside a savepoint) -----
 
+/// What a commit reads first: version, lease owner and token, definition name and version,
+/// correlation id.
+type CommitGuard = (i64, Option<String>, i64, String, String, Option<String>);
+
 fn commit_tx(c: &Connection, commit: &Commit, state: &str, created: &[String]) -> StoreResult<u64> {
     let id = commit.instance_id.as_str();
-    let row: Option<(i64, Option<String>, i64, String, String, Option<String>)> = c
+    let row: Option<CommitGuard> = c
         .prepare_cached(
             "SELECT version, lease_owner, lease_token, definition_name, definition_version,
                 correlation_id
