@@ -20,12 +20,12 @@ pub use workflow::{StateMachineWorkflow, Workflow};
 pub use store::conformance;
 pub use store::{
     BookmarkQuery, BookmarkRow, ClaimedInstance, Commit, ControlKind, ControlRequest,
-    DEFAULT_MAX_STATE_BYTES, DeadLetter, DeadLetterReason, IdempotencyRecord, IncidentRecord,
-    InstanceFilter, InstanceRecord, InstanceStatus, InstanceSubStatus, JournalCompaction,
-    JournalRecord, Lease, LeaseState, ListedInstance, MAX_JOURNAL_DETAIL_BYTES, MemoryStore,
-    Micros, NewBookmark, NewIncident, NewInstance, NewJournalRecord, NewTimer, PurgeFilter,
-    QueueFailure, QueueItem, Renewal, STATE_FORMAT, Schedule, ScheduleFiring, Store, StoreError,
-    StoreResult, StoreStats, TimerRow, TriggerDiff, TriggerRow, WakeUp,
+    DEFAULT_MAX_STATE_BYTES, DeadLetter, DeadLetterFilter, DeadLetterReason, IdempotencyRecord,
+    IncidentRecord, InstanceFilter, InstanceRecord, InstanceStatus, InstanceSubStatus,
+    JournalCompaction, JournalRecord, Lease, LeaseState, ListedInstance, MAX_JOURNAL_DETAIL_BYTES,
+    MemoryStore, Micros, NewBookmark, NewIncident, NewInstance, NewJournalRecord, NewTimer,
+    PurgeFilter, QueueFailure, QueueItem, Renewal, STATE_FORMAT, Schedule, ScheduleFiring, Store,
+    StoreError, StoreResult, StoreStats, TimerRow, TriggerDiff, TriggerRow, WakeUp,
 };
 #[cfg(feature = "sqlite")]
 pub use store::{MigrateMode, SqliteOptions, SqliteStore, Synchronous};

@@ -12,8 +12,8 @@ use workflow_runtime::conformance::{
     SEC, T0, TTL, bookmark, create_leased, doc, new_instance, queue_item, waiting,
 };
 use workflow_runtime::{
-    BookmarkQuery, DeadLetterReason, InstanceFilter, InstanceStatus, MigrateMode, NewJournalRecord,
-    NewTimer, SqliteOptions, SqliteStore, Store, StoreError, TriggerRow,
+    BookmarkQuery, DeadLetterFilter, DeadLetterReason, InstanceFilter, InstanceStatus, MigrateMode,
+    NewJournalRecord, NewTimer, SqliteOptions, SqliteStore, Store, StoreError, TriggerRow,
 };
 
 /// The newest schema version (5 at the time of writing).
@@ -104,7 +104,14 @@ async fn reopening_the_file_keeps_everything() {
     let page = store.claim_queue_page("n", T0, TTL, 10).await.unwrap();
     assert_eq!(page.len(), 1);
     assert_eq!(page[0], queue_item("q1", T0));
-    assert_eq!(store.list_dead_letters(None, 10).await.unwrap().len(), 1);
+    assert_eq!(
+        store
+            .list_dead_letters(DeadLetterFilter::all(10))
+            .await
+            .unwrap()
+            .len(),
+        1
+    );
     assert_eq!(
         store.find_triggers(&["th".to_owned()]).await.unwrap().len(),
         1

@@ -25,13 +25,13 @@ use std::sync::Arc;
 
 use serde_json::{Value, json};
 
-use super::NewIncident;
 use super::{
     BookmarkQuery, BoxFuture, Commit, ControlKind, ControlRequest, DEFAULT_MAX_STATE_BYTES,
     DeadLetterReason, IdempotencyRecord, InstanceFilter, InstanceStatus, InstanceSubStatus,
     JournalCompaction, Lease, Micros, NewBookmark, NewInstance, NewJournalRecord, NewTimer,
     PurgeFilter, QueueFailure, QueueItem, Store, StoreError, StoreResult, TriggerRow, WakeUp,
 };
+use super::{DeadLetterFilter, NewIncident};
 
 /// A store with the test hooks the suite needs (C-25, C-26): raw access to a state row.
 pub trait TestBackend: Store {
@@ -1037,7 +1037,10 @@ pub async fn c15_queue_ttl(store: Arc<dyn TestBackend>) {
     assert_eq!(ids, ["q2", "q3"]);
     assert_eq!(store.expire_queue(now, 100).await.unwrap(), 1);
     assert_eq!(store.expire_queue(now, 100).await.unwrap(), 0);
-    let dead = store.list_dead_letters(None, 10).await.unwrap();
+    let dead = store
+        .list_dead_letters(DeadLetterFilter::all(10))
+        .await
+        .unwrap();
     assert_eq!(dead.len(), 1);
     assert_eq!(dead[0].item.item_id, "q1");
     assert_eq!(dead[0].item.stimulus_id, "s-q1");
@@ -1045,7 +1048,7 @@ pub async fn c15_queue_ttl(store: Arc<dyn TestBackend>) {
     assert_eq!(dead[0].dead_at, now);
     assert!(
         store
-            .list_dead_letters(Some(DeadLetterReason::Failed), 10)
+            .list_dead_letters(DeadLetterFilter::of_reason(DeadLetterReason::Failed, 10))
             .await
             .unwrap()
             .is_empty()
@@ -1091,7 +1094,10 @@ pub async fn c16_queue_attempts(store: Arc<dyn TestBackend>) {
             .unwrap(),
         QueueFailure::DeadLettered
     );
-    let dead = store.list_dead_letters(None, 10).await.unwrap();
+    let dead = store
+        .list_dead_letters(DeadLetterFilter::all(10))
+        .await
+        .unwrap();
     assert_eq!(dead.len(), 1);
     assert_eq!(dead[0].reason, DeadLetterReason::Failed);
     assert_eq!(dead[0].error.as_deref(), Some("boom 3"));
@@ -1121,7 +1127,10 @@ pub async fn c17_dead_letter_once(store: Arc<dyn TestBackend>) {
         }
     }
     assert_eq!(moved, 1);
-    let dead = store.list_dead_letters(None, 10).await.unwrap();
+    let dead = store
+        .list_dead_letters(DeadLetterFilter::all(10))
+        .await
+        .unwrap();
     assert_eq!(dead.len(), 1);
     assert_eq!(dead[0].reason, DeadLetterReason::Rejected);
     assert_eq!(dead[0].error.as_deref(), Some("no"));
@@ -1825,12 +1834,19 @@ pub async fn c18_dead_letters(store: Arc<dyn TestBackend>) {
         .await
         .unwrap();
     let rejected = store
-        .list_dead_letters(Some(DeadLetterReason::Rejected), 10)
+        .list_dead_letters(DeadLetterFilter::of_reason(DeadLetterReason::Rejected, 10))
         .await
         .unwrap();
     let ids: Vec<&str> = rejected.iter().map(|d| d.item.item_id.as_str()).collect();
     assert_eq!(ids, ["q1", "q3"]);
-    assert_eq!(store.list_dead_letters(None, 2).await.unwrap().len(), 2);
+    assert_eq!(
+        store
+            .list_dead_letters(DeadLetterFilter::all(2))
+            .await
+            .unwrap()
+            .len(),
+        2
+    );
 
     // Replay q2: fresh TTL, zero attempts, same ids.
     let now = T0 + 100 * SEC;
@@ -1851,7 +1867,49 @@ pub async fn c18_dead_letters(store: Arc<dyn TestBackend>) {
     // TTL: q1 died at T0 + 10 µs.
     assert_eq!(store.purge_dead_letters(T0 + 10, 100).await.unwrap(), 0);
     assert_eq!(store.purge_dead_letters(T0 + 11, 100).await.unwrap(), 1);
-    assert!(store.list_dead_letters(None, 10).await.unwrap().is_empty());
+    assert!(
+        store
+            .list_dead_letters(DeadLetterFilter::all(10))
+            .await
+            .unwrap()
+            .is_empty()
+    );
+
+    // Filters by name and hash, and keyset paging.
+    for (id, name, hash) in [("d1", "a", "ha"), ("d2", "b", "hb"), ("d3", "a", "ha")] {
+        let mut item = queue_item(id, T0);
+        item.name = name.to_owned();
+        item.hash = hash.to_owned();
+        store.enqueue(item).await.unwrap();
+        store
+            .dead_letter(id, DeadLetterReason::Rejected, None, T0 + 50)
+            .await
+            .unwrap();
+    }
+    let by_name = DeadLetterFilter {
+        name: Some("a".to_owned()),
+        ..DeadLetterFilter::all(10)
+    };
+    let ids = |rows: Vec<super::DeadLetter>| -> Vec<String> {
+        rows.into_iter().map(|d| d.item.item_id).collect()
+    };
+    assert_eq!(
+        ids(store.list_dead_letters(by_name).await.unwrap()),
+        ["d1", "d3"]
+    );
+    let by_hash = DeadLetterFilter {
+        hash: Some("hb".to_owned()),
+        ..DeadLetterFilter::all(10)
+    };
+    assert_eq!(ids(store.list_dead_letters(by_hash).await.unwrap()), ["d2"]);
+    let page_two = DeadLetterFilter {
+        after: Some((T0 + 50, "d1".to_owned())),
+        ..DeadLetterFilter::all(1)
+    };
+    assert_eq!(
+        ids(store.list_dead_letters(page_two).await.unwrap()),
+        ["d2"]
+    );
 }
 
 /// C-20: idempotency records: store and look up; a reuse with a different hash is detectable.

@@ -15,7 +15,7 @@ use super::{
     commit_hints, create_hint, decode_state, encode_commit, encode_state, instance_resource,
     journal_detail, named_resource, page, purge_statuses, send_hints, validate_instance_id,
 };
-use super::{IncidentRecord, NewIncident, Schedule, ScheduleFiring};
+use super::{DeadLetterFilter, IncidentRecord, NewIncident, Schedule, ScheduleFiring};
 
 /// An in-process store for tests and quick starts (ST-25).
 ///
@@ -1584,14 +1584,22 @@ impl Store for MemoryStore {
 
     fn list_dead_letters(
         &self,
-        reason: Option<DeadLetterReason>,
-        limit: usize,
+        filter: DeadLetterFilter,
     ) -> BoxFuture<'_, StoreResult<Vec<DeadLetter>>> {
+        let limit = filter.limit;
         self.read(move |inner| {
             let mut rows: Vec<DeadLetter> = inner
                 .dead_letters
                 .values()
-                .filter(|d| reason.is_none_or(|r| r == d.reason))
+                .filter(|d| {
+                    filter.reason.is_none_or(|r| r == d.reason)
+                        && filter.name.as_ref().is_none_or(|n| *n == d.item.name)
+                        && filter.hash.as_ref().is_none_or(|h| *h == d.item.hash)
+                        && filter
+                            .after
+                            .as_ref()
+                            .is_none_or(|(at, id)| (d.dead_at, &d.item.item_id) > (*at, id))
+                })
                 .cloned()
                 .collect();
             rows.sort_by(|a, b| (a.dead_at, &a.item.item_id).cmp(&(b.dead_at, &b.item.item_id)));

@@ -888,6 +888,40 @@ pub struct DeadLetter {
     pub dead_at: Micros,
 }
 
+/// Filters and keyset page of [`Store::list_dead_letters`] (C-18).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct DeadLetterFilter {
+    /// Only this reason.
+    pub reason: Option<DeadLetterReason>,
+    /// Only this stimulus name.
+    pub name: Option<String>,
+    /// Only this stimulus hash.
+    pub hash: Option<String>,
+    /// Keyset: only dead letters after this `(dead_at, item_id)`.
+    pub after: Option<(Micros, String)>,
+    /// Page size (0 means 100).
+    pub limit: usize,
+}
+
+impl DeadLetterFilter {
+    /// All dead letters, first page of `limit`.
+    pub fn all(limit: usize) -> Self {
+        Self {
+            limit,
+            ..Self::default()
+        }
+    }
+
+    /// Dead letters of one reason, first page of `limit`.
+    pub fn of_reason(reason: DeadLetterReason, limit: usize) -> Self {
+        Self {
+            reason: Some(reason),
+            limit,
+            ..Self::default()
+        }
+    }
+}
+
 /// What [`Store::record_queue_failure`] did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum QueueFailure {
@@ -1398,11 +1432,10 @@ pub trait Store: Send + Sync + 'static {
         key: &str,
     ) -> BoxFuture<'_, StoreResult<Option<IdempotencyRecord>>>;
 
-    /// Dead letters, optionally of one reason, in `(dead_at, item_id)` order.
+    /// Dead letters matching the filter, in `(dead_at, item_id)` keyset order (C-18).
     fn list_dead_letters(
         &self,
-        reason: Option<DeadLetterReason>,
-        limit: usize,
+        filter: DeadLetterFilter,
     ) -> BoxFuture<'_, StoreResult<Vec<DeadLetter>>>;
 
     // ----- maintenance -----

@@ -38,7 +38,7 @@ use super::{
     instance_resource, journal_detail, named_resource, page, purge_statuses, send_hints,
     validate_instance_id,
 };
-use super::{IncidentRecord, NewIncident, Schedule, ScheduleFiring};
+use super::{DeadLetterFilter, IncidentRecord, NewIncident, Schedule, ScheduleFiring};
 
 /// SQLite's `synchronous` setting (ST-26).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -2565,19 +2565,29 @@ impl Store for SqliteStore {
 
     fn list_dead_letters(
         &self,
-        reason: Option<DeadLetterReason>,
-        limit: usize,
+        filter: DeadLetterFilter,
     ) -> BoxFuture<'_, StoreResult<Vec<DeadLetter>>> {
         self.read(move |c| {
+            let (after_at, after_id) = match &filter.after {
+                Some((at, id)) => (Some(*at), Some(id.as_str())),
+                None => (None, None),
+            };
             let mut stmt = c.prepare_cached(&format!(
                 "SELECT original_item_id, {QUEUE_COLS}, reason, error, dead_at FROM wf_dead_letters
                  WHERE (?1 IS NULL OR reason = ?1)
+                   AND (?3 IS NULL OR name = ?3)
+                   AND (?4 IS NULL OR hash = ?4)
+                   AND (?5 IS NULL OR (dead_at, original_item_id) > (?5, ?6))
                  ORDER BY dead_at, original_item_id LIMIT ?2"
             ))?;
             let rows = stmt.query_map(
                 rusqlite::params![
-                    reason.map(DeadLetterReason::as_str),
-                    limit_i64(page(limit, 100))
+                    filter.reason.map(DeadLetterReason::as_str),
+                    limit_i64(page(filter.limit, 100)),
+                    filter.name,
+                    filter.hash,
+                    after_at,
+                    after_id,
                 ],
                 |r| {
                     Ok((
