@@ -628,3 +628,37 @@ async fn group_commit_respects_its_limits() {
     .await;
     assert!(by_count >= 10, "{by_count}");
 }
+
+/// ST-22 for the queue: a hand-edited, undecodable queue item fails alone: the page holds the
+/// other items and the bad one becomes a `Rejected` dead letter keeping its raw text.
+#[tokio::test]
+async fn an_undecodable_queue_item_does_not_block_the_queue() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("store.db");
+    {
+        let store = open(&path);
+        for (id, at) in [("q1", 1), ("q2", 2), ("q3", 3)] {
+            store.enqueue(queue_item(id, T0 + at)).await.unwrap();
+        }
+    }
+    rusqlite::Connection::open(&path)
+        .unwrap()
+        .execute(
+            "UPDATE wf_queue SET payload = '{broken' WHERE item_id = 'q2'",
+            [],
+        )
+        .unwrap();
+    let store = open(&path);
+    let page = store.claim_queue_page("n", T0, TTL, 10).await.unwrap();
+    let ids: Vec<&str> = page.iter().map(|q| q.item_id.as_str()).collect();
+    assert_eq!(ids, ["q1", "q3"]);
+    let dead = store
+        .list_dead_letters(DeadLetterFilter::all(10))
+        .await
+        .unwrap();
+    assert_eq!(dead.len(), 1);
+    assert_eq!(dead[0].item.item_id, "q2");
+    assert_eq!(dead[0].reason, DeadLetterReason::Rejected);
+    assert_eq!(dead[0].item.payload, json!({ "undecodable": "{broken" }));
+    assert!(dead[0].error.as_deref().unwrap().contains("payload"));
+}

@@ -1475,6 +1475,34 @@ fn move_to_dead(
     Ok(inserted > 0 && deleted > 0)
 }
 
+/// Moves an undecodable queue item to the dead letters as `Rejected`, wrapping its raw JSON
+/// columns as `{"undecodable": "<text>"}` so the dead letter itself decodes (ST-22).
+fn quarantine_queue_item(
+    c: &Connection,
+    item_id: &str,
+    payload: &str,
+    targets: &str,
+    error: &StoreError,
+    now: i64,
+) -> StoreResult<()> {
+    let wrap = |raw: &str| -> StoreResult<String> {
+        match serde_json::from_str::<Value>(raw) {
+            Ok(_) => Ok(raw.to_owned()),
+            Err(_) => json_text(&serde_json::json!({ "undecodable": raw })),
+        }
+    };
+    c.prepare_cached("UPDATE wf_queue SET payload = ?2, targets = ?3 WHERE item_id = ?1")?
+        .execute(rusqlite::params![item_id, wrap(payload)?, wrap(targets)?])?;
+    move_to_dead(
+        c,
+        item_id,
+        DeadLetterReason::Rejected,
+        Some(&error.to_string()),
+        now,
+    )?;
+    Ok(())
+}
+
 fn delete_dependents(c: &Connection, id: &str) -> StoreResult<()> {
     for sql in [
         "DELETE FROM wf_bookmarks WHERE instance_id = ?1",
@@ -2286,12 +2314,18 @@ impl Store for SqliteStore {
             )?;
             let mut items = Vec::with_capacity(raw.len());
             for r in raw {
-                stmt.execute(rusqlite::params![
-                    r.item.item_id,
-                    owner,
-                    now.saturating_add(claim_ttl)
-                ])?;
-                items.push(r.decode("queue item")?);
+                let id = r.item.item_id.clone();
+                let (payload, targets) = (r.payload.clone(), r.targets.clone());
+                match r.decode("queue item") {
+                    Ok(item) => {
+                        stmt.execute(rusqlite::params![id, owner, now.saturating_add(claim_ttl)])?;
+                        items.push(item);
+                    }
+                    // ST-22: an undecodable item fails alone: it becomes a `Rejected` dead
+                    // letter naming the error, its raw text kept in a decodable wrapper, so it
+                    // neither blocks the queue nor is lost.
+                    Err(e) => quarantine_queue_item(c, &id, &payload, &targets, &e, now)?,
+                }
             }
             Ok(items)
         })
