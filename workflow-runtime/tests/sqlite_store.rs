@@ -1,0 +1,664 @@
+//! SQLite-specific store tests: durability across reopen, group commit (C-32), decode errors on
+//! hand-edited rows (C-25), migrations (C-30) and crash atomicity (C-31).
+#![cfg(feature = "sqlite")]
+#![allow(clippy::unwrap_used)]
+
+use std::path::Path;
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+use workflow_runtime::store::conformance::{
+    SEC, T0, TTL, bookmark, create_leased, doc, new_instance, queue_item, waiting,
+};
+use workflow_runtime::store::{
+    BookmarkQuery, DeadLetterFilter, DeadLetterReason, InstanceFilter, InstanceStatus, MigrateMode,
+    NewJournalRecord, NewTimer, SqliteOptions, SqliteStore, Store, StoreError, TriggerRow,
+};
+
+/// The newest schema version (5 at the time of writing).
+const LATEST: u32 = 5;
+
+fn all_migrations() -> Vec<u32> {
+    assert_eq!(SqliteStore::schema_version(), LATEST);
+    (1..=LATEST).collect()
+}
+
+fn open(path: &Path) -> SqliteStore {
+    SqliteStore::open(path).unwrap()
+}
+
+#[tokio::test]
+async fn reopening_the_file_keeps_everything() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("store.db");
+    let token = {
+        let store = open(&path);
+        assert_eq!(store.migrations_applied(), all_migrations());
+        let lease = create_leased(&store, "wf-1").await;
+        let mut c = waiting("wf-1", 1, lease.token, 7);
+        c.correlation_id = Some("order-7".to_owned());
+        c.bookmarks_added = vec![bookmark("b1", "h", T0)];
+        c.timers_added = vec![NewTimer {
+            timer_id: "t1".to_owned(),
+            kind: "delay".to_owned(),
+            due_at: T0 + 60 * SEC,
+        }];
+        c.journal = vec![NewJournalRecord {
+            at: T0,
+            kind: "suspended".to_owned(),
+            context_id: Some(1),
+            node_id: Some("root".to_owned()),
+            detail: json!({ "why": "waiting" }),
+        }];
+        c.receipts = vec!["s0".to_owned()];
+        store.commit(c).await.unwrap();
+        store.enqueue(queue_item("q1", T0)).await.unwrap();
+        store.enqueue(queue_item("q2", T0)).await.unwrap();
+        store
+            .dead_letter("q2", DeadLetterReason::Rejected, Some("bad"), T0)
+            .await
+            .unwrap();
+        store
+            .replace_triggers(
+                "order",
+                vec![TriggerRow {
+                    definition_name: "order".to_owned(),
+                    definition_version: "v1".to_owned(),
+                    node_id: "root:start".to_owned(),
+                    hash: "th".to_owned(),
+                    name: "placed".to_owned(),
+                    key_display: None,
+                    payload: json!({}),
+                    activation: json!({}),
+                    registered_at: T0,
+                }],
+            )
+            .await
+            .unwrap();
+        store
+            .acquire_named_lease("purge", "node-a", T0, TTL)
+            .await
+            .unwrap();
+        lease.token
+        // The store (its threads and connections) is dropped here.
+    };
+
+    let store = open(&path);
+    assert!(store.migrations_applied().is_empty(), "second open: no-op");
+    let loaded = store.load_instance("wf-1").await.unwrap();
+    assert_eq!(loaded.version, 2);
+    assert_eq!(loaded.state, doc(7));
+    assert_eq!(loaded.status, InstanceStatus::Suspended);
+    assert_eq!(loaded.correlation_id.as_deref(), Some("order-7"));
+    assert_eq!(loaded.lease.map(|l| l.token), Some(token));
+    let found = store
+        .find_bookmarks(BookmarkQuery::by_hash("h", 10))
+        .await
+        .unwrap();
+    assert_eq!(found.len(), 1);
+    assert_eq!(found[0].correlation_id.as_deref(), Some("order-7"));
+    assert_eq!(store.earliest_timer(T0).await.unwrap(), Some(T0 + 60 * SEC));
+    assert_eq!(store.read_journal("wf-1", 0, 10).await.unwrap().len(), 1);
+    assert!(store.has_receipt("wf-1", "s0").await.unwrap());
+    let page = store.claim_queue_page("n", T0, TTL, 10).await.unwrap();
+    assert_eq!(page.len(), 1);
+    assert_eq!(page[0], queue_item("q1", T0));
+    assert_eq!(
+        store
+            .list_dead_letters(DeadLetterFilter::all(10))
+            .await
+            .unwrap()
+            .len(),
+        1
+    );
+    assert_eq!(
+        store.find_triggers(&["th".to_owned()]).await.unwrap().len(),
+        1
+    );
+    assert!(matches!(
+        store
+            .acquire_named_lease("purge", "node-b", T0 + SEC, TTL)
+            .await,
+        Err(StoreError::LeaseHeld { .. })
+    ));
+    // The instance resumes where it was: the same lease token still commits.
+    assert_eq!(store.commit(waiting("wf-1", 2, token, 8)).await.unwrap(), 3);
+}
+
+/// C-32: many concurrent commits land in fewer transactions than commits, each with its own
+/// result; one failing version check does not affect the others.
+#[tokio::test]
+async fn group_commit_batches_concurrent_commits() {
+    const N: usize = 200;
+    let dir = tempfile::tempdir().unwrap();
+    let store: Arc<dyn Store> = Arc::new(open(&dir.path().join("store.db")));
+    let mut setup = Vec::new();
+    for i in 0..N {
+        let store = Arc::clone(&store);
+        setup.push(tokio::spawn(async move {
+            create_leased(&*store, &format!("wf-{i}")).await
+        }));
+    }
+    let mut tokens = Vec::new();
+    for task in setup {
+        tokens.push(task.await.unwrap().token);
+    }
+    let before = store.stats().await.unwrap();
+    let mut tasks = Vec::new();
+    for (i, token) in tokens.iter().copied().enumerate() {
+        let store = Arc::clone(&store);
+        tasks.push(tokio::spawn(async move {
+            let id = format!("wf-{i}");
+            // Instance 100 names a stale version: only it fails.
+            let version = if i == 100 { 7 } else { 1 };
+            let mut c = waiting(&id, version, token, i as i64);
+            c.bookmarks_added = vec![bookmark(&format!("b-{i}"), "h", T0)];
+            store.commit(c).await
+        }));
+    }
+    for (i, task) in tasks.into_iter().enumerate() {
+        let result = task.await.unwrap();
+        if i == 100 {
+            assert!(matches!(
+                result,
+                Err(StoreError::Conflict {
+                    expected: 7,
+                    actual: 1,
+                    ..
+                })
+            ));
+        } else {
+            assert_eq!(result.unwrap(), 2, "wf-{i}");
+        }
+    }
+    let after = store.stats().await.unwrap();
+    let requests = after.write_requests - before.write_requests;
+    let transactions = after.transactions - before.transactions;
+    println!("group commit: {requests} requests in {transactions} transactions");
+    assert_eq!(requests, N as u64);
+    assert!(transactions < requests, "{transactions} transactions");
+    for i in 0..N {
+        let loaded = store.load_instance(&format!("wf-{i}")).await.unwrap();
+        if i == 100 {
+            assert_eq!((loaded.version, loaded.state), (1, doc(0)));
+            assert!(store.list_bookmarks("wf-100").await.unwrap().is_empty());
+        } else {
+            assert_eq!((loaded.version, loaded.state), (2, doc(i as i64)));
+        }
+    }
+    let all = store
+        .find_bookmarks(BookmarkQuery::by_hash("h", 1000))
+        .await
+        .unwrap();
+    assert_eq!(all.len(), N - 1);
+}
+
+/// C-25 through the file: a hand-edited row gives `Decode` naming the instance, for that row
+/// only.
+#[tokio::test]
+async fn hand_edited_rows_fail_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("store.db");
+    {
+        let store = open(&path);
+        for id in ["wf-1", "wf-2", "wf-3"] {
+            store.create_instance(new_instance(id)).await.unwrap();
+        }
+    }
+    {
+        let raw = rusqlite::Connection::open(&path).unwrap();
+        raw.execute(
+            "UPDATE wf_instances SET state = 'not json' WHERE instance_id = 'wf-1'",
+            [],
+        )
+        .unwrap();
+        raw.execute(
+            "UPDATE wf_instances SET status = 'sleeping' WHERE instance_id = 'wf-3'",
+            [],
+        )
+        .unwrap();
+    }
+    let store = open(&path);
+    match store.load_instance("wf-1").await {
+        Err(StoreError::Decode { what, id, path, .. }) => {
+            assert_eq!(
+                (what, id.as_str(), path.as_str()),
+                ("instance", "wf-1", "state")
+            );
+        }
+        other => panic!("expected Decode, got {other:?}"),
+    }
+    match store.load_instance("wf-3").await {
+        Err(StoreError::Decode { id, path, .. }) => {
+            assert_eq!((id.as_str(), path.as_str()), ("wf-3", "status"));
+        }
+        other => panic!("expected Decode, got {other:?}"),
+    }
+    assert_eq!(store.load_instance("wf-2").await.unwrap().state, doc(0));
+    let listed = store
+        .list_instances(InstanceFilter::default())
+        .await
+        .unwrap();
+    let ok: Vec<bool> = listed.iter().map(|l| l.record.is_ok()).collect();
+    assert_eq!(ok, [false, true, false]);
+}
+
+/// C-30: fresh database, re-run is a no-op, concurrent migrators, newer schema refused,
+/// checksum mismatch detected, `CheckOnly` refuses pending migrations.
+#[test]
+fn migrations() {
+    let dir = tempfile::tempdir().unwrap();
+
+    // CheckOnly on an empty database: outdated.
+    let check_only = SqliteOptions {
+        migrate: MigrateMode::CheckOnly,
+        ..SqliteOptions::default()
+    };
+    let empty = dir.path().join("empty.db");
+    assert!(matches!(
+        SqliteStore::open_with(&empty, &check_only),
+        Err(StoreError::SchemaOutdated {
+            found: 0,
+            required: LATEST
+        })
+    ));
+
+    // Concurrent migrators: the owner lock serialises them (the others get `InUse` and
+    // retry); exactly one applies the migrations, the later ones find the work done.
+    let path = dir.path().join("store.db");
+    let handles: Vec<_> = (0..4)
+        .map(|_| {
+            let path = path.clone();
+            std::thread::spawn(move || {
+                loop {
+                    match SqliteStore::open(&path) {
+                        Ok(store) => return store.migrations_applied().to_vec(),
+                        Err(StoreError::InUse { .. }) => {
+                            std::thread::sleep(std::time::Duration::from_millis(5));
+                        }
+                        Err(other) => panic!("{other:?}"),
+                    }
+                }
+            })
+        })
+        .collect();
+    let applied: Vec<Vec<u32>> = handles.into_iter().map(|h| h.join().unwrap()).collect();
+    assert_eq!(
+        applied.iter().filter(|a| **a == all_migrations()).count(),
+        1,
+        "{applied:?}"
+    );
+    assert_eq!(applied.iter().filter(|a| a.is_empty()).count(), 3);
+    assert!(open(&path).migrations_applied().is_empty());
+    assert!(SqliteStore::open_with(&path, &check_only).is_ok());
+
+    let raw = rusqlite::Connection::open(&path).unwrap();
+    let rows: i64 = raw
+        .query_row("SELECT COUNT(*) FROM wf_schema_migrations", [], |r| {
+            r.get(0)
+        })
+        .unwrap();
+    assert_eq!(rows, i64::from(LATEST));
+
+    // A checksum mismatch.
+    raw.execute(
+        "UPDATE wf_schema_migrations SET checksum = 'edited' WHERE version = 1",
+        [],
+    )
+    .unwrap();
+    assert!(matches!(
+        SqliteStore::open(&path),
+        Err(StoreError::MigrationChecksumMismatch { version: 1 })
+    ));
+
+    // A newer schema.
+    let newer = dir.path().join("newer.db");
+    drop(open(&newer));
+    let raw = rusqlite::Connection::open(&newer).unwrap();
+    raw.execute(
+        "INSERT INTO wf_schema_migrations (version, name, checksum, applied_at)
+         VALUES (99, '0099_future', 'x', 0)",
+        [],
+    )
+    .unwrap();
+    assert_eq!(
+        SqliteStore::open(&newer).unwrap_err(),
+        StoreError::SchemaTooNew {
+            found: 99,
+            supported: SqliteStore::schema_version()
+        }
+    );
+}
+
+/// Issue #5 item 4 and ST-20: stored payloads carry no Rust type names, so a state written
+/// from one Rust type loads into a renamed one.
+#[tokio::test]
+async fn renaming_a_rust_type_does_not_break_stored_instances() {
+    #[derive(Serialize)]
+    struct OrderData {
+        id: u64,
+        lines: Vec<String>,
+    }
+    #[derive(Deserialize, PartialEq, Debug)]
+    struct RenamedOrderData {
+        id: u64,
+        lines: Vec<String>,
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("store.db");
+    {
+        let store = open(&path);
+        let mut new = new_instance("wf-1");
+        new.state = json!({
+            "format": 1,
+            "data": OrderData { id: u64::MAX, lines: vec!["a".to_owned()] },
+        });
+        store.create_instance(new).await.unwrap();
+        let raw = store.read_raw_state("wf-1").await.unwrap();
+        assert!(!raw.contains("OrderData"), "{raw}");
+    }
+    let store = open(&path);
+    let loaded = store.load_instance("wf-1").await.unwrap();
+    let data: RenamedOrderData = serde_json::from_value(loaded.state["data"].clone()).unwrap();
+    assert_eq!(
+        data,
+        RenamedOrderData {
+            id: u64::MAX,
+            lines: vec!["a".to_owned()]
+        }
+    );
+}
+
+const CRASH_ENV: &str = "WF_STORE_CRASH_DB";
+const CRASH_INSTANCES: usize = 8;
+
+/// The commit of the crash test: from version `v`, state `v`, bookmark and timer `v` replace
+/// those of `v - 1`, one journal entry, receipt `s-v`.
+fn crash_commit(id: &str, version: u64, token: u64) -> workflow_runtime::store::Commit {
+    let n = version as i64;
+    let mut c = waiting(id, version, token, n);
+    c.bookmarks_added = vec![bookmark(&format!("{id}-b{n}"), "h", T0 + n)];
+    c.timers_added = vec![NewTimer {
+        timer_id: format!("{id}-t{n}"),
+        kind: "delay".to_owned(),
+        due_at: T0 + n,
+    }];
+    if n > 1 {
+        c.bookmarks_removed = vec![format!("{id}-b{}", n - 1)];
+        c.timers_removed = vec![format!("{id}-t{}", n - 1)];
+    }
+    c.journal = vec![NewJournalRecord {
+        at: T0 + n,
+        kind: "step".to_owned(),
+        context_id: None,
+        node_id: None,
+        detail: json!({ "n": n }),
+    }];
+    c.receipts = vec![format!("s-{n}")];
+    c
+}
+
+/// Child side of `crash_leaves_every_instance_at_one_committed_version`: commits in a loop
+/// until killed. Does nothing unless the parent set the database path.
+#[tokio::test]
+async fn crash_child() {
+    let Ok(path) = std::env::var(CRASH_ENV) else {
+        return;
+    };
+    let store: Arc<dyn Store> = Arc::new(open(Path::new(&path)));
+    let mut tasks = Vec::new();
+    for i in 0..CRASH_INSTANCES {
+        let store = Arc::clone(&store);
+        tasks.push(tokio::spawn(async move {
+            let id = format!("wf-{i}");
+            let lease = create_leased(&*store, &id).await;
+            let mut version = 1;
+            loop {
+                match store.commit(crash_commit(&id, version, lease.token)).await {
+                    Ok(next) => version = next,
+                    // End the process (closing stdout) so the parent cannot hang.
+                    Err(e) => {
+                        eprintln!("crash child: {e}");
+                        std::process::exit(1);
+                    }
+                }
+                if version == 3 && i == 0 {
+                    println!("crash-child-ready");
+                }
+            }
+        }));
+    }
+    // The tasks never end: the parent kills this process.
+    if let Some(task) = tasks.pop() {
+        task.await.unwrap();
+    }
+}
+
+/// C-31: a child process committing in a loop is killed with SIGKILL; after reopening, every
+/// instance is at one committed version with consistent bookmarks, timers, journal and
+/// receipts.
+#[tokio::test]
+async fn crash_leaves_every_instance_at_one_committed_version() {
+    use std::io::{BufRead, BufReader};
+    use std::process::{Command, Stdio};
+
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("crash.db");
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args(["crash_child", "--exact", "--nocapture", "--test-threads=1"])
+        .env(CRASH_ENV, &path)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let mut lines = BufReader::new(stdout).lines();
+    assert!(
+        lines.any(|l| l.is_ok_and(|l| l.contains("crash-child-ready"))),
+        "the child never got going"
+    );
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    child.kill().unwrap(); // SIGKILL
+    child.wait().unwrap();
+
+    let store = open(&path);
+    let mut total = 0;
+    for i in 0..CRASH_INSTANCES {
+        let id = format!("wf-{i}");
+        let record = store.load_instance(&id).await.unwrap();
+        let v = record.version;
+        assert!(v >= 1);
+        let last = v - 1; // the last committed step
+        total += last;
+        if last == 0 {
+            assert_eq!(record.state, doc(0));
+            continue;
+        }
+        assert_eq!(record.state, doc(last as i64), "{id}");
+        let bookmarks: Vec<String> = store
+            .list_bookmarks(&id)
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|b| b.bookmark_id)
+            .collect();
+        assert_eq!(bookmarks, [format!("{id}-b{last}")]);
+        let timers: Vec<String> = store
+            .list_timers(&id)
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|t| t.timer_id)
+            .collect();
+        assert_eq!(timers, [format!("{id}-t{last}")]);
+        let journal = store.read_journal(&id, 0, 1_000_000).await.unwrap();
+        assert_eq!(journal.len() as u64, last);
+        assert_eq!(journal.last().map(|e| e.seq), Some(last));
+        assert!(store.has_receipt(&id, &format!("s-{last}")).await.unwrap());
+        assert!(!store.has_receipt(&id, &format!("s-{v}")).await.unwrap());
+    }
+    println!("crash test: {total} commits survived the kill");
+    assert!(total >= 2);
+}
+
+/// ST-28, ST-29: a database at an older schema (a fixture at version 1) is migrated forward
+/// on open and its rows keep working.
+#[tokio::test]
+async fn an_older_schema_is_migrated_forward() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("old.db");
+    SqliteStore::create_at_schema(&path, 1).unwrap();
+    {
+        let raw = rusqlite::Connection::open(&path).unwrap();
+        raw.execute(
+            "INSERT INTO wf_instances (instance_id, definition_name, definition_version, status,
+                sub_status, version, lease_token, origin_at, created_at, updated_at, state,
+                state_size)
+             VALUES ('old-1', 'order', 'v1', 'suspended', 'waiting', 4, 2, 0, 0, 0,
+                '{\"format\":1,\"n\":4}', 20)",
+            [],
+        )
+        .unwrap();
+    }
+    let check_only = SqliteOptions {
+        migrate: MigrateMode::CheckOnly,
+        ..SqliteOptions::default()
+    };
+    assert!(matches!(
+        SqliteStore::open_with(&path, &check_only),
+        Err(StoreError::SchemaOutdated {
+            found: 1,
+            required: LATEST
+        })
+    ));
+    let store = open(&path);
+    assert_eq!(store.migrations_applied(), &all_migrations()[1..]);
+    let old = store.load_instance("old-1").await.unwrap();
+    assert_eq!((old.version, old.state), (4, doc(4)));
+    let mut new = new_instance("new-1");
+    new.activation_scope = Some("singleton:order".to_owned());
+    store.create_instance(new).await.unwrap();
+    let lease = store.acquire_lease("old-1", "n", T0, TTL).await.unwrap();
+    assert_eq!(lease.token, 3);
+    assert_eq!(store.commit(waiting("old-1", 4, 3, 5)).await.unwrap(), 5);
+}
+
+/// C-33: a second writing open gives `InUse` naming the holder; a read-only open works and
+/// refuses writes; once the owner is dropped the file opens again.
+#[tokio::test]
+async fn one_writer_per_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("store.db");
+    let options = SqliteOptions {
+        owner: Some("node-a".to_owned()),
+        ..SqliteOptions::default()
+    };
+    let owner = SqliteStore::open_with(&path, &options).unwrap();
+    owner.create_instance(new_instance("wf-1")).await.unwrap();
+    assert_eq!(
+        SqliteStore::open(&path).unwrap_err(),
+        StoreError::InUse {
+            holder: "node-a".to_owned(),
+            until: i64::MAX
+        }
+    );
+    let reader = SqliteStore::open_read_only(&path).unwrap();
+    assert_eq!(reader.load_instance("wf-1").await.unwrap().state, doc(0));
+    assert!(matches!(
+        reader.create_instance(new_instance("wf-2")).await,
+        Err(StoreError::Invalid {
+            what: "operation",
+            ..
+        })
+    ));
+    drop(reader);
+    drop(owner);
+    let again = SqliteStore::open(&path).unwrap();
+    assert_eq!(again.load_instance("wf-1").await.unwrap().version, 1);
+    let fresh = dir.path().join("fresh.db");
+    assert!(SqliteStore::open_read_only(&fresh).is_err());
+}
+
+/// ST-26: a batch closes at its request limit or its byte limit.
+#[tokio::test]
+async fn group_commit_respects_its_limits() {
+    async fn transactions_for(options: SqliteOptions) -> u64 {
+        const N: usize = 40;
+        let dir = tempfile::tempdir().unwrap();
+        let store: Arc<dyn Store> =
+            Arc::new(SqliteStore::open_with(dir.path().join("s.db"), &options).unwrap());
+        let mut tokens = Vec::new();
+        for i in 0..N {
+            tokens.push(create_leased(&*store, &format!("wf-{i}")).await.token);
+        }
+        let before = store.stats().await.unwrap();
+        let tasks: Vec<_> = tokens
+            .into_iter()
+            .enumerate()
+            .map(|(i, token)| {
+                let store = Arc::clone(&store);
+                tokio::spawn(async move {
+                    store
+                        .commit(waiting(&format!("wf-{i}"), 1, token, i as i64))
+                        .await
+                })
+            })
+            .collect();
+        for task in tasks {
+            assert_eq!(task.await.unwrap().unwrap(), 2);
+        }
+        let after = store.stats().await.unwrap();
+        assert_eq!(after.write_requests - before.write_requests, N as u64);
+        after.transactions - before.transactions
+    }
+    let by_bytes = transactions_for(SqliteOptions {
+        max_batch_bytes: 1,
+        ..SqliteOptions::default()
+    })
+    .await;
+    assert_eq!(
+        by_bytes, 40,
+        "every commit exceeds one byte: one per transaction"
+    );
+    let by_count = transactions_for(SqliteOptions {
+        max_batch: 4,
+        ..SqliteOptions::default()
+    })
+    .await;
+    assert!(by_count >= 10, "{by_count}");
+}
+
+/// ST-22 for the queue: a hand-edited, undecodable queue item fails alone: the page holds the
+/// other items and the bad one becomes a `Rejected` dead letter keeping its raw text.
+#[tokio::test]
+async fn an_undecodable_queue_item_does_not_block_the_queue() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("store.db");
+    {
+        let store = open(&path);
+        for (id, at) in [("q1", 1), ("q2", 2), ("q3", 3)] {
+            store.enqueue(queue_item(id, T0 + at)).await.unwrap();
+        }
+    }
+    rusqlite::Connection::open(&path)
+        .unwrap()
+        .execute(
+            "UPDATE wf_queue SET payload = '{broken' WHERE item_id = 'q2'",
+            [],
+        )
+        .unwrap();
+    let store = open(&path);
+    let page = store.claim_queue_page("n", T0, TTL, 10).await.unwrap();
+    let ids: Vec<&str> = page.iter().map(|q| q.item_id.as_str()).collect();
+    assert_eq!(ids, ["q1", "q3"]);
+    let dead = store
+        .list_dead_letters(DeadLetterFilter::all(10))
+        .await
+        .unwrap();
+    assert_eq!(dead.len(), 1);
+    assert_eq!(dead[0].item.item_id, "q2");
+    assert_eq!(dead[0].reason, DeadLetterReason::Rejected);
+    assert_eq!(dead[0].item.payload, json!({ "undecodable": "{broken" }));
+    assert!(dead[0].error.as_deref().unwrap().contains("payload"));
+}
