@@ -1044,6 +1044,7 @@ where
             }
             None => return Err(RunError::ContextNotFound { context: id }.into()),
         };
+        let variables = self.variables_in_scope(id);
         let mut cx = crate::task::TaskContext {
             data,
             payload,
@@ -1052,13 +1053,24 @@ where
             node_id,
             context_id: id,
             attempt: 1,
+            variables,
         };
         let outcome = CatchUnwind(task(&mut cx)).await;
         if let Some(c) = self.state.context_mut(id) {
             c.is_executing = false;
             c.executing_entry = None;
         }
+        // FC-4: an outcome the node did not declare fails it for good, data untouched.
+        let undeclared = match &outcome {
+            Ok(Ok(outcome)) => self.undeclared_outcome(id, outcome),
+            _ => None,
+        };
         let failure = match outcome {
+            Ok(Ok(_)) if undeclared.is_some() => FaultRecord {
+                kind: FaultKind::Error,
+                message: undeclared.unwrap_or_default(),
+                attempt: 1,
+            },
             Ok(Ok(outcome)) => match serde_json::to_value(&cx.data) {
                 Ok(json) => {
                     self.state.data = json;

@@ -280,6 +280,9 @@ pub enum JournalKind {
     Compacted,
     /// A state machine changed state (detail: `{from, to, transition}`).
     StateChanged,
+    /// A flowchart node was skipped (FC-13): no context was created. `node_id` is the skipped
+    /// node, `context_id` the flowchart's context; the detail carries the `reason`.
+    Skipped,
 }
 
 /// One journal entry (ENG-41).
@@ -328,6 +331,7 @@ impl JournalKind {
             | JournalKind::BookmarkCreated
             | JournalKind::BookmarkResumed
             | JournalKind::StimulusConsumed
+            | JournalKind::Skipped
             | JournalKind::Declined => JournalLevel::Activities,
             JournalKind::Scheduled | JournalKind::Started | JournalKind::BookmarkBurned => {
                 JournalLevel::Verbose

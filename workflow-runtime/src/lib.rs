@@ -13,12 +13,14 @@
 mod activities;
 mod events;
 mod executor;
+mod flowchart;
 mod graph;
 mod ids;
 pub mod instance;
 mod registry;
 pub mod routing;
 mod runtime;
+mod structured;
 mod task;
 mod workflow;
 

@@ -9,6 +9,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, OnceLock};
 
+use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 use workflow_model::Definition;
@@ -26,6 +27,10 @@ pub(crate) type TaskFn<D> =
 
 pub(crate) type ConditionFn<D> =
     Arc<dyn Fn(&D, Option<&Value>) -> Result<bool, TaskError> + Send + Sync>;
+
+pub(crate) type ValueFn<D> = Arc<dyn Fn(&D) -> Result<Value, TaskError> + Send + Sync>;
+
+pub(crate) type ItemsFn<D> = Arc<dyn Fn(&D) -> Result<Vec<Value>, TaskError> + Send + Sync>;
 
 /// The user code of one workflow type, by the names its definition uses.
 ///
@@ -54,6 +59,8 @@ pub(crate) type ConditionFn<D> =
 pub struct Registry<D> {
     pub(crate) tasks: HashMap<String, TaskFn<D>>,
     pub(crate) conditions: HashMap<String, ConditionFn<D>>,
+    pub(crate) items: HashMap<String, ItemsFn<D>>,
+    pub(crate) values: HashMap<String, ValueFn<D>>,
 }
 
 impl<D> Default for Registry<D> {
@@ -61,6 +68,8 @@ impl<D> Default for Registry<D> {
         Self {
             tasks: HashMap::new(),
             conditions: HashMap::new(),
+            items: HashMap::new(),
+            values: HashMap::new(),
         }
     }
 }
@@ -71,9 +80,15 @@ impl<D> fmt::Debug for Registry<D> {
         tasks.sort();
         let mut conditions: Vec<&String> = self.conditions.keys().collect();
         conditions.sort();
+        let mut items: Vec<&String> = self.items.keys().collect();
+        items.sort();
+        let mut values: Vec<&String> = self.values.keys().collect();
+        values.sort();
         f.debug_struct("Registry")
             .field("tasks", &tasks)
             .field("conditions", &conditions)
+            .field("items", &items)
+            .field("values", &values)
             .finish()
     }
 }
@@ -133,6 +148,89 @@ impl<D: Send + Sync + 'static> Registry<D> {
             }),
         );
         self
+    }
+
+    /// Registers an items fn under `name`: the list a `for_each` or `parallel_for_each` loops
+    /// over (ACT-16, ACT-17). It is evaluated once when the loop starts and the list is
+    /// persisted as a snapshot of JSON values; each body receives its item as its input
+    /// ([`TaskContext::input`]) and the variables `item` and `index`
+    /// ([`TaskContext::variable`]). An item that does not serialize is a permanent error.
+    ///
+    /// ```
+    /// # use workflow_runtime::Registry;
+    /// #[derive(serde::Serialize, serde::Deserialize)]
+    /// struct Order { lines: Vec<u32> }
+    /// let registry = Registry::<Order>::new().items("lines", |o: &Order| o.lines.clone());
+    /// assert!(registry.has_items("lines"));
+    /// ```
+    #[must_use]
+    pub fn items<T, F>(mut self, name: impl Into<String>, items: F) -> Self
+    where
+        T: Serialize,
+        F: Fn(&D) -> Vec<T> + Send + Sync + 'static,
+    {
+        let name = name.into();
+        let label = name.clone();
+        self.items.insert(
+            name,
+            Arc::new(move |data| {
+                items(data)
+                    .iter()
+                    .map(|item| {
+                        serde_json::to_value(item).map_err(|e| {
+                            TaskError::permanent(format!(
+                                "items fn `{label}` returned an item that does not serialize: {e}"
+                            ))
+                        })
+                    })
+                    .collect()
+            }),
+        );
+        self
+    }
+
+    /// Registers a value fn under `name`: a value computed from the data (ACT-10) for a
+    /// `set_variable` (ACT-28), a `finish` output (ACT-25) or a `correlate` key (ACT-27, which
+    /// needs a non-empty string). A value that does not serialize is a permanent error.
+    ///
+    /// ```
+    /// # use workflow_runtime::Registry;
+    /// #[derive(serde::Serialize, serde::Deserialize)]
+    /// struct Order { id: String, total: u64 }
+    /// let registry = Registry::<Order>::new()
+    ///     .value("order_key", |o: &Order| o.id.clone())
+    ///     .value("total", |o: &Order| o.total);
+    /// assert!(registry.has_value("total"));
+    /// ```
+    #[must_use]
+    pub fn value<T, F>(mut self, name: impl Into<String>, value: F) -> Self
+    where
+        T: Serialize,
+        F: Fn(&D) -> T + Send + Sync + 'static,
+    {
+        let name = name.into();
+        let label = name.clone();
+        self.values.insert(
+            name,
+            Arc::new(move |data| {
+                serde_json::to_value(value(data)).map_err(|e| {
+                    TaskError::permanent(format!(
+                        "value fn `{label}` returned a value that does not serialize: {e}"
+                    ))
+                })
+            }),
+        );
+        self
+    }
+
+    /// Whether an items fn is registered under `name`.
+    pub fn has_items(&self, name: &str) -> bool {
+        self.items.contains_key(name)
+    }
+
+    /// Whether a value fn is registered under `name`.
+    pub fn has_value(&self, name: &str) -> bool {
+        self.values.contains_key(name)
     }
 
     /// Whether a task is registered under `name`.
