@@ -77,7 +77,10 @@ enum Work {
     Settle {
         node: usize,
         outcomes: Vec<String>,
-        loop_entered: bool,
+        /// Whether this settlement increments `visits`: not for a loop-entered context
+        /// (FC-15), nor for a skip, which counts its visit when it is decided so that a
+        /// later check in the same spread sees it (FC-13).
+        count_visit: bool,
         output: Option<Value>,
     },
     /// Check the readiness of a node reached through a forward connection (FC-12).
@@ -148,11 +151,17 @@ where
         // FC-7: the other trigger nodes are settled as skipped before the start runs.
         let mut work = VecDeque::new();
         for &trigger in fc.triggers.iter().filter(|&&t| t != start) {
-            self.flow_skip(id, fc, trigger, "not the entry point of this run (FC-7)");
+            self.flow_skip(
+                id,
+                fc,
+                &mut rs,
+                trigger,
+                "not the entry point of this run (FC-7)",
+            );
             work.push_back(Work::Settle {
                 node: trigger,
                 outcomes: Vec::new(),
-                loop_entered: false,
+                count_visit: false,
                 output: None,
             });
         }
@@ -217,7 +226,7 @@ where
         let work = VecDeque::from([Work::Settle {
             node: local,
             outcomes,
-            loop_entered,
+            count_visit: !loop_entered,
             output: if completed {
                 child.result.clone()
             } else {
@@ -228,9 +237,20 @@ where
         self.flow_settle_idle(id, fc, rs)
     }
 
-    /// Journals a skipped node (FC-13): no context is created; the entry names the skipped
-    /// node and carries the flowchart's context id.
-    fn flow_skip(&mut self, id: ContextId, fc: &FlowchartNode, node: usize, reason: &str) {
+    /// Skips a node (FC-13): counts its visit at once and journals it; no context is created.
+    /// The journal entry names the skipped node and carries the flowchart's context id. The
+    /// caller queues its settlement, which evaluates its outbound connections.
+    fn flow_skip(
+        &mut self,
+        id: ContextId,
+        fc: &FlowchartNode,
+        rs: &mut RunState,
+        node: usize,
+        reason: &str,
+    ) {
+        if let Some(name) = fc.names.get(node) {
+            *rs.visits.entry(name.clone()).or_default() += 1;
+        }
         let path = fc.child(node).map(|n| self.node_id(n)).unwrap_or_default();
         let now = self.now;
         self.state.journal.record(
@@ -262,12 +282,12 @@ where
                 Work::Settle {
                     node,
                     outcomes,
-                    loop_entered,
+                    count_visit,
                     output,
                 } => {
                     let name = fc.names.get(node).cloned().unwrap_or_default();
                     // FC-11 step 2, FC-15: a loop-entered context stays in its round.
-                    if !loop_entered {
+                    if count_visit {
                         *rs.visits.entry(name).or_default() += 1;
                     }
                     let outbound = analysis.outbound.get(node).map_or(&[][..], Vec::as_slice);
@@ -393,11 +413,11 @@ where
                 return self.flow_cancel_feeders(id, fc, rs, node);
             }
             if keys.iter().all(|k| arrived(rs, k)) {
-                self.flow_skip(id, fc, node, "no inbound connection was followed");
+                self.flow_skip(id, fc, rs, node, "no inbound connection was followed");
                 work.push_back(Work::Settle {
                     node,
                     outcomes: Vec::new(),
-                    loop_entered: false,
+                    count_visit: false,
                     output: None,
                 });
             }
@@ -420,11 +440,11 @@ where
             } else {
                 "no inbound connection was followed"
             };
-            self.flow_skip(id, fc, node, reason);
+            self.flow_skip(id, fc, rs, node, reason);
             work.push_back(Work::Settle {
                 node,
                 outcomes: Vec::new(),
-                loop_entered: false,
+                count_visit: false,
                 output: None,
             });
             Ok(())

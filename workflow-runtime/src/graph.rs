@@ -297,6 +297,26 @@ impl Graph {
         (tasks, conditions)
     }
 
+    /// Every `(node id, registry name)` of an items fn (ForEach, ParallelForEach) and of a
+    /// value fn (SetVariable, Finish output, Correlate key), for registration checks (ENG-47).
+    pub(crate) fn data_functions(&self) -> (NamedRefs<'_>, NamedRefs<'_>) {
+        let mut items = Vec::new();
+        let mut values = Vec::new();
+        for node in &self.nodes {
+            let id = node.id.as_str();
+            match &node.kind {
+                NodeKind::ForEach { items: f, .. } | NodeKind::ParallelForEach { items: f, .. } => {
+                    items.push((id, f.as_str()));
+                }
+                NodeKind::SetVariable { value: f, .. }
+                | NodeKind::Finish { output: Some(f) }
+                | NodeKind::Correlate { key: f } => values.push((id, f.as_str())),
+                _ => {}
+            }
+        }
+        (items, values)
+    }
+
     fn add(
         &mut self,
         activity: &Activity,

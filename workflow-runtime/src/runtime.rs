@@ -64,13 +64,26 @@ pub enum BuildError {
     },
     /// A transition names a condition the registry does not have.
     #[error(
-        "definition `{workflow}`: machine `{node}` uses condition `{name}`, which is not registered"
+        "definition `{workflow}`: node `{node}` uses condition `{name}`, which is not registered"
     )]
     UnknownCondition {
         /// The definition name.
         workflow: String,
-        /// The machine's node id.
+        /// The node id: a machine, an `if`, a `switch` or a `while`.
         node: String,
+        /// The missing registry name.
+        name: String,
+    },
+    /// A `for_each`, `parallel_for_each`, `set_variable`, `finish` or `correlate` node names an
+    /// items or value fn the registry does not have ([`Registry::items`], [`Registry::value`]).
+    #[error("definition `{workflow}`: node `{node}` uses {kind} `{name}`, which is not registered")]
+    UnknownFunction {
+        /// The definition name.
+        workflow: String,
+        /// The node id.
+        node: String,
+        /// `"items fn"` or `"value fn"`.
+        kind: &'static str,
         /// The missing registry name.
         name: String,
     },
@@ -526,6 +539,25 @@ where
             workflow: name,
             node: (*node).to_owned(),
             name: (*condition).to_owned(),
+        });
+    }
+    let (items, values) = graph.data_functions();
+    let missing_items = items
+        .iter()
+        .find(|(_, f)| !registry.has_items(f))
+        .map(|r| ("items fn", r));
+    let missing_value = || {
+        values
+            .iter()
+            .find(|(_, f)| !registry.has_value(f))
+            .map(|r| ("value fn", r))
+    };
+    if let Some((kind, (node, function))) = missing_items.or_else(missing_value) {
+        return Err(BuildError::UnknownFunction {
+            workflow: name,
+            node: (*node).to_owned(),
+            kind,
+            name: (*function).to_owned(),
         });
     }
     Ok((

@@ -644,3 +644,82 @@ fn act5_output_becomes_the_next_nodes_input() {
     assert_eq!(h.run(), RunEnd::Finished);
     assert_eq!(h.log(), [r#"{"amount":5}"#]);
 }
+
+// FC-13: a skip spread that reaches a node through two skipped sources skips it once (its
+// visit is counted when the skip is decided, before the second check).
+#[test]
+fn fc13_a_skip_reaching_a_node_twice_skips_it_once() {
+    let def = chart(
+        vec![
+            decision("d", "yes"),
+            log_task("a", "a"),
+            Fork {
+                id: "f".into(),
+                branches: vec!["l".into(), "r".into()],
+            }
+            .into(),
+            log_task("x", "x"),
+            log_task("y", "y"),
+            Join {
+                id: "j".into(),
+                mode: JoinMode::Any,
+            }
+            .into(),
+            log_task("z", "z"),
+            log_task("w", "w"),
+        ],
+        &[
+            ("d", "true", "a"),
+            ("d", "false", "f"),
+            ("f", "l", "x"),
+            ("f", "r", "y"),
+            ("x", "done", "j"),
+            ("y", "done", "j"),
+            ("j", "done", "z"),
+            ("a", "done", "w"),
+            ("z", "done", "w"),
+        ],
+    );
+    let mut h = Harness::new(&def, registry());
+    assert_eq!(h.run(), RunEnd::Finished);
+    assert_eq!(h.log(), ["a", "w"]);
+    assert_eq!(
+        h.journal_nodes(JournalKind::Skipped),
+        ["root:f", "root:x", "root:y", "root:j", "root:z"]
+    );
+}
+
+fn inner_chart(id: &str) -> Activity {
+    Flowchart {
+        id: id.into(),
+        start: Vec::new(),
+        nodes: vec![Task::new("inc", "incr").into(), log_task("y", "y")],
+        connections: vec![Connection::new("inc", "done", "y")],
+    }
+    .into()
+}
+
+// FC-8, FC-9: a flowchart is a node of another, and a nested flowchart that its parent runs
+// again (a loop body) starts with fresh run state each time.
+#[test]
+fn fc8_nested_flowchart_runs_afresh_each_time() {
+    let def = chart(
+        vec![log_task("a", "a"), inner_chart("inner"), log_task("b", "b")],
+        &[("a", "done", "inner"), ("inner", "done", "b")],
+    );
+    let mut h = Harness::new(&def, registry());
+    assert_eq!(h.run(), RunEnd::Finished);
+    assert_eq!(h.log(), ["a", "y", "b"]);
+
+    let def = Definition::new(
+        "Loop",
+        workflow_model::While {
+            id: "root".into(),
+            condition: "count_lt_3".into(),
+            body: Box::new(inner_chart("body")),
+        },
+    );
+    let mut h = Harness::new(&def, registry());
+    assert_eq!(h.run(), RunEnd::Finished);
+    assert_eq!(h.log(), ["y", "y", "y"]);
+}
