@@ -13,7 +13,7 @@ use crate::flowchart::ON_NODE;
 use crate::graph::{MachineNode, NodeIndex, NodeKind, TransitionNode};
 use crate::instance::{ActivityStatus, ContextId, JournalKind};
 use crate::routing::{stimulus_hash, value_at_path};
-use crate::structured::{ON_BODY, ON_BRANCH};
+use crate::structured::{ON_BODY, ON_BRANCH, ON_CHILD_DONE};
 
 /// The property holding a machine's current state (SM-1).
 pub const CURRENT_STATE: &str = "current_state";
@@ -82,6 +82,12 @@ where
             NodeKind::SetVariable { variable, value } => {
                 self.set_variable_execute(id, variable, value)
             }
+            NodeKind::SubWorkflow {
+                workflow,
+                input,
+                detach,
+                ..
+            } => self.sub_workflow_execute(id, workflow, input.as_deref(), *detach),
         }
     }
 
@@ -126,6 +132,12 @@ where
                 ON_BRANCH,
             ) => self.branch_completed(owner, kind, &child),
             (kind, ON_BODY) if kind.is_loop() => self.body_completed(owner, kind, &child),
+            (
+                NodeKind::SubWorkflow {
+                    workflow, assign, ..
+                },
+                ON_CHILD_DONE,
+            ) => self.sub_workflow_done(owner, workflow, assign.as_deref(), &child),
             (kind, _) => Err(unknown(kind.name())),
         }
     }

@@ -5,7 +5,7 @@ use std::collections::HashMap;
 
 use workflow_model::{
     Activity, Definition, Flowchart, FlowchartAnalysis, JoinMode, ParallelMode, StateMachine,
-    SwitchMode, analyze_flowchart,
+    SubWorkflowMode, SwitchMode, analyze_flowchart,
 };
 
 /// Index of a node in [`Graph::nodes`].
@@ -111,6 +111,13 @@ pub(crate) enum NodeKind {
         variable: String,
         value: String,
     },
+    /// ACT-24, in memory: a child instance of the workflow registered as `workflow`.
+    SubWorkflow {
+        workflow: String,
+        input: Option<String>,
+        assign: Option<String>,
+        detach: bool,
+    },
 }
 
 /// A compiled flowchart (flowchart.md section 1): its nodes by local index (the model's
@@ -167,6 +174,7 @@ impl NodeKind {
             NodeKind::Fault { .. } => "fault",
             NodeKind::Correlate { .. } => "correlate",
             NodeKind::SetVariable { .. } => "set_variable",
+            NodeKind::SubWorkflow { .. } => "sub_workflow",
         }
     }
 
@@ -297,6 +305,17 @@ impl Graph {
         (tasks, conditions)
     }
 
+    /// `(node id, workflow name)` of every SubWorkflow node (ACT-V10).
+    pub(crate) fn sub_workflows(&self) -> Vec<(String, String)> {
+        self.nodes
+            .iter()
+            .filter_map(|n| match &n.kind {
+                NodeKind::SubWorkflow { workflow, .. } => Some((n.id.clone(), workflow.clone())),
+                _ => None,
+            })
+            .collect()
+    }
+
     /// Every `(node id, registry name)` of an items fn (ForEach, ParallelForEach) and of a
     /// value fn (SetVariable, Finish output, Correlate key), for registration checks (ENG-47).
     pub(crate) fn data_functions(&self) -> (NamedRefs<'_>, NamedRefs<'_>) {
@@ -310,7 +329,8 @@ impl Graph {
                 }
                 NodeKind::SetVariable { value: f, .. }
                 | NodeKind::Finish { output: Some(f) }
-                | NodeKind::Correlate { key: f } => values.push((id, f.as_str())),
+                | NodeKind::Correlate { key: f }
+                | NodeKind::SubWorkflow { input: Some(f), .. } => values.push((id, f.as_str())),
                 _ => {}
             }
         }
@@ -422,6 +442,12 @@ impl Graph {
             Activity::SetVariable(v) => NodeKind::SetVariable {
                 variable: v.variable.clone(),
                 value: v.value.clone(),
+            },
+            Activity::SubWorkflow(w) if w.deadline_ms.is_none() => NodeKind::SubWorkflow {
+                workflow: w.workflow.clone(),
+                input: w.input.clone(),
+                assign: w.assign.clone(),
+                detach: w.mode == SubWorkflowMode::Detach,
             },
             other => {
                 return Err(GraphError::Unsupported {

@@ -30,6 +30,8 @@ pub(crate) type ConditionFn<D> =
 
 pub(crate) type ValueFn<D> = Arc<dyn Fn(&D) -> Result<Value, TaskError> + Send + Sync>;
 
+pub(crate) type AssignFn<D> = Arc<dyn Fn(&mut D, &Value) -> Result<(), TaskError> + Send + Sync>;
+
 pub(crate) type ItemsFn<D> = Arc<dyn Fn(&D) -> Result<Vec<Value>, TaskError> + Send + Sync>;
 
 /// The user code of one workflow type, by the names its definition uses.
@@ -61,6 +63,7 @@ pub struct Registry<D> {
     pub(crate) conditions: HashMap<String, ConditionFn<D>>,
     pub(crate) items: HashMap<String, ItemsFn<D>>,
     pub(crate) values: HashMap<String, ValueFn<D>>,
+    pub(crate) assigns: HashMap<String, AssignFn<D>>,
 }
 
 impl<D> Default for Registry<D> {
@@ -70,6 +73,7 @@ impl<D> Default for Registry<D> {
             conditions: HashMap::new(),
             items: HashMap::new(),
             values: HashMap::new(),
+            assigns: HashMap::new(),
         }
     }
 }
@@ -84,7 +88,10 @@ impl<D> fmt::Debug for Registry<D> {
         items.sort();
         let mut values: Vec<&String> = self.values.keys().collect();
         values.sort();
+        let mut assigns: Vec<&String> = self.assigns.keys().collect();
+        assigns.sort();
         f.debug_struct("Registry")
+            .field("assigns", &assigns)
             .field("tasks", &tasks)
             .field("conditions", &conditions)
             .field("items", &items)
@@ -221,6 +228,49 @@ impl<D: Send + Sync + 'static> Registry<D> {
             }),
         );
         self
+    }
+
+    /// Registers an assign fn under `name`: it folds a typed value into the data, e.g. a
+    /// SubWorkflow's child output (ACT-24). A value that does not decode into `T` is a
+    /// permanent error naming the fn and the type.
+    ///
+    /// ```
+    /// # use workflow_runtime::Registry;
+    /// #[derive(serde::Serialize, serde::Deserialize)]
+    /// struct Order { shipped: bool }
+    /// #[derive(serde::Deserialize)]
+    /// struct Shipping { done: bool }
+    /// let registry = Registry::<Order>::new()
+    ///     .assign("take_shipping", |o: &mut Order, s: Shipping| o.shipped = s.done);
+    /// assert!(registry.has_assign("take_shipping"));
+    /// ```
+    #[must_use]
+    pub fn assign<T, F>(mut self, name: impl Into<String>, assign: F) -> Self
+    where
+        T: DeserializeOwned + 'static,
+        F: Fn(&mut D, T) + Send + Sync + 'static,
+    {
+        let name = name.into();
+        let label = name.clone();
+        self.assigns.insert(
+            name,
+            Arc::new(move |data, value| {
+                let typed: T = serde_json::from_value(value.clone()).map_err(|e| {
+                    TaskError::permanent(format!(
+                        "assign fn `{label}` cannot read its value as `{}`: {e}",
+                        std::any::type_name::<T>()
+                    ))
+                })?;
+                assign(data, typed);
+                Ok(())
+            }),
+        );
+        self
+    }
+
+    /// Whether an assign fn is registered under `name`.
+    pub fn has_assign(&self, name: &str) -> bool {
+        self.assigns.contains_key(name)
     }
 
     /// Whether an items fn is registered under `name`.
