@@ -1,6 +1,7 @@
 //! The built-in activities: Sequence (ACT-12), Task (ACT-11), Event (ACT-19), Delay (ACT-20,
 //! bookmark only: timers come with the timers issue) and the StateMachine (state-machine.md,
-//! SM-1 to SM-8).
+//! SM-1 to SM-8); and the dispatch of every kind's `execute` and callbacks, including the
+//! Flowchart (`flowchart.rs`) and the structured activities (`structured.rs`).
 //!
 //! Each kind has an `execute` entry point and a table of callbacks by name (ENG-12); the
 //! executor resolves a persisted callback name here and fails the run with `UnknownCallback`

@@ -723,3 +723,76 @@ fn fc8_nested_flowchart_runs_afresh_each_time() {
     assert_eq!(h.run(), RunEnd::Finished);
     assert_eq!(h.log(), ["y", "y", "y"]);
 }
+
+// FC-15, FC-16 with nested loops: an inner self-loop inside an outer loop. `ih.bail -> after`
+// leaves both loops, so the outer loop decides when its deferred evaluation counts; `after`
+// (an implicit join of the outer exit and the bail path) runs once, after the outer loop.
+#[test]
+fn fc16_nested_loops_outermost_loop_decides() {
+    let registry = registry()
+        .task("inner", |cx: &mut TaskContext<Log>| {
+            Box::pin(async move {
+                cx.data_mut().count += 1;
+                cx.data_mut().log.push("ih".into());
+                Ok(if cx.data().count % 2 == 1 {
+                    Outcome::named("again")
+                } else {
+                    Outcome::named("next")
+                })
+            })
+        })
+        .task("outer", |cx: &mut TaskContext<Log>| {
+            Box::pin(async move {
+                cx.data_mut().log.push("oc".into());
+                let rounds = cx.data().log.iter().filter(|l| *l == "oc").count();
+                Ok(if rounds < 2 {
+                    Outcome::named("again")
+                } else {
+                    Outcome::named("exit")
+                })
+            })
+        });
+    let def = chart_with_start(
+        vec![
+            log_task("oh", "head"),
+            Task::new("ih", "inner")
+                .with_ports(["again", "next", "bail"])
+                .into(),
+            Task::new("oc", "outer")
+                .with_ports(["again", "exit"])
+                .into(),
+            log_task("after", "after"),
+        ],
+        &[
+            ("oh", "done", "ih"),
+            ("ih", "again", "ih"),
+            ("ih", "next", "oc"),
+            ("ih", "bail", "after"),
+            ("oc", "again", "oh"),
+            ("oc", "exit", "after"),
+        ],
+        Some("oh"),
+    );
+    let analysis = match &def.root {
+        Activity::Flowchart(f) => workflow_model::analyze_flowchart(f),
+        _ => unreachable!(),
+    };
+    assert_eq!(analysis.loops.len(), 2, "{analysis:?}");
+    let mut h = Harness::new(&def, registry);
+    h.begin();
+    h.step(); // the flowchart schedules `oh`
+    h.step(); // `oh` schedules `ih`
+    h.step(); // `ih` takes `again`: its exits are deferred, `bail` on the outer loop's head
+    let root = h.exec.state.context(h.root()).unwrap();
+    assert_eq!(
+        root.properties["deferred_exits"],
+        json!({"ih": ["ih.next->oc"], "oh": ["ih.bail->after"]})
+    );
+    assert_eq!(h.run(), RunEnd::Finished);
+    assert_eq!(
+        h.log(),
+        ["head", "ih", "ih", "oc", "head", "ih", "ih", "oc", "after"]
+    );
+    assert_eq!(count(&h, JournalKind::Completed, "root:after"), 1);
+    assert!(h.journal_nodes(JournalKind::Skipped).is_empty());
+}
