@@ -269,3 +269,27 @@ fn act_v10_unknown_child_workflow_fails_the_build() {
         }
     );
 }
+
+// ENG-47: a SubWorkflow's assign fn missing from the registry fails the build, typed.
+#[test]
+fn missing_assign_fn_fails_the_build() {
+    let err = Runtime::builder()
+        .register_definition(
+            parent_def(SubWorkflowMode::Wait, false),
+            Registry::<Parent>::new()
+                .task("before", log("before"))
+                .task("after", log("after"))
+                .value("shipping_input", |_: &Parent| 1),
+        )
+        .build()
+        .unwrap_err();
+    assert_eq!(
+        err,
+        BuildError::UnknownFunction {
+            workflow: "Order".into(),
+            node: "root:ship".into(),
+            kind: "assign fn",
+            name: "take_tracking".into(),
+        }
+    );
+}

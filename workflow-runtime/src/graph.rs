@@ -316,11 +316,13 @@ impl Graph {
             .collect()
     }
 
-    /// Every `(node id, registry name)` of an items fn (ForEach, ParallelForEach) and of a
-    /// value fn (SetVariable, Finish output, Correlate key), for registration checks (ENG-47).
-    pub(crate) fn data_functions(&self) -> (NamedRefs<'_>, NamedRefs<'_>) {
+    /// Every `(node id, registry name)` of an items fn (ForEach, ParallelForEach), of a value
+    /// fn (SetVariable, Finish output, Correlate key, SubWorkflow input) and of an assign fn
+    /// (SubWorkflow), for registration checks (ENG-47).
+    pub(crate) fn data_functions(&self) -> [NamedRefs<'_>; 3] {
         let mut items = Vec::new();
         let mut values = Vec::new();
+        let mut assigns = Vec::new();
         for node in &self.nodes {
             let id = node.id.as_str();
             match &node.kind {
@@ -333,8 +335,14 @@ impl Graph {
                 | NodeKind::SubWorkflow { input: Some(f), .. } => values.push((id, f.as_str())),
                 _ => {}
             }
+            if let NodeKind::SubWorkflow {
+                assign: Some(f), ..
+            } = &node.kind
+            {
+                assigns.push((id, f.as_str()));
+            }
         }
-        (items, values)
+        [items, values, assigns]
     }
 
     fn add(

@@ -24,7 +24,7 @@ use crate::executor::{
     ActivityMiddleware, DEFAULT_MAX_STEPS_PER_RUN, Executor, Link, Middleware, RunEnd, RunError,
     RunTarget, WorkflowMiddleware,
 };
-use crate::graph::{Graph, GraphError};
+use crate::graph::{Graph, GraphError, NamedRefs};
 use crate::ids::{new_ulid, now_ms};
 use crate::instance::{
     DefinitionRef, Incident, Journal, JournalLevel, ParentLink, SubStatus, WorkflowState,
@@ -75,15 +75,16 @@ pub enum BuildError {
         /// The missing registry name.
         name: String,
     },
-    /// A `for_each`, `parallel_for_each`, `set_variable`, `finish` or `correlate` node names an
-    /// items or value fn the registry does not have ([`Registry::items`], [`Registry::value`]).
+    /// A `for_each`, `parallel_for_each`, `set_variable`, `finish`, `correlate` or
+    /// `sub_workflow` node names an items, value or assign fn the registry does not have
+    /// ([`Registry::items`], [`Registry::value`], [`Registry::assign`]).
     #[error("definition `{workflow}`: node `{node}` uses {kind} `{name}`, which is not registered")]
     UnknownFunction {
         /// The definition name.
         workflow: String,
         /// The node id.
         node: String,
-        /// `"items fn"` or `"value fn"`.
+        /// `"items fn"`, `"value fn"` or `"assign fn"`.
         kind: &'static str,
         /// The missing registry name.
         name: String,
@@ -523,6 +524,9 @@ impl std::fmt::Debug for RuntimeBuilder {
     }
 }
 
+/// A `Registry::has_*` lookup.
+type HasFn<D> = fn(&Registry<D>, &str) -> bool;
+
 fn register_parts<D>(
     definition: &Definition,
     version: String,
@@ -562,24 +566,21 @@ where
             name: (*condition).to_owned(),
         });
     }
-    let (items, values) = graph.data_functions();
-    let missing_items = items
-        .iter()
-        .find(|(_, f)| !registry.has_items(f))
-        .map(|r| ("items fn", r));
-    let missing_value = || {
-        values
-            .iter()
-            .find(|(_, f)| !registry.has_value(f))
-            .map(|r| ("value fn", r))
-    };
-    if let Some((kind, (node, function))) = missing_items.or_else(missing_value) {
-        return Err(BuildError::UnknownFunction {
-            workflow: name,
-            node: (*node).to_owned(),
-            kind,
-            name: (*function).to_owned(),
-        });
+    let [items, values, assigns] = graph.data_functions();
+    let checks: [(&'static str, &NamedRefs<'_>, HasFn<D>); 3] = [
+        ("items fn", &items, Registry::has_items),
+        ("value fn", &values, Registry::has_value),
+        ("assign fn", &assigns, Registry::has_assign),
+    ];
+    for (kind, refs, has) in checks {
+        if let Some((node, function)) = refs.iter().find(|(_, f)| !has(&registry, f)) {
+            return Err(BuildError::UnknownFunction {
+                workflow: name,
+                node: (*node).to_owned(),
+                kind,
+                name: (*function).to_owned(),
+            });
+        }
     }
     Ok((
         name,
