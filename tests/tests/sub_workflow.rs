@@ -293,3 +293,72 @@ fn missing_assign_fn_fails_the_build() {
         }
     );
 }
+
+// ACT-24: a child that finishes in its first run resumes its parent before `start` returns,
+// and the parent's reported status says so; nested sub-workflows chain (depth 2).
+#[test]
+fn act24_a_child_finishing_at_once_and_nested_children() {
+    let leaf = Definition::new("Leaf", Task::new("root", "leaf"));
+    let middle = Definition::new(
+        "Middle",
+        SubWorkflow {
+            id: "root".into(),
+            workflow: "Leaf".into(),
+            input: None,
+            assign: Some("take".into()),
+            mode: SubWorkflowMode::Wait,
+            deadline_ms: None,
+        },
+    );
+    let top = Definition::new(
+        "Top",
+        Sequence {
+            id: "root".into(),
+            steps: vec![
+                SubWorkflow {
+                    id: "call".into(),
+                    workflow: "Middle".into(),
+                    input: None,
+                    assign: Some("take".into()),
+                    mode: SubWorkflowMode::Wait,
+                    deadline_ms: None,
+                }
+                .into(),
+            ],
+        },
+    );
+    let leaf_registry =
+        Registry::<Option<String>>::new().task("leaf", |cx: &mut TaskContext<Option<String>>| {
+            Box::pin(async move {
+                *cx.data_mut() = Some("leaf ran".into());
+                Ok(Outcome::done())
+            })
+        });
+    block_on(async {
+        let rt = Runtime::builder()
+            .register_definition(leaf, leaf_registry)
+            .register_definition(
+                middle,
+                Registry::<Option<String>>::new()
+                    .assign("take", |d: &mut Option<String>, v: Option<String>| *d = v),
+            )
+            .register_definition(
+                top,
+                Registry::<Option<String>>::new()
+                    .assign("take", |d: &mut Option<String>, v: Option<String>| *d = v),
+            )
+            .build()
+            .unwrap();
+        let started = rt
+            .start_by_name("Top", serde_json::Value::Null, Default::default())
+            .await
+            .unwrap();
+        assert_eq!(started.status, WorkflowStatus::Finished);
+        let snapshot = rt.get_state(&started.instance_id).await.unwrap().unwrap();
+        // Each instance's output is its final data: leaf -> middle -> top.
+        assert_eq!(
+            snapshot.data::<Option<String>>().unwrap().as_deref(),
+            Some("leaf ran")
+        );
+    });
+}

@@ -839,8 +839,12 @@ impl Runtime {
         input: Value,
         options: StartOptions,
     ) -> Result<Started, StartError> {
-        let result = self.start_inner(name, input, options, None).await;
-        self.process_links().await;
+        let mut result = self.start_inner(name, input, options, None).await;
+        if self.process_links().await
+            && let Ok(started) = &mut result
+        {
+            self.refresh(started).await;
+        }
         result
     }
 
@@ -914,8 +918,14 @@ impl Runtime {
     /// instance, if any) is resumed with the payload, one run per instance, in bookmark
     /// creation order.
     pub async fn send(&self, stimulus: Stimulus) -> Result<SendReport, SendError> {
-        let result = self.send_inner(stimulus).await;
-        self.process_links().await;
+        let mut result = self.send_inner(stimulus).await;
+        if self.process_links().await
+            && let Ok(report) = &mut result
+        {
+            for started in &mut report.resumed {
+                self.refresh(started).await;
+            }
+        }
         result
     }
 
@@ -983,8 +993,12 @@ impl Runtime {
             ids: vec![bookmark_id.to_owned()],
             payload,
         };
-        let result = self.drive(instance_id, target).await;
-        self.process_links().await;
+        let mut result = self.drive(instance_id, target).await;
+        if self.process_links().await
+            && let Ok(Some(started)) = &mut result
+        {
+            self.refresh(started).await;
+        }
         result?.ok_or_else(|| ResumeError::InstanceNotFound {
             instance: instance_id.to_owned(),
         })
@@ -1136,14 +1150,26 @@ impl Runtime {
 
     // ---- links between instances (ACT-24) ----------------------------------------------
 
+    /// The status after linked work moved the instance on (a child that finished at once
+    /// resumed its parent, ACT-24).
+    async fn refresh(&self, started: &mut Started) {
+        if let Ok(Some(snapshot)) = self.get_state(&started.instance_id).await {
+            started.status = snapshot.state.status;
+            started.sub_status = snapshot.state.sub_status;
+        }
+    }
+
     /// Carries out the work between instances that commits queued: starts children, resumes
     /// parents with their children's results, cancels children of cancelled SubWorkflows.
-    /// Iterative, so a chain of nested sub-workflows does not recurse.
-    async fn process_links(&self) {
+    /// Iterative, so a chain of nested sub-workflows does not recurse. Returns whether it did
+    /// anything.
+    async fn process_links(&self) -> bool {
+        let mut any = false;
         loop {
             let Some(link) = lock(&self.inner.links).pop_front() else {
-                return;
+                return any;
             };
+            any = true;
             match link {
                 Link::Start {
                     workflow,
