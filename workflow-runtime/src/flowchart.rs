@@ -166,7 +166,9 @@ where
             });
         }
         self.flow_propagate(id, fc, &mut rs, work)?;
-        self.flow_schedule(id, fc, &mut rs, start, None, false)?;
+        // ACT-5: the start node's input is the flowchart's own.
+        let input = self.state.context(id).and_then(|c| c.input.clone());
+        self.flow_schedule(id, fc, &mut rs, start, input, false)?;
         self.flow_save(id, &rs);
         Ok(())
     }

@@ -91,11 +91,11 @@ impl<D> fmt::Debug for Registry<D> {
         let mut assigns: Vec<&String> = self.assigns.keys().collect();
         assigns.sort();
         f.debug_struct("Registry")
-            .field("assigns", &assigns)
             .field("tasks", &tasks)
             .field("conditions", &conditions)
             .field("items", &items)
             .field("values", &values)
+            .field("assigns", &assigns)
             .finish()
     }
 }
