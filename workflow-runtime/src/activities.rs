@@ -1,6 +1,7 @@
 //! The built-in activities: Sequence (ACT-12), Task (ACT-11), Event (ACT-19), Delay (ACT-20,
 //! bookmark only: timers come with the timers issue) and the StateMachine (state-machine.md,
-//! SM-1 to SM-8).
+//! SM-1 to SM-8); and the dispatch of every kind's `execute` and callbacks, including the
+//! Flowchart (`flowchart.rs`) and the structured activities (`structured.rs`).
 //!
 //! Each kind has an `execute` entry point and a table of callbacks by name (ENG-12); the
 //! executor resolves a persisted callback name here and fails the run with `UnknownCallback`
@@ -9,9 +10,11 @@
 use serde_json::{Value, json};
 
 use crate::executor::{ChildInfo, Executor, RunError, StepError, engine_fault};
+use crate::flowchart::ON_NODE;
 use crate::graph::{MachineNode, NodeIndex, NodeKind, TransitionNode};
 use crate::instance::{ActivityStatus, ContextId, JournalKind};
 use crate::routing::{stimulus_hash, value_at_path};
+use crate::structured::{ON_BODY, ON_BRANCH, ON_CHILD_DONE};
 
 /// The property holding a machine's current state (SM-1).
 pub const CURRENT_STATE: &str = "current_state";
@@ -48,11 +51,44 @@ where
             .into());
         };
         match &node.kind {
-            NodeKind::Task { function } => self.run_task(id, function).await,
+            NodeKind::Task { function, .. } => self.run_task(id, function).await,
             NodeKind::Event { event, key } => self.execute_event(id, event, key.as_deref()),
             NodeKind::Delay { duration_ms } => self.execute_delay(id, *duration_ms),
             NodeKind::Sequence { steps } => self.sequence_next(id, steps, 0),
             NodeKind::StateMachine(machine) => self.machine_execute(id, machine),
+            NodeKind::Flowchart(fc) => self.flowchart_execute(id, fc),
+            NodeKind::If {
+                condition,
+                then,
+                otherwise,
+                structured,
+            } => self.if_execute(id, condition, *then, *otherwise, *structured),
+            NodeKind::Switch(s) => self.switch_execute(id, s),
+            NodeKind::While { condition, body } => self.while_next(id, condition, *body),
+            NodeKind::ForEach { items, body } => self.for_each_execute(id, items, *body),
+            NodeKind::ParallelForEach {
+                items,
+                body,
+                max_in_flight,
+            } => self.parallel_for_each_execute(id, items, *body, *max_in_flight),
+            NodeKind::Parallel { branches, .. } => self.parallel_execute(id, branches),
+            NodeKind::Fork { branches } => self.complete(id, None, branches.clone()),
+            NodeKind::Join { .. } | NodeKind::Start | NodeKind::End => {
+                self.complete(id, None, vec![workflow_model::DONE.to_owned()])
+            }
+            NodeKind::Finish { output } => self.finish_execute(id, output.as_deref()),
+            NodeKind::Break => self.break_execute(id),
+            NodeKind::Fault { code, message } => self.fault_execute(id, code, message),
+            NodeKind::Correlate { key } => self.correlate_execute(id, key),
+            NodeKind::SetVariable { variable, value } => {
+                self.set_variable_execute(id, variable, value)
+            }
+            NodeKind::SubWorkflow {
+                workflow,
+                input,
+                detach,
+                ..
+            } => self.sub_workflow_execute(id, workflow, input.as_deref(), *detach),
         }
     }
 
@@ -91,11 +127,19 @@ where
             (NodeKind::StateMachine(m), ON_EXIT) => self.machine_on_exit(owner, m, child),
             (NodeKind::StateMachine(m), ON_ACTION) => self.machine_on_action(owner, m, child),
             (NodeKind::StateMachine(m), ON_CONTINUE) => self.machine_on_continue(owner, m, child),
-            (NodeKind::Sequence { .. }, _) => Err(unknown("sequence")),
-            (NodeKind::StateMachine(_), _) => Err(unknown("state_machine")),
-            (NodeKind::Task { .. }, _) => Err(unknown("task")),
-            (NodeKind::Event { .. }, _) => Err(unknown("event")),
-            (NodeKind::Delay { .. }, _) => Err(unknown("delay")),
+            (NodeKind::Flowchart(fc), ON_NODE) => self.flowchart_settled(owner, fc, &child),
+            (
+                kind @ (NodeKind::If { .. } | NodeKind::Switch(_) | NodeKind::Parallel { .. }),
+                ON_BRANCH,
+            ) => self.branch_completed(owner, kind, &child),
+            (kind, ON_BODY) if kind.is_loop() => self.body_completed(owner, kind, &child),
+            (
+                NodeKind::SubWorkflow {
+                    workflow, assign, ..
+                },
+                ON_CHILD_DONE,
+            ) => self.sub_workflow_done(owner, workflow, assign.as_deref(), &child),
+            (kind, _) => Err(unknown(kind.name())),
         }
     }
 

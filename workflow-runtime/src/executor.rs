@@ -226,6 +226,28 @@ pub(crate) fn engine_fault(context: ContextId, message: impl Into<String>) -> St
     }
 }
 
+/// Work between instances that a run asks of the runtime, performed after its commit
+/// (ACT-24): in memory, "in the same commit" means queued by the commit and carried out
+/// before the runtime call that caused it returns.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Link {
+    /// Start a child instance of `workflow` with `input`.
+    Start {
+        workflow: String,
+        instance_id: String,
+        input: Value,
+        parent: crate::instance::ParentLink,
+    },
+    /// Cancel a child instance: its waiting SubWorkflow was cancelled.
+    Cancel { instance_id: String },
+    /// Resume a parent's `wf.sub_workflow` bookmark with a child's final status and output.
+    Resume {
+        instance_id: String,
+        bookmark_id: String,
+        payload: Value,
+    },
+}
+
 /// What an owner's callback learns about its child (ENG-15).
 #[derive(Debug, Clone)]
 pub(crate) struct ChildInfo {
@@ -251,6 +273,8 @@ pub(crate) struct Executor<'a, D> {
     middleware: &'a Middleware,
     pub(crate) now: u64,
     faulted: bool,
+    /// Child instances to start or cancel once this run commits (ACT-24).
+    pub(crate) links: Vec<Link>,
 }
 
 impl<D> std::fmt::Debug for Executor<'_, D> {
@@ -281,6 +305,7 @@ where
             middleware,
             now: now_ms(),
             faulted: false,
+            links: Vec::new(),
         }
     }
 
@@ -821,6 +846,7 @@ where
         for child in self.state.live_children(id) {
             self.cancel(child)?;
         }
+        self.cancel_child_instances(|b| b.context_id == id);
         self.state.bookmarks.retain(|b| b.context_id != id);
         let now = self.now;
         if let Some(c) = self.state.context_mut(id) {
@@ -832,6 +858,27 @@ where
         self.record(JournalKind::Canceled, Some(id), Value::Null);
         self.activity_event(id, ActivityRef::canceled);
         self.signal_owner(id)
+    }
+
+    /// ACT-24: cancelling a waiting SubWorkflow cancels its child instance, once this run
+    /// commits.
+    fn cancel_child_instances(&mut self, which: impl Fn(&Bookmark) -> bool) {
+        for bookmark in self
+            .state
+            .bookmarks
+            .iter()
+            .filter(|b| b.name == crate::structured::SUB_WORKFLOW && which(b))
+        {
+            if let Some(child) = bookmark
+                .payload
+                .get("child_instance_id")
+                .and_then(Value::as_str)
+            {
+                self.links.push(Link::Cancel {
+                    instance_id: child.to_owned(),
+                });
+            }
+        }
     }
 
     /// Cancels `child` without calling its owner back (SM-5.1: callbacks dropped).
@@ -1044,6 +1091,7 @@ where
             }
             None => return Err(RunError::ContextNotFound { context: id }.into()),
         };
+        let variables = self.variables_in_scope(id);
         let mut cx = crate::task::TaskContext {
             data,
             payload,
@@ -1052,13 +1100,24 @@ where
             node_id,
             context_id: id,
             attempt: 1,
+            variables,
         };
         let outcome = CatchUnwind(task(&mut cx)).await;
         if let Some(c) = self.state.context_mut(id) {
             c.is_executing = false;
             c.executing_entry = None;
         }
+        // FC-4: an outcome the node did not declare fails it for good, data untouched.
+        let undeclared = match &outcome {
+            Ok(Ok(outcome)) => self.undeclared_outcome(id, outcome),
+            _ => None,
+        };
         let failure = match outcome {
+            Ok(Ok(_)) if undeclared.is_some() => FaultRecord {
+                kind: FaultKind::Error,
+                message: undeclared.unwrap_or_default(),
+                attempt: 1,
+            },
             Ok(Ok(outcome)) => match serde_json::to_value(&cx.data) {
                 Ok(json) => {
                     self.state.data = json;
@@ -1153,6 +1212,7 @@ where
             }
         }
         self.state.queue.clear();
+        self.cancel_child_instances(|_| true);
         self.state.bookmarks.clear();
         self.state.callbacks.clear();
         for incident in &mut self.state.incidents {

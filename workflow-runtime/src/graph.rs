@@ -3,7 +3,10 @@
 
 use std::collections::HashMap;
 
-use workflow_model::{Activity, Definition, StateMachine};
+use workflow_model::{
+    Activity, Definition, Flowchart, FlowchartAnalysis, JoinMode, ParallelMode, StateMachine,
+    SubWorkflowMode, SwitchMode, analyze_flowchart,
+};
 
 /// Index of a node in [`Graph::nodes`].
 pub(crate) type NodeIndex = usize;
@@ -29,11 +32,181 @@ pub(crate) struct Node {
 /// What the executor needs of each kind of activity.
 #[derive(Debug)]
 pub(crate) enum NodeKind {
-    Task { function: String },
-    Event { event: String, key: Option<String> },
-    Delay { duration_ms: Option<u64> },
-    Sequence { steps: Vec<NodeIndex> },
+    /// A task (ACT-11); `ports` is its declared outcome list, `None` when open (FC-2, FC-4).
+    Task {
+        function: String,
+        ports: Option<Vec<String>>,
+    },
+    Event {
+        event: String,
+        key: Option<String>,
+    },
+    Delay {
+        duration_ms: Option<u64>,
+    },
+    Sequence {
+        steps: Vec<NodeIndex>,
+    },
     StateMachine(Box<MachineNode>),
+    Flowchart(Box<FlowchartNode>),
+    /// ACT-13: structured when it has a branch, else a decision node (`true`/`false`).
+    If {
+        condition: String,
+        then: Option<NodeIndex>,
+        otherwise: Option<NodeIndex>,
+        structured: bool,
+    },
+    /// ACT-14.
+    Switch(Box<SwitchNode>),
+    /// ACT-15.
+    While {
+        condition: String,
+        body: NodeIndex,
+    },
+    /// ACT-16.
+    ForEach {
+        items: String,
+        body: NodeIndex,
+    },
+    /// ACT-17.
+    ParallelForEach {
+        items: String,
+        body: NodeIndex,
+        max_in_flight: Option<u32>,
+    },
+    /// ACT-18: the structured fork.
+    Parallel {
+        branches: Vec<NodeIndex>,
+        any: bool,
+    },
+    /// FC-19: the flowchart fork node.
+    Fork {
+        branches: Vec<String>,
+    },
+    /// FC-17: the flowchart join node.
+    Join {
+        any: bool,
+    },
+    /// FC-6 step 3: a no-op milestone.
+    Start,
+    /// FC-20: completes its flowchart.
+    End,
+    /// ACT-25.
+    Finish {
+        output: Option<String>,
+    },
+    /// ACT-29.
+    Break,
+    /// ACT-26.
+    Fault {
+        code: String,
+        message: String,
+    },
+    /// ACT-27.
+    Correlate {
+        key: String,
+    },
+    /// ACT-28.
+    SetVariable {
+        variable: String,
+        value: String,
+    },
+    /// ACT-24, in memory: a child instance of the workflow registered as `workflow`.
+    SubWorkflow {
+        workflow: String,
+        input: Option<String>,
+        assign: Option<String>,
+        detach: bool,
+    },
+}
+
+/// A compiled flowchart (flowchart.md section 1): its nodes by local index (the model's
+/// declaration order), its connections, and the validator's analysis computed once (FC-5).
+#[derive(Debug)]
+pub(crate) struct FlowchartNode {
+    /// Graph index of each node, by local index.
+    pub(crate) children: Vec<NodeIndex>,
+    /// Local id of each node (`review`), by local index: the keys of its run state (FC-10).
+    pub(crate) names: Vec<String>,
+    /// Local index by the node's full path id.
+    pub(crate) local: HashMap<String, usize>,
+    /// Each connection, in declaration order (same indexes as the analysis).
+    pub(crate) connections: Vec<FlowConnection>,
+    /// The validator's analysis (start, forward/backward split, loops).
+    pub(crate) analysis: FlowchartAnalysis,
+    /// Local indexes of the trigger nodes (ACT-7), in declaration order.
+    pub(crate) triggers: Vec<usize>,
+}
+
+/// One connection of a compiled flowchart (FC-3).
+#[derive(Debug)]
+pub(crate) struct FlowConnection {
+    /// `source.port->target`, the key of its run state (FC-10).
+    pub(crate) key: String,
+    pub(crate) port: String,
+    /// `(source, target)` local indexes; `None` when it names an unknown node (never after
+    /// validation).
+    pub(crate) endpoints: Option<(usize, usize)>,
+}
+
+impl NodeKind {
+    /// The kind's name, for `UnknownCallback` (ENG-12).
+    pub(crate) fn name(&self) -> &'static str {
+        match self {
+            NodeKind::Task { .. } => "task",
+            NodeKind::Event { .. } => "event",
+            NodeKind::Delay { .. } => "delay",
+            NodeKind::Sequence { .. } => "sequence",
+            NodeKind::StateMachine(_) => "state_machine",
+            NodeKind::Flowchart(_) => "flowchart",
+            NodeKind::If { .. } => "if",
+            NodeKind::Switch(_) => "switch",
+            NodeKind::While { .. } => "while",
+            NodeKind::ForEach { .. } => "for_each",
+            NodeKind::ParallelForEach { .. } => "parallel_for_each",
+            NodeKind::Parallel { .. } => "parallel",
+            NodeKind::Fork { .. } => "fork",
+            NodeKind::Join { .. } => "join",
+            NodeKind::Start => "start",
+            NodeKind::End => "end",
+            NodeKind::Finish { .. } => "finish",
+            NodeKind::Break => "break",
+            NodeKind::Fault { .. } => "fault",
+            NodeKind::Correlate { .. } => "correlate",
+            NodeKind::SetVariable { .. } => "set_variable",
+            NodeKind::SubWorkflow { .. } => "sub_workflow",
+        }
+    }
+
+    /// Whether this kind is a loop a `break` completes (ACT-9).
+    pub(crate) fn is_loop(&self) -> bool {
+        matches!(
+            self,
+            NodeKind::While { .. } | NodeKind::ForEach { .. } | NodeKind::ParallelForEach { .. }
+        )
+    }
+}
+
+impl FlowchartNode {
+    /// The local index of the node `path`.
+    pub(crate) fn local_of(&self, path: &str) -> Option<usize> {
+        self.local.get(path).copied()
+    }
+
+    /// The graph index of the local node `local`.
+    pub(crate) fn child(&self, local: usize) -> Option<NodeIndex> {
+        self.children.get(local).copied()
+    }
+}
+
+/// A compiled switch (ACT-14).
+#[derive(Debug)]
+pub(crate) struct SwitchNode {
+    /// `(label, condition, body)` in case order.
+    pub(crate) cases: Vec<(String, String, Option<NodeIndex>)>,
+    pub(crate) any: bool,
+    pub(crate) default: Option<NodeIndex>,
+    pub(crate) structured: bool,
 }
 
 /// A compiled state machine (state-machine.md section 1).
@@ -109,7 +282,17 @@ impl Graph {
         let mut conditions = Vec::new();
         for node in &self.nodes {
             match &node.kind {
-                NodeKind::Task { function } => tasks.push((node.id.as_str(), function.as_str())),
+                NodeKind::Task { function, .. } => {
+                    tasks.push((node.id.as_str(), function.as_str()));
+                }
+                NodeKind::If { condition, .. } | NodeKind::While { condition, .. } => {
+                    conditions.push((node.id.as_str(), condition.as_str()));
+                }
+                NodeKind::Switch(s) => conditions.extend(
+                    s.cases
+                        .iter()
+                        .map(|(_, c, _)| (node.id.as_str(), c.as_str())),
+                ),
                 NodeKind::StateMachine(m) => conditions.extend(
                     m.transitions
                         .iter()
@@ -120,6 +303,46 @@ impl Graph {
             }
         }
         (tasks, conditions)
+    }
+
+    /// `(node id, workflow name)` of every SubWorkflow node (ACT-V10).
+    pub(crate) fn sub_workflows(&self) -> Vec<(String, String)> {
+        self.nodes
+            .iter()
+            .filter_map(|n| match &n.kind {
+                NodeKind::SubWorkflow { workflow, .. } => Some((n.id.clone(), workflow.clone())),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// Every `(node id, registry name)` of an items fn (ForEach, ParallelForEach), of a value
+    /// fn (SetVariable, Finish output, Correlate key, SubWorkflow input) and of an assign fn
+    /// (SubWorkflow), for registration checks (ENG-47).
+    pub(crate) fn data_functions(&self) -> [NamedRefs<'_>; 3] {
+        let mut items = Vec::new();
+        let mut values = Vec::new();
+        let mut assigns = Vec::new();
+        for node in &self.nodes {
+            let id = node.id.as_str();
+            match &node.kind {
+                NodeKind::ForEach { items: f, .. } | NodeKind::ParallelForEach { items: f, .. } => {
+                    items.push((id, f.as_str()));
+                }
+                NodeKind::SetVariable { value: f, .. }
+                | NodeKind::Finish { output: Some(f) }
+                | NodeKind::Correlate { key: f }
+                | NodeKind::SubWorkflow { input: Some(f), .. } => values.push((id, f.as_str())),
+                _ => {}
+            }
+            if let NodeKind::SubWorkflow {
+                assign: Some(f), ..
+            } = &node.kind
+            {
+                assigns.push((id, f.as_str()));
+            }
+        }
+        [items, values, assigns]
     }
 
     fn add(
@@ -145,6 +368,7 @@ impl Graph {
         let kind = match activity {
             Activity::Task(t) => NodeKind::Task {
                 function: t.function.clone(),
+                ports: t.ports.clone(),
             },
             Activity::Event(e) => NodeKind::Event {
                 event: e.event.clone(),
@@ -161,6 +385,78 @@ impl Graph {
                 NodeKind::Sequence { steps }
             }
             Activity::StateMachine(m) => NodeKind::StateMachine(Box::new(self.machine(m, index)?)),
+            Activity::Flowchart(f) => NodeKind::Flowchart(Box::new(self.flowchart(f, index)?)),
+            Activity::If(i) => NodeKind::If {
+                condition: i.condition.clone(),
+                then: self.add_opt(i.then.as_deref(), index)?,
+                otherwise: self.add_opt(i.r#else.as_deref(), index)?,
+                structured: i.then.is_some() || i.r#else.is_some(),
+            },
+            Activity::Switch(s) => {
+                let mut cases = Vec::with_capacity(s.cases.len());
+                for case in &s.cases {
+                    let body = self.add_opt(case.body.as_ref(), index)?;
+                    cases.push((case.label.clone(), case.condition.clone(), body));
+                }
+                let default = self.add_opt(s.default.as_deref(), index)?;
+                let structured = default.is_some() || cases.iter().any(|c| c.2.is_some());
+                NodeKind::Switch(Box::new(SwitchNode {
+                    cases,
+                    any: s.mode == SwitchMode::Any,
+                    default,
+                    structured,
+                }))
+            }
+            Activity::While(w) => NodeKind::While {
+                condition: w.condition.clone(),
+                body: self.add(&w.body, Some(index))?,
+            },
+            Activity::ForEach(f) => NodeKind::ForEach {
+                items: f.items.clone(),
+                body: self.add(&f.body, Some(index))?,
+            },
+            Activity::ParallelForEach(f) => NodeKind::ParallelForEach {
+                items: f.items.clone(),
+                body: self.add(&f.body, Some(index))?,
+                max_in_flight: f.max_in_flight,
+            },
+            Activity::Parallel(p) => {
+                let mut branches = Vec::with_capacity(p.branches.len());
+                for branch in &p.branches {
+                    branches.push(self.add(branch, Some(index))?);
+                }
+                NodeKind::Parallel {
+                    branches,
+                    any: p.mode == ParallelMode::Any,
+                }
+            }
+            Activity::Fork(f) => NodeKind::Fork {
+                branches: f.branches.clone(),
+            },
+            Activity::Join(j) => NodeKind::Join {
+                any: j.mode == JoinMode::Any,
+            },
+            Activity::Start(_) => NodeKind::Start,
+            Activity::End(_) => NodeKind::End,
+            Activity::Finish(f) => NodeKind::Finish {
+                output: f.output.clone(),
+            },
+            Activity::Break(_) => NodeKind::Break,
+            Activity::Fault(f) => NodeKind::Fault {
+                code: f.code.clone(),
+                message: f.message.clone(),
+            },
+            Activity::Correlate(c) => NodeKind::Correlate { key: c.key.clone() },
+            Activity::SetVariable(v) => NodeKind::SetVariable {
+                variable: v.variable.clone(),
+                value: v.value.clone(),
+            },
+            Activity::SubWorkflow(w) if w.deadline_ms.is_none() => NodeKind::SubWorkflow {
+                workflow: w.workflow.clone(),
+                input: w.input.clone(),
+                assign: w.assign.clone(),
+                detach: w.mode == SubWorkflowMode::Detach,
+            },
             other => {
                 return Err(GraphError::Unsupported {
                     node: id,
@@ -172,6 +468,55 @@ impl Graph {
             node.kind = kind;
         }
         Ok(index)
+    }
+
+    fn add_opt(
+        &mut self,
+        activity: Option<&Activity>,
+        parent: NodeIndex,
+    ) -> Result<Option<NodeIndex>, GraphError> {
+        match activity {
+            Some(a) => Ok(Some(self.add(a, Some(parent))?)),
+            None => Ok(None),
+        }
+    }
+
+    /// Compiles a flowchart: its nodes as children, its connections resolved to local
+    /// indexes, and the validator's analysis computed once (FC-5, FC-6, FC-16).
+    fn flowchart(&mut self, f: &Flowchart, index: NodeIndex) -> Result<FlowchartNode, GraphError> {
+        let mut children = Vec::with_capacity(f.nodes.len());
+        let mut local = HashMap::new();
+        let mut triggers = Vec::new();
+        let names = f.nodes.iter().map(|n| n.id().to_owned()).collect();
+        for (i, node) in f.nodes.iter().enumerate() {
+            let child = self.add(node, Some(index))?;
+            if let Some(n) = self.nodes.get(child) {
+                local.insert(n.id.clone(), i);
+            }
+            if node.is_trigger() {
+                triggers.push(i);
+            }
+            children.push(child);
+        }
+        let analysis = analyze_flowchart(f);
+        let connections = f
+            .connections
+            .iter()
+            .enumerate()
+            .map(|(i, c)| FlowConnection {
+                key: c.key(),
+                port: c.port.clone(),
+                endpoints: analysis.endpoints.get(i).copied().flatten(),
+            })
+            .collect();
+        Ok(FlowchartNode {
+            children,
+            names,
+            local,
+            connections,
+            analysis,
+            triggers,
+        })
     }
 
     fn machine(&mut self, m: &StateMachine, index: NodeIndex) -> Result<MachineNode, GraphError> {
@@ -291,16 +636,18 @@ mod tests {
     fn unsupported_kinds_are_refused_at_build() {
         let def = Definition::new(
             "D",
-            workflow_model::Finish {
+            workflow_model::Cron {
                 id: "root".into(),
-                output: None,
+                expression: "* * * * *".into(),
+                time_zone: None,
+                trigger: false,
             },
         );
         assert_eq!(
             Graph::build(&def).unwrap_err(),
             GraphError::Unsupported {
                 node: "root".into(),
-                kind: "finish"
+                kind: "cron"
             }
         );
     }

@@ -292,6 +292,9 @@ pub enum JournalKind {
     Compacted,
     /// A state machine changed state (detail: `{from, to, transition}`).
     StateChanged,
+    /// A flowchart node was skipped (FC-13): no context was created. `node_id` is the skipped
+    /// node, `context_id` the flowchart's context; the detail carries the `reason`.
+    Skipped,
 }
 
 /// One journal entry (ENG-41).
@@ -340,6 +343,7 @@ impl JournalKind {
             | JournalKind::BookmarkCreated
             | JournalKind::BookmarkResumed
             | JournalKind::StimulusConsumed
+            | JournalKind::Skipped
             | JournalKind::Declined => JournalLevel::Activities,
             JournalKind::Scheduled | JournalKind::Started | JournalKind::BookmarkBurned => {
                 JournalLevel::Verbose
@@ -448,6 +452,19 @@ impl Journal {
     }
 }
 
+/// The parent of an instance started by a SubWorkflow (ACT-24): the child's final commit
+/// resumes the parent's `wf.sub_workflow` bookmark with its final status and output.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ParentLink {
+    /// The parent instance.
+    pub instance_id: String,
+    /// The parent's `wf.sub_workflow` bookmark; `None` for a detached child.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bookmark_id: Option<String>,
+    /// The nesting depth: 1 for a child of a top-level instance.
+    pub depth: u32,
+}
+
 /// One workflow instance, as persisted (ENG-1).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct WorkflowState {
@@ -460,6 +477,9 @@ pub struct WorkflowState {
     /// An optional caller-chosen correlation id.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub correlation_id: Option<String>,
+    /// The parent, for an instance started by a SubWorkflow (ACT-24).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent: Option<ParentLink>,
     /// When it was created (ms since the epoch).
     pub created_at: u64,
     /// When it last changed.
@@ -522,6 +542,7 @@ impl WorkflowState {
             instance_id,
             definition,
             correlation_id: None,
+            parent: None,
             created_at: now,
             updated_at: now,
             status: WorkflowStatus::Running,

@@ -7,12 +7,22 @@
 //! The engine (issue 4) is made of one module per component (DESIGN.md section 5):
 //! [`instance`] (the persisted [`WorkflowState`]), the executor (run loop, scheduling,
 //! completion, cancellation, faults, middleware), the built-in activities (Sequence, Task,
-//! Event, Delay, StateMachine), [`routing`] (stimulus hashes) and [`Runtime`] (in memory for
-//! now; durable stores come behind the same API).
+//! Event, Delay, StateMachine), the Flowchart (flowchart.md: routing, implicit and explicit
+//! joins, skips, loops with deferred exits, fork, end), the structured activities (If, Switch,
+//! While, ForEach, ParallelForEach, Parallel, Finish, Fault, Break, Correlate, SetVariable)
+//! and SubWorkflow (in memory), [`routing`] (stimulus hashes) and [`Runtime`] (in memory for
+//! now; durable stores come behind the same API). Timer, StartAt, Cron, Delay `until`, and
+//! deadlines are refused at build with [`BuildError::UnsupportedActivity`] until timers exist.
+//!
+//! User code beyond tasks and conditions is registered by name on the [`Registry`]: items fns
+//! for the loops over items ([`Registry::items`]), value fns for SetVariable, Finish outputs,
+//! Correlate keys and SubWorkflow inputs ([`Registry::value`]), and assign fns that fold a
+//! child workflow's output into the data ([`Registry::assign`]).
 
 mod activities;
 mod events;
 mod executor;
+mod flowchart;
 mod graph;
 mod ids;
 pub mod instance;
@@ -20,6 +30,7 @@ mod registry;
 pub mod routing;
 mod runtime;
 pub mod store;
+mod structured;
 mod task;
 mod workflow;
 

@@ -9,6 +9,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, OnceLock};
 
+use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 use workflow_model::Definition;
@@ -26,6 +27,12 @@ pub(crate) type TaskFn<D> =
 
 pub(crate) type ConditionFn<D> =
     Arc<dyn Fn(&D, Option<&Value>) -> Result<bool, TaskError> + Send + Sync>;
+
+pub(crate) type ValueFn<D> = Arc<dyn Fn(&D) -> Result<Value, TaskError> + Send + Sync>;
+
+pub(crate) type AssignFn<D> = Arc<dyn Fn(&mut D, &Value) -> Result<(), TaskError> + Send + Sync>;
+
+pub(crate) type ItemsFn<D> = Arc<dyn Fn(&D) -> Result<Vec<Value>, TaskError> + Send + Sync>;
 
 /// The user code of one workflow type, by the names its definition uses.
 ///
@@ -54,6 +61,9 @@ pub(crate) type ConditionFn<D> =
 pub struct Registry<D> {
     pub(crate) tasks: HashMap<String, TaskFn<D>>,
     pub(crate) conditions: HashMap<String, ConditionFn<D>>,
+    pub(crate) items: HashMap<String, ItemsFn<D>>,
+    pub(crate) values: HashMap<String, ValueFn<D>>,
+    pub(crate) assigns: HashMap<String, AssignFn<D>>,
 }
 
 impl<D> Default for Registry<D> {
@@ -61,6 +71,9 @@ impl<D> Default for Registry<D> {
         Self {
             tasks: HashMap::new(),
             conditions: HashMap::new(),
+            items: HashMap::new(),
+            values: HashMap::new(),
+            assigns: HashMap::new(),
         }
     }
 }
@@ -71,9 +84,18 @@ impl<D> fmt::Debug for Registry<D> {
         tasks.sort();
         let mut conditions: Vec<&String> = self.conditions.keys().collect();
         conditions.sort();
+        let mut items: Vec<&String> = self.items.keys().collect();
+        items.sort();
+        let mut values: Vec<&String> = self.values.keys().collect();
+        values.sort();
+        let mut assigns: Vec<&String> = self.assigns.keys().collect();
+        assigns.sort();
         f.debug_struct("Registry")
             .field("tasks", &tasks)
             .field("conditions", &conditions)
+            .field("items", &items)
+            .field("values", &values)
+            .field("assigns", &assigns)
             .finish()
     }
 }
@@ -133,6 +155,132 @@ impl<D: Send + Sync + 'static> Registry<D> {
             }),
         );
         self
+    }
+
+    /// Registers an items fn under `name`: the list a `for_each` or `parallel_for_each` loops
+    /// over (ACT-16, ACT-17). It is evaluated once when the loop starts and the list is
+    /// persisted as a snapshot of JSON values; each body receives its item as its input
+    /// ([`TaskContext::input`]) and the variables `item` and `index`
+    /// ([`TaskContext::variable`]). An item that does not serialize is a permanent error.
+    ///
+    /// ```
+    /// # use workflow_runtime::Registry;
+    /// #[derive(serde::Serialize, serde::Deserialize)]
+    /// struct Order { lines: Vec<u32> }
+    /// let registry = Registry::<Order>::new().items("lines", |o: &Order| o.lines.clone());
+    /// assert!(registry.has_items("lines"));
+    /// ```
+    #[must_use]
+    pub fn items<T, F>(mut self, name: impl Into<String>, items: F) -> Self
+    where
+        T: Serialize,
+        F: Fn(&D) -> Vec<T> + Send + Sync + 'static,
+    {
+        let name = name.into();
+        let label = name.clone();
+        self.items.insert(
+            name,
+            Arc::new(move |data| {
+                items(data)
+                    .iter()
+                    .map(|item| {
+                        serde_json::to_value(item).map_err(|e| {
+                            TaskError::permanent(format!(
+                                "items fn `{label}` returned an item that does not serialize: {e}"
+                            ))
+                        })
+                    })
+                    .collect()
+            }),
+        );
+        self
+    }
+
+    /// Registers a value fn under `name`: a value computed from the data (ACT-10) for a
+    /// `set_variable` (ACT-28), a `finish` output (ACT-25) or a `correlate` key (ACT-27, which
+    /// needs a non-empty string). A value that does not serialize is a permanent error.
+    ///
+    /// ```
+    /// # use workflow_runtime::Registry;
+    /// #[derive(serde::Serialize, serde::Deserialize)]
+    /// struct Order { id: String, total: u64 }
+    /// let registry = Registry::<Order>::new()
+    ///     .value("order_key", |o: &Order| o.id.clone())
+    ///     .value("total", |o: &Order| o.total);
+    /// assert!(registry.has_value("total"));
+    /// ```
+    #[must_use]
+    pub fn value<T, F>(mut self, name: impl Into<String>, value: F) -> Self
+    where
+        T: Serialize,
+        F: Fn(&D) -> T + Send + Sync + 'static,
+    {
+        let name = name.into();
+        let label = name.clone();
+        self.values.insert(
+            name,
+            Arc::new(move |data| {
+                serde_json::to_value(value(data)).map_err(|e| {
+                    TaskError::permanent(format!(
+                        "value fn `{label}` returned a value that does not serialize: {e}"
+                    ))
+                })
+            }),
+        );
+        self
+    }
+
+    /// Registers an assign fn under `name`: it folds a typed value into the data, e.g. a
+    /// SubWorkflow's child output (ACT-24). A value that does not decode into `T` is a
+    /// permanent error naming the fn and the type.
+    ///
+    /// ```
+    /// # use workflow_runtime::Registry;
+    /// #[derive(serde::Serialize, serde::Deserialize)]
+    /// struct Order { shipped: bool }
+    /// #[derive(serde::Deserialize)]
+    /// struct Shipping { done: bool }
+    /// let registry = Registry::<Order>::new()
+    ///     .assign("take_shipping", |o: &mut Order, s: Shipping| o.shipped = s.done);
+    /// assert!(registry.has_assign("take_shipping"));
+    /// ```
+    #[must_use]
+    pub fn assign<T, F>(mut self, name: impl Into<String>, assign: F) -> Self
+    where
+        T: DeserializeOwned + 'static,
+        F: Fn(&mut D, T) + Send + Sync + 'static,
+    {
+        let name = name.into();
+        let label = name.clone();
+        self.assigns.insert(
+            name,
+            Arc::new(move |data, value| {
+                let typed: T = serde_json::from_value(value.clone()).map_err(|e| {
+                    TaskError::permanent(format!(
+                        "assign fn `{label}` cannot read its value as `{}`: {e}",
+                        std::any::type_name::<T>()
+                    ))
+                })?;
+                assign(data, typed);
+                Ok(())
+            }),
+        );
+        self
+    }
+
+    /// Whether an assign fn is registered under `name`.
+    pub fn has_assign(&self, name: &str) -> bool {
+        self.assigns.contains_key(name)
+    }
+
+    /// Whether an items fn is registered under `name`.
+    pub fn has_items(&self, name: &str) -> bool {
+        self.items.contains_key(name)
+    }
+
+    /// Whether a value fn is registered under `name`.
+    pub fn has_value(&self, name: &str) -> bool {
+        self.values.contains_key(name)
     }
 
     /// Whether a task is registered under `name`.

@@ -6,7 +6,7 @@
 //! map behind the same API. Runs of one instance are serialized by a per-instance lock (the
 //! in-process stand-in for the lease, ST-14).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -21,13 +21,14 @@ use workflow_model::{Definition, Diagnostics};
 
 use crate::events::{EventStream, LifecycleEvent};
 use crate::executor::{
-    ActivityMiddleware, DEFAULT_MAX_STEPS_PER_RUN, Executor, Middleware, RunEnd, RunError,
+    ActivityMiddleware, DEFAULT_MAX_STEPS_PER_RUN, Executor, Link, Middleware, RunEnd, RunError,
     RunTarget, WorkflowMiddleware,
 };
-use crate::graph::{Graph, GraphError};
+use crate::graph::{Graph, GraphError, NamedRefs};
 use crate::ids::{new_ulid, now_ms};
 use crate::instance::{
-    DefinitionRef, Incident, Journal, JournalLevel, SubStatus, WorkflowState, WorkflowStatus,
+    DefinitionRef, Incident, Journal, JournalLevel, ParentLink, SubStatus, WorkflowState,
+    WorkflowStatus,
 };
 use crate::registry::{BoxFuture, Registry};
 use crate::routing::{RoutingError, check_name, stimulus_hash};
@@ -64,13 +65,27 @@ pub enum BuildError {
     },
     /// A transition names a condition the registry does not have.
     #[error(
-        "definition `{workflow}`: machine `{node}` uses condition `{name}`, which is not registered"
+        "definition `{workflow}`: node `{node}` uses condition `{name}`, which is not registered"
     )]
     UnknownCondition {
         /// The definition name.
         workflow: String,
-        /// The machine's node id.
+        /// The node id: a machine, an `if`, a `switch` or a `while`.
         node: String,
+        /// The missing registry name.
+        name: String,
+    },
+    /// A `for_each`, `parallel_for_each`, `set_variable`, `finish`, `correlate` or
+    /// `sub_workflow` node names an items, value or assign fn the registry does not have
+    /// ([`Registry::items`], [`Registry::value`], [`Registry::assign`]).
+    #[error("definition `{workflow}`: node `{node}` uses {kind} `{name}`, which is not registered")]
+    UnknownFunction {
+        /// The definition name.
+        workflow: String,
+        /// The node id.
+        node: String,
+        /// `"items fn"`, `"value fn"` or `"assign fn"`.
+        kind: &'static str,
         /// The missing registry name.
         name: String,
     },
@@ -85,6 +100,16 @@ pub enum BuildError {
         node: String,
         /// The kind.
         kind: &'static str,
+    },
+    /// A SubWorkflow names a workflow that is not registered (ACT-V10).
+    #[error("definition `{workflow}`: node `{node}` starts unknown workflow `{name}`")]
+    UnknownWorkflow {
+        /// The definition name.
+        workflow: String,
+        /// The SubWorkflow's node id.
+        node: String,
+        /// The missing workflow name.
+        name: String,
     },
     /// Two nodes share an id path.
     #[error("definition `{workflow}`: node id `{node}` is used twice")]
@@ -389,6 +414,8 @@ struct RunOutput {
     state: WorkflowState,
     events: Vec<LifecycleEvent>,
     end: RunEnd,
+    /// Child instances to start or cancel once committed (ACT-24).
+    links: Vec<Link>,
 }
 
 /// A registered definition with its user code, its data type erased.
@@ -409,6 +436,8 @@ trait ErasedWorkflow: Send + Sync {
         reason: Option<String>,
         middleware: &Middleware,
     ) -> Result<RunOutput, RunError>;
+    /// `(node id, workflow name)` of every SubWorkflow node, for ACT-V10 at build.
+    fn sub_workflows(&self) -> Vec<(String, String)>;
 }
 
 struct Registered<D> {
@@ -447,6 +476,7 @@ where
                 state: executor.state,
                 events: executor.events,
                 end,
+                links: executor.links,
             })
         })
     }
@@ -463,7 +493,12 @@ where
             state: executor.state,
             events: executor.events,
             end: RunEnd::Finished,
+            links: executor.links,
         })
+    }
+
+    fn sub_workflows(&self) -> Vec<(String, String)> {
+        self.graph.sub_workflows()
     }
 }
 
@@ -488,6 +523,9 @@ impl std::fmt::Debug for RuntimeBuilder {
             .finish_non_exhaustive()
     }
 }
+
+/// A `Registry::has_*` lookup.
+type HasFn<D> = fn(&Registry<D>, &str) -> bool;
 
 fn register_parts<D>(
     definition: &Definition,
@@ -527,6 +565,22 @@ where
             node: (*node).to_owned(),
             name: (*condition).to_owned(),
         });
+    }
+    let [items, values, assigns] = graph.data_functions();
+    let checks: [(&'static str, &NamedRefs<'_>, HasFn<D>); 3] = [
+        ("items fn", &items, Registry::has_items),
+        ("value fn", &values, Registry::has_value),
+        ("assign fn", &assigns, Registry::has_assign),
+    ];
+    for (kind, refs, has) in checks {
+        if let Some((node, function)) = refs.iter().find(|(_, f)| !has(&registry, f)) {
+            return Err(BuildError::UnknownFunction {
+                workflow: name,
+                node: (*node).to_owned(),
+                kind,
+                name: (*function).to_owned(),
+            });
+        }
     }
     Ok((
         name,
@@ -633,6 +687,18 @@ impl RuntimeBuilder {
             }
             workflows.insert(name, workflow);
         }
+        // ACT-V10: a SubWorkflow names a registered workflow.
+        for (name, workflow) in &workflows {
+            for (node, child) in workflow.sub_workflows() {
+                if !workflows.contains_key(&child) {
+                    return Err(BuildError::UnknownWorkflow {
+                        workflow: name.clone(),
+                        node,
+                        name: child,
+                    });
+                }
+            }
+        }
         let (events, _) = broadcast::channel(self.event_buffer);
         Ok(Runtime {
             inner: Arc::new(Inner {
@@ -644,6 +710,7 @@ impl RuntimeBuilder {
                 journal_level: self.journal_level,
                 max_journal_entries: self.max_journal_entries,
                 middleware: self.middleware,
+                links: Mutex::new(VecDeque::new()),
             }),
         })
     }
@@ -682,6 +749,9 @@ struct Inner {
     journal_level: JournalLevel,
     max_journal_entries: usize,
     middleware: Middleware,
+    /// Work between instances queued by commits (ACT-24), carried out before the runtime
+    /// call that caused it returns.
+    links: Mutex<VecDeque<Link>>,
 }
 
 /// The workflow runtime, in memory (engine.md section 10). Cheap to clone; clones share
@@ -769,6 +839,23 @@ impl Runtime {
         input: Value,
         options: StartOptions,
     ) -> Result<Started, StartError> {
+        let mut result = self.start_inner(name, input, options, None).await;
+        if self.process_links().await
+            && let Ok(started) = &mut result
+        {
+            self.refresh(started).await;
+        }
+        result
+    }
+
+    /// Creates and runs an instance, with its parent when a SubWorkflow starts it (ACT-24).
+    async fn start_inner(
+        &self,
+        name: &str,
+        input: Value,
+        options: StartOptions,
+        parent: Option<ParentLink>,
+    ) -> Result<Started, StartError> {
         let workflow =
             self.inner
                 .workflows
@@ -792,6 +879,7 @@ impl Runtime {
             now_ms(),
         );
         state.correlation_id = options.correlation_id;
+        state.parent = parent;
         let json = serde_json::to_string(&state).map_err(|e| StartError::Input {
             message: e.to_string(),
         })?;
@@ -830,6 +918,18 @@ impl Runtime {
     /// instance, if any) is resumed with the payload, one run per instance, in bookmark
     /// creation order.
     pub async fn send(&self, stimulus: Stimulus) -> Result<SendReport, SendError> {
+        let mut result = self.send_inner(stimulus).await;
+        if self.process_links().await
+            && let Ok(report) = &mut result
+        {
+            for started in &mut report.resumed {
+                self.refresh(started).await;
+            }
+        }
+        result
+    }
+
+    async fn send_inner(&self, stimulus: Stimulus) -> Result<SendReport, SendError> {
         check_name(&stimulus.name)?;
         if let Some(message) = stimulus.invalid.clone() {
             return Err(SendError::Payload { message });
@@ -893,11 +993,15 @@ impl Runtime {
             ids: vec![bookmark_id.to_owned()],
             payload,
         };
-        self.drive(instance_id, target)
-            .await?
-            .ok_or_else(|| ResumeError::InstanceNotFound {
-                instance: instance_id.to_owned(),
-            })
+        let mut result = self.drive(instance_id, target).await;
+        if self.process_links().await
+            && let Ok(Some(started)) = &mut result
+        {
+            self.refresh(started).await;
+        }
+        result?.ok_or_else(|| ResumeError::InstanceNotFound {
+            instance: instance_id.to_owned(),
+        })
     }
 
     /// A snapshot of an instance, or `None` for an unknown id (ENG-51).
@@ -987,6 +1091,16 @@ impl Runtime {
         instance_id: &str,
         reason: Option<String>,
     ) -> Result<(), CancelError> {
+        let result = self.cancel_inner(instance_id, reason).await;
+        self.process_links().await;
+        result
+    }
+
+    async fn cancel_inner(
+        &self,
+        instance_id: &str,
+        reason: Option<String>,
+    ) -> Result<(), CancelError> {
         let not_found = || CancelError::InstanceNotFound {
             instance: instance_id.to_owned(),
         };
@@ -1031,6 +1145,79 @@ impl Runtime {
     pub fn subscribe(&self) -> EventStream {
         EventStream {
             receiver: self.inner.events.subscribe(),
+        }
+    }
+
+    // ---- links between instances (ACT-24) ----------------------------------------------
+
+    /// The status after linked work moved the instance on (a child that finished at once
+    /// resumed its parent, ACT-24).
+    async fn refresh(&self, started: &mut Started) {
+        if let Ok(Some(snapshot)) = self.get_state(&started.instance_id).await {
+            started.status = snapshot.state.status;
+            started.sub_status = snapshot.state.sub_status;
+        }
+    }
+
+    /// Carries out the work between instances that commits queued: starts children, resumes
+    /// parents with their children's results, cancels children of cancelled SubWorkflows.
+    /// Iterative, so a chain of nested sub-workflows does not recurse. Returns whether it did
+    /// anything.
+    async fn process_links(&self) -> bool {
+        let mut any = false;
+        loop {
+            let Some(link) = lock(&self.inner.links).pop_front() else {
+                return any;
+            };
+            any = true;
+            match link {
+                Link::Start {
+                    workflow,
+                    instance_id,
+                    input,
+                    parent,
+                } => {
+                    let options = StartOptions {
+                        instance_id: Some(instance_id.clone()),
+                        ..StartOptions::default()
+                    };
+                    let bookmark = parent.bookmark_id.clone();
+                    let parent_id = parent.instance_id.clone();
+                    let started = self
+                        .start_inner(&workflow, input, options, Some(parent))
+                        .await;
+                    if let (Err(error), Some(bookmark_id)) = (started, bookmark) {
+                        // The parent learns that its child could not run (ACT-24).
+                        lock(&self.inner.links).push_back(Link::Resume {
+                            instance_id: parent_id,
+                            bookmark_id,
+                            payload: serde_json::json!({
+                                "child_instance_id": instance_id,
+                                "status": "Failed",
+                                "error": error.to_string(),
+                            }),
+                        });
+                    }
+                }
+                Link::Cancel { instance_id } => {
+                    // Already final or gone: nothing to cancel.
+                    let _ = self
+                        .cancel_inner(&instance_id, Some("parent cancelled".to_owned()))
+                        .await;
+                }
+                Link::Resume {
+                    instance_id,
+                    bookmark_id,
+                    payload,
+                } => {
+                    let target = RunTarget::Bookmarks {
+                        ids: vec![bookmark_id],
+                        payload,
+                    };
+                    // A parent that was cancelled meanwhile has no bookmark left.
+                    let _ = self.drive(&instance_id, target).await;
+                }
+            }
         }
     }
 
@@ -1123,6 +1310,25 @@ impl Runtime {
         output: RunOutput,
     ) -> Result<Started, RunError> {
         let mut state = output.state;
+        {
+            // ACT-24: the links of this run, and a final child's result for its parent.
+            let mut links = lock(&self.inner.links);
+            links.extend(output.links);
+            if state.status.is_final()
+                && let Some(parent) = &state.parent
+                && let Some(bookmark) = &parent.bookmark_id
+            {
+                links.push_back(Link::Resume {
+                    instance_id: parent.instance_id.clone(),
+                    bookmark_id: bookmark.clone(),
+                    payload: serde_json::json!({
+                        "child_instance_id": state.instance_id,
+                        "status": format!("{:?}", state.status),
+                        "output": state.output,
+                    }),
+                });
+            }
+        }
         guard.journal.entries.append(&mut state.journal.entries);
         guard.journal.compact();
         guard.json = serde_json::to_string(&state).map_err(|e| RunError::StateCorrupt {

@@ -16,6 +16,8 @@ pub struct TaskContext<D> {
     pub(crate) node_id: String,
     pub(crate) context_id: u64,
     pub(crate) attempt: u32,
+    /// The variables in scope, nearest declaration first resolved (ACT-8).
+    pub(crate) variables: serde_json::Map<String, Value>,
 }
 
 impl<D> TaskContext<D> {
@@ -39,6 +41,13 @@ impl<D> TaskContext<D> {
     /// The input this activity was scheduled with (ACT-5), decoded as `I`.
     pub fn input<I: DeserializeOwned>(&self) -> Result<I, TaskError> {
         decode(self.input.as_ref(), "input", &self.node_id)
+    }
+
+    /// The variable `name` in scope (ACT-8), decoded as `T`: the nearest enclosing context
+    /// that holds it wins (a loop's `item` and `index`, ACT-16, or a `set_variable`, ACT-28).
+    /// A missing variable decodes JSON `null` (so `Option<T>` reads `None`).
+    pub fn variable<T: DeserializeOwned>(&self, name: &str) -> Result<T, TaskError> {
+        decode(self.variables.get(name), "variable", &self.node_id)
     }
 
     /// The instance's id.

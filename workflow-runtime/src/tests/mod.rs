@@ -2,7 +2,9 @@
 //! state-machine.md section 5, sequences, cancellation, faults and the no-recursion proof.
 
 mod executor;
+mod flowchart;
 mod state_machine;
+mod structured;
 
 use std::future::Future;
 use std::pin::pin;
