@@ -12,7 +12,7 @@ use serde_json::{Value, json};
 use crate::executor::{ChildInfo, Executor, RunError, StepError, engine_fault};
 use crate::flowchart::ON_NODE;
 use crate::graph::{MachineNode, NodeIndex, NodeKind, TransitionNode};
-use crate::instance::{ActivityStatus, ContextId, JournalKind};
+use crate::instance::{ActivityStatus, ContextId, FaultKind, FaultRecord, JournalKind};
 use crate::routing::{stimulus_hash, value_at_path};
 use crate::structured::{ON_BODY, ON_BRANCH, ON_CHILD_DONE};
 
@@ -33,6 +33,18 @@ const ON_EXIT: &str = "on_exit";
 const ON_ACTION: &str = "on_action";
 const ON_CONTINUE: &str = "on_continue";
 
+/// A permanent error failing `context` for good (FLT-5).
+fn permanent(context: ContextId, message: String) -> StepError {
+    StepError::Fault {
+        context,
+        record: FaultRecord {
+            kind: FaultKind::Error,
+            message,
+            attempt: 1,
+        },
+    }
+}
+
 impl<D> Executor<'_, D>
 where
     D: serde::Serialize + serde::de::DeserializeOwned + Send + Sync + 'static,
@@ -52,7 +64,7 @@ where
         };
         match &node.kind {
             NodeKind::Task { function, .. } => self.run_task(id, function).await,
-            NodeKind::Event { event, key } => self.execute_event(id, event, key.as_deref()),
+            NodeKind::Event { event, key, .. } => self.execute_event(id, event, key.as_deref()),
             NodeKind::Delay { duration_ms } => self.execute_delay(id, *duration_ms),
             NodeKind::Sequence { steps } => self.sequence_next(id, steps, 0),
             NodeKind::StateMachine(machine) => self.machine_execute(id, machine),
@@ -169,6 +181,71 @@ where
             .map_err(|e| engine_fault(id, format!("event `{event}`: {e}")))?;
         self.create_bookmark(id, event, hash, json!({ "key": key_value }), None)?;
         Ok(())
+    }
+
+    /// ENG-21 for a bookmark without callback: an event completes with its payload as output
+    /// and, when it declares its ports, the outcome its payload chooses through the mapping
+    /// registered under its payload type ([`crate::Registry::outcome`], ACT-19); an outcome
+    /// it did not declare fails it for good (FC-4). Other kinds complete with no outcome
+    /// (`done`, FC-2).
+    pub(crate) fn bookmark_completed(
+        &mut self,
+        id: ContextId,
+        node: NodeIndex,
+        payload: Value,
+    ) -> Result<(), StepError> {
+        let graph = self.graph;
+        let Some(NodeKind::Event {
+            event,
+            choice: Some(choice),
+            ..
+        }) = graph.node(node).map(|n| &n.kind)
+        else {
+            return self.complete(id, Some(payload), Vec::new());
+        };
+        let local = graph
+            .node(node)
+            .map(|n| n.id.rsplit(':').next().unwrap_or(&n.id).to_owned())
+            .unwrap_or_default();
+        let payload_type = choice.payload.as_deref().unwrap_or_default();
+        let Some(mapping) = self.registry.outcomes.get(payload_type) else {
+            // Checked at build (ACT-V8): only a registry changed behind the runtime's back.
+            return Err(permanent(
+                id,
+                format!(
+                    "event `{local}` declares outcomes but its payload type `{payload_type}` does not choose one"
+                ),
+            ));
+        };
+        let outcome =
+            match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| mapping(&payload))) {
+                Ok(Ok(outcome)) => outcome,
+                Ok(Err(error)) => {
+                    return Err(permanent(
+                        id,
+                        format!("event `{local}` ({event}): {}", error.message()),
+                    ));
+                }
+                Err(_) => {
+                    return Err(StepError::Fault {
+                        context: id,
+                        record: FaultRecord {
+                            kind: FaultKind::Panicked,
+                            message: format!(
+                                "event `{local}`: the outcome mapping of `{payload_type}` panicked"
+                            ),
+                            attempt: 1,
+                        },
+                    });
+                }
+            };
+        if !choice.ports.contains(&outcome) {
+            return Err(permanent(
+                id,
+                format!("node `{local}` completed with undeclared outcome `{outcome}`"),
+            ));
+        }
+        self.complete(id, Some(payload), vec![outcome])
     }
 
     /// A `wf.delay` bookmark scoped to this context (RT-7) with its due time as payload. No

@@ -651,7 +651,7 @@ where
                 };
                 self.on_child(id, callback, child)
             }
-            None => self.complete(id, Some(payload), Vec::new()),
+            None => self.bookmark_completed(id, node, payload),
         };
         match &result {
             Err(StepError::Fault { .. })

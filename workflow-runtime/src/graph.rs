@@ -29,6 +29,15 @@ pub(crate) struct Node {
     pub(crate) kind: NodeKind,
 }
 
+/// An event's declared outcomes and the payload type whose mapping chooses one (ACT-19).
+#[derive(Debug)]
+pub(crate) struct EventChoice {
+    /// The payload type name, the key of the mapping in the registry.
+    pub(crate) payload: Option<String>,
+    /// The declared ports (FC-4).
+    pub(crate) ports: Vec<String>,
+}
+
 /// What the executor needs of each kind of activity.
 #[derive(Debug)]
 pub(crate) enum NodeKind {
@@ -37,9 +46,12 @@ pub(crate) enum NodeKind {
         function: String,
         ports: Option<Vec<String>>,
     },
+    /// ACT-19; `choice` is the payload type name whose registered outcome mapping chooses
+    /// among `ports` (ACT-V8), `None` when the event completes with `done`.
     Event {
         event: String,
         key: Option<String>,
+        choice: Option<EventChoice>,
     },
     Delay {
         duration_ms: Option<u64>,
@@ -305,6 +317,21 @@ impl Graph {
         (tasks, conditions)
     }
 
+    /// `(node id, payload type name)` of every event that declares its outcomes (ACT-V8): each
+    /// needs an outcome mapping registered under its payload type name.
+    pub(crate) fn event_choices(&self) -> Vec<(&str, Option<&str>)> {
+        self.nodes
+            .iter()
+            .filter_map(|node| match &node.kind {
+                NodeKind::Event {
+                    choice: Some(choice),
+                    ..
+                } => Some((node.id.as_str(), choice.payload.as_deref())),
+                _ => None,
+            })
+            .collect()
+    }
+
     /// `(node id, workflow name)` of every SubWorkflow node (ACT-V10).
     pub(crate) fn sub_workflows(&self) -> Vec<(String, String)> {
         self.nodes
@@ -373,6 +400,10 @@ impl Graph {
             Activity::Event(e) => NodeKind::Event {
                 event: e.event.clone(),
                 key: e.key.clone(),
+                choice: e.ports.as_ref().map(|ports| EventChoice {
+                    payload: e.payload.clone(),
+                    ports: ports.clone(),
+                }),
             },
             Activity::Delay(d) if d.until.is_none() => NodeKind::Delay {
                 duration_ms: d.duration_ms,

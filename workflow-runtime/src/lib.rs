@@ -50,7 +50,7 @@ pub use instance::{
     ActivityStatus, Bookmark, ContextId, Incident, JournalEntry, JournalKind, JournalLevel,
     SubStatus, WorkflowState, WorkflowStatus,
 };
-pub use registry::{BoxFuture, Registry, TaskResult};
+pub use registry::{BoxFuture, ChooseOutcome, Registry, TaskResult};
 pub use routing::RoutingError;
 pub use runtime::{
     AwaitError, BuildError, CancelError, Completion, InstanceSnapshot, PurgeError, ResumeError,
@@ -79,7 +79,7 @@ pub mod __private {
     pub use ::serde_json;
     pub use ::workflow_model as model;
 
-    pub use crate::registry::{BoxFuture, Registry, TaskResult};
+    pub use crate::registry::{BoxFuture, ChooseOutcome, Registry, TaskResult};
     pub use crate::task::{IntoTaskResult, Outcome, TaskContext, TaskError};
     pub use crate::workflow::{StateMachineWorkflow, Workflow};
 }

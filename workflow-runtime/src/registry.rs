@@ -32,6 +32,40 @@ pub(crate) type ValueFn<D> = Arc<dyn Fn(&D) -> Result<Value, TaskError> + Send +
 
 pub(crate) type AssignFn<D> = Arc<dyn Fn(&mut D, &Value) -> Result<(), TaskError> + Send + Sync>;
 
+pub(crate) type OutcomeFn = Arc<dyn Fn(&Value) -> Result<String, TaskError> + Send + Sync>;
+
+/// The outcome mapping of an event's payload type (ACT-19): an event node that declares its
+/// ports, as in `manager = event::<Decision>("expense.decision") -> [approved, rejected]`,
+/// completes with the outcome its payload chooses, and routing follows that port (FC-4).
+///
+/// `workflow!` requires it of the payload type of every event that declares its ports
+/// (ACT-V8, a compile error on the type); a JSON definition's event finds it by its `payload`
+/// name, registered with [`Registry::outcome`] and checked at build (ENG-47). An outcome the
+/// event does not declare fails the event for good (FC-4).
+///
+/// ```
+/// use workflow_runtime::ChooseOutcome;
+///
+/// #[derive(serde::Deserialize)]
+/// struct Decision { approved: bool }
+///
+/// impl ChooseOutcome for Decision {
+///     fn outcome(&self) -> &str {
+///         if self.approved { "approved" } else { "rejected" }
+///     }
+/// }
+/// assert_eq!(Decision { approved: false }.outcome(), "rejected");
+/// ```
+#[diagnostic::on_unimplemented(
+    message = "an event declares outcomes but its payload type `{Self}` does not choose one",
+    label = "`{Self}` does not implement `ChooseOutcome`",
+    note = "implement `workflow_runtime::ChooseOutcome` for `{Self}` to choose among the event's declared ports (ACT-V8)"
+)]
+pub trait ChooseOutcome {
+    /// The outcome port this payload chooses: one of the event's declared ports.
+    fn outcome(&self) -> &str;
+}
+
 pub(crate) type ItemsFn<D> = Arc<dyn Fn(&D) -> Result<Vec<Value>, TaskError> + Send + Sync>;
 
 /// The user code of one workflow type, by the names its definition uses.
@@ -64,6 +98,7 @@ pub struct Registry<D> {
     pub(crate) items: HashMap<String, ItemsFn<D>>,
     pub(crate) values: HashMap<String, ValueFn<D>>,
     pub(crate) assigns: HashMap<String, AssignFn<D>>,
+    pub(crate) outcomes: HashMap<String, OutcomeFn>,
 }
 
 impl<D> Default for Registry<D> {
@@ -74,6 +109,7 @@ impl<D> Default for Registry<D> {
             items: HashMap::new(),
             values: HashMap::new(),
             assigns: HashMap::new(),
+            outcomes: HashMap::new(),
         }
     }
 }
@@ -90,12 +126,15 @@ impl<D> fmt::Debug for Registry<D> {
         values.sort();
         let mut assigns: Vec<&String> = self.assigns.keys().collect();
         assigns.sort();
+        let mut outcomes: Vec<&String> = self.outcomes.keys().collect();
+        outcomes.sort();
         f.debug_struct("Registry")
             .field("tasks", &tasks)
             .field("conditions", &conditions)
             .field("items", &items)
             .field("values", &values)
             .field("assigns", &assigns)
+            .field("outcomes", &outcomes)
             .finish()
     }
 }
@@ -266,6 +305,51 @@ impl<D: Send + Sync + 'static> Registry<D> {
             }),
         );
         self
+    }
+
+    /// Registers the outcome mapping of the payload type `P` under `name`, the `payload` name
+    /// of the events that use it (ACT-19): when such an event declares its ports, its payload
+    /// is decoded into `P` and completes the event with [`ChooseOutcome::outcome`]. A payload
+    /// that does not decode into `P` fails the event for good, naming the type. `workflow!`
+    /// registers it for every event with declared ports, under the type as written.
+    ///
+    /// ```
+    /// # use workflow_runtime::{ChooseOutcome, Registry};
+    /// # #[derive(serde::Serialize, serde::Deserialize)]
+    /// # struct Expense { amount: u64 }
+    /// #[derive(serde::Deserialize)]
+    /// struct Decision { approved: bool }
+    /// impl ChooseOutcome for Decision {
+    ///     fn outcome(&self) -> &str {
+    ///         if self.approved { "approved" } else { "rejected" }
+    ///     }
+    /// }
+    /// let registry = Registry::<Expense>::new().outcome::<Decision>("Decision");
+    /// assert!(registry.has_outcome("Decision"));
+    /// ```
+    #[must_use]
+    pub fn outcome<P>(mut self, name: impl Into<String>) -> Self
+    where
+        P: ChooseOutcome + DeserializeOwned + 'static,
+    {
+        self.outcomes.insert(
+            name.into(),
+            Arc::new(|payload| {
+                let typed: P = serde_json::from_value(payload.clone()).map_err(|e| {
+                    TaskError::permanent(format!(
+                        "the payload does not decode into `{}`: {e}",
+                        std::any::type_name::<P>()
+                    ))
+                })?;
+                Ok(typed.outcome().to_owned())
+            }),
+        );
+        self
+    }
+
+    /// Whether an outcome mapping is registered under `name`.
+    pub fn has_outcome(&self, name: &str) -> bool {
+        self.outcomes.contains_key(name)
     }
 
     /// Whether an assign fn is registered under `name`.

@@ -111,6 +111,19 @@ pub enum BuildError {
         /// The missing workflow name.
         name: String,
     },
+    /// An event declares its outcomes but no outcome mapping is registered for its payload
+    /// type ([`Registry::outcome`], ACT-V8).
+    #[error(
+        "definition `{workflow}`: event `{node}` declares outcomes but its payload type `{payload}` does not choose one (no outcome mapping is registered under `{payload}`)"
+    )]
+    EventWithoutOutcome {
+        /// The definition name.
+        workflow: String,
+        /// The event's node id.
+        node: String,
+        /// The event's payload type name, empty when it names none.
+        payload: String,
+    },
     /// Two nodes share an id path.
     #[error("definition `{workflow}`: node id `{node}` is used twice")]
     DuplicateNode {
@@ -564,6 +577,17 @@ where
             workflow: name,
             node: (*node).to_owned(),
             name: (*condition).to_owned(),
+        });
+    }
+    if let Some((node, payload)) = graph
+        .event_choices()
+        .into_iter()
+        .find(|(_, p)| !p.is_some_and(|p| registry.has_outcome(p)))
+    {
+        return Err(BuildError::EventWithoutOutcome {
+            workflow: name,
+            node: node.rsplit(':').next().unwrap_or(node).to_owned(),
+            payload: payload.unwrap_or_default().to_owned(),
         });
     }
     let [items, values, assigns] = graph.data_functions();
