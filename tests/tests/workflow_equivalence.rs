@@ -2,7 +2,7 @@
 //! the same flowchart loaded from JSON (issue #6, "Done when").
 
 use workflow_runtime::model::{Activity, Definition, diagram};
-use workflow_runtime::{TaskContext, Workflow, workflow};
+use workflow_runtime::{ChooseOutcome, TaskContext, Workflow, workflow};
 
 #[derive(Default, serde::Serialize, serde::Deserialize)]
 pub struct ExpenseData {
@@ -13,6 +13,16 @@ pub struct ExpenseData {
 #[derive(serde::Deserialize)]
 pub struct Decision {
     pub approved: bool,
+}
+
+impl ChooseOutcome for Decision {
+    fn outcome(&self) -> &str {
+        if self.approved {
+            "approved"
+        } else {
+            "rejected"
+        }
+    }
 }
 
 async fn submit_expense(_ctx: &mut TaskContext<ExpenseData>) {}

@@ -51,7 +51,10 @@ pub(crate) fn expand(decl: &WorkflowDecl, definition: Option<&Definition>) -> To
     }
     let stub;
     let (definition, registry) = match definition {
-        Some(definition) => (definition, registry(&tasks, &conditions)),
+        Some(definition) => (
+            definition,
+            registry(&tasks, &conditions, &choosing_events(decl)),
+        ),
         None => {
             stub = Definition::new(
                 workflow_name(decl),
@@ -219,8 +222,81 @@ fn node_constants(decl: &WorkflowDecl) -> (Vec<String>, TokenStream) {
     (ids, out)
 }
 
-/// The registry: each user fn once per name.
-fn registry(tasks: &[&FnRef], conditions: &[&FnRef]) -> TokenStream {
+/// `(node id, payload type)` of every event that declares its ports, nested steps included.
+fn choosing_events(decl: &WorkflowDecl) -> Vec<(String, &syn::Type)> {
+    fn walk<'a>(id: String, kind: &'a KindDecl, out: &mut Vec<(String, &'a syn::Type)>) {
+        match kind {
+            KindDecl::Event {
+                payload: Some(ty),
+                ports: Some(_),
+                ..
+            } => out.push((id, ty)),
+            KindDecl::Sequence { steps } => {
+                for (i, step) in steps.iter().enumerate() {
+                    walk(step_id(step, i), &step.kind, out);
+                }
+            }
+            _ => {}
+        }
+    }
+    let mut out = Vec::new();
+    match &decl.body {
+        Body::Flowchart { nodes, .. } => {
+            for node in nodes {
+                walk(
+                    syn::ext::IdentExt::unraw(&node.id).to_string(),
+                    &node.kind,
+                    &mut out,
+                );
+            }
+        }
+        Body::Sequence { steps, .. } => {
+            for (i, step) in steps.iter().enumerate() {
+                walk(step_id(step, i), &step.kind, &mut out);
+            }
+        }
+    }
+    out
+}
+
+/// The registration of an event's outcome mapping (ACT-19) under the payload type's name as
+/// the definition records it, through a bound that makes rustc report ACT-V8 on the type.
+fn register_outcome(id: &str, ty: &syn::Type) -> TokenStream {
+    let private = quote!(::workflow_runtime::__private);
+    let name = quote::ToTokens::to_token_stream(ty)
+        .to_string()
+        .replace(' ', "");
+    let message = format!(
+        "event `{id}` declares outcomes but its payload type `{{Self}}` does not choose one"
+    );
+    let call = quote_spanned!(ty.span()=> __outcome::<_, #ty>);
+    quote! {
+        let registry = {
+            #[diagnostic::on_unimplemented(
+                message = #message,
+                label = "this payload type does not implement `ChooseOutcome`",
+                note = "implement `workflow_runtime::ChooseOutcome` for it to choose among the event's declared ports (ACT-V8)"
+            )]
+            trait __ChoosesOutcome: #private::ChooseOutcome {}
+            impl<T: #private::ChooseOutcome + ?::core::marker::Sized> __ChoosesOutcome for T {}
+            fn __outcome<D, T>(registry: #private::Registry<D>, name: &str) -> #private::Registry<D>
+            where
+                D: ::core::marker::Send + ::core::marker::Sync + 'static,
+                T: __ChoosesOutcome + #private::serde::de::DeserializeOwned + 'static,
+            {
+                registry.outcome::<T>(name)
+            }
+            #call(registry, #name)
+        };
+    }
+}
+
+/// The registry: each user fn once per name, each event's outcome mapping once per type.
+fn registry(
+    tasks: &[&FnRef],
+    conditions: &[&FnRef],
+    events: &[(String, &syn::Type)],
+) -> TokenStream {
     let private = quote!(::workflow_runtime::__private);
     let mut seen = HashSet::new();
     let mut calls = TokenStream::new();
@@ -237,5 +313,15 @@ fn registry(tasks: &[&FnRef], conditions: &[&FnRef]) -> TokenStream {
             calls.extend(quote_spanned!(path.span()=> .condition(#name, #path)));
         }
     }
-    quote!(#private::Registry::<Self::Data>::new() #calls)
+    let mut seen = HashSet::new();
+    let outcomes: Vec<TokenStream> = events
+        .iter()
+        .filter(|(_, ty)| seen.insert(quote::ToTokens::to_token_stream(*ty).to_string()))
+        .map(|(id, ty)| register_outcome(id, ty))
+        .collect();
+    quote!({
+        let registry = #private::Registry::<Self::Data>::new() #calls;
+        #(#outcomes)*
+        registry
+    })
 }

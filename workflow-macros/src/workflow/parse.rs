@@ -855,13 +855,24 @@ fn parse_event(input: ParseStream<'_>) -> syn::Result<KindDecl> {
             }
         }
     }
+    let ports = parse_ports(input)?;
+    if let (Some(list), None) = (&ports, &payload) {
+        // ACT-19: declared outcomes are chosen by the payload type's outcome mapping.
+        return Err(syn::Error::new_spanned(
+            &list.tokens,
+            format!(
+                "an event that declares its outcomes needs a payload type that chooses one, as in `event::<Decision>({:?})`",
+                name.value()
+            ),
+        ));
+    }
     Ok(KindDecl::Event {
         payload,
         name,
         key,
         trigger,
         timeout,
-        ports: parse_ports(input)?,
+        ports,
     })
 }
 
