@@ -389,3 +389,42 @@ fn the_sequence_form_runs_its_steps_in_order() {
         assert_eq!(finished_log(&rt, &id).await, ["audit", "archive"]);
     });
 }
+
+// ACT-V8 for JSON: an event that declares its ports but names no payload type cannot have a
+// mapping; it is refused at build too.
+#[test]
+fn a_json_event_with_ports_and_no_payload_is_refused_at_build() {
+    let json = EXPENSE_JSON.replace(r#""payload": "Decision", "#, "");
+    assert_ne!(json, EXPENSE_JSON);
+    let error = Runtime::builder()
+        .register_json(json, hand_registry())
+        .build()
+        .unwrap_err();
+    assert!(
+        matches!(&error, BuildError::EventWithoutOutcome { node, payload, .. } if node == "manager" && payload.is_empty()),
+        "{error}"
+    );
+}
+
+// A payload that does not decode into the mapping's type cannot choose: the event fails for
+// good naming the type (the routing issue's dead letter, RT-22, would reject it instead), and
+// its bookmark stays for a retry (ENG-21).
+#[test]
+fn a_payload_that_does_not_decode_faults_the_event() {
+    block_on(async {
+        let rt = macro_runtime();
+        let started = start(&rt, expense("e-9", 500)).await;
+        rt.send(
+            Stimulus::new("expense.decision")
+                .key("e-9")
+                .payload(json!({ "approved": true })),
+        )
+        .await
+        .unwrap();
+        let snapshot = rt.get_state(&started.instance_id).await.unwrap().unwrap();
+        assert_eq!(snapshot.status(), WorkflowStatus::Faulted);
+        let message = &snapshot.state.incidents.last().unwrap().fault.message;
+        assert!(message.contains("does not decode into"), "{message}");
+        assert_eq!(snapshot.state.bookmarks.len(), 1);
+    });
+}

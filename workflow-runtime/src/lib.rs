@@ -17,7 +17,11 @@
 //! User code beyond tasks and conditions is registered by name on the [`Registry`]: items fns
 //! for the loops over items ([`Registry::items`]), value fns for SetVariable, Finish outputs,
 //! Correlate keys and SubWorkflow inputs ([`Registry::value`]), and assign fns that fold a
-//! child workflow's output into the data ([`Registry::assign`]).
+//! child workflow's output into the data ([`Registry::assign`]). An event that declares its
+//! outcome ports completes with the one its payload chooses: the payload type implements
+//! [`ChooseOutcome`] and its mapping is registered under the event's `payload` name
+//! ([`Registry::outcome`], ACT-19; `workflow!` does it, and a missing one is refused at build
+//! with [`BuildError::EventWithoutOutcome`], ACT-V8).
 
 mod activities;
 mod events;
