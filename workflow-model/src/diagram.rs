@@ -108,7 +108,7 @@ fn trigger_summary(trigger: &Activity) -> String {
 }
 
 /// `48h`, `5m`, `30s`, `1500ms`, `2d`: the largest unit that divides it.
-fn duration(ms: u64) -> String {
+pub(crate) fn duration(ms: u64) -> String {
     for (unit, size) in [
         ("d", 86_400_000),
         ("h", 3_600_000),

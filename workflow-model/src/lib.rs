@@ -54,6 +54,7 @@
 //! assert_eq!(Definition::from_json(&expense.to_json_pretty()).unwrap(), expense);
 //! ```
 
+pub mod cron;
 mod definition;
 mod diagnostics;
 pub mod diagram;
@@ -62,13 +63,17 @@ mod json;
 mod validate;
 
 pub use definition::{
-    Activity, Break, Connection, Correlate, Cron, DONE, Definition, Delay, End, Event, Fault,
-    Finish, Flowchart, ForEach, Fork, If, Join, JoinMode, Parallel, ParallelForEach, ParallelMode,
-    Ports, Sequence, SetVariable, Start, StartAt, State, StateMachine, SubWorkflow,
-    SubWorkflowMode, Switch, SwitchCase, SwitchMode, Task, Timer, Transition, While,
+    Activity, Break, COMPENSATED, CommitStrategy, Connection, Correlate, Cron, DONE, Decimal,
+    Definition, Delay, End, Event, Fault, Finish, Flowchart, ForEach, Fork, If, Join, JoinMode,
+    NodeCommit, Parallel, ParallelForEach, ParallelMode, Ports, RetryPolicy, Saga, SagaOnFailure,
+    Sequence, SetVariable, Start, StartAt, State, StateMachine, SubWorkflow, SubWorkflowMode,
+    Switch, SwitchCase, SwitchMode, Task, Timer, Transition, While,
 };
 pub use diagnostics::{
     Diagnostic, Diagnostics, Location, Segment, backticked, did_you_mean, suggest,
 };
 pub use json::{LoadError, SHAPE_RULE};
-pub use validate::{FlowchartAnalysis, FlowchartLoop, analyze_flowchart, is_valid_id, validate};
+pub use validate::{
+    FlowchartAnalysis, FlowchartLoop, KNOWN_TIME_ZONES, analyze_flowchart, is_known_time_zone,
+    is_valid_id, validate,
+};
