@@ -33,6 +33,7 @@ fn workflow_ui() {
         "start",
         "graph",
         "types",
+        "faults",
         "several",
     ] {
         t.compile_fail(format!("ui/workflow/{kind}/*.rs"));

@@ -105,6 +105,8 @@ fn walk(
         );
     let child_place = match (activity, place) {
         (Activity::Flowchart(_), Place::Root) => Place::TopLevelNode,
+        // A saga scope at the root wraps the workflow's body (FLT-10).
+        (Activity::Saga(_), Place::Root) => Place::Root,
         _ => Place::Nested,
     };
     for (child, child_at) in children_with_locations(activity, at) {
