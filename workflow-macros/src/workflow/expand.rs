@@ -189,7 +189,7 @@ fn collect<'a>(
         }
         KindDecl::Decide { condition } => conditions.push(condition),
         KindDecl::Switch { cases } => conditions.extend(cases.iter().map(|(_, c)| c)),
-        KindDecl::Workflow(SubWorkflowRef::Type(path)) => children.push(path),
+        KindDecl::Workflow(SubWorkflowRef::Type(path), _) => children.push(path),
         KindDecl::After {
             duration_type: Some(ty),
             ..

@@ -327,15 +327,18 @@ fn lower_kind(kind: &KindDecl, id: String, at: &Location, spans: &mut SpanTable)
             message: message.as_ref().map(syn::LitStr::value).unwrap_or_default(),
         }
         .into(),
-        KindDecl::Workflow(child) => {
+        KindDecl::Workflow(child, timeout) => {
             spans.insert(at.field("workflow"), child.tokens());
+            if let Some((_, tokens)) = timeout {
+                spans.insert(at.field("deadline_ms"), tokens);
+            }
             SubWorkflow {
                 id,
                 workflow: child.name(),
                 input: None,
                 assign: None,
                 mode: SubWorkflowMode::Wait,
-                deadline_ms: None,
+                deadline_ms: timeout.as_ref().map(|(millis, _)| *millis),
             }
             .into()
         }

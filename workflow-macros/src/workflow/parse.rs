@@ -182,8 +182,8 @@ pub(crate) enum KindDecl {
         code: LitStr,
         message: Option<LitStr>,
     },
-    /// `workflow(Shipping)` or `workflow("shipping")`.
-    Workflow(SubWorkflowRef),
+    /// `workflow(Shipping)` or `workflow("shipping")`, optionally `.timeout(duration)` (TM-14).
+    Workflow(SubWorkflowRef, Option<(u64, TokenStream)>),
     /// `sequence [ steps ]`.
     Sequence { steps: Vec<StepDecl> },
 }
@@ -202,7 +202,7 @@ impl KindDecl {
             KindDecl::End => "end",
             KindDecl::Finish => "finish",
             KindDecl::Fault { .. } => "fault",
-            KindDecl::Workflow(_) => "workflow",
+            KindDecl::Workflow(..) => "workflow",
             KindDecl::Sequence { .. } => "sequence",
             KindDecl::Saga { .. } => "saga",
             KindDecl::Cron { .. } => "cron",
@@ -857,7 +857,28 @@ fn parse_kind(input: ParseStream<'_>, allowed: &[&str], place: &str) -> syn::Res
             if !content.is_empty() {
                 return Err(content.error("unexpected token after the child workflow"));
             }
-            KindDecl::Workflow(child)
+            let timeout = if input.peek(Token![.]) {
+                input.parse::<Token![.]>()?;
+                let method: Ident = input.call(Ident::parse_any)?;
+                if method != "timeout" {
+                    return Err(syn::Error::new(
+                        method.span(),
+                        format!(
+                            "unknown sub-workflow option `.{method}`; the only option is `.timeout(duration)`"
+                        ),
+                    ));
+                }
+                let content = parenthesized(input, "timeout", "timeout(hours(1))")?;
+                let start = content.fork();
+                let (millis, _) = parse_duration(&content)?;
+                if !content.is_empty() {
+                    return Err(content.error("unexpected token after the duration"));
+                }
+                Some((millis, tokens_between(&start, &content)))
+            } else {
+                None
+            };
+            KindDecl::Workflow(child, timeout)
         }
         // "sequence"
         _ => KindDecl::Sequence {
@@ -1205,7 +1226,7 @@ mod tests {
             panic!("a join")
         };
         assert_eq!(*mode, JoinMode::Any);
-        let Some(KindDecl::Workflow(child)) = nodes.get(11).map(|n| &n.kind) else {
+        let Some(KindDecl::Workflow(child, _)) = nodes.get(11).map(|n| &n.kind) else {
             panic!("a sub-workflow")
         };
         assert_eq!(child.name(), "Shipping");

@@ -56,7 +56,22 @@ workflow! {
     }
 }
 
+workflow! {
+    pub workflow Parent(Order) {
+        child = workflow(Ticker).timeout(hours(1));
+        send = task(ship);
+        late = task(apologize);
+
+        start -> child -> send;
+        child.timeout -> late;
+    }
+}
+
 fn main() {
+    let Activity::Flowchart(parent) = &Parent::definition().root else { panic!() };
+    let Activity::SubWorkflow(child) = &parent.nodes[0] else { panic!() };
+    assert_eq!(child.deadline_ms, Some(3_600_000));
+
     let definition = Checkout::definition();
     assert_eq!(
         definition.retry,
