@@ -6,8 +6,9 @@
 //! 0 and 7 are Sunday. When both day fields are restricted, a day matches if either matches.
 //! `L`, `W`, `#` and `?` are rejected.
 //!
-//! Time zones other than UTC are applied by the runtime (TM-12); [`Schedule::next_after`]
-//! computes in UTC.
+//! [`Schedule::next_after`] computes in UTC and [`Schedule::next_after_with_offset`] at a fixed
+//! offset ([`fixed_offset_seconds`]); IANA zones, with their gaps and overlaps (TM-12), come
+//! with the runtime's time zone support.
 //!
 //! ```
 //! use workflow_model::cron::Schedule;
@@ -240,6 +241,15 @@ impl Schedule {
         None
     }
 
+    /// The first occurrence strictly after `unix_seconds` in a zone at a fixed offset from UTC
+    /// (`offset_seconds` east of UTC, see [`fixed_offset_seconds`]); UTC instants in and out.
+    pub fn next_after_with_offset(&self, unix_seconds: u64, offset_seconds: i32) -> Option<u64> {
+        let offset = i64::from(offset_seconds);
+        let local = i64::try_from(unix_seconds).ok()?.checked_add(offset)?;
+        let next = self.next_after(u64::try_from(local).ok()?)?;
+        u64::try_from(i64::try_from(next).ok()?.checked_sub(offset)?).ok()
+    }
+
     fn first_time_from(&self, from: u64) -> Option<u64> {
         let (h0, m0, s0) = (from / 3600, from / 60 % 60, from % 60);
         for h in h0..24 {
@@ -259,6 +269,21 @@ impl Schedule {
         }
         None
     }
+}
+
+/// The offset east of UTC in seconds of a zone the validator accepts without IANA data
+/// (TM-V2): `UTC` is 0, `+02:00` is 7200, `-05:30` is -19800; `None` for anything else.
+pub fn fixed_offset_seconds(zone: &str) -> Option<i32> {
+    if zone == "UTC" {
+        return Some(0);
+    }
+    if !crate::is_known_time_zone(zone) {
+        return None;
+    }
+    let sign = if zone.starts_with('-') { -1 } else { 1 };
+    let hours: i32 = zone.get(1..3)?.parse().ok()?;
+    let minutes: i32 = zone.get(4..6)?.parse().ok()?;
+    Some(sign * (hours * 3600 + minutes * 60))
 }
 
 /// (year, month 1-12, day 1-31) of the day `days` after 1970-01-01 (Howard Hinnant's
@@ -353,6 +378,25 @@ mod tests {
         assert_eq!(next("*/10 * * * * *", JAN1_2026), JAN1_2026 + 10);
         assert_eq!(next("30 0 0 * * *", JAN1_2026), JAN1_2026 + 30);
         assert_eq!(next("10-50/20 * * * *", JAN1_2026), JAN1_2026 + 600);
+    }
+
+    #[test]
+    fn fixed_offsets_shift_local_time() {
+        assert_eq!(fixed_offset_seconds("UTC"), Some(0));
+        assert_eq!(fixed_offset_seconds("+02:00"), Some(7_200));
+        assert_eq!(fixed_offset_seconds("-05:30"), Some(-19_800));
+        assert_eq!(fixed_offset_seconds("Europe/Paris"), None);
+        let nine = Schedule::parse("0 9 * * *").unwrap();
+        // 09:00 at +02:00 is 07:00 UTC.
+        assert_eq!(
+            nine.next_after_with_offset(JAN1_2026, 7_200),
+            Some(JAN1_2026 + 7 * 3600)
+        );
+        // 09:00 at -05:30 is 14:30 UTC.
+        assert_eq!(
+            nine.next_after_with_offset(JAN1_2026, -19_800),
+            Some(JAN1_2026 + 14 * 3600 + 1800)
+        );
     }
 
     #[test]
