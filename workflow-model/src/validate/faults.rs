@@ -221,8 +221,8 @@ fn check_time_zone(zone: &str, at: &Location, cx: &mut Diagnostics) {
 #[cfg(test)]
 mod tests {
     use crate::definition::{
-        Activity, Connection, Cron, Decimal, Definition, Event, Flowchart, RetryPolicy, Saga,
-        SagaOnFailure, Sequence, SubWorkflow, SubWorkflowMode, Task,
+        Activity, CommitStrategy, Connection, Cron, Decimal, Definition, Event, Flowchart,
+        RetryPolicy, Saga, SagaOnFailure, Sequence, SubWorkflow, SubWorkflowMode, Task,
     };
     use crate::validate;
 
@@ -465,6 +465,22 @@ mod tests {
             })),
             vec![]
         );
+    }
+
+    #[test]
+    fn eng_32_periodic_commit_interval_of_zero() {
+        let mut definition = Definition::new("Demo", sequence(vec![]));
+        definition.commit_strategy = Some(CommitStrategy::Periodic { interval_ms: 0 });
+        assert_eq!(
+            found(&definition),
+            one(
+                "ENG-32",
+                "/commit_strategy",
+                "periodic commit interval must be greater than zero"
+            )
+        );
+        definition.commit_strategy = Some(CommitStrategy::Periodic { interval_ms: 500 });
+        assert_eq!(found(&definition), vec![]);
     }
 
     #[test]
