@@ -16,6 +16,7 @@ fn state_machine_ui() {
         "states",
         "transitions",
         "types",
+        "faults",
         "several",
     ] {
         t.compile_fail(format!("ui/state_machine/{kind}/*.rs"));
@@ -33,6 +34,7 @@ fn workflow_ui() {
         "start",
         "graph",
         "types",
+        "faults",
         "several",
     ] {
         t.compile_fail(format!("ui/workflow/{kind}/*.rs"));

@@ -17,6 +17,13 @@ pub struct Definition {
     pub description: Option<String>,
     /// The activity an instance runs; its id is conventionally `root`.
     pub root: Activity,
+    /// The workflow's default retry policy (FLT-2): a task's own policy overrides it field by
+    /// field, and it overrides the runtime's defaults. Absent: the runtime's defaults.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry: Option<RetryPolicy>,
+    /// The workflow-level commit strategy (ENG-32). Absent: the runtime's default (`run_end`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub commit_strategy: Option<CommitStrategy>,
 }
 
 impl Definition {
@@ -26,6 +33,8 @@ impl Definition {
             name: name.into(),
             description: None,
             root: root.into(),
+            retry: None,
+            commit_strategy: None,
         }
     }
 
@@ -56,6 +65,9 @@ impl Ports<'_> {
 
 /// The default outcome of an activity that completes without naming one (FC-2).
 pub const DONE: &str = "done";
+
+/// The outcome of a `compensate_then_continue` saga scope after compensating (FLT-12).
+pub const COMPENSATED: &str = "compensated";
 
 macro_rules! activity_kinds {
     ($( $(#[$doc:meta])* $variant:ident($ty:ident) = $name:literal, )*) => {
@@ -100,6 +112,8 @@ macro_rules! activity_kinds {
 activity_kinds! {
     /// A user async fn (ACT-11).
     Task(Task) = "task",
+    /// A saga scope around a sequence or flowchart (FLT-10).
+    Saga(Saga) = "saga",
     /// A wait for a named stimulus (ACT-19).
     Event(Event) = "event",
     /// A durable wait for a duration or until an instant (ACT-20).
@@ -195,6 +209,10 @@ impl Activity {
                 }
                 Ports::Declared(ports)
             }
+            Activity::Saga(s) => match s.on_failure {
+                SagaOnFailure::CompensateThenFault => Ports::Declared(vec![DONE]),
+                SagaOnFailure::CompensateThenContinue => Ports::Declared(vec![DONE, COMPENSATED]),
+            },
             Activity::End(_) | Activity::Finish(_) | Activity::Break(_) | Activity::Fault(_) => {
                 Ports::Declared(Vec::new())
             }
@@ -281,6 +299,7 @@ impl Activity {
             Activity::ParallelForEach(f) => out.push(&f.body),
             Activity::Parallel(p) => out.extend(&p.branches),
             Activity::Timer(t) => out.extend(t.body.as_deref()),
+            Activity::Saga(s) => out.push(&s.body),
             _ => {}
         }
         out.into_iter()
@@ -302,6 +321,20 @@ pub struct Task {
     /// Declared outcome ports; `None` means open in JSON (FC-2). `workflow!` always declares them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ports: Option<Vec<String>>,
+    /// This task's retry policy (FLT-2); unset fields fall back to the workflow's policy, then
+    /// to the runtime's defaults.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry: Option<RetryPolicy>,
+    /// The time one attempt may take, in milliseconds (FLT-17); unlimited when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attempt_timeout_ms: Option<u64>,
+    /// The registry name of the fn that undoes this task's effect (FLT-10); it only runs inside
+    /// a saga scope (FLT-V5).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub compensation: Option<String>,
+    /// When the runtime commits around this task (ENG-32); absent means `default`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub commit: Option<NodeCommit>,
 }
 
 impl Task {
@@ -311,7 +344,25 @@ impl Task {
             id: id.into(),
             function: function.into(),
             ports: None,
+            retry: None,
+            attempt_timeout_ms: None,
+            compensation: None,
+            commit: None,
         }
+    }
+
+    /// The same task with a retry policy (FLT-2).
+    #[must_use]
+    pub fn with_retry(mut self, retry: RetryPolicy) -> Self {
+        self.retry = Some(retry);
+        self
+    }
+
+    /// The same task with a compensation fn (FLT-10).
+    #[must_use]
+    pub fn with_compensation(mut self, function: impl Into<String>) -> Self {
+        self.compensation = Some(function.into());
+        self
     }
 
     /// The same task with declared outcome ports.
@@ -922,4 +973,185 @@ mod one_or_many {
             OneOrMany::Many(many) => many,
         })
     }
+}
+
+/// A retry policy (FLT-2). Every field is optional: an unset field falls back to the
+/// workflow's policy ([`Definition::retry`]), then to the runtime's default (in brackets).
+///
+/// `multiplier` and `jitter` are fixed-point decimals ([`Decimal`]) so that the model stays
+/// `Eq` and fingerprints are exact; in JSON they are plain numbers such as `2` or `0.2`.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RetryPolicy {
+    /// Total attempts including the first; 1 means no retry (3). At least 1 (FLT-V1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_attempts: Option<u32>,
+    /// The wait after the first failed attempt, before jitter, in milliseconds (1 000).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub initial_delay_ms: Option<u64>,
+    /// The cap on a wait, applied before jitter, in milliseconds (60 000). Not below
+    /// `initial_delay_ms` (FLT-V2).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_delay_ms: Option<u64>,
+    /// The exponential growth factor, at least 1 (2.0; FLT-V3).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub multiplier: Option<Decimal>,
+    /// The fraction in [0, 1] by which each wait may be shortened at random (0.2; FLT-V3).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub jitter: Option<Decimal>,
+    /// The error codes that are retried (FLT-1); absent means every retryable error. A
+    /// permanent error never retries, listed or not.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry_on: Option<Vec<String>>,
+}
+
+impl RetryPolicy {
+    /// The runtime's default for `max_attempts` (FLT-2).
+    pub const DEFAULT_MAX_ATTEMPTS: u32 = 3;
+    /// The runtime's default for `initial_delay_ms` (FLT-2).
+    pub const DEFAULT_INITIAL_DELAY_MS: u64 = 1_000;
+    /// The runtime's default for `max_delay_ms` (FLT-2).
+    pub const DEFAULT_MAX_DELAY_MS: u64 = 60_000;
+    /// The runtime's default for `multiplier` (FLT-2).
+    pub const DEFAULT_MULTIPLIER: Decimal = Decimal::from_millis(2_000);
+    /// The runtime's default for `jitter` (FLT-2).
+    pub const DEFAULT_JITTER: Decimal = Decimal::from_millis(200);
+
+    /// This policy with every unset field taken from `fallback` (a node's policy over the
+    /// workflow's, FLT-2).
+    #[must_use]
+    pub fn or(&self, fallback: &RetryPolicy) -> RetryPolicy {
+        RetryPolicy {
+            max_attempts: self.max_attempts.or(fallback.max_attempts),
+            initial_delay_ms: self.initial_delay_ms.or(fallback.initial_delay_ms),
+            max_delay_ms: self.max_delay_ms.or(fallback.max_delay_ms),
+            multiplier: self.multiplier.or(fallback.multiplier),
+            jitter: self.jitter.or(fallback.jitter),
+            retry_on: self.retry_on.clone().or_else(|| fallback.retry_on.clone()),
+        }
+    }
+}
+
+/// A fixed-point decimal with three fractional digits (thousandths), written in JSON as a
+/// number: `2`, `1.5`, `0.2`. Finer digits are rounded to the nearest thousandth on load.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+pub struct Decimal(i64);
+
+impl Decimal {
+    /// One.
+    pub const ONE: Decimal = Decimal(1_000);
+
+    /// The decimal `millis / 1000`.
+    pub const fn from_millis(millis: i64) -> Self {
+        Decimal(millis)
+    }
+
+    /// The value in thousandths.
+    pub const fn millis(self) -> i64 {
+        self.0
+    }
+
+    /// The value as a float, for computing waits.
+    #[allow(clippy::cast_precision_loss)]
+    pub fn to_f64(self) -> f64 {
+        self.0 as f64 / 1000.0
+    }
+
+    /// The nearest decimal to `value`, or `None` if it is not finite or out of range.
+    #[allow(clippy::cast_possible_truncation)]
+    pub fn from_f64(value: f64) -> Option<Self> {
+        let scaled = (value * 1000.0).round();
+        (scaled.is_finite() && scaled.abs() < 9.0e15).then_some(Decimal(scaled as i64))
+    }
+}
+
+impl std::fmt::Display for Decimal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let sign = if self.0 < 0 { "-" } else { "" };
+        let abs = self.0.unsigned_abs();
+        let (int, frac) = (abs / 1000, abs % 1000);
+        if frac == 0 {
+            write!(f, "{sign}{int}")
+        } else {
+            let digits = format!("{frac:03}");
+            write!(f, "{sign}{int}.{}", digits.trim_end_matches('0'))
+        }
+    }
+}
+
+impl Serialize for Decimal {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        if self.0 % 1000 == 0 {
+            s.serialize_i64(self.0 / 1000)
+        } else {
+            s.serialize_f64(self.to_f64())
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for Decimal {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let value = f64::deserialize(d)?;
+        Decimal::from_f64(value)
+            .ok_or_else(|| serde::de::Error::custom(format!("`{value}` is not a usable number")))
+    }
+}
+
+/// The workflow-level commit strategy (ENG-32).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", deny_unknown_fields)]
+pub enum CommitStrategy {
+    /// Only the mandatory commits (the runtime's default).
+    RunEnd,
+    /// A commit before each activity.
+    BeforeEachActivity,
+    /// A commit after each activity.
+    AfterEachActivity,
+    /// A commit at most every `interval_ms` milliseconds of a run.
+    Periodic {
+        /// The interval in milliseconds (> 0).
+        interval_ms: u64,
+    },
+}
+
+/// The per-node commit setting (ENG-32): the node decides first, `default` defers to the
+/// workflow's strategy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum NodeCommit {
+    /// Defer to the workflow's strategy.
+    #[default]
+    Default,
+    /// Commit before the node runs.
+    Before,
+    /// Commit after the node completes.
+    After,
+    /// Both.
+    BeforeAndAfter,
+    /// Suppress the workflow's strategy for this node (never a mandatory commit).
+    Never,
+}
+
+/// A saga scope (FLT-10): its body, a sequence or a flowchart, is compensated newest first when
+/// an activity inside fails for good (FLT-11). Making the workflow root a saga scope means
+/// making the root a `Saga`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Saga {
+    /// The node id.
+    pub id: String,
+    /// What happens after compensating (FLT-12).
+    pub on_failure: SagaOnFailure,
+    /// The scope's composite.
+    pub body: Box<Activity>,
+}
+
+/// What a saga scope does after compensating (FLT-10, FLT-12).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SagaOnFailure {
+    /// Pass the failure to the next enclosing saga scope, or fault the instance.
+    CompensateThenFault,
+    /// Complete the scope with the outcome `compensated` (FLT-12); declares that port.
+    CompensateThenContinue,
 }

@@ -37,7 +37,7 @@ use crate::definition::{Activity, DONE, Definition, Flowchart, StateMachine, Tra
 /// The definition as a Mermaid diagram.
 pub fn mermaid(definition: &Definition) -> String {
     let mut out = String::new();
-    match &definition.root {
+    match root_body(definition) {
         Activity::StateMachine(machine) => mermaid_machine(machine, &mut out),
         Activity::Flowchart(chart) => mermaid_flowchart(chart, &mut out),
         other => {
@@ -53,7 +53,7 @@ pub fn dot(definition: &Definition) -> String {
     let mut out = String::new();
     let _ = writeln!(out, "digraph {} {{", dot_string(&definition.name));
     out.push_str("    rankdir=LR;\n    node [shape=box, style=rounded];\n");
-    match &definition.root {
+    match root_body(definition) {
         Activity::StateMachine(machine) => dot_machine(machine, &mut out),
         Activity::Flowchart(chart) => dot_flowchart(chart, &mut out),
         other => {
@@ -107,8 +107,16 @@ fn trigger_summary(trigger: &Activity) -> String {
     }
 }
 
+/// The root, or the body of a root saga scope (FLT-10).
+fn root_body(definition: &Definition) -> &Activity {
+    match &definition.root {
+        Activity::Saga(saga) => &saga.body,
+        other => other,
+    }
+}
+
 /// `48h`, `5m`, `30s`, `1500ms`, `2d`: the largest unit that divides it.
-fn duration(ms: u64) -> String {
+pub(crate) fn duration(ms: u64) -> String {
     for (unit, size) in [
         ("d", 86_400_000),
         ("h", 3_600_000),

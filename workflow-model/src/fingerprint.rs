@@ -30,26 +30,53 @@ const PRESENTATION_FIELDS: [&str; 2] = ["description", "display_name"];
 /// b.name = "Renamed".into();
 /// assert_eq!(a.fingerprint(), b.fingerprint()); // the name is identity, not graph
 /// assert_eq!(a.fingerprint().len(), 64);
+///
+/// // Fault settings are graph: a retry policy is a new version (FLT-2, ENG-44).
+/// let mut c = a.clone();
+/// c.retry = Some(workflow_model::RetryPolicy { max_attempts: Some(5), ..Default::default() });
+/// assert_ne!(a.fingerprint(), c.fingerprint());
+/// let mut d = a.clone();
+/// let workflow_model::Activity::Task(task) = &mut d.root else { unreachable!() };
+/// task.attempt_timeout_ms = Some(30_000);
+/// assert_ne!(a.fingerprint(), d.fingerprint());
 /// ```
 pub fn fingerprint(definition: &Definition) -> String {
     let mut canonical = String::from(DOMAIN);
-    match serde_json::to_value(&definition.root) {
-        Ok(value) => write_canonical(&value, &mut canonical),
-        // The model only holds strings, numbers, bools, lists and maps with string keys: it
-        // always converts. Should that ever change, hash the debug form rather than panic.
-        Err(_) => canonical.push_str(&format!("{:?}", definition.root)),
-    }
+    canonical.push_str(&canonical_form(definition));
     Sha256::digest(canonical.as_bytes())
         .iter()
         .map(|byte| format!("{byte:02x}"))
         .collect()
 }
 
-/// The canonical text the fingerprint hashes, for debugging a fingerprint change.
+/// The canonical text the fingerprint hashes, for debugging a fingerprint change: the root's
+/// canonical JSON, then, only when the definition has workflow-level settings (the default
+/// retry policy, FLT-2, and the commit strategy, ENG-32), a line `settings:` with their
+/// canonical JSON. Definitions without them keep the fingerprint they always had.
 pub fn canonical_form(definition: &Definition) -> String {
     let mut canonical = String::new();
-    if let Ok(value) = serde_json::to_value(&definition.root) {
-        write_canonical(&value, &mut canonical);
+    match serde_json::to_value(&definition.root) {
+        Ok(value) => write_canonical(&value, &mut canonical),
+        // The model only holds strings, numbers, bools, lists and maps with string keys: it
+        // always converts. Should that ever change, hash the debug form rather than panic.
+        Err(_) => canonical.push_str(&format!("{:?}", definition.root)),
+    }
+    if definition.retry.is_some() || definition.commit_strategy.is_some() {
+        let mut settings = serde_json::Map::new();
+        if let Some(retry) = &definition.retry {
+            settings.insert(
+                "retry".to_owned(),
+                serde_json::to_value(retry).unwrap_or(Value::Null),
+            );
+        }
+        if let Some(strategy) = &definition.commit_strategy {
+            settings.insert(
+                "commit_strategy".to_owned(),
+                serde_json::to_value(strategy).unwrap_or(Value::Null),
+            );
+        }
+        canonical.push_str("\nsettings:");
+        write_canonical(&Value::Object(settings), &mut canonical);
     }
     canonical
 }

@@ -53,7 +53,35 @@
 //! // Round trip: what it writes, it reads back as the same definition.
 //! assert_eq!(Definition::from_json(&expense.to_json_pretty()).unwrap(), expense);
 //! ```
+//!
+//! Timers and faults (timers-and-faults.md): a `task` may carry `retry` (a [`RetryPolicy`]:
+//! `max_attempts`, `initial_delay_ms`, `max_delay_ms`, `multiplier` and `jitter` as plain
+//! numbers, `retry_on` error codes; every field optional), `attempt_timeout_ms`,
+//! `compensation` (a registered task fn) and `commit` ([`NodeCommit`]); the definition may carry
+//! a default `retry` and a `commit_strategy` ([`CommitStrategy`]). A saga scope is an activity
+//! of kind `saga` with `on_failure` (`compensate_then_fault` or `compensate_then_continue`, which
+//! adds the port `compensated`) and a `body` (a sequence or flowchart); a saga as the root
+//! makes the whole workflow one scope. A `cron` expression is parsed by [`cron::Schedule`].
+//! Absent settings are not written, so they leave existing fingerprints unchanged:
+//!
+//! ```
+//! use workflow_model::Definition;
+//!
+//! let json = r#"{"name": "Checkout", "retry": {"max_attempts": 5, "jitter": 0.2},
+//!   "root": {"kind": "saga", "id": "root", "on_failure": "compensate_then_fault",
+//!     "body": {"kind": "sequence", "id": "body", "steps": [
+//!       {"kind": "task", "id": "charge", "function": "charge", "compensation": "refund",
+//!        "retry": {"initial_delay_ms": 500, "multiplier": 1.5}, "attempt_timeout_ms": 30000}
+//!     ]}}}"#;
+//! let checkout = Definition::from_json(json).unwrap();
+//! assert_eq!(checkout.root.kind_name(), "saga");
+//! let problems = Definition::from_json(&json.replace("\"max_attempts\": 5", "\"max_attempts\": 0"))
+//!     .unwrap_err()
+//!     .to_string();
+//! assert!(problems.contains("retry policy needs at least 1 attempt"), "{problems}");
+//! ```
 
+pub mod cron;
 mod definition;
 mod diagnostics;
 pub mod diagram;
@@ -62,13 +90,17 @@ mod json;
 mod validate;
 
 pub use definition::{
-    Activity, Break, Connection, Correlate, Cron, DONE, Definition, Delay, End, Event, Fault,
-    Finish, Flowchart, ForEach, Fork, If, Join, JoinMode, Parallel, ParallelForEach, ParallelMode,
-    Ports, Sequence, SetVariable, Start, StartAt, State, StateMachine, SubWorkflow,
-    SubWorkflowMode, Switch, SwitchCase, SwitchMode, Task, Timer, Transition, While,
+    Activity, Break, COMPENSATED, CommitStrategy, Connection, Correlate, Cron, DONE, Decimal,
+    Definition, Delay, End, Event, Fault, Finish, Flowchart, ForEach, Fork, If, Join, JoinMode,
+    NodeCommit, Parallel, ParallelForEach, ParallelMode, Ports, RetryPolicy, Saga, SagaOnFailure,
+    Sequence, SetVariable, Start, StartAt, State, StateMachine, SubWorkflow, SubWorkflowMode,
+    Switch, SwitchCase, SwitchMode, Task, Timer, Transition, While,
 };
 pub use diagnostics::{
     Diagnostic, Diagnostics, Location, Segment, backticked, did_you_mean, suggest,
 };
 pub use json::{LoadError, SHAPE_RULE};
-pub use validate::{FlowchartAnalysis, FlowchartLoop, analyze_flowchart, is_valid_id, validate};
+pub use validate::{
+    FlowchartAnalysis, FlowchartLoop, KNOWN_TIME_ZONES, analyze_flowchart, is_known_time_zone,
+    is_valid_id, validate,
+};

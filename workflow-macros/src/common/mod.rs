@@ -4,6 +4,7 @@
 
 pub(crate) mod errors;
 pub(crate) mod expand;
+pub(crate) mod faults;
 pub(crate) mod parse;
 pub(crate) mod spans;
 

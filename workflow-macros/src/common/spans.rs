@@ -26,6 +26,31 @@ impl SpanTable {
         }
     }
 
+    /// Records every entry under `from` again under `to` (a subtree the lowering moved, such
+    /// as the root wrapped in a saga scope).
+    pub(crate) fn remap_prefix(&mut self, from: &Location, to: &Location) {
+        let moved: Vec<(Location, TokenStream)> = self
+            .tokens
+            .iter()
+            .filter(|(at, _)| at.starts_with(from))
+            .map(|(at, tokens)| {
+                let rest = at
+                    .segments()
+                    .get(from.segments().len()..)
+                    .unwrap_or_default();
+                let mut new_at = to.clone();
+                for segment in rest {
+                    new_at = match segment {
+                        Segment::Field(name) => new_at.field(name.clone()),
+                        Segment::Index(index) => new_at.index(*index),
+                    };
+                }
+                (new_at, tokens.clone())
+            })
+            .collect();
+        self.tokens.extend(moved);
+    }
+
     pub(crate) fn alias(&mut self, at: Location, of: Location) {
         self.aliases.insert(at, of);
     }

@@ -293,16 +293,23 @@ fn registry(machine: &Machine) -> TokenStream {
     for state in &machine.states {
         tasks.extend(state.entry.iter());
         tasks.extend(state.exit.iter());
+        // Compensations run as tasks (FLT-11): registered like them.
+        tasks.extend(state.entry_options.compensate.iter());
+        tasks.extend(state.exit_options.compensate.iter());
         for transition in &state.transitions {
             let payload = match &transition.trigger {
-                Some(TriggerDecl::Task { function, .. }) => {
+                Some(TriggerDecl::Task {
+                    function, options, ..
+                }) => {
                     tasks.push(function);
+                    tasks.extend(options.compensate.iter());
                     None
                 }
                 Some(TriggerDecl::Event { payload, .. }) => payload.as_deref(),
                 _ => None,
             };
             tasks.extend(transition.action.iter());
+            tasks.extend(transition.action_options.compensate.iter());
             if let Some(when) = &transition.when {
                 conditions.push((when, payload));
             }
@@ -341,7 +348,51 @@ fn definition_tokens(definition: &Definition) -> TokenStream {
         Activity::StateMachine(machine) => machine_tokens(machine),
         other => activity_tokens(other),
     };
-    quote!(#model::Definition::new(#name, #root))
+    match &definition.retry {
+        Some(retry) => {
+            let retry = retry_tokens(retry);
+            quote!({
+                let mut definition = #model::Definition::new(#name, #root);
+                definition.retry = ::core::option::Option::Some(#retry);
+                definition
+            })
+        }
+        None => quote!(#model::Definition::new(#name, #root)),
+    }
+}
+
+/// A `RetryPolicy` literal (FLT-2).
+fn retry_tokens(retry: &workflow_model::RetryPolicy) -> TokenStream {
+    let model = quote!(::workflow_runtime::__private::model);
+    fn option<T: quote::ToTokens>(value: Option<T>) -> TokenStream {
+        match value {
+            Some(value) => quote!(::core::option::Option::Some(#value)),
+            None => quote!(::core::option::Option::None),
+        }
+    }
+    let max_attempts = option(retry.max_attempts);
+    let initial_delay_ms = option(retry.initial_delay_ms);
+    let max_delay_ms = option(retry.max_delay_ms);
+    let decimal = |d: Option<workflow_model::Decimal>| {
+        option(d.map(|d| {
+            let millis = d.millis();
+            quote!(#model::Decimal::from_millis(#millis))
+        }))
+    };
+    let multiplier = decimal(retry.multiplier);
+    let jitter = decimal(retry.jitter);
+    let retry_on = option(retry.retry_on.as_ref().map(|codes| {
+        let codes = codes.iter().map(|c| string(c));
+        quote!(::std::vec![#(#codes),*])
+    }));
+    quote!(#model::RetryPolicy {
+        max_attempts: #max_attempts,
+        initial_delay_ms: #initial_delay_ms,
+        max_delay_ms: #max_delay_ms,
+        multiplier: #multiplier,
+        jitter: #jitter,
+        retry_on: #retry_on,
+    })
 }
 
 fn string(value: &str) -> TokenStream {
@@ -415,7 +466,35 @@ fn activity_tokens(activity: &Activity) -> TokenStream {
     match activity {
         Activity::Task(task) => {
             let (id, function) = (&task.id, &task.function);
-            quote!(#model::Activity::Task(#model::Task::new(#id, #function)))
+            let mut settings = TokenStream::new();
+            if let Some(retry) = &task.retry {
+                let retry = retry_tokens(retry);
+                settings.extend(quote!(task.retry = ::core::option::Option::Some(#retry);));
+            }
+            if let Some(ms) = task.attempt_timeout_ms {
+                settings
+                    .extend(quote!(task.attempt_timeout_ms = ::core::option::Option::Some(#ms);));
+            }
+            if let Some(compensation) = &task.compensation {
+                let compensation = string(compensation);
+                settings.extend(
+                    quote!(task.compensation = ::core::option::Option::Some(#compensation);),
+                );
+            }
+            if let Some(commit) = task.commit {
+                let variant =
+                    syn::Ident::new(&format!("{commit:?}"), proc_macro2::Span::call_site());
+                settings.extend(quote!(task.commit = ::core::option::Option::Some(#model::NodeCommit::#variant);));
+            }
+            if settings.is_empty() {
+                quote!(#model::Activity::Task(#model::Task::new(#id, #function)))
+            } else {
+                quote!(#model::Activity::Task({
+                    let mut task = #model::Task::new(#id, #function);
+                    #settings
+                    task
+                }))
+            }
         }
         Activity::Event(event) => {
             let (id, name) = (&event.id, &event.event);

@@ -101,10 +101,15 @@ pub(crate) fn lower(machine: &Machine) -> Lowered {
         }
         let mut state = State::new(decl.name());
         state.display_name = decl.display.as_ref().map(syn::LitStr::value);
-        for (field, function) in [("entry", &decl.entry), ("exit", &decl.exit)] {
+        for (field, function, options) in [
+            ("entry", &decl.entry, &decl.entry_options),
+            ("exit", &decl.exit, &decl.exit_options),
+        ] {
             if let Some(function) = function {
                 spans.insert(state_at.field(field), &function.path);
-                let task = Task::new(format!("{}_{field}", decl.ident.unraw()), function.name());
+                let mut task =
+                    Task::new(format!("{}_{field}", decl.ident.unraw()), function.name());
+                options.apply(&mut task, &state_at.field(field), &mut spans);
                 if field == "entry" {
                     state.entry = Some(task.into());
                 } else {
@@ -152,7 +157,11 @@ pub(crate) fn lower(machine: &Machine) -> Lowered {
             }
             if let Some(action) = &transition.action {
                 spans.insert(t_at.field("action"), &action.path);
-                model.action = Some(Task::new(format!("{base}_action"), action.name()).into());
+                let mut task = Task::new(format!("{base}_action"), action.name());
+                transition
+                    .action_options
+                    .apply(&mut task, &t_at.field("action"), &mut spans);
+                model.action = Some(task.into());
             }
             transitions.push(model);
         }
@@ -164,10 +173,12 @@ pub(crate) fn lower(machine: &Machine) -> Lowered {
         states,
         transitions,
     };
-    Lowered {
-        definition: Definition::new(workflow_name(machine), root),
-        spans,
+    let mut definition = Definition::new(workflow_name(machine), root);
+    if let Some(retry) = &machine.options.retry {
+        retry.record(&Location::root().field("retry"), &mut spans);
+        definition.retry = Some(retry.policy());
     }
+    Lowered { definition, spans }
 }
 
 fn lower_trigger(
@@ -187,9 +198,13 @@ fn lower_trigger(
             event.into()
         }
         TriggerDecl::After { millis, .. } => Delay::new(id, *millis).into(),
-        TriggerDecl::Task { function, .. } => {
+        TriggerDecl::Task {
+            function, options, ..
+        } => {
             spans.insert(at.field("function"), &function.path);
-            Task::new(id, function.name()).into()
+            let mut task = Task::new(id, function.name());
+            options.apply(&mut task, at, spans);
+            task.into()
         }
     }
 }

@@ -12,10 +12,11 @@ use syn::{Attribute, Fields, Ident, ItemEnum, LitStr, Path, Token, Type};
 use workflow_model::{backticked, did_you_mean};
 
 pub(crate) use crate::common::Errors;
+use crate::common::faults::{RetryDecl, TaskOptions, parse_retry};
 use crate::common::parse::{FnRef, fn_path, parse_duration, parse_key, tokens_between};
 
 /// The options of `#[state_machine(...)]`.
-pub(crate) const MACHINE_OPTIONS: [&str; 3] = ["data", "initial", "name"];
+pub(crate) const MACHINE_OPTIONS: [&str; 4] = ["data", "initial", "name", "retry"];
 /// The options after a transition's target.
 pub(crate) const TRANSITION_OPTIONS: [&str; 4] = ["when", "action", "display", "id"];
 /// The attributes the macro reads on a variant.
@@ -30,6 +31,8 @@ pub(crate) struct Options {
     pub(crate) data: Option<Type>,
     pub(crate) initial: Option<Ident>,
     pub(crate) name: Option<LitStr>,
+    /// `retry(..)`: the machine's default retry policy (FLT-2).
+    pub(crate) retry: Option<RetryDecl>,
 }
 
 /// One variant of the enum: a state.
@@ -40,7 +43,10 @@ pub(crate) struct StateDecl {
     /// `#[state(display = "...")]`.
     pub(crate) display: Option<LitStr>,
     pub(crate) entry: Option<FnRef>,
+    /// `.retry(..)`, `.timeout(..)`, ... after the entry's fn path.
+    pub(crate) entry_options: Box<TaskOptions>,
     pub(crate) exit: Option<FnRef>,
+    pub(crate) exit_options: Box<TaskOptions>,
     pub(crate) transitions: Vec<TransitionDecl>,
 }
 
@@ -63,6 +69,7 @@ pub(crate) struct TransitionDecl {
     pub(crate) target: Ident,
     pub(crate) when: Option<FnRef>,
     pub(crate) action: Option<FnRef>,
+    pub(crate) action_options: Box<TaskOptions>,
     pub(crate) display: Option<LitStr>,
     pub(crate) id: Option<LitStr>,
 }
@@ -88,6 +95,7 @@ pub(crate) enum TriggerDecl {
     Task {
         tokens: TokenStream,
         function: FnRef,
+        options: Box<TaskOptions>,
     },
 }
 
@@ -228,6 +236,18 @@ fn parse_options(args: TokenStream, errors: &mut Errors) -> Options {
                 errors.at(&key, &message);
             }
             seen.push(key.clone());
+            if key_name == "retry" && input.peek(syn::token::Paren) {
+                let start = input.fork();
+                let content;
+                syn::parenthesized!(content in input);
+                let tokens = tokens_between(&start, input);
+                options.retry = Some(parse_retry(&content, quote::quote!(#key #tokens))?);
+                if input.is_empty() {
+                    break;
+                }
+                input.parse::<Token![,]>()?;
+                continue;
+            }
             if !input.peek(Token![=]) {
                 return Err(syn::Error::new(
                     key.span(),
@@ -304,6 +324,7 @@ fn example(option: &str) -> &'static str {
         "action" => "action = an_async_fn",
         "display" => "display = \"Pay the order\"",
         "id" => "id = \"pay\"",
+        "retry" => "retry(attempts = 5)",
         _ => "option = value",
     }
 }
@@ -355,7 +376,9 @@ fn parse_state(ident: Ident, attrs: &[Attribute], errors: &mut Errors) -> StateD
         rename: None,
         display: None,
         entry: None,
+        entry_options: Box::default(),
         exit: None,
+        exit_options: Box::default(),
         transitions: Vec::new(),
     };
     let mut first_entry: Option<&Attribute> = None;
@@ -381,21 +404,37 @@ fn parse_state(ident: Ident, attrs: &[Attribute], errors: &mut Errors) -> StateD
             *slot = Some(attr);
         }
         match kind.as_str() {
-            "entry" | "exit" => match attr.parse_args::<Path>().and_then(|p| fn_path(p, &kind)) {
-                Ok(path) => {
+            "entry" | "exit" => match attr.parse_args_with(|input: ParseStream<'_>| {
+                let path = input
+                    .parse::<Path>()
+                    .and_then(|p| fn_path(p, &kind))
+                    .map_err(|e| {
+                        syn::Error::new(
+                            e.span(),
+                            format!(
+                                "malformed `#[{kind}]`: expected the path of an async fn, as in `#[{kind}(send_confirmation)]`"
+                            ),
+                        )
+                    })?;
+                let options = TaskOptions::parse(input)?;
+                if !input.is_empty() {
+                    return Err(input.error(
+                        "unexpected token after the fn path; task options are written `.retry(..)`, `.timeout(..)`",
+                    ));
+                }
+                Ok((path, options))
+            }) {
+                Ok((path, options)) => {
                     let function = Some(FnRef { path });
                     if kind == "entry" {
                         state.entry = function;
+                        state.entry_options = Box::new(options);
                     } else {
                         state.exit = function;
+                        state.exit_options = Box::new(options);
                     }
                 }
-                Err(e) => errors.push(syn::Error::new(
-                    e.span(),
-                    format!(
-                        "malformed `#[{kind}]`: expected the path of an async fn, as in `#[{kind}(send_confirmation)]`"
-                    ),
-                )),
+                Err(e) => errors.push(e),
             },
             "state" => {
                 if let Err(e) = attr.parse_args_with(|input: ParseStream<'_>| {
@@ -495,6 +534,7 @@ fn parse_transition(input: ParseStream<'_>, errors: &mut Errors) -> syn::Result<
         target,
         when: None,
         action: None,
+        action_options: Box::default(),
         display: None,
         id: None,
     };
@@ -529,6 +569,7 @@ fn parse_transition(input: ParseStream<'_>, errors: &mut Errors) -> syn::Result<
                 let slot = if key_name == "when" {
                     &mut transition.when
                 } else {
+                    transition.action_options = Box::new(TaskOptions::parse(input)?);
                     &mut transition.action
                 };
                 slot.get_or_insert(FnRef { path });
@@ -657,6 +698,7 @@ fn parse_trigger(input: ParseStream<'_>) -> syn::Result<TriggerDecl> {
             TriggerDecl::Task {
                 tokens: TokenStream::new(),
                 function: FnRef { path },
+                options: Box::new(TaskOptions::parse(input)?),
             }
         }
         _ => {
@@ -692,9 +734,12 @@ fn with_tokens(trigger: TriggerDecl, spanned: TokenStream) -> TriggerDecl {
             millis,
             duration_type,
         },
-        TriggerDecl::Task { function, .. } => TriggerDecl::Task {
+        TriggerDecl::Task {
+            function, options, ..
+        } => TriggerDecl::Task {
             tokens: spanned,
             function,
+            options,
         },
     }
 }
@@ -806,7 +851,7 @@ mod tests {
         assert_eq!(
             errors,
             [
-                "unknown state machine option `intial`; expected one of `data`, `initial`, `name`; did you mean `initial`?",
+                "unknown state machine option `intial`; expected one of `data`, `initial`, `name`, `retry`; did you mean `initial`?",
                 "duplicate state machine option `data`",
                 "duplicate state machine option `data`",
             ]

@@ -183,15 +183,21 @@ fn collect<'a>(
     durations: &mut Vec<&'a syn::Path>,
 ) {
     match kind {
-        KindDecl::Task { function, .. } => tasks.push(function),
+        KindDecl::Task {
+            function, options, ..
+        } => {
+            tasks.push(function);
+            // A compensation runs as a task (FLT-11): registered like one.
+            tasks.extend(options.compensate.as_ref());
+        }
         KindDecl::Decide { condition } => conditions.push(condition),
         KindDecl::Switch { cases } => conditions.extend(cases.iter().map(|(_, c)| c)),
-        KindDecl::Workflow(SubWorkflowRef::Type(path)) => children.push(path),
+        KindDecl::Workflow(SubWorkflowRef::Type(path), _) => children.push(path),
         KindDecl::After {
             duration_type: Some(ty),
             ..
         } => durations.push(ty),
-        KindDecl::Sequence { steps } => {
+        KindDecl::Sequence { steps } | KindDecl::Saga { steps, .. } => {
             for step in steps {
                 collect(&step.kind, tasks, conditions, children, durations);
             }

@@ -19,8 +19,9 @@
 use quote::ToTokens;
 use syn::ext::IdentExt;
 use workflow_model::{
-    Activity, Connection, Definition, Delay, End, Event, Fault, Finish, Flowchart, Fork, If, Join,
-    Location, Sequence, SubWorkflow, SubWorkflowMode, Switch, SwitchCase, SwitchMode, Task,
+    Activity, Connection, Cron, Definition, Delay, End, Event, Fault, Finish, Flowchart, Fork, If,
+    Join, Location, Saga, Sequence, SubWorkflow, SubWorkflowMode, Switch, SwitchCase, SwitchMode,
+    Task, Timer,
 };
 
 use super::parse::{Body, KindDecl, StepDecl, WorkflowDecl};
@@ -108,8 +109,35 @@ pub(crate) fn lower(decl: &WorkflowDecl) -> Lowered {
         }
         .into(),
     };
+    let options = &decl.options;
+    let root = match &options.saga {
+        // The root as a saga scope (FLT-10): a saga `root` around the body, renamed `body`.
+        Some((on_failure, mode)) => {
+            let mut body = root;
+            *body.id_mut() = "body".to_owned();
+            spans.insert(at.field("on_failure"), mode);
+            Saga {
+                id: "root".to_owned(),
+                on_failure: *on_failure,
+                body: Box::new(body),
+            }
+            .into()
+        }
+        None => root,
+    };
     let mut definition = Definition::new(workflow_name(decl), root);
+    if options.saga.is_some() {
+        spans.remap_prefix(&at, &at.field("body"));
+    }
     definition.description = decl.description();
+    if let Some(retry) = &options.retry {
+        retry.record(&top.field("retry"), &mut spans);
+        definition.retry = Some(retry.policy());
+    }
+    if let Some((strategy, tokens)) = &options.commit {
+        spans.insert(top.field("commit_strategy"), tokens);
+        definition.commit_strategy = Some(*strategy);
+    }
     Lowered { definition, spans }
 }
 
@@ -148,7 +176,11 @@ fn idents(list: &[syn::Ident]) -> Vec<String> {
 
 fn lower_kind(kind: &KindDecl, id: String, at: &Location, spans: &mut SpanTable) -> Activity {
     match kind {
-        KindDecl::Task { function, ports } => {
+        KindDecl::Task {
+            function,
+            options,
+            ports,
+        } => {
             spans.insert(at.field("function"), &function.path);
             let ports = match ports {
                 Some(list) => {
@@ -160,8 +192,56 @@ fn lower_kind(kind: &KindDecl, id: String, at: &Location, spans: &mut SpanTable)
                 }
                 None => vec![workflow_model::DONE.to_owned()],
             };
-            Task::new(id, function.name()).with_ports(ports).into()
+            let mut task = Task::new(id, function.name()).with_ports(ports);
+            options.apply(&mut task, at, spans);
+            task.into()
         }
+        KindDecl::Saga {
+            on_failure,
+            mode,
+            steps,
+        } => {
+            spans.insert(at.field("on_failure"), mode);
+            let body_at = at.field("body");
+            Saga {
+                id,
+                on_failure: *on_failure,
+                body: Box::new(
+                    Sequence {
+                        id: "body".to_owned(),
+                        steps: lower_steps(steps, &body_at, spans),
+                    }
+                    .into(),
+                ),
+            }
+            .into()
+        }
+        KindDecl::Cron {
+            expression,
+            zone,
+            trigger,
+        } => {
+            spans.insert(at.field("expression"), expression);
+            if let Some(zone) = zone {
+                spans.insert(at.field("time_zone"), zone);
+            }
+            Cron {
+                id,
+                expression: expression.value(),
+                time_zone: zone.as_ref().map(syn::LitStr::value),
+                trigger: *trigger,
+            }
+            .into()
+        }
+        KindDecl::Every { millis, trigger } => Timer {
+            id,
+            interval_ms: *millis,
+            body: None,
+            until: None,
+            max_ticks: None,
+            trigger: *trigger,
+        }
+        .into(),
         KindDecl::Event {
             payload,
             name,
@@ -180,7 +260,10 @@ fn lower_kind(kind: &KindDecl, id: String, at: &Location, spans: &mut SpanTable)
                 .as_ref()
                 .map(|ty| ty.to_token_stream().to_string().replace(' ', ""));
             event.trigger = *trigger;
-            event.deadline_ms = *timeout;
+            if let Some((millis, tokens)) = timeout {
+                spans.insert(at.field("deadline_ms"), tokens);
+                event.deadline_ms = Some(*millis);
+            }
             if let Some(list) = ports {
                 spans.insert(at.field("ports"), &list.tokens);
                 for (j, port) in list.ports.iter().enumerate() {
@@ -244,15 +327,18 @@ fn lower_kind(kind: &KindDecl, id: String, at: &Location, spans: &mut SpanTable)
             message: message.as_ref().map(syn::LitStr::value).unwrap_or_default(),
         }
         .into(),
-        KindDecl::Workflow(child) => {
+        KindDecl::Workflow(child, timeout) => {
             spans.insert(at.field("workflow"), child.tokens());
+            if let Some((_, tokens)) = timeout {
+                spans.insert(at.field("deadline_ms"), tokens);
+            }
             SubWorkflow {
                 id,
                 workflow: child.name(),
                 input: None,
                 assign: None,
                 mode: SubWorkflowMode::Wait,
-                deadline_ms: None,
+                deadline_ms: timeout.as_ref().map(|(millis, _)| *millis),
             }
             .into()
         }

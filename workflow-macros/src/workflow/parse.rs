@@ -10,24 +10,34 @@ use quote::ToTokens;
 use syn::ext::IdentExt;
 use syn::parse::{Parse, ParseStream, Parser};
 use syn::{Attribute, Ident, LitStr, Path, Token, Type, Visibility};
-use workflow_model::{JoinMode, backticked, did_you_mean};
+use workflow_model::{CommitStrategy, JoinMode, SagaOnFailure, backticked, did_you_mean};
 
 use crate::common::Errors;
+use crate::common::faults::{RetryDecl, TaskOptions, parse_retry};
 use crate::common::parse::{FnRef, fn_path, parse_duration, parse_key, tokens_between};
 
 syn::custom_keyword!(workflow);
 
 /// The node kinds of a flowchart.
-pub(crate) const NODE_KINDS: [&str; 12] = [
+pub(crate) const NODE_KINDS: [&str; 15] = [
     "task", "event", "after", "decide", "switch", "fork", "join", "end", "finish", "fault",
-    "workflow", "sequence",
+    "workflow", "sequence", "saga", "cron", "every",
 ];
 /// The step kinds of a sequence.
-pub(crate) const STEP_KINDS: [&str; 7] = [
-    "task", "event", "after", "finish", "fault", "workflow", "sequence",
+pub(crate) const STEP_KINDS: [&str; 9] = [
+    "task", "event", "after", "finish", "fault", "workflow", "sequence", "saga", "cron",
 ];
 /// The options of `#[workflow(...)]`.
-pub(crate) const WORKFLOW_OPTIONS: [&str; 1] = ["name"];
+pub(crate) const WORKFLOW_OPTIONS: [&str; 4] = ["name", "saga", "retry", "commit"];
+/// The modes of `saga(..)` (FLT-10).
+pub(crate) const SAGA_MODES: [&str; 2] = ["fault", "continue"];
+/// The workflow-level commit strategies of `#[workflow(commit = ..)]` (ENG-32).
+pub(crate) const COMMIT_STRATEGIES: [&str; 4] = [
+    "run_end",
+    "before_each_activity",
+    "after_each_activity",
+    "periodic",
+];
 /// The methods after `event(...)`.
 pub(crate) const EVENT_OPTIONS: [&str; 3] = ["key", "trigger", "timeout"];
 /// The modes of `join(...)`.
@@ -40,6 +50,8 @@ pub(crate) struct WorkflowDecl {
     pub(crate) attrs: Vec<Attribute>,
     /// `#[workflow(name = "...")]`.
     pub(crate) name: Option<LitStr>,
+    /// `#[workflow(saga = fault)]`, `retry(..)` and `commit = ..`.
+    pub(crate) options: WorkflowOptions,
     pub(crate) vis: Visibility,
     pub(crate) ident: Ident,
     pub(crate) data: Type,
@@ -67,6 +79,17 @@ impl WorkflowDecl {
         let text = lines.join("\n").trim().to_owned();
         (!text.is_empty()).then_some(text)
     }
+}
+
+/// The fault-handling options of `#[workflow(..)]`.
+#[derive(Default)]
+pub(crate) struct WorkflowOptions {
+    /// `saga = fault | continue`: the root is a saga scope (FLT-10).
+    pub(crate) saga: Option<(SagaOnFailure, Ident)>,
+    /// `retry(..)`: the workflow's default policy (FLT-2).
+    pub(crate) retry: Option<RetryDecl>,
+    /// `commit = ..` (ENG-32).
+    pub(crate) commit: Option<(CommitStrategy, TokenStream)>,
 }
 
 /// A flowchart body or the plain sequence form.
@@ -105,18 +128,33 @@ pub(crate) struct PortList {
 
 /// What a node or a step is.
 pub(crate) enum KindDecl {
-    /// `task(path) [-> [ports]]`.
+    /// `task(path).retry(..).timeout(..).compensate(..).commit(..) [-> [ports]]`.
     Task {
         function: FnRef,
+        options: Box<TaskOptions>,
         ports: Option<PortList>,
     },
+    /// `saga(fault) [ steps ]` or `saga(continue) [ steps ]` (FLT-10).
+    Saga {
+        on_failure: SagaOnFailure,
+        mode: Ident,
+        steps: Vec<StepDecl>,
+    },
+    /// `cron("0 9 * * MON-FRI", tz = "UTC").trigger()` (ACT-23, TM-12).
+    Cron {
+        expression: LitStr,
+        zone: Option<LitStr>,
+        trigger: bool,
+    },
+    /// `every(mins(5)).trigger()`: a repeating timer (ACT-21).
+    Every { millis: u64, trigger: bool },
     /// `event::<Payload>("name").key(path).trigger().timeout(hours(1)) [-> [ports]]`.
     Event {
         payload: Option<Box<Type>>,
         name: LitStr,
         key: Option<(String, TokenStream)>,
         trigger: bool,
-        timeout: Option<u64>,
+        timeout: Option<(u64, TokenStream)>,
         ports: Option<PortList>,
     },
     /// `after(secs(30))`.
@@ -144,8 +182,8 @@ pub(crate) enum KindDecl {
         code: LitStr,
         message: Option<LitStr>,
     },
-    /// `workflow(Shipping)` or `workflow("shipping")`.
-    Workflow(SubWorkflowRef),
+    /// `workflow(Shipping)` or `workflow("shipping")`, optionally `.timeout(duration)` (TM-14).
+    Workflow(SubWorkflowRef, Option<(u64, TokenStream)>),
     /// `sequence [ steps ]`.
     Sequence { steps: Vec<StepDecl> },
 }
@@ -164,8 +202,11 @@ impl KindDecl {
             KindDecl::End => "end",
             KindDecl::Finish => "finish",
             KindDecl::Fault { .. } => "fault",
-            KindDecl::Workflow(_) => "workflow",
+            KindDecl::Workflow(..) => "workflow",
             KindDecl::Sequence { .. } => "sequence",
+            KindDecl::Saga { .. } => "saga",
+            KindDecl::Cron { .. } => "cron",
+            KindDecl::Every { .. } => "every",
         }
     }
 }
@@ -225,9 +266,10 @@ fn parse_header(input: ParseStream<'_>, errors: &mut Errors) -> syn::Result<Work
     let all_attrs = input.call(Attribute::parse_outer)?;
     let mut attrs = Vec::new();
     let mut name = None;
+    let mut options = WorkflowOptions::default();
     for attr in all_attrs {
         if attr.path().is_ident("workflow") {
-            parse_options(&attr, &mut name, errors);
+            parse_options(&attr, &mut name, &mut options, errors);
         } else {
             attrs.push(attr);
         }
@@ -298,6 +340,7 @@ fn parse_header(input: ParseStream<'_>, errors: &mut Errors) -> syn::Result<Work
     Ok(WorkflowDecl {
         attrs,
         name,
+        options,
         vis,
         ident,
         data,
@@ -306,7 +349,12 @@ fn parse_header(input: ParseStream<'_>, errors: &mut Errors) -> syn::Result<Work
 }
 
 /// `#[workflow(name = "Expense")]`.
-fn parse_options(attr: &Attribute, name: &mut Option<LitStr>, errors: &mut Errors) {
+fn parse_options(
+    attr: &Attribute,
+    name: &mut Option<LitStr>,
+    options: &mut WorkflowOptions,
+    errors: &mut Errors,
+) {
     let result = attr.parse_nested_meta(|meta| {
         let key = meta
             .path
@@ -330,10 +378,56 @@ fn parse_options(attr: &Attribute, name: &mut Option<LitStr>, errors: &mut Error
                     *name = Some(lit);
                 }
             }
+            "saga" => {
+                let mode: Ident = meta.value()?.call(Ident::parse_any)?;
+                let on_failure = saga_mode(&mode)?;
+                if options.saga.replace((on_failure, mode)).is_some() {
+                    errors.at(&meta.path, "duplicate workflow option `saga`");
+                }
+            }
+            "retry" => {
+                let content;
+                syn::parenthesized!(content in meta.input);
+                let tokens = quote::quote!(#attr);
+                let retry = parse_retry(&content, tokens)?;
+                if options.retry.replace(retry).is_some() {
+                    errors.at(&meta.path, "duplicate workflow option `retry`");
+                }
+            }
+            "commit" => {
+                let value = meta.value()?;
+                let start = value.fork();
+                let mode: Ident = value.call(Ident::parse_any)?;
+                let strategy = match mode.to_string().as_str() {
+                    "run_end" => CommitStrategy::RunEnd,
+                    "before_each_activity" => CommitStrategy::BeforeEachActivity,
+                    "after_each_activity" => CommitStrategy::AfterEachActivity,
+                    "periodic" => {
+                        let content;
+                        syn::parenthesized!(content in value);
+                        let (interval_ms, _) = parse_duration(&content)?;
+                        CommitStrategy::Periodic { interval_ms }
+                    }
+                    other => {
+                        let (hint, _) = did_you_mean(other, COMMIT_STRATEGIES);
+                        return Err(syn::Error::new(
+                            mode.span(),
+                            format!(
+                                "unknown commit strategy `{other}`; expected one of {}{hint}",
+                                backticked(COMMIT_STRATEGIES)
+                            ),
+                        ));
+                    }
+                };
+                let tokens = tokens_between(&start, value);
+                if options.commit.replace((strategy, tokens)).is_some() {
+                    errors.at(&meta.path, "duplicate workflow option `commit`");
+                }
+            }
             _ => {
                 let hint = match workflow_model::suggest(&key, WORKFLOW_OPTIONS) {
                     Some(found) => format!("did you mean `{found}`?"),
-                    None => "the only option is `name = \"StableName\"`".to_owned(),
+                    None => format!("expected one of {}", backticked(WORKFLOW_OPTIONS)),
                 };
                 errors.at(
                     &meta.path,
@@ -573,7 +667,62 @@ fn parse_kind(input: ParseStream<'_>, allowed: &[&str], place: &str) -> syn::Res
             let function = parenthesized_fn(input, "task", "task(submit_expense)")?;
             KindDecl::Task {
                 function,
+                options: Box::new(TaskOptions::parse(input)?),
                 ports: parse_ports(input)?,
+            }
+        }
+        "saga" => {
+            let content = parenthesized(input, "saga", "saga(fault) [task(a), task(b)]")?;
+            let mode: Ident = content.call(Ident::parse_any)?;
+            let on_failure = saga_mode(&mode)?;
+            if !content.is_empty() {
+                return Err(content.error("unexpected token after the saga mode"));
+            }
+            KindDecl::Saga {
+                on_failure,
+                mode,
+                steps: parse_steps(input)?,
+            }
+        }
+        "cron" => {
+            let content = parenthesized(input, "cron", "cron(\"0 9 * * MON-FRI\")")?;
+            let expression: LitStr = content.parse().map_err(|e| {
+                syn::Error::new(
+                    e.span(),
+                    "malformed `cron`: expected the expression as a string, as in `cron(\"0 9 * * MON-FRI\")`",
+                )
+            })?;
+            let mut zone = None;
+            if content.peek(Token![,]) {
+                content.parse::<Token![,]>()?;
+                let key: Ident = content.call(Ident::parse_any)?;
+                if key != "tz" {
+                    return Err(syn::Error::new(
+                        key.span(),
+                        format!("unknown cron option `{key}`; expected `tz = \"UTC\"`"),
+                    ));
+                }
+                content.parse::<Token![=]>()?;
+                zone = Some(content.parse::<LitStr>()?);
+            }
+            if !content.is_empty() {
+                return Err(content.error("unexpected token in `cron(..)`"));
+            }
+            KindDecl::Cron {
+                expression,
+                zone,
+                trigger: parse_trigger(input)?,
+            }
+        }
+        "every" => {
+            let content = parenthesized(input, "every", "every(mins(5))")?;
+            let (millis, _) = parse_duration(&content)?;
+            if !content.is_empty() {
+                return Err(content.error("unexpected token after the duration"));
+            }
+            KindDecl::Every {
+                millis,
+                trigger: parse_trigger(input)?,
             }
         }
         "event" => parse_event(input)?,
@@ -708,7 +857,28 @@ fn parse_kind(input: ParseStream<'_>, allowed: &[&str], place: &str) -> syn::Res
             if !content.is_empty() {
                 return Err(content.error("unexpected token after the child workflow"));
             }
-            KindDecl::Workflow(child)
+            let timeout = if input.peek(Token![.]) {
+                input.parse::<Token![.]>()?;
+                let method: Ident = input.call(Ident::parse_any)?;
+                if method != "timeout" {
+                    return Err(syn::Error::new(
+                        method.span(),
+                        format!(
+                            "unknown sub-workflow option `.{method}`; the only option is `.timeout(duration)`"
+                        ),
+                    ));
+                }
+                let content = parenthesized(input, "timeout", "timeout(hours(1))")?;
+                let start = content.fork();
+                let (millis, _) = parse_duration(&content)?;
+                if !content.is_empty() {
+                    return Err(content.error("unexpected token after the duration"));
+                }
+                Some((millis, tokens_between(&start, &content)))
+            } else {
+                None
+            };
+            KindDecl::Workflow(child, timeout)
         }
         // "sequence"
         _ => KindDecl::Sequence {
@@ -724,6 +894,45 @@ fn parse_kind(input: ParseStream<'_>, allowed: &[&str], place: &str) -> syn::Res
         ));
     }
     Ok(decl)
+}
+
+/// `fault` or `continue` in `saga(..)` (FLT-10).
+fn saga_mode(mode: &Ident) -> syn::Result<SagaOnFailure> {
+    match mode.to_string().as_str() {
+        "fault" => Ok(SagaOnFailure::CompensateThenFault),
+        "continue" => Ok(SagaOnFailure::CompensateThenContinue),
+        other => {
+            let (hint, _) = did_you_mean(other, SAGA_MODES);
+            Err(syn::Error::new(
+                mode.span(),
+                format!(
+                    "unknown saga mode `{other}`; expected one of {}{hint}",
+                    backticked(SAGA_MODES)
+                ),
+            ))
+        }
+    }
+}
+
+/// An optional `.trigger()` after `cron(..)` or `every(..)` (ACT-7).
+fn parse_trigger(input: ParseStream<'_>) -> syn::Result<bool> {
+    if !input.peek(Token![.]) {
+        return Ok(false);
+    }
+    input.parse::<Token![.]>()?;
+    let method: Ident = input.call(Ident::parse_any)?;
+    if method != "trigger" {
+        return Err(syn::Error::new(
+            method.span(),
+            format!("unknown option `.{method}`; the only option here is `.trigger()`"),
+        ));
+    }
+    let content;
+    syn::parenthesized!(content in input);
+    if !content.is_empty() {
+        return Err(content.error("`.trigger()` takes no argument"));
+    }
+    Ok(true)
 }
 
 fn parenthesized<'a>(
@@ -830,11 +1039,12 @@ fn parse_event(input: ParseStream<'_>) -> syn::Result<KindDecl> {
             }
             "timeout" if timeout.is_none() => {
                 syn::parenthesized!(content in input);
+                let start = content.fork();
                 let (millis, _) = parse_duration(&content)?;
                 if !content.is_empty() {
                     return Err(content.error("unexpected token after the duration"));
                 }
-                timeout = Some(millis);
+                timeout = Some((millis, tokens_between(&start, &content)));
             }
             "key" | "trigger" | "timeout" => {
                 return Err(syn::Error::new(
@@ -995,7 +1205,10 @@ mod tests {
                 "finish", "fault", "workflow", "workflow", "sequence"
             ]
         );
-        let Some(KindDecl::Task { function, ports }) = nodes.get(1).map(|n| &n.kind) else {
+        let Some(KindDecl::Task {
+            function, ports, ..
+        }) = nodes.get(1).map(|n| &n.kind)
+        else {
             panic!("a task")
         };
         assert_eq!(function.name(), "auto_review");
@@ -1014,7 +1227,7 @@ mod tests {
         assert!(payload.is_some() && *trigger);
         assert_eq!(name.value(), "expense.decision");
         assert_eq!(key.as_ref().unwrap().0, "customer.id");
-        assert_eq!(*timeout, Some(24 * 3_600_000));
+        assert_eq!(timeout.as_ref().map(|(ms, _)| *ms), Some(24 * 3_600_000));
         assert_eq!(ports.as_ref().unwrap().ports.len(), 2);
         let Some(KindDecl::After { millis, .. }) = nodes.get(3).map(|n| &n.kind) else {
             panic!("a delay")
@@ -1024,7 +1237,7 @@ mod tests {
             panic!("a join")
         };
         assert_eq!(*mode, JoinMode::Any);
-        let Some(KindDecl::Workflow(child)) = nodes.get(11).map(|n| &n.kind) else {
+        let Some(KindDecl::Workflow(child, _)) = nodes.get(11).map(|n| &n.kind) else {
             panic!("a sub-workflow")
         };
         assert_eq!(child.name(), "Shipping");
@@ -1096,7 +1309,7 @@ mod tests {
             errors,
             [
                 "unknown workflow option `nmae`; did you mean `name`?",
-                "unknown node kind `tsak`; expected one of `task`, `event`, `after`, `decide`, `switch`, `fork`, `join`, `end`, `finish`, `fault`, `workflow`, `sequence`; did you mean `task`?",
+                "unknown node kind `tsak`; expected one of `task`, `event`, `after`, `decide`, `switch`, `fork`, `join`, `end`, `finish`, `fault`, `workflow`, `sequence`, `saga`, `cron`, `every`; did you mean `task`?",
                 "expected `;` after the `task` node `b`",
                 "unknown join mode `sometimes`; expected one of `all`, `any`",
                 "`start` is reserved for the explicit start (`start -> first_node`); name this node otherwise",
@@ -1125,7 +1338,7 @@ mod tests {
         assert_eq!(
             messages(quote!(workflow W(D) = sequence [decide(f)])),
             [
-                "`decide` is a flowchart node, not a sequence step; expected one of `task`, `event`, `after`, `finish`, `fault`, `workflow`, `sequence`"
+                "`decide` is a flowchart node, not a sequence step; expected one of `task`, `event`, `after`, `finish`, `fault`, `workflow`, `sequence`, `saga`, `cron`"
             ]
         );
     }

@@ -5,9 +5,11 @@
 //! definitions loaded from JSON and again at `build()` (FC-24).
 
 mod activity;
+mod faults;
 mod flowchart;
 mod state_machine;
 
+pub use faults::{KNOWN_TIME_ZONES, is_known_time_zone};
 pub use flowchart::{FlowchartAnalysis, FlowchartLoop, analyze_flowchart};
 
 use crate::definition::{Activity, Definition};
@@ -50,6 +52,7 @@ pub fn validate(definition: &Definition) -> Result<(), Diagnostics> {
         false,
         &mut cx,
     );
+    faults::check(definition, &mut cx);
     cx.into_result()
 }
 
@@ -102,6 +105,8 @@ fn walk(
         );
     let child_place = match (activity, place) {
         (Activity::Flowchart(_), Place::Root) => Place::TopLevelNode,
+        // A saga scope at the root wraps the workflow's body (FLT-10).
+        (Activity::Saga(_), Place::Root) => Place::Root,
         _ => Place::Nested,
     };
     for (child, child_at) in children_with_locations(activity, at) {
@@ -187,6 +192,7 @@ pub(crate) fn children_with_locations<'a>(
         Activity::ForEach(f) => out.push((&*f.body, at.field("body"))),
         Activity::ParallelForEach(f) => out.push((&*f.body, at.field("body"))),
         Activity::Timer(t) => out.extend(t.body.as_deref().map(|a| (a, at.field("body")))),
+        Activity::Saga(s) => out.push((&*s.body, at.field("body"))),
         _ => {}
     }
     out

@@ -1,0 +1,20 @@
+#![allow(dead_code)]
+
+use workflow_runtime::{state_machine, TaskContext};
+
+#[derive(Default, serde::Serialize, serde::Deserialize)]
+pub struct Order {
+    pub id: String,
+}
+
+async fn confirm(_ctx: &mut TaskContext<Order>) {}
+async fn undo(_ctx: &mut TaskContext<Order>) {}
+
+#[state_machine(data = Order, initial = New, retry(backoff = mins(5)))]
+pub enum Flow {
+    #[on(=> Done)]
+    New,
+    Done,
+}
+
+fn main() {}

@@ -1,0 +1,22 @@
+#![allow(dead_code)]
+
+use workflow_runtime::{workflow, TaskContext};
+
+#[derive(Default, serde::Serialize, serde::Deserialize)]
+pub struct Order {
+    pub id: String,
+}
+
+async fn charge(_ctx: &mut TaskContext<Order>) {}
+async fn refund(_ctx: &mut TaskContext<Order>) {}
+async fn ship(_ctx: &mut TaskContext<Order>) {}
+
+fn not_async(_order: &Order) {}
+
+workflow! {
+    pub workflow Pay(Order) = sequence [
+        saga(fault) [task(charge).compensate(not_async)],
+    ];
+}
+
+fn main() {}

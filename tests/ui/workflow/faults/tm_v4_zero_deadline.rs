@@ -1,0 +1,24 @@
+#![allow(dead_code)]
+
+use workflow_runtime::{workflow, TaskContext};
+
+#[derive(Default, serde::Serialize, serde::Deserialize)]
+pub struct Order {
+    pub id: String,
+}
+
+async fn charge(_ctx: &mut TaskContext<Order>) {}
+async fn refund(_ctx: &mut TaskContext<Order>) {}
+async fn ship(_ctx: &mut TaskContext<Order>) {}
+
+workflow! {
+    pub workflow Approval(Order) {
+        approval = event("order.approved").timeout(secs(0));
+        send = task(ship);
+
+        start -> approval -> send;
+        approval.timeout -> send;
+    }
+}
+
+fn main() {}

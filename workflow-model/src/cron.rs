@@ -1,0 +1,434 @@
+//! Cron expressions (TM-12): parsing, validation (TM-V1) and the next occurrence in UTC.
+//!
+//! Five fields (minute, hour, day of month, month, day of week), or six with a leading seconds
+//! field. Each field takes `*`, lists (`1,15`), ranges (`MON-FRI`), steps (`*/15`, `10-50/10`)
+//! and, for months and weekdays, names in any case (`JAN`, `mon`). Day of week runs 0-7, where
+//! 0 and 7 are Sunday. When both day fields are restricted, a day matches if either matches.
+//! `L`, `W`, `#` and `?` are rejected.
+//!
+//! [`Schedule::next_after`] computes in UTC and [`Schedule::next_after_with_offset`] at a fixed
+//! offset ([`fixed_offset_seconds`]); IANA zones, with their gaps and overlaps (TM-12), come
+//! with the runtime's time zone support.
+//!
+//! ```
+//! use workflow_model::cron::Schedule;
+//!
+//! let every_quarter = Schedule::parse("*/15 * * * *").unwrap();
+//! // 2026-01-01T10:07:00Z -> 10:15:00Z
+//! assert_eq!(every_quarter.next_after(1_767_262_020), Some(1_767_262_500));
+//! assert_eq!(
+//!     Schedule::parse("0 25 * * *").unwrap_err().to_string(),
+//!     "invalid cron expression `0 25 * * *`; hour `25` is out of range 0-23"
+//! );
+//! ```
+
+use std::fmt;
+
+/// A parsed cron expression.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Schedule {
+    seconds: u64,
+    minutes: u64,
+    hours: u64,
+    days_of_month: u64,
+    months: u64,
+    days_of_week: u64,
+    day_of_month_restricted: bool,
+    day_of_week_restricted: bool,
+}
+
+/// Why a cron expression does not parse (TM-V1). Its `Display` is the validator's message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CronError {
+    /// The whole expression.
+    pub expression: String,
+    /// What is wrong, e.g. ``hour `25` is out of range 0-23``.
+    pub reason: String,
+}
+
+impl fmt::Display for CronError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "invalid cron expression `{}`; {}",
+            self.expression, self.reason
+        )
+    }
+}
+
+impl std::error::Error for CronError {}
+
+struct Field {
+    name: &'static str,
+    min: u32,
+    max: u32,
+    names: &'static [&'static str],
+}
+
+const SECOND: Field = Field {
+    name: "second",
+    min: 0,
+    max: 59,
+    names: &[],
+};
+const MINUTE: Field = Field {
+    name: "minute",
+    min: 0,
+    max: 59,
+    names: &[],
+};
+const HOUR: Field = Field {
+    name: "hour",
+    min: 0,
+    max: 23,
+    names: &[],
+};
+const DAY_OF_MONTH: Field = Field {
+    name: "day of month",
+    min: 1,
+    max: 31,
+    names: &[],
+};
+const MONTH: Field = Field {
+    name: "month",
+    min: 1,
+    max: 12,
+    names: &[
+        "JAN", "FEB", "MAR", "APR", "MAY", "JUN", "JUL", "AUG", "SEP", "OCT", "NOV", "DEC",
+    ],
+};
+const DAY_OF_WEEK: Field = Field {
+    name: "day of week",
+    min: 0,
+    max: 7,
+    names: &["SUN", "MON", "TUE", "WED", "THU", "FRI", "SAT"],
+};
+
+impl Field {
+    fn value(&self, text: &str) -> Result<u32, String> {
+        let upper = text.to_ascii_uppercase();
+        if let Some(i) = self.names.iter().position(|n| *n == upper) {
+            let base = if self.min == 1 { 1 } else { 0 };
+            return Ok(u32::try_from(i).unwrap_or(0) + base);
+        }
+        if let Some(c) = upper.chars().find(|c| matches!(c, 'L' | 'W')) {
+            return Err(format!("`{c}` in {} `{text}` is not supported", self.name));
+        }
+        if text.is_empty() || !text.bytes().all(|b| b.is_ascii_digit()) {
+            return Err(format!("{} `{text}` is not a number", self.name));
+        }
+        match text.parse::<u32>() {
+            Ok(v) if (self.min..=self.max).contains(&v) => Ok(v),
+            _ => Err(format!(
+                "{} `{text}` is out of range {}-{}",
+                self.name, self.min, self.max
+            )),
+        }
+    }
+
+    /// The bit set of `text`, and whether it was a bare `*`.
+    fn parse(&self, text: &str) -> Result<(u64, bool), String> {
+        if let Some(c) = text.chars().find(|c| matches!(c, '#' | '?')) {
+            return Err(format!("`{c}` in {} `{text}` is not supported", self.name));
+        }
+        let mut bits = 0u64;
+        for part in text.split(',') {
+            let (range, step) = match part.split_once('/') {
+                Some((range, step)) => {
+                    let step = match step.parse::<u32>() {
+                        Ok(s) if s > 0 => s,
+                        _ => {
+                            return Err(format!(
+                                "step `{step}` in {} `{part}` must be a positive number",
+                                self.name
+                            ));
+                        }
+                    };
+                    (range, Some(step))
+                }
+                None => (part, None),
+            };
+            let (lo, hi) = if range == "*" {
+                (self.min, self.max)
+            } else if let Some((a, b)) = range.split_once('-') {
+                let (a, b) = (self.value(a)?, self.value(b)?);
+                if a > b {
+                    return Err(format!("{} range `{range}` runs backwards", self.name));
+                }
+                (a, b)
+            } else {
+                let v = self.value(range)?;
+                (v, if step.is_some() { self.max } else { v })
+            };
+            let mut v = lo;
+            while v <= hi {
+                bits |= 1 << v;
+                v += step.unwrap_or(1);
+            }
+        }
+        Ok((bits, text == "*"))
+    }
+}
+
+impl Schedule {
+    /// Parses a 5- or 6-field cron expression (TM-12).
+    pub fn parse(expression: &str) -> Result<Self, CronError> {
+        let fail = |reason: String| CronError {
+            expression: expression.to_owned(),
+            reason,
+        };
+        let fields: Vec<&str> = expression.split_whitespace().collect();
+        let (seconds, minute, hour, day_of_month, month, day_of_week) = match fields.as_slice() {
+            [mi, h, dom, mo, dow] => ("0", *mi, *h, *dom, *mo, *dow),
+            [s, mi, h, dom, mo, dow] => (*s, *mi, *h, *dom, *mo, *dow),
+            other => {
+                return Err(fail(format!(
+                    "expected 5 fields (minute hour day-of-month month day-of-week) or 6 with \
+                     leading seconds, found {}",
+                    other.len()
+                )));
+            }
+        };
+        let (seconds, _) = SECOND.parse(seconds).map_err(fail)?;
+        let (minutes, _) = MINUTE.parse(minute).map_err(fail)?;
+        let (hours, _) = HOUR.parse(hour).map_err(fail)?;
+        let (days_of_month, dom_star) = DAY_OF_MONTH.parse(day_of_month).map_err(fail)?;
+        let (months, _) = MONTH.parse(month).map_err(fail)?;
+        let (mut days_of_week, dow_star) = DAY_OF_WEEK.parse(day_of_week).map_err(fail)?;
+        if days_of_week & (1 << 7) != 0 {
+            days_of_week |= 1;
+        }
+        Ok(Schedule {
+            seconds,
+            minutes,
+            hours,
+            days_of_month,
+            months,
+            days_of_week: days_of_week & 0x7f,
+            day_of_month_restricted: !dom_star,
+            day_of_week_restricted: !dow_star,
+        })
+    }
+
+    fn day_matches(&self, day: u32, weekday: u32) -> bool {
+        let dom = self.days_of_month & (1 << day) != 0;
+        let dow = self.days_of_week & (1 << weekday) != 0;
+        match (self.day_of_month_restricted, self.day_of_week_restricted) {
+            (true, true) => dom || dow,
+            (true, false) => dom,
+            (false, true) => dow,
+            (false, false) => true,
+        }
+    }
+
+    /// The first occurrence strictly after `unix_seconds`, in UTC, or `None` if there is none
+    /// within 5 years (e.g. `0 0 30 FEB *`).
+    pub fn next_after(&self, unix_seconds: u64) -> Option<u64> {
+        let start = unix_seconds.checked_add(1)?;
+        let first_day = start / 86_400;
+        let mut second_of_day = start % 86_400;
+        for day in first_day..first_day + 366 * 5 {
+            let (_, month, dom) = civil_from_days(day);
+            let weekday = u32::try_from((day + 4) % 7).unwrap_or(0);
+            if self.months & (1 << month) != 0
+                && self.day_matches(dom, weekday)
+                && let Some(s) = self.first_time_from(second_of_day)
+            {
+                return Some(day * 86_400 + s);
+            }
+            second_of_day = 0;
+        }
+        None
+    }
+
+    /// The first occurrence strictly after `unix_seconds` in a zone at a fixed offset from UTC
+    /// (`offset_seconds` east of UTC, see [`fixed_offset_seconds`]); UTC instants in and out.
+    pub fn next_after_with_offset(&self, unix_seconds: u64, offset_seconds: i32) -> Option<u64> {
+        let offset = i64::from(offset_seconds);
+        let local = i64::try_from(unix_seconds).ok()?.checked_add(offset)?;
+        let next = self.next_after(u64::try_from(local).ok()?)?;
+        u64::try_from(i64::try_from(next).ok()?.checked_sub(offset)?).ok()
+    }
+
+    fn first_time_from(&self, from: u64) -> Option<u64> {
+        let (h0, m0, s0) = (from / 3600, from / 60 % 60, from % 60);
+        for h in h0..24 {
+            if self.hours & (1 << h) == 0 {
+                continue;
+            }
+            let m_start = if h == h0 { m0 } else { 0 };
+            for m in m_start..60 {
+                if self.minutes & (1 << m) == 0 {
+                    continue;
+                }
+                let s_start = if h == h0 && m == m0 { s0 } else { 0 };
+                if let Some(s) = (s_start..60).find(|s| self.seconds & (1 << s) != 0) {
+                    return Some(h * 3600 + m * 60 + s);
+                }
+            }
+        }
+        None
+    }
+}
+
+/// The offset east of UTC in seconds of a zone the validator accepts without IANA data
+/// (TM-V2): `UTC` is 0, `+02:00` is 7200, `-05:30` is -19800; `None` for anything else.
+pub fn fixed_offset_seconds(zone: &str) -> Option<i32> {
+    if zone == "UTC" {
+        return Some(0);
+    }
+    if !crate::is_known_time_zone(zone) {
+        return None;
+    }
+    let sign = if zone.starts_with('-') { -1 } else { 1 };
+    let hours: i32 = zone.get(1..3)?.parse().ok()?;
+    let minutes: i32 = zone.get(4..6)?.parse().ok()?;
+    Some(sign * (hours * 3600 + minutes * 60))
+}
+
+/// (year, month 1-12, day 1-31) of the day `days` after 1970-01-01 (Howard Hinnant's
+/// algorithm).
+fn civil_from_days(days: u64) -> (i64, u32, u32) {
+    let z = i64::try_from(days).unwrap_or(0) + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    (
+        y,
+        u32::try_from(m).unwrap_or(1),
+        u32::try_from(d).unwrap_or(1),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // 2026-01-01T00:00:00Z is a Thursday.
+    const JAN1_2026: u64 = 1_767_225_600;
+
+    fn next(expr: &str, after: u64) -> u64 {
+        Schedule::parse(expr).unwrap().next_after(after).unwrap()
+    }
+
+    fn err(expr: &str) -> String {
+        Schedule::parse(expr).unwrap_err().to_string()
+    }
+
+    #[test]
+    fn every_quarter_hour_from_10_07() {
+        let t = JAN1_2026 + 10 * 3600 + 7 * 60;
+        let a = next("*/15 * * * *", t);
+        assert_eq!(a, JAN1_2026 + 10 * 3600 + 15 * 60);
+        let b = next("*/15 * * * *", a);
+        assert_eq!(b, JAN1_2026 + 10 * 3600 + 30 * 60);
+        assert_eq!(
+            next("*/15 * * * *", JAN1_2026 + 10 * 3600 + 45 * 60),
+            JAN1_2026 + 11 * 3600
+        );
+    }
+
+    #[test]
+    fn weekdays_at_nine_skip_the_weekend() {
+        // Friday 2026-01-02 09:00 -> Monday 2026-01-05 09:00.
+        let friday_nine = JAN1_2026 + 86_400 + 9 * 3600;
+        assert_eq!(next("0 9 * * MON-FRI", friday_nine - 1), friday_nine);
+        assert_eq!(
+            next("0 9 * * mon-fri", friday_nine),
+            JAN1_2026 + 4 * 86_400 + 9 * 3600
+        );
+    }
+
+    #[test]
+    fn sunday_is_0_and_7() {
+        let sunday = JAN1_2026 + 3 * 86_400; // 2026-01-04
+        assert_eq!(next("0 0 * * 7", JAN1_2026), sunday);
+        assert_eq!(next("0 0 * * 0", JAN1_2026), sunday);
+        assert_eq!(next("0 0 * * SUN", JAN1_2026), sunday);
+    }
+
+    #[test]
+    fn either_day_field_matches_when_both_are_restricted() {
+        // The 10th, or any Saturday (2026-01-03).
+        assert_eq!(next("0 0 10 * SAT", JAN1_2026), JAN1_2026 + 2 * 86_400);
+        // Only the 10th.
+        assert_eq!(next("0 0 10 * *", JAN1_2026), JAN1_2026 + 9 * 86_400);
+    }
+
+    #[test]
+    fn months_by_name_lists_and_leap_days() {
+        // 2028-02-29T12:00:00Z
+        assert_eq!(next("0 12 29 FEB *", JAN1_2026), 1_835_438_400);
+        assert_eq!(next("0 0 1 jan,JUL *", JAN1_2026), 1_782_864_000); // 2026-07-01
+        assert_eq!(
+            Schedule::parse("0 0 30 FEB *")
+                .unwrap()
+                .next_after(JAN1_2026),
+            None
+        );
+    }
+
+    #[test]
+    fn six_fields_have_leading_seconds() {
+        assert_eq!(next("*/10 * * * * *", JAN1_2026), JAN1_2026 + 10);
+        assert_eq!(next("30 0 0 * * *", JAN1_2026), JAN1_2026 + 30);
+        assert_eq!(next("10-50/20 * * * *", JAN1_2026), JAN1_2026 + 600);
+    }
+
+    #[test]
+    fn fixed_offsets_shift_local_time() {
+        assert_eq!(fixed_offset_seconds("UTC"), Some(0));
+        assert_eq!(fixed_offset_seconds("+02:00"), Some(7_200));
+        assert_eq!(fixed_offset_seconds("-05:30"), Some(-19_800));
+        assert_eq!(fixed_offset_seconds("Europe/Paris"), None);
+        let nine = Schedule::parse("0 9 * * *").unwrap();
+        // 09:00 at +02:00 is 07:00 UTC.
+        assert_eq!(
+            nine.next_after_with_offset(JAN1_2026, 7_200),
+            Some(JAN1_2026 + 7 * 3600)
+        );
+        // 09:00 at -05:30 is 14:30 UTC.
+        assert_eq!(
+            nine.next_after_with_offset(JAN1_2026, -19_800),
+            Some(JAN1_2026 + 14 * 3600 + 1800)
+        );
+    }
+
+    #[test]
+    fn errors_name_the_field_and_value() {
+        assert_eq!(
+            err("0 25 * * *"),
+            "invalid cron expression `0 25 * * *`; hour `25` is out of range 0-23"
+        );
+        assert_eq!(
+            err("0 9 * * MON-FRX"),
+            "invalid cron expression `0 9 * * MON-FRX`; day of week `FRX` is not a number"
+        );
+        assert_eq!(
+            err("0 0 L * *"),
+            "invalid cron expression `0 0 L * *`; `L` in day of month `L` is not supported"
+        );
+        assert_eq!(
+            err("0 0 * *"),
+            "invalid cron expression `0 0 * *`; expected 5 fields (minute hour day-of-month month \
+             day-of-week) or 6 with leading seconds, found 4"
+        );
+        assert_eq!(
+            err("*/0 * * * *"),
+            "invalid cron expression `*/0 * * * *`; step `0` in minute `*/0` must be a positive number"
+        );
+        assert_eq!(
+            err("0 0 * 13 *"),
+            "invalid cron expression `0 0 * 13 *`; month `13` is out of range 1-12"
+        );
+        assert_eq!(
+            err("0 5-2 * * *"),
+            "invalid cron expression `0 5-2 * * *`; hour range `5-2` runs backwards"
+        );
+    }
+}
