@@ -469,6 +469,7 @@ pub struct ParentLink {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct WorkflowState {
     /// The document format (see [`FORMAT_VERSION`]).
+    #[serde(rename = "format")]
     pub format_version: u32,
     /// The instance id.
     pub instance_id: String,

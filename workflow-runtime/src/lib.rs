@@ -43,8 +43,8 @@ pub use workflow_model as model;
 pub use activities::{CURRENT_STATE, TAG_CONTINUING, TAG_ENTERING};
 pub use events::{ActivityRef, EventKind, EventStream, LifecycleEvent, RecvError};
 pub use executor::{
-    ActivityInfo, ActivityMiddleware, DEFAULT_MAX_STEPS_PER_RUN, Flow, RunError, RunInfo,
-    WorkflowMiddleware,
+    ActivityInfo, ActivityMiddleware, CommitStrategy, DEFAULT_MAX_STEPS_PER_RUN, Flow, RunError,
+    RunInfo, WorkflowMiddleware,
 };
 pub use instance::{
     ActivityStatus, Bookmark, ContextId, Incident, JournalEntry, JournalKind, JournalLevel,
@@ -53,9 +53,9 @@ pub use instance::{
 pub use registry::{BoxFuture, Registry, TaskResult};
 pub use routing::RoutingError;
 pub use runtime::{
-    AwaitError, BuildError, CancelError, Completion, InstanceSnapshot, PurgeError, ResumeError,
-    Runtime, RuntimeBuilder, SendError, SendReport, StartError, StartOptions, Started, StateError,
-    Stimulus,
+    AwaitError, BuildError, CancelError, Completion, InstanceSnapshot, PurgeError, RecoveryReport,
+    ResumeError, Runtime, RuntimeBuilder, SendError, SendReport, StartError, StartOptions, Started,
+    StateError, Stimulus,
 };
 pub use task::{IntoTaskResult, Outcome, TaskContext, TaskError};
 pub use workflow::{StateMachineWorkflow, Workflow};

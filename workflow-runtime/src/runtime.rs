@@ -1,10 +1,11 @@
-//! The in-memory [`Runtime`]: registration, start, send, read, await, cancel, subscribe
-//! (engine.md section 10).
+//! The [`Runtime`]: registration, start, send, read, await, cancel, subscribe, recover and
+//! purge (engine.md section 10), on a [`Store`].
 //!
-//! Instances are kept between runs as serialized JSON, so every suspension is a real
-//! persistence round trip (SM-8); the store trait of the durable-stores issue replaces this
-//! map behind the same API. Runs of one instance are serialized by a per-instance lock (the
-//! in-process stand-in for the lease, ST-14).
+//! Every run takes the instance lease (ST-14), loads the instance (version and state
+//! document), runs, and commits the document, status columns, bookmark diff and journal under
+//! the loaded version and the lease's fencing token (ENG-28), releasing the lease with the
+//! last commit. A `Conflict` or `Fenced` answer discards the run and is returned typed
+//! (ENG-29). Runs of one instance in one process also queue on a local lock.
 
 use std::collections::{HashMap, VecDeque};
 use std::future::Future;
@@ -21,17 +22,21 @@ use workflow_model::{Definition, Diagnostics};
 
 use crate::events::{EventStream, LifecycleEvent};
 use crate::executor::{
-    ActivityMiddleware, DEFAULT_MAX_STEPS_PER_RUN, Executor, Link, Middleware, RunEnd, RunError,
-    RunTarget, WorkflowMiddleware,
+    ActivityMiddleware, Checkpoint, CommitStrategy, DEFAULT_MAX_STEPS_PER_RUN, Executor, Link,
+    Middleware, RunEnd, RunError, RunTarget, WorkflowMiddleware,
 };
 use crate::graph::{Graph, GraphError, NamedRefs};
 use crate::ids::{new_ulid, now_ms};
 use crate::instance::{
-    DefinitionRef, Incident, Journal, JournalLevel, ParentLink, SubStatus, WorkflowState,
-    WorkflowStatus,
+    Bookmark, DefinitionRef, Incident, Journal, JournalEntry, JournalLevel, ParentLink, SubStatus,
+    WorkflowState, WorkflowStatus,
 };
 use crate::registry::{BoxFuture, Registry};
 use crate::routing::{RoutingError, check_name, stimulus_hash};
+use crate::store::{
+    BookmarkQuery, Commit, InstanceStatus, InstanceSubStatus, JournalRecord, MemoryStore, Micros,
+    NewBookmark, NewInstance, NewJournalRecord, PurgeFilter, Store, StoreError,
+};
 use crate::workflow::{StateMachineWorkflow, Workflow};
 
 // ---- errors, one enum per operation family ---------------------------------------------
@@ -263,6 +268,14 @@ pub enum StateError {
         /// Why.
         message: String,
     },
+    /// The store failed.
+    #[error("instance `{instance}`: {error}")]
+    Store {
+        /// The id.
+        instance: String,
+        /// The store's error.
+        error: StoreError,
+    },
 }
 
 /// How an instance ended, from [`Runtime::await_completion`].
@@ -296,6 +309,14 @@ pub enum AwaitError {
         instance: String,
         /// Its status then.
         status: WorkflowStatus,
+    },
+    /// The instance could not be read.
+    #[error("instance `{instance}`: {error}")]
+    State {
+        /// The id.
+        instance: String,
+        /// Why.
+        error: StateError,
     },
 }
 
@@ -333,6 +354,14 @@ pub enum PurgeError {
     NotTerminal {
         /// Its status.
         status: WorkflowStatus,
+    },
+    /// The store failed.
+    #[error("instance `{instance}`: {error}")]
+    Store {
+        /// The id.
+        instance: String,
+        /// The store's error.
+        error: StoreError,
     },
 }
 
@@ -375,7 +404,7 @@ pub struct InstanceSnapshot {
     /// The whole persisted state: status, contexts, bookmarks, queue, data...
     pub state: WorkflowState,
     /// The journal, stored apart from the state (ENG-41), oldest first.
-    pub journal: Vec<crate::instance::JournalEntry>,
+    pub journal: Vec<JournalEntry>,
 }
 
 impl InstanceSnapshot {
@@ -403,7 +432,7 @@ impl InstanceSnapshot {
     }
 
     /// The journal entries, oldest first.
-    pub fn journal(&self) -> &[crate::instance::JournalEntry] {
+    pub fn journal(&self) -> &[JournalEntry] {
         &self.journal
     }
 }
@@ -429,6 +458,7 @@ trait ErasedWorkflow: Send + Sync {
         max_steps: usize,
         middleware: &'a Middleware,
         emit_events: bool,
+        checkpoint: Option<(&'a dyn Checkpoint, CommitStrategy)>,
     ) -> BoxFuture<'a, Result<RunOutput, RunError>>;
     fn cancel(
         &self,
@@ -467,10 +497,12 @@ where
         max_steps: usize,
         middleware: &'a Middleware,
         emit_events: bool,
+        checkpoint: Option<(&'a dyn Checkpoint, CommitStrategy)>,
     ) -> BoxFuture<'a, Result<RunOutput, RunError>> {
         Box::pin(async move {
             let mut executor = Executor::new(&self.graph, &self.registry, state, middleware);
             executor.emit_events = emit_events;
+            executor.checkpoint = checkpoint;
             let end = executor.run(target, max_steps).await?;
             Ok(RunOutput {
                 state: executor.state,
@@ -513,6 +545,10 @@ pub struct RuntimeBuilder {
     max_journal_entries: usize,
     event_buffer: usize,
     middleware: Middleware,
+    store: Option<Arc<dyn Store>>,
+    commit_strategy: CommitStrategy,
+    lease_ttl: Duration,
+    owner: Option<String>,
 }
 
 impl std::fmt::Debug for RuntimeBuilder {
@@ -669,8 +705,41 @@ impl RuntimeBuilder {
         self
     }
 
+    /// The store instances live in (ENG-47; default: a fresh [`MemoryStore`], not durable).
+    /// For durability: `.store(Arc::new(SqliteStore::open(path)?))`.
+    #[must_use]
+    pub fn store(mut self, store: Arc<dyn Store>) -> Self {
+        self.store = Some(store);
+        self
+    }
+
+    /// Commits inside runs besides the mandatory ones (ENG-32; default
+    /// [`CommitStrategy::RunEnd`]).
+    #[must_use]
+    pub fn commit_strategy(mut self, strategy: CommitStrategy) -> Self {
+        self.commit_strategy = strategy;
+        self
+    }
+
+    /// How long a run's instance lease lasts (ST-14; default 60 s). An instance whose process
+    /// died is recovered by [`Runtime::recover`] once its lease expired. Leases are not renewed
+    /// yet: a run longer than this can be fenced.
+    #[must_use]
+    pub fn lease_ttl(mut self, ttl: Duration) -> Self {
+        self.lease_ttl = ttl;
+        self
+    }
+
+    /// The lease owner name of this runtime (default: a fresh ULID).
+    #[must_use]
+    pub fn owner(mut self, owner: impl Into<String>) -> Self {
+        self.owner = Some(owner.into());
+        self
+    }
+
     /// Checks every registration (validator, registry, supported kinds, versions) and builds
-    /// the runtime; the first problem is returned.
+    /// the runtime; the first problem is returned. Instances interrupted by a crash are run
+    /// again by [`Runtime::recover`], which the caller awaits once built.
     pub fn build(self) -> Result<Runtime, BuildError> {
         let mut workflows: HashMap<String, Arc<dyn ErasedWorkflow>> = HashMap::new();
         for pending in self.pending {
@@ -703,8 +772,12 @@ impl RuntimeBuilder {
         Ok(Runtime {
             inner: Arc::new(Inner {
                 workflows,
-                instances: Mutex::new(HashMap::new()),
-                bookmarks: Mutex::new(HashMap::new()),
+                store: self.store.unwrap_or_else(|| Arc::new(MemoryStore::new())),
+                owner: self.owner.unwrap_or_else(new_ulid),
+                lease_ttl: i64::try_from(self.lease_ttl.as_micros()).unwrap_or(i64::MAX),
+                commit_strategy: self.commit_strategy,
+                locks: Mutex::new(HashMap::new()),
+                watches: Mutex::new(HashMap::new()),
                 events,
                 max_steps_per_run: self.max_steps_per_run,
                 journal_level: self.journal_level,
@@ -718,32 +791,20 @@ impl RuntimeBuilder {
 
 // ---- the runtime -------------------------------------------------------------------------
 
-/// One stored instance: its JSON document and, apart from it, its journal (ENG-41).
-struct Slot {
-    json: String,
-    journal: Journal,
-}
-
-/// What awaiters watch.
-#[derive(Debug, Clone, PartialEq)]
-struct Watched {
-    status: WorkflowStatus,
-    output: Option<Value>,
-    reason: Option<String>,
-    incident: Option<Incident>,
-}
-
-struct Entry {
-    slot: Arc<tokio::sync::Mutex<Slot>>,
-    watch: watch::Sender<Watched>,
-}
-
 struct Inner {
     workflows: HashMap<String, Arc<dyn ErasedWorkflow>>,
-    instances: Mutex<HashMap<String, Entry>>,
-    /// Stimulus hash -> `(instance, bookmark id)` in creation order: the bookmark index,
-    /// updated with each commit's bookmark diff (ENG-23).
-    bookmarks: Mutex<HashMap<String, Vec<(String, String)>>>,
+    /// Where instances, bookmarks and journals live (ST-1).
+    store: Arc<dyn Store>,
+    /// This runtime's lease owner name (ST-14).
+    owner: String,
+    /// The instance lease's duration, µs.
+    lease_ttl: Micros,
+    commit_strategy: CommitStrategy,
+    /// Serializes this process's runs of one instance, so they queue instead of meeting each
+    /// other's lease (the lease still fences other processes, ST-14).
+    locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+    /// Wakes awaiters after each commit of this process (ENG-48).
+    watches: Mutex<HashMap<String, watch::Sender<u64>>>,
     events: broadcast::Sender<LifecycleEvent>,
     max_steps_per_run: usize,
     journal_level: JournalLevel,
@@ -754,8 +815,8 @@ struct Inner {
     links: Mutex<VecDeque<Link>>,
 }
 
-/// The workflow runtime, in memory (engine.md section 10). Cheap to clone; clones share
-/// instances.
+/// The workflow runtime (engine.md section 10), on a [`Store`]: in memory by default, durable
+/// on a [`SqliteStore`](crate::store::SqliteStore). Cheap to clone; clones share instances.
 #[derive(Clone)]
 pub struct Runtime {
     inner: Arc<Inner>,
@@ -767,8 +828,19 @@ impl std::fmt::Debug for Runtime {
         names.sort();
         f.debug_struct("Runtime")
             .field("workflows", &names)
+            .field("owner", &self.inner.owner)
             .finish_non_exhaustive()
     }
+}
+
+/// What [`Runtime::recover`] did (ENG-25, ENG-26).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RecoveryReport {
+    /// Instances run again (interrupted ones and ones never run), with their status after.
+    pub recovered: Vec<Started>,
+    /// Instances that could not run: `VersionNotRegistered` (left untouched, ENG-46), corrupt
+    /// state, store errors.
+    pub failed: Vec<RunError>,
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -778,11 +850,185 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     }
 }
 
-fn decode_state(id: &str, json: &str) -> Result<WorkflowState, StateError> {
-    serde_json::from_str(json).map_err(|e| StateError::Decode {
-        instance: id.to_owned(),
+/// The wall clock in µs since the epoch (ST-23).
+fn now_micros() -> Micros {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_micros()).unwrap_or(i64::MAX))
+}
+
+fn ms_to_micros(ms: u64) -> Micros {
+    i64::try_from(ms)
+        .unwrap_or(i64::MAX / 1000)
+        .saturating_mul(1000)
+}
+
+fn store_status(status: WorkflowStatus) -> InstanceStatus {
+    match status {
+        WorkflowStatus::Running => InstanceStatus::Running,
+        WorkflowStatus::Suspended => InstanceStatus::Suspended,
+        WorkflowStatus::Faulted => InstanceStatus::Faulted,
+        WorkflowStatus::Finished => InstanceStatus::Finished,
+        WorkflowStatus::Cancelled => InstanceStatus::Cancelled,
+    }
+}
+
+fn workflow_status(status: InstanceStatus) -> WorkflowStatus {
+    match status {
+        InstanceStatus::Running => WorkflowStatus::Running,
+        InstanceStatus::Suspended => WorkflowStatus::Suspended,
+        InstanceStatus::Faulted => WorkflowStatus::Faulted,
+        InstanceStatus::Finished => WorkflowStatus::Finished,
+        InstanceStatus::Cancelled => WorkflowStatus::Cancelled,
+    }
+}
+
+fn store_sub_status(sub: Option<SubStatus>) -> Option<InstanceSubStatus> {
+    sub.map(|sub| match sub {
+        SubStatus::Pending => InstanceSubStatus::Pending,
+        SubStatus::Executing => InstanceSubStatus::Executing,
+        SubStatus::Waiting => InstanceSubStatus::Waiting,
+        SubStatus::Paused => InstanceSubStatus::Paused,
+        SubStatus::Stalled => InstanceSubStatus::Stalled,
+    })
+}
+
+/// The state document as stored: serde names only, a top-level `"format"` (ST-19, ST-20).
+fn encode_document(state: &WorkflowState) -> Result<Value, RunError> {
+    serde_json::to_value(state).map_err(|e| RunError::StateCorrupt {
+        instance: state.instance_id.clone(),
+        reason: format!("state does not serialize: {e}"),
+    })
+}
+
+fn decode_document(instance_id: &str, document: Value) -> Result<WorkflowState, StateError> {
+    serde_json::from_value(document).map_err(|e| StateError::Decode {
+        instance: instance_id.to_owned(),
         message: e.to_string(),
     })
+}
+
+fn journal_record(entry: JournalEntry) -> NewJournalRecord {
+    NewJournalRecord {
+        at: ms_to_micros(entry.at),
+        kind: serde_json::to_value(entry.kind)
+            .ok()
+            .and_then(|v| v.as_str().map(str::to_owned))
+            .unwrap_or_default(),
+        context_id: entry.context_id,
+        node_id: entry.node_id,
+        detail: entry.detail,
+    }
+}
+
+fn journal_entry(record: JournalRecord) -> Option<JournalEntry> {
+    Some(JournalEntry {
+        seq: record.seq,
+        at: u64::try_from(record.at / 1000).unwrap_or(0),
+        kind: serde_json::from_value(Value::String(record.kind)).ok()?,
+        context_id: record.context_id,
+        node_id: record.node_id,
+        detail: record.detail,
+    })
+}
+
+fn run_store_error(instance_id: &str, error: StoreError) -> RunError {
+    match error {
+        StoreError::Decode { message, .. } => RunError::StateCorrupt {
+            instance: instance_id.to_owned(),
+            reason: message,
+        },
+        error => RunError::Store {
+            instance: instance_id.to_owned(),
+            error,
+        },
+    }
+}
+
+/// What the store holds of a run's instance, kept in step with each commit.
+struct Tracker {
+    instance_id: String,
+    token: u64,
+    version: u64,
+    /// The bookmarks as last committed, for the diff (ENG-23, ST-6).
+    bookmarks: Vec<Bookmark>,
+}
+
+/// The commits of one leased run: inside it (ENG-32) and at its end (ENG-31).
+struct RunCommits<'r> {
+    store: &'r dyn Store,
+    tracker: Mutex<Tracker>,
+}
+
+impl RunCommits<'_> {
+    /// One commit of `state` under the tracked version and token (ENG-28): the document,
+    /// status columns, bookmark diff and the journal entries recorded since the last commit.
+    async fn commit(&self, state: &mut WorkflowState, release: bool) -> Result<(), RunError> {
+        let commit = {
+            let tracker = lock(&self.tracker);
+            let document = encode_document(state)?;
+            let mut commit = Commit::new(
+                tracker.instance_id.clone(),
+                tracker.version,
+                tracker.token,
+                now_micros(),
+                document,
+                store_status(state.status),
+                store_sub_status(state.sub_status),
+            );
+            commit.correlation_id = state.correlation_id.clone();
+            commit.release_lease = release;
+            commit.bookmarks_added = state
+                .bookmarks
+                .iter()
+                .filter(|b| !tracker.bookmarks.iter().any(|a| a.id == b.id))
+                .map(|b| NewBookmark {
+                    bookmark_id: b.id.clone(),
+                    hash: b.hash.clone(),
+                    name: b.name.clone(),
+                    node_id: b.node_id.clone(),
+                    context_id: b.context_id,
+                    look_back: None,
+                    created_at: ms_to_micros(b.created_at),
+                })
+                .collect();
+            commit.bookmarks_removed = tracker
+                .bookmarks
+                .iter()
+                .filter(|a| !state.bookmarks.iter().any(|b| b.id == a.id))
+                .map(|a| a.id.clone())
+                .collect();
+            commit.journal = state
+                .journal
+                .entries
+                .iter()
+                .cloned()
+                .map(journal_record)
+                .collect();
+            commit
+        };
+        let instance_id = commit.instance_id.clone();
+        // ENG-29: a `Conflict` or `Fenced` answer discards the run; the caller gets it typed.
+        let version = self
+            .store
+            .commit(commit)
+            .await
+            .map_err(|error| run_store_error(&instance_id, error))?;
+        state.journal.entries.clear();
+        let mut tracker = lock(&self.tracker);
+        tracker.version = version;
+        tracker.bookmarks = state.bookmarks.clone();
+        Ok(())
+    }
+}
+
+impl Checkpoint for RunCommits<'_> {
+    fn checkpoint<'b>(
+        &'b self,
+        state: &'b mut WorkflowState,
+    ) -> BoxFuture<'b, Result<(), RunError>> {
+        Box::pin(self.commit(state, false))
+    }
 }
 
 /// Returns `Pending` once, so a long-running instance lets other tasks run between budgets.
@@ -810,7 +1056,16 @@ impl Runtime {
             max_journal_entries: 1000,
             event_buffer: 1024,
             middleware: Middleware::default(),
+            store: None,
+            commit_strategy: CommitStrategy::default(),
+            lease_ttl: Duration::from_secs(60),
+            owner: None,
         }
+    }
+
+    /// The store this runtime runs on.
+    pub fn store(&self) -> &Arc<dyn Store> {
+        &self.inner.store
     }
 
     /// Starts an instance of `W` with `input` as its data and runs its first run in the
@@ -848,7 +1103,8 @@ impl Runtime {
         result
     }
 
-    /// Creates and runs an instance, with its parent when a SubWorkflow starts it (ACT-24).
+    /// Creates the instance in the store (`Running/Pending`, version 1) and runs its first
+    /// run, with its parent when a SubWorkflow starts it (ACT-24).
     async fn start_inner(
         &self,
         name: &str,
@@ -867,6 +1123,7 @@ impl Runtime {
             .check_data(&input)
             .map_err(|message| StartError::Input { message })?;
         let instance_id = options.instance_id.unwrap_or_else(new_ulid);
+        let now = now_ms();
         let mut state = WorkflowState::new(
             instance_id.clone(),
             DefinitionRef {
@@ -876,47 +1133,93 @@ impl Runtime {
             input.clone(),
             input,
             Journal::new(self.inner.journal_level, self.inner.max_journal_entries),
-            now_ms(),
+            now,
         );
         state.correlation_id = options.correlation_id;
         state.parent = parent;
-        let json = serde_json::to_string(&state).map_err(|e| StartError::Input {
-            message: e.to_string(),
-        })?;
-        let journal = Journal::new(self.inner.journal_level, self.inner.max_journal_entries);
-        let slot = Arc::new(tokio::sync::Mutex::new(Slot { json, journal }));
-        let guard = slot.clone().lock_owned().await;
-        {
-            let mut instances = lock(&self.inner.instances);
-            if instances.contains_key(&instance_id) {
+        let document = encode_document(&state)?;
+        let created = self
+            .inner
+            .store
+            .create_instance(NewInstance {
+                instance_id: instance_id.clone(),
+                definition_name: name.to_owned(),
+                definition_version: workflow.version().to_owned(),
+                status: InstanceStatus::Running,
+                sub_status: Some(InstanceSubStatus::Pending),
+                correlation_id: state.correlation_id.clone(),
+                origin_at: ms_to_micros(now),
+                created_at: ms_to_micros(now),
+                state: document,
+                receipt: None,
+                consumed_queue_item: None,
+                activation_scope: None,
+            })
+            .await;
+        match created {
+            Ok(_) => {}
+            Err(StoreError::AlreadyExists { .. }) => {
                 return Err(StartError::InstanceExists {
                     instance: instance_id,
                 });
             }
-            let (watch, _) = watch::channel(Watched {
-                status: state.status,
-                output: None,
-                reason: None,
-                incident: None,
-            });
-            instances.insert(instance_id.clone(), Entry { slot, watch });
+            Err(StoreError::Invalid { reason, .. }) => {
+                return Err(StartError::Input { message: reason });
+            }
+            Err(error) => return Err(StartError::Run(run_store_error(&instance_id, error))),
         }
-        match self
-            .drive_locked(guard, &instance_id, RunTarget::None)
-            .await
-        {
-            Ok(started) => Ok(started),
+        match self.drive(&instance_id, RunTarget::None).await {
+            Ok(Some(started)) => Ok(started),
+            Ok(None) => Err(StartError::Run(RunError::Store {
+                instance: instance_id.clone(),
+                error: StoreError::NotFound {
+                    what: "instance",
+                    id: instance_id,
+                },
+            })),
             Err(error) => {
-                // Nothing is kept of a start whose first run failed.
-                lock(&self.inner.instances).remove(&instance_id);
+                // Nothing is kept of a start whose first run failed (unless the store is
+                // unreachable: then recovery runs it later).
+                self.discard(&instance_id).await;
                 Err(StartError::Run(error))
             }
         }
     }
 
+    /// Removes an instance whose first run failed: committed `Cancelled`, then deleted.
+    async fn discard(&self, instance_id: &str) {
+        let store = &self.inner.store;
+        let now = now_micros();
+        let Ok(lease) = store
+            .acquire_lease(instance_id, &self.inner.owner, now, self.inner.lease_ttl)
+            .await
+        else {
+            return;
+        };
+        if let Ok(record) = store.load_instance(instance_id).await
+            && record.status == InstanceStatus::Running
+        {
+            let mut commit = Commit::new(
+                instance_id,
+                record.version,
+                lease.token,
+                now,
+                record.state,
+                InstanceStatus::Cancelled,
+                None,
+            );
+            commit.release_lease = true;
+            if store.commit(commit).await.is_ok() {
+                let _ = store.delete_instance(instance_id).await;
+                return;
+            }
+        }
+        let _ = store.release_lease(instance_id, lease.token).await;
+    }
+
     /// Sends a stimulus (ENG-49): every bookmark waiting for its name and key (in the given
-    /// instance, if any) is resumed with the payload, one run per instance, in bookmark
-    /// creation order.
+    /// instance, if any), found in the store's index by stimulus hash (ST-6), is resumed with
+    /// the payload, one run per instance, in bookmark creation order.
     pub async fn send(&self, stimulus: Stimulus) -> Result<SendReport, SendError> {
         let mut result = self.send_inner(stimulus).await;
         if self.process_links().await
@@ -930,27 +1233,37 @@ impl Runtime {
     }
 
     async fn send_inner(&self, stimulus: Stimulus) -> Result<SendReport, SendError> {
+        const PAGE: usize = 500;
         check_name(&stimulus.name)?;
         if let Some(message) = stimulus.invalid.clone() {
             return Err(SendError::Payload { message });
         }
         let hash = stimulus_hash(&stimulus.name, stimulus.key.as_ref(), None)?;
-        let matches: Vec<(String, String)> = lock(&self.inner.bookmarks)
-            .get(&hash)
-            .cloned()
-            .unwrap_or_default();
+        let mut query = BookmarkQuery::by_hash(hash, PAGE);
+        query.instance_id.clone_from(&stimulus.instance_id);
         let mut targets: Vec<(String, Vec<String>)> = Vec::new();
-        for (instance, bookmark) in matches {
-            if stimulus
-                .instance_id
-                .as_ref()
-                .is_some_and(|only| *only != instance)
-            {
-                continue;
+        loop {
+            let rows = self
+                .inner
+                .store
+                .find_bookmarks(query.clone())
+                .await
+                .map_err(|error| {
+                    SendError::Run(RunError::Store {
+                        instance: stimulus.instance_id.clone().unwrap_or_default(),
+                        error,
+                    })
+                })?;
+            let full = rows.len() >= PAGE;
+            query.after = rows.last().map(|r| (r.created_at, r.bookmark_id.clone()));
+            for row in rows {
+                match targets.iter_mut().find(|(i, _)| *i == row.instance_id) {
+                    Some((_, ids)) => ids.push(row.bookmark_id),
+                    None => targets.push((row.instance_id, vec![row.bookmark_id])),
+                }
             }
-            match targets.iter_mut().find(|(i, _)| *i == instance) {
-                Some((_, ids)) => ids.push(bookmark),
-                None => targets.push((instance, vec![bookmark])),
+            if !full {
+                break;
             }
         }
         let mut resumed = Vec::new();
@@ -964,7 +1277,9 @@ impl Runtime {
                 Ok(Some(started)) => resumed.push(started),
                 // Consumed elsewhere in the meantime: routing treats it as gone (ENG-25).
                 Ok(None) | Err(RunError::BookmarkNotFound { .. }) => {}
-                Err(error @ RunError::NotRunnable { .. }) => not_delivered.push(error),
+                Err(
+                    error @ (RunError::NotRunnable { .. } | RunError::VersionNotRegistered { .. }),
+                ) => not_delivered.push(error),
                 Err(error) => return Err(SendError::Run(error)),
             }
         }
@@ -1004,19 +1319,96 @@ impl Runtime {
         })
     }
 
+    /// Runs again every runnable instance whose lease is free (ENG-25, ENG-26): instances left
+    /// `Running/Executing` by a process that died mid-run (their interrupted contexts re-run
+    /// their entry point: activities run **at least once**, ENG-5), and ones created but never
+    /// run. Call it once after [`RuntimeBuilder::build`]; an instance whose dead process still
+    /// holds a live lease is recovered by a later call, once the lease expired. An instance
+    /// pinned to an unregistered version is reported as `VersionNotRegistered` and left
+    /// untouched (ENG-46).
+    pub async fn recover(&self) -> Result<RecoveryReport, StoreError> {
+        const PAGE: usize = 100;
+        let mut report = RecoveryReport::default();
+        let mut seen = std::collections::HashSet::new();
+        loop {
+            let claimed = self
+                .inner
+                .store
+                .claim_runnable(&self.inner.owner, now_micros(), self.inner.lease_ttl, PAGE)
+                .await?;
+            if claimed.is_empty() {
+                break;
+            }
+            let mut any_new = false;
+            for claim in claimed {
+                let id = claim.instance_id;
+                if !seen.insert(id.clone()) {
+                    let _ = self.inner.store.release_lease(&id, claim.lease.token).await;
+                    continue;
+                }
+                any_new = true;
+                let local = self.local_lock(&id);
+                let _local = local.lock().await;
+                match self
+                    .drive_leased(&id, claim.lease.token, RunTarget::None)
+                    .await
+                {
+                    Ok(started) => report.recovered.push(started),
+                    Err(error) => {
+                        let _ = self.inner.store.release_lease(&id, claim.lease.token).await;
+                        report.failed.push(error);
+                    }
+                }
+            }
+            self.process_links().await;
+            if !any_new {
+                break;
+            }
+        }
+        Ok(report)
+    }
+
     /// A snapshot of an instance, or `None` for an unknown id (ENG-51).
     pub async fn get_state(
         &self,
         instance_id: &str,
     ) -> Result<Option<InstanceSnapshot>, StateError> {
-        let Some(slot) = self.slot(instance_id) else {
-            return Ok(None);
+        let store_error = |error| StateError::Store {
+            instance: instance_id.to_owned(),
+            error,
         };
-        let guard = slot.lock().await;
-        let state = decode_state(instance_id, &guard.json)?;
+        let record = match self.inner.store.load_instance(instance_id).await {
+            Ok(record) => record,
+            Err(StoreError::NotFound { .. }) => return Ok(None),
+            Err(StoreError::Decode { message, .. }) => {
+                return Err(StateError::Decode {
+                    instance: instance_id.to_owned(),
+                    message,
+                });
+            }
+            Err(error) => return Err(store_error(error)),
+        };
+        let state = decode_document(instance_id, record.state)?;
+        let mut entries = Vec::new();
+        let mut from = 1;
+        loop {
+            let page = self
+                .inner
+                .store
+                .read_journal(instance_id, from, 1000)
+                .await
+                .map_err(store_error)?;
+            let Some(last) = page.last() else { break };
+            from = last.seq + 1;
+            entries.extend(page.into_iter().filter_map(journal_entry));
+        }
+        // ENG-42: the journal shown is bounded like the instance's.
+        let mut journal = Journal::new(state.journal.level, state.journal.max_entries);
+        journal.entries = entries;
+        journal.compact();
         Ok(Some(InstanceSnapshot {
             state,
-            journal: guard.journal.entries.clone(),
+            journal: journal.entries,
         }))
     }
 
@@ -1034,31 +1426,43 @@ impl Runtime {
     }
 
     /// Waits until the instance is final or faulted, at most `timeout` (ENG-48). Needs a Tokio
-    /// runtime with time enabled.
+    /// runtime with time enabled. It re-reads the store after each commit of this runtime.
     pub async fn await_completion(
         &self,
         instance_id: &str,
         timeout: Duration,
     ) -> Result<Completion, AwaitError> {
-        let mut receiver = {
-            let instances = lock(&self.inner.instances);
-            let entry = instances
-                .get(instance_id)
-                .ok_or_else(|| AwaitError::InstanceNotFound {
-                    instance: instance_id.to_owned(),
-                })?;
-            entry.watch.subscribe()
+        let mut receiver = lock(&self.inner.watches)
+            .entry(instance_id.to_owned())
+            .or_insert_with(|| watch::channel(0).0)
+            .subscribe();
+        let not_found = || AwaitError::InstanceNotFound {
+            instance: instance_id.to_owned(),
         };
+        let mut status = WorkflowStatus::Running;
         let wait = async {
             loop {
-                let seen = receiver.borrow_and_update().clone();
-                match seen.status {
-                    WorkflowStatus::Finished => {
-                        return Ok(Completion::Finished(seen.output.unwrap_or(Value::Null)));
+                receiver.borrow_and_update();
+                let state = match self.get_state(instance_id).await {
+                    Ok(Some(snapshot)) => snapshot.state,
+                    Ok(None) => return Err(not_found()),
+                    Err(error) => {
+                        return Err(AwaitError::State {
+                            instance: instance_id.to_owned(),
+                            error,
+                        });
                     }
-                    WorkflowStatus::Cancelled => return Ok(Completion::Cancelled(seen.reason)),
+                };
+                status = state.status;
+                match state.status {
+                    WorkflowStatus::Finished => {
+                        return Ok(Completion::Finished(state.output.unwrap_or(Value::Null)));
+                    }
+                    WorkflowStatus::Cancelled => {
+                        return Ok(Completion::Cancelled(state.cancel_reason));
+                    }
                     WorkflowStatus::Faulted => {
-                        if let Some(incident) = seen.incident {
+                        if let Some(incident) = state.incidents.last().cloned() {
                             return Err(AwaitError::Faulted {
                                 incident: Box::new(incident),
                             });
@@ -1067,9 +1471,7 @@ impl Runtime {
                     WorkflowStatus::Running | WorkflowStatus::Suspended => {}
                 }
                 if receiver.changed().await.is_err() {
-                    return Err(AwaitError::InstanceNotFound {
-                        instance: instance_id.to_owned(),
-                    });
+                    return Err(not_found());
                 }
             }
         };
@@ -1077,15 +1479,15 @@ impl Runtime {
             Ok(result) => result,
             Err(_) => Err(AwaitError::Timeout {
                 instance: instance_id.to_owned(),
-                status: receiver.borrow().status,
+                status,
             }),
         }
     }
 
     /// Cancels an instance (ENG-50): the tree is cancelled, bookmarks and queued work removed,
     /// open incidents resolved as `cancelled`, `WorkflowCancelled` published. On a final
-    /// instance: `AlreadyTerminal`, nothing changes. A run in progress finishes first (the
-    /// per-instance lock); honouring a cancel request mid-run comes with the durable store.
+    /// instance: `AlreadyTerminal`, nothing changes. A run in progress in this process
+    /// finishes first; honouring a cancel request mid-run is not implemented yet.
     pub async fn cancel(
         &self,
         instance_id: &str,
@@ -1101,44 +1503,81 @@ impl Runtime {
         instance_id: &str,
         reason: Option<String>,
     ) -> Result<(), CancelError> {
-        let not_found = || CancelError::InstanceNotFound {
-            instance: instance_id.to_owned(),
+        let local = self.local_lock(instance_id);
+        let _local = local.lock().await;
+        let store = &*self.inner.store;
+        let lease = match store
+            .acquire_lease(
+                instance_id,
+                &self.inner.owner,
+                now_micros(),
+                self.inner.lease_ttl,
+            )
+            .await
+        {
+            Ok(lease) => lease,
+            Err(StoreError::NotFound { .. }) => {
+                return Err(CancelError::InstanceNotFound {
+                    instance: instance_id.to_owned(),
+                });
+            }
+            Err(error) => return Err(CancelError::Run(run_store_error(instance_id, error))),
         };
-        let slot = self.slot(instance_id).ok_or_else(not_found)?;
-        let mut guard = slot.lock_owned().await;
-        let state = decode_state(instance_id, &guard.json).map_err(|e| {
-            CancelError::Run(RunError::StateCorrupt {
-                instance: instance_id.to_owned(),
-                reason: e.to_string(),
-            })
-        })?;
+        let result = self.cancel_leased(instance_id, lease.token, reason).await;
+        if result.is_err() {
+            let _ = store.release_lease(instance_id, lease.token).await;
+        }
+        result
+    }
+
+    async fn cancel_leased(
+        &self,
+        instance_id: &str,
+        token: u64,
+        reason: Option<String>,
+    ) -> Result<(), CancelError> {
+        let (state, commits) = self.load_for_run(instance_id, token).await?;
         if state.status.is_final() {
             return Err(CancelError::AlreadyTerminal {
                 status: state.status,
             });
         }
         let workflow = self.workflow_for(&state)?;
-        let before = state.bookmarks.clone();
         let output = workflow.cancel(state, reason, &self.inner.middleware)?;
-        self.commit(&mut guard, instance_id, &before, output)?;
+        self.commit_and_publish(&commits, output, true).await?;
         Ok(())
     }
 
     /// Removes a final instance with its journal (ST-31).
     pub async fn purge(&self, instance_id: &str) -> Result<(), PurgeError> {
-        let not_found = || PurgeError::InstanceNotFound {
-            instance: instance_id.to_owned(),
-        };
-        let slot = self.slot(instance_id).ok_or_else(not_found)?;
-        let guard = slot.lock().await;
-        let state = decode_state(instance_id, &guard.json).map_err(|_| not_found())?;
-        if !state.status.is_final() {
-            return Err(PurgeError::NotTerminal {
-                status: state.status,
-            });
+        match self.inner.store.delete_instance(instance_id).await {
+            Ok(()) => {
+                lock(&self.inner.watches).remove(instance_id);
+                Ok(())
+            }
+            Err(StoreError::NotFound { .. }) => Err(PurgeError::InstanceNotFound {
+                instance: instance_id.to_owned(),
+            }),
+            Err(StoreError::NotTerminal { status, .. }) => Err(PurgeError::NotTerminal {
+                status: workflow_status(status),
+            }),
+            Err(error) => Err(PurgeError::Store {
+                instance: instance_id.to_owned(),
+                error,
+            }),
         }
-        lock(&self.inner.instances).remove(instance_id);
-        Ok(())
+    }
+
+    /// Retention (ST-31): removes the `Finished` and `Cancelled` instances that became final
+    /// more than `older_than` ago, with their bookmarks, journal and receipts, in atomic
+    /// batches. Returns how many were removed.
+    pub async fn purge_finished(&self, older_than: Duration) -> Result<u64, StoreError> {
+        let age = i64::try_from(older_than.as_micros()).unwrap_or(i64::MAX);
+        let cut_off = now_micros().saturating_sub(age);
+        self.inner
+            .store
+            .purge(PurgeFilter::finished_before(cut_off))
+            .await
     }
 
     /// Subscribes to lifecycle events of every instance (ENG-39, ENG-40).
@@ -1162,7 +1601,7 @@ impl Runtime {
     /// Carries out the work between instances that commits queued: starts children, resumes
     /// parents with their children's results, cancels children of cancelled SubWorkflows.
     /// Iterative, so a chain of nested sub-workflows does not recurse. Returns whether it did
-    /// anything.
+    /// anything. (In process, after the commit: not yet durable across a crash.)
     async fn process_links(&self) -> bool {
         let mut any = false;
         loop {
@@ -1223,64 +1662,113 @@ impl Runtime {
 
     // ---- driving runs ------------------------------------------------------------------
 
-    fn slot(&self, instance_id: &str) -> Option<Arc<tokio::sync::Mutex<Slot>>> {
-        lock(&self.inner.instances)
-            .get(instance_id)
-            .map(|e| e.slot.clone())
+    fn local_lock(&self, instance_id: &str) -> Arc<tokio::sync::Mutex<()>> {
+        lock(&self.inner.locks)
+            .entry(instance_id.to_owned())
+            .or_default()
+            .clone()
     }
 
+    /// The registered workflow of the instance's pinned version, else `VersionNotRegistered`
+    /// naming both fingerprints (ENG-46).
     fn workflow_for(&self, state: &WorkflowState) -> Result<Arc<dyn ErasedWorkflow>, RunError> {
-        match self.inner.workflows.get(&state.definition.name) {
+        let registered = self.inner.workflows.get(&state.definition.name);
+        match registered {
             Some(w) if w.version() == state.definition.version => Ok(w.clone()),
-            // ENG-46 will give `VersionNotRegistered`; the in-memory runtime holds one version.
-            _ => Err(RunError::StateCorrupt {
+            _ => Err(RunError::VersionNotRegistered {
                 instance: state.instance_id.clone(),
-                reason: format!(
-                    "definition `{}` version `{}` is not registered",
-                    state.definition.name, state.definition.version
-                ),
+                name: state.definition.name.clone(),
+                version: state.definition.version.clone(),
+                registered: registered.map(|w| w.version().to_owned()),
             }),
         }
     }
 
-    /// Runs an instance; `Ok(None)` for an unknown id.
+    /// Runs an instance under its lease; `Ok(None)` for an unknown id.
     async fn drive(
         &self,
         instance_id: &str,
         target: RunTarget,
     ) -> Result<Option<Started>, RunError> {
-        let Some(slot) = self.slot(instance_id) else {
-            return Ok(None);
-        };
-        let guard = slot.lock_owned().await;
-        self.drive_locked(guard, instance_id, target)
+        let local = self.local_lock(instance_id);
+        let _local = local.lock().await;
+        let store = &*self.inner.store;
+        let lease = match store
+            .acquire_lease(
+                instance_id,
+                &self.inner.owner,
+                now_micros(),
+                self.inner.lease_ttl,
+            )
             .await
-            .map(Some)
+        {
+            Ok(lease) => lease,
+            Err(StoreError::NotFound { .. }) => return Ok(None),
+            Err(error) => return Err(run_store_error(instance_id, error)),
+        };
+        match self.drive_leased(instance_id, lease.token, target).await {
+            Ok(started) => Ok(Some(started)),
+            Err(error) => {
+                // The run is abandoned; the instance continues from its last commit (ENG-29).
+                let _ = store.release_lease(instance_id, lease.token).await;
+                Err(error)
+            }
+        }
     }
 
-    /// Runs under the instance lock until the run ends other than at its step budget: each
-    /// budget slice is committed (ENG-10) and the task yields before the next.
-    async fn drive_locked(
-        &self,
-        mut guard: tokio::sync::OwnedMutexGuard<Slot>,
+    /// Loads the instance for a run holding lease `token`.
+    async fn load_for_run<'s>(
+        &'s self,
         instance_id: &str,
+        token: u64,
+    ) -> Result<(WorkflowState, RunCommits<'s>), RunError> {
+        let record = self
+            .inner
+            .store
+            .load_instance(instance_id)
+            .await
+            .map_err(|error| run_store_error(instance_id, error))?;
+        let state =
+            decode_document(instance_id, record.state).map_err(|e| RunError::StateCorrupt {
+                instance: instance_id.to_owned(),
+                reason: e.to_string(),
+            })?;
+        let commits = RunCommits {
+            store: &*self.inner.store,
+            tracker: Mutex::new(Tracker {
+                instance_id: instance_id.to_owned(),
+                token,
+                version: record.version,
+                bookmarks: state.bookmarks.clone(),
+            }),
+        };
+        Ok((state, commits))
+    }
+
+    /// Runs under the lease until the run ends other than at its step budget: each budget
+    /// slice is committed (ENG-10) and the task yields before the next. The last commit
+    /// releases the lease.
+    async fn drive_leased(
+        &self,
+        instance_id: &str,
+        token: u64,
         target: RunTarget,
     ) -> Result<Started, RunError> {
+        let (mut state, commits) = self.load_for_run(instance_id, token).await?;
+        if state.status.is_final() || state.status == WorkflowStatus::Faulted {
+            return Err(RunError::NotRunnable {
+                instance: instance_id.to_owned(),
+                status: state.status,
+            });
+        }
+        let workflow = self.workflow_for(&state)?;
+        let checkpoint: Option<(&dyn Checkpoint, CommitStrategy)> = match self.inner.commit_strategy
+        {
+            CommitStrategy::RunEnd => None,
+            strategy => Some((&commits, strategy)),
+        };
         let mut target = Some(target);
         loop {
-            let state =
-                decode_state(instance_id, &guard.json).map_err(|e| RunError::StateCorrupt {
-                    instance: instance_id.to_owned(),
-                    reason: e.to_string(),
-                })?;
-            if state.status.is_final() || state.status == WorkflowStatus::Faulted {
-                return Err(RunError::NotRunnable {
-                    instance: instance_id.to_owned(),
-                    status: state.status,
-                });
-            }
-            let workflow = self.workflow_for(&state)?;
-            let before = state.bookmarks.clone();
             let target = target.take().unwrap_or(RunTarget::None);
             let output = workflow
                 .run(
@@ -1289,27 +1777,31 @@ impl Runtime {
                     self.inner.max_steps_per_run,
                     &self.inner.middleware,
                     self.inner.events.receiver_count() > 0,
+                    checkpoint,
                 )
                 .await?;
             let end = output.end;
-            let started = self.commit(&mut guard, instance_id, &before, output)?;
+            let (next, started) = self
+                .commit_and_publish(&commits, output, end != RunEnd::Budget)
+                .await?;
             if end != RunEnd::Budget {
                 return Ok(started);
             }
+            state = next;
             YieldNow(false).await;
         }
     }
 
-    /// Commits a run: the document, the bookmark index diff (ENG-23), then the events and the
-    /// watchers (ENG-33: events follow commits).
-    fn commit(
+    /// The mandatory commit of a run (ENG-31), then what follows commits: the links between
+    /// instances, the events (ENG-33) and the awaiters.
+    async fn commit_and_publish(
         &self,
-        guard: &mut Slot,
-        instance_id: &str,
-        before: &[crate::instance::Bookmark],
+        commits: &RunCommits<'_>,
         output: RunOutput,
-    ) -> Result<Started, RunError> {
+        release: bool,
+    ) -> Result<(WorkflowState, Started), RunError> {
         let mut state = output.state;
+        commits.commit(&mut state, release).await?;
         {
             // ACT-24: the links of this run, and a final child's result for its parent.
             let mut links = lock(&self.inner.links);
@@ -1323,66 +1815,24 @@ impl Runtime {
                     bookmark_id: bookmark.clone(),
                     payload: serde_json::json!({
                         "child_instance_id": state.instance_id,
-                        "status": format!("{:?}", state.status),
+                        "status": state.status.to_string(),
                         "output": state.output,
                     }),
                 });
-            }
-        }
-        guard.journal.entries.append(&mut state.journal.entries);
-        guard.journal.compact();
-        guard.json = serde_json::to_string(&state).map_err(|e| RunError::StateCorrupt {
-            instance: instance_id.to_owned(),
-            reason: format!("state does not serialize: {e}"),
-        })?;
-        {
-            let mut index = lock(&self.inner.bookmarks);
-            for gone in before
-                .iter()
-                .filter(|b| !state.bookmarks.iter().any(|a| a.id == b.id))
-            {
-                if let Some(list) = index.get_mut(&gone.hash) {
-                    list.retain(|(i, id)| !(i == instance_id && *id == gone.id));
-                    if list.is_empty() {
-                        index.remove(&gone.hash);
-                    }
-                }
-            }
-            for new in state
-                .bookmarks
-                .iter()
-                .filter(|a| !before.iter().any(|b| b.id == a.id))
-            {
-                index
-                    .entry(new.hash.clone())
-                    .or_default()
-                    .push((instance_id.to_owned(), new.id.clone()));
             }
         }
         for event in output.events {
             // No subscriber is not an error.
             let _ = self.inner.events.send(event);
         }
-        if let Some(entry) = lock(&self.inner.instances).get(instance_id) {
-            entry.watch.send_replace(Watched {
-                status: state.status,
-                output: if state.status == WorkflowStatus::Finished {
-                    state.output.clone()
-                } else {
-                    None
-                },
-                reason: state.cancel_reason.clone(),
-                incident: if state.status == WorkflowStatus::Faulted {
-                    state.incidents.last().cloned()
-                } else {
-                    None
-                },
-            });
+        if let Some(watch) = lock(&self.inner.watches).get(&state.instance_id) {
+            watch.send_modify(|n| *n += 1);
         }
-        Ok(Started {
-            instance_id: instance_id.to_owned(),
+        let started = Started {
+            instance_id: state.instance_id.clone(),
             status: state.status,
             sub_status: state.sub_status,
-        })
+        };
+        Ok((state, started))
     }
 }
