@@ -296,6 +296,10 @@ fn an_instance_of_an_unregistered_version_is_reported_and_left_untouched() {
             .build()
             .unwrap();
         let before = runtime.store().load_instance("v-1").await.unwrap();
+        assert_eq!(
+            runtime.unregistered_versions().await.unwrap(),
+            [("Versioned".to_owned(), Versioned::version().to_owned(), 1)]
+        );
         let error = runtime
             .send(Stimulus::new("close").key("v-1"))
             .await

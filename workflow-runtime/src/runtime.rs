@@ -34,8 +34,9 @@ use crate::instance::{
 use crate::registry::{BoxFuture, Registry};
 use crate::routing::{RoutingError, check_name, stimulus_hash};
 use crate::store::{
-    BookmarkQuery, Commit, InstanceStatus, InstanceSubStatus, JournalRecord, MemoryStore, Micros,
-    NewBookmark, NewInstance, NewJournalRecord, PurgeFilter, Store, StoreError,
+    BookmarkQuery, Commit, InstanceFilter, InstanceStatus, InstanceSubStatus, JournalRecord,
+    MemoryStore, Micros, NewBookmark, NewInstance, NewJournalRecord, PurgeFilter, Store,
+    StoreError,
 };
 use crate::workflow::{StateMachineWorkflow, Workflow};
 
@@ -1377,18 +1378,9 @@ impl Runtime {
             instance: instance_id.to_owned(),
             error,
         };
-        let record = match self.inner.store.load_instance(instance_id).await {
-            Ok(record) => record,
-            Err(StoreError::NotFound { .. }) => return Ok(None),
-            Err(StoreError::Decode { message, .. }) => {
-                return Err(StateError::Decode {
-                    instance: instance_id.to_owned(),
-                    message,
-                });
-            }
-            Err(error) => return Err(store_error(error)),
+        let Some(state) = self.load_state(instance_id).await? else {
+            return Ok(None);
         };
-        let state = decode_document(instance_id, record.state)?;
         let mut entries = Vec::new();
         let mut from = 1;
         loop {
@@ -1412,13 +1404,79 @@ impl Runtime {
         }))
     }
 
+    /// The stored state document alone (no journal), or `None` for an unknown id.
+    async fn load_state(&self, instance_id: &str) -> Result<Option<WorkflowState>, StateError> {
+        match self.inner.store.load_instance(instance_id).await {
+            Ok(record) => decode_document(instance_id, record.state).map(Some),
+            Err(StoreError::NotFound { .. }) => Ok(None),
+            Err(StoreError::Decode { message, .. }) => Err(StateError::Decode {
+                instance: instance_id.to_owned(),
+                message,
+            }),
+            Err(error) => Err(StateError::Store {
+                instance: instance_id.to_owned(),
+                error,
+            }),
+        }
+    }
+
+    /// Definitions pinned by live (non-final) instances in the store that this runtime does
+    /// not run (ENG-46): `(name, version)` pairs with the number of instances, sorted. Their
+    /// instances stay untouched; register the version (as the current one of its name) to run
+    /// them.
+    pub async fn unregistered_versions(&self) -> Result<Vec<(String, String, u64)>, StoreError> {
+        let mut found: std::collections::BTreeMap<(String, String), u64> = Default::default();
+        for status in [
+            InstanceStatus::Running,
+            InstanceStatus::Suspended,
+            InstanceStatus::Faulted,
+        ] {
+            let mut filter = InstanceFilter {
+                status: Some(status),
+                limit: 500,
+                ..InstanceFilter::default()
+            };
+            loop {
+                let page = self.inner.store.list_instances(filter.clone()).await?;
+                let Some(last) = page.last() else { break };
+                filter.after = Some(last.instance_id.clone());
+                for listed in &page {
+                    let Ok(record) = &listed.record else { continue };
+                    let current = self
+                        .inner
+                        .workflows
+                        .get(&record.definition_name)
+                        .map(|w| w.version());
+                    if current != Some(record.definition_version.as_str()) {
+                        *found
+                            .entry((
+                                record.definition_name.clone(),
+                                record.definition_version.clone(),
+                            ))
+                            .or_default() += 1;
+                    }
+                }
+            }
+        }
+        Ok(found
+            .into_iter()
+            .map(|((name, version), count)| (name, version, count))
+            .collect())
+    }
+
     /// The typed current state of a state-machine instance: `None` for an unknown id or a
     /// machine that has not started.
     pub async fn current_state<W: StateMachineWorkflow>(
         &self,
         instance_id: &str,
     ) -> Result<Option<W::State>, StateError> {
-        let snapshot = self.get_state(instance_id).await?;
+        let snapshot = self
+            .load_state(instance_id)
+            .await?
+            .map(|state| InstanceSnapshot {
+                state,
+                journal: Vec::new(),
+            });
         Ok(snapshot
             .as_ref()
             .and_then(InstanceSnapshot::current_state)
@@ -1443,8 +1501,8 @@ impl Runtime {
         let wait = async {
             loop {
                 receiver.borrow_and_update();
-                let state = match self.get_state(instance_id).await {
-                    Ok(Some(snapshot)) => snapshot.state,
+                let state = match self.load_state(instance_id).await {
+                    Ok(Some(state)) => state,
                     Ok(None) => return Err(not_found()),
                     Err(error) => {
                         return Err(AwaitError::State {
@@ -1592,9 +1650,9 @@ impl Runtime {
     /// The status after linked work moved the instance on (a child that finished at once
     /// resumed its parent, ACT-24).
     async fn refresh(&self, started: &mut Started) {
-        if let Ok(Some(snapshot)) = self.get_state(&started.instance_id).await {
-            started.status = snapshot.state.status;
-            started.sub_status = snapshot.state.sub_status;
+        if let Ok(Some(state)) = self.load_state(&started.instance_id).await {
+            started.status = state.status;
+            started.sub_status = state.sub_status;
         }
     }
 
