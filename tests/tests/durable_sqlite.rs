@@ -665,3 +665,60 @@ fn a_run_whose_lease_was_taken_over_is_fenced_and_discarded() {
         assert_eq!(snapshot.data::<Job>().unwrap().done, [1]);
     });
 }
+
+// ---- a crash during a child's first run (ACT-24, ENG-25) ---------------------------------
+
+async fn slow_child(_ctx: &mut TaskContext<()>) {
+    tokio::time::sleep(Duration::from_millis(300)).await;
+}
+
+async fn after_child(ctx: &mut TaskContext<Job>) {
+    ctx.data_mut().done.push(2);
+}
+
+workflow! {
+    pub workflow SlowChild(()) = sequence [task(slow_child), event("shipped")];
+}
+
+workflow! {
+    pub workflow Family(Job) = sequence [workflow(SlowChild), task(after_child)];
+}
+
+/// The process dies while the child started by a SubWorkflow runs its first activity: the
+/// parent's commit created the child, so the next runtime recovers it, and the child's end
+/// resumes the parent.
+#[test]
+fn a_child_interrupted_in_its_first_run_is_recovered_and_resumes_its_parent() {
+    let store: Arc<dyn Store> = Arc::new(workflow_runtime::MemoryStore::new());
+    let build = |ttl: Duration| {
+        Runtime::builder()
+            .store(store.clone())
+            .register::<Family>()
+            .register::<SlowChild>()
+            .lease_ttl(ttl)
+            .build()
+            .unwrap()
+    };
+    let a = build(Duration::from_millis(100));
+    block_on(async {
+        let start = a.start_with::<Family>(Job::default(), with_id("family-1"));
+        // "Crash": the start is dropped while the child's first activity runs.
+        let cut = tokio::time::timeout(Duration::from_millis(100), start).await;
+        assert!(cut.is_err(), "the child's first run was interrupted");
+    });
+    drop(a);
+    std::thread::sleep(Duration::from_millis(150));
+    let b = build(Duration::from_secs(60));
+    block_on(async {
+        let parent = b.get_state("family-1").await.unwrap().unwrap();
+        assert_eq!(parent.status(), WorkflowStatus::Suspended);
+        let report = b.recover().await.unwrap();
+        assert!(report.failed.is_empty(), "{:?}", report.failed);
+        assert_eq!(report.recovered.len(), 1, "the child");
+        assert_eq!(report.recovered[0].sub_status, Some(SubStatus::Waiting));
+        b.send(Stimulus::new("shipped")).await.unwrap();
+        let parent = b.get_state("family-1").await.unwrap().unwrap();
+        assert_eq!(parent.status(), WorkflowStatus::Finished);
+        assert_eq!(parent.data::<Job>().unwrap().done, [2]);
+    });
+}

@@ -365,6 +365,7 @@ impl RuntimeBuilder {
                 commit_strategy: self.commit_strategy,
                 locks: Mutex::new(HashMap::new()),
                 watches: Mutex::new(HashMap::new()),
+                created: Mutex::new(std::collections::HashSet::new()),
                 events,
                 max_steps_per_run: self.max_steps_per_run,
                 journal_level: self.journal_level,

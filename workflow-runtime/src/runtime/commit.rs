@@ -10,7 +10,7 @@ use crate::executor::{Checkpoint, RunError};
 use crate::instance::{Bookmark, JournalEntry, SubStatus, WorkflowState, WorkflowStatus};
 use crate::registry::BoxFuture;
 use crate::store::{
-    Commit, InstanceStatus, InstanceSubStatus, JournalRecord, Micros, NewBookmark,
+    Commit, InstanceStatus, InstanceSubStatus, JournalRecord, Micros, NewBookmark, NewInstance,
     NewJournalRecord, Store, StoreError,
 };
 
@@ -134,6 +134,7 @@ impl RunCommits<'_> {
         &self,
         state: &mut WorkflowState,
         release: bool,
+        children: Vec<NewInstance>,
     ) -> Result<(), RunError> {
         let commit = {
             let tracker = lock(&self.tracker);
@@ -169,6 +170,7 @@ impl RunCommits<'_> {
                 .filter(|a| !state.bookmarks.iter().any(|b| b.id == a.id))
                 .map(|a| a.id.clone())
                 .collect();
+            commit.instances_created = children;
             commit.journal = state
                 .journal
                 .entries
@@ -198,6 +200,6 @@ impl Checkpoint for RunCommits<'_> {
         &'b self,
         state: &'b mut WorkflowState,
     ) -> BoxFuture<'b, Result<(), RunError>> {
-        Box::pin(self.commit(state, false))
+        Box::pin(self.commit(state, false, Vec::new()))
     }
 }

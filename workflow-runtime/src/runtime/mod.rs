@@ -459,6 +459,8 @@ struct Inner {
     /// Serializes this process's runs of one instance, so they queue instead of meeting each
     /// other's lease (the lease still fences other processes, ST-14).
     locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+    /// Children created by their parent's commit whose first run is still to do (ACT-24).
+    created: Mutex<std::collections::HashSet<String>>,
     /// Wakes awaiters after each commit of this process (ENG-48).
     watches: Mutex<HashMap<String, watch::Sender<u64>>>,
     events: broadcast::Sender<LifecycleEvent>,
@@ -578,15 +580,14 @@ impl Runtime {
         result
     }
 
-    /// Creates the instance in the store (`Running/Pending`, version 1) and runs its first
-    /// run, with its parent when a SubWorkflow starts it (ACT-24).
-    async fn start_inner(
+    /// A new instance of `name` (`Running/Pending`, version 1), checked but not yet stored.
+    fn new_instance(
         &self,
         name: &str,
         input: Value,
         options: StartOptions,
         parent: Option<ParentLink>,
-    ) -> Result<Started, StartError> {
+    ) -> Result<NewInstance, StartError> {
         let workflow =
             self.inner
                 .workflows
@@ -613,24 +614,34 @@ impl Runtime {
         state.correlation_id = options.correlation_id;
         state.parent = parent;
         let document = encode_document(&state)?;
-        let created = self
-            .inner
-            .store
-            .create_instance(NewInstance {
-                instance_id: instance_id.clone(),
-                definition_name: name.to_owned(),
-                definition_version: workflow.version().to_owned(),
-                status: InstanceStatus::Running,
-                sub_status: Some(InstanceSubStatus::Pending),
-                correlation_id: state.correlation_id.clone(),
-                origin_at: ms_to_micros(now),
-                created_at: ms_to_micros(now),
-                state: document,
-                receipt: None,
-                consumed_queue_item: None,
-                activation_scope: None,
-            })
-            .await;
+        Ok(NewInstance {
+            instance_id,
+            definition_name: name.to_owned(),
+            definition_version: workflow.version().to_owned(),
+            status: InstanceStatus::Running,
+            sub_status: Some(InstanceSubStatus::Pending),
+            correlation_id: state.correlation_id.clone(),
+            origin_at: ms_to_micros(now),
+            created_at: ms_to_micros(now),
+            state: document,
+            receipt: None,
+            consumed_queue_item: None,
+            activation_scope: None,
+        })
+    }
+
+    /// Creates the instance in the store (`Running/Pending`, version 1) and runs its first
+    /// run, with its parent when a SubWorkflow starts it (ACT-24).
+    async fn start_inner(
+        &self,
+        name: &str,
+        input: Value,
+        options: StartOptions,
+        parent: Option<ParentLink>,
+    ) -> Result<Started, StartError> {
+        let new = self.new_instance(name, input, options, parent)?;
+        let instance_id = new.instance_id.clone();
+        let created = self.inner.store.create_instance(new).await;
         match created {
             Ok(_) => {}
             Err(StoreError::AlreadyExists { .. }) => {
@@ -1154,9 +1165,25 @@ impl Runtime {
                     };
                     let bookmark = parent.bookmark_id.clone();
                     let parent_id = parent.instance_id.clone();
-                    let started = self
-                        .start_inner(&workflow, input, options, Some(parent))
-                        .await;
+                    let created = lock(&self.inner.created).remove(&instance_id);
+                    let started = if created {
+                        // Created atomically with its parent's commit: run it.
+                        match self.drive(&instance_id, RunTarget::None).await {
+                            Ok(Some(started)) => Ok(started),
+                            Ok(None) => Ok(Started {
+                                instance_id: instance_id.clone(),
+                                status: WorkflowStatus::Running,
+                                sub_status: Some(SubStatus::Pending),
+                            }),
+                            Err(error) => {
+                                self.discard(&instance_id).await;
+                                Err(StartError::Run(error))
+                            }
+                        }
+                    } else {
+                        self.start_inner(&workflow, input, options, Some(parent))
+                            .await
+                    };
                     if let (Err(error), Some(bookmark_id)) = (started, bookmark) {
                         // The parent learns that its child could not run (ACT-24).
                         lock(&self.inner.links).push_back(Link::Resume {
@@ -1333,7 +1360,32 @@ impl Runtime {
         release: bool,
     ) -> Result<(WorkflowState, Started), RunError> {
         let mut state = output.state;
-        commits.commit(&mut state, release).await?;
+        // ACT-24, ST-16: children start in the parent's commit, so a crash cannot lose them
+        // (a child never run is recovered as `Running/Pending`).
+        let mut children = Vec::new();
+        for link in &output.links {
+            if let Link::Start {
+                workflow,
+                instance_id,
+                input,
+                parent,
+            } = link
+            {
+                let options = StartOptions {
+                    instance_id: Some(instance_id.clone()),
+                    ..StartOptions::default()
+                };
+                // One that cannot be created is started (and fails) after the commit.
+                if let Ok(child) =
+                    self.new_instance(workflow, input.clone(), options, Some(parent.clone()))
+                {
+                    children.push(child);
+                }
+            }
+        }
+        let ids: Vec<String> = children.iter().map(|c| c.instance_id.clone()).collect();
+        commits.commit(&mut state, release, children).await?;
+        lock(&self.inner.created).extend(ids);
         {
             // ACT-24: the links of this run, and a final child's result for its parent.
             let mut links = lock(&self.inner.links);
