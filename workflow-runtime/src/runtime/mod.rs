@@ -491,6 +491,9 @@ impl std::fmt::Debug for Runtime {
     }
 }
 
+/// How often [`Runtime::await_completion`] re-reads the store without a local commit.
+const AWAIT_POLL: Duration = Duration::from_millis(200);
+
 /// What [`Runtime::recover`] did (ENG-25, ENG-26).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct RecoveryReport {
@@ -969,7 +972,8 @@ impl Runtime {
     }
 
     /// Waits until the instance is final or faulted, at most `timeout` (ENG-48). Needs a Tokio
-    /// runtime with time enabled. It re-reads the store after each commit of this runtime.
+    /// runtime with time enabled. It re-reads the store after each commit of this runtime, and
+    /// every 200 ms for commits of other processes on the same store.
     pub async fn await_completion(
         &self,
         instance_id: &str,
@@ -1013,7 +1017,9 @@ impl Runtime {
                     }
                     WorkflowStatus::Running | WorkflowStatus::Suspended => {}
                 }
-                if receiver.changed().await.is_err() {
+                // Woken by this runtime's commits, and re-reading the store now and then for
+                // another process's.
+                if let Ok(Err(_)) = tokio::time::timeout(AWAIT_POLL, receiver.changed()).await {
                     return Err(not_found());
                 }
             }
