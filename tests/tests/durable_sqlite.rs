@@ -722,3 +722,80 @@ fn a_child_interrupted_in_its_first_run_is_recovered_and_resumes_its_parent() {
         assert_eq!(parent.data::<Job>().unwrap().done, [2]);
     });
 }
+
+/// The process dies between a child's final commit and its parent's resume (which follows
+/// the commit in process): `recover` finds the waiting parent and resumes it.
+#[test]
+fn a_parent_whose_child_finished_before_the_crash_is_resumed_by_recovery() {
+    use workflow_runtime::store::Commit;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("family.db");
+    let build = || {
+        Runtime::builder()
+            .store(sqlite(&path))
+            .register::<Family>()
+            .register::<SlowChild>()
+            .build()
+            .unwrap()
+    };
+    let child_id = block_on(async {
+        let runtime = build();
+        runtime
+            .start_with::<Family>(Job::default(), with_id("family-2"))
+            .await
+            .unwrap();
+        let parent = runtime.get_state("family-2").await.unwrap().unwrap();
+        let bookmark = parent
+            .state
+            .bookmarks
+            .iter()
+            .find(|b| b.name == "wf.sub_workflow")
+            .unwrap();
+        let child_id = bookmark.payload["child_instance_id"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        // The child's final commit, written as a dying process would: the parent never hears.
+        let store = runtime.store();
+        let lease = store
+            .acquire_lease(&child_id, "dying", 0, i64::MAX / 2)
+            .await
+            .unwrap();
+        let record = store.load_instance(&child_id).await.unwrap();
+        let mut state = record.state.clone();
+        state["status"] = serde_json::json!("Finished");
+        state.as_object_mut().unwrap().remove("sub_status");
+        state["bookmarks"] = serde_json::json!([]);
+        let mut commit = Commit::new(
+            &child_id,
+            record.version,
+            lease.token,
+            1,
+            state,
+            InstanceStatus::Finished,
+            None,
+        );
+        commit.bookmarks_removed = store
+            .list_bookmarks(&child_id)
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|b| b.bookmark_id)
+            .collect();
+        commit.release_lease = true;
+        store.commit(commit).await.unwrap();
+        child_id
+    });
+    block_on(async {
+        let runtime = build();
+        let report = runtime.recover().await.unwrap();
+        assert_eq!(report.parents_resumed, ["family-2"]);
+        let parent = runtime.get_state("family-2").await.unwrap().unwrap();
+        assert_eq!(parent.status(), WorkflowStatus::Finished);
+        assert_eq!(parent.data::<Job>().unwrap().done, [2]);
+        let child = runtime.get_state(&child_id).await.unwrap().unwrap();
+        assert_eq!(child.status(), WorkflowStatus::Finished);
+        // Nothing left to do: a second recovery resumes nothing.
+        assert!(runtime.recover().await.unwrap().parents_resumed.is_empty());
+    });
+}

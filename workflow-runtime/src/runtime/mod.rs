@@ -502,6 +502,9 @@ pub struct RecoveryReport {
     /// Instances that could not run: `VersionNotRegistered` (left untouched, ENG-46), corrupt
     /// state, store errors.
     pub failed: Vec<RunError>,
+    /// Parents resumed with the result of a child that had finished before the crash
+    /// (ACT-24).
+    pub parents_resumed: Vec<String>,
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -854,7 +857,60 @@ impl Runtime {
                 break;
             }
         }
+        self.resume_orphaned_parents(&mut report).await?;
         Ok(report)
+    }
+
+    /// ACT-24 after a crash: a child whose final commit was written but whose parent was not
+    /// resumed yet (the resume follows the commit in process). Each suspended parent waiting on
+    /// a `wf.sub_workflow` bookmark whose child is final is resumed with the child's result.
+    async fn resume_orphaned_parents(&self, report: &mut RecoveryReport) -> Result<(), StoreError> {
+        let mut filter = InstanceFilter {
+            status: Some(InstanceStatus::Suspended),
+            limit: 500,
+            ..InstanceFilter::default()
+        };
+        loop {
+            let page = self.inner.store.list_instances(filter.clone()).await?;
+            let Some(last) = page.last() else { break };
+            filter.after = Some(last.instance_id.clone());
+            for listed in page {
+                let Ok(record) = listed.record else { continue };
+                let Ok(parent) = decode_document(&record.instance_id, record.state) else {
+                    continue;
+                };
+                for bookmark in &parent.bookmarks {
+                    if bookmark.name != crate::structured::SUB_WORKFLOW {
+                        continue;
+                    }
+                    let Some(child) = bookmark
+                        .payload
+                        .get("child_instance_id")
+                        .and_then(Value::as_str)
+                    else {
+                        continue;
+                    };
+                    let Ok(Some(child)) = self.load_state(child).await else {
+                        continue;
+                    };
+                    if !child.status.is_final() {
+                        continue;
+                    }
+                    lock(&self.inner.links).push_back(Link::Resume {
+                        instance_id: parent.instance_id.clone(),
+                        bookmark_id: bookmark.id.clone(),
+                        payload: serde_json::json!({
+                            "child_instance_id": child.instance_id,
+                            "status": child.status.to_string(),
+                            "output": child.output,
+                        }),
+                    });
+                    report.parents_resumed.push(parent.instance_id.clone());
+                }
+            }
+        }
+        self.process_links().await;
+        Ok(())
     }
 
     /// A snapshot of an instance, or `None` for an unknown id (ENG-51).
