@@ -10,8 +10,9 @@
 //! Event, Delay, StateMachine), the Flowchart (flowchart.md: routing, implicit and explicit
 //! joins, skips, loops with deferred exits, fork, end), the structured activities (If, Switch,
 //! While, ForEach, ParallelForEach, Parallel, Finish, Fault, Break, Correlate, SetVariable)
-//! and SubWorkflow (in memory), [`routing`] (stimulus hashes) and [`Runtime`] (in memory for
-//! now; durable stores come behind the same API). Timer, StartAt, Cron, Delay `until`, and
+//! and SubWorkflow, [`routing`] (stimulus hashes) and [`Runtime`], which keeps instances in a
+//! [`Store`]: [`MemoryStore`] by default, [`SqliteStore`] for durability across restarts and
+//! crashes (issue 5; [`Runtime::recover`], at-least-once activities). Timer, StartAt, Cron, Delay `until`, and
 //! deadlines are refused at build with [`BuildError::UnsupportedActivity`] until timers exist.
 //!
 //! User code beyond tasks and conditions is registered by name on the [`Registry`]: items fns

@@ -90,7 +90,8 @@ pub enum BuildError {
     },
     /// A `for_each`, `parallel_for_each`, `set_variable`, `finish`, `correlate` or
     /// `sub_workflow` node names an items, value or assign fn the registry does not have
-    /// ([`Registry::items`], [`Registry::value`], [`Registry::assign`]).
+    /// ([`Registry::items`](crate::Registry::items), [`Registry::value`](crate::Registry::value),
+    /// [`Registry::assign`](crate::Registry::assign)).
     #[error("definition `{workflow}`: node `{node}` uses {kind} `{name}`, which is not registered")]
     UnknownFunction {
         /// The definition name.
