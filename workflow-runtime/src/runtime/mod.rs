@@ -492,6 +492,29 @@ impl std::fmt::Debug for Runtime {
     }
 }
 
+/// This process's turn to run an instance (see [`Runtime::local_run`]).
+struct LocalRun<'r> {
+    locks: &'r Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+    instance_id: String,
+    mutex: Option<Arc<tokio::sync::Mutex<()>>>,
+    guard: Option<tokio::sync::OwnedMutexGuard<()>>,
+}
+
+impl Drop for LocalRun<'_> {
+    fn drop(&mut self) {
+        drop(self.guard.take());
+        let mut locks = lock(self.locks);
+        // The map's reference and ours: nobody else waits.
+        if self
+            .mutex
+            .take()
+            .is_some_and(|m| Arc::strong_count(&m) == 2)
+        {
+            locks.remove(&self.instance_id);
+        }
+    }
+}
+
 /// How often [`Runtime::await_completion`] re-reads the store without a local commit.
 const AWAIT_POLL: Duration = Duration::from_millis(200);
 
@@ -840,8 +863,7 @@ impl Runtime {
                     continue;
                 }
                 any_new = true;
-                let local = self.local_lock(&id);
-                let _local = local.lock().await;
+                let _local = self.local_run(&id).await;
                 match self
                     .drive_leased(&id, claim.lease.token, RunTarget::None)
                     .await
@@ -1109,8 +1131,7 @@ impl Runtime {
         instance_id: &str,
         reason: Option<String>,
     ) -> Result<(), CancelError> {
-        let local = self.local_lock(instance_id);
-        let _local = local.lock().await;
+        let _local = self.local_run(instance_id).await;
         let store = &*self.inner.store;
         let lease = match store
             .acquire_lease(
@@ -1284,11 +1305,20 @@ impl Runtime {
 
     // ---- driving runs ------------------------------------------------------------------
 
-    fn local_lock(&self, instance_id: &str) -> Arc<tokio::sync::Mutex<()>> {
-        lock(&self.inner.locks)
+    /// Waits for this process's other runs of the instance; the guard forgets the instance's
+    /// lock when nobody else waits on it.
+    async fn local_run(&self, instance_id: &str) -> LocalRun<'_> {
+        let mutex = lock(&self.inner.locks)
             .entry(instance_id.to_owned())
             .or_default()
-            .clone()
+            .clone();
+        let guard = mutex.clone().lock_owned().await;
+        LocalRun {
+            locks: &self.inner.locks,
+            instance_id: instance_id.to_owned(),
+            mutex: Some(mutex),
+            guard: Some(guard),
+        }
     }
 
     /// The registered workflow of the instance's pinned version, else `VersionNotRegistered`
@@ -1312,8 +1342,7 @@ impl Runtime {
         instance_id: &str,
         target: RunTarget,
     ) -> Result<Option<Started>, RunError> {
-        let local = self.local_lock(instance_id);
-        let _local = local.lock().await;
+        let _local = self.local_run(instance_id).await;
         let store = &*self.inner.store;
         let lease = match store
             .acquire_lease(
