@@ -1103,13 +1103,23 @@ impl Runtime {
                 }
             }
         };
-        match tokio::time::timeout(timeout, wait).await {
+        let result = match tokio::time::timeout(timeout, wait).await {
             Ok(result) => result,
             Err(_) => Err(AwaitError::Timeout {
                 instance: instance_id.to_owned(),
                 status,
             }),
+        };
+        drop(receiver);
+        let mut watches = lock(&self.inner.watches);
+        // The last awaiter of the instance forgets its watch.
+        if watches
+            .get(instance_id)
+            .is_some_and(|w| w.receiver_count() == 0)
+        {
+            watches.remove(instance_id);
         }
+        result
     }
 
     /// Cancels an instance (ENG-50): the tree is cancelled, bookmarks and queued work removed,
