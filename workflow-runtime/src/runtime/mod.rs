@@ -401,7 +401,8 @@ pub struct StartOptions {
 pub struct SendReport {
     /// One entry per resumed instance, in delivery order.
     pub resumed: Vec<Started>,
-    /// Matching instances that could not run (faulted, or final in the meantime): the
+    /// Matching instances that could not run (faulted, or final in the meantime, pinned to an
+    /// unregistered version, leased by another process, or refused by the store): the
     /// stimulus was not delivered to them. (The bookmark queue that defers it comes with the
     /// routing issue, RT-18.)
     pub not_delivered: Vec<RunError>,
@@ -793,8 +794,11 @@ impl Runtime {
                 Ok(Some(started)) => resumed.push(started),
                 // Consumed elsewhere in the meantime: routing treats it as gone (ENG-25).
                 Ok(None) | Err(RunError::BookmarkNotFound { .. }) => {}
+                // Not delivered to this one; the others still get it.
                 Err(
-                    error @ (RunError::NotRunnable { .. } | RunError::VersionNotRegistered { .. }),
+                    error @ (RunError::NotRunnable { .. }
+                    | RunError::VersionNotRegistered { .. }
+                    | RunError::Store { .. }),
                 ) => not_delivered.push(error),
                 Err(error) => return Err(SendError::Run(error)),
             }
