@@ -799,3 +799,31 @@ fn a_parent_whose_child_finished_before_the_crash_is_resumed_by_recovery() {
         assert!(runtime.recover().await.unwrap().parents_resumed.is_empty());
     });
 }
+
+/// ENG-31, ENG-32: by default a run that finishes costs exactly one commit; the activity
+/// strategies add one commit per task.
+#[test]
+fn commit_strategies_commit_once_per_run_or_once_per_task() {
+    for (strategy, commits) in [
+        (CommitStrategy::RunEnd, 1),
+        (CommitStrategy::BeforeEachActivity, 9),
+        (CommitStrategy::AfterEachActivity, 9),
+    ] {
+        let runtime = Runtime::builder()
+            .register::<Steps>()
+            .commit_strategy(strategy)
+            .build()
+            .unwrap();
+        block_on(async {
+            let started = runtime
+                .start_with::<Steps>(Job::default(), with_id("steps"))
+                .await
+                .unwrap();
+            assert_eq!(started.status, WorkflowStatus::Finished);
+            let record = runtime.store().load_instance("steps").await.unwrap();
+            assert_eq!(record.version, 1 + commits, "{strategy:?}");
+            let job: Job = serde_json::from_value(record.state["data"].clone()).unwrap();
+            assert_eq!(job.done, (1..=8).collect::<Vec<_>>());
+        });
+    }
+}
