@@ -1,6 +1,7 @@
-//! End to end through the in-memory `Runtime`: an order state machine written by hand is
-//! suspended on its events and driven to a terminal state by `send` with typed payloads
-//! (state-machine.md scenario 18 without the durable store; ENG-48..51, RT-5).
+//! End to end through the `Runtime`: an order state machine written by hand is suspended on
+//! its events and driven to a terminal state by `send` with typed payloads (ENG-48..51, RT-5).
+//! Every case runs on `MemoryStore`, then again on `SqliteStore` in a child process
+//! (`every_case_also_runs_on_sqlite`): the runtime behaves the same on both backends.
 
 mod common;
 
@@ -12,8 +13,48 @@ use workflow_runtime::{
     SubStatus, Workflow, WorkflowStatus,
 };
 
+/// Set to a directory: the runtimes of this process run on `SqliteStore` files in it.
+const SQLITE_DIR: &str = "ORDER_E2E_SQLITE_DIR";
+
 fn runtime() -> Runtime {
-    Runtime::builder().register::<OrderFlow>().build().unwrap()
+    let builder = Runtime::builder().register::<OrderFlow>();
+    let builder = match std::env::var_os(SQLITE_DIR) {
+        Some(dir) => {
+            static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+            let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let path = std::path::Path::new(&dir).join(format!("e2e-{n}.db"));
+            let store = workflow_runtime::SqliteStore::open(path).unwrap();
+            builder.store(std::sync::Arc::new(store))
+        }
+        None => builder,
+    };
+    builder.build().unwrap()
+}
+
+#[test]
+fn every_case_also_runs_on_sqlite() {
+    if std::env::var_os(SQLITE_DIR).is_some() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let output = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--skip",
+            "every_case_also_runs_on_sqlite",
+            "--test-threads",
+            "2",
+        ])
+        .env(SQLITE_DIR, dir.path())
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "on SqliteStore:\n{}\n{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(stdout.contains("test result: ok"), "{stdout}");
 }
 
 #[test]

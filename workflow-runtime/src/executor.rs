@@ -22,7 +22,7 @@ use crate::instance::{
     ActivityContext, ActivityStatus, Bookmark, CallbackEntry, ContextId, EntryPoint, FaultKind,
     FaultRecord, Incident, JournalKind, SubStatus, WorkItem, WorkflowState, WorkflowStatus,
 };
-use crate::registry::Registry;
+use crate::registry::{BoxFuture, Registry};
 
 /// The default step budget of one run (ENG-10).
 pub const DEFAULT_MAX_STEPS_PER_RUN: usize = 10_000;
@@ -90,6 +90,64 @@ pub enum RunError {
         /// The node id.
         node: String,
     },
+    /// The instance is pinned to a definition version this runtime does not hold (ENG-46):
+    /// nothing was modified and no other version was substituted.
+    #[error(
+        "instance `{instance}` runs `{name}` version `{version}`, which is not registered (registered: {})",
+        registered.as_deref().unwrap_or("none")
+    )]
+    VersionNotRegistered {
+        /// The instance.
+        instance: String,
+        /// The definition name.
+        name: String,
+        /// The fingerprint the instance is pinned to.
+        version: String,
+        /// The fingerprint registered under `name`, if any.
+        registered: Option<String>,
+    },
+    /// The store refused or failed the run's load, lease or commit (ENG-29): the in-memory
+    /// state of the run was discarded and the instance continues from its last commit.
+    /// [`RunError::is_conflict`] tells another run moved the instance on.
+    #[error("instance `{instance}`: {error}")]
+    Store {
+        /// The instance.
+        instance: String,
+        /// The store's error (`Conflict`, `Fenced`, `LeaseHeld`, `Unavailable`, ...).
+        error: crate::store::StoreError,
+    },
+}
+
+impl RunError {
+    /// Whether another run moved the instance on: a commit answered `Conflict`,
+    /// `ReceiptExists` or `Fenced` (ENG-29).
+    pub fn is_conflict(&self) -> bool {
+        matches!(self, RunError::Store { error, .. }
+            if error.is_conflict() || matches!(error, crate::store::StoreError::Fenced { .. }))
+    }
+}
+
+/// When a run commits besides its mandatory commits (ENG-31, ENG-32), runtime-wide.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum CommitStrategy {
+    /// Only the mandatory commits: a run that suspends or finishes costs one commit.
+    #[default]
+    RunEnd,
+    /// Also before each task runs, with the context marked `is_executing` (ENG-5): a crash
+    /// during the task re-runs exactly that task on recovery.
+    BeforeEachActivity,
+    /// Also after each task completes: a crash later does not lose its effect on the data.
+    AfterEachActivity,
+}
+
+/// A commit inside a run (ENG-32), made by the runtime that drives it.
+pub(crate) trait Checkpoint: Send + Sync {
+    /// Commits `state` as it is (status `Running/Executing`), moving its pending journal
+    /// entries to the store.
+    fn checkpoint<'b>(
+        &'b self,
+        state: &'b mut WorkflowState,
+    ) -> BoxFuture<'b, Result<(), RunError>>;
 }
 
 /// What a run was asked to do first (ENG-24).
@@ -112,6 +170,14 @@ pub(crate) enum RunEnd {
     Faulted,
     /// The step budget ran out with work queued (ENG-10).
     Budget,
+}
+
+/// `Running/Executing`, or `Finished` without a sub-status.
+fn status_name(status: WorkflowStatus, sub: Option<SubStatus>) -> String {
+    match sub {
+        Some(sub) => format!("{status}/{sub}"),
+        None => status.to_string(),
+    }
 }
 
 /// What an activity middleware layer decides before the activity runs (ENG-34, ENG-37).
@@ -275,6 +341,8 @@ pub(crate) struct Executor<'a, D> {
     faulted: bool,
     /// Child instances to start or cancel once this run commits (ACT-24).
     pub(crate) links: Vec<Link>,
+    /// The commits inside the run, if any (ENG-32).
+    pub(crate) checkpoint: Option<(&'a dyn Checkpoint, CommitStrategy)>,
 }
 
 impl<D> std::fmt::Debug for Executor<'_, D> {
@@ -306,6 +374,17 @@ where
             now: now_ms(),
             faulted: false,
             links: Vec::new(),
+            checkpoint: None,
+        }
+    }
+
+    /// Commits inside the run if the strategy asks for it at this boundary (ENG-32).
+    async fn checkpoint_at(&mut self, at: CommitStrategy) -> Result<(), RunError> {
+        match self.checkpoint {
+            Some((checkpoint, strategy)) if strategy == at => {
+                checkpoint.checkpoint(&mut self.state).await
+            }
+            _ => Ok(()),
         }
     }
 
@@ -499,9 +578,10 @@ where
         if (self.state.status, self.state.sub_status) == (status, sub) {
             return;
         }
+        // Stored names only, no Rust debug forms (ST-20).
         let detail = json!({
-            "from": format!("{:?}/{:?}", self.state.status, self.state.sub_status),
-            "to": format!("{status:?}/{sub:?}"),
+            "from": status_name(self.state.status, self.state.sub_status),
+            "to": status_name(status, sub),
         });
         self.state.status = status;
         self.state.sub_status = sub;
@@ -1092,6 +1172,9 @@ where
             None => return Err(RunError::ContextNotFound { context: id }.into()),
         };
         let variables = self.variables_in_scope(id);
+        // ENG-5, ENG-32: committed with `is_executing` set, a crash re-runs exactly this task.
+        self.checkpoint_at(CommitStrategy::BeforeEachActivity)
+            .await?;
         let mut cx = crate::task::TaskContext {
             data,
             payload,
@@ -1123,7 +1206,10 @@ where
                     self.state.data = json;
                     self.data = Some(cx.data);
                     let names = outcome.names().to_vec();
-                    return self.complete(id, None, names);
+                    self.complete(id, None, names)?;
+                    self.checkpoint_at(CommitStrategy::AfterEachActivity)
+                        .await?;
+                    return Ok(());
                 }
                 Err(e) => FaultRecord {
                     kind: FaultKind::Engine,

@@ -1,7 +1,8 @@
 //! The persisted instance: [`WorkflowState`] and everything it holds (engine.md section 1).
 //!
-//! Every type here round-trips through serde; the in-memory runtime keeps instances as JSON
-//! between runs, so each suspension is a real persistence round trip (SM-8).
+//! Every type here round-trips through serde; the runtime stores the state as a JSON document
+//! with a top-level `"format"` (ST-19) and serde names only, no Rust type names (ST-20), so
+//! each suspension is a real persistence round trip (SM-8).
 
 use std::collections::{BTreeMap, VecDeque};
 
@@ -469,6 +470,7 @@ pub struct ParentLink {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct WorkflowState {
     /// The document format (see [`FORMAT_VERSION`]).
+    #[serde(rename = "format")]
     pub format_version: u32,
     /// The instance id.
     pub instance_id: String,

@@ -10,8 +10,9 @@
 //! Event, Delay, StateMachine), the Flowchart (flowchart.md: routing, implicit and explicit
 //! joins, skips, loops with deferred exits, fork, end), the structured activities (If, Switch,
 //! While, ForEach, ParallelForEach, Parallel, Finish, Fault, Break, Correlate, SetVariable)
-//! and SubWorkflow (in memory), [`routing`] (stimulus hashes) and [`Runtime`] (in memory for
-//! now; durable stores come behind the same API). Timer, StartAt, Cron, Delay `until`, and
+//! and SubWorkflow, [`routing`] (stimulus hashes) and [`Runtime`], which keeps instances in a
+//! [`Store`]: [`MemoryStore`] by default, [`SqliteStore`] for durability across restarts and
+//! crashes (issue 5; [`Runtime::recover`], at-least-once activities). Timer, StartAt, Cron, Delay `until`, and
 //! deadlines are refused at build with [`BuildError::UnsupportedActivity`] until timers exist.
 //!
 //! User code beyond tasks and conditions is registered by name on the [`Registry`]: items fns
@@ -47,8 +48,8 @@ pub use workflow_model as model;
 pub use activities::{CURRENT_STATE, TAG_CONTINUING, TAG_ENTERING};
 pub use events::{ActivityRef, EventKind, EventStream, LifecycleEvent, RecvError};
 pub use executor::{
-    ActivityInfo, ActivityMiddleware, DEFAULT_MAX_STEPS_PER_RUN, Flow, RunError, RunInfo,
-    WorkflowMiddleware,
+    ActivityInfo, ActivityMiddleware, CommitStrategy, DEFAULT_MAX_STEPS_PER_RUN, Flow, RunError,
+    RunInfo, WorkflowMiddleware,
 };
 pub use instance::{
     ActivityStatus, Bookmark, ContextId, Incident, JournalEntry, JournalKind, JournalLevel,
@@ -57,9 +58,9 @@ pub use instance::{
 pub use registry::{BoxFuture, ChooseOutcome, Registry, TaskResult};
 pub use routing::RoutingError;
 pub use runtime::{
-    AwaitError, BuildError, CancelError, Completion, InstanceSnapshot, PurgeError, ResumeError,
-    Runtime, RuntimeBuilder, SendError, SendReport, StartError, StartOptions, Started, StateError,
-    Stimulus,
+    AwaitError, BuildError, CancelError, Completion, InstanceSnapshot, PurgeError, RecoveryReport,
+    ResumeError, Runtime, RuntimeBuilder, SendError, SendReport, StartError, StartOptions, Started,
+    StateError, Stimulus,
 };
 pub use task::{IntoTaskResult, Outcome, TaskContext, TaskError};
 pub use workflow::{StateMachineWorkflow, Workflow};

@@ -1,0 +1,389 @@
+//! Registration and the builder: definitions checked at build (ENG-45, ENG-47).
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+use tokio::sync::broadcast;
+use workflow_model::Definition;
+
+use super::{BuildError, Inner, Runtime};
+use crate::events::LifecycleEvent;
+use crate::executor::{
+    ActivityMiddleware, Checkpoint, CommitStrategy, Executor, Link, Middleware, RunEnd, RunError,
+    RunTarget, WorkflowMiddleware,
+};
+use crate::graph::{Graph, GraphError, NamedRefs};
+use crate::ids::new_ulid;
+use crate::instance::{JournalLevel, WorkflowState};
+use crate::registry::{BoxFuture, Registry};
+use crate::store::{MemoryStore, Store};
+use crate::workflow::Workflow;
+
+// ---- the registered workflows ------------------------------------------------------------
+
+pub(super) struct RunOutput {
+    pub(super) state: WorkflowState,
+    pub(super) events: Vec<LifecycleEvent>,
+    pub(super) end: RunEnd,
+    /// Child instances to start or cancel once committed (ACT-24).
+    pub(super) links: Vec<Link>,
+}
+
+/// A registered definition with its user code, its data type erased.
+pub(super) trait ErasedWorkflow: Send + Sync {
+    fn version(&self) -> &str;
+    fn check_data(&self, data: &Value) -> Result<(), String>;
+    fn run<'a>(
+        &'a self,
+        state: WorkflowState,
+        target: RunTarget,
+        max_steps: usize,
+        middleware: &'a Middleware,
+        emit_events: bool,
+        checkpoint: Option<(&'a dyn Checkpoint, CommitStrategy)>,
+    ) -> BoxFuture<'a, Result<RunOutput, RunError>>;
+    fn cancel(
+        &self,
+        state: WorkflowState,
+        reason: Option<String>,
+        middleware: &Middleware,
+    ) -> Result<RunOutput, RunError>;
+    /// `(node id, workflow name)` of every SubWorkflow node, for ACT-V10 at build.
+    fn sub_workflows(&self) -> Vec<(String, String)>;
+}
+
+pub(super) struct Registered<D> {
+    pub(super) version: String,
+    pub(super) graph: Graph,
+    pub(super) registry: Registry<D>,
+}
+
+impl<D> ErasedWorkflow for Registered<D>
+where
+    D: Serialize + DeserializeOwned + Send + Sync + 'static,
+{
+    fn version(&self) -> &str {
+        &self.version
+    }
+
+    fn check_data(&self, data: &Value) -> Result<(), String> {
+        serde_json::from_value::<D>(data.clone())
+            .map(drop)
+            .map_err(|e| e.to_string())
+    }
+
+    fn run<'a>(
+        &'a self,
+        state: WorkflowState,
+        target: RunTarget,
+        max_steps: usize,
+        middleware: &'a Middleware,
+        emit_events: bool,
+        checkpoint: Option<(&'a dyn Checkpoint, CommitStrategy)>,
+    ) -> BoxFuture<'a, Result<RunOutput, RunError>> {
+        Box::pin(async move {
+            let mut executor = Executor::new(&self.graph, &self.registry, state, middleware);
+            executor.emit_events = emit_events;
+            executor.checkpoint = checkpoint;
+            let end = executor.run(target, max_steps).await?;
+            Ok(RunOutput {
+                state: executor.state,
+                events: executor.events,
+                end,
+                links: executor.links,
+            })
+        })
+    }
+
+    fn cancel(
+        &self,
+        state: WorkflowState,
+        reason: Option<String>,
+        middleware: &Middleware,
+    ) -> Result<RunOutput, RunError> {
+        let mut executor = Executor::new(&self.graph, &self.registry, state, middleware);
+        executor.cancel_instance(reason)?;
+        Ok(RunOutput {
+            state: executor.state,
+            events: executor.events,
+            end: RunEnd::Finished,
+            links: executor.links,
+        })
+    }
+
+    fn sub_workflows(&self) -> Vec<(String, String)> {
+        self.graph.sub_workflows()
+    }
+}
+
+pub(super) type Pending =
+    Box<dyn FnOnce() -> Result<(String, Arc<dyn ErasedWorkflow>), BuildError> + Send>;
+
+/// Builds a [`Runtime`]: register workflows, set limits, add middleware, then
+/// [`RuntimeBuilder::build`] checks everything (ENG-47).
+pub struct RuntimeBuilder {
+    pub(super) pending: Vec<Pending>,
+    pub(super) max_steps_per_run: usize,
+    pub(super) journal_level: JournalLevel,
+    pub(super) max_journal_entries: usize,
+    pub(super) event_buffer: usize,
+    pub(super) middleware: Middleware,
+    pub(super) store: Option<Arc<dyn Store>>,
+    pub(super) commit_strategy: CommitStrategy,
+    pub(super) lease_ttl: Duration,
+    pub(super) owner: Option<String>,
+}
+
+impl std::fmt::Debug for RuntimeBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RuntimeBuilder")
+            .field("registrations", &self.pending.len())
+            .field("max_steps_per_run", &self.max_steps_per_run)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A `Registry::has_*` lookup.
+pub(super) type HasFn<D> = fn(&Registry<D>, &str) -> bool;
+
+pub(super) fn register_parts<D>(
+    definition: &Definition,
+    version: String,
+    registry: Registry<D>,
+) -> Result<(String, Arc<dyn ErasedWorkflow>), BuildError>
+where
+    D: Serialize + DeserializeOwned + Send + Sync + 'static,
+{
+    let name = definition.name.clone();
+    workflow_model::validate(definition).map_err(|diagnostics| BuildError::Invalid {
+        name: name.clone(),
+        diagnostics,
+    })?;
+    let graph = Graph::build(definition).map_err(|e| match e {
+        GraphError::DuplicateNode { node } => BuildError::DuplicateNode {
+            workflow: name.clone(),
+            node,
+        },
+        GraphError::Unsupported { node, kind } => BuildError::UnsupportedActivity {
+            workflow: name.clone(),
+            node,
+            kind,
+        },
+    })?;
+    let (tasks, conditions) = graph.functions();
+    if let Some((node, function)) = tasks.iter().find(|(_, f)| !registry.has_task(f)) {
+        return Err(BuildError::UnknownActivity {
+            workflow: name,
+            node: (*node).to_owned(),
+            name: (*function).to_owned(),
+        });
+    }
+    if let Some((node, condition)) = conditions.iter().find(|(_, c)| !registry.has_condition(c)) {
+        return Err(BuildError::UnknownCondition {
+            workflow: name,
+            node: (*node).to_owned(),
+            name: (*condition).to_owned(),
+        });
+    }
+    if let Some((node, payload)) = graph
+        .event_choices()
+        .into_iter()
+        .find(|(_, p)| !p.is_some_and(|p| registry.has_outcome(p)))
+    {
+        return Err(BuildError::EventWithoutOutcome {
+            workflow: name,
+            node: node.rsplit(':').next().unwrap_or(node).to_owned(),
+            payload: payload.unwrap_or_default().to_owned(),
+        });
+    }
+    let [items, values, assigns] = graph.data_functions();
+    let checks: [(&'static str, &NamedRefs<'_>, HasFn<D>); 3] = [
+        ("items fn", &items, Registry::has_items),
+        ("value fn", &values, Registry::has_value),
+        ("assign fn", &assigns, Registry::has_assign),
+    ];
+    for (kind, refs, has) in checks {
+        if let Some((node, function)) = refs.iter().find(|(_, f)| !has(&registry, f)) {
+            return Err(BuildError::UnknownFunction {
+                workflow: name,
+                node: (*node).to_owned(),
+                kind,
+                name: (*function).to_owned(),
+            });
+        }
+    }
+    Ok((
+        name,
+        Arc::new(Registered {
+            version,
+            graph,
+            registry,
+        }),
+    ))
+}
+
+impl RuntimeBuilder {
+    /// Registers the workflow type `W` (macro-generated or written by hand).
+    #[must_use]
+    pub fn register<W: Workflow>(mut self) -> Self {
+        self.pending.push(Box::new(|| {
+            register_parts(W::definition(), W::version().to_owned(), W::registry())
+        }));
+        self
+    }
+
+    /// Registers a definition built from the model, with its registry of user code.
+    #[must_use]
+    pub fn register_definition<D>(mut self, definition: Definition, registry: Registry<D>) -> Self
+    where
+        D: Serialize + DeserializeOwned + Send + Sync + 'static,
+    {
+        self.pending.push(Box::new(move || {
+            let version = definition.fingerprint();
+            register_parts(&definition, version, registry)
+        }));
+        self
+    }
+
+    /// Registers a JSON definition (the format of `workflow_model`'s crate docs), loaded and
+    /// validated at [`RuntimeBuilder::build`].
+    #[must_use]
+    pub fn register_json<D>(mut self, json: impl Into<String>, registry: Registry<D>) -> Self
+    where
+        D: Serialize + DeserializeOwned + Send + Sync + 'static,
+    {
+        let json = json.into();
+        self.pending.push(Box::new(move || {
+            let definition = Definition::from_json(&json).map_err(|e| BuildError::Load {
+                message: e.to_string(),
+            })?;
+            let version = definition.fingerprint();
+            register_parts(&definition, version, registry)
+        }));
+        self
+    }
+
+    /// The step budget of one run (ENG-10; default 10 000). At least 1.
+    #[must_use]
+    pub fn max_steps_per_run(mut self, steps: usize) -> Self {
+        self.max_steps_per_run = steps.max(1);
+        self
+    }
+
+    /// The journal level and bound of new instances (ENG-42; default `Activities`, 1000).
+    #[must_use]
+    pub fn journal(mut self, level: JournalLevel, max_entries: usize) -> Self {
+        self.journal_level = level;
+        self.max_journal_entries = max_entries;
+        self
+    }
+
+    /// The buffer of each subscriber (ENG-40; default 1024).
+    #[must_use]
+    pub fn event_buffer(mut self, capacity: usize) -> Self {
+        self.event_buffer = capacity.max(1);
+        self
+    }
+
+    /// Adds a user layer to the activity middleware chain (ENG-34).
+    #[must_use]
+    pub fn activity_middleware(mut self, layer: impl ActivityMiddleware) -> Self {
+        self.middleware.activity.push(Arc::new(layer));
+        self
+    }
+
+    /// Adds a user layer to the workflow middleware chain (ENG-38).
+    #[must_use]
+    pub fn workflow_middleware(mut self, layer: impl WorkflowMiddleware) -> Self {
+        self.middleware.workflow.push(Arc::new(layer));
+        self
+    }
+
+    /// The store instances live in (ENG-47; default: a fresh [`MemoryStore`], not durable).
+    /// For durability: `.store(Arc::new(SqliteStore::open(path)?))`.
+    #[must_use]
+    pub fn store(mut self, store: Arc<dyn Store>) -> Self {
+        self.store = Some(store);
+        self
+    }
+
+    /// Commits inside runs besides the mandatory ones (ENG-32; default
+    /// [`CommitStrategy::RunEnd`]).
+    #[must_use]
+    pub fn commit_strategy(mut self, strategy: CommitStrategy) -> Self {
+        self.commit_strategy = strategy;
+        self
+    }
+
+    /// How long a run's instance lease lasts (ST-14; default 60 s). An instance whose process
+    /// died is recovered by [`Runtime::recover`] once its lease expired. Leases are not renewed
+    /// yet: a run longer than this can be fenced.
+    #[must_use]
+    pub fn lease_ttl(mut self, ttl: Duration) -> Self {
+        self.lease_ttl = ttl;
+        self
+    }
+
+    /// The lease owner name of this runtime (default: a fresh ULID).
+    #[must_use]
+    pub fn owner(mut self, owner: impl Into<String>) -> Self {
+        self.owner = Some(owner.into());
+        self
+    }
+
+    /// Checks every registration (validator, registry, supported kinds, versions) and builds
+    /// the runtime; the first problem is returned. Instances interrupted by a crash are run
+    /// again by [`Runtime::recover`], which the caller awaits once built.
+    pub fn build(self) -> Result<Runtime, BuildError> {
+        let mut workflows: HashMap<String, Arc<dyn ErasedWorkflow>> = HashMap::new();
+        for pending in self.pending {
+            let (name, workflow) = pending()?;
+            if let Some(existing) = workflows.get(&name) {
+                if existing.version() != workflow.version() {
+                    return Err(BuildError::ConflictingCurrentVersion {
+                        name,
+                        first: existing.version().to_owned(),
+                        second: workflow.version().to_owned(),
+                    });
+                }
+                continue;
+            }
+            workflows.insert(name, workflow);
+        }
+        // ACT-V10: a SubWorkflow names a registered workflow.
+        for (name, workflow) in &workflows {
+            for (node, child) in workflow.sub_workflows() {
+                if !workflows.contains_key(&child) {
+                    return Err(BuildError::UnknownWorkflow {
+                        workflow: name.clone(),
+                        node,
+                        name: child,
+                    });
+                }
+            }
+        }
+        let (events, _) = broadcast::channel(self.event_buffer);
+        Ok(Runtime {
+            inner: Arc::new(Inner {
+                workflows,
+                store: self.store.unwrap_or_else(|| Arc::new(MemoryStore::new())),
+                owner: self.owner.unwrap_or_else(new_ulid),
+                lease_ttl: i64::try_from(self.lease_ttl.as_micros()).unwrap_or(i64::MAX),
+                commit_strategy: self.commit_strategy,
+                locks: Mutex::new(HashMap::new()),
+                watches: Mutex::new(HashMap::new()),
+                created: Mutex::new(std::collections::HashSet::new()),
+                events,
+                max_steps_per_run: self.max_steps_per_run,
+                journal_level: self.journal_level,
+                max_journal_entries: self.max_journal_entries,
+                middleware: self.middleware,
+                links: Mutex::new(VecDeque::new()),
+            }),
+        })
+    }
+}

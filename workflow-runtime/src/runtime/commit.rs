@@ -1,0 +1,205 @@
+//! The store side of a run: status and journal conversions, and the commits of one leased
+//! run under version and fencing token (ENG-28 to ENG-32, ST-16, ST-19, ST-20).
+
+use std::sync::Mutex;
+
+use serde_json::Value;
+
+use super::{StateError, lock};
+use crate::executor::{Checkpoint, RunError};
+use crate::instance::{Bookmark, JournalEntry, SubStatus, WorkflowState, WorkflowStatus};
+use crate::registry::BoxFuture;
+use crate::store::{
+    Commit, InstanceStatus, InstanceSubStatus, JournalRecord, Micros, NewBookmark, NewInstance,
+    NewJournalRecord, Store, StoreError,
+};
+
+/// The wall clock in µs since the epoch (ST-23).
+pub(super) fn now_micros() -> Micros {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_micros()).unwrap_or(i64::MAX))
+}
+
+pub(super) fn ms_to_micros(ms: u64) -> Micros {
+    i64::try_from(ms)
+        .unwrap_or(i64::MAX / 1000)
+        .saturating_mul(1000)
+}
+
+pub(super) fn store_status(status: WorkflowStatus) -> InstanceStatus {
+    match status {
+        WorkflowStatus::Running => InstanceStatus::Running,
+        WorkflowStatus::Suspended => InstanceStatus::Suspended,
+        WorkflowStatus::Faulted => InstanceStatus::Faulted,
+        WorkflowStatus::Finished => InstanceStatus::Finished,
+        WorkflowStatus::Cancelled => InstanceStatus::Cancelled,
+    }
+}
+
+pub(super) fn workflow_status(status: InstanceStatus) -> WorkflowStatus {
+    match status {
+        InstanceStatus::Running => WorkflowStatus::Running,
+        InstanceStatus::Suspended => WorkflowStatus::Suspended,
+        InstanceStatus::Faulted => WorkflowStatus::Faulted,
+        InstanceStatus::Finished => WorkflowStatus::Finished,
+        InstanceStatus::Cancelled => WorkflowStatus::Cancelled,
+    }
+}
+
+pub(super) fn store_sub_status(sub: Option<SubStatus>) -> Option<InstanceSubStatus> {
+    sub.map(|sub| match sub {
+        SubStatus::Pending => InstanceSubStatus::Pending,
+        SubStatus::Executing => InstanceSubStatus::Executing,
+        SubStatus::Waiting => InstanceSubStatus::Waiting,
+        SubStatus::Paused => InstanceSubStatus::Paused,
+        SubStatus::Stalled => InstanceSubStatus::Stalled,
+    })
+}
+
+/// The state document as stored: serde names only, a top-level `"format"` (ST-19, ST-20).
+pub(super) fn encode_document(state: &WorkflowState) -> Result<Value, RunError> {
+    serde_json::to_value(state).map_err(|e| RunError::StateCorrupt {
+        instance: state.instance_id.clone(),
+        reason: format!("state does not serialize: {e}"),
+    })
+}
+
+pub(super) fn decode_document(
+    instance_id: &str,
+    document: Value,
+) -> Result<WorkflowState, StateError> {
+    serde_json::from_value(document).map_err(|e| StateError::Decode {
+        instance: instance_id.to_owned(),
+        message: e.to_string(),
+    })
+}
+
+pub(super) fn journal_record(entry: JournalEntry) -> NewJournalRecord {
+    NewJournalRecord {
+        at: ms_to_micros(entry.at),
+        kind: serde_json::to_value(entry.kind)
+            .ok()
+            .and_then(|v| v.as_str().map(str::to_owned))
+            .unwrap_or_default(),
+        context_id: entry.context_id,
+        node_id: entry.node_id,
+        detail: entry.detail,
+    }
+}
+
+pub(super) fn journal_entry(record: JournalRecord) -> Option<JournalEntry> {
+    Some(JournalEntry {
+        seq: record.seq,
+        at: u64::try_from(record.at / 1000).unwrap_or(0),
+        kind: serde_json::from_value(Value::String(record.kind)).ok()?,
+        context_id: record.context_id,
+        node_id: record.node_id,
+        detail: record.detail,
+    })
+}
+
+pub(super) fn run_store_error(instance_id: &str, error: StoreError) -> RunError {
+    match error {
+        StoreError::Decode { message, .. } => RunError::StateCorrupt {
+            instance: instance_id.to_owned(),
+            reason: message,
+        },
+        error => RunError::Store {
+            instance: instance_id.to_owned(),
+            error,
+        },
+    }
+}
+
+/// What the store holds of a run's instance, kept in step with each commit.
+pub(super) struct Tracker {
+    pub(super) instance_id: String,
+    pub(super) token: u64,
+    pub(super) version: u64,
+    /// The bookmarks as last committed, for the diff (ENG-23, ST-6).
+    pub(super) bookmarks: Vec<Bookmark>,
+}
+
+/// The commits of one leased run: inside it (ENG-32) and at its end (ENG-31).
+pub(super) struct RunCommits<'r> {
+    pub(super) store: &'r dyn Store,
+    pub(super) tracker: Mutex<Tracker>,
+}
+
+impl RunCommits<'_> {
+    /// One commit of `state` under the tracked version and token (ENG-28): the document,
+    /// status columns, bookmark diff and the journal entries recorded since the last commit.
+    pub(super) async fn commit(
+        &self,
+        state: &mut WorkflowState,
+        release: bool,
+        children: Vec<NewInstance>,
+    ) -> Result<(), RunError> {
+        let commit = {
+            let tracker = lock(&self.tracker);
+            let document = encode_document(state)?;
+            let mut commit = Commit::new(
+                tracker.instance_id.clone(),
+                tracker.version,
+                tracker.token,
+                now_micros(),
+                document,
+                store_status(state.status),
+                store_sub_status(state.sub_status),
+            );
+            commit.correlation_id = state.correlation_id.clone();
+            commit.release_lease = release;
+            commit.bookmarks_added = state
+                .bookmarks
+                .iter()
+                .filter(|b| !tracker.bookmarks.iter().any(|a| a.id == b.id))
+                .map(|b| NewBookmark {
+                    bookmark_id: b.id.clone(),
+                    hash: b.hash.clone(),
+                    name: b.name.clone(),
+                    node_id: b.node_id.clone(),
+                    context_id: b.context_id,
+                    look_back: None,
+                    created_at: ms_to_micros(b.created_at),
+                })
+                .collect();
+            commit.bookmarks_removed = tracker
+                .bookmarks
+                .iter()
+                .filter(|a| !state.bookmarks.iter().any(|b| b.id == a.id))
+                .map(|a| a.id.clone())
+                .collect();
+            commit.instances_created = children;
+            commit.journal = state
+                .journal
+                .entries
+                .iter()
+                .cloned()
+                .map(journal_record)
+                .collect();
+            commit
+        };
+        let instance_id = commit.instance_id.clone();
+        // ENG-29: a `Conflict` or `Fenced` answer discards the run; the caller gets it typed.
+        let version = self
+            .store
+            .commit(commit)
+            .await
+            .map_err(|error| run_store_error(&instance_id, error))?;
+        state.journal.entries.clear();
+        let mut tracker = lock(&self.tracker);
+        tracker.version = version;
+        tracker.bookmarks = state.bookmarks.clone();
+        Ok(())
+    }
+}
+
+impl Checkpoint for RunCommits<'_> {
+    fn checkpoint<'b>(
+        &'b self,
+        state: &'b mut WorkflowState,
+    ) -> BoxFuture<'b, Result<(), RunError>> {
+        Box::pin(self.commit(state, false, Vec::new()))
+    }
+}

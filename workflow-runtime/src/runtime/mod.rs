@@ -1,0 +1,1541 @@
+//! The [`Runtime`]: registration, start, send, read, await, cancel, subscribe, recover and
+//! purge (engine.md section 10), on a [`Store`].
+//!
+//! Every run takes the instance lease (ST-14), loads the instance (version and state
+//! document), runs, and commits the document, status columns, bookmark diff and journal under
+//! the loaded version and the lease's fencing token (ENG-28), releasing the lease with the
+//! last commit. A `Conflict` or `Fenced` answer discards the run and is returned typed
+//! (ENG-29). Runs of one instance in one process also queue on a local lock.
+
+use std::collections::{HashMap, VecDeque};
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+use tokio::sync::{broadcast, watch};
+use workflow_model::Diagnostics;
+
+use crate::events::{EventStream, LifecycleEvent};
+use crate::executor::{
+    Checkpoint, CommitStrategy, DEFAULT_MAX_STEPS_PER_RUN, Link, Middleware, RunEnd, RunError,
+    RunTarget,
+};
+use crate::ids::{new_ulid, now_ms};
+use crate::instance::{
+    DefinitionRef, Incident, Journal, JournalEntry, JournalLevel, ParentLink, SubStatus,
+    WorkflowState, WorkflowStatus,
+};
+use crate::routing::{RoutingError, check_name, stimulus_hash};
+use crate::store::{
+    BookmarkQuery, Commit, InstanceFilter, InstanceStatus, InstanceSubStatus, Micros, NewInstance,
+    PurgeFilter, Store, StoreError,
+};
+use crate::workflow::{StateMachineWorkflow, Workflow};
+
+mod builder;
+mod commit;
+
+pub use builder::RuntimeBuilder;
+use builder::{ErasedWorkflow, RunOutput};
+use commit::{
+    RunCommits, Tracker, decode_document, encode_document, journal_entry, ms_to_micros, now_micros,
+    run_store_error, workflow_status,
+};
+
+// ---- errors, one enum per operation family ---------------------------------------------
+
+/// Why [`RuntimeBuilder::build`] failed (ENG-45, ENG-47).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BuildError {
+    /// The definition breaks validation rules.
+    #[error("definition `{name}` is invalid: {diagnostics}")]
+    Invalid {
+        /// The definition name.
+        name: String,
+        /// Every problem found.
+        diagnostics: Diagnostics,
+    },
+    /// A JSON definition does not load.
+    #[error("JSON definition does not load: {message}")]
+    Load {
+        /// The loader's message.
+        message: String,
+    },
+    /// A task node names a fn the registry does not have.
+    #[error("definition `{workflow}`: node `{node}` runs `{name}`, which is not registered")]
+    UnknownActivity {
+        /// The definition name.
+        workflow: String,
+        /// The node id.
+        node: String,
+        /// The missing registry name.
+        name: String,
+    },
+    /// A transition names a condition the registry does not have.
+    #[error(
+        "definition `{workflow}`: node `{node}` uses condition `{name}`, which is not registered"
+    )]
+    UnknownCondition {
+        /// The definition name.
+        workflow: String,
+        /// The node id: a machine, an `if`, a `switch` or a `while`.
+        node: String,
+        /// The missing registry name.
+        name: String,
+    },
+    /// A `for_each`, `parallel_for_each`, `set_variable`, `finish`, `correlate` or
+    /// `sub_workflow` node names an items, value or assign fn the registry does not have
+    /// ([`Registry::items`](crate::Registry::items), [`Registry::value`](crate::Registry::value),
+    /// [`Registry::assign`](crate::Registry::assign)).
+    #[error("definition `{workflow}`: node `{node}` uses {kind} `{name}`, which is not registered")]
+    UnknownFunction {
+        /// The definition name.
+        workflow: String,
+        /// The node id.
+        node: String,
+        /// `"items fn"`, `"value fn"` or `"assign fn"`.
+        kind: &'static str,
+        /// The missing registry name.
+        name: String,
+    },
+    /// The definition uses an activity kind this engine does not run yet.
+    #[error(
+        "definition `{workflow}`: node `{node}` is a `{kind}`, which this runtime does not run yet"
+    )]
+    UnsupportedActivity {
+        /// The definition name.
+        workflow: String,
+        /// The node id.
+        node: String,
+        /// The kind.
+        kind: &'static str,
+    },
+    /// A SubWorkflow names a workflow that is not registered (ACT-V10).
+    #[error("definition `{workflow}`: node `{node}` starts unknown workflow `{name}`")]
+    UnknownWorkflow {
+        /// The definition name.
+        workflow: String,
+        /// The SubWorkflow's node id.
+        node: String,
+        /// The missing workflow name.
+        name: String,
+    },
+    /// An event declares its outcomes but no outcome mapping is registered for its payload
+    /// type ([`Registry::outcome`], ACT-V8).
+    #[error(
+        "definition `{workflow}`: event `{node}` declares outcomes but its payload type `{payload}` does not choose one (no outcome mapping is registered under `{payload}`)"
+    )]
+    EventWithoutOutcome {
+        /// The definition name.
+        workflow: String,
+        /// The event's node id.
+        node: String,
+        /// The event's payload type name, empty when it names none.
+        payload: String,
+    },
+    /// Two nodes share an id path.
+    #[error("definition `{workflow}`: node id `{node}` is used twice")]
+    DuplicateNode {
+        /// The definition name.
+        workflow: String,
+        /// The node id.
+        node: String,
+    },
+    /// Two different current versions of one name were registered.
+    #[error("definition `{name}` registered with two versions: `{first}` and `{second}`")]
+    ConflictingCurrentVersion {
+        /// The definition name.
+        name: String,
+        /// The first version.
+        first: String,
+        /// The second version.
+        second: String,
+    },
+}
+
+/// Why a start failed (ENG-48).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum StartError {
+    /// No definition is registered under this name.
+    #[error("no definition is registered under `{name}`")]
+    DefinitionNotRegistered {
+        /// The name.
+        name: String,
+    },
+    /// An instance with this id exists.
+    #[error("instance `{instance}` already exists")]
+    InstanceExists {
+        /// The id.
+        instance: String,
+    },
+    /// The input does not serialize, or does not decode into the workflow's data type.
+    #[error("input does not fit the workflow data: {message}")]
+    Input {
+        /// Why.
+        message: String,
+    },
+    /// The first run failed; nothing was kept.
+    #[error(transparent)]
+    Run(#[from] RunError),
+}
+
+/// A stimulus (routing.md RT-1): a name, an optional correlation key, an optional target
+/// instance, and a JSON payload.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Stimulus {
+    /// The event name.
+    pub name: String,
+    /// The correlation key (RT-3); `None` is the unit key.
+    pub key: Option<Value>,
+    /// Restrict delivery to this instance.
+    pub instance_id: Option<String>,
+    /// The payload, decoded by the waiting activity.
+    pub payload: Value,
+    /// Why the key or payload given to the builder methods did not serialize.
+    invalid: Option<String>,
+}
+
+impl Stimulus {
+    /// A stimulus named `name` with a `null` payload.
+    pub fn new(name: impl Into<String>) -> Self {
+        Self {
+            name: name.into(),
+            key: None,
+            instance_id: None,
+            payload: Value::Null,
+            invalid: None,
+        }
+    }
+
+    /// With a correlation key (any `Serialize` value; RT-3).
+    #[must_use]
+    pub fn key(mut self, key: impl Serialize) -> Self {
+        match serde_json::to_value(key) {
+            Ok(key) => self.key = Some(key),
+            Err(e) => self.invalid = Some(format!("key does not serialize: {e}")),
+        }
+        self
+    }
+
+    /// Addressed to one instance.
+    #[must_use]
+    pub fn instance(mut self, instance_id: impl Into<String>) -> Self {
+        self.instance_id = Some(instance_id.into());
+        self
+    }
+
+    /// With a typed payload. One that does not serialize makes [`Runtime::send`] fail with
+    /// [`SendError::Payload`].
+    #[must_use]
+    pub fn payload(mut self, payload: impl Serialize) -> Self {
+        match serde_json::to_value(payload) {
+            Ok(payload) => self.payload = payload,
+            Err(e) => self.invalid = Some(format!("payload does not serialize: {e}")),
+        }
+        self
+    }
+}
+
+/// Why a send failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SendError {
+    /// The name or key cannot be routed (RT-2, RT-3).
+    #[error(transparent)]
+    Routing(#[from] RoutingError),
+    /// The key or payload given to [`Stimulus`] did not serialize; nothing was sent.
+    #[error("{message}")]
+    Payload {
+        /// Why.
+        message: String,
+    },
+    /// No bookmark waits for this stimulus. (The bookmark queue of RT-23 comes with the
+    /// routing issue; until then the stimulus is not kept.)
+    #[error("no instance waits for `{name}` with this key")]
+    NoMatchingBookmark {
+        /// The stimulus name.
+        name: String,
+    },
+    /// A run failed; that instance is unchanged.
+    #[error(transparent)]
+    Run(#[from] RunError),
+}
+
+/// Why resuming a bookmark by id failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ResumeError {
+    /// The instance does not exist.
+    #[error("instance `{instance}` not found")]
+    InstanceNotFound {
+        /// The id.
+        instance: String,
+    },
+    /// The run failed (`BookmarkNotFound` included); the instance is unchanged.
+    #[error(transparent)]
+    Run(#[from] RunError),
+}
+
+/// Why reading an instance failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum StateError {
+    /// The stored document does not decode.
+    #[error("instance `{instance}` does not decode: {message}")]
+    Decode {
+        /// The id.
+        instance: String,
+        /// Why.
+        message: String,
+    },
+    /// The store failed.
+    #[error("instance `{instance}`: {error}")]
+    Store {
+        /// The id.
+        instance: String,
+        /// The store's error.
+        error: StoreError,
+    },
+}
+
+/// How an instance ended, from [`Runtime::await_completion`].
+#[derive(Debug, Clone, PartialEq)]
+pub enum Completion {
+    /// The root completed; the output (the final data unless an activity set one).
+    Finished(Value),
+    /// Cancelled, with the reason given.
+    Cancelled(Option<String>),
+}
+
+/// Why awaiting completion gave no [`Completion`] (ENG-48).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AwaitError {
+    /// Unknown id.
+    #[error("instance `{instance}` not found")]
+    InstanceNotFound {
+        /// The id.
+        instance: String,
+    },
+    /// The instance faulted (FLT-5).
+    #[error("instance faulted: {}", incident.fault.message)]
+    Faulted {
+        /// The incident.
+        incident: Box<Incident>,
+    },
+    /// Not final within the timeout; the instance keeps running.
+    #[error("instance `{instance}` is still {status:?} after the timeout")]
+    Timeout {
+        /// The id.
+        instance: String,
+        /// Its status then.
+        status: WorkflowStatus,
+    },
+    /// The instance could not be read.
+    #[error("instance `{instance}`: {error}")]
+    State {
+        /// The id.
+        instance: String,
+        /// Why.
+        error: StateError,
+    },
+}
+
+/// Why a cancel failed (ENG-50).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CancelError {
+    /// Unknown id.
+    #[error("instance `{instance}` not found")]
+    InstanceNotFound {
+        /// The id.
+        instance: String,
+    },
+    /// Already `Finished` or `Cancelled`; nothing changed.
+    #[error("instance is already {status:?}")]
+    AlreadyTerminal {
+        /// Its final status.
+        status: WorkflowStatus,
+    },
+    /// The stored state could not be cancelled; nothing changed.
+    #[error(transparent)]
+    Run(#[from] RunError),
+}
+
+/// Why a purge failed (ST-31).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PurgeError {
+    /// Unknown id.
+    #[error("instance `{instance}` not found")]
+    InstanceNotFound {
+        /// The id.
+        instance: String,
+    },
+    /// Only `Finished` and `Cancelled` instances can be purged.
+    #[error("instance is {status:?}, not final")]
+    NotTerminal {
+        /// Its status.
+        status: WorkflowStatus,
+    },
+    /// The store failed.
+    #[error("instance `{instance}`: {error}")]
+    Store {
+        /// The id.
+        instance: String,
+        /// The store's error.
+        error: StoreError,
+    },
+}
+
+// ---- results ---------------------------------------------------------------------------
+
+/// What [`Runtime::start`] returns once the first run committed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Started {
+    /// The new instance's id.
+    pub instance_id: String,
+    /// Its status after the first run.
+    pub status: WorkflowStatus,
+    /// Its sub-status.
+    pub sub_status: Option<SubStatus>,
+}
+
+/// Options of a start.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct StartOptions {
+    /// A caller-chosen instance id (a ULID otherwise).
+    pub instance_id: Option<String>,
+    /// A correlation id.
+    pub correlation_id: Option<String>,
+}
+
+/// What [`Runtime::send`] did: the instances it resumed, with their status after the run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SendReport {
+    /// One entry per resumed instance, in delivery order.
+    pub resumed: Vec<Started>,
+    /// Matching instances that could not run (faulted, or final in the meantime, pinned to an
+    /// unregistered version, leased by another process, or refused by the store): the
+    /// stimulus was not delivered to them. (The bookmark queue that defers it comes with the
+    /// routing issue, RT-18.)
+    pub not_delivered: Vec<RunError>,
+}
+
+/// A read-only snapshot of an instance (ENG-51).
+#[derive(Debug, Clone, PartialEq)]
+pub struct InstanceSnapshot {
+    /// The whole persisted state: status, contexts, bookmarks, queue, data...
+    pub state: WorkflowState,
+    /// The journal, stored apart from the state (ENG-41), oldest first.
+    pub journal: Vec<JournalEntry>,
+}
+
+impl InstanceSnapshot {
+    /// The status.
+    pub fn status(&self) -> WorkflowStatus {
+        self.state.status
+    }
+
+    /// The sub-status.
+    pub fn sub_status(&self) -> Option<SubStatus> {
+        self.state.sub_status
+    }
+
+    /// The current state name of a root state machine.
+    pub fn current_state(&self) -> Option<&str> {
+        let root = self.state.context(self.state.root?)?;
+        root.properties
+            .get(crate::activities::CURRENT_STATE)?
+            .as_str()
+    }
+
+    /// The data, decoded as `D`.
+    pub fn data<D: DeserializeOwned>(&self) -> Result<D, serde_json::Error> {
+        serde_json::from_value(self.state.data.clone())
+    }
+
+    /// The journal entries, oldest first.
+    pub fn journal(&self) -> &[JournalEntry] {
+        &self.journal
+    }
+}
+
+// ---- the runtime -------------------------------------------------------------------------
+
+struct Inner {
+    workflows: HashMap<String, Arc<dyn ErasedWorkflow>>,
+    /// Where instances, bookmarks and journals live (ST-1).
+    store: Arc<dyn Store>,
+    /// This runtime's lease owner name (ST-14).
+    owner: String,
+    /// The instance lease's duration, µs.
+    lease_ttl: Micros,
+    commit_strategy: CommitStrategy,
+    /// Serializes this process's runs of one instance, so they queue instead of meeting each
+    /// other's lease (the lease still fences other processes, ST-14).
+    locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+    /// Children created by their parent's commit whose first run is still to do (ACT-24).
+    created: Mutex<std::collections::HashSet<String>>,
+    /// Wakes awaiters after each commit of this process (ENG-48).
+    watches: Mutex<HashMap<String, watch::Sender<u64>>>,
+    events: broadcast::Sender<LifecycleEvent>,
+    max_steps_per_run: usize,
+    journal_level: JournalLevel,
+    max_journal_entries: usize,
+    middleware: Middleware,
+    /// Work between instances queued by commits (ACT-24), carried out before the runtime
+    /// call that caused it returns.
+    links: Mutex<VecDeque<Link>>,
+}
+
+/// The workflow runtime (engine.md section 10), on a [`Store`]: in memory by default, durable
+/// on a [`SqliteStore`](crate::store::SqliteStore). Cheap to clone; clones share instances.
+#[derive(Clone)]
+pub struct Runtime {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for Runtime {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut names: Vec<&String> = self.inner.workflows.keys().collect();
+        names.sort();
+        f.debug_struct("Runtime")
+            .field("workflows", &names)
+            .field("owner", &self.inner.owner)
+            .finish_non_exhaustive()
+    }
+}
+
+/// This process's turn to run an instance (see [`Runtime::local_run`]).
+struct LocalRun<'r> {
+    locks: &'r Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+    instance_id: String,
+    mutex: Option<Arc<tokio::sync::Mutex<()>>>,
+    guard: Option<tokio::sync::OwnedMutexGuard<()>>,
+}
+
+impl Drop for LocalRun<'_> {
+    fn drop(&mut self) {
+        drop(self.guard.take());
+        let mut locks = lock(self.locks);
+        // The map's reference and ours: nobody else waits.
+        if self
+            .mutex
+            .take()
+            .is_some_and(|m| Arc::strong_count(&m) == 2)
+        {
+            locks.remove(&self.instance_id);
+        }
+    }
+}
+
+/// How often [`Runtime::await_completion`] re-reads the store without a local commit.
+const AWAIT_POLL: Duration = Duration::from_millis(200);
+
+/// What [`Runtime::recover`] did (ENG-25, ENG-26).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RecoveryReport {
+    /// Instances run again (interrupted ones and ones never run), with their status after.
+    pub recovered: Vec<Started>,
+    /// Instances that could not run: `VersionNotRegistered` (left untouched, ENG-46), corrupt
+    /// state, store errors.
+    pub failed: Vec<RunError>,
+    /// Parents resumed with the result of a child that had finished before the crash
+    /// (ACT-24).
+    pub parents_resumed: Vec<String>,
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    match mutex.lock() {
+        Ok(guard) => guard,
+        Err(poisoned) => poisoned.into_inner(),
+    }
+}
+
+/// Returns `Pending` once, so a long-running instance lets other tasks run between budgets.
+struct YieldNow(bool);
+
+impl Future for YieldNow {
+    type Output = ();
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        if self.0 {
+            return Poll::Ready(());
+        }
+        self.0 = true;
+        cx.waker().wake_by_ref();
+        Poll::Pending
+    }
+}
+
+impl Runtime {
+    /// A builder with the defaults of engine.md.
+    pub fn builder() -> RuntimeBuilder {
+        RuntimeBuilder {
+            pending: Vec::new(),
+            max_steps_per_run: DEFAULT_MAX_STEPS_PER_RUN,
+            journal_level: JournalLevel::default(),
+            max_journal_entries: 1000,
+            event_buffer: 1024,
+            middleware: Middleware::default(),
+            store: None,
+            commit_strategy: CommitStrategy::default(),
+            lease_ttl: Duration::from_secs(60),
+            owner: None,
+        }
+    }
+
+    /// The store this runtime runs on.
+    pub fn store(&self) -> &Arc<dyn Store> {
+        &self.inner.store
+    }
+
+    /// Starts an instance of `W` with `input` as its data and runs its first run in the
+    /// caller's task (ENG-48).
+    pub async fn start<W: Workflow>(&self, input: W::Data) -> Result<Started, StartError> {
+        self.start_with::<W>(input, StartOptions::default()).await
+    }
+
+    /// [`Runtime::start`] with options.
+    pub async fn start_with<W: Workflow>(
+        &self,
+        input: W::Data,
+        options: StartOptions,
+    ) -> Result<Started, StartError> {
+        let input = serde_json::to_value(input).map_err(|e| StartError::Input {
+            message: e.to_string(),
+        })?;
+        self.start_by_name(W::name(), input, options).await
+    }
+
+    /// Starts an instance of the definition registered under `name` (a JSON registration,
+    /// say) with JSON input.
+    pub async fn start_by_name(
+        &self,
+        name: &str,
+        input: Value,
+        options: StartOptions,
+    ) -> Result<Started, StartError> {
+        let mut result = self.start_inner(name, input, options, None).await;
+        if self.process_links().await
+            && let Ok(started) = &mut result
+        {
+            self.refresh(started).await;
+        }
+        result
+    }
+
+    /// A new instance of `name` (`Running/Pending`, version 1), checked but not yet stored.
+    fn new_instance(
+        &self,
+        name: &str,
+        input: Value,
+        options: StartOptions,
+        parent: Option<ParentLink>,
+    ) -> Result<NewInstance, StartError> {
+        let workflow =
+            self.inner
+                .workflows
+                .get(name)
+                .ok_or_else(|| StartError::DefinitionNotRegistered {
+                    name: name.to_owned(),
+                })?;
+        workflow
+            .check_data(&input)
+            .map_err(|message| StartError::Input { message })?;
+        let instance_id = options.instance_id.unwrap_or_else(new_ulid);
+        let now = now_ms();
+        let mut state = WorkflowState::new(
+            instance_id.clone(),
+            DefinitionRef {
+                name: name.to_owned(),
+                version: workflow.version().to_owned(),
+            },
+            input.clone(),
+            input,
+            Journal::new(self.inner.journal_level, self.inner.max_journal_entries),
+            now,
+        );
+        state.correlation_id = options.correlation_id;
+        state.parent = parent;
+        let document = encode_document(&state)?;
+        Ok(NewInstance {
+            instance_id,
+            definition_name: name.to_owned(),
+            definition_version: workflow.version().to_owned(),
+            status: InstanceStatus::Running,
+            sub_status: Some(InstanceSubStatus::Pending),
+            correlation_id: state.correlation_id.clone(),
+            origin_at: ms_to_micros(now),
+            created_at: ms_to_micros(now),
+            state: document,
+            receipt: None,
+            consumed_queue_item: None,
+            activation_scope: None,
+        })
+    }
+
+    /// Creates the instance in the store (`Running/Pending`, version 1) and runs its first
+    /// run, with its parent when a SubWorkflow starts it (ACT-24).
+    async fn start_inner(
+        &self,
+        name: &str,
+        input: Value,
+        options: StartOptions,
+        parent: Option<ParentLink>,
+    ) -> Result<Started, StartError> {
+        let new = self.new_instance(name, input, options, parent)?;
+        let instance_id = new.instance_id.clone();
+        let created = self.inner.store.create_instance(new).await;
+        match created {
+            Ok(_) => {}
+            Err(StoreError::AlreadyExists { .. }) => {
+                return Err(StartError::InstanceExists {
+                    instance: instance_id,
+                });
+            }
+            Err(StoreError::Invalid { reason, .. }) => {
+                return Err(StartError::Input { message: reason });
+            }
+            Err(error) => return Err(StartError::Run(run_store_error(&instance_id, error))),
+        }
+        match self.drive(&instance_id, RunTarget::None).await {
+            Ok(Some(started)) => Ok(started),
+            Ok(None) => Err(StartError::Run(RunError::Store {
+                instance: instance_id.clone(),
+                error: StoreError::NotFound {
+                    what: "instance",
+                    id: instance_id,
+                },
+            })),
+            Err(error) => {
+                // Nothing is kept of a start whose first run failed (unless the store is
+                // unreachable: then recovery runs it later).
+                self.discard(&instance_id).await;
+                Err(StartError::Run(error))
+            }
+        }
+    }
+
+    /// Removes an instance whose first run failed: committed `Cancelled`, then deleted.
+    async fn discard(&self, instance_id: &str) {
+        let store = &self.inner.store;
+        let now = now_micros();
+        let Ok(lease) = store
+            .acquire_lease(instance_id, &self.inner.owner, now, self.inner.lease_ttl)
+            .await
+        else {
+            return;
+        };
+        if let Ok(record) = store.load_instance(instance_id).await
+            && record.status == InstanceStatus::Running
+        {
+            let mut commit = Commit::new(
+                instance_id,
+                record.version,
+                lease.token,
+                now,
+                record.state,
+                InstanceStatus::Cancelled,
+                None,
+            );
+            commit.release_lease = true;
+            if store.commit(commit).await.is_ok() {
+                let _ = store.delete_instance(instance_id).await;
+                return;
+            }
+        }
+        let _ = store.release_lease(instance_id, lease.token).await;
+    }
+
+    /// Sends a stimulus (ENG-49): every bookmark waiting for its name and key (in the given
+    /// instance, if any), found in the store's index by stimulus hash (ST-6), is resumed with
+    /// the payload, one run per instance, in bookmark creation order.
+    pub async fn send(&self, stimulus: Stimulus) -> Result<SendReport, SendError> {
+        let mut result = self.send_inner(stimulus).await;
+        if self.process_links().await
+            && let Ok(report) = &mut result
+        {
+            for started in &mut report.resumed {
+                self.refresh(started).await;
+            }
+        }
+        result
+    }
+
+    async fn send_inner(&self, stimulus: Stimulus) -> Result<SendReport, SendError> {
+        const PAGE: usize = 500;
+        check_name(&stimulus.name)?;
+        if let Some(message) = stimulus.invalid.clone() {
+            return Err(SendError::Payload { message });
+        }
+        let hash = stimulus_hash(&stimulus.name, stimulus.key.as_ref(), None)?;
+        let mut query = BookmarkQuery::by_hash(hash, PAGE);
+        query.instance_id.clone_from(&stimulus.instance_id);
+        let mut targets: Vec<(String, Vec<String>)> = Vec::new();
+        loop {
+            let rows = self
+                .inner
+                .store
+                .find_bookmarks(query.clone())
+                .await
+                .map_err(|error| {
+                    SendError::Run(RunError::Store {
+                        instance: stimulus.instance_id.clone().unwrap_or_default(),
+                        error,
+                    })
+                })?;
+            let full = rows.len() >= PAGE;
+            query.after = rows.last().map(|r| (r.created_at, r.bookmark_id.clone()));
+            for row in rows {
+                match targets.iter_mut().find(|(i, _)| *i == row.instance_id) {
+                    Some((_, ids)) => ids.push(row.bookmark_id),
+                    None => targets.push((row.instance_id, vec![row.bookmark_id])),
+                }
+            }
+            if !full {
+                break;
+            }
+        }
+        let mut resumed = Vec::new();
+        let mut not_delivered = Vec::new();
+        for (instance, ids) in targets {
+            let target = RunTarget::Bookmarks {
+                ids,
+                payload: stimulus.payload.clone(),
+            };
+            match self.drive(&instance, target).await {
+                Ok(Some(started)) => resumed.push(started),
+                // Consumed elsewhere in the meantime: routing treats it as gone (ENG-25).
+                Ok(None) | Err(RunError::BookmarkNotFound { .. }) => {}
+                // Not delivered to this one; the others still get it.
+                Err(
+                    error @ (RunError::NotRunnable { .. }
+                    | RunError::VersionNotRegistered { .. }
+                    | RunError::Store { .. }),
+                ) => not_delivered.push(error),
+                Err(error) => return Err(SendError::Run(error)),
+            }
+        }
+        if resumed.is_empty() {
+            if let Some(error) = not_delivered.into_iter().next() {
+                return Err(SendError::Run(error));
+            }
+            return Err(SendError::NoMatchingBookmark {
+                name: stimulus.name,
+            });
+        }
+        Ok(SendReport {
+            resumed,
+            not_delivered,
+        })
+    }
+
+    /// Resumes one bookmark by id (RT-34), e.g. a `wf.delay` bookmark before timers exist.
+    pub async fn resume_bookmark(
+        &self,
+        instance_id: &str,
+        bookmark_id: &str,
+        payload: Value,
+    ) -> Result<Started, ResumeError> {
+        let target = RunTarget::Bookmarks {
+            ids: vec![bookmark_id.to_owned()],
+            payload,
+        };
+        let mut result = self.drive(instance_id, target).await;
+        if self.process_links().await
+            && let Ok(Some(started)) = &mut result
+        {
+            self.refresh(started).await;
+        }
+        result?.ok_or_else(|| ResumeError::InstanceNotFound {
+            instance: instance_id.to_owned(),
+        })
+    }
+
+    /// Runs again every runnable instance whose lease is free (ENG-25, ENG-26): instances left
+    /// `Running/Executing` by a process that died mid-run (their interrupted contexts re-run
+    /// their entry point: activities run **at least once**, ENG-5), and ones created but never
+    /// run. Call it once after [`RuntimeBuilder::build`]; an instance whose dead process still
+    /// holds a live lease is recovered by a later call, once the lease expired. An instance
+    /// pinned to an unregistered version is reported as `VersionNotRegistered` and left
+    /// untouched (ENG-46).
+    pub async fn recover(&self) -> Result<RecoveryReport, StoreError> {
+        const PAGE: usize = 100;
+        let mut report = RecoveryReport::default();
+        let mut seen = std::collections::HashSet::new();
+        loop {
+            let claimed = self
+                .inner
+                .store
+                .claim_runnable(&self.inner.owner, now_micros(), self.inner.lease_ttl, PAGE)
+                .await?;
+            if claimed.is_empty() {
+                break;
+            }
+            let mut any_new = false;
+            for claim in claimed {
+                let id = claim.instance_id;
+                if !seen.insert(id.clone()) {
+                    let _ = self.inner.store.release_lease(&id, claim.lease.token).await;
+                    continue;
+                }
+                any_new = true;
+                let _local = self.local_run(&id).await;
+                match self
+                    .drive_leased(&id, claim.lease.token, RunTarget::None)
+                    .await
+                {
+                    Ok(started) => report.recovered.push(started),
+                    Err(error) => {
+                        let _ = self.inner.store.release_lease(&id, claim.lease.token).await;
+                        report.failed.push(error);
+                    }
+                }
+            }
+            self.process_links().await;
+            if !any_new {
+                break;
+            }
+        }
+        self.resume_orphaned_parents(&mut report).await?;
+        Ok(report)
+    }
+
+    /// ACT-24 after a crash: a child whose final commit was written but whose parent was not
+    /// resumed yet (the resume follows the commit in process). Each suspended parent waiting on
+    /// a `wf.sub_workflow` bookmark whose child is final is resumed with the child's result.
+    async fn resume_orphaned_parents(&self, report: &mut RecoveryReport) -> Result<(), StoreError> {
+        let mut filter = InstanceFilter {
+            status: Some(InstanceStatus::Suspended),
+            limit: 500,
+            ..InstanceFilter::default()
+        };
+        loop {
+            let page = self.inner.store.list_instances(filter.clone()).await?;
+            let Some(last) = page.last() else { break };
+            filter.after = Some(last.instance_id.clone());
+            for listed in page {
+                let Ok(record) = listed.record else { continue };
+                let Ok(parent) = decode_document(&record.instance_id, record.state) else {
+                    continue;
+                };
+                for bookmark in &parent.bookmarks {
+                    if bookmark.name != crate::structured::SUB_WORKFLOW {
+                        continue;
+                    }
+                    let Some(child) = bookmark
+                        .payload
+                        .get("child_instance_id")
+                        .and_then(Value::as_str)
+                    else {
+                        continue;
+                    };
+                    let Ok(Some(child)) = self.load_state(child).await else {
+                        continue;
+                    };
+                    if !child.status.is_final() {
+                        continue;
+                    }
+                    lock(&self.inner.links).push_back(Link::Resume {
+                        instance_id: parent.instance_id.clone(),
+                        bookmark_id: bookmark.id.clone(),
+                        payload: serde_json::json!({
+                            "child_instance_id": child.instance_id,
+                            "status": child.status.to_string(),
+                            "output": child.output,
+                        }),
+                    });
+                    report.parents_resumed.push(parent.instance_id.clone());
+                }
+            }
+        }
+        self.process_links().await;
+        Ok(())
+    }
+
+    /// A snapshot of an instance, or `None` for an unknown id (ENG-51).
+    pub async fn get_state(
+        &self,
+        instance_id: &str,
+    ) -> Result<Option<InstanceSnapshot>, StateError> {
+        let store_error = |error| StateError::Store {
+            instance: instance_id.to_owned(),
+            error,
+        };
+        let Some(state) = self.load_state(instance_id).await? else {
+            return Ok(None);
+        };
+        let mut entries = Vec::new();
+        let mut from = 1;
+        loop {
+            let page = self
+                .inner
+                .store
+                .read_journal(instance_id, from, 1000)
+                .await
+                .map_err(store_error)?;
+            let Some(last) = page.last() else { break };
+            from = last.seq + 1;
+            entries.extend(page.into_iter().filter_map(journal_entry));
+        }
+        // ENG-42: the journal shown is bounded like the instance's.
+        let mut journal = Journal::new(state.journal.level, state.journal.max_entries);
+        journal.entries = entries;
+        journal.compact();
+        Ok(Some(InstanceSnapshot {
+            state,
+            journal: journal.entries,
+        }))
+    }
+
+    /// The stored state document alone (no journal), or `None` for an unknown id.
+    async fn load_state(&self, instance_id: &str) -> Result<Option<WorkflowState>, StateError> {
+        match self.inner.store.load_instance(instance_id).await {
+            Ok(record) => decode_document(instance_id, record.state).map(Some),
+            Err(StoreError::NotFound { .. }) => Ok(None),
+            Err(StoreError::Decode { message, .. }) => Err(StateError::Decode {
+                instance: instance_id.to_owned(),
+                message,
+            }),
+            Err(error) => Err(StateError::Store {
+                instance: instance_id.to_owned(),
+                error,
+            }),
+        }
+    }
+
+    /// Definitions pinned by live (non-final) instances in the store that this runtime does
+    /// not run (ENG-46): `(name, version)` pairs with the number of instances, sorted. Their
+    /// instances stay untouched; register the version (as the current one of its name) to run
+    /// them.
+    pub async fn unregistered_versions(&self) -> Result<Vec<(String, String, u64)>, StoreError> {
+        let mut found: std::collections::BTreeMap<(String, String), u64> = Default::default();
+        for status in [
+            InstanceStatus::Running,
+            InstanceStatus::Suspended,
+            InstanceStatus::Faulted,
+        ] {
+            let mut filter = InstanceFilter {
+                status: Some(status),
+                limit: 500,
+                ..InstanceFilter::default()
+            };
+            loop {
+                let page = self.inner.store.list_instances(filter.clone()).await?;
+                let Some(last) = page.last() else { break };
+                filter.after = Some(last.instance_id.clone());
+                for listed in &page {
+                    let Ok(record) = &listed.record else { continue };
+                    let current = self
+                        .inner
+                        .workflows
+                        .get(&record.definition_name)
+                        .map(|w| w.version());
+                    if current != Some(record.definition_version.as_str()) {
+                        *found
+                            .entry((
+                                record.definition_name.clone(),
+                                record.definition_version.clone(),
+                            ))
+                            .or_default() += 1;
+                    }
+                }
+            }
+        }
+        Ok(found
+            .into_iter()
+            .map(|((name, version), count)| (name, version, count))
+            .collect())
+    }
+
+    /// The typed current state of a state-machine instance: `None` for an unknown id or a
+    /// machine that has not started.
+    pub async fn current_state<W: StateMachineWorkflow>(
+        &self,
+        instance_id: &str,
+    ) -> Result<Option<W::State>, StateError> {
+        let snapshot = self
+            .load_state(instance_id)
+            .await?
+            .map(|state| InstanceSnapshot {
+                state,
+                journal: Vec::new(),
+            });
+        Ok(snapshot
+            .as_ref()
+            .and_then(InstanceSnapshot::current_state)
+            .and_then(W::state_from_name))
+    }
+
+    /// Waits until the instance is final or faulted, at most `timeout` (ENG-48). Needs a Tokio
+    /// runtime with time enabled. It re-reads the store after each commit of this runtime, and
+    /// every 200 ms for commits of other processes on the same store.
+    pub async fn await_completion(
+        &self,
+        instance_id: &str,
+        timeout: Duration,
+    ) -> Result<Completion, AwaitError> {
+        let mut receiver = lock(&self.inner.watches)
+            .entry(instance_id.to_owned())
+            .or_insert_with(|| watch::channel(0).0)
+            .subscribe();
+        let not_found = || AwaitError::InstanceNotFound {
+            instance: instance_id.to_owned(),
+        };
+        let mut status = WorkflowStatus::Running;
+        let wait = async {
+            loop {
+                receiver.borrow_and_update();
+                let state = match self.load_state(instance_id).await {
+                    Ok(Some(state)) => state,
+                    Ok(None) => return Err(not_found()),
+                    Err(error) => {
+                        return Err(AwaitError::State {
+                            instance: instance_id.to_owned(),
+                            error,
+                        });
+                    }
+                };
+                status = state.status;
+                match state.status {
+                    WorkflowStatus::Finished => {
+                        return Ok(Completion::Finished(state.output.unwrap_or(Value::Null)));
+                    }
+                    WorkflowStatus::Cancelled => {
+                        return Ok(Completion::Cancelled(state.cancel_reason));
+                    }
+                    WorkflowStatus::Faulted => {
+                        if let Some(incident) = state.incidents.last().cloned() {
+                            return Err(AwaitError::Faulted {
+                                incident: Box::new(incident),
+                            });
+                        }
+                    }
+                    WorkflowStatus::Running | WorkflowStatus::Suspended => {}
+                }
+                // Woken by this runtime's commits, and re-reading the store now and then for
+                // another process's.
+                if let Ok(Err(_)) = tokio::time::timeout(AWAIT_POLL, receiver.changed()).await {
+                    return Err(not_found());
+                }
+            }
+        };
+        let result = match tokio::time::timeout(timeout, wait).await {
+            Ok(result) => result,
+            Err(_) => Err(AwaitError::Timeout {
+                instance: instance_id.to_owned(),
+                status,
+            }),
+        };
+        drop(receiver);
+        let mut watches = lock(&self.inner.watches);
+        // The last awaiter of the instance forgets its watch.
+        if watches
+            .get(instance_id)
+            .is_some_and(|w| w.receiver_count() == 0)
+        {
+            watches.remove(instance_id);
+        }
+        result
+    }
+
+    /// Cancels an instance (ENG-50): the tree is cancelled, bookmarks and queued work removed,
+    /// open incidents resolved as `cancelled`, `WorkflowCancelled` published. On a final
+    /// instance: `AlreadyTerminal`, nothing changes. A run in progress in this process
+    /// finishes first; honouring a cancel request mid-run is not implemented yet.
+    pub async fn cancel(
+        &self,
+        instance_id: &str,
+        reason: Option<String>,
+    ) -> Result<(), CancelError> {
+        let result = self.cancel_inner(instance_id, reason).await;
+        self.process_links().await;
+        result
+    }
+
+    async fn cancel_inner(
+        &self,
+        instance_id: &str,
+        reason: Option<String>,
+    ) -> Result<(), CancelError> {
+        let _local = self.local_run(instance_id).await;
+        let store = &*self.inner.store;
+        let lease = match store
+            .acquire_lease(
+                instance_id,
+                &self.inner.owner,
+                now_micros(),
+                self.inner.lease_ttl,
+            )
+            .await
+        {
+            Ok(lease) => lease,
+            Err(StoreError::NotFound { .. }) => {
+                return Err(CancelError::InstanceNotFound {
+                    instance: instance_id.to_owned(),
+                });
+            }
+            Err(error) => return Err(CancelError::Run(run_store_error(instance_id, error))),
+        };
+        let result = self.cancel_leased(instance_id, lease.token, reason).await;
+        if result.is_err() {
+            let _ = store.release_lease(instance_id, lease.token).await;
+        }
+        result
+    }
+
+    async fn cancel_leased(
+        &self,
+        instance_id: &str,
+        token: u64,
+        reason: Option<String>,
+    ) -> Result<(), CancelError> {
+        let (state, commits) = self.load_for_run(instance_id, token).await?;
+        if state.status.is_final() {
+            return Err(CancelError::AlreadyTerminal {
+                status: state.status,
+            });
+        }
+        let workflow = self.workflow_for(&state)?;
+        let output = workflow.cancel(state, reason, &self.inner.middleware)?;
+        self.commit_and_publish(&commits, output, true).await?;
+        Ok(())
+    }
+
+    /// Removes a final instance with its journal (ST-31).
+    pub async fn purge(&self, instance_id: &str) -> Result<(), PurgeError> {
+        match self.inner.store.delete_instance(instance_id).await {
+            Ok(()) => {
+                lock(&self.inner.watches).remove(instance_id);
+                Ok(())
+            }
+            Err(StoreError::NotFound { .. }) => Err(PurgeError::InstanceNotFound {
+                instance: instance_id.to_owned(),
+            }),
+            Err(StoreError::NotTerminal { status, .. }) => Err(PurgeError::NotTerminal {
+                status: workflow_status(status),
+            }),
+            Err(error) => Err(PurgeError::Store {
+                instance: instance_id.to_owned(),
+                error,
+            }),
+        }
+    }
+
+    /// Retention (ST-31): removes the `Finished` and `Cancelled` instances that became final
+    /// more than `older_than` ago, with their bookmarks, journal and receipts, in atomic
+    /// batches. Returns how many were removed.
+    pub async fn purge_finished(&self, older_than: Duration) -> Result<u64, StoreError> {
+        let age = i64::try_from(older_than.as_micros()).unwrap_or(i64::MAX);
+        let cut_off = now_micros().saturating_sub(age);
+        self.inner
+            .store
+            .purge(PurgeFilter::finished_before(cut_off))
+            .await
+    }
+
+    /// Subscribes to lifecycle events of every instance (ENG-39, ENG-40).
+    pub fn subscribe(&self) -> EventStream {
+        EventStream {
+            receiver: self.inner.events.subscribe(),
+        }
+    }
+
+    // ---- links between instances (ACT-24) ----------------------------------------------
+
+    /// The status after linked work moved the instance on (a child that finished at once
+    /// resumed its parent, ACT-24).
+    async fn refresh(&self, started: &mut Started) {
+        if let Ok(Some(state)) = self.load_state(&started.instance_id).await {
+            started.status = state.status;
+            started.sub_status = state.sub_status;
+        }
+    }
+
+    /// Carries out the work between instances that commits queued: starts children, resumes
+    /// parents with their children's results, cancels children of cancelled SubWorkflows.
+    /// Iterative, so a chain of nested sub-workflows does not recurse. Returns whether it did
+    /// anything. (In process, after the commit: not yet durable across a crash.)
+    async fn process_links(&self) -> bool {
+        let mut any = false;
+        loop {
+            let Some(link) = lock(&self.inner.links).pop_front() else {
+                return any;
+            };
+            any = true;
+            match link {
+                Link::Start {
+                    workflow,
+                    instance_id,
+                    input,
+                    parent,
+                } => {
+                    let options = StartOptions {
+                        instance_id: Some(instance_id.clone()),
+                        ..StartOptions::default()
+                    };
+                    let bookmark = parent.bookmark_id.clone();
+                    let parent_id = parent.instance_id.clone();
+                    let created = lock(&self.inner.created).remove(&instance_id);
+                    let started = if created {
+                        // Created atomically with its parent's commit: run it.
+                        match self.drive(&instance_id, RunTarget::None).await {
+                            Ok(Some(started)) => Ok(started),
+                            Ok(None) => Ok(Started {
+                                instance_id: instance_id.clone(),
+                                status: WorkflowStatus::Running,
+                                sub_status: Some(SubStatus::Pending),
+                            }),
+                            Err(error) => {
+                                self.discard(&instance_id).await;
+                                Err(StartError::Run(error))
+                            }
+                        }
+                    } else {
+                        self.start_inner(&workflow, input, options, Some(parent))
+                            .await
+                    };
+                    if let (Err(error), Some(bookmark_id)) = (started, bookmark) {
+                        // The parent learns that its child could not run (ACT-24).
+                        lock(&self.inner.links).push_back(Link::Resume {
+                            instance_id: parent_id,
+                            bookmark_id,
+                            payload: serde_json::json!({
+                                "child_instance_id": instance_id,
+                                "status": "Failed",
+                                "error": error.to_string(),
+                            }),
+                        });
+                    }
+                }
+                Link::Cancel { instance_id } => {
+                    // Already final or gone: nothing to cancel.
+                    let _ = self
+                        .cancel_inner(&instance_id, Some("parent cancelled".to_owned()))
+                        .await;
+                }
+                Link::Resume {
+                    instance_id,
+                    bookmark_id,
+                    payload,
+                } => {
+                    let target = RunTarget::Bookmarks {
+                        ids: vec![bookmark_id],
+                        payload,
+                    };
+                    // A parent that was cancelled meanwhile has no bookmark left.
+                    let _ = self.drive(&instance_id, target).await;
+                }
+            }
+        }
+    }
+
+    // ---- driving runs ------------------------------------------------------------------
+
+    /// Waits for this process's other runs of the instance; the guard forgets the instance's
+    /// lock when nobody else waits on it.
+    async fn local_run(&self, instance_id: &str) -> LocalRun<'_> {
+        let mutex = lock(&self.inner.locks)
+            .entry(instance_id.to_owned())
+            .or_default()
+            .clone();
+        let guard = mutex.clone().lock_owned().await;
+        LocalRun {
+            locks: &self.inner.locks,
+            instance_id: instance_id.to_owned(),
+            mutex: Some(mutex),
+            guard: Some(guard),
+        }
+    }
+
+    /// The registered workflow of the instance's pinned version, else `VersionNotRegistered`
+    /// naming both fingerprints (ENG-46).
+    fn workflow_for(&self, state: &WorkflowState) -> Result<Arc<dyn ErasedWorkflow>, RunError> {
+        let registered = self.inner.workflows.get(&state.definition.name);
+        match registered {
+            Some(w) if w.version() == state.definition.version => Ok(w.clone()),
+            _ => Err(RunError::VersionNotRegistered {
+                instance: state.instance_id.clone(),
+                name: state.definition.name.clone(),
+                version: state.definition.version.clone(),
+                registered: registered.map(|w| w.version().to_owned()),
+            }),
+        }
+    }
+
+    /// Runs an instance under its lease; `Ok(None)` for an unknown id.
+    async fn drive(
+        &self,
+        instance_id: &str,
+        target: RunTarget,
+    ) -> Result<Option<Started>, RunError> {
+        let _local = self.local_run(instance_id).await;
+        let store = &*self.inner.store;
+        let lease = match store
+            .acquire_lease(
+                instance_id,
+                &self.inner.owner,
+                now_micros(),
+                self.inner.lease_ttl,
+            )
+            .await
+        {
+            Ok(lease) => lease,
+            Err(StoreError::NotFound { .. }) => return Ok(None),
+            Err(error) => return Err(run_store_error(instance_id, error)),
+        };
+        match self.drive_leased(instance_id, lease.token, target).await {
+            Ok(started) => Ok(Some(started)),
+            Err(error) => {
+                // The run is abandoned; the instance continues from its last commit (ENG-29).
+                let _ = store.release_lease(instance_id, lease.token).await;
+                Err(error)
+            }
+        }
+    }
+
+    /// Loads the instance for a run holding lease `token`.
+    async fn load_for_run<'s>(
+        &'s self,
+        instance_id: &str,
+        token: u64,
+    ) -> Result<(WorkflowState, RunCommits<'s>), RunError> {
+        let record = self
+            .inner
+            .store
+            .load_instance(instance_id)
+            .await
+            .map_err(|error| run_store_error(instance_id, error))?;
+        let state =
+            decode_document(instance_id, record.state).map_err(|e| RunError::StateCorrupt {
+                instance: instance_id.to_owned(),
+                reason: e.to_string(),
+            })?;
+        let commits = RunCommits {
+            store: &*self.inner.store,
+            tracker: Mutex::new(Tracker {
+                instance_id: instance_id.to_owned(),
+                token,
+                version: record.version,
+                bookmarks: state.bookmarks.clone(),
+            }),
+        };
+        Ok((state, commits))
+    }
+
+    /// Runs under the lease until the run ends other than at its step budget: each budget
+    /// slice is committed (ENG-10) and the task yields before the next. The last commit
+    /// releases the lease.
+    async fn drive_leased(
+        &self,
+        instance_id: &str,
+        token: u64,
+        target: RunTarget,
+    ) -> Result<Started, RunError> {
+        let (mut state, commits) = self.load_for_run(instance_id, token).await?;
+        if state.status.is_final() || state.status == WorkflowStatus::Faulted {
+            return Err(RunError::NotRunnable {
+                instance: instance_id.to_owned(),
+                status: state.status,
+            });
+        }
+        let workflow = self.workflow_for(&state)?;
+        let checkpoint: Option<(&dyn Checkpoint, CommitStrategy)> = match self.inner.commit_strategy
+        {
+            CommitStrategy::RunEnd => None,
+            strategy => Some((&commits, strategy)),
+        };
+        let mut target = Some(target);
+        loop {
+            let target = target.take().unwrap_or(RunTarget::None);
+            let output = workflow
+                .run(
+                    state,
+                    target,
+                    self.inner.max_steps_per_run,
+                    &self.inner.middleware,
+                    self.inner.events.receiver_count() > 0,
+                    checkpoint,
+                )
+                .await?;
+            let end = output.end;
+            let (next, started) = self
+                .commit_and_publish(&commits, output, end != RunEnd::Budget)
+                .await?;
+            if end != RunEnd::Budget {
+                return Ok(started);
+            }
+            state = next;
+            YieldNow(false).await;
+        }
+    }
+
+    /// The mandatory commit of a run (ENG-31), then what follows commits: the links between
+    /// instances, the events (ENG-33) and the awaiters.
+    async fn commit_and_publish(
+        &self,
+        commits: &RunCommits<'_>,
+        output: RunOutput,
+        release: bool,
+    ) -> Result<(WorkflowState, Started), RunError> {
+        let mut state = output.state;
+        // ACT-24, ST-16: children start in the parent's commit, so a crash cannot lose them
+        // (a child never run is recovered as `Running/Pending`).
+        let mut children = Vec::new();
+        for link in &output.links {
+            if let Link::Start {
+                workflow,
+                instance_id,
+                input,
+                parent,
+            } = link
+            {
+                let options = StartOptions {
+                    instance_id: Some(instance_id.clone()),
+                    ..StartOptions::default()
+                };
+                // One that cannot be created is started (and fails) after the commit.
+                if let Ok(child) =
+                    self.new_instance(workflow, input.clone(), options, Some(parent.clone()))
+                {
+                    children.push(child);
+                }
+            }
+        }
+        let ids: Vec<String> = children.iter().map(|c| c.instance_id.clone()).collect();
+        commits.commit(&mut state, release, children).await?;
+        lock(&self.inner.created).extend(ids);
+        {
+            // ACT-24: the links of this run, and a final child's result for its parent.
+            let mut links = lock(&self.inner.links);
+            links.extend(output.links);
+            if state.status.is_final()
+                && let Some(parent) = &state.parent
+                && let Some(bookmark) = &parent.bookmark_id
+            {
+                links.push_back(Link::Resume {
+                    instance_id: parent.instance_id.clone(),
+                    bookmark_id: bookmark.clone(),
+                    payload: serde_json::json!({
+                        "child_instance_id": state.instance_id,
+                        "status": state.status.to_string(),
+                        "output": state.output,
+                    }),
+                });
+            }
+        }
+        for event in output.events {
+            // No subscriber is not an error.
+            let _ = self.inner.events.send(event);
+        }
+        if let Some(watch) = lock(&self.inner.watches).get(&state.instance_id) {
+            watch.send_modify(|n| *n += 1);
+        }
+        let started = Started {
+            instance_id: state.instance_id.clone(),
+            status: state.status,
+            sub_status: state.sub_status,
+        };
+        Ok((state, started))
+    }
+}
