@@ -12,12 +12,14 @@
 #![allow(clippy::print_stdout)]
 
 use std::error::Error;
+use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 use workflow_runtime::{
-    ChooseOutcome, Completion, JournalKind, Outcome, Runtime, Stimulus, TaskContext, TaskError,
-    Workflow, workflow,
+    ChooseOutcome, Completion, JournalKind, Outcome, Runtime, SqliteStore, Stimulus, TaskContext,
+    TaskError, Workflow, workflow,
 };
 
 /// The expense's data, persisted with the instance.
@@ -107,12 +109,23 @@ async fn visited(
 }
 
 async fn run() -> Result<(), Box<dyn Error>> {
-    // The store: the runtime's default. Choose another one on this line.
-    let runtime = Runtime::builder().register::<Expense>().build()?;
+    // The store: SQLite in a file, the embedded default. `MemoryStore::new()` would do for tests.
+    let path = std::env::var_os("EXPENSE_EXAMPLE_DB")
+        .map_or_else(|| PathBuf::from("target/expense-example.db"), PathBuf::from);
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir)?;
+    }
+    let store = Arc::new(SqliteStore::open(&path)?);
+    let runtime = Runtime::builder()
+        .store(store)
+        .register::<Expense>()
+        .build()?;
+    runtime.recover().await?;
     println!(
-        "workflow `{}` version {}",
+        "workflow `{}` version {} on SQLite file {}",
         Expense::name(),
-        Expense::version()
+        Expense::version(),
+        path.display()
     );
 
     // (expense id, amount, the manager's decision when one is asked for)
