@@ -24,6 +24,11 @@ pub struct Definition {
     /// The workflow-level commit strategy (ENG-32). Absent: the runtime's default (`run_end`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub commit_strategy: Option<CommitStrategy>,
+    /// When a trigger or a start may create a new instance (routing.md RT-15, RT-16).
+    /// Absent: `always`. A routing setting, not part of the version fingerprint: changing it
+    /// does not pin instances to a new version. JSON and builder only (no macro option yet).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub activation: Option<Activation>,
 }
 
 impl Definition {
@@ -35,7 +40,15 @@ impl Definition {
             root: root.into(),
             retry: None,
             commit_strategy: None,
+            activation: None,
         }
+    }
+
+    /// With an activation strategy (RT-15).
+    #[must_use]
+    pub fn with_activation(mut self, activation: Activation) -> Self {
+        self.activation = Some(activation);
+        self
     }
 
     /// The version fingerprint of this definition (ENG-44): see [`crate::fingerprint`].
@@ -1095,6 +1108,22 @@ impl<'de> Deserialize<'de> for Decimal {
         Decimal::from_f64(value)
             .ok_or_else(|| serde::de::Error::custom(format!("`{value}` is not a usable number")))
     }
+}
+
+/// A definition's activation strategy (routing.md RT-15): when a trigger or a start may
+/// create a new instance. An unknown name in JSON is a load error (RT-16).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Activation {
+    /// Always (the default).
+    #[default]
+    Always,
+    /// Only while no non-final instance of the same definition name exists.
+    Singleton,
+    /// Only while no non-final instance of any definition has the correlation id.
+    Correlation,
+    /// Only while no non-final instance of the same definition has the correlation id.
+    CorrelatedSingleton,
 }
 
 /// The workflow-level commit strategy (ENG-32).

@@ -64,7 +64,21 @@ where
         };
         match &node.kind {
             NodeKind::Task { function, .. } => self.run_task(id, function).await,
-            NodeKind::Event { event, key, .. } => self.execute_event(id, event, key.as_deref()),
+            NodeKind::Event { event, key, .. } => {
+                // RT-13, ACT-7: the trigger that created the instance completes at once with
+                // the stimulus payload instead of waiting.
+                if self
+                    .state
+                    .trigger
+                    .as_ref()
+                    .is_some_and(|t| t.node_id == node.id)
+                    && let Some(trigger) = self.state.trigger.take()
+                {
+                    let index = graph.index_of(&node.id).unwrap_or_default();
+                    return self.bookmark_completed(id, index, trigger.payload);
+                }
+                self.execute_event(id, event, key.as_deref())
+            }
             NodeKind::Delay { duration_ms } => self.execute_delay(id, *duration_ms),
             NodeKind::Sequence { steps } => self.sequence_next(id, steps, 0),
             NodeKind::StateMachine(machine) => self.machine_execute(id, machine),

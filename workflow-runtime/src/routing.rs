@@ -23,6 +23,13 @@ pub enum RoutingError {
         /// The offending name.
         name: String,
     },
+    /// The correlation id is empty, longer than 256 bytes, or holds a control character
+    /// (RT-33).
+    #[error("invalid correlation id `{id}`")]
+    InvalidCorrelationId {
+        /// The offending id.
+        id: String,
+    },
     /// The key holds a value that cannot be hashed stably (RT-3).
     #[error("key cannot be routed at `{path}`: {reason}")]
     UnhashableKey {
@@ -52,6 +59,14 @@ pub fn check_name(name: &str) -> Result<(), RoutingError> {
         return Err(RoutingError::ReservedName {
             name: name.to_owned(),
         });
+    }
+    Ok(())
+}
+
+/// Checks a correlation id: 1 to 256 bytes of UTF-8 without control characters (RT-33).
+pub fn check_correlation_id(id: &str) -> Result<(), RoutingError> {
+    if id.is_empty() || id.len() > 256 || id.chars().any(char::is_control) {
+        return Err(RoutingError::InvalidCorrelationId { id: id.to_owned() });
     }
     Ok(())
 }

@@ -119,6 +119,8 @@ pub(super) struct Tracker {
     pub(super) version: u64,
     /// The bookmarks as last committed, for the diff (ENG-23, ST-6).
     pub(super) bookmarks: Vec<Bookmark>,
+    /// Stimulus ids consumed by this run, written as receipts with its first commit (RT-19).
+    pub(super) receipts: Vec<String>,
 }
 
 /// The commits of one leased run: inside it (ENG-32) and at its end (ENG-31).
@@ -171,6 +173,7 @@ impl RunCommits<'_> {
                 .map(|a| a.id.clone())
                 .collect();
             commit.instances_created = children;
+            commit.receipts.clone_from(&tracker.receipts);
             commit.journal = state
                 .journal
                 .entries
@@ -191,6 +194,7 @@ impl RunCommits<'_> {
         let mut tracker = lock(&self.tracker);
         tracker.version = version;
         tracker.bookmarks = state.bookmarks.clone();
+        tracker.receipts.clear();
         Ok(())
     }
 }
