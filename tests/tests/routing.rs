@@ -19,7 +19,7 @@ use workflow_runtime::store::{
     DeadLetterFilter, DeadLetterReason, InstanceFilter, MemoryStore, SqliteStore, Store,
 };
 use workflow_runtime::{
-    Completion, Outcome, Refusal, Registry, Runtime, SendError, StartOptions, Stimulus,
+    Completion, Outcome, Refusal, Registry, Runtime, SendError, StartError, StartOptions, Stimulus,
     TaskContext, WorkflowStatus,
 };
 
@@ -549,4 +549,104 @@ fn rt30_look_back_since_origin() {
             assert_eq!(gate_free.resumed.len(), 1, "{label}: live delivery");
         });
     }
+}
+
+#[test]
+fn rt18_an_instance_busy_in_another_process_is_deferred_then_delivered() {
+    for (label, store, _dir) in stores() {
+        block_on(async {
+            let rt = runtime(&store, None);
+            let id = rt.send(placed("o-3")).await.unwrap().started[0]
+                .instance_id
+                .clone();
+            // Another process holds the instance's lease.
+            let lease = store
+                .acquire_lease(&id, "other-process", now_micros(), 60_000_000)
+                .await
+                .unwrap();
+            let report = rt.send(Stimulus::new("paid").key("o-3")).await.unwrap();
+            assert_eq!(
+                report.deferred,
+                std::slice::from_ref(&id),
+                "{label}: {report:?}"
+            );
+            assert!(
+                report.resumed.is_empty() && report.queued.is_none(),
+                "{label}"
+            );
+            assert_eq!(rt.deliver_queued().await.unwrap(), 0, "{label}: still busy");
+            store.release_lease(&id, lease.token).await.unwrap();
+            assert_eq!(rt.deliver_queued().await.unwrap(), 1, "{label}");
+            assert_eq!(
+                rt.get_state(&id).await.unwrap().unwrap().status(),
+                WorkflowStatus::Finished,
+                "{label}"
+            );
+        });
+    }
+}
+
+#[test]
+fn rt16_start_applies_the_activation_strategy_and_rt28_dead_letters_replay() {
+    for (label, store, _dir) in stores() {
+        block_on(async {
+            let rt = Runtime::builder()
+                .store(Arc::clone(&store))
+                .queue_ttl(Duration::from_millis(20))
+                .register_definition(
+                    definition(AUDIT, Some(Activation::Singleton)),
+                    registry(None),
+                )
+                .build()
+                .unwrap();
+            let first = rt
+                .start_by_name("Audit", json!({}), StartOptions::default())
+                .await
+                .unwrap();
+            let second = rt
+                .start_by_name("Audit", json!({}), StartOptions::default())
+                .await
+                .unwrap_err();
+            assert!(
+                matches!(
+                    &second,
+                    StartError::ActivationRefused {
+                        refusal: Refusal::ActivationRefused { existing, .. }
+                    } if *existing == first.instance_id
+                ),
+                "{label}: {second:?}"
+            );
+            // A stimulus nobody waited for expires, then is replayed to a new waiter.
+            let report = rt
+                .send(Stimulus::new("order.placed").instance(first.instance_id.clone()))
+                .await
+                .unwrap();
+            assert_eq!(report.resumed.len(), 1, "{label}");
+            let queued = rt.send(Stimulus::new("late")).await.unwrap();
+            tokio::time::sleep(Duration::from_millis(40)).await;
+            rt.deliver_queued().await.unwrap();
+            let dead = rt.dead_letters(DeadLetterFilter::all(10)).await.unwrap();
+            assert_eq!(dead.len(), 1, "{label}");
+            let item = rt.replay_dead_letter(&dead[0].item.item_id).await.unwrap();
+            assert_eq!(Some(item.item_id), queued.queued, "{label}");
+            assert_eq!(
+                item.stimulus_id, queued.stimulus_id,
+                "{label}: same stimulus id"
+            );
+            assert!(
+                rt.dead_letters(DeadLetterFilter::all(10))
+                    .await
+                    .unwrap()
+                    .is_empty(),
+                "{label}"
+            );
+        });
+    }
+}
+
+fn now_micros() -> i64 {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap();
+    i64::try_from(now.as_micros()).unwrap()
 }

@@ -249,6 +249,9 @@ pub struct SendReport {
     pub resumed: Vec<Started>,
     /// Triggers that started nothing, and why.
     pub refused: Vec<Refusal>,
+    /// Instances busy in another process (their lease is held): the stimulus was queued
+    /// targeted at each, for the worker to deliver once the lease is released (RT-18).
+    pub deferred: Vec<String>,
     /// The queue item id when the stimulus matched nothing and was queued (RT-21).
     pub queued: Option<String>,
     /// Nothing matched and queueing was off.
@@ -446,6 +449,7 @@ impl Runtime {
             started: Vec::new(),
             resumed: Vec::new(),
             refused: Vec::new(),
+            deferred: Vec::new(),
             queued: None,
             unmatched: false,
             duplicate: false,
@@ -456,9 +460,24 @@ impl Runtime {
             self.trigger_phase(&stimulus, &hash, &stimulus_id, sent_at, &mut report)
                 .await?;
         }
-        self.bookmark_phase(&stimulus, &hash, &stimulus_id, &mut report)
+        let busy = self
+            .bookmark_phase(&stimulus, &hash, &stimulus_id, &mut report)
             .await?;
-        let delivered = !report.started.is_empty() || !report.resumed.is_empty();
+        for instance in busy {
+            let targets = Targets {
+                instance_id: Some(instance.clone()),
+                bookmark_id: stimulus.bookmark_id.clone(),
+            };
+            let item = self.queue_item(&stimulus, &hash, &stimulus_id, sent_at, &targets);
+            self.inner
+                .store
+                .enqueue(item)
+                .await
+                .map_err(SendError::Store)?;
+            report.deferred.push(instance);
+        }
+        let delivered =
+            !report.started.is_empty() || !report.resumed.is_empty() || !report.deferred.is_empty();
         if !delivered && report.refused.is_empty() && !report.not_delivered.is_empty() {
             // Nothing reached: the first instance's error (RT-24's targeted queue item for
             // an unregistered version is not implemented yet).
@@ -467,29 +486,11 @@ impl Runtime {
         }
         if !delivered && report.not_delivered.is_empty() {
             if stimulus.queue {
-                let ttl = stimulus.ttl.map_or(self.inner.queue_ttl, to_micros);
                 let targets = Targets {
                     instance_id: stimulus.instance_id.clone(),
                     bookmark_id: stimulus.bookmark_id.clone(),
                 };
-                let item = QueueItem {
-                    item_id: new_ulid(),
-                    stimulus_id: stimulus_id.clone(),
-                    name: stimulus.name.clone(),
-                    hash: hash.clone(),
-                    key_display: stimulus.key.as_ref().map(Value::to_string),
-                    payload: stimulus.payload.clone(),
-                    correlation_id: stimulus.correlation_id.clone(),
-                    targets: serde_json::to_value(&targets).unwrap_or(Value::Null),
-                    sent_at,
-                    enqueued_at: sent_at,
-                    expires_at: sent_at.saturating_add(ttl),
-                    attempts: 0,
-                    last_error: None,
-                    last_attempt_at: None,
-                    held: false,
-                    idempotency_key: stimulus.idempotency_key.clone(),
-                };
+                let item = self.queue_item(&stimulus, &hash, &stimulus_id, sent_at, &targets);
                 report.queued = Some(item.item_id.clone());
                 store.enqueue(item).await.map_err(SendError::Store)?;
                 self.inner.doorbell.notify_one();
@@ -514,6 +515,36 @@ impl Runtime {
             }
         }
         Ok(report)
+    }
+
+    /// A queue item for `stimulus` (RT-25), expiring after its TTL (RT-28).
+    fn queue_item(
+        &self,
+        stimulus: &Stimulus,
+        hash: &str,
+        stimulus_id: &str,
+        sent_at: Micros,
+        targets: &Targets,
+    ) -> QueueItem {
+        let ttl = stimulus.ttl.map_or(self.inner.queue_ttl, to_micros);
+        QueueItem {
+            item_id: new_ulid(),
+            stimulus_id: stimulus_id.to_owned(),
+            name: stimulus.name.clone(),
+            hash: hash.to_owned(),
+            key_display: stimulus.key.as_ref().map(Value::to_string),
+            payload: stimulus.payload.clone(),
+            correlation_id: stimulus.correlation_id.clone(),
+            targets: serde_json::to_value(targets).unwrap_or(Value::Null),
+            sent_at,
+            enqueued_at: now_micros(),
+            expires_at: sent_at.saturating_add(ttl),
+            attempts: 0,
+            last_error: None,
+            last_attempt_at: None,
+            held: false,
+            idempotency_key: stimulus.idempotency_key.clone(),
+        }
     }
 
     /// RT-15, RT-16, RT-13: starts the definitions whose trigger matches.
@@ -609,14 +640,15 @@ impl Runtime {
         Ok(())
     }
 
-    /// RT-17 to RT-20: resumes every matching bookmark, one run per instance.
+    /// RT-17 to RT-20: resumes every matching bookmark, one run per instance. Returns the
+    /// instances whose lease another process holds (RT-18).
     async fn bookmark_phase(
         &self,
         stimulus: &Stimulus,
         hash: &str,
         stimulus_id: &str,
         report: &mut SendReport,
-    ) -> Result<(), SendError> {
+    ) -> Result<Vec<String>, SendError> {
         let store = &self.inner.store;
         if let Some(instance) = &stimulus.instance_id {
             match store.load_instance(instance).await {
@@ -641,6 +673,7 @@ impl Runtime {
                 bookmark: bookmark.clone(),
             });
         }
+        let mut busy = Vec::new();
         for (instance, ids) in targets {
             // RT-19: a retried send skips instances that already consumed it.
             if store
@@ -661,6 +694,10 @@ impl Runtime {
                 Ok(Some(started)) => report.resumed.push(started),
                 // Consumed elsewhere in the meantime: routing treats it as gone (ENG-25).
                 Ok(None) | Err(RunError::BookmarkNotFound { .. }) => {}
+                Err(RunError::Store {
+                    error: StoreError::LeaseHeld { .. },
+                    ..
+                }) => busy.push(instance),
                 Err(
                     error @ (RunError::NotRunnable { .. }
                     | RunError::VersionNotRegistered { .. }
@@ -669,7 +706,7 @@ impl Runtime {
                 Err(error) => return Err(SendError::Run(error)),
             }
         }
-        Ok(())
+        Ok(busy)
     }
 
     /// Bookmarks matching `query`, grouped by instance in creation order (RT-18).
@@ -775,6 +812,27 @@ impl Runtime {
         Ok(any)
     }
 
+    /// Removes the trigger rows of a definition no process registers any more (RT-11).
+    pub async fn retire_definition(&self, name: &str) -> Result<(), StoreError> {
+        self.inner
+            .store
+            .replace_triggers(name, Vec::new())
+            .await
+            .map(drop)
+    }
+
+    /// Re-enqueues a dead letter with a fresh TTL (the runtime's default), zero attempts and
+    /// the same stimulus id, so receipts still prevent a double application (RT-28).
+    pub async fn replay_dead_letter(&self, item_id: &str) -> Result<QueueItem, StoreError> {
+        let item = self
+            .inner
+            .store
+            .replay_dead_letter(item_id, now_micros(), self.inner.queue_ttl)
+            .await?;
+        self.inner.doorbell.notify_one();
+        Ok(item)
+    }
+
     /// Dead letters (RT-28), oldest first.
     pub async fn dead_letters(
         &self,
@@ -803,6 +861,8 @@ impl Runtime {
             task: Some(task),
             stop,
         });
+        // RT-26: a registration rings the doorbell.
+        self.inner.doorbell.notify_one();
         Ok(())
     }
 
