@@ -650,3 +650,50 @@ fn now_micros() -> i64 {
         .unwrap();
     i64::try_from(now.as_micros()).unwrap()
 }
+
+#[test]
+fn rt30_each_look_back_policy_decides_on_a_stimulus_queued_before_the_instance() {
+    for (label, store, _dir) in stores() {
+        block_on(async {
+            let cases = [
+                (None, 0),
+                (Some(r#""since_origin""#), 0),
+                (Some(r#""none""#), 0),
+                (Some(r#"{ "window": { "ms": 60000 } }"#), 1),
+                (Some(r#""any""#), 1),
+            ];
+            for (i, (look_back, expected)) in cases.into_iter().enumerate() {
+                let json = match look_back {
+                    None => ORDER.to_owned(),
+                    Some(policy) => ORDER.replace(
+                        r#""key": "order_id" }"#,
+                        &format!(r#""key": "order_id", "look_back": {policy} }}"#),
+                    ),
+                };
+                let rt = Runtime::builder()
+                    .store(Arc::clone(&store))
+                    .register_definition(definition(&json, None), registry(None))
+                    .build()
+                    .unwrap();
+                let order = format!("lb-{i}");
+                let stale = rt.send(Stimulus::new("paid").key(&order)).await.unwrap();
+                assert!(stale.queued.is_some(), "{label} {look_back:?}");
+                tokio::time::sleep(Duration::from_millis(2)).await;
+                let started = rt.send(placed(&order)).await.unwrap();
+                let id = started.started[0].instance_id.clone();
+                assert_eq!(
+                    rt.deliver_queued().await.unwrap(),
+                    expected,
+                    "{label} {look_back:?}"
+                );
+                let status = rt.get_state(&id).await.unwrap().unwrap().status();
+                let want = if expected == 1 {
+                    WorkflowStatus::Finished
+                } else {
+                    WorkflowStatus::Suspended
+                };
+                assert_eq!(status, want, "{label} {look_back:?}");
+            }
+        });
+    }
+}

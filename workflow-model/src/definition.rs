@@ -414,6 +414,29 @@ pub struct Event {
     /// A deadline in milliseconds after which the `timeout` outcome is taken (TM-14).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub deadline_ms: Option<u64>,
+    /// Which queued stimuli this wait may take (routing.md RT-30); absent: `since_origin`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub look_back: Option<LookBack>,
+}
+
+/// Which *queued* stimuli a waiting event may take (routing.md RT-30, RT-31). Live delivery
+/// (the wait exists when the stimulus is sent) is unaffected.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", deny_unknown_fields)]
+pub enum LookBack {
+    /// Only stimuli sent at or after the wait's creation.
+    None,
+    /// Stimuli sent at or after the instance's origin (the send time of the stimulus that
+    /// started it, or of the start call): a reply that overtakes the wait is kept.
+    #[default]
+    SinceOrigin,
+    /// Stimuli sent at or after the wait's creation minus `ms` milliseconds.
+    Window {
+        /// The window in milliseconds.
+        ms: u64,
+    },
+    /// Any queued stimulus still within its TTL.
+    Any,
 }
 
 impl Event {
@@ -427,7 +450,15 @@ impl Event {
             trigger: false,
             ports: None,
             deadline_ms: None,
+            look_back: None,
         }
+    }
+
+    /// With a look-back policy (RT-30).
+    #[must_use]
+    pub fn with_look_back(mut self, look_back: LookBack) -> Self {
+        self.look_back = Some(look_back);
+        self
     }
 
     /// The same event correlated by the key path `key` into the data.

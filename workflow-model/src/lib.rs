@@ -92,8 +92,8 @@ mod validate;
 pub use definition::{
     Activation, Activity, Break, COMPENSATED, CommitStrategy, Connection, Correlate, Cron, DONE,
     Decimal, Definition, Delay, End, Event, Fault, Finish, Flowchart, ForEach, Fork, If, Join,
-    JoinMode, NodeCommit, Parallel, ParallelForEach, ParallelMode, Ports, RetryPolicy, Saga,
-    SagaOnFailure, Sequence, SetVariable, Start, StartAt, State, StateMachine, SubWorkflow,
+    JoinMode, LookBack, NodeCommit, Parallel, ParallelForEach, ParallelMode, Ports, RetryPolicy,
+    Saga, SagaOnFailure, Sequence, SetVariable, Start, StartAt, State, StateMachine, SubWorkflow,
     SubWorkflowMode, Switch, SwitchCase, SwitchMode, Task, Timer, Transition, While,
 };
 pub use diagnostics::{

@@ -52,6 +52,7 @@ pub(crate) enum NodeKind {
         event: String,
         key: Option<String>,
         choice: Option<EventChoice>,
+        look_back: Option<workflow_model::LookBack>,
     },
     Delay {
         duration_ms: Option<u64>,
@@ -420,6 +421,7 @@ impl Graph {
             Activity::Event(e) => NodeKind::Event {
                 event: e.event.clone(),
                 key: e.key.clone(),
+                look_back: e.look_back,
                 choice: e.ports.as_ref().map(|ports| EventChoice {
                     payload: e.payload.clone(),
                     ports: ports.clone(),

@@ -112,6 +112,22 @@ pub(super) fn run_store_error(instance_id: &str, error: StoreError) -> RunError 
     }
 }
 
+/// The earliest `sent_at` a queued stimulus may have to be taken by a bookmark (RT-30,
+/// RT-31), from the look-back its Event put in the bookmark payload: `None` for
+/// `SinceOrigin` (the default), which the queue worker checks against the instance's origin.
+fn look_back_instant(payload: &Value, created_at: Micros) -> Option<Micros> {
+    let look_back: workflow_model::LookBack =
+        serde_json::from_value(payload.get("look_back")?.clone()).ok()?;
+    match look_back {
+        workflow_model::LookBack::None => Some(created_at),
+        workflow_model::LookBack::SinceOrigin => None,
+        workflow_model::LookBack::Window { ms } => Some(
+            created_at.saturating_sub(i64::try_from(ms.saturating_mul(1000)).unwrap_or(i64::MAX)),
+        ),
+        workflow_model::LookBack::Any => Some(i64::MIN),
+    }
+}
+
 /// What the store holds of a run's instance, kept in step with each commit.
 pub(super) struct Tracker {
     pub(super) instance_id: String,
@@ -162,7 +178,7 @@ impl RunCommits<'_> {
                     name: b.name.clone(),
                     node_id: b.node_id.clone(),
                     context_id: b.context_id,
-                    look_back: None,
+                    look_back: look_back_instant(&b.payload, ms_to_micros(b.created_at)),
                     created_at: ms_to_micros(b.created_at),
                 })
                 .collect();

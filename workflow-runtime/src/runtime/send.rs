@@ -29,8 +29,8 @@ use crate::ids::new_ulid;
 use crate::instance::TriggerStart;
 use crate::routing::{RoutingError, check_correlation_id, check_name, stimulus_hash};
 use crate::store::{
-    BookmarkQuery, DeadLetter, DeadLetterFilter, IdempotencyRecord, Micros, QueueItem, StoreError,
-    TriggerRow, WakeUp,
+    BookmarkQuery, BookmarkRow, DeadLetter, DeadLetterFilter, IdempotencyRecord, Micros, QueueItem,
+    StoreError, TriggerRow, WakeUp,
 };
 
 use super::commit::now_micros;
@@ -709,20 +709,33 @@ impl Runtime {
         Ok(busy)
     }
 
-    /// Bookmarks matching `query`, grouped by instance in creation order (RT-18).
+    /// Bookmark ids matching `query`, grouped by instance in creation order (RT-18).
     async fn matching(
         &self,
-        mut query: BookmarkQuery,
+        query: BookmarkQuery,
     ) -> Result<Vec<(String, Vec<String>)>, StoreError> {
-        let mut targets: Vec<(String, Vec<String>)> = Vec::new();
+        Ok(self
+            .matching_rows(query)
+            .await?
+            .into_iter()
+            .map(|(instance, rows)| (instance, rows.into_iter().map(|r| r.bookmark_id).collect()))
+            .collect())
+    }
+
+    /// Bookmark rows matching `query`, grouped by instance in creation order.
+    async fn matching_rows(
+        &self,
+        mut query: BookmarkQuery,
+    ) -> Result<Vec<(String, Vec<BookmarkRow>)>, StoreError> {
+        let mut targets: Vec<(String, Vec<BookmarkRow>)> = Vec::new();
         loop {
             let rows = self.inner.store.find_bookmarks(query.clone()).await?;
             let full = rows.len() >= query.limit;
             query.after = rows.last().map(|r| (r.created_at, r.bookmark_id.clone()));
             for row in rows {
                 match targets.iter_mut().find(|(i, _)| *i == row.instance_id) {
-                    Some((_, ids)) => ids.push(row.bookmark_id),
-                    None => targets.push((row.instance_id, vec![row.bookmark_id])),
+                    Some((_, group)) => group.push(row),
+                    None => targets.push((row.instance_id.clone(), vec![row])),
                 }
             }
             if !full {
@@ -785,17 +798,23 @@ impl Runtime {
         query.bookmark_id = targets.bookmark_id;
         query.correlation_id.clone_from(&item.correlation_id);
         let mut any = false;
-        for (instance, ids) in self.matching(query).await? {
+        for (instance, rows) in self.matching_rows(query).await? {
             if store.has_receipt(&instance, &item.stimulus_id).await? {
                 continue;
             }
-            // RT-30 `SinceOrigin`: only stimuli sent at or after the instance's origin.
             let record = match store.load_instance(&instance).await {
                 Ok(record) => record,
                 Err(StoreError::NotFound { .. }) => continue,
                 Err(error) => return Err(error),
             };
-            if item.sent_at < record.origin_at {
+            // RT-30, RT-31: each bookmark's look-back admits the item's send time; without
+            // an instant (`SinceOrigin`), the instance's origin.
+            let ids: Vec<String> = rows
+                .into_iter()
+                .filter(|row| item.sent_at >= row.look_back.unwrap_or(record.origin_at))
+                .map(|row| row.bookmark_id)
+                .collect();
+            if ids.is_empty() {
                 continue;
             }
             let target = RunTarget::Bookmarks {
