@@ -3,7 +3,9 @@
 //! an instance; `order.paid` and `order.shipped` are keyed by the order id, so each reaches
 //! only its own order (RT-3, RT-17). One event is sent before the order waits for it: the
 //! bookmark queue keeps it and the queue worker delivers it when the wait appears (RT-21,
-//! RT-26). An idempotency key makes a retried send harmless (RT-19).
+//! RT-26). An idempotency key makes a retried send harmless (RT-19), and the
+//! `correlated_singleton` activation strategy refuses a second live order with the same
+//! correlation id (RT-15, RT-16).
 //!
 //! ```text
 //! cargo run -p examples --example order_events
@@ -55,7 +57,8 @@ async fn record_shipment(ctx: &mut TaskContext<OrderData>) {
 }
 
 workflow! {
-    /// An order, started by `order.placed`.
+    /// An order, started by `order.placed`; one live instance per correlation id (RT-15).
+    #[workflow(activation = correlated_singleton)]
     pub workflow OrderEvents(OrderData) {
         placed   = event::<OrderData>("order.placed").trigger();
         reserve  = task(reserve_stock);
@@ -82,6 +85,7 @@ async fn run() -> Result<(), Box<dyn Error>> {
                 total,
                 ..OrderData::default()
             })
+            .correlation(order_id)
             .idempotency_key(format!("placed-{order_id}"));
         let report = runtime.send(placed.clone()).await?;
         let started = &report.started[0];
@@ -98,6 +102,24 @@ async fn run() -> Result<(), Box<dyn Error>> {
         );
         ids.push((order_id, started.instance_id.clone()));
     }
+    // The shop places o-1 again under a new request id: the activation strategy refuses a
+    // second live order with the same correlation id.
+    let twice = runtime
+        .send(
+            Stimulus::new("order.placed")
+                .payload(OrderData {
+                    order_id: "o-1".into(),
+                    ..OrderData::default()
+                })
+                .correlation("o-1")
+                .queue(false),
+        )
+        .await?;
+    println!(
+        "order.placed o-1 again: started {}, refused {:?}",
+        twice.started.len(),
+        twice.refused
+    );
 
     // The carrier reports o-2 shipped before it was even paid: nothing waits for that yet,
     // so the stimulus waits in the bookmark queue.

@@ -949,3 +949,33 @@ async fn worker(
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::Runtime;
+
+    /// The worker holds only a weak reference: dropping the last runtime ends it, and
+    /// `shutdown` joins it.
+    #[test]
+    fn rt26_the_worker_stops_on_shutdown_and_on_drop() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .ok();
+        let Some(rt) = rt else { return };
+        rt.block_on(async {
+            let runtime = Runtime::builder().build().ok();
+            let Some(runtime) = runtime else { return };
+            assert!(runtime.start_workers().await.is_ok());
+            runtime.shutdown().await;
+            assert!(super::lock(&runtime.inner.workers).is_none());
+            assert!(runtime.start_workers().await.is_ok());
+            let weak = Arc::downgrade(&runtime.inner);
+            drop(runtime);
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            assert!(weak.upgrade().is_none(), "the runtime state leaked");
+        });
+    }
+}
