@@ -697,3 +697,49 @@ fn rt30_each_look_back_policy_decides_on_a_stimulus_queued_before_the_instance()
         });
     }
 }
+
+#[test]
+fn rt15_correlation_spans_definitions_and_rt34_terminal_targets_fail() {
+    for (label, store, _dir) in stores() {
+        block_on(async {
+            let rt = runtime(&store, Some(Activation::Correlation));
+            // An instance of another definition, without a strategy, holds the id.
+            let audit = rt
+                .start_by_name(
+                    "Audit",
+                    json!({}),
+                    StartOptions {
+                        correlation_id: Some("shared".into()),
+                        ..StartOptions::default()
+                    },
+                )
+                .await
+                .unwrap();
+            let refused = rt
+                .send(placed("o-1").correlation("shared").queue(false))
+                .await
+                .unwrap();
+            assert!(
+                matches!(
+                    &refused.refused[..],
+                    [Refusal::ActivationRefused { existing, .. }] if *existing == audit.instance_id
+                ),
+                "{label}: {refused:?}"
+            );
+            // The audit waits for `order.placed` and was resumed by the same send (RT-17):
+            // it is final now, and a send addressed to it fails.
+            assert_eq!(refused.resumed.len(), 1, "{label}");
+            let error = rt
+                .send(Stimulus::new("order.placed").instance(audit.instance_id.clone()))
+                .await
+                .unwrap_err();
+            assert!(
+                matches!(error, SendError::InstanceTerminal { .. }),
+                "{label}: {error:?}"
+            );
+            // Now nothing live has the id: the order starts.
+            let started = rt.send(placed("o-2").correlation("shared")).await.unwrap();
+            assert_eq!(started.started.len(), 1, "{label}: {started:?}");
+        });
+    }
+}

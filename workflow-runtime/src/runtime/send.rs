@@ -29,8 +29,8 @@ use crate::ids::new_ulid;
 use crate::instance::TriggerStart;
 use crate::routing::{RoutingError, check_correlation_id, check_name, stimulus_hash};
 use crate::store::{
-    BookmarkQuery, BookmarkRow, DeadLetter, DeadLetterFilter, IdempotencyRecord, Micros, QueueItem,
-    StoreError, TriggerRow, WakeUp,
+    BookmarkQuery, BookmarkRow, DeadLetter, DeadLetterFilter, IdempotencyRecord, InstanceFilter,
+    InstanceStatus, Micros, QueueItem, StoreError, TriggerRow, WakeUp,
 };
 
 use super::commit::now_micros;
@@ -190,6 +190,14 @@ pub enum SendError {
         /// The id.
         instance: String,
     },
+    /// The targeted instance is final (RT-34).
+    #[error("instance `{instance}` is {status}")]
+    InstanceTerminal {
+        /// The id.
+        instance: String,
+        /// Its final status.
+        status: InstanceStatus,
+    },
     /// The targeted bookmark does not exist any more (RT-34).
     #[error("bookmark `{bookmark}` not found")]
     BookmarkNotFound {
@@ -308,8 +316,9 @@ fn to_micros(d: Duration) -> Micros {
 impl Runtime {
     /// The activation guard of a new instance of `name` (RT-15, RT-16), or why none may be
     /// created. One scope per instance: `singleton:<name>`, `correlation:<id>` or
-    /// `correlated:<name>:<id>`; instances of `Always` definitions hold none, so
-    /// `Correlation` sees only instances of definitions with a correlation strategy.
+    /// `correlated:<name>:<id>`. Instances of `Always` definitions hold none: a trigger of a
+    /// `Correlation` definition also looks them up before creating (not atomically), while
+    /// `Runtime::start` sees only instances of `Correlation` definitions.
     pub(super) fn activation_scope(
         &self,
         name: &str,
@@ -517,6 +526,35 @@ impl Runtime {
         Ok(report)
     }
 
+    /// A non-final instance other than `except` whose correlation id is `cid`.
+    async fn live_with_correlation(
+        &self,
+        cid: &str,
+        except: &str,
+    ) -> Result<Option<String>, StoreError> {
+        let mut filter = InstanceFilter {
+            correlation_id: Some(cid.to_owned()),
+            limit: 100,
+            ..InstanceFilter::default()
+        };
+        loop {
+            let page = self.inner.store.list_instances(filter.clone()).await?;
+            let full = page.len() >= filter.limit;
+            filter.after = page.last().map(|l| l.instance_id.clone());
+            for listed in page {
+                if let Ok(record) = listed.record
+                    && !record.status.is_final()
+                    && record.instance_id != except
+                {
+                    return Ok(Some(record.instance_id));
+                }
+            }
+            if !full {
+                return Ok(None);
+            }
+        }
+    }
+
     /// A queue item for `stimulus` (RT-25), expiring after its TTL (RT-28).
     fn queue_item(
         &self,
@@ -601,6 +639,23 @@ impl Runtime {
                 stimulus_id: stimulus_id.to_owned(),
                 payload: stimulus.payload.clone(),
             };
+            // RT-15 `Correlation` spans definitions: instances of definitions without a
+            // correlation strategy hold no activation guard, so they are looked up first (not
+            // atomic with the creation; instances of `Correlation` definitions are, RT-16).
+            if let (Activation::Correlation, Some(cid)) = (
+                self.activation_of(&row.definition_name),
+                stimulus.correlation_id.as_deref(),
+            ) && let Some(existing) = self
+                .live_with_correlation(cid, &instance_id)
+                .await
+                .map_err(SendError::Store)?
+            {
+                report.refused.push(Refusal::ActivationRefused {
+                    strategy: Activation::Correlation,
+                    existing,
+                });
+                continue;
+            }
             let mut new = match self.new_instance(
                 &row.definition_name,
                 stimulus.payload.clone(),
@@ -652,6 +707,12 @@ impl Runtime {
         let store = &self.inner.store;
         if let Some(instance) = &stimulus.instance_id {
             match store.load_instance(instance).await {
+                Ok(record) if record.status.is_final() => {
+                    return Err(SendError::InstanceTerminal {
+                        instance: instance.clone(),
+                        status: record.status,
+                    });
+                }
                 Ok(_) => {}
                 Err(StoreError::NotFound { .. }) => {
                     return Err(SendError::InstanceNotFound {
