@@ -359,7 +359,20 @@ fn rt21_rt26_an_event_sent_before_the_wait_point_is_not_lost() {
                 let rt = rt.clone();
                 tokio::spawn(async move { rt.send(placed("o-9")).await })
             };
-            tokio::time::sleep(Duration::from_millis(20)).await;
+            // Wait until the instance exists (it is blocked in `reserve`, holding its lease).
+            let mut exists = false;
+            for _ in 0..500 {
+                let listed = store
+                    .list_instances(InstanceFilter::default())
+                    .await
+                    .unwrap();
+                if !listed.is_empty() {
+                    exists = true;
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            assert!(exists, "{label}: the order was never created");
             let report = rt
                 .send(
                     Stimulus::new("paid")
