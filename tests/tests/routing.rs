@@ -756,3 +756,57 @@ fn rt15_correlation_spans_definitions_and_rt34_terminal_targets_fail() {
         });
     }
 }
+
+#[test]
+fn rt23_mode_enqueue_lets_the_worker_start_and_resume() {
+    for (label, store, _dir) in stores() {
+        block_on(async {
+            let rt = runtime(&store, None);
+            let audit = rt
+                .start_by_name("Audit", json!({}), StartOptions::default())
+                .await
+                .unwrap();
+            let report = rt.send(placed("o-1").enqueued()).await.unwrap();
+            assert!(report.queued.is_some(), "{label}");
+            assert!(
+                report.started.is_empty() && report.resumed.is_empty(),
+                "{label}"
+            );
+            assert_eq!(rt.deliver_queued().await.unwrap(), 1, "{label}");
+            let orders = store
+                .list_instances(InstanceFilter {
+                    definition_name: Some("Order".into()),
+                    ..InstanceFilter::default()
+                })
+                .await
+                .unwrap();
+            assert_eq!(orders.len(), 1, "{label}: started by the worker");
+            assert_eq!(
+                rt.get_state(&audit.instance_id)
+                    .await
+                    .unwrap()
+                    .unwrap()
+                    .status(),
+                WorkflowStatus::Finished,
+                "{label}: resumed by the worker"
+            );
+            // Nothing more to do: the item is gone.
+            assert_eq!(rt.deliver_queued().await.unwrap(), 0, "{label}");
+            // Unmatched in mode Enqueue: queued anew (same stimulus id) for a later wait.
+            let late = rt
+                .send(Stimulus::new("paid").key("o-late").enqueued())
+                .await
+                .unwrap();
+            rt.deliver_queued().await.unwrap();
+            let pending = store
+                .claim_queue_page("probe", now_micros(), 1, 10)
+                .await
+                .unwrap();
+            assert!(
+                pending.iter().any(|i| i.stimulus_id == late.stimulus_id
+                    && Some(&i.item_id) != late.queued.as_ref()),
+                "{label}: {pending:?}"
+            );
+        });
+    }
+}

@@ -73,6 +73,9 @@ pub struct Stimulus {
     pub ttl: Option<Duration>,
     /// Whether an unmatched stimulus is queued (default) or reported `unmatched` (RT-21).
     pub queue: bool,
+    /// Mode `Enqueue` (RT-23): only write the stimulus to the queue and return; the queue
+    /// worker routes it as an inline send would (for large fan-outs).
+    pub enqueue: bool,
     /// Why the key or payload given to the builder methods did not serialize.
     invalid: Option<String>,
 }
@@ -90,6 +93,7 @@ impl Stimulus {
             idempotency_key: None,
             ttl: None,
             queue: true,
+            enqueue: false,
             invalid: None,
         }
     }
@@ -143,6 +147,13 @@ impl Stimulus {
     #[must_use]
     pub fn queue(mut self, queue: bool) -> Self {
         self.queue = queue;
+        self
+    }
+
+    /// In mode `Enqueue` (RT-23): see [`Stimulus::enqueue`](Self#structfield.enqueue).
+    #[must_use]
+    pub fn enqueued(mut self) -> Self {
+        self.enqueue = true;
         self
     }
 
@@ -273,6 +284,23 @@ pub struct SendReport {
     pub not_delivered: Vec<RunError>,
 }
 
+impl SendReport {
+    fn empty(stimulus_id: String, hash: String) -> Self {
+        Self {
+            stimulus_id,
+            hash,
+            started: Vec::new(),
+            resumed: Vec::new(),
+            refused: Vec::new(),
+            deferred: Vec::new(),
+            queued: None,
+            unmatched: false,
+            duplicate: false,
+            not_delivered: Vec::new(),
+        }
+    }
+}
+
 /// The queue worker's handle, aborted when the runtime's state is dropped.
 pub(super) struct Workers {
     task: Option<tokio::task::JoinHandle<()>>,
@@ -294,6 +322,12 @@ struct Targets {
     instance_id: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     bookmark_id: Option<String>,
+    /// Written by a send in mode `Enqueue` (RT-23): the worker routes it as a send would.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    route: bool,
+    /// The key itself, for `route` items (the item's key column is for display).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    key: Option<Value>,
 }
 
 fn sha_hex(parts: &[&str]) -> String {
@@ -452,32 +486,67 @@ impl Runtime {
             }
             None => new_ulid(),
         };
-        let mut report = SendReport {
-            stimulus_id: stimulus_id.clone(),
-            hash: hash.clone(),
-            started: Vec::new(),
-            resumed: Vec::new(),
-            refused: Vec::new(),
-            deferred: Vec::new(),
-            queued: None,
-            unmatched: false,
-            duplicate: false,
-            not_delivered: Vec::new(),
-        };
         let sent_at = now_micros();
+        let report = if stimulus.enqueue {
+            // RT-23 `Enqueue`: written to the queue untargeted; the worker routes it.
+            let targets = Targets {
+                instance_id: stimulus.instance_id.clone(),
+                bookmark_id: stimulus.bookmark_id.clone(),
+                route: true,
+                key: stimulus.key.clone(),
+            };
+            let item = self.queue_item(&stimulus, &hash, &stimulus_id, sent_at, &targets);
+            let mut report = SendReport::empty(stimulus_id.clone(), hash.clone());
+            report.queued = Some(item.item_id.clone());
+            store.enqueue(item).await.map_err(SendError::Store)?;
+            self.inner.doorbell.notify_one();
+            report
+        } else {
+            self.route(&stimulus, &hash, &stimulus_id, sent_at).await?
+        };
+        if let Some(key) = &stimulus.idempotency_key {
+            let record = IdempotencyRecord {
+                key: key.clone(),
+                hash: hash.clone(),
+                payload_digest: payload_digest.clone(),
+                report: serde_json::to_value(&report).unwrap_or(Value::Null),
+                created_at: now_micros(),
+            };
+            if let Some(existing) = store
+                .put_idempotency_record(record)
+                .await
+                .map_err(SendError::Store)?
+            {
+                return duplicate(existing, key, &hash, &payload_digest);
+            }
+        }
+        Ok(report)
+    }
+
+    /// RT-15 to RT-21 for one stimulus: triggers, bookmarks, deferrals, then the queue.
+    async fn route(
+        &self,
+        stimulus: &Stimulus,
+        hash: &str,
+        stimulus_id: &str,
+        sent_at: Micros,
+    ) -> Result<SendReport, SendError> {
+        let store = &self.inner.store;
+        let mut report = SendReport::empty(stimulus_id.to_owned(), hash.to_owned());
         if stimulus.instance_id.is_none() && stimulus.bookmark_id.is_none() {
-            self.trigger_phase(&stimulus, &hash, &stimulus_id, sent_at, &mut report)
+            self.trigger_phase(stimulus, hash, stimulus_id, sent_at, &mut report)
                 .await?;
         }
         let busy = self
-            .bookmark_phase(&stimulus, &hash, &stimulus_id, &mut report)
+            .bookmark_phase(stimulus, hash, stimulus_id, &mut report)
             .await?;
         for instance in busy {
             let targets = Targets {
                 instance_id: Some(instance.clone()),
                 bookmark_id: stimulus.bookmark_id.clone(),
+                ..Targets::default()
             };
-            let item = self.queue_item(&stimulus, &hash, &stimulus_id, sent_at, &targets);
+            let item = self.queue_item(stimulus, hash, stimulus_id, sent_at, &targets);
             self.inner
                 .store
                 .enqueue(item)
@@ -498,29 +567,14 @@ impl Runtime {
                 let targets = Targets {
                     instance_id: stimulus.instance_id.clone(),
                     bookmark_id: stimulus.bookmark_id.clone(),
+                    ..Targets::default()
                 };
-                let item = self.queue_item(&stimulus, &hash, &stimulus_id, sent_at, &targets);
+                let item = self.queue_item(stimulus, hash, stimulus_id, sent_at, &targets);
                 report.queued = Some(item.item_id.clone());
                 store.enqueue(item).await.map_err(SendError::Store)?;
                 self.inner.doorbell.notify_one();
             } else {
                 report.unmatched = true;
-            }
-        }
-        if let Some(key) = &stimulus.idempotency_key {
-            let record = IdempotencyRecord {
-                key: key.clone(),
-                hash: hash.clone(),
-                payload_digest: payload_digest.clone(),
-                report: serde_json::to_value(&report).unwrap_or(Value::Null),
-                created_at: now_micros(),
-            };
-            if let Some(existing) = store
-                .put_idempotency_record(record)
-                .await
-                .map_err(SendError::Store)?
-            {
-                return duplicate(existing, key, &hash, &payload_digest);
             }
         }
         Ok(report)
@@ -827,6 +881,41 @@ impl Runtime {
         }
         let mut delivered = 0;
         for item in claimed {
+            let targets: Targets = serde_json::from_value(item.targets.clone()).unwrap_or_default();
+            if targets.route {
+                // RT-23: route it as an inline send; unmatched, it is queued anew (same
+                // stimulus id) and this item deleted.
+                let stimulus = Stimulus {
+                    name: item.name.clone(),
+                    key: targets.key,
+                    instance_id: targets.instance_id,
+                    payload: item.payload.clone(),
+                    correlation_id: item.correlation_id.clone(),
+                    bookmark_id: targets.bookmark_id,
+                    idempotency_key: None,
+                    ttl: Some(Duration::from_micros(
+                        u64::try_from(item.expires_at.saturating_sub(item.sent_at)).unwrap_or(0),
+                    )),
+                    queue: true,
+                    enqueue: false,
+                    invalid: None,
+                };
+                match self
+                    .route(&stimulus, &item.hash, &item.stimulus_id, item.sent_at)
+                    .await
+                {
+                    Ok(_) => {
+                        store.ack_queue_item(&item.item_id).await?;
+                        delivered += 1;
+                    }
+                    Err(error) => {
+                        store
+                            .record_queue_failure(&item.item_id, &error.to_string(), now, 3)
+                            .await?;
+                    }
+                }
+                continue;
+            }
             match self.deliver_item(&item).await {
                 Ok(true) => {
                     store.ack_queue_item(&item.item_id).await?;
