@@ -810,3 +810,48 @@ fn rt23_mode_enqueue_lets_the_worker_start_and_resume() {
         });
     }
 }
+
+#[test]
+fn rt12_a_trigger_of_an_unregistered_version_starts_nothing_and_rt34_mismatch() {
+    for (label, store, _dir) in stores() {
+        block_on(async {
+            let old = runtime(&store, None);
+            assert_eq!(old.send(placed("o-1")).await.unwrap().started.len(), 1);
+            // Another process registers a new version of Order: the trigger row is its own.
+            let v2 = ORDER.replace(r#""function": "ship""#, r#""function": "note""#);
+            let new = Runtime::builder()
+                .store(Arc::clone(&store))
+                .register_definition(definition(&v2, None), registry(None))
+                .build()
+                .unwrap();
+            new.index_triggers().await.unwrap();
+            let report = old.send(placed("o-2").queue(false)).await.unwrap();
+            assert!(report.started.is_empty(), "{label}");
+            assert!(
+                matches!(&report.refused[..], [Refusal::VersionNotRegistered { .. }]),
+                "{label}: {report:?}"
+            );
+            assert_eq!(new.send(placed("o-3")).await.unwrap().started.len(), 1);
+
+            // A bookmark addressed with the wrong stimulus.
+            let audit = old
+                .start_by_name("Audit", json!({}), StartOptions::default())
+                .await
+                .unwrap();
+            let snapshot = old.get_state(&audit.instance_id).await.unwrap().unwrap();
+            let bookmark = snapshot.state.bookmarks[0].id.clone();
+            let error = old
+                .send(
+                    Stimulus::new("paid")
+                        .instance(audit.instance_id.clone())
+                        .bookmark(bookmark),
+                )
+                .await
+                .unwrap_err();
+            assert!(
+                matches!(error, SendError::BookmarkStimulusMismatch { .. }),
+                "{label}: {error:?}"
+            );
+        });
+    }
+}

@@ -209,6 +209,17 @@ pub enum SendError {
         /// Its final status.
         status: InstanceStatus,
     },
+    /// The targeted bookmark waits for another stimulus (RT-34); detected when the send also
+    /// names the bookmark's instance.
+    #[error("bookmark `{bookmark}` waits for hash {expected}, not {got}")]
+    BookmarkStimulusMismatch {
+        /// The bookmark.
+        bookmark: String,
+        /// Its hash.
+        expected: String,
+        /// The stimulus hash.
+        got: String,
+    },
     /// The targeted bookmark does not exist any more (RT-34).
     #[error("bookmark `{bookmark}` not found")]
     BookmarkNotFound {
@@ -784,6 +795,20 @@ impl Runtime {
         if let Some(bookmark) = &stimulus.bookmark_id
             && targets.is_empty()
         {
+            if let Some(instance) = &stimulus.instance_id
+                && let Some(row) = store
+                    .list_bookmarks(instance)
+                    .await
+                    .map_err(SendError::Store)?
+                    .into_iter()
+                    .find(|r| r.bookmark_id == *bookmark)
+            {
+                return Err(SendError::BookmarkStimulusMismatch {
+                    bookmark: bookmark.clone(),
+                    expected: row.hash,
+                    got: hash.to_owned(),
+                });
+            }
             return Err(SendError::BookmarkNotFound {
                 bookmark: bookmark.clone(),
             });
