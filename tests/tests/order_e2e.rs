@@ -326,7 +326,7 @@ fn a_failing_action_faults_the_instance_and_await_reports_the_incident_eng17() {
             "the machine's condition failed"
         );
         // The payment bookmark was consumed by the trigger's completion; the competitors stay
-        // (ENG-17), but a faulted instance runs nothing (ENG-2): the stimulus is not delivered.
+        // (ENG-17), but a faulted instance runs nothing (ENG-2): the stimulus is deferred.
         let names: Vec<&str> = snapshot
             .state
             .bookmarks
@@ -334,19 +334,13 @@ fn a_failing_action_faults_the_instance_and_await_reports_the_incident_eng17() {
             .map(|b| b.name.as_str())
             .collect();
         assert_eq!(names, ["cancel", "wf.delay"]);
-        let err = rt
-            .send(Stimulus::new("cancel").key("o-3"))
-            .await
-            .unwrap_err();
-        assert!(
-            matches!(
-                err,
-                SendError::Run(workflow_runtime::RunError::NotRunnable {
-                    status: WorkflowStatus::Faulted,
-                    ..
-                })
-            ),
-            "{err}"
+        // RT-18: the stimulus waits in a held queue item, delivered if the instance runs again.
+        let report = rt.send(Stimulus::new("cancel").key("o-3")).await.unwrap();
+        assert_eq!(report.deferred, std::slice::from_ref(&id), "{report:?}");
+        assert!(report.resumed.is_empty());
+        assert_eq!(
+            rt.get_state(&id).await.unwrap().unwrap().status(),
+            WorkflowStatus::Faulted
         );
         // Cancel still ends it (ENG-50), incidents resolved.
         rt.cancel(&id, None).await.unwrap();

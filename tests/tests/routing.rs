@@ -855,3 +855,72 @@ fn rt12_a_trigger_of_an_unregistered_version_starts_nothing_and_rt34_mismatch() 
         });
     }
 }
+
+/// A fork: one branch waits for `paid`, the other fails for good.
+const FAULTY: &str = r#"{
+  "name": "Faulty",
+  "root": {
+    "kind": "flowchart",
+    "id": "root",
+    "start": "split",
+    "nodes": [
+      { "kind": "fork", "id": "split", "branches": ["wait", "fail"] },
+      { "kind": "event", "id": "paid", "event": "paid", "key": "order_id" },
+      { "kind": "task", "id": "boom", "function": "boom" }
+    ],
+    "connections": [
+      { "source": "split", "port": "wait", "target": "paid" },
+      { "source": "split", "port": "fail", "target": "boom" }
+    ]
+  }
+}"#;
+
+#[test]
+fn rt18_a_faulted_instance_gets_a_held_item() {
+    for (label, store, _dir) in stores() {
+        block_on(async {
+            let registry = registry(None).task("boom", |_cx: &mut TaskContext<Order>| {
+                Box::pin(async move { Err(workflow_runtime::TaskError::permanent("boom")) })
+            });
+            let rt = Runtime::builder()
+                .store(Arc::clone(&store))
+                .queue_ttl(Duration::from_millis(10))
+                .register_definition(definition(FAULTY, None), registry)
+                .build()
+                .unwrap();
+            let started = rt
+                .start_by_name(
+                    "Faulty",
+                    json!({"order_id": "f-1"}),
+                    StartOptions::default(),
+                )
+                .await;
+            let snapshot = rt
+                .store()
+                .list_instances(InstanceFilter::default())
+                .await
+                .unwrap();
+            let id = snapshot[0].instance_id.clone();
+            let state = rt.get_state(&id).await.unwrap().unwrap();
+            assert!(started.is_ok(), "{label}: {started:?}");
+            assert_eq!(state.status(), WorkflowStatus::Faulted, "{label}");
+            assert!(
+                !state.state.bookmarks.is_empty(),
+                "{label}: the other branch waits"
+            );
+            let report = rt.send(Stimulus::new("paid").key("f-1")).await.unwrap();
+            assert_eq!(
+                report.deferred,
+                std::slice::from_ref(&id),
+                "{label}: {report:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(30)).await;
+            rt.deliver_queued().await.unwrap();
+            let dead = rt.dead_letters(DeadLetterFilter::all(10)).await.unwrap();
+            assert!(
+                dead.is_empty(),
+                "{label}: a held item does not expire: {dead:?}"
+            );
+        });
+    }
+}

@@ -26,7 +26,7 @@ use workflow_model::Activation;
 use super::{Inner, Runtime, StartOptions, Started, lock};
 use crate::executor::{RunError, RunTarget};
 use crate::ids::new_ulid;
-use crate::instance::TriggerStart;
+use crate::instance::{TriggerStart, WorkflowStatus};
 use crate::routing::{RoutingError, check_correlation_id, check_name, stimulus_hash};
 use crate::store::{
     BookmarkQuery, BookmarkRow, DeadLetter, DeadLetterFilter, IdempotencyRecord, InstanceFilter,
@@ -279,8 +279,9 @@ pub struct SendReport {
     pub resumed: Vec<Started>,
     /// Triggers that started nothing, and why.
     pub refused: Vec<Refusal>,
-    /// Instances busy in another process (their lease is held): the stimulus was queued
-    /// targeted at each, for the worker to deliver once the lease is released (RT-18).
+    /// Instances busy in another process (their lease is held) or faulted: the stimulus was
+    /// queued targeted at each (held, not expiring, for a faulted one), for the worker to
+    /// deliver once the lease is released or the instance runs again (RT-18).
     pub deferred: Vec<String>,
     /// The queue item id when the stimulus matched nothing and was queued (RT-21).
     pub queued: Option<String>,
@@ -551,13 +552,14 @@ impl Runtime {
         let busy = self
             .bookmark_phase(stimulus, hash, stimulus_id, &mut report)
             .await?;
-        for instance in busy {
+        for (instance, held) in busy {
             let targets = Targets {
                 instance_id: Some(instance.clone()),
                 bookmark_id: stimulus.bookmark_id.clone(),
                 ..Targets::default()
             };
-            let item = self.queue_item(stimulus, hash, stimulus_id, sent_at, &targets);
+            let mut item = self.queue_item(stimulus, hash, stimulus_id, sent_at, &targets);
+            item.held = held;
             self.inner
                 .store
                 .enqueue(item)
@@ -761,14 +763,15 @@ impl Runtime {
     }
 
     /// RT-17 to RT-20: resumes every matching bookmark, one run per instance. Returns the
-    /// instances whose lease another process holds (RT-18).
+    /// instances to defer (RT-18): busy in another process (`false`), or faulted (`true`:
+    /// the item is held, it does not expire).
     async fn bookmark_phase(
         &self,
         stimulus: &Stimulus,
         hash: &str,
         stimulus_id: &str,
         report: &mut SendReport,
-    ) -> Result<Vec<String>, SendError> {
+    ) -> Result<Vec<(String, bool)>, SendError> {
         let store = &self.inner.store;
         if let Some(instance) = &stimulus.instance_id {
             match store.load_instance(instance).await {
@@ -837,7 +840,12 @@ impl Runtime {
                 Err(RunError::Store {
                     error: StoreError::LeaseHeld { .. },
                     ..
-                }) => busy.push(instance),
+                }) => busy.push((instance, false)),
+                // RT-18: a faulted instance gets a held item, delivered once it runs again.
+                Err(RunError::NotRunnable {
+                    status: WorkflowStatus::Faulted,
+                    ..
+                }) => busy.push((instance, true)),
                 Err(
                     error @ (RunError::NotRunnable { .. }
                     | RunError::VersionNotRegistered { .. }
