@@ -29,8 +29,8 @@ use crate::ids::new_ulid;
 use crate::instance::{TriggerStart, WorkflowStatus};
 use crate::routing::{RoutingError, check_correlation_id, check_name, stimulus_hash};
 use crate::store::{
-    BookmarkQuery, BookmarkRow, DeadLetter, DeadLetterFilter, IdempotencyRecord, InstanceFilter,
-    InstanceStatus, Micros, QueueItem, StoreError, TriggerRow, WakeUp,
+    BookmarkQuery, BookmarkRow, DeadLetter, DeadLetterFilter, DeadLetterReason, IdempotencyRecord,
+    InstanceFilter, InstanceStatus, Micros, QueueItem, StoreError, TriggerRow, WakeUp,
 };
 
 use super::commit::now_micros;
@@ -948,6 +948,26 @@ impl Runtime {
                     }
                 }
                 continue;
+            }
+            // A targeted item whose instance ended or vanished can never be delivered (a
+            // held one would otherwise stay for ever): it becomes a dead letter.
+            if let Some(instance) = &targets.instance_id {
+                let gone = match store.load_instance(instance).await {
+                    Ok(record) => record.status.is_final(),
+                    Err(StoreError::NotFound { .. }) => true,
+                    Err(_) => false,
+                };
+                if gone {
+                    store
+                        .dead_letter(
+                            &item.item_id,
+                            DeadLetterReason::Rejected,
+                            Some(&format!("instance `{instance}` is final or gone")),
+                            now,
+                        )
+                        .await?;
+                    continue;
+                }
             }
             match self.deliver_item(&item).await {
                 Ok(true) => {
