@@ -124,16 +124,16 @@ fn order_machine_is_driven_to_shipped_by_typed_stimuli() {
         assert_eq!(names, ["shipped"], "SM-5.1: cancel and expire withdrawn");
 
         // The withdrawn cancel no longer matches; a wrong key never did.
-        let err = rt
-            .send(Stimulus::new("cancel").key("o-42"))
+        let report = rt
+            .send(Stimulus::new("cancel").key("o-42").queue(false))
             .await
-            .unwrap_err();
-        assert!(matches!(err, SendError::NoMatchingBookmark { .. }), "{err}");
-        let err = rt
-            .send(Stimulus::new("shipped").key("o-99"))
+            .unwrap();
+        assert!(report.unmatched && report.resumed.is_empty(), "{report:?}");
+        let report = rt
+            .send(Stimulus::new("shipped").key("o-99").queue(false))
             .await
-            .unwrap_err();
-        assert!(matches!(err, SendError::NoMatchingBookmark { .. }));
+            .unwrap();
+        assert!(report.unmatched);
 
         let report = rt
             .send(Stimulus::new("shipped").key("o-42").payload(Shipment {
@@ -247,15 +247,16 @@ fn cancel_ends_an_order_and_await_reports_it_eng50() {
             }
         );
         // A cancelled instance's bookmarks are gone from the index too.
-        let err = rt
+        let report = rt
             .send(
                 Stimulus::new("payment")
                     .key("o-1")
-                    .payload(Payment { amount: 5 }),
+                    .payload(Payment { amount: 5 })
+                    .queue(false),
             )
             .await
-            .unwrap_err();
-        assert!(matches!(err, SendError::NoMatchingBookmark { .. }));
+            .unwrap();
+        assert!(report.unmatched);
         assert!(matches!(
             rt.await_completion("nope", Duration::from_millis(1))
                 .await
@@ -325,7 +326,7 @@ fn a_failing_action_faults_the_instance_and_await_reports_the_incident_eng17() {
             "the machine's condition failed"
         );
         // The payment bookmark was consumed by the trigger's completion; the competitors stay
-        // (ENG-17), but a faulted instance runs nothing (ENG-2): the stimulus is not delivered.
+        // (ENG-17), but a faulted instance runs nothing (ENG-2): the stimulus is deferred.
         let names: Vec<&str> = snapshot
             .state
             .bookmarks
@@ -333,19 +334,13 @@ fn a_failing_action_faults_the_instance_and_await_reports_the_incident_eng17() {
             .map(|b| b.name.as_str())
             .collect();
         assert_eq!(names, ["cancel", "wf.delay"]);
-        let err = rt
-            .send(Stimulus::new("cancel").key("o-3"))
-            .await
-            .unwrap_err();
-        assert!(
-            matches!(
-                err,
-                SendError::Run(workflow_runtime::RunError::NotRunnable {
-                    status: WorkflowStatus::Faulted,
-                    ..
-                })
-            ),
-            "{err}"
+        // RT-18: the stimulus waits in a held queue item, delivered if the instance runs again.
+        let report = rt.send(Stimulus::new("cancel").key("o-3")).await.unwrap();
+        assert_eq!(report.deferred, std::slice::from_ref(&id), "{report:?}");
+        assert!(report.resumed.is_empty());
+        assert_eq!(
+            rt.get_state(&id).await.unwrap().unwrap().status(),
+            WorkflowStatus::Faulted
         );
         // Cancel still ends it (ENG-50), incidents resolved.
         rt.cancel(&id, None).await.unwrap();

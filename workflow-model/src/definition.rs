@@ -24,6 +24,11 @@ pub struct Definition {
     /// The workflow-level commit strategy (ENG-32). Absent: the runtime's default (`run_end`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub commit_strategy: Option<CommitStrategy>,
+    /// When a trigger or a start may create a new instance (routing.md RT-15, RT-16).
+    /// Absent: `always`. A routing setting, not part of the version fingerprint: changing it
+    /// does not pin instances to a new version. JSON and builder only (no macro option yet).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub activation: Option<Activation>,
 }
 
 impl Definition {
@@ -35,7 +40,15 @@ impl Definition {
             root: root.into(),
             retry: None,
             commit_strategy: None,
+            activation: None,
         }
+    }
+
+    /// With an activation strategy (RT-15).
+    #[must_use]
+    pub fn with_activation(mut self, activation: Activation) -> Self {
+        self.activation = Some(activation);
+        self
     }
 
     /// The version fingerprint of this definition (ENG-44): see [`crate::fingerprint`].
@@ -401,6 +414,29 @@ pub struct Event {
     /// A deadline in milliseconds after which the `timeout` outcome is taken (TM-14).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub deadline_ms: Option<u64>,
+    /// Which queued stimuli this wait may take (routing.md RT-30); absent: `since_origin`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub look_back: Option<LookBack>,
+}
+
+/// Which *queued* stimuli a waiting event may take (routing.md RT-30, RT-31). Live delivery
+/// (the wait exists when the stimulus is sent) is unaffected.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", deny_unknown_fields)]
+pub enum LookBack {
+    /// Only stimuli sent at or after the wait's creation.
+    None,
+    /// Stimuli sent at or after the instance's origin (the send time of the stimulus that
+    /// started it, or of the start call): a reply that overtakes the wait is kept.
+    #[default]
+    SinceOrigin,
+    /// Stimuli sent at or after the wait's creation minus `ms` milliseconds.
+    Window {
+        /// The window in milliseconds.
+        ms: u64,
+    },
+    /// Any queued stimulus still within its TTL.
+    Any,
 }
 
 impl Event {
@@ -414,7 +450,15 @@ impl Event {
             trigger: false,
             ports: None,
             deadline_ms: None,
+            look_back: None,
         }
+    }
+
+    /// With a look-back policy (RT-30).
+    #[must_use]
+    pub fn with_look_back(mut self, look_back: LookBack) -> Self {
+        self.look_back = Some(look_back);
+        self
     }
 
     /// The same event correlated by the key path `key` into the data.
@@ -1095,6 +1139,22 @@ impl<'de> Deserialize<'de> for Decimal {
         Decimal::from_f64(value)
             .ok_or_else(|| serde::de::Error::custom(format!("`{value}` is not a usable number")))
     }
+}
+
+/// A definition's activation strategy (routing.md RT-15): when a trigger or a start may
+/// create a new instance. An unknown name in JSON is a load error (RT-16).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Activation {
+    /// Always (the default).
+    #[default]
+    Always,
+    /// Only while no non-final instance of the same definition name exists.
+    Singleton,
+    /// Only while no non-final instance of any definition has the correlation id.
+    Correlation,
+    /// Only while no non-final instance of the same definition has the correlation id.
+    CorrelatedSingleton,
 }
 
 /// The workflow-level commit strategy (ENG-32).

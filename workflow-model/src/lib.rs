@@ -90,11 +90,11 @@ mod json;
 mod validate;
 
 pub use definition::{
-    Activity, Break, COMPENSATED, CommitStrategy, Connection, Correlate, Cron, DONE, Decimal,
-    Definition, Delay, End, Event, Fault, Finish, Flowchart, ForEach, Fork, If, Join, JoinMode,
-    NodeCommit, Parallel, ParallelForEach, ParallelMode, Ports, RetryPolicy, Saga, SagaOnFailure,
-    Sequence, SetVariable, Start, StartAt, State, StateMachine, SubWorkflow, SubWorkflowMode,
-    Switch, SwitchCase, SwitchMode, Task, Timer, Transition, While,
+    Activation, Activity, Break, COMPENSATED, CommitStrategy, Connection, Correlate, Cron, DONE,
+    Decimal, Definition, Delay, End, Event, Fault, Finish, Flowchart, ForEach, Fork, If, Join,
+    JoinMode, LookBack, NodeCommit, Parallel, ParallelForEach, ParallelMode, Ports, RetryPolicy,
+    Saga, SagaOnFailure, Sequence, SetVariable, Start, StartAt, State, StateMachine, SubWorkflow,
+    SubWorkflowMode, Switch, SwitchCase, SwitchMode, Task, Timer, Transition, While,
 };
 pub use diagnostics::{
     Diagnostic, Diagnostics, Location, Segment, backticked, did_you_mean, suggest,

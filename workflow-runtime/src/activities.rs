@@ -64,7 +64,26 @@ where
         };
         match &node.kind {
             NodeKind::Task { function, .. } => self.run_task(id, function).await,
-            NodeKind::Event { event, key, .. } => self.execute_event(id, event, key.as_deref()),
+            NodeKind::Event {
+                event,
+                key,
+                look_back,
+                ..
+            } => {
+                // RT-13, ACT-7: the trigger that created the instance completes at once with
+                // the stimulus payload instead of waiting.
+                if self
+                    .state
+                    .trigger
+                    .as_ref()
+                    .is_some_and(|t| t.node_id == node.id)
+                    && let Some(trigger) = self.state.trigger.take()
+                {
+                    let index = graph.index_of(&node.id).unwrap_or_default();
+                    return self.bookmark_completed(id, index, trigger.payload);
+                }
+                self.execute_event(id, event, key.as_deref(), *look_back)
+            }
             NodeKind::Delay { duration_ms } => self.execute_delay(id, *duration_ms),
             NodeKind::Sequence { steps } => self.sequence_next(id, steps, 0),
             NodeKind::StateMachine(machine) => self.machine_execute(id, machine),
@@ -164,6 +183,7 @@ where
         id: ContextId,
         event: &str,
         key: Option<&str>,
+        look_back: Option<workflow_model::LookBack>,
     ) -> Result<(), StepError> {
         let key_value = match key {
             None => None,
@@ -179,7 +199,12 @@ where
         };
         let hash = stimulus_hash(event, key_value.as_ref(), None)
             .map_err(|e| engine_fault(id, format!("event `{event}`: {e}")))?;
-        self.create_bookmark(id, event, hash, json!({ "key": key_value }), None)?;
+        // RT-30: the wait's look-back travels with its bookmark, for the bookmark index.
+        let payload = match look_back.and_then(|l| serde_json::to_value(l).ok()) {
+            Some(look_back) => json!({ "key": key_value, "look_back": look_back }),
+            None => json!({ "key": key_value }),
+        };
+        self.create_bookmark(id, event, hash, payload, None)?;
         Ok(())
     }
 

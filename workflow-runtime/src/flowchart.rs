@@ -121,12 +121,12 @@ where
         }
     }
 
-    /// FC-6 step 1: the triggering node, when the instance was created by a trigger of this
-    /// flowchart (RT-13). Trigger-created instances do not exist yet (routing issue), so this
-    /// is the hook where the trigger's node will be looked up; until then a run always begins
-    /// at the validator's default start (steps 2-5).
-    fn flow_triggering_node(&self, _id: ContextId, _fc: &FlowchartNode) -> Option<usize> {
-        None
+    /// FC-6 step 1: the triggering node, when the instance was created by a trigger that is
+    /// a node of this flowchart (RT-13) and has not consumed its payload yet.
+    fn flow_triggering_node(&self, _id: ContextId, fc: &FlowchartNode) -> Option<usize> {
+        let trigger = self.state.trigger.as_ref()?;
+        let local = *fc.local.get(&trigger.node_id)?;
+        fc.triggers.contains(&local).then_some(local)
     }
 
     /// Runs a flowchart (FC-6 to FC-8).

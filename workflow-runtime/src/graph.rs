@@ -52,6 +52,7 @@ pub(crate) enum NodeKind {
         event: String,
         key: Option<String>,
         choice: Option<EventChoice>,
+        look_back: Option<workflow_model::LookBack>,
     },
     Delay {
         duration_ms: Option<u64>,
@@ -283,6 +284,26 @@ impl Graph {
         self.nodes.get(index)
     }
 
+    /// The event nodes marked as triggers of every flowchart (ACT-7, RT-9):
+    /// `(node path id, event name)`, in graph order.
+    pub(crate) fn event_triggers(&self) -> Vec<(String, String)> {
+        let mut out = Vec::new();
+        for node in &self.nodes {
+            let NodeKind::Flowchart(fc) = &node.kind else {
+                continue;
+            };
+            for &local in &fc.triggers {
+                let Some(child) = fc.children.get(local).and_then(|&c| self.nodes.get(c)) else {
+                    continue;
+                };
+                if let NodeKind::Event { event, .. } = &child.kind {
+                    out.push((child.id.clone(), event.clone()));
+                }
+            }
+        }
+        out
+    }
+
     pub(crate) fn index_of(&self, id: &str) -> Option<NodeIndex> {
         self.by_id.get(id).copied()
     }
@@ -400,6 +421,7 @@ impl Graph {
             Activity::Event(e) => NodeKind::Event {
                 event: e.event.clone(),
                 key: e.key.clone(),
+                look_back: e.look_back,
                 choice: e.ports.as_ref().map(|ports| EventChoice {
                     payload: e.payload.clone(),
                     ports: ports.clone(),

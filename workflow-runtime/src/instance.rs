@@ -453,6 +453,18 @@ impl Journal {
     }
 }
 
+/// The trigger an instance was created by (routing.md RT-13): its first run begins at `node`
+/// (FC-6 step 1), which completes at once with `payload` instead of waiting (ACT-7).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TriggerStart {
+    /// The trigger node's full path id (`root:placed`).
+    pub node_id: String,
+    /// The stimulus that started the instance.
+    pub stimulus_id: String,
+    /// Its payload, the trigger node's output.
+    pub payload: Value,
+}
+
 /// The parent of an instance started by a SubWorkflow (ACT-24): the child's final commit
 /// resumes the parent's `wf.sub_workflow` bookmark with its final status and output.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -482,6 +494,10 @@ pub struct WorkflowState {
     /// The parent, for an instance started by a SubWorkflow (ACT-24).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub parent: Option<ParentLink>,
+    /// The trigger that created this instance (RT-13), until its node consumed the payload
+    /// (FC-6 step 1, ACT-7).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trigger: Option<TriggerStart>,
     /// When it was created (ms since the epoch).
     pub created_at: u64,
     /// When it last changed.
@@ -545,6 +561,7 @@ impl WorkflowState {
             definition,
             correlation_id: None,
             parent: None,
+            trigger: None,
             created_at: now,
             updated_at: now,
             status: WorkflowStatus::Running,

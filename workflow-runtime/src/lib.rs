@@ -59,8 +59,8 @@ pub use registry::{BoxFuture, ChooseOutcome, Registry, TaskResult};
 pub use routing::RoutingError;
 pub use runtime::{
     AwaitError, BuildError, CancelError, Completion, InstanceSnapshot, PurgeError, RecoveryReport,
-    ResumeError, Runtime, RuntimeBuilder, SendError, SendReport, StartError, StartOptions, Started,
-    StateError, Stimulus,
+    Refusal, ResumeError, Runtime, RuntimeBuilder, SendError, SendReport, StartError, StartOptions,
+    Started, StateError, Stimulus,
 };
 pub use task::{IntoTaskResult, Outcome, TaskContext, TaskError};
 pub use workflow::{StateMachineWorkflow, Workflow};

@@ -138,6 +138,10 @@ pub(crate) fn lower(decl: &WorkflowDecl) -> Lowered {
         spans.insert(top.field("commit_strategy"), tokens);
         definition.commit_strategy = Some(*strategy);
     }
+    if let Some((activation, tokens)) = &options.activation {
+        spans.insert(top.field("activation"), tokens);
+        definition.activation = Some(*activation);
+    }
     Lowered { definition, spans }
 }
 

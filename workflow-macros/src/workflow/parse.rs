@@ -10,7 +10,9 @@ use quote::ToTokens;
 use syn::ext::IdentExt;
 use syn::parse::{Parse, ParseStream, Parser};
 use syn::{Attribute, Ident, LitStr, Path, Token, Type, Visibility};
-use workflow_model::{CommitStrategy, JoinMode, SagaOnFailure, backticked, did_you_mean};
+use workflow_model::{
+    Activation, CommitStrategy, JoinMode, SagaOnFailure, backticked, did_you_mean,
+};
 
 use crate::common::Errors;
 use crate::common::faults::{RetryDecl, TaskOptions, parse_retry};
@@ -28,7 +30,11 @@ pub(crate) const STEP_KINDS: [&str; 9] = [
     "task", "event", "after", "finish", "fault", "workflow", "sequence", "saga", "cron",
 ];
 /// The options of `#[workflow(...)]`.
-pub(crate) const WORKFLOW_OPTIONS: [&str; 4] = ["name", "saga", "retry", "commit"];
+pub(crate) const WORKFLOW_OPTIONS: [&str; 5] = ["name", "saga", "retry", "commit", "activation"];
+
+/// The activation strategies of `#[workflow(activation = ..)]` (routing.md RT-15).
+pub(crate) const ACTIVATIONS: [&str; 4] =
+    ["always", "singleton", "correlation", "correlated_singleton"];
 /// The modes of `saga(..)` (FLT-10).
 pub(crate) const SAGA_MODES: [&str; 2] = ["fault", "continue"];
 /// The workflow-level commit strategies of `#[workflow(commit = ..)]` (ENG-32).
@@ -90,6 +96,8 @@ pub(crate) struct WorkflowOptions {
     pub(crate) retry: Option<RetryDecl>,
     /// `commit = ..` (ENG-32).
     pub(crate) commit: Option<(CommitStrategy, TokenStream)>,
+    /// `activation = ..` (RT-15).
+    pub(crate) activation: Option<(Activation, TokenStream)>,
 }
 
 /// A flowchart body or the plain sequence form.
@@ -422,6 +430,31 @@ fn parse_options(
                 let tokens = tokens_between(&start, value);
                 if options.commit.replace((strategy, tokens)).is_some() {
                     errors.at(&meta.path, "duplicate workflow option `commit`");
+                }
+            }
+            "activation" => {
+                let value = meta.value()?;
+                let start = value.fork();
+                let mode: Ident = value.call(Ident::parse_any)?;
+                let activation = match mode.to_string().as_str() {
+                    "always" => Activation::Always,
+                    "singleton" => Activation::Singleton,
+                    "correlation" => Activation::Correlation,
+                    "correlated_singleton" => Activation::CorrelatedSingleton,
+                    other => {
+                        let (hint, _) = did_you_mean(other, ACTIVATIONS);
+                        return Err(syn::Error::new(
+                            mode.span(),
+                            format!(
+                                "unknown activation strategy `{other}`; expected one of {}{hint}",
+                                backticked(ACTIVATIONS)
+                            ),
+                        ));
+                    }
+                };
+                let tokens = tokens_between(&start, value);
+                if options.activation.replace((activation, tokens)).is_some() {
+                    errors.at(&meta.path, "duplicate workflow option `activation`");
                 }
             }
             _ => {

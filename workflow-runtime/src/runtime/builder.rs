@@ -8,7 +8,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 use tokio::sync::broadcast;
-use workflow_model::Definition;
+use workflow_model::{Activation, Definition};
 
 use super::{BuildError, Inner, Runtime};
 use crate::events::LifecycleEvent;
@@ -54,12 +54,17 @@ pub(super) trait ErasedWorkflow: Send + Sync {
     ) -> Result<RunOutput, RunError>;
     /// `(node id, workflow name)` of every SubWorkflow node, for ACT-V10 at build.
     fn sub_workflows(&self) -> Vec<(String, String)>;
+    /// The event trigger nodes (ACT-7): `(node path id, event name)`, in graph order.
+    fn event_triggers(&self) -> Vec<(String, String)>;
+    /// The activation strategy (RT-15).
+    fn activation(&self) -> Activation;
 }
 
 pub(super) struct Registered<D> {
     pub(super) version: String,
     pub(super) graph: Graph,
     pub(super) registry: Registry<D>,
+    pub(super) activation: Activation,
 }
 
 impl<D> ErasedWorkflow for Registered<D>
@@ -118,6 +123,14 @@ where
     fn sub_workflows(&self) -> Vec<(String, String)> {
         self.graph.sub_workflows()
     }
+
+    fn event_triggers(&self) -> Vec<(String, String)> {
+        self.graph.event_triggers()
+    }
+
+    fn activation(&self) -> Activation {
+        self.activation
+    }
 }
 
 pub(super) type Pending =
@@ -136,6 +149,8 @@ pub struct RuntimeBuilder {
     pub(super) commit_strategy: CommitStrategy,
     pub(super) lease_ttl: Duration,
     pub(super) owner: Option<String>,
+    pub(super) queue_ttl: Duration,
+    pub(super) queue_sweep: Duration,
 }
 
 impl std::fmt::Debug for RuntimeBuilder {
@@ -222,6 +237,7 @@ where
             version,
             graph,
             registry,
+            activation: definition.activation.unwrap_or_default(),
         }),
     ))
 }
@@ -328,6 +344,21 @@ impl RuntimeBuilder {
         self
     }
 
+    /// How long an unmatched stimulus waits in the bookmark queue before it becomes a dead
+    /// letter `Expired` (RT-28; default 10 minutes). A send may set its own.
+    #[must_use]
+    pub fn queue_ttl(mut self, ttl: Duration) -> Self {
+        self.queue_ttl = ttl;
+        self
+    }
+
+    /// The queue worker's periodic sweep (RT-26; default 10 s).
+    #[must_use]
+    pub fn queue_sweep(mut self, every: Duration) -> Self {
+        self.queue_sweep = every.max(Duration::from_millis(1));
+        self
+    }
+
     /// The lease owner name of this runtime (default: a fresh ULID).
     #[must_use]
     pub fn owner(mut self, owner: impl Into<String>) -> Self {
@@ -383,6 +414,11 @@ impl RuntimeBuilder {
                 max_journal_entries: self.max_journal_entries,
                 middleware: self.middleware,
                 links: Mutex::new(VecDeque::new()),
+                triggers_indexed: tokio::sync::OnceCell::new(),
+                doorbell: Arc::new(tokio::sync::Notify::new()),
+                workers: Mutex::new(None),
+                queue_ttl: i64::try_from(self.queue_ttl.as_micros()).unwrap_or(i64::MAX),
+                sweep: self.queue_sweep,
             }),
         })
     }

@@ -112,6 +112,22 @@ pub(super) fn run_store_error(instance_id: &str, error: StoreError) -> RunError 
     }
 }
 
+/// The earliest `sent_at` a queued stimulus may have to be taken by a bookmark (RT-30,
+/// RT-31), from the look-back its Event put in the bookmark payload: `None` for
+/// `SinceOrigin` (the default), which the queue worker checks against the instance's origin.
+fn look_back_instant(payload: &Value, created_at: Micros) -> Option<Micros> {
+    let look_back: workflow_model::LookBack =
+        serde_json::from_value(payload.get("look_back")?.clone()).ok()?;
+    match look_back {
+        workflow_model::LookBack::None => Some(created_at),
+        workflow_model::LookBack::SinceOrigin => None,
+        workflow_model::LookBack::Window { ms } => Some(
+            created_at.saturating_sub(i64::try_from(ms.saturating_mul(1000)).unwrap_or(i64::MAX)),
+        ),
+        workflow_model::LookBack::Any => Some(i64::MIN),
+    }
+}
+
 /// What the store holds of a run's instance, kept in step with each commit.
 pub(super) struct Tracker {
     pub(super) instance_id: String,
@@ -119,6 +135,8 @@ pub(super) struct Tracker {
     pub(super) version: u64,
     /// The bookmarks as last committed, for the diff (ENG-23, ST-6).
     pub(super) bookmarks: Vec<Bookmark>,
+    /// Stimulus ids consumed by this run, written as receipts with its first commit (RT-19).
+    pub(super) receipts: Vec<String>,
 }
 
 /// The commits of one leased run: inside it (ENG-32) and at its end (ENG-31).
@@ -160,7 +178,7 @@ impl RunCommits<'_> {
                     name: b.name.clone(),
                     node_id: b.node_id.clone(),
                     context_id: b.context_id,
-                    look_back: None,
+                    look_back: look_back_instant(&b.payload, ms_to_micros(b.created_at)),
                     created_at: ms_to_micros(b.created_at),
                 })
                 .collect();
@@ -171,6 +189,7 @@ impl RunCommits<'_> {
                 .map(|a| a.id.clone())
                 .collect();
             commit.instances_created = children;
+            commit.receipts.clone_from(&tracker.receipts);
             commit.journal = state
                 .journal
                 .entries
@@ -191,6 +210,7 @@ impl RunCommits<'_> {
         let mut tracker = lock(&self.tracker);
         tracker.version = version;
         tracker.bookmarks = state.bookmarks.clone();
+        tracker.receipts.clear();
         Ok(())
     }
 }

@@ -14,7 +14,6 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 use tokio::sync::{broadcast, watch};
@@ -28,17 +27,17 @@ use crate::executor::{
 use crate::ids::{new_ulid, now_ms};
 use crate::instance::{
     DefinitionRef, Incident, Journal, JournalEntry, JournalLevel, ParentLink, SubStatus,
-    WorkflowState, WorkflowStatus,
+    TriggerStart, WorkflowState, WorkflowStatus,
 };
-use crate::routing::{RoutingError, check_name, stimulus_hash};
 use crate::store::{
-    BookmarkQuery, Commit, InstanceFilter, InstanceStatus, InstanceSubStatus, Micros, NewInstance,
-    PurgeFilter, Store, StoreError,
+    Commit, InstanceFilter, InstanceStatus, InstanceSubStatus, Micros, NewInstance, PurgeFilter,
+    Store, StoreError,
 };
 use crate::workflow::{StateMachineWorkflow, Workflow};
 
 mod builder;
 mod commit;
+mod send;
 
 pub use builder::RuntimeBuilder;
 use builder::{ErasedWorkflow, RunOutput};
@@ -46,6 +45,7 @@ use commit::{
     RunCommits, Tracker, decode_document, encode_document, journal_entry, ms_to_micros, now_micros,
     run_store_error, workflow_status,
 };
+pub use send::{Refusal, SendError, SendReport, Stimulus};
 
 // ---- errors, one enum per operation family ---------------------------------------------
 
@@ -179,88 +179,13 @@ pub enum StartError {
         /// Why.
         message: String,
     },
-    /// The first run failed; nothing was kept.
-    #[error(transparent)]
-    Run(#[from] RunError),
-}
-
-/// A stimulus (routing.md RT-1): a name, an optional correlation key, an optional target
-/// instance, and a JSON payload.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Stimulus {
-    /// The event name.
-    pub name: String,
-    /// The correlation key (RT-3); `None` is the unit key.
-    pub key: Option<Value>,
-    /// Restrict delivery to this instance.
-    pub instance_id: Option<String>,
-    /// The payload, decoded by the waiting activity.
-    pub payload: Value,
-    /// Why the key or payload given to the builder methods did not serialize.
-    invalid: Option<String>,
-}
-
-impl Stimulus {
-    /// A stimulus named `name` with a `null` payload.
-    pub fn new(name: impl Into<String>) -> Self {
-        Self {
-            name: name.into(),
-            key: None,
-            instance_id: None,
-            payload: Value::Null,
-            invalid: None,
-        }
-    }
-
-    /// With a correlation key (any `Serialize` value; RT-3).
-    #[must_use]
-    pub fn key(mut self, key: impl Serialize) -> Self {
-        match serde_json::to_value(key) {
-            Ok(key) => self.key = Some(key),
-            Err(e) => self.invalid = Some(format!("key does not serialize: {e}")),
-        }
-        self
-    }
-
-    /// Addressed to one instance.
-    #[must_use]
-    pub fn instance(mut self, instance_id: impl Into<String>) -> Self {
-        self.instance_id = Some(instance_id.into());
-        self
-    }
-
-    /// With a typed payload. One that does not serialize makes [`Runtime::send`] fail with
-    /// [`SendError::Payload`].
-    #[must_use]
-    pub fn payload(mut self, payload: impl Serialize) -> Self {
-        match serde_json::to_value(payload) {
-            Ok(payload) => self.payload = payload,
-            Err(e) => self.invalid = Some(format!("payload does not serialize: {e}")),
-        }
-        self
-    }
-}
-
-/// Why a send failed.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum SendError {
-    /// The name or key cannot be routed (RT-2, RT-3).
-    #[error(transparent)]
-    Routing(#[from] RoutingError),
-    /// The key or payload given to [`Stimulus`] did not serialize; nothing was sent.
-    #[error("{message}")]
-    Payload {
+    /// The definition's activation strategy refused a new instance (RT-16).
+    #[error("activation refused: {refusal:?}")]
+    ActivationRefused {
         /// Why.
-        message: String,
+        refusal: Refusal,
     },
-    /// No bookmark waits for this stimulus. (The bookmark queue of RT-23 comes with the
-    /// routing issue; until then the stimulus is not kept.)
-    #[error("no instance waits for `{name}` with this key")]
-    NoMatchingBookmark {
-        /// The stimulus name.
-        name: String,
-    },
-    /// A run failed; that instance is unchanged.
+    /// The first run failed; nothing was kept.
     #[error(transparent)]
     Run(#[from] RunError),
 }
@@ -390,7 +315,7 @@ pub enum PurgeError {
 // ---- results ---------------------------------------------------------------------------
 
 /// What [`Runtime::start`] returns once the first run committed.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Started {
     /// The new instance's id.
     pub instance_id: String,
@@ -407,18 +332,6 @@ pub struct StartOptions {
     pub instance_id: Option<String>,
     /// A correlation id.
     pub correlation_id: Option<String>,
-}
-
-/// What [`Runtime::send`] did: the instances it resumed, with their status after the run.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SendReport {
-    /// One entry per resumed instance, in delivery order.
-    pub resumed: Vec<Started>,
-    /// Matching instances that could not run (faulted, or final in the meantime, pinned to an
-    /// unregistered version, leased by another process, or refused by the store): the
-    /// stimulus was not delivered to them. (The bookmark queue that defers it comes with the
-    /// routing issue, RT-18.)
-    pub not_delivered: Vec<RunError>,
 }
 
 /// A read-only snapshot of an instance (ENG-51).
@@ -486,6 +399,16 @@ struct Inner {
     /// Work between instances queued by commits (ACT-24), carried out before the runtime
     /// call that caused it returns.
     links: Mutex<VecDeque<Link>>,
+    /// Set once the triggers are written to the store (RT-9).
+    triggers_indexed: tokio::sync::OnceCell<()>,
+    /// The queue worker's doorbell, capacity one (RT-26).
+    doorbell: Arc<tokio::sync::Notify>,
+    /// The queue worker, once started.
+    workers: Mutex<Option<send::Workers>>,
+    /// The default queue TTL, µs (RT-28).
+    queue_ttl: Micros,
+    /// The queue worker's periodic sweep (RT-26).
+    sweep: Duration,
 }
 
 /// The workflow runtime (engine.md section 10), on a [`Store`]: in memory by default, durable
@@ -581,6 +504,8 @@ impl Runtime {
             commit_strategy: CommitStrategy::default(),
             lease_ttl: Duration::from_secs(60),
             owner: None,
+            queue_ttl: send::DEFAULT_QUEUE_TTL,
+            queue_sweep: send::DEFAULT_SWEEP,
         }
     }
 
@@ -631,6 +556,7 @@ impl Runtime {
         input: Value,
         options: StartOptions,
         parent: Option<ParentLink>,
+        trigger: Option<TriggerStart>,
     ) -> Result<NewInstance, StartError> {
         let workflow =
             self.inner
@@ -657,6 +583,8 @@ impl Runtime {
         );
         state.correlation_id = options.correlation_id;
         state.parent = parent;
+        let receipt = trigger.as_ref().map(|t| t.stimulus_id.clone());
+        state.trigger = trigger;
         let document = encode_document(&state)?;
         Ok(NewInstance {
             instance_id,
@@ -668,7 +596,7 @@ impl Runtime {
             origin_at: ms_to_micros(now),
             created_at: ms_to_micros(now),
             state: document,
-            receipt: None,
+            receipt,
             consumed_queue_item: None,
             activation_scope: None,
         })
@@ -683,7 +611,14 @@ impl Runtime {
         options: StartOptions,
         parent: Option<ParentLink>,
     ) -> Result<Started, StartError> {
-        let new = self.new_instance(name, input, options, parent)?;
+        let correlation = options.correlation_id.clone();
+        let mut new = self.new_instance(name, input, options, parent.clone(), None)?;
+        if parent.is_none() {
+            // RT-16: `start` applies the activation strategy too.
+            new.activation_scope = self
+                .activation_scope(name, correlation.as_deref())
+                .map_err(|refusal| StartError::ActivationRefused { refusal })?;
+        }
         let instance_id = new.instance_id.clone();
         let created = self.inner.store.create_instance(new).await;
         match created {
@@ -691,6 +626,14 @@ impl Runtime {
             Err(StoreError::AlreadyExists { .. }) => {
                 return Err(StartError::InstanceExists {
                     instance: instance_id,
+                });
+            }
+            Err(StoreError::ActivationConflict { existing, .. }) => {
+                return Err(StartError::ActivationRefused {
+                    refusal: Refusal::ActivationRefused {
+                        strategy: self.activation_of(name),
+                        existing,
+                    },
                 });
             }
             Err(StoreError::Invalid { reason, .. }) => {
@@ -747,89 +690,6 @@ impl Runtime {
         let _ = store.release_lease(instance_id, lease.token).await;
     }
 
-    /// Sends a stimulus (ENG-49): every bookmark waiting for its name and key (in the given
-    /// instance, if any), found in the store's index by stimulus hash (ST-6), is resumed with
-    /// the payload, one run per instance, in bookmark creation order.
-    pub async fn send(&self, stimulus: Stimulus) -> Result<SendReport, SendError> {
-        let mut result = self.send_inner(stimulus).await;
-        if self.process_links().await
-            && let Ok(report) = &mut result
-        {
-            for started in &mut report.resumed {
-                self.refresh(started).await;
-            }
-        }
-        result
-    }
-
-    async fn send_inner(&self, stimulus: Stimulus) -> Result<SendReport, SendError> {
-        const PAGE: usize = 500;
-        check_name(&stimulus.name)?;
-        if let Some(message) = stimulus.invalid.clone() {
-            return Err(SendError::Payload { message });
-        }
-        let hash = stimulus_hash(&stimulus.name, stimulus.key.as_ref(), None)?;
-        let mut query = BookmarkQuery::by_hash(hash, PAGE);
-        query.instance_id.clone_from(&stimulus.instance_id);
-        let mut targets: Vec<(String, Vec<String>)> = Vec::new();
-        loop {
-            let rows = self
-                .inner
-                .store
-                .find_bookmarks(query.clone())
-                .await
-                .map_err(|error| {
-                    SendError::Run(RunError::Store {
-                        instance: stimulus.instance_id.clone().unwrap_or_default(),
-                        error,
-                    })
-                })?;
-            let full = rows.len() >= PAGE;
-            query.after = rows.last().map(|r| (r.created_at, r.bookmark_id.clone()));
-            for row in rows {
-                match targets.iter_mut().find(|(i, _)| *i == row.instance_id) {
-                    Some((_, ids)) => ids.push(row.bookmark_id),
-                    None => targets.push((row.instance_id, vec![row.bookmark_id])),
-                }
-            }
-            if !full {
-                break;
-            }
-        }
-        let mut resumed = Vec::new();
-        let mut not_delivered = Vec::new();
-        for (instance, ids) in targets {
-            let target = RunTarget::Bookmarks {
-                ids,
-                payload: stimulus.payload.clone(),
-            };
-            match self.drive(&instance, target).await {
-                Ok(Some(started)) => resumed.push(started),
-                // Consumed elsewhere in the meantime: routing treats it as gone (ENG-25).
-                Ok(None) | Err(RunError::BookmarkNotFound { .. }) => {}
-                // Not delivered to this one; the others still get it.
-                Err(
-                    error @ (RunError::NotRunnable { .. }
-                    | RunError::VersionNotRegistered { .. }
-                    | RunError::Store { .. }),
-                ) => not_delivered.push(error),
-                Err(error) => return Err(SendError::Run(error)),
-            }
-        }
-        if resumed.is_empty() {
-            if let Some(error) = not_delivered.into_iter().next() {
-                return Err(SendError::Run(error));
-            }
-            return Err(SendError::NoMatchingBookmark {
-                name: stimulus.name,
-            });
-        }
-        Ok(SendReport {
-            resumed,
-            not_delivered,
-        })
-    }
-
     /// Resumes one bookmark by id (RT-34), e.g. a `wf.delay` bookmark before timers exist.
     pub async fn resume_bookmark(
         &self,
@@ -882,7 +742,7 @@ impl Runtime {
                 any_new = true;
                 let _local = self.local_run(&id).await;
                 match self
-                    .drive_leased(&id, claim.lease.token, RunTarget::None)
+                    .drive_leased(&id, claim.lease.token, RunTarget::None, None)
                     .await
                 {
                     Ok(started) => report.recovered.push(started),
@@ -1369,6 +1229,17 @@ impl Runtime {
         instance_id: &str,
         target: RunTarget,
     ) -> Result<Option<Started>, RunError> {
+        self.drive_consuming(instance_id, target, None).await
+    }
+
+    /// [`Runtime::drive`] whose first commit also writes the receipt of `stimulus_id`
+    /// (RT-19): a stimulus already consumed by the instance fails the commit.
+    async fn drive_consuming(
+        &self,
+        instance_id: &str,
+        target: RunTarget,
+        stimulus_id: Option<String>,
+    ) -> Result<Option<Started>, RunError> {
         let _local = self.local_run(instance_id).await;
         let store = &*self.inner.store;
         let lease = match store
@@ -1384,7 +1255,10 @@ impl Runtime {
             Err(StoreError::NotFound { .. }) => return Ok(None),
             Err(error) => return Err(run_store_error(instance_id, error)),
         };
-        match self.drive_leased(instance_id, lease.token, target).await {
+        match self
+            .drive_leased(instance_id, lease.token, target, stimulus_id)
+            .await
+        {
             Ok(started) => Ok(Some(started)),
             Err(error) => {
                 // The run is abandoned; the instance continues from its last commit (ENG-29).
@@ -1418,6 +1292,7 @@ impl Runtime {
                 token,
                 version: record.version,
                 bookmarks: state.bookmarks.clone(),
+                receipts: Vec::new(),
             }),
         };
         Ok((state, commits))
@@ -1431,8 +1306,10 @@ impl Runtime {
         instance_id: &str,
         token: u64,
         target: RunTarget,
+        stimulus_id: Option<String>,
     ) -> Result<Started, RunError> {
         let (mut state, commits) = self.load_for_run(instance_id, token).await?;
+        lock(&commits.tracker).receipts.extend(stimulus_id);
         if state.status.is_final() || state.status == WorkflowStatus::Faulted {
             return Err(RunError::NotRunnable {
                 instance: instance_id.to_owned(),
@@ -1496,7 +1373,7 @@ impl Runtime {
                 };
                 // One that cannot be created is started (and fails) after the commit.
                 if let Ok(child) =
-                    self.new_instance(workflow, input.clone(), options, Some(parent.clone()))
+                    self.new_instance(workflow, input.clone(), options, Some(parent.clone()), None)
                 {
                     children.push(child);
                 }
