@@ -714,11 +714,14 @@ where
             return Ok(());
         };
         let bookmark = self.state.bookmarks.remove(position);
-        self.record(
-            JournalKind::BookmarkResumed,
-            Some(id),
-            json!({"bookmark": bookmark.id, "name": bookmark.name}),
-        );
+        let mut detail = json!({"bookmark": bookmark.id, "name": bookmark.name});
+        // TM-8: a timer journals when it was due and when it fired.
+        if let (Some(due_at), Some(map)) = (bookmark.payload.get("due_at"), detail.as_object_mut())
+        {
+            map.insert("due_at".to_owned(), due_at.clone());
+            map.insert("fired_at".to_owned(), json!(self.now));
+        }
+        self.record(JournalKind::BookmarkResumed, Some(id), detail);
         let result = match &bookmark.callback {
             Some(callback) => {
                 let child = ChildInfo {

@@ -12,8 +12,16 @@
 //! While, ForEach, ParallelForEach, Parallel, Finish, Fault, Break, Correlate, SetVariable)
 //! and SubWorkflow, [`routing`] (stimulus hashes) and [`Runtime`], which keeps instances in a
 //! [`Store`]: [`MemoryStore`] by default, [`SqliteStore`] for durability across restarts and
-//! crashes (issue 5; [`Runtime::recover`], at-least-once activities). Timer, StartAt, Cron, Delay `until`, and
-//! deadlines are refused at build with [`BuildError::UnsupportedActivity`] until timers exist.
+//! crashes (issue 5; [`Runtime::recover`], at-least-once activities).
+//!
+//! Time (issue 8) comes from a [`Clock`] (TM-1): [`SystemClock`] by default, a
+//! [`ManualClock`] in tests, where [`testing::TestRuntime`] steps through due timers
+//! deterministically (TM-2). A Delay (and a state machine's `after(..)` transition) is a
+//! durable timer: its `wf.delay` bookmark and timer row are written in one commit (TM-3), and
+//! an in-process driver waits precisely for the earliest due time (TM-4). Timer, StartAt,
+//! Cron, Saga, Delay `until` and deadlines are refused at build with
+//! [`BuildError::UnsupportedActivity`]; retry policies, attempt timeouts, compensations, node
+//! commit settings and a workflow commit strategy with [`BuildError::UnsupportedSetting`].
 //!
 //! User code beyond tasks and conditions is registered by name on the [`Registry`]: items fns
 //! for the loops over items ([`Registry::items`]), value fns for SetVariable, Finish outputs,
@@ -25,6 +33,7 @@
 //! with [`BuildError::EventWithoutOutcome`], ACT-V8).
 
 mod activities;
+pub mod clock;
 mod events;
 mod executor;
 mod flowchart;
@@ -37,6 +46,7 @@ mod runtime;
 pub mod store;
 mod structured;
 mod task;
+pub mod testing;
 mod workflow;
 
 #[cfg(test)]
@@ -46,6 +56,7 @@ mod tests;
 pub use workflow_model as model;
 
 pub use activities::{CURRENT_STATE, TAG_CONTINUING, TAG_ENTERING};
+pub use clock::{Clock, ClockError, ManualClock, SystemClock};
 pub use events::{ActivityRef, EventKind, EventStream, LifecycleEvent, RecvError};
 pub use executor::{
     ActivityInfo, ActivityMiddleware, CommitStrategy, DEFAULT_MAX_STEPS_PER_RUN, Flow, RunError,
@@ -60,7 +71,7 @@ pub use routing::RoutingError;
 pub use runtime::{
     AwaitError, BuildError, CancelError, Completion, InstanceSnapshot, PurgeError, RecoveryReport,
     ResumeError, Runtime, RuntimeBuilder, SendError, SendReport, StartError, StartOptions, Started,
-    StateError, Stimulus,
+    StateError, Stimulus, TimerFiring,
 };
 pub use task::{IntoTaskResult, Outcome, TaskContext, TaskError};
 pub use workflow::{StateMachineWorkflow, Workflow};

@@ -164,12 +164,28 @@ impl RunCommits<'_> {
                     created_at: ms_to_micros(b.created_at),
                 })
                 .collect();
-            commit.bookmarks_removed = tracker
+            // TM-3: a timer bookmark's row is written with it and deleted with it.
+            commit.timers_added = state
+                .bookmarks
+                .iter()
+                .filter(|b| !tracker.bookmarks.iter().any(|a| a.id == b.id))
+                .filter_map(super::timers::timer_of)
+                .collect();
+            let removed: Vec<&Bookmark> = tracker
                 .bookmarks
                 .iter()
                 .filter(|a| !state.bookmarks.iter().any(|b| b.id == a.id))
+                .collect();
+            commit.timers_removed = removed
+                .iter()
+                .filter(|a| super::timers::timer_of(a).is_some())
                 .map(|a| a.id.clone())
                 .collect();
+            commit.bookmarks_removed = removed.iter().map(|a| a.id.clone()).collect();
+            // TM-10: the commit that faults the instance parks its timers.
+            if state.status == WorkflowStatus::Faulted {
+                commit.timers_parked = Some(true);
+            }
             commit.instances_created = children;
             commit.journal = state
                 .journal

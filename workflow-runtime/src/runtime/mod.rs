@@ -25,7 +25,7 @@ use crate::executor::{
     Checkpoint, CommitStrategy, DEFAULT_MAX_STEPS_PER_RUN, Link, Middleware, RunEnd, RunError,
     RunTarget,
 };
-use crate::ids::{new_ulid, now_ms};
+use crate::ids::new_ulid;
 use crate::instance::{
     DefinitionRef, Incident, Journal, JournalEntry, JournalLevel, ParentLink, SubStatus,
     WorkflowState, WorkflowStatus,
@@ -39,6 +39,7 @@ use crate::workflow::{StateMachineWorkflow, Workflow};
 
 mod builder;
 mod commit;
+mod timers;
 
 pub use builder::RuntimeBuilder;
 use builder::{ErasedWorkflow, RunOutput};
@@ -46,6 +47,7 @@ use commit::{
     RunCommits, Tracker, decode_document, encode_document, journal_entry, ms_to_micros, now_micros,
     run_store_error, workflow_status,
 };
+pub use timers::TimerFiring;
 
 // ---- errors, one enum per operation family ---------------------------------------------
 
@@ -114,6 +116,21 @@ pub enum BuildError {
         node: String,
         /// The kind.
         kind: &'static str,
+    },
+    /// The definition declares a setting this runtime does not honour yet (a retry policy,
+    /// an attempt timeout, a compensation, a node commit setting or a workflow commit
+    /// strategy): refused rather than silently ignored.
+    #[error(
+        "definition `{workflow}`: node `{node}` sets `{setting}`, which this runtime does not honour yet"
+    )]
+    UnsupportedSetting {
+        /// The definition name.
+        workflow: String,
+        /// The node id (`root` level settings name the definition's root).
+        node: String,
+        /// The setting: `retry`, `attempt_timeout`, `compensation`, `commit` or
+        /// `commit_strategy`.
+        setting: &'static str,
     },
     /// A SubWorkflow names a workflow that is not registered (ACT-V10).
     #[error("definition `{workflow}`: node `{node}` starts unknown workflow `{name}`")]
@@ -486,6 +503,14 @@ struct Inner {
     /// Work between instances queued by commits (ACT-24), carried out before the runtime
     /// call that caused it returns.
     links: Mutex<VecDeque<Link>>,
+    /// Workflow time (TM-1).
+    clock: Arc<dyn crate::clock::Clock>,
+    /// The timer driver's fallback sweep (TM-5); `None` disables it.
+    sweep_interval: Option<Duration>,
+    /// Whether this runtime's timer driver was started (TM-4).
+    driver_started: Mutex<bool>,
+    /// Dropped with the runtime: stops the timer driver.
+    stop: watch::Sender<bool>,
 }
 
 /// The workflow runtime (engine.md section 10), on a [`Store`]: in memory by default, durable
@@ -581,6 +606,9 @@ impl Runtime {
             commit_strategy: CommitStrategy::default(),
             lease_ttl: Duration::from_secs(60),
             owner: None,
+            clock: None,
+            sweep_interval: Some(timers::DEFAULT_SWEEP),
+            timer_driver: true,
         }
     }
 
@@ -643,7 +671,7 @@ impl Runtime {
             .check_data(&input)
             .map_err(|message| StartError::Input { message })?;
         let instance_id = options.instance_id.unwrap_or_else(new_ulid);
-        let now = now_ms();
+        let now = self.inner.clock.now_ms();
         let mut state = WorkflowState::new(
             instance_id.clone(),
             DefinitionRef {
@@ -1197,7 +1225,12 @@ impl Runtime {
             });
         }
         let workflow = self.workflow_for(&state)?;
-        let output = workflow.cancel(state, reason, &self.inner.middleware)?;
+        let output = workflow.cancel(
+            state,
+            reason,
+            &self.inner.middleware,
+            self.inner.clock.now_ms(),
+        )?;
         self.commit_and_publish(&commits, output, true).await?;
         Ok(())
     }
@@ -1452,9 +1485,12 @@ impl Runtime {
                 .run(
                     state,
                     target,
-                    self.inner.max_steps_per_run,
+                    builder::RunOptions {
+                        max_steps: self.inner.max_steps_per_run,
+                        emit_events: self.inner.events.receiver_count() > 0,
+                        now_ms: self.inner.clock.now_ms(),
+                    },
                     &self.inner.middleware,
-                    self.inner.events.receiver_count() > 0,
                     checkpoint,
                 )
                 .await?;
