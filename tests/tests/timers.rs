@@ -22,10 +22,13 @@ use workflow_runtime::{
 };
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct Steps {
     log: Vec<String>,
     /// Wall-clock ms when `b` ran (the real-clock tests).
     b_at: Option<u64>,
+    /// The instant a `delay until` waits for (ms since the epoch).
+    until_ms: u64,
 }
 
 async fn a(ctx: &mut TaskContext<Steps>) {
@@ -385,4 +388,186 @@ fn unhonoured_settings_are_refused_at_build() {
         error.to_string().contains("`charge` sets `retry`"),
         "{error}"
     );
+}
+
+workflow! {
+    /// Scenario 5: an approval with a one-hour deadline.
+    pub workflow Approval(Steps) {
+        wait = event("approval").timeout(hours(1));
+        yes = task(a);
+        late = task(b);
+
+        start -> wait;
+        wait -> yes;
+        wait.timeout -> late;
+    }
+}
+
+/// The child's data: none (its input is `null`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Nothing;
+
+workflow! {
+    /// A child that waits for an event forever.
+    pub workflow Waiter(Nothing) = sequence [
+        event("never"),
+    ];
+}
+
+workflow! {
+    /// A parent whose child has ten minutes.
+    pub workflow Impatient(Steps) {
+        child = workflow(Waiter).timeout(mins(10));
+        fine = task(a);
+        late = task(b);
+
+        start -> child;
+        child -> fine;
+        child.timeout -> late;
+    }
+}
+
+// Scenario 5 (TM-14): no event gives `timeout` at 1 h, and the event's bookmark goes.
+#[test]
+fn an_event_deadline_takes_the_timeout_port() {
+    block_on(async {
+        let test = TestRuntime::build(Runtime::builder().register::<Approval>()).unwrap();
+        let id = test.start::<Approval>(steps()).await.unwrap().instance_id;
+        let snapshot = test.get_state(&id).await.unwrap().unwrap();
+        let mut names: Vec<&str> = snapshot
+            .state
+            .bookmarks
+            .iter()
+            .map(|b| b.name.as_str())
+            .collect();
+        names.sort_unstable();
+        assert_eq!(names, ["approval", "wf.deadline"]);
+        let timers = test.store().list_timers(&id).await.unwrap();
+        assert_eq!(timers.len(), 1);
+        assert_eq!(timers[0].kind, "deadline");
+        test.advance(Duration::from_secs(3599)).await.unwrap();
+        assert_eq!(data_of(&test, &id).await.log, Vec::<String>::new());
+        test.advance(Duration::from_secs(1)).await.unwrap();
+        let done = test.get_state(&id).await.unwrap().unwrap();
+        assert_eq!(done.status(), WorkflowStatus::Finished);
+        assert_eq!(done.data::<Steps>().unwrap().log, ["b"]);
+        assert!(done.state.bookmarks.is_empty());
+        // RT-21: an event after the timeout finds no bookmark.
+        let unmatched = test.send(workflow_runtime::Stimulus::new("approval")).await;
+        assert!(unmatched.is_err(), "{unmatched:?}");
+    });
+}
+
+// Scenario 5 the other way: an event at 59 min gives `done`, and the deadline's timer row is
+// deleted in that same commit (TM-14, TM-3).
+#[test]
+fn an_event_before_its_deadline_deletes_the_deadline_timer() {
+    block_on(async {
+        let test = TestRuntime::build(Runtime::builder().register::<Approval>()).unwrap();
+        let id = test.start::<Approval>(steps()).await.unwrap().instance_id;
+        test.advance(Duration::from_secs(59 * 60)).await.unwrap();
+        test.send(workflow_runtime::Stimulus::new("approval"))
+            .await
+            .unwrap();
+        assert!(test.store().list_timers(&id).await.unwrap().is_empty());
+        let done = test.get_state(&id).await.unwrap().unwrap();
+        assert_eq!(done.status(), WorkflowStatus::Finished);
+        assert_eq!(done.data::<Steps>().unwrap().log, ["a"]);
+        let fired = test.advance(Duration::from_secs(3600)).await.unwrap();
+        assert!(fired.fired.is_empty());
+    });
+}
+
+// TM-14: a SubWorkflow's deadline takes `timeout` and cancels the child.
+#[test]
+fn a_sub_workflow_deadline_cancels_the_child() {
+    block_on(async {
+        let test = TestRuntime::build(
+            Runtime::builder()
+                .register::<Impatient>()
+                .register::<Waiter>(),
+        )
+        .unwrap();
+        let id = test.start::<Impatient>(steps()).await.unwrap().instance_id;
+        let snapshot = test.get_state(&id).await.unwrap().unwrap();
+        let child = snapshot
+            .state
+            .bookmarks
+            .iter()
+            .find_map(|b| b.payload["child_instance_id"].as_str())
+            .unwrap()
+            .to_owned();
+        test.advance(Duration::from_secs(600)).await.unwrap();
+        let done = test.get_state(&id).await.unwrap().unwrap();
+        assert_eq!(
+            done.status(),
+            WorkflowStatus::Finished,
+            "{:?}",
+            done.state.incidents
+        );
+        assert_eq!(done.data::<Steps>().unwrap().log, ["b"]);
+        let child = test.get_state(&child).await.unwrap().unwrap();
+        assert_eq!(child.status(), WorkflowStatus::Cancelled);
+    });
+}
+
+fn until_definition() -> (Definition, Registry<Steps>) {
+    let definition: Definition = serde_json::from_value(json!({
+        "name": "Until",
+        "root": { "kind": "sequence", "id": "root", "steps": [
+            { "kind": "delay", "id": "wait", "until": "until" },
+            { "kind": "task", "id": "b", "function": "b" }
+        ] }
+    }))
+    .unwrap();
+    let registry = Registry::new().value("until", |d: &Steps| d.until_ms).task(
+        "b",
+        |cx: &mut TaskContext<Steps>| {
+            Box::pin(async move {
+                cx.data_mut().log.push("b".to_owned());
+                Ok(workflow_runtime::Outcome::done())
+            })
+        },
+    );
+    (definition, registry)
+}
+
+// ACT-20: a Delay until an instant computed by a value fn; one in the past completes at once.
+#[test]
+fn a_delay_until_an_instant_fires_then() {
+    block_on(async {
+        let (definition, registry) = until_definition();
+        let test = TestRuntime::build(Runtime::builder().register_definition(definition, registry))
+            .unwrap();
+        let start_ms = u64::try_from(test.now() / 1000).unwrap();
+        let later = Steps {
+            until_ms: start_ms + 2 * 3_600_000,
+            ..Steps::default()
+        };
+        let options = workflow_runtime::StartOptions::default();
+        let id = test
+            .start_by_name(
+                "Until",
+                serde_json::to_value(&later).unwrap(),
+                options.clone(),
+            )
+            .await
+            .unwrap()
+            .instance_id;
+        let past = Steps {
+            until_ms: start_ms - 1,
+            ..Steps::default()
+        };
+        let at_once = test
+            .start_by_name("Until", serde_json::to_value(&past).unwrap(), options)
+            .await
+            .unwrap();
+        assert_eq!(at_once.status, WorkflowStatus::Finished);
+        test.advance(Duration::from_secs(2 * 3600 - 1))
+            .await
+            .unwrap();
+        assert_eq!(data_of(&test, &id).await.log, Vec::<String>::new());
+        test.advance(Duration::from_secs(1)).await.unwrap();
+        assert_eq!(data_of(&test, &id).await.log, ["b"]);
+    });
 }

@@ -945,7 +945,7 @@ where
 
     /// ACT-24: cancelling a waiting SubWorkflow cancels its child instance, once this run
     /// commits.
-    fn cancel_child_instances(&mut self, which: impl Fn(&Bookmark) -> bool) {
+    pub(crate) fn cancel_child_instances(&mut self, which: impl Fn(&Bookmark) -> bool) {
         for bookmark in self
             .state
             .bookmarks

@@ -52,9 +52,13 @@ pub(crate) enum NodeKind {
         event: String,
         key: Option<String>,
         choice: Option<EventChoice>,
+        /// TM-14: the wait's deadline from its start.
+        deadline_ms: Option<u64>,
     },
+    /// ACT-20: a constant duration, or a value fn giving the instant (ms since the epoch).
     Delay {
         duration_ms: Option<u64>,
+        until: Option<String>,
     },
     Sequence {
         steps: Vec<NodeIndex>,
@@ -129,6 +133,8 @@ pub(crate) enum NodeKind {
         input: Option<String>,
         assign: Option<String>,
         detach: bool,
+        /// TM-14: the wait's deadline from its start (ignored when detached).
+        deadline_ms: Option<u64>,
     },
 }
 
@@ -359,6 +365,7 @@ impl Graph {
                 NodeKind::SetVariable { value: f, .. }
                 | NodeKind::Finish { output: Some(f) }
                 | NodeKind::Correlate { key: f }
+                | NodeKind::Delay { until: Some(f), .. }
                 | NodeKind::SubWorkflow { input: Some(f), .. } => values.push((id, f.as_str())),
                 _ => {}
             }
@@ -404,9 +411,11 @@ impl Graph {
                     payload: e.payload.clone(),
                     ports: ports.clone(),
                 }),
+                deadline_ms: e.deadline_ms,
             },
-            Activity::Delay(d) if d.until.is_none() => NodeKind::Delay {
+            Activity::Delay(d) => NodeKind::Delay {
                 duration_ms: d.duration_ms,
+                until: d.until.clone(),
             },
             Activity::Sequence(s) => {
                 let mut steps = Vec::with_capacity(s.steps.len());
@@ -482,11 +491,12 @@ impl Graph {
                 variable: v.variable.clone(),
                 value: v.value.clone(),
             },
-            Activity::SubWorkflow(w) if w.deadline_ms.is_none() => NodeKind::SubWorkflow {
+            Activity::SubWorkflow(w) => NodeKind::SubWorkflow {
                 workflow: w.workflow.clone(),
                 input: w.input.clone(),
                 assign: w.assign.clone(),
                 detach: w.mode == SubWorkflowMode::Detach,
+                deadline_ms: w.deadline_ms,
             },
             other => {
                 return Err(GraphError::Unsupported {

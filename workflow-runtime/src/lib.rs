@@ -18,8 +18,9 @@
 //! [`ManualClock`] in tests, where [`testing::TestRuntime`] steps through due timers
 //! deterministically (TM-2). A Delay (and a state machine's `after(..)` transition) is a
 //! durable timer: its `wf.delay` bookmark and timer row are written in one commit (TM-3), and
-//! an in-process driver waits precisely for the earliest due time (TM-4). Timer, StartAt,
-//! Cron, Saga, Delay `until` and deadlines are refused at build with
+//! an in-process driver waits precisely for the earliest due time (TM-4). A Delay `until` a
+//! value fn's instant (ms since the epoch) and Event and SubWorkflow deadlines (`timeout`,
+//! TM-14) are timers too. Timer, StartAt, Cron and Saga are refused at build with
 //! [`BuildError::UnsupportedActivity`]; retry policies, attempt timeouts, compensations, node
 //! commit settings and a workflow commit strategy with [`BuildError::UnsupportedSetting`].
 //!

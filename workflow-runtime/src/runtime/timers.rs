@@ -14,7 +14,7 @@ use crate::instance::Bookmark;
 use crate::store::{Micros, NewTimer, StoreError, WakeUp};
 
 /// The bookmark names that carry a `due_at` and own a timer row (TM-3), with the row's kind.
-const TIMER_BOOKMARKS: [(&str, &str); 1] = [("wf.delay", "delay")];
+const TIMER_BOOKMARKS: [(&str, &str); 2] = [("wf.delay", "delay"), ("wf.deadline", "deadline")];
 
 /// How long a claim on a due timer lasts before another claimer may fire it (TM-6).
 const CLAIM_TTL: Micros = 30_000_000;
