@@ -14,7 +14,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use common::{OrderFlow, OrderState, block_on, order};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
-use workflow_runtime::model::{Definition, RetryPolicy, Sequence, Task};
+use workflow_runtime::model::{Definition, Sequence, Task};
 use workflow_runtime::testing::TestRuntime;
 use workflow_runtime::{
     BuildError, Completion, ManualClock, Registry, Runtime, RuntimeBuilder, SqliteStore, SubStatus,
@@ -365,7 +365,8 @@ fn an_overdue_timer_fires_once_at_startup_after_a_restart() {
 // Settings the runtime does not honour yet are refused at build, naming node and setting.
 #[test]
 fn unhonoured_settings_are_refused_at_build() {
-    let task = Task::new("charge", "charge").with_retry(RetryPolicy::default());
+    let mut task = Task::new("charge", "charge");
+    task.attempt_timeout_ms = Some(30_000);
     let definition = Definition::new(
         "Charged",
         Sequence {
@@ -381,11 +382,13 @@ fn unhonoured_settings_are_refused_at_build() {
         .build()
         .unwrap_err();
     assert!(
-        matches!(&error, BuildError::UnsupportedSetting { node, setting, .. } if node == "charge" && *setting == "retry"),
+        matches!(&error, BuildError::UnsupportedSetting { node, setting, .. } if node == "charge" && *setting == "attempt_timeout"),
         "{error}"
     );
     assert!(
-        error.to_string().contains("`charge` sets `retry`"),
+        error
+            .to_string()
+            .contains("`charge` sets `attempt_timeout`"),
         "{error}"
     );
 }

@@ -69,7 +69,9 @@ where
             .into());
         };
         match &node.kind {
-            NodeKind::Task { function, .. } => self.run_task(id, function).await,
+            NodeKind::Task {
+                function, retry, ..
+            } => self.run_task(id, function, retry.as_ref()).await,
             NodeKind::Event {
                 event,
                 key,
@@ -157,6 +159,14 @@ where
         match (&node.kind, callback) {
             (NodeKind::Event { .. } | NodeKind::SubWorkflow { .. }, ON_DEADLINE) => {
                 self.deadline_reached(owner)
+            }
+            (NodeKind::Task { .. }, crate::faults::ON_RETRY) => {
+                // FLT-3: the retry timer starts the next attempt.
+                self.state.queue.push_back(crate::instance::WorkItem {
+                    context: owner,
+                    entry: crate::instance::EntryPoint::Execute,
+                });
+                Ok(())
             }
             (NodeKind::Sequence { steps }, ON_STEP) => {
                 self.sequence_step_completed(owner, steps, &child)

@@ -1154,6 +1154,7 @@ where
         &mut self,
         id: ContextId,
         function: &str,
+        retry: Option<&workflow_model::RetryPolicy>,
     ) -> Result<(), StepError> {
         let registry = self.registry;
         let Some(task) = registry.tasks.get(function) else {
@@ -1175,6 +1176,7 @@ where
             None => return Err(RunError::ContextNotFound { context: id }.into()),
         };
         let variables = self.variables_in_scope(id);
+        let attempt = crate::faults::attempt_of(self.state.context(id));
         // ENG-5, ENG-32: committed with `is_executing` set, a crash re-runs exactly this task.
         self.checkpoint_at(CommitStrategy::BeforeEachActivity)
             .await?;
@@ -1185,9 +1187,10 @@ where
             instance_id: self.state.instance_id.clone(),
             node_id,
             context_id: id,
-            attempt: 1,
+            attempt,
             variables,
         };
+        let started_at = self.now;
         let outcome = CatchUnwind(task(&mut cx)).await;
         if let Some(c) = self.state.context_mut(id) {
             c.is_executing = false;
@@ -1202,7 +1205,7 @@ where
             Ok(Ok(_)) if undeclared.is_some() => FaultRecord {
                 kind: FaultKind::Error,
                 message: undeclared.unwrap_or_default(),
-                attempt: 1,
+                attempt,
             },
             Ok(Ok(outcome)) => match serde_json::to_value(&cx.data) {
                 Ok(json) => {
@@ -1217,18 +1220,26 @@ where
                 Err(e) => FaultRecord {
                     kind: FaultKind::Engine,
                     message: format!("data does not serialize after task `{function}`: {e}"),
-                    attempt: 1,
+                    attempt,
                 },
             },
-            Ok(Err(error)) => FaultRecord {
-                kind: FaultKind::Error,
-                message: error.message().to_owned(),
-                attempt: 1,
-            },
+            Ok(Err(error)) => {
+                // FLT-4: the failed attempt's changes are dropped.
+                self.data = None;
+                if crate::faults::retry_after_failure(self, id, retry, attempt, started_at, &error)?
+                {
+                    return Ok(());
+                }
+                FaultRecord {
+                    kind: FaultKind::Error,
+                    message: error.message().to_owned(),
+                    attempt,
+                }
+            }
             Err(message) => FaultRecord {
                 kind: FaultKind::Panicked,
                 message,
-                attempt: 1,
+                attempt,
             },
         };
         // FLT-4: the failed attempt's changes are dropped; `state.data` is the last good value.

@@ -4,8 +4,8 @@
 use std::collections::HashMap;
 
 use workflow_model::{
-    Activity, Definition, Flowchart, FlowchartAnalysis, JoinMode, ParallelMode, StateMachine,
-    SubWorkflowMode, SwitchMode, analyze_flowchart,
+    Activity, Definition, Flowchart, FlowchartAnalysis, JoinMode, ParallelMode, RetryPolicy,
+    StateMachine, SubWorkflowMode, SwitchMode, analyze_flowchart,
 };
 
 /// Index of a node in [`Graph::nodes`].
@@ -19,6 +19,8 @@ pub(crate) type NamedRefs<'a> = Vec<(&'a str, &'a str)>;
 pub(crate) struct Graph {
     pub(crate) nodes: Vec<Node>,
     by_id: HashMap<String, NodeIndex>,
+    /// The workflow's retry policy, which a task's own overrides field by field (FLT-2).
+    default_retry: Option<RetryPolicy>,
 }
 
 /// One node: its ancestor-path id (`root:review:manager`), its parent and its kind.
@@ -45,6 +47,8 @@ pub(crate) enum NodeKind {
     Task {
         function: String,
         ports: Option<Vec<String>>,
+        /// The declared retry policy, merged with the workflow's (FLT-2); `None`: one attempt.
+        retry: Option<RetryPolicy>,
     },
     /// ACT-19; `choice` is the payload type name whose registered outcome mapping chooses
     /// among `ports` (ACT-V8), `None` when the event completes with `done`.
@@ -276,6 +280,7 @@ impl Graph {
         let mut graph = Graph {
             nodes: Vec::new(),
             by_id: HashMap::new(),
+            default_retry: definition.retry.clone(),
         };
         graph.add(&definition.root, None)?;
         Ok(graph)
@@ -403,6 +408,10 @@ impl Graph {
             Activity::Task(t) => NodeKind::Task {
                 function: t.function.clone(),
                 ports: t.ports.clone(),
+                retry: match (&t.retry, &self.default_retry) {
+                    (Some(own), Some(workflow)) => Some(own.or(workflow)),
+                    (own, workflow) => own.clone().or_else(|| workflow.clone()),
+                },
             },
             Activity::Event(e) => NodeKind::Event {
                 event: e.event.clone(),

@@ -21,8 +21,14 @@
 //! an in-process driver waits precisely for the earliest due time (TM-4). A Delay `until` a
 //! value fn's instant (ms since the epoch) and Event and SubWorkflow deadlines (`timeout`,
 //! TM-14) are timers too. Timer, StartAt, Cron and Saga are refused at build with
-//! [`BuildError::UnsupportedActivity`]; retry policies, attempt timeouts, compensations, node
-//! commit settings and a workflow commit strategy with [`BuildError::UnsupportedSetting`].
+//! [`BuildError::UnsupportedActivity`]; attempt timeouts, compensations, node commit settings
+//! and a workflow commit strategy with [`BuildError::UnsupportedSetting`].
+//!
+//! Retry policies (FLT-2) on a task or the workflow are honoured: a retryable error with
+//! attempts left waits durably on a `wf.retry` bookmark and timer (FLT-3), the failed
+//! attempt's data changes dropped (FLT-4); after the last attempt the instance is `Faulted`
+//! with an incident ([`Runtime::incidents`]), and [`Runtime::retry`] runs it again (FLT-8). A
+//! task without a declared policy has one attempt.
 //!
 //! User code beyond tasks and conditions is registered by name on the [`Registry`]: items fns
 //! for the loops over items ([`Registry::items`]), value fns for SetVariable, Finish outputs,
@@ -37,6 +43,7 @@ mod activities;
 pub mod clock;
 mod events;
 mod executor;
+mod faults;
 mod flowchart;
 mod graph;
 mod ids;
@@ -71,8 +78,8 @@ pub use registry::{BoxFuture, ChooseOutcome, Registry, TaskResult};
 pub use routing::RoutingError;
 pub use runtime::{
     AwaitError, BuildError, CancelError, Completion, InstanceSnapshot, PurgeError, RecoveryReport,
-    ResumeError, Runtime, RuntimeBuilder, SendError, SendReport, StartError, StartOptions, Started,
-    StateError, Stimulus, TimerFiring,
+    ResumeError, RetryError, Runtime, RuntimeBuilder, SendError, SendReport, StartError,
+    StartOptions, Started, StateError, Stimulus, TimerFiring,
 };
 pub use task::{IntoTaskResult, Outcome, TaskContext, TaskError};
 pub use workflow::{StateMachineWorkflow, Workflow};

@@ -131,6 +131,7 @@ impl Default for Outcome {
 pub struct TaskError {
     message: String,
     permanent: bool,
+    code: Option<String>,
 }
 
 impl TaskError {
@@ -139,6 +140,7 @@ impl TaskError {
         Self {
             message: message.into(),
             permanent: false,
+            code: None,
         }
     }
 
@@ -147,6 +149,7 @@ impl TaskError {
         Self {
             message: message.into(),
             permanent: true,
+            code: None,
         }
     }
 
@@ -158,6 +161,18 @@ impl TaskError {
     /// Whether retrying cannot help.
     pub fn is_permanent(&self) -> bool {
         self.permanent
+    }
+
+    /// The same error with a code (FLT-1), which a retry policy's `retry_on` list matches.
+    #[must_use]
+    pub fn with_code(mut self, code: impl Into<String>) -> Self {
+        self.code = Some(code.into());
+        self
+    }
+
+    /// The error's code, if any.
+    pub fn code(&self) -> Option<&str> {
+        self.code.as_deref()
     }
 }
 

@@ -245,9 +245,9 @@ where
 }
 
 /// The model's settings that the runtime does not honour yet are refused at build, naming
-/// the node and the setting (never silently ignored): retries (FLT-2), attempt timeouts
-/// (FLT-17), compensations (FLT-10), node commit settings and the workflow commit strategy
-/// (ENG-32; the runtime-wide [`RuntimeBuilder::commit_strategy`] is honoured).
+/// the node and the setting (never silently ignored): attempt timeouts (FLT-17),
+/// compensations (FLT-10), node commit settings and the workflow commit strategy (ENG-32; the
+/// runtime-wide [`RuntimeBuilder::commit_strategy`] is honoured). Retry policies are honoured.
 fn refuse_unsupported_settings(definition: &Definition) -> Result<(), BuildError> {
     use workflow_model::{Activity, NodeCommit};
     let refuse = |node: &str, setting: &'static str| BuildError::UnsupportedSetting {
@@ -255,18 +255,12 @@ fn refuse_unsupported_settings(definition: &Definition) -> Result<(), BuildError
         node: node.to_owned(),
         setting,
     };
-    if definition.retry.is_some() {
-        return Err(refuse(definition.root.id(), "retry"));
-    }
     if definition.commit_strategy.is_some() {
         return Err(refuse(definition.root.id(), "commit_strategy"));
     }
     let mut stack = vec![&definition.root];
     while let Some(activity) = stack.pop() {
         if let Activity::Task(task) = activity {
-            if task.retry.is_some() {
-                return Err(refuse(&task.id, "retry"));
-            }
             if task.attempt_timeout_ms.is_some() {
                 return Err(refuse(&task.id, "attempt_timeout"));
             }

@@ -119,6 +119,8 @@ pub(super) struct Tracker {
     pub(super) version: u64,
     /// The bookmarks as last committed, for the diff (ENG-23, ST-6).
     pub(super) bookmarks: Vec<Bookmark>,
+    /// The next commit unparks the instance's timers (an operator's retry, TM-10).
+    pub(super) unpark: bool,
 }
 
 /// The commits of one leased run: inside it (ENG-32) and at its end (ENG-31).
@@ -185,6 +187,8 @@ impl RunCommits<'_> {
             // TM-10: the commit that faults the instance parks its timers.
             if state.status == WorkflowStatus::Faulted {
                 commit.timers_parked = Some(true);
+            } else if tracker.unpark {
+                commit.timers_parked = Some(false);
             }
             commit.instances_created = children;
             commit.journal = state
@@ -207,7 +211,13 @@ impl RunCommits<'_> {
         let mut tracker = lock(&self.tracker);
         tracker.version = version;
         tracker.bookmarks = state.bookmarks.clone();
+        tracker.unpark = false;
         Ok(())
+    }
+
+    /// Makes the next commit unpark the instance's timers (TM-10).
+    pub(super) fn unpark_next(&self) {
+        lock(&self.tracker).unpark = true;
     }
 }
 

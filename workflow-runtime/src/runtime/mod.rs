@@ -39,6 +39,7 @@ use crate::workflow::{StateMachineWorkflow, Workflow};
 
 mod builder;
 mod commit;
+mod faults;
 mod timers;
 
 pub use builder::RuntimeBuilder;
@@ -47,6 +48,7 @@ use commit::{
     RunCommits, Tracker, decode_document, encode_document, journal_entry, ms_to_micros, now_micros,
     run_store_error, workflow_status,
 };
+pub use faults::RetryError;
 pub use timers::TimerFiring;
 
 // ---- errors, one enum per operation family ---------------------------------------------
@@ -117,9 +119,9 @@ pub enum BuildError {
         /// The kind.
         kind: &'static str,
     },
-    /// The definition declares a setting this runtime does not honour yet (a retry policy,
-    /// an attempt timeout, a compensation, a node commit setting or a workflow commit
-    /// strategy): refused rather than silently ignored.
+    /// The definition declares a setting this runtime does not honour yet (an attempt
+    /// timeout, a compensation, a node commit setting or a workflow commit strategy): refused
+    /// rather than silently ignored.
     #[error(
         "definition `{workflow}`: node `{node}` sets `{setting}`, which this runtime does not honour yet"
     )]
@@ -128,8 +130,7 @@ pub enum BuildError {
         workflow: String,
         /// The node id (`root` level settings name the definition's root).
         node: String,
-        /// The setting: `retry`, `attempt_timeout`, `compensation`, `commit` or
-        /// `commit_strategy`.
+        /// The setting: `attempt_timeout`, `compensation`, `commit` or `commit_strategy`.
         setting: &'static str,
     },
     /// A SubWorkflow names a workflow that is not registered (ACT-V10).
@@ -1451,6 +1452,7 @@ impl Runtime {
                 token,
                 version: record.version,
                 bookmarks: state.bookmarks.clone(),
+                unpark: false,
             }),
         };
         Ok((state, commits))

@@ -14,7 +14,11 @@ use crate::instance::Bookmark;
 use crate::store::{Micros, NewTimer, StoreError, WakeUp};
 
 /// The bookmark names that carry a `due_at` and own a timer row (TM-3), with the row's kind.
-const TIMER_BOOKMARKS: [(&str, &str); 2] = [("wf.delay", "delay"), ("wf.deadline", "deadline")];
+const TIMER_BOOKMARKS: [(&str, &str); 3] = [
+    ("wf.delay", "delay"),
+    ("wf.deadline", "deadline"),
+    ("wf.retry", "retry"),
+];
 
 /// How long a claim on a due timer lasts before another claimer may fire it (TM-6).
 const CLAIM_TTL: Micros = 30_000_000;
