@@ -14,7 +14,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use common::{OrderFlow, OrderState, block_on, order};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
-use workflow_runtime::model::{Definition, Sequence, Task};
+use workflow_runtime::model::{Definition, NodeCommit, Sequence, Task};
 use workflow_runtime::testing::TestRuntime;
 use workflow_runtime::{
     BuildError, Completion, ManualClock, Registry, Runtime, RuntimeBuilder, SqliteStore, SubStatus,
@@ -366,7 +366,7 @@ fn an_overdue_timer_fires_once_at_startup_after_a_restart() {
 #[test]
 fn unhonoured_settings_are_refused_at_build() {
     let mut task = Task::new("charge", "charge");
-    task.attempt_timeout_ms = Some(30_000);
+    task.commit = Some(NodeCommit::Before);
     let definition = Definition::new(
         "Charged",
         Sequence {
@@ -382,13 +382,11 @@ fn unhonoured_settings_are_refused_at_build() {
         .build()
         .unwrap_err();
     assert!(
-        matches!(&error, BuildError::UnsupportedSetting { node, setting, .. } if node == "charge" && *setting == "attempt_timeout"),
+        matches!(&error, BuildError::UnsupportedSetting { node, setting, .. } if node == "charge" && *setting == "commit"),
         "{error}"
     );
     assert!(
-        error
-            .to_string()
-            .contains("`charge` sets `attempt_timeout`"),
+        error.to_string().contains("`charge` sets `commit`"),
         "{error}"
     );
 }

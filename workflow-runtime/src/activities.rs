@@ -70,8 +70,14 @@ where
         };
         match &node.kind {
             NodeKind::Task {
-                function, retry, ..
-            } => self.run_task(id, function, retry.as_ref()).await,
+                function,
+                retry,
+                attempt_timeout_ms,
+                ..
+            } => {
+                self.run_task(id, function, retry.as_ref(), *attempt_timeout_ms)
+                    .await
+            }
             NodeKind::Event {
                 event,
                 key,

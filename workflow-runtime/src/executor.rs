@@ -70,6 +70,13 @@ pub enum RunError {
         /// The missing context.
         context: ContextId,
     },
+    /// The run was abandoned because the instance is being cancelled while a task ran
+    /// (FLT-15, FLT-16): nothing of it was committed; the cancel follows.
+    #[error("the run of instance `{instance}` was interrupted by its cancellation")]
+    Interrupted {
+        /// The instance.
+        instance: String,
+    },
     /// The instance is final or faulted: nothing runs (ENG-2). Its stimuli are not delivered.
     #[error("instance `{instance}` is {status:?}: nothing runs")]
     NotRunnable {
@@ -343,6 +350,8 @@ pub(crate) struct Executor<'a, D> {
     pub(crate) links: Vec<Link>,
     /// The commits inside the run, if any (ENG-32).
     pub(crate) checkpoint: Option<(&'a dyn Checkpoint, CommitStrategy)>,
+    /// The clock, grace and instance token of task attempts (FLT-16, FLT-17).
+    pub(crate) attempts: AttemptSettings,
 }
 
 impl<D> std::fmt::Debug for Executor<'_, D> {
@@ -375,6 +384,7 @@ where
             faulted: false,
             links: Vec::new(),
             checkpoint: None,
+            attempts: AttemptSettings::default(),
         }
     }
 
@@ -1155,6 +1165,7 @@ where
         id: ContextId,
         function: &str,
         retry: Option<&workflow_model::RetryPolicy>,
+        attempt_timeout_ms: Option<u64>,
     ) -> Result<(), StepError> {
         let registry = self.registry;
         let Some(task) = registry.tasks.get(function) else {
@@ -1189,9 +1200,63 @@ where
             context_id: id,
             attempt,
             variables,
+            cancellation: crate::cancel::CancellationToken::new(),
         };
         let started_at = self.now;
-        let outcome = CatchUnwind(task(&mut cx)).await;
+        let token = cx.cancellation.clone();
+        let settings = self.attempts.clone();
+        let ended = {
+            let mut future = CatchUnwind(task(&mut cx));
+            let timeout = async {
+                match attempt_timeout_ms {
+                    Some(ms) => {
+                        let start = settings.clock.now();
+                        let at = start
+                            .saturating_add(i64::try_from(ms).unwrap_or(i64::MAX / 1000) * 1000);
+                        settings.clock.sleep_until(at).await;
+                    }
+                    None => std::future::pending().await,
+                }
+            };
+            let cancelled = async {
+                match &settings.instance_cancel {
+                    Some(t) => t.cancelled().await,
+                    None => std::future::pending().await,
+                }
+            };
+            let ended = tokio::select! {
+                outcome = &mut future => AttemptEnd::Returned(outcome),
+                () = timeout => AttemptEnd::TimedOut(attempt_timeout_ms.unwrap_or_default()),
+                () = cancelled => AttemptEnd::Cancelled,
+            };
+            if !matches!(ended, AttemptEnd::Returned(_)) {
+                // FLT-16: fire the token, give the task its grace, then drop it (ENG-52);
+                // whatever it returns is discarded.
+                token.cancel();
+                let _ = tokio::time::timeout(settings.cancel_grace, &mut future).await;
+            }
+            ended
+        };
+        let outcome = match ended {
+            AttemptEnd::Returned(outcome) => outcome,
+            // FLT-17: a timed-out attempt is a retryable failure that counts.
+            AttemptEnd::TimedOut(ms) => Ok(Err(crate::task::TaskError::new(format!(
+                "attempt timed out after `{}`",
+                crate::cancel::human_ms(ms)
+            )))),
+            AttemptEnd::Cancelled => {
+                if let Some(c) = self.state.context_mut(id) {
+                    c.is_executing = false;
+                    c.executing_entry = None;
+                }
+                // FLT-4, FLT-16: the attempt's changes are dropped and the run abandoned; the
+                // cancel that fired the token follows from the last commit.
+                self.data = None;
+                return Err(StepError::Abort(RunError::Interrupted {
+                    instance: self.state.instance_id.clone(),
+                }));
+            }
+        };
         if let Some(c) = self.state.context_mut(id) {
             c.is_executing = false;
             c.executing_entry = None;
@@ -1350,6 +1415,37 @@ impl ActivityRef {
 
 /// Polls a boxed future, turning a panic into an error message (ENG-17: user code never
 /// panics the runtime).
+/// What task attempts need besides the state (FLT-16, FLT-17, ENG-52).
+#[derive(Debug, Clone)]
+pub(crate) struct AttemptSettings {
+    /// Workflow time, for attempt timeouts.
+    pub(crate) clock: Arc<dyn crate::clock::Clock>,
+    /// How long a cancelled task may take to return before it is dropped (ENG-52).
+    pub(crate) cancel_grace: std::time::Duration,
+    /// Fired when the instance is cancelled while this run executes a task.
+    pub(crate) instance_cancel: Option<crate::cancel::CancellationToken>,
+}
+
+impl Default for AttemptSettings {
+    fn default() -> Self {
+        Self {
+            clock: Arc::new(crate::clock::SystemClock),
+            cancel_grace: DEFAULT_CANCEL_GRACE,
+            instance_cancel: None,
+        }
+    }
+}
+
+/// ENG-52's default grace.
+pub(crate) const DEFAULT_CANCEL_GRACE: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// How an attempt ended.
+enum AttemptEnd<T> {
+    Returned(T),
+    TimedOut(u64),
+    Cancelled,
+}
+
 struct CatchUnwind<F>(F);
 
 impl<F: Future + Unpin> Future for CatchUnwind<F> {

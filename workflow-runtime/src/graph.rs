@@ -49,6 +49,8 @@ pub(crate) enum NodeKind {
         ports: Option<Vec<String>>,
         /// The declared retry policy, merged with the workflow's (FLT-2); `None`: one attempt.
         retry: Option<RetryPolicy>,
+        /// The time one attempt may take (FLT-17).
+        attempt_timeout_ms: Option<u64>,
     },
     /// ACT-19; `choice` is the payload type name whose registered outcome mapping chooses
     /// among `ports` (ACT-V8), `None` when the event completes with `done`.
@@ -412,6 +414,7 @@ impl Graph {
                     (Some(own), Some(workflow)) => Some(own.or(workflow)),
                     (own, workflow) => own.clone().or_else(|| workflow.clone()),
                 },
+                attempt_timeout_ms: t.attempt_timeout_ms,
             },
             Activity::Event(e) => NodeKind::Event {
                 event: e.event.clone(),

@@ -21,8 +21,14 @@
 //! an in-process driver waits precisely for the earliest due time (TM-4). A Delay `until` a
 //! value fn's instant (ms since the epoch) and Event and SubWorkflow deadlines (`timeout`,
 //! TM-14) are timers too. Timer, StartAt, Cron and Saga are refused at build with
-//! [`BuildError::UnsupportedActivity`]; attempt timeouts, compensations, node commit settings
-//! and a workflow commit strategy with [`BuildError::UnsupportedSetting`].
+//! [`BuildError::UnsupportedActivity`]; compensations, node commit settings and a workflow
+//! commit strategy with [`BuildError::UnsupportedSetting`].
+//!
+//! A task's [`TaskContext`] carries a [`CancellationToken`] (`ctx.cancelled()`,
+//! `ctx.is_cancelled()`), fired when the instance is cancelled while the task runs
+//! ([`Runtime::cancel`] is not refused then, FLT-16) and when the attempt's timeout expires
+//! (FLT-17: a retryable failure that counts); a task that ignores it is dropped after
+//! [`RuntimeBuilder::cancel_grace`] (ENG-52).
 //!
 //! Retry policies (FLT-2) on a task or the workflow are honoured: a retryable error with
 //! attempts left waits durably on a `wf.retry` bookmark and timer (FLT-3), the failed
@@ -40,6 +46,7 @@
 //! with [`BuildError::EventWithoutOutcome`], ACT-V8).
 
 mod activities;
+mod cancel;
 pub mod clock;
 mod events;
 mod executor;
@@ -64,6 +71,7 @@ mod tests;
 pub use workflow_model as model;
 
 pub use activities::{CURRENT_STATE, TAG_CONTINUING, TAG_ENTERING};
+pub use cancel::CancellationToken;
 pub use clock::{Clock, ClockError, ManualClock, SystemClock};
 pub use events::{ActivityRef, EventKind, EventStream, LifecycleEvent, RecvError};
 pub use executor::{

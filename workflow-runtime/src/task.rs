@@ -18,6 +18,8 @@ pub struct TaskContext<D> {
     pub(crate) attempt: u32,
     /// The variables in scope, nearest declaration first resolved (ACT-8).
     pub(crate) variables: serde_json::Map<String, Value>,
+    /// Fired when the attempt should stop (ENG-36).
+    pub(crate) cancellation: crate::cancel::CancellationToken,
 }
 
 impl<D> TaskContext<D> {
@@ -58,6 +60,23 @@ impl<D> TaskContext<D> {
     /// The node's id: its ancestor path (`root:review`).
     pub fn node_id(&self) -> &str {
         &self.node_id
+    }
+
+    /// Completes when this attempt is cancelled (ENG-36, FLT-16): the instance was cancelled
+    /// while the task ran, or the attempt timed out (FLT-17). The task should return promptly;
+    /// whatever it returns is discarded and its data changes rolled back.
+    pub async fn cancelled(&self) {
+        self.cancellation.cancelled().await;
+    }
+
+    /// Whether this attempt was cancelled (see [`TaskContext::cancelled`]).
+    pub fn is_cancelled(&self) -> bool {
+        self.cancellation.is_cancelled()
+    }
+
+    /// This attempt's cancellation token, to hand to other code.
+    pub fn cancellation_token(&self) -> crate::cancel::CancellationToken {
+        self.cancellation.clone()
     }
 
     /// The attempt number, from 1.

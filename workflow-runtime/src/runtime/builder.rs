@@ -14,8 +14,8 @@ use super::{BuildError, Inner, Runtime};
 use crate::clock::{Clock, SystemClock};
 use crate::events::LifecycleEvent;
 use crate::executor::{
-    ActivityMiddleware, Checkpoint, CommitStrategy, Executor, Link, Middleware, RunEnd, RunError,
-    RunTarget, WorkflowMiddleware,
+    ActivityMiddleware, AttemptSettings, Checkpoint, CommitStrategy, Executor, Link, Middleware,
+    RunEnd, RunError, RunTarget, WorkflowMiddleware,
 };
 use crate::graph::{Graph, GraphError, NamedRefs};
 use crate::ids::new_ulid;
@@ -35,8 +35,10 @@ pub(super) struct RunOutput {
 }
 
 /// The settings of one run.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub(super) struct RunOptions {
+    /// Clock, grace and the instance's cancellation token for task attempts.
+    pub(super) attempts: AttemptSettings,
     /// The step budget (ENG-10).
     pub(super) max_steps: usize,
     /// Whether lifecycle events are collected (someone subscribed).
@@ -99,6 +101,7 @@ where
         Box::pin(async move {
             let mut executor = Executor::new(&self.graph, &self.registry, state, middleware);
             executor.now = options.now_ms;
+            executor.attempts = options.attempts;
             executor.emit_events = options.emit_events;
             executor.checkpoint = checkpoint;
             let end = executor.run(target, options.max_steps).await?;
@@ -153,6 +156,7 @@ pub struct RuntimeBuilder {
     pub(super) clock: Option<Arc<dyn Clock>>,
     pub(super) sweep_interval: Option<Duration>,
     pub(super) timer_driver: bool,
+    pub(super) cancel_grace: Duration,
 }
 
 impl std::fmt::Debug for RuntimeBuilder {
@@ -245,9 +249,10 @@ where
 }
 
 /// The model's settings that the runtime does not honour yet are refused at build, naming
-/// the node and the setting (never silently ignored): attempt timeouts (FLT-17),
-/// compensations (FLT-10), node commit settings and the workflow commit strategy (ENG-32; the
-/// runtime-wide [`RuntimeBuilder::commit_strategy`] is honoured). Retry policies are honoured.
+/// the node and the setting (never silently ignored): compensations (FLT-10), node commit
+/// settings and the workflow commit strategy (ENG-32; the runtime-wide
+/// [`RuntimeBuilder::commit_strategy`] is honoured). Retry policies and attempt timeouts are
+/// honoured.
 fn refuse_unsupported_settings(definition: &Definition) -> Result<(), BuildError> {
     use workflow_model::{Activity, NodeCommit};
     let refuse = |node: &str, setting: &'static str| BuildError::UnsupportedSetting {
@@ -261,9 +266,6 @@ fn refuse_unsupported_settings(definition: &Definition) -> Result<(), BuildError
     let mut stack = vec![&definition.root];
     while let Some(activity) = stack.pop() {
         if let Activity::Task(task) = activity {
-            if task.attempt_timeout_ms.is_some() {
-                return Err(refuse(&task.id, "attempt_timeout"));
-            }
             if task.compensation.is_some() {
                 return Err(refuse(&task.id, "compensation"));
             }
@@ -412,6 +414,14 @@ impl RuntimeBuilder {
         self
     }
 
+    /// How long a cancelled task may take to return after its token fired before its
+    /// future is dropped (ENG-52; default 10 s).
+    #[must_use]
+    pub fn cancel_grace(mut self, grace: Duration) -> Self {
+        self.cancel_grace = grace;
+        self
+    }
+
     /// Checks every registration (validator, registry, supported kinds, versions) and builds
     /// the runtime; the first problem is returned. Instances interrupted by a crash are run
     /// again by [`Runtime::recover`], which the caller awaits once built.
@@ -464,6 +474,8 @@ impl RuntimeBuilder {
                 clock: self.clock.unwrap_or_else(|| Arc::new(SystemClock)),
                 sweep_interval: self.sweep_interval,
                 driver_started: Mutex::new(false),
+                cancel_grace: self.cancel_grace,
+                running: Mutex::new(HashMap::new()),
                 stop,
             }),
         };

@@ -1,6 +1,6 @@
 //! Operator actions on faulted instances (FLT-8) and reading incidents (FLT-6).
 
-use super::{CancelError, Runtime, StateError, builder::RunOptions};
+use super::{CancelError, Runtime, StateError};
 use crate::executor::{RunEnd, RunError, RunTarget};
 use crate::instance::{
     ActivityStatus, EntryPoint, Incident, SubStatus, WorkItem, WorkflowState, WorkflowStatus,
@@ -127,11 +127,7 @@ impl Runtime {
                 .run(
                     state,
                     RunTarget::None,
-                    RunOptions {
-                        max_steps: self.inner.max_steps_per_run,
-                        emit_events: self.inner.events.receiver_count() > 0,
-                        now_ms: self.inner.clock.now_ms(),
-                    },
+                    self.run_options(None),
                     &self.inner.middleware,
                     None,
                 )

@@ -119,9 +119,9 @@ pub enum BuildError {
         /// The kind.
         kind: &'static str,
     },
-    /// The definition declares a setting this runtime does not honour yet (an attempt
-    /// timeout, a compensation, a node commit setting or a workflow commit strategy): refused
-    /// rather than silently ignored.
+    /// The definition declares a setting this runtime does not honour yet (a compensation, a
+    /// node commit setting or a workflow commit strategy): refused rather than silently
+    /// ignored.
     #[error(
         "definition `{workflow}`: node `{node}` sets `{setting}`, which this runtime does not honour yet"
     )]
@@ -130,7 +130,7 @@ pub enum BuildError {
         workflow: String,
         /// The node id (`root` level settings name the definition's root).
         node: String,
-        /// The setting: `attempt_timeout`, `compensation`, `commit` or `commit_strategy`.
+        /// The setting: `compensation`, `commit` or `commit_strategy`.
         setting: &'static str,
     },
     /// A SubWorkflow names a workflow that is not registered (ACT-V10).
@@ -512,6 +512,10 @@ struct Inner {
     driver_started: Mutex<bool>,
     /// Dropped with the runtime: stops the timer driver.
     stop: watch::Sender<bool>,
+    /// ENG-52's grace for cancelled tasks.
+    cancel_grace: Duration,
+    /// The cancellation token of each instance this process is running (FLT-15).
+    running: Mutex<HashMap<String, crate::cancel::CancellationToken>>,
 }
 
 /// The workflow runtime (engine.md section 10), on a [`Store`]: in memory by default, durable
@@ -552,6 +556,18 @@ impl Drop for LocalRun<'_> {
         {
             locks.remove(&self.instance_id);
         }
+    }
+}
+
+/// Forgets a run's cancellation token when the run ends.
+struct Running<'r> {
+    map: &'r Mutex<HashMap<String, crate::cancel::CancellationToken>>,
+    instance_id: &'r str,
+}
+
+impl Drop for Running<'_> {
+    fn drop(&mut self) {
+        lock(self.map).remove(self.instance_id);
     }
 }
 
@@ -610,6 +626,7 @@ impl Runtime {
             clock: None,
             sweep_interval: Some(timers::DEFAULT_SWEEP),
             timer_driver: true,
+            cancel_grace: crate::executor::DEFAULT_CANCEL_GRACE,
         }
     }
 
@@ -1170,8 +1187,10 @@ impl Runtime {
 
     /// Cancels an instance (ENG-50): the tree is cancelled, bookmarks and queued work removed,
     /// open incidents resolved as `cancelled`, `WorkflowCancelled` published. On a final
-    /// instance: `AlreadyTerminal`, nothing changes. A run in progress in this process
-    /// finishes first; honouring a cancel request mid-run is not implemented yet.
+    /// instance: `AlreadyTerminal`, nothing changes. A task of the instance running in this
+    /// process has its cancellation token fired (FLT-16): its run is abandoned (nothing of it
+    /// committed) and the cancel applies from the last commit. (A run in another process is
+    /// not reached yet: it finishes first.)
     pub async fn cancel(
         &self,
         instance_id: &str,
@@ -1187,6 +1206,11 @@ impl Runtime {
         instance_id: &str,
         reason: Option<String>,
     ) -> Result<(), CancelError> {
+        // FLT-15, FLT-16: a task of this instance running in this process gets its token
+        // fired; its run is abandoned and this cancel goes next.
+        if let Some(token) = lock(&self.inner.running).get(instance_id) {
+            token.cancel();
+        }
         let _local = self.local_run(instance_id).await;
         let store = &*self.inner.store;
         let lease = match store
@@ -1397,6 +1421,23 @@ impl Runtime {
         }
     }
 
+    /// The settings of a run now.
+    fn run_options(
+        &self,
+        cancel: Option<&crate::cancel::CancellationToken>,
+    ) -> builder::RunOptions {
+        builder::RunOptions {
+            attempts: crate::executor::AttemptSettings {
+                clock: self.inner.clock.clone(),
+                cancel_grace: self.inner.cancel_grace,
+                instance_cancel: cancel.cloned(),
+            },
+            max_steps: self.inner.max_steps_per_run,
+            emit_events: self.inner.events.receiver_count() > 0,
+            now_ms: self.inner.clock.now_ms(),
+        }
+    }
+
     /// Runs an instance under its lease; `Ok(None)` for an unknown id.
     async fn drive(
         &self,
@@ -1420,6 +1461,23 @@ impl Runtime {
         };
         match self.drive_leased(instance_id, lease.token, target).await {
             Ok(started) => Ok(Some(started)),
+            Err(RunError::Interrupted { .. }) => {
+                // FLT-16: abandoned for the cancel waiting to run; it reports the outcome.
+                let _ = store.release_lease(instance_id, lease.token).await;
+                let status = self
+                    .load_state(instance_id)
+                    .await
+                    .ok()
+                    .flatten()
+                    .map(|s| (s.status, s.sub_status));
+                let (status, sub_status) =
+                    status.unwrap_or((WorkflowStatus::Running, Some(SubStatus::Pending)));
+                Ok(Some(Started {
+                    instance_id: instance_id.to_owned(),
+                    status,
+                    sub_status,
+                }))
+            }
             Err(error) => {
                 // The run is abandoned; the instance continues from its last commit (ENG-29).
                 let _ = store.release_lease(instance_id, lease.token).await;
@@ -1480,6 +1538,12 @@ impl Runtime {
             CommitStrategy::RunEnd => None,
             strategy => Some((&commits, strategy)),
         };
+        let token = crate::cancel::CancellationToken::new();
+        lock(&self.inner.running).insert(instance_id.to_owned(), token.clone());
+        let _running = Running {
+            map: &self.inner.running,
+            instance_id,
+        };
         let mut target = Some(target);
         loop {
             let target = target.take().unwrap_or(RunTarget::None);
@@ -1487,11 +1551,7 @@ impl Runtime {
                 .run(
                     state,
                     target,
-                    builder::RunOptions {
-                        max_steps: self.inner.max_steps_per_run,
-                        emit_events: self.inner.events.receiver_count() > 0,
-                        now_ms: self.inner.clock.now_ms(),
-                    },
+                    self.run_options(Some(&token)),
                     &self.inner.middleware,
                     checkpoint,
                 )
