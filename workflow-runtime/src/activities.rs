@@ -91,6 +91,7 @@ where
                 self.execute_delay(id, *duration_ms, until.as_deref())
             }
             NodeKind::Sequence { steps } => self.sequence_next(id, steps, 0),
+            NodeKind::Saga { body, .. } => self.saga_execute(id, *body),
             NodeKind::StateMachine(machine) => self.machine_execute(id, machine),
             NodeKind::Flowchart(fc) => self.flowchart_execute(id, fc),
             NodeKind::If {
@@ -166,6 +167,7 @@ where
             (NodeKind::Event { .. } | NodeKind::SubWorkflow { .. }, ON_DEADLINE) => {
                 self.deadline_reached(owner)
             }
+            (NodeKind::Saga { .. }, crate::saga::ON_SAGA_BODY) => self.saga_body_completed(owner),
             (NodeKind::Task { .. }, crate::faults::ON_RETRY) => {
                 // FLT-3: the retry timer starts the next attempt.
                 self.state.queue.push_back(crate::instance::WorkItem {

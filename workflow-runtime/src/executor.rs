@@ -454,7 +454,7 @@ where
             steps += 1;
             match self.step(item).await {
                 Ok(()) => {}
-                Err(StepError::Fault { context, record }) => self.fault(context, record),
+                Err(StepError::Fault { context, record }) => self.fail(context, record).await,
                 Err(StepError::Abort(error)) => return Err(error),
             }
         };
@@ -1018,7 +1018,7 @@ where
     }
 
     /// ENG-17: records the failure for good; the owner is not signalled and the run stops.
-    fn fault(&mut self, id: ContextId, record: FaultRecord) {
+    pub(crate) fn fault_now(&mut self, id: ContextId, record: FaultRecord) {
         let node_id = self
             .state
             .context(id)
@@ -1277,6 +1277,7 @@ where
                     self.state.data = json;
                     self.data = Some(cx.data);
                     let names = outcome.names().to_vec();
+                    self.record_compensable(id);
                     self.complete(id, None, names)?;
                     self.checkpoint_at(CommitStrategy::AfterEachActivity)
                         .await?;

@@ -5,7 +5,7 @@ use std::collections::HashMap;
 
 use workflow_model::{
     Activity, Definition, Flowchart, FlowchartAnalysis, JoinMode, ParallelMode, RetryPolicy,
-    StateMachine, SubWorkflowMode, SwitchMode, analyze_flowchart,
+    SagaOnFailure, StateMachine, SubWorkflowMode, SwitchMode, analyze_flowchart,
 };
 
 /// Index of a node in [`Graph::nodes`].
@@ -51,6 +51,14 @@ pub(crate) enum NodeKind {
         retry: Option<RetryPolicy>,
         /// The time one attempt may take (FLT-17).
         attempt_timeout_ms: Option<u64>,
+        /// The registry name of the task that undoes this one inside a saga (FLT-10).
+        compensation: Option<String>,
+    },
+    /// A saga scope (FLT-10): its body, compensated newest first when something inside fails
+    /// for good; then the failure passes on (`fault`) or the scope takes `compensated`.
+    Saga {
+        body: NodeIndex,
+        continue_after: bool,
     },
     /// ACT-19; `choice` is the payload type name whose registered outcome mapping chooses
     /// among `ports` (ACT-V8), `None` when the event completes with `done`.
@@ -199,6 +207,7 @@ impl NodeKind {
             NodeKind::Correlate { .. } => "correlate",
             NodeKind::SetVariable { .. } => "set_variable",
             NodeKind::SubWorkflow { .. } => "sub_workflow",
+            NodeKind::Saga { .. } => "saga",
         }
     }
 
@@ -307,8 +316,15 @@ impl Graph {
         let mut conditions = Vec::new();
         for node in &self.nodes {
             match &node.kind {
-                NodeKind::Task { function, .. } => {
+                NodeKind::Task {
+                    function,
+                    compensation,
+                    ..
+                } => {
                     tasks.push((node.id.as_str(), function.as_str()));
+                    if let Some(c) = compensation {
+                        tasks.push((node.id.as_str(), c.as_str()));
+                    }
                 }
                 NodeKind::If { condition, .. } | NodeKind::While { condition, .. } => {
                     conditions.push((node.id.as_str(), condition.as_str()));
@@ -415,6 +431,11 @@ impl Graph {
                     (own, workflow) => own.clone().or_else(|| workflow.clone()),
                 },
                 attempt_timeout_ms: t.attempt_timeout_ms,
+                compensation: t.compensation.clone(),
+            },
+            Activity::Saga(saga) => NodeKind::Saga {
+                body: self.add(&saga.body, Some(index))?,
+                continue_after: saga.on_failure == SagaOnFailure::CompensateThenContinue,
             },
             Activity::Event(e) => NodeKind::Event {
                 event: e.event.clone(),

@@ -20,9 +20,13 @@
 //! durable timer: its `wf.delay` bookmark and timer row are written in one commit (TM-3), and
 //! an in-process driver waits precisely for the earliest due time (TM-4). A Delay `until` a
 //! value fn's instant (ms since the epoch) and Event and SubWorkflow deadlines (`timeout`,
-//! TM-14) are timers too. Timer, StartAt, Cron and Saga are refused at build with
-//! [`BuildError::UnsupportedActivity`]; compensations, node commit settings and a workflow
-//! commit strategy with [`BuildError::UnsupportedSetting`].
+//! TM-14) are timers too. Timer, StartAt and Cron are refused at build with
+//! [`BuildError::UnsupportedActivity`]; node commit settings and a workflow commit strategy
+//! with [`BuildError::UnsupportedSetting`].
+//!
+//! Saga scopes (FLT-10 to FLT-13) compensate the completed tasks that declare a
+//! compensation, newest first, when something inside fails for good, then continue through
+//! `compensated` or fault (see the `saga` module's notes for what is simplified).
 //!
 //! A task's [`TaskContext`] carries a [`CancellationToken`] (`ctx.cancelled()`,
 //! `ctx.is_cancelled()`), fired when the instance is cancelled while the task runs
@@ -58,6 +62,7 @@ pub mod instance;
 mod registry;
 pub mod routing;
 mod runtime;
+mod saga;
 pub mod store;
 mod structured;
 mod task;

@@ -249,10 +249,9 @@ where
 }
 
 /// The model's settings that the runtime does not honour yet are refused at build, naming
-/// the node and the setting (never silently ignored): compensations (FLT-10), node commit
-/// settings and the workflow commit strategy (ENG-32; the runtime-wide
-/// [`RuntimeBuilder::commit_strategy`] is honoured). Retry policies and attempt timeouts are
-/// honoured.
+/// the node and the setting (never silently ignored): node commit settings and the workflow
+/// commit strategy (ENG-32; the runtime-wide [`RuntimeBuilder::commit_strategy`] is
+/// honoured). Retry policies, attempt timeouts and compensations are honoured.
 fn refuse_unsupported_settings(definition: &Definition) -> Result<(), BuildError> {
     use workflow_model::{Activity, NodeCommit};
     let refuse = |node: &str, setting: &'static str| BuildError::UnsupportedSetting {
@@ -265,13 +264,10 @@ fn refuse_unsupported_settings(definition: &Definition) -> Result<(), BuildError
     }
     let mut stack = vec![&definition.root];
     while let Some(activity) = stack.pop() {
-        if let Activity::Task(task) = activity {
-            if task.compensation.is_some() {
-                return Err(refuse(&task.id, "compensation"));
-            }
-            if task.commit.is_some_and(|c| c != NodeCommit::Default) {
-                return Err(refuse(&task.id, "commit"));
-            }
+        if let Activity::Task(task) = activity
+            && task.commit.is_some_and(|c| c != NodeCommit::Default)
+        {
+            return Err(refuse(&task.id, "commit"));
         }
         stack.extend(activity.children());
     }

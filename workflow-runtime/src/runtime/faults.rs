@@ -24,6 +24,13 @@ pub enum RetryError {
         /// Its status.
         status: WorkflowStatus,
     },
+    /// The failure was compensated by saga scopes (or a compensation failed): restarting
+    /// the compensated scope (FLT-8, FLT-13) is not implemented yet. Cancel the instance.
+    #[error("instance `{instance}`: its failure was compensated; retrying it is not supported yet")]
+    CompensatedFailure {
+        /// The id.
+        instance: String,
+    },
     /// The run failed (a conflict with another operator, a store error).
     #[error(transparent)]
     Run(#[from] RunError),
@@ -117,6 +124,20 @@ impl Runtime {
             return Err(RetryError::NotFaulted {
                 instance: instance_id.to_owned(),
                 status: state.status,
+            });
+        }
+        let compensated = state
+            .incidents
+            .iter()
+            .filter(|i| i.resolution.is_none())
+            .any(|i| {
+                state
+                    .context(i.context_id)
+                    .is_some_and(|c| c.properties.contains_key(crate::saga::COMPENSATED_FAILURE))
+            });
+        if compensated {
+            return Err(RetryError::CompensatedFailure {
+                instance: instance_id.to_owned(),
             });
         }
         let workflow = self.workflow_for(&state)?;

@@ -119,9 +119,8 @@ pub enum BuildError {
         /// The kind.
         kind: &'static str,
     },
-    /// The definition declares a setting this runtime does not honour yet (a compensation, a
-    /// node commit setting or a workflow commit strategy): refused rather than silently
-    /// ignored.
+    /// The definition declares a setting this runtime does not honour yet (a node commit
+    /// setting or a workflow commit strategy): refused rather than silently ignored.
     #[error(
         "definition `{workflow}`: node `{node}` sets `{setting}`, which this runtime does not honour yet"
     )]
@@ -130,7 +129,7 @@ pub enum BuildError {
         workflow: String,
         /// The node id (`root` level settings name the definition's root).
         node: String,
-        /// The setting: `compensation`, `commit` or `commit_strategy`.
+        /// The setting: `commit` or `commit_strategy`.
         setting: &'static str,
     },
     /// A SubWorkflow names a workflow that is not registered (ACT-V10).
