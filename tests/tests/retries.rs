@@ -246,3 +246,50 @@ fn retry_on_retries_only_the_listed_codes() {
         );
     });
 }
+
+// TM-10, FLT-7: the faulting commit parks the instance's timers; nothing fires while it is
+// `Faulted`; the operator's retry unparks them and the one that fell due fires at once.
+#[test]
+fn a_faulted_instance_parks_its_timers_until_the_retry() {
+    block_on(async {
+        let definition: Definition = serde_json::from_value(json!({
+            "name": "Parked",
+            "root": { "kind": "parallel", "id": "root", "branches": [
+                { "kind": "delay", "id": "wait", "duration_ms": 3_600_000 },
+                { "kind": "task", "id": "charge", "function": "charge" }
+            ] }
+        }))
+        .unwrap();
+        let test =
+            TestRuntime::build(Runtime::builder().register_definition(definition, registry()))
+                .unwrap();
+        let data = Flaky {
+            fail_until: 99,
+            ..Flaky::default()
+        };
+        let id = test
+            .start_by_name(
+                "Parked",
+                serde_json::to_value(data).unwrap(),
+                StartOptions::default(),
+            )
+            .await
+            .unwrap()
+            .instance_id;
+        let faulted = test.get_state(&id).await.unwrap().unwrap();
+        assert_eq!(faulted.status(), WorkflowStatus::Faulted);
+        let timers = test.store().list_timers(&id).await.unwrap();
+        assert_eq!(timers.len(), 1);
+        assert!(timers[0].parked);
+        let fired = test.advance(Duration::from_secs(2 * 3600)).await.unwrap();
+        assert!(fired.fired.is_empty());
+
+        heal(&id);
+        test.retry(&id).await.unwrap();
+        assert!(!test.store().list_timers(&id).await.unwrap()[0].parked);
+        let fired = test.advance(Duration::ZERO).await.unwrap();
+        assert_eq!(fired.fired.len(), 1);
+        let done = test.get_state(&id).await.unwrap().unwrap();
+        assert_eq!(done.status(), WorkflowStatus::Finished);
+    });
+}

@@ -172,3 +172,71 @@ fn a_saga_without_failure_compensates_nothing() {
         );
     });
 }
+
+// ---- the macro form in a flowchart: `booking.compensated -> sorry` (FLT-12) ---------------
+
+use workflow_runtime::workflow;
+
+async fn reserve(ctx: &mut TaskContext<Trip>) {
+    ctx.data_mut().log.push("reserve".to_owned());
+}
+async fn release(ctx: &mut TaskContext<Trip>) {
+    ctx.data_mut().log.push("release".to_owned());
+}
+async fn charge(ctx: &mut TaskContext<Trip>) -> Result<(), TaskError> {
+    if ctx.data().fail_c {
+        return Err(TaskError::permanent("card declined"));
+    }
+    ctx.data_mut().log.push("charge".to_owned());
+    Ok(())
+}
+async fn refund(ctx: &mut TaskContext<Trip>) {
+    ctx.data_mut().log.push("refund".to_owned());
+}
+async fn ship(ctx: &mut TaskContext<Trip>) {
+    ctx.data_mut().log.push("ship".to_owned());
+}
+async fn apologize(ctx: &mut TaskContext<Trip>) {
+    ctx.data_mut().log.push("apologize".to_owned());
+}
+
+workflow! {
+    /// A checkout whose booking is a saga scope that continues through `compensated`.
+    pub workflow Checkout(Trip) {
+        booking = saga(continue) [
+            task(reserve).compensate(release),
+            task(charge).compensate(refund),
+        ];
+        send  = task(ship);
+        sorry = task(apologize);
+
+        start -> booking -> send;
+        booking.compensated -> sorry;
+    }
+}
+
+#[test]
+fn a_macro_saga_in_a_flowchart_routes_compensated() {
+    block_on(async {
+        let rt = Runtime::builder().register::<Checkout>().build().unwrap();
+        let failed = rt
+            .start::<Checkout>(Trip {
+                fail_c: true,
+                ..Trip::default()
+            })
+            .await
+            .unwrap();
+        assert_eq!(failed.status, WorkflowStatus::Finished);
+        let snapshot = rt.get_state(&failed.instance_id).await.unwrap().unwrap();
+        assert_eq!(
+            snapshot.data::<Trip>().unwrap().log,
+            ["reserve", "refund", "release", "apologize"]
+        );
+        let fine = rt.start::<Checkout>(Trip::default()).await.unwrap();
+        let snapshot = rt.get_state(&fine.instance_id).await.unwrap().unwrap();
+        assert_eq!(
+            snapshot.data::<Trip>().unwrap().log,
+            ["reserve", "charge", "ship"]
+        );
+    });
+}
