@@ -5,6 +5,7 @@
 
 mod common;
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use common::block_on;
@@ -26,6 +27,8 @@ pub struct Job {
     log: Vec<String>,
 }
 
+static HANG_ONCE: AtomicBool = AtomicBool::new(true);
+
 fn definition(task: serde_json::Value) -> Definition {
     serde_json::from_value(json!({
         "name": "Job",
@@ -39,7 +42,9 @@ fn registry() -> Registry<Job> {
         Box::pin(async move {
             let attempt = cx.attempt();
             cx.data_mut().log.push(format!("attempt {attempt}"));
-            if attempt <= cx.data().hang_until {
+            // The shutdown test's instance hangs in its first process only.
+            let once = cx.instance_id() != "s-1" || HANG_ONCE.swap(false, Ordering::SeqCst);
+            if attempt <= cx.data().hang_until && once {
                 if cx.data().cooperative {
                     cx.cancelled().await;
                     assert!(cx.is_cancelled());
@@ -199,5 +204,48 @@ fn a_timed_out_last_attempt_faults() {
         assert_eq!(started.status, WorkflowStatus::Faulted);
         let incidents = rt.incidents(&started.instance_id).await.unwrap().unwrap();
         assert_eq!(incidents[0].fault.message, "attempt timed out after `30ms`");
+    });
+}
+
+// ENG-52: at shutdown the token fires and the run is interrupted: nothing of it is committed,
+// no attempt is counted, and the next process runs the task again.
+#[test]
+fn shutdown_interrupts_running_tasks_without_counting_an_attempt() {
+    block_on(async {
+        let store: std::sync::Arc<dyn workflow_runtime::Store> =
+            std::sync::Arc::new(workflow_runtime::MemoryStore::new());
+        let build = || {
+            Runtime::builder()
+                .register_definition(
+                    definition(json!({ "kind": "task", "id": "work", "function": "work",
+                                       "retry": { "max_attempts": 1 } })),
+                    registry(),
+                )
+                .store(store.clone())
+                .cancel_grace(Duration::from_millis(50))
+                .build()
+                .unwrap()
+        };
+        let first = build();
+        let job = Job {
+            cooperative: true,
+            hang_until: 1,
+            ..Job::default()
+        };
+        let running = start(&first, "s-1", job).await;
+        first.shutdown();
+        running.await.unwrap();
+        let snapshot = first.get_state("s-1").await.unwrap().unwrap();
+        assert_eq!(snapshot.status(), WorkflowStatus::Running);
+        assert!(snapshot.state.incidents.is_empty());
+        drop(first);
+
+        let second = build();
+        let report = second.recover().await.unwrap();
+        assert_eq!(report.recovered.len(), 1, "{report:?}");
+        let snapshot = second.get_state("s-1").await.unwrap().unwrap();
+        assert_eq!(snapshot.status(), WorkflowStatus::Finished);
+        // Attempt 1 again: the interrupted one was not counted.
+        assert_eq!(snapshot.data::<Job>().unwrap().log, ["attempt 1"]);
     });
 }

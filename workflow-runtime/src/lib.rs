@@ -31,7 +31,8 @@
 //! A task's [`TaskContext`] carries a [`CancellationToken`] (`ctx.cancelled()`,
 //! `ctx.is_cancelled()`), fired when the instance is cancelled while the task runs
 //! ([`Runtime::cancel`] is not refused then, FLT-16) and when the attempt's timeout expires
-//! (FLT-17: a retryable failure that counts); a task that ignores it is dropped after
+//! (FLT-17: a retryable failure that counts), and at [`Runtime::shutdown`] (the run is then
+//! interrupted: not committed, no attempt counted); a task that ignores it is dropped after
 //! [`RuntimeBuilder::cancel_grace`] (ENG-52).
 //!
 //! Retry policies (FLT-2) on a task or the workflow are honoured: a retryable error with

@@ -97,6 +97,18 @@ impl Runtime {
         }
     }
 
+    /// Shuts this runtime down (ENG-36, ENG-52): the timer driver stops, and the tasks this
+    /// process is running get their cancellation token fired. Their runs are *interrupted*:
+    /// abandoned without a commit and without counting an attempt, so the instances continue
+    /// from their last commit in the next process ([`Runtime::recover`]). A task that ignores
+    /// its token is dropped after the grace.
+    pub fn shutdown(&self) {
+        self.inner.stop.send_replace(true);
+        for token in lock(&self.inner.running).values() {
+            token.cancel();
+        }
+    }
+
     /// Starts the timer driver on the current tokio runtime, unless one already runs.
     /// [`RuntimeBuilder::build`](super::RuntimeBuilder::build) does it when called inside a
     /// tokio runtime; call it after building outside one. Returns whether it started one.
