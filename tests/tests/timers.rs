@@ -389,6 +389,22 @@ fn unhonoured_settings_are_refused_at_build() {
         error.to_string().contains("`charge` sets `commit`"),
         "{error}"
     );
+    let detached: Definition = serde_json::from_value(json!({
+        "name": "Detached",
+        "root": { "kind": "sequence", "id": "root", "steps": [
+            { "kind": "sub_workflow", "id": "child", "workflow": "Detached",
+              "mode": "detach", "deadline_ms": 1000 }
+        ] }
+    }))
+    .unwrap();
+    let error = Runtime::builder()
+        .register_definition(detached, Registry::<Steps>::new())
+        .build()
+        .unwrap_err();
+    assert!(
+        matches!(&error, BuildError::UnsupportedSetting { node, setting, .. } if node == "child" && *setting == "deadline"),
+        "{error}"
+    );
 }
 
 workflow! {

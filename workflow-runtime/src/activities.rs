@@ -128,11 +128,8 @@ where
                 ..
             } => {
                 self.sub_workflow_execute(id, workflow, input.as_deref(), *detach)?;
-                if *detach {
-                    Ok(())
-                } else {
-                    self.arm_deadline(id, *deadline_ms)
-                }
+                // A detached child with a deadline is refused at build.
+                self.arm_deadline(id, *deadline_ms)
             }
         }
     }

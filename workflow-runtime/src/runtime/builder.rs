@@ -251,7 +251,7 @@ where
 /// The model's settings that the runtime does not honour yet are refused at build, naming
 /// the node and the setting (never silently ignored): node commit settings and the workflow
 /// commit strategy (ENG-32; the runtime-wide [`RuntimeBuilder::commit_strategy`] is
-/// honoured). Retry policies, attempt timeouts and compensations are honoured.
+/// honoured), and a deadline on a detached sub-workflow. Retry policies, attempt timeouts and compensations are honoured.
 fn refuse_unsupported_settings(definition: &Definition) -> Result<(), BuildError> {
     use workflow_model::{Activity, NodeCommit};
     let refuse = |node: &str, setting: &'static str| BuildError::UnsupportedSetting {
@@ -268,6 +268,13 @@ fn refuse_unsupported_settings(definition: &Definition) -> Result<(), BuildError
             && task.commit.is_some_and(|c| c != NodeCommit::Default)
         {
             return Err(refuse(&task.id, "commit"));
+        }
+        // TM-14: a detached child is not waited for, so a deadline would have nothing to end.
+        if let Activity::SubWorkflow(sub) = activity
+            && sub.mode == workflow_model::SubWorkflowMode::Detach
+            && sub.deadline_ms.is_some()
+        {
+            return Err(refuse(&sub.id, "deadline"));
         }
         stack.extend(activity.children());
     }

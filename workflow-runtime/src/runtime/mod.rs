@@ -120,7 +120,8 @@ pub enum BuildError {
         kind: &'static str,
     },
     /// The definition declares a setting this runtime does not honour yet (a node commit
-    /// setting or a workflow commit strategy): refused rather than silently ignored.
+    /// setting, a workflow commit strategy, a deadline on a detached sub-workflow): refused
+    /// rather than silently ignored.
     #[error(
         "definition `{workflow}`: node `{node}` sets `{setting}`, which this runtime does not honour yet"
     )]
@@ -129,7 +130,7 @@ pub enum BuildError {
         workflow: String,
         /// The node id (`root` level settings name the definition's root).
         node: String,
-        /// The setting: `commit` or `commit_strategy`.
+        /// The setting: `commit`, `commit_strategy` or `deadline`.
         setting: &'static str,
     },
     /// A SubWorkflow names a workflow that is not registered (ACT-V10).
