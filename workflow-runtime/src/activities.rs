@@ -32,6 +32,12 @@ const ON_TRIGGER: &str = "on_trigger";
 const ON_EXIT: &str = "on_exit";
 const ON_ACTION: &str = "on_action";
 const ON_CONTINUE: &str = "on_continue";
+/// The callback of a wait's deadline bookmark (TM-14).
+const ON_DEADLINE: &str = "deadline_reached";
+/// The deadline bookmark's reserved name (TM-3, TM-14).
+pub(crate) const DEADLINE: &str = "wf.deadline";
+/// The outcome of a wait whose deadline passed (TM-14).
+const TIMEOUT: &str = "timeout";
 
 /// A permanent error failing `context` for good (FLT-5).
 fn permanent(context: ContextId, message: String) -> StepError {
@@ -63,11 +69,20 @@ where
             .into());
         };
         match &node.kind {
-            NodeKind::Task { function, .. } => self.run_task(id, function).await,
+            NodeKind::Task {
+                function,
+                retry,
+                attempt_timeout_ms,
+                ..
+            } => {
+                self.run_task(id, function, retry.as_ref(), *attempt_timeout_ms)
+                    .await
+            }
             NodeKind::Event {
                 event,
                 key,
                 look_back,
+                deadline_ms,
                 ..
             } => {
                 // RT-13, ACT-7: the trigger that created the instance completes at once with
@@ -82,10 +97,14 @@ where
                     let index = graph.index_of(&node.id).unwrap_or_default();
                     return self.bookmark_completed(id, index, trigger.payload);
                 }
-                self.execute_event(id, event, key.as_deref(), *look_back)
+                self.execute_event(id, event, key.as_deref(), *look_back)?;
+                self.arm_deadline(id, *deadline_ms)
             }
-            NodeKind::Delay { duration_ms } => self.execute_delay(id, *duration_ms),
+            NodeKind::Delay { duration_ms, until } => {
+                self.execute_delay(id, *duration_ms, until.as_deref())
+            }
             NodeKind::Sequence { steps } => self.sequence_next(id, steps, 0),
+            NodeKind::Saga { body, .. } => self.saga_execute(id, *body),
             NodeKind::StateMachine(machine) => self.machine_execute(id, machine),
             NodeKind::Flowchart(fc) => self.flowchart_execute(id, fc),
             NodeKind::If {
@@ -118,8 +137,13 @@ where
                 workflow,
                 input,
                 detach,
+                deadline_ms,
                 ..
-            } => self.sub_workflow_execute(id, workflow, input.as_deref(), *detach),
+            } => {
+                self.sub_workflow_execute(id, workflow, input.as_deref(), *detach)?;
+                // A detached child with a deadline is refused at build.
+                self.arm_deadline(id, *deadline_ms)
+            }
         }
     }
 
@@ -150,6 +174,18 @@ where
             })
         };
         match (&node.kind, callback) {
+            (NodeKind::Event { .. } | NodeKind::SubWorkflow { .. }, ON_DEADLINE) => {
+                self.deadline_reached(owner)
+            }
+            (NodeKind::Saga { .. }, crate::saga::ON_SAGA_BODY) => self.saga_body_completed(owner),
+            (NodeKind::Task { .. }, crate::faults::ON_RETRY) => {
+                // FLT-3: the retry timer starts the next attempt.
+                self.state.queue.push_back(crate::instance::WorkItem {
+                    context: owner,
+                    entry: crate::instance::EntryPoint::Execute,
+                });
+                Ok(())
+            }
             (NodeKind::Sequence { steps }, ON_STEP) => {
                 self.sequence_step_completed(owner, steps, &child)
             }
@@ -273,15 +309,42 @@ where
         self.complete(id, Some(payload), vec![outcome])
     }
 
-    /// A `wf.delay` bookmark scoped to this context (RT-7) with its due time as payload. No
-    /// timer driver fires it yet (timers issue); it can be resumed by bookmark id.
-    fn execute_delay(&mut self, id: ContextId, duration_ms: Option<u64>) -> Result<(), StepError> {
-        let Some(duration_ms) = duration_ms else {
-            return Err(engine_fault(
-                id,
-                "delay without a duration is not supported yet",
-            ));
+    /// A `wf.delay` bookmark scoped to this context (RT-7) with its due time as payload; the
+    /// commit writes its timer row (TM-3) and the timer driver resumes it when due (TM-9):
+    /// `due_at` is computed once, here. With `until`, the value fn gives the instant (ms since
+    /// the Unix epoch); one not in the future completes at once (ACT-20).
+    fn execute_delay(
+        &mut self,
+        id: ContextId,
+        duration_ms: Option<u64>,
+        until: Option<&str>,
+    ) -> Result<(), StepError> {
+        let due_at = match (duration_ms, until) {
+            (Some(duration_ms), _) => self.now.saturating_add(duration_ms),
+            (None, Some(until)) => {
+                let value = self.value_fn(id, until)?;
+                let Some(at) = value.as_u64() else {
+                    return Err(permanent(
+                        id,
+                        format!(
+                            "delay until fn `{until}` returned `{value}`, not an instant in ms since the epoch"
+                        ),
+                    ));
+                };
+                at
+            }
+            (None, None) => {
+                return Err(engine_fault(id, "delay without a duration or an instant"));
+            }
         };
+        if due_at <= self.now {
+            let now = self.now;
+            return self.complete(
+                id,
+                Some(json!({ "due_at": due_at, "fired_at": now })),
+                Vec::new(),
+            );
+        }
         let scope_context = id.to_string();
         let hash = stimulus_hash(
             "wf.delay",
@@ -289,9 +352,56 @@ where
             Some((self.state.instance_id.as_str(), scope_context.as_str())),
         )
         .map_err(|e| engine_fault(id, e.to_string()))?;
-        let due_at = self.now.saturating_add(duration_ms);
         self.create_bookmark(id, "wf.delay", hash, json!({ "due_at": due_at }), None)?;
         Ok(())
+    }
+
+    // ---- deadlines (TM-14) --------------------------------------------------------------
+
+    /// A `wf.deadline` bookmark beside the wait's own, in the same context, so both are
+    /// written in one commit with the deadline's timer row (TM-3). Whichever is resumed first
+    /// wins: the context's completion removes the other bookmark and its timer.
+    fn arm_deadline(&mut self, id: ContextId, deadline_ms: Option<u64>) -> Result<(), StepError> {
+        let Some(deadline_ms) = deadline_ms else {
+            return Ok(());
+        };
+        if self
+            .state
+            .context(id)
+            .is_none_or(|c| c.status != ActivityStatus::Running)
+        {
+            // Completed at once (a child that finished synchronously): no deadline to keep.
+            return Ok(());
+        }
+        let scope_context = id.to_string();
+        let hash = stimulus_hash(
+            DEADLINE,
+            None,
+            Some((self.state.instance_id.as_str(), scope_context.as_str())),
+        )
+        .map_err(|e| engine_fault(id, e.to_string()))?;
+        let due_at = self.now.saturating_add(deadline_ms);
+        self.create_bookmark(
+            id,
+            DEADLINE,
+            hash,
+            json!({ "due_at": due_at }),
+            Some(ON_DEADLINE),
+        )?;
+        Ok(())
+    }
+
+    /// TM-14: the deadline's timer won. The wait completes with outcome `timeout` and a timeout
+    /// marker as output (TM-15); its own bookmark goes with the completion, and a SubWorkflow
+    /// cancels its child.
+    fn deadline_reached(&mut self, id: ContextId) -> Result<(), StepError> {
+        self.cancel_child_instances(|b| b.context_id == id);
+        let now = self.now;
+        self.complete(
+            id,
+            Some(json!({ "timeout": true, "fired_at": now })),
+            vec![TIMEOUT.to_owned()],
+        )
     }
 
     // ---- Sequence (ACT-12) --------------------------------------------------------------

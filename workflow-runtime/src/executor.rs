@@ -70,6 +70,13 @@ pub enum RunError {
         /// The missing context.
         context: ContextId,
     },
+    /// The run was abandoned because the instance is being cancelled while a task ran
+    /// (FLT-15, FLT-16): nothing of it was committed; the cancel follows.
+    #[error("the run of instance `{instance}` was interrupted by its cancellation")]
+    Interrupted {
+        /// The instance.
+        instance: String,
+    },
     /// The instance is final or faulted: nothing runs (ENG-2). Its stimuli are not delivered.
     #[error("instance `{instance}` is {status:?}: nothing runs")]
     NotRunnable {
@@ -343,6 +350,8 @@ pub(crate) struct Executor<'a, D> {
     pub(crate) links: Vec<Link>,
     /// The commits inside the run, if any (ENG-32).
     pub(crate) checkpoint: Option<(&'a dyn Checkpoint, CommitStrategy)>,
+    /// The clock, grace and instance token of task attempts (FLT-16, FLT-17).
+    pub(crate) attempts: AttemptSettings,
 }
 
 impl<D> std::fmt::Debug for Executor<'_, D> {
@@ -375,6 +384,7 @@ where
             faulted: false,
             links: Vec::new(),
             checkpoint: None,
+            attempts: AttemptSettings::default(),
         }
     }
 
@@ -444,7 +454,7 @@ where
             steps += 1;
             match self.step(item).await {
                 Ok(()) => {}
-                Err(StepError::Fault { context, record }) => self.fault(context, record),
+                Err(StepError::Fault { context, record }) => self.fail(context, record).await,
                 Err(StepError::Abort(error)) => return Err(error),
             }
         };
@@ -714,11 +724,14 @@ where
             return Ok(());
         };
         let bookmark = self.state.bookmarks.remove(position);
-        self.record(
-            JournalKind::BookmarkResumed,
-            Some(id),
-            json!({"bookmark": bookmark.id, "name": bookmark.name}),
-        );
+        let mut detail = json!({"bookmark": bookmark.id, "name": bookmark.name});
+        // TM-8: a timer journals when it was due and when it fired.
+        if let (Some(due_at), Some(map)) = (bookmark.payload.get("due_at"), detail.as_object_mut())
+        {
+            map.insert("due_at".to_owned(), due_at.clone());
+            map.insert("fired_at".to_owned(), json!(self.now));
+        }
+        self.record(JournalKind::BookmarkResumed, Some(id), detail);
         let result = match &bookmark.callback {
             Some(callback) => {
                 let child = ChildInfo {
@@ -942,7 +955,7 @@ where
 
     /// ACT-24: cancelling a waiting SubWorkflow cancels its child instance, once this run
     /// commits.
-    fn cancel_child_instances(&mut self, which: impl Fn(&Bookmark) -> bool) {
+    pub(crate) fn cancel_child_instances(&mut self, which: impl Fn(&Bookmark) -> bool) {
         for bookmark in self
             .state
             .bookmarks
@@ -1005,7 +1018,7 @@ where
     }
 
     /// ENG-17: records the failure for good; the owner is not signalled and the run stops.
-    fn fault(&mut self, id: ContextId, record: FaultRecord) {
+    pub(crate) fn fault_now(&mut self, id: ContextId, record: FaultRecord) {
         let node_id = self
             .state
             .context(id)
@@ -1151,6 +1164,8 @@ where
         &mut self,
         id: ContextId,
         function: &str,
+        retry: Option<&workflow_model::RetryPolicy>,
+        attempt_timeout_ms: Option<u64>,
     ) -> Result<(), StepError> {
         let registry = self.registry;
         let Some(task) = registry.tasks.get(function) else {
@@ -1172,6 +1187,7 @@ where
             None => return Err(RunError::ContextNotFound { context: id }.into()),
         };
         let variables = self.variables_in_scope(id);
+        let attempt = crate::faults::attempt_of(self.state.context(id));
         // ENG-5, ENG-32: committed with `is_executing` set, a crash re-runs exactly this task.
         self.checkpoint_at(CommitStrategy::BeforeEachActivity)
             .await?;
@@ -1182,10 +1198,65 @@ where
             instance_id: self.state.instance_id.clone(),
             node_id,
             context_id: id,
-            attempt: 1,
+            attempt,
             variables,
+            cancellation: crate::cancel::CancellationToken::new(),
         };
-        let outcome = CatchUnwind(task(&mut cx)).await;
+        let started_at = self.now;
+        let token = cx.cancellation.clone();
+        let settings = self.attempts.clone();
+        let ended = {
+            let mut future = CatchUnwind(task(&mut cx));
+            let timeout = async {
+                match attempt_timeout_ms {
+                    Some(ms) => {
+                        let start = settings.clock.now();
+                        let at = start
+                            .saturating_add(i64::try_from(ms).unwrap_or(i64::MAX / 1000) * 1000);
+                        settings.clock.sleep_until(at).await;
+                    }
+                    None => std::future::pending().await,
+                }
+            };
+            let cancelled = async {
+                match &settings.instance_cancel {
+                    Some(t) => t.cancelled().await,
+                    None => std::future::pending().await,
+                }
+            };
+            let ended = tokio::select! {
+                outcome = &mut future => AttemptEnd::Returned(outcome),
+                () = timeout => AttemptEnd::TimedOut(attempt_timeout_ms.unwrap_or_default()),
+                () = cancelled => AttemptEnd::Cancelled,
+            };
+            if !matches!(ended, AttemptEnd::Returned(_)) {
+                // FLT-16: fire the token, give the task its grace, then drop it (ENG-52);
+                // whatever it returns is discarded.
+                token.cancel();
+                let _ = tokio::time::timeout(settings.cancel_grace, &mut future).await;
+            }
+            ended
+        };
+        let outcome = match ended {
+            AttemptEnd::Returned(outcome) => outcome,
+            // FLT-17: a timed-out attempt is a retryable failure that counts.
+            AttemptEnd::TimedOut(ms) => Ok(Err(crate::task::TaskError::new(format!(
+                "attempt timed out after `{}`",
+                crate::cancel::human_ms(ms)
+            )))),
+            AttemptEnd::Cancelled => {
+                if let Some(c) = self.state.context_mut(id) {
+                    c.is_executing = false;
+                    c.executing_entry = None;
+                }
+                // FLT-4, FLT-16: the attempt's changes are dropped and the run abandoned; the
+                // cancel that fired the token follows from the last commit.
+                self.data = None;
+                return Err(StepError::Abort(RunError::Interrupted {
+                    instance: self.state.instance_id.clone(),
+                }));
+            }
+        };
         if let Some(c) = self.state.context_mut(id) {
             c.is_executing = false;
             c.executing_entry = None;
@@ -1199,13 +1270,14 @@ where
             Ok(Ok(_)) if undeclared.is_some() => FaultRecord {
                 kind: FaultKind::Error,
                 message: undeclared.unwrap_or_default(),
-                attempt: 1,
+                attempt,
             },
             Ok(Ok(outcome)) => match serde_json::to_value(&cx.data) {
                 Ok(json) => {
                     self.state.data = json;
                     self.data = Some(cx.data);
                     let names = outcome.names().to_vec();
+                    self.record_compensable(id);
                     self.complete(id, None, names)?;
                     self.checkpoint_at(CommitStrategy::AfterEachActivity)
                         .await?;
@@ -1214,18 +1286,26 @@ where
                 Err(e) => FaultRecord {
                     kind: FaultKind::Engine,
                     message: format!("data does not serialize after task `{function}`: {e}"),
-                    attempt: 1,
+                    attempt,
                 },
             },
-            Ok(Err(error)) => FaultRecord {
-                kind: FaultKind::Error,
-                message: error.message().to_owned(),
-                attempt: 1,
-            },
+            Ok(Err(error)) => {
+                // FLT-4: the failed attempt's changes are dropped.
+                self.data = None;
+                if crate::faults::retry_after_failure(self, id, retry, attempt, started_at, &error)?
+                {
+                    return Ok(());
+                }
+                FaultRecord {
+                    kind: FaultKind::Error,
+                    message: error.message().to_owned(),
+                    attempt,
+                }
+            }
             Err(message) => FaultRecord {
                 kind: FaultKind::Panicked,
                 message,
-                attempt: 1,
+                attempt,
             },
         };
         // FLT-4: the failed attempt's changes are dropped; `state.data` is the last good value.
@@ -1336,6 +1416,37 @@ impl ActivityRef {
 
 /// Polls a boxed future, turning a panic into an error message (ENG-17: user code never
 /// panics the runtime).
+/// What task attempts need besides the state (FLT-16, FLT-17, ENG-52).
+#[derive(Debug, Clone)]
+pub(crate) struct AttemptSettings {
+    /// Workflow time, for attempt timeouts.
+    pub(crate) clock: Arc<dyn crate::clock::Clock>,
+    /// How long a cancelled task may take to return before it is dropped (ENG-52).
+    pub(crate) cancel_grace: std::time::Duration,
+    /// Fired when the instance is cancelled while this run executes a task.
+    pub(crate) instance_cancel: Option<crate::cancel::CancellationToken>,
+}
+
+impl Default for AttemptSettings {
+    fn default() -> Self {
+        Self {
+            clock: Arc::new(crate::clock::SystemClock),
+            cancel_grace: DEFAULT_CANCEL_GRACE,
+            instance_cancel: None,
+        }
+    }
+}
+
+/// ENG-52's default grace.
+pub(crate) const DEFAULT_CANCEL_GRACE: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// How an attempt ended.
+enum AttemptEnd<T> {
+    Returned(T),
+    TimedOut(u64),
+    Cancelled,
+}
+
 struct CatchUnwind<F>(F);
 
 impl<F: Future + Unpin> Future for CatchUnwind<F> {

@@ -4,8 +4,8 @@
 use std::collections::HashMap;
 
 use workflow_model::{
-    Activity, Definition, Flowchart, FlowchartAnalysis, JoinMode, ParallelMode, StateMachine,
-    SubWorkflowMode, SwitchMode, analyze_flowchart,
+    Activity, Definition, Flowchart, FlowchartAnalysis, JoinMode, ParallelMode, RetryPolicy,
+    SagaOnFailure, StateMachine, SubWorkflowMode, SwitchMode, analyze_flowchart,
 };
 
 /// Index of a node in [`Graph::nodes`].
@@ -19,6 +19,8 @@ pub(crate) type NamedRefs<'a> = Vec<(&'a str, &'a str)>;
 pub(crate) struct Graph {
     pub(crate) nodes: Vec<Node>,
     by_id: HashMap<String, NodeIndex>,
+    /// The workflow's retry policy, which a task's own overrides field by field (FLT-2).
+    default_retry: Option<RetryPolicy>,
 }
 
 /// One node: its ancestor-path id (`root:review:manager`), its parent and its kind.
@@ -45,6 +47,18 @@ pub(crate) enum NodeKind {
     Task {
         function: String,
         ports: Option<Vec<String>>,
+        /// The declared retry policy, merged with the workflow's (FLT-2); `None`: one attempt.
+        retry: Option<RetryPolicy>,
+        /// The time one attempt may take (FLT-17).
+        attempt_timeout_ms: Option<u64>,
+        /// The registry name of the task that undoes this one inside a saga (FLT-10).
+        compensation: Option<String>,
+    },
+    /// A saga scope (FLT-10): its body, compensated newest first when something inside fails
+    /// for good; then the failure passes on (`fault`) or the scope takes `compensated`.
+    Saga {
+        body: NodeIndex,
+        continue_after: bool,
     },
     /// ACT-19; `choice` is the payload type name whose registered outcome mapping chooses
     /// among `ports` (ACT-V8), `None` when the event completes with `done`.
@@ -53,9 +67,13 @@ pub(crate) enum NodeKind {
         key: Option<String>,
         choice: Option<EventChoice>,
         look_back: Option<workflow_model::LookBack>,
+        /// TM-14: the wait's deadline from its start.
+        deadline_ms: Option<u64>,
     },
+    /// ACT-20: a constant duration, or a value fn giving the instant (ms since the epoch).
     Delay {
         duration_ms: Option<u64>,
+        until: Option<String>,
     },
     Sequence {
         steps: Vec<NodeIndex>,
@@ -130,6 +148,8 @@ pub(crate) enum NodeKind {
         input: Option<String>,
         assign: Option<String>,
         detach: bool,
+        /// TM-14: the wait's deadline from its start (ignored when detached).
+        deadline_ms: Option<u64>,
     },
 }
 
@@ -188,6 +208,7 @@ impl NodeKind {
             NodeKind::Correlate { .. } => "correlate",
             NodeKind::SetVariable { .. } => "set_variable",
             NodeKind::SubWorkflow { .. } => "sub_workflow",
+            NodeKind::Saga { .. } => "saga",
         }
     }
 
@@ -271,6 +292,7 @@ impl Graph {
         let mut graph = Graph {
             nodes: Vec::new(),
             by_id: HashMap::new(),
+            default_retry: definition.retry.clone(),
         };
         graph.add(&definition.root, None)?;
         Ok(graph)
@@ -315,8 +337,15 @@ impl Graph {
         let mut conditions = Vec::new();
         for node in &self.nodes {
             match &node.kind {
-                NodeKind::Task { function, .. } => {
+                NodeKind::Task {
+                    function,
+                    compensation,
+                    ..
+                } => {
                     tasks.push((node.id.as_str(), function.as_str()));
+                    if let Some(c) = compensation {
+                        tasks.push((node.id.as_str(), c.as_str()));
+                    }
                 }
                 NodeKind::If { condition, .. } | NodeKind::While { condition, .. } => {
                     conditions.push((node.id.as_str(), condition.as_str()));
@@ -380,6 +409,7 @@ impl Graph {
                 NodeKind::SetVariable { value: f, .. }
                 | NodeKind::Finish { output: Some(f) }
                 | NodeKind::Correlate { key: f }
+                | NodeKind::Delay { until: Some(f), .. }
                 | NodeKind::SubWorkflow { input: Some(f), .. } => values.push((id, f.as_str())),
                 _ => {}
             }
@@ -417,6 +447,16 @@ impl Graph {
             Activity::Task(t) => NodeKind::Task {
                 function: t.function.clone(),
                 ports: t.ports.clone(),
+                retry: match (&t.retry, &self.default_retry) {
+                    (Some(own), Some(workflow)) => Some(own.or(workflow)),
+                    (own, workflow) => own.clone().or_else(|| workflow.clone()),
+                },
+                attempt_timeout_ms: t.attempt_timeout_ms,
+                compensation: t.compensation.clone(),
+            },
+            Activity::Saga(saga) => NodeKind::Saga {
+                body: self.add(&saga.body, Some(index))?,
+                continue_after: saga.on_failure == SagaOnFailure::CompensateThenContinue,
             },
             Activity::Event(e) => NodeKind::Event {
                 event: e.event.clone(),
@@ -426,9 +466,11 @@ impl Graph {
                     payload: e.payload.clone(),
                     ports: ports.clone(),
                 }),
+                deadline_ms: e.deadline_ms,
             },
-            Activity::Delay(d) if d.until.is_none() => NodeKind::Delay {
+            Activity::Delay(d) => NodeKind::Delay {
                 duration_ms: d.duration_ms,
+                until: d.until.clone(),
             },
             Activity::Sequence(s) => {
                 let mut steps = Vec::with_capacity(s.steps.len());
@@ -504,11 +546,12 @@ impl Graph {
                 variable: v.variable.clone(),
                 value: v.value.clone(),
             },
-            Activity::SubWorkflow(w) if w.deadline_ms.is_none() => NodeKind::SubWorkflow {
+            Activity::SubWorkflow(w) => NodeKind::SubWorkflow {
                 workflow: w.workflow.clone(),
                 input: w.input.clone(),
                 assign: w.assign.clone(),
                 detach: w.mode == SubWorkflowMode::Detach,
+                deadline_ms: w.deadline_ms,
             },
             other => {
                 return Err(GraphError::Unsupported {

@@ -12,8 +12,34 @@
 //! While, ForEach, ParallelForEach, Parallel, Finish, Fault, Break, Correlate, SetVariable)
 //! and SubWorkflow, [`routing`] (stimulus hashes) and [`Runtime`], which keeps instances in a
 //! [`Store`]: [`MemoryStore`] by default, [`SqliteStore`] for durability across restarts and
-//! crashes (issue 5; [`Runtime::recover`], at-least-once activities). Timer, StartAt, Cron, Delay `until`, and
-//! deadlines are refused at build with [`BuildError::UnsupportedActivity`] until timers exist.
+//! crashes (issue 5; [`Runtime::recover`], at-least-once activities).
+//!
+//! Time (issue 8) comes from a [`Clock`] (TM-1): [`SystemClock`] by default, a
+//! [`ManualClock`] in tests, where [`testing::TestRuntime`] steps through due timers
+//! deterministically (TM-2). A Delay (and a state machine's `after(..)` transition) is a
+//! durable timer: its `wf.delay` bookmark and timer row are written in one commit (TM-3), and
+//! an in-process driver waits precisely for the earliest due time (TM-4). A Delay `until` a
+//! value fn's instant (ms since the epoch) and Event and SubWorkflow deadlines (`timeout`,
+//! TM-14) are timers too. Timer, StartAt and Cron are refused at build with
+//! [`BuildError::UnsupportedActivity`]; node commit settings and a workflow commit strategy
+//! with [`BuildError::UnsupportedSetting`].
+//!
+//! Saga scopes (FLT-10 to FLT-13) compensate the completed tasks that declare a
+//! compensation, newest first, when something inside fails for good, then continue through
+//! `compensated` or fault (see the `saga` module's notes for what is simplified).
+//!
+//! A task's [`TaskContext`] carries a [`CancellationToken`] (`ctx.cancelled()`,
+//! `ctx.is_cancelled()`), fired when the instance is cancelled while the task runs
+//! ([`Runtime::cancel`] is not refused then, FLT-16) and when the attempt's timeout expires
+//! (FLT-17: a retryable failure that counts), and at [`Runtime::shutdown`] (the run is then
+//! interrupted: not committed, no attempt counted); a task that ignores it is dropped after
+//! [`RuntimeBuilder::cancel_grace`] (ENG-52).
+//!
+//! Retry policies (FLT-2) on a task or the workflow are honoured: a retryable error with
+//! attempts left waits durably on a `wf.retry` bookmark and timer (FLT-3), the failed
+//! attempt's data changes dropped (FLT-4); after the last attempt the instance is `Faulted`
+//! with an incident ([`Runtime::incidents`]), and [`Runtime::retry`] runs it again (FLT-8). A
+//! task without a declared policy has one attempt.
 //!
 //! User code beyond tasks and conditions is registered by name on the [`Registry`]: items fns
 //! for the loops over items ([`Registry::items`]), value fns for SetVariable, Finish outputs,
@@ -25,8 +51,11 @@
 //! with [`BuildError::EventWithoutOutcome`], ACT-V8).
 
 mod activities;
+mod cancel;
+pub mod clock;
 mod events;
 mod executor;
+mod faults;
 mod flowchart;
 mod graph;
 mod ids;
@@ -34,9 +63,11 @@ pub mod instance;
 mod registry;
 pub mod routing;
 mod runtime;
+mod saga;
 pub mod store;
 mod structured;
 mod task;
+pub mod testing;
 mod workflow;
 
 #[cfg(test)]
@@ -46,6 +77,8 @@ mod tests;
 pub use workflow_model as model;
 
 pub use activities::{CURRENT_STATE, TAG_CONTINUING, TAG_ENTERING};
+pub use cancel::CancellationToken;
+pub use clock::{Clock, ClockError, ManualClock, SystemClock};
 pub use events::{ActivityRef, EventKind, EventStream, LifecycleEvent, RecvError};
 pub use executor::{
     ActivityInfo, ActivityMiddleware, CommitStrategy, DEFAULT_MAX_STEPS_PER_RUN, Flow, RunError,
@@ -59,8 +92,8 @@ pub use registry::{BoxFuture, ChooseOutcome, Registry, TaskResult};
 pub use routing::RoutingError;
 pub use runtime::{
     AwaitError, BuildError, CancelError, Completion, InstanceSnapshot, PurgeError, RecoveryReport,
-    Refusal, ResumeError, Runtime, RuntimeBuilder, SendError, SendReport, StartError, StartOptions,
-    Started, StateError, Stimulus,
+    Refusal, ResumeError, RetryError, Runtime, RuntimeBuilder, SendError, SendReport, StartError,
+    StartOptions, Started, StateError, Stimulus, TimerFiring,
 };
 pub use task::{IntoTaskResult, Outcome, TaskContext, TaskError};
 pub use workflow::{StateMachineWorkflow, Workflow};

@@ -101,7 +101,7 @@ where
 
     /// Runs the registered value fn `name` for `owner` (ACT-10); an error or a panic faults
     /// `owner`.
-    fn value_fn(&mut self, owner: ContextId, name: &str) -> Result<Value, StepError> {
+    pub(crate) fn value_fn(&mut self, owner: ContextId, name: &str) -> Result<Value, StepError> {
         let registry = self.registry;
         let Some(f) = registry.values.get(name) else {
             return Err(engine_fault(

@@ -18,6 +18,8 @@ pub struct TaskContext<D> {
     pub(crate) attempt: u32,
     /// The variables in scope, nearest declaration first resolved (ACT-8).
     pub(crate) variables: serde_json::Map<String, Value>,
+    /// Fired when the attempt should stop (ENG-36).
+    pub(crate) cancellation: crate::cancel::CancellationToken,
 }
 
 impl<D> TaskContext<D> {
@@ -58,6 +60,23 @@ impl<D> TaskContext<D> {
     /// The node's id: its ancestor path (`root:review`).
     pub fn node_id(&self) -> &str {
         &self.node_id
+    }
+
+    /// Completes when this attempt is cancelled (ENG-36, FLT-16): the instance was cancelled
+    /// while the task ran, or the attempt timed out (FLT-17). The task should return promptly;
+    /// whatever it returns is discarded and its data changes rolled back.
+    pub async fn cancelled(&self) {
+        self.cancellation.cancelled().await;
+    }
+
+    /// Whether this attempt was cancelled (see [`TaskContext::cancelled`]).
+    pub fn is_cancelled(&self) -> bool {
+        self.cancellation.is_cancelled()
+    }
+
+    /// This attempt's cancellation token, to hand to other code.
+    pub fn cancellation_token(&self) -> crate::cancel::CancellationToken {
+        self.cancellation.clone()
     }
 
     /// The attempt number, from 1.
@@ -131,6 +150,7 @@ impl Default for Outcome {
 pub struct TaskError {
     message: String,
     permanent: bool,
+    code: Option<String>,
 }
 
 impl TaskError {
@@ -139,6 +159,7 @@ impl TaskError {
         Self {
             message: message.into(),
             permanent: false,
+            code: None,
         }
     }
 
@@ -147,6 +168,7 @@ impl TaskError {
         Self {
             message: message.into(),
             permanent: true,
+            code: None,
         }
     }
 
@@ -158,6 +180,18 @@ impl TaskError {
     /// Whether retrying cannot help.
     pub fn is_permanent(&self) -> bool {
         self.permanent
+    }
+
+    /// The same error with a code (FLT-1), which a retry policy's `retry_on` list matches.
+    #[must_use]
+    pub fn with_code(mut self, code: impl Into<String>) -> Self {
+        self.code = Some(code.into());
+        self
+    }
+
+    /// The error's code, if any.
+    pub fn code(&self) -> Option<&str> {
+        self.code.as_deref()
     }
 }
 

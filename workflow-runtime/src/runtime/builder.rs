@@ -11,10 +11,11 @@ use tokio::sync::broadcast;
 use workflow_model::{Activation, Definition};
 
 use super::{BuildError, Inner, Runtime};
+use crate::clock::{Clock, SystemClock};
 use crate::events::LifecycleEvent;
 use crate::executor::{
-    ActivityMiddleware, Checkpoint, CommitStrategy, Executor, Link, Middleware, RunEnd, RunError,
-    RunTarget, WorkflowMiddleware,
+    ActivityMiddleware, AttemptSettings, Checkpoint, CommitStrategy, Executor, Link, Middleware,
+    RunEnd, RunError, RunTarget, WorkflowMiddleware,
 };
 use crate::graph::{Graph, GraphError, NamedRefs};
 use crate::ids::new_ulid;
@@ -33,6 +34,19 @@ pub(super) struct RunOutput {
     pub(super) links: Vec<Link>,
 }
 
+/// The settings of one run.
+#[derive(Debug, Clone)]
+pub(super) struct RunOptions {
+    /// Clock, grace and the instance's cancellation token for task attempts.
+    pub(super) attempts: AttemptSettings,
+    /// The step budget (ENG-10).
+    pub(super) max_steps: usize,
+    /// Whether lifecycle events are collected (someone subscribed).
+    pub(super) emit_events: bool,
+    /// The run's time, from the runtime's clock (TM-1).
+    pub(super) now_ms: u64,
+}
+
 /// A registered definition with its user code, its data type erased.
 pub(super) trait ErasedWorkflow: Send + Sync {
     fn version(&self) -> &str;
@@ -41,9 +55,8 @@ pub(super) trait ErasedWorkflow: Send + Sync {
         &'a self,
         state: WorkflowState,
         target: RunTarget,
-        max_steps: usize,
+        options: RunOptions,
         middleware: &'a Middleware,
-        emit_events: bool,
         checkpoint: Option<(&'a dyn Checkpoint, CommitStrategy)>,
     ) -> BoxFuture<'a, Result<RunOutput, RunError>>;
     fn cancel(
@@ -51,6 +64,7 @@ pub(super) trait ErasedWorkflow: Send + Sync {
         state: WorkflowState,
         reason: Option<String>,
         middleware: &Middleware,
+        now_ms: u64,
     ) -> Result<RunOutput, RunError>;
     /// `(node id, workflow name)` of every SubWorkflow node, for ACT-V10 at build.
     fn sub_workflows(&self) -> Vec<(String, String)>;
@@ -85,16 +99,17 @@ where
         &'a self,
         state: WorkflowState,
         target: RunTarget,
-        max_steps: usize,
+        options: RunOptions,
         middleware: &'a Middleware,
-        emit_events: bool,
         checkpoint: Option<(&'a dyn Checkpoint, CommitStrategy)>,
     ) -> BoxFuture<'a, Result<RunOutput, RunError>> {
         Box::pin(async move {
             let mut executor = Executor::new(&self.graph, &self.registry, state, middleware);
-            executor.emit_events = emit_events;
+            executor.now = options.now_ms;
+            executor.attempts = options.attempts;
+            executor.emit_events = options.emit_events;
             executor.checkpoint = checkpoint;
-            let end = executor.run(target, max_steps).await?;
+            let end = executor.run(target, options.max_steps).await?;
             Ok(RunOutput {
                 state: executor.state,
                 events: executor.events,
@@ -109,8 +124,10 @@ where
         state: WorkflowState,
         reason: Option<String>,
         middleware: &Middleware,
+        now_ms: u64,
     ) -> Result<RunOutput, RunError> {
         let mut executor = Executor::new(&self.graph, &self.registry, state, middleware);
+        executor.now = now_ms;
         executor.cancel_instance(reason)?;
         Ok(RunOutput {
             state: executor.state,
@@ -151,6 +168,10 @@ pub struct RuntimeBuilder {
     pub(super) owner: Option<String>,
     pub(super) queue_ttl: Duration,
     pub(super) queue_sweep: Duration,
+    pub(super) clock: Option<Arc<dyn Clock>>,
+    pub(super) sweep_interval: Option<Duration>,
+    pub(super) timer_driver: bool,
+    pub(super) cancel_grace: Duration,
 }
 
 impl std::fmt::Debug for RuntimeBuilder {
@@ -178,6 +199,7 @@ where
         name: name.clone(),
         diagnostics,
     })?;
+    refuse_unsupported_settings(definition)?;
     let graph = Graph::build(definition).map_err(|e| match e {
         GraphError::DuplicateNode { node } => BuildError::DuplicateNode {
             workflow: name.clone(),
@@ -240,6 +262,39 @@ where
             activation: definition.activation.unwrap_or_default(),
         }),
     ))
+}
+
+/// The model's settings that the runtime does not honour yet are refused at build, naming
+/// the node and the setting (never silently ignored): node commit settings and the workflow
+/// commit strategy (ENG-32; the runtime-wide [`RuntimeBuilder::commit_strategy`] is
+/// honoured), and a deadline on a detached sub-workflow. Retry policies, attempt timeouts and compensations are honoured.
+fn refuse_unsupported_settings(definition: &Definition) -> Result<(), BuildError> {
+    use workflow_model::{Activity, NodeCommit};
+    let refuse = |node: &str, setting: &'static str| BuildError::UnsupportedSetting {
+        workflow: definition.name.clone(),
+        node: node.to_owned(),
+        setting,
+    };
+    if definition.commit_strategy.is_some() {
+        return Err(refuse(definition.root.id(), "commit_strategy"));
+    }
+    let mut stack = vec![&definition.root];
+    while let Some(activity) = stack.pop() {
+        if let Activity::Task(task) = activity
+            && task.commit.is_some_and(|c| c != NodeCommit::Default)
+        {
+            return Err(refuse(&task.id, "commit"));
+        }
+        // TM-14: a detached child is not waited for, so a deadline would have nothing to end.
+        if let Activity::SubWorkflow(sub) = activity
+            && sub.mode == workflow_model::SubWorkflowMode::Detach
+            && sub.deadline_ms.is_some()
+        {
+            return Err(refuse(&sub.id, "deadline"));
+        }
+        stack.extend(activity.children());
+    }
+    Ok(())
 }
 
 impl RuntimeBuilder {
@@ -366,6 +421,41 @@ impl RuntimeBuilder {
         self
     }
 
+    /// The source of workflow time (TM-1; default [`SystemClock`]): timestamps, due times of
+    /// delays and timers. Leases stay on the wall clock. For tests, a
+    /// [`ManualClock`](crate::ManualClock), or [`crate::testing::TestRuntime`].
+    #[must_use]
+    pub fn clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.clock = Some(clock);
+        self
+    }
+
+    /// The timer driver's fallback sweep (TM-5; default 30 s): the longest the driver waits
+    /// without a hint before it looks for due timers again. `None` disables it: timers then
+    /// fire on the precise wait alone.
+    #[must_use]
+    pub fn sweep_interval(mut self, interval: Option<Duration>) -> Self {
+        self.sweep_interval = interval;
+        self
+    }
+
+    /// Whether [`RuntimeBuilder::build`] starts the in-process timer driver (TM-4; default
+    /// true, when built inside a tokio runtime). Without it, due timers fire only through
+    /// [`Runtime::fire_due_timers`] (what [`crate::testing::TestRuntime`] does, step by step).
+    #[must_use]
+    pub fn timer_driver(mut self, enabled: bool) -> Self {
+        self.timer_driver = enabled;
+        self
+    }
+
+    /// How long a cancelled task may take to return after its token fired before its
+    /// future is dropped (ENG-52; default 10 s).
+    #[must_use]
+    pub fn cancel_grace(mut self, grace: Duration) -> Self {
+        self.cancel_grace = grace;
+        self
+    }
+
     /// Checks every registration (validator, registry, supported kinds, versions) and builds
     /// the runtime; the first problem is returned. Instances interrupted by a crash are run
     /// again by [`Runtime::recover`], which the caller awaits once built.
@@ -398,7 +488,8 @@ impl RuntimeBuilder {
             }
         }
         let (events, _) = broadcast::channel(self.event_buffer);
-        Ok(Runtime {
+        let (stop, _) = tokio::sync::watch::channel(false);
+        let runtime = Runtime {
             inner: Arc::new(Inner {
                 workflows,
                 store: self.store.unwrap_or_else(|| Arc::new(MemoryStore::new())),
@@ -419,7 +510,17 @@ impl RuntimeBuilder {
                 workers: Mutex::new(None),
                 queue_ttl: i64::try_from(self.queue_ttl.as_micros()).unwrap_or(i64::MAX),
                 sweep: self.queue_sweep,
+                clock: self.clock.unwrap_or_else(|| Arc::new(SystemClock)),
+                sweep_interval: self.sweep_interval,
+                driver_started: Mutex::new(false),
+                cancel_grace: self.cancel_grace,
+                running: Mutex::new(HashMap::new()),
+                stop,
             }),
-        })
+        };
+        if self.timer_driver {
+            runtime.start_timer_driver();
+        }
+        Ok(runtime)
     }
 }

@@ -137,6 +137,8 @@ pub(super) struct Tracker {
     pub(super) bookmarks: Vec<Bookmark>,
     /// Stimulus ids consumed by this run, written as receipts with its first commit (RT-19).
     pub(super) receipts: Vec<String>,
+    /// The next commit unparks the instance's timers (an operator's retry, TM-10).
+    pub(super) unpark: bool,
 }
 
 /// The commits of one leased run: inside it (ENG-32) and at its end (ENG-31).
@@ -182,12 +184,30 @@ impl RunCommits<'_> {
                     created_at: ms_to_micros(b.created_at),
                 })
                 .collect();
-            commit.bookmarks_removed = tracker
+            // TM-3: a timer bookmark's row is written with it and deleted with it.
+            commit.timers_added = state
+                .bookmarks
+                .iter()
+                .filter(|b| !tracker.bookmarks.iter().any(|a| a.id == b.id))
+                .filter_map(super::timers::timer_of)
+                .collect();
+            let removed: Vec<&Bookmark> = tracker
                 .bookmarks
                 .iter()
                 .filter(|a| !state.bookmarks.iter().any(|b| b.id == a.id))
+                .collect();
+            commit.timers_removed = removed
+                .iter()
+                .filter(|a| super::timers::timer_of(a).is_some())
                 .map(|a| a.id.clone())
                 .collect();
+            commit.bookmarks_removed = removed.iter().map(|a| a.id.clone()).collect();
+            // TM-10: the commit that faults the instance parks its timers.
+            if state.status == WorkflowStatus::Faulted {
+                commit.timers_parked = Some(true);
+            } else if tracker.unpark {
+                commit.timers_parked = Some(false);
+            }
             commit.instances_created = children;
             commit.receipts.clone_from(&tracker.receipts);
             commit.journal = state
@@ -211,7 +231,13 @@ impl RunCommits<'_> {
         tracker.version = version;
         tracker.bookmarks = state.bookmarks.clone();
         tracker.receipts.clear();
+        tracker.unpark = false;
         Ok(())
+    }
+
+    /// Makes the next commit unpark the instance's timers (TM-10).
+    pub(super) fn unpark_next(&self) {
+        lock(&self.tracker).unpark = true;
     }
 }
 

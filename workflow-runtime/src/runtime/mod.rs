@@ -24,7 +24,7 @@ use crate::executor::{
     Checkpoint, CommitStrategy, DEFAULT_MAX_STEPS_PER_RUN, Link, Middleware, RunEnd, RunError,
     RunTarget,
 };
-use crate::ids::{new_ulid, now_ms};
+use crate::ids::new_ulid;
 use crate::instance::{
     DefinitionRef, Incident, Journal, JournalEntry, JournalLevel, ParentLink, SubStatus,
     TriggerStart, WorkflowState, WorkflowStatus,
@@ -37,7 +37,9 @@ use crate::workflow::{StateMachineWorkflow, Workflow};
 
 mod builder;
 mod commit;
+mod faults;
 mod send;
+mod timers;
 
 pub use builder::RuntimeBuilder;
 use builder::{ErasedWorkflow, RunOutput};
@@ -45,7 +47,9 @@ use commit::{
     RunCommits, Tracker, decode_document, encode_document, journal_entry, ms_to_micros, now_micros,
     run_store_error, workflow_status,
 };
+pub use faults::RetryError;
 pub use send::{Refusal, SendError, SendReport, Stimulus};
+pub use timers::TimerFiring;
 
 // ---- errors, one enum per operation family ---------------------------------------------
 
@@ -114,6 +118,20 @@ pub enum BuildError {
         node: String,
         /// The kind.
         kind: &'static str,
+    },
+    /// The definition declares a setting this runtime does not honour yet (a node commit
+    /// setting, a workflow commit strategy, a deadline on a detached sub-workflow): refused
+    /// rather than silently ignored.
+    #[error(
+        "definition `{workflow}`: node `{node}` sets `{setting}`, which this runtime does not honour yet"
+    )]
+    UnsupportedSetting {
+        /// The definition name.
+        workflow: String,
+        /// The node id (`root` level settings name the definition's root).
+        node: String,
+        /// The setting: `commit`, `commit_strategy` or `deadline`.
+        setting: &'static str,
     },
     /// A SubWorkflow names a workflow that is not registered (ACT-V10).
     #[error("definition `{workflow}`: node `{node}` starts unknown workflow `{name}`")]
@@ -409,6 +427,18 @@ struct Inner {
     queue_ttl: Micros,
     /// The queue worker's periodic sweep (RT-26).
     sweep: Duration,
+    /// Workflow time (TM-1).
+    clock: Arc<dyn crate::clock::Clock>,
+    /// The timer driver's fallback sweep (TM-5); `None` disables it.
+    sweep_interval: Option<Duration>,
+    /// Whether this runtime's timer driver was started (TM-4).
+    driver_started: Mutex<bool>,
+    /// Dropped with the runtime: stops the timer driver.
+    stop: watch::Sender<bool>,
+    /// ENG-52's grace for cancelled tasks.
+    cancel_grace: Duration,
+    /// The cancellation token of each instance this process is running (FLT-15).
+    running: Mutex<HashMap<String, crate::cancel::CancellationToken>>,
 }
 
 /// The workflow runtime (engine.md section 10), on a [`Store`]: in memory by default, durable
@@ -449,6 +479,18 @@ impl Drop for LocalRun<'_> {
         {
             locks.remove(&self.instance_id);
         }
+    }
+}
+
+/// Forgets a run's cancellation token when the run ends.
+struct Running<'r> {
+    map: &'r Mutex<HashMap<String, crate::cancel::CancellationToken>>,
+    instance_id: &'r str,
+}
+
+impl Drop for Running<'_> {
+    fn drop(&mut self) {
+        lock(self.map).remove(self.instance_id);
     }
 }
 
@@ -506,6 +548,10 @@ impl Runtime {
             owner: None,
             queue_ttl: send::DEFAULT_QUEUE_TTL,
             queue_sweep: send::DEFAULT_SWEEP,
+            clock: None,
+            sweep_interval: Some(timers::DEFAULT_SWEEP),
+            timer_driver: true,
+            cancel_grace: crate::executor::DEFAULT_CANCEL_GRACE,
         }
     }
 
@@ -569,7 +615,7 @@ impl Runtime {
             .check_data(&input)
             .map_err(|message| StartError::Input { message })?;
         let instance_id = options.instance_id.unwrap_or_else(new_ulid);
-        let now = now_ms();
+        let now = self.inner.clock.now_ms();
         let mut state = WorkflowState::new(
             instance_id.clone(),
             DefinitionRef {
@@ -1001,8 +1047,10 @@ impl Runtime {
 
     /// Cancels an instance (ENG-50): the tree is cancelled, bookmarks and queued work removed,
     /// open incidents resolved as `cancelled`, `WorkflowCancelled` published. On a final
-    /// instance: `AlreadyTerminal`, nothing changes. A run in progress in this process
-    /// finishes first; honouring a cancel request mid-run is not implemented yet.
+    /// instance: `AlreadyTerminal`, nothing changes. A task of the instance running in this
+    /// process has its cancellation token fired (FLT-16): its run is abandoned (nothing of it
+    /// committed) and the cancel applies from the last commit. (A run in another process is
+    /// not reached yet: it finishes first.)
     pub async fn cancel(
         &self,
         instance_id: &str,
@@ -1018,6 +1066,11 @@ impl Runtime {
         instance_id: &str,
         reason: Option<String>,
     ) -> Result<(), CancelError> {
+        // FLT-15, FLT-16: a task of this instance running in this process gets its token
+        // fired; its run is abandoned and this cancel goes next.
+        if let Some(token) = lock(&self.inner.running).get(instance_id) {
+            token.cancel();
+        }
         let _local = self.local_run(instance_id).await;
         let store = &*self.inner.store;
         let lease = match store
@@ -1057,7 +1110,12 @@ impl Runtime {
             });
         }
         let workflow = self.workflow_for(&state)?;
-        let output = workflow.cancel(state, reason, &self.inner.middleware)?;
+        let output = workflow.cancel(
+            state,
+            reason,
+            &self.inner.middleware,
+            self.inner.clock.now_ms(),
+        )?;
         self.commit_and_publish(&commits, output, true).await?;
         Ok(())
     }
@@ -1223,6 +1281,23 @@ impl Runtime {
         }
     }
 
+    /// The settings of a run now.
+    fn run_options(
+        &self,
+        cancel: Option<&crate::cancel::CancellationToken>,
+    ) -> builder::RunOptions {
+        builder::RunOptions {
+            attempts: crate::executor::AttemptSettings {
+                clock: self.inner.clock.clone(),
+                cancel_grace: self.inner.cancel_grace,
+                instance_cancel: cancel.cloned(),
+            },
+            max_steps: self.inner.max_steps_per_run,
+            emit_events: self.inner.events.receiver_count() > 0,
+            now_ms: self.inner.clock.now_ms(),
+        }
+    }
+
     /// Runs an instance under its lease; `Ok(None)` for an unknown id.
     async fn drive(
         &self,
@@ -1260,6 +1335,23 @@ impl Runtime {
             .await
         {
             Ok(started) => Ok(Some(started)),
+            Err(RunError::Interrupted { .. }) => {
+                // FLT-16: abandoned for the cancel waiting to run; it reports the outcome.
+                let _ = store.release_lease(instance_id, lease.token).await;
+                let status = self
+                    .load_state(instance_id)
+                    .await
+                    .ok()
+                    .flatten()
+                    .map(|s| (s.status, s.sub_status));
+                let (status, sub_status) =
+                    status.unwrap_or((WorkflowStatus::Running, Some(SubStatus::Pending)));
+                Ok(Some(Started {
+                    instance_id: instance_id.to_owned(),
+                    status,
+                    sub_status,
+                }))
+            }
             Err(error) => {
                 // The run is abandoned; the instance continues from its last commit (ENG-29).
                 let _ = store.release_lease(instance_id, lease.token).await;
@@ -1293,6 +1385,7 @@ impl Runtime {
                 version: record.version,
                 bookmarks: state.bookmarks.clone(),
                 receipts: Vec::new(),
+                unpark: false,
             }),
         };
         Ok((state, commits))
@@ -1322,6 +1415,12 @@ impl Runtime {
             CommitStrategy::RunEnd => None,
             strategy => Some((&commits, strategy)),
         };
+        let token = crate::cancel::CancellationToken::new();
+        lock(&self.inner.running).insert(instance_id.to_owned(), token.clone());
+        let _running = Running {
+            map: &self.inner.running,
+            instance_id,
+        };
         let mut target = Some(target);
         loop {
             let target = target.take().unwrap_or(RunTarget::None);
@@ -1329,9 +1428,8 @@ impl Runtime {
                 .run(
                     state,
                     target,
-                    self.inner.max_steps_per_run,
+                    self.run_options(Some(&token)),
                     &self.inner.middleware,
-                    self.inner.events.receiver_count() > 0,
                     checkpoint,
                 )
                 .await?;

@@ -1088,9 +1088,9 @@ impl Runtime {
         Ok(())
     }
 
-    /// Stops the queue worker and waits for it to end (a pass in progress completes). The
-    /// runtime keeps working; [`Runtime::start_workers`] starts the worker again.
-    pub async fn shutdown(&self) {
+    /// Stops the queue worker and waits for it to end (a pass in progress completes); part of
+    /// [`Runtime::shutdown`].
+    pub(super) async fn stop_queue_worker(&self) {
         let workers = lock(&self.inner.workers).take();
         if let Some(mut workers) = workers {
             workers.stop.notify_one();

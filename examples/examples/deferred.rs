@@ -1,0 +1,164 @@
+//! The deferred step (a port of workflow-core's sample 05: start, sleep, continue), durable on
+//! SQLite across a restart. workflow-core polls for due steps every 10 seconds; here the
+//! runtime's timer driver waits for exactly the due time, and a process that was down at the
+//! due time fires the timer once when it starts, late (TM-4, TM-8, TM-9).
+//!
+//! ```text
+//! cargo run -p examples --example deferred      # starts, then sleeps: the process exits
+//! sleep 5
+//! cargo run -p examples --example deferred      # the new process continues, once
+//! ```
+//!
+//! The file is `target/deferred-example.db` (or `DEFERRED_EXAMPLE_DB`, or the first argument);
+//! `DEFERRED_SECONDS` sets the sleep (5 s). A run before the due time waits for it in process.
+//! Delete the file to start over.
+
+#![allow(clippy::print_stdout)]
+
+use std::error::Error;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use workflow_runtime::{
+    Completion, Registry, Runtime, SqliteStore, StartOptions, TaskContext, WorkflowStatus,
+};
+
+/// The instance's data.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct Greeting {
+    /// Appended to by each step, so a second run of a step would show.
+    steps: Vec<String>,
+}
+
+async fn hello(ctx: &mut TaskContext<Greeting>) {
+    println!("  step `hello` runs: Hello world");
+    ctx.data_mut().steps.push("hello".to_owned());
+}
+
+async fn goodbye(ctx: &mut TaskContext<Greeting>) {
+    println!("  step `goodbye` runs: Goodbye world");
+    ctx.data_mut().steps.push("goodbye".to_owned());
+}
+
+// The sleep is a JSON definition so its length can come from the environment; the macro form
+// is `sequence [task(hello), sleep = after(secs(5)), task(goodbye)]`.
+const INSTANCE: &str = "deferred-1";
+
+fn definition(seconds: u64) -> Result<workflow_runtime::model::Definition, serde_json::Error> {
+    serde_json::from_value(serde_json::json!({
+        "name": "Deferred",
+        "root": { "kind": "sequence", "id": "root", "steps": [
+            { "kind": "task", "id": "hello", "function": "hello" },
+            { "kind": "delay", "id": "sleep", "duration_ms": seconds * 1000 },
+            { "kind": "task", "id": "goodbye", "function": "goodbye" }
+        ] }
+    }))
+}
+
+fn registry() -> Registry<Greeting> {
+    Registry::new()
+        .task("hello", |cx: &mut TaskContext<Greeting>| {
+            Box::pin(async move {
+                hello(cx).await;
+                Ok(workflow_runtime::Outcome::done())
+            })
+        })
+        .task("goodbye", |cx: &mut TaskContext<Greeting>| {
+            Box::pin(async move {
+                goodbye(cx).await;
+                Ok(workflow_runtime::Outcome::done())
+            })
+        })
+}
+
+async fn run() -> Result<(), Box<dyn Error>> {
+    let path = std::env::args_os()
+        .nth(1)
+        .or_else(|| std::env::var_os("DEFERRED_EXAMPLE_DB"))
+        .map_or_else(
+            || PathBuf::from("target/deferred-example.db"),
+            PathBuf::from,
+        );
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir)?;
+    }
+    let seconds = std::env::var("DEFERRED_SECONDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(5);
+    let store = Arc::new(SqliteStore::open(&path)?);
+    // Built inside tokio, the runtime starts its timer driver: its first pass fires the timers
+    // that fell due while no process ran.
+    let runtime = Runtime::builder()
+        .store(store)
+        .register_definition(definition(seconds)?, registry())
+        .build()?;
+    runtime.recover().await?;
+    println!("SQLite file {}", path.display());
+
+    let Some(snapshot) = runtime.get_state(INSTANCE).await? else {
+        let options = StartOptions {
+            instance_id: Some(INSTANCE.to_owned()),
+            ..StartOptions::default()
+        };
+        let data = serde_json::to_value(Greeting::default())?;
+        let started = runtime.start_by_name("Deferred", data, options).await?;
+        println!(
+            "started {INSTANCE}: {}; sleeping {seconds} s durably. This process exits now: run \
+             the example again after that and the new process continues.",
+            started.status
+        );
+        return Ok(());
+    };
+    if snapshot.status() == WorkflowStatus::Finished {
+        let data: Greeting = snapshot.data()?;
+        println!(
+            "{INSTANCE} already finished; its steps ran once each: {:?}",
+            data.steps
+        );
+        println!("(delete the file to start over)");
+        return Ok(());
+    }
+    let due = snapshot
+        .state
+        .bookmarks
+        .iter()
+        .find(|b| b.name == "wf.delay")
+        .and_then(|b| b.payload["due_at"].as_u64());
+    println!(
+        "{INSTANCE} is {}; its sleep is due at {due:?} ms",
+        snapshot.status()
+    );
+    match runtime
+        .await_completion(INSTANCE, Duration::from_secs(seconds + 30))
+        .await?
+    {
+        Completion::Finished(_) => {
+            let snapshot = runtime
+                .get_state(INSTANCE)
+                .await?
+                .ok_or("instance vanished")?;
+            let data: Greeting = snapshot.data()?;
+            let fired = snapshot
+                .journal
+                .iter()
+                .find(|e| e.detail.get("fired_at").is_some())
+                .map(|e| e.detail.clone());
+            println!(
+                "continued and finished: steps {:?}; timer {fired:?}",
+                data.steps
+            );
+        }
+        Completion::Cancelled(reason) => println!("cancelled: {reason:?}"),
+    }
+    Ok(())
+}
+
+fn main() -> Result<(), Box<dyn Error>> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()?
+        .block_on(run())
+}

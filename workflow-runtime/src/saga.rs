@@ -1,0 +1,227 @@
+//! Compensation (timers-and-faults.md §6, FLT-10 to FLT-13): a saga scope runs its body;
+//! each task that completes inside it and declares a compensation is recorded on the scope
+//! with its completion order. When an activity inside fails for good, the scope's other live
+//! work is cancelled and the compensations run one at a time, newest completion first (the
+//! failed task's own first, if it declares one), each on the data as it is now. Then the
+//! scope takes `compensated` (`compensate_then_continue`) or the failure passes to the next
+//! enclosing scope, and out of the outermost one the instance faults with an incident listing
+//! the compensations that ran (`compensate_then_fault`). A compensation that fails faults the
+//! instance naming it and the original failure (FLT-13).
+//!
+//! Simplifications, for now: compensations run inline in the failing run with one attempt
+//! each (no retry policy), and the operator's retry of an instance whose failure saga scopes
+//! compensated (or whose compensation failed) is refused with
+//! [`RetryError::CompensatedFailure`](crate::RetryError::CompensatedFailure).
+
+use serde_json::{Value, json};
+
+use crate::executor::{Executor, StepError};
+use crate::graph::{NodeIndex, NodeKind};
+use crate::instance::{ContextId, FaultKind, FaultRecord, JournalKind};
+
+/// The saga scope's callback for its body.
+pub(crate) const ON_SAGA_BODY: &str = "saga_body_completed";
+/// The scope property listing `[node id, compensation fn]` in completion order.
+const COMPENSABLE: &str = "compensable";
+/// The scope's outcome after compensating with `compensate_then_continue`.
+const COMPENSATED: &str = "compensated";
+
+impl<D> Executor<'_, D>
+where
+    D: serde::Serialize + serde::de::DeserializeOwned + Send + Sync + 'static,
+{
+    /// Runs the scope's body.
+    pub(crate) fn saga_execute(&mut self, id: ContextId, body: NodeIndex) -> Result<(), StepError> {
+        self.schedule_child(id, body, None, Some(ON_SAGA_BODY), None)?;
+        Ok(())
+    }
+
+    /// The body completed: so does the scope, with `done`.
+    pub(crate) fn saga_body_completed(&mut self, id: ContextId) -> Result<(), StepError> {
+        self.complete(id, None, vec![workflow_model::DONE.to_owned()])
+    }
+
+    /// The nearest saga scope enclosing the context, with its `continue_after` flag.
+    fn enclosing_saga(&self, id: ContextId) -> Option<(ContextId, bool)> {
+        let mut current = self.state.context(id).and_then(|c| c.parent);
+        while let Some(ctx) = current.and_then(|c| self.state.context(c)) {
+            let kind = self
+                .graph
+                .index_of(&ctx.node_id)
+                .and_then(|i| self.graph.node(i))
+                .map(|n| &n.kind);
+            if let Some(NodeKind::Saga { continue_after, .. }) = kind {
+                return Some((ctx.id, *continue_after));
+            }
+            current = ctx.parent;
+        }
+        None
+    }
+
+    /// The compensation a context's node declares.
+    fn compensation_of(&self, id: ContextId) -> Option<(String, String)> {
+        let ctx = self.state.context(id)?;
+        let node = self.graph.node(self.graph.index_of(&ctx.node_id)?)?;
+        match &node.kind {
+            NodeKind::Task {
+                compensation: Some(c),
+                ..
+            } => Some((ctx.node_id.clone(), c.clone())),
+            _ => None,
+        }
+    }
+
+    /// FLT-11: a task that completed inside a saga scope and declares a compensation is
+    /// recorded on the scope, in completion order.
+    pub(crate) fn record_compensable(&mut self, id: ContextId) {
+        let Some((node, function)) = self.compensation_of(id) else {
+            return;
+        };
+        let Some((saga, _)) = self.enclosing_saga(id) else {
+            return;
+        };
+        if let Some(c) = self.state.context_mut(saga) {
+            let list = c
+                .properties
+                .entry(COMPENSABLE.to_owned())
+                .or_insert_with(|| Value::Array(Vec::new()));
+            if let Value::Array(list) = list {
+                list.push(json!([node, function]));
+            }
+        }
+    }
+
+    /// A failure for good (FLT-5), compensated first when a saga scope encloses it
+    /// (FLT-11, FLT-12).
+    pub(crate) async fn fail(&mut self, context: ContextId, record: FaultRecord) {
+        let mut failed = context;
+        let mut record = record;
+        let mut ran: Vec<String> = Vec::new();
+        let mut own = self.compensation_of(failed);
+        while let Some((saga, continue_after)) = self.enclosing_saga(failed) {
+            // 1. The scope's other live work is cancelled (its callbacks dropped).
+            self.state.callbacks.retain(|e| e.owner != saga);
+            for child in self.state.live_children(saga) {
+                if let Err(StepError::Abort(_)) = self.cancel_silently(child) {
+                    break;
+                }
+            }
+            // 2. The list: the failed task's own first, then newest completion first.
+            let mut list: Vec<(String, String)> = own.take().into_iter().collect();
+            let completed = self
+                .state
+                .context_mut(saga)
+                .and_then(|c| c.properties.remove(COMPENSABLE))
+                .and_then(|v| serde_json::from_value::<Vec<(String, String)>>(v).ok())
+                .unwrap_or_default();
+            list.extend(completed.into_iter().rev());
+            // 3. One at a time.
+            for (node, function) in list {
+                match self.run_compensation(saga, &node, &function).await {
+                    Ok(()) => ran.push(local(&node).to_owned()),
+                    Err(message) => {
+                        // FLT-13: compensation_failed, naming it and the original failure.
+                        let record = FaultRecord {
+                            kind: FaultKind::Error,
+                            message: format!(
+                                "compensation_failed: compensation `{function}` of `{}` failed: {message}; original failure: {}; compensated before it: [{}]",
+                                local(&node),
+                                record.message,
+                                ran.join(", ")
+                            ),
+                            attempt: record.attempt,
+                        };
+                        self.fault_now(saga, record);
+                        mark_compensated(self, saga);
+                        return;
+                    }
+                }
+            }
+            self.record(
+                JournalKind::Faulted,
+                Some(saga),
+                json!({ "message": record.message, "compensated": ran }),
+            );
+            if continue_after {
+                // FLT-12 `continue`: the scope takes `compensated`; no incident stays open.
+                let output = json!({ "compensated": ran, "failure": record.message });
+                if let Err(StepError::Fault { context, record }) =
+                    self.complete(saga, Some(output), vec![COMPENSATED.to_owned()])
+                {
+                    self.fault_now(context, record);
+                }
+                return;
+            }
+            // FLT-12 `fault`: the failure passes to the next enclosing scope.
+            failed = saga;
+        }
+        let compensated = failed != context;
+        if !ran.is_empty() {
+            record.message = format!("{} (compensated: {})", record.message, ran.join(", "));
+        }
+        self.fault_now(context, record);
+        if compensated {
+            mark_compensated(self, context);
+        }
+    }
+
+    /// Runs one compensation fn on the data as it is now; its changes are kept.
+    async fn run_compensation(
+        &mut self,
+        saga: ContextId,
+        node: &str,
+        function: &str,
+    ) -> Result<(), String> {
+        let registry = self.registry;
+        let Some(task) = registry.tasks.get(function) else {
+            return Err(format!("no task is registered under `{function}`"));
+        };
+        self.data_mut().map_err(|_| "data unavailable".to_owned())?;
+        let Some(data) = self.data.take() else {
+            return Err("data unavailable".to_owned());
+        };
+        let mut cx = crate::task::TaskContext {
+            data,
+            payload: None,
+            input: None,
+            instance_id: self.state.instance_id.clone(),
+            node_id: format!("{node}:compensate"),
+            context_id: saga,
+            attempt: 1,
+            variables: serde_json::Map::new(),
+            cancellation: crate::cancel::CancellationToken::new(),
+        };
+        let result = task(&mut cx).await;
+        match result {
+            Ok(_) => {
+                self.state.data = serde_json::to_value(&cx.data).map_err(|e| e.to_string())?;
+                self.data = Some(cx.data);
+                self.record(
+                    JournalKind::Completed,
+                    Some(saga),
+                    json!({ "compensated": node, "compensation": function }),
+                );
+                Ok(())
+            }
+            Err(error) => Err(error.message().to_owned()),
+        }
+    }
+}
+
+/// The context property marking a failure that saga scopes compensated: the operator's
+/// retry does not restart compensated scopes yet (FLT-8) and refuses it.
+pub(crate) const COMPENSATED_FAILURE: &str = "compensated_failure";
+
+fn mark_compensated<D>(executor: &mut Executor<'_, D>, id: ContextId)
+where
+    D: serde::Serialize + serde::de::DeserializeOwned + Send + Sync + 'static,
+{
+    if let Some(c) = executor.state.context_mut(id) {
+        c.properties
+            .insert(COMPENSATED_FAILURE.to_owned(), Value::Bool(true));
+    }
+}
+
+fn local(node: &str) -> &str {
+    node.rsplit(':').next().unwrap_or(node)
+}
