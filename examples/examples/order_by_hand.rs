@@ -174,13 +174,11 @@ async fn run() -> Result<(), Box<dyn Error>> {
     };
     let started = runtime.start::<OrderFlow>(order).await?;
     let id = started.instance_id;
+    let state = runtime.current_state::<OrderFlow>(&id).await?;
     println!(
-        "started {id}: {:?}/{:?}",
-        started.status, started.sub_status
-    );
-    println!(
-        "  state: {:?}",
-        runtime.current_state::<OrderFlow>(&id).await?
+        "started {id}: {}, in state {}",
+        started.status,
+        state.map_or("?", OrderFlow::state_name)
     );
 
     for (name, payload) in [
@@ -197,9 +195,13 @@ async fn run() -> Result<(), Box<dyn Error>> {
             .send(Stimulus::new(name).key("o-42").payload(payload.clone()))
             .await?;
         let state = runtime.current_state::<OrderFlow>(&id).await?;
+        let status = report
+            .resumed
+            .first()
+            .map_or_else(|| "not resumed".to_owned(), |r| r.status.to_string());
         println!(
-            "sent {name} {payload}: {:?} -> state {state:?}",
-            report.resumed[0].status
+            "sent {name} {payload}: {status}, now in state {}",
+            state.map_or("?", OrderFlow::state_name)
         );
     }
 
