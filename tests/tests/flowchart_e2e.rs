@@ -406,25 +406,45 @@ fn a_json_event_with_ports_and_no_payload_is_refused_at_build() {
     );
 }
 
-// A payload that does not decode into the mapping's type cannot choose: the event fails for
-// good naming the type (the routing issue's dead letter, RT-22, would reject it instead), and
-// its bookmark stays for a retry (ENG-21).
+// RT-22, ACT-19, engine.md section 11: a payload that does not decode into the mapping's type
+// cannot choose: the stimulus is rejected for the instance (reported with the instance, the
+// node and the type, and dead-lettered `Rejected`); nothing is committed, so the instance is
+// still waiting and keeps its bookmark.
 #[test]
-fn a_payload_that_does_not_decode_faults_the_event() {
+fn a_payload_that_does_not_decode_is_rejected_and_the_event_keeps_its_bookmark() {
     block_on(async {
         let rt = macro_runtime();
         let started = start(&rt, expense("e-9", 500)).await;
-        rt.send(
-            Stimulus::new("expense.decision")
-                .key("e-9")
-                .payload(json!({ "approved": true })),
-        )
-        .await
-        .unwrap();
-        let snapshot = rt.get_state(&started.instance_id).await.unwrap().unwrap();
-        assert_eq!(snapshot.status(), WorkflowStatus::Faulted);
-        let message = &snapshot.state.incidents.last().unwrap().fault.message;
+        let before = rt.get_state(&started.instance_id).await.unwrap().unwrap();
+        let report = rt
+            .send(
+                Stimulus::new("expense.decision")
+                    .key("e-9")
+                    .payload(json!({ "approved": true })),
+            )
+            .await
+            .unwrap();
+        assert!(report.resumed.is_empty(), "{report:?}");
+        let [
+            workflow_runtime::Rejection::PayloadDecode {
+                instance,
+                node,
+                payload_type,
+                message,
+                ..
+            },
+        ] = report.rejected.as_slice()
+        else {
+            panic!("{report:?}");
+        };
+        assert_eq!(instance, &started.instance_id);
+        assert!(node.ends_with("manager"), "{node}");
+        assert!(payload_type.ends_with("Decision"), "{payload_type}");
         assert!(message.contains("does not decode into"), "{message}");
-        assert_eq!(snapshot.state.bookmarks.len(), 1);
+        let snapshot = rt.get_state(&started.instance_id).await.unwrap().unwrap();
+        assert_eq!(snapshot.status(), WorkflowStatus::Suspended);
+        assert!(snapshot.state.incidents.is_empty());
+        assert_eq!(snapshot.state.bookmarks, before.state.bookmarks);
+        assert_eq!(snapshot.journal.len(), before.journal.len());
     });
 }

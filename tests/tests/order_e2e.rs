@@ -303,53 +303,41 @@ fn a_failing_action_faults_the_instance_and_await_reports_the_incident_eng17() {
             rt.current_state::<OrderFlow>(&id).await.unwrap(),
             Some(OrderState::Paid)
         );
-        // A payload of the wrong type is an error naming the type, not a panic.
+        // RT-22: a payload of the wrong type for the condition `covers_amount` (it reads a
+        // `Payment`) is rejected for the instance, naming the type, not a panic and not a
+        // fault: nothing is committed, the machine still waits in `New` with its bookmarks.
         let id = rt
             .start::<OrderFlow>(order("o-3", 5))
             .await
             .unwrap()
             .instance_id;
+        let before = rt.get_state(&id).await.unwrap().unwrap();
         let report = rt
             .send(Stimulus::new("payment").key("o-3").payload("not a payment"))
             .await
             .unwrap();
-        assert_eq!(report.resumed[0].status, WorkflowStatus::Faulted);
+        assert!(report.resumed.is_empty(), "{report:?}");
+        let [workflow_runtime::Rejection::PayloadDecode { payload_type, .. }] =
+            report.rejected.as_slice()
+        else {
+            panic!("{report:?}")
+        };
+        assert!(payload_type.contains("Payment"), "{payload_type}");
         let snapshot = rt.get_state(&id).await.unwrap().unwrap();
-        assert!(
-            snapshot.state.incidents[0]
-                .fault
-                .message
-                .contains("Payment")
-        );
+        assert_eq!(snapshot.status(), WorkflowStatus::Suspended);
+        assert!(snapshot.state.incidents.is_empty());
+        assert_eq!(snapshot.state.bookmarks, before.state.bookmarks);
         assert_eq!(
-            snapshot.state.incidents[0].node_id, "root",
-            "the machine's condition failed"
+            rt.current_state::<OrderFlow>(&id).await.unwrap(),
+            Some(OrderState::New)
         );
-        // The payment bookmark was consumed by the trigger's completion; the competitors stay
-        // (ENG-17), but a faulted instance runs nothing (ENG-2): the stimulus is deferred.
-        let names: Vec<&str> = snapshot
-            .state
-            .bookmarks
-            .iter()
-            .map(|b| b.name.as_str())
-            .collect();
-        assert_eq!(names, ["cancel", "wf.delay"]);
-        // RT-18: the stimulus waits in a held queue item, delivered if the instance runs again.
+        // The other transitions still fire.
         let report = rt.send(Stimulus::new("cancel").key("o-3")).await.unwrap();
-        assert_eq!(report.deferred, std::slice::from_ref(&id), "{report:?}");
-        assert!(report.resumed.is_empty());
+        assert_eq!(report.resumed.len(), 1, "{report:?}");
         assert_eq!(
-            rt.get_state(&id).await.unwrap().unwrap().status(),
-            WorkflowStatus::Faulted
+            rt.current_state::<OrderFlow>(&id).await.unwrap(),
+            Some(OrderState::Cancelled)
         );
-        // Cancel still ends it (ENG-50), incidents resolved.
-        rt.cancel(&id, None).await.unwrap();
-        let snapshot = rt.get_state(&id).await.unwrap().unwrap();
-        assert_eq!(
-            snapshot.state.incidents[0].resolution.as_deref(),
-            Some("cancelled")
-        );
-        assert!(snapshot.state.bookmarks.is_empty());
     });
 }
 

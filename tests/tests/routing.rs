@@ -19,8 +19,8 @@ use workflow_runtime::store::{
     DeadLetterFilter, DeadLetterReason, InstanceFilter, MemoryStore, SqliteStore, Store,
 };
 use workflow_runtime::{
-    Completion, Outcome, Refusal, Registry, Runtime, SendError, StartError, StartOptions, Stimulus,
-    TaskContext, WorkflowStatus,
+    Completion, Outcome, Refusal, Registry, Rejection, Runtime, SendError, StartError,
+    StartOptions, Stimulus, TaskContext, WorkflowStatus,
 };
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -921,6 +921,181 @@ fn rt18_a_faulted_instance_gets_a_held_item() {
                 dead.is_empty(),
                 "{label}: a held item does not expire: {dead:?}"
             );
+        });
+    }
+}
+
+/// A verdict: chooses the port of the `decide` event (ACT-19).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct Verdict {
+    verdict: String,
+}
+
+impl workflow_runtime::ChooseOutcome for Verdict {
+    fn outcome(&self) -> &str {
+        &self.verdict
+    }
+}
+
+/// Started by hand; `decide` waits for `verdict` keyed by order id, its payload chooses the
+/// port.
+const DECIDER: &str = r#"{
+  "name": "Decider",
+  "root": {
+    "kind": "flowchart",
+    "id": "root",
+    "nodes": [
+      { "kind": "event", "id": "decide", "event": "verdict", "key": "order_id",
+        "payload": "Verdict", "ports": ["yes", "no"] },
+      { "kind": "task", "id": "ship", "function": "ship" },
+      { "kind": "task", "id": "note", "function": "note" }
+    ],
+    "connections": [
+      { "source": "decide", "port": "yes", "target": "ship" },
+      { "source": "decide", "port": "no", "target": "note" }
+    ]
+  }
+}"#;
+
+/// The one `Rejected` dead letter of a store, with its error.
+async fn rejected_dead_letter(rt: &Runtime, label: &str) -> (String, String) {
+    let dead = rt
+        .dead_letters(DeadLetterFilter::of_reason(DeadLetterReason::Rejected, 10))
+        .await
+        .unwrap();
+    assert_eq!(dead.len(), 1, "{label}: {dead:?}");
+    (
+        dead[0].item.stimulus_id.clone(),
+        dead[0].error.clone().unwrap_or_default(),
+    )
+}
+
+// RT-22, ACT-19, engine.md §11: a payload that does not decode into the event's payload type
+// rejects the stimulus for that instance: nothing is committed (the bookmark stays, the
+// version does not move), the stimulus is dead-lettered `Rejected` with the typed error, and
+// the report names the instance, the node and the type; a good payload then resumes it.
+#[test]
+fn rt22_an_event_payload_that_does_not_decode_is_dead_lettered_and_the_instance_untouched() {
+    for (label, store, _dir) in stores() {
+        block_on(async {
+            let rt = Runtime::builder()
+                .store(Arc::clone(&store))
+                .register_definition(
+                    definition(DECIDER, None),
+                    registry(None).outcome::<Verdict>("Verdict"),
+                )
+                .build()
+                .unwrap();
+            let started = rt
+                .start_by_name(
+                    "Decider",
+                    json!({"order_id": "o-7"}),
+                    StartOptions::default(),
+                )
+                .await
+                .unwrap();
+            let id = started.instance_id;
+            let before = rt.get_state(&id).await.unwrap().unwrap();
+            let report = rt
+                .send(
+                    Stimulus::new("verdict")
+                        .key("o-7")
+                        .payload(json!({"approved": true})),
+                )
+                .await
+                .unwrap();
+            assert!(report.resumed.is_empty(), "{label}: {report:?}");
+            assert!(report.queued.is_none() && !report.unmatched, "{label}");
+            assert_eq!(report.rejected.len(), 1, "{label}: {report:?}");
+            let Rejection::PayloadDecode {
+                instance,
+                bookmark,
+                node,
+                payload_type,
+                ..
+            } = &report.rejected[0];
+            assert_eq!(instance, &id, "{label}");
+            assert!(node.ends_with("decide"), "{label}: {node}");
+            assert!(payload_type.ends_with("Verdict"), "{label}: {payload_type}");
+            assert_eq!(bookmark, &before.state.bookmarks[0].id, "{label}");
+            // Nothing committed: same version, same bookmark, still suspended.
+            let after = rt.get_state(&id).await.unwrap().unwrap();
+            assert_eq!(after.journal.len(), before.journal.len(), "{label}");
+            assert_eq!(after.status(), WorkflowStatus::Suspended, "{label}");
+            assert_eq!(after.state.bookmarks, before.state.bookmarks, "{label}");
+            let (stimulus_id, error) = rejected_dead_letter(&rt, label).await;
+            assert_eq!(stimulus_id, report.stimulus_id, "{label}");
+            assert!(
+                error.contains("PayloadDecode") && error.contains("Verdict"),
+                "{label}: {error}"
+            );
+            // A good payload resumes the same bookmark.
+            let report = rt
+                .send(
+                    Stimulus::new("verdict")
+                        .key("o-7")
+                        .payload(json!({"verdict": "yes"})),
+                )
+                .await
+                .unwrap();
+            assert_eq!(report.resumed.len(), 1, "{label}: {report:?}");
+            assert_eq!(data(&rt, &id).await.log, ["ship"], "{label}");
+        });
+    }
+}
+
+// RT-22 for a state-machine transition whose condition takes a typed payload
+// (`covers_amount` reads a `Payment`): the stimulus is rejected, the machine stays in `New`.
+#[test]
+fn rt22_a_transition_condition_payload_that_does_not_decode_is_rejected() {
+    for (label, store, _dir) in stores() {
+        block_on(async {
+            let rt = Runtime::builder()
+                .store(Arc::clone(&store))
+                .register::<common::OrderFlow>()
+                .build()
+                .unwrap();
+            let started = rt
+                .start::<common::OrderFlow>(common::order("o-8", 100))
+                .await
+                .unwrap();
+            let id = started.instance_id;
+            let before = rt.get_state(&id).await.unwrap().unwrap();
+            let report = rt
+                .send(
+                    Stimulus::new("payment")
+                        .key("o-8")
+                        .payload(json!({"amount": "a lot"})),
+                )
+                .await
+                .unwrap();
+            assert!(report.resumed.is_empty(), "{label}: {report:?}");
+            assert_eq!(report.rejected.len(), 1, "{label}: {report:?}");
+            let Rejection::PayloadDecode {
+                instance,
+                payload_type,
+                ..
+            } = &report.rejected[0];
+            assert_eq!(instance, &id, "{label}");
+            assert!(payload_type.ends_with("Payment"), "{label}: {payload_type}");
+            let after = rt.get_state(&id).await.unwrap().unwrap();
+            assert_eq!(after.journal.len(), before.journal.len(), "{label}");
+            assert_eq!(after.status(), WorkflowStatus::Suspended, "{label}");
+            assert_eq!(after.state.bookmarks, before.state.bookmarks, "{label}");
+            let (stimulus_id, _) = rejected_dead_letter(&rt, label).await;
+            assert_eq!(stimulus_id, report.stimulus_id, "{label}");
+            // A good payment fires the transition.
+            let report = rt
+                .send(
+                    Stimulus::new("payment")
+                        .key("o-8")
+                        .payload(json!({"amount": 100})),
+                )
+                .await
+                .unwrap();
+            assert_eq!(report.resumed.len(), 1, "{label}: {report:?}");
+            let order: common::Order = rt.get_state(&id).await.unwrap().unwrap().data().unwrap();
+            assert_eq!(order.paid, 100, "{label}");
         });
     }
 }

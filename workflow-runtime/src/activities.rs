@@ -282,6 +282,9 @@ where
             match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| mapping(&payload))) {
                 Ok(Ok(outcome)) => outcome,
                 Ok(Err(error)) => {
+                    if let Some(rejection) = self.payload_rejection(&error) {
+                        return Err(rejection);
+                    }
                     return Err(permanent(
                         id,
                         format!("event `{local}` ({event}): {}", error.message()),

@@ -123,6 +123,25 @@ pub enum RunError {
         /// The store's error (`Conflict`, `Fenced`, `LeaseHeld`, `Unavailable`, ...).
         error: crate::store::StoreError,
     },
+    /// The payload resuming a bookmark does not decode into the type the waiting activity
+    /// reads (its outcome mapping, or a condition over the payload) (RT-22, ENG §11): the
+    /// run was discarded, the bookmark and the instance are unchanged; routing dead-letters
+    /// the stimulus as `Rejected`.
+    #[error(
+        "instance `{instance}`: the payload for bookmark `{bookmark}` of node `{node}` does not decode into `{payload_type}`: {message}"
+    )]
+    PayloadDecode {
+        /// The instance.
+        instance: String,
+        /// The bookmark the stimulus resumed.
+        bookmark: String,
+        /// The waiting node.
+        node: String,
+        /// The type the payload should decode into.
+        payload_type: String,
+        /// The decoder's message.
+        message: String,
+    },
 }
 
 impl RunError {
@@ -352,6 +371,9 @@ pub(crate) struct Executor<'a, D> {
     pub(crate) checkpoint: Option<(&'a dyn Checkpoint, CommitStrategy)>,
     /// The clock, grace and instance token of task attempts (FLT-16, FLT-17).
     pub(crate) attempts: AttemptSettings,
+    /// The bookmark and node being resumed by a stimulus, while its entry point runs: a
+    /// payload that does not decode then rejects the run (RT-22) instead of faulting.
+    resuming: Option<(String, String)>,
 }
 
 impl<D> std::fmt::Debug for Executor<'_, D> {
@@ -385,7 +407,22 @@ where
             links: Vec::new(),
             checkpoint: None,
             attempts: AttemptSettings::default(),
+            resuming: None,
         }
+    }
+
+    /// RT-22: a stimulus payload that did not decode while a bookmark is being resumed
+    /// rejects the run; `None` otherwise (the error stays a fault).
+    pub(crate) fn payload_rejection(&self, error: &crate::task::TaskError) -> Option<StepError> {
+        let payload_type = error.decode_type()?;
+        let (bookmark, node) = self.resuming.clone()?;
+        Some(StepError::Abort(RunError::PayloadDecode {
+            instance: self.state.instance_id.clone(),
+            bookmark,
+            node,
+            payload_type: payload_type.to_owned(),
+            message: error.message().to_owned(),
+        }))
     }
 
     /// Commits inside the run if the strategy asks for it at this boundary (ENG-32).
@@ -732,6 +769,7 @@ where
             map.insert("fired_at".to_owned(), json!(self.now));
         }
         self.record(JournalKind::BookmarkResumed, Some(id), detail);
+        self.resuming = Some((bookmark.id.clone(), self.node_id(node).to_owned()));
         let result = match &bookmark.callback {
             Some(callback) => {
                 let child = ChildInfo {
@@ -746,6 +784,7 @@ where
             }
             None => self.bookmark_completed(id, node, payload),
         };
+        self.resuming = None;
         match &result {
             Err(StepError::Fault { .. })
                 if self.state.context(id).is_some_and(|c| !c.status.is_final()) =>
@@ -1134,6 +1173,9 @@ where
         let value = match result {
             Ok(Ok(value)) => value,
             Ok(Err(error)) => {
+                if let Some(rejection) = self.payload_rejection(&error) {
+                    return Err(rejection);
+                }
                 return Err(StepError::Fault {
                     context: owner,
                     record: FaultRecord {

@@ -92,8 +92,8 @@ pub use registry::{BoxFuture, ChooseOutcome, Registry, TaskResult};
 pub use routing::RoutingError;
 pub use runtime::{
     AwaitError, BuildError, CancelError, Completion, InstanceSnapshot, PurgeError, RecoveryReport,
-    Refusal, ResumeError, RetryError, Runtime, RuntimeBuilder, SendError, SendReport, StartError,
-    StartOptions, Started, StateError, Stimulus, TimerFiring,
+    Refusal, Rejection, ResumeError, RetryError, Runtime, RuntimeBuilder, SendError, SendReport,
+    StartError, StartOptions, Started, StateError, Stimulus, TimerFiring,
 };
 pub use task::{IntoTaskResult, Outcome, TaskContext, TaskError};
 pub use workflow::{StateMachineWorkflow, Workflow};

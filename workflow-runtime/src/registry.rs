@@ -171,7 +171,9 @@ impl<D: Send + Sync + 'static> Registry<D> {
 
     /// Registers a condition over the data and the typed payload of the stimulus that fired the
     /// transition's trigger. A payload that does not decode into `P` is an error naming the
-    /// condition and the type, never a panic.
+    /// condition and the type, never a panic; when a stimulus resuming the trigger brought
+    /// it, the stimulus is rejected for the instance instead (RT-22, as for an outcome
+    /// mapping).
     #[must_use]
     pub fn condition_with_payload<P, F>(mut self, name: impl Into<String>, condition: F) -> Self
     where
@@ -185,10 +187,13 @@ impl<D: Send + Sync + 'static> Registry<D> {
             Arc::new(move |data, payload| {
                 let payload = payload.cloned().unwrap_or(Value::Null);
                 let typed: P = serde_json::from_value(payload).map_err(|e| {
-                    TaskError::permanent(format!(
-                        "condition `{label}` cannot read its payload as `{}`: {e}",
-                        std::any::type_name::<P>()
-                    ))
+                    TaskError::payload_decode(
+                        std::any::type_name::<P>(),
+                        format!(
+                            "condition `{label}` cannot read its payload as `{}`: {e}",
+                            std::any::type_name::<P>()
+                        ),
+                    )
                 })?;
                 Ok(condition(data, &typed))
             }),
@@ -310,7 +315,9 @@ impl<D: Send + Sync + 'static> Registry<D> {
     /// Registers the outcome mapping of the payload type `P` under `name`, the `payload` name
     /// of the events that use it (ACT-19): when such an event declares its ports, its payload
     /// is decoded into `P` and completes the event with [`ChooseOutcome::outcome`]. A payload
-    /// that does not decode into `P` fails the event for good, naming the type. `workflow!`
+    /// that resumes the event and does not decode into `P` rejects the stimulus for that
+    /// instance (RT-22): nothing is committed, the stimulus is dead-lettered `Rejected` and
+    /// the send reports [`Rejection::PayloadDecode`](crate::Rejection). `workflow!`
     /// registers it for every event with declared ports, under the type as written.
     ///
     /// ```
@@ -336,10 +343,13 @@ impl<D: Send + Sync + 'static> Registry<D> {
             name.into(),
             Arc::new(|payload| {
                 let typed: P = serde_json::from_value(payload.clone()).map_err(|e| {
-                    TaskError::permanent(format!(
-                        "the payload does not decode into `{}`: {e}",
-                        std::any::type_name::<P>()
-                    ))
+                    TaskError::payload_decode(
+                        std::any::type_name::<P>(),
+                        format!(
+                            "the payload does not decode into `{}`: {e}",
+                            std::any::type_name::<P>()
+                        ),
+                    )
                 })?;
                 Ok(typed.outcome().to_owned())
             }),

@@ -151,6 +151,9 @@ pub struct TaskError {
     message: String,
     permanent: bool,
     code: Option<String>,
+    /// Set when a stimulus payload did not decode into this type (RT-22): during the resume
+    /// of a bookmark, the run is rejected instead of faulted.
+    decode: Option<String>,
 }
 
 impl TaskError {
@@ -160,6 +163,7 @@ impl TaskError {
             message: message.into(),
             permanent: false,
             code: None,
+            decode: None,
         }
     }
 
@@ -169,7 +173,21 @@ impl TaskError {
             message: message.into(),
             permanent: true,
             code: None,
+            decode: None,
         }
+    }
+
+    /// A permanent failure: the stimulus payload does not decode into `payload_type` (RT-22).
+    pub(crate) fn payload_decode(payload_type: &str, message: impl Into<String>) -> Self {
+        Self {
+            decode: Some(payload_type.to_owned()),
+            ..Self::permanent(message)
+        }
+    }
+
+    /// The payload type that did not decode, for a [`TaskError::payload_decode`].
+    pub(crate) fn decode_type(&self) -> Option<&str> {
+        self.decode.as_deref()
     }
 
     /// The message.

@@ -48,7 +48,7 @@ use commit::{
     run_store_error, workflow_status,
 };
 pub use faults::RetryError;
-pub use send::{Refusal, SendError, SendReport, Stimulus};
+pub use send::{Refusal, Rejection, SendError, SendReport, Stimulus};
 pub use timers::TimerFiring;
 
 // ---- errors, one enum per operation family ---------------------------------------------

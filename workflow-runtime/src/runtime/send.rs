@@ -266,6 +266,25 @@ pub enum Refusal {
     },
 }
 
+/// Why a stimulus was rejected for one instance (RT-22): the instance and its bookmark are
+/// unchanged and the stimulus was written to the dead letters with reason `Rejected`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Rejection {
+    /// The payload does not decode into the type the waiting activity reads.
+    PayloadDecode {
+        /// The instance.
+        instance: String,
+        /// The bookmark the stimulus reached.
+        bookmark: String,
+        /// The waiting node.
+        node: String,
+        /// The type the payload should decode into.
+        payload_type: String,
+        /// The decoder's message.
+        message: String,
+    },
+}
+
 /// What [`Runtime::send`] did (RT-23).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SendReport {
@@ -283,6 +302,10 @@ pub struct SendReport {
     /// queued targeted at each (held, not expiring, for a faulted one), for the worker to
     /// deliver once the lease is released or the instance runs again (RT-18).
     pub deferred: Vec<String>,
+    /// Instances the stimulus was rejected for (RT-22): each is unchanged and the stimulus
+    /// was dead-lettered as `Rejected` for it.
+    #[serde(default)]
+    pub rejected: Vec<Rejection>,
     /// The queue item id when the stimulus matched nothing and was queued (RT-21).
     pub queued: Option<String>,
     /// Nothing matched and queueing was off.
@@ -305,6 +328,7 @@ impl SendReport {
             resumed: Vec::new(),
             refused: Vec::new(),
             deferred: Vec::new(),
+            rejected: Vec::new(),
             queued: None,
             unmatched: false,
             duplicate: false,
@@ -569,13 +593,18 @@ impl Runtime {
         }
         let delivered =
             !report.started.is_empty() || !report.resumed.is_empty() || !report.deferred.is_empty();
-        if !delivered && report.refused.is_empty() && !report.not_delivered.is_empty() {
+        if !delivered
+            && report.refused.is_empty()
+            && report.rejected.is_empty()
+            && !report.not_delivered.is_empty()
+        {
             // Nothing reached: the first instance's error (RT-24's targeted queue item for
             // an unregistered version is not implemented yet).
             let error = report.not_delivered.swap_remove(0);
             return Err(SendError::Run(error));
         }
-        if !delivered && report.not_delivered.is_empty() {
+        // RT-21, RT-22: a stimulus rejected for an instance is dead-lettered, not queued.
+        if !delivered && report.not_delivered.is_empty() && report.rejected.is_empty() {
             if stimulus.queue {
                 let targets = Targets {
                     instance_id: stimulus.instance_id.clone(),
@@ -846,6 +875,33 @@ impl Runtime {
                     status: WorkflowStatus::Faulted,
                     ..
                 }) => busy.push((instance, true)),
+                // RT-22: rejected for this instance (nothing of the run was committed).
+                Err(RunError::PayloadDecode {
+                    instance,
+                    bookmark,
+                    node,
+                    payload_type,
+                    message,
+                }) => {
+                    let rejection = Rejection::PayloadDecode {
+                        instance: instance.clone(),
+                        bookmark: bookmark.clone(),
+                        node,
+                        payload_type,
+                        message,
+                    };
+                    let base = self.queue_item(
+                        stimulus,
+                        hash,
+                        stimulus_id,
+                        now_micros(),
+                        &Targets::default(),
+                    );
+                    self.reject(base, &instance, &bookmark, &rejection)
+                        .await
+                        .map_err(SendError::Store)?;
+                    report.rejected.push(rejection);
+                }
                 Err(
                     error @ (RunError::NotRunnable { .. }
                     | RunError::VersionNotRegistered { .. }
@@ -1024,14 +1080,69 @@ impl Runtime {
                 ids,
                 payload: item.payload.clone(),
             };
-            if let Ok(Some(_)) = self
+            match self
                 .drive_consuming(&instance, target, Some(item.stimulus_id.clone()))
                 .await
             {
-                any = true;
+                Ok(Some(_)) => any = true,
+                // RT-22: rejected for this instance; the item is handled (dead-lettered for
+                // it) and is not offered to it again.
+                Err(RunError::PayloadDecode {
+                    instance,
+                    bookmark,
+                    node,
+                    payload_type,
+                    message,
+                }) => {
+                    let rejection = Rejection::PayloadDecode {
+                        instance: instance.clone(),
+                        bookmark: bookmark.clone(),
+                        node,
+                        payload_type,
+                        message,
+                    };
+                    self.reject(item.clone(), &instance, &bookmark, &rejection)
+                        .await?;
+                    any = true;
+                }
+                _ => {}
             }
         }
         Ok(any)
+    }
+
+    /// RT-22: writes the stimulus of `base` to the dead letters with reason `Rejected` and the
+    /// typed error, targeted at `instance` and `bookmark` (so a replay after a fix reaches
+    /// only them).
+    async fn reject(
+        &self,
+        mut base: QueueItem,
+        instance: &str,
+        bookmark: &str,
+        rejection: &Rejection,
+    ) -> Result<(), StoreError> {
+        let targets = Targets {
+            instance_id: Some(instance.to_owned()),
+            bookmark_id: Some(bookmark.to_owned()),
+            ..Targets::default()
+        };
+        base.item_id = new_ulid();
+        base.targets = serde_json::to_value(&targets).unwrap_or(Value::Null);
+        base.attempts = 0;
+        base.held = false;
+        let error = serde_json::to_string(rejection).unwrap_or_default();
+        let store = &self.inner.store;
+        let item_id = base.item_id.clone();
+        store.enqueue(base).await?;
+        store
+            .dead_letter(
+                &item_id,
+                DeadLetterReason::Rejected,
+                Some(&error),
+                now_micros(),
+            )
+            .await?;
+        Ok(())
     }
 
     /// Removes the trigger rows of a definition no process registers any more (RT-11).
