@@ -14,7 +14,7 @@ use common::block_on;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 use workflow_runtime::model::{Activation, Definition};
-use workflow_runtime::routing::stimulus_hash;
+use workflow_runtime::routing::{RoutingError, stimulus_hash};
 use workflow_runtime::store::{
     DeadLetterFilter, DeadLetterReason, InstanceFilter, MemoryStore, SqliteStore, Store,
 };
@@ -1096,6 +1096,56 @@ fn rt22_a_transition_condition_payload_that_does_not_decode_is_rejected() {
             assert_eq!(report.resumed.len(), 1, "{label}: {report:?}");
             let order: common::Order = rt.get_state(&id).await.unwrap().unwrap().data().unwrap();
             assert_eq!(order.paid, 100, "{label}");
+        });
+    }
+}
+
+// RT-14: a send naming an instance and a bookmark of another instance is refused before any
+// effect, naming both (and the bookmark's owner); nothing is resumed or queued.
+#[test]
+fn rt14_an_instance_and_a_bookmark_of_another_instance_conflict() {
+    for (label, store, _dir) in stores() {
+        block_on(async {
+            let rt = runtime(&store, None);
+            let a = rt
+                .start_by_name("Audit", json!({}), StartOptions::default())
+                .await
+                .unwrap()
+                .instance_id;
+            let b = rt
+                .start_by_name("Audit", json!({}), StartOptions::default())
+                .await
+                .unwrap()
+                .instance_id;
+            let snapshot = rt.get_state(&a).await.unwrap().unwrap();
+            let bookmark = snapshot.state.bookmarks[0].id.clone();
+            let error = rt
+                .send(
+                    Stimulus::new("order.placed")
+                        .instance(b.clone())
+                        .bookmark(bookmark.clone()),
+                )
+                .await
+                .unwrap_err();
+            assert_eq!(
+                error,
+                SendError::Routing(RoutingError::ConflictingTargets {
+                    instance: b.clone(),
+                    bookmark: bookmark.clone(),
+                    owner: a.clone(),
+                }),
+                "{label}"
+            );
+            for id in [&a, &b] {
+                let state = rt.get_state(id).await.unwrap().unwrap();
+                assert_eq!(state.status(), WorkflowStatus::Suspended, "{label}");
+                assert_eq!(state.state.bookmarks.len(), 1, "{label}");
+            }
+            let queued = rt
+                .dead_letters(DeadLetterFilter::of_reason(DeadLetterReason::Rejected, 10))
+                .await
+                .unwrap();
+            assert!(queued.is_empty(), "{label}");
         });
     }
 }

@@ -80,6 +80,19 @@ pub enum RoutingError {
         /// Why.
         reason: String,
     },
+    /// The send names both an instance and a bookmark of another instance (RT-14): the
+    /// narrowings exclude each other, nothing was written.
+    #[error(
+        "the send targets instance `{instance}` and bookmark `{bookmark}` of instance `{owner}`"
+    )]
+    ConflictingTargets {
+        /// The instance the send names.
+        instance: String,
+        /// The bookmark the send names.
+        bookmark: String,
+        /// The instance that bookmark belongs to.
+        owner: String,
+    },
 }
 
 /// Checks a user-sent stimulus name (RT-2).

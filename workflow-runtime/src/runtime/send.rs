@@ -502,6 +502,22 @@ impl Runtime {
             });
         }
         let store = &self.inner.store;
+        // RT-14: an instance and a bookmark of another instance exclude each other.
+        if let (Some(instance), Some(bookmark)) = (&stimulus.instance_id, &stimulus.bookmark_id) {
+            let mut query = BookmarkQuery::by_hash(hash.clone(), 1);
+            query.bookmark_id = Some(bookmark.clone());
+            let rows = store
+                .find_bookmarks(query)
+                .await
+                .map_err(SendError::Store)?;
+            if let Some(row) = rows.into_iter().find(|r| r.instance_id != *instance) {
+                return Err(SendError::Routing(RoutingError::ConflictingTargets {
+                    instance: instance.clone(),
+                    bookmark: bookmark.clone(),
+                    owner: row.instance_id,
+                }));
+            }
+        }
         // RT-19: a retried send finds its first report.
         let payload_digest = sha_hex(&[&payload_text]);
         let stimulus_id = match &stimulus.idempotency_key {
