@@ -1149,3 +1149,53 @@ fn rt14_an_instance_and_a_bookmark_of_another_instance_conflict() {
         });
     }
 }
+
+// RT-22 through the bookmark queue (RT-27): a queued stimulus whose payload does not decode
+// for the bookmark that appears later is dead-lettered `Rejected` once, leaves the queue, and
+// the instance still waits untouched.
+#[test]
+fn rt22_a_queued_payload_that_does_not_decode_is_dead_lettered_by_the_worker() {
+    for (label, store, _dir) in stores() {
+        block_on(async {
+            let json = DECIDER.replace(
+                r#""ports": ["yes", "no"] }"#,
+                r#""ports": ["yes", "no"], "look_back": "any" }"#,
+            );
+            assert_ne!(json, DECIDER);
+            let rt = Runtime::builder()
+                .store(Arc::clone(&store))
+                .register_definition(
+                    definition(&json, None),
+                    registry(None).outcome::<Verdict>("Verdict"),
+                )
+                .build()
+                .unwrap();
+            let early = rt
+                .send(Stimulus::new("verdict").key("o-9").payload(json!(42)))
+                .await
+                .unwrap();
+            assert!(early.queued.is_some(), "{label}: {early:?}");
+            let id = rt
+                .start_by_name(
+                    "Decider",
+                    json!({"order_id": "o-9"}),
+                    StartOptions::default(),
+                )
+                .await
+                .unwrap()
+                .instance_id;
+            let before = rt.get_state(&id).await.unwrap().unwrap();
+            rt.deliver_queued().await.unwrap();
+            let (stimulus_id, error) = rejected_dead_letter(&rt, label).await;
+            assert_eq!(stimulus_id, early.stimulus_id, "{label}");
+            assert!(error.contains("Verdict"), "{label}: {error}");
+            // Gone from the queue: a second pass rejects nothing more.
+            rt.deliver_queued().await.unwrap();
+            rejected_dead_letter(&rt, label).await;
+            let after = rt.get_state(&id).await.unwrap().unwrap();
+            assert_eq!(after.status(), WorkflowStatus::Suspended, "{label}");
+            assert_eq!(after.state.bookmarks, before.state.bookmarks, "{label}");
+            assert_eq!(after.journal.len(), before.journal.len(), "{label}");
+        });
+    }
+}
