@@ -14,8 +14,10 @@ use crate::instance::Bookmark;
 use crate::store::{Micros, NewTimer, StoreError, WakeUp};
 
 /// The bookmark names that carry a `due_at` and own a timer row (TM-3), with the row's kind.
-const TIMER_BOOKMARKS: [(&str, &str); 3] = [
+const TIMER_BOOKMARKS: [(&str, &str); 5] = [
     ("wf.delay", "delay"),
+    ("wf.start_at", "start_at"),
+    ("wf.cron", "cron"),
     ("wf.deadline", "deadline"),
     ("wf.retry", "retry"),
 ];

@@ -1,0 +1,239 @@
+//! StartAt (ACT-22) and Cron not as trigger (ACT-23, TM-12) inside an instance, on the manual
+//! clock: each waits on a timer bookmark (`wf.start_at`, `wf.cron`) whose timer row is written
+//! with it (TM-3) and completes when it fires. Time triggers (ACT-7, TM-11 to TM-13) and the
+//! repeating Timer (ACT-21) are still refused at build, with a typed error.
+
+mod common;
+
+use std::time::Duration;
+
+use common::block_on;
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+use workflow_runtime::model::Definition;
+use workflow_runtime::testing::TestRuntime;
+use workflow_runtime::{BuildError, Registry, Runtime, StartOptions, TaskContext, WorkflowStatus};
+
+/// 2026-01-01T00:00:00Z, where the manual clock starts ([`workflow_runtime::ManualClock`]).
+const START_MS: u64 = 1_767_225_600_000;
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+struct Steps {
+    log: Vec<String>,
+    /// The instant a `start_at` with `at_fn` waits for (ms since the epoch).
+    at_ms: u64,
+}
+
+fn definition(name: &str, wait: Value) -> Definition {
+    serde_json::from_value(json!({
+        "name": name,
+        "root": { "kind": "sequence", "id": "root", "steps": [
+            wait,
+            { "kind": "task", "id": "b", "function": "b" }
+        ] }
+    }))
+    .unwrap()
+}
+
+fn registry() -> Registry<Steps> {
+    Registry::new()
+        .value("at", |d: &Steps| d.at_ms)
+        .task("b", |cx: &mut TaskContext<Steps>| {
+            Box::pin(async move {
+                cx.data_mut().log.push("b".to_owned());
+                Ok(workflow_runtime::Outcome::done())
+            })
+        })
+}
+
+fn runtime(definitions: Vec<Definition>) -> Result<TestRuntime, BuildError> {
+    let mut builder = Runtime::builder();
+    for d in definitions {
+        builder = builder.register_definition(d, registry());
+    }
+    TestRuntime::build(builder)
+}
+
+async fn start(test: &TestRuntime, name: &str, data: Steps) -> (String, WorkflowStatus) {
+    let started = test
+        .start_by_name(
+            name,
+            serde_json::to_value(&data).unwrap(),
+            StartOptions::default(),
+        )
+        .await
+        .unwrap();
+    (started.instance_id, started.status)
+}
+
+async fn log_of(test: &TestRuntime, id: &str) -> (WorkflowStatus, Vec<String>) {
+    let snapshot = test.get_state(id).await.unwrap().unwrap();
+    (snapshot.status(), snapshot.data::<Steps>().unwrap().log)
+}
+
+/// The one bookmark of the instance: (name, payload), and that its timer row matches it (TM-3).
+async fn one_timer(test: &TestRuntime, id: &str) -> (String, Value) {
+    let snapshot = test.get_state(id).await.unwrap().unwrap();
+    let [bookmark] = snapshot.state.bookmarks.as_slice() else {
+        panic!("one bookmark: {:?}", snapshot.state.bookmarks)
+    };
+    let timers = test.store().list_timers(id).await.unwrap();
+    assert_eq!(timers.len(), 1);
+    assert_eq!(timers[0].timer_id, bookmark.id);
+    let due_ms = bookmark.payload["due_at"].as_u64().unwrap();
+    assert_eq!(timers[0].due_at, i64::try_from(due_ms).unwrap() * 1000);
+    (bookmark.name.clone(), bookmark.payload.clone())
+}
+
+// ACT-22, TM-3: a constant RFC 3339 instant two hours ahead: a `wf.start_at` bookmark with
+// payload `{due_at}` and its timer row; nothing at 1h59m59s, done at 2h; the row is gone.
+#[test]
+fn act22_start_at_waits_for_a_constant_instant() {
+    block_on(async {
+        let wait = json!({ "kind": "start_at", "id": "at", "at": "2026-01-01T02:00:00Z" });
+        let test = runtime(vec![definition("At", wait)]).unwrap();
+        let (id, status) = start(&test, "At", Steps::default()).await;
+        assert_eq!(status, WorkflowStatus::Suspended);
+        let (name, payload) = one_timer(&test, &id).await;
+        assert_eq!(name, "wf.start_at");
+        assert_eq!(payload, json!({ "due_at": START_MS + 7_200_000 }));
+
+        test.advance(Duration::from_secs(2 * 3600 - 1))
+            .await
+            .unwrap();
+        assert_eq!(
+            log_of(&test, &id).await,
+            (WorkflowStatus::Suspended, vec![])
+        );
+        let fired = test.advance(Duration::from_secs(1)).await.unwrap();
+        assert_eq!(fired.fired.len(), 1);
+        assert_eq!(
+            log_of(&test, &id).await,
+            (WorkflowStatus::Finished, vec!["b".to_owned()])
+        );
+        assert!(test.store().list_timers(&id).await.unwrap().is_empty());
+    });
+}
+
+// ACT-22: an instant that is not in the future completes at once, with no bookmark or timer;
+// one with an offset is read as the UTC instant it names.
+#[test]
+fn act22_start_at_in_the_past_completes_at_once_and_offsets_count() {
+    block_on(async {
+        let past = json!({ "kind": "start_at", "id": "at", "at": "2025-12-31T23:59:59.999Z" });
+        let offset = json!({ "kind": "start_at", "id": "at", "at": "2026-01-01T03:30:00+02:00" });
+        let test = runtime(vec![definition("Past", past), definition("Offset", offset)]).unwrap();
+        let (id, status) = start(&test, "Past", Steps::default()).await;
+        assert_eq!(status, WorkflowStatus::Finished);
+        assert!(test.store().list_timers(&id).await.unwrap().is_empty());
+        assert_eq!(log_of(&test, &id).await.1, ["b"]);
+
+        let (id, _) = start(&test, "Offset", Steps::default()).await;
+        let (_, payload) = one_timer(&test, &id).await;
+        assert_eq!(payload["due_at"], json!(START_MS + 5_400_000));
+    });
+}
+
+// ACT-22: the instant from a value fn (ms since the epoch), computed when the node starts.
+#[test]
+fn act22_start_at_an_instant_computed_by_a_fn() {
+    block_on(async {
+        let wait = json!({ "kind": "start_at", "id": "at", "at_fn": "at" });
+        let test = runtime(vec![definition("AtFn", wait)]).unwrap();
+        let data = Steps {
+            at_ms: START_MS + 60_000,
+            ..Steps::default()
+        };
+        let (id, status) = start(&test, "AtFn", data).await;
+        assert_eq!(status, WorkflowStatus::Suspended);
+        assert_eq!(one_timer(&test, &id).await.0, "wf.start_at");
+        test.advance(Duration::from_secs(60)).await.unwrap();
+        assert_eq!(log_of(&test, &id).await.0, WorkflowStatus::Finished);
+
+        let data = Steps {
+            at_ms: START_MS,
+            ..Steps::default()
+        };
+        let (_, status) = start(&test, "AtFn", data).await;
+        assert_eq!(status, WorkflowStatus::Finished);
+    });
+}
+
+// ACT-23, TM-12: a Cron node not as trigger waits for the next occurrence after now, with a
+// `wf.cron` bookmark carrying `{due_at, expression}`, then completes. `30 9 * * *` from
+// midnight UTC is 09:30 UTC; in `+02:00` it is 07:30 UTC.
+#[test]
+fn act23_cron_waits_for_the_next_occurrence_then_completes() {
+    block_on(async {
+        let utc = json!({ "kind": "cron", "id": "daily", "expression": "30 9 * * *" });
+        let east = json!({
+            "kind": "cron", "id": "daily", "expression": "30 9 * * *", "time_zone": "+02:00"
+        });
+        let test = runtime(vec![definition("Utc", utc), definition("East", east)]).unwrap();
+        let (utc_id, status) = start(&test, "Utc", Steps::default()).await;
+        assert_eq!(status, WorkflowStatus::Suspended);
+        let (name, payload) = one_timer(&test, &utc_id).await;
+        assert_eq!(name, "wf.cron");
+        assert_eq!(
+            payload,
+            json!({ "due_at": START_MS + 34_200_000, "expression": "30 9 * * *" })
+        );
+        let (east_id, _) = start(&test, "East", Steps::default()).await;
+        let (_, payload) = one_timer(&test, &east_id).await;
+        assert_eq!(payload["due_at"], json!(START_MS + 27_000_000));
+
+        test.advance(Duration::from_secs(7 * 3600 + 30 * 60))
+            .await
+            .unwrap();
+        assert_eq!(log_of(&test, &east_id).await.0, WorkflowStatus::Finished);
+        assert_eq!(log_of(&test, &utc_id).await.0, WorkflowStatus::Suspended);
+        test.advance(Duration::from_secs(2 * 3600)).await.unwrap();
+        assert_eq!(
+            log_of(&test, &utc_id).await,
+            (WorkflowStatus::Finished, vec!["b".to_owned()])
+        );
+    });
+}
+
+// ACT-23: an occurrence exactly at now is not waited for: the next one is (strictly after now).
+#[test]
+fn act23_cron_at_an_occurrence_waits_for_the_next() {
+    block_on(async {
+        let hourly = json!({ "kind": "cron", "id": "hourly", "expression": "0 * * * *" });
+        let test = runtime(vec![definition("Hourly", hourly)]).unwrap();
+        let (id, _) = start(&test, "Hourly", Steps::default()).await;
+        let (_, payload) = one_timer(&test, &id).await;
+        assert_eq!(payload["due_at"], json!(START_MS + 3_600_000));
+    });
+}
+
+fn refused_kind(result: Result<TestRuntime, BuildError>) -> &'static str {
+    match result {
+        Err(BuildError::UnsupportedActivity { kind, .. }) => kind,
+        Err(other) => panic!("another error: {other}"),
+        Ok(_) => panic!("built"),
+    }
+}
+
+// ACT-7, TM-11 to TM-13: time triggers are not scheduled yet, and the repeating Timer
+// (ACT-21) does not run yet: all are refused at build with a typed error, never ignored.
+#[test]
+fn time_triggers_and_the_repeating_timer_are_refused_at_build() {
+    let trigger = |activity: Value| -> Definition {
+        serde_json::from_value(json!({
+            "name": "T",
+            "root": { "kind": "flowchart", "id": "root",
+                "nodes": [activity, { "kind": "task", "id": "b", "function": "b" }],
+                "connections": [{ "source": "t", "target": "b" }] }
+        }))
+        .unwrap()
+    };
+    let cron = json!({ "kind": "cron", "id": "t", "expression": "0 * * * *", "trigger": true });
+    let at =
+        json!({ "kind": "start_at", "id": "t", "at": "2026-01-02T00:00:00Z", "trigger": true });
+    let timer = json!({ "kind": "timer", "id": "t", "interval_ms": 1000 });
+    assert_eq!(refused_kind(runtime(vec![trigger(cron)])), "cron trigger");
+    assert_eq!(refused_kind(runtime(vec![trigger(at)])), "start_at trigger");
+    assert_eq!(refused_kind(runtime(vec![trigger(timer)])), "timer");
+}
