@@ -1,7 +1,7 @@
-//! StartAt (ACT-22) and Cron not as trigger (ACT-23, TM-12) inside an instance, on the manual
-//! clock: each waits on a timer bookmark (`wf.start_at`, `wf.cron`) whose timer row is written
-//! with it (TM-3) and completes when it fires. Time triggers (ACT-7, TM-11 to TM-13) and the
-//! repeating Timer (ACT-21) are still refused at build, with a typed error.
+//! The repeating Timer (ACT-21, TM-11), StartAt (ACT-22) and Cron not as trigger (ACT-23,
+//! TM-12) inside an instance, on the manual clock: each waits on a timer bookmark
+//! (`wf.timer`, `wf.start_at`, `wf.cron`) whose timer row is written with it (TM-3). Time
+//! triggers (ACT-7, TM-11 to TM-13) are still refused at build, with a typed error.
 
 mod common;
 
@@ -39,6 +39,15 @@ fn definition(name: &str, wait: Value) -> Definition {
 fn registry() -> Registry<Steps> {
     Registry::new()
         .value("at", |d: &Steps| d.at_ms)
+        .condition("three", |d: &Steps| {
+            d.log.iter().filter(|l| l.as_str() == "t").count() >= 3
+        })
+        .task("t", |cx: &mut TaskContext<Steps>| {
+            Box::pin(async move {
+                cx.data_mut().log.push("t".to_owned());
+                Ok(workflow_runtime::Outcome::done())
+            })
+        })
         .task("b", |cx: &mut TaskContext<Steps>| {
             Box::pin(async move {
                 cx.data_mut().log.push("b".to_owned());
@@ -216,10 +225,10 @@ fn refused_kind(result: Result<TestRuntime, BuildError>) -> &'static str {
     }
 }
 
-// ACT-7, TM-11 to TM-13: time triggers are not scheduled yet, and the repeating Timer
-// (ACT-21) does not run yet: all are refused at build with a typed error, never ignored.
+// ACT-7, TM-11 to TM-13: time triggers are not scheduled yet: they are refused at build with
+// a typed error, never ignored.
 #[test]
-fn time_triggers_and_the_repeating_timer_are_refused_at_build() {
+fn time_triggers_are_refused_at_build() {
     let trigger = |activity: Value| -> Definition {
         serde_json::from_value(json!({
             "name": "T",
@@ -232,8 +241,94 @@ fn time_triggers_and_the_repeating_timer_are_refused_at_build() {
     let cron = json!({ "kind": "cron", "id": "t", "expression": "0 * * * *", "trigger": true });
     let at =
         json!({ "kind": "start_at", "id": "t", "at": "2026-01-02T00:00:00Z", "trigger": true });
-    let timer = json!({ "kind": "timer", "id": "t", "interval_ms": 1000 });
+    let timer = json!({ "kind": "timer", "id": "t", "interval_ms": 1000, "trigger": true });
     assert_eq!(refused_kind(runtime(vec![trigger(cron)])), "cron trigger");
     assert_eq!(refused_kind(runtime(vec![trigger(at)])), "start_at trigger");
-    assert_eq!(refused_kind(runtime(vec![trigger(timer)])), "timer");
+    assert_eq!(refused_kind(runtime(vec![trigger(timer)])), "timer trigger");
+}
+
+// ACT-21, TM-11, TM-3: a Timer without body and `max_ticks: 3` ticks at anchor + k × 1h, one
+// `wf.timer` bookmark `{due_at, tick, missed}` re-created per tick, then completes.
+#[test]
+fn act21_a_timer_ticks_on_its_grid_until_max_ticks() {
+    block_on(async {
+        let wait =
+            json!({ "kind": "timer", "id": "tick", "interval_ms": 3_600_000, "max_ticks": 3 });
+        let test = runtime(vec![definition("Ticks", wait)]).unwrap();
+        let (id, status) = start(&test, "Ticks", Steps::default()).await;
+        assert_eq!(status, WorkflowStatus::Suspended);
+        let (name, payload) = one_timer(&test, &id).await;
+        assert_eq!(name, "wf.timer");
+        assert_eq!(
+            payload,
+            json!({ "due_at": START_MS + 3_600_000, "tick": 1, "missed": 0 })
+        );
+        test.advance(Duration::from_secs(3600)).await.unwrap();
+        let (_, payload) = one_timer(&test, &id).await;
+        assert_eq!(
+            payload,
+            json!({ "due_at": START_MS + 7_200_000, "tick": 2, "missed": 0 })
+        );
+        test.advance(Duration::from_secs(3600)).await.unwrap();
+        assert_eq!(log_of(&test, &id).await.0, WorkflowStatus::Suspended);
+        let fired = test.advance(Duration::from_secs(5 * 3600)).await.unwrap();
+        assert_eq!(fired.fired.len(), 1);
+        assert_eq!(
+            log_of(&test, &id).await,
+            (WorkflowStatus::Finished, vec!["b".to_owned()])
+        );
+        assert!(test.store().list_timers(&id).await.unwrap().is_empty());
+    });
+}
+
+// ACT-21: the body runs on every tick; the `until` condition, evaluated after the body, stops
+// the timer.
+#[test]
+fn act21_the_body_runs_per_tick_until_the_condition_holds() {
+    block_on(async {
+        let wait = json!({
+            "kind": "timer", "id": "tick", "interval_ms": 60_000, "until": "three",
+            "body": { "kind": "task", "id": "t", "function": "t" }
+        });
+        let test = runtime(vec![definition("Until3", wait)]).unwrap();
+        let (id, _) = start(&test, "Until3", Steps::default()).await;
+        test.advance(Duration::from_secs(150)).await.unwrap();
+        assert_eq!(
+            log_of(&test, &id).await,
+            (
+                WorkflowStatus::Suspended,
+                vec!["t".to_owned(), "t".to_owned()]
+            )
+        );
+        let fired = test.advance(Duration::from_secs(3600)).await.unwrap();
+        assert_eq!(fired.fired.len(), 1);
+        assert_eq!(log_of(&test, &id).await.1, ["t", "t", "t", "b"]);
+        assert_eq!(log_of(&test, &id).await.0, WorkflowStatus::Finished);
+    });
+}
+
+// ACT-21, ACT-29: Break in the body completes the timer.
+#[test]
+fn act21_break_in_the_body_completes_the_timer() {
+    block_on(async {
+        let wait = json!({
+            "kind": "timer", "id": "tick", "interval_ms": 60_000,
+            "body": { "kind": "sequence", "id": "once", "steps": [
+                { "kind": "task", "id": "t", "function": "t" },
+                { "kind": "break", "id": "stop" }
+            ] }
+        });
+        let test = runtime(vec![definition("Once", wait)]).unwrap();
+        let (id, _) = start(&test, "Once", Steps::default()).await;
+        let fired = test.advance(Duration::from_secs(3600)).await.unwrap();
+        assert_eq!(fired.fired.len(), 1);
+        assert_eq!(
+            log_of(&test, &id).await,
+            (
+                WorkflowStatus::Finished,
+                vec!["t".to_owned(), "b".to_owned()]
+            )
+        );
+        assert!(test.store().list_timers(&id).await.unwrap().is_empty());
+    });
 }

@@ -103,6 +103,7 @@ where
             NodeKind::Delay { duration_ms, until } => {
                 self.execute_delay(id, *duration_ms, until.as_deref())
             }
+            NodeKind::Timer { interval_ms, .. } => self.timer_execute(id, *interval_ms),
             NodeKind::StartAt { at_ms, at_fn } => {
                 self.execute_start_at(id, *at_ms, at_fn.as_deref())
             }
@@ -185,6 +186,15 @@ where
             (NodeKind::Event { .. } | NodeKind::SubWorkflow { .. }, ON_DEADLINE) => {
                 self.deadline_reached(owner)
             }
+            (
+                NodeKind::Timer {
+                    body,
+                    until,
+                    max_ticks,
+                    interval_ms,
+                },
+                crate::structured::ON_TICK,
+            ) => self.timer_ticked(owner, *interval_ms, *body, until.as_deref(), *max_ticks),
             (NodeKind::Saga { .. }, crate::saga::ON_SAGA_BODY) => self.saga_body_completed(owner),
             (NodeKind::Task { .. }, crate::faults::ON_RETRY) => {
                 // FLT-3: the retry timer starts the next attempt.
@@ -426,7 +436,7 @@ where
 
     /// A timer bookmark scoped to this context (RT-7, TM-3), or completion at once when
     /// `due_at` is not in the future.
-    fn timer_wait(
+    pub(crate) fn timer_wait(
         &mut self,
         id: ContextId,
         name: &str,

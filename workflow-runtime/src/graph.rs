@@ -75,6 +75,13 @@ pub(crate) enum NodeKind {
         duration_ms: Option<u64>,
         until: Option<String>,
     },
+    /// ACT-21 (not as trigger): ticks every `interval_ms` from the moment it started.
+    Timer {
+        interval_ms: u64,
+        body: Option<NodeIndex>,
+        until: Option<String>,
+        max_ticks: Option<u64>,
+    },
     /// ACT-22 (not as trigger): a constant instant (ms since the epoch), or a value fn giving it.
     StartAt {
         at_ms: Option<u64>,
@@ -200,6 +207,7 @@ impl NodeKind {
             NodeKind::Task { .. } => "task",
             NodeKind::Event { .. } => "event",
             NodeKind::Delay { .. } => "delay",
+            NodeKind::Timer { .. } => "timer",
             NodeKind::StartAt { .. } => "start_at",
             NodeKind::Cron { .. } => "cron",
             NodeKind::Sequence { .. } => "sequence",
@@ -229,7 +237,10 @@ impl NodeKind {
     pub(crate) fn is_loop(&self) -> bool {
         matches!(
             self,
-            NodeKind::While { .. } | NodeKind::ForEach { .. } | NodeKind::ParallelForEach { .. }
+            NodeKind::While { .. }
+                | NodeKind::ForEach { .. }
+                | NodeKind::ParallelForEach { .. }
+                | NodeKind::Timer { .. }
         )
     }
 }
@@ -360,7 +371,12 @@ impl Graph {
                         tasks.push((node.id.as_str(), c.as_str()));
                     }
                 }
-                NodeKind::If { condition, .. } | NodeKind::While { condition, .. } => {
+                NodeKind::If { condition, .. }
+                | NodeKind::While { condition, .. }
+                | NodeKind::Timer {
+                    until: Some(condition),
+                    ..
+                } => {
                     conditions.push((node.id.as_str(), condition.as_str()));
                 }
                 NodeKind::Switch(s) => conditions.extend(
@@ -487,6 +503,21 @@ impl Graph {
                 until: d.until.clone(),
             },
             // ACT-7: time triggers are not scheduled yet (TM-11 to TM-13).
+            Activity::Timer(t) if t.trigger => {
+                return Err(GraphError::Unsupported {
+                    node: id,
+                    kind: "timer trigger",
+                });
+            }
+            Activity::Timer(t) => NodeKind::Timer {
+                interval_ms: t.interval_ms,
+                body: match t.body.as_deref() {
+                    Some(body) => Some(self.add(body, Some(index))?),
+                    None => None,
+                },
+                until: t.until.clone(),
+                max_ticks: t.max_ticks,
+            },
             Activity::StartAt(a) if a.trigger => {
                 return Err(GraphError::Unsupported {
                     node: id,
@@ -613,12 +644,6 @@ impl Graph {
                 detach: w.mode == SubWorkflowMode::Detach,
                 deadline_ms: w.deadline_ms,
             },
-            other => {
-                return Err(GraphError::Unsupported {
-                    node: id,
-                    kind: other.kind_name(),
-                });
-            }
         };
         if let Some(node) = self.nodes.get_mut(index) {
             node.kind = kind;

@@ -20,9 +20,9 @@
 //! durable timer: its `wf.delay` bookmark and timer row are written in one commit (TM-3), and
 //! an in-process driver waits precisely for the earliest due time (TM-4). A Delay `until` a
 //! value fn's instant (ms since the epoch) and Event and SubWorkflow deadlines (`timeout`,
-//! TM-14) are timers too, and so are StartAt (`wf.start_at`, ACT-22) and Cron not as trigger
-//! (`wf.cron`, ACT-23; UTC or a fixed offset). The repeating Timer and time triggers are
-//! refused at build with [`BuildError::UnsupportedActivity`]; node commit settings and a workflow commit strategy
+//! TM-14) are timers too, and so are the repeating Timer (`wf.timer`, ACT-21, TM-11),
+//! StartAt (`wf.start_at`, ACT-22) and Cron not as trigger (`wf.cron`, ACT-23; UTC or a
+//! fixed offset). Time triggers (TM-11 to TM-13) are refused at build with [`BuildError::UnsupportedActivity`]; node commit settings and a workflow commit strategy
 //! with [`BuildError::UnsupportedSetting`].
 //!
 //! Saga scopes (FLT-10 to FLT-13) compensate the completed tasks that declare a

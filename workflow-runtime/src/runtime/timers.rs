@@ -14,8 +14,9 @@ use crate::instance::Bookmark;
 use crate::store::{Micros, NewTimer, StoreError, WakeUp};
 
 /// The bookmark names that carry a `due_at` and own a timer row (TM-3), with the row's kind.
-const TIMER_BOOKMARKS: [(&str, &str); 5] = [
+const TIMER_BOOKMARKS: [(&str, &str); 6] = [
     ("wf.delay", "delay"),
+    ("wf.timer", "timer"),
     ("wf.start_at", "start_at"),
     ("wf.cron", "cron"),
     ("wf.deadline", "deadline"),
