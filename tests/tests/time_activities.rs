@@ -1,7 +1,8 @@
 //! The repeating Timer (ACT-21, TM-11), StartAt (ACT-22) and Cron not as trigger (ACT-23,
 //! TM-12) inside an instance, on the manual clock: each waits on a timer bookmark
-//! (`wf.timer`, `wf.start_at`, `wf.cron`) whose timer row is written with it (TM-3). Time
-//! triggers (ACT-7, TM-11 to TM-13) are still refused at build, with a typed error.
+//! (`wf.timer`, `wf.start_at`, `wf.cron`) whose timer row is written with it (TM-3). As
+//! triggers (ACT-7, TM-11 to TM-13) they start instances from schedules in the store: one per
+//! tick or occurrence, exactly one for a StartAt.
 
 mod common;
 
@@ -217,34 +218,101 @@ fn act23_cron_at_an_occurrence_waits_for_the_next() {
     });
 }
 
-fn refused_kind(result: Result<TestRuntime, BuildError>) -> &'static str {
-    match result {
-        Err(BuildError::UnsupportedActivity { kind, .. }) => kind,
-        Err(other) => panic!("another error: {other}"),
-        Ok(_) => panic!("built"),
+fn triggered(name: &str, activity: Value) -> Definition {
+    serde_json::from_value(json!({
+        "name": name,
+        "root": { "kind": "flowchart", "id": "root",
+            "nodes": [activity, { "kind": "task", "id": "b", "function": "b" }],
+            "connections": [{ "source": "t", "target": "b" }] }
+    }))
+    .unwrap()
+}
+
+async fn all_finished_with_b(test: &TestRuntime, ids: &[(String, String)]) {
+    for (id, _) in ids {
+        assert_eq!(
+            log_of(test, id).await,
+            (WorkflowStatus::Finished, vec!["b".to_owned()]),
+            "{id}"
+        );
     }
 }
 
-// ACT-7, TM-11 to TM-13: time triggers are not scheduled yet: they are refused at build with
-// a typed error, never ignored.
+// ACT-7, ACT-23, TM-12: a Cron trigger's schedule is written at registration (a timer row
+// with no instance); each occurrence starts one instance at the trigger node, which completes
+// at once, and the schedule advances to the next occurrence.
 #[test]
-fn time_triggers_are_refused_at_build() {
-    let trigger = |activity: Value| -> Definition {
-        serde_json::from_value(json!({
-            "name": "T",
-            "root": { "kind": "flowchart", "id": "root",
-                "nodes": [activity, { "kind": "task", "id": "b", "function": "b" }],
-                "connections": [{ "source": "t", "target": "b" }] }
-        }))
-        .unwrap()
-    };
-    let cron = json!({ "kind": "cron", "id": "t", "expression": "0 * * * *", "trigger": true });
-    let at =
-        json!({ "kind": "start_at", "id": "t", "at": "2026-01-02T00:00:00Z", "trigger": true });
-    let timer = json!({ "kind": "timer", "id": "t", "interval_ms": 1000, "trigger": true });
-    assert_eq!(refused_kind(runtime(vec![trigger(cron)])), "cron trigger");
-    assert_eq!(refused_kind(runtime(vec![trigger(at)])), "start_at trigger");
-    assert_eq!(refused_kind(runtime(vec![trigger(timer)])), "timer trigger");
+fn tm12_a_cron_trigger_starts_one_instance_per_occurrence() {
+    block_on(async {
+        let cron = json!({ "kind": "cron", "id": "t", "expression": "0 * * * *", "trigger": true });
+        let test = runtime(vec![triggered("Hourly", cron)]).unwrap();
+        let fired = test
+            .advance(Duration::from_secs(3 * 3600 + 60))
+            .await
+            .unwrap();
+        assert_eq!(fired.fired.len(), 3, "{fired:?}");
+        all_finished_with_b(&test, &fired.fired).await;
+        let ids: std::collections::HashSet<_> = fired.fired.iter().map(|f| &f.0).collect();
+        assert_eq!(ids.len(), 3);
+        let schedules = test.store().list_schedules("Hourly").await.unwrap();
+        assert_eq!(schedules.len(), 1);
+        assert_eq!(
+            schedules[0].due_at,
+            i64::try_from(START_MS + 4 * 3_600_000).unwrap() * 1000
+        );
+    });
+}
+
+// ACT-7, ACT-21, TM-11: a Timer trigger starts one instance per tick, anchored at its first
+// registration; its body is not used.
+#[test]
+fn tm11_a_timer_trigger_starts_one_instance_per_tick() {
+    block_on(async {
+        let timer = json!({
+            "kind": "timer", "id": "t", "interval_ms": 1_800_000, "trigger": true,
+            "body": { "kind": "task", "id": "x", "function": "t" }
+        });
+        let test = runtime(vec![triggered("Half", timer)]).unwrap();
+        let fired = test.advance(Duration::from_secs(3600)).await.unwrap();
+        assert_eq!(fired.fired.len(), 2, "{fired:?}");
+        all_finished_with_b(&test, &fired.fired).await;
+    });
+}
+
+// ACT-22, TM-13: a StartAt trigger starts exactly one instance, at the instant; one in the
+// past fires at first registration.
+#[test]
+fn tm13_a_start_at_trigger_starts_exactly_one_instance() {
+    block_on(async {
+        let later =
+            json!({ "kind": "start_at", "id": "t", "at": "2026-01-01T01:00:00Z", "trigger": true });
+        let past =
+            json!({ "kind": "start_at", "id": "t", "at": "2025-06-01T00:00:00Z", "trigger": true });
+        let test = runtime(vec![triggered("Later", later), triggered("Past", past)]).unwrap();
+        let fired = test.advance(Duration::ZERO).await.unwrap();
+        assert_eq!(fired.fired.len(), 1, "{fired:?}");
+        all_finished_with_b(&test, &fired.fired).await;
+        let fired = test.advance(Duration::from_secs(5 * 3600)).await.unwrap();
+        assert_eq!(fired.fired.len(), 1, "{fired:?}");
+        all_finished_with_b(&test, &fired.fired).await;
+        let fired = test.advance(Duration::from_secs(50 * 3600)).await.unwrap();
+        assert!(fired.fired.is_empty());
+        assert!(test.store().list_schedules("Later").await.unwrap()[0].fired);
+    });
+}
+
+// TM-13: a StartAt trigger needs a constant instant (its schedule is written before any data
+// exists): one with only `at_fn` is refused at build with a typed error.
+#[test]
+fn a_start_at_trigger_without_a_constant_instant_is_refused_at_build() {
+    let at = json!({ "kind": "start_at", "id": "t", "at_fn": "at", "trigger": true });
+    match runtime(vec![triggered("T", at)]) {
+        Err(BuildError::UnsupportedActivity { kind, .. }) => {
+            assert_eq!(kind, "start_at trigger without a constant instant");
+        }
+        Err(other) => panic!("another error: {other}"),
+        Ok(_) => panic!("built"),
+    }
 }
 
 // ACT-21, TM-11, TM-3: a Timer without body and `max_ticks: 3` ticks at anchor + k × 1h, one

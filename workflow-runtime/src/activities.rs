@@ -68,6 +68,20 @@ where
             }
             .into());
         };
+        // RT-13, ACT-7: a time trigger that created the instance completes at once with the
+        // tick or occurrence as output, without waiting (and a Timer's body is not used).
+        if matches!(
+            node.kind,
+            NodeKind::Timer { .. } | NodeKind::StartAt { .. } | NodeKind::Cron { .. }
+        ) && self
+            .state
+            .trigger
+            .as_ref()
+            .is_some_and(|t| t.node_id == node.id)
+            && let Some(trigger) = self.state.trigger.take()
+        {
+            return self.complete(id, Some(trigger.payload), Vec::new());
+        }
         match &node.kind {
             NodeKind::Task {
                 function,

@@ -302,6 +302,22 @@ impl MachineNode {
     }
 }
 
+/// A time trigger's schedule (TM-11 to TM-13).
+#[derive(Debug, Clone)]
+pub(crate) enum TimeTrigger {
+    Timer {
+        interval_ms: u64,
+    },
+    StartAt {
+        at_ms: u64,
+    },
+    Cron {
+        expression: String,
+        schedule: workflow_model::cron::Schedule,
+        offset_seconds: i32,
+    },
+}
+
 /// Why a definition cannot be compiled for this engine.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum GraphError {
@@ -345,6 +361,41 @@ impl Graph {
                 if let NodeKind::Event { event, .. } = &child.kind {
                     out.push((child.id.clone(), event.clone()));
                 }
+            }
+        }
+        out
+    }
+
+    /// The time trigger nodes of every flowchart (ACT-7, TM-11 to TM-13), in graph order.
+    pub(crate) fn time_triggers(&self) -> Vec<(String, TimeTrigger)> {
+        let mut out = Vec::new();
+        for node in &self.nodes {
+            let NodeKind::Flowchart(fc) = &node.kind else {
+                continue;
+            };
+            for &local in &fc.triggers {
+                let Some(child) = fc.children.get(local).and_then(|&c| self.nodes.get(c)) else {
+                    continue;
+                };
+                let trigger = match &child.kind {
+                    NodeKind::Timer { interval_ms, .. } => TimeTrigger::Timer {
+                        interval_ms: *interval_ms,
+                    },
+                    NodeKind::StartAt {
+                        at_ms: Some(at_ms), ..
+                    } => TimeTrigger::StartAt { at_ms: *at_ms },
+                    NodeKind::Cron {
+                        expression,
+                        schedule,
+                        offset_seconds,
+                    } => TimeTrigger::Cron {
+                        expression: expression.clone(),
+                        schedule: schedule.clone(),
+                        offset_seconds: *offset_seconds,
+                    },
+                    _ => continue,
+                };
+                out.push((child.id.clone(), trigger));
             }
         }
         out
@@ -502,11 +553,11 @@ impl Graph {
                 duration_ms: d.duration_ms,
                 until: d.until.clone(),
             },
-            // ACT-7: time triggers are not scheduled yet (TM-11 to TM-13).
-            Activity::Timer(t) if t.trigger => {
+            // TM-13: a StartAt trigger is scheduled at registration, before any data exists.
+            Activity::StartAt(a) if a.trigger && a.at.is_none() => {
                 return Err(GraphError::Unsupported {
                     node: id,
-                    kind: "timer trigger",
+                    kind: "start_at trigger without a constant instant",
                 });
             }
             Activity::Timer(t) => NodeKind::Timer {
@@ -518,18 +569,6 @@ impl Graph {
                 until: t.until.clone(),
                 max_ticks: t.max_ticks,
             },
-            Activity::StartAt(a) if a.trigger => {
-                return Err(GraphError::Unsupported {
-                    node: id,
-                    kind: "start_at trigger",
-                });
-            }
-            Activity::Cron(c) if c.trigger => {
-                return Err(GraphError::Unsupported {
-                    node: id,
-                    kind: "cron trigger",
-                });
-            }
             Activity::StartAt(a) => NodeKind::StartAt {
                 at_ms: match &a.at {
                     Some(at) => {
@@ -880,13 +919,13 @@ mod tests {
     }
 
     #[test]
-    fn unsupported_kinds_are_refused_at_build() {
+    fn a_start_at_trigger_without_a_constant_instant_is_refused_at_build() {
         let def = Definition::new(
             "D",
-            workflow_model::Cron {
+            workflow_model::StartAt {
                 id: "root".into(),
-                expression: "* * * * *".into(),
-                time_zone: None,
+                at: None,
+                at_fn: Some("at".into()),
                 trigger: true,
             },
         );
@@ -894,7 +933,7 @@ mod tests {
             Graph::build(&def).unwrap_err(),
             GraphError::Unsupported {
                 node: "root".into(),
-                kind: "cron trigger"
+                kind: "start_at trigger without a constant instant"
             }
         );
     }
