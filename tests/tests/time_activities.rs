@@ -400,3 +400,34 @@ fn act21_break_in_the_body_completes_the_timer() {
         assert!(test.store().list_timers(&id).await.unwrap().is_empty());
     });
 }
+
+// TM-12, TM-6: two processes on one store, both firing at every occurrence: each occurrence
+// starts exactly one instance (the claim and `fire_schedule` guard it).
+#[test]
+fn tm12_two_processes_start_one_instance_per_occurrence() {
+    block_on(async {
+        let store: std::sync::Arc<dyn workflow_runtime::Store> =
+            std::sync::Arc::new(workflow_runtime::MemoryStore::new());
+        let cron =
+            json!({ "kind": "cron", "id": "t", "expression": "*/10 * * * *", "trigger": true });
+        let process = || {
+            let clock =
+                workflow_runtime::ManualClock::new(workflow_runtime::ManualClock::DEFAULT_START);
+            let builder = Runtime::builder()
+                .store(store.clone())
+                .register_definition(triggered("Every10", cron.clone()), registry());
+            TestRuntime::build_at(builder, clock).unwrap()
+        };
+        let (a, b) = (process(), process());
+        let mut started = Vec::new();
+        for minute in 1..=60u64 {
+            let at = i64::try_from(START_MS + minute * 60_000).unwrap() * 1000;
+            started.extend(b.set(at).await.unwrap().fired);
+            started.extend(a.set(at).await.unwrap().fired);
+        }
+        assert_eq!(started.len(), 6, "{started:?}");
+        let ids: std::collections::HashSet<_> = started.iter().map(|f| &f.0).collect();
+        assert_eq!(ids.len(), 6);
+        all_finished_with_b(&a, &started).await;
+    });
+}
