@@ -68,6 +68,20 @@ where
             }
             .into());
         };
+        // RT-13, ACT-7: a time trigger that created the instance completes at once with the
+        // tick or occurrence as output, without waiting (and a Timer's body is not used).
+        if matches!(
+            node.kind,
+            NodeKind::Timer { .. } | NodeKind::StartAt { .. } | NodeKind::Cron { .. }
+        ) && self
+            .state
+            .trigger
+            .as_ref()
+            .is_some_and(|t| t.node_id == node.id)
+            && let Some(trigger) = self.state.trigger.take()
+        {
+            return self.complete(id, Some(trigger.payload), Vec::new());
+        }
         match &node.kind {
             NodeKind::Task {
                 function,
@@ -103,6 +117,15 @@ where
             NodeKind::Delay { duration_ms, until } => {
                 self.execute_delay(id, *duration_ms, until.as_deref())
             }
+            NodeKind::Timer { interval_ms, .. } => self.timer_execute(id, *interval_ms),
+            NodeKind::StartAt { at_ms, at_fn } => {
+                self.execute_start_at(id, *at_ms, at_fn.as_deref())
+            }
+            NodeKind::Cron {
+                expression,
+                schedule,
+                offset_seconds,
+            } => self.execute_cron(id, expression, schedule, *offset_seconds),
             NodeKind::Sequence { steps } => self.sequence_next(id, steps, 0),
             NodeKind::Saga { body, .. } => self.saga_execute(id, *body),
             NodeKind::StateMachine(machine) => self.machine_execute(id, machine),
@@ -177,6 +200,15 @@ where
             (NodeKind::Event { .. } | NodeKind::SubWorkflow { .. }, ON_DEADLINE) => {
                 self.deadline_reached(owner)
             }
+            (
+                NodeKind::Timer {
+                    body,
+                    until,
+                    max_ticks,
+                    interval_ms,
+                },
+                crate::structured::ON_TICK,
+            ) => self.timer_ticked(owner, *interval_ms, *body, until.as_deref(), *max_ticks),
             (NodeKind::Saga { .. }, crate::saga::ON_SAGA_BODY) => self.saga_body_completed(owner),
             (NodeKind::Task { .. }, crate::faults::ON_RETRY) => {
                 // FLT-3: the retry timer starts the next attempt.
@@ -356,6 +388,94 @@ where
         )
         .map_err(|e| engine_fault(id, e.to_string()))?;
         self.create_bookmark(id, "wf.delay", hash, json!({ "due_at": due_at }), None)?;
+        Ok(())
+    }
+
+    /// ACT-22 (TM-3): a `wf.start_at` bookmark with payload `{due_at}` and its timer; the
+    /// instant is a constant or a value fn's result (ms since the epoch). One not in the
+    /// future completes at once, with no bookmark.
+    fn execute_start_at(
+        &mut self,
+        id: ContextId,
+        at_ms: Option<u64>,
+        at_fn: Option<&str>,
+    ) -> Result<(), StepError> {
+        let due_at = match (at_ms, at_fn) {
+            (Some(at), _) => at,
+            (None, Some(at_fn)) => {
+                let value = self.value_fn(id, at_fn)?;
+                let instant = match &value {
+                    Value::Number(n) => n.as_u64(),
+                    Value::String(s) => crate::graph::parse_rfc3339_ms(s),
+                    _ => None,
+                };
+                let Some(at) = instant else {
+                    return Err(permanent(
+                        id,
+                        format!(
+                            "start_at fn `{at_fn}` returned `{value}`, not an instant (ms since the epoch or RFC 3339)"
+                        ),
+                    ));
+                };
+                at
+            }
+            (None, None) => {
+                return Err(engine_fault(id, "start_at without an instant"));
+            }
+        };
+        self.timer_wait(id, "wf.start_at", due_at, json!({ "due_at": due_at }))
+    }
+
+    /// ACT-23 not as trigger (TM-12): a `wf.cron` bookmark with payload `{due_at, expression}`
+    /// due at the first occurrence strictly after now; when it fires, the node completes.
+    fn execute_cron(
+        &mut self,
+        id: ContextId,
+        expression: &str,
+        schedule: &workflow_model::cron::Schedule,
+        offset_seconds: i32,
+    ) -> Result<(), StepError> {
+        let now_seconds = self.now / 1000;
+        let Some(next) = schedule.next_after_with_offset(now_seconds, offset_seconds) else {
+            return Err(permanent(
+                id,
+                format!("cron `{expression}` has no occurrence within 5 years"),
+            ));
+        };
+        let due_at = next.saturating_mul(1000);
+        self.timer_wait(
+            id,
+            "wf.cron",
+            due_at,
+            json!({ "due_at": due_at, "expression": expression }),
+        )
+    }
+
+    /// A timer bookmark scoped to this context (RT-7, TM-3), or completion at once when
+    /// `due_at` is not in the future.
+    pub(crate) fn timer_wait(
+        &mut self,
+        id: ContextId,
+        name: &str,
+        due_at: u64,
+        payload: Value,
+    ) -> Result<(), StepError> {
+        if due_at <= self.now {
+            let now = self.now;
+            return self.complete(
+                id,
+                Some(json!({ "due_at": due_at, "fired_at": now })),
+                Vec::new(),
+            );
+        }
+        let scope_context = id.to_string();
+        let hash = stimulus_hash(
+            name,
+            None,
+            Some((self.state.instance_id.as_str(), scope_context.as_str())),
+        )
+        .map_err(|e| engine_fault(id, e.to_string()))?;
+        self.create_bookmark(id, name, hash, payload, None)?;
         Ok(())
     }
 

@@ -75,6 +75,24 @@ pub(crate) enum NodeKind {
         duration_ms: Option<u64>,
         until: Option<String>,
     },
+    /// ACT-21 (not as trigger): ticks every `interval_ms` from the moment it started.
+    Timer {
+        interval_ms: u64,
+        body: Option<NodeIndex>,
+        until: Option<String>,
+        max_ticks: Option<u64>,
+    },
+    /// ACT-22 (not as trigger): a constant instant (ms since the epoch), or a value fn giving it.
+    StartAt {
+        at_ms: Option<u64>,
+        at_fn: Option<String>,
+    },
+    /// ACT-23 (not as trigger): the parsed expression and the zone's fixed offset east of UTC.
+    Cron {
+        expression: String,
+        schedule: workflow_model::cron::Schedule,
+        offset_seconds: i32,
+    },
     Sequence {
         steps: Vec<NodeIndex>,
     },
@@ -189,6 +207,9 @@ impl NodeKind {
             NodeKind::Task { .. } => "task",
             NodeKind::Event { .. } => "event",
             NodeKind::Delay { .. } => "delay",
+            NodeKind::Timer { .. } => "timer",
+            NodeKind::StartAt { .. } => "start_at",
+            NodeKind::Cron { .. } => "cron",
             NodeKind::Sequence { .. } => "sequence",
             NodeKind::StateMachine(_) => "state_machine",
             NodeKind::Flowchart(_) => "flowchart",
@@ -216,7 +237,10 @@ impl NodeKind {
     pub(crate) fn is_loop(&self) -> bool {
         matches!(
             self,
-            NodeKind::While { .. } | NodeKind::ForEach { .. } | NodeKind::ParallelForEach { .. }
+            NodeKind::While { .. }
+                | NodeKind::ForEach { .. }
+                | NodeKind::ParallelForEach { .. }
+                | NodeKind::Timer { .. }
         )
     }
 }
@@ -278,6 +302,22 @@ impl MachineNode {
     }
 }
 
+/// A time trigger's schedule (TM-11 to TM-13).
+#[derive(Debug, Clone)]
+pub(crate) enum TimeTrigger {
+    Timer {
+        interval_ms: u64,
+    },
+    StartAt {
+        at_ms: u64,
+    },
+    Cron {
+        expression: String,
+        schedule: workflow_model::cron::Schedule,
+        offset_seconds: i32,
+    },
+}
+
 /// Why a definition cannot be compiled for this engine.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum GraphError {
@@ -326,6 +366,41 @@ impl Graph {
         out
     }
 
+    /// The time trigger nodes of every flowchart (ACT-7, TM-11 to TM-13), in graph order.
+    pub(crate) fn time_triggers(&self) -> Vec<(String, TimeTrigger)> {
+        let mut out = Vec::new();
+        for node in &self.nodes {
+            let NodeKind::Flowchart(fc) = &node.kind else {
+                continue;
+            };
+            for &local in &fc.triggers {
+                let Some(child) = fc.children.get(local).and_then(|&c| self.nodes.get(c)) else {
+                    continue;
+                };
+                let trigger = match &child.kind {
+                    NodeKind::Timer { interval_ms, .. } => TimeTrigger::Timer {
+                        interval_ms: *interval_ms,
+                    },
+                    NodeKind::StartAt {
+                        at_ms: Some(at_ms), ..
+                    } => TimeTrigger::StartAt { at_ms: *at_ms },
+                    NodeKind::Cron {
+                        expression,
+                        schedule,
+                        offset_seconds,
+                    } => TimeTrigger::Cron {
+                        expression: expression.clone(),
+                        schedule: schedule.clone(),
+                        offset_seconds: *offset_seconds,
+                    },
+                    _ => continue,
+                };
+                out.push((child.id.clone(), trigger));
+            }
+        }
+        out
+    }
+
     pub(crate) fn index_of(&self, id: &str) -> Option<NodeIndex> {
         self.by_id.get(id).copied()
     }
@@ -347,7 +422,12 @@ impl Graph {
                         tasks.push((node.id.as_str(), c.as_str()));
                     }
                 }
-                NodeKind::If { condition, .. } | NodeKind::While { condition, .. } => {
+                NodeKind::If { condition, .. }
+                | NodeKind::While { condition, .. }
+                | NodeKind::Timer {
+                    until: Some(condition),
+                    ..
+                } => {
                     conditions.push((node.id.as_str(), condition.as_str()));
                 }
                 NodeKind::Switch(s) => conditions.extend(
@@ -410,6 +490,7 @@ impl Graph {
                 | NodeKind::Finish { output: Some(f) }
                 | NodeKind::Correlate { key: f }
                 | NodeKind::Delay { until: Some(f), .. }
+                | NodeKind::StartAt { at_fn: Some(f), .. }
                 | NodeKind::SubWorkflow { input: Some(f), .. } => values.push((id, f.as_str())),
                 _ => {}
             }
@@ -472,6 +553,55 @@ impl Graph {
                 duration_ms: d.duration_ms,
                 until: d.until.clone(),
             },
+            // TM-13: a StartAt trigger is scheduled at registration, before any data exists.
+            Activity::StartAt(a) if a.trigger && a.at.is_none() => {
+                return Err(GraphError::Unsupported {
+                    node: id,
+                    kind: "start_at trigger without a constant instant",
+                });
+            }
+            Activity::Timer(t) => NodeKind::Timer {
+                interval_ms: t.interval_ms,
+                body: match t.body.as_deref() {
+                    Some(body) => Some(self.add(body, Some(index))?),
+                    None => None,
+                },
+                until: t.until.clone(),
+                max_ticks: t.max_ticks,
+            },
+            Activity::StartAt(a) => NodeKind::StartAt {
+                at_ms: match &a.at {
+                    Some(at) => {
+                        Some(parse_rfc3339_ms(at).ok_or_else(|| GraphError::Unsupported {
+                            node: id.clone(),
+                            kind: "start_at with an instant that is not RFC 3339 UTC or offset",
+                        })?)
+                    }
+                    None => None,
+                },
+                at_fn: a.at_fn.clone(),
+            },
+            Activity::Cron(c) => {
+                let unsupported = |kind| GraphError::Unsupported {
+                    node: id.clone(),
+                    kind,
+                };
+                let schedule = workflow_model::cron::Schedule::parse(&c.expression)
+                    .map_err(|_| unsupported("cron with an invalid expression"))?;
+                let offset_seconds = match c.time_zone.as_deref() {
+                    None => 0,
+                    Some(zone) => {
+                        workflow_model::cron::fixed_offset_seconds(zone).ok_or_else(|| {
+                            unsupported("cron in a time zone other than UTC or a fixed offset")
+                        })?
+                    }
+                };
+                NodeKind::Cron {
+                    expression: c.expression.clone(),
+                    schedule,
+                    offset_seconds,
+                }
+            }
             Activity::Sequence(s) => {
                 let mut steps = Vec::with_capacity(s.steps.len());
                 for step in &s.steps {
@@ -553,12 +683,6 @@ impl Graph {
                 detach: w.mode == SubWorkflowMode::Detach,
                 deadline_ms: w.deadline_ms,
             },
-            other => {
-                return Err(GraphError::Unsupported {
-                    node: id,
-                    kind: other.kind_name(),
-                });
-            }
         };
         if let Some(node) = self.nodes.get_mut(index) {
             node.kind = kind;
@@ -667,6 +791,72 @@ impl Graph {
     }
 }
 
+/// An RFC 3339 instant (`2026-11-29T20:15:00Z`, `...T20:15:00.250+02:00`) in ms since the
+/// Unix epoch; `None` if it does not parse or is before the epoch.
+pub(crate) fn parse_rfc3339_ms(text: &str) -> Option<u64> {
+    let num = |range: std::ops::Range<usize>| -> Option<i64> {
+        let part = text.get(range)?;
+        if !part.bytes().all(|c| c.is_ascii_digit()) {
+            return None;
+        }
+        part.parse().ok()
+    };
+    let byte = |at: usize| text.as_bytes().get(at).copied();
+    let separators = [(4, b'-'), (7, b'-'), (13, b':'), (16, b':')];
+    if separators.iter().any(|&(at, c)| byte(at) != Some(c))
+        || !matches!(byte(10), Some(b'T' | b't' | b' '))
+    {
+        return None;
+    }
+    let (year, month, day) = (num(0..4)?, num(5..7)?, num(8..10)?);
+    let (hour, minute, second) = (num(11..13)?, num(14..16)?, num(17..19)?);
+    if !(1..=12).contains(&month)
+        || !(1..=31).contains(&day)
+        || hour > 23
+        || minute > 59
+        || second > 60
+    {
+        return None;
+    }
+    let mut rest = text.get(19..)?;
+    let mut millis = 0i64;
+    if let Some(fraction) = rest.strip_prefix('.') {
+        let digits = fraction.bytes().take_while(u8::is_ascii_digit).count();
+        if digits == 0 {
+            return None;
+        }
+        let padded = format!("{:0<3}", fraction.get(..digits.min(3))?);
+        millis = padded.parse().ok()?;
+        rest = fraction.get(digits..)?;
+    }
+    let offset_seconds = match rest {
+        "Z" | "z" => 0,
+        _ => {
+            let sign = match rest.as_bytes().first()? {
+                b'+' => 1,
+                b'-' => -1,
+                _ => return None,
+            };
+            if rest.len() != 6 || rest.as_bytes().get(3) != Some(&b':') {
+                return None;
+            }
+            let h: i64 = rest.get(1..3)?.parse().ok()?;
+            let m: i64 = rest.get(4..6)?.parse().ok()?;
+            sign * (h * 3600 + m * 60)
+        }
+    };
+    // Days from the civil date (Howard Hinnant's algorithm).
+    let y = if month <= 2 { year - 1 } else { year };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let mp = (month + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + day - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    let days = era * 146_097 + doe - 719_468;
+    let seconds = days * 86_400 + hour * 3600 + minute * 60 + second - offset_seconds;
+    u64::try_from(seconds.checked_mul(1000)?.checked_add(millis)?).ok()
+}
+
 /// Whether `start` reaches itself through one or more triggerless transitions (SM-6).
 fn reaches_itself(start: &str, transitions: &[TransitionNode]) -> bool {
     let mut seen: Vec<&str> = Vec::new();
@@ -729,22 +919,37 @@ mod tests {
     }
 
     #[test]
-    fn unsupported_kinds_are_refused_at_build() {
+    fn a_start_at_trigger_without_a_constant_instant_is_refused_at_build() {
         let def = Definition::new(
             "D",
-            workflow_model::Cron {
+            workflow_model::StartAt {
                 id: "root".into(),
-                expression: "* * * * *".into(),
-                time_zone: None,
-                trigger: false,
+                at: None,
+                at_fn: Some("at".into()),
+                trigger: true,
             },
         );
         assert_eq!(
             Graph::build(&def).unwrap_err(),
             GraphError::Unsupported {
                 node: "root".into(),
-                kind: "cron"
+                kind: "start_at trigger without a constant instant"
             }
         );
+    }
+
+    #[test]
+    fn act22_rfc3339_instants_parse_to_ms() {
+        assert_eq!(parse_rfc3339_ms("1970-01-01T00:00:00Z"), Some(0));
+        assert_eq!(
+            parse_rfc3339_ms("2026-11-29T20:15:00.25Z"),
+            Some(1_795_983_300_250)
+        );
+        assert_eq!(
+            parse_rfc3339_ms("2026-11-29T22:15:00+02:00"),
+            Some(1_795_983_300_000)
+        );
+        assert_eq!(parse_rfc3339_ms("2026-11-29 20:15"), None);
+        assert_eq!(parse_rfc3339_ms("2026-13-29T20:15:00Z"), None);
     }
 }

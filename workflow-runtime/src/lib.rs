@@ -20,9 +20,12 @@
 //! durable timer: its `wf.delay` bookmark and timer row are written in one commit (TM-3), and
 //! an in-process driver waits precisely for the earliest due time (TM-4). A Delay `until` a
 //! value fn's instant (ms since the epoch) and Event and SubWorkflow deadlines (`timeout`,
-//! TM-14) are timers too. Timer, StartAt and Cron are refused at build with
-//! [`BuildError::UnsupportedActivity`]; node commit settings and a workflow commit strategy
-//! with [`BuildError::UnsupportedSetting`].
+//! TM-14) are timers too, and so are the repeating Timer (`wf.timer`, ACT-21, TM-11),
+//! StartAt (`wf.start_at`, ACT-22) and Cron not as trigger (`wf.cron`, ACT-23; UTC or a
+//! fixed offset). As triggers (TM-11 to TM-13) they start instances from schedules in the
+//! store ([`Runtime::schedule_triggers`]); a StartAt trigger needs a constant instant, and is
+//! refused at build with [`BuildError::UnsupportedActivity`] otherwise; node commit settings
+//! and a workflow commit strategy with [`BuildError::UnsupportedSetting`].
 //!
 //! Saga scopes (FLT-10 to FLT-13) compensate the completed tasks that declare a
 //! compensation, newest first, when something inside fails for good, then continue through

@@ -31,6 +31,16 @@ pub(crate) const ON_BRANCH: &str = "branch_completed";
 /// The callback of a loop body of While, ForEach and ParallelForEach (ENG-12).
 pub(crate) const ON_BODY: &str = "body_completed";
 
+/// The callback of a `wf.timer` bookmark: a tick (ACT-21).
+pub(crate) const ON_TICK: &str = "tick";
+/// A Timer's bookmark name (ACT-21, TM-3).
+const TIMER: &str = "wf.timer";
+/// A Timer's anchor (ms), the moment it started (TM-11).
+const ANCHOR: &str = "anchor";
+/// A Timer's ticks so far.
+const TICKS: &str = "ticks";
+/// The grid index `k` of a Timer's armed tick (`anchor + k × interval`).
+const GRID: &str = "grid";
 const VALUE: &str = "value";
 const PENDING: &str = "pending";
 const ITERATION: &str = "iteration";
@@ -264,6 +274,88 @@ where
         Ok(())
     }
 
+    // ---- Timer (ACT-21, TM-11) ----------------------------------------------------------
+
+    /// The anchor is now; the first tick is armed one interval later.
+    pub(crate) fn timer_execute(
+        &mut self,
+        id: ContextId,
+        interval_ms: u64,
+    ) -> Result<(), StepError> {
+        let now = self.now;
+        self.set_prop(id, ANCHOR, json!(now));
+        self.set_prop(id, TICKS, json!(0));
+        self.set_prop(id, GRID, json!(0));
+        self.timer_arm(id, interval_ms)
+    }
+
+    /// Arms the next tick at the first grid point `anchor + k × interval` strictly after now
+    /// (TM-11): missed grid points are coalesced, and the tick's bookmark counts them.
+    fn timer_arm(&mut self, id: ContextId, interval_ms: u64) -> Result<(), StepError> {
+        let interval = interval_ms.max(1);
+        let anchor = self.prop_u64(id, ANCHOR);
+        let previous = self.prop_u64(id, GRID);
+        let k = self.now.saturating_sub(anchor) / interval + 1;
+        let k = k.max(previous + 1);
+        let missed = k - previous - 1;
+        self.set_prop(id, GRID, json!(k));
+        let due_at = anchor.saturating_add(k.saturating_mul(interval));
+        let tick = self.prop_u64(id, TICKS) + 1;
+        let scope_context = id.to_string();
+        let hash = crate::routing::stimulus_hash(
+            TIMER,
+            None,
+            Some((self.state.instance_id.as_str(), scope_context.as_str())),
+        )
+        .map_err(|e| engine_fault(id, e.to_string()))?;
+        self.create_bookmark(
+            id,
+            TIMER,
+            hash,
+            json!({ "due_at": due_at, "tick": tick, "missed": missed }),
+            Some(ON_TICK),
+        )?;
+        Ok(())
+    }
+
+    /// A tick fired: the body runs, if there is one, then the timer decides whether to stop.
+    pub(crate) fn timer_ticked(
+        &mut self,
+        id: ContextId,
+        interval_ms: u64,
+        body: Option<NodeIndex>,
+        until: Option<&str>,
+        max_ticks: Option<u64>,
+    ) -> Result<(), StepError> {
+        let tick = self.prop_u64(id, TICKS) + 1;
+        self.set_prop(id, TICKS, json!(tick));
+        match body {
+            Some(body) => {
+                self.schedule_child(id, body, Some(tick.to_string()), Some(ON_BODY), None)?;
+                Ok(())
+            }
+            None => self.timer_after_tick(id, interval_ms, until, max_ticks),
+        }
+    }
+
+    /// After a tick's body: `until` or `max_ticks` may stop the timer; otherwise the next
+    /// tick is armed (ACT-21).
+    fn timer_after_tick(
+        &mut self,
+        id: ContextId,
+        interval_ms: u64,
+        until: Option<&str>,
+        max_ticks: Option<u64>,
+    ) -> Result<(), StepError> {
+        let ticks = self.prop_u64(id, TICKS);
+        if max_ticks.is_some_and(|max| ticks >= max)
+            || (until.is_some() && self.condition(id, until, None)?)
+        {
+            return self.complete(id, Some(json!({ "ticks": ticks })), done());
+        }
+        self.timer_arm(id, interval_ms)
+    }
+
     // ---- ForEach (ACT-16) and ParallelForEach (ACT-17) ----------------------------------
 
     /// Takes the snapshot of the items once, at start (ACT-16).
@@ -370,6 +462,12 @@ where
                 let index = usize::try_from(self.prop_u64(id, INDEX)).unwrap_or(usize::MAX);
                 self.for_each_next(id, *body, index.saturating_add(1))
             }
+            NodeKind::Timer {
+                interval_ms,
+                until,
+                max_ticks,
+                ..
+            } => self.timer_after_tick(id, *interval_ms, until.as_deref(), *max_ticks),
             NodeKind::ParallelForEach { body, .. } => {
                 let finished = self.prop_u64(id, DONE_COUNT) + 1;
                 self.set_prop(id, DONE_COUNT, json!(finished));

@@ -89,6 +89,7 @@ impl TestRuntime {
             }
             .into());
         }
+        self.runtime.schedule_triggers().await?;
         let mut report = TimerFiring::default();
         loop {
             let next = self

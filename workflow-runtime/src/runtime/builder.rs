@@ -70,6 +70,8 @@ pub(super) trait ErasedWorkflow: Send + Sync {
     fn sub_workflows(&self) -> Vec<(String, String)>;
     /// The event trigger nodes (ACT-7): `(node path id, event name)`, in graph order.
     fn event_triggers(&self) -> Vec<(String, String)>;
+    /// The time trigger nodes (ACT-7, TM-11 to TM-13), in graph order.
+    fn time_triggers(&self) -> Vec<(String, crate::graph::TimeTrigger)>;
     /// The activation strategy (RT-15).
     fn activation(&self) -> Activation;
 }
@@ -143,6 +145,10 @@ where
 
     fn event_triggers(&self) -> Vec<(String, String)> {
         self.graph.event_triggers()
+    }
+
+    fn time_triggers(&self) -> Vec<(String, crate::graph::TimeTrigger)> {
+        self.graph.time_triggers()
     }
 
     fn activation(&self) -> Activation {
@@ -506,6 +512,7 @@ impl RuntimeBuilder {
                 middleware: self.middleware,
                 links: Mutex::new(VecDeque::new()),
                 triggers_indexed: tokio::sync::OnceCell::new(),
+                schedules_written: tokio::sync::OnceCell::new(),
                 doorbell: Arc::new(tokio::sync::Notify::new()),
                 workers: Mutex::new(None),
                 queue_ttl: i64::try_from(self.queue_ttl.as_micros()).unwrap_or(i64::MAX),

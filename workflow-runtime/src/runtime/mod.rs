@@ -419,6 +419,8 @@ struct Inner {
     links: Mutex<VecDeque<Link>>,
     /// Set once the triggers are written to the store (RT-9).
     triggers_indexed: tokio::sync::OnceCell<()>,
+    /// The time triggers' schedules were written (TM-11 to TM-13).
+    schedules_written: tokio::sync::OnceCell<()>,
     /// The queue worker's doorbell, capacity one (RT-26).
     doorbell: Arc<tokio::sync::Notify>,
     /// The queue worker, once started.

@@ -366,7 +366,7 @@ struct Targets {
     key: Option<Value>,
 }
 
-fn sha_hex(parts: &[&str]) -> String {
+pub(super) fn sha_hex(parts: &[&str]) -> String {
     let mut hasher = Sha256::new();
     for part in parts {
         hasher.update((part.len() as u64).to_be_bytes());

@@ -10,12 +10,18 @@ use serde_json::{Value, json};
 use tokio::sync::{broadcast, watch};
 
 use super::{Inner, Runtime, lock};
+use super::{RunTarget, StartOptions};
+use crate::graph::TimeTrigger;
 use crate::instance::Bookmark;
-use crate::store::{Micros, NewTimer, StoreError, WakeUp};
+use crate::instance::TriggerStart;
+use crate::store::{Micros, NewTimer, Schedule, ScheduleFiring, StoreError, TimerRow, WakeUp};
 
 /// The bookmark names that carry a `due_at` and own a timer row (TM-3), with the row's kind.
-const TIMER_BOOKMARKS: [(&str, &str); 3] = [
+const TIMER_BOOKMARKS: [(&str, &str); 6] = [
     ("wf.delay", "delay"),
+    ("wf.timer", "timer"),
+    ("wf.start_at", "start_at"),
+    ("wf.cron", "cron"),
     ("wf.deadline", "deadline"),
     ("wf.retry", "retry"),
 ];
@@ -46,9 +52,11 @@ pub(super) fn timer_of(bookmark: &Bookmark) -> Option<NewTimer> {
 /// What [`Runtime::fire_due_timers`] did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct TimerFiring {
-    /// Bookmarks resumed: `(instance id, timer id)`, in due order.
+    /// Bookmarks resumed: `(instance id, timer id)`, in due order; for a time trigger's
+    /// schedule (TM-11 to TM-13), `(started instance id, schedule id)`.
     pub fired: Vec<(String, String)>,
-    /// Timers claimed whose resume failed (the claim expires and they are tried again).
+    /// Timers claimed whose resume failed (the claim expires and they are tried again); for a
+    /// schedule, `(definition name, schedule id)`.
     pub failed: Vec<(String, String)>,
 }
 
@@ -58,6 +66,7 @@ impl Runtime {
     /// `{ "due_at", "fired_at" }` (ms), which the Delay completes with and journals (TM-8).
     /// The timer driver calls it; call it yourself on a runtime built without one.
     pub async fn fire_due_timers(&self) -> Result<TimerFiring, StoreError> {
+        self.schedule_triggers().await?;
         let mut report = TimerFiring::default();
         loop {
             let now = self.inner.clock.now();
@@ -70,8 +79,21 @@ impl Runtime {
                 return Ok(report);
             }
             for timer in claimed {
-                // A schedule (no instance) is a trigger's: not fired by this runtime yet.
-                let Some(instance_id) = timer.instance_id else {
+                // A schedule (no instance) is a time trigger's (TM-11 to TM-13).
+                let Some(instance_id) = timer.instance_id.clone() else {
+                    match self.fire_schedule(&timer).await {
+                        Ok(Some(started)) => report.fired.push((started, timer.timer_id)),
+                        Ok(None) => {}
+                        Err(error) => {
+                            tracing::warn!(
+                                schedule = %timer.timer_id,
+                                %error,
+                                "a due schedule could not be fired; its claim will expire"
+                            );
+                            let name = timer.definition_name.clone().unwrap_or_default();
+                            report.failed.push((name, timer.timer_id));
+                        }
+                    }
                     continue;
                 };
                 let payload = json!({
@@ -185,6 +207,192 @@ async fn drive_timers(
             }
         }
     }
+}
+
+impl Runtime {
+    /// Writes the schedules of every registered definition's time triggers, once per
+    /// runtime (TM-11 to TM-13); the timer driver and [`crate::testing::TestRuntime`] do it
+    /// before their first claim. A schedule's id is derived from the definition, the node and
+    /// the trigger's settings: an unchanged trigger keeps its `next_due` (and a fired StartAt
+    /// stays fired), a changed one gets a new schedule due from now and the old one is
+    /// removed, as is the schedule of a removed trigger.
+    pub async fn schedule_triggers(&self) -> Result<(), StoreError> {
+        self.inner
+            .schedules_written
+            .get_or_try_init(|| self.write_schedules())
+            .await
+            .map(|_| ())
+    }
+
+    async fn write_schedules(&self) -> Result<(), StoreError> {
+        let now = self.inner.clock.now();
+        let mut names: Vec<&String> = self.inner.workflows.keys().collect();
+        names.sort();
+        for name in names {
+            let Some(workflow) = self.inner.workflows.get(name) else {
+                continue;
+            };
+            let mut keep = Vec::new();
+            for (node_id, trigger) in workflow.time_triggers() {
+                let (kind, key, due_at) = match &trigger {
+                    TimeTrigger::Timer { interval_ms } => (
+                        "timer",
+                        format!("timer:{interval_ms}"),
+                        now.saturating_add(ms_to_micros(*interval_ms)),
+                    ),
+                    TimeTrigger::StartAt { at_ms } => (
+                        "start_at",
+                        format!("start_at:{at_ms}"),
+                        ms_to_micros(*at_ms).max(now),
+                    ),
+                    TimeTrigger::Cron {
+                        expression,
+                        schedule,
+                        offset_seconds,
+                    } => {
+                        let now_s = u64::try_from(now / 1_000_000).unwrap_or(0);
+                        let Some(next) = schedule.next_after_with_offset(now_s, *offset_seconds)
+                        else {
+                            continue;
+                        };
+                        (
+                            "cron",
+                            format!("cron:{expression}:{offset_seconds}"),
+                            ms_to_micros(next.saturating_mul(1000)),
+                        )
+                    }
+                };
+                let schedule_id = format!(
+                    "sch-{}",
+                    super::send::sha_hex(&[name, &node_id, &key])
+                        .get(..40)
+                        .unwrap_or_default()
+                );
+                keep.push(schedule_id.clone());
+                self.inner
+                    .store
+                    .put_schedule(Schedule {
+                        schedule_id,
+                        definition_name: name.clone(),
+                        node_id,
+                        kind: kind.to_owned(),
+                        due_at,
+                        fired: false,
+                    })
+                    .await?;
+            }
+            for old in self.inner.store.list_schedules(name).await? {
+                if !keep.contains(&old.schedule_id) {
+                    self.inner.store.delete_schedule(&old.schedule_id).await?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Fires one claimed schedule (TM-11 to TM-13): in one transaction, creates the instance
+    /// of this occurrence, which starts at the trigger node, and advances the schedule; missed
+    /// occurrences are coalesced into this one. Returns the started instance's id.
+    async fn fire_schedule(&self, timer: &TimerRow) -> Result<Option<String>, StoreError> {
+        let (Some(name), Some(node_id)) = (&timer.definition_name, &timer.node_id) else {
+            return Ok(None);
+        };
+        let Some(workflow) = self.inner.workflows.get(name) else {
+            return Ok(None);
+        };
+        let Some((_, trigger)) = workflow
+            .time_triggers()
+            .into_iter()
+            .find(|(n, _)| n == node_id)
+        else {
+            return Ok(None);
+        };
+        let now = self.inner.clock.now();
+        let due = timer.due_at;
+        let (payload, next_due) = match trigger {
+            TimeTrigger::Timer { interval_ms } => {
+                let interval = ms_to_micros(interval_ms.max(1));
+                let k = now.saturating_sub(due).max(0) / interval + 1;
+                (
+                    json!({ "due_at": due / 1000, "missed": k - 1 }),
+                    Some(due.saturating_add(k.saturating_mul(interval))),
+                )
+            }
+            TimeTrigger::StartAt { .. } => (json!({ "due_at": due / 1000 }), None),
+            TimeTrigger::Cron {
+                schedule,
+                offset_seconds,
+                ..
+            } => {
+                let now_s = u64::try_from(now / 1_000_000).unwrap_or(0);
+                let mut latest = u64::try_from(due / 1_000_000).unwrap_or(0);
+                let mut missed = 0u64;
+                while missed < 10_000 {
+                    match schedule.next_after_with_offset(latest, offset_seconds) {
+                        Some(n) if n <= now_s => {
+                            latest = n;
+                            missed += 1;
+                        }
+                        _ => break,
+                    }
+                }
+                let next = schedule
+                    .next_after_with_offset(latest.max(now_s), offset_seconds)
+                    .map(|s| ms_to_micros(s.saturating_mul(1000)));
+                (
+                    json!({ "occurrence": latest.saturating_mul(1000), "missed": missed }),
+                    next,
+                )
+            }
+        };
+        let instance_id = format!(
+            "sch-{}",
+            super::send::sha_hex(&[&timer.timer_id, &due.to_string()])
+                .get(..40)
+                .unwrap_or_default()
+        );
+        let trigger = TriggerStart {
+            node_id: node_id.clone(),
+            stimulus_id: instance_id.clone(),
+            payload: payload.clone(),
+        };
+        let options = StartOptions {
+            instance_id: Some(instance_id.clone()),
+            correlation_id: None,
+        };
+        let mut new = match self.new_instance(name, payload, options, None, Some(trigger)) {
+            Ok(new) => new,
+            Err(error) => {
+                tracing::warn!(definition = %name, %error, "a time trigger could not start an instance");
+                return Ok(None);
+            }
+        };
+        new.activation_scope = self.activation_scope(name, None).ok().flatten();
+        match self
+            .inner
+            .store
+            .fire_schedule(&timer.timer_id, due, new, next_due)
+            .await?
+        {
+            ScheduleFiring::Started => {
+                if let Err(error) = self.drive(&instance_id, RunTarget::None).await {
+                    tracing::warn!(instance = %instance_id, %error, "a triggered instance did not run; recover() runs it");
+                }
+                Ok(Some(instance_id))
+            }
+            ScheduleFiring::Refused { existing } => {
+                tracing::info!(definition = %name, %existing, "time trigger refused by the activation strategy (RT-16)");
+                Ok(None)
+            }
+            ScheduleFiring::Stale => Ok(None),
+        }
+    }
+}
+
+fn ms_to_micros(ms: u64) -> Micros {
+    i64::try_from(ms)
+        .unwrap_or(i64::MAX / 1000)
+        .saturating_mul(1000)
 }
 
 /// The default sweep interval (TM-5).
