@@ -44,3 +44,36 @@ pub(crate) fn push_const(
         pub const #ident: &'static str = #value;
     });
 }
+
+/// `mermaid()` and `dot()`, both computed at compile time from `definition`, with their docs.
+pub(crate) fn diagram_fns(
+    definition: &workflow_model::Definition,
+    mermaid_doc: &str,
+    dot_doc: &str,
+) -> TokenStream {
+    let mermaid = workflow_model::diagram::mermaid(definition);
+    let dot = workflow_model::diagram::dot(definition);
+    quote! {
+        #[doc = #mermaid_doc]
+        pub fn mermaid() -> &'static str {
+            #mermaid
+        }
+
+        #[doc = #dot_doc]
+        pub fn dot() -> &'static str {
+            #dot
+        }
+    }
+}
+
+/// `const _: Option<T> = None;` for each type a duration was written with
+/// (`Duration::from_secs(..)`), so rustc resolves the path the macro only read as text.
+pub(crate) fn type_exists_checks<'a, I>(types: I) -> TokenStream
+where
+    I: IntoIterator<Item = &'a syn::Path>,
+{
+    let checks = types
+        .into_iter()
+        .map(|ty| quote!(const _: ::core::option::Option<#ty> = ::core::option::Option::None;));
+    quote!(#(#checks)*)
+}

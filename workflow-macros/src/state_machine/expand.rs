@@ -24,7 +24,7 @@ use workflow_model::{Activity, Definition, State, StateMachine};
 
 use super::lower::base_id;
 use super::parse::{Machine, TriggerDecl};
-use crate::common::expand::push_const;
+use crate::common::expand::{diagram_fns, push_const, type_exists_checks};
 use crate::common::parse::FnRef;
 use crate::common::parse::existing_derives;
 
@@ -52,8 +52,11 @@ pub(crate) fn expand(machine: &Machine, definition: Option<&Definition>) -> Toke
     };
     let name = &definition.name;
     let version = definition.fingerprint();
-    let mermaid = workflow_model::diagram::mermaid(definition);
-    let dot = workflow_model::diagram::dot(definition);
+    let diagrams = diagram_fns(
+        definition,
+        "The machine as a Mermaid `stateDiagram-v2`, computed at compile time.",
+        "The machine as a Graphviz DOT digraph, computed at compile time.",
+    );
     let build = definition_tokens(definition);
     let data = machine
         .options
@@ -101,32 +104,22 @@ pub(crate) fn expand(machine: &Machine, definition: Option<&Definition>) -> Toke
             Some(TriggerDecl::After {
                 duration_type: Some(ty),
                 ..
-            }) => {
-                Some(quote!(const _: ::core::option::Option<#ty> = ::core::option::Option::None;))
-            }
+            }) => Some(ty),
             _ => None,
         });
+    let duration_types = type_exists_checks(duration_types);
 
     quote! {
         #item
 
-        #(#duration_types)*
+        #duration_types
 
         #[allow(dead_code)]
         impl #ident {
             /// Every state, in declaration order.
             pub const STATES: &'static [Self] = &[#(Self::#variants),*];
             #consts
-
-            /// The machine as a Mermaid `stateDiagram-v2`, computed at compile time.
-            pub fn mermaid() -> &'static str {
-                #mermaid
-            }
-
-            /// The machine as a Graphviz DOT digraph, computed at compile time.
-            pub fn dot() -> &'static str {
-                #dot
-            }
+            #diagrams
         }
 
         impl #private::Workflow for #ident {

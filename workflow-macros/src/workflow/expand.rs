@@ -26,7 +26,7 @@ use workflow_model::{Definition, Flowchart};
 
 use super::lower::{step_id, workflow_name};
 use super::parse::{Body, KindDecl, StepDecl, SubWorkflowRef, WorkflowDecl};
-use crate::common::expand::{push_const, register_task};
+use crate::common::expand::{diagram_fns, push_const, register_task, type_exists_checks};
 use crate::common::parse::{FnRef, existing_derives};
 
 /// The emitted code. `definition` is `None` when there were errors (the stub).
@@ -77,8 +77,11 @@ pub(crate) fn expand(decl: &WorkflowDecl, definition: Option<&Definition>) -> To
     };
     let name = &definition.name;
     let version = definition.fingerprint();
-    let mermaid = workflow_model::diagram::mermaid(definition);
-    let dot = workflow_model::diagram::dot(definition);
+    let diagrams = diagram_fns(
+        definition,
+        "The workflow as a Mermaid flowchart, computed at compile time.",
+        "The workflow as a Graphviz DOT digraph, computed at compile time.",
+    );
     let json = definition.to_json_pretty();
 
     let have = existing_derives(attrs);
@@ -104,9 +107,7 @@ pub(crate) fn expand(decl: &WorkflowDecl, definition: Option<&Definition>) -> To
             };
         }
     });
-    let durations = durations
-        .into_iter()
-        .map(|ty| quote!(const _: ::core::option::Option<#ty> = ::core::option::Option::None;));
+    let durations = type_exists_checks(durations);
 
     quote! {
         #(#attrs)*
@@ -114,23 +115,14 @@ pub(crate) fn expand(decl: &WorkflowDecl, definition: Option<&Definition>) -> To
         #vis struct #ident;
 
         #(#children)*
-        #(#durations)*
+        #durations
 
         #[allow(dead_code)]
         impl #ident {
             /// The ids of the top-level nodes (or steps), in declaration order.
             pub const NODES: &'static [&'static str] = &[#(#ids),*];
             #consts
-
-            /// The workflow as a Mermaid flowchart, computed at compile time.
-            pub fn mermaid() -> &'static str {
-                #mermaid
-            }
-
-            /// The workflow as a Graphviz DOT digraph, computed at compile time.
-            pub fn dot() -> &'static str {
-                #dot
-            }
+            #diagrams
         }
 
         impl #private::Workflow for #ident {
