@@ -71,6 +71,7 @@ pub mod store;
 mod structured;
 mod task;
 pub mod testing;
+mod timers;
 mod workflow;
 
 #[cfg(test)]

@@ -1,52 +1,31 @@
-//! Routing on the runtime (routing.md sections 3 to 6): the trigger index, [`Runtime::send`]
-//! (start by trigger and resume by bookmark in one call), the bookmark queue and its worker,
-//! idempotent sends.
-//!
-//! # The queue worker
-//!
-//! [`Runtime::start_workers`] indexes the triggers (RT-9) and spawns one tokio task that
-//! delivers queued stimuli (RT-25 to RT-29). It is woken by a doorbell of capacity one (a
-//! [`tokio::sync::Notify`]: many rings before a pass cost one pass, RT-26), rung by every
-//! enqueue of this process and by the store's `QueueChanged` hints (a commit that added
-//! bookmarks, here or in another process), and by a periodic sweep
-//! ([`RuntimeBuilder::queue_sweep`](super::RuntimeBuilder::queue_sweep), default 10 s). It
-//! stops on [`Runtime::shutdown`], and is aborted when the last clone of the runtime is
-//! dropped (it holds only a weak reference between passes). Without `start_workers`, queued
-//! stimuli stay in the store until [`Runtime::deliver_queued`] is called.
+//! Delivery (routing.md sections 4 and 5): [`Runtime::send`] starts by trigger and resumes by
+//! bookmark in one call, defers to the queue what cannot be delivered now, and answers a
+//! retried send from its idempotency record.
 
-use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use sha2::{Digest, Sha256};
-use tokio::sync::Notify;
-use workflow_model::Activation;
 
-use super::{Inner, Runtime, StartOptions, Started, lock};
+use super::sha_hex;
 use crate::executor::{RunError, RunTarget};
 use crate::ids::new_ulid;
-use crate::instance::{TriggerStart, WorkflowStatus};
+use crate::instance::WorkflowStatus;
 use crate::routing::{RoutingError, check_correlation_id, check_name, stimulus_hash};
+use crate::runtime::{Runtime, Started};
 use crate::store::{
-    BookmarkQuery, BookmarkRow, DeadLetter, DeadLetterFilter, DeadLetterReason, IdempotencyRecord,
-    InstanceFilter, InstanceStatus, Micros, QueueItem, StoreError, TriggerRow, WakeUp,
+    BookmarkQuery, BookmarkRow, IdempotencyRecord, InstanceStatus, Micros, QueueItem, StoreError,
 };
+use workflow_model::Activation;
 
-use super::commit::now_micros;
+use crate::runtime::now_micros;
 
 /// The default queue TTL (RT-28): 10 minutes.
-pub(super) const DEFAULT_QUEUE_TTL: Duration = Duration::from_secs(600);
-/// The default periodic sweep of the queue worker (RT-26): 10 s.
-pub(super) const DEFAULT_SWEEP: Duration = Duration::from_secs(10);
+pub(crate) const DEFAULT_QUEUE_TTL: Duration = Duration::from_secs(600);
 /// The largest payload a send accepts (RT-8): 1 MiB.
 const MAX_PAYLOAD_BYTES: usize = 1 << 20;
-/// Queue items claimed per page (RT-27).
-const QUEUE_PAGE: usize = 50;
-/// How long a queue claim lasts (RT-29): 30 s.
-const CLAIM_TTL: Micros = 30_000_000;
 /// Bookmarks read per page.
-const BOOKMARK_PAGE: usize = 500;
+pub(super) const BOOKMARK_PAGE: usize = 500;
 
 /// A stimulus (routing.md RT-1): a name, an optional key, a JSON payload, and the send
 /// options (target instance, correlation id, bookmark id, idempotency key, queue TTL,
@@ -77,7 +56,7 @@ pub struct Stimulus {
     /// worker routes it as an inline send would (for large fan-outs).
     pub enqueue: bool,
     /// Why the key or payload given to the builder methods did not serialize.
-    invalid: Option<String>,
+    pub(crate) invalid: Option<String>,
 }
 
 impl Stimulus {
@@ -320,7 +299,7 @@ pub struct SendReport {
 }
 
 impl SendReport {
-    fn empty(stimulus_id: String, hash: String) -> Self {
+    pub(super) fn empty(stimulus_id: String, hash: String) -> Self {
         Self {
             stimulus_id,
             hash,
@@ -337,134 +316,26 @@ impl SendReport {
     }
 }
 
-/// The queue worker's handle, aborted when the runtime's state is dropped.
-pub(super) struct Workers {
-    task: Option<tokio::task::JoinHandle<()>>,
-    stop: Arc<Notify>,
-}
-
-impl Drop for Workers {
-    fn drop(&mut self) {
-        if let Some(task) = &self.task {
-            task.abort();
-        }
-    }
-}
-
 /// A queue item's targets (RT-25), as stored in its `targets` column.
 #[derive(Debug, Default, Serialize, Deserialize)]
-struct Targets {
+pub(super) struct Targets {
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    instance_id: Option<String>,
+    pub(super) instance_id: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    bookmark_id: Option<String>,
+    pub(super) bookmark_id: Option<String>,
     /// Written by a send in mode `Enqueue` (RT-23): the worker routes it as a send would.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    route: bool,
+    pub(super) route: bool,
     /// The key itself, for `route` items (the item's key column is for display).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    key: Option<Value>,
+    pub(super) key: Option<Value>,
 }
 
-pub(super) fn sha_hex(parts: &[&str]) -> String {
-    let mut hasher = Sha256::new();
-    for part in parts {
-        hasher.update((part.len() as u64).to_be_bytes());
-        hasher.update(part.as_bytes());
-    }
-    hasher
-        .finalize()
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
-}
-
-fn to_micros(d: Duration) -> Micros {
+pub(super) fn to_micros(d: Duration) -> Micros {
     i64::try_from(d.as_micros()).unwrap_or(i64::MAX)
 }
 
 impl Runtime {
-    /// The activation guard of a new instance of `name` (RT-15, RT-16), or why none may be
-    /// created. One scope per instance: `singleton:<name>`, `correlation:<id>` or
-    /// `correlated:<name>:<id>`. Instances of `Always` definitions hold none: a trigger of a
-    /// `Correlation` definition also looks them up before creating (not atomically), while
-    /// `Runtime::start` sees only instances of `Correlation` definitions.
-    pub(super) fn activation_scope(
-        &self,
-        name: &str,
-        correlation_id: Option<&str>,
-    ) -> Result<Option<String>, Refusal> {
-        let missing = || Refusal::MissingCorrelationId {
-            definition: name.to_owned(),
-        };
-        Ok(match self.activation_of(name) {
-            Activation::Always => None,
-            Activation::Singleton => Some(format!("singleton:{name}")),
-            Activation::Correlation => Some(format!(
-                "correlation:{}",
-                correlation_id.ok_or_else(missing)?
-            )),
-            Activation::CorrelatedSingleton => Some(format!(
-                "correlated:{name}:{}",
-                correlation_id.ok_or_else(missing)?
-            )),
-        })
-    }
-
-    /// The activation strategy of the registered definition `name` (`Always` if unknown).
-    pub(super) fn activation_of(&self, name: &str) -> Activation {
-        self.inner
-            .workflows
-            .get(name)
-            .map(|w| w.activation())
-            .unwrap_or_default()
-    }
-
-    /// Writes the event triggers of every registered definition to the store, each
-    /// definition's set replaced by difference (RT-9 to RT-11): a definition registered
-    /// without triggers has its rows removed. Done once per runtime, by
-    /// [`Runtime::start_workers`] or the first [`Runtime::send`]; call it again after
-    /// another process changed the index to re-assert this process's view.
-    pub async fn index_triggers(&self) -> Result<(), StoreError> {
-        let now = now_micros();
-        let mut names: Vec<&String> = self.inner.workflows.keys().collect();
-        names.sort();
-        for name in names {
-            let Some(workflow) = self.inner.workflows.get(name) else {
-                continue;
-            };
-            let mut rows = Vec::new();
-            for (node_id, event) in workflow.event_triggers() {
-                // RT-9: a trigger's key is a data path, unknown before the start: it matches
-                // its name with any key, so it is indexed under the keyless hash.
-                let Ok(hash) = stimulus_hash(&event, None, None) else {
-                    continue;
-                };
-                rows.push(TriggerRow {
-                    definition_name: name.clone(),
-                    definition_version: workflow.version().to_owned(),
-                    node_id,
-                    hash,
-                    name: event,
-                    key_display: None,
-                    payload: Value::Null,
-                    activation: serde_json::to_value(workflow.activation()).unwrap_or(Value::Null),
-                    registered_at: now,
-                });
-            }
-            self.inner.store.replace_triggers(name, rows).await?;
-        }
-        Ok(())
-    }
-
-    async fn ensure_triggers(&self) -> Result<(), StoreError> {
-        self.inner
-            .triggers_indexed
-            .get_or_try_init(|| self.index_triggers())
-            .await
-            .map(drop)
-    }
-
     /// Sends a stimulus (routing.md section 4): in one call, starts the definitions whose
     /// event trigger matches (RT-15, subject to their activation strategy) and resumes every
     /// bookmark waiting for its name and key (RT-17), narrowed by instance id, correlation id
@@ -576,7 +447,7 @@ impl Runtime {
     }
 
     /// RT-15 to RT-21 for one stimulus: triggers, bookmarks, deferrals, then the queue.
-    async fn route(
+    pub(crate) async fn route(
         &self,
         stimulus: &Stimulus,
         hash: &str,
@@ -638,35 +509,6 @@ impl Runtime {
         Ok(report)
     }
 
-    /// A non-final instance other than `except` whose correlation id is `cid`.
-    async fn live_with_correlation(
-        &self,
-        cid: &str,
-        except: &str,
-    ) -> Result<Option<String>, StoreError> {
-        let mut filter = InstanceFilter {
-            correlation_id: Some(cid.to_owned()),
-            limit: 100,
-            ..InstanceFilter::default()
-        };
-        loop {
-            let page = self.inner.store.list_instances(filter.clone()).await?;
-            let full = page.len() >= filter.limit;
-            filter.after = page.last().map(|l| l.instance_id.clone());
-            for listed in page {
-                if let Ok(record) = listed.record
-                    && !record.status.is_final()
-                    && record.instance_id != except
-                {
-                    return Ok(Some(record.instance_id));
-                }
-            }
-            if !full {
-                return Ok(None);
-            }
-        }
-    }
-
     /// A queue item for `stimulus` (RT-25), expiring after its TTL (RT-28).
     fn queue_item(
         &self,
@@ -695,116 +537,6 @@ impl Runtime {
             held: false,
             idempotency_key: stimulus.idempotency_key.clone(),
         }
-    }
-
-    /// RT-15, RT-16, RT-13: starts the definitions whose trigger matches.
-    async fn trigger_phase(
-        &self,
-        stimulus: &Stimulus,
-        hash: &str,
-        stimulus_id: &str,
-        sent_at: Micros,
-        report: &mut SendReport,
-    ) -> Result<(), SendError> {
-        self.ensure_triggers().await.map_err(SendError::Store)?;
-        let mut hashes = vec![hash.to_owned()];
-        if stimulus.key.is_some() {
-            hashes.push(stimulus_hash(&stimulus.name, None, None)?);
-        }
-        let rows = self
-            .inner
-            .store
-            .find_triggers(&hashes)
-            .await
-            .map_err(SendError::Store)?;
-        for row in rows {
-            let registered = self.inner.workflows.get(&row.definition_name);
-            if registered.is_none_or(|w| w.version() != row.definition_version) {
-                report.refused.push(Refusal::VersionNotRegistered {
-                    definition: row.definition_name,
-                    version: row.definition_version,
-                });
-                continue;
-            }
-            let scope = match self
-                .activation_scope(&row.definition_name, stimulus.correlation_id.as_deref())
-            {
-                Ok(scope) => scope,
-                Err(refusal) => {
-                    report.refused.push(refusal);
-                    continue;
-                }
-            };
-            // RT-19: a retry derives the same instance id and finds the instance.
-            let instance_id = format!(
-                "trg-{}",
-                sha_hex(&[stimulus_id, &row.definition_name, &row.node_id])
-                    .get(..40)
-                    .unwrap_or_default()
-            );
-            let options = StartOptions {
-                instance_id: Some(instance_id.clone()),
-                correlation_id: stimulus.correlation_id.clone(),
-            };
-            let trigger = TriggerStart {
-                node_id: row.node_id.clone(),
-                stimulus_id: stimulus_id.to_owned(),
-                payload: stimulus.payload.clone(),
-            };
-            // RT-15 `Correlation` spans definitions: instances of definitions without a
-            // correlation strategy hold no activation guard, so they are looked up first (not
-            // atomic with the creation; instances of `Correlation` definitions are, RT-16).
-            if let (Activation::Correlation, Some(cid)) = (
-                self.activation_of(&row.definition_name),
-                stimulus.correlation_id.as_deref(),
-            ) && let Some(existing) = self
-                .live_with_correlation(cid, &instance_id)
-                .await
-                .map_err(SendError::Store)?
-            {
-                report.refused.push(Refusal::ActivationRefused {
-                    strategy: Activation::Correlation,
-                    existing,
-                });
-                continue;
-            }
-            let mut new = match self.new_instance(
-                &row.definition_name,
-                stimulus.payload.clone(),
-                options,
-                None,
-                Some(trigger),
-            ) {
-                Ok(new) => new,
-                Err(error) => {
-                    report.refused.push(Refusal::Rejected {
-                        definition: row.definition_name,
-                        message: error.to_string(),
-                    });
-                    continue;
-                }
-            };
-            new.activation_scope = scope;
-            new.origin_at = sent_at;
-            match self.inner.store.create_instance(new).await {
-                // A retried send (RT-19) finds the instance it started.
-                Ok(_) | Err(StoreError::AlreadyExists { .. }) => {}
-                Err(StoreError::ActivationConflict { existing, .. }) => {
-                    report.refused.push(Refusal::ActivationRefused {
-                        strategy: self.activation_of(&row.definition_name),
-                        existing,
-                    });
-                    continue;
-                }
-                Err(error) => return Err(SendError::Store(error)),
-            }
-            match self.drive(&instance_id, RunTarget::None).await {
-                Ok(Some(started)) => report.started.push(started),
-                Ok(None) => {}
-                Err(error) => report.not_delivered.push(error),
-            }
-        }
-        Ok(())
     }
 
     /// RT-17 to RT-20: resumes every matching bookmark, one run per instance. Returns the
@@ -930,7 +662,7 @@ impl Runtime {
     }
 
     /// Bookmark ids matching `query`, grouped by instance in creation order (RT-18).
-    async fn matching(
+    pub(crate) async fn matching(
         &self,
         query: BookmarkQuery,
     ) -> Result<Vec<(String, Vec<String>)>, StoreError> {
@@ -943,7 +675,7 @@ impl Runtime {
     }
 
     /// Bookmark rows matching `query`, grouped by instance in creation order.
-    async fn matching_rows(
+    pub(crate) async fn matching_rows(
         &self,
         mut query: BookmarkQuery,
     ) -> Result<Vec<(String, Vec<BookmarkRow>)>, StoreError> {
@@ -960,269 +692,6 @@ impl Runtime {
             }
             if !full {
                 return Ok(targets);
-            }
-        }
-    }
-
-    /// One pass of the bookmark queue (RT-27, RT-28): expired items become dead letters
-    /// `Expired`; every other item is offered, oldest first, to the bookmarks its look-back
-    /// admits (RT-31: sent at or after the instance's `origin_at`, `SinceOrigin`), and deleted
-    /// once delivered. Each pending item is visited at most once per pass. Returns how many
-    /// items were delivered. The worker calls it; tests and tools may too.
-    pub async fn deliver_queued(&self) -> Result<usize, StoreError> {
-        let store = &self.inner.store;
-        let now = now_micros();
-        while store.expire_queue(now, 500).await? >= 500 {}
-        let mut claimed = Vec::new();
-        loop {
-            let page = store
-                .claim_queue_page(&self.inner.owner, now, CLAIM_TTL, QUEUE_PAGE)
-                .await?;
-            let done = page.len() < QUEUE_PAGE;
-            claimed.extend(page);
-            if done {
-                break;
-            }
-        }
-        let mut delivered = 0;
-        for item in claimed {
-            let targets: Targets = serde_json::from_value(item.targets.clone()).unwrap_or_default();
-            if targets.route {
-                // RT-23: route it as an inline send; unmatched, it is queued anew (same
-                // stimulus id) and this item deleted.
-                let stimulus = Stimulus {
-                    name: item.name.clone(),
-                    key: targets.key,
-                    instance_id: targets.instance_id,
-                    payload: item.payload.clone(),
-                    correlation_id: item.correlation_id.clone(),
-                    bookmark_id: targets.bookmark_id,
-                    idempotency_key: None,
-                    ttl: Some(Duration::from_micros(
-                        u64::try_from(item.expires_at.saturating_sub(item.sent_at)).unwrap_or(0),
-                    )),
-                    queue: true,
-                    enqueue: false,
-                    invalid: None,
-                };
-                match self
-                    .route(&stimulus, &item.hash, &item.stimulus_id, item.sent_at)
-                    .await
-                {
-                    Ok(_) => {
-                        store.ack_queue_item(&item.item_id).await?;
-                        delivered += 1;
-                    }
-                    Err(error) => {
-                        store
-                            .record_queue_failure(&item.item_id, &error.to_string(), now, 3)
-                            .await?;
-                    }
-                }
-                continue;
-            }
-            // A targeted item whose instance ended or vanished can never be delivered (a
-            // held one would otherwise stay for ever): it becomes a dead letter.
-            if let Some(instance) = &targets.instance_id {
-                let gone = match store.load_instance(instance).await {
-                    Ok(record) => record.status.is_final(),
-                    Err(StoreError::NotFound { .. }) => true,
-                    Err(_) => false,
-                };
-                if gone {
-                    store
-                        .dead_letter(
-                            &item.item_id,
-                            DeadLetterReason::Rejected,
-                            Some(&format!("instance `{instance}` is final or gone")),
-                            now,
-                        )
-                        .await?;
-                    continue;
-                }
-            }
-            match self.deliver_item(&item).await {
-                Ok(true) => {
-                    store.ack_queue_item(&item.item_id).await?;
-                    delivered += 1;
-                }
-                Ok(false) => {
-                    store
-                        .release_queue_item(&item.item_id, &self.inner.owner)
-                        .await?;
-                }
-                Err(error) => {
-                    store
-                        .record_queue_failure(&item.item_id, &error.to_string(), now, 3)
-                        .await?;
-                }
-            }
-        }
-        if delivered > 0 {
-            self.process_links().await;
-        }
-        Ok(delivered)
-    }
-
-    /// Delivers one queued item to its eligible bookmarks (RT-31); whether any was resumed.
-    async fn deliver_item(&self, item: &QueueItem) -> Result<bool, StoreError> {
-        let store = &self.inner.store;
-        let targets: Targets = serde_json::from_value(item.targets.clone()).unwrap_or_default();
-        let mut query = BookmarkQuery::by_hash(item.hash.clone(), BOOKMARK_PAGE);
-        query.instance_id = targets.instance_id;
-        query.bookmark_id = targets.bookmark_id;
-        query.correlation_id.clone_from(&item.correlation_id);
-        let mut any = false;
-        for (instance, rows) in self.matching_rows(query).await? {
-            if store.has_receipt(&instance, &item.stimulus_id).await? {
-                continue;
-            }
-            let record = match store.load_instance(&instance).await {
-                Ok(record) => record,
-                Err(StoreError::NotFound { .. }) => continue,
-                Err(error) => return Err(error),
-            };
-            // RT-30, RT-31: each bookmark's look-back admits the item's send time; without
-            // an instant (`SinceOrigin`), the instance's origin.
-            let ids: Vec<String> = rows
-                .into_iter()
-                .filter(|row| item.sent_at >= row.look_back.unwrap_or(record.origin_at))
-                .map(|row| row.bookmark_id)
-                .collect();
-            if ids.is_empty() {
-                continue;
-            }
-            let target = RunTarget::Bookmarks {
-                ids,
-                payload: item.payload.clone(),
-            };
-            match self
-                .drive_consuming(&instance, target, Some(item.stimulus_id.clone()))
-                .await
-            {
-                Ok(Some(_)) => any = true,
-                // RT-22: rejected for this instance; the item is handled (dead-lettered for
-                // it) and is not offered to it again.
-                Err(RunError::PayloadDecode {
-                    instance,
-                    bookmark,
-                    node,
-                    payload_type,
-                    message,
-                }) => {
-                    let rejection = Rejection::PayloadDecode {
-                        instance: instance.clone(),
-                        bookmark: bookmark.clone(),
-                        node,
-                        payload_type,
-                        message,
-                    };
-                    self.reject(item.clone(), &instance, &bookmark, &rejection)
-                        .await?;
-                    any = true;
-                }
-                _ => {}
-            }
-        }
-        Ok(any)
-    }
-
-    /// RT-22: writes the stimulus of `base` to the dead letters with reason `Rejected` and the
-    /// typed error, targeted at `instance` and `bookmark` (so a replay after a fix reaches
-    /// only them).
-    async fn reject(
-        &self,
-        mut base: QueueItem,
-        instance: &str,
-        bookmark: &str,
-        rejection: &Rejection,
-    ) -> Result<(), StoreError> {
-        let targets = Targets {
-            instance_id: Some(instance.to_owned()),
-            bookmark_id: Some(bookmark.to_owned()),
-            ..Targets::default()
-        };
-        base.item_id = new_ulid();
-        base.targets = serde_json::to_value(&targets).unwrap_or(Value::Null);
-        base.attempts = 0;
-        base.held = false;
-        let error = serde_json::to_string(rejection).unwrap_or_default();
-        let store = &self.inner.store;
-        let item_id = base.item_id.clone();
-        store.enqueue(base).await?;
-        store
-            .dead_letter(
-                &item_id,
-                DeadLetterReason::Rejected,
-                Some(&error),
-                now_micros(),
-            )
-            .await?;
-        Ok(())
-    }
-
-    /// Removes the trigger rows of a definition no process registers any more (RT-11).
-    pub async fn retire_definition(&self, name: &str) -> Result<(), StoreError> {
-        self.inner
-            .store
-            .replace_triggers(name, Vec::new())
-            .await
-            .map(drop)
-    }
-
-    /// Re-enqueues a dead letter with a fresh TTL (the runtime's default), zero attempts and
-    /// the same stimulus id, so receipts still prevent a double application (RT-28).
-    pub async fn replay_dead_letter(&self, item_id: &str) -> Result<QueueItem, StoreError> {
-        let item = self
-            .inner
-            .store
-            .replay_dead_letter(item_id, now_micros(), self.inner.queue_ttl)
-            .await?;
-        self.inner.doorbell.notify_one();
-        Ok(item)
-    }
-
-    /// Dead letters (RT-28), oldest first.
-    pub async fn dead_letters(
-        &self,
-        filter: DeadLetterFilter,
-    ) -> Result<Vec<DeadLetter>, StoreError> {
-        self.inner.store.list_dead_letters(filter).await
-    }
-
-    /// Indexes the triggers (RT-9) and starts the queue worker (RT-26, see the module docs);
-    /// a second call does nothing. Needs a tokio runtime.
-    pub async fn start_workers(&self) -> Result<(), StoreError> {
-        self.ensure_triggers().await?;
-        let mut workers = lock(&self.inner.workers);
-        if workers.is_some() {
-            return Ok(());
-        }
-        let stop = Arc::new(Notify::new());
-        let task = tokio::spawn(worker(
-            Arc::downgrade(&self.inner),
-            Arc::clone(&self.inner.doorbell),
-            Arc::clone(&stop),
-            self.inner.store.subscribe(),
-            self.inner.sweep,
-        ));
-        *workers = Some(Workers {
-            task: Some(task),
-            stop,
-        });
-        // RT-26: a registration rings the doorbell.
-        self.inner.doorbell.notify_one();
-        Ok(())
-    }
-
-    /// Stops the queue worker and waits for it to end (a pass in progress completes); part of
-    /// [`Runtime::shutdown`].
-    pub(super) async fn stop_queue_worker(&self) {
-        let workers = lock(&self.inner.workers).take();
-        if let Some(mut workers) = workers {
-            workers.stop.notify_one();
-            if let Some(task) = workers.task.take() {
-                let _ = task.await;
             }
         }
     }
@@ -1246,66 +715,4 @@ fn duplicate(
         })?;
     report.duplicate = true;
     Ok(report)
-}
-
-/// The queue worker (RT-26, RT-27): one pass per doorbell ring, store hint or sweep.
-async fn worker(
-    inner: Weak<Inner>,
-    doorbell: Arc<Notify>,
-    stop: Arc<Notify>,
-    mut hints: tokio::sync::broadcast::Receiver<WakeUp>,
-    sweep: Duration,
-) {
-    loop {
-        tokio::select! {
-            () = stop.notified() => return,
-            () = doorbell.notified() => {}
-            hint = hints.recv() => match hint {
-                Ok(WakeUp::QueueChanged) | Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {}
-                Ok(_) => continue,
-                Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
-            },
-            () = tokio::time::sleep(sweep) => {}
-        }
-        // RT-26: coalesce a burst of rings into one pass.
-        tokio::time::sleep(Duration::from_millis(20)).await;
-        while hints.try_recv().is_ok() {}
-        let Some(inner) = inner.upgrade() else {
-            return;
-        };
-        let runtime = Runtime { inner };
-        if let Err(error) = runtime.deliver_queued().await {
-            tracing::warn!(%error, "bookmark queue pass failed");
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use std::sync::Arc;
-
-    use super::Runtime;
-
-    /// The worker holds only a weak reference: dropping the last runtime ends it, and
-    /// `shutdown` joins it.
-    #[test]
-    fn rt26_the_worker_stops_on_shutdown_and_on_drop() {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_time()
-            .build()
-            .ok();
-        let Some(rt) = rt else { return };
-        rt.block_on(async {
-            let runtime = Runtime::builder().build().ok();
-            let Some(runtime) = runtime else { return };
-            assert!(runtime.start_workers().await.is_ok());
-            runtime.shutdown().await;
-            assert!(super::lock(&runtime.inner.workers).is_none());
-            assert!(runtime.start_workers().await.is_ok());
-            let weak = Arc::downgrade(&runtime.inner);
-            drop(runtime);
-            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-            assert!(weak.upgrade().is_none(), "the runtime state leaked");
-        });
-    }
 }

@@ -26,7 +26,7 @@ use crate::workflow::Workflow;
 
 // ---- the registered workflows ------------------------------------------------------------
 
-pub(super) struct RunOutput {
+pub(crate) struct RunOutput {
     pub(super) state: WorkflowState,
     pub(super) events: Vec<LifecycleEvent>,
     pub(super) end: RunEnd,
@@ -36,7 +36,7 @@ pub(super) struct RunOutput {
 
 /// The settings of one run.
 #[derive(Debug, Clone)]
-pub(super) struct RunOptions {
+pub(crate) struct RunOptions {
     /// Clock, grace and the instance's cancellation token for task attempts.
     pub(super) attempts: AttemptSettings,
     /// The step budget (ENG-10).
@@ -48,7 +48,7 @@ pub(super) struct RunOptions {
 }
 
 /// A registered definition with its user code, its data type erased.
-pub(super) trait ErasedWorkflow: Send + Sync {
+pub(crate) trait ErasedWorkflow: Send + Sync {
     fn version(&self) -> &str;
     fn check_data(&self, data: &Value) -> Result<(), String>;
     fn run<'a>(

@@ -15,7 +15,7 @@ use crate::store::{
 };
 
 /// The wall clock in µs since the epoch (ST-23).
-pub(super) fn now_micros() -> Micros {
+pub(crate) fn now_micros() -> Micros {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| i64::try_from(d.as_micros()).unwrap_or(i64::MAX))
@@ -189,7 +189,7 @@ impl RunCommits<'_> {
                 .bookmarks
                 .iter()
                 .filter(|b| !tracker.bookmarks.iter().any(|a| a.id == b.id))
-                .filter_map(super::timers::timer_of)
+                .filter_map(crate::timers::timer_of)
                 .collect();
             let removed: Vec<&Bookmark> = tracker
                 .bookmarks
@@ -198,7 +198,7 @@ impl RunCommits<'_> {
                 .collect();
             commit.timers_removed = removed
                 .iter()
-                .filter(|a| super::timers::timer_of(a).is_some())
+                .filter(|a| crate::timers::timer_of(a).is_some())
                 .map(|a| a.id.clone())
                 .collect();
             commit.bookmarks_removed = removed.iter().map(|a| a.id.clone()).collect();

@@ -38,18 +38,18 @@ use crate::workflow::{StateMachineWorkflow, Workflow};
 mod builder;
 mod commit;
 mod faults;
-mod send;
-mod timers;
+mod lifecycle;
 
+pub use crate::routing::{Refusal, Rejection, SendError, SendReport, Stimulus};
+pub use crate::timers::TimerFiring;
 pub use builder::RuntimeBuilder;
 use builder::{ErasedWorkflow, RunOutput};
+pub(crate) use commit::now_micros;
 use commit::{
-    RunCommits, Tracker, decode_document, encode_document, journal_entry, ms_to_micros, now_micros,
+    RunCommits, Tracker, decode_document, encode_document, journal_entry, ms_to_micros,
     run_store_error, workflow_status,
 };
 pub use faults::RetryError;
-pub use send::{Refusal, Rejection, SendError, SendReport, Stimulus};
-pub use timers::TimerFiring;
 
 // ---- errors, one enum per operation family ---------------------------------------------
 
@@ -393,61 +393,61 @@ impl InstanceSnapshot {
 
 // ---- the runtime -------------------------------------------------------------------------
 
-struct Inner {
-    workflows: HashMap<String, Arc<dyn ErasedWorkflow>>,
+pub(crate) struct Inner {
+    pub(crate) workflows: HashMap<String, Arc<dyn ErasedWorkflow>>,
     /// Where instances, bookmarks and journals live (ST-1).
-    store: Arc<dyn Store>,
+    pub(crate) store: Arc<dyn Store>,
     /// This runtime's lease owner name (ST-14).
-    owner: String,
+    pub(crate) owner: String,
     /// The instance lease's duration, µs.
-    lease_ttl: Micros,
-    commit_strategy: CommitStrategy,
+    pub(crate) lease_ttl: Micros,
+    pub(crate) commit_strategy: CommitStrategy,
     /// Serializes this process's runs of one instance, so they queue instead of meeting each
     /// other's lease (the lease still fences other processes, ST-14).
-    locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+    pub(crate) locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
     /// Children created by their parent's commit whose first run is still to do (ACT-24).
-    created: Mutex<std::collections::HashSet<String>>,
+    pub(crate) created: Mutex<std::collections::HashSet<String>>,
     /// Wakes awaiters after each commit of this process (ENG-48).
-    watches: Mutex<HashMap<String, watch::Sender<u64>>>,
-    events: broadcast::Sender<LifecycleEvent>,
-    max_steps_per_run: usize,
-    journal_level: JournalLevel,
-    max_journal_entries: usize,
-    middleware: Middleware,
+    pub(crate) watches: Mutex<HashMap<String, watch::Sender<u64>>>,
+    pub(crate) events: broadcast::Sender<LifecycleEvent>,
+    pub(crate) max_steps_per_run: usize,
+    pub(crate) journal_level: JournalLevel,
+    pub(crate) max_journal_entries: usize,
+    pub(crate) middleware: Middleware,
     /// Work between instances queued by commits (ACT-24), carried out before the runtime
     /// call that caused it returns.
-    links: Mutex<VecDeque<Link>>,
+    pub(crate) links: Mutex<VecDeque<Link>>,
     /// Set once the triggers are written to the store (RT-9).
-    triggers_indexed: tokio::sync::OnceCell<()>,
+    pub(crate) triggers_indexed: tokio::sync::OnceCell<()>,
     /// The time triggers' schedules were written (TM-11 to TM-13).
-    schedules_written: tokio::sync::OnceCell<()>,
+    pub(crate) schedules_written: tokio::sync::OnceCell<()>,
     /// The queue worker's doorbell, capacity one (RT-26).
-    doorbell: Arc<tokio::sync::Notify>,
+    pub(crate) doorbell: Arc<tokio::sync::Notify>,
     /// The queue worker, once started.
-    workers: Mutex<Option<send::Workers>>,
+    pub(crate) workers: Mutex<Option<crate::routing::queue::Workers>>,
     /// The default queue TTL, µs (RT-28).
-    queue_ttl: Micros,
+    pub(crate) queue_ttl: Micros,
     /// The queue worker's periodic sweep (RT-26).
-    sweep: Duration,
+    pub(crate) sweep: Duration,
     /// Workflow time (TM-1).
-    clock: Arc<dyn crate::clock::Clock>,
+    pub(crate) clock: Arc<dyn crate::clock::Clock>,
     /// The timer driver's fallback sweep (TM-5); `None` disables it.
-    sweep_interval: Option<Duration>,
+    pub(crate) sweep_interval: Option<Duration>,
     /// Whether this runtime's timer driver was started (TM-4).
-    driver_started: Mutex<bool>,
+    pub(crate) driver_started: Mutex<bool>,
     /// Dropped with the runtime: stops the timer driver.
-    stop: watch::Sender<bool>,
+    pub(crate) stop: watch::Sender<bool>,
     /// ENG-52's grace for cancelled tasks.
-    cancel_grace: Duration,
+    pub(crate) cancel_grace: Duration,
     /// The cancellation token of each instance this process is running (FLT-15).
-    running: Mutex<HashMap<String, crate::cancel::CancellationToken>>,
+    pub(crate) running: Mutex<HashMap<String, crate::cancel::CancellationToken>>,
 }
 
 /// The workflow runtime (engine.md section 10), on a [`Store`]: in memory by default, durable
 /// on a [`SqliteStore`](crate::store::SqliteStore). Cheap to clone; clones share instances.
 #[derive(Clone)]
 pub struct Runtime {
-    inner: Arc<Inner>,
+    pub(crate) inner: Arc<Inner>,
 }
 
 impl std::fmt::Debug for Runtime {
@@ -462,7 +462,7 @@ impl std::fmt::Debug for Runtime {
 }
 
 /// This process's turn to run an instance (see [`Runtime::local_run`]).
-struct LocalRun<'r> {
+pub(crate) struct LocalRun<'r> {
     locks: &'r Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
     instance_id: String,
     mutex: Option<Arc<tokio::sync::Mutex<()>>>,
@@ -512,7 +512,7 @@ pub struct RecoveryReport {
     pub parents_resumed: Vec<String>,
 }
 
-fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     match mutex.lock() {
         Ok(guard) => guard,
         Err(poisoned) => poisoned.into_inner(),
@@ -548,10 +548,10 @@ impl Runtime {
             commit_strategy: CommitStrategy::default(),
             lease_ttl: Duration::from_secs(60),
             owner: None,
-            queue_ttl: send::DEFAULT_QUEUE_TTL,
-            queue_sweep: send::DEFAULT_SWEEP,
+            queue_ttl: crate::routing::delivery::DEFAULT_QUEUE_TTL,
+            queue_sweep: crate::routing::queue::DEFAULT_SWEEP,
             clock: None,
-            sweep_interval: Some(timers::DEFAULT_SWEEP),
+            sweep_interval: Some(crate::timers::DEFAULT_SWEEP),
             timer_driver: true,
             cancel_grace: crate::executor::DEFAULT_CANCEL_GRACE,
         }
@@ -598,7 +598,7 @@ impl Runtime {
     }
 
     /// A new instance of `name` (`Running/Pending`, version 1), checked but not yet stored.
-    fn new_instance(
+    pub(crate) fn new_instance(
         &self,
         name: &str,
         input: Value,
@@ -652,7 +652,7 @@ impl Runtime {
 
     /// Creates the instance in the store (`Running/Pending`, version 1) and runs its first
     /// run, with its parent when a SubWorkflow starts it (ACT-24).
-    async fn start_inner(
+    pub(crate) async fn start_inner(
         &self,
         name: &str,
         input: Value,
@@ -708,7 +708,7 @@ impl Runtime {
     }
 
     /// Removes an instance whose first run failed: committed `Cancelled`, then deleted.
-    async fn discard(&self, instance_id: &str) {
+    pub(crate) async fn discard(&self, instance_id: &str) {
         let store = &self.inner.store;
         let now = now_micros();
         let Ok(lease) = store
@@ -897,7 +897,10 @@ impl Runtime {
     }
 
     /// The stored state document alone (no journal), or `None` for an unknown id.
-    async fn load_state(&self, instance_id: &str) -> Result<Option<WorkflowState>, StateError> {
+    pub(crate) async fn load_state(
+        &self,
+        instance_id: &str,
+    ) -> Result<Option<WorkflowState>, StateError> {
         match self.inner.store.load_instance(instance_id).await {
             Ok(record) => decode_document(instance_id, record.state).map(Some),
             Err(StoreError::NotFound { .. }) => Ok(None),
@@ -1063,7 +1066,7 @@ impl Runtime {
         result
     }
 
-    async fn cancel_inner(
+    pub(crate) async fn cancel_inner(
         &self,
         instance_id: &str,
         reason: Option<String>,
@@ -1165,7 +1168,7 @@ impl Runtime {
 
     /// The status after linked work moved the instance on (a child that finished at once
     /// resumed its parent, ACT-24).
-    async fn refresh(&self, started: &mut Started) {
+    pub(crate) async fn refresh(&self, started: &mut Started) {
         if let Ok(Some(state)) = self.load_state(&started.instance_id).await {
             started.status = state.status;
             started.sub_status = state.sub_status;
@@ -1176,7 +1179,7 @@ impl Runtime {
     /// parents with their children's results, cancels children of cancelled SubWorkflows.
     /// Iterative, so a chain of nested sub-workflows does not recurse. Returns whether it did
     /// anything. (In process, after the commit: not yet durable across a crash.)
-    async fn process_links(&self) -> bool {
+    pub(crate) async fn process_links(&self) -> bool {
         let mut any = false;
         loop {
             let Some(link) = lock(&self.inner.links).pop_front() else {
@@ -1254,7 +1257,7 @@ impl Runtime {
 
     /// Waits for this process's other runs of the instance; the guard forgets the instance's
     /// lock when nobody else waits on it.
-    async fn local_run(&self, instance_id: &str) -> LocalRun<'_> {
+    pub(crate) async fn local_run(&self, instance_id: &str) -> LocalRun<'_> {
         let mutex = lock(&self.inner.locks)
             .entry(instance_id.to_owned())
             .or_default()
@@ -1270,7 +1273,10 @@ impl Runtime {
 
     /// The registered workflow of the instance's pinned version, else `VersionNotRegistered`
     /// naming both fingerprints (ENG-46).
-    fn workflow_for(&self, state: &WorkflowState) -> Result<Arc<dyn ErasedWorkflow>, RunError> {
+    pub(crate) fn workflow_for(
+        &self,
+        state: &WorkflowState,
+    ) -> Result<Arc<dyn ErasedWorkflow>, RunError> {
         let registered = self.inner.workflows.get(&state.definition.name);
         match registered {
             Some(w) if w.version() == state.definition.version => Ok(w.clone()),
@@ -1301,7 +1307,7 @@ impl Runtime {
     }
 
     /// Runs an instance under its lease; `Ok(None)` for an unknown id.
-    async fn drive(
+    pub(crate) async fn drive(
         &self,
         instance_id: &str,
         target: RunTarget,
@@ -1311,7 +1317,7 @@ impl Runtime {
 
     /// [`Runtime::drive`] whose first commit also writes the receipt of `stimulus_id`
     /// (RT-19): a stimulus already consumed by the instance fails the commit.
-    async fn drive_consuming(
+    pub(crate) async fn drive_consuming(
         &self,
         instance_id: &str,
         target: RunTarget,
@@ -1396,7 +1402,7 @@ impl Runtime {
     /// Runs under the lease until the run ends other than at its step budget: each budget
     /// slice is committed (ENG-10) and the task yields before the next. The last commit
     /// releases the lease.
-    async fn drive_leased(
+    pub(crate) async fn drive_leased(
         &self,
         instance_id: &str,
         token: u64,

@@ -1,0 +1,65 @@
+//! Dead letters (RT-22, RT-28): stimuli that expired in the queue or were rejected by an
+//! instance, listed and replayed by operators.
+
+use serde_json::Value;
+
+use super::delivery::{Rejection, Targets};
+use crate::ids::new_ulid;
+use crate::runtime::{Runtime, now_micros};
+use crate::store::{DeadLetter, DeadLetterFilter, DeadLetterReason, QueueItem, StoreError};
+
+impl Runtime {
+    /// RT-22: writes the stimulus of `base` to the dead letters with reason `Rejected` and the
+    /// typed error, targeted at `instance` and `bookmark` (so a replay after a fix reaches
+    /// only them).
+    pub(crate) async fn reject(
+        &self,
+        mut base: QueueItem,
+        instance: &str,
+        bookmark: &str,
+        rejection: &Rejection,
+    ) -> Result<(), StoreError> {
+        let targets = Targets {
+            instance_id: Some(instance.to_owned()),
+            bookmark_id: Some(bookmark.to_owned()),
+            ..Targets::default()
+        };
+        base.item_id = new_ulid();
+        base.targets = serde_json::to_value(&targets).unwrap_or(Value::Null);
+        base.attempts = 0;
+        base.held = false;
+        let error = serde_json::to_string(rejection).unwrap_or_default();
+        let store = &self.inner.store;
+        let item_id = base.item_id.clone();
+        store.enqueue(base).await?;
+        store
+            .dead_letter(
+                &item_id,
+                DeadLetterReason::Rejected,
+                Some(&error),
+                now_micros(),
+            )
+            .await?;
+        Ok(())
+    }
+
+    /// Re-enqueues a dead letter with a fresh TTL (the runtime's default), zero attempts and
+    /// the same stimulus id, so receipts still prevent a double application (RT-28).
+    pub async fn replay_dead_letter(&self, item_id: &str) -> Result<QueueItem, StoreError> {
+        let item = self
+            .inner
+            .store
+            .replay_dead_letter(item_id, now_micros(), self.inner.queue_ttl)
+            .await?;
+        self.inner.doorbell.notify_one();
+        Ok(item)
+    }
+
+    /// Dead letters (RT-28), oldest first.
+    pub async fn dead_letters(
+        &self,
+        filter: DeadLetterFilter,
+    ) -> Result<Vec<DeadLetter>, StoreError> {
+        self.inner.store.list_dead_letters(filter).await
+    }
+}

@@ -1,0 +1,306 @@
+//! The bookmark queue and its worker (routing.md section 6).
+//!
+//! [`Runtime::start_workers`] indexes the triggers (RT-9) and spawns one tokio task that
+//! delivers queued stimuli (RT-25 to RT-29). It is woken by a doorbell of capacity one (a
+//! [`tokio::sync::Notify`]: many rings before a pass cost one pass, RT-26), rung by every
+//! enqueue of this process and by the store's `QueueChanged` hints (a commit that added
+//! bookmarks, here or in another process), and by a periodic sweep
+//! ([`RuntimeBuilder::queue_sweep`](super::RuntimeBuilder::queue_sweep), default 10 s). It
+//! stops on [`Runtime::shutdown`], and is aborted when the last clone of the runtime is
+//! dropped (it holds only a weak reference between passes). Without `start_workers`, queued
+//! stimuli stay in the store until [`Runtime::deliver_queued`] is called.
+
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use tokio::sync::Notify;
+
+use super::delivery::{BOOKMARK_PAGE, Rejection, Stimulus, Targets};
+use crate::executor::{RunError, RunTarget};
+use crate::runtime::{Inner, Runtime, lock, now_micros};
+use crate::store::{BookmarkQuery, DeadLetterReason, Micros, QueueItem, StoreError, WakeUp};
+
+/// The default periodic sweep of the queue worker (RT-26): 10 s.
+pub(crate) const DEFAULT_SWEEP: Duration = Duration::from_secs(10);
+/// Queue items claimed per page (RT-27).
+const QUEUE_PAGE: usize = 50;
+/// How long a queue claim lasts (RT-29): 30 s.
+const CLAIM_TTL: Micros = 30_000_000;
+
+impl Runtime {
+    /// One pass of the bookmark queue (RT-27, RT-28): expired items become dead letters
+    /// `Expired`; every other item is offered, oldest first, to the bookmarks its look-back
+    /// admits (RT-31: sent at or after the instance's `origin_at`, `SinceOrigin`), and deleted
+    /// once delivered. Each pending item is visited at most once per pass. Returns how many
+    /// items were delivered. The worker calls it; tests and tools may too.
+    pub async fn deliver_queued(&self) -> Result<usize, StoreError> {
+        let store = &self.inner.store;
+        let now = now_micros();
+        while store.expire_queue(now, 500).await? >= 500 {}
+        let mut claimed = Vec::new();
+        loop {
+            let page = store
+                .claim_queue_page(&self.inner.owner, now, CLAIM_TTL, QUEUE_PAGE)
+                .await?;
+            let done = page.len() < QUEUE_PAGE;
+            claimed.extend(page);
+            if done {
+                break;
+            }
+        }
+        let mut delivered = 0;
+        for item in claimed {
+            let targets: Targets = serde_json::from_value(item.targets.clone()).unwrap_or_default();
+            if targets.route {
+                // RT-23: route it as an inline send; unmatched, it is queued anew (same
+                // stimulus id) and this item deleted.
+                let stimulus = Stimulus {
+                    name: item.name.clone(),
+                    key: targets.key,
+                    instance_id: targets.instance_id,
+                    payload: item.payload.clone(),
+                    correlation_id: item.correlation_id.clone(),
+                    bookmark_id: targets.bookmark_id,
+                    idempotency_key: None,
+                    ttl: Some(Duration::from_micros(
+                        u64::try_from(item.expires_at.saturating_sub(item.sent_at)).unwrap_or(0),
+                    )),
+                    queue: true,
+                    enqueue: false,
+                    invalid: None,
+                };
+                match self
+                    .route(&stimulus, &item.hash, &item.stimulus_id, item.sent_at)
+                    .await
+                {
+                    Ok(_) => {
+                        store.ack_queue_item(&item.item_id).await?;
+                        delivered += 1;
+                    }
+                    Err(error) => {
+                        store
+                            .record_queue_failure(&item.item_id, &error.to_string(), now, 3)
+                            .await?;
+                    }
+                }
+                continue;
+            }
+            // A targeted item whose instance ended or vanished can never be delivered (a
+            // held one would otherwise stay for ever): it becomes a dead letter.
+            if let Some(instance) = &targets.instance_id {
+                let gone = match store.load_instance(instance).await {
+                    Ok(record) => record.status.is_final(),
+                    Err(StoreError::NotFound { .. }) => true,
+                    Err(_) => false,
+                };
+                if gone {
+                    store
+                        .dead_letter(
+                            &item.item_id,
+                            DeadLetterReason::Rejected,
+                            Some(&format!("instance `{instance}` is final or gone")),
+                            now,
+                        )
+                        .await?;
+                    continue;
+                }
+            }
+            match self.deliver_item(&item).await {
+                Ok(true) => {
+                    store.ack_queue_item(&item.item_id).await?;
+                    delivered += 1;
+                }
+                Ok(false) => {
+                    store
+                        .release_queue_item(&item.item_id, &self.inner.owner)
+                        .await?;
+                }
+                Err(error) => {
+                    store
+                        .record_queue_failure(&item.item_id, &error.to_string(), now, 3)
+                        .await?;
+                }
+            }
+        }
+        if delivered > 0 {
+            self.process_links().await;
+        }
+        Ok(delivered)
+    }
+
+    /// Delivers one queued item to its eligible bookmarks (RT-31); whether any was resumed.
+    async fn deliver_item(&self, item: &QueueItem) -> Result<bool, StoreError> {
+        let store = &self.inner.store;
+        let targets: Targets = serde_json::from_value(item.targets.clone()).unwrap_or_default();
+        let mut query = BookmarkQuery::by_hash(item.hash.clone(), BOOKMARK_PAGE);
+        query.instance_id = targets.instance_id;
+        query.bookmark_id = targets.bookmark_id;
+        query.correlation_id.clone_from(&item.correlation_id);
+        let mut any = false;
+        for (instance, rows) in self.matching_rows(query).await? {
+            if store.has_receipt(&instance, &item.stimulus_id).await? {
+                continue;
+            }
+            let record = match store.load_instance(&instance).await {
+                Ok(record) => record,
+                Err(StoreError::NotFound { .. }) => continue,
+                Err(error) => return Err(error),
+            };
+            // RT-30, RT-31: each bookmark's look-back admits the item's send time; without
+            // an instant (`SinceOrigin`), the instance's origin.
+            let ids: Vec<String> = rows
+                .into_iter()
+                .filter(|row| item.sent_at >= row.look_back.unwrap_or(record.origin_at))
+                .map(|row| row.bookmark_id)
+                .collect();
+            if ids.is_empty() {
+                continue;
+            }
+            let target = RunTarget::Bookmarks {
+                ids,
+                payload: item.payload.clone(),
+            };
+            match self
+                .drive_consuming(&instance, target, Some(item.stimulus_id.clone()))
+                .await
+            {
+                Ok(Some(_)) => any = true,
+                // RT-22: rejected for this instance; the item is handled (dead-lettered for
+                // it) and is not offered to it again.
+                Err(RunError::PayloadDecode {
+                    instance,
+                    bookmark,
+                    node,
+                    payload_type,
+                    message,
+                }) => {
+                    let rejection = Rejection::PayloadDecode {
+                        instance: instance.clone(),
+                        bookmark: bookmark.clone(),
+                        node,
+                        payload_type,
+                        message,
+                    };
+                    self.reject(item.clone(), &instance, &bookmark, &rejection)
+                        .await?;
+                    any = true;
+                }
+                _ => {}
+            }
+        }
+        Ok(any)
+    }
+
+    /// Indexes the triggers (RT-9) and starts the queue worker (RT-26, see the module docs);
+    /// a second call does nothing. Needs a tokio runtime.
+    pub async fn start_workers(&self) -> Result<(), StoreError> {
+        self.ensure_triggers().await?;
+        let mut workers = lock(&self.inner.workers);
+        if workers.is_some() {
+            return Ok(());
+        }
+        let stop = Arc::new(Notify::new());
+        let task = tokio::spawn(worker(
+            Arc::downgrade(&self.inner),
+            Arc::clone(&self.inner.doorbell),
+            Arc::clone(&stop),
+            self.inner.store.subscribe(),
+            self.inner.sweep,
+        ));
+        *workers = Some(Workers {
+            task: Some(task),
+            stop,
+        });
+        // RT-26: a registration rings the doorbell.
+        self.inner.doorbell.notify_one();
+        Ok(())
+    }
+
+    /// Stops the queue worker and waits for it to end (a pass in progress completes); part of
+    /// [`Runtime::shutdown`].
+    pub(crate) async fn stop_queue_worker(&self) {
+        let workers = lock(&self.inner.workers).take();
+        if let Some(mut workers) = workers {
+            workers.stop.notify_one();
+            if let Some(task) = workers.task.take() {
+                let _ = task.await;
+            }
+        }
+    }
+}
+
+/// The queue worker's handle, aborted when the runtime's state is dropped.
+pub(crate) struct Workers {
+    task: Option<tokio::task::JoinHandle<()>>,
+    stop: Arc<Notify>,
+}
+
+impl Drop for Workers {
+    fn drop(&mut self) {
+        if let Some(task) = &self.task {
+            task.abort();
+        }
+    }
+}
+
+/// The queue worker (RT-26, RT-27): one pass per doorbell ring, store hint or sweep.
+async fn worker(
+    inner: Weak<Inner>,
+    doorbell: Arc<Notify>,
+    stop: Arc<Notify>,
+    mut hints: tokio::sync::broadcast::Receiver<WakeUp>,
+    sweep: Duration,
+) {
+    loop {
+        tokio::select! {
+            () = stop.notified() => return,
+            () = doorbell.notified() => {}
+            hint = hints.recv() => match hint {
+                Ok(WakeUp::QueueChanged) | Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {}
+                Ok(_) => continue,
+                Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
+            },
+            () = tokio::time::sleep(sweep) => {}
+        }
+        // RT-26: coalesce a burst of rings into one pass.
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        while hints.try_recv().is_ok() {}
+        let Some(inner) = inner.upgrade() else {
+            return;
+        };
+        let runtime = Runtime { inner };
+        if let Err(error) = runtime.deliver_queued().await {
+            tracing::warn!(%error, "bookmark queue pass failed");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::Runtime;
+
+    /// The worker holds only a weak reference: dropping the last runtime ends it, and
+    /// `shutdown` joins it.
+    #[test]
+    fn rt26_the_worker_stops_on_shutdown_and_on_drop() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .ok();
+        let Some(rt) = rt else { return };
+        rt.block_on(async {
+            let runtime = Runtime::builder().build().ok();
+            let Some(runtime) = runtime else { return };
+            assert!(runtime.start_workers().await.is_ok());
+            runtime.shutdown().await;
+            assert!(super::lock(&runtime.inner.workers).is_none());
+            assert!(runtime.start_workers().await.is_ok());
+            let weak = Arc::downgrade(&runtime.inner);
+            drop(runtime);
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            assert!(weak.upgrade().is_none(), "the runtime state leaked");
+        });
+    }
+}

@@ -1,0 +1,246 @@
+//! The trigger index and activation (routing.md section 3): the event triggers of every
+//! registered definition written to the store (RT-9 to RT-11), the activation strategies that
+//! decide whether a matching trigger may start an instance (RT-15, RT-16), and the trigger
+//! phase of a send.
+
+use serde_json::Value;
+use workflow_model::Activation;
+
+use super::delivery::{Refusal, SendError, SendReport, Stimulus};
+use super::sha_hex;
+use crate::executor::RunTarget;
+use crate::instance::TriggerStart;
+use crate::routing::stimulus_hash;
+use crate::runtime::{Runtime, StartOptions, now_micros};
+use crate::store::{InstanceFilter, Micros, StoreError, TriggerRow};
+
+impl Runtime {
+    /// The activation guard of a new instance of `name` (RT-15, RT-16), or why none may be
+    /// created. One scope per instance: `singleton:<name>`, `correlation:<id>` or
+    /// `correlated:<name>:<id>`. Instances of `Always` definitions hold none: a trigger of a
+    /// `Correlation` definition also looks them up before creating (not atomically), while
+    /// `Runtime::start` sees only instances of `Correlation` definitions.
+    pub(crate) fn activation_scope(
+        &self,
+        name: &str,
+        correlation_id: Option<&str>,
+    ) -> Result<Option<String>, Refusal> {
+        let missing = || Refusal::MissingCorrelationId {
+            definition: name.to_owned(),
+        };
+        Ok(match self.activation_of(name) {
+            Activation::Always => None,
+            Activation::Singleton => Some(format!("singleton:{name}")),
+            Activation::Correlation => Some(format!(
+                "correlation:{}",
+                correlation_id.ok_or_else(missing)?
+            )),
+            Activation::CorrelatedSingleton => Some(format!(
+                "correlated:{name}:{}",
+                correlation_id.ok_or_else(missing)?
+            )),
+        })
+    }
+
+    /// The activation strategy of the registered definition `name` (`Always` if unknown).
+    pub(crate) fn activation_of(&self, name: &str) -> Activation {
+        self.inner
+            .workflows
+            .get(name)
+            .map(|w| w.activation())
+            .unwrap_or_default()
+    }
+
+    /// Writes the event triggers of every registered definition to the store, each
+    /// definition's set replaced by difference (RT-9 to RT-11): a definition registered
+    /// without triggers has its rows removed. Done once per runtime, by
+    /// [`Runtime::start_workers`] or the first [`Runtime::send`]; call it again after
+    /// another process changed the index to re-assert this process's view.
+    pub async fn index_triggers(&self) -> Result<(), StoreError> {
+        let now = now_micros();
+        let mut names: Vec<&String> = self.inner.workflows.keys().collect();
+        names.sort();
+        for name in names {
+            let Some(workflow) = self.inner.workflows.get(name) else {
+                continue;
+            };
+            let mut rows = Vec::new();
+            for (node_id, event) in workflow.event_triggers() {
+                // RT-9: a trigger's key is a data path, unknown before the start: it matches
+                // its name with any key, so it is indexed under the keyless hash.
+                let Ok(hash) = stimulus_hash(&event, None, None) else {
+                    continue;
+                };
+                rows.push(TriggerRow {
+                    definition_name: name.clone(),
+                    definition_version: workflow.version().to_owned(),
+                    node_id,
+                    hash,
+                    name: event,
+                    key_display: None,
+                    payload: Value::Null,
+                    activation: serde_json::to_value(workflow.activation()).unwrap_or(Value::Null),
+                    registered_at: now,
+                });
+            }
+            self.inner.store.replace_triggers(name, rows).await?;
+        }
+        Ok(())
+    }
+
+    pub(crate) async fn ensure_triggers(&self) -> Result<(), StoreError> {
+        self.inner
+            .triggers_indexed
+            .get_or_try_init(|| self.index_triggers())
+            .await
+            .map(drop)
+    }
+
+    /// A non-final instance other than `except` whose correlation id is `cid`.
+    pub(crate) async fn live_with_correlation(
+        &self,
+        cid: &str,
+        except: &str,
+    ) -> Result<Option<String>, StoreError> {
+        let mut filter = InstanceFilter {
+            correlation_id: Some(cid.to_owned()),
+            limit: 100,
+            ..InstanceFilter::default()
+        };
+        loop {
+            let page = self.inner.store.list_instances(filter.clone()).await?;
+            let full = page.len() >= filter.limit;
+            filter.after = page.last().map(|l| l.instance_id.clone());
+            for listed in page {
+                if let Ok(record) = listed.record
+                    && !record.status.is_final()
+                    && record.instance_id != except
+                {
+                    return Ok(Some(record.instance_id));
+                }
+            }
+            if !full {
+                return Ok(None);
+            }
+        }
+    }
+
+    /// RT-15, RT-16, RT-13: starts the definitions whose trigger matches.
+    pub(crate) async fn trigger_phase(
+        &self,
+        stimulus: &Stimulus,
+        hash: &str,
+        stimulus_id: &str,
+        sent_at: Micros,
+        report: &mut SendReport,
+    ) -> Result<(), SendError> {
+        self.ensure_triggers().await.map_err(SendError::Store)?;
+        let mut hashes = vec![hash.to_owned()];
+        if stimulus.key.is_some() {
+            hashes.push(stimulus_hash(&stimulus.name, None, None)?);
+        }
+        let rows = self
+            .inner
+            .store
+            .find_triggers(&hashes)
+            .await
+            .map_err(SendError::Store)?;
+        for row in rows {
+            let registered = self.inner.workflows.get(&row.definition_name);
+            if registered.is_none_or(|w| w.version() != row.definition_version) {
+                report.refused.push(Refusal::VersionNotRegistered {
+                    definition: row.definition_name,
+                    version: row.definition_version,
+                });
+                continue;
+            }
+            let scope = match self
+                .activation_scope(&row.definition_name, stimulus.correlation_id.as_deref())
+            {
+                Ok(scope) => scope,
+                Err(refusal) => {
+                    report.refused.push(refusal);
+                    continue;
+                }
+            };
+            // RT-19: a retry derives the same instance id and finds the instance.
+            let instance_id = format!(
+                "trg-{}",
+                sha_hex(&[stimulus_id, &row.definition_name, &row.node_id])
+                    .get(..40)
+                    .unwrap_or_default()
+            );
+            let options = StartOptions {
+                instance_id: Some(instance_id.clone()),
+                correlation_id: stimulus.correlation_id.clone(),
+            };
+            let trigger = TriggerStart {
+                node_id: row.node_id.clone(),
+                stimulus_id: stimulus_id.to_owned(),
+                payload: stimulus.payload.clone(),
+            };
+            // RT-15 `Correlation` spans definitions: instances of definitions without a
+            // correlation strategy hold no activation guard, so they are looked up first (not
+            // atomic with the creation; instances of `Correlation` definitions are, RT-16).
+            if let (Activation::Correlation, Some(cid)) = (
+                self.activation_of(&row.definition_name),
+                stimulus.correlation_id.as_deref(),
+            ) && let Some(existing) = self
+                .live_with_correlation(cid, &instance_id)
+                .await
+                .map_err(SendError::Store)?
+            {
+                report.refused.push(Refusal::ActivationRefused {
+                    strategy: Activation::Correlation,
+                    existing,
+                });
+                continue;
+            }
+            let mut new = match self.new_instance(
+                &row.definition_name,
+                stimulus.payload.clone(),
+                options,
+                None,
+                Some(trigger),
+            ) {
+                Ok(new) => new,
+                Err(error) => {
+                    report.refused.push(Refusal::Rejected {
+                        definition: row.definition_name,
+                        message: error.to_string(),
+                    });
+                    continue;
+                }
+            };
+            new.activation_scope = scope;
+            new.origin_at = sent_at;
+            match self.inner.store.create_instance(new).await {
+                // A retried send (RT-19) finds the instance it started.
+                Ok(_) | Err(StoreError::AlreadyExists { .. }) => {}
+                Err(StoreError::ActivationConflict { existing, .. }) => {
+                    report.refused.push(Refusal::ActivationRefused {
+                        strategy: self.activation_of(&row.definition_name),
+                        existing,
+                    });
+                    continue;
+                }
+                Err(error) => return Err(SendError::Store(error)),
+            }
+            match self.drive(&instance_id, RunTarget::None).await {
+                Ok(Some(started)) => report.started.push(started),
+                Ok(None) => {}
+                Err(error) => report.not_delivered.push(error),
+            }
+        }
+        Ok(())
+    }
+
+    /// Removes the trigger rows of a definition no process registers any more (RT-11).
+    pub async fn retire_definition(&self, name: &str) -> Result<(), StoreError> {
+        self.inner
+            .store
+            .replace_triggers(name, Vec::new())
+            .await
+            .map(drop)
+    }
+}
