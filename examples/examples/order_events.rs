@@ -177,7 +177,7 @@ async fn run() -> Result<(), Box<dyn Error>> {
             data.tracking
         );
     }
-    runtime.shutdown().await;
+    runtime.shutdown(std::time::Duration::from_secs(5)).await;
     Ok(())
 }
 

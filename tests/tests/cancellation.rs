@@ -233,7 +233,7 @@ fn shutdown_interrupts_running_tasks_without_counting_an_attempt() {
             ..Job::default()
         };
         let running = start(&first, "s-1", job).await;
-        first.shutdown().await;
+        first.shutdown(Duration::ZERO).await;
         running.await.unwrap();
         let snapshot = first.get_state("s-1").await.unwrap().unwrap();
         assert_eq!(snapshot.status(), WorkflowStatus::Running);

@@ -612,8 +612,16 @@ fn a_process_killed_mid_activity_is_recovered_and_loses_no_committed_step() {
 
 // ---- a stale run is fenced (ENG-29) -------------------------------------------------------
 
+/// Set for the first attempt of [`slow`] only: it blocks its thread, as a process that
+/// stalls (a long pause, a stopped VM) and so cannot renew its lease.
+static STALL_ONCE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
 async fn slow(ctx: &mut TaskContext<Job>) {
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    if STALL_ONCE.swap(false, std::sync::atomic::Ordering::SeqCst) {
+        std::thread::sleep(Duration::from_millis(300));
+    } else {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
     ctx.data_mut().done.push(1);
 }
 
@@ -621,9 +629,10 @@ workflow! {
     pub workflow Slow(Job) = sequence [task(slow)];
 }
 
-/// Runtime A's lease expires while its task runs; runtime B (another process, in effect, on
-/// the same store) recovers the instance and runs it. A's commit is refused as `Fenced`: A
-/// gets the typed error, nothing of its run is written, B's result stands.
+/// Runtime A stalls while its task runs, so its lease is not renewed and expires; runtime B
+/// (another process, in effect, on the same store) recovers the instance and runs it. A's
+/// commit is refused as `Fenced`: A gets the typed error, nothing of its run is written, B's
+/// result stands.
 #[test]
 fn a_run_whose_lease_was_taken_over_is_fenced_and_discarded() {
     let store: Arc<dyn Store> = Arc::new(workflow_runtime::MemoryStore::new());
@@ -633,35 +642,27 @@ fn a_run_whose_lease_was_taken_over_is_fenced_and_discarded() {
             .register::<Slow>()
             .commit_strategy(CommitStrategy::BeforeEachActivity)
             .lease_ttl(ttl)
+            .recovery_sweep(None)
             .build()
             .unwrap()
     };
     let a = build(Duration::from_millis(100));
     let b = build(Duration::from_secs(60));
+    STALL_ONCE.store(true, std::sync::atomic::Ordering::SeqCst);
+    let first = std::thread::spawn(move || {
+        block_on(a.start_with::<Slow>(Job::default(), with_id("slow-1")))
+    });
     block_on(async {
-        let local = tokio::task::LocalSet::new();
-        local
-            .run_until(async {
-                let first = tokio::task::spawn_local(async move {
-                    a.start_with::<Slow>(Job::default(), with_id("slow-1"))
-                        .await
-                });
-                tokio::time::sleep(Duration::from_millis(150)).await;
-                // A's lease has expired: B takes the instance over.
-                let recovering = tokio::task::spawn_local({
-                    let b = b.clone();
-                    async move { b.recover().await }
-                });
-                let error = first.await.unwrap().unwrap_err();
-                let workflow_runtime::StartError::Run(error) = error else {
-                    panic!("expected a run error, got {error:?}");
-                };
-                assert!(error.is_conflict(), "{error:?}");
-                let report = recovering.await.unwrap().unwrap();
-                assert_eq!(report.recovered.len(), 1);
-                assert_eq!(report.recovered[0].status, WorkflowStatus::Finished);
-            })
-            .await;
+        tokio::time::sleep(Duration::from_millis(150)).await;
+        // A's lease has expired: B takes the instance over.
+        let report = b.recover().await.unwrap();
+        assert_eq!(report.recovered.len(), 1);
+        assert_eq!(report.recovered[0].status, WorkflowStatus::Finished);
+        let error = first.join().unwrap().unwrap_err();
+        let workflow_runtime::StartError::Run(error) = error else {
+            panic!("expected a run error, got {error:?}");
+        };
+        assert!(error.is_conflict(), "{error:?}");
         let snapshot = b.get_state("slow-1").await.unwrap().unwrap();
         assert_eq!(snapshot.status(), WorkflowStatus::Finished);
         assert_eq!(snapshot.data::<Job>().unwrap().done, [1]);

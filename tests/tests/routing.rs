@@ -394,7 +394,7 @@ fn rt21_rt26_an_event_sent_before_the_wait_point_is_not_lost() {
                 .unwrap();
             assert!(matches!(done, Completion::Finished(_)), "{label}");
             assert_eq!(data(&rt, &id).await.log, ["reserve", "ship"], "{label}");
-            rt.shutdown().await;
+            rt.shutdown(Duration::ZERO).await;
         });
     }
 }

@@ -95,9 +95,9 @@ pub use instance::{
 pub use registry::{BoxFuture, ChooseOutcome, Registry, TaskResult};
 pub use routing::RoutingError;
 pub use runtime::{
-    AwaitError, BuildError, CancelError, Completion, InstanceSnapshot, PurgeError, RecoveryReport,
-    Refusal, Rejection, ResumeError, RetryError, Runtime, RuntimeBuilder, SendError, SendReport,
-    StartError, StartOptions, Started, StateError, Stimulus, TimerFiring,
+    AwaitError, BuildError, CancelError, Completion, InstanceSnapshot, LifecycleError, PurgeError,
+    RecoveryReport, Refusal, Rejection, ResumeError, RetryError, Runtime, RuntimeBuilder,
+    SendError, SendReport, StartError, StartOptions, Started, StateError, Stimulus, TimerFiring,
 };
 pub use task::{IntoTaskResult, Outcome, TaskContext, TaskError};
 pub use workflow::{StateMachineWorkflow, Workflow};

@@ -21,9 +21,11 @@ use crate::clock::{Clock, ClockError, ManualClock};
 use crate::runtime::{BuildError, Runtime, RuntimeBuilder, TimerFiring};
 use crate::store::{Micros, StoreError};
 
-/// A runtime on a [`ManualClock`], without a timer driver: time moves only through
+/// A runtime on a [`ManualClock`], without background work: time moves only through
 /// [`TestRuntime::advance`] and [`TestRuntime::set`], which fire the due timers
-/// deterministically (TM-2). Derefs to the [`Runtime`].
+/// deterministically (TM-2); queued stimuli are delivered by
+/// [`Runtime::deliver_queued`] (or [`Runtime::start_workers`]) and interrupted instances run
+/// by [`Runtime::recover`]. Derefs to the [`Runtime`].
 #[derive(Debug, Clone)]
 pub struct TestRuntime {
     runtime: Runtime,
@@ -52,6 +54,8 @@ impl TestRuntime {
         let runtime = builder
             .clock(Arc::new(clock.clone()))
             .timer_driver(false)
+            .queue_worker(false)
+            .recovery_sweep(None)
             .build()?;
         Ok(Self { runtime, clock })
     }

@@ -13,7 +13,7 @@
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
-use tokio::sync::Notify;
+use tokio::sync::{Notify, watch};
 
 use super::delivery::{BOOKMARK_PAGE, Rejection, Stimulus, Targets};
 use crate::executor::{RunError, RunTarget};
@@ -191,69 +191,63 @@ impl Runtime {
         Ok(any)
     }
 
-    /// Indexes the triggers (RT-9) and starts the queue worker (RT-26, see the module docs);
-    /// a second call does nothing. Needs a tokio runtime.
+    /// Indexes the triggers (RT-9) and starts the queue worker (RT-26, see the module docs)
+    /// on the current tokio runtime, unless it runs (even on a runtime built with
+    /// [`RuntimeBuilder::queue_worker`](crate::RuntimeBuilder::queue_worker) off). The
+    /// runtime starts it by itself (see [`Runtime::run_background`]).
+    ///
+    /// # Errors
+    ///
+    /// The store's, when indexing the triggers fails.
     pub async fn start_workers(&self) -> Result<(), StoreError> {
         self.ensure_triggers().await?;
-        let mut workers = lock(&self.inner.workers);
-        if workers.is_some() {
+        let Ok(handle) = tokio::runtime::Handle::try_current() else {
+            return Ok(());
+        };
+        let mut background = lock(&self.inner.background);
+        if background.queue.as_ref().is_some_and(|h| !h.is_finished()) {
             return Ok(());
         }
-        let stop = Arc::new(Notify::new());
-        let task = tokio::spawn(worker(
+        self.inner.stop.send_replace(false);
+        background.queue = Some(handle.spawn(worker(
             Arc::downgrade(&self.inner),
             Arc::clone(&self.inner.doorbell),
-            Arc::clone(&stop),
+            self.inner.stop.subscribe(),
             self.inner.store.subscribe(),
             self.inner.sweep,
-        ));
-        *workers = Some(Workers {
-            task: Some(task),
-            stop,
-        });
+        )));
         // RT-26: a registration rings the doorbell.
         self.inner.doorbell.notify_one();
         Ok(())
     }
-
-    /// Stops the queue worker and waits for it to end (a pass in progress completes); part of
-    /// [`Runtime::shutdown`].
-    pub(crate) async fn stop_queue_worker(&self) {
-        let workers = lock(&self.inner.workers).take();
-        if let Some(mut workers) = workers {
-            workers.stop.notify_one();
-            if let Some(task) = workers.task.take() {
-                let _ = task.await;
-            }
-        }
-    }
-}
-
-/// The queue worker's handle, aborted when the runtime's state is dropped.
-pub(crate) struct Workers {
-    task: Option<tokio::task::JoinHandle<()>>,
-    stop: Arc<Notify>,
-}
-
-impl Drop for Workers {
-    fn drop(&mut self) {
-        if let Some(task) = &self.task {
-            task.abort();
-        }
-    }
 }
 
 /// The queue worker (RT-26, RT-27): one pass per doorbell ring, store hint or sweep.
-async fn worker(
+pub(crate) async fn worker(
     inner: Weak<Inner>,
     doorbell: Arc<Notify>,
-    stop: Arc<Notify>,
+    mut stop: watch::Receiver<bool>,
     mut hints: tokio::sync::broadcast::Receiver<WakeUp>,
     sweep: Duration,
 ) {
+    // RT-9: the triggers are indexed before the first pass.
+    if let Some(inner) = inner.upgrade() {
+        let runtime = Runtime { inner };
+        if let Err(error) = runtime.ensure_triggers().await {
+            tracing::warn!(%error, "queue worker: indexing the triggers failed");
+        }
+    }
     loop {
+        if *stop.borrow() {
+            return;
+        }
         tokio::select! {
-            () = stop.notified() => return,
+            changed = stop.changed() => {
+                if changed.is_err() || *stop.borrow() {
+                    return;
+                }
+                continue;
+            }
             () = doorbell.notified() => {}
             hint = hints.recv() => match hint {
                 Ok(WakeUp::QueueChanged) | Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {}
@@ -294,8 +288,8 @@ mod tests {
             let runtime = Runtime::builder().build().ok();
             let Some(runtime) = runtime else { return };
             assert!(runtime.start_workers().await.is_ok());
-            runtime.shutdown().await;
-            assert!(super::lock(&runtime.inner.workers).is_none());
+            runtime.shutdown(std::time::Duration::ZERO).await;
+            assert!(super::lock(&runtime.inner.background).queue.is_none());
             assert!(runtime.start_workers().await.is_ok());
             let weak = Arc::downgrade(&runtime.inner);
             drop(runtime);

@@ -171,6 +171,9 @@ pub struct RuntimeBuilder {
     pub(super) store: Option<Arc<dyn Store>>,
     pub(super) commit_strategy: CommitStrategy,
     pub(super) lease_ttl: Duration,
+    pub(super) lease_renewal: Option<Duration>,
+    pub(super) queue_worker: bool,
+    pub(super) recovery_sweep: Option<Duration>,
     pub(super) owner: Option<String>,
     pub(super) queue_ttl: Duration,
     pub(super) queue_sweep: Duration,
@@ -396,12 +399,42 @@ impl RuntimeBuilder {
         self
     }
 
-    /// How long a run's instance lease lasts (ST-14; default 60 s). An instance whose process
-    /// died is recovered by [`Runtime::recover`] once its lease expired. Leases are not renewed
-    /// yet: a run longer than this can be fenced.
+    /// How long an instance lease lasts without renewal (ST-14; default 30 s). A run renews
+    /// its lease while it lasts ([`RuntimeBuilder::lease_renewal`]), so this bounds how long
+    /// the instance of a process that died stays unrecovered: the recovery sweep
+    /// ([`RuntimeBuilder::recovery_sweep`]) runs it once the lease expired. (A SQLite file is
+    /// written by one process, so a store that opens it takes over the leases at once.)
     #[must_use]
     pub fn lease_ttl(mut self, ttl: Duration) -> Self {
         self.lease_ttl = ttl;
+        self
+    }
+
+    /// How often a running run renews its instance lease (ST-14; default 10 s, or a third of
+    /// the TTL when that is shorter; at most a third of the TTL when this is not shorter than
+    /// it). A renewal that is refused (another owner took the expired lease) fires the run's
+    /// cancellation token, and its commit is refused by fencing (ENG-36).
+    #[must_use]
+    pub fn lease_renewal(mut self, every: Duration) -> Self {
+        self.lease_renewal = Some(every);
+        self
+    }
+
+    /// The recovery sweep's interval (ENG-25, ENG-26; default 10 s): a background pass that
+    /// runs again the `Running` instances whose lease is free or expired, once at start and
+    /// then at this interval. `None` disables it; [`Runtime::recover`] then recovers.
+    #[must_use]
+    pub fn recovery_sweep(mut self, every: Option<Duration>) -> Self {
+        self.recovery_sweep = every.map(|every| every.max(Duration::from_millis(1)));
+        self
+    }
+
+    /// Whether the queue worker (RT-26) runs in the background (default true). Without it,
+    /// queued stimuli are delivered by [`Runtime::deliver_queued`] (or after
+    /// [`Runtime::start_workers`]).
+    #[must_use]
+    pub fn queue_worker(mut self, enabled: bool) -> Self {
+        self.queue_worker = enabled;
         self
     }
 
@@ -445,8 +478,8 @@ impl RuntimeBuilder {
         self
     }
 
-    /// Whether [`RuntimeBuilder::build`] starts the in-process timer driver (TM-4; default
-    /// true, when built inside a tokio runtime). Without it, due timers fire only through
+    /// Whether the in-process timer driver (TM-4) runs in the background (default true).
+    /// Without it, due timers fire only through
     /// [`Runtime::fire_due_timers`] (what [`crate::testing::TestRuntime`] does, step by step).
     #[must_use]
     pub fn timer_driver(mut self, enabled: bool) -> Self {
@@ -463,8 +496,10 @@ impl RuntimeBuilder {
     }
 
     /// Checks every registration (validator, registry, supported kinds, versions) and builds
-    /// the runtime; the first problem is returned. Instances interrupted by a crash are run
-    /// again by [`Runtime::recover`], which the caller awaits once built.
+    /// the runtime; the first problem is returned. Inside a tokio runtime, it starts the
+    /// background work: the timer driver, the queue worker and the recovery sweep, which runs
+    /// again the instances a crash interrupted (built outside tokio, the first operation
+    /// starts it, see [`Runtime::run_background`]). [`Runtime::shutdown`] stops it.
     pub fn build(self) -> Result<Runtime, BuildError> {
         let mut workflows: HashMap<String, Arc<dyn ErasedWorkflow>> = HashMap::new();
         for pending in self.pending {
@@ -500,7 +535,7 @@ impl RuntimeBuilder {
                 workflows,
                 store: self.store.unwrap_or_else(|| Arc::new(MemoryStore::new())),
                 owner: self.owner.unwrap_or_else(new_ulid),
-                lease_ttl: i64::try_from(self.lease_ttl.as_micros()).unwrap_or(i64::MAX),
+                lease: super::LeaseSettings::new(self.lease_ttl, self.lease_renewal),
                 commit_strategy: self.commit_strategy,
                 locks: Mutex::new(HashMap::new()),
                 watches: Mutex::new(HashMap::new()),
@@ -514,20 +549,22 @@ impl RuntimeBuilder {
                 triggers_indexed: tokio::sync::OnceCell::new(),
                 schedules_written: tokio::sync::OnceCell::new(),
                 doorbell: Arc::new(tokio::sync::Notify::new()),
-                workers: Mutex::new(None),
+                background: Mutex::new(super::lifecycle::Background::default()),
+                timer_driver: self.timer_driver,
+                queue_worker: self.queue_worker,
+                recovery_sweep: self.recovery_sweep,
+                recovery: tokio::sync::Mutex::new(()),
+                idle: tokio::sync::Notify::new(),
                 queue_ttl: i64::try_from(self.queue_ttl.as_micros()).unwrap_or(i64::MAX),
                 sweep: self.queue_sweep,
                 clock: self.clock.unwrap_or_else(|| Arc::new(SystemClock)),
                 sweep_interval: self.sweep_interval,
-                driver_started: Mutex::new(false),
                 cancel_grace: self.cancel_grace,
                 running: Mutex::new(HashMap::new()),
                 stop,
             }),
         };
-        if self.timer_driver {
-            runtime.start_timer_driver();
-        }
+        runtime.ensure_background();
         Ok(runtime)
     }
 }

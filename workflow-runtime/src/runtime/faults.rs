@@ -84,6 +84,7 @@ impl Runtime {
     /// again from scratch with a fresh attempt budget (`Faulted -> Running`); nothing else
     /// changes. One fenced commit: of two racing operators, one gets a conflict.
     pub async fn retry(&self, instance_id: &str) -> Result<Started, RetryError> {
+        self.ensure_background();
         let result = self.retry_inner(instance_id).await;
         self.process_links().await;
         result
@@ -91,17 +92,8 @@ impl Runtime {
 
     async fn retry_inner(&self, instance_id: &str) -> Result<Started, RetryError> {
         let _local = self.local_run(instance_id).await;
-        let store = &*self.inner.store;
-        let lease = match store
-            .acquire_lease(
-                instance_id,
-                &self.inner.owner,
-                super::now_micros(),
-                self.inner.lease_ttl,
-            )
-            .await
-        {
-            Ok(lease) => lease,
+        let guard = match self.lease(instance_id).await {
+            Ok(guard) => guard,
             Err(crate::store::StoreError::NotFound { .. }) => {
                 return Err(RetryError::InstanceNotFound {
                     instance: instance_id.to_owned(),
@@ -111,15 +103,31 @@ impl Runtime {
                 return Err(RetryError::Run(super::run_store_error(instance_id, error)));
             }
         };
-        let result = self.retry_leased(instance_id, lease.token).await;
-        if result.is_err() {
-            let _ = store.release_lease(instance_id, lease.token).await;
+        let token = crate::cancel::CancellationToken::new();
+        let result = guard.hold(&token, self.retry_leased(&guard, &token)).await;
+        match (result, guard.lost()) {
+            (Ok(started), _) => {
+                guard.released_by_commit();
+                Ok(started)
+            }
+            (Err(RetryError::Run(RunError::Interrupted { .. })), Some(lost)) => {
+                Err(RetryError::Run(super::run_store_error(instance_id, lost)))
+            }
+            (Err(error), Some(_)) => Err(error),
+            (Err(error), None) => {
+                guard.release().await;
+                Err(error)
+            }
         }
-        result
     }
 
-    async fn retry_leased(&self, instance_id: &str, token: u64) -> Result<Started, RetryError> {
-        let (mut state, commits) = self.load_for_run(instance_id, token).await?;
+    async fn retry_leased(
+        &self,
+        guard: &super::LeaseGuard<'_>,
+        token: &crate::cancel::CancellationToken,
+    ) -> Result<Started, RetryError> {
+        let instance_id = guard.instance_id();
+        let (mut state, commits) = self.load_for_run(guard).await?;
         if state.status != WorkflowStatus::Faulted {
             return Err(RetryError::NotFaulted {
                 instance: instance_id.to_owned(),
@@ -148,7 +156,7 @@ impl Runtime {
                 .run(
                     state,
                     RunTarget::None,
-                    self.run_options(None),
+                    self.run_options(Some(token)),
                     &self.inner.middleware,
                     None,
                 )

@@ -38,6 +38,7 @@ use crate::workflow::{StateMachineWorkflow, Workflow};
 mod builder;
 mod commit;
 mod faults;
+mod lease;
 mod lifecycle;
 
 pub use crate::routing::{Refusal, Rejection, SendError, SendReport, Stimulus};
@@ -50,6 +51,8 @@ use commit::{
     run_store_error, workflow_status,
 };
 pub use faults::RetryError;
+use lease::{LeaseGuard, LeaseSettings};
+pub use lifecycle::LifecycleError;
 
 // ---- errors, one enum per operation family ---------------------------------------------
 
@@ -399,8 +402,8 @@ pub(crate) struct Inner {
     pub(crate) store: Arc<dyn Store>,
     /// This runtime's lease owner name (ST-14).
     pub(crate) owner: String,
-    /// The instance lease's duration, µs.
-    pub(crate) lease_ttl: Micros,
+    /// The instance leases' TTL and renewal (ST-14).
+    pub(crate) lease: LeaseSettings,
     pub(crate) commit_strategy: CommitStrategy,
     /// Serializes this process's runs of one instance, so they queue instead of meeting each
     /// other's lease (the lease still fences other processes, ST-14).
@@ -423,8 +426,18 @@ pub(crate) struct Inner {
     pub(crate) schedules_written: tokio::sync::OnceCell<()>,
     /// The queue worker's doorbell, capacity one (RT-26).
     pub(crate) doorbell: Arc<tokio::sync::Notify>,
-    /// The queue worker, once started.
-    pub(crate) workers: Mutex<Option<crate::routing::queue::Workers>>,
+    /// The background tasks (timer driver, queue worker, recovery sweep).
+    pub(crate) background: Mutex<lifecycle::Background>,
+    /// Whether the timer driver runs in the background (TM-4).
+    pub(crate) timer_driver: bool,
+    /// Whether the queue worker runs in the background (RT-26).
+    pub(crate) queue_worker: bool,
+    /// The recovery sweep's interval; `None`: only [`Runtime::recover`] recovers.
+    pub(crate) recovery_sweep: Option<Duration>,
+    /// Serializes recovery passes (the sweep and [`Runtime::recover`]).
+    pub(crate) recovery: tokio::sync::Mutex<()>,
+    /// Notified whenever a run of this process ends (for [`Runtime::shutdown`]).
+    pub(crate) idle: tokio::sync::Notify,
     /// The default queue TTL, µs (RT-28).
     pub(crate) queue_ttl: Micros,
     /// The queue worker's periodic sweep (RT-26).
@@ -433,9 +446,7 @@ pub(crate) struct Inner {
     pub(crate) clock: Arc<dyn crate::clock::Clock>,
     /// The timer driver's fallback sweep (TM-5); `None` disables it.
     pub(crate) sweep_interval: Option<Duration>,
-    /// Whether this runtime's timer driver was started (TM-4).
-    pub(crate) driver_started: Mutex<bool>,
-    /// Dropped with the runtime: stops the timer driver.
+    /// Set by [`Runtime::shutdown`]: stops the background tasks; dropped with the runtime.
     pub(crate) stop: watch::Sender<bool>,
     /// ENG-52's grace for cancelled tasks.
     pub(crate) cancel_grace: Duration,
@@ -486,13 +497,26 @@ impl Drop for LocalRun<'_> {
 
 /// Forgets a run's cancellation token when the run ends.
 struct Running<'r> {
-    map: &'r Mutex<HashMap<String, crate::cancel::CancellationToken>>,
+    inner: &'r Inner,
     instance_id: &'r str,
+}
+
+impl<'r> Running<'r> {
+    /// Registers the run's token.
+    fn new(
+        inner: &'r Inner,
+        instance_id: &'r str,
+        token: &crate::cancel::CancellationToken,
+    ) -> Self {
+        lock(&inner.running).insert(instance_id.to_owned(), token.clone());
+        Self { inner, instance_id }
+    }
 }
 
 impl Drop for Running<'_> {
     fn drop(&mut self) {
-        lock(self.map).remove(self.instance_id);
+        lock(&self.inner.running).remove(self.instance_id);
+        self.inner.idle.notify_waiters();
     }
 }
 
@@ -546,7 +570,10 @@ impl Runtime {
             middleware: Middleware::default(),
             store: None,
             commit_strategy: CommitStrategy::default(),
-            lease_ttl: Duration::from_secs(60),
+            lease_ttl: lease::DEFAULT_TTL,
+            lease_renewal: None,
+            queue_worker: true,
+            recovery_sweep: Some(lifecycle::DEFAULT_RECOVERY_SWEEP),
             owner: None,
             queue_ttl: crate::routing::delivery::DEFAULT_QUEUE_TTL,
             queue_sweep: crate::routing::queue::DEFAULT_SWEEP,
@@ -588,6 +615,7 @@ impl Runtime {
         input: Value,
         options: StartOptions,
     ) -> Result<Started, StartError> {
+        self.ensure_background();
         let mut result = self.start_inner(name, input, options, None).await;
         if self.process_links().await
             && let Ok(started) = &mut result
@@ -668,6 +696,9 @@ impl Runtime {
                 .map_err(|refusal| StartError::ActivationRefused { refusal })?;
         }
         let instance_id = new.instance_id.clone();
+        // Held from the creation through the first run: this process's recovery sweep leaves
+        // the new instance to it.
+        let local = self.local_run(&instance_id).await;
         let created = self.inner.store.create_instance(new).await;
         match created {
             Ok(_) => {}
@@ -689,7 +720,10 @@ impl Runtime {
             }
             Err(error) => return Err(StartError::Run(run_store_error(&instance_id, error))),
         }
-        match self.drive(&instance_id, RunTarget::None).await {
+        match self
+            .drive_local(&local, &instance_id, RunTarget::None, None)
+            .await
+        {
             Ok(Some(started)) => Ok(started),
             Ok(None) => Err(StartError::Run(RunError::Store {
                 instance: instance_id.clone(),
@@ -709,11 +743,9 @@ impl Runtime {
 
     /// Removes an instance whose first run failed: committed `Cancelled`, then deleted.
     pub(crate) async fn discard(&self, instance_id: &str) {
-        let store = &self.inner.store;
-        let now = now_micros();
-        let Ok(lease) = store
-            .acquire_lease(instance_id, &self.inner.owner, now, self.inner.lease_ttl)
-            .await
+        let store = &*self.inner.store;
+        let Ok(guard) =
+            LeaseGuard::acquire(store, &self.inner.owner, instance_id, self.inner.lease).await
         else {
             return;
         };
@@ -723,19 +755,20 @@ impl Runtime {
             let mut commit = Commit::new(
                 instance_id,
                 record.version,
-                lease.token,
-                now,
+                guard.token(),
+                now_micros(),
                 record.state,
                 InstanceStatus::Cancelled,
                 None,
             );
             commit.release_lease = true;
             if store.commit(commit).await.is_ok() {
+                guard.released_by_commit();
                 let _ = store.delete_instance(instance_id).await;
                 return;
             }
         }
-        let _ = store.release_lease(instance_id, lease.token).await;
+        guard.release().await;
     }
 
     /// Resumes one bookmark by id (RT-34), e.g. a `wf.delay` bookmark before timers exist.
@@ -745,6 +778,7 @@ impl Runtime {
         bookmark_id: &str,
         payload: Value,
     ) -> Result<Started, ResumeError> {
+        self.ensure_background();
         let target = RunTarget::Bookmarks {
             ids: vec![bookmark_id.to_owned()],
             payload,
@@ -760,59 +794,79 @@ impl Runtime {
         })
     }
 
-    /// Runs again every runnable instance whose lease is free (ENG-25, ENG-26): instances left
-    /// `Running/Executing` by a process that died mid-run (their interrupted contexts re-run
-    /// their entry point: activities run **at least once**, ENG-5), and ones created but never
-    /// run. Call it once after [`RuntimeBuilder::build`]; an instance whose dead process still
-    /// holds a live lease is recovered by a later call, once the lease expired. An instance
-    /// pinned to an unregistered version is reported as `VersionNotRegistered` and left
-    /// untouched (ENG-46).
+    /// Runs again every runnable instance whose lease is free or expired (ENG-25, ENG-26):
+    /// instances left `Running/Executing` by a process that died mid-run (their interrupted
+    /// contexts re-run their entry point: activities run **at least once**, ENG-5), and ones
+    /// created but never run; then resumes the parents whose child finished before a crash
+    /// (ACT-24). The recovery sweep started with the runtime does the same in the background
+    /// ([`RuntimeBuilder::recovery_sweep`]), so calling this is only needed without it, or to
+    /// get the report. Only `Running` instances with a free or expired lease are read (an
+    /// indexed query), except for the parents' search, which reads the suspended instances
+    /// waiting on a sub-workflow. An instance pinned to an unregistered version is reported
+    /// as `VersionNotRegistered` and left untouched (ENG-46).
+    ///
+    /// # Errors
+    ///
+    /// The store's, when claiming or listing fails.
     pub async fn recover(&self) -> Result<RecoveryReport, StoreError> {
-        const PAGE: usize = 100;
+        self.ensure_background();
         let mut report = RecoveryReport::default();
+        self.recovery_pass(&mut report).await?;
+        self.resume_orphaned_parents(&mut report).await?;
+        Ok(report)
+    }
+
+    /// One recovery pass: claims the runnable instances page by page and runs each under
+    /// the claimed lease. One that another run of this process holds is handed back at once
+    /// (that run takes it). Passes of one runtime are serialized.
+    pub(crate) async fn recovery_pass(
+        &self,
+        report: &mut RecoveryReport,
+    ) -> Result<(), StoreError> {
+        const PAGE: usize = 16;
+        let _pass = self.inner.recovery.lock().await;
+        let store = &*self.inner.store;
         let mut seen = std::collections::HashSet::new();
         loop {
-            let claimed = self
-                .inner
-                .store
-                .claim_runnable(&self.inner.owner, now_micros(), self.inner.lease_ttl, PAGE)
-                .await?;
+            let claimed =
+                LeaseGuard::claim_runnable(store, &self.inner.owner, self.inner.lease, PAGE)
+                    .await?;
             if claimed.is_empty() {
                 break;
             }
             let mut any_new = false;
-            for claim in claimed {
-                let id = claim.instance_id;
-                if !seen.insert(id.clone()) {
-                    let _ = self.inner.store.release_lease(&id, claim.lease.token).await;
+            for (guard, _) in claimed {
+                let id = guard.instance_id().to_owned();
+                if self.stopping() || !seen.insert(id.clone()) {
+                    guard.release().await;
                     continue;
                 }
+                let Some(local) = self.try_local_run(&id) else {
+                    guard.release().await;
+                    continue;
+                };
                 any_new = true;
-                let _local = self.local_run(&id).await;
-                match self
-                    .drive_leased(&id, claim.lease.token, RunTarget::None, None)
-                    .await
-                {
+                match self.run_leased(guard, RunTarget::None, None).await {
                     Ok(started) => report.recovered.push(started),
-                    Err(error) => {
-                        let _ = self.inner.store.release_lease(&id, claim.lease.token).await;
-                        report.failed.push(error);
-                    }
+                    Err(error) => report.failed.push(error),
                 }
+                drop(local);
             }
             self.process_links().await;
             if !any_new {
                 break;
             }
         }
-        self.resume_orphaned_parents(&mut report).await?;
-        Ok(report)
+        Ok(())
     }
 
     /// ACT-24 after a crash: a child whose final commit was written but whose parent was not
     /// resumed yet (the resume follows the commit in process). Each suspended parent waiting on
     /// a `wf.sub_workflow` bookmark whose child is final is resumed with the child's result.
-    async fn resume_orphaned_parents(&self, report: &mut RecoveryReport) -> Result<(), StoreError> {
+    pub(crate) async fn resume_orphaned_parents(
+        &self,
+        report: &mut RecoveryReport,
+    ) -> Result<(), StoreError> {
         let mut filter = InstanceFilter {
             status: Some(InstanceStatus::Suspended),
             limit: 500,
@@ -986,6 +1040,7 @@ impl Runtime {
         instance_id: &str,
         timeout: Duration,
     ) -> Result<Completion, AwaitError> {
+        self.ensure_background();
         let mut receiver = lock(&self.inner.watches)
             .entry(instance_id.to_owned())
             .or_insert_with(|| watch::channel(0).0)
@@ -1061,6 +1116,7 @@ impl Runtime {
         instance_id: &str,
         reason: Option<String>,
     ) -> Result<(), CancelError> {
+        self.ensure_background();
         let result = self.cancel_inner(instance_id, reason).await;
         self.process_links().await;
         result
@@ -1077,17 +1133,8 @@ impl Runtime {
             token.cancel();
         }
         let _local = self.local_run(instance_id).await;
-        let store = &*self.inner.store;
-        let lease = match store
-            .acquire_lease(
-                instance_id,
-                &self.inner.owner,
-                now_micros(),
-                self.inner.lease_ttl,
-            )
-            .await
-        {
-            Ok(lease) => lease,
+        let guard = match self.lease(instance_id).await {
+            Ok(guard) => guard,
             Err(StoreError::NotFound { .. }) => {
                 return Err(CancelError::InstanceNotFound {
                     instance: instance_id.to_owned(),
@@ -1095,20 +1142,24 @@ impl Runtime {
             }
             Err(error) => return Err(CancelError::Run(run_store_error(instance_id, error))),
         };
-        let result = self.cancel_leased(instance_id, lease.token, reason).await;
-        if result.is_err() {
-            let _ = store.release_lease(instance_id, lease.token).await;
+        match self.cancel_leased(&guard, reason).await {
+            Ok(()) => {
+                guard.released_by_commit();
+                Ok(())
+            }
+            Err(error) => {
+                guard.release().await;
+                Err(error)
+            }
         }
-        result
     }
 
     async fn cancel_leased(
         &self,
-        instance_id: &str,
-        token: u64,
+        guard: &LeaseGuard<'_>,
         reason: Option<String>,
     ) -> Result<(), CancelError> {
-        let (state, commits) = self.load_for_run(instance_id, token).await?;
+        let (state, commits) = self.load_for_run(guard).await?;
         if state.status.is_final() {
             return Err(CancelError::AlreadyTerminal {
                 status: state.status,
@@ -1306,6 +1357,33 @@ impl Runtime {
         }
     }
 
+    /// This process's turn to run an instance if nobody here holds it now (the recovery
+    /// sweep does not wait for the instance's other runs: they have it in hand).
+    fn try_local_run(&self, instance_id: &str) -> Option<LocalRun<'_>> {
+        let mutex = lock(&self.inner.locks)
+            .entry(instance_id.to_owned())
+            .or_default()
+            .clone();
+        let guard = mutex.clone().try_lock_owned().ok()?;
+        Some(LocalRun {
+            locks: &self.inner.locks,
+            instance_id: instance_id.to_owned(),
+            mutex: Some(mutex),
+            guard: Some(guard),
+        })
+    }
+
+    /// Acquires the instance's lease for a run of this runtime (ST-14).
+    async fn lease(&self, instance_id: &str) -> Result<LeaseGuard<'_>, StoreError> {
+        LeaseGuard::acquire(
+            &*self.inner.store,
+            &self.inner.owner,
+            instance_id,
+            self.inner.lease,
+        )
+        .await
+    }
+
     /// Runs an instance under its lease; `Ok(None)` for an unknown id.
     pub(crate) async fn drive(
         &self,
@@ -1323,57 +1401,79 @@ impl Runtime {
         target: RunTarget,
         stimulus_id: Option<String>,
     ) -> Result<Option<Started>, RunError> {
-        let _local = self.local_run(instance_id).await;
-        let store = &*self.inner.store;
-        let lease = match store
-            .acquire_lease(
-                instance_id,
-                &self.inner.owner,
-                now_micros(),
-                self.inner.lease_ttl,
-            )
+        let local = self.local_run(instance_id).await;
+        self.drive_local(&local, instance_id, target, stimulus_id)
             .await
-        {
-            Ok(lease) => lease,
+    }
+
+    /// [`Runtime::drive_consuming`] in this process's turn `_local`.
+    async fn drive_local(
+        &self,
+        _local: &LocalRun<'_>,
+        instance_id: &str,
+        target: RunTarget,
+        stimulus_id: Option<String>,
+    ) -> Result<Option<Started>, RunError> {
+        let guard = match self.lease(instance_id).await {
+            Ok(guard) => guard,
             Err(StoreError::NotFound { .. }) => return Ok(None),
             Err(error) => return Err(run_store_error(instance_id, error)),
         };
-        match self
-            .drive_leased(instance_id, lease.token, target, stimulus_id)
-            .await
-        {
-            Ok(started) => Ok(Some(started)),
-            Err(RunError::Interrupted { .. }) => {
-                // FLT-16: abandoned for the cancel waiting to run; it reports the outcome.
-                let _ = store.release_lease(instance_id, lease.token).await;
+        self.run_leased(guard, target, stimulus_id).await.map(Some)
+    }
+
+    /// Runs under `guard` and settles the lease: released by the run's last commit, or here
+    /// when the run is abandoned (the instance continues from its last commit, ENG-29).
+    async fn run_leased(
+        &self,
+        guard: LeaseGuard<'_>,
+        target: RunTarget,
+        stimulus_id: Option<String>,
+    ) -> Result<Started, RunError> {
+        let instance_id = guard.instance_id().to_owned();
+        let result = self.drive_leased(&guard, target, stimulus_id).await;
+        match (result, guard.lost()) {
+            (Ok(started), _) => {
+                guard.released_by_commit();
+                Ok(started)
+            }
+            // ENG-36: the lease was lost, so the run was cancelled; another owner has the
+            // instance. (A commit after the loss was refused as `Fenced`: returned as is.)
+            (Err(RunError::Interrupted { .. }), Some(lost)) => {
+                Err(run_store_error(&instance_id, lost))
+            }
+            (Err(error), Some(_)) => Err(error),
+            (Err(RunError::Interrupted { .. }), None) => {
+                // FLT-16: abandoned for the cancel waiting to run (or the shutdown); the
+                // cancel reports the outcome.
+                guard.release().await;
                 let status = self
-                    .load_state(instance_id)
+                    .load_state(&instance_id)
                     .await
                     .ok()
                     .flatten()
                     .map(|s| (s.status, s.sub_status));
                 let (status, sub_status) =
                     status.unwrap_or((WorkflowStatus::Running, Some(SubStatus::Pending)));
-                Ok(Some(Started {
-                    instance_id: instance_id.to_owned(),
+                Ok(Started {
+                    instance_id,
                     status,
                     sub_status,
-                }))
+                })
             }
-            Err(error) => {
-                // The run is abandoned; the instance continues from its last commit (ENG-29).
-                let _ = store.release_lease(instance_id, lease.token).await;
+            (Err(error), None) => {
+                guard.release().await;
                 Err(error)
             }
         }
     }
 
-    /// Loads the instance for a run holding lease `token`.
+    /// Loads the instance for a run holding `guard`'s lease.
     async fn load_for_run<'s>(
         &'s self,
-        instance_id: &str,
-        token: u64,
+        guard: &LeaseGuard<'_>,
     ) -> Result<(WorkflowState, RunCommits<'s>), RunError> {
+        let instance_id = guard.instance_id();
         let record = self
             .inner
             .store
@@ -1389,7 +1489,7 @@ impl Runtime {
             store: &*self.inner.store,
             tracker: Mutex::new(Tracker {
                 instance_id: instance_id.to_owned(),
-                token,
+                token: guard.token(),
                 version: record.version,
                 bookmarks: state.bookmarks.clone(),
                 receipts: Vec::new(),
@@ -1401,15 +1501,15 @@ impl Runtime {
 
     /// Runs under the lease until the run ends other than at its step budget: each budget
     /// slice is committed (ENG-10) and the task yields before the next. The last commit
-    /// releases the lease.
-    pub(crate) async fn drive_leased(
+    /// releases the lease; the lease is renewed meanwhile (ST-14).
+    async fn drive_leased(
         &self,
-        instance_id: &str,
-        token: u64,
+        guard: &LeaseGuard<'_>,
         target: RunTarget,
         stimulus_id: Option<String>,
     ) -> Result<Started, RunError> {
-        let (mut state, commits) = self.load_for_run(instance_id, token).await?;
+        let instance_id = guard.instance_id();
+        let (mut state, commits) = self.load_for_run(guard).await?;
         lock(&commits.tracker).receipts.extend(stimulus_id);
         if state.status.is_final() || state.status == WorkflowStatus::Faulted {
             return Err(RunError::NotRunnable {
@@ -1424,33 +1524,32 @@ impl Runtime {
             strategy => Some((&commits, strategy)),
         };
         let token = crate::cancel::CancellationToken::new();
-        lock(&self.inner.running).insert(instance_id.to_owned(), token.clone());
-        let _running = Running {
-            map: &self.inner.running,
-            instance_id,
-        };
-        let mut target = Some(target);
-        loop {
-            let target = target.take().unwrap_or(RunTarget::None);
-            let output = workflow
-                .run(
-                    state,
-                    target,
-                    self.run_options(Some(&token)),
-                    &self.inner.middleware,
-                    checkpoint,
-                )
-                .await?;
-            let end = output.end;
-            let (next, started) = self
-                .commit_and_publish(&commits, output, end != RunEnd::Budget)
-                .await?;
-            if end != RunEnd::Budget {
-                return Ok(started);
+        let _running = Running::new(&self.inner, instance_id, &token);
+        let run = async {
+            let mut target = Some(target);
+            loop {
+                let target = target.take().unwrap_or(RunTarget::None);
+                let output = workflow
+                    .run(
+                        state,
+                        target,
+                        self.run_options(Some(&token)),
+                        &self.inner.middleware,
+                        checkpoint,
+                    )
+                    .await?;
+                let end = output.end;
+                let (next, started) = self
+                    .commit_and_publish(&commits, output, end != RunEnd::Budget)
+                    .await?;
+                if end != RunEnd::Budget {
+                    return Ok(started);
+                }
+                state = next;
+                YieldNow(false).await;
             }
-            state = next;
-            YieldNow(false).await;
-        }
+        };
+        guard.hold(&token, run).await
     }
 
     /// The mandatory commit of a run (ENG-31), then what follows commits: the links between

@@ -519,6 +519,38 @@ fn take_owner_lock(path: &Path) -> StoreResult<Connection> {
     }
 }
 
+/// ST-14, ST-26: a file is written by one store at a time, so once its owner lock is taken
+/// every instance lease, timer claim and queue claim recorded in it belongs to a store that
+/// is gone (a killed process, a dropped store). They are expired at once, keeping their
+/// fencing tokens, so the new owner recovers interrupted instances and fires overdue timers
+/// without waiting for the dead owner's TTLs; a late commit of the old owner stays fenced.
+fn take_over_dead_claims(conn: &Connection) -> StoreResult<()> {
+    let taken = conn.execute(
+        "UPDATE wf_instances SET lease_expires_at = 0
+         WHERE lease_owner IS NOT NULL AND lease_expires_at > 0",
+        [],
+    )?;
+    let timers = conn.execute(
+        "UPDATE wf_timers SET claim_owner = NULL, claim_expires_at = NULL
+         WHERE claim_owner IS NOT NULL",
+        [],
+    )?;
+    let queue = conn.execute(
+        "UPDATE wf_queue SET claim_owner = NULL, claim_expires_at = NULL
+         WHERE claim_owner IS NOT NULL",
+        [],
+    )?;
+    if taken + timers + queue > 0 {
+        tracing::info!(
+            leases = taken,
+            timer_claims = timers,
+            queue_claims = queue,
+            "sqlite store: took over the leases and claims of the file's previous owner"
+        );
+    }
+    Ok(())
+}
+
 /// `InUse` with the holder recorded in the database, when it can be read.
 fn in_use(path: &Path) -> StoreError {
     let recorded = Connection::open_with_flags(path, OpenFlags::SQLITE_OPEN_READ_ONLY)
@@ -654,6 +686,7 @@ impl SqliteStore {
              ON CONFLICT (name) DO UPDATE SET owner = ?1, token = token + 1, expires_at = ?2",
             rusqlite::params![holder, i64::MAX],
         )?;
+        take_over_dead_claims(&conn)?;
         Self::start(
             path,
             Some(conn),

@@ -90,31 +90,23 @@ impl Runtime {
         }
     }
 
-    /// Stops the timer driver and fires the cancellation tokens of the tasks this process is
-    /// running; part of [`Runtime::shutdown`].
-    pub(crate) fn stop_timers_and_tasks(&self) {
-        self.inner.stop.send_replace(true);
-        for token in lock(&self.inner.running).values() {
-            token.cancel();
-        }
-    }
-
-    /// Starts the timer driver on the current tokio runtime, unless one already runs.
-    /// [`RuntimeBuilder::build`](super::RuntimeBuilder::build) does it when called inside a
-    /// tokio runtime; call it after building outside one. Returns whether it started one.
+    /// Starts the timer driver on the current tokio runtime, unless one already runs
+    /// (even on a runtime built with [`RuntimeBuilder::timer_driver`] off). The runtime starts
+    /// it by itself (see [`Runtime::run_background`]). Returns whether it started one.
+    ///
+    /// [`RuntimeBuilder::timer_driver`]: crate::RuntimeBuilder::timer_driver
     pub fn start_timer_driver(&self) -> bool {
         let Ok(handle) = tokio::runtime::Handle::try_current() else {
             return false;
         };
-        let mut started = lock(&self.inner.driver_started);
-        if *started {
+        let mut background = lock(&self.inner.background);
+        if background.timers.as_ref().is_some_and(|h| !h.is_finished()) {
             return false;
         }
-        *started = true;
         let weak = Arc::downgrade(&self.inner);
         let hints = self.inner.store.subscribe();
         let stop = self.inner.stop.subscribe();
-        handle.spawn(drive_timers(weak, hints, stop));
+        background.timers = Some(handle.spawn(drive_timers(weak, hints, stop)));
         true
     }
 }
@@ -122,7 +114,7 @@ impl Runtime {
 /// The driver (TM-4, TM-5): fire what is due, then wait through the clock until exactly the
 /// earliest due time, re-arming when a hint announces an earlier one; the sweep interval
 /// only bounds the wait as a fallback for lost hints and expired claims.
-async fn drive_timers(
+pub(crate) async fn drive_timers(
     weak: Weak<Inner>,
     mut hints: broadcast::Receiver<WakeUp>,
     mut stop: watch::Receiver<bool>,
@@ -130,6 +122,9 @@ async fn drive_timers(
     loop {
         let Some(inner) = weak.upgrade() else { return };
         let runtime = Runtime { inner };
+        if runtime.stopping() {
+            return;
+        }
         // TM-5, TM-8: the first pass is the startup load; overdue timers fire at once.
         if let Err(error) = runtime.fire_due_timers().await {
             tracing::warn!(%error, "timer driver: claiming due timers failed");

@@ -6,8 +6,8 @@
 mod driver;
 mod schedules;
 
-pub(crate) use driver::DEFAULT_SWEEP;
 pub use driver::TimerFiring;
+pub(crate) use driver::{DEFAULT_SWEEP, drive_timers};
 
 use serde_json::Value;
 

@@ -1,0 +1,252 @@
+//! The leased run guard (ST-14, ENG-28, ENG-36): the one place where this runtime acquires,
+//! renews and releases instance leases, and claims the instances that recovery runs again.
+//!
+//! A run holds its instance's lease from before it loads the instance until its last commit
+//! releases it. While the run lasts, [`LeaseGuard::hold`] renews the lease every
+//! [`LeaseSettings::renew_every`] for another [`LeaseSettings::ttl`], so a run longer than the
+//! TTL keeps its instance. When a renewal is refused (`Fenced`: another owner took the
+//! expired lease, or the instance is gone), or keeps failing until the lease has expired, the
+//! lease is *lost*: the run's cancellation token fires, and whatever the run still tries to
+//! commit is refused by fencing, so two owners never both commit a run of one instance.
+
+use std::sync::Mutex;
+use std::time::Duration;
+
+use crate::cancel::CancellationToken;
+use crate::store::{InstanceSubStatus, Micros, Store, StoreError};
+
+use super::{lock, now_micros};
+
+/// The default lease TTL (ST-14): 30 s.
+pub(crate) const DEFAULT_TTL: Duration = Duration::from_secs(30);
+/// The default renewal interval (ST-14): 10 s.
+pub(crate) const DEFAULT_RENEW_EVERY: Duration = Duration::from_secs(10);
+/// The longest a run waits for a lease this runtime's own recovery sweep holds: the sweep
+/// hands an instance another run of this process is about to take back at once.
+const OWN_LEASE_WAIT: Duration = Duration::from_secs(5);
+
+/// How long leases last and how often they are renewed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct LeaseSettings {
+    /// The lease duration granted by each acquire and renewal.
+    pub(crate) ttl: Duration,
+    /// How often a running run renews its lease.
+    pub(crate) renew_every: Duration,
+}
+
+impl LeaseSettings {
+    /// `ttl` and `renew_every`, with the renewal made shorter than the TTL: at most a third of
+    /// it when it is not.
+    pub(crate) fn new(ttl: Duration, renew_every: Option<Duration>) -> Self {
+        let ttl = ttl.max(Duration::from_millis(1));
+        let third = ttl / 3;
+        let renew_every = match renew_every {
+            Some(every) if every < ttl => every,
+            Some(_) => third,
+            None => DEFAULT_RENEW_EVERY.min(third),
+        };
+        Self {
+            ttl,
+            renew_every: renew_every.max(Duration::from_millis(1)),
+        }
+    }
+
+    /// The TTL in µs, as the store takes it.
+    pub(crate) fn ttl_micros(&self) -> Micros {
+        i64::try_from(self.ttl.as_micros()).unwrap_or(i64::MAX)
+    }
+}
+
+/// An instance lease held by this runtime (ST-14). Every store call about instance leases
+/// goes through it. Release it with [`LeaseGuard::release`] unless the run's last commit
+/// released it ([`LeaseGuard::released_by_commit`]); a guard dropped otherwise leaves the
+/// lease to expire.
+pub(crate) struct LeaseGuard<'s> {
+    store: &'s dyn Store,
+    instance_id: String,
+    token: u64,
+    expires_at: Micros,
+    settings: LeaseSettings,
+    /// Why the lease was lost, once it was.
+    lost: Mutex<Option<StoreError>>,
+}
+
+impl std::fmt::Debug for LeaseGuard<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LeaseGuard")
+            .field("instance_id", &self.instance_id)
+            .field("token", &self.token)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<'s> LeaseGuard<'s> {
+    /// Acquires the lease of `instance_id` for `owner`. A lease held by `owner` itself
+    /// belongs to this runtime's recovery sweep, which gives it back at once when another run
+    /// of this process holds the instance: that is waited for (briefly), not reported.
+    ///
+    /// # Errors
+    ///
+    /// `NotFound` for an unknown instance, `LeaseHeld` when another owner holds a live lease,
+    /// and the store's errors.
+    pub(crate) async fn acquire(
+        store: &'s dyn Store,
+        owner: &str,
+        instance_id: &str,
+        settings: LeaseSettings,
+    ) -> Result<Self, StoreError> {
+        let give_up = std::time::Instant::now() + OWN_LEASE_WAIT;
+        let mut pause = Duration::from_millis(1);
+        loop {
+            match store
+                .acquire_lease(instance_id, owner, now_micros(), settings.ttl_micros())
+                .await
+            {
+                Ok(lease) => {
+                    return Ok(Self {
+                        store,
+                        instance_id: instance_id.to_owned(),
+                        token: lease.token,
+                        expires_at: lease.expires_at,
+                        settings,
+                        lost: Mutex::new(None),
+                    });
+                }
+                Err(StoreError::LeaseHeld { holder, .. })
+                    if holder == owner && std::time::Instant::now() < give_up =>
+                {
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(Duration::from_millis(50));
+                }
+                Err(error) => return Err(error),
+            }
+        }
+    }
+
+    /// Claims up to `limit` `Running` instances whose lease is free or expired (ST-15): the
+    /// instances a recovery pass runs again, with their sub-status (`Executing` means
+    /// interrupted, ENG-2).
+    pub(crate) async fn claim_runnable(
+        store: &'s dyn Store,
+        owner: &str,
+        settings: LeaseSettings,
+        limit: usize,
+    ) -> Result<Vec<(Self, Option<InstanceSubStatus>)>, StoreError> {
+        let claimed = store
+            .claim_runnable(owner, now_micros(), settings.ttl_micros(), limit)
+            .await?;
+        Ok(claimed
+            .into_iter()
+            .map(|claim| {
+                let guard = Self {
+                    store,
+                    instance_id: claim.instance_id,
+                    token: claim.lease.token,
+                    expires_at: claim.lease.expires_at,
+                    settings,
+                    lost: Mutex::new(None),
+                };
+                (guard, claim.sub_status)
+            })
+            .collect())
+    }
+
+    /// The instance.
+    pub(crate) fn instance_id(&self) -> &str {
+        &self.instance_id
+    }
+
+    /// The fencing token every commit of the run presents (ENG-28).
+    pub(crate) fn token(&self) -> u64 {
+        self.token
+    }
+
+    /// Why the lease was lost, if it was: the run must not be reported as done.
+    pub(crate) fn lost(&self) -> Option<StoreError> {
+        lock(&self.lost).clone()
+    }
+
+    /// Runs `run` while renewing the lease (ST-14). A lost lease fires `cancel`, the run's
+    /// cancellation token (ENG-36): its task is asked to stop, and its commit is refused by
+    /// fencing (ENG-52's grace still applies to the task).
+    pub(crate) async fn hold<F: Future>(&self, cancel: &CancellationToken, run: F) -> F::Output {
+        let run = std::pin::pin!(run);
+        let renew = std::pin::pin!(self.renew(cancel));
+        match futures_select(run, renew).await {
+            Ok(output) => output,
+            Err(never) => match never {},
+        }
+    }
+
+    /// Renews every `renew_every` until the lease is lost; then waits for ever.
+    async fn renew(&self, cancel: &CancellationToken) -> std::convert::Infallible {
+        if tokio::runtime::Handle::try_current().is_err() {
+            // Polled outside tokio (a bare executor): no timer to renew with; the run keeps
+            // the lease for its TTL, and fencing still guards its commits.
+            return std::future::pending().await;
+        }
+        let mut expires_at = self.expires_at;
+        loop {
+            tokio::time::sleep(self.settings.renew_every).await;
+            let now = now_micros();
+            match self
+                .store
+                .renew_lease(
+                    &self.instance_id,
+                    self.token,
+                    now,
+                    self.settings.ttl_micros(),
+                )
+                .await
+            {
+                Ok(renewal) => expires_at = renewal.lease.expires_at,
+                Err(error) if error.is_transient() && now_micros() < expires_at => {
+                    tracing::warn!(
+                        instance = %self.instance_id,
+                        %error,
+                        "lease renewal failed; retrying while the lease lasts"
+                    );
+                }
+                Err(error) => {
+                    tracing::warn!(
+                        instance = %self.instance_id,
+                        token = self.token,
+                        %error,
+                        "instance lease lost: the run is cancelled and its commit will be fenced"
+                    );
+                    *lock(&self.lost) = Some(error);
+                    cancel.cancel();
+                    return std::future::pending().await;
+                }
+            }
+        }
+    }
+
+    /// Releases the lease (after a run that did not commit its release). Failing to release
+    /// is logged: the lease then expires after its TTL.
+    pub(crate) async fn release(self) {
+        if let Err(error) = self
+            .store
+            .release_lease(&self.instance_id, self.token)
+            .await
+        {
+            // Fenced: someone else took it over already; otherwise it expires by itself.
+            tracing::debug!(instance = %self.instance_id, %error, "lease not released");
+        }
+    }
+
+    /// The run's last commit released the lease (ENG-28): nothing left to do.
+    pub(crate) fn released_by_commit(self) {}
+}
+
+/// Polls `a` and `b` together; the first to finish wins (`Ok` for `a`).
+async fn futures_select<A: Future, B: Future>(
+    a: std::pin::Pin<&mut A>,
+    b: std::pin::Pin<&mut B>,
+) -> Result<A::Output, B::Output> {
+    tokio::select! {
+        biased;
+        out = a => Ok(out),
+        out = b => Err(out),
+    }
+}
