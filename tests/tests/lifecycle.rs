@@ -1,0 +1,327 @@
+//! The runtime's lifecycle on real SQLite files: a process killed with SIGKILL mid-task is
+//! finished by the next one with no call beyond building the runtime (ENG-25, ENG-26,
+//! ST-14); a task longer than the lease TTL keeps its lease by renewal while another runtime
+//! sends to its instance (ST-14, ENG-36); starts racing the recovery sweep all succeed; and
+//! after `shutdown` and drop the file reopens at once (ST-26).
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+use workflow_runtime::store::{InstanceStatus, SqliteStore, Store};
+use workflow_runtime::{
+    CommitStrategy, Completion, Runtime, StartOptions, Stimulus, TaskContext, WorkflowStatus,
+    workflow,
+};
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Job {
+    done: Vec<u32>,
+}
+
+fn block_on<F: std::future::Future>(future: F) -> F::Output {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .unwrap()
+        .block_on(future)
+}
+
+fn sqlite(path: &Path) -> Arc<dyn Store> {
+    Arc::new(SqliteStore::open(path).unwrap())
+}
+
+fn with_id(id: &str) -> StartOptions {
+    StartOptions {
+        instance_id: Some(id.to_owned()),
+        ..StartOptions::default()
+    }
+}
+
+// ---- SIGKILL mid-task, restart at once ---------------------------------------------------
+
+const CHILD_DB: &str = "LIFECYCLE_CHILD_DB";
+const CHILD_ROLE: &str = "LIFECYCLE_CHILD_ROLE";
+
+async fn first_step(ctx: &mut TaskContext<Job>) {
+    ctx.data_mut().done.push(1);
+}
+
+/// Stalls in the first process (which is killed meanwhile); quick in the next one.
+async fn long_step(ctx: &mut TaskContext<Job>) {
+    let stall = std::env::var(CHILD_ROLE).is_ok_and(|role| role == "start");
+    let pause = if stall { 60_000 } else { 100 };
+    tokio::time::sleep(Duration::from_millis(pause)).await;
+    ctx.data_mut().done.push(2);
+}
+
+async fn last_step(ctx: &mut TaskContext<Job>) {
+    ctx.data_mut().done.push(3);
+}
+
+workflow! {
+    pub workflow Killed(Job) = sequence [task(first_step), task(long_step), task(last_step)];
+}
+
+/// The runtime of both child processes: the default lease settings (30 s TTL).
+fn killed_runtime(path: &Path) -> Runtime {
+    Runtime::builder()
+        .store(sqlite(path))
+        .register::<Killed>()
+        .commit_strategy(CommitStrategy::BeforeEachActivity)
+        .build()
+        .unwrap()
+}
+
+/// The child processes: `start` starts the instance and stalls in its second task until it
+/// is killed; `restart` only builds the runtime and waits. A no-op in a normal test run.
+#[test]
+fn lifecycle_child_process() {
+    let Some(path) = std::env::var_os(CHILD_DB).map(PathBuf::from) else {
+        return;
+    };
+    let role = std::env::var(CHILD_ROLE).unwrap_or_default();
+    block_on(async move {
+        let runtime = killed_runtime(&path);
+        if role == "start" {
+            let _ = runtime
+                .start_with::<Killed>(Job::default(), with_id("killed-1"))
+                .await;
+        }
+        // Nothing else: the background work of the runtime does the rest.
+        tokio::time::sleep(Duration::from_secs(120)).await;
+    });
+}
+
+fn child(path: &Path, role: &str) -> std::process::Child {
+    std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["lifecycle_child_process", "--exact", "--nocapture"])
+        .env(CHILD_DB, path)
+        .env(CHILD_ROLE, role)
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap()
+}
+
+/// The instance as the file holds it now, read while another process owns the file.
+fn peek(path: &Path) -> Option<(InstanceStatus, Job)> {
+    let store = SqliteStore::open_read_only(path).ok()?;
+    block_on(async {
+        let record = store.load_instance("killed-1").await.ok()?;
+        let job = serde_json::from_value(record.state["data"].clone()).ok()?;
+        Some((record.status, job))
+    })
+}
+
+#[test]
+fn an_instance_killed_mid_task_finishes_after_an_immediate_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("killed.db");
+    let mut first = child(&path, "start");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    // Wait until the second task runs (the first one's step is committed).
+    loop {
+        std::thread::sleep(Duration::from_millis(20));
+        if peek(&path).is_some_and(|(_, job)| job.done == [1]) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the first process made no progress"
+        );
+    }
+    std::thread::sleep(Duration::from_millis(100));
+    first.kill().unwrap(); // SIGKILL on Unix
+    first.wait().unwrap();
+    let (status, _) = peek(&path).unwrap();
+    assert_eq!(status, InstanceStatus::Running, "killed mid-task");
+
+    // Restarted at once: its lease (30 s) is still live, but the file has one owner at a
+    // time, so the new one takes it over and its recovery sweep runs the instance.
+    let restarted_at = Instant::now();
+    let mut second = child(&path, "restart");
+    let finished = loop {
+        std::thread::sleep(Duration::from_millis(50));
+        if let Some((InstanceStatus::Finished, job)) = peek(&path) {
+            break Some(job);
+        }
+        if restarted_at.elapsed() > Duration::from_secs(30 + 5) {
+            break None;
+        }
+    };
+    let elapsed = restarted_at.elapsed();
+    second.kill().unwrap();
+    second.wait().unwrap();
+    let job = finished.expect("the interrupted instance never finished");
+    assert_eq!(
+        job.done,
+        [1, 2, 3],
+        "each step once, the committed one kept"
+    );
+    assert!(
+        elapsed < Duration::from_secs(10),
+        "took {elapsed:?}: the dead owner's lease was not taken over at open"
+    );
+}
+
+// ---- a task longer than the lease TTL, while another runtime sends -----------------------
+
+static RUNNING: AtomicUsize = AtomicUsize::new(0);
+static MOST_RUNNING: AtomicUsize = AtomicUsize::new(0);
+static RUNS: AtomicUsize = AtomicUsize::new(0);
+
+async fn long_task(ctx: &mut TaskContext<Job>) {
+    let now = RUNNING.fetch_add(1, Ordering::SeqCst) + 1;
+    MOST_RUNNING.fetch_max(now, Ordering::SeqCst);
+    RUNS.fetch_add(1, Ordering::SeqCst);
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    RUNNING.fetch_sub(1, Ordering::SeqCst);
+    ctx.data_mut().done.push(1);
+}
+
+async fn long_task_again(ctx: &mut TaskContext<Job>) {
+    long_task(ctx).await;
+}
+
+workflow! {
+    pub workflow Renewed(Job) = sequence [
+        event("tick"), task(long_task), event("tick"), task(long_task_again)
+    ];
+}
+
+fn renewed_runtime(store: &Arc<dyn Store>) -> Runtime {
+    Runtime::builder()
+        .store(store.clone())
+        .register::<Renewed>()
+        // Committed before each task: the store shows the instance `Running` meanwhile, as
+        // the recovery sweep of another process looks for.
+        .commit_strategy(CommitStrategy::BeforeEachActivity)
+        .lease_ttl(Duration::from_millis(300))
+        .lease_renewal(Duration::from_millis(100))
+        .recovery_sweep(Some(Duration::from_millis(50)))
+        .queue_sweep(Duration::from_millis(200))
+        .build()
+        .unwrap()
+}
+
+#[test]
+fn a_task_longer_than_the_lease_keeps_it_while_another_runtime_sends() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = sqlite(&dir.path().join("renewed.db"));
+    block_on(async {
+        let a = renewed_runtime(&store);
+        // Another process, in effect: its recovery sweep looks for expired leases every
+        // 50 ms, and it sends the second tick while the first one's task runs.
+        let b = renewed_runtime(&store);
+        let id = a
+            .start_with::<Renewed>(Job::default(), with_id("renewed-1"))
+            .await
+            .unwrap()
+            .instance_id;
+        let run = tokio::spawn({
+            let a = a.clone();
+            async move { a.send(Stimulus::new("tick")).await }
+        });
+        // Past the TTL: the lease lives only by renewal.
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        assert_eq!(RUNNING.load(Ordering::SeqCst), 1);
+        let sent = b.send(Stimulus::new("tick").instance(&id)).await.unwrap();
+        // Not run by B: queued for the busy instance (its next bookmark does not exist yet).
+        assert!(sent.resumed.is_empty(), "the instance was busy: {sent:?}");
+        assert!(
+            sent.queued.is_some() || sent.deferred == [id.clone()],
+            "{sent:?}"
+        );
+        let report = run.await.unwrap().unwrap();
+        assert_eq!(report.resumed.len(), 1, "{report:?}");
+        let done = b.await_completion(&id, Duration::from_secs(10)).await;
+        assert_eq!(
+            done.unwrap(),
+            Completion::Finished(serde_json::json!({ "done": [1, 1] })),
+            "the second tick was delivered"
+        );
+        assert_eq!(RUNS.load(Ordering::SeqCst), 2, "each tick's task ran once");
+        assert_eq!(MOST_RUNNING.load(Ordering::SeqCst), 1, "no overlap");
+        a.shutdown(Duration::from_secs(1)).await;
+        b.shutdown(Duration::from_secs(1)).await;
+    });
+}
+
+// ---- starts racing the recovery sweep ----------------------------------------------------
+
+async fn quick(ctx: &mut TaskContext<Job>) {
+    tokio::task::yield_now().await;
+    ctx.data_mut().done.push(1);
+}
+
+workflow! {
+    pub workflow Quick(Job) = sequence [task(quick)];
+}
+
+#[test]
+fn a_thousand_starts_racing_the_recovery_sweep_all_succeed() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = sqlite(&dir.path().join("starts.db"));
+    block_on(async {
+        let runtime = Runtime::builder()
+            .store(store)
+            .register::<Quick>()
+            .recovery_sweep(Some(Duration::from_millis(1)))
+            .build()
+            .unwrap();
+        let mut starts = tokio::task::JoinSet::new();
+        for i in 0..1000 {
+            let runtime = runtime.clone();
+            starts.spawn(async move {
+                runtime
+                    .start_with::<Quick>(Job::default(), with_id(&format!("quick-{i}")))
+                    .await
+            });
+        }
+        let mut failed = Vec::new();
+        while let Some(started) = starts.join_next().await {
+            match started.unwrap() {
+                Ok(started) => assert_eq!(started.status, WorkflowStatus::Finished),
+                Err(error) => failed.push(error.to_string()),
+            }
+        }
+        assert!(
+            failed.is_empty(),
+            "{} of 1000 failed: {:?}",
+            failed.len(),
+            failed.first()
+        );
+        runtime.shutdown(Duration::from_secs(1)).await;
+    });
+}
+
+// ---- reopening the file after shutdown ---------------------------------------------------
+
+#[test]
+fn the_file_reopens_at_once_after_shutdown_and_drop() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("reopen.db");
+    block_on(async {
+        let mut reopened = 0;
+        for i in 0..100 {
+            let runtime = Runtime::builder()
+                .store(sqlite(&path))
+                .register::<Quick>()
+                .build()
+                .unwrap();
+            runtime
+                .start_with::<Quick>(Job::default(), with_id(&format!("reopen-{i}")))
+                .await
+                .unwrap();
+            runtime.shutdown(Duration::from_secs(1)).await;
+            drop(runtime);
+            match SqliteStore::open(&path) {
+                Ok(_) => reopened += 1,
+                Err(error) => eprintln!("reopen {i}: {error}"),
+            }
+        }
+        assert_eq!(reopened, 100);
+    });
+}
