@@ -140,6 +140,8 @@ fn runtime(store: &Arc<dyn Store>, order_activation: Option<Activation>) -> Runt
         .register_definition(definition(ORDER, order_activation), registry(None))
         .register_definition(definition(AUDIT, None), registry(None))
         .register_definition(definition(TICKER, None), registry(None))
+        // These tests pass the queue themselves (`deliver_queued`, or `start_workers`).
+        .queue_worker(false)
         .build()
         .unwrap()
 }
@@ -686,6 +688,8 @@ fn rt30_each_look_back_policy_decides_on_a_stimulus_queued_before_the_instance()
                 let rt = Runtime::builder()
                     .store(Arc::clone(&store))
                     .register_definition(definition(&json, None), registry(None))
+                    // The test passes the queue itself.
+                    .queue_worker(false)
                     .build()
                     .unwrap();
                 let order = format!("lb-{i}");

@@ -1,4 +1,4 @@
-//! Delivery (routing.md sections 4 and 5): [`Runtime::send`] starts by trigger and resumes by
+//! Delivery (RT-14 to RT-24): [`Runtime::send`] starts by trigger and resumes by
 //! bookmark in one call, defers to the queue what cannot be delivered now, and answers a
 //! retried send from its idempotency record.
 
@@ -27,7 +27,7 @@ const MAX_PAYLOAD_BYTES: usize = 1 << 20;
 /// Bookmarks read per page.
 pub(super) const BOOKMARK_PAGE: usize = 500;
 
-/// A stimulus (routing.md RT-1): a name, an optional key, a JSON payload, and the send
+/// A stimulus (RT-1): a name, an optional key, a JSON payload, and the send
 /// options (target instance, correlation id, bookmark id, idempotency key, queue TTL,
 /// queueing).
 #[derive(Debug, Clone, PartialEq)]
@@ -336,7 +336,7 @@ pub(super) fn to_micros(d: Duration) -> Micros {
 }
 
 impl Runtime {
-    /// Sends a stimulus (routing.md section 4): in one call, starts the definitions whose
+    /// Sends a stimulus (RT-14 to RT-24): in one call, starts the definitions whose
     /// event trigger matches (RT-15, subject to their activation strategy) and resumes every
     /// bookmark waiting for its name and key (RT-17), narrowed by instance id, correlation id
     /// or bookmark id, one run per instance; a stimulus that matched nothing is queued for a

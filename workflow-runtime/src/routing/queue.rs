@@ -1,4 +1,4 @@
-//! The bookmark queue and its worker (routing.md section 6).
+//! The bookmark queue and its worker (RT-25 to RT-31).
 //!
 //! [`Runtime::start_workers`] indexes the triggers (RT-9) and spawns one tokio task that
 //! delivers queued stimuli (RT-25 to RT-29). It is woken by a doorbell of capacity one (a
@@ -18,14 +18,31 @@ use tokio::sync::{Notify, watch};
 use super::delivery::{BOOKMARK_PAGE, Rejection, Stimulus, Targets};
 use crate::executor::{RunError, RunTarget};
 use crate::runtime::{Inner, Runtime, lock, now_micros};
-use crate::store::{BookmarkQuery, DeadLetterReason, Micros, QueueItem, StoreError, WakeUp};
+use crate::store::{BookmarkQuery, DeadLetterReason, QueueItem, StoreError, WakeUp};
 
 /// The default periodic sweep of the queue worker (RT-26): 10 s.
 pub(crate) const DEFAULT_SWEEP: Duration = Duration::from_secs(10);
 /// Queue items claimed per page (RT-27).
 const QUEUE_PAGE: usize = 50;
-/// How long a queue claim lasts (RT-29): 30 s.
-const CLAIM_TTL: Micros = 30_000_000;
+
+/// What one queue pass did.
+#[derive(Debug, Default)]
+pub(crate) struct QueuePass {
+    /// Items delivered (and deleted).
+    pub(crate) delivered: usize,
+    /// Items put back in the queue (released, or a failed attempt recorded): each such write
+    /// is a `QueueChanged` hint of the store that this pass, not a new bookmark, caused.
+    pub(crate) put_back: usize,
+}
+
+/// Why a queued item could not be delivered this time: recorded as a failed attempt (RT-28).
+#[derive(Debug, thiserror::Error)]
+enum DeliveryError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error(transparent)]
+    Run(RunError),
+}
 
 impl Runtime {
     /// One pass of the bookmark queue (RT-27, RT-28): expired items become dead letters
@@ -34,13 +51,23 @@ impl Runtime {
     /// once delivered. Each pending item is visited at most once per pass. Returns how many
     /// items were delivered. The worker calls it; tests and tools may too.
     pub async fn deliver_queued(&self) -> Result<usize, StoreError> {
+        Ok(self.queue_pass().await?.delivered)
+    }
+
+    /// [`Runtime::deliver_queued`], with what the worker needs to know. Claims last as long
+    /// as an instance lease (RT-29, ST-14). A shutdown stops the pass between items; the
+    /// items left are put back. The passes of one runtime are serialized.
+    pub(crate) async fn queue_pass(&self) -> Result<QueuePass, StoreError> {
+        let _pass = self.inner.queue_passes.lock().await;
         let store = &self.inner.store;
         let now = now_micros();
+        let claim_ttl = self.inner.lease.ttl_micros();
         while store.expire_queue(now, 500).await? >= 500 {}
+        let mut pass = QueuePass::default();
         let mut claimed = Vec::new();
         loop {
             let page = store
-                .claim_queue_page(&self.inner.owner, now, CLAIM_TTL, QUEUE_PAGE)
+                .claim_queue_page(&self.inner.owner, now, claim_ttl, QUEUE_PAGE)
                 .await?;
             let done = page.len() < QUEUE_PAGE;
             claimed.extend(page);
@@ -48,8 +75,14 @@ impl Runtime {
                 break;
             }
         }
-        let mut delivered = 0;
         for item in claimed {
+            if self.stopping() {
+                store
+                    .release_queue_item(&item.item_id, &self.inner.owner)
+                    .await?;
+                pass.put_back += 1;
+                continue;
+            }
             let targets: Targets = serde_json::from_value(item.targets.clone()).unwrap_or_default();
             if targets.route {
                 // RT-23: route it as an inline send; unmatched, it is queued anew (same
@@ -75,12 +108,14 @@ impl Runtime {
                 {
                     Ok(_) => {
                         store.ack_queue_item(&item.item_id).await?;
-                        delivered += 1;
+                        pass.delivered += 1;
                     }
                     Err(error) => {
+                        tracing::warn!(item = %item.item_id, %error, "queue: routing an enqueued stimulus failed");
                         store
                             .record_queue_failure(&item.item_id, &error.to_string(), now, 3)
                             .await?;
+                        pass.put_back += 1;
                     }
                 }
                 continue;
@@ -108,28 +143,35 @@ impl Runtime {
             match self.deliver_item(&item).await {
                 Ok(true) => {
                     store.ack_queue_item(&item.item_id).await?;
-                    delivered += 1;
+                    pass.delivered += 1;
                 }
                 Ok(false) => {
                     store
                         .release_queue_item(&item.item_id, &self.inner.owner)
                         .await?;
+                    pass.put_back += 1;
                 }
                 Err(error) => {
+                    tracing::warn!(item = %item.item_id, %error, "queue: delivery failed; the attempt is counted");
                     store
                         .record_queue_failure(&item.item_id, &error.to_string(), now, 3)
                         .await?;
+                    pass.put_back += 1;
                 }
             }
         }
-        if delivered > 0 {
+        if pass.delivered > 0 {
             self.process_links().await;
         }
-        Ok(delivered)
+        Ok(pass)
     }
 
     /// Delivers one queued item to its eligible bookmarks (RT-31); whether any was resumed.
-    async fn deliver_item(&self, item: &QueueItem) -> Result<bool, StoreError> {
+    ///
+    /// A busy instance (its lease held), a faulted one (RT-18) and one pinned to a version
+    /// this process does not run (ENG-46) keep the item for later; a store failure or another
+    /// run error counts a failed attempt (RT-28), unless another instance took the item.
+    async fn deliver_item(&self, item: &QueueItem) -> Result<bool, DeliveryError> {
         let store = &self.inner.store;
         let targets: Targets = serde_json::from_value(item.targets.clone()).unwrap_or_default();
         let mut query = BookmarkQuery::by_hash(item.hash.clone(), BOOKMARK_PAGE);
@@ -137,6 +179,7 @@ impl Runtime {
         query.bookmark_id = targets.bookmark_id;
         query.correlation_id.clone_from(&item.correlation_id);
         let mut any = false;
+        let mut failure = None;
         for (instance, rows) in self.matching_rows(query).await? {
             if store.has_receipt(&instance, &item.stimulus_id).await? {
                 continue;
@@ -144,7 +187,7 @@ impl Runtime {
             let record = match store.load_instance(&instance).await {
                 Ok(record) => record,
                 Err(StoreError::NotFound { .. }) => continue,
-                Err(error) => return Err(error),
+                Err(error) => return Err(error.into()),
             };
             // RT-30, RT-31: each bookmark's look-back admits the item's send time; without
             // an instant (`SinceOrigin`), the instance's origin.
@@ -185,10 +228,32 @@ impl Runtime {
                         .await?;
                     any = true;
                 }
-                _ => {}
+                // Gone or consumed meanwhile: nothing to deliver to it.
+                Ok(None) | Err(RunError::BookmarkNotFound { .. }) => {}
+                Err(
+                    error @ RunError::Store {
+                        error: StoreError::LeaseHeld { .. },
+                        ..
+                    },
+                ) => {
+                    tracing::debug!(%instance, %error, "queue: instance busy; the item waits for its lease");
+                }
+                Err(error @ RunError::NotRunnable { .. }) => {
+                    tracing::debug!(%instance, %error, "queue: instance not runnable; the item waits");
+                }
+                Err(error @ RunError::VersionNotRegistered { .. }) => {
+                    tracing::warn!(%instance, %error, "queue: the instance's version is not registered here; the item waits for a process that runs it");
+                }
+                Err(error) => {
+                    tracing::warn!(%instance, %error, "queue: delivering to an instance failed");
+                    failure.get_or_insert(error);
+                }
             }
         }
-        Ok(any)
+        match failure {
+            Some(error) if !any => Err(DeliveryError::Run(error)),
+            _ => Ok(any),
+        }
     }
 
     /// Indexes the triggers (RT-9) and starts the queue worker (RT-26, see the module docs)
@@ -237,6 +302,10 @@ pub(crate) async fn worker(
             tracing::warn!(%error, "queue worker: indexing the triggers failed");
         }
     }
+    // Hints still to come from the last pass's own writes.
+    let mut own_hints = 0usize;
+    // RT-26: the periodic sweep runs on a fixed schedule, whatever hints come meanwhile.
+    let mut next_sweep = tokio::time::Instant::now() + sweep;
     loop {
         if *stop.borrow() {
             return;
@@ -248,14 +317,19 @@ pub(crate) async fn worker(
                 }
                 continue;
             }
-            () = doorbell.notified() => {}
+            () = doorbell.notified() => own_hints = 0,
             hint = hints.recv() => match hint {
+                Ok(WakeUp::QueueChanged) if own_hints > 0 => {
+                    own_hints -= 1;
+                    continue;
+                }
                 Ok(WakeUp::QueueChanged) | Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {}
                 Ok(_) => continue,
                 Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
             },
-            () = tokio::time::sleep(sweep) => {}
+            () = tokio::time::sleep_until(next_sweep) => own_hints = 0,
         }
+        next_sweep = tokio::time::Instant::now() + sweep;
         // RT-26: coalesce a burst of rings into one pass.
         tokio::time::sleep(Duration::from_millis(20)).await;
         while hints.try_recv().is_ok() {}
@@ -263,8 +337,14 @@ pub(crate) async fn worker(
             return;
         };
         let runtime = Runtime { inner };
-        if let Err(error) = runtime.deliver_queued().await {
-            tracing::warn!(%error, "bookmark queue pass failed");
+        match runtime.queue_pass().await {
+            // RT-27: the items this pass put back hint `QueueChanged` themselves; those hints
+            // announce nothing new, so they do not start another pass (else an undeliverable
+            // item would make the worker spin). A pass that delivered may have added
+            // bookmarks: it is followed by another one at once.
+            Ok(pass) if pass.delivered > 0 => doorbell.notify_one(),
+            Ok(pass) => own_hints = pass.put_back,
+            Err(error) => tracing::warn!(%error, "bookmark queue pass failed"),
         }
     }
 }

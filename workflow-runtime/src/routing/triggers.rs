@@ -1,4 +1,4 @@
-//! The trigger index and activation (routing.md section 3): the event triggers of every
+//! The trigger index and activation (RT-9 to RT-16): the event triggers of every
 //! registered definition written to the store (RT-9 to RT-11), the activation strategies that
 //! decide whether a matching trigger may start an instance (RT-15, RT-16), and the trigger
 //! phase of a send.

@@ -554,6 +554,7 @@ impl RuntimeBuilder {
                 queue_worker: self.queue_worker,
                 recovery_sweep: self.recovery_sweep,
                 recovery: tokio::sync::Mutex::new(()),
+                queue_passes: tokio::sync::Mutex::new(()),
                 idle: tokio::sync::Notify::new(),
                 queue_ttl: i64::try_from(self.queue_ttl.as_micros()).unwrap_or(i64::MAX),
                 sweep: self.queue_sweep,

@@ -1,11 +1,15 @@
 //! The [`Runtime`]: registration, start, send, read, await, cancel, subscribe, recover and
-//! purge (engine.md section 10), on a [`Store`].
+//! purge, on a [`Store`].
 //!
-//! Every run takes the instance lease (ST-14), loads the instance (version and state
-//! document), runs, and commits the document, status columns, bookmark diff and journal under
-//! the loaded version and the lease's fencing token (ENG-28), releasing the lease with the
-//! last commit. A `Conflict` or `Fenced` answer discards the run and is returned typed
-//! (ENG-29). Runs of one instance in one process also queue on a local lock.
+//! Every run takes the instance lease through the one leased run guard (`lease.rs`, ST-14),
+//! loads the instance (version and state document), runs while the guard renews the lease,
+//! and commits the document, status columns, bookmark diff and journal under the loaded
+//! version and the lease's fencing token (ENG-28), releasing the lease with the last commit.
+//! A `Conflict` or `Fenced` answer discards the run and is returned typed (ENG-29); a lost
+//! lease cancels the run (ENG-36). Runs of one instance in one process also queue on a local
+//! lock, which the recovery sweep never waits for: it hands an instance another run of this
+//! process holds back at once. The background work (timer driver, queue worker, recovery
+//! sweep) and shutdown are in `lifecycle.rs`.
 
 use std::collections::{HashMap, VecDeque};
 use std::future::Future;
@@ -436,6 +440,8 @@ pub(crate) struct Inner {
     pub(crate) recovery_sweep: Option<Duration>,
     /// Serializes recovery passes (the sweep and [`Runtime::recover`]).
     pub(crate) recovery: tokio::sync::Mutex<()>,
+    /// Serializes queue passes (the worker and [`Runtime::deliver_queued`]).
+    pub(crate) queue_passes: tokio::sync::Mutex<()>,
     /// Notified whenever a run of this process ends (for [`Runtime::shutdown`]).
     pub(crate) idle: tokio::sync::Notify,
     /// The default queue TTL, µs (RT-28).
@@ -454,7 +460,7 @@ pub(crate) struct Inner {
     pub(crate) running: Mutex<HashMap<String, crate::cancel::CancellationToken>>,
 }
 
-/// The workflow runtime (engine.md section 10), on a [`Store`]: in memory by default, durable
+/// The workflow runtime, on a [`Store`]: in memory by default, durable
 /// on a [`SqliteStore`](crate::store::SqliteStore). Cheap to clone; clones share instances.
 #[derive(Clone)]
 pub struct Runtime {
@@ -559,7 +565,7 @@ impl Future for YieldNow {
 }
 
 impl Runtime {
-    /// A builder with the defaults of engine.md.
+    /// A builder with the default settings.
     pub fn builder() -> RuntimeBuilder {
         RuntimeBuilder {
             pending: Vec::new(),

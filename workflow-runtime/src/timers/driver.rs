@@ -9,10 +9,7 @@ use serde_json::json;
 use tokio::sync::{broadcast, watch};
 
 use crate::runtime::{Inner, Runtime, lock};
-use crate::store::{Micros, StoreError, WakeUp};
-
-/// How long a claim on a due timer lasts before another claimer may fire it (TM-6).
-const CLAIM_TTL: Micros = 30_000_000;
+use crate::store::{StoreError, WakeUp};
 
 /// How many due timers one claim takes.
 const CLAIM_PAGE: usize = 100;
@@ -44,7 +41,13 @@ impl Runtime {
             let claimed = self
                 .inner
                 .store
-                .claim_due_timers(&self.inner.owner, now, CLAIM_TTL, CLAIM_PAGE)
+                .claim_due_timers(
+                    &self.inner.owner,
+                    now,
+                    // TM-6: a claim lasts as long as an instance lease (ST-14).
+                    self.inner.lease.ttl_micros(),
+                    CLAIM_PAGE,
+                )
                 .await?;
             if claimed.is_empty() {
                 return Ok(report);
@@ -139,14 +142,18 @@ pub(crate) async fn drive_timers(
             }
         };
         drop(runtime);
+        // TM-5: the fallback sweep runs at a fixed time after this pass, however many hints
+        // re-arm the precise wait meanwhile (a stream of hints must not postpone it for
+        // ever: it is what fires a timer whose claim expired).
+        let fallback_at = sweep.map(|interval| tokio::time::Instant::now() + interval);
         loop {
             let due = match earliest {
                 Some(at) => clock.sleep_until(at),
                 None => Box::pin(std::future::pending()),
             };
             let fallback = async {
-                match sweep {
-                    Some(interval) => tokio::time::sleep(interval).await,
+                match fallback_at {
+                    Some(at) => tokio::time::sleep_until(at).await,
                     None => std::future::pending().await,
                 }
             };
