@@ -12,8 +12,8 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 use workflow_runtime::store::{InstanceStatus, SqliteStore, Store};
 use workflow_runtime::{
-    CommitStrategy, Completion, Runtime, StartOptions, Stimulus, TaskContext, WorkflowStatus,
-    workflow,
+    Clock, CommitStrategy, Completion, Runtime, StartOptions, Stimulus, TaskContext,
+    WorkflowStatus, workflow,
 };
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -323,5 +323,84 @@ fn the_file_reopens_at_once_after_shutdown_and_drop() {
             }
         }
         assert_eq!(reopened, 100);
+    });
+}
+
+// ---- background work that stays quiet and reliable ---------------------------------------
+
+/// RT-27: a stimulus waiting in the queue for a bookmark that does not exist yet costs the
+/// idle worker nothing: no pass is started by the hints of its own put-backs.
+#[test]
+fn an_early_stimulus_in_the_queue_does_not_make_the_idle_worker_spin() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = sqlite(&dir.path().join("quiet.db"));
+    block_on(async {
+        let runtime = Runtime::builder()
+            .store(store.clone())
+            .register::<Quick>()
+            .build()
+            .unwrap();
+        let early = runtime
+            .send(Stimulus::new("not-yet").key("k-1"))
+            .await
+            .unwrap();
+        assert!(early.queued.is_some());
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let before = store.stats().await.unwrap().transactions;
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let idle = store.stats().await.unwrap().transactions - before;
+        assert!(idle <= 4, "{idle} write transactions in 1 s while idle");
+        runtime.shutdown(Duration::from_secs(1)).await;
+    });
+}
+
+async fn after_wait(ctx: &mut TaskContext<Job>) {
+    ctx.data_mut().done.push(1);
+}
+
+workflow! {
+    pub workflow Waits(Job) = sequence [wait = after(millis(100)), task(after_wait)];
+}
+
+/// TM-5, TM-6: a due timer claimed by a process that died is fired by the fallback sweep
+/// once the claim expired, even while hints keep waking the driver up.
+#[test]
+fn a_dead_process_timer_claim_fires_despite_a_stream_of_hints() {
+    block_on(async {
+        let runtime = Runtime::builder()
+            .register::<Waits>()
+            .timer_driver(false)
+            .queue_worker(false)
+            .sweep_interval(Some(Duration::from_millis(300)))
+            .build()
+            .unwrap();
+        let id = runtime
+            .start::<Waits>(Job::default())
+            .await
+            .unwrap()
+            .instance_id;
+        tokio::time::sleep(Duration::from_millis(150)).await;
+        // The timer is due: a process claims it for 200 ms and dies.
+        let now = workflow_runtime::SystemClock.now();
+        let claimed = runtime
+            .store()
+            .claim_due_timers("dead-process", now, 200_000, 10)
+            .await
+            .unwrap();
+        assert_eq!(claimed.len(), 1);
+        assert!(runtime.start_timer_driver());
+        // A send every 50 ms: each queues a stimulus and hints the driver.
+        let noise = tokio::spawn({
+            let runtime = runtime.clone();
+            async move {
+                for i in 0.. {
+                    let _ = runtime.send(Stimulus::new("noise").key(i)).await;
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            }
+        });
+        let done = runtime.await_completion(&id, Duration::from_secs(3)).await;
+        noise.abort();
+        assert!(matches!(done, Ok(Completion::Finished(_))), "{done:?}");
     });
 }
