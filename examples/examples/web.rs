@@ -31,9 +31,9 @@ async fn main() -> Result<(), Box<dyn Error>> {
     let runtime = Runtime::builder()
         .store(Arc::new(SqliteStore::open(&path)?))
         .register::<WebOrder>()
+        // Inside tokio, `build` starts the timer driver, the queue worker and the recovery
+        // sweep (which runs again what a crash interrupted).
         .build()?;
-    runtime.recover().await?;
-    runtime.start_workers().await?;
     let runtime = Arc::new(runtime);
 
     let listener = tokio::net::TcpListener::bind(&addr).await?;
@@ -47,6 +47,6 @@ async fn main() -> Result<(), Box<dyn Error>> {
         })
         .await?;
     println!("stopping: waiting for running tasks");
-    runtime.shutdown().await;
+    runtime.shutdown(std::time::Duration::from_secs(10)).await;
     Ok(())
 }
