@@ -404,3 +404,108 @@ fn a_dead_process_timer_claim_fires_despite_a_stream_of_hints() {
         assert!(matches!(done, Ok(Completion::Finished(_))), "{done:?}");
     });
 }
+
+// ---- retention ---------------------------------------------------------------------------
+
+workflow! {
+    pub workflow PingPong(Job) = sequence [event("ping"), event("pong")];
+}
+
+/// ST-30: the background purge removes, past their ages, finished instances, receipts,
+/// idempotency records and dead letters; a live instance stays.
+#[test]
+fn retention_purges_in_the_background() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = sqlite(&dir.path().join("retention.db"));
+    let ms = Duration::from_millis;
+    block_on(async {
+        let runtime = Runtime::builder()
+            .store(store.clone())
+            .register::<Quick>()
+            .register::<PingPong>()
+            .queue_ttl(ms(1))
+            .queue_sweep(ms(50))
+            .retention(workflow_runtime::Retention {
+                finished: Some(ms(1)),
+                receipts: ms(2),
+                idempotency_records: ms(1),
+                dead_letters: ms(1),
+                every: Some(ms(100)),
+            })
+            .build()
+            .unwrap();
+        let done = runtime.start::<Quick>(Job::default()).await.unwrap();
+        assert_eq!(done.status, WorkflowStatus::Finished);
+        let live = runtime.start::<PingPong>(Job::default()).await.unwrap();
+        let ping = runtime
+            .send(Stimulus::new("ping").instance(&live.instance_id))
+            .await
+            .unwrap();
+        assert!(
+            store
+                .has_receipt(&live.instance_id, &ping.stimulus_id)
+                .await
+                .unwrap()
+        );
+        // Matches nothing: queued, expires into the dead letters.
+        let lost = runtime
+            .send(Stimulus::new("nobody").idempotency_key("lost-1"))
+            .await
+            .unwrap();
+        assert!(lost.queued.is_some());
+        tokio::time::sleep(ms(600)).await;
+        assert!(
+            runtime
+                .get_state(&done.instance_id)
+                .await
+                .unwrap()
+                .is_none()
+        );
+        assert!(
+            runtime
+                .get_state(&live.instance_id)
+                .await
+                .unwrap()
+                .is_some()
+        );
+        assert!(
+            !store
+                .has_receipt(&live.instance_id, &ping.stimulus_id)
+                .await
+                .unwrap()
+        );
+        assert!(
+            store
+                .find_idempotency_record("lost-1")
+                .await
+                .unwrap()
+                .is_none()
+        );
+        let dead = runtime
+            .dead_letters(workflow_runtime::store::DeadLetterFilter::all(10))
+            .await
+            .unwrap();
+        assert!(dead.is_empty(), "{dead:?}");
+        runtime.shutdown(Duration::from_secs(1)).await;
+    });
+}
+
+/// ST-30: receipts kept shorter than a stimulus can wait and lie in the dead letters are
+/// refused at build.
+#[test]
+fn a_receipt_retention_shorter_than_the_dead_letters_is_refused() {
+    let built = Runtime::builder()
+        .register::<Quick>()
+        .retention(workflow_runtime::Retention {
+            receipts: Duration::from_secs(3600),
+            ..workflow_runtime::Retention::default()
+        })
+        .build();
+    assert!(
+        matches!(
+            built,
+            Err(workflow_runtime::BuildError::ReceiptRetentionTooShort { .. })
+        ),
+        "{built:?}"
+    );
+}

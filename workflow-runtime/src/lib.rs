@@ -96,8 +96,9 @@ pub use registry::{BoxFuture, ChooseOutcome, Registry, TaskResult};
 pub use routing::RoutingError;
 pub use runtime::{
     AwaitError, BuildError, CancelError, Completion, InstanceSnapshot, LifecycleError, PurgeError,
-    RecoveryReport, Refusal, Rejection, ResumeError, RetryError, Runtime, RuntimeBuilder,
-    SendError, SendReport, StartError, StartOptions, Started, StateError, Stimulus, TimerFiring,
+    RecoveryReport, Refusal, Rejection, ResumeError, Retention, RetentionReport, RetryError,
+    Runtime, RuntimeBuilder, SendError, SendReport, StartError, StartOptions, Started, StateError,
+    Stimulus, TimerFiring,
 };
 pub use task::{IntoTaskResult, Outcome, TaskContext, TaskError};
 pub use workflow::{StateMachineWorkflow, Workflow};

@@ -53,9 +53,7 @@ impl TestRuntime {
     pub fn build_at(builder: RuntimeBuilder, clock: ManualClock) -> Result<Self, BuildError> {
         let runtime = builder
             .clock(Arc::new(clock.clone()))
-            .timer_driver(false)
-            .queue_worker(false)
-            .recovery_sweep(None)
+            .without_background()
             .build()?;
         Ok(Self { runtime, clock })
     }

@@ -174,6 +174,7 @@ pub struct RuntimeBuilder {
     pub(super) lease_renewal: Option<Duration>,
     pub(super) queue_worker: bool,
     pub(super) recovery_sweep: Option<Duration>,
+    pub(super) retention: super::Retention,
     pub(super) owner: Option<String>,
     pub(super) queue_ttl: Duration,
     pub(super) queue_sweep: Duration,
@@ -429,6 +430,27 @@ impl RuntimeBuilder {
         self
     }
 
+    /// What the background retention purge removes, and how often (ST-30; default
+    /// [`Retention::default`](super::Retention): receipts and idempotency records after 8
+    /// days, dead letters after 7, finished instances never, hourly).
+    /// [`Runtime::purge_expired`] runs one pass by hand.
+    #[must_use]
+    pub fn retention(mut self, retention: super::Retention) -> Self {
+        self.retention = retention;
+        self
+    }
+
+    /// No background work at all (what [`crate::testing::TestRuntime`] builds): no timer
+    /// driver, queue worker, recovery sweep or retention purge.
+    #[must_use]
+    pub(crate) fn without_background(mut self) -> Self {
+        self.timer_driver = false;
+        self.queue_worker = false;
+        self.recovery_sweep = None;
+        self.retention.every = None;
+        self
+    }
+
     /// Whether the queue worker (RT-26) runs in the background (default true). Without it,
     /// queued stimuli are delivered by [`Runtime::deliver_queued`] (or after
     /// [`Runtime::start_workers`]).
@@ -528,6 +550,14 @@ impl RuntimeBuilder {
                 }
             }
         }
+        // ST-30: no receipt may be removed while a copy of its stimulus can be delivered.
+        let required = self.retention.dead_letters.saturating_add(self.queue_ttl);
+        if self.retention.receipts < required {
+            return Err(BuildError::ReceiptRetentionTooShort {
+                receipts: self.retention.receipts,
+                required,
+            });
+        }
         let (events, _) = broadcast::channel(self.event_buffer);
         let (stop, _) = tokio::sync::watch::channel(false);
         let runtime = Runtime {
@@ -555,6 +585,7 @@ impl RuntimeBuilder {
                 recovery_sweep: self.recovery_sweep,
                 recovery: tokio::sync::Mutex::new(()),
                 queue_passes: tokio::sync::Mutex::new(()),
+                retention: self.retention,
                 idle: tokio::sync::Notify::new(),
                 queue_ttl: i64::try_from(self.queue_ttl.as_micros()).unwrap_or(i64::MAX),
                 sweep: self.queue_sweep,

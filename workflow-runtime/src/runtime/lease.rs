@@ -250,3 +250,42 @@ async fn futures_select<A: Future, B: Future>(
         out = b => Err(out),
     }
 }
+
+/// A named lease (ST-11) held by this runtime: one process of a store at a time does the
+/// singleton job it guards (the retention purge).
+pub(crate) struct NamedLease<'s> {
+    store: &'s dyn Store,
+    name: String,
+    token: u64,
+}
+
+impl<'s> NamedLease<'s> {
+    /// Takes the lease `name` for `ttl` unless another owner holds it (`None` then).
+    pub(crate) async fn try_acquire(
+        store: &'s dyn Store,
+        owner: &str,
+        name: &str,
+        ttl: Duration,
+    ) -> Result<Option<Self>, StoreError> {
+        let ttl = i64::try_from(ttl.as_micros()).unwrap_or(i64::MAX);
+        match store
+            .acquire_named_lease(name, owner, now_micros(), ttl)
+            .await
+        {
+            Ok(lease) => Ok(Some(Self {
+                store,
+                name: name.to_owned(),
+                token: lease.token,
+            })),
+            Err(StoreError::LeaseHeld { .. }) => Ok(None),
+            Err(error) => Err(error),
+        }
+    }
+
+    /// Releases the lease; a failure leaves it to expire.
+    pub(crate) async fn release(self) {
+        if let Err(error) = self.store.release_named_lease(&self.name, self.token).await {
+            tracing::debug!(lease = %self.name, %error, "named lease not released");
+        }
+    }
+}

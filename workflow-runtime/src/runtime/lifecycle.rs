@@ -39,6 +39,8 @@ pub(crate) struct Background {
     pub(crate) queue: Option<JoinHandle<()>>,
     /// The recovery sweep (ENG-25, ENG-26).
     pub(crate) sweep: Option<JoinHandle<()>>,
+    /// The retention purge (ST-30).
+    pub(crate) retention: Option<JoinHandle<()>>,
     /// Set by [`Runtime::shutdown`]: operations do not start the work again by themselves.
     pub(crate) shut_down: bool,
     /// Whether the one-time search for orphaned parents was done by a sweep.
@@ -57,7 +59,8 @@ impl Runtime {
     /// [`RuntimeBuilder::timer_driver`](super::RuntimeBuilder::timer_driver) is off, the
     /// queue worker unless [`RuntimeBuilder::queue_worker`](super::RuntimeBuilder::queue_worker)
     /// is off, the recovery sweep unless
-    /// [`RuntimeBuilder::recovery_sweep`](super::RuntimeBuilder::recovery_sweep) is `None`).
+    /// [`RuntimeBuilder::recovery_sweep`](super::RuntimeBuilder::recovery_sweep) is `None`,
+    /// the retention purge unless [`Retention::every`](super::Retention) is `None`).
     /// `build` inside tokio and every operation do it already; after
     /// [`Runtime::shutdown`] only this call starts the work again.
     ///
@@ -122,7 +125,17 @@ impl Runtime {
         if let Some(every) = self.inner.recovery_sweep
             && !Background::live(background.sweep.as_ref())
         {
-            background.sweep = Some(handle.spawn(sweep(weak, self.inner.stop.subscribe(), every)));
+            background.sweep =
+                Some(handle.spawn(sweep(weak.clone(), self.inner.stop.subscribe(), every)));
+        }
+        if let Some(every) = self.inner.retention.every
+            && !Background::live(background.retention.as_ref())
+        {
+            background.retention = Some(handle.spawn(super::retention::purge(
+                weak,
+                self.inner.stop.subscribe(),
+                every.max(Duration::from_millis(1)),
+            )));
         }
     }
 
@@ -158,6 +171,7 @@ impl Runtime {
                 background.timers.take(),
                 background.queue.take(),
                 background.sweep.take(),
+                background.retention.take(),
             ]
             .into_iter()
             .flatten()

@@ -44,6 +44,7 @@ mod commit;
 mod faults;
 mod lease;
 mod lifecycle;
+mod retention;
 
 pub use crate::routing::{Refusal, Rejection, SendError, SendReport, Stimulus};
 pub use crate::timers::TimerFiring;
@@ -55,8 +56,9 @@ use commit::{
     run_store_error, workflow_status,
 };
 pub use faults::RetryError;
-use lease::{LeaseGuard, LeaseSettings};
+use lease::{LeaseGuard, LeaseSettings, NamedLease};
 pub use lifecycle::LifecycleError;
+pub use retention::{Retention, RetentionReport};
 
 // ---- errors, one enum per operation family ---------------------------------------------
 
@@ -170,6 +172,17 @@ pub enum BuildError {
         workflow: String,
         /// The node id.
         node: String,
+    },
+    /// Receipts would be removed while a copy of their stimulus can still be delivered
+    /// (ST-30): their retention must be at least the dead letters' plus the queue TTL.
+    #[error(
+        "receipts are kept {receipts:?}, less than the dead letters' retention plus the queue TTL ({required:?}): a replayed stimulus could be applied twice"
+    )]
+    ReceiptRetentionTooShort {
+        /// The receipts' retention.
+        receipts: Duration,
+        /// The least it may be.
+        required: Duration,
     },
     /// Two different current versions of one name were registered.
     #[error("definition `{name}` registered with two versions: `{first}` and `{second}`")]
@@ -440,6 +453,8 @@ pub(crate) struct Inner {
     pub(crate) recovery_sweep: Option<Duration>,
     /// Serializes recovery passes (the sweep and [`Runtime::recover`]).
     pub(crate) recovery: tokio::sync::Mutex<()>,
+    /// What the background purge removes (ST-30).
+    pub(crate) retention: Retention,
     /// Serializes queue passes (the worker and [`Runtime::deliver_queued`]).
     pub(crate) queue_passes: tokio::sync::Mutex<()>,
     /// Notified whenever a run of this process ends (for [`Runtime::shutdown`]).
@@ -580,6 +595,7 @@ impl Runtime {
             lease_renewal: None,
             queue_worker: true,
             recovery_sweep: Some(lifecycle::DEFAULT_RECOVERY_SWEEP),
+            retention: Retention::default(),
             owner: None,
             queue_ttl: crate::routing::delivery::DEFAULT_QUEUE_TTL,
             queue_sweep: crate::routing::queue::DEFAULT_SWEEP,
@@ -1377,6 +1393,14 @@ impl Runtime {
             mutex: Some(mutex),
             guard: Some(guard),
         })
+    }
+
+    /// Takes the named lease of a singleton job of this store (ST-11), unless another
+    /// process holds it.
+    async fn named_lease(&self, name: &str) -> Result<Option<NamedLease<'_>>, StoreError> {
+        // Long enough for a job's pass; a process that dies during one gives it up then.
+        let ttl = self.inner.lease.ttl.max(Duration::from_secs(600));
+        NamedLease::try_acquire(&*self.inner.store, &self.inner.owner, name, ttl).await
     }
 
     /// Acquires the instance's lease for a run of this runtime (ST-14).

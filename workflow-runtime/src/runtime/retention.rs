@@ -1,0 +1,181 @@
+//! Retention (ST-30, ST-31): what the background purge removes, and when. Nothing grows
+//! without bound: receipts, idempotency records and dead letters are removed after their
+//! ages; finished instances only when asked for ([`Retention::finished_after`]), since their
+//! data belongs to the user. One process of a store purges at a time, under a named lease.
+
+use std::sync::Weak;
+use std::time::Duration;
+
+use tokio::sync::watch;
+
+use super::{Inner, Runtime, now_micros};
+use crate::store::{PurgeFilter, StoreError};
+
+/// Rows removed per store call.
+const BATCH: usize = 500;
+
+/// What the background retention removes, and how often it runs (ST-30).
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use workflow_runtime::{Retention, Runtime};
+///
+/// let builder = Runtime::builder().retention(
+///     Retention::default().finished_after(Duration::from_secs(30 * 24 * 3600)),
+/// );
+/// # drop(builder);
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Retention {
+    /// `Finished` and `Cancelled` instances older than this are purged with their rows
+    /// (default: never).
+    pub finished: Option<Duration>,
+    /// Receipts older than this are removed (default 8 days). It must outlast the dead
+    /// letters plus the longest queue TTL, so no copy of a consumed stimulus can be
+    /// delivered again ([`BuildError::ReceiptRetentionTooShort`](crate::BuildError)).
+    pub receipts: Duration,
+    /// Idempotency records older than this are removed (default 8 days).
+    pub idempotency_records: Duration,
+    /// Dead letters older than this are removed (default 7 days).
+    pub dead_letters: Duration,
+    /// How often the purge runs (default hourly); `None` turns it off.
+    pub every: Option<Duration>,
+}
+
+impl Default for Retention {
+    fn default() -> Self {
+        const DAY: u64 = 24 * 3600;
+        Self {
+            finished: None,
+            receipts: Duration::from_secs(8 * DAY),
+            idempotency_records: Duration::from_secs(8 * DAY),
+            dead_letters: Duration::from_secs(7 * DAY),
+            every: Some(Duration::from_secs(3600)),
+        }
+    }
+}
+
+impl Retention {
+    /// No background purge.
+    pub fn off() -> Self {
+        Self {
+            every: None,
+            ..Self::default()
+        }
+    }
+
+    /// Also purges finished and cancelled instances older than `age`.
+    #[must_use]
+    pub fn finished_after(mut self, age: Duration) -> Self {
+        self.finished = Some(age);
+        self
+    }
+}
+
+/// What one retention pass removed.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RetentionReport {
+    /// Finished and cancelled instances.
+    pub instances: u64,
+    /// Receipts.
+    pub receipts: u64,
+    /// Idempotency records.
+    pub idempotency_records: u64,
+    /// Dead letters.
+    pub dead_letters: u64,
+}
+
+fn cut_off(age: Duration) -> i64 {
+    now_micros().saturating_sub(i64::try_from(age.as_micros()).unwrap_or(i64::MAX))
+}
+
+impl Runtime {
+    /// One retention pass now (what the background purge does every
+    /// [`Retention::every`]): removes what is older than the runtime's [`Retention`] ages,
+    /// in batches. Returns `None` when another process holds the retention lease (it is
+    /// purging).
+    ///
+    /// # Errors
+    ///
+    /// The store's.
+    pub async fn purge_expired(&self) -> Result<Option<RetentionReport>, StoreError> {
+        let Some(lease) = self.named_lease("retention").await? else {
+            return Ok(None);
+        };
+        let result = self.purge_pass().await;
+        lease.release().await;
+        result.map(Some)
+    }
+
+    async fn purge_pass(&self) -> Result<RetentionReport, StoreError> {
+        let retention = &self.inner.retention;
+        let store = &self.inner.store;
+        let mut report = RetentionReport::default();
+        if let Some(age) = retention.finished {
+            let mut filter = PurgeFilter::finished_before(cut_off(age));
+            filter.batch_size = BATCH;
+            report.instances = store.purge(filter).await?;
+        }
+        let before = cut_off(retention.dead_letters);
+        loop {
+            let removed = store.purge_dead_letters(before, BATCH).await?;
+            report.dead_letters += removed;
+            if removed < BATCH as u64 {
+                break;
+            }
+        }
+        let before = cut_off(retention.receipts);
+        loop {
+            let removed = store.purge_receipts(before, BATCH).await?;
+            report.receipts += removed;
+            if removed < BATCH as u64 {
+                break;
+            }
+        }
+        let before = cut_off(retention.idempotency_records);
+        loop {
+            let removed = store.purge_idempotency_records(before, BATCH).await?;
+            report.idempotency_records += removed;
+            if removed < BATCH as u64 {
+                break;
+            }
+        }
+        Ok(report)
+    }
+}
+
+/// The background purge: one pass at start, then one every `every`.
+pub(crate) async fn purge(weak: Weak<Inner>, mut stop: watch::Receiver<bool>, every: Duration) {
+    loop {
+        {
+            let Some(inner) = weak.upgrade() else { return };
+            let runtime = Runtime { inner };
+            if runtime.stopping() {
+                return;
+            }
+            match runtime.purge_expired().await {
+                Ok(Some(report)) if report != RetentionReport::default() => {
+                    tracing::info!(
+                        instances = report.instances,
+                        receipts = report.receipts,
+                        idempotency_records = report.idempotency_records,
+                        dead_letters = report.dead_letters,
+                        "retention: purged"
+                    );
+                }
+                Ok(_) => {}
+                Err(error) => tracing::warn!(%error, "retention: purge failed"),
+            }
+        }
+        tokio::select! {
+            () = tokio::time::sleep(every) => {}
+            changed = stop.changed() => {
+                if changed.is_err() || *stop.borrow() {
+                    return;
+                }
+            }
+        }
+    }
+}
