@@ -509,3 +509,64 @@ fn a_receipt_retention_shorter_than_the_dead_letters_is_refused() {
         "{built:?}"
     );
 }
+
+// ---- a child's result survives a busy parent ---------------------------------------------
+
+async fn child_step(_ctx: &mut TaskContext<()>) {}
+
+workflow! {
+    pub workflow Child(()) = sequence [task(child_step), event("shipped")];
+}
+
+async fn after_child(ctx: &mut TaskContext<Job>) {
+    ctx.data_mut().done.push(2);
+}
+
+workflow! {
+    pub workflow Parent(Job) = sequence [workflow(Child), task(after_child)];
+}
+
+/// ACT-24: a child's final commit queues its result for the parent, so a parent that cannot
+/// be resumed at once (its lease held by another process, or this process dying after the
+/// child's commit) is resumed by the queue worker later, with no recovery call.
+#[test]
+fn a_childs_result_reaches_a_parent_busy_when_the_child_finished() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = sqlite(&dir.path().join("family.db"));
+    block_on(async {
+        let runtime = Runtime::builder()
+            .store(store.clone())
+            .register::<Parent>()
+            .register::<Child>()
+            .recovery_sweep(None)
+            .queue_sweep(Duration::from_millis(100))
+            .build()
+            .unwrap();
+        let parent = runtime
+            .start_with::<Parent>(Job::default(), with_id("parent-1"))
+            .await
+            .unwrap();
+        assert_eq!(parent.status, WorkflowStatus::Suspended);
+        // Another process holds the parent's lease when the child finishes.
+        let now = workflow_runtime::SystemClock.now();
+        let lease = store
+            .acquire_lease("parent-1", "other-process", now, 60_000_000)
+            .await
+            .unwrap();
+        let report = runtime.send(Stimulus::new("shipped")).await.unwrap();
+        assert_eq!(report.resumed.len(), 1, "the child: {report:?}");
+        assert_eq!(report.resumed[0].status, WorkflowStatus::Finished);
+        let waiting = runtime.get_state("parent-1").await.unwrap().unwrap();
+        assert_eq!(waiting.status(), WorkflowStatus::Suspended);
+        store.release_lease("parent-1", lease.token).await.unwrap();
+        let done = runtime
+            .await_completion("parent-1", Duration::from_secs(5))
+            .await
+            .unwrap();
+        assert_eq!(
+            done,
+            Completion::Finished(serde_json::json!({ "done": [2] }))
+        );
+        runtime.shutdown(Duration::from_secs(1)).await;
+    });
+}

@@ -329,6 +329,50 @@ pub(super) struct Targets {
     /// The key itself, for `route` items (the item's key column is for display).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(super) key: Option<Value>,
+    /// A child's result for its parent (ACT-24): delivered to the bookmark named by id,
+    /// whatever its hash; one whose bookmark is gone is done with.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub(super) child_result: bool,
+}
+
+/// The queue item of a final child's result for its parent's `wf.sub_workflow` bookmark
+/// (ACT-24), written by the child's final commit. Its stimulus id is derived from the child,
+/// so the parent's receipt makes a second delivery a no-op.
+pub(crate) fn child_result_item(
+    parent: &str,
+    bookmark: &str,
+    child: &str,
+    payload: Value,
+    ttl: Micros,
+) -> Option<QueueItem> {
+    let targets = Targets {
+        instance_id: Some(parent.to_owned()),
+        bookmark_id: Some(bookmark.to_owned()),
+        child_result: true,
+        ..Targets::default()
+    };
+    let now = now_micros();
+    Some(QueueItem {
+        item_id: new_ulid(),
+        stimulus_id: format!(
+            "child-{}",
+            sha_hex(&["wf-child-result/1", child]).get(..40)?
+        ),
+        name: crate::structured::SUB_WORKFLOW.to_owned(),
+        hash: sha_hex(&["wf-child-result/1", parent, bookmark]),
+        key_display: None,
+        payload,
+        correlation_id: None,
+        targets: serde_json::to_value(&targets).ok()?,
+        sent_at: now,
+        enqueued_at: now,
+        expires_at: now.saturating_add(ttl),
+        attempts: 0,
+        last_error: None,
+        last_attempt_at: None,
+        held: false,
+        idempotency_key: None,
+    })
 }
 
 pub(super) fn to_micros(d: Duration) -> Micros {
@@ -417,6 +461,7 @@ impl Runtime {
                 bookmark_id: stimulus.bookmark_id.clone(),
                 route: true,
                 key: stimulus.key.clone(),
+                ..Targets::default()
             };
             let item = self.queue_item(&stimulus, &hash, &stimulus_id, sent_at, &targets);
             let mut report = SendReport::empty(stimulus_id.clone(), hash.clone());

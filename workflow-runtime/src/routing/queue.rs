@@ -175,12 +175,32 @@ impl Runtime {
         let store = &self.inner.store;
         let targets: Targets = serde_json::from_value(item.targets.clone()).unwrap_or_default();
         let mut query = BookmarkQuery::by_hash(item.hash.clone(), BOOKMARK_PAGE);
-        query.instance_id = targets.instance_id;
-        query.bookmark_id = targets.bookmark_id;
+        query.instance_id.clone_from(&targets.instance_id);
+        query.bookmark_id.clone_from(&targets.bookmark_id);
         query.correlation_id.clone_from(&item.correlation_id);
         let mut any = false;
         let mut failure = None;
-        for (instance, rows) in self.matching_rows(query).await? {
+        let targeted = if targets.child_result {
+            // ACT-24: the parent's bookmark by id; gone (consumed by the in-process resume,
+            // or the parent cancelled), the item is done with.
+            let (Some(parent), Some(bookmark)) = (&targets.instance_id, &targets.bookmark_id)
+            else {
+                return Ok(true);
+            };
+            let rows: Vec<_> = store
+                .list_bookmarks(parent)
+                .await?
+                .into_iter()
+                .filter(|row| row.bookmark_id == *bookmark)
+                .collect();
+            if rows.is_empty() {
+                return Ok(true);
+            }
+            vec![(parent.clone(), rows)]
+        } else {
+            self.matching_rows(query).await?
+        };
+        for (instance, rows) in targeted {
             if store.has_receipt(&instance, &item.stimulus_id).await? {
                 continue;
             }

@@ -155,6 +155,7 @@ impl RunCommits<'_> {
         state: &mut WorkflowState,
         release: bool,
         children: Vec<NewInstance>,
+        queue_items: Vec<crate::store::QueueItem>,
     ) -> Result<(), RunError> {
         let commit = {
             let tracker = lock(&self.tracker);
@@ -209,6 +210,7 @@ impl RunCommits<'_> {
                 commit.timers_parked = Some(false);
             }
             commit.instances_created = children;
+            commit.queue_items = queue_items;
             commit.receipts.clone_from(&tracker.receipts);
             commit.journal = state
                 .journal
@@ -246,6 +248,6 @@ impl Checkpoint for RunCommits<'_> {
         &'b self,
         state: &'b mut WorkflowState,
     ) -> BoxFuture<'b, Result<(), RunError>> {
-        Box::pin(self.commit(state, false, Vec::new()))
+        Box::pin(self.commit(state, false, Vec::new(), Vec::new()))
     }
 }

@@ -43,8 +43,6 @@ pub(crate) struct Background {
     pub(crate) retention: Option<JoinHandle<()>>,
     /// Set by [`Runtime::shutdown`]: operations do not start the work again by themselves.
     pub(crate) shut_down: bool,
-    /// Whether the one-time search for orphaned parents was done by a sweep.
-    pub(crate) parents_checked: bool,
 }
 
 impl Background {
@@ -199,8 +197,9 @@ impl Runtime {
 
 /// The recovery sweep (ENG-25, ENG-26): one pass at once, then one every `every`, each
 /// running again the `Running` instances whose lease is free or expired (a process died
-/// during their run, or before their first one). The first pass also resumes parents whose
-/// child finished before a crash (ACT-24).
+/// during their run, or before their first one): one indexed query, no other instance is
+/// read. (A parent whose child finished before a crash is resumed by the queue: the child's
+/// final commit queued its result, ACT-24.)
 async fn sweep(weak: Weak<Inner>, mut stop: watch::Receiver<bool>, every: Duration) {
     loop {
         {
@@ -212,12 +211,6 @@ async fn sweep(weak: Weak<Inner>, mut stop: watch::Receiver<bool>, every: Durati
             let mut report = RecoveryReport::default();
             if let Err(error) = runtime.recovery_pass(&mut report).await {
                 tracing::warn!(%error, "recovery sweep: claiming runnable instances failed");
-            }
-            let check_parents =
-                !std::mem::replace(&mut lock(&runtime.inner.background).parents_checked, true);
-            if check_parents && let Err(error) = runtime.resume_orphaned_parents(&mut report).await
-            {
-                tracing::warn!(%error, "recovery sweep: looking for orphaned parents failed");
             }
             log_report(&report);
         }

@@ -455,6 +455,9 @@ pub(crate) struct Inner {
     pub(crate) recovery: tokio::sync::Mutex<()>,
     /// What the background purge removes (ST-30).
     pub(crate) retention: Retention,
+    /// Final children's results queued by their commit, for the in-process resume of their
+    /// parent to ack: `(parent, bookmark)` to `(item id, stimulus id)` (ACT-24).
+    pub(crate) child_results: Mutex<HashMap<(String, String), (String, String)>>,
     /// Serializes queue passes (the worker and [`Runtime::deliver_queued`]).
     pub(crate) queue_passes: tokio::sync::Mutex<()>,
     /// Notified whenever a run of this process ends (for [`Runtime::shutdown`]).
@@ -819,13 +822,14 @@ impl Runtime {
     /// Runs again every runnable instance whose lease is free or expired (ENG-25, ENG-26):
     /// instances left `Running/Executing` by a process that died mid-run (their interrupted
     /// contexts re-run their entry point: activities run **at least once**, ENG-5), and ones
-    /// created but never run; then resumes the parents whose child finished before a crash
-    /// (ACT-24). The recovery sweep started with the runtime does the same in the background
-    /// ([`RuntimeBuilder::recovery_sweep`]), so calling this is only needed without it, or to
-    /// get the report. Only `Running` instances with a free or expired lease are read (an
-    /// indexed query), except for the parents' search, which reads the suspended instances
-    /// waiting on a sub-workflow. An instance pinned to an unregistered version is reported
-    /// as `VersionNotRegistered` and left untouched (ENG-46).
+    /// created but never run. The recovery sweep started with the runtime does this in the
+    /// background ([`RuntimeBuilder::recovery_sweep`]) reading only those instances (one
+    /// indexed query), so calling this is only needed without it, or for the report. This
+    /// call also searches the suspended instances for parents whose child finished before a
+    /// crash without queuing its result (ACT-24: a child's final commit queues it, so only
+    /// files written before that need the search, which reads every suspended instance). An
+    /// instance pinned to an unregistered version is reported as `VersionNotRegistered` and
+    /// left untouched (ENG-46).
     ///
     /// # Errors
     ///
@@ -1316,11 +1320,30 @@ impl Runtime {
                     payload,
                 } => {
                     let target = RunTarget::Bookmarks {
-                        ids: vec![bookmark_id],
+                        ids: vec![bookmark_id.clone()],
                         payload,
                     };
-                    // A parent that was cancelled meanwhile has no bookmark left.
-                    let _ = self.drive(&instance_id, target).await;
+                    // ACT-24: a child's result is also in the queue, written by the child's
+                    // final commit; delivered here, its item is acked. A parent that was
+                    // cancelled meanwhile has no bookmark left: the item is acked too. A
+                    // busy parent keeps it for the queue worker.
+                    let queued = lock(&self.inner.child_results)
+                        .remove(&(instance_id.clone(), bookmark_id.clone()));
+                    let Some((item_id, stimulus_id)) = queued else {
+                        let _ = self.drive(&instance_id, target).await;
+                        continue;
+                    };
+                    let delivered = self
+                        .drive_consuming(&instance_id, target, Some(stimulus_id))
+                        .await;
+                    if matches!(
+                        delivered,
+                        Ok(_)
+                            | Err(RunError::BookmarkNotFound { .. } | RunError::NotRunnable { .. })
+                    ) && let Err(error) = self.inner.store.ack_queue_item(&item_id).await
+                    {
+                        tracing::warn!(%item_id, %error, "a delivered child result stays queued; the worker finds it consumed");
+                    }
                 }
             }
         }
@@ -1582,6 +1605,32 @@ impl Runtime {
         guard.hold(&token, run).await
     }
 
+    /// The queue item carrying a final child's result to its parent's `wf.sub_workflow`
+    /// bookmark (ACT-24), with the `(parent, bookmark)` it is for.
+    fn child_result_item(
+        &self,
+        state: &WorkflowState,
+    ) -> Option<(crate::store::QueueItem, (String, String))> {
+        if !state.status.is_final() {
+            return None;
+        }
+        let parent = state.parent.as_ref()?;
+        let bookmark = parent.bookmark_id.as_ref()?;
+        let payload = serde_json::json!({
+            "child_instance_id": state.instance_id,
+            "status": state.status.to_string(),
+            "output": state.output,
+        });
+        let item = crate::routing::delivery::child_result_item(
+            &parent.instance_id,
+            bookmark,
+            &state.instance_id,
+            payload,
+            self.inner.queue_ttl,
+        )?;
+        Some((item, (parent.instance_id.clone(), bookmark.clone())))
+    }
+
     /// The mandatory commit of a run (ENG-31), then what follows commits: the links between
     /// instances, the events (ENG-33) and the awaiters.
     async fn commit_and_publish(
@@ -1615,7 +1664,17 @@ impl Runtime {
             }
         }
         let ids: Vec<String> = children.iter().map(|c| c.instance_id.clone()).collect();
-        commits.commit(&mut state, release, children).await?;
+        // ACT-24, ST-16: a final child's result for its parent is queued in its final commit,
+        // so a crash between this commit and the parent's resume loses nothing (the queue
+        // worker delivers it); the in-process resume below delivers and acks it at once.
+        let result_item = self.child_result_item(&state);
+        let queued: Vec<_> = result_item.iter().map(|(item, _)| item.clone()).collect();
+        commits
+            .commit(&mut state, release, children, queued)
+            .await?;
+        if let Some((item, key)) = result_item {
+            lock(&self.inner.child_results).insert(key, (item.item_id, item.stimulus_id));
+        }
         lock(&self.inner.created).extend(ids);
         {
             // ACT-24: the links of this run, and a final child's result for its parent.
