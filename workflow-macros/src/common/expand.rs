@@ -77,3 +77,40 @@ where
         .map(|ty| quote!(const _: ::core::option::Option<#ty> = ::core::option::Option::None;));
     quote!(#(#checks)*)
 }
+
+/// Closures that are never called: `&data.customer.id` for each key path, and
+/// `data.decision = payload` for each assign field, so that a misspelt field is rustc's own
+/// "no field" error (with its suggestion) on the user's token, and a field of another type than
+/// the payload a mismatch there (item 4 of the macro contract: paths are checked by rustc).
+pub(crate) fn field_checks(
+    keys: &[&super::parse::FieldPath],
+    assign_fields: &[(&super::parse::FieldPath, &syn::Type)],
+) -> TokenStream {
+    let data = quote!(__data);
+    let mut out = TokenStream::new();
+    for key in keys {
+        if let Some(access) = key.access(&data) {
+            out.extend(quote! {
+                let _ = |#data: &Self::Data| {
+                    let _ = &#access;
+                };
+            });
+        }
+    }
+    for (field, ty) in assign_fields {
+        if let Some(access) = field.access(&data) {
+            let span = field
+                .idents
+                .as_ref()
+                .and_then(|i| i.last())
+                .map_or_else(Span::call_site, syn::Ident::span);
+            let assign = quote_spanned!(span=> #access = __payload);
+            out.extend(quote! {
+                let _ = |#data: &mut Self::Data, __payload: #ty| {
+                    #assign;
+                };
+            });
+        }
+    }
+    out
+}

@@ -19,14 +19,15 @@
 use std::collections::HashSet;
 
 use proc_macro2::TokenStream;
-use quote::quote;
+use quote::{quote, quote_spanned};
+use syn::spanned::Spanned;
 use workflow_model::{Activity, Definition, State, StateMachine};
 
 use super::lower::base_id;
 use super::parse::{Machine, TriggerDecl};
 use crate::common::expand::{diagram_fns, push_const, type_exists_checks};
-use crate::common::parse::FnRef;
 use crate::common::parse::existing_derives;
+use crate::common::parse::{AssignDecl, FnRef};
 
 /// The emitted code. `definition` is `None` when there were errors (the stub).
 pub(crate) fn expand(machine: &Machine, definition: Option<&Definition>) -> TokenStream {
@@ -283,6 +284,9 @@ fn registry(machine: &Machine) -> TokenStream {
     let private = quote!(::workflow_runtime::__private);
     let mut tasks: Vec<&FnRef> = Vec::new();
     let mut conditions: Vec<(&FnRef, Option<&syn::Type>)> = Vec::new();
+    let mut keys = Vec::new();
+    let mut assign_fields = Vec::new();
+    let mut assign_fns: Vec<(&FnRef, &syn::Type)> = Vec::new();
     for state in &machine.states {
         tasks.extend(state.entry.iter());
         tasks.extend(state.exit.iter());
@@ -298,7 +302,22 @@ fn registry(machine: &Machine) -> TokenStream {
                     tasks.extend(options.compensate.iter());
                     None
                 }
-                Some(TriggerDecl::Event { payload, .. }) => payload.as_deref(),
+                Some(TriggerDecl::Event {
+                    payload,
+                    key,
+                    assign,
+                    ..
+                }) => {
+                    keys.extend(key.as_ref());
+                    if let Some(ty) = payload.as_deref() {
+                        match assign {
+                            Some(AssignDecl::Field(path)) => assign_fields.push((path, ty)),
+                            Some(AssignDecl::Function(f)) => assign_fns.push((f, ty)),
+                            None => {}
+                        }
+                    }
+                    payload.as_deref()
+                }
                 _ => None,
             };
             tasks.extend(transition.action.iter());
@@ -330,7 +349,19 @@ fn registry(machine: &Machine) -> TokenStream {
             None => quote!(.condition(#name, #path)),
         });
     }
-    quote!(#private::Registry::<Self::Data>::new() #calls)
+    let mut seen = HashSet::new();
+    for (f, ty) in assign_fns {
+        let name = f.name();
+        if seen.insert(name.clone()) {
+            let path = &f.path;
+            calls.extend(quote_spanned!(path.span()=> .assign::<#ty, _>(#name, #path)));
+        }
+    }
+    let checks = crate::common::expand::field_checks(&keys, &assign_fields);
+    quote!({
+        #checks
+        #private::Registry::<Self::Data>::new() #calls
+    })
 }
 
 /// Code that builds `definition` with the model's public types (what one would write by hand).
