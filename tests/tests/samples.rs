@@ -529,3 +529,64 @@ fn set_and_correlate_are_steps() {
         assert_eq!(log(&data), ["twice = 42"]);
     });
 }
+
+// ---- Sub-workflows with input and assign (ACT-24), written in the macro -----------------------
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Shipping {
+    lines: u32,
+    tracking: Option<String>,
+}
+
+async fn label(ctx: &mut TaskContext<Shipping>) {
+    let lines = ctx.data().lines;
+    ctx.data_mut().tracking = Some(format!("TRK-{lines}"));
+}
+
+workflow! {
+    pub workflow ShipChild(Shipping) = sequence [task(label)];
+}
+
+fn shipping_input(data: &MyData) -> Shipping {
+    Shipping {
+        lines: data.counter,
+        tracking: None,
+    }
+}
+fn take_tracking(data: &mut MyData, shipping: Shipping) {
+    data.log.push(shipping.tracking.unwrap_or_default());
+}
+
+workflow! {
+    pub workflow ShipParent(MyData) = sequence [
+        workflow(ShipChild).input(shipping_input).assign_with(take_tracking),
+        task(say_goodbye),
+    ];
+}
+
+#[test]
+fn sub_workflow_input_and_assign_are_written_in_the_macro() {
+    let data = block_on(async {
+        let rt = Runtime::builder()
+            .register::<ShipChild>()
+            .register::<ShipParent>()
+            .build()
+            .unwrap();
+        let started = rt
+            .start::<ShipParent>(MyData {
+                counter: 7,
+                ..MyData::default()
+            })
+            .await
+            .unwrap();
+        let completion = rt
+            .await_completion(&started.instance_id, Duration::from_secs(5))
+            .await
+            .unwrap();
+        let Completion::Finished(output) = completion else {
+            panic!("{completion:?}");
+        };
+        serde_json::from_value::<MyData>(output).unwrap()
+    });
+    assert_eq!(log(&data), ["TRK-7", "Goodbye"]);
+}

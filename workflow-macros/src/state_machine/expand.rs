@@ -25,7 +25,7 @@ use workflow_model::{Activity, Definition, State, StateMachine};
 
 use super::lower::base_id;
 use super::parse::{Machine, TriggerDecl};
-use crate::common::expand::{diagram_fns, push_const, type_exists_checks};
+use crate::common::expand::{EventSend, diagram_fns, push_const, type_exists_checks};
 use crate::common::parse::existing_derives;
 use crate::common::parse::{AssignDecl, FnRef};
 
@@ -109,6 +109,22 @@ pub(crate) fn expand(machine: &Machine, definition: Option<&Definition>) -> Toke
             _ => None,
         });
     let duration_types = type_exists_checks(duration_types);
+    let sends: Vec<EventSend<'_>> = machine
+        .states
+        .iter()
+        .flat_map(|s| &s.transitions)
+        .filter_map(|t| match &t.trigger {
+            Some(TriggerDecl::Event {
+                name, payload, key, ..
+            }) => Some(EventSend {
+                name,
+                payload: payload.as_deref(),
+                keyed: key.is_some(),
+            }),
+            _ => None,
+        })
+        .collect();
+    let sends = crate::common::expand::stimulus_constructors(&sends);
 
     quote! {
         #item
@@ -121,6 +137,7 @@ pub(crate) fn expand(machine: &Machine, definition: Option<&Definition>) -> Toke
             pub const STATES: &'static [Self] = &[#(Self::#variants),*];
             #consts
             #diagrams
+            #sends
         }
 
         impl #private::Workflow for #ident {
@@ -523,7 +540,29 @@ fn activity_tokens(activity: &Activity) -> TokenStream {
         Activity::Event(event) => {
             let (id, name) = (&event.id, &event.event);
             let key = event.key.as_ref().map(|key| quote!(.with_key(#key)));
-            quote!(#model::Activity::Event(#model::Event::new(#id, #name) #key))
+            let assign = event.assign.as_ref().map(|assign| {
+                let value = match assign {
+                    workflow_model::PayloadAssign::Field(f) => {
+                        quote!(#model::PayloadAssign::Field(::std::string::String::from(#f)))
+                    }
+                    workflow_model::PayloadAssign::Function(f) => {
+                        quote!(#model::PayloadAssign::Function(::std::string::String::from(#f)))
+                    }
+                };
+                quote!(.with_assign(#value))
+            });
+            let look_back = event.look_back.map(|look_back| {
+                let value = match look_back {
+                    workflow_model::LookBack::None => quote!(#model::LookBack::None),
+                    workflow_model::LookBack::SinceOrigin => quote!(#model::LookBack::SinceOrigin),
+                    workflow_model::LookBack::Any => quote!(#model::LookBack::Any),
+                    workflow_model::LookBack::Window { ms } => {
+                        quote!(#model::LookBack::Window { ms: #ms })
+                    }
+                };
+                quote!(.with_look_back(#value))
+            });
+            quote!(#model::Activity::Event(#model::Event::new(#id, #name) #key #assign #look_back))
         }
         Activity::Delay(delay) => {
             let id = &delay.id;

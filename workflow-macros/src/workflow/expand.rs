@@ -27,7 +27,8 @@ use workflow_model::{Definition, Flowchart};
 use super::lower::{step_id, workflow_name};
 use super::parse::{Body, KindDecl, StepDecl, SubWorkflowRef, WorkflowDecl};
 use crate::common::expand::{
-    diagram_fns, field_checks, push_const, register_task, type_exists_checks,
+    EventSend, diagram_fns, field_checks, push_const, register_task, stimulus_constructors,
+    type_exists_checks,
 };
 use crate::common::parse::{AssignDecl, FieldPath, FnRef, existing_derives};
 
@@ -98,6 +99,7 @@ pub(crate) fn expand(decl: &WorkflowDecl, definition: Option<&Definition>) -> To
         }
     });
     let durations = type_exists_checks(uses.durations.iter().copied());
+    let sends = stimulus_constructors(&uses.sends);
 
     quote! {
         #(#attrs)*
@@ -113,6 +115,7 @@ pub(crate) fn expand(decl: &WorkflowDecl, definition: Option<&Definition>) -> To
             pub const NODES: &'static [&'static str] = &[#(#ids),*];
             #consts
             #diagrams
+            #sends
         }
 
         impl #private::Workflow for #ident {
@@ -180,6 +183,10 @@ struct Uses<'a> {
     choosing: Vec<(String, &'a syn::Type)>,
     children: Vec<&'a syn::Path>,
     durations: Vec<&'a syn::Path>,
+    /// `.assign_with(fn)` of a sub-workflow: the child's output type is the fn's.
+    sub_assigns: Vec<&'a FnRef>,
+    /// Every event, for its typed stimulus constructor.
+    sends: Vec<EventSend<'a>>,
 }
 
 impl<'a> Uses<'a> {
@@ -190,6 +197,7 @@ impl<'a> Uses<'a> {
             .chain(&self.conditions)
             .chain(&self.items)
             .chain(&self.values)
+            .chain(&self.sub_assigns)
             .copied()
             .chain(self.assign_fns.iter().map(|(f, _)| *f))
     }
@@ -211,6 +219,11 @@ impl<'a> Uses<'a> {
             }
             KindDecl::Event(event) => {
                 self.keys.extend(event.key.as_ref());
+                self.sends.push(EventSend {
+                    name: &event.name,
+                    payload: event.payload.as_deref(),
+                    keyed: event.key.is_some(),
+                });
                 if let Some(ty) = &event.payload {
                     if event.ports.is_some() {
                         self.choosing.push((id, ty));
@@ -258,7 +271,13 @@ impl<'a> Uses<'a> {
             KindDecl::Set { value, .. } => self.values.push(value),
             KindDecl::Correlate { key } => self.values.push(key),
             KindDecl::Finish { output: Some(f) } => self.values.push(f),
-            KindDecl::Workflow(SubWorkflowRef::Type(path), _) => self.children.push(path),
+            KindDecl::Workflow(child, options) => {
+                if let SubWorkflowRef::Type(path) = child {
+                    self.children.push(path);
+                }
+                self.values.extend(options.input.as_ref());
+                self.sub_assigns.extend(options.assign.as_ref());
+            }
             KindDecl::After {
                 duration_type: Some(ty),
                 ..
@@ -335,19 +354,22 @@ fn registry(uses: &Uses<'_>) -> TokenStream {
             calls.extend(register_task(task));
         }
     }
-    let mut register = |fns: &[&FnRef], method: TokenStream| {
+    let mut register = |fns: &[&FnRef], method: &str| {
         let mut seen = HashSet::new();
         for f in fns {
             let name = f.name();
             if seen.insert(name.clone()) {
                 let path = &f.path;
+                // The method spanned on the user's path too: a type error lands there only.
+                let method = syn::Ident::new(method, path.span());
                 calls.extend(quote_spanned!(path.span()=> .#method(#name, #path)));
             }
         }
     };
-    register(&uses.conditions, quote!(condition));
-    register(&uses.items, quote!(items));
-    register(&uses.values, quote!(value));
+    register(&uses.conditions, "condition");
+    register(&uses.items, "items");
+    register(&uses.values, "value");
+    register(&uses.sub_assigns, "assign");
     let mut seen = HashSet::new();
     for (f, ty) in &uses.assign_fns {
         let name = f.name();

@@ -482,18 +482,31 @@ fn lower_kind(kind: &KindDecl, id: String, at: &Location, spans: &mut SpanTable)
             message: message.as_ref().map(syn::LitStr::value).unwrap_or_default(),
         }
         .into(),
-        KindDecl::Workflow(child, timeout) => {
+        KindDecl::Workflow(child, options) => {
             spans.insert(at.field("workflow"), child.tokens());
-            if let Some((_, tokens)) = timeout {
+            if let Some((_, tokens)) = &options.timeout {
                 spans.insert(at.field("deadline_ms"), tokens);
+            }
+            if let Some(f) = &options.input {
+                spans.insert(at.field("input"), &f.path);
+            }
+            if let Some(f) = &options.assign {
+                spans.insert(at.field("assign"), &f.path);
+            }
+            if let Some(detach) = &options.detach {
+                spans.insert(at.field("mode"), detach);
             }
             SubWorkflow {
                 id,
                 workflow: child.name(),
-                input: None,
-                assign: None,
-                mode: SubWorkflowMode::Wait,
-                deadline_ms: timeout.as_ref().map(|(millis, _)| *millis),
+                input: options.input.as_ref().map(FnRef::name),
+                assign: options.assign.as_ref().map(FnRef::name),
+                mode: if options.detach.is_some() {
+                    SubWorkflowMode::Detach
+                } else {
+                    SubWorkflowMode::Wait
+                },
+                deadline_ms: options.timeout.as_ref().map(|(millis, _)| *millis),
             }
             .into()
         }

@@ -276,7 +276,7 @@ pub(crate) enum KindDecl {
         message: Option<LitStr>,
     },
     /// `workflow(Shipping)` or `workflow("shipping")`, optionally `.timeout(duration)` (TM-14).
-    Workflow(SubWorkflowRef, Option<(u64, TokenStream)>),
+    Workflow(SubWorkflowRef, Box<SubOptions>),
     /// `sequence [ steps ]`.
     Sequence { steps: Vec<StepDecl> },
 }
@@ -324,6 +324,22 @@ pub(crate) struct EventDecl {
     pub(crate) assign: Option<AssignDecl>,
     pub(crate) look_back: Option<(LookBack, TokenStream)>,
 }
+
+/// The options after `workflow(Child)` (ACT-24).
+#[derive(Default)]
+pub(crate) struct SubOptions {
+    /// `.timeout(duration)` (TM-14).
+    pub(crate) timeout: Option<(u64, TokenStream)>,
+    /// `.input(fn)`: the child's input computed from the data.
+    pub(crate) input: Option<FnRef>,
+    /// `.assign_with(fn)`: folds the child's output into the data.
+    pub(crate) assign: Option<FnRef>,
+    /// `.detach()`: complete once the child is created.
+    pub(crate) detach: Option<Ident>,
+}
+
+/// The methods after `workflow(..)`.
+pub(crate) const SUB_OPTIONS: [&str; 4] = ["timeout", "input", "assign_with", "detach"];
 
 /// The child workflow of a `workflow(..)` node.
 pub(crate) enum SubWorkflowRef {
@@ -1092,28 +1108,59 @@ fn parse_kind(input: ParseStream<'_>, allowed: &[&str], place: &str) -> syn::Res
             if !content.is_empty() {
                 return Err(content.error("unexpected token after the child workflow"));
             }
-            let timeout = if input.peek(Token![.]) {
+            let mut options = SubOptions::default();
+            while input.peek(Token![.]) {
                 input.parse::<Token![.]>()?;
                 let method: Ident = input.call(Ident::parse_any)?;
-                if method != "timeout" {
+                let method_name = method.to_string();
+                let duplicate = match method_name.as_str() {
+                    "timeout" => {
+                        let content = parenthesized(input, "timeout", "timeout(hours(1))")?;
+                        let start = content.fork();
+                        let (millis, _) = parse_duration(&content)?;
+                        if !content.is_empty() {
+                            return Err(content.error("unexpected token after the duration"));
+                        }
+                        options
+                            .timeout
+                            .replace((millis, tokens_between(&start, &content)))
+                            .is_some()
+                    }
+                    "input" => {
+                        let f = parenthesized_fn(input, "input", "input(child_input)")?;
+                        options.input.replace(f).is_some()
+                    }
+                    "assign_with" => {
+                        let f = parenthesized_fn(input, "assign_with", "assign_with(take_result)")?;
+                        options.assign.replace(f).is_some()
+                    }
+                    "detach" => {
+                        let content = parenthesized(input, "detach", "detach()")?;
+                        if !content.is_empty() {
+                            return Err(content.error("`.detach()` takes no argument"));
+                        }
+                        options.detach.replace(method.clone()).is_some()
+                    }
+                    _ => {
+                        let hint = workflow_model::suggest(&method_name, SUB_OPTIONS)
+                            .map(|found| format!("; did you mean `.{found}`?"))
+                            .unwrap_or_default();
+                        return Err(syn::Error::new(
+                            method.span(),
+                            format!(
+                                "unknown sub-workflow option `.{method_name}`; expected one of `.timeout(duration)`, `.input(fn)`, `.assign_with(fn)`, `.detach()`{hint}"
+                            ),
+                        ));
+                    }
+                };
+                if duplicate {
                     return Err(syn::Error::new(
                         method.span(),
-                        format!(
-                            "unknown sub-workflow option `.{method}`; the only option is `.timeout(duration)`"
-                        ),
+                        format!("duplicate sub-workflow option `.{method_name}`"),
                     ));
                 }
-                let content = parenthesized(input, "timeout", "timeout(hours(1))")?;
-                let start = content.fork();
-                let (millis, _) = parse_duration(&content)?;
-                if !content.is_empty() {
-                    return Err(content.error("unexpected token after the duration"));
-                }
-                Some((millis, tokens_between(&start, &content)))
-            } else {
-                None
-            };
-            KindDecl::Workflow(child, timeout)
+            }
+            KindDecl::Workflow(child, Box::new(options))
         }
         // "sequence"
         _ => KindDecl::Sequence {
