@@ -325,7 +325,7 @@ pub(crate) fn parse_assign(method: &str, content: ParseStream<'_>) -> syn::Resul
     Ok(AssignDecl::Function(FnRef { path }))
 }
 
-/// The look-back policies of `.look_back(..)` (routing.md RT-30).
+/// The look-back policies of `.look_back(..)` (RT-30).
 pub(crate) const LOOK_BACKS: [&str; 4] = ["none", "since_origin", "window", "any"];
 
 /// The inside of `.look_back(..)`: `none`, `since_origin`, `window(duration)` or `any` (RT-30).
