@@ -69,6 +69,8 @@ pub(crate) enum NodeKind {
         look_back: Option<workflow_model::LookBack>,
         /// TM-14: the wait's deadline from its start.
         deadline_ms: Option<u64>,
+        /// ACT-19: how the payload is folded into the data.
+        assign: Option<workflow_model::PayloadAssign>,
     },
     /// ACT-20: a constant duration, or a value fn giving the instant (ms since the epoch).
     Delay {
@@ -171,7 +173,7 @@ pub(crate) enum NodeKind {
     },
 }
 
-/// A compiled flowchart (flowchart.md section 1): its nodes by local index (the model's
+/// A compiled flowchart (FC-1 to FC-5): its nodes by local index (the model's
 /// declaration order), its connections, and the validator's analysis computed once (FC-5).
 #[derive(Debug)]
 pub(crate) struct FlowchartNode {
@@ -267,7 +269,7 @@ pub(crate) struct SwitchNode {
     pub(crate) structured: bool,
 }
 
-/// A compiled state machine (state-machine.md section 1).
+/// A compiled state machine (`docs/reference/state-machines.md`).
 #[derive(Debug)]
 pub(crate) struct MachineNode {
     pub(crate) initial: String,
@@ -494,11 +496,15 @@ impl Graph {
                 | NodeKind::SubWorkflow { input: Some(f), .. } => values.push((id, f.as_str())),
                 _ => {}
             }
-            if let NodeKind::SubWorkflow {
-                assign: Some(f), ..
-            } = &node.kind
-            {
-                assigns.push((id, f.as_str()));
+            match &node.kind {
+                NodeKind::SubWorkflow {
+                    assign: Some(f), ..
+                }
+                | NodeKind::Event {
+                    assign: Some(workflow_model::PayloadAssign::Function(f)),
+                    ..
+                } => assigns.push((id, f.as_str())),
+                _ => {}
             }
         }
         [items, values, assigns]
@@ -548,6 +554,7 @@ impl Graph {
                     ports: ports.clone(),
                 }),
                 deadline_ms: e.deadline_ms,
+                assign: e.assign.clone(),
             },
             Activity::Delay(d) => NodeKind::Delay {
                 duration_ms: d.duration_ms,

@@ -55,4 +55,4 @@ mod triggers;
 
 pub use delivery::{Refusal, Rejection, SendError, SendReport, Stimulus};
 pub use hash::{RoutingError, check_correlation_id, check_name, stimulus_hash};
-pub(crate) use hash::{sha_hex, value_at_path};
+pub(crate) use hash::{set_at_path, sha_hex, value_at_path};

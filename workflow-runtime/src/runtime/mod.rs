@@ -1,5 +1,5 @@
 //! The [`Runtime`]: registration, start, send, read, await, cancel, subscribe, recover and
-//! purge, on a [`Store`].
+//! purge (ENG-47 to ENG-51), on a [`Store`].
 //!
 //! Every run takes the instance lease through the one leased run guard (`lease.rs`, ST-14),
 //! loads the instance (version and state document), runs while the guard renews the lease,
@@ -153,7 +153,7 @@ pub enum BuildError {
         name: String,
     },
     /// An event declares its outcomes but no outcome mapping is registered for its payload
-    /// type ([`Registry::outcome`], ACT-V8).
+    /// type ([`Registry::outcome`](crate::Registry::outcome), ACT-V8).
     #[error(
         "definition `{workflow}`: event `{node}` declares outcomes but its payload type `{payload}` does not choose one (no outcome mapping is registered under `{payload}`)"
     )]
@@ -478,7 +478,7 @@ pub(crate) struct Inner {
     pub(crate) running: Mutex<HashMap<String, crate::cancel::CancellationToken>>,
 }
 
-/// The workflow runtime, on a [`Store`]: in memory by default, durable
+/// The workflow runtime (ENG-47 to ENG-51), on a [`Store`]: in memory by default, durable
 /// on a [`SqliteStore`](crate::store::SqliteStore). Cheap to clone; clones share instances.
 #[derive(Clone)]
 pub struct Runtime {
