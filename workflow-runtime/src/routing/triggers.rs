@@ -8,7 +8,6 @@ use workflow_model::Activation;
 
 use super::delivery::{Refusal, SendError, SendReport, Stimulus};
 use super::sha_hex;
-use crate::executor::RunTarget;
 use crate::instance::TriggerStart;
 use crate::routing::stimulus_hash;
 use crate::runtime::{Runtime, StartOptions, now_micros};
@@ -226,7 +225,7 @@ impl Runtime {
                 }
                 Err(error) => return Err(SendError::Store(error)),
             }
-            match self.drive(&instance_id, RunTarget::None).await {
+            match self.drive_first(&instance_id).await {
                 Ok(Some(started)) => report.started.push(started),
                 Ok(None) => {}
                 Err(error) => report.not_delivered.push(error),

@@ -95,6 +95,28 @@ impl<'s> LeaseGuard<'s> {
         instance_id: &str,
         settings: LeaseSettings,
     ) -> Result<Self, StoreError> {
+        Self::acquire_waiting(store, owner, instance_id, settings, false).await
+    }
+
+    /// [`LeaseGuard::acquire`] for the first run of an instance just created: nobody but a
+    /// recovery sweep (of any process) can hold its lease, and a sweep hands the lease of a
+    /// never-run instance back at once, so a lease held by anyone is waited for (briefly).
+    pub(crate) async fn acquire_first(
+        store: &'s dyn Store,
+        owner: &str,
+        instance_id: &str,
+        settings: LeaseSettings,
+    ) -> Result<Self, StoreError> {
+        Self::acquire_waiting(store, owner, instance_id, settings, true).await
+    }
+
+    async fn acquire_waiting(
+        store: &'s dyn Store,
+        owner: &str,
+        instance_id: &str,
+        settings: LeaseSettings,
+        any_holder: bool,
+    ) -> Result<Self, StoreError> {
         let give_up = std::time::Instant::now() + OWN_LEASE_WAIT;
         let mut pause = Duration::from_millis(1);
         loop {
@@ -113,7 +135,7 @@ impl<'s> LeaseGuard<'s> {
                     });
                 }
                 Err(StoreError::LeaseHeld { holder, .. })
-                    if holder == owner && std::time::Instant::now() < give_up =>
+                    if (any_holder || holder == owner) && std::time::Instant::now() < give_up =>
                 {
                     tokio::time::sleep(pause).await;
                     pause = (pause * 2).min(Duration::from_millis(50));

@@ -209,7 +209,7 @@ async fn sweep(weak: Weak<Inner>, mut stop: watch::Receiver<bool>, every: Durati
                 return;
             }
             let mut report = RecoveryReport::default();
-            if let Err(error) = runtime.recovery_pass(&mut report).await {
+            if let Err(error) = runtime.recovery_pass(&mut report, true).await {
                 tracing::warn!(%error, "recovery sweep: claiming runnable instances failed");
             }
             log_report(&report);

@@ -458,6 +458,10 @@ pub(crate) struct Inner {
     /// Final children's results queued by their commit, for the in-process resume of their
     /// parent to ack: `(parent, bookmark)` to `(item id, stimulus id)` (ACT-24).
     pub(crate) child_results: Mutex<HashMap<(String, String), (String, String)>>,
+    /// Never-run instances a recovery sweep left to their creator, with when it first saw
+    /// each.
+    /// The token of the lease the sweep handed back.
+    pub(crate) fresh: Mutex<HashMap<String, (std::time::Instant, u64)>>,
     /// Serializes queue passes (the worker and [`Runtime::deliver_queued`]).
     pub(crate) queue_passes: tokio::sync::Mutex<()>,
     /// Notified whenever a run of this process ends (for [`Runtime::shutdown`]).
@@ -745,10 +749,7 @@ impl Runtime {
             }
             Err(error) => return Err(StartError::Run(run_store_error(&instance_id, error))),
         }
-        match self
-            .drive_local(&local, &instance_id, RunTarget::None, None)
-            .await
-        {
+        match self.drive_first_local(&local, &instance_id).await {
             Ok(Some(started)) => Ok(started),
             Ok(None) => Err(StartError::Run(RunError::Store {
                 instance: instance_id.clone(),
@@ -837,7 +838,7 @@ impl Runtime {
     pub async fn recover(&self) -> Result<RecoveryReport, StoreError> {
         self.ensure_background();
         let mut report = RecoveryReport::default();
-        self.recovery_pass(&mut report).await?;
+        self.recovery_pass(&mut report, false).await?;
         self.resume_orphaned_parents(&mut report).await?;
         Ok(report)
     }
@@ -848,6 +849,7 @@ impl Runtime {
     pub(crate) async fn recovery_pass(
         &self,
         report: &mut RecoveryReport,
+        sweeping: bool,
     ) -> Result<(), StoreError> {
         const PAGE: usize = 16;
         let _pass = self.inner.recovery.lock().await;
@@ -861,9 +863,13 @@ impl Runtime {
                 break;
             }
             let mut any_new = false;
-            for (guard, _) in claimed {
+            for (guard, sub_status) in claimed {
                 let id = guard.instance_id().to_owned();
-                if self.stopping() || !seen.insert(id.clone()) {
+                let new = seen.insert(id.clone());
+                if self.stopping()
+                    || !new
+                    || (sweeping && self.left_to_creator(&guard, sub_status).await)
+                {
                     guard.release().await;
                     continue;
                 }
@@ -1279,7 +1285,7 @@ impl Runtime {
                     let created = lock(&self.inner.created).remove(&instance_id);
                     let started = if created {
                         // Created atomically with its parent's commit: run it.
-                        match self.drive(&instance_id, RunTarget::None).await {
+                        match self.drive_first(&instance_id).await {
                             Ok(Some(started)) => Ok(started),
                             Ok(None) => Ok(Started {
                                 instance_id: instance_id.clone(),
@@ -1457,6 +1463,85 @@ impl Runtime {
         let local = self.local_run(instance_id).await;
         self.drive_local(&local, instance_id, target, stimulus_id)
             .await
+    }
+
+    /// Whether a sweep leaves this claimed instance to the process that created it: never
+    /// leased by anyone but sweeps (the claim's token is the first, or follows the one this
+    /// sweep handed back), never run (`Running/Pending` at version 1), and first seen so
+    /// less than a lease TTL ago. The creator is about to run it (it waits for the lease the
+    /// sweep hands back); if it died first, a sweep a lease TTL later runs it. An instance
+    /// whose first run was interrupted had its lease taken by that run: it runs at once.
+    async fn left_to_creator(
+        &self,
+        guard: &LeaseGuard<'_>,
+        sub_status: Option<InstanceSubStatus>,
+    ) -> bool {
+        let id = guard.instance_id();
+        let now = std::time::Instant::now();
+        let seen_before = {
+            let mut fresh = lock(&self.inner.fresh);
+            // Forget what was seen long ago (it ran, or it is recovered now).
+            fresh.retain(|_, (seen, _)| now.duration_since(*seen) < self.inner.lease.ttl * 2);
+            fresh.get(id).copied()
+        };
+        let only_sweeps =
+            guard.token() == 1 || seen_before.is_some_and(|(_, token)| guard.token() == token + 1);
+        if sub_status != Some(InstanceSubStatus::Pending) || !only_sweeps {
+            lock(&self.inner.fresh).remove(id);
+            return false;
+        }
+        let never_run = self
+            .inner
+            .store
+            .load_instance(id)
+            .await
+            .is_ok_and(|record| record.version == 1);
+        let mut fresh = lock(&self.inner.fresh);
+        if !never_run {
+            fresh.remove(id);
+            return false;
+        }
+        let first_seen = seen_before.map_or(now, |(seen, _)| seen);
+        fresh.insert(id.to_owned(), (first_seen, guard.token()));
+        now.duration_since(first_seen) < self.inner.lease.ttl
+    }
+
+    /// The first run of an instance just created (by a start, a trigger, a parent's commit
+    /// or a schedule): its lease may only be held, briefly, by a recovery sweep, which is
+    /// waited for.
+    pub(crate) async fn drive_first(&self, instance_id: &str) -> Result<Option<Started>, RunError> {
+        let local = self.local_run(instance_id).await;
+        self.drive_first_local(&local, instance_id).await
+    }
+
+    async fn drive_first_local(
+        &self,
+        _local: &LocalRun<'_>,
+        instance_id: &str,
+    ) -> Result<Option<Started>, RunError> {
+        let guard = match LeaseGuard::acquire_first(
+            &*self.inner.store,
+            &self.inner.owner,
+            instance_id,
+            self.inner.lease,
+        )
+        .await
+        {
+            Ok(guard) => guard,
+            Err(StoreError::NotFound { .. }) => return Ok(None),
+            Err(error) => return Err(run_store_error(instance_id, error)),
+        };
+        match self.run_leased(guard, RunTarget::None, None).await {
+            Ok(started) => Ok(Some(started)),
+            // A recovery sweep of another process took the instance before this first run
+            // and ran it to its end: that was its first run.
+            Err(RunError::NotRunnable { instance, status }) => Ok(Some(Started {
+                instance_id: instance,
+                status,
+                sub_status: None,
+            })),
+            Err(error) => Err(error),
+        }
     }
 
     /// [`Runtime::drive_consuming`] in this process's turn `_local`.

@@ -3,7 +3,6 @@
 
 use serde_json::json;
 
-use crate::executor::RunTarget;
 use crate::graph::TimeTrigger;
 use crate::instance::TriggerStart;
 use crate::routing::sha_hex;
@@ -179,7 +178,7 @@ impl Runtime {
             .await?
         {
             ScheduleFiring::Started => {
-                if let Err(error) = self.drive(&instance_id, RunTarget::None).await {
+                if let Err(error) = self.drive_first(&instance_id).await {
                     tracing::warn!(instance = %instance_id, %error, "a triggered instance did not run; recover() runs it");
                 }
                 Ok(Some(instance_id))
