@@ -235,9 +235,9 @@ impl fmt::Debug for EventStream {
     }
 }
 
-fn recv_error(error: broadcast::error::RecvError) -> RecvError {
+fn recv_error(error: &broadcast::error::RecvError) -> RecvError {
     match error {
-        broadcast::error::RecvError::Lagged(missed) => RecvError::Lagged { missed },
+        broadcast::error::RecvError::Lagged(missed) => RecvError::Lagged { missed: *missed },
         broadcast::error::RecvError::Closed => RecvError::Closed,
     }
 }
@@ -267,7 +267,7 @@ impl EventStream {
             }
             Poll::Ready((result, receiver)) => {
                 self.state = StreamState::Idle(receiver);
-                Poll::Ready(result.map_err(recv_error))
+                Poll::Ready(result.map_err(|e| recv_error(&e)))
             }
         }
     }
