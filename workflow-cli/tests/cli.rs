@@ -114,7 +114,7 @@ async fn populated(path: &Path) {
         )
         .await;
     assert!(job.is_ok(), "{job:?}");
-    rt.shutdown().await;
+    rt.shutdown(std::time::Duration::from_secs(1)).await;
 }
 
 #[tokio::test]
@@ -232,7 +232,7 @@ async fn reads_work_beside_the_running_application_that_holds_the_file() {
     assert!(list.stdout.contains("o-2"), "{}", list.stdout);
     let why = workflow(&db, &["why", "o-2"]);
     assert!(why.ok, "{}", why.stderr);
-    app.shutdown().await;
+    app.shutdown(std::time::Duration::from_secs(1)).await;
 }
 
 #[tokio::test]
@@ -265,7 +265,7 @@ async fn a_sent_event_is_queued_and_delivered_by_the_application() {
     assert_eq!(state.current_state(), Some("Paid"));
     assert_eq!(state.status(), WorkflowStatus::Finished);
     assert_eq!(state.data::<Order>().unwrap().paid, 30);
-    app.shutdown().await;
+    app.shutdown(std::time::Duration::from_secs(1)).await;
 
     let bad = workflow(&db, &["send", "payment", "--payload", "{not json"]);
     assert!(!bad.ok);
@@ -321,7 +321,7 @@ async fn an_event_sent_beside_the_running_application_is_delivered_by_its_queue_
         Some("Paid"),
         "the worker delivered the operator's event"
     );
-    app.shutdown().await;
+    app.shutdown(std::time::Duration::from_secs(1)).await;
 }
 
 #[tokio::test]
