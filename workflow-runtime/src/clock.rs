@@ -10,7 +10,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use tokio::sync::watch;
 
-use crate::registry::BoxFuture;
+use crate::engine::registry::BoxFuture;
 use crate::store::Micros;
 
 /// One source of workflow time (TM-1): "now" as UTC microseconds since the Unix epoch, and

@@ -3,7 +3,7 @@
 use serde::{Deserialize, Serialize};
 use tokio::sync::broadcast;
 
-use crate::instance::{ContextId, Incident, SubStatus};
+use crate::engine::state::{ContextId, Incident, SubStatus};
 
 /// One lifecycle event of one instance.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

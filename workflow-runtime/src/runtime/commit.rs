@@ -6,9 +6,9 @@ use std::sync::Mutex;
 use serde_json::Value;
 
 use super::{StateError, lock};
-use crate::executor::{Checkpoint, RunError};
-use crate::instance::{Bookmark, JournalEntry, SubStatus, WorkflowState, WorkflowStatus};
-use crate::registry::BoxFuture;
+use crate::engine::executor::{Checkpoint, RunError};
+use crate::engine::state::{Bookmark, JournalEntry, SubStatus, WorkflowState, WorkflowStatus};
+use crate::engine::registry::BoxFuture;
 use crate::store::{
     Commit, InstanceStatus, InstanceSubStatus, JournalRecord, Micros, NewBookmark, NewInstance,
     NewJournalRecord, Store, StoreError,

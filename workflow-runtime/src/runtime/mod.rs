@@ -20,12 +20,12 @@ use tokio::sync::{broadcast, watch};
 use workflow_model::Diagnostics;
 
 use crate::events::{EventStream, LifecycleEvent};
-use crate::executor::{
+use crate::engine::executor::{
     Checkpoint, CommitStrategy, DEFAULT_MAX_STEPS_PER_RUN, Link, Middleware, RunEnd, RunError,
     RunTarget,
 };
-use crate::ids::new_ulid;
-use crate::instance::{
+use crate::base::new_ulid;
+use crate::engine::state::{
     DefinitionRef, Incident, Journal, JournalEntry, JournalLevel, ParentLink, SubStatus,
     TriggerStart, WorkflowState, WorkflowStatus,
 };
@@ -376,7 +376,7 @@ impl InstanceSnapshot {
     pub fn current_state(&self) -> Option<&str> {
         let root = self.state.context(self.state.root?)?;
         root.properties
-            .get(crate::activities::CURRENT_STATE)?
+            .get(crate::engine::activities::CURRENT_STATE)?
             .as_str()
     }
 
@@ -553,7 +553,7 @@ impl Runtime {
             clock: None,
             sweep_interval: Some(timers::DEFAULT_SWEEP),
             timer_driver: true,
-            cancel_grace: crate::executor::DEFAULT_CANCEL_GRACE,
+            cancel_grace: crate::engine::executor::DEFAULT_CANCEL_GRACE,
         }
     }
 
@@ -828,7 +828,7 @@ impl Runtime {
                     continue;
                 };
                 for bookmark in &parent.bookmarks {
-                    if bookmark.name != crate::structured::SUB_WORKFLOW {
+                    if bookmark.name != crate::engine::activities::structured::SUB_WORKFLOW {
                         continue;
                     }
                     let Some(child) = bookmark
@@ -1289,7 +1289,7 @@ impl Runtime {
         cancel: Option<&crate::cancel::CancellationToken>,
     ) -> builder::RunOptions {
         builder::RunOptions {
-            attempts: crate::executor::AttemptSettings {
+            attempts: crate::engine::executor::AttemptSettings {
                 clock: self.inner.clock.clone(),
                 cancel_grace: self.inner.cancel_grace,
                 instance_cancel: cancel.cloned(),

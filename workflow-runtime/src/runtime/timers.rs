@@ -11,9 +11,9 @@ use tokio::sync::{broadcast, watch};
 
 use super::{Inner, Runtime, lock};
 use super::{RunTarget, StartOptions};
-use crate::graph::TimeTrigger;
-use crate::instance::Bookmark;
-use crate::instance::TriggerStart;
+use crate::engine::graph::TimeTrigger;
+use crate::engine::state::Bookmark;
+use crate::engine::state::TriggerStart;
 use crate::store::{Micros, NewTimer, Schedule, ScheduleFiring, StoreError, TimerRow, WakeUp};
 
 /// The bookmark names that carry a `due_at` and own a timer row (TM-3), with the row's kind.

@@ -43,7 +43,7 @@ use std::fmt;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-pub(crate) use crate::registry::BoxFuture;
+pub(crate) use crate::engine::registry::BoxFuture;
 
 mod memory;
 #[cfg(feature = "sqlite")]

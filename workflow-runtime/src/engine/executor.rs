@@ -16,13 +16,13 @@ use serde_json::{Value, json};
 use tracing::Instrument;
 
 use crate::events::{ActivityRef, EventKind, LifecycleEvent};
-use crate::graph::{Graph, NodeIndex};
-use crate::ids::{new_ulid, now_ms};
-use crate::instance::{
+use crate::engine::graph::{Graph, NodeIndex};
+use crate::base::{new_ulid, now_ms};
+use crate::engine::state::{
     ActivityContext, ActivityStatus, Bookmark, CallbackEntry, ContextId, EntryPoint, FaultKind,
     FaultRecord, Incident, JournalKind, SubStatus, WorkItem, WorkflowState, WorkflowStatus,
 };
-use crate::registry::{BoxFuture, Registry};
+use crate::engine::registry::{BoxFuture, Registry};
 
 /// The default step budget of one run (ENG-10).
 pub const DEFAULT_MAX_STEPS_PER_RUN: usize = 10_000;
@@ -328,7 +328,7 @@ pub(crate) enum Link {
         workflow: String,
         instance_id: String,
         input: Value,
-        parent: crate::instance::ParentLink,
+        parent: crate::engine::state::ParentLink,
     },
     /// Cancel a child instance: its waiting SubWorkflow was cancelled.
     Cancel { instance_id: String },
@@ -413,7 +413,7 @@ where
 
     /// RT-22: a stimulus payload that did not decode while a bookmark is being resumed
     /// rejects the run; `None` otherwise (the error stays a fault).
-    pub(crate) fn payload_rejection(&self, error: &crate::task::TaskError) -> Option<StepError> {
+    pub(crate) fn payload_rejection(&self, error: &crate::engine::task::TaskError) -> Option<StepError> {
         let payload_type = error.decode_type()?;
         let (bookmark, node) = self.resuming.clone()?;
         Some(StepError::Abort(RunError::PayloadDecode {
@@ -999,7 +999,7 @@ where
             .state
             .bookmarks
             .iter()
-            .filter(|b| b.name == crate::structured::SUB_WORKFLOW && which(b))
+            .filter(|b| b.name == crate::engine::activities::structured::SUB_WORKFLOW && which(b))
         {
             if let Some(child) = bookmark
                 .payload
@@ -1229,11 +1229,11 @@ where
             None => return Err(RunError::ContextNotFound { context: id }.into()),
         };
         let variables = self.variables_in_scope(id);
-        let attempt = crate::faults::attempt_of(self.state.context(id));
+        let attempt = crate::engine::faults::attempt_of(self.state.context(id));
         // ENG-5, ENG-32: committed with `is_executing` set, a crash re-runs exactly this task.
         self.checkpoint_at(CommitStrategy::BeforeEachActivity)
             .await?;
-        let mut cx = crate::task::TaskContext {
+        let mut cx = crate::engine::task::TaskContext {
             data,
             payload,
             input,
@@ -1282,7 +1282,7 @@ where
         let outcome = match ended {
             AttemptEnd::Returned(outcome) => outcome,
             // FLT-17: a timed-out attempt is a retryable failure that counts.
-            AttemptEnd::TimedOut(ms) => Ok(Err(crate::task::TaskError::new(format!(
+            AttemptEnd::TimedOut(ms) => Ok(Err(crate::engine::task::TaskError::new(format!(
                 "attempt timed out after `{}`",
                 crate::cancel::human_ms(ms)
             )))),
@@ -1334,7 +1334,7 @@ where
             Ok(Err(error)) => {
                 // FLT-4: the failed attempt's changes are dropped.
                 self.data = None;
-                if crate::faults::retry_after_failure(self, id, retry, attempt, started_at, &error)?
+                if crate::engine::faults::retry_after_failure(self, id, retry, attempt, started_at, &error)?
                 {
                     return Ok(());
                 }

@@ -7,14 +7,17 @@
 //! executor resolves a persisted callback name here and fails the run with `UnknownCallback`
 //! for a name the kind does not know.
 
+pub(crate) mod flowchart;
+pub(crate) mod structured;
+
 use serde_json::{Value, json};
 
-use crate::executor::{ChildInfo, Executor, RunError, StepError, engine_fault};
-use crate::flowchart::ON_NODE;
-use crate::graph::{MachineNode, NodeIndex, NodeKind, TransitionNode};
-use crate::instance::{ActivityStatus, ContextId, FaultKind, FaultRecord, JournalKind};
+use crate::engine::executor::{ChildInfo, Executor, RunError, StepError, engine_fault};
+use crate::engine::activities::flowchart::ON_NODE;
+use crate::engine::graph::{MachineNode, NodeIndex, NodeKind, TransitionNode};
+use crate::engine::state::{ActivityStatus, ContextId, FaultKind, FaultRecord, JournalKind};
 use crate::routing::{stimulus_hash, value_at_path};
-use crate::structured::{ON_BODY, ON_BRANCH, ON_CHILD_DONE};
+use crate::engine::activities::structured::{ON_BODY, ON_BRANCH, ON_CHILD_DONE};
 
 /// The property holding a machine's current state (SM-1).
 pub const CURRENT_STATE: &str = "current_state";
@@ -207,14 +210,14 @@ where
                     max_ticks,
                     interval_ms,
                 },
-                crate::structured::ON_TICK,
+                structured::ON_TICK,
             ) => self.timer_ticked(owner, *interval_ms, *body, until.as_deref(), *max_ticks),
-            (NodeKind::Saga { .. }, crate::saga::ON_SAGA_BODY) => self.saga_body_completed(owner),
-            (NodeKind::Task { .. }, crate::faults::ON_RETRY) => {
+            (NodeKind::Saga { .. }, crate::engine::saga::ON_SAGA_BODY) => self.saga_body_completed(owner),
+            (NodeKind::Task { .. }, crate::engine::faults::ON_RETRY) => {
                 // FLT-3: the retry timer starts the next attempt.
-                self.state.queue.push_back(crate::instance::WorkItem {
+                self.state.queue.push_back(crate::engine::state::WorkItem {
                     context: owner,
-                    entry: crate::instance::EntryPoint::Execute,
+                    entry: crate::engine::state::EntryPoint::Execute,
                 });
                 Ok(())
             }
@@ -406,7 +409,7 @@ where
                 let value = self.value_fn(id, at_fn)?;
                 let instant = match &value {
                     Value::Number(n) => n.as_u64(),
-                    Value::String(s) => crate::graph::parse_rfc3339_ms(s),
+                    Value::String(s) => crate::engine::graph::parse_rfc3339_ms(s),
                     _ => None,
                 };
                 let Some(at) = instant else {

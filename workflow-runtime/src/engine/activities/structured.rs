@@ -14,10 +14,10 @@
 use serde_json::{Value, json};
 use workflow_model::DONE;
 
-use crate::executor::{ChildInfo, Executor, Link, StepError, engine_fault};
-use crate::graph::{NodeIndex, NodeKind, SwitchNode};
-use crate::instance::{ContextId, FaultKind, FaultRecord, ParentLink};
-use crate::task::Outcome;
+use crate::engine::executor::{ChildInfo, Executor, Link, StepError, engine_fault};
+use crate::engine::graph::{NodeIndex, NodeKind, SwitchNode};
+use crate::engine::state::{ContextId, FaultKind, FaultRecord, ParentLink};
+use crate::engine::task::Outcome;
 
 /// The bookmark name of a waiting SubWorkflow (ACT-3).
 pub(crate) const SUB_WORKFLOW: &str = "wf.sub_workflow";
@@ -623,7 +623,7 @@ where
             Some(name) => self.value_fn(id, name)?,
             None => Value::Null,
         };
-        let child = crate::ids::new_ulid();
+        let child = crate::base::new_ulid();
         let parent_id = self.state.instance_id.clone();
         let parent = move |bookmark_id| ParentLink {
             instance_id: parent_id.clone(),

@@ -23,9 +23,9 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use workflow_model::DONE;
 
-use crate::executor::{ChildInfo, Executor, StepError, engine_fault};
-use crate::graph::{FlowchartNode, NodeKind};
-use crate::instance::{ActivityStatus, ContextId, JournalKind};
+use crate::engine::executor::{ChildInfo, Executor, StepError, engine_fault};
+use crate::engine::graph::{FlowchartNode, NodeKind};
+use crate::engine::state::{ActivityStatus, ContextId, JournalKind};
 
 /// The callback a flowchart's nodes report to (ENG-12).
 pub(crate) const ON_NODE: &str = "node_settled";

@@ -229,23 +229,23 @@ impl<E: std::error::Error> From<E> for TaskError {
 /// [`IntoTaskResult::into_task_result`] on whatever the user's fn returned.
 pub trait IntoTaskResult {
     /// The value as a task result.
-    fn into_task_result(self) -> crate::registry::TaskResult;
+    fn into_task_result(self) -> crate::engine::registry::TaskResult;
 }
 
 impl IntoTaskResult for () {
-    fn into_task_result(self) -> crate::registry::TaskResult {
+    fn into_task_result(self) -> crate::engine::registry::TaskResult {
         Ok(Outcome::done())
     }
 }
 
 impl IntoTaskResult for Outcome {
-    fn into_task_result(self) -> crate::registry::TaskResult {
+    fn into_task_result(self) -> crate::engine::registry::TaskResult {
         Ok(self)
     }
 }
 
 impl<T: IntoTaskResult, E: Into<TaskError>> IntoTaskResult for Result<T, E> {
-    fn into_task_result(self) -> crate::registry::TaskResult {
+    fn into_task_result(self) -> crate::engine::registry::TaskResult {
         self.map_err(Into::into)
             .and_then(IntoTaskResult::into_task_result)
     }

@@ -14,7 +14,7 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 use workflow_model::Definition;
 
-use crate::task::{Outcome, TaskContext, TaskError};
+use crate::engine::task::{Outcome, TaskContext, TaskError};
 
 /// A boxed, sendable future borrowing from `'a`: what a registered task returns.
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;

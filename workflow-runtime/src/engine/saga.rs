@@ -15,9 +15,9 @@
 
 use serde_json::{Value, json};
 
-use crate::executor::{Executor, StepError};
-use crate::graph::{NodeIndex, NodeKind};
-use crate::instance::{ContextId, FaultKind, FaultRecord, JournalKind};
+use crate::engine::executor::{Executor, StepError};
+use crate::engine::graph::{NodeIndex, NodeKind};
+use crate::engine::state::{ContextId, FaultKind, FaultRecord, JournalKind};
 
 /// The saga scope's callback for its body.
 pub(crate) const ON_SAGA_BODY: &str = "saga_body_completed";
@@ -180,7 +180,7 @@ where
         let Some(data) = self.data.take() else {
             return Err("data unavailable".to_owned());
         };
-        let mut cx = crate::task::TaskContext {
+        let mut cx = crate::engine::task::TaskContext {
             data,
             payload: None,
             input: None,

@@ -7,10 +7,10 @@ use std::hash::{DefaultHasher, Hash, Hasher};
 use serde_json::{Value, json};
 use workflow_model::RetryPolicy;
 
-use crate::executor::{Executor, StepError, engine_fault};
-use crate::instance::{ActivityContext, ContextId};
+use crate::engine::executor::{Executor, StepError, engine_fault};
+use crate::engine::state::{ActivityContext, ContextId};
 use crate::routing::stimulus_hash;
-use crate::task::TaskError;
+use crate::engine::task::TaskError;
 
 /// The callback of a `wf.retry` bookmark: run the task again.
 pub(crate) const ON_RETRY: &str = "retry_due";
