@@ -73,26 +73,26 @@ mod tests;
 /// The definition model and its validator (the `workflow-model` crate).
 pub use workflow_model as model;
 
-pub use engine::activities::{CURRENT_STATE, TAG_CONTINUING, TAG_ENTERING};
 pub use cancel::CancellationToken;
 pub use clock::{Clock, ClockError, ManualClock, SystemClock};
-pub use events::{ActivityRef, EventKind, EventStream, LifecycleEvent, RecvError};
 pub use engine::executor::{
     ActivityInfo, ActivityMiddleware, CommitStrategy, DEFAULT_MAX_STEPS_PER_RUN, Flow, RunError,
     RunInfo, WorkflowMiddleware,
 };
+pub use engine::names::{CURRENT_STATE, TAG_CONTINUING, TAG_ENTERING};
+pub use engine::registry::{BoxFuture, ChooseOutcome, Registry, TaskResult};
 pub use engine::state::{
     ActivityStatus, Bookmark, ContextId, Incident, JournalEntry, JournalKind, JournalLevel,
     SubStatus, WorkflowState, WorkflowStatus,
 };
-pub use engine::registry::{BoxFuture, ChooseOutcome, Registry, TaskResult};
+pub use engine::task::{IntoTaskResult, Outcome, TaskContext, TaskError};
+pub use events::{ActivityRef, EventKind, EventStream, LifecycleEvent, RecvError};
 pub use routing::RoutingError;
 pub use runtime::{
     AwaitError, BuildError, CancelError, Completion, InstanceSnapshot, PurgeError, RecoveryReport,
     Refusal, Rejection, ResumeError, RetryError, Runtime, RuntimeBuilder, SendError, SendReport,
     StartError, StartOptions, Started, StateError, Stimulus, TimerFiring,
 };
-pub use engine::task::{IntoTaskResult, Outcome, TaskContext, TaskError};
 pub use workflow::{StateMachineWorkflow, Workflow};
 
 /// Declares a state machine on an enum: see the macro's documentation.

@@ -15,14 +15,14 @@ use std::task::{Context, Poll};
 use serde_json::{Value, json};
 use tracing::Instrument;
 
-use crate::events::{ActivityRef, EventKind, LifecycleEvent};
-use crate::engine::graph::{Graph, NodeIndex};
 use crate::base::{new_ulid, now_ms};
+use crate::engine::graph::{Graph, NodeIndex};
+use crate::engine::registry::{BoxFuture, Registry};
 use crate::engine::state::{
     ActivityContext, ActivityStatus, Bookmark, CallbackEntry, ContextId, EntryPoint, FaultKind,
     FaultRecord, Incident, JournalKind, SubStatus, WorkItem, WorkflowState, WorkflowStatus,
 };
-use crate::engine::registry::{BoxFuture, Registry};
+use crate::events::{ActivityRef, EventKind, LifecycleEvent};
 
 /// The default step budget of one run (ENG-10).
 pub const DEFAULT_MAX_STEPS_PER_RUN: usize = 10_000;
@@ -413,7 +413,10 @@ where
 
     /// RT-22: a stimulus payload that did not decode while a bookmark is being resumed
     /// rejects the run; `None` otherwise (the error stays a fault).
-    pub(crate) fn payload_rejection(&self, error: &crate::engine::task::TaskError) -> Option<StepError> {
+    pub(crate) fn payload_rejection(
+        &self,
+        error: &crate::engine::task::TaskError,
+    ) -> Option<StepError> {
         let payload_type = error.decode_type()?;
         let (bookmark, node) = self.resuming.clone()?;
         Some(StepError::Abort(RunError::PayloadDecode {
@@ -999,7 +1002,7 @@ where
             .state
             .bookmarks
             .iter()
-            .filter(|b| b.name == crate::engine::activities::structured::SUB_WORKFLOW && which(b))
+            .filter(|b| b.name == crate::engine::names::SUB_WORKFLOW && which(b))
         {
             if let Some(child) = bookmark
                 .payload
@@ -1334,8 +1337,9 @@ where
             Ok(Err(error)) => {
                 // FLT-4: the failed attempt's changes are dropped.
                 self.data = None;
-                if crate::engine::faults::retry_after_failure(self, id, retry, attempt, started_at, &error)?
-                {
+                if crate::engine::faults::retry_after_failure(
+                    self, id, retry, attempt, started_at, &error,
+                )? {
                     return Ok(());
                 }
                 FaultRecord {

@@ -8,14 +8,11 @@ use serde_json::{Value, json};
 use workflow_model::RetryPolicy;
 
 use crate::engine::executor::{Executor, StepError, engine_fault};
+use crate::engine::names::{ON_RETRY, RETRY};
 use crate::engine::state::{ActivityContext, ContextId};
-use crate::routing::stimulus_hash;
 use crate::engine::task::TaskError;
+use crate::routing::stimulus_hash;
 
-/// The callback of a `wf.retry` bookmark: run the task again.
-pub(crate) const ON_RETRY: &str = "retry_due";
-/// The retry bookmark's reserved name (FLT-3).
-pub(crate) const RETRY: &str = "wf.retry";
 /// The context property holding the number of the next attempt.
 const ATTEMPT: &str = "attempt";
 /// The context property listing the last attempts' failures (FLT-6).

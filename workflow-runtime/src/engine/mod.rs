@@ -11,9 +11,11 @@
 //! - [`activities`]: the built-in activities, one family per file.
 
 pub(crate) mod activities;
+pub(crate) mod data;
 pub(crate) mod executor;
 pub(crate) mod faults;
 pub(crate) mod graph;
+pub(crate) mod names;
 pub(crate) mod registry;
 pub(crate) mod saga;
 pub mod state;

@@ -11,16 +11,16 @@ use tokio::sync::broadcast;
 use workflow_model::{Activation, Definition};
 
 use super::{BuildError, Inner, Runtime};
+use crate::base::new_ulid;
 use crate::clock::{Clock, SystemClock};
-use crate::events::LifecycleEvent;
 use crate::engine::executor::{
     ActivityMiddleware, AttemptSettings, Checkpoint, CommitStrategy, Executor, Link, Middleware,
     RunEnd, RunError, RunTarget, WorkflowMiddleware,
 };
 use crate::engine::graph::{Graph, GraphError, NamedRefs};
-use crate::base::new_ulid;
-use crate::engine::state::{JournalLevel, WorkflowState};
 use crate::engine::registry::{BoxFuture, Registry};
+use crate::engine::state::{JournalLevel, WorkflowState};
+use crate::events::LifecycleEvent;
 use crate::store::{MemoryStore, Store};
 use crate::workflow::Workflow;
 

@@ -7,8 +7,8 @@ use serde_json::Value;
 
 use super::{StateError, lock};
 use crate::engine::executor::{Checkpoint, RunError};
-use crate::engine::state::{Bookmark, JournalEntry, SubStatus, WorkflowState, WorkflowStatus};
 use crate::engine::registry::BoxFuture;
+use crate::engine::state::{Bookmark, JournalEntry, SubStatus, WorkflowState, WorkflowStatus};
 use crate::store::{
     Commit, InstanceStatus, InstanceSubStatus, JournalRecord, Micros, NewBookmark, NewInstance,
     NewJournalRecord, Store, StoreError,

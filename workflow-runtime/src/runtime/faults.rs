@@ -131,9 +131,10 @@ impl Runtime {
             .iter()
             .filter(|i| i.resolution.is_none())
             .any(|i| {
-                state
-                    .context(i.context_id)
-                    .is_some_and(|c| c.properties.contains_key(crate::engine::saga::COMPENSATED_FAILURE))
+                state.context(i.context_id).is_some_and(|c| {
+                    c.properties
+                        .contains_key(crate::engine::saga::COMPENSATED_FAILURE)
+                })
             });
         if compensated {
             return Err(RetryError::CompensatedFailure {

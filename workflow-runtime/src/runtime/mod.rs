@@ -19,16 +19,16 @@ use serde_json::Value;
 use tokio::sync::{broadcast, watch};
 use workflow_model::Diagnostics;
 
-use crate::events::{EventStream, LifecycleEvent};
+use crate::base::new_ulid;
 use crate::engine::executor::{
     Checkpoint, CommitStrategy, DEFAULT_MAX_STEPS_PER_RUN, Link, Middleware, RunEnd, RunError,
     RunTarget,
 };
-use crate::base::new_ulid;
 use crate::engine::state::{
     DefinitionRef, Incident, Journal, JournalEntry, JournalLevel, ParentLink, SubStatus,
     TriggerStart, WorkflowState, WorkflowStatus,
 };
+use crate::events::{EventStream, LifecycleEvent};
 use crate::store::{
     Commit, InstanceFilter, InstanceStatus, InstanceSubStatus, Micros, NewInstance, PurgeFilter,
     Store, StoreError,
@@ -376,7 +376,7 @@ impl InstanceSnapshot {
     pub fn current_state(&self) -> Option<&str> {
         let root = self.state.context(self.state.root?)?;
         root.properties
-            .get(crate::engine::activities::CURRENT_STATE)?
+            .get(crate::engine::names::CURRENT_STATE)?
             .as_str()
     }
 
@@ -828,7 +828,7 @@ impl Runtime {
                     continue;
                 };
                 for bookmark in &parent.bookmarks {
-                    if bookmark.name != crate::engine::activities::structured::SUB_WORKFLOW {
+                    if bookmark.name != crate::engine::names::SUB_WORKFLOW {
                         continue;
                     }
                     let Some(child) = bookmark

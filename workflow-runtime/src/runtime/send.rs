@@ -24,8 +24,8 @@ use tokio::sync::Notify;
 use workflow_model::Activation;
 
 use super::{Inner, Runtime, StartOptions, Started, lock};
-use crate::engine::executor::{RunError, RunTarget};
 use crate::base::new_ulid;
+use crate::engine::executor::{RunError, RunTarget};
 use crate::engine::state::{TriggerStart, WorkflowStatus};
 use crate::routing::{RoutingError, check_correlation_id, check_name, stimulus_hash};
 use crate::store::{

@@ -276,10 +276,13 @@ fn eng20_rerun_does_not_double_bookmarks() {
     let first = h.exec.state.bookmarks.clone();
     assert_eq!(first.len(), 1);
     let context = first[0].context_id;
-    h.exec.state.queue.push_back(crate::engine::state::WorkItem {
-        context,
-        entry: crate::engine::state::EntryPoint::Execute,
-    });
+    h.exec
+        .state
+        .queue
+        .push_back(crate::engine::state::WorkItem {
+            context,
+            entry: crate::engine::state::EntryPoint::Execute,
+        });
     h.step();
     assert_eq!(h.exec.state.bookmarks, first);
 }

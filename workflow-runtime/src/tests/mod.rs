@@ -202,7 +202,7 @@ impl Harness {
     pub(crate) fn current(&self) -> Option<String> {
         let root = self.exec.state.context(self.root())?;
         root.properties
-            .get(crate::engine::activities::CURRENT_STATE)
+            .get(crate::engine::names::CURRENT_STATE)
             .and_then(Value::as_str)
             .map(str::to_owned)
     }
@@ -214,7 +214,7 @@ impl Harness {
             .context_mut(root)
             .unwrap()
             .properties
-            .insert(crate::engine::activities::CURRENT_STATE.into(), json!(state));
+            .insert(crate::engine::names::CURRENT_STATE.into(), json!(state));
     }
 
     pub(crate) fn root_status(&self) -> ActivityStatus {

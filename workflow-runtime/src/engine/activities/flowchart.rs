@@ -25,10 +25,8 @@ use workflow_model::DONE;
 
 use crate::engine::executor::{ChildInfo, Executor, StepError, engine_fault};
 use crate::engine::graph::{FlowchartNode, NodeKind};
+use crate::engine::names::ON_NODE;
 use crate::engine::state::{ActivityStatus, ContextId, JournalKind};
-
-/// The callback a flowchart's nodes report to (ENG-12).
-pub(crate) const ON_NODE: &str = "node_settled";
 
 /// The property keys of the run state (FC-10).
 const KEYS: [&str; 7] = [

@@ -1,0 +1,171 @@
+//! Event (ACT-19): a bookmark named after the event and hashed over its key (RT-5), and the
+//! deadline of a wait (an Event's or a SubWorkflow's `timeout`, TM-14).
+
+use serde_json::{Value, json};
+
+use crate::engine::data::permanent;
+use crate::engine::executor::{Executor, StepError, engine_fault};
+use crate::engine::graph::{NodeIndex, NodeKind};
+use crate::engine::names::{DEADLINE, ON_DEADLINE};
+use crate::engine::state::{ActivityStatus, ContextId, FaultKind, FaultRecord};
+use crate::routing::{stimulus_hash, value_at_path};
+
+/// The outcome of a wait whose deadline passed (TM-14).
+const TIMEOUT: &str = "timeout";
+
+impl<D> Executor<'_, D>
+where
+    D: serde::Serialize + serde::de::DeserializeOwned + Send + Sync + 'static,
+{
+    // ---- Event (ACT-19) and Delay (ACT-20) ----------------------------------------------
+    /// Creates a bookmark named after the event, hashed over its name and the key read from
+    /// the data (ACT-3, RT-5); resuming it completes the event with the payload (ENG-21).
+    pub(crate) fn execute_event(
+        &mut self,
+        id: ContextId,
+        event: &str,
+        key: Option<&str>,
+        look_back: Option<workflow_model::LookBack>,
+    ) -> Result<(), StepError> {
+        let key_value = match key {
+            None => None,
+            Some(path) => match value_at_path(&self.state.data, path) {
+                Some(value) => Some(value.clone()),
+                None => {
+                    return Err(engine_fault(
+                        id,
+                        format!("event `{event}`: key path `{path}` is not in the data"),
+                    ));
+                }
+            },
+        };
+        let hash = stimulus_hash(event, key_value.as_ref(), None)
+            .map_err(|e| engine_fault(id, format!("event `{event}`: {e}")))?;
+        // RT-30: the wait's look-back travels with its bookmark, for the bookmark index.
+        let payload = match look_back.and_then(|l| serde_json::to_value(l).ok()) {
+            Some(look_back) => json!({ "key": key_value, "look_back": look_back }),
+            None => json!({ "key": key_value }),
+        };
+        self.create_bookmark(id, event, hash, payload, None)?;
+        Ok(())
+    }
+
+    /// ENG-21 for a bookmark without callback: an event completes with its payload as output
+    /// and, when it declares its ports, the outcome its payload chooses through the mapping
+    /// registered under its payload type ([`crate::Registry::outcome`], ACT-19); an outcome
+    /// it did not declare fails it for good (FC-4). Other kinds complete with no outcome
+    /// (`done`, FC-2).
+    pub(crate) fn bookmark_completed(
+        &mut self,
+        id: ContextId,
+        node: NodeIndex,
+        payload: Value,
+    ) -> Result<(), StepError> {
+        let graph = self.graph;
+        let Some(NodeKind::Event {
+            event,
+            choice: Some(choice),
+            ..
+        }) = graph.node(node).map(|n| &n.kind)
+        else {
+            return self.complete(id, Some(payload), Vec::new());
+        };
+        let local = graph
+            .node(node)
+            .map(|n| n.id.rsplit(':').next().unwrap_or(&n.id).to_owned())
+            .unwrap_or_default();
+        let payload_type = choice.payload.as_deref().unwrap_or_default();
+        let Some(mapping) = self.registry.outcomes.get(payload_type) else {
+            // Checked at build (ACT-V8): only a registry changed behind the runtime's back.
+            return Err(permanent(
+                id,
+                format!(
+                    "event `{local}` declares outcomes but its payload type `{payload_type}` does not choose one"
+                ),
+            ));
+        };
+        let outcome =
+            match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| mapping(&payload))) {
+                Ok(Ok(outcome)) => outcome,
+                Ok(Err(error)) => {
+                    if let Some(rejection) = self.payload_rejection(&error) {
+                        return Err(rejection);
+                    }
+                    return Err(permanent(
+                        id,
+                        format!("event `{local}` ({event}): {}", error.message()),
+                    ));
+                }
+                Err(_) => {
+                    return Err(StepError::Fault {
+                        context: id,
+                        record: FaultRecord {
+                            kind: FaultKind::Panicked,
+                            message: format!(
+                                "event `{local}`: the outcome mapping of `{payload_type}` panicked"
+                            ),
+                            attempt: 1,
+                        },
+                    });
+                }
+            };
+        if !choice.ports.contains(&outcome) {
+            return Err(permanent(
+                id,
+                format!("node `{local}` completed with undeclared outcome `{outcome}`"),
+            ));
+        }
+        self.complete(id, Some(payload), vec![outcome])
+    }
+
+    // ---- deadlines (TM-14) --------------------------------------------------------------
+    /// A `wf.deadline` bookmark beside the wait's own, in the same context, so both are
+    /// written in one commit with the deadline's timer row (TM-3). Whichever is resumed first
+    /// wins: the context's completion removes the other bookmark and its timer.
+    pub(crate) fn arm_deadline(
+        &mut self,
+        id: ContextId,
+        deadline_ms: Option<u64>,
+    ) -> Result<(), StepError> {
+        let Some(deadline_ms) = deadline_ms else {
+            return Ok(());
+        };
+        if self
+            .state
+            .context(id)
+            .is_none_or(|c| c.status != ActivityStatus::Running)
+        {
+            // Completed at once (a child that finished synchronously): no deadline to keep.
+            return Ok(());
+        }
+        let scope_context = id.to_string();
+        let hash = stimulus_hash(
+            DEADLINE,
+            None,
+            Some((self.state.instance_id.as_str(), scope_context.as_str())),
+        )
+        .map_err(|e| engine_fault(id, e.to_string()))?;
+        let due_at = self.now.saturating_add(deadline_ms);
+        self.create_bookmark(
+            id,
+            DEADLINE,
+            hash,
+            json!({ "due_at": due_at }),
+            Some(ON_DEADLINE),
+        )?;
+        Ok(())
+    }
+
+    /// TM-14: the deadline's timer won. The wait completes with outcome `timeout` and a timeout
+    /// marker as output (TM-15); its own bookmark goes with the completion, and a SubWorkflow
+    /// cancels its child.
+    pub(crate) fn deadline_reached(&mut self, id: ContextId) -> Result<(), StepError> {
+        self.cancel_child_instances(|b| b.context_id == id);
+        let now = self.now;
+        self.complete(
+            id,
+            Some(json!({ "timeout": true, "fired_at": now })),
+            vec![TIMEOUT.to_owned()],
+        )
+    }
+}
