@@ -60,6 +60,7 @@ mod engine;
 mod events;
 pub mod routing;
 mod runtime;
+mod status;
 pub mod store;
 pub mod testing;
 mod workflow;
@@ -73,6 +74,7 @@ mod tests;
 /// The definition model and its validator (the `workflow-model` crate).
 pub use workflow_model as model;
 
+pub use base::BoxFuture;
 pub use cancel::CancellationToken;
 pub use clock::{Clock, ClockError, ManualClock, SystemClock};
 pub use engine::executor::{
@@ -80,12 +82,12 @@ pub use engine::executor::{
     RunInfo, WorkflowMiddleware,
 };
 pub use engine::names::{CURRENT_STATE, TAG_CONTINUING, TAG_ENTERING};
-pub use engine::registry::{BoxFuture, ChooseOutcome, Registry, TaskResult};
+pub use engine::registry::{ChooseOutcome, Registry};
 pub use engine::state::{
     ActivityStatus, Bookmark, ContextId, Incident, JournalEntry, JournalKind, JournalLevel,
     SubStatus, WorkflowState, WorkflowStatus,
 };
-pub use engine::task::{IntoTaskResult, Outcome, TaskContext, TaskError};
+pub use engine::task::{IntoTaskResult, Outcome, TaskContext, TaskError, TaskResult};
 pub use events::{ActivityRef, EventKind, EventStream, LifecycleEvent, RecvError};
 pub use routing::RoutingError;
 pub use runtime::{
@@ -114,7 +116,8 @@ pub mod __private {
     pub use ::serde_json;
     pub use ::workflow_model as model;
 
-    pub use crate::engine::registry::{BoxFuture, ChooseOutcome, Registry, TaskResult};
-    pub use crate::engine::task::{IntoTaskResult, Outcome, TaskContext, TaskError};
+    pub use crate::base::BoxFuture;
+    pub use crate::engine::registry::{ChooseOutcome, Registry};
+    pub use crate::engine::task::{IntoTaskResult, Outcome, TaskContext, TaskError, TaskResult};
     pub use crate::workflow::{StateMachineWorkflow, Workflow};
 }

@@ -11,10 +11,12 @@
 //! - [`activities`]: the built-in activities, one family per file.
 
 pub(crate) mod activities;
+pub(crate) mod attempt;
 pub(crate) mod data;
 pub(crate) mod executor;
 pub(crate) mod faults;
 pub(crate) mod graph;
+pub(crate) mod guard;
 pub(crate) mod names;
 pub(crate) mod registry;
 pub(crate) mod saga;

@@ -15,54 +15,7 @@ pub const FORMAT_VERSION: u32 = 1;
 /// An activity context id: from a per-instance counter, never reused (ENG-3).
 pub type ContextId = u64;
 
-/// The instance status (ENG-2).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub enum WorkflowStatus {
-    /// Created or running.
-    Running,
-    /// Waiting on a stimulus, paused, or stalled.
-    Suspended,
-    /// An activity failed for good (not final: FLT-7).
-    Faulted,
-    /// The root activity completed. Final.
-    Finished,
-    /// Cancelled through the API. Final.
-    Cancelled,
-}
-
-impl WorkflowStatus {
-    /// Whether nothing can change the instance any more.
-    pub fn is_final(self) -> bool {
-        matches!(self, WorkflowStatus::Finished | WorkflowStatus::Cancelled)
-    }
-}
-
-impl std::fmt::Display for WorkflowStatus {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        std::fmt::Debug::fmt(self, f)
-    }
-}
-
-impl std::fmt::Display for SubStatus {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        std::fmt::Debug::fmt(self, f)
-    }
-}
-
-/// The sub-status of a `Running` or `Suspended` instance (ENG-2).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub enum SubStatus {
-    /// Created, never executed.
-    Pending,
-    /// A run is in progress, or a run stopped at its step budget with work queued (ENG-10).
-    Executing,
-    /// Waiting on at least one bookmark.
-    Waiting,
-    /// Paused by an operator.
-    Paused,
-    /// Unfinished activities, no bookmark, no queued work: no stimulus can wake it.
-    Stalled,
-}
+pub use crate::status::{SubStatus, WorkflowStatus};
 
 /// The status of one activity context (ENG-4).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]

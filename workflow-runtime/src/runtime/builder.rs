@@ -11,6 +11,7 @@ use tokio::sync::broadcast;
 use workflow_model::{Activation, Definition};
 
 use super::{BuildError, Inner, Runtime};
+use crate::base::BoxFuture;
 use crate::base::new_ulid;
 use crate::clock::{Clock, SystemClock};
 use crate::engine::executor::{
@@ -18,7 +19,7 @@ use crate::engine::executor::{
     RunEnd, RunError, RunTarget, WorkflowMiddleware,
 };
 use crate::engine::graph::{Graph, GraphError, NamedRefs};
-use crate::engine::registry::{BoxFuture, Registry};
+use crate::engine::registry::Registry;
 use crate::engine::state::{JournalLevel, WorkflowState};
 use crate::events::LifecycleEvent;
 use crate::store::{MemoryStore, Store};

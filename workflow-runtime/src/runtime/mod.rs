@@ -45,7 +45,7 @@ pub use builder::RuntimeBuilder;
 use builder::{ErasedWorkflow, RunOutput};
 use commit::{
     RunCommits, Tracker, decode_document, encode_document, journal_entry, ms_to_micros, now_micros,
-    run_store_error, workflow_status,
+    run_store_error,
 };
 pub use faults::RetryError;
 pub use send::{Refusal, Rejection, SendError, SendReport, Stimulus};
@@ -1132,9 +1132,9 @@ impl Runtime {
             Err(StoreError::NotFound { .. }) => Err(PurgeError::InstanceNotFound {
                 instance: instance_id.to_owned(),
             }),
-            Err(StoreError::NotTerminal { status, .. }) => Err(PurgeError::NotTerminal {
-                status: workflow_status(status),
-            }),
+            Err(StoreError::NotTerminal { status, .. }) => {
+                Err(PurgeError::NotTerminal { status: status })
+            }
             Err(error) => Err(PurgeError::Store {
                 instance: instance_id.to_owned(),
                 error,

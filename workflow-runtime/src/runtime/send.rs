@@ -33,7 +33,7 @@ use crate::store::{
     InstanceFilter, InstanceStatus, Micros, QueueItem, StoreError, TriggerRow, WakeUp,
 };
 
-use super::commit::now_micros;
+use crate::base::now_micros;
 
 /// The default queue TTL (RT-28): 10 minutes.
 pub(super) const DEFAULT_QUEUE_TTL: Duration = Duration::from_secs(600);

@@ -11,6 +11,7 @@ use tokio::sync::{broadcast, watch};
 
 use super::{Inner, Runtime, lock};
 use super::{RunTarget, StartOptions};
+use crate::base::ms_to_micros;
 use crate::engine::graph::TimeTrigger;
 use crate::engine::state::Bookmark;
 use crate::engine::state::TriggerStart;
@@ -43,9 +44,7 @@ pub(super) fn timer_of(bookmark: &Bookmark) -> Option<NewTimer> {
     Some(NewTimer {
         timer_id: bookmark.id.clone(),
         kind: kind.to_owned(),
-        due_at: i64::try_from(due_at)
-            .unwrap_or(i64::MAX / 1000)
-            .saturating_mul(1000),
+        due_at: ms_to_micros(due_at),
     })
 }
 
@@ -387,12 +386,6 @@ impl Runtime {
             ScheduleFiring::Stale => Ok(None),
         }
     }
-}
-
-fn ms_to_micros(ms: u64) -> Micros {
-    i64::try_from(ms)
-        .unwrap_or(i64::MAX / 1000)
-        .saturating_mul(1000)
 }
 
 /// The default sweep interval (TM-5).
