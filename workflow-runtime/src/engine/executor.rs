@@ -997,11 +997,10 @@ where
     /// ACT-24: cancelling a waiting SubWorkflow cancels its child instance, once this run
     /// commits.
     pub(crate) fn cancel_child_instances(&mut self, which: impl Fn(&Bookmark) -> bool) {
-        for bookmark in self
-            .state
-            .bookmarks
-            .iter()
-            .filter(|b| b.name == crate::engine::names::SUB_WORKFLOW && which(b))
+        for bookmark in
+            self.state.bookmarks.iter().filter(|b| {
+                b.name == crate::engine::names::Reserved::SubWorkflow.name() && which(b)
+            })
         {
             if let Some(child) = bookmark
                 .payload

@@ -8,7 +8,7 @@ use serde_json::{Value, json};
 use workflow_model::RetryPolicy;
 
 use crate::engine::executor::{Executor, StepError, engine_fault};
-use crate::engine::names::{ON_RETRY, RETRY};
+use crate::engine::names::{ON_RETRY, Reserved};
 use crate::engine::state::{ActivityContext, ContextId};
 use crate::engine::task::TaskError;
 use crate::routing::stimulus_hash;
@@ -135,14 +135,14 @@ where
     }
     let scope_context = id.to_string();
     let hash = stimulus_hash(
-        RETRY,
+        Reserved::Retry.name(),
         None,
         Some((executor.state.instance_id.as_str(), scope_context.as_str())),
     )
     .map_err(|e| engine_fault(id, e.to_string()))?;
     executor.create_bookmark(
         id,
-        RETRY,
+        Reserved::Retry.name(),
         hash,
         json!({ "attempt": attempt + 1, "due_at": due_at }),
         Some(ON_RETRY),

@@ -828,7 +828,7 @@ impl Runtime {
                     continue;
                 };
                 for bookmark in &parent.bookmarks {
-                    if bookmark.name != crate::engine::names::SUB_WORKFLOW {
+                    if bookmark.name != crate::engine::names::Reserved::SubWorkflow.name() {
                         continue;
                     }
                     let Some(child) = bookmark
@@ -1133,7 +1133,7 @@ impl Runtime {
                 instance: instance_id.to_owned(),
             }),
             Err(StoreError::NotTerminal { status, .. }) => {
-                Err(PurgeError::NotTerminal { status: status })
+                Err(PurgeError::NotTerminal { status })
             }
             Err(error) => Err(PurgeError::Store {
                 instance: instance_id.to_owned(),

@@ -6,7 +6,7 @@ use serde_json::{Value, json};
 use crate::engine::data::permanent;
 use crate::engine::executor::{Executor, StepError, engine_fault};
 use crate::engine::graph::{NodeIndex, NodeKind};
-use crate::engine::names::{DEADLINE, ON_DEADLINE};
+use crate::engine::names::{ON_DEADLINE, Reserved};
 use crate::engine::state::{ActivityStatus, ContextId, FaultKind, FaultRecord};
 use crate::routing::{stimulus_hash, value_at_path};
 
@@ -140,7 +140,7 @@ where
         }
         let scope_context = id.to_string();
         let hash = stimulus_hash(
-            DEADLINE,
+            Reserved::Deadline.name(),
             None,
             Some((self.state.instance_id.as_str(), scope_context.as_str())),
         )
@@ -148,7 +148,7 @@ where
         let due_at = self.now.saturating_add(deadline_ms);
         self.create_bookmark(
             id,
-            DEADLINE,
+            Reserved::Deadline.name(),
             hash,
             json!({ "due_at": due_at }),
             Some(ON_DEADLINE),

@@ -6,7 +6,7 @@ use serde_json::{Value, json};
 use crate::engine::data::{done, permanent, user_result};
 use crate::engine::executor::{ChildInfo, Executor, Link, StepError, engine_fault};
 use crate::engine::graph::NodeKind;
-use crate::engine::names::{ON_CHILD_DONE, SUB_WORKFLOW};
+use crate::engine::names::{ON_CHILD_DONE, Reserved};
 use crate::engine::state::{ContextId, ParentLink};
 
 /// The default nesting limit of sub-workflows (ACT-24).
@@ -57,14 +57,14 @@ where
         }
         let scope = id.to_string();
         let hash = crate::routing::stimulus_hash(
-            SUB_WORKFLOW,
+            Reserved::SubWorkflow.name(),
             None,
             Some((self.state.instance_id.as_str(), scope.as_str())),
         )
         .map_err(|e| engine_fault(id, e.to_string()))?;
         let bookmark = self.create_bookmark(
             id,
-            SUB_WORKFLOW,
+            Reserved::SubWorkflow.name(),
             hash,
             json!({ "child_instance_id": child }),
             Some(ON_CHILD_DONE),

@@ -6,7 +6,7 @@ use serde_json::{Value, json};
 use crate::engine::data::{done, permanent};
 use crate::engine::executor::{Executor, StepError, engine_fault};
 use crate::engine::graph::NodeIndex;
-use crate::engine::names::{ON_BODY, ON_TICK, TIMER};
+use crate::engine::names::{ON_BODY, ON_TICK, Reserved};
 use crate::engine::state::ContextId;
 use crate::routing::stimulus_hash;
 
@@ -59,12 +59,18 @@ where
         }
         let scope_context = id.to_string();
         let hash = stimulus_hash(
-            "wf.delay",
+            Reserved::Delay.name(),
             None,
             Some((self.state.instance_id.as_str(), scope_context.as_str())),
         )
         .map_err(|e| engine_fault(id, e.to_string()))?;
-        self.create_bookmark(id, "wf.delay", hash, json!({ "due_at": due_at }), None)?;
+        self.create_bookmark(
+            id,
+            Reserved::Delay.name(),
+            hash,
+            json!({ "due_at": due_at }),
+            None,
+        )?;
         Ok(())
     }
 
@@ -100,7 +106,12 @@ where
                 return Err(engine_fault(id, "start_at without an instant"));
             }
         };
-        self.timer_wait(id, "wf.start_at", due_at, json!({ "due_at": due_at }))
+        self.timer_wait(
+            id,
+            Reserved::StartAt.name(),
+            due_at,
+            json!({ "due_at": due_at }),
+        )
     }
 
     /// ACT-23 not as trigger (TM-12): a `wf.cron` bookmark with payload `{due_at, expression}`
@@ -122,7 +133,7 @@ where
         let due_at = next.saturating_mul(1000);
         self.timer_wait(
             id,
-            "wf.cron",
+            Reserved::Cron.name(),
             due_at,
             json!({ "due_at": due_at, "expression": expression }),
         )
@@ -184,14 +195,14 @@ where
         let tick = self.prop_u64(id, TICKS) + 1;
         let scope_context = id.to_string();
         let hash = stimulus_hash(
-            TIMER,
+            Reserved::Timer.name(),
             None,
             Some((self.state.instance_id.as_str(), scope_context.as_str())),
         )
         .map_err(|e| engine_fault(id, e.to_string()))?;
         self.create_bookmark(
             id,
-            TIMER,
+            Reserved::Timer.name(),
             hash,
             json!({ "due_at": due_at, "tick": tick, "missed": missed }),
             Some(ON_TICK),
