@@ -1132,9 +1132,7 @@ impl Runtime {
             Err(StoreError::NotFound { .. }) => Err(PurgeError::InstanceNotFound {
                 instance: instance_id.to_owned(),
             }),
-            Err(StoreError::NotTerminal { status, .. }) => {
-                Err(PurgeError::NotTerminal { status })
-            }
+            Err(StoreError::NotTerminal { status, .. }) => Err(PurgeError::NotTerminal { status }),
             Err(error) => Err(PurgeError::Store {
                 instance: instance_id.to_owned(),
                 error,
