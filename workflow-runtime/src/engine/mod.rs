@@ -1,4 +1,4 @@
-//! The engine: one run of one instance over its graph (engine.md).
+//! The engine: one run of one instance over its graph (ENG-9).
 //!
 //! - [`executor`]: the run loop, contexts and scheduling, completion, cancellation, the
 //!   journal and lifecycle events;

@@ -90,7 +90,7 @@ pub(crate) const ON_SAGA_BODY: &str = "saga_body_completed";
 
 /// The property holding a machine's current state (SM-1).
 pub const CURRENT_STATE: &str = "current_state";
-/// Tag of a state's entry (state-machine.md section 1).
+/// Tag of a state's entry (SM-2).
 pub const TAG_ENTERING: &str = "entering";
 /// Tag of the automatic-cycle continuation (SM-6).
 pub const TAG_CONTINUING: &str = "continuing";

@@ -1,4 +1,4 @@
-//! The StateMachine (state-machine.md, SM-1 to SM-8): entry, triggers, exits, actions and
+//! The StateMachine (SM-1 to SM-8): entry, triggers, exits, actions and
 //! the automatic cycle, its current state a property (SM-1).
 
 use serde_json::{Value, json};
@@ -15,7 +15,7 @@ impl<D> Executor<'_, D>
 where
     D: serde::Serialize + serde::de::DeserializeOwned + Send + Sync + 'static,
 {
-    // ---- StateMachine (state-machine.md section 2) --------------------------------------
+    // ---- StateMachine (SM-1 to SM-8) --------------------------------------------------
     pub(crate) fn current_state(&self, id: ContextId) -> Option<String> {
         self.state
             .context(id)
