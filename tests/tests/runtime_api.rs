@@ -24,10 +24,7 @@ fn eng48_caller_chosen_id_and_correlation_id_and_duplicate_start() {
             .unwrap();
         assert_eq!(started.instance_id, "order-o-9");
         let snapshot = rt.get_state("order-o-9").await.unwrap().unwrap();
-        assert_eq!(
-            snapshot.state.correlation_id().as_deref(),
-            Some("customer-7")
-        );
+        assert_eq!(snapshot.state.correlation_id(), Some("customer-7"));
         let err = rt
             .start_with::<OrderFlow>(order("o-9", 1), options)
             .await

@@ -151,7 +151,7 @@ fn act24_parent_waits_for_the_child_and_assigns_its_output() {
         let child = child_of(&rt, &parent).await;
         let snapshot = rt.get_state(&child).await.unwrap().unwrap();
         assert_eq!(snapshot.status(), WorkflowStatus::Suspended);
-        let link = snapshot.state.parent().clone().unwrap();
+        let link = snapshot.state.parent().cloned().unwrap();
         assert_eq!(link.instance_id, parent);
         assert_eq!(link.depth, 1);
         rt.send(Stimulus::new("shipped").key("o-1")).await.unwrap();

@@ -48,21 +48,6 @@ pub(crate) fn new_ulid() -> String {
     out
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn ulids_are_26_chars_unique_and_sorted_within_a_millisecond_burst() {
-        let ids: Vec<String> = (0..1000).map(|_| new_ulid()).collect();
-        assert!(ids.iter().all(|id| id.len() == 26));
-        let mut dedup = ids.clone();
-        dedup.sort();
-        dedup.dedup();
-        assert_eq!(dedup.len(), ids.len());
-    }
-}
-
 // ---- time ------------------------------------------------------------------------------
 //
 // One unit per layer, one conversion: the store and the [`Clock`](crate::Clock) count
@@ -94,4 +79,19 @@ pub(crate) fn now_micros() -> Micros {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| i64::try_from(d.as_micros()).unwrap_or(i64::MAX))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ulids_are_26_chars_unique_and_sorted_within_a_millisecond_burst() {
+        let ids: Vec<String> = (0..1000).map(|_| new_ulid()).collect();
+        assert!(ids.iter().all(|id| id.len() == 26));
+        let mut dedup = ids.clone();
+        dedup.sort();
+        dedup.dedup();
+        assert_eq!(dedup.len(), ids.len());
+    }
 }
