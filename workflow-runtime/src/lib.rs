@@ -119,5 +119,6 @@ pub mod __private {
     pub use crate::base::BoxFuture;
     pub use crate::engine::registry::{ChooseOutcome, Registry};
     pub use crate::engine::task::{IntoTaskResult, Outcome, TaskContext, TaskError, TaskResult};
-    pub use crate::workflow::{StateMachineWorkflow, Workflow};
+    pub use crate::runtime::Stimulus;
+    pub use crate::workflow::{IsPayload, StateMachineWorkflow, Workflow};
 }

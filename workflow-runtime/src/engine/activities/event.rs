@@ -4,7 +4,7 @@
 use serde_json::{Value, json};
 
 use crate::engine::data::permanent;
-use crate::engine::executor::{Executor, StepError, engine_fault};
+use crate::engine::executor::{Executor, RunError, StepError, engine_fault};
 use crate::engine::graph::{NodeIndex, NodeKind};
 use crate::engine::names::{ON_DEADLINE, Reserved};
 use crate::engine::state::{ActivityStatus, ContextId, FaultKind, FaultRecord};
@@ -68,6 +68,7 @@ where
             ..
         }) = graph.node(node).map(|n| &n.kind)
         else {
+            self.event_assign(id, node, &payload)?;
             return self.complete(id, Some(payload), Vec::new());
         };
         let local = graph
@@ -116,6 +117,110 @@ where
             ));
         }
         self.complete(id, Some(payload), vec![outcome])
+    }
+
+    /// ACT-19: folds an event's payload into the data, by its `assign` (a field path of the
+    /// data's JSON form, or a registered assign fn), before the event completes. A payload
+    /// that does not fit rejects the stimulus for this instance while it resumes the event
+    /// (RT-22): nothing changes; otherwise (a trigger's payload) the event fails for good.
+    pub(crate) fn event_assign(
+        &mut self,
+        id: ContextId,
+        node: NodeIndex,
+        payload: &Value,
+    ) -> Result<(), StepError> {
+        let graph = self.graph;
+        let Some(graph_node) = graph.node(node) else {
+            return Ok(());
+        };
+        let NodeKind::Event {
+            assign: Some(assign),
+            ..
+        } = &graph_node.kind
+        else {
+            return Ok(());
+        };
+        let local = graph_node
+            .id
+            .rsplit(':')
+            .next()
+            .unwrap_or(&graph_node.id)
+            .to_owned();
+        let reject = |this: &Self, target: &str, message: String| {
+            let error = crate::engine::task::TaskError::payload_decode(target, message.clone());
+            this.payload_rejection(&error)
+                .unwrap_or_else(|| permanent(id, message))
+        };
+        match assign {
+            workflow_model::PayloadAssign::Field(path) => {
+                let mut json = self.state.data.clone();
+                if !crate::routing::set_at_path(&mut json, path, payload.clone()) {
+                    return Err(reject(
+                        self,
+                        path,
+                        format!("event `{local}`: assign field `{path}` is not in the data"),
+                    ));
+                }
+                match serde_json::from_value::<D>(json.clone()) {
+                    Ok(data) => {
+                        self.state.data = json;
+                        self.data = Some(data);
+                        Ok(())
+                    }
+                    Err(e) => Err(reject(
+                        self,
+                        path,
+                        format!(
+                            "event `{local}`: the payload does not fit the data field `{path}`: {e}"
+                        ),
+                    )),
+                }
+            }
+            workflow_model::PayloadAssign::Function(name) => {
+                let registry = self.registry;
+                let Some(f) = registry.assigns.get(name) else {
+                    return Err(engine_fault(
+                        id,
+                        format!("no assign fn is registered under `{name}`"),
+                    ));
+                };
+                let mut data = match self.data.take() {
+                    Some(d) => d,
+                    None => serde_json::from_value::<D>(self.state.data.clone()).map_err(|e| {
+                        StepError::Abort(RunError::DataDecode {
+                            instance: self.state.instance_id.clone(),
+                            message: e.to_string(),
+                        })
+                    })?,
+                };
+                let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    f(&mut data, payload)
+                }));
+                match result {
+                    Ok(Ok(())) => {
+                        self.state.data = serde_json::to_value(&data).map_err(|e| {
+                            engine_fault(id, format!("data does not serialize: {e}"))
+                        })?;
+                        self.data = Some(data);
+                        Ok(())
+                    }
+                    // The last good data stays (FLT-4).
+                    Ok(Err(error)) => Err(reject(
+                        self,
+                        name,
+                        format!("event `{local}`: {}", error.message()),
+                    )),
+                    Err(_) => Err(StepError::Fault {
+                        context: id,
+                        record: FaultRecord {
+                            kind: FaultKind::Panicked,
+                            message: format!("event `{local}`: assign fn `{name}` panicked"),
+                            attempt: 1,
+                        },
+                    }),
+                }
+            }
+        }
     }
 
     // ---- deadlines (TM-14) --------------------------------------------------------------

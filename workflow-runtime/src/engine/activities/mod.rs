@@ -102,7 +102,10 @@ where
                 schedule,
                 offset_seconds,
             } => self.execute_cron(id, expression, schedule, *offset_seconds),
-            NodeKind::Sequence { steps } => self.sequence_next(id, steps, 0),
+            NodeKind::Sequence { steps } => {
+                let input = self.state.context(id).and_then(|c| c.input.clone());
+                self.sequence_next(id, steps, 0, input)
+            }
             NodeKind::Saga { body, .. } => self.saga_execute(id, *body),
             NodeKind::StateMachine(machine) => self.machine_execute(id, machine),
             NodeKind::Flowchart(fc) => self.flowchart_execute(id, fc),

@@ -14,12 +14,15 @@ impl<D> Executor<'_, D>
 where
     D: serde::Serialize + serde::de::DeserializeOwned + Send + Sync + 'static,
 {
-    // ---- Sequence (ACT-12) --------------------------------------------------------------
+    /// Schedules the step at `index` with `input` as its input (ACT-5): the sequence's own
+    /// input for the first step, the previous step's output for the next ones (an event's
+    /// payload, read by the next task with `TaskContext::input`, as in a flowchart).
     pub(crate) fn sequence_next(
         &mut self,
         id: ContextId,
         steps: &[NodeIndex],
         index: usize,
+        input: Option<Value>,
     ) -> Result<(), StepError> {
         let Some(&step) = steps.get(index) else {
             return self.complete(id, None, Vec::new());
@@ -27,7 +30,10 @@ where
         if let Some(c) = self.state.context_mut(id) {
             c.properties.insert(INDEX.to_owned(), json!(index));
         }
-        self.schedule_child(id, step, Some(index.to_string()), Some(ON_STEP), None)?;
+        let child = self.schedule_child(id, step, Some(index.to_string()), Some(ON_STEP), None)?;
+        if let Some(c) = self.state.context_mut(child) {
+            c.input = input;
+        }
         Ok(())
     }
 
@@ -49,6 +55,6 @@ where
             self.record(JournalKind::Declined, Some(id), json!({"stale": child.id}));
             return Ok(());
         }
-        self.sequence_next(id, steps, index + 1)
+        self.sequence_next(id, steps, index + 1, child.result.clone())
     }
 }
