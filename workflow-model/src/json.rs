@@ -74,6 +74,8 @@ impl Definition {
 
     /// Like [`Definition::from_json`], from an already parsed value.
     pub fn from_json_value(value: Value) -> Result<Definition, LoadError> {
+        // Sizes before shapes (DEF-3): decoding and its suggestions never see a huge value.
+        crate::validate::limits::check_value(&value).map_err(LoadError::Invalid)?;
         let definition = decode(value).map_err(LoadError::Invalid)?;
         validate(&definition).map_err(LoadError::Invalid)?;
         Ok(definition)

@@ -7,6 +7,7 @@
 mod activity;
 mod faults;
 mod flowchart;
+pub mod limits;
 mod state_machine;
 
 pub use faults::{KNOWN_TIME_ZONES, is_known_time_zone};
@@ -35,6 +36,8 @@ use crate::diagnostics::{Diagnostic, Diagnostics, Location};
 /// );
 /// ```
 pub fn validate(definition: &Definition) -> Result<(), Diagnostics> {
+    // Sizes first (DEF-3): over a limit, no other rule runs, so the work stays linear.
+    limits::check_definition(definition)?;
     let mut cx = Diagnostics::new();
     if definition.name.trim().is_empty() {
         cx.push(Diagnostic::new(
