@@ -648,7 +648,10 @@ mod tests {
         );
         assert!(dot(&definition).contains("n0 -> n1 [label=\"ok\"];"));
         let single = Definition::new("One", Task::new("root", "work"));
-        assert_eq!(mermaid(&single), "flowchart LR\n    n0[\"root (task work)\"]\n");
+        assert_eq!(
+            mermaid(&single),
+            "flowchart LR\n    n0[\"root (task work)\"]\n"
+        );
         assert_eq!(duration(1_500), "1500ms");
         assert_eq!(duration(300_000), "5m");
     }
