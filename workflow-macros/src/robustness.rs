@@ -162,7 +162,7 @@ fn leaf(choice: usize) -> TokenTree {
                 .get(choice / 8 % puncts.len())
                 .copied()
                 .unwrap_or('=');
-            let spacing = if choice % 2 == 0 {
+            let spacing = if choice.is_multiple_of(2) {
                 Spacing::Alone
             } else {
                 Spacing::Joint

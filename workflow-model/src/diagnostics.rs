@@ -6,6 +6,7 @@
 //! diagnostic becomes a `compile_error!` on the offending token.
 
 use std::borrow::Cow;
+use std::cell::Cell;
 use std::fmt;
 
 /// One step of a [`Location`].
@@ -217,7 +218,10 @@ impl Extend<Diagnostic> for Diagnostics {
 /// The work is bounded: a name longer than [`MAX_SUGGESTED_CHARS`] gets no suggestion, a
 /// candidate whose length alone puts it too far is skipped without comparing, and each
 /// comparison stops as soon as it cannot come within the limit (a banded edit distance, time
-/// and memory linear in the candidate's length for a given name).
+/// and memory linear in the candidate's length for a given name). Within [`crate::validate`]
+/// and [`crate::Definition::from_json`], all suggestions together share a fixed budget of
+/// work, so a definition with many long near-miss names is still validated in milliseconds
+/// (the names past the budget get no suggestion).
 ///
 /// ```
 /// use workflow_model::suggest;
@@ -238,6 +242,9 @@ where
     let lower: Vec<char> = name.to_lowercase().chars().collect();
     let mut best: Option<(usize, &'a str)> = None;
     for candidate in candidates {
+        if BUDGET.get() == Some(0) {
+            break;
+        }
         if candidate == name {
             continue;
         }
@@ -249,12 +256,57 @@ where
         }
         // Only a strictly better candidate can replace the current best.
         let bound = best.map_or(limit, |(d, _)| d.saturating_sub(1));
+        // The most cells this comparison can compute; past the budget, the search stops with
+        // what it has.
+        let cells = u64::try_from(name_chars.saturating_mul(2 * bound + 1)).unwrap_or(u64::MAX);
+        if !charge(cells) {
+            break;
+        }
         let other: Vec<char> = candidate.to_lowercase().chars().collect();
         if let Some(distance) = bounded_edit_distance(&lower, &other, bound) {
             best = Some((distance, candidate));
         }
     }
     best.map(|(_, candidate)| candidate)
+}
+
+thread_local! {
+    /// The edit-distance cells [`suggest`] may still compute on this thread, when a budget is
+    /// set ([`with_suggestion_budget`]).
+    static BUDGET: Cell<Option<u64>> = const { Cell::new(None) };
+}
+
+/// The suggestion work one validation may do, in edit-distance cells: about 20 ms. A
+/// definition with a thousand near-miss names of 250 chars would need 40 billion; within the
+/// budget the first unknown names get their suggestion, the rest none.
+pub(crate) const SUGGESTION_BUDGET: u64 = 20_000_000;
+
+/// Runs `f` with at most `cells` edit-distance cells for all its suggestions (the budget of
+/// an enclosing call is put back afterwards).
+pub(crate) fn with_suggestion_budget<T>(cells: u64, f: impl FnOnce() -> T) -> T {
+    struct Restore(Option<u64>);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            BUDGET.set(self.0);
+        }
+    }
+    let _restore = Restore(BUDGET.replace(Some(cells)));
+    f()
+}
+
+/// Takes `cells` from the budget; `false` when it does not have them (and then it is spent).
+fn charge(cells: u64) -> bool {
+    match BUDGET.get() {
+        None => true,
+        Some(left) if left >= cells => {
+            BUDGET.set(Some(left - cells));
+            true
+        }
+        Some(_) => {
+            BUDGET.set(Some(0));
+            false
+        }
+    }
 }
 
 /// Names longer than this (in chars) get no suggestion from [`suggest`]: the validator's size

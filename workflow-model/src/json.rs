@@ -76,7 +76,11 @@ impl Definition {
     pub fn from_json_value(value: Value) -> Result<Definition, LoadError> {
         // Sizes before shapes (DEF-3): decoding and its suggestions never see a huge value.
         crate::validate::limits::check_value(&value).map_err(LoadError::Invalid)?;
-        let definition = decode(value).map_err(LoadError::Invalid)?;
+        let definition = crate::diagnostics::with_suggestion_budget(
+            crate::diagnostics::SUGGESTION_BUDGET,
+            || decode(value),
+        )
+        .map_err(LoadError::Invalid)?;
         validate(&definition).map_err(LoadError::Invalid)?;
         Ok(definition)
     }

@@ -347,6 +347,43 @@ mod tests {
     }
 
     #[test]
+    fn many_long_near_miss_names_within_the_limits_are_validated_quickly() {
+        // A thousand states with 244-char names and a thousand transitions from near misses
+        // of them (every third char changed): the did-you-mean search alone once needed about
+        // 40 billion edit-distance cells (minutes of CPU); it now shares a fixed budget.
+        let base: String = (0..240u8).map(|i| char::from(b'a' + i % 26)).collect();
+        let name = |k: usize| format!("{base}{k:04}");
+        let miss = |k: usize| -> String {
+            name(k)
+                .chars()
+                .enumerate()
+                .map(|(i, c)| if i % 3 == 0 { 'Z' } else { c })
+                .collect()
+        };
+        let states: Vec<String> = (0..1_000)
+            .map(|k| format!(r#"{{"name": "{}"}}"#, name(k)))
+            .collect();
+        let transitions: Vec<String> = (0..1_000)
+            .map(|k| format!(r#"{{"from": "{}", "to": "{}"}}"#, miss(k), name(0)))
+            .collect();
+        let json = format!(
+            r#"{{"name": "Demo", "root": {{"kind": "state_machine", "id": "root",
+               "initial": "{}", "states": [{}], "transitions": [{}]}}}}"#,
+            name(0),
+            states.join(","),
+            transitions.join(",")
+        );
+        let started = Instant::now();
+        let found = problems(&json);
+        let elapsed = started.elapsed();
+        // About 0.1 s of CPU in release and 3 s in a debug build; before the budget, minutes.
+        assert!(elapsed < Duration::from_secs(20), "{elapsed:?}");
+        // Every unknown source is still reported; only the suggestions are bounded.
+        let unknown = found.iter().filter(|(_, m)| m.starts_with("SM-C4")).count();
+        assert_eq!(unknown, 1_000, "{:?}", found.first());
+    }
+
+    #[test]
     fn a_decoded_definition_is_checked_too() {
         use crate::definition::{State, StateMachine};
         let name = "N".repeat(MAX_NAME_BYTES + 1);

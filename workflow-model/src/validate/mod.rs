@@ -38,6 +38,14 @@ use crate::diagnostics::{Diagnostic, Diagnostics, Location};
 pub fn validate(definition: &Definition) -> Result<(), Diagnostics> {
     // Sizes first (DEF-3): over a limit, no other rule runs, so the work stays linear.
     limits::check_definition(definition)?;
+    // Within the limits, the did-you-mean search (FC-25) shares one bounded budget.
+    crate::diagnostics::with_suggestion_budget(crate::diagnostics::SUGGESTION_BUDGET, || {
+        check_rules(definition)
+    })
+}
+
+/// Every rule but the size limits.
+fn check_rules(definition: &Definition) -> Result<(), Diagnostics> {
     let mut cx = Diagnostics::new();
     if definition.name.trim().is_empty() {
         cx.push(Diagnostic::new(
