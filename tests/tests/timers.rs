@@ -246,7 +246,10 @@ fn a_50_ms_delay_fires_on_time_with_the_sweep_disabled() {
         assert!(b_at >= due, "fired early: {b_at} < {due}");
         // With the sweep disabled only the driver's precise wake-up can fire it; how late it
         // is on a loaded machine is the timers benchmark's to measure, not a test's.
-        assert!(late < 1_000, "{late} ms late: the driver did not wake for the due time");
+        assert!(
+            late < 1_000,
+            "{late} ms late: the driver did not wake for the due time"
+        );
     });
 }
 
