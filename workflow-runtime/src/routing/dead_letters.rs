@@ -4,7 +4,7 @@
 use serde_json::Value;
 
 use super::delivery::{Rejection, Targets};
-use crate::ids::new_ulid;
+use crate::base::new_ulid;
 use crate::runtime::{Runtime, now_micros};
 use crate::store::{DeadLetter, DeadLetterFilter, DeadLetterReason, QueueItem, StoreError};
 

@@ -8,9 +8,9 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::sha_hex;
-use crate::executor::{RunError, RunTarget};
-use crate::ids::new_ulid;
-use crate::instance::WorkflowStatus;
+use crate::base::new_ulid;
+use crate::engine::executor::{RunError, RunTarget};
+use crate::engine::state::WorkflowStatus;
 use crate::routing::{RoutingError, check_correlation_id, check_name, stimulus_hash};
 use crate::runtime::{Runtime, Started};
 use crate::store::{
@@ -18,7 +18,7 @@ use crate::store::{
 };
 use workflow_model::Activation;
 
-use crate::runtime::now_micros;
+use crate::base::now_micros;
 
 /// The default queue TTL (RT-28): 10 minutes.
 pub(crate) const DEFAULT_QUEUE_TTL: Duration = Duration::from_secs(600);
@@ -358,7 +358,9 @@ pub(crate) fn child_result_item(
             "child-{}",
             sha_hex(&["wf-child-result/1", child]).get(..40)?
         ),
-        name: crate::structured::SUB_WORKFLOW.to_owned(),
+        name: crate::engine::names::Reserved::SubWorkflow
+            .name()
+            .to_owned(),
         hash: sha_hex(&["wf-child-result/1", parent, bookmark]),
         key_display: None,
         payload,

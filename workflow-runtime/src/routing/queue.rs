@@ -16,7 +16,7 @@ use std::time::Duration;
 use tokio::sync::{Notify, watch};
 
 use super::delivery::{BOOKMARK_PAGE, Rejection, Stimulus, Targets};
-use crate::executor::{RunError, RunTarget};
+use crate::engine::executor::{RunError, RunTarget};
 use crate::runtime::{Inner, Runtime, lock, now_micros};
 use crate::store::{BookmarkQuery, DeadLetterReason, QueueItem, StoreError, WakeUp};
 

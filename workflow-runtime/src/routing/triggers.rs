@@ -8,7 +8,7 @@ use workflow_model::Activation;
 
 use super::delivery::{Refusal, SendError, SendReport, Stimulus};
 use super::sha_hex;
-use crate::instance::TriggerStart;
+use crate::engine::state::TriggerStart;
 use crate::routing::stimulus_hash;
 use crate::runtime::{Runtime, StartOptions, now_micros};
 use crate::store::{InstanceFilter, Micros, StoreError, TriggerRow};

@@ -11,32 +11,19 @@ pub(crate) use driver::{DEFAULT_SWEEP, drive_timers};
 
 use serde_json::Value;
 
-use crate::instance::Bookmark;
+use crate::base::ms_to_micros;
+use crate::engine::names::Reserved;
+use crate::engine::state::Bookmark;
 use crate::store::NewTimer;
-
-/// The bookmark names that carry a `due_at` and own a timer row (TM-3), with the row's kind.
-const TIMER_BOOKMARKS: [(&str, &str); 6] = [
-    ("wf.delay", "delay"),
-    ("wf.timer", "timer"),
-    ("wf.start_at", "start_at"),
-    ("wf.cron", "cron"),
-    ("wf.deadline", "deadline"),
-    ("wf.retry", "retry"),
-];
 
 /// The timer row of a timer bookmark (TM-3): its id is the bookmark's, its due time the
 /// payload's `due_at` (ms).
 pub(crate) fn timer_of(bookmark: &Bookmark) -> Option<NewTimer> {
-    let kind = TIMER_BOOKMARKS
-        .iter()
-        .find(|(name, _)| *name == bookmark.name)?
-        .1;
+    let kind = Reserved::from_name(&bookmark.name)?.timer_kind()?;
     let due_at = bookmark.payload.get("due_at").and_then(Value::as_u64)?;
     Some(NewTimer {
         timer_id: bookmark.id.clone(),
         kind: kind.to_owned(),
-        due_at: i64::try_from(due_at)
-            .unwrap_or(i64::MAX / 1000)
-            .saturating_mul(1000),
+        due_at: ms_to_micros(due_at),
     })
 }

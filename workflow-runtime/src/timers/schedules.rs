@@ -3,11 +3,12 @@
 
 use serde_json::json;
 
-use crate::graph::TimeTrigger;
-use crate::instance::TriggerStart;
+use crate::base::ms_to_micros;
+use crate::engine::graph::TimeTrigger;
+use crate::engine::state::TriggerStart;
 use crate::routing::sha_hex;
 use crate::runtime::{Runtime, StartOptions};
-use crate::store::{Micros, Schedule, ScheduleFiring, StoreError, TimerRow};
+use crate::store::{Schedule, ScheduleFiring, StoreError, TimerRow};
 
 impl Runtime {
     /// Writes the schedules of every registered definition's time triggers, once per
@@ -190,10 +191,4 @@ impl Runtime {
             ScheduleFiring::Stale => Ok(None),
         }
     }
-}
-
-fn ms_to_micros(ms: u64) -> Micros {
-    i64::try_from(ms)
-        .unwrap_or(i64::MAX / 1000)
-        .saturating_mul(1000)
 }
