@@ -301,7 +301,13 @@ fn unknown_node(name: &str, ids: &[&str], at: Location, cx: &mut Diagnostics) {
     let (mut hint, suggestion) = did_you_mean(name, ids.iter().copied());
     if suggestion.is_none() && !ids.is_empty() {
         // No close name: the choices, as for an unknown port (FC-V3).
-        hint = format!("; expected one of {}", backticked(ids.iter().copied()));
+        let mut unique: Vec<&str> = Vec::with_capacity(ids.len());
+        for id in ids {
+            if !unique.contains(id) {
+                unique.push(id);
+            }
+        }
+        hint = format!("; expected one of {}", backticked(unique));
     }
     let mut diagnostic = Diagnostic::new("FC-V2", at, format!("unknown node `{name}`{hint}"));
     diagnostic.suggestion = suggestion;
