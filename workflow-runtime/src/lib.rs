@@ -24,8 +24,8 @@
 //! StartAt (`wf.start_at`, ACT-22) and Cron not as trigger (`wf.cron`, ACT-23; UTC or a
 //! fixed offset). As triggers (TM-11 to TM-13) they start instances from schedules in the
 //! store ([`Runtime::schedule_triggers`]); a StartAt trigger needs a constant instant, and is
-//! refused at build with [`BuildError::UnsupportedActivity`] otherwise; node commit settings
-//! and a workflow commit strategy with [`BuildError::UnsupportedSetting`].
+//! refused at build with [`BuildError::UnsupportedActivity`] otherwise. Commit strategies
+//! (ENG-32) are honoured per definition and per task node, over the runtime-wide one.
 //!
 //! Saga scopes (FLT-10 to FLT-13) compensate the completed tasks that declare a
 //! compensation, newest first, when something inside fails for good, then continue through

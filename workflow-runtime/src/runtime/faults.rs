@@ -150,7 +150,7 @@ impl Runtime {
                     RunTarget::None,
                     self.run_options(None),
                     &self.inner.middleware,
-                    None,
+                    Some((&commits, self.inner.commit_strategy)),
                 )
                 .await?;
             let end = output.end;
