@@ -1304,6 +1304,7 @@ where
             attempt,
             variables,
             cancellation: crate::cancel::CancellationToken::new(),
+            key_suffix: None,
         };
         let started_at = self.now;
         let token = cx.cancellation.clone();
