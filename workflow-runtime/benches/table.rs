@@ -387,7 +387,6 @@ fn memory_rows(reps: usize, iters: u32) -> Vec<Row> {
         seq.push(time_ns(iters, || {
             let started = block_on(rt.start::<Seq3>(Counter::default())).unwrap();
             assert_eq!(started.status, WorkflowStatus::Finished);
-            block_on(rt.purge(&started.instance_id)).unwrap();
         }));
         tr.push(time_ns(iters, || {
             let report = block_on(rt.send(stimulus.clone())).unwrap();
@@ -397,7 +396,6 @@ fn memory_rows(reps: usize, iters: u32) -> Vec<Row> {
         fork.push(time_ns(iters, || {
             let started = block_on(rt.start::<ForkJoin>(Counter::default())).unwrap();
             assert_eq!(started.status, WorkflowStatus::Finished);
-            block_on(rt.purge(&started.instance_id)).unwrap();
         }));
         hand_seq.push(time_ns(iters * 100, || {
             let mut data = black_box(Counter::default());
@@ -421,7 +419,7 @@ fn memory_rows(reps: usize, iters: u32) -> Vec<Row> {
     vec![
         Row::new(
             "memory",
-            "3-activity sequence, start to finish (start + purge)",
+            "3-activity sequence, start to finish (start)",
             "µs",
             per_op(seq),
         )
@@ -435,7 +433,7 @@ fn memory_rows(reps: usize, iters: u32) -> Vec<Row> {
         .note("target <= 5 µs"),
         Row::new(
             "memory",
-            "flowchart fork -> 2 tasks -> join(all) -> task (start+purge)",
+            "flowchart: fork -> 2 tasks -> join(all) -> task (start)",
             "µs",
             per_op(fork),
         ),
