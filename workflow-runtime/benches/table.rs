@@ -950,12 +950,15 @@ async fn timer_round(runtime: &Runtime, count: u64) -> (f64, f64) {
             .unwrap();
         ids.push(started.instance_id);
     }
-    let mut lateness = Vec::new();
+    // All fired first: reading and purging meanwhile would compete with the driver.
     for id in &ids {
         runtime
             .await_completion(id, Duration::from_secs(30))
             .await
             .unwrap();
+    }
+    let mut lateness = Vec::new();
+    for id in &ids {
         let data: Wait = runtime
             .get_state(id)
             .await
