@@ -1,7 +1,7 @@
 //! An order state machine run end to end in memory, written by hand against the public API:
-//! no macro. This is the "no-macro twin" of the `#[state_machine]` order in DESIGN.md: the
-//! model types build the definition, a `Registry` holds the user code, and `Workflow` /
-//! `StateMachineWorkflow` are implemented by hand.
+//! no macro. This is the "no-macro twin" of the `#[state_machine]` order in the `order`
+//! example: the model types build the definition, a `Registry` holds the user code, and
+//! `Workflow` / `StateMachineWorkflow` are implemented by hand.
 //!
 //! ```text
 //! cargo run -p examples --example order_by_hand

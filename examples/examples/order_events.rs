@@ -1,5 +1,5 @@
 //! An order workflow started by an event and driven by correlated events sent from outside
-//! the workflow code (routing.md): `order.placed` is a trigger (RT-13), so sending it starts
+//! the workflow code (RT-13 to RT-32): `order.placed` is a trigger, so sending it starts
 //! an instance; `order.paid` and `order.shipped` are keyed by the order id, so each reaches
 //! only its own order (RT-3, RT-17). One event is sent before the order waits for it: the
 //! bookmark queue keeps it and the queue worker delivers it when the wait appears (RT-21,

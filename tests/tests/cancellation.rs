@@ -1,4 +1,4 @@
-//! Cancelling running work (timers-and-faults.md §7): the token in the task's context fires
+//! Cancelling running work (FLT-15 to FLT-17): the token in the task's context fires
 //! when the instance is cancelled while the task runs, which is not refused (FLT-15,
 //! FLT-16, scenario 6), and when an attempt times out, which counts as a retryable failure
 //! (FLT-17); a task that ignores its token is dropped after the grace (ENG-52).

@@ -1,5 +1,5 @@
-//! Durable instances on SQLite (issue #5): a runtime dropped with its store handle and a new
-//! one opened on the same file resumes suspended instances (state-machine.md scenario 18);
+//! Durable instances on SQLite (SM-8, ENG-5): a runtime dropped with its store handle and a new
+//! one opened on the same file resumes suspended instances (SM-8);
 //! a process killed with SIGKILL while it runs activities is recovered by the next one
 //! (ENG-5, ENG-25, ENG-26, ENG-32); a version that is not registered is reported and left
 //! untouched (ENG-46); renaming the Rust data type does not break stored instances (ST-20).

@@ -1,4 +1,4 @@
-//! Flowcharts declared with `workflow!` run end to end through the `Runtime` (issue #6): the
+//! Flowcharts declared with `workflow!` run end to end through the `Runtime`: the
 //! expense approval on each of its paths, the manual one resumed by an `expense.decision`
 //! event whose payload chooses the outcome (ACT-19, FC-4); a decision with an implicit join
 //! (FC-12, FC-13); a loop that waits on each round (FC-15, FC-16); the sequence form (ACT-12).
@@ -406,7 +406,7 @@ fn a_json_event_with_ports_and_no_payload_is_refused_at_build() {
     );
 }
 
-// RT-22, ACT-19, engine.md section 11: a payload that does not decode into the mapping's type
+// RT-22, ACT-19: a payload that does not decode into the mapping's type
 // cannot choose: the stimulus is rejected for the instance (reported with the instance, the
 // node and the type, and dead-lettered `Rejected`); nothing is committed, so the instance is
 // still waiting and keeps its bookmark.

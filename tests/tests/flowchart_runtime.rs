@@ -1,7 +1,7 @@
 //! Flowcharts end to end through the in-memory `Runtime`, which keeps every instance as JSON
 //! between runs (each suspension is a persistence round trip): a JSON flowchart with a
-//! decision, a WaitAny join over an event and a delay resumed by bookmark id (flowchart.md
-//! scenario 3, FC-18), a loop whose run state survives many commits (FC-10, FC-16), and the
+//! decision, a WaitAny join over an event and a delay resumed by bookmark id
+//! (FC-18), a loop whose run state survives many commits (FC-10, FC-16), and the
 //! registration checks of the new value and items fns (ENG-47).
 
 mod common;

@@ -1,6 +1,6 @@
 //! End to end with the macro: an order machine declared with `#[state_machine]` is suspended
 //! on its events and driven to a terminal state by stimuli carrying typed payloads
-//! (issue #4; SM-1..SM-5, SM-8 through the runtime's JSON round trip between runs).
+//! (SM-1..SM-5, SM-8 through the runtime's JSON round trip between runs).
 
 use std::time::Duration;
 

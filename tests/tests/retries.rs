@@ -1,4 +1,4 @@
-//! Retries and incidents (timers-and-faults.md §5) on the manual clock: the durable wait
+//! Retries and incidents (FLT-1 to FLT-8) on the manual clock: the durable wait
 //! between attempts (FLT-3) within FLT-2's bounds, no data from failed attempts (FLT-4),
 //! faulting after the last attempt with an incident naming the node, the error and the
 //! attempts (FLT-5, FLT-6), the operator's retry (FLT-8), permanent errors and `retry_on`

@@ -1,4 +1,4 @@
-//! Routing end to end (routing.md): start by trigger (RT-13, RT-15), resume by bookmark
+//! Routing end to end: start by trigger (RT-13, RT-15), resume by bookmark
 //! (RT-17, RT-34), one stimulus that starts one definition and resumes another, activation
 //! strategies (RT-15, RT-16), the early-stimulus race through the bookmark queue (RT-21,
 //! RT-26, RT-27), TTL expiry to dead letters (RT-28), idempotent re-send (RT-19), the trigger
@@ -970,7 +970,7 @@ async fn rejected_dead_letter(rt: &Runtime, label: &str) -> (String, String) {
     )
 }
 
-// RT-22, ACT-19, engine.md §11: a payload that does not decode into the event's payload type
+// RT-22, ACT-19: a payload that does not decode into the event's payload type
 // rejects the stimulus for that instance: nothing is committed (the bookmark stays, the
 // version does not move), the stimulus is dead-lettered `Rejected` with the typed error, and
 // the report names the instance, the node and the type; a good payload then resumes it.

@@ -1,4 +1,4 @@
-//! Compensation (timers-and-faults.md §6, scenario 4): a saga `a`, `b`, `c` where `c` fails
+//! Compensation (FLT-10 to FLT-12): a saga `a`, `b`, `c` where `c` fails
 //! permanently compensates `c`, `b`, `a`, newest first (FLT-11); with `continue` the scope
 //! takes `compensated` and the instance finishes, with `fault` the instance faults with an
 //! incident listing the compensations (FLT-12); a failing compensation faults naming it and

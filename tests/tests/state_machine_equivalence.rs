@@ -1,5 +1,5 @@
 //! A machine declared with `#[state_machine]` is the same definition, with the same
-//! fingerprint, as the same machine written by hand against the model (issue #3).
+//! fingerprint, as the same machine written by hand against the model.
 
 use std::time::Duration;
 

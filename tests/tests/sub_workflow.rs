@@ -1,4 +1,4 @@
-//! SubWorkflow in memory (activities.md ACT-24): the parent starts a child instance and waits
+//! SubWorkflow in memory (ACT-24): the parent starts a child instance and waits
 //! on a `wf.sub_workflow` bookmark that the child's final commit resumes with its status and
 //! output; cancelling the waiting parent cancels the child; a cancelled child takes the
 //! `cancelled` port or fails the parent; `detach` completes at once.

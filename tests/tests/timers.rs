@@ -1,4 +1,4 @@
-//! Durable timers (timers-and-faults.md §1, §2): the manual clock (TM-2) drives a 48-hour
+//! Durable timers (TM-1 to TM-10): the manual clock (TM-2) drives a 48-hour
 //! delay in milliseconds (scenario 1) and a state machine's `after(..)` transition; the timer
 //! row lives and dies with its bookmark (TM-3); the real clock fires a 50 ms delay within
 //! milliseconds of its due time with the sweep disabled, re-arming for an earlier timer

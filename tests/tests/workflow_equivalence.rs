@@ -1,5 +1,5 @@
 //! A flowchart declared with `workflow!` is the same definition, with the same fingerprint, as
-//! the same flowchart loaded from JSON (issue #6, "Done when").
+//! the same flowchart loaded from JSON.
 
 use workflow_runtime::model::{Activity, Definition, diagram};
 use workflow_runtime::{ChooseOutcome, TaskContext, Workflow, workflow};

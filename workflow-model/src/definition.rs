@@ -24,7 +24,7 @@ pub struct Definition {
     /// The workflow-level commit strategy (ENG-32). Absent: the runtime's default (`run_end`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub commit_strategy: Option<CommitStrategy>,
-    /// When a trigger or a start may create a new instance (routing.md RT-15, RT-16).
+    /// When a trigger or a start may create a new instance (RT-15, RT-16).
     /// Absent: `always`. A routing setting, not part of the version fingerprint: changing it
     /// does not pin instances to a new version. JSON and builder only (no macro option yet).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -139,9 +139,9 @@ activity_kinds! {
     Cron(Cron) = "cron",
     /// Ordered children run one after the other (ACT-12).
     Sequence(Sequence) = "sequence",
-    /// Nodes joined by connections (flowchart.md).
+    /// Nodes joined by connections (FC-1 to FC-5).
     Flowchart(Flowchart) = "flowchart",
-    /// Named states joined by transitions (state-machine.md).
+    /// Named states joined by transitions (SM-1 to SM-8).
     StateMachine(StateMachine) = "state_machine",
     /// A decision (ACT-13).
     If(If) = "if",
@@ -178,7 +178,7 @@ activity_kinds! {
 }
 
 impl Activity {
-    /// The outcome ports this activity declares (FC-2; the catalogue of activities.md).
+    /// The outcome ports this activity declares (FC-2; each kind's ports: ACT-11 to ACT-29).
     pub fn ports(&self) -> Ports<'_> {
         fn declared(ports: &[String]) -> Vec<&str> {
             ports.iter().map(String::as_str).collect()
@@ -414,12 +414,12 @@ pub struct Event {
     /// A deadline in milliseconds after which the `timeout` outcome is taken (TM-14).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub deadline_ms: Option<u64>,
-    /// Which queued stimuli this wait may take (routing.md RT-30); absent: `since_origin`.
+    /// Which queued stimuli this wait may take (RT-30); absent: `since_origin`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub look_back: Option<LookBack>,
 }
 
-/// Which *queued* stimuli a waiting event may take (routing.md RT-30, RT-31). Live delivery
+/// Which *queued* stimuli a waiting event may take (RT-30, RT-31). Live delivery
 /// (the wait exists when the stimulus is sent) is unaffected.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case", deny_unknown_fields)]
@@ -560,7 +560,7 @@ pub struct Sequence {
     pub steps: Vec<Activity>,
 }
 
-/// Nodes joined by connections (flowchart.md).
+/// Nodes joined by connections (FC-1 to FC-5).
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Flowchart {
@@ -616,7 +616,7 @@ impl Connection {
     }
 }
 
-/// Named states joined by ordered transitions (state-machine.md section 1).
+/// Named states joined by ordered transitions (`docs/reference/state-machines.md`).
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct StateMachine {
@@ -633,7 +633,7 @@ pub struct StateMachine {
 }
 
 impl StateMachine {
-    /// The transition key of the transition at `index` (state-machine.md section 1):
+    /// The transition key of the transition at `index`:
     /// `"{index}:{name}"`, or `"{index}:{from}->{to}"` when it has no name.
     pub fn transition_key(index: usize, transition: &Transition) -> String {
         match &transition.name {
@@ -1141,7 +1141,7 @@ impl<'de> Deserialize<'de> for Decimal {
     }
 }
 
-/// A definition's activation strategy (routing.md RT-15): when a trigger or a start may
+/// A definition's activation strategy (RT-15): when a trigger or a start may
 /// create a new instance. An unknown name in JSON is a load error (RT-16).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]

@@ -23,7 +23,7 @@
 //! by the string it is registered under; the data it works on is the workflow's. Durations are
 //! integers in milliseconds. Unknown fields are errors.
 //!
-//! A state machine (state-machine.md section 1): `initial`, `states` (each with `name` and
+//! A state machine (SM-1 to SM-8): `initial`, `states` (each with `name` and
 //! optional `entry` and `exit` activities) and ordered `transitions` (`from`, `to`, optional
 //! `name`, `trigger`, `condition`, `action`):
 //!
@@ -31,7 +31,7 @@
 #![doc = include_str!("../docs/order.json")]
 //! ```
 //!
-//! A flowchart (flowchart.md section 1): `start`, `nodes` and `connections` from a node's
+//! A flowchart (FC-1 to FC-6): `start`, `nodes` and `connections` from a node's
 //! outcome `port` (default `done`) to a `target` node:
 //!
 //! ```json
@@ -54,7 +54,7 @@
 //! assert_eq!(Definition::from_json(&expense.to_json_pretty()).unwrap(), expense);
 //! ```
 //!
-//! Timers and faults (timers-and-faults.md): a `task` may carry `retry` (a [`RetryPolicy`]:
+//! Timers and faults (FLT-2, FLT-10, TM-14): a `task` may carry `retry` (a [`RetryPolicy`]:
 //! `max_attempts`, `initial_delay_ms`, `max_delay_ms`, `multiplier` and `jitter` as plain
 //! numbers, `retry_on` error codes; every field optional), `attempt_timeout_ms`,
 //! `compensation` (a registered task fn) and `commit` ([`NodeCommit`]); the definition may carry

@@ -1,4 +1,4 @@
-//! JSON load tests for the timer and fault rules (timers-and-faults.md section 8): each asserts
+//! JSON load tests for the timer and fault rules (TM-V, FLT-V): each asserts
 //! the rule id, the JSON Pointer and the message that `Definition::from_json_value` reports.
 
 #![allow(clippy::unwrap_used, clippy::panic)]

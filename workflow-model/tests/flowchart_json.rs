@@ -1,4 +1,4 @@
-//! JSON load tests for the flowchart rules (flowchart.md section 9, item 7): each asserts the
+//! JSON load tests for the flowchart rules (FC-V1 to FC-V18): each asserts the
 //! rule id, the message and the JSON Pointer of what `Definition::from_json` reports.
 
 // The helpers below are test code too; clippy only recognises `#[test]` fns as such.

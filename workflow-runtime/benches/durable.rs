@@ -1,7 +1,7 @@
 //! Durable state-machine transitions per second: a `Runtime` on `SqliteStore` with N
 //! concurrent instances, each transition one run (lease, load, run, commit of state, bookmark
 //! diff and journal), against the raw SQLite one-row-per-commit rate measured in the same run
-//! on the same disk (issue #5).
+//! on the same disk.
 //!
 //! Run with `cargo bench -p workflow-runtime --bench durable`. Environment:
 //! `DURABLE_BENCH_SECS` (default 2) per measurement, `DURABLE_BENCH_DIR` (default: a

@@ -1,4 +1,4 @@
-//! Engine overhead in memory (DESIGN.md section 6), beside the same steps written as a
+//! Engine overhead in memory, beside the same steps written as a
 //! hand-written `match` over an enum. Run with:
 //!
 //! ```text

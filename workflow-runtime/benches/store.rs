@@ -1,5 +1,5 @@
 //! Durable commits per second: `SqliteStore` with N concurrent committers against the raw
-//! SQLite one-row-per-commit rate, measured in the same run on the same disk (issue #5).
+//! SQLite one-row-per-commit rate, measured in the same run on the same disk.
 //!
 //! Run with `cargo bench -p workflow-runtime --bench store`. Environment:
 //! `STORE_BENCH_SECS` (default 2) per measurement, `STORE_BENCH_DIR` (default: a temporary

@@ -1,4 +1,4 @@
-//! Timer lateness in process (issue #8, TM-4): 1,000 instances each wait on a Delay `until` an
+//! Timer lateness in process (TM-4): 1,000 instances each wait on a Delay `until` an
 //! instant spread over one second; the in-process driver fires each (no polling, the sweep
 //! disabled) and the task after the delay records the wall-clock time. Lateness is that time
 //! minus the due time. Prints p50, p99 and max.

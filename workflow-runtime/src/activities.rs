@@ -1,7 +1,7 @@
 //! The built-in activities: Sequence (ACT-12), Task (ACT-11), Event (ACT-19), Delay (ACT-20,
-//! bookmark only: timers come with the timers issue) and the StateMachine (state-machine.md,
-//! SM-1 to SM-8); and the dispatch of every kind's `execute` and callbacks, including the
-//! Flowchart (`flowchart.rs`) and the structured activities (`structured.rs`).
+//! a durable timer, TM-3) and the StateMachine (SM-1 to SM-8); and the dispatch of every
+//! kind's `execute` and callbacks, including the Flowchart (`flowchart.rs`) and the
+//! structured activities (`structured.rs`).
 //!
 //! Each kind has an `execute` entry point and a table of callbacks by name (ENG-12); the
 //! executor resolves a persisted callback name here and fails the run with `UnknownCallback`
@@ -21,7 +21,7 @@ pub const CURRENT_STATE: &str = "current_state";
 /// The property holding a sequence's current index (ACT-12).
 const INDEX: &str = "index";
 
-/// Tag of a state's entry (state-machine.md section 1).
+/// Tag of a state's entry (SM-2).
 pub const TAG_ENTERING: &str = "entering";
 /// Tag of the automatic-cycle continuation (SM-6).
 pub const TAG_CONTINUING: &str = "continuing";
@@ -566,7 +566,7 @@ where
         self.sequence_next(id, steps, index + 1)
     }
 
-    // ---- StateMachine (state-machine.md section 2) --------------------------------------
+    // ---- StateMachine (SM-1 to SM-8) --------------------------------------------------
 
     fn current_state(&self, id: ContextId) -> Option<String> {
         self.state

@@ -124,7 +124,7 @@ pub enum RunError {
         error: crate::store::StoreError,
     },
     /// The payload resuming a bookmark does not decode into the type the waiting activity
-    /// reads (its outcome mapping, or a condition over the payload) (RT-22, ENG §11): the
+    /// reads (its outcome mapping, or a condition over the payload) (RT-22): the
     /// run was discarded, the bookmark and the instance are unchanged; routing dead-letters
     /// the stimulus as `Rejected`.
     #[error(

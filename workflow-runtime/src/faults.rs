@@ -1,4 +1,4 @@
-//! Retries (timers-and-faults.md §5): the attempt count kept on the task's context, the
+//! Retries (FLT-1 to FLT-9): the attempt count kept on the task's context, the
 //! backoff of FLT-2, and the durable wait between attempts (FLT-3): a `wf.retry` bookmark
 //! whose timer row is written in the same commit, so restarts neither reset nor skip the count.
 

@@ -1,4 +1,4 @@
-//! The Flowchart activity (flowchart.md sections 2 to 6): start selection (FC-6, FC-7), fresh
+//! The Flowchart activity (FC-6 to FC-23): start selection (FC-6, FC-7), fresh
 //! run state per run (FC-8), settling and routing (FC-9 to FC-11), the implicit join with skip
 //! propagation (FC-12, FC-13), one live context per node (FC-14), loops with deferred exits
 //! (FC-15, FC-16), explicit joins and forks (FC-17 to FC-19), terminal nodes (FC-20),

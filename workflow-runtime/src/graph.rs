@@ -171,7 +171,7 @@ pub(crate) enum NodeKind {
     },
 }
 
-/// A compiled flowchart (flowchart.md section 1): its nodes by local index (the model's
+/// A compiled flowchart (FC-1 to FC-5): its nodes by local index (the model's
 /// declaration order), its connections, and the validator's analysis computed once (FC-5).
 #[derive(Debug)]
 pub(crate) struct FlowchartNode {
@@ -267,7 +267,7 @@ pub(crate) struct SwitchNode {
     pub(crate) structured: bool,
 }
 
-/// A compiled state machine (state-machine.md section 1).
+/// A compiled state machine (`docs/reference/state-machines.md`).
 #[derive(Debug)]
 pub(crate) struct MachineNode {
     pub(crate) initial: String,

@@ -1,4 +1,4 @@
-//! The persisted instance: [`WorkflowState`] and everything it holds (engine.md section 1).
+//! The persisted instance: [`WorkflowState`] and everything it holds (ENG-1 to ENG-7).
 //!
 //! Every type here round-trips through serde; the runtime stores the state as a JSON document
 //! with a top-level `"format"` (ST-19) and serde names only, no Rust type names (ST-20), so
@@ -453,7 +453,7 @@ impl Journal {
     }
 }
 
-/// The trigger an instance was created by (routing.md RT-13): its first run begins at `node`
+/// The trigger an instance was created by (RT-13): its first run begins at `node`
 /// (FC-6 step 1), which completes at once with `payload` instead of waiting (ACT-7).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TriggerStart {

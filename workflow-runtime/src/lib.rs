@@ -4,17 +4,17 @@
 //! ([`model`]) and, behind the default feature `macros`, the `#[state_machine]` and
 //! `workflow!` macros.
 //!
-//! The engine (issue 4) is made of one module per component (DESIGN.md section 5):
+//! The engine is made of one module per component:
 //! [`instance`] (the persisted [`WorkflowState`]), the executor (run loop, scheduling,
 //! completion, cancellation, faults, middleware), the built-in activities (Sequence, Task,
-//! Event, Delay, StateMachine), the Flowchart (flowchart.md: routing, implicit and explicit
+//! Event, Delay, StateMachine), the Flowchart (routing, implicit and explicit
 //! joins, skips, loops with deferred exits, fork, end), the structured activities (If, Switch,
 //! While, ForEach, ParallelForEach, Parallel, Finish, Fault, Break, Correlate, SetVariable)
 //! and SubWorkflow, [`routing`] (stimulus hashes) and [`Runtime`], which keeps instances in a
 //! [`Store`]: [`MemoryStore`] by default, [`SqliteStore`] for durability across restarts and
-//! crashes (issue 5; [`Runtime::recover`], at-least-once activities).
+//! crashes ([`Runtime::recover`], at-least-once activities).
 //!
-//! Time (issue 8) comes from a [`Clock`] (TM-1): [`SystemClock`] by default, a
+//! Time comes from a [`Clock`] (TM-1): [`SystemClock`] by default, a
 //! [`ManualClock`] in tests, where [`testing::TestRuntime`] steps through due timers
 //! deterministically (TM-2). A Delay (and a state machine's `after(..)` transition) is a
 //! durable timer: its `wf.delay` bookmark and timer row are written in one commit (TM-3), and

@@ -1,6 +1,6 @@
 //! The registry of user code: tasks and conditions, referenced by name from a definition.
 //!
-//! Persisted state never holds closures, only these names (DESIGN.md section 3), so an
+//! Persisted state never holds closures, only these names (ACT-6, ENG-12), so an
 //! instance suspended in one process resumes in another that registered the same names.
 
 use std::collections::HashMap;

@@ -1,4 +1,4 @@
-//! Stimulus names, keys and hashes (routing.md RT-1 to RT-8).
+//! Stimulus names, keys and hashes (RT-1 to RT-8).
 //!
 //! The hash is the SHA-256 of a frozen canonical encoding of `(name, key[, scope])`, so a
 //! waiting Event bookmark, a trigger row and a send of the same event name and key hash alike
@@ -41,7 +41,7 @@
 //! The hashed message is `wf-stimulus/1`, a `00` byte, the name as a string, the key as a
 //! value (unit when absent), then `00` when unscoped or `01` followed by the instance id and
 //! the context id as strings (RT-7). The hash (RT-5) is the SHA-256 of that message as 64
-//! lowercase hex digits; the vectors of routing.md RT-5 are a test of this module. The
+//! lowercase hex digits; the vectors of RT-5 are a test of this module. The
 //! encoding depends on no serializer formatting, map order, endianness or type name (RT-6); a
 //! change would need a new prefix and a store migration, never a silent edit.
 

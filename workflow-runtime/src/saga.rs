@@ -1,4 +1,4 @@
-//! Compensation (timers-and-faults.md §6, FLT-10 to FLT-13): a saga scope runs its body;
+//! Compensation (FLT-10 to FLT-13): a saga scope runs its body;
 //! each task that completes inside it and declares a compensation is recorded on the scope
 //! with its completion order. When an activity inside fails for good, the scope's other live
 //! work is cancelled and the compensations run one at a time, newest completion first (the

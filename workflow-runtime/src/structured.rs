@@ -1,4 +1,4 @@
-//! The structured activities of activities.md: If (ACT-13), Switch (ACT-14), While (ACT-15),
+//! The structured activities: If (ACT-13), Switch (ACT-14), While (ACT-15),
 //! ForEach (ACT-16), ParallelForEach (ACT-17), Parallel, the structured fork (ACT-18), Finish
 //! (ACT-25), Fault (ACT-26), Correlate (ACT-27), SetVariable (ACT-28) and Break (ACT-9,
 //! ACT-29); and the flow-only nodes `start`, `end`, `join` and `fork` (FC-17 to FC-20).

@@ -331,7 +331,7 @@ fn migrations() {
     );
 }
 
-/// Issue #5 item 4 and ST-20: stored payloads carry no Rust type names, so a state written
+/// ST-20: stored payloads carry no Rust type names, so a state written
 /// from one Rust type loads into a renamed one.
 #[tokio::test]
 async fn renaming_a_rust_type_does_not_break_stored_instances() {

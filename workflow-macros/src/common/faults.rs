@@ -1,4 +1,4 @@
-//! The fault-handling options shared by the macros (timers-and-faults.md FLT-2, FLT-10,
+//! The fault-handling options shared by the macros (FLT-2, FLT-10,
 //! FLT-17, ENG-32): `retry(..)`, `timeout(..)`, `compensate(..)` and `commit(..)` on a task.
 //! Values go into the model as written; the shared validator checks them (FLT-V1..FLT-V5) and
 //! its diagnostics land on the tokens recorded here.

@@ -32,7 +32,7 @@ pub(crate) const STEP_KINDS: [&str; 9] = [
 /// The options of `#[workflow(...)]`.
 pub(crate) const WORKFLOW_OPTIONS: [&str; 5] = ["name", "saga", "retry", "commit", "activation"];
 
-/// The activation strategies of `#[workflow(activation = ..)]` (routing.md RT-15).
+/// The activation strategies of `#[workflow(activation = ..)]` (RT-15).
 pub(crate) const ACTIVATIONS: [&str; 4] =
     ["always", "singleton", "correlation", "correlated_singleton"];
 /// The modes of `saga(..)` (FLT-10).

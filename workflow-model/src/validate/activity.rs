@@ -1,4 +1,4 @@
-//! Rules owned by activities (activities.md section 3): ACT-V1, ACT-V2, ACT-V3, ACT-V4 and
+//! Rules owned by activities: ACT-V1, ACT-V2, ACT-V3, ACT-V4 and
 //! ACT-V9.
 //!
 //! ACT-V7 (the trigger flag on a kind that cannot start a workflow) cannot be broken: the model

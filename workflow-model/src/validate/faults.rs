@@ -1,4 +1,4 @@
-//! Rules of timers-and-faults.md section 8: TM-V1 to TM-V4 and FLT-V1 to FLT-V6.
+//! Timer and fault rules: TM-V1 to TM-V4 and FLT-V1 to FLT-V6.
 
 use super::children_with_locations;
 use crate::cron::Schedule;

@@ -1,4 +1,4 @@
-//! Flowchart rules FC-V1..FC-V15 (flowchart.md section 7) and the analysis the engine uses
+//! Flowchart rules FC-V1..FC-V15 and the analysis the engine uses
 //! (FC-5, FC-6, FC-16).
 //!
 //! [`check`] runs the structural rules (FC-V1..FC-V7, FC-V13, FC-V15) first and the graph rules
@@ -1922,7 +1922,7 @@ mod tests {
         );
         assert_eq!(analyze_flowchart(&chart).default_start, Some(1));
         assert_eq!(problems(&definition(chart)), Vec::new());
-        // A single node without connections starts there (flowchart.md section 9, item 1).
+        // A single node without connections starts there (FC-6).
         let single = self::chart(&[], vec![task("only")], Vec::new());
         assert_eq!(analyze_flowchart(&single).default_start, Some(0));
     }

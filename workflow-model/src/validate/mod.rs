@@ -1,4 +1,4 @@
-//! The one validator: every rule of state-machine.md section 3 and flowchart.md section 7.
+//! The one validator: every state machine rule (SM-C) and flowchart rule (FC-V).
 //!
 //! [`validate`] walks the activity tree once and collects every diagnostic; it never stops at
 //! the first. The macros call it on the definition they lowered from the DSL, the runtime on

@@ -1,4 +1,4 @@
-//! State-machine rules SM-C1..SM-C9 (state-machine.md section 3).
+//! State-machine rules SM-C1..SM-C9.
 //!
 //! Every rule runs and every violation is reported, but a rule never reports what is only the
 //! echo of another one (no cascades): a transition whose `from` or `to` is unknown (SM-C4) is

@@ -1,5 +1,5 @@
 //! The [`Runtime`]: registration, start, send, read, await, cancel, subscribe, recover and
-//! purge (engine.md section 10), on a [`Store`].
+//! purge (ENG-47 to ENG-51), on a [`Store`].
 //!
 //! Every run takes the instance lease (ST-14), loads the instance (version and state
 //! document), runs, and commits the document, status columns, bookmark diff and journal under
@@ -144,7 +144,7 @@ pub enum BuildError {
         name: String,
     },
     /// An event declares its outcomes but no outcome mapping is registered for its payload
-    /// type ([`Registry::outcome`], ACT-V8).
+    /// type ([`Registry::outcome`](crate::Registry::outcome), ACT-V8).
     #[error(
         "definition `{workflow}`: event `{node}` declares outcomes but its payload type `{payload}` does not choose one (no outcome mapping is registered under `{payload}`)"
     )]
@@ -443,7 +443,7 @@ struct Inner {
     running: Mutex<HashMap<String, crate::cancel::CancellationToken>>,
 }
 
-/// The workflow runtime (engine.md section 10), on a [`Store`]: in memory by default, durable
+/// The workflow runtime (ENG-47 to ENG-51), on a [`Store`]: in memory by default, durable
 /// on a [`SqliteStore`](crate::store::SqliteStore). Cheap to clone; clones share instances.
 #[derive(Clone)]
 pub struct Runtime {
@@ -535,7 +535,7 @@ impl Future for YieldNow {
 }
 
 impl Runtime {
-    /// A builder with the defaults of engine.md.
+    /// A builder with the default settings.
     pub fn builder() -> RuntimeBuilder {
         RuntimeBuilder {
             pending: Vec::new(),

@@ -1,4 +1,4 @@
-//! Routing on the runtime (routing.md sections 3 to 6): the trigger index, [`Runtime::send`]
+//! Routing on the runtime (RT-9 to RT-32): the trigger index, [`Runtime::send`]
 //! (start by trigger and resume by bookmark in one call), the bookmark queue and its worker,
 //! idempotent sends.
 //!
@@ -48,7 +48,7 @@ const CLAIM_TTL: Micros = 30_000_000;
 /// Bookmarks read per page.
 const BOOKMARK_PAGE: usize = 500;
 
-/// A stimulus (routing.md RT-1): a name, an optional key, a JSON payload, and the send
+/// A stimulus (RT-1): a name, an optional key, a JSON payload, and the send
 /// options (target instance, correlation id, bookmark id, idempotency key, queue TTL,
 /// queueing).
 #[derive(Debug, Clone, PartialEq)]
@@ -468,7 +468,7 @@ impl Runtime {
             .map(drop)
     }
 
-    /// Sends a stimulus (routing.md section 4): in one call, starts the definitions whose
+    /// Sends a stimulus (RT-14 to RT-24): in one call, starts the definitions whose
     /// event trigger matches (RT-15, subject to their activation strategy) and resumes every
     /// bookmark waiting for its name and key (RT-17), narrowed by instance id, correlation id
     /// or bookmark id, one run per instance; a stimulus that matched nothing is queued for a

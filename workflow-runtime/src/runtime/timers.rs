@@ -1,4 +1,4 @@
-//! Durable timers (timers-and-faults.md §2): timer rows written with their bookmarks (TM-3),
+//! Durable timers (TM-3 to TM-10): timer rows written with their bookmarks (TM-3),
 //! the in-process driver that waits precisely for the earliest due time and re-arms on hints
 //! (TM-4), the sweep as a fallback and the startup load (TM-5, TM-8), and firing under a
 //! claim so one process fires each timer (TM-6).

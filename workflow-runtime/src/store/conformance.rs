@@ -11,7 +11,7 @@
 //! ```
 //!
 //! The factory returns the store and a guard (a temporary directory, say) dropped after the
-//! case. Cases are numbered after `spec/store.md` ST-34.
+//! case. Cases are numbered as in `docs/reference/store.md` (ST-34).
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,

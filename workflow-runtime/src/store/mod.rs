@@ -1,4 +1,4 @@
-//! Durable storage: one async [`Store`] trait and its backends (`spec/store.md`).
+//! Durable storage: one async [`Store`] trait and its backends (`docs/reference/store.md`).
 //!
 //! Everything durable goes through [`Store`]: instances guarded by an optimistic version and a
 //! lease fencing token (ST-13, ST-14), bookmarks indexed by stimulus hash (ST-6), triggers
@@ -27,10 +27,10 @@
 //!   that is metadata no rule reads.)
 //! * **Wake-ups (ST-18)** are an in-process `tokio::sync::broadcast` ([`Store::subscribe`]),
 //!   sent after the operation succeeded; they may be lost and no rule depends on them.
-//! * **Errors (ST-4).** One [`StoreError`]. Deviations from the spec's list: a duplicate
-//!   receipt is [`StoreError::ReceiptExists`] (a conflict for [`StoreError::is_conflict`]),
-//!   and `Unavailable` carries a `message` string (a field named `source` would make
-//!   `thiserror` treat it as the error source).
+//! * **Errors (ST-4).** One [`StoreError`]. Two details: a duplicate receipt is
+//!   [`StoreError::ReceiptExists`] (a conflict for [`StoreError::is_conflict`]), and
+//!   `Unavailable` carries a `message` string (a field named `source` would make `thiserror`
+//!   treat it as the error source).
 //!
 //! # Not yet covered
 //!
@@ -686,7 +686,7 @@ pub struct Commit {
     pub incidents_resolved: Vec<(String, String)>,
 }
 
-/// An incident to record (`timers-and-faults.md` FLT-6, ST-12).
+/// An incident to record (FLT-6, ST-12).
 #[derive(Debug, Clone, PartialEq)]
 pub struct NewIncident {
     /// IncidentRecord id (a ULID).

@@ -1,4 +1,4 @@
-//! Flowchart execution (flowchart.md sections 2 to 6) and the acceptance scenarios of
+//! Flowchart execution (FC-6 to FC-23) and the acceptance scenarios of
 //! section 9, each citing the rules it pins.
 
 use serde_json::{Value, json};

@@ -1,5 +1,5 @@
 //! Unit tests driving the executor directly: the state-machine scenarios of
-//! state-machine.md section 5, sequences, cancellation, faults and the no-recursion proof.
+//! the state machine's scenarios, sequences, cancellation, faults and the no-recursion proof.
 
 mod executor;
 mod flowchart;

@@ -1,4 +1,4 @@
-//! The unit scenarios of state-machine.md section 5 (1 to 17), driving the machine through
+//! The unit scenarios of the state machine (SM-1 to SM-8), driving the machine through
 //! the executor one work item at a time. Rule ids are in each test's name and comment.
 
 use std::sync::Arc;

@@ -1,4 +1,4 @@
-//! The structured activities of activities.md: If, Switch, While, ForEach, ParallelForEach,
+//! The structured activities: If, Switch, While, ForEach, ParallelForEach,
 //! Parallel, Finish, Fault, Break, SetVariable and Correlate.
 
 use serde_json::json;

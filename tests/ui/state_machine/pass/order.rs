@@ -1,4 +1,4 @@
-//! The order machine of DESIGN.md section 4, with every trigger kind and option.
+//! The order machine of the README's tour, with every trigger kind and option.
 
 use std::time::Duration;
 

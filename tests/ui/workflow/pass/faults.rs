@@ -1,5 +1,5 @@
 //! Retry policies, attempt timeouts, compensations, saga scopes, commit strategies, cron and
-//! repeating timers (timers-and-faults.md, ENG-32) lower into the definition.
+//! repeating timers (TM-11, FLT-2, ENG-32) lower into the definition.
 
 use workflow_runtime::__private::model::{
     Activity, CommitStrategy, Decimal, NodeCommit, RetryPolicy, SagaOnFailure,
