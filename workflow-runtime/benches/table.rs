@@ -383,20 +383,32 @@ fn memory_rows(reps: usize, iters: u32) -> Vec<Row> {
     let (mut seq, mut tr, mut fork, mut hand_seq, mut hand_tr) =
         (vec![], vec![], vec![], vec![], vec![]);
     let mut sent = 0u64;
+    // `TABLE_MEMORY=seq,send,fork,floor` runs a subset (for a profile of one path).
+    let rows = std::env::var("TABLE_MEMORY").unwrap_or_default();
+    let row = |name: &str| rows.is_empty() || rows.split(',').any(|r| r.trim() == name);
     for _ in 0..reps {
-        seq.push(time_ns(iters, || {
-            let started = block_on(rt.start::<Seq3>(Counter::default())).unwrap();
-            assert_eq!(started.status, WorkflowStatus::Finished);
-        }));
-        tr.push(time_ns(iters, || {
-            let report = block_on(rt.send(stimulus.clone())).unwrap();
-            assert_eq!(report.resumed.len(), 1);
-            sent += 1;
-        }));
-        fork.push(time_ns(iters, || {
-            let started = block_on(rt.start::<ForkJoin>(Counter::default())).unwrap();
-            assert_eq!(started.status, WorkflowStatus::Finished);
-        }));
+        if row("seq") {
+            seq.push(time_ns(iters, || {
+                let started = block_on(rt.start::<Seq3>(Counter::default())).unwrap();
+                assert_eq!(started.status, WorkflowStatus::Finished);
+            }));
+        }
+        if row("send") {
+            tr.push(time_ns(iters, || {
+                let report = block_on(rt.send(stimulus.clone())).unwrap();
+                assert_eq!(report.resumed.len(), 1);
+                sent += 1;
+            }));
+        }
+        if row("fork") {
+            fork.push(time_ns(iters, || {
+                let started = block_on(rt.start::<ForkJoin>(Counter::default())).unwrap();
+                assert_eq!(started.status, WorkflowStatus::Finished);
+            }));
+        }
+        if !row("floor") {
+            continue;
+        }
         hand_seq.push(time_ns(iters * 100, || {
             let mut data = black_box(Counter::default());
             hand_sequence(&mut data);
