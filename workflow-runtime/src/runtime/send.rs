@@ -24,16 +24,16 @@ use tokio::sync::Notify;
 use workflow_model::Activation;
 
 use super::{Inner, Runtime, StartOptions, Started, lock};
-use crate::executor::{RunError, RunTarget};
-use crate::ids::new_ulid;
-use crate::instance::{TriggerStart, WorkflowStatus};
+use crate::base::new_ulid;
+use crate::engine::executor::{RunError, RunTarget};
+use crate::engine::state::{TriggerStart, WorkflowStatus};
 use crate::routing::{RoutingError, check_correlation_id, check_name, stimulus_hash};
 use crate::store::{
     BookmarkQuery, BookmarkRow, DeadLetter, DeadLetterFilter, DeadLetterReason, IdempotencyRecord,
     InstanceFilter, InstanceStatus, Micros, QueueItem, StoreError, TriggerRow, WakeUp,
 };
 
-use super::commit::now_micros;
+use crate::base::now_micros;
 
 /// The default queue TTL (RT-28): 10 minutes.
 pub(super) const DEFAULT_QUEUE_TTL: Duration = Duration::from_secs(600);
