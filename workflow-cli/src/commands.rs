@@ -410,10 +410,13 @@ async fn incidents(target: &Target, all: bool, json: bool) -> Result<String, Cli
 }
 
 async fn diagram(target: &Target, what: &str, format: DiagramFormat) -> Result<String, CliError> {
-    let draw = |definition: &Definition, at: &[String]| match format {
-        DiagramFormat::Mermaid => workflow_model::diagram::mermaid(definition),
-        DiagramFormat::Dot => workflow_model::diagram::dot(definition),
-    } + &highlight_note(at);
+    let draw = |definition: &Definition, at: &[String]| {
+        let current = workflow_model::diagram::Highlight::new(at.iter().cloned());
+        match format {
+            DiagramFormat::Mermaid => workflow_model::diagram::mermaid_with(definition, &current),
+            DiagramFormat::Dot => workflow_model::diagram::dot_with(definition, &current),
+        }
+    };
     if Path::new(what).is_file() {
         let text = std::fs::read_to_string(what)
             .map_err(|e| CliError::Input(format!("cannot read `{what}`: {e}")))?;
@@ -425,14 +428,6 @@ async fn diagram(target: &Target, what: &str, format: DiagramFormat) -> Result<S
     Err(CliError::Input(format!(
         "`{what}` is neither a JSON definition file nor a definition recorded in this store"
     )))
-}
-
-fn highlight_note(at: &[String]) -> String {
-    if at.is_empty() {
-        String::new()
-    } else {
-        format!("%% current: {}\n", at.join(", "))
-    }
 }
 
 fn show(detail: &Detail, now: Micros) -> String {

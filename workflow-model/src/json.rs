@@ -74,7 +74,13 @@ impl Definition {
 
     /// Like [`Definition::from_json`], from an already parsed value.
     pub fn from_json_value(value: Value) -> Result<Definition, LoadError> {
-        let definition = decode(value).map_err(LoadError::Invalid)?;
+        // Sizes before shapes (DEF-3): decoding and its suggestions never see a huge value.
+        crate::validate::limits::check_value(&value).map_err(LoadError::Invalid)?;
+        let definition = crate::diagnostics::with_suggestion_budget(
+            crate::diagnostics::SUGGESTION_BUDGET,
+            || decode(value),
+        )
+        .map_err(LoadError::Invalid)?;
         validate(&definition).map_err(LoadError::Invalid)?;
         Ok(definition)
     }

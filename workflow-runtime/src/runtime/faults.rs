@@ -1,8 +1,8 @@
 //! Operator actions on faulted instances (FLT-8) and reading incidents (FLT-6).
 
 use super::{CancelError, Runtime, StateError};
-use crate::executor::{RunEnd, RunError, RunTarget};
-use crate::instance::{
+use crate::engine::executor::{RunEnd, RunError, RunTarget};
+use crate::engine::state::{
     ActivityStatus, ContextId, EntryPoint, Incident, SubStatus, WorkItem, WorkflowState,
     WorkflowStatus,
 };
@@ -69,7 +69,7 @@ fn reopen(state: &mut WorkflowState) {
         {
             c.status = ActivityStatus::Running;
             c.fault = None;
-            crate::faults::reset_attempts(c);
+            crate::engine::faults::reset_attempts(c);
             state.queue.push_back(WorkItem {
                 context: id,
                 entry: EntryPoint::Execute,
@@ -131,7 +131,7 @@ impl Runtime {
         let marked = |state: &WorkflowState, context: ContextId| {
             state
                 .context(context)
-                .and_then(|c| c.properties.get(crate::saga::COMPENSATED_FAILURE))
+                .and_then(|c| c.properties.get(crate::engine::saga::COMPENSATED_FAILURE))
                 .cloned()
         };
         let open: Vec<(usize, ContextId)> = state
@@ -162,7 +162,8 @@ impl Runtime {
             }
             if let Some(c) = state.context_mut(context) {
                 c.status = ActivityStatus::Canceled;
-                c.properties.remove(crate::saga::COMPENSATED_FAILURE);
+                c.properties
+                    .remove(crate::engine::saga::COMPENSATED_FAILURE);
             }
             state.queue.push_back(WorkItem {
                 context: scope,
