@@ -141,7 +141,7 @@ fn flt11_compensations_in_a_loop_read_the_item_and_have_their_own_keys() {
             .unwrap();
         assert_eq!(started.status, WorkflowStatus::Faulted);
         let snapshot = rt.get_state(&started.instance_id).await.unwrap().unwrap();
-        serde_json::from_value::<Ledger>(snapshot.state.data.clone()).unwrap()
+        serde_json::from_value::<Ledger>(snapshot.state.data().clone()).unwrap()
     });
     assert_eq!(
         data.log,
@@ -198,7 +198,7 @@ fn flt8_retry_of_a_compensated_failure_restarts_the_scope() {
         let retried = rt.retry(&started.instance_id).await.unwrap();
         assert_eq!(retried.status, WorkflowStatus::Finished);
         let snapshot = rt.get_state(&started.instance_id).await.unwrap().unwrap();
-        serde_json::from_value::<Counter>(snapshot.state.data.clone()).unwrap()
+        serde_json::from_value::<Counter>(snapshot.state.data().clone()).unwrap()
     });
     assert_eq!(data.log, ["book", "unbook", "book", "flaky", "after 0"]);
 }
