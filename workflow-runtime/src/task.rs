@@ -7,6 +7,38 @@ use serde_json::Value;
 
 /// What a running task, entry, exit or action sees (ACT-11): mutable access to the data, the
 /// payload of the stimulus that led here, its input, and stable identifiers.
+///
+/// # Examples
+///
+/// A step that reads the payload of the event that woke it, changes the data, and gives an
+/// outside service a key that stays the same across retries:
+///
+/// ```
+/// use workflow_runtime::{TaskContext, TaskError};
+///
+/// #[derive(Default, serde::Serialize, serde::Deserialize)]
+/// struct Order {
+///     paid: u64,
+///     receipt_key: Option<String>,
+/// }
+///
+/// #[derive(serde::Deserialize)]
+/// struct Payment {
+///     amount: u64,
+/// }
+///
+/// async fn record_payment(ctx: &mut TaskContext<Order>) -> Result<(), TaskError> {
+///     let payment: Payment = ctx.payload()?;
+///     if ctx.is_cancelled() {
+///         return Err(TaskError::new("cancelled before the payment was recorded"));
+///     }
+///     let key = ctx.idempotency_key();
+///     let order = ctx.data_mut();
+///     order.paid += payment.amount;
+///     order.receipt_key = Some(key);
+///     Ok(())
+/// }
+/// ```
 #[derive(Debug)]
 pub struct TaskContext<D> {
     pub(crate) data: D,

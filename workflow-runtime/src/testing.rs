@@ -24,6 +24,48 @@ use crate::store::{Micros, StoreError};
 /// A runtime on a [`ManualClock`], without a timer driver: time moves only through
 /// [`TestRuntime::advance`] and [`TestRuntime::set`], which fire the due timers
 /// deterministically (TM-2). Derefs to the [`Runtime`].
+///
+/// # Examples
+///
+/// A 48-hour delay, tested in milliseconds:
+///
+/// ```
+/// use std::time::Duration;
+///
+/// use workflow_runtime::testing::TestRuntime;
+/// use workflow_runtime::{Runtime, TaskContext, WorkflowStatus, workflow};
+///
+/// #[derive(Default, serde::Serialize, serde::Deserialize)]
+/// struct Follow {
+///     done: bool,
+/// }
+///
+/// async fn follow_up(ctx: &mut TaskContext<Follow>) {
+///     ctx.data_mut().done = true;
+/// }
+///
+/// workflow! {
+///     workflow FollowUp(Follow) = sequence [
+///         after(Duration::from_secs(48 * 3600)),
+///         task(follow_up),
+///     ];
+/// }
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let test = TestRuntime::build(Runtime::builder().register::<FollowUp>())?;
+/// let id = test.start::<FollowUp>(Follow::default()).await?.instance_id;
+///
+/// test.advance(Duration::from_secs(47 * 3600)).await?;
+/// let state = test.get_state(&id).await?.ok_or("no instance")?;
+/// assert_eq!(state.status(), WorkflowStatus::Suspended);
+///
+/// test.advance(Duration::from_secs(3600)).await?; // the delay fires
+/// let state = test.get_state(&id).await?.ok_or("no instance")?;
+/// assert_eq!(state.status(), WorkflowStatus::Finished);
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Debug, Clone)]
 pub struct TestRuntime {
     runtime: Runtime,

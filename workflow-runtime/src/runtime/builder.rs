@@ -161,6 +161,40 @@ pub(super) type Pending =
 
 /// Builds a [`Runtime`]: register workflows, set limits, add middleware, then
 /// [`RuntimeBuilder::build`] checks everything (ENG-47).
+///
+/// # Examples
+///
+/// A runtime on a SQLite file, with a shorter lease and a cap on the steps of one run:
+///
+/// ```
+/// use std::sync::Arc;
+/// use std::time::Duration;
+///
+/// use workflow_runtime::{Runtime, SqliteStore, TaskContext, workflow};
+///
+/// #[derive(Default, serde::Serialize, serde::Deserialize)]
+/// struct Job;
+///
+/// async fn work(_ctx: &mut TaskContext<Job>) {}
+///
+/// workflow! {
+///     workflow Nightly(Job) = sequence [task(work)];
+/// }
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// # let dir = tempfile::tempdir()?;
+/// # let path = dir.path().join("jobs.db");
+/// let runtime = Runtime::builder()
+///     .store(Arc::new(SqliteStore::open(&path)?))
+///     .register::<Nightly>()
+///     .lease_ttl(Duration::from_secs(30))
+///     .max_steps_per_run(1_000)
+///     .build()?;
+/// runtime.recover().await?; // instances a crashed process left mid-run
+/// # Ok(())
+/// # }
+/// ```
 pub struct RuntimeBuilder {
     pub(super) pending: Vec<Pending>,
     pub(super) max_steps_per_run: usize,

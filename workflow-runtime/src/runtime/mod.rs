@@ -445,6 +445,38 @@ struct Inner {
 
 /// The workflow runtime (ENG-47 to ENG-51), on a [`Store`]: in memory by default, durable
 /// on a [`SqliteStore`](crate::store::SqliteStore). Cheap to clone; clones share instances.
+///
+/// # Examples
+///
+/// Register a workflow, start an instance and read its data back:
+///
+/// ```
+/// use workflow_runtime::{Runtime, TaskContext, WorkflowStatus, workflow};
+///
+/// #[derive(Default, serde::Serialize, serde::Deserialize)]
+/// struct Greeting {
+///     greeted: bool,
+/// }
+///
+/// async fn greet(ctx: &mut TaskContext<Greeting>) {
+///     ctx.data_mut().greeted = true;
+/// }
+///
+/// workflow! {
+///     workflow Hello(Greeting) = sequence [task(greet)];
+/// }
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let runtime = Runtime::builder().register::<Hello>().build()?;
+/// let started = runtime.start::<Hello>(Greeting::default()).await?;
+/// assert_eq!(started.status, WorkflowStatus::Finished);
+///
+/// let snapshot = runtime.get_state(&started.instance_id).await?.ok_or("no instance")?;
+/// assert!(snapshot.data::<Greeting>()?.greeted);
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Clone)]
 pub struct Runtime {
     inner: Arc<Inner>,

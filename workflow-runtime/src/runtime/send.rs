@@ -51,6 +51,31 @@ const BOOKMARK_PAGE: usize = 500;
 /// A stimulus (RT-1): a name, an optional key, a JSON payload, and the send
 /// options (target instance, correlation id, bookmark id, idempotency key, queue TTL,
 /// queueing).
+///
+/// # Examples
+///
+/// A payment for order `o-42`, sent once even if the caller retries:
+///
+/// ```
+/// use workflow_runtime::{Runtime, Stimulus};
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let runtime = Runtime::builder().build()?;
+/// let payment = Stimulus::new("payment")
+///     .key("o-42")
+///     .payload(serde_json::json!({ "amount": 100 }))
+///     .idempotency_key("payment-o-42");
+///
+/// let report = runtime.send(payment.clone()).await?;
+/// // Nothing waits for it yet: it is kept until a matching wait appears.
+/// assert!(report.queued.is_some());
+///
+/// // The retry returns the first report instead of queueing twice.
+/// assert!(runtime.send(payment).await?.duplicate);
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Debug, Clone, PartialEq)]
 pub struct Stimulus {
     /// The event name.

@@ -115,6 +115,24 @@ struct Counters {
 
 /// The embedded SQLite store (ST-26). Wrap it in an `Arc` to share it
 /// (`Arc<dyn Store>`); dropping the last handle stops its threads and closes the file.
+///
+/// # Examples
+///
+/// ```
+/// use std::sync::Arc;
+///
+/// use workflow_runtime::{Runtime, SqliteStore};
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// # let dir = tempfile::tempdir()?;
+/// # let path = dir.path().join("workflows.db");
+/// let store = SqliteStore::open(&path)?; // created, or migrated, on open
+/// let runtime = Runtime::builder().store(Arc::new(store)).build()?;
+/// # drop(runtime);
+/// # Ok(())
+/// # }
+/// ```
 pub struct SqliteStore {
     writer: Option<mpsc::Sender<WriteRequest>>,
     readers: Option<mpsc::Sender<ReadJob>>,
