@@ -92,6 +92,11 @@ pub struct EventStream {
 
 impl EventStream {
     /// The next event, waiting for it.
+    ///
+    /// # Errors
+    ///
+    /// [`RecvError::Lagged`] when this subscriber fell behind and missed events (the next call
+    /// goes on with the oldest kept one), [`RecvError::Closed`] when the runtime is gone.
     pub async fn recv(&mut self) -> Result<LifecycleEvent, RecvError> {
         self.receiver.recv().await.map_err(|e| match e {
             broadcast::error::RecvError::Lagged(missed) => RecvError::Lagged { missed },
@@ -100,6 +105,11 @@ impl EventStream {
     }
 
     /// The next event if one is buffered, without waiting.
+    ///
+    /// # Errors
+    ///
+    /// [`RecvError::Lagged`] when this subscriber fell behind and missed events (the next call
+    /// goes on with the oldest kept one), [`RecvError::Closed`] when the runtime is gone.
     pub fn try_recv(&mut self) -> Result<Option<LifecycleEvent>, RecvError> {
         match self.receiver.try_recv() {
             Ok(event) => Ok(Some(event)),

@@ -68,11 +68,19 @@ impl<D> TaskContext<D> {
     /// The payload of the stimulus that fired the transition this code runs for (an action's
     /// event payload), decoded as `P`. Without a payload, decodes JSON `null` (so `Option<P>`
     /// reads `None`).
+    ///
+    /// # Errors
+    ///
+    /// A permanent [`TaskError`] naming the node when the payload does not decode as `P`.
     pub fn payload<P: DeserializeOwned>(&self) -> Result<P, TaskError> {
         decode(self.payload.as_ref(), "payload", &self.node_id)
     }
 
     /// The input this activity was scheduled with (ACT-5), decoded as `I`.
+    ///
+    /// # Errors
+    ///
+    /// A permanent [`TaskError`] naming the node when the input does not decode as `I`.
     pub fn input<I: DeserializeOwned>(&self) -> Result<I, TaskError> {
         decode(self.input.as_ref(), "input", &self.node_id)
     }
@@ -80,6 +88,10 @@ impl<D> TaskContext<D> {
     /// The variable `name` in scope (ACT-8), decoded as `T`: the nearest enclosing context
     /// that holds it wins (a loop's `item` and `index`, ACT-16, or a `set_variable`, ACT-28).
     /// A missing variable decodes JSON `null` (so `Option<T>` reads `None`).
+    ///
+    /// # Errors
+    ///
+    /// A permanent [`TaskError`] naming the node when the variable does not decode as `T`.
     pub fn variable<T: DeserializeOwned>(&self, name: &str) -> Result<T, TaskError> {
         decode(self.variables.get(name), "variable", &self.node_id)
     }
@@ -261,6 +273,10 @@ impl<E: std::error::Error> From<E> for TaskError {
 /// [`IntoTaskResult::into_task_result`] on whatever the user's fn returned.
 pub trait IntoTaskResult {
     /// The value as a task result.
+    ///
+    /// # Errors
+    ///
+    /// The task's error, when the value is one.
     fn into_task_result(self) -> crate::registry::TaskResult;
 }
 

@@ -85,11 +85,19 @@ pub enum AdvanceError {
 
 impl TestRuntime {
     /// Builds `builder` on a manual clock at [`ManualClock::DEFAULT_START`].
+    ///
+    /// # Errors
+    ///
+    /// The [`BuildError`] of [`RuntimeBuilder::build`].
     pub fn build(builder: RuntimeBuilder) -> Result<Self, BuildError> {
         Self::build_at(builder, ManualClock::new(ManualClock::DEFAULT_START))
     }
 
     /// Builds `builder` on the given manual clock (which it replaces any clock of).
+    ///
+    /// # Errors
+    ///
+    /// The [`BuildError`] of [`RuntimeBuilder::build`].
     pub fn build_at(builder: RuntimeBuilder, clock: ManualClock) -> Result<Self, BuildError> {
         let runtime = builder
             .clock(Arc::new(clock.clone()))
@@ -114,6 +122,10 @@ impl TestRuntime {
     }
 
     /// Moves the clock forward by `by`, stepping through the due timers (TM-2).
+    ///
+    /// # Errors
+    ///
+    /// [`AdvanceError::Store`] when the store fails while claiming or reading timers.
     pub async fn advance(&self, by: Duration) -> Result<TimerFiring, AdvanceError> {
         let by = i64::try_from(by.as_micros()).unwrap_or(i64::MAX);
         self.set(self.clock.now().saturating_add(by)).await
@@ -122,6 +134,11 @@ impl TestRuntime {
     /// Moves the clock to `target` (TM-2): the clock steps to each timer due by then, in due
     /// order (timers created meanwhile included), fires it and runs the resulting work before
     /// the next; it ends at `target` with nothing due. An earlier target is refused.
+    ///
+    /// # Errors
+    ///
+    /// [`AdvanceError::Clock`] for a target before the clock's time, [`AdvanceError::Store`] when
+    /// the store fails while claiming or reading timers.
     pub async fn set(&self, target: Micros) -> Result<TimerFiring, AdvanceError> {
         let now = self.clock.now();
         if target < now {

@@ -34,6 +34,10 @@ use crate::diagnostics::{Diagnostic, Diagnostics, Location};
 ///     "initial state `Nwe` is not a declared state; did you mean `New`?"
 /// );
 /// ```
+///
+/// # Errors
+///
+/// Every violation, as [`Diagnostics`].
 pub fn validate(definition: &Definition) -> Result<(), Diagnostics> {
     let mut cx = Diagnostics::new();
     if definition.name.trim().is_empty() {

@@ -499,6 +499,12 @@ impl RuntimeBuilder {
     /// Checks every registration (validator, registry, supported kinds, versions) and builds
     /// the runtime; the first problem is returned. Instances interrupted by a crash are run
     /// again by [`Runtime::recover`], which the caller awaits once built.
+    ///
+    /// # Errors
+    ///
+    /// A [`BuildError`] naming the first problem: an invalid definition (with every diagnostic),
+    /// a task, condition or other fn that is not registered, a setting or activity this runtime does
+    /// not run, or two current versions of one name.
     pub fn build(self) -> Result<Runtime, BuildError> {
         let mut workflows: HashMap<String, Arc<dyn ErasedWorkflow>> = HashMap::new();
         for pending in self.pending {
