@@ -18,6 +18,7 @@ fn state_machine_ui() {
         "types",
         "faults",
         "several",
+        "dsl",
     ] {
         t.compile_fail(format!("ui/state_machine/{kind}/*.rs"));
     }
@@ -36,6 +37,7 @@ fn workflow_ui() {
         "types",
         "faults",
         "several",
+        "dsl",
     ] {
         t.compile_fail(format!("ui/workflow/{kind}/*.rs"));
     }

@@ -417,6 +417,24 @@ pub struct Event {
     /// Which queued stimuli this wait may take (RT-30); absent: `since_origin`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub look_back: Option<LookBack>,
+    /// How the payload is folded into the data when the event completes (ACT-19); absent: the
+    /// payload is only the event's output (the next activity's input, ACT-5).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub assign: Option<PayloadAssign>,
+}
+
+/// How an event's payload is folded into the workflow data when the event completes (ACT-19).
+///
+/// In JSON: `"assign": {"field": "decision"}` or `"assign": {"function": "take_payment"}`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", deny_unknown_fields)]
+pub enum PayloadAssign {
+    /// Writes the payload at this field path of the data's JSON form (`"decision"`,
+    /// `"order.payment"`); every field on the way must exist. The data must still decode
+    /// afterwards, else the stimulus is rejected for the instance (RT-22).
+    Field(String),
+    /// The registry name of an assign fn `(data, payload)` (`Registry::assign`).
+    Function(String),
 }
 
 /// Which *queued* stimuli a waiting event may take (RT-30, RT-31). Live delivery
@@ -451,7 +469,15 @@ impl Event {
             ports: None,
             deadline_ms: None,
             look_back: None,
+            assign: None,
         }
+    }
+
+    /// With a payload assignment (ACT-19).
+    #[must_use]
+    pub fn with_assign(mut self, assign: PayloadAssign) -> Self {
+        self.assign = Some(assign);
+        self
     }
 
     /// With a look-back policy (RT-30).

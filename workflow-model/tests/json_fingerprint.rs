@@ -157,7 +157,7 @@ fn every_shape_problem_is_listed_with_its_json_pointer() {
                 "/root/nodes/2".to_owned(),
                 "DEF-1",
                 "unknown field `trigers`, expected one of `id`, `event`, `key`, `payload`, \
-                 `trigger`, `ports`, `deadline_ms`, `look_back`"
+                 `trigger`, `ports`, `deadline_ms`, `look_back`, `assign`"
                     .to_owned()
             ),
             (

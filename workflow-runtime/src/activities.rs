@@ -126,7 +126,10 @@ where
                 schedule,
                 offset_seconds,
             } => self.execute_cron(id, expression, schedule, *offset_seconds),
-            NodeKind::Sequence { steps } => self.sequence_next(id, steps, 0),
+            NodeKind::Sequence { steps } => {
+                let input = self.state.context(id).and_then(|c| c.input.clone());
+                self.sequence_next(id, steps, 0, input)
+            }
             NodeKind::Saga { body, .. } => self.saga_execute(id, *body),
             NodeKind::StateMachine(machine) => self.machine_execute(id, machine),
             NodeKind::Flowchart(fc) => self.flowchart_execute(id, fc),
@@ -294,6 +297,7 @@ where
             ..
         }) = graph.node(node).map(|n| &n.kind)
         else {
+            self.event_assign(id, node, &payload)?;
             return self.complete(id, Some(payload), Vec::new());
         };
         let local = graph
@@ -341,7 +345,112 @@ where
                 format!("node `{local}` completed with undeclared outcome `{outcome}`"),
             ));
         }
+        self.event_assign(id, node, &payload)?;
         self.complete(id, Some(payload), vec![outcome])
+    }
+
+    /// ACT-19: folds an event's payload into the data, by its `assign` (a field path of the
+    /// data's JSON form, or a registered assign fn), before the event completes. A payload
+    /// that does not fit rejects the stimulus for this instance while it resumes the event
+    /// (RT-22): nothing changes; otherwise (a trigger's payload) the event fails for good.
+    fn event_assign(
+        &mut self,
+        id: ContextId,
+        node: NodeIndex,
+        payload: &Value,
+    ) -> Result<(), StepError> {
+        let graph = self.graph;
+        let Some(graph_node) = graph.node(node) else {
+            return Ok(());
+        };
+        let NodeKind::Event {
+            assign: Some(assign),
+            ..
+        } = &graph_node.kind
+        else {
+            return Ok(());
+        };
+        let local = graph_node
+            .id
+            .rsplit(':')
+            .next()
+            .unwrap_or(&graph_node.id)
+            .to_owned();
+        let reject = |this: &Self, target: &str, message: String| {
+            let error = crate::task::TaskError::payload_decode(target, message.clone());
+            this.payload_rejection(&error)
+                .unwrap_or_else(|| permanent(id, message))
+        };
+        match assign {
+            workflow_model::PayloadAssign::Field(path) => {
+                let mut json = self.state.data.clone();
+                if !crate::routing::set_at_path(&mut json, path, payload.clone()) {
+                    return Err(reject(
+                        self,
+                        path,
+                        format!("event `{local}`: assign field `{path}` is not in the data"),
+                    ));
+                }
+                match serde_json::from_value::<D>(json.clone()) {
+                    Ok(data) => {
+                        self.state.data = json;
+                        self.data = Some(data);
+                        Ok(())
+                    }
+                    Err(e) => Err(reject(
+                        self,
+                        path,
+                        format!(
+                            "event `{local}`: the payload does not fit the data field `{path}`: {e}"
+                        ),
+                    )),
+                }
+            }
+            workflow_model::PayloadAssign::Function(name) => {
+                let registry = self.registry;
+                let Some(f) = registry.assigns.get(name) else {
+                    return Err(engine_fault(
+                        id,
+                        format!("no assign fn is registered under `{name}`"),
+                    ));
+                };
+                let mut data = match self.data.take() {
+                    Some(d) => d,
+                    None => serde_json::from_value::<D>(self.state.data.clone()).map_err(|e| {
+                        StepError::Abort(RunError::DataDecode {
+                            instance: self.state.instance_id.clone(),
+                            message: e.to_string(),
+                        })
+                    })?,
+                };
+                let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    f(&mut data, payload)
+                }));
+                match result {
+                    Ok(Ok(())) => {
+                        self.state.data = serde_json::to_value(&data).map_err(|e| {
+                            engine_fault(id, format!("data does not serialize: {e}"))
+                        })?;
+                        self.data = Some(data);
+                        Ok(())
+                    }
+                    // The last good data stays (FLT-4).
+                    Ok(Err(error)) => Err(reject(
+                        self,
+                        name,
+                        format!("event `{local}`: {}", error.message()),
+                    )),
+                    Err(_) => Err(StepError::Fault {
+                        context: id,
+                        record: FaultRecord {
+                            kind: FaultKind::Panicked,
+                            message: format!("event `{local}`: assign fn `{name}` panicked"),
+                            attempt: 1,
+                        },
+                    }),
+                }
+            }
+        }
     }
 
     /// A `wf.delay` bookmark scoped to this context (RT-7) with its due time as payload; the
@@ -529,11 +638,15 @@ where
 
     // ---- Sequence (ACT-12) --------------------------------------------------------------
 
+    /// Schedules the step at `index` with `input` as its input (ACT-5): the sequence's own
+    /// input for the first step, the previous step's output for the next ones (an event's
+    /// payload, read by the next task with `TaskContext::input`, as in a flowchart).
     fn sequence_next(
         &mut self,
         id: ContextId,
         steps: &[NodeIndex],
         index: usize,
+        input: Option<Value>,
     ) -> Result<(), StepError> {
         let Some(&step) = steps.get(index) else {
             return self.complete(id, None, Vec::new());
@@ -541,7 +654,10 @@ where
         if let Some(c) = self.state.context_mut(id) {
             c.properties.insert(INDEX.to_owned(), json!(index));
         }
-        self.schedule_child(id, step, Some(index.to_string()), Some(ON_STEP), None)?;
+        let child = self.schedule_child(id, step, Some(index.to_string()), Some(ON_STEP), None)?;
+        if let Some(c) = self.state.context_mut(child) {
+            c.input = input;
+        }
         Ok(())
     }
 
@@ -563,7 +679,7 @@ where
             self.record(JournalKind::Declined, Some(id), json!({"stale": child.id}));
             return Ok(());
         }
-        self.sequence_next(id, steps, index + 1)
+        self.sequence_next(id, steps, index + 1, child.result.clone())
     }
 
     // ---- StateMachine (SM-1 to SM-8) --------------------------------------------------

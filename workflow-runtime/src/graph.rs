@@ -69,6 +69,8 @@ pub(crate) enum NodeKind {
         look_back: Option<workflow_model::LookBack>,
         /// TM-14: the wait's deadline from its start.
         deadline_ms: Option<u64>,
+        /// ACT-19: how the payload is folded into the data.
+        assign: Option<workflow_model::PayloadAssign>,
     },
     /// ACT-20: a constant duration, or a value fn giving the instant (ms since the epoch).
     Delay {
@@ -494,11 +496,15 @@ impl Graph {
                 | NodeKind::SubWorkflow { input: Some(f), .. } => values.push((id, f.as_str())),
                 _ => {}
             }
-            if let NodeKind::SubWorkflow {
-                assign: Some(f), ..
-            } = &node.kind
-            {
-                assigns.push((id, f.as_str()));
+            match &node.kind {
+                NodeKind::SubWorkflow {
+                    assign: Some(f), ..
+                }
+                | NodeKind::Event {
+                    assign: Some(workflow_model::PayloadAssign::Function(f)),
+                    ..
+                } => assigns.push((id, f.as_str())),
+                _ => {}
             }
         }
         [items, values, assigns]
@@ -548,6 +554,7 @@ impl Graph {
                     ports: ports.clone(),
                 }),
                 deadline_ms: e.deadline_ms,
+                assign: e.assign.clone(),
             },
             Activity::Delay(d) => NodeKind::Delay {
                 duration_ms: d.duration_ms,

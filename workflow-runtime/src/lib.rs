@@ -68,6 +68,7 @@ pub mod __private {
     pub use ::workflow_model as model;
 
     pub use crate::registry::{BoxFuture, ChooseOutcome, Registry, TaskResult};
+    pub use crate::runtime::Stimulus;
     pub use crate::task::{IntoTaskResult, Outcome, TaskContext, TaskError};
-    pub use crate::workflow::{StateMachineWorkflow, Workflow};
+    pub use crate::workflow::{IsPayload, StateMachineWorkflow, Workflow};
 }

@@ -255,6 +255,25 @@ pub(crate) fn value_at_path<'a>(data: &'a Value, path: &str) -> Option<&'a Value
         })
 }
 
+/// Replaces the value at the dotted field path `path` of `data` (objects by key, arrays by
+/// index) with `value`; `false` when a segment on the way, or the last one, does not exist.
+pub(crate) fn set_at_path(data: &mut Value, path: &str, value: Value) -> bool {
+    let mut current = data;
+    for segment in path.split('.') {
+        let next = match current {
+            Value::Object(map) => map.get_mut(segment),
+            Value::Array(items) => segment.parse::<usize>().ok().and_then(|i| items.get_mut(i)),
+            _ => None,
+        };
+        match next {
+            Some(next) => current = next,
+            None => return false,
+        }
+    }
+    *current = value;
+    true
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -78,3 +78,15 @@ pub trait StateMachineWorkflow: Workflow {
     /// The state named `name`, if the machine declares it.
     fn state_from_name(name: &str) -> Option<Self::State>;
 }
+
+/// The bound of the typed stimulus constructors the macros generate (`OrderFlow::payment(key,
+/// Payment { .. })`): implemented only by the event's own payload type, so that sending
+/// another type is a compile error at the send site.
+#[diagnostic::on_unimplemented(
+    message = "this event's payload is `{T}`, not `{Self}`",
+    label = "expected a `{T}` payload",
+    note = "the workflow declares the event as `event::<{T}>(..)`; send a `{T}`, or use `Stimulus::new(..)` for an untyped send"
+)]
+pub trait IsPayload<T> {}
+
+impl<T> IsPayload<T> for T {}

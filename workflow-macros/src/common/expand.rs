@@ -77,3 +77,154 @@ where
         .map(|ty| quote!(const _: ::core::option::Option<#ty> = ::core::option::Option::None;));
     quote!(#(#checks)*)
 }
+
+/// Closures that are never called: `&data.customer.id` for each key path, and
+/// `data.decision = From::from(payload)` for each assign field, so that a misspelt field is
+/// rustc's own "no field" error (with its suggestion) on the user's token, and a field that
+/// cannot take the payload type an error there.
+pub(crate) fn field_checks(
+    keys: &[&super::parse::FieldPath],
+    assign_fields: &[(&super::parse::FieldPath, &syn::Type)],
+) -> TokenStream {
+    let data = quote!(__data);
+    let mut out = TokenStream::new();
+    for key in keys {
+        if let Some(access) = key.access(&data) {
+            out.extend(quote! {
+                let _ = |#data: &Self::Data| {
+                    let _ = &#access;
+                };
+            });
+        }
+    }
+    for (field, ty) in assign_fields {
+        if let Some(access) = field.access(&data) {
+            let span = field
+                .idents
+                .as_ref()
+                .and_then(|i| i.last())
+                .map_or_else(Span::call_site, syn::Ident::span);
+            // `From`: a field `Option<Payment>` takes a `Payment`, as its JSON form does.
+            let assign = quote_spanned!(span=> #access = ::core::convert::From::from(__payload));
+            out.extend(quote! {
+                let _ = |#data: &mut Self::Data, __payload: #ty| {
+                    #assign;
+                };
+            });
+        }
+    }
+    out
+}
+
+/// One event a macro declares, for its typed constructor.
+pub(crate) struct EventSend<'a> {
+    /// The event name (`"payment"`).
+    pub(crate) name: &'a syn::LitStr,
+    /// The payload type, if declared.
+    pub(crate) payload: Option<&'a syn::Type>,
+    /// Whether the event is correlated by a key.
+    pub(crate) keyed: bool,
+}
+
+/// The inherent fns a macro's type already has (or inherits from its trait): a constructor
+/// named like one of them is suffixed with `_event`.
+const RESERVED_FNS: [&str; 9] = [
+    "name",
+    "definition",
+    "version",
+    "registry",
+    "mermaid",
+    "dot",
+    "state_name",
+    "state_from_name",
+    "new",
+];
+
+/// The typed stimulus constructors: for each event name, `fn payment(key, payload: Payment)
+/// -> Stimulus` (without `key` for an event without one, without `payload` for one without a
+/// payload type), so that a sender's payload type is checked by rustc at the send site. The
+/// fn is the event name in snake case (`expense.decision` -> `expense_decision`). An event
+/// name used with different payload types or keys gets no constructor (it is ambiguous).
+pub(crate) fn stimulus_constructors(events: &[EventSend<'_>]) -> TokenStream {
+    let private = quote!(::workflow_runtime::__private);
+    let mut out = TokenStream::new();
+    let mut seen: Vec<(String, String, bool)> = Vec::new();
+    let mut ambiguous = HashSet::new();
+    for event in events {
+        let name = event.name.value();
+        let ty = event
+            .payload
+            .map(|ty| quote::ToTokens::to_token_stream(ty).to_string())
+            .unwrap_or_default();
+        match seen.iter().find(|(n, _, _)| *n == name) {
+            Some((_, t, k)) if *t != ty || *k != event.keyed => {
+                ambiguous.insert(name);
+            }
+            Some(_) => {}
+            None => seen.push((name, ty, event.keyed)),
+        }
+    }
+    let mut emitted = HashSet::new();
+    for event in events {
+        let name = event.name.value();
+        if ambiguous.contains(&name) || !emitted.insert(name.clone()) {
+            continue;
+        }
+        let mut fn_name: String = name
+            .chars()
+            .map(|c| {
+                if c.is_ascii_alphanumeric() {
+                    c.to_ascii_lowercase()
+                } else {
+                    '_'
+                }
+            })
+            .collect();
+        if fn_name.is_empty() || fn_name.starts_with(|c: char| c.is_ascii_digit()) {
+            fn_name.insert_str(0, "event_");
+        }
+        if RESERVED_FNS.contains(&fn_name.as_str()) {
+            fn_name.push_str("_event");
+        }
+        let Ok(ident) = syn::parse_str::<syn::Ident>(&fn_name) else {
+            continue;
+        };
+        let ident = syn::Ident::new(&ident.to_string(), event.name.span());
+        let key_param = event
+            .keyed
+            .then(|| quote!(key: impl #private::serde::Serialize,));
+        let key_call = event.keyed.then(|| quote!(.key(key)));
+        // Generic over the payload with the bound `P: IsPayload<Payment>`: a payload of another
+        // type is an error at the send site naming both types, and a payload type that is not
+        // `Serialize` is only an error where it is sent.
+        let (generics, payload_param, payload_call) = match event.payload {
+            Some(ty) => (
+                Some(quote!(<__P: #private::serde::Serialize + #private::IsPayload<#ty>>)),
+                Some(quote!(payload: __P)),
+                Some(quote!(.payload(&payload))),
+            ),
+            None => (None, None, None),
+        };
+        let doc = format!(
+            "A stimulus for the event `{name}`{}{}: send it with `Runtime::send`.",
+            if event.keyed { " with its key" } else { "" },
+            match event.payload {
+                Some(ty) => format!(
+                    " and a `{}` payload, the type checked by rustc at the send site",
+                    quote::ToTokens::to_token_stream(ty)
+                        .to_string()
+                        .replace(' ', "")
+                ),
+                None => String::new(),
+            }
+        );
+        out.extend(quote! {
+            #[doc = #doc]
+            #[must_use]
+            pub fn #ident #generics(#key_param #payload_param) -> #private::Stimulus {
+                #private::Stimulus::new(#name) #key_call #payload_call
+            }
+        });
+    }
+    out
+}

@@ -76,22 +76,68 @@ pub(crate) fn tokens_between(start: ParseStream<'_>, end: ParseStream<'_>) -> To
     out
 }
 
-/// `order_id`, `customer.id` or `"customer.id"`.
-pub(crate) fn parse_key(input: ParseStream<'_>) -> syn::Result<(String, TokenStream)> {
+/// A field path into the workflow data (`order_id`, `customer.id`), as written.
+#[derive(Clone)]
+pub(crate) struct FieldPath {
+    /// The dotted path (`customer.id`), as the definition records it.
+    pub(crate) text: String,
+    /// The tokens written, for diagnostics.
+    pub(crate) tokens: TokenStream,
+    /// Each segment, spanned on the user's tokens, so that rustc checks the path against the
+    /// data type; `None` for a string path with a segment that is not an identifier (an
+    /// array index), which rustc cannot check.
+    pub(crate) idents: Option<Vec<Ident>>,
+}
+
+impl FieldPath {
+    /// `let _ = &data.a.b;` on `data`: the field access that makes rustc check the path
+    /// against the data type, with its "no field" error (and suggestion) on the user's token.
+    pub(crate) fn access(&self, data: &TokenStream) -> Option<TokenStream> {
+        let idents = self.idents.as_ref()?;
+        Some(quote::quote!(#data #(.#idents)*))
+    }
+}
+
+/// `order_id`, `customer.id` or `"customer.id"`: the key path of an event (RT-3).
+pub(crate) fn parse_key(input: ParseStream<'_>) -> syn::Result<FieldPath> {
+    parse_field_path(input, "key", "`.key(order_id)` or `.key(customer.id)`")
+}
+
+/// A field path into the data: idents joined by `.`, or a string literal.
+pub(crate) fn parse_field_path(
+    input: ParseStream<'_>,
+    what: &str,
+    example: &str,
+) -> syn::Result<FieldPath> {
     let tokens: TokenStream = input.fork().parse()?;
     if input.peek(LitStr) {
         let lit: LitStr = input.parse()?;
-        return Ok((lit.value(), tokens));
+        let text = lit.value();
+        let idents = text
+            .split('.')
+            .map(|segment| {
+                syn::parse_str::<Ident>(segment)
+                    .ok()
+                    .map(|i| Ident::new(&i.to_string(), lit.span()))
+            })
+            .collect::<Option<Vec<Ident>>>();
+        return Ok(FieldPath {
+            text,
+            tokens,
+            idents,
+        });
     }
     let mut parts = Vec::new();
     loop {
         let part: Ident = input.call(Ident::parse_any).map_err(|e| {
             syn::Error::new(
                 e.span(),
-                "malformed `.key`: expected a field path into the data, as in `.key(order_id)` or `.key(customer.id)`",
+                format!(
+                    "malformed `.{what}`: expected a field path into the data, as in {example}"
+                ),
             )
         })?;
-        parts.push(part.to_string());
+        parts.push(part);
         if input.peek(Token![.]) {
             input.parse::<Token![.]>()?;
         } else {
@@ -99,9 +145,17 @@ pub(crate) fn parse_key(input: ParseStream<'_>) -> syn::Result<(String, TokenStr
         }
     }
     if !input.is_empty() {
-        return Err(input.error("unexpected token in the key path"));
+        return Err(input.error(format!("unexpected token in the `{what}` path")));
     }
-    Ok((parts.join("."), tokens))
+    Ok(FieldPath {
+        text: parts
+            .iter()
+            .map(|p| p.unraw().to_string())
+            .collect::<Vec<_>>()
+            .join("."),
+        tokens,
+        idents: Some(parts),
+    })
 }
 
 /// `secs(30)`, `millis(1500)`, `mins(5)`, `hours(48)`, `days(2)`, or
@@ -221,4 +275,91 @@ pub(crate) fn existing_derives(attrs: &[Attribute]) -> Vec<String> {
         });
     }
     out
+}
+
+/// `.assign(field.path)` or `.assign_with(fn)` on an event (ACT-19).
+pub(crate) enum AssignDecl {
+    /// The payload is written to this field of the data.
+    Field(FieldPath),
+    /// The fn `(&mut Data, Payload)` folds it in.
+    Function(FnRef),
+}
+
+impl AssignDecl {
+    /// The model's form.
+    pub(crate) fn model(&self) -> workflow_model::PayloadAssign {
+        match self {
+            AssignDecl::Field(path) => workflow_model::PayloadAssign::Field(path.text.clone()),
+            AssignDecl::Function(f) => workflow_model::PayloadAssign::Function(f.name()),
+        }
+    }
+
+    /// The tokens written.
+    pub(crate) fn tokens(&self) -> TokenStream {
+        match self {
+            AssignDecl::Field(path) => path.tokens.clone(),
+            AssignDecl::Function(f) => quote::ToTokens::to_token_stream(&f.path),
+        }
+    }
+}
+
+/// The inside of `.assign(..)` (`method` = `assign`) or `.assign_with(..)`.
+pub(crate) fn parse_assign(method: &str, content: ParseStream<'_>) -> syn::Result<AssignDecl> {
+    if method == "assign" {
+        return Ok(AssignDecl::Field(parse_field_path(
+            content,
+            "assign",
+            "`.assign(payment)` or `.assign(order.payment)`",
+        )?));
+    }
+    let path: Path = content.parse().map_err(|e| {
+        syn::Error::new(
+            e.span(),
+            "malformed `.assign_with`: expected the path of a fn `(&mut Data, Payload)`, as in `.assign_with(record_payment)`",
+        )
+    })?;
+    let path = fn_path(path, "assign_with")?;
+    if !content.is_empty() {
+        return Err(content.error("unexpected token after the fn path"));
+    }
+    Ok(AssignDecl::Function(FnRef { path }))
+}
+
+/// The look-back policies of `.look_back(..)` (RT-30).
+pub(crate) const LOOK_BACKS: [&str; 4] = ["none", "since_origin", "window", "any"];
+
+/// The inside of `.look_back(..)`: `none`, `since_origin`, `window(duration)` or `any` (RT-30).
+pub(crate) fn parse_look_back(
+    content: ParseStream<'_>,
+) -> syn::Result<(workflow_model::LookBack, TokenStream)> {
+    use workflow_model::LookBack;
+    let start = content.fork();
+    let policy: Ident = content.call(Ident::parse_any)?;
+    let value = match policy.to_string().as_str() {
+        "none" => LookBack::None,
+        "since_origin" => LookBack::SinceOrigin,
+        "any" => LookBack::Any,
+        "window" => {
+            let inner;
+            syn::parenthesized!(inner in content);
+            let (ms, _) = parse_duration(&inner)?;
+            if !inner.is_empty() {
+                return Err(inner.error("unexpected token after the duration"));
+            }
+            LookBack::Window { ms }
+        }
+        other => {
+            let (hint, _) = workflow_model::did_you_mean(other, LOOK_BACKS);
+            return Err(syn::Error::new(
+                policy.span(),
+                format!(
+                    "unknown look-back `{other}`; expected one of `none`, `since_origin`, `window(duration)`, `any`{hint}"
+                ),
+            ));
+        }
+    };
+    if !content.is_empty() {
+        return Err(content.error("unexpected token after the look-back"));
+    }
+    Ok((value, tokens_between(&start, content)))
 }

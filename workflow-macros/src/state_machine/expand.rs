@@ -19,14 +19,15 @@
 use std::collections::HashSet;
 
 use proc_macro2::TokenStream;
-use quote::quote;
+use quote::{quote, quote_spanned};
+use syn::spanned::Spanned;
 use workflow_model::{Activity, Definition, State, StateMachine};
 
 use super::lower::base_id;
 use super::parse::{Machine, TriggerDecl};
-use crate::common::expand::{diagram_fns, push_const, type_exists_checks};
-use crate::common::parse::FnRef;
+use crate::common::expand::{EventSend, diagram_fns, push_const, type_exists_checks};
 use crate::common::parse::existing_derives;
+use crate::common::parse::{AssignDecl, FnRef};
 
 /// The emitted code. `definition` is `None` when there were errors (the stub).
 pub(crate) fn expand(machine: &Machine, definition: Option<&Definition>) -> TokenStream {
@@ -108,6 +109,22 @@ pub(crate) fn expand(machine: &Machine, definition: Option<&Definition>) -> Toke
             _ => None,
         });
     let duration_types = type_exists_checks(duration_types);
+    let sends: Vec<EventSend<'_>> = machine
+        .states
+        .iter()
+        .flat_map(|s| &s.transitions)
+        .filter_map(|t| match &t.trigger {
+            Some(TriggerDecl::Event {
+                name, payload, key, ..
+            }) => Some(EventSend {
+                name,
+                payload: payload.as_deref(),
+                keyed: key.is_some(),
+            }),
+            _ => None,
+        })
+        .collect();
+    let sends = crate::common::expand::stimulus_constructors(&sends);
 
     quote! {
         #item
@@ -120,6 +137,7 @@ pub(crate) fn expand(machine: &Machine, definition: Option<&Definition>) -> Toke
             pub const STATES: &'static [Self] = &[#(Self::#variants),*];
             #consts
             #diagrams
+            #sends
         }
 
         impl #private::Workflow for #ident {
@@ -283,6 +301,9 @@ fn registry(machine: &Machine) -> TokenStream {
     let private = quote!(::workflow_runtime::__private);
     let mut tasks: Vec<&FnRef> = Vec::new();
     let mut conditions: Vec<(&FnRef, Option<&syn::Type>)> = Vec::new();
+    let mut keys = Vec::new();
+    let mut assign_fields = Vec::new();
+    let mut assign_fns: Vec<(&FnRef, &syn::Type)> = Vec::new();
     for state in &machine.states {
         tasks.extend(state.entry.iter());
         tasks.extend(state.exit.iter());
@@ -298,7 +319,22 @@ fn registry(machine: &Machine) -> TokenStream {
                     tasks.extend(options.compensate.iter());
                     None
                 }
-                Some(TriggerDecl::Event { payload, .. }) => payload.as_deref(),
+                Some(TriggerDecl::Event {
+                    payload,
+                    key,
+                    assign,
+                    ..
+                }) => {
+                    keys.extend(key.as_ref());
+                    if let Some(ty) = payload.as_deref() {
+                        match assign {
+                            Some(AssignDecl::Field(path)) => assign_fields.push((path, ty)),
+                            Some(AssignDecl::Function(f)) => assign_fns.push((f, ty)),
+                            None => {}
+                        }
+                    }
+                    payload.as_deref()
+                }
                 _ => None,
             };
             tasks.extend(transition.action.iter());
@@ -330,7 +366,19 @@ fn registry(machine: &Machine) -> TokenStream {
             None => quote!(.condition(#name, #path)),
         });
     }
-    quote!(#private::Registry::<Self::Data>::new() #calls)
+    let mut seen = HashSet::new();
+    for (f, ty) in assign_fns {
+        let name = f.name();
+        if seen.insert(name.clone()) {
+            let path = &f.path;
+            calls.extend(quote_spanned!(path.span()=> .assign::<#ty, _>(#name, #path)));
+        }
+    }
+    let checks = crate::common::expand::field_checks(&keys, &assign_fields);
+    quote!({
+        #checks
+        #private::Registry::<Self::Data>::new() #calls
+    })
 }
 
 /// Code that builds `definition` with the model's public types (what one would write by hand).
@@ -492,7 +540,29 @@ fn activity_tokens(activity: &Activity) -> TokenStream {
         Activity::Event(event) => {
             let (id, name) = (&event.id, &event.event);
             let key = event.key.as_ref().map(|key| quote!(.with_key(#key)));
-            quote!(#model::Activity::Event(#model::Event::new(#id, #name) #key))
+            let assign = event.assign.as_ref().map(|assign| {
+                let value = match assign {
+                    workflow_model::PayloadAssign::Field(f) => {
+                        quote!(#model::PayloadAssign::Field(::std::string::String::from(#f)))
+                    }
+                    workflow_model::PayloadAssign::Function(f) => {
+                        quote!(#model::PayloadAssign::Function(::std::string::String::from(#f)))
+                    }
+                };
+                quote!(.with_assign(#value))
+            });
+            let look_back = event.look_back.map(|look_back| {
+                let value = match look_back {
+                    workflow_model::LookBack::None => quote!(#model::LookBack::None),
+                    workflow_model::LookBack::SinceOrigin => quote!(#model::LookBack::SinceOrigin),
+                    workflow_model::LookBack::Any => quote!(#model::LookBack::Any),
+                    workflow_model::LookBack::Window { ms } => {
+                        quote!(#model::LookBack::Window { ms: #ms })
+                    }
+                };
+                quote!(.with_look_back(#value))
+            });
+            quote!(#model::Activity::Event(#model::Event::new(#id, #name) #key #assign #look_back))
         }
         Activity::Delay(delay) => {
             let id = &delay.id;

@@ -188,12 +188,26 @@ fn lower_trigger(
     spans: &mut SpanTable,
 ) -> Activity {
     match trigger {
-        TriggerDecl::Event { name, key, .. } => {
+        TriggerDecl::Event {
+            name,
+            key,
+            assign,
+            look_back,
+            ..
+        } => {
             spans.insert(at.field("event"), name);
             let mut event = Event::new(id, name.value());
-            if let Some((key, tokens)) = key {
-                spans.insert(at.field("key"), tokens);
-                event = event.with_key(key.clone());
+            if let Some(key) = key {
+                spans.insert(at.field("key"), &key.tokens);
+                event = event.with_key(key.text.clone());
+            }
+            if let Some(assign) = assign {
+                spans.insert(at.field("assign"), assign.tokens());
+                event.assign = Some(assign.model());
+            }
+            if let Some((look_back, tokens)) = look_back {
+                spans.insert(at.field("look_back"), tokens);
+                event.look_back = Some(*look_back);
             }
             event.into()
         }

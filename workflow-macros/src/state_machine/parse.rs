@@ -13,7 +13,11 @@ use workflow_model::{backticked, did_you_mean};
 
 pub(crate) use crate::common::Errors;
 use crate::common::faults::{RetryDecl, TaskOptions, parse_retry};
-use crate::common::parse::{FnRef, fn_path, parse_duration, parse_key, tokens_between};
+use crate::common::parse::{
+    AssignDecl, FieldPath, FnRef, fn_path, parse_assign, parse_duration, parse_key,
+    parse_look_back, tokens_between,
+};
+use workflow_model::LookBack;
 
 /// The options of `#[state_machine(...)]`.
 pub(crate) const MACHINE_OPTIONS: [&str; 4] = ["data", "initial", "name", "retry"];
@@ -81,7 +85,11 @@ pub(crate) enum TriggerDecl {
         tokens: TokenStream,
         payload: Option<Box<Type>>,
         name: LitStr,
-        key: Option<(String, TokenStream)>,
+        key: Option<FieldPath>,
+        /// `.assign(field)` or `.assign_with(fn)` (ACT-19).
+        assign: Option<AssignDecl>,
+        /// `.look_back(..)` (RT-30).
+        look_back: Option<(LookBack, TokenStream)>,
     },
     /// `after(secs(30))`: the duration in milliseconds, evaluated here; `duration_type` is
     /// the `Duration` of `Duration::from_secs(..)`, named in the expansion so that the user's
@@ -642,31 +650,60 @@ fn parse_trigger(input: ParseStream<'_>) -> syn::Result<TriggerDecl> {
                 ));
             }
             let mut key = None;
+            let mut assign = None;
+            let mut look_back = None;
             while input.peek(Token![.]) {
                 input.parse::<Token![.]>()?;
                 let method: Ident = input.parse()?;
-                if method != "key" {
-                    let (hint, _) = did_you_mean(&method.to_string(), ["key"]);
-                    return Err(syn::Error::new(
-                        method.span(),
-                        format!("unknown event option `.{method}`; expected `.key(field)`{hint}"),
-                    ));
-                }
-                if key.is_some() {
-                    return Err(syn::Error::new(
-                        method.span(),
-                        "duplicate event option `.key`",
-                    ));
-                }
+                let method_name = method.to_string();
                 let content;
-                syn::parenthesized!(content in input);
-                key = Some(parse_key(&content)?);
+                match method_name.as_str() {
+                    "key" if key.is_none() => {
+                        syn::parenthesized!(content in input);
+                        key = Some(parse_key(&content)?);
+                    }
+                    "assign" | "assign_with" if assign.is_none() => {
+                        syn::parenthesized!(content in input);
+                        if payload.is_none() {
+                            return Err(syn::Error::new(
+                                method.span(),
+                                format!(
+                                    "`.{method_name}(..)` needs the payload type, as in `event::<Payment>({:?})`",
+                                    name.value()
+                                ),
+                            ));
+                        }
+                        assign = Some(parse_assign(&method_name, &content)?);
+                    }
+                    "look_back" if look_back.is_none() => {
+                        syn::parenthesized!(content in input);
+                        look_back = Some(parse_look_back(&content)?);
+                    }
+                    "key" | "assign" | "assign_with" | "look_back" => {
+                        return Err(syn::Error::new(
+                            method.span(),
+                            format!("duplicate event option `.{method_name}`"),
+                        ));
+                    }
+                    other => {
+                        let (hint, _) =
+                            did_you_mean(other, ["key", "assign", "assign_with", "look_back"]);
+                        return Err(syn::Error::new(
+                            method.span(),
+                            format!(
+                                "unknown event option `.{method}`; expected one of `.key(field)`, `.assign(field)`, `.assign_with(fn)`, `.look_back(policy)`{hint}"
+                            ),
+                        ));
+                    }
+                }
             }
             TriggerDecl::Event {
                 tokens: TokenStream::new(),
                 payload,
                 name,
                 key,
+                assign,
+                look_back,
             }
         }
         "after" => {
@@ -718,12 +755,19 @@ fn parse_trigger(input: ParseStream<'_>) -> syn::Result<TriggerDecl> {
 fn with_tokens(trigger: TriggerDecl, spanned: TokenStream) -> TriggerDecl {
     match trigger {
         TriggerDecl::Event {
-            payload, name, key, ..
+            payload,
+            name,
+            key,
+            assign,
+            look_back,
+            ..
         } => TriggerDecl::Event {
             tokens: spanned,
             payload,
             name,
             key,
+            assign,
+            look_back,
         },
         TriggerDecl::After {
             millis,
@@ -808,7 +852,7 @@ mod tests {
         };
         assert!(payload.is_some());
         assert_eq!(name.value(), "payment");
-        assert_eq!(key.as_ref().unwrap().0, "order_id");
+        assert_eq!(key.as_ref().unwrap().text, "order_id");
         let Some(TriggerDecl::After { millis, .. }) = &new.transitions[1].trigger else {
             panic!("a delay")
         };

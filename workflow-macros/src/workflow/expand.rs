@@ -26,8 +26,11 @@ use workflow_model::{Definition, Flowchart};
 
 use super::lower::{step_id, workflow_name};
 use super::parse::{Body, KindDecl, StepDecl, SubWorkflowRef, WorkflowDecl};
-use crate::common::expand::{diagram_fns, push_const, register_task, type_exists_checks};
-use crate::common::parse::{FnRef, existing_derives};
+use crate::common::expand::{
+    EventSend, diagram_fns, field_checks, push_const, register_task, stimulus_constructors,
+    type_exists_checks,
+};
+use crate::common::parse::{AssignDecl, FieldPath, FnRef, existing_derives};
 
 /// The emitted code. `definition` is `None` when there were errors (the stub).
 pub(crate) fn expand(decl: &WorkflowDecl, definition: Option<&Definition>) -> TokenStream {
@@ -36,25 +39,13 @@ pub(crate) fn expand(decl: &WorkflowDecl, definition: Option<&Definition>) -> To
     let vis = &decl.vis;
     let attrs = &decl.attrs;
     let data = &decl.data;
-    let mut tasks = Vec::new();
-    let mut conditions = Vec::new();
-    let mut children = Vec::new();
-    let mut durations = Vec::new();
-    for kind in kinds(decl) {
-        collect(
-            kind,
-            &mut tasks,
-            &mut conditions,
-            &mut children,
-            &mut durations,
-        );
+    let mut uses = Uses::default();
+    for (id, kind) in kinds(decl) {
+        uses.collect(id, kind);
     }
     let stub;
     let (definition, registry) = match definition {
-        Some(definition) => (
-            definition,
-            registry(&tasks, &conditions, &choosing_events(decl)),
-        ),
+        Some(definition) => (definition, registry(&uses)),
         None => {
             stub = Definition::new(
                 workflow_name(decl),
@@ -65,7 +56,7 @@ pub(crate) fn expand(decl: &WorkflowDecl, definition: Option<&Definition>) -> To
             );
             // The fns are named but not registered: an unknown name is still reported (it is
             // the user's mistake), a type mismatch is not (it may only echo another error).
-            let paths = tasks.iter().chain(&conditions).map(|f| &f.path);
+            let paths = uses.fns().map(|f| &f.path);
             (
                 &stub,
                 quote!({
@@ -98,7 +89,7 @@ pub(crate) fn expand(decl: &WorkflowDecl, definition: Option<&Definition>) -> To
     let derive = (!derives.is_empty()).then(|| quote!(#[derive(#(#derives),*)]));
 
     let (ids, consts) = node_constants(decl);
-    let children = children.into_iter().map(|path| {
+    let children = uses.children.iter().map(|path| {
         let check = quote_spanned!(path.span()=> __is_workflow::<#path>);
         quote! {
             const _: () = {
@@ -107,7 +98,8 @@ pub(crate) fn expand(decl: &WorkflowDecl, definition: Option<&Definition>) -> To
             };
         }
     });
-    let durations = type_exists_checks(durations);
+    let durations = type_exists_checks(uses.durations.iter().copied());
+    let sends = stimulus_constructors(&uses.sends);
 
     quote! {
         #(#attrs)*
@@ -123,6 +115,7 @@ pub(crate) fn expand(decl: &WorkflowDecl, definition: Option<&Definition>) -> To
             pub const NODES: &'static [&'static str] = &[#(#ids),*];
             #consts
             #diagrams
+            #sends
         }
 
         impl #private::Workflow for #ident {
@@ -158,43 +151,140 @@ pub(crate) fn expand(decl: &WorkflowDecl, definition: Option<&Definition>) -> To
     }
 }
 
-/// The kinds of the top-level nodes or steps.
-fn kinds(decl: &WorkflowDecl) -> Vec<&KindDecl> {
+/// The ids and kinds of the top-level nodes or steps.
+fn kinds(decl: &WorkflowDecl) -> Vec<(String, &KindDecl)> {
     match &decl.body {
-        Body::Flowchart { nodes, .. } => nodes.iter().map(|n| &n.kind).collect(),
-        Body::Sequence { steps, .. } => steps.iter().map(|s| &s.kind).collect(),
+        Body::Flowchart { nodes, .. } => nodes
+            .iter()
+            .map(|n| (syn::ext::IdentExt::unraw(&n.id).to_string(), &n.kind))
+            .collect(),
+        Body::Sequence { steps, .. } => steps
+            .iter()
+            .enumerate()
+            .map(|(i, s)| (step_id(s, i), &s.kind))
+            .collect(),
     }
 }
 
-/// The user fns, child workflow types and `Duration` types named by `kind` and its steps.
-fn collect<'a>(
-    kind: &'a KindDecl,
-    tasks: &mut Vec<&'a FnRef>,
-    conditions: &mut Vec<&'a FnRef>,
-    children: &mut Vec<&'a syn::Path>,
-    durations: &mut Vec<&'a syn::Path>,
-) {
-    match kind {
-        KindDecl::Task {
-            function, options, ..
-        } => {
-            tasks.push(function);
-            // A compensation runs as a task (FLT-11): registered like one.
-            tasks.extend(options.compensate.as_ref());
+/// Everything user code the declaration names, nested steps included.
+#[derive(Default)]
+struct Uses<'a> {
+    tasks: Vec<&'a FnRef>,
+    conditions: Vec<&'a FnRef>,
+    items: Vec<&'a FnRef>,
+    values: Vec<&'a FnRef>,
+    /// `.assign_with(fn)`: the fn and the event's payload type.
+    assign_fns: Vec<(&'a FnRef, &'a syn::Type)>,
+    /// `.assign(field)`: the field and the event's payload type.
+    assign_fields: Vec<(&'a FieldPath, &'a syn::Type)>,
+    /// `.key(path)`.
+    keys: Vec<&'a FieldPath>,
+    /// `(node id, payload type)` of every event that declares its ports.
+    choosing: Vec<(String, &'a syn::Type)>,
+    children: Vec<&'a syn::Path>,
+    durations: Vec<&'a syn::Path>,
+    /// `.assign_with(fn)` of a sub-workflow: the child's output type is the fn's.
+    sub_assigns: Vec<&'a FnRef>,
+    /// Every event, for its typed stimulus constructor.
+    sends: Vec<EventSend<'a>>,
+}
+
+impl<'a> Uses<'a> {
+    /// Every user fn, for the stub that names them without registering them.
+    fn fns(&self) -> impl Iterator<Item = &'a FnRef> + '_ {
+        self.tasks
+            .iter()
+            .chain(&self.conditions)
+            .chain(&self.items)
+            .chain(&self.values)
+            .chain(&self.sub_assigns)
+            .copied()
+            .chain(self.assign_fns.iter().map(|(f, _)| *f))
+    }
+
+    fn steps(&mut self, steps: &'a [StepDecl]) {
+        for (i, step) in steps.iter().enumerate() {
+            self.collect(step_id(step, i), &step.kind);
         }
-        KindDecl::Decide { condition } => conditions.push(condition),
-        KindDecl::Switch { cases } => conditions.extend(cases.iter().map(|(_, c)| c)),
-        KindDecl::Workflow(SubWorkflowRef::Type(path), _) => children.push(path),
-        KindDecl::After {
-            duration_type: Some(ty),
-            ..
-        } => durations.push(ty),
-        KindDecl::Sequence { steps } | KindDecl::Saga { steps, .. } => {
-            for step in steps {
-                collect(&step.kind, tasks, conditions, children, durations);
+    }
+
+    fn collect(&mut self, id: String, kind: &'a KindDecl) {
+        match kind {
+            KindDecl::Task {
+                function, options, ..
+            } => {
+                self.tasks.push(function);
+                // A compensation runs as a task (FLT-11): registered like one.
+                self.tasks.extend(options.compensate.as_ref());
             }
+            KindDecl::Event(event) => {
+                self.keys.extend(event.key.as_ref());
+                self.sends.push(EventSend {
+                    name: &event.name,
+                    payload: event.payload.as_deref(),
+                    keyed: event.key.is_some(),
+                });
+                if let Some(ty) = &event.payload {
+                    if event.ports.is_some() {
+                        self.choosing.push((id, ty));
+                    }
+                    match &event.assign {
+                        Some(AssignDecl::Field(path)) => self.assign_fields.push((path, ty)),
+                        Some(AssignDecl::Function(f)) => self.assign_fns.push((f, ty)),
+                        None => {}
+                    }
+                }
+            }
+            KindDecl::Decide { condition } => self.conditions.push(condition),
+            KindDecl::Switch { cases, .. } => {
+                self.conditions.extend(cases.iter().map(|(_, c)| c));
+            }
+            KindDecl::StructuredSwitch { cases, default, .. } => {
+                for (_, condition, body) in cases {
+                    self.conditions.push(condition);
+                    self.steps(body);
+                }
+                if let Some(body) = default {
+                    self.steps(body);
+                }
+            }
+            KindDecl::If {
+                condition,
+                then,
+                otherwise,
+            } => {
+                self.conditions.push(condition);
+                self.steps(then);
+                if let Some(body) = otherwise {
+                    self.steps(body);
+                }
+            }
+            KindDecl::While { condition, body } => {
+                self.conditions.push(condition);
+                self.steps(body);
+            }
+            KindDecl::ForEach { items, body } | KindDecl::ParallelForEach { items, body, .. } => {
+                self.items.push(items);
+                self.steps(body);
+            }
+            KindDecl::Parallel { branches, .. } => self.steps(branches),
+            KindDecl::Set { value, .. } => self.values.push(value),
+            KindDecl::Correlate { key } => self.values.push(key),
+            KindDecl::Finish { output: Some(f) } => self.values.push(f),
+            KindDecl::Workflow(child, options) => {
+                if let SubWorkflowRef::Type(path) = child {
+                    self.children.push(path);
+                }
+                self.values.extend(options.input.as_ref());
+                self.sub_assigns.extend(options.assign.as_ref());
+            }
+            KindDecl::After {
+                duration_type: Some(ty),
+                ..
+            } => self.durations.push(ty),
+            KindDecl::Sequence { steps } | KindDecl::Saga { steps, .. } => self.steps(steps),
+            _ => {}
         }
-        _ => {}
     }
 }
 
@@ -218,43 +308,6 @@ fn node_constants(decl: &WorkflowDecl) -> (Vec<String>, TokenStream) {
         push_const(&mut out, &mut seen, "NODE", id, "The id of the node");
     }
     (ids, out)
-}
-
-/// `(node id, payload type)` of every event that declares its ports, nested steps included.
-fn choosing_events(decl: &WorkflowDecl) -> Vec<(String, &syn::Type)> {
-    fn walk<'a>(id: String, kind: &'a KindDecl, out: &mut Vec<(String, &'a syn::Type)>) {
-        match kind {
-            KindDecl::Event {
-                payload: Some(ty),
-                ports: Some(_),
-                ..
-            } => out.push((id, ty)),
-            KindDecl::Sequence { steps } => {
-                for (i, step) in steps.iter().enumerate() {
-                    walk(step_id(step, i), &step.kind, out);
-                }
-            }
-            _ => {}
-        }
-    }
-    let mut out = Vec::new();
-    match &decl.body {
-        Body::Flowchart { nodes, .. } => {
-            for node in nodes {
-                walk(
-                    syn::ext::IdentExt::unraw(&node.id).to_string(),
-                    &node.kind,
-                    &mut out,
-                );
-            }
-        }
-        Body::Sequence { steps, .. } => {
-            for (i, step) in steps.iter().enumerate() {
-                walk(step_id(step, i), &step.kind, &mut out);
-            }
-        }
-    }
-    out
 }
 
 /// The registration of an event's outcome mapping (ACT-19) under the payload type's name as
@@ -289,35 +342,52 @@ fn register_outcome(id: &str, ty: &syn::Type) -> TokenStream {
     }
 }
 
-/// The registry: each user fn once per name, each event's outcome mapping once per type.
-fn registry(
-    tasks: &[&FnRef],
-    conditions: &[&FnRef],
-    events: &[(String, &syn::Type)],
-) -> TokenStream {
+/// The registry: each user fn once per name, each event's outcome mapping once per type;
+/// before it, the checks that make rustc type-check key and assign field paths against the
+/// data and payload types (never run).
+fn registry(uses: &Uses<'_>) -> TokenStream {
     let private = quote!(::workflow_runtime::__private);
-    let mut seen = HashSet::new();
     let mut calls = TokenStream::new();
-    for task in tasks {
+    let mut seen = HashSet::new();
+    for task in &uses.tasks {
         if seen.insert(task.name()) {
             calls.extend(register_task(task));
         }
     }
+    let mut register = |fns: &[&FnRef], method: &str| {
+        let mut seen = HashSet::new();
+        for f in fns {
+            let name = f.name();
+            if seen.insert(name.clone()) {
+                let path = &f.path;
+                // The method spanned on the user's path too: a type error lands there only.
+                let method = syn::Ident::new(method, path.span());
+                calls.extend(quote_spanned!(path.span()=> .#method(#name, #path)));
+            }
+        }
+    };
+    register(&uses.conditions, "condition");
+    register(&uses.items, "items");
+    register(&uses.values, "value");
+    register(&uses.sub_assigns, "assign");
     let mut seen = HashSet::new();
-    for condition in conditions {
-        let name = condition.name();
+    for (f, ty) in &uses.assign_fns {
+        let name = f.name();
         if seen.insert(name.clone()) {
-            let path = &condition.path;
-            calls.extend(quote_spanned!(path.span()=> .condition(#name, #path)));
+            let path = &f.path;
+            calls.extend(quote_spanned!(path.span()=> .assign::<#ty, _>(#name, #path)));
         }
     }
     let mut seen = HashSet::new();
-    let outcomes: Vec<TokenStream> = events
+    let outcomes: Vec<TokenStream> = uses
+        .choosing
         .iter()
         .filter(|(_, ty)| seen.insert(quote::ToTokens::to_token_stream(*ty).to_string()))
         .map(|(id, ty)| register_outcome(id, ty))
         .collect();
+    let checks = field_checks(&uses.keys, &uses.assign_fields);
     quote!({
+        #checks
         let registry = #private::Registry::<Self::Data>::new() #calls;
         #(#outcomes)*
         registry

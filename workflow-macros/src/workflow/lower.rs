@@ -19,13 +19,14 @@
 use quote::ToTokens;
 use syn::ext::IdentExt;
 use workflow_model::{
-    Activity, Connection, Cron, Definition, Delay, End, Event, Fault, Finish, Flowchart, Fork, If,
-    Join, Location, Saga, Sequence, SubWorkflow, SubWorkflowMode, Switch, SwitchCase, SwitchMode,
-    Task, Timer,
+    Activity, Break, Connection, Correlate, Cron, Definition, Delay, End, Event, Fault, Finish,
+    Flowchart, ForEach, Fork, If, Join, Location, Parallel, ParallelForEach, Saga, Sequence,
+    SetVariable, SubWorkflow, SubWorkflowMode, Switch, SwitchCase, Task, Timer, While,
 };
 
-use super::parse::{Body, KindDecl, StepDecl, WorkflowDecl};
+use super::parse::{Body, EventDecl, KindDecl, StepDecl, WorkflowDecl};
 use crate::common::SpanTable;
+use crate::common::parse::FnRef;
 
 /// The lowered workflow.
 pub(crate) struct Lowered {
@@ -174,6 +175,15 @@ fn lower_steps(steps: &[StepDecl], at: &Location, spans: &mut SpanTable) -> Vec<
         .collect()
 }
 
+/// A structured kind's body: a sequence with id `id` at `at`.
+fn lower_body(steps: &[StepDecl], id: &str, at: &Location, spans: &mut SpanTable) -> Activity {
+    Sequence {
+        id: id.to_owned(),
+        steps: lower_steps(steps, at, spans),
+    }
+    .into()
+}
+
 fn idents(list: &[syn::Ident]) -> Vec<String> {
     list.iter().map(|p| p.unraw().to_string()).collect()
 }
@@ -246,19 +256,22 @@ fn lower_kind(kind: &KindDecl, id: String, at: &Location, spans: &mut SpanTable)
             trigger: *trigger,
         }
         .into(),
-        KindDecl::Event {
-            payload,
-            name,
-            key,
-            trigger,
-            timeout,
-            ports,
-        } => {
+        KindDecl::Event(decl) => {
+            let EventDecl {
+                payload,
+                name,
+                key,
+                trigger,
+                timeout,
+                ports,
+                assign,
+                look_back,
+            } = &**decl;
             spans.insert(at.field("event"), name);
             let mut event = Event::new(id, name.value());
-            if let Some((key, tokens)) = key {
-                spans.insert(at.field("key"), tokens);
-                event.key = Some(key.clone());
+            if let Some(key) = key {
+                spans.insert(at.field("key"), &key.tokens);
+                event.key = Some(key.text.clone());
             }
             event.payload = payload
                 .as_ref()
@@ -275,7 +288,136 @@ fn lower_kind(kind: &KindDecl, id: String, at: &Location, spans: &mut SpanTable)
                 }
                 event.ports = Some(idents(&list.ports));
             }
+            if let Some(assign) = assign {
+                spans.insert(at.field("assign"), assign.tokens());
+                event.assign = Some(assign.model());
+            }
+            if let Some((look_back, tokens)) = look_back {
+                spans.insert(at.field("look_back"), tokens);
+                event.look_back = Some(*look_back);
+            }
             event.into()
+        }
+        KindDecl::If {
+            condition,
+            then,
+            otherwise,
+        } => {
+            spans.insert(at.field("condition"), &condition.path);
+            If {
+                id,
+                condition: condition.name(),
+                then: Some(Box::new(lower_body(then, "then", &at.field("then"), spans))),
+                r#else: otherwise
+                    .as_ref()
+                    .map(|steps| Box::new(lower_body(steps, "else", &at.field("else"), spans))),
+            }
+            .into()
+        }
+        KindDecl::While { condition, body } => {
+            spans.insert(at.field("condition"), &condition.path);
+            While {
+                id,
+                condition: condition.name(),
+                body: Box::new(lower_body(body, "body", &at.field("body"), spans)),
+            }
+            .into()
+        }
+        KindDecl::ForEach { items, body } => {
+            spans.insert(at.field("items"), &items.path);
+            ForEach {
+                id,
+                items: items.name(),
+                body: Box::new(lower_body(body, "body", &at.field("body"), spans)),
+            }
+            .into()
+        }
+        KindDecl::ParallelForEach {
+            items,
+            max_in_flight,
+            body,
+        } => {
+            spans.insert(at.field("items"), &items.path);
+            if let Some((_, tokens)) = max_in_flight {
+                spans.insert(at.field("max_in_flight"), tokens);
+            }
+            ParallelForEach {
+                id,
+                items: items.name(),
+                body: Box::new(lower_body(body, "body", &at.field("body"), spans)),
+                max_in_flight: max_in_flight.as_ref().map(|(n, _)| *n),
+            }
+            .into()
+        }
+        KindDecl::Parallel { mode, branches } => {
+            let branches_at = at.field("branches");
+            let branches = branches
+                .iter()
+                .enumerate()
+                .map(|(i, step)| {
+                    let step_at = branches_at.index(i);
+                    spans.insert(step_at.clone(), &step.tokens);
+                    if let Some(id) = &step.id {
+                        spans.insert(step_at.field("id"), id);
+                    }
+                    lower_kind(&step.kind, step_id(step, i), &step_at, spans)
+                })
+                .collect();
+            Parallel {
+                id,
+                branches,
+                mode: *mode,
+            }
+            .into()
+        }
+        KindDecl::StructuredSwitch {
+            mode,
+            cases,
+            default,
+        } => {
+            let cases = cases
+                .iter()
+                .enumerate()
+                .map(|(j, (label, condition, body))| {
+                    let case_at = at.field("cases").index(j);
+                    spans.insert(case_at.field("label"), label);
+                    spans.insert(case_at.field("condition"), &condition.path);
+                    let label = label.unraw().to_string();
+                    SwitchCase {
+                        body: Some(lower_body(body, &label, &case_at.field("body"), spans)),
+                        label,
+                        condition: condition.name(),
+                    }
+                })
+                .collect();
+            Switch {
+                id,
+                cases,
+                mode: *mode,
+                default: default.as_ref().map(|steps| {
+                    Box::new(lower_body(steps, "default", &at.field("default"), spans))
+                }),
+            }
+            .into()
+        }
+        KindDecl::Break => Break::new(id).into(),
+        KindDecl::Set { variable, value } => {
+            spans.insert(at.field("variable"), variable);
+            spans.insert(at.field("value"), &value.path);
+            SetVariable {
+                id,
+                variable: variable.unraw().to_string(),
+                value: value.name(),
+            }
+            .into()
+        }
+        KindDecl::Correlate { key } => {
+            spans.insert(at.field("key"), &key.path);
+            Correlate {
+                id,
+                key: key.name(),
+            }
+            .into()
         }
         KindDecl::After { millis, .. } => Delay::new(id, *millis).into(),
         KindDecl::Decide { condition } => {
@@ -288,7 +430,7 @@ fn lower_kind(kind: &KindDecl, id: String, at: &Location, spans: &mut SpanTable)
             }
             .into()
         }
-        KindDecl::Switch { cases } => {
+        KindDecl::Switch { mode, cases } => {
             let cases = cases
                 .iter()
                 .enumerate()
@@ -306,7 +448,7 @@ fn lower_kind(kind: &KindDecl, id: String, at: &Location, spans: &mut SpanTable)
             Switch {
                 id,
                 cases,
-                mode: SwitchMode::First,
+                mode: *mode,
                 default: None,
             }
             .into()
@@ -324,25 +466,47 @@ fn lower_kind(kind: &KindDecl, id: String, at: &Location, spans: &mut SpanTable)
         }
         KindDecl::Join { mode } => Join { id, mode: *mode }.into(),
         KindDecl::End => End::new(id).into(),
-        KindDecl::Finish => Finish { id, output: None }.into(),
+        KindDecl::Finish { output } => {
+            if let Some(output) = output {
+                spans.insert(at.field("output"), &output.path);
+            }
+            Finish {
+                id,
+                output: output.as_ref().map(FnRef::name),
+            }
+            .into()
+        }
         KindDecl::Fault { code, message } => Fault {
             id,
             code: code.value(),
             message: message.as_ref().map(syn::LitStr::value).unwrap_or_default(),
         }
         .into(),
-        KindDecl::Workflow(child, timeout) => {
+        KindDecl::Workflow(child, options) => {
             spans.insert(at.field("workflow"), child.tokens());
-            if let Some((_, tokens)) = timeout {
+            if let Some((_, tokens)) = &options.timeout {
                 spans.insert(at.field("deadline_ms"), tokens);
+            }
+            if let Some(f) = &options.input {
+                spans.insert(at.field("input"), &f.path);
+            }
+            if let Some(f) = &options.assign {
+                spans.insert(at.field("assign"), &f.path);
+            }
+            if let Some(detach) = &options.detach {
+                spans.insert(at.field("mode"), detach);
             }
             SubWorkflow {
                 id,
                 workflow: child.name(),
-                input: None,
-                assign: None,
-                mode: SubWorkflowMode::Wait,
-                deadline_ms: timeout.as_ref().map(|(millis, _)| *millis),
+                input: options.input.as_ref().map(FnRef::name),
+                assign: options.assign.as_ref().map(FnRef::name),
+                mode: if options.detach.is_some() {
+                    SubWorkflowMode::Detach
+                } else {
+                    SubWorkflowMode::Wait
+                },
+                deadline_ms: options.timeout.as_ref().map(|(millis, _)| *millis),
             }
             .into()
         }

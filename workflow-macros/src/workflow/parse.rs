@@ -11,23 +11,65 @@ use syn::ext::IdentExt;
 use syn::parse::{Parse, ParseStream, Parser};
 use syn::{Attribute, Ident, LitStr, Path, Token, Type, Visibility};
 use workflow_model::{
-    Activation, CommitStrategy, JoinMode, SagaOnFailure, backticked, did_you_mean,
+    Activation, CommitStrategy, JoinMode, LookBack, ParallelMode, SagaOnFailure, SwitchMode,
+    backticked, did_you_mean,
 };
 
 use crate::common::Errors;
 use crate::common::faults::{RetryDecl, TaskOptions, parse_retry};
-use crate::common::parse::{FnRef, fn_path, parse_duration, parse_key, tokens_between};
+use crate::common::parse::{
+    AssignDecl, FieldPath, FnRef, fn_path, parse_assign, parse_duration, parse_key,
+    parse_look_back, tokens_between,
+};
 
 syn::custom_keyword!(workflow);
 
 /// The node kinds of a flowchart.
-pub(crate) const NODE_KINDS: [&str; 15] = [
-    "task", "event", "after", "decide", "switch", "fork", "join", "end", "finish", "fault",
-    "workflow", "sequence", "saga", "cron", "every",
+pub(crate) const NODE_KINDS: [&str; 23] = [
+    "task",
+    "event",
+    "after",
+    "decide",
+    "switch",
+    "fork",
+    "join",
+    "end",
+    "finish",
+    "fault",
+    "workflow",
+    "sequence",
+    "saga",
+    "cron",
+    "every",
+    "if",
+    "while",
+    "for_each",
+    "parallel_for_each",
+    "parallel",
+    "break",
+    "set",
+    "correlate",
 ];
-/// The step kinds of a sequence.
-pub(crate) const STEP_KINDS: [&str; 9] = [
-    "task", "event", "after", "finish", "fault", "workflow", "sequence", "saga", "cron",
+/// The step kinds of a sequence (and of the bodies of `if`, loops, `parallel` and `switch`).
+pub(crate) const STEP_KINDS: [&str; 18] = [
+    "task",
+    "event",
+    "after",
+    "finish",
+    "fault",
+    "workflow",
+    "sequence",
+    "saga",
+    "cron",
+    "if",
+    "while",
+    "for_each",
+    "parallel_for_each",
+    "parallel",
+    "switch",
+    "break",
+    "set",
+    "correlate",
 ];
 /// The options of `#[workflow(...)]`.
 pub(crate) const WORKFLOW_OPTIONS: [&str; 5] = ["name", "saga", "retry", "commit", "activation"];
@@ -45,7 +87,18 @@ pub(crate) const COMMIT_STRATEGIES: [&str; 4] = [
     "periodic",
 ];
 /// The methods after `event(...)`.
-pub(crate) const EVENT_OPTIONS: [&str; 3] = ["key", "trigger", "timeout"];
+pub(crate) const EVENT_OPTIONS: [&str; 6] = [
+    "key",
+    "trigger",
+    "timeout",
+    "assign",
+    "assign_with",
+    "look_back",
+];
+/// The modes of `parallel(..)` (ACT-18).
+pub(crate) const PARALLEL_MODES: [&str; 2] = ["all", "any"];
+/// The modes of `switch(..)` (ACT-14).
+pub(crate) const SWITCH_MODES: [&str; 2] = ["first", "any"];
 /// The modes of `join(...)`.
 pub(crate) const JOIN_MODES: [&str; 2] = ["all", "any"];
 
@@ -157,14 +210,43 @@ pub(crate) enum KindDecl {
     /// `every(mins(5)).trigger()`: a repeating timer (ACT-21).
     Every { millis: u64, trigger: bool },
     /// `event::<Payload>("name").key(path).trigger().timeout(hours(1)) [-> [ports]]`.
-    Event {
-        payload: Option<Box<Type>>,
-        name: LitStr,
-        key: Option<(String, TokenStream)>,
-        trigger: bool,
-        timeout: Option<(u64, TokenStream)>,
-        ports: Option<PortList>,
+    Event(Box<EventDecl>),
+    /// `if(condition) [ steps ] else [ steps ]` (ACT-13, structured).
+    If {
+        condition: FnRef,
+        then: Vec<StepDecl>,
+        otherwise: Option<Vec<StepDecl>>,
     },
+    /// `while(condition) [ steps ]` (ACT-15).
+    While {
+        condition: FnRef,
+        body: Vec<StepDecl>,
+    },
+    /// `for_each(items) [ steps ]` (ACT-16).
+    ForEach { items: FnRef, body: Vec<StepDecl> },
+    /// `parallel_for_each(items).max_in_flight(4) [ steps ]` (ACT-17).
+    ParallelForEach {
+        items: FnRef,
+        max_in_flight: Option<(u32, TokenStream)>,
+        body: Vec<StepDecl>,
+    },
+    /// `parallel [ branch, .. ]` or `parallel(any) [ .. ]` (ACT-18).
+    Parallel {
+        mode: ParallelMode,
+        branches: Vec<StepDecl>,
+    },
+    /// `switch(any) { label: condition => [ steps ], .., default => [ steps ] }` (ACT-14).
+    StructuredSwitch {
+        mode: SwitchMode,
+        cases: Vec<(Ident, FnRef, Vec<StepDecl>)>,
+        default: Option<Vec<StepDecl>>,
+    },
+    /// `break` (ACT-29).
+    Break,
+    /// `set(variable = value_fn)` (ACT-28).
+    Set { variable: Ident, value: FnRef },
+    /// `correlate(key_fn)` (ACT-27).
+    Correlate { key: FnRef },
     /// `after(secs(30))`.
     After {
         millis: u64,
@@ -173,7 +255,10 @@ pub(crate) enum KindDecl {
     /// `decide(condition)`: ports `true` and `false`.
     Decide { condition: FnRef },
     /// `switch { label: condition, .. }`: one port per label, plus `default`.
-    Switch { cases: Vec<(Ident, FnRef)> },
+    Switch {
+        mode: SwitchMode,
+        cases: Vec<(Ident, FnRef)>,
+    },
     /// `fork [left, right]`.
     Fork {
         tokens: TokenStream,
@@ -183,15 +268,15 @@ pub(crate) enum KindDecl {
     Join { mode: JoinMode },
     /// `end`.
     End,
-    /// `finish`.
-    Finish,
+    /// `finish` or `finish(output_fn)` (ACT-25).
+    Finish { output: Option<FnRef> },
     /// `fault("code", "message")`.
     Fault {
         code: LitStr,
         message: Option<LitStr>,
     },
     /// `workflow(Shipping)` or `workflow("shipping")`, optionally `.timeout(duration)` (TM-14).
-    Workflow(SubWorkflowRef, Option<(u64, TokenStream)>),
+    Workflow(SubWorkflowRef, Box<SubOptions>),
     /// `sequence [ steps ]`.
     Sequence { steps: Vec<StepDecl> },
 }
@@ -201,14 +286,22 @@ impl KindDecl {
     pub(crate) fn keyword(&self) -> &'static str {
         match self {
             KindDecl::Task { .. } => "task",
-            KindDecl::Event { .. } => "event",
+            KindDecl::Event(_) => "event",
+            KindDecl::If { .. } => "if",
+            KindDecl::While { .. } => "while",
+            KindDecl::ForEach { .. } => "for_each",
+            KindDecl::ParallelForEach { .. } => "parallel_for_each",
+            KindDecl::Parallel { .. } => "parallel",
+            KindDecl::Break => "break",
+            KindDecl::Set { .. } => "set",
+            KindDecl::Correlate { .. } => "correlate",
             KindDecl::After { .. } => "after",
             KindDecl::Decide { .. } => "decide",
-            KindDecl::Switch { .. } => "switch",
+            KindDecl::Switch { .. } | KindDecl::StructuredSwitch { .. } => "switch",
             KindDecl::Fork { .. } => "fork",
             KindDecl::Join { .. } => "join",
             KindDecl::End => "end",
-            KindDecl::Finish => "finish",
+            KindDecl::Finish { .. } => "finish",
             KindDecl::Fault { .. } => "fault",
             KindDecl::Workflow(..) => "workflow",
             KindDecl::Sequence { .. } => "sequence",
@@ -218,6 +311,34 @@ impl KindDecl {
         }
     }
 }
+
+/// `event::<Payload>("name")` and its options (ACT-19).
+pub(crate) struct EventDecl {
+    pub(crate) payload: Option<Box<Type>>,
+    pub(crate) name: LitStr,
+    pub(crate) key: Option<FieldPath>,
+    pub(crate) trigger: bool,
+    pub(crate) timeout: Option<(u64, TokenStream)>,
+    pub(crate) ports: Option<PortList>,
+    pub(crate) assign: Option<AssignDecl>,
+    pub(crate) look_back: Option<(LookBack, TokenStream)>,
+}
+
+/// The options after `workflow(Child)` (ACT-24).
+#[derive(Default)]
+pub(crate) struct SubOptions {
+    /// `.timeout(duration)` (TM-14).
+    pub(crate) timeout: Option<(u64, TokenStream)>,
+    /// `.input(fn)`: the child's input computed from the data.
+    pub(crate) input: Option<FnRef>,
+    /// `.assign_with(fn)`: folds the child's output into the data.
+    pub(crate) assign: Option<FnRef>,
+    /// `.detach()`: complete once the child is created.
+    pub(crate) detach: Option<Ident>,
+}
+
+/// The methods after `workflow(..)`.
+pub(crate) const SUB_OPTIONS: [&str; 4] = ["timeout", "input", "assign_with", "detach"];
 
 /// The child workflow of a `workflow(..)` node.
 pub(crate) enum SubWorkflowRef {
@@ -773,36 +894,7 @@ fn parse_kind(input: ParseStream<'_>, allowed: &[&str], place: &str) -> syn::Res
         "decide" => KindDecl::Decide {
             condition: parenthesized_fn(input, "decide", "decide(is_large)")?,
         },
-        "switch" => {
-            if !input.peek(syn::token::Brace) {
-                return Err(input.error(
-                    "expected `{ label: condition, .. }` after `switch`, as in `switch { high: is_high, low: is_low }`",
-                ));
-            }
-            let content;
-            syn::braced!(content in input);
-            let mut cases = Vec::new();
-            while !content.is_empty() {
-                let label: Ident = content.call(Ident::parse_any)?;
-                if !content.peek(Token![:]) || content.peek(Token![::]) {
-                    return Err(syn::Error::new(
-                        label.span(),
-                        format!(
-                            "expected `: condition` after the case `{label}`, as in `{label}: is_{label}`"
-                        ),
-                    ));
-                }
-                content.parse::<Token![:]>()?;
-                let path: Path = content.parse()?;
-                let path = fn_path(path, "switch")?;
-                cases.push((label, FnRef { path }));
-                if content.is_empty() {
-                    break;
-                }
-                content.parse::<Token![,]>()?;
-            }
-            KindDecl::Switch { cases }
-        }
+        "switch" => parse_switch(input, place)?,
         "fork" => {
             let start = input.fork();
             if !input.peek(syn::token::Bracket) {
@@ -846,7 +938,132 @@ fn parse_kind(input: ParseStream<'_>, allowed: &[&str], place: &str) -> syn::Res
             KindDecl::Join { mode }
         }
         "end" => KindDecl::End,
-        "finish" => KindDecl::Finish,
+        "finish" => {
+            let output = if input.peek(syn::token::Paren) {
+                Some(parenthesized_fn(input, "finish", "finish(order_total)")?)
+            } else {
+                None
+            };
+            KindDecl::Finish { output }
+        }
+        "if" => {
+            let condition = parenthesized_fn(input, "if", "if(is_large) [task(review)]")?;
+            let then = parse_body(input, "if(is_large) [task(review)] else [task(pay)]")?;
+            let otherwise = if input.peek(Token![else]) {
+                input.parse::<Token![else]>()?;
+                Some(parse_body(
+                    input,
+                    "if(is_large) [task(review)] else [task(pay)]",
+                )?)
+            } else {
+                None
+            };
+            KindDecl::If {
+                condition,
+                then,
+                otherwise,
+            }
+        }
+        "while" => KindDecl::While {
+            condition: parenthesized_fn(input, "while", "while(has_more) [task(fetch)]")?,
+            body: parse_body(input, "while(has_more) [task(fetch)]")?,
+        },
+        "for_each" => KindDecl::ForEach {
+            items: parenthesized_fn(input, "for_each", "for_each(order_lines) [task(ship_line)]")?,
+            body: parse_body(input, "for_each(order_lines) [task(ship_line)]")?,
+        },
+        "parallel_for_each" => {
+            let example = "parallel_for_each(order_lines).max_in_flight(4) [task(ship_line)]";
+            let items = parenthesized_fn(input, "parallel_for_each", example)?;
+            let mut max_in_flight = None;
+            if input.peek(Token![.]) {
+                input.parse::<Token![.]>()?;
+                let method: Ident = input.call(Ident::parse_any)?;
+                if method != "max_in_flight" {
+                    return Err(syn::Error::new(
+                        method.span(),
+                        format!(
+                            "unknown option `.{method}`; the only option here is `.max_in_flight(n)`"
+                        ),
+                    ));
+                }
+                let content = parenthesized(input, "max_in_flight", "max_in_flight(4)")?;
+                let lit: syn::LitInt = content.parse()?;
+                let value = lit.base10_parse::<u32>()?;
+                if value == 0 {
+                    return Err(syn::Error::new(
+                        lit.span(),
+                        "`max_in_flight` must be at least 1; leave it out for no limit",
+                    ));
+                }
+                max_in_flight = Some((value, lit.to_token_stream()));
+            }
+            KindDecl::ParallelForEach {
+                items,
+                max_in_flight,
+                body: parse_body(input, example)?,
+            }
+        }
+        "parallel" => {
+            let mode = if input.peek(syn::token::Paren) {
+                let content = parenthesized(input, "parallel", "parallel(any) [task(a), task(b)]")?;
+                let mode: Ident = content.call(Ident::parse_any)?;
+                if !content.is_empty() {
+                    return Err(content.error("unexpected token after the parallel mode"));
+                }
+                match mode.to_string().as_str() {
+                    "all" => ParallelMode::All,
+                    "any" => ParallelMode::Any,
+                    other => {
+                        let (hint, _) = did_you_mean(other, PARALLEL_MODES);
+                        return Err(syn::Error::new(
+                            mode.span(),
+                            format!(
+                                "unknown parallel mode `{other}`; expected one of {}{hint}",
+                                backticked(PARALLEL_MODES)
+                            ),
+                        ));
+                    }
+                }
+            } else {
+                ParallelMode::All
+            };
+            KindDecl::Parallel {
+                mode,
+                branches: parse_body(input, "parallel [sequence [task(a), task(b)], task(c)]")?,
+            }
+        }
+        "break" => KindDecl::Break,
+        "set" => {
+            let content = parenthesized(input, "set", "set(total = order_total)")?;
+            let variable: Ident = content.call(Ident::parse_any)?;
+            if !content.peek(Token![=]) {
+                return Err(syn::Error::new(
+                    variable.span(),
+                    format!(
+                        "expected `= value_fn` after `{variable}`, as in `set({variable} = compute_{variable})`"
+                    ),
+                ));
+            }
+            content.parse::<Token![=]>()?;
+            let path: Path = content.parse().map_err(|e| {
+                syn::Error::new(
+                    e.span(),
+                    "malformed `set`: expected the path of a value fn, as in `set(total = order_total)`",
+                )
+            })?;
+            let path = fn_path(path, "set")?;
+            if !content.is_empty() {
+                return Err(content.error("unexpected token after the value fn"));
+            }
+            KindDecl::Set {
+                variable,
+                value: FnRef { path },
+            }
+        }
+        "correlate" => KindDecl::Correlate {
+            key: parenthesized_fn(input, "correlate", "correlate(order_key)")?,
+        },
         "fault" => {
             let content = parenthesized(
                 input,
@@ -890,35 +1107,66 @@ fn parse_kind(input: ParseStream<'_>, allowed: &[&str], place: &str) -> syn::Res
             if !content.is_empty() {
                 return Err(content.error("unexpected token after the child workflow"));
             }
-            let timeout = if input.peek(Token![.]) {
+            let mut options = SubOptions::default();
+            while input.peek(Token![.]) {
                 input.parse::<Token![.]>()?;
                 let method: Ident = input.call(Ident::parse_any)?;
-                if method != "timeout" {
+                let method_name = method.to_string();
+                let duplicate = match method_name.as_str() {
+                    "timeout" => {
+                        let content = parenthesized(input, "timeout", "timeout(hours(1))")?;
+                        let start = content.fork();
+                        let (millis, _) = parse_duration(&content)?;
+                        if !content.is_empty() {
+                            return Err(content.error("unexpected token after the duration"));
+                        }
+                        options
+                            .timeout
+                            .replace((millis, tokens_between(&start, &content)))
+                            .is_some()
+                    }
+                    "input" => {
+                        let f = parenthesized_fn(input, "input", "input(child_input)")?;
+                        options.input.replace(f).is_some()
+                    }
+                    "assign_with" => {
+                        let f = parenthesized_fn(input, "assign_with", "assign_with(take_result)")?;
+                        options.assign.replace(f).is_some()
+                    }
+                    "detach" => {
+                        let content = parenthesized(input, "detach", "detach()")?;
+                        if !content.is_empty() {
+                            return Err(content.error("`.detach()` takes no argument"));
+                        }
+                        options.detach.replace(method.clone()).is_some()
+                    }
+                    _ => {
+                        let hint = workflow_model::suggest(&method_name, SUB_OPTIONS)
+                            .map(|found| format!("; did you mean `.{found}`?"))
+                            .unwrap_or_default();
+                        return Err(syn::Error::new(
+                            method.span(),
+                            format!(
+                                "unknown sub-workflow option `.{method_name}`; expected one of `.timeout(duration)`, `.input(fn)`, `.assign_with(fn)`, `.detach()`{hint}"
+                            ),
+                        ));
+                    }
+                };
+                if duplicate {
                     return Err(syn::Error::new(
                         method.span(),
-                        format!(
-                            "unknown sub-workflow option `.{method}`; the only option is `.timeout(duration)`"
-                        ),
+                        format!("duplicate sub-workflow option `.{method_name}`"),
                     ));
                 }
-                let content = parenthesized(input, "timeout", "timeout(hours(1))")?;
-                let start = content.fork();
-                let (millis, _) = parse_duration(&content)?;
-                if !content.is_empty() {
-                    return Err(content.error("unexpected token after the duration"));
-                }
-                Some((millis, tokens_between(&start, &content)))
-            } else {
-                None
-            };
-            KindDecl::Workflow(child, timeout)
+            }
+            KindDecl::Workflow(child, Box::new(options))
         }
         // "sequence"
         _ => KindDecl::Sequence {
             steps: parse_steps(input)?,
         },
     };
-    if input.peek(Token![->]) && !matches!(decl, KindDecl::Task { .. } | KindDecl::Event { .. }) {
+    if input.peek(Token![->]) && !matches!(decl, KindDecl::Task { .. } | KindDecl::Event(_)) {
         return Err(syn::Error::new(
             input.span(),
             format!(
@@ -927,6 +1175,107 @@ fn parse_kind(input: ParseStream<'_>, allowed: &[&str], place: &str) -> syn::Res
         ));
     }
     Ok(decl)
+}
+
+/// The `[ steps ]` body of a structured kind.
+fn parse_body(input: ParseStream<'_>, example: &str) -> syn::Result<Vec<StepDecl>> {
+    if !input.peek(syn::token::Bracket) {
+        return Err(input.error(format!("expected the body in brackets, as in `{example}`")));
+    }
+    parse_steps(input)
+}
+
+/// `switch { label: condition, .. }` (a flowchart node, routing by ports) or
+/// `switch { label: condition => [ steps ], .., default => [ steps ] }` (structured), each
+/// optionally with its mode: `switch(any) { .. }` (ACT-14).
+fn parse_switch(input: ParseStream<'_>, place: &str) -> syn::Result<KindDecl> {
+    let mode = if input.peek(syn::token::Paren) {
+        let content = parenthesized(input, "switch", "switch(any) { high: is_high }")?;
+        let mode: Ident = content.call(Ident::parse_any)?;
+        if !content.is_empty() {
+            return Err(content.error("unexpected token after the switch mode"));
+        }
+        match mode.to_string().as_str() {
+            "first" => SwitchMode::First,
+            "any" => SwitchMode::Any,
+            other => {
+                let (hint, _) = did_you_mean(other, SWITCH_MODES);
+                return Err(syn::Error::new(
+                    mode.span(),
+                    format!(
+                        "unknown switch mode `{other}`; expected one of {}{hint}",
+                        backticked(SWITCH_MODES)
+                    ),
+                ));
+            }
+        }
+    } else {
+        SwitchMode::First
+    };
+    if !input.peek(syn::token::Brace) {
+        return Err(input.error(
+            "expected `{ label: condition, .. }` after `switch`, as in `switch { high: is_high, low: is_low }`",
+        ));
+    }
+    let content;
+    syn::braced!(content in input);
+    let mut cases = Vec::new();
+    let mut bodies = Vec::new();
+    let mut default = None;
+    let mut without_body: Option<Ident> = None;
+    while !content.is_empty() {
+        let label: Ident = content.call(Ident::parse_any)?;
+        if label == "default" && content.peek(Token![=>]) {
+            content.parse::<Token![=>]>()?;
+            default = Some((label, parse_body(&content, "default => [task(fallback)]")?));
+        } else {
+            if !content.peek(Token![:]) || content.peek(Token![::]) {
+                return Err(syn::Error::new(
+                    label.span(),
+                    format!(
+                        "expected `: condition` after the case `{label}`, as in `{label}: is_{label}`"
+                    ),
+                ));
+            }
+            content.parse::<Token![:]>()?;
+            let path: Path = content.parse()?;
+            let path = fn_path(path, "switch")?;
+            if content.peek(Token![=>]) {
+                content.parse::<Token![=>]>()?;
+                let body = parse_body(&content, "high: is_high => [task(review)]")?;
+                bodies.push(Some(body));
+            } else {
+                without_body.get_or_insert_with(|| label.clone());
+                bodies.push(None);
+            }
+            cases.push((label, FnRef { path }));
+        }
+        if content.is_empty() {
+            break;
+        }
+        content.parse::<Token![,]>()?;
+    }
+    let structured = default.is_some() || bodies.iter().any(Option::is_some) || place == "step";
+    if !structured {
+        return Ok(KindDecl::Switch { mode, cases });
+    }
+    if let Some(label) = without_body {
+        return Err(syn::Error::new(
+            label.span(),
+            format!(
+                "the case `{label}` has no body; in a sequence, or when another case has one, every case runs steps: `{label}: condition => [task(..)]`"
+            ),
+        ));
+    }
+    Ok(KindDecl::StructuredSwitch {
+        mode,
+        cases: cases
+            .into_iter()
+            .zip(bodies)
+            .map(|((label, condition), body)| (label, condition, body.unwrap_or_default()))
+            .collect(),
+        default: default.map(|(_, body)| body),
+    })
 }
 
 /// `fault` or `continue` in `saga(..)` (FLT-10).
@@ -1053,6 +1402,8 @@ fn parse_event(input: ParseStream<'_>) -> syn::Result<KindDecl> {
     let mut key = None;
     let mut trigger = false;
     let mut timeout = None;
+    let mut assign = None;
+    let mut look_back = None;
     while input.peek(Token![.]) {
         input.parse::<Token![.]>()?;
         let method: Ident = input.call(Ident::parse_any)?;
@@ -1079,10 +1430,33 @@ fn parse_event(input: ParseStream<'_>) -> syn::Result<KindDecl> {
                 }
                 timeout = Some((millis, tokens_between(&start, &content)));
             }
-            "key" | "trigger" | "timeout" => {
+            "assign" | "assign_with" if assign.is_none() => {
+                syn::parenthesized!(content in input);
+                if payload.is_none() {
+                    return Err(syn::Error::new(
+                        method.span(),
+                        format!(
+                            "`.{method_name}(..)` needs the payload type, as in `event::<Payment>({:?})`",
+                            name.value()
+                        ),
+                    ));
+                }
+                assign = Some(parse_assign(&method_name, &content)?);
+            }
+            "look_back" if look_back.is_none() => {
+                syn::parenthesized!(content in input);
+                look_back = Some(parse_look_back(&content)?);
+            }
+            "key" | "trigger" | "timeout" | "look_back" => {
                 return Err(syn::Error::new(
                     method.span(),
                     format!("duplicate event option `.{method_name}`"),
+                ));
+            }
+            "assign" | "assign_with" => {
+                return Err(syn::Error::new(
+                    method.span(),
+                    "an event folds its payload in once: `.assign(field)` or `.assign_with(fn)`, not both",
                 ));
             }
             _ => {
@@ -1092,7 +1466,7 @@ fn parse_event(input: ParseStream<'_>) -> syn::Result<KindDecl> {
                 return Err(syn::Error::new(
                     method.span(),
                     format!(
-                        "unknown event option `.{method_name}`; expected one of `.key(field)`, `.trigger()`, `.timeout(duration)`{hint}"
+                        "unknown event option `.{method_name}`; expected one of `.key(field)`, `.trigger()`, `.timeout(duration)`, `.assign(field)`, `.assign_with(fn)`, `.look_back(policy)`{hint}"
                     ),
                 ));
             }
@@ -1109,14 +1483,16 @@ fn parse_event(input: ParseStream<'_>) -> syn::Result<KindDecl> {
             ),
         ));
     }
-    Ok(KindDecl::Event {
+    Ok(KindDecl::Event(Box::new(EventDecl {
         payload,
         name,
         key,
         trigger,
         timeout,
         ports,
-    })
+        assign,
+        look_back,
+    })))
 }
 
 /// `[ step, step, .. ]`.
@@ -1246,20 +1622,21 @@ mod tests {
         };
         assert_eq!(function.name(), "auto_review");
         assert_eq!(ports.as_ref().unwrap().ports.len(), 3);
-        let Some(KindDecl::Event {
+        let Some(KindDecl::Event(event)) = nodes.get(2).map(|n| &n.kind) else {
+            panic!("an event")
+        };
+        let EventDecl {
             payload,
             name,
             key,
             trigger,
             timeout,
             ports,
-        }) = nodes.get(2).map(|n| &n.kind)
-        else {
-            panic!("an event")
-        };
+            ..
+        } = &**event;
         assert!(payload.is_some() && *trigger);
         assert_eq!(name.value(), "expense.decision");
-        assert_eq!(key.as_ref().unwrap().0, "customer.id");
+        assert_eq!(key.as_ref().unwrap().text, "customer.id");
         assert_eq!(timeout.as_ref().map(|(ms, _)| *ms), Some(24 * 3_600_000));
         assert_eq!(ports.as_ref().unwrap().ports.len(), 2);
         let Some(KindDecl::After { millis, .. }) = nodes.get(3).map(|n| &n.kind) else {
@@ -1342,7 +1719,7 @@ mod tests {
             errors,
             [
                 "unknown workflow option `nmae`; did you mean `name`?",
-                "unknown node kind `tsak`; expected one of `task`, `event`, `after`, `decide`, `switch`, `fork`, `join`, `end`, `finish`, `fault`, `workflow`, `sequence`, `saga`, `cron`, `every`; did you mean `task`?",
+                "unknown node kind `tsak`; expected one of `task`, `event`, `after`, `decide`, `switch`, `fork`, `join`, `end`, `finish`, `fault`, `workflow`, `sequence`, `saga`, `cron`, `every`, `if`, `while`, `for_each`, `parallel_for_each`, `parallel`, `break`, `set`, `correlate`; did you mean `task`?",
                 "expected `;` after the `task` node `b`",
                 "unknown join mode `sometimes`; expected one of `all`, `any`",
                 "`start` is reserved for the explicit start (`start -> first_node`); name this node otherwise",
@@ -1371,7 +1748,7 @@ mod tests {
         assert_eq!(
             messages(quote!(workflow W(D) = sequence [decide(f)])),
             [
-                "`decide` is a flowchart node, not a sequence step; expected one of `task`, `event`, `after`, `finish`, `fault`, `workflow`, `sequence`, `saga`, `cron`"
+                "`decide` is a flowchart node, not a sequence step; expected one of `task`, `event`, `after`, `finish`, `fault`, `workflow`, `sequence`, `saga`, `cron`, `if`, `while`, `for_each`, `parallel_for_each`, `parallel`, `switch`, `break`, `set`, `correlate`"
             ]
         );
     }
