@@ -6,6 +6,8 @@
 //! token.
 
 mod common;
+#[cfg(test)]
+mod robustness;
 mod state_machine;
 mod workflow;
 

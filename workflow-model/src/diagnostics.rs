@@ -6,6 +6,7 @@
 //! diagnostic becomes a `compile_error!` on the offending token.
 
 use std::borrow::Cow;
+use std::cell::Cell;
 use std::fmt;
 
 /// One step of a [`Location`].
@@ -217,24 +218,104 @@ impl Extend<Diagnostic> for Diagnostics {
 /// The candidate closest to `name` by edit distance compared without case, when it is at most a
 /// third of `name`'s length away (rounded up, at least 1); ties go to the earlier candidate
 /// (FC-25). An exact match is not a suggestion.
+///
+/// The work is bounded: a name longer than [`MAX_SUGGESTED_CHARS`] gets no suggestion, a
+/// candidate whose length alone puts it too far is skipped without comparing, and each
+/// comparison stops as soon as it cannot come within the limit (a banded edit distance, time
+/// and memory linear in the candidate's length for a given name). Within [`crate::validate`]
+/// and [`crate::Definition::from_json`], all suggestions together share a fixed budget of
+/// work, so a definition with many long near-miss names is still validated in milliseconds
+/// (the names past the budget get no suggestion).
+///
+/// ```
+/// use workflow_model::suggest;
+///
+/// assert_eq!(suggest("Shiped", ["Paid", "Shipped"]), Some("Shipped"));
+/// let long = "a".repeat(100_000);
+/// assert_eq!(suggest(&long, [long.as_str(), "a"]), None);
+/// ```
 pub fn suggest<'a, I>(name: &str, candidates: I) -> Option<&'a str>
 where
     I: IntoIterator<Item = &'a str>,
 {
-    let limit = name.chars().count().div_ceil(3).max(1);
-    let lower = name.to_lowercase();
+    let name_chars = name.chars().count();
+    if name_chars > MAX_SUGGESTED_CHARS {
+        return None;
+    }
+    let limit = name_chars.div_ceil(3).max(1);
+    let lower: Vec<char> = name.to_lowercase().chars().collect();
     let mut best: Option<(usize, &'a str)> = None;
     for candidate in candidates {
+        if BUDGET.get() == Some(0) {
+            break;
+        }
         if candidate == name {
             continue;
         }
-        let distance = edit_distance(&lower, &candidate.to_lowercase());
-        if distance <= limit && best.is_none_or(|(d, _)| distance < d) {
+        // Lowercasing may change the length by a few chars; the banded distance is exact, this
+        // pre-check only skips candidates that are far too long or too short to compare.
+        let candidate_chars = candidate.chars().take(name_chars + 2 * limit + 1).count();
+        if candidate_chars.abs_diff(name_chars) > 2 * limit {
+            continue;
+        }
+        // Only a strictly better candidate can replace the current best.
+        let bound = best.map_or(limit, |(d, _)| d.saturating_sub(1));
+        // The most cells this comparison can compute; past the budget, the search stops with
+        // what it has.
+        let cells = u64::try_from(name_chars.saturating_mul(2 * bound + 1)).unwrap_or(u64::MAX);
+        if !charge(cells) {
+            break;
+        }
+        let other: Vec<char> = candidate.to_lowercase().chars().collect();
+        if let Some(distance) = bounded_edit_distance(&lower, &other, bound) {
             best = Some((distance, candidate));
         }
     }
     best.map(|(_, candidate)| candidate)
 }
+
+thread_local! {
+    /// The edit-distance cells [`suggest`] may still compute on this thread, when a budget is
+    /// set ([`with_suggestion_budget`]).
+    static BUDGET: Cell<Option<u64>> = const { Cell::new(None) };
+}
+
+/// The suggestion work one validation may do, in edit-distance cells: about 20 ms. A
+/// definition with a thousand near-miss names of 250 chars would need 40 billion; within the
+/// budget the first unknown names get their suggestion, the rest none.
+pub(crate) const SUGGESTION_BUDGET: u64 = 20_000_000;
+
+/// Runs `f` with at most `cells` edit-distance cells for all its suggestions (the budget of
+/// an enclosing call is put back afterwards).
+pub(crate) fn with_suggestion_budget<T>(cells: u64, f: impl FnOnce() -> T) -> T {
+    struct Restore(Option<u64>);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            BUDGET.set(self.0);
+        }
+    }
+    let _restore = Restore(BUDGET.replace(Some(cells)));
+    f()
+}
+
+/// Takes `cells` from the budget; `false` when it does not have them (and then it is spent).
+fn charge(cells: u64) -> bool {
+    match BUDGET.get() {
+        None => true,
+        Some(left) if left >= cells => {
+            BUDGET.set(Some(left - cells));
+            true
+        }
+        Some(_) => {
+            BUDGET.set(Some(0));
+            false
+        }
+    }
+}
+
+/// Names longer than this (in chars) get no suggestion from [`suggest`]: the validator's size
+/// limits (DEF-3) keep names shorter, and a suggestion for a longer one would not help.
+pub const MAX_SUGGESTED_CHARS: usize = 256;
 
 /// `"; did you mean `x`?"` for the closest candidate, or an empty string.
 pub fn did_you_mean<'a, I>(name: &str, candidates: I) -> (String, Option<String>)
@@ -260,32 +341,45 @@ where
 }
 
 /// Edit distance over chars where an insertion, a deletion, a substitution or a swap of two
-/// neighbours costs 1 (optimal string alignment), so `Nwe` is one edit from `New`.
-#[allow(clippy::indexing_slicing)] // every index is bounded by the lengths the table was built with
-fn edit_distance(a: &str, b: &str) -> usize {
-    let a: Vec<char> = a.chars().collect();
-    let b: Vec<char> = b.chars().collect();
+/// neighbours costs 1 (optimal string alignment), so `Nwe` is one edit from `New`; `None` when
+/// it is more than `bound`. Only the cells within `bound` of the diagonal are computed, three
+/// rows at a time, and the search stops once a whole row is over the bound.
+#[allow(clippy::indexing_slicing)] // every index is bounded by the lengths the rows were built with
+fn bounded_edit_distance(a: &[char], b: &[char], bound: usize) -> Option<usize> {
+    if a.len().abs_diff(b.len()) > bound {
+        return None;
+    }
+    let over = bound + 1;
     let width = b.len() + 1;
-    let mut table = vec![0usize; (a.len() + 1) * width];
-    for i in 0..=a.len() {
-        table[i * width] = i;
-    }
-    for (j, cell) in table.iter_mut().enumerate().take(width) {
-        *cell = j;
-    }
+    // Row i-2, row i-1 and row i; cells outside the band hold `over`.
+    let mut before = vec![over; width];
+    let mut previous: Vec<usize> = (0..width).map(|j| j.min(over)).collect();
+    let mut current = vec![over; width];
     for i in 1..=a.len() {
-        for j in 1..=b.len() {
+        let low = i.saturating_sub(bound).max(1);
+        let high = (i + bound).min(b.len());
+        current.fill(over);
+        current[0] = i.min(over);
+        let mut row_min = current[0];
+        for j in low..=high {
             let cost = usize::from(a[i - 1] != b[j - 1]);
-            let mut best = (table[(i - 1) * width + j] + 1)
-                .min(table[i * width + j - 1] + 1)
-                .min(table[(i - 1) * width + j - 1] + cost);
+            let mut best = (previous[j] + 1)
+                .min(current[j - 1] + 1)
+                .min(previous[j - 1] + cost);
             if i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] {
-                best = best.min(table[(i - 2) * width + j - 2] + 1);
+                best = best.min(before[j - 2] + 1);
             }
-            table[i * width + j] = best;
+            current[j] = best.min(over);
+            row_min = row_min.min(current[j]);
         }
+        if row_min > bound {
+            return None;
+        }
+        std::mem::swap(&mut before, &mut previous);
+        std::mem::swap(&mut previous, &mut current);
     }
-    table[a.len() * width + b.len()]
+    let distance = previous[b.len()];
+    (distance <= bound).then_some(distance)
 }
 
 #[cfg(test)]
@@ -304,6 +398,77 @@ mod tests {
     fn suggestion_ignores_case_and_prefers_the_earlier_tie() {
         assert_eq!(suggest("NEW", ["new", "few"]), Some("new"));
         assert_eq!(suggest("ab", ["ax", "ay"]), Some("ax"));
+    }
+
+    /// The distance of the plain quadratic table, to check the banded one against.
+    #[allow(clippy::indexing_slicing)]
+    fn full_edit_distance(a: &[char], b: &[char]) -> usize {
+        let width = b.len() + 1;
+        let mut table = vec![0usize; (a.len() + 1) * width];
+        for i in 0..=a.len() {
+            table[i * width] = i;
+        }
+        for (j, cell) in table.iter_mut().enumerate().take(width) {
+            *cell = j;
+        }
+        for i in 1..=a.len() {
+            for j in 1..=b.len() {
+                let cost = usize::from(a[i - 1] != b[j - 1]);
+                let mut best = (table[(i - 1) * width + j] + 1)
+                    .min(table[i * width + j - 1] + 1)
+                    .min(table[(i - 1) * width + j - 1] + cost);
+                if i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] {
+                    best = best.min(table[(i - 2) * width + j - 2] + 1);
+                }
+                table[i * width + j] = best;
+            }
+        }
+        table[a.len() * width + b.len()]
+    }
+
+    #[test]
+    fn the_banded_distance_agrees_with_the_full_table() {
+        let words = [
+            "", "a", "ab", "ba", "abc", "acb", "New", "Nwe", "Paid", "Shipped", "Shiped", "review",
+            "reveiw", "abcdef", "badcfe", "kitten", "sitting", "xyz",
+        ];
+        for a in words {
+            for b in words {
+                let (a, b): (Vec<char>, Vec<char>) = (a.chars().collect(), b.chars().collect());
+                let full = full_edit_distance(&a, &b);
+                for bound in 0..8 {
+                    let expected = (full <= bound).then_some(full);
+                    assert_eq!(
+                        bounded_edit_distance(&a, &b, bound),
+                        expected,
+                        "{a:?} {b:?} {bound}"
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn suggestions_for_long_names_are_bounded() {
+        // 32 000 chars once needed an 8 GB table; now: no suggestion, at once.
+        let long = "a".repeat(32_000);
+        let near = format!("{}b", "a".repeat(31_999));
+        let started = std::time::Instant::now();
+        assert_eq!(suggest(&long, [near.as_str()]), None);
+        assert_eq!(did_you_mean(&near, [long.as_str()]).1, None);
+        // A name at the limit is compared in a band, not a full table.
+        let name = "a".repeat(MAX_SUGGESTED_CHARS);
+        let close = format!("{}b", "a".repeat(MAX_SUGGESTED_CHARS - 1));
+        let far = "b".repeat(32_000);
+        assert_eq!(
+            suggest(&name, [far.as_str(), close.as_str()]),
+            Some(close.as_str())
+        );
+        assert!(
+            started.elapsed() < std::time::Duration::from_millis(500),
+            "{:?}",
+            started.elapsed()
+        );
     }
 
     #[test]

@@ -83,7 +83,13 @@ impl Definition {
     ///
     /// [`LoadError::Invalid`] with every shape problem (DEF-1) or every rule violation.
     pub fn from_json_value(value: Value) -> Result<Definition, LoadError> {
-        let definition = decode(value).map_err(LoadError::Invalid)?;
+        // Sizes before shapes (DEF-3): decoding and its suggestions never see a huge value.
+        crate::validate::limits::check_value(&value).map_err(LoadError::Invalid)?;
+        let definition = crate::diagnostics::with_suggestion_budget(
+            crate::diagnostics::SUGGESTION_BUDGET,
+            || decode(value),
+        )
+        .map_err(LoadError::Invalid)?;
         validate(&definition).map_err(LoadError::Invalid)?;
         Ok(definition)
     }

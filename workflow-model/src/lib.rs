@@ -11,6 +11,7 @@
 //!   message, the [`Location`] it points at, related locations, and a "did you mean".
 //! - [`Definition::from_json`]: load and validate; one [`LoadError`] listing every problem
 //!   with its JSON Pointer, never a panic.
+//! - [`limits`]: the sizes a definition may have (DEF-3), checked before any other rule.
 //! - [`Definition::fingerprint`]: the version fingerprint (ENG-44), a SHA-256 of the canonical
 //!   graph.
 //!
@@ -97,9 +98,11 @@ pub use definition::{
     SubWorkflow, SubWorkflowMode, Switch, SwitchCase, SwitchMode, Task, Timer, Transition, While,
 };
 pub use diagnostics::{
-    Diagnostic, Diagnostics, Location, Segment, backticked, did_you_mean, suggest,
+    Diagnostic, Diagnostics, Location, MAX_SUGGESTED_CHARS, Segment, backticked, did_you_mean,
+    suggest,
 };
 pub use json::{LoadError, SHAPE_RULE};
+pub use validate::limits;
 pub use validate::{
     FlowchartAnalysis, FlowchartLoop, KNOWN_TIME_ZONES, analyze_flowchart, is_known_time_zone,
     is_valid_id, validate,

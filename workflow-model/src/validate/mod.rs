@@ -7,6 +7,7 @@
 mod activity;
 mod faults;
 mod flowchart;
+pub mod limits;
 mod state_machine;
 
 pub use faults::{KNOWN_TIME_ZONES, is_known_time_zone};
@@ -39,6 +40,16 @@ use crate::diagnostics::{Diagnostic, Diagnostics, Location};
 ///
 /// Every violation, as [`Diagnostics`].
 pub fn validate(definition: &Definition) -> Result<(), Diagnostics> {
+    // Sizes first (DEF-3): over a limit, no other rule runs, so the work stays linear.
+    limits::check_definition(definition)?;
+    // Within the limits, the did-you-mean search (FC-25) shares one bounded budget.
+    crate::diagnostics::with_suggestion_budget(crate::diagnostics::SUGGESTION_BUDGET, || {
+        check_rules(definition)
+    })
+}
+
+/// Every rule but the size limits.
+fn check_rules(definition: &Definition) -> Result<(), Diagnostics> {
     let mut cx = Diagnostics::new();
     if definition.name.trim().is_empty() {
         cx.push(Diagnostic::new(

@@ -1254,9 +1254,7 @@ impl Runtime {
 
     /// Subscribes to lifecycle events of every instance (ENG-39, ENG-40).
     pub fn subscribe(&self) -> EventStream {
-        EventStream {
-            receiver: self.inner.events.subscribe(),
-        }
+        EventStream::new(self.inner.events.subscribe())
     }
 
     // ---- links between instances (ACT-24) ----------------------------------------------
@@ -1393,7 +1391,10 @@ impl Runtime {
                 instance_cancel: cancel.cloned(),
             },
             max_steps: self.inner.max_steps_per_run,
-            emit_events: self.inner.events.receiver_count() > 0,
+            // Events are built for subscribers and for the log (`LifecycleEvent::trace`
+            // writes none below `warn`).
+            emit_events: self.inner.events.receiver_count() > 0
+                || tracing::enabled!(target: "workflow_runtime::events", tracing::Level::WARN),
             now_ms: self.inner.clock.now_ms(),
         }
     }
@@ -1599,7 +1600,9 @@ impl Runtime {
                 });
             }
         }
+        let waiting_for: Vec<&str> = state.bookmarks.iter().map(|b| b.name.as_str()).collect();
         for event in output.events {
+            event.trace(&waiting_for);
             // No subscriber is not an error.
             let _ = self.inner.events.send(event);
         }

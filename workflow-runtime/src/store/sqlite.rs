@@ -512,6 +512,34 @@ fn configure(conn: &Connection, options: &SqliteOptions) -> StoreResult<()> {
     Ok(())
 }
 
+/// Refuses a file whose schema is older or newer than this library's (ST-29).
+fn require_current_schema(conn: &Connection) -> StoreResult<()> {
+    let applied: Vec<i64> = {
+        let mut stmt = conn.prepare("SELECT version FROM wf_schema_migrations")?;
+        let rows = stmt.query_map([], |r| r.get(0))?;
+        rows.collect::<Result<_, _>>()?
+    };
+    let latest = latest_schema_version();
+    let found = applied
+        .iter()
+        .map(|v| u32::try_from(*v).unwrap_or(u32::MAX))
+        .max()
+        .unwrap_or(0);
+    if found > latest {
+        return Err(StoreError::SchemaTooNew {
+            found,
+            supported: latest,
+        });
+    }
+    if found < latest {
+        return Err(StoreError::SchemaOutdated {
+            found,
+            required: latest,
+        });
+    }
+    Ok(())
+}
+
 /// Takes the exclusive lock of the `<file>-owner` side file, held for the store's life
 /// (ST-26). A busy lock means another store holds the file: `InUse`, naming the holder
 /// recorded in the database.
@@ -705,31 +733,30 @@ impl SqliteStore {
         let options = SqliteOptions::default();
         let conn = Connection::open_with_flags(&path, OpenFlags::SQLITE_OPEN_READ_ONLY)?;
         conn.busy_timeout(options.busy_timeout)?;
-        let applied: Vec<i64> = {
-            let mut stmt = conn.prepare("SELECT version FROM wf_schema_migrations")?;
-            let rows = stmt.query_map([], |r| r.get(0))?;
-            rows.collect::<Result<_, _>>()?
-        };
-        let latest = latest_schema_version();
-        let found = applied
-            .iter()
-            .map(|v| u32::try_from(*v).unwrap_or(u32::MAX))
-            .max()
-            .unwrap_or(0);
-        if found > latest {
-            return Err(StoreError::SchemaTooNew {
-                found,
-                supported: latest,
-            });
-        }
-        if found < latest {
-            return Err(StoreError::SchemaOutdated {
-                found,
-                required: latest,
-            });
-        }
+        require_current_schema(&conn)?;
         drop(conn);
         Self::start(path, None, &options, Vec::new(), None)
+    }
+
+    /// Opens a file for an operator's requests beside the process that holds it: no owner
+    /// lock is taken, so it opens while an application runs on the file (the `workflow`
+    /// command line uses it). Use it only for writes that are safe beside the owner and that
+    /// the owner picks up by itself: enqueueing a stimulus (its queue worker delivers it),
+    /// recording a control request (applied at the instance's next step), replaying a dead
+    /// letter, purging final instances. It never creates the file nor migrates it: the schema
+    /// must be current (`SchemaOutdated` or `SchemaTooNew` otherwise).
+    ///
+    /// # Errors
+    ///
+    /// `NotFound`-like open errors from SQLite when the file is missing, and the schema
+    /// errors above.
+    pub fn open_operator(path: impl AsRef<Path>) -> StoreResult<Self> {
+        let path = path.as_ref().to_path_buf();
+        let options = SqliteOptions::default();
+        let conn = Connection::open_with_flags(&path, OpenFlags::SQLITE_OPEN_READ_WRITE)?;
+        configure(&conn, &options)?;
+        require_current_schema(&conn)?;
+        Self::start(path, Some(conn), &options, Vec::new(), None)
     }
 
     /// Starts the writer (when given its connection) and the readers.

@@ -1,0 +1,187 @@
+//! What an operator sees in the logs: the lifecycle written to `tracing` with the definition,
+//! the instance and the node as fields, at levels that keep `info` readable; and the event
+//! stream read as a `futures::Stream`.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
+
+use std::collections::BTreeMap;
+use std::fmt::Debug;
+use std::sync::{Arc, Mutex};
+
+use futures_util::StreamExt;
+use serde::{Deserialize, Serialize};
+use tracing::field::{Field, Visit};
+use tracing::{Event, Level, Subscriber};
+use tracing_subscriber::Layer;
+use tracing_subscriber::layer::{Context, SubscriberExt};
+use workflow_runtime::{
+    EventKind, Runtime, Stimulus, TaskContext, TaskError, WorkflowStatus, state_machine, workflow,
+};
+
+/// One captured event: its level, message and fields.
+#[derive(Debug, Clone)]
+struct Captured {
+    level: Level,
+    fields: BTreeMap<String, String>,
+}
+
+impl Captured {
+    fn message(&self) -> &str {
+        self.fields.get("message").map_or("", String::as_str)
+    }
+
+    fn field(&self, name: &str) -> &str {
+        self.fields.get(name).map_or("", String::as_str)
+    }
+}
+
+#[derive(Clone, Default)]
+struct Capture(Arc<Mutex<Vec<Captured>>>);
+
+struct Fields<'a>(&'a mut BTreeMap<String, String>);
+
+impl Visit for Fields<'_> {
+    fn record_str(&mut self, field: &Field, value: &str) {
+        self.0.insert(field.name().to_owned(), value.to_owned());
+    }
+
+    fn record_debug(&mut self, field: &Field, value: &dyn Debug) {
+        self.0.insert(field.name().to_owned(), format!("{value:?}"));
+    }
+}
+
+impl<S: Subscriber> Layer<S> for Capture {
+    fn on_event(&self, event: &Event<'_>, _ctx: Context<'_, S>) {
+        let mut fields = BTreeMap::new();
+        event.record(&mut Fields(&mut fields));
+        self.0.lock().unwrap().push(Captured {
+            level: *event.metadata().level(),
+            fields,
+        });
+    }
+}
+
+impl Capture {
+    fn find(&self, message: &str, instance: &str) -> Captured {
+        let events = self.0.lock().unwrap();
+        events
+            .iter()
+            .find(|e| e.message() == message && e.field("instance") == instance)
+            .cloned()
+            .unwrap_or_else(|| panic!("no `{message}` event for {instance} in {events:#?}"))
+    }
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct Ticket {
+    id: String,
+}
+
+async fn close(_ctx: &mut TaskContext<Ticket>) {}
+
+async fn explode(_ctx: &mut TaskContext<Ticket>) -> Result<(), TaskError> {
+    Err(TaskError::permanent("disk full"))
+}
+
+#[state_machine(data = Ticket, initial = Open)]
+pub enum Support {
+    #[on(answer: event("answered").key(id) => Closed, action = close)]
+    Open,
+    Closed,
+}
+
+workflow! {
+    pub workflow Export(Ticket) = sequence [write = task(explode)];
+}
+
+#[test]
+fn the_lifecycle_is_logged_with_its_instance_definition_and_node() {
+    let capture = Capture::default();
+    // The process-wide subscriber: a thread-local one races with the callsite interest the
+    // other tests of this binary register without one.
+    let subscriber = tracing_subscriber::registry().with(capture.clone());
+    tracing::subscriber::set_global_default(subscriber).unwrap();
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(async {
+            let rt = Runtime::builder()
+                .register::<Support>()
+                .register::<Export>()
+                .build()
+                .unwrap();
+            let ticket = Ticket { id: "t-1".into() };
+            let id = rt
+                .start::<Support>(ticket.clone())
+                .await
+                .unwrap()
+                .instance_id;
+            rt.send(Stimulus::new("answered").key("t-1")).await.unwrap();
+            let failed = rt.start::<Export>(ticket).await.unwrap();
+            assert_eq!(failed.status, WorkflowStatus::Faulted);
+
+            let started = capture.find("workflow started", &id);
+            assert_eq!(started.level, Level::INFO);
+            assert_eq!(started.field("definition"), "Support");
+            let suspended = capture.find("workflow suspended", &id);
+            assert_eq!(suspended.level, Level::INFO);
+            assert_eq!(suspended.field("waiting_for"), "answered");
+            assert_eq!(capture.find("workflow resumed", &id).level, Level::INFO);
+            assert_eq!(capture.find("workflow finished", &id).level, Level::INFO);
+            let completed = capture.find("activity completed", &id);
+            assert_eq!(completed.level, Level::DEBUG);
+            assert!(!completed.field("node").is_empty(), "{completed:?}");
+
+            let faulted = capture.find("workflow faulted", &failed.instance_id);
+            assert_eq!(faulted.level, Level::WARN);
+            assert_eq!(faulted.field("definition"), "Export");
+            assert!(faulted.field("node").ends_with("write"), "{faulted:?}");
+            assert!(faulted.field("error").contains("disk full"), "{faulted:?}");
+        });
+}
+
+#[test]
+fn the_event_stream_is_a_futures_stream() {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(async {
+            let rt = Runtime::builder().register::<Support>().build().unwrap();
+            let mut events = rt.subscribe();
+            let id = rt
+                .start::<Support>(Ticket { id: "t-2".into() })
+                .await
+                .unwrap()
+                .instance_id;
+            rt.send(Stimulus::new("answered").key("t-2")).await.unwrap();
+            let mut kinds = Vec::new();
+            while let Some(event) = events.next().await {
+                let event = event.unwrap();
+                assert_eq!(event.instance_id, id);
+                let finished = matches!(event.kind, EventKind::WorkflowFinished);
+                kinds.push(event.kind);
+                if finished {
+                    break;
+                }
+            }
+            assert!(
+                matches!(kinds.first(), Some(EventKind::WorkflowStarted)),
+                "{kinds:?}"
+            );
+            assert!(
+                kinds
+                    .iter()
+                    .any(|k| matches!(k, EventKind::WorkflowResumed)),
+                "{kinds:?}"
+            );
+            // `recv` and the stream share one position: nothing is delivered twice.
+            assert!(events.try_recv().unwrap().is_none());
+            drop(rt);
+            assert!(
+                events.next().await.is_none(),
+                "the stream ends with the runtime"
+            );
+        });
+}

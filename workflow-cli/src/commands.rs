@@ -1,0 +1,533 @@
+//! What each subcommand does; each returns the text to print.
+
+use std::fmt::{self, Write as _};
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use serde_json::Value;
+use workflow_model::Definition;
+use workflow_runtime::store::{
+    ControlKind, ControlRequest, DeadLetterFilter, DeadLetterReason, InstanceStatus,
+    InstanceSubStatus, Micros, PurgeFilter, Store, StoreError,
+};
+use workflow_runtime::{Runtime, Stimulus};
+
+use crate::inspect::{self, Detail, ListFilter};
+use crate::render::{Table, instant, or_dash, relative};
+use crate::target::{OpenError, Target};
+use crate::{Command, DeadLetterAction, DiagramFormat, ReasonArg, StatusArg};
+
+/// Why a command failed; printed after `error: `.
+#[derive(Debug)]
+pub(crate) enum CliError {
+    Open(OpenError),
+    Store(StoreError),
+    NotFound(String),
+    Input(String),
+    Send(String),
+}
+
+impl fmt::Display for CliError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Open(error) => error.fmt(f),
+            Self::Store(error) => write!(f, "the store failed: {error}"),
+            Self::NotFound(id) => write!(f, "no instance `{id}` in this store"),
+            Self::Input(message) | Self::Send(message) => f.write_str(message),
+        }
+    }
+}
+
+impl From<OpenError> for CliError {
+    fn from(error: OpenError) -> Self {
+        Self::Open(error)
+    }
+}
+
+impl From<StoreError> for CliError {
+    fn from(error: StoreError) -> Self {
+        match error {
+            StoreError::NotFound { id, .. } => Self::NotFound(id),
+            other => Self::Store(other),
+        }
+    }
+}
+
+fn now() -> Micros {
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| {
+        Micros::try_from(d.as_micros()).unwrap_or(Micros::MAX)
+    })
+}
+
+fn micros(duration: Duration) -> Micros {
+    Micros::try_from(duration.as_micros()).unwrap_or(Micros::MAX)
+}
+
+fn json_line(value: &impl serde::Serialize) -> String {
+    serde_json::to_string(value).unwrap_or_default()
+}
+
+/// Runs one subcommand against the store at `url`.
+pub(crate) async fn run(url: &str, command: Command) -> Result<String, CliError> {
+    let target = Target::parse(url)?;
+    match command {
+        Command::List {
+            status,
+            definition,
+            older_than,
+            newer_than,
+            limit,
+            json,
+        } => {
+            let store = target.open_read()?;
+            let now = now();
+            let filter = ListFilter {
+                status: status.map(instance_status),
+                definition,
+                updated_before: older_than.map(|d| now.saturating_sub(micros(d))),
+                created_after: newer_than.map(|d| now.saturating_sub(micros(d))),
+                limit,
+            };
+            let mut rows = inspect::list(store.as_ref(), &filter).await?;
+            rows.sort_by_key(|r| r.updated_at);
+            if json {
+                return Ok(rows.iter().map(|r| json_line(r) + "\n").collect());
+            }
+            let mut table = Table::new(&["ID", "DEFINITION", "STATUS", "AT", "CHANGED"]);
+            for row in &rows {
+                let status = match (&row.error, &row.sub_status) {
+                    (Some(_), _) => "unreadable".to_owned(),
+                    (None, Some(sub)) => format!("{} ({sub})", row.status),
+                    (None, None) => row.status.clone(),
+                };
+                let at = row.error.clone().unwrap_or_else(|| {
+                    or_dash(Some(row.at.join(", ").as_str()).filter(|s| !s.is_empty()))
+                });
+                table.row(vec![
+                    row.instance_id.clone(),
+                    row.definition.clone(),
+                    status,
+                    at,
+                    relative(row.updated_at, now),
+                ]);
+            }
+            Ok(if table.is_empty() {
+                "no instances match\n".to_owned()
+            } else {
+                table.render()
+            })
+        }
+        Command::Show { id, json } => {
+            let store = target.open_read()?;
+            let detail = inspect::detail(store.as_ref(), &id)
+                .await?
+                .ok_or(CliError::NotFound(id))?;
+            if json {
+                let text = serde_json::to_string_pretty(&detail).unwrap_or_default();
+                return Ok(text + "\n");
+            }
+            Ok(show(&detail, now()))
+        }
+        Command::Why { id } => {
+            let store = target.open_read()?;
+            let detail = inspect::detail(store.as_ref(), &id)
+                .await?
+                .ok_or(CliError::NotFound(id))?;
+            Ok(inspect::why(&detail, now()).join("\n") + "\n")
+        }
+        Command::Send {
+            name,
+            key,
+            payload,
+            instance,
+            correlation,
+            idempotency_key,
+        } => {
+            let store = target.open_write()?;
+            let mut stimulus = Stimulus::new(name.clone()).enqueued();
+            if let Some(key) = key {
+                stimulus = stimulus.key(parse_json_or_string(&key));
+            }
+            if let Some(payload) = payload {
+                let value: Value = serde_json::from_str(&payload)
+                    .map_err(|e| CliError::Input(format!("`--payload` is not JSON: {e}")))?;
+                stimulus = stimulus.payload(value);
+            }
+            if let Some(instance) = instance {
+                stimulus = stimulus.instance(instance);
+            }
+            if let Some(correlation) = correlation {
+                stimulus = stimulus.correlation(correlation);
+            }
+            if let Some(idempotency_key) = idempotency_key {
+                stimulus = stimulus.idempotency_key(idempotency_key);
+            }
+            let runtime = operator_runtime(store)?;
+            let report = runtime
+                .send(stimulus)
+                .await
+                .map_err(|e| CliError::Send(format!("the send was refused: {e}")))?;
+            Ok(match report.queued {
+                Some(item) => format!(
+                    "queued `{name}` as {item}: the process running its workflows delivers it\n"
+                ),
+                None if report.duplicate => {
+                    "already sent with this idempotency key: nothing done\n".to_owned()
+                }
+                None => format!("sent `{name}`\n"),
+            })
+        }
+        Command::Retry { id } => control(&target, &id, ControlKind::Retry, None).await,
+        Command::Cancel { id, reason } => control(&target, &id, ControlKind::Cancel, reason).await,
+        Command::Suspend { id, reason } => {
+            control(&target, &id, ControlKind::Suspend, reason).await
+        }
+        Command::Resume { id } => control(&target, &id, ControlKind::Resume, None).await,
+        Command::Purge {
+            older_than,
+            definition,
+        } => purge(&target, older_than, definition).await,
+        Command::DeadLetters { action, json } => dead_letters(&target, action, json).await,
+        Command::Incidents { all, json } => incidents(&target, all, json).await,
+        Command::Diagram { what, format } => diagram(&target, &what, format).await,
+    }
+}
+
+fn instance_status(status: StatusArg) -> InstanceStatus {
+    match status {
+        StatusArg::Running => InstanceStatus::Running,
+        StatusArg::Suspended => InstanceStatus::Suspended,
+        StatusArg::Faulted => InstanceStatus::Faulted,
+        StatusArg::Finished => InstanceStatus::Finished,
+        StatusArg::Cancelled => InstanceStatus::Cancelled,
+    }
+}
+
+/// `"o-1"` and `42` are JSON; `o-1` is taken as the string it reads as.
+fn parse_json_or_string(text: &str) -> Value {
+    serde_json::from_str(text).unwrap_or_else(|_| Value::String(text.to_owned()))
+}
+
+/// A runtime with no workflows of its own: it only writes what an operator asks for, through
+/// the same code paths as the application's runtime.
+fn operator_runtime(store: Arc<dyn Store>) -> Result<Runtime, CliError> {
+    Runtime::builder()
+        .store(store)
+        .timer_driver(false)
+        .owner(format!("workflow-cli pid {}", std::process::id()))
+        .build()
+        .map_err(|e| CliError::Input(format!("cannot prepare the send: {e}")))
+}
+
+async fn control(
+    target: &Target,
+    id: &str,
+    kind: ControlKind,
+    reason: Option<String>,
+) -> Result<String, CliError> {
+    let store = target.open_write()?;
+    let record = store.load_instance(id).await?;
+    let status = record.status;
+    let refusal = match kind {
+        ControlKind::Retry if status != InstanceStatus::Faulted => Some("it is not faulted"),
+        ControlKind::Resume if record.sub_status != Some(InstanceSubStatus::Paused) => {
+            Some("it is not suspended by an operator")
+        }
+        _ if status.is_final() => Some("it is already final"),
+        _ => None,
+    };
+    if let Some(why) = refusal {
+        return Err(CliError::Input(format!(
+            "cannot {} `{id}`: {why} (status {})",
+            verb(kind),
+            status.as_str()
+        )));
+    }
+    store
+        .request_control(id, ControlRequest { kind, reason })
+        .await?;
+    Ok(format!(
+        "asked to {} `{id}`: the process running `{}` applies it at the instance's next step\n",
+        verb(kind),
+        record.definition_name
+    ))
+}
+
+fn verb(kind: ControlKind) -> &'static str {
+    match kind {
+        ControlKind::Cancel => "cancel",
+        ControlKind::Suspend => "suspend",
+        ControlKind::Resume => "resume",
+        ControlKind::Retry => "retry",
+    }
+}
+
+async fn purge(
+    target: &Target,
+    older_than: Duration,
+    definition: Option<String>,
+) -> Result<String, CliError> {
+    let store = target.open_write()?;
+    let cut_off = now().saturating_sub(micros(older_than));
+    let mut total = 0u64;
+    // Batches of 500, each atomic; the progress line is redrawn after each batch.
+    loop {
+        let removed = store
+            .purge(PurgeFilter {
+                definition_name: definition.clone(),
+                batch_size: 500,
+                ..PurgeFilter::finished_before(cut_off)
+            })
+            .await?;
+        total += removed;
+        eprint!("\rpurging: {total} instance(s) removed");
+        if removed < 500 {
+            break;
+        }
+    }
+    eprintln!();
+    Ok(format!(
+        "purged {total} finished or cancelled instance(s) that ended before {}\n",
+        instant(cut_off)
+    ))
+}
+
+async fn dead_letters(
+    target: &Target,
+    action: Option<DeadLetterAction>,
+    json: bool,
+) -> Result<String, CliError> {
+    let reason = match action {
+        Some(DeadLetterAction::Replay { item_id }) => {
+            let runtime = operator_runtime(target.open_write()?)?;
+            let item = runtime.replay_dead_letter(&item_id).await?;
+            return Ok(format!(
+                "replayed `{}` ({}) into the queue as {}\n",
+                item.name, item_id, item.item_id
+            ));
+        }
+        Some(DeadLetterAction::List { reason }) => reason,
+        None => None,
+    };
+    let store = target.open_read()?;
+    let filter = DeadLetterFilter {
+        reason: reason.map(|r| match r {
+            ReasonArg::Expired => DeadLetterReason::Expired,
+            ReasonArg::Failed => DeadLetterReason::Failed,
+            ReasonArg::Rejected => DeadLetterReason::Rejected,
+        }),
+        limit: 500,
+        ..DeadLetterFilter::default()
+    };
+    let letters = store.list_dead_letters(filter).await?;
+    if json {
+        return Ok(letters
+            .iter()
+            .map(|d| {
+                json_line(&serde_json::json!({
+                    "item_id": d.item.item_id,
+                    "name": d.item.name,
+                    "key": d.item.key_display,
+                    "reason": d.reason.as_str(),
+                    "error": d.error,
+                    "dead_at": d.dead_at,
+                    "payload": d.item.payload,
+                })) + "\n"
+            })
+            .collect());
+    }
+    let now = now();
+    let mut table = Table::new(&["ITEM", "EVENT", "KEY", "REASON", "DIED", "ERROR"]);
+    for d in &letters {
+        table.row(vec![
+            d.item.item_id.clone(),
+            d.item.name.clone(),
+            or_dash(d.item.key_display.as_deref()),
+            d.reason.as_str().to_owned(),
+            relative(d.dead_at, now),
+            or_dash(d.error.as_deref()),
+        ]);
+    }
+    Ok(if table.is_empty() {
+        "no dead letters\n".to_owned()
+    } else {
+        table.render()
+    })
+}
+
+async fn incidents(target: &Target, all: bool, json: bool) -> Result<String, CliError> {
+    let store = target.open_read()?;
+    let mut views = Vec::new();
+    let mut after = None;
+    loop {
+        let page = store.list_all_incidents(!all, after.clone(), 200).await?;
+        let Some(last) = page.last() else { break };
+        after = Some((last.created_at, last.incident_id.clone()));
+        views.extend(page.iter().map(inspect::incident_view));
+    }
+    // Incidents kept only in state documents (faulted instances) are listed too.
+    let mut cursor = None;
+    loop {
+        let page = store
+            .list_instances(workflow_runtime::store::InstanceFilter {
+                status: Some(InstanceStatus::Faulted),
+                after: cursor.clone(),
+                limit: 200,
+                ..Default::default()
+            })
+            .await?;
+        let Some(last) = page.last() else { break };
+        cursor = Some(last.instance_id.clone());
+        for listed in page {
+            if let Ok(record) = listed.record {
+                let extra = inspect::state_incidents(&record, &views);
+                views.extend(extra.into_iter().filter(|i| all || i.resolution.is_none()));
+            }
+        }
+    }
+    views.sort_by(|a, b| (a.created_at, &a.incident_id).cmp(&(b.created_at, &b.incident_id)));
+    if json {
+        return Ok(views.iter().map(|v| json_line(v) + "\n").collect());
+    }
+    let now = now();
+    let mut table = Table::new(&["INSTANCE", "DEFINITION", "NODE", "KIND", "WHEN", "MESSAGE"]);
+    for v in &views {
+        table.row(vec![
+            v.instance_id.clone(),
+            v.definition.clone(),
+            or_dash(v.node.as_deref()),
+            v.kind.clone(),
+            relative(v.created_at, now),
+            or_dash(v.message.as_deref()),
+        ]);
+    }
+    Ok(if table.is_empty() {
+        "no open incidents\n".to_owned()
+    } else {
+        table.render()
+    })
+}
+
+async fn diagram(target: &Target, what: &str, format: DiagramFormat) -> Result<String, CliError> {
+    let draw = |definition: &Definition, at: &[String]| {
+        let current = workflow_model::diagram::Highlight::new(at.iter().cloned());
+        match format {
+            DiagramFormat::Mermaid => workflow_model::diagram::mermaid_with(definition, &current),
+            DiagramFormat::Dot => workflow_model::diagram::dot_with(definition, &current),
+        }
+    };
+    if Path::new(what).is_file() {
+        let text = std::fs::read_to_string(what)
+            .map_err(|e| CliError::Input(format!("cannot read `{what}`: {e}")))?;
+        let definition = Definition::from_json(&text)
+            .map_err(|e| CliError::Input(format!("`{what}` is not a valid definition: {e}")))?;
+        return Ok(draw(&definition, &[]));
+    }
+    let _ = target.open_read()?;
+    Err(CliError::Input(format!(
+        "`{what}` is neither a JSON definition file nor a definition recorded in this store"
+    )))
+}
+
+fn show(detail: &Detail, now: Micros) -> String {
+    let s = &detail.summary;
+    let mut out = String::new();
+    let _ = writeln!(out, "instance    {}", s.instance_id);
+    let _ = writeln!(
+        out,
+        "definition  {} (version {})",
+        s.definition,
+        inspect::short_version(&detail.version)
+    );
+    let status = match &s.sub_status {
+        Some(sub) => format!("{} ({sub})", s.status),
+        None => s.status.clone(),
+    };
+    let _ = writeln!(out, "status      {status}");
+    if !s.at.is_empty() {
+        let _ = writeln!(out, "at          {}", s.at.join(", "));
+    }
+    if let Some(correlation) = &s.correlation_id {
+        let _ = writeln!(out, "correlation {correlation}");
+    }
+    let _ = writeln!(
+        out,
+        "created     {} ({})",
+        instant(s.created_at),
+        relative(s.created_at, now)
+    );
+    let _ = writeln!(
+        out,
+        "changed     {} ({}), revision {}",
+        instant(s.updated_at),
+        relative(s.updated_at, now),
+        detail.revision
+    );
+    if let Some(lease) = &detail.lease {
+        let state = if lease.expires_at > now {
+            "expires"
+        } else {
+            "expired"
+        };
+        let _ = writeln!(
+            out,
+            "lease       held by `{}`, {state} {}",
+            lease.owner,
+            relative(lease.expires_at, now)
+        );
+    }
+    if let Some(request) = &detail.control_request {
+        let _ = writeln!(out, "requested   {request}");
+    }
+    let _ = writeln!(out, "data        {}", detail.data);
+    let _ = writeln!(out, "\nbookmarks ({})", detail.bookmarks.len());
+    for b in &detail.bookmarks {
+        let key = b
+            .key
+            .as_ref()
+            .map_or_else(|| "-".to_owned(), Value::to_string);
+        let _ = writeln!(out, "  {:<20} key {:<16} node {}", b.name, key, b.node);
+    }
+    let _ = writeln!(out, "\ntimers ({})", detail.timers.len());
+    for t in &detail.timers {
+        let parked = if t.parked { ", parked" } else { "" };
+        let _ = writeln!(
+            out,
+            "  {:<10} due {} ({}{parked})",
+            t.kind,
+            instant(t.due_at),
+            relative(t.due_at, now)
+        );
+    }
+    let _ = writeln!(out, "\nincidents ({})", detail.incidents.len());
+    for i in &detail.incidents {
+        let _ = writeln!(
+            out,
+            "  {} {} at `{}`: {}{}",
+            i.incident_id,
+            i.kind,
+            i.node.as_deref().unwrap_or("-"),
+            i.message.as_deref().unwrap_or("(no message)"),
+            i.resolution
+                .as_deref()
+                .map_or_else(String::new, |r| format!(" [{r}]"))
+        );
+    }
+    let _ = writeln!(
+        out,
+        "\njournal ({} entries, newest last)",
+        detail.journal.len()
+    );
+    for j in detail.journal.iter().rev().take(20).rev() {
+        let _ = writeln!(
+            out,
+            "  {:>4} {} {:<16} {}",
+            j.seq,
+            instant(j.at),
+            j.kind,
+            j.node.as_deref().unwrap_or("")
+        );
+    }
+    out
+}

@@ -1,0 +1,469 @@
+//! Reading instances out of a store: summaries, details, and why one is not moving.
+//!
+//! Everything here reads the store's rows and the instance's state document as stored, so it
+//! needs none of the application's code.
+
+use serde::Serialize;
+use serde_json::Value;
+use workflow_runtime::store::{
+    BookmarkRow, IncidentRecord, InstanceFilter, InstanceRecord, InstanceStatus, JournalRecord,
+    Micros, Store, StoreError, TimerRow,
+};
+
+use crate::render::{duration, instant, relative};
+
+/// One line of `workflow list`.
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct Summary {
+    pub(crate) instance_id: String,
+    pub(crate) definition: String,
+    pub(crate) status: String,
+    pub(crate) sub_status: Option<String>,
+    /// The current state of a state machine, or the running nodes of a flowchart.
+    pub(crate) at: Vec<String>,
+    pub(crate) correlation_id: Option<String>,
+    pub(crate) created_at: Micros,
+    pub(crate) updated_at: Micros,
+    /// Set when the row could not be decoded: the rest is empty.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) error: Option<String>,
+}
+
+/// The filters of `workflow list`.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct ListFilter {
+    pub(crate) status: Option<InstanceStatus>,
+    pub(crate) definition: Option<String>,
+    /// Only instances last changed before this instant.
+    pub(crate) updated_before: Option<Micros>,
+    /// Only instances created after this instant.
+    pub(crate) created_after: Option<Micros>,
+    pub(crate) limit: usize,
+}
+
+/// Lists instances matching `filter`, in id order, at most `filter.limit`.
+pub(crate) async fn list(
+    store: &dyn Store,
+    filter: &ListFilter,
+) -> Result<Vec<Summary>, StoreError> {
+    let mut out = Vec::new();
+    let mut after = None;
+    while out.len() < filter.limit {
+        let page = store
+            .list_instances(InstanceFilter {
+                status: filter.status,
+                definition_name: filter.definition.clone(),
+                correlation_id: None,
+                after: after.clone(),
+                limit: 200,
+            })
+            .await?;
+        let Some(last) = page.last() else { break };
+        after = Some(last.instance_id.clone());
+        for listed in page {
+            let summary = match listed.record {
+                Ok(record) => summary(&record),
+                Err(error) => Summary {
+                    instance_id: listed.instance_id,
+                    definition: String::new(),
+                    status: "unreadable".to_owned(),
+                    sub_status: None,
+                    at: Vec::new(),
+                    correlation_id: None,
+                    created_at: 0,
+                    updated_at: 0,
+                    error: Some(error.to_string()),
+                },
+            };
+            let old_enough = filter.updated_before.is_none_or(|t| summary.updated_at < t);
+            let new_enough = filter.created_after.is_none_or(|t| summary.created_at > t);
+            if summary.error.is_some() || (old_enough && new_enough) {
+                out.push(summary);
+            }
+            if out.len() >= filter.limit {
+                break;
+            }
+        }
+    }
+    Ok(out)
+}
+
+fn summary(record: &InstanceRecord) -> Summary {
+    Summary {
+        instance_id: record.instance_id.clone(),
+        definition: record.definition_name.clone(),
+        status: record.status.as_str().to_owned(),
+        sub_status: record.sub_status.map(|s| s.as_str().to_owned()),
+        at: position(&record.state),
+        correlation_id: record.correlation_id.clone(),
+        created_at: record.created_at,
+        updated_at: record.updated_at,
+        error: None,
+    }
+}
+
+/// Where an instance is: the current state of a root state machine, else the nodes of its
+/// contexts that have not completed (innermost last), else nothing.
+pub(crate) fn position(state: &Value) -> Vec<String> {
+    let contexts = state.get("contexts").and_then(Value::as_object);
+    let root = state.get("root").and_then(Value::as_u64);
+    if let (Some(contexts), Some(root)) = (contexts, root) {
+        let current = contexts
+            .get(&root.to_string())
+            .and_then(|c| c.pointer("/properties/current_state"))
+            .and_then(Value::as_str);
+        if let Some(current) = current {
+            return vec![current.to_owned()];
+        }
+        let mut open: Vec<(u64, String)> = contexts
+            .values()
+            .filter(|c| {
+                let status = c.get("status").and_then(Value::as_str);
+                matches!(status, Some("Running" | "Pending" | "Faulted"))
+            })
+            .filter(|c| c.get("id").and_then(Value::as_u64) != Some(root))
+            .filter_map(|c| {
+                let id = c.get("id").and_then(Value::as_u64)?;
+                let node = c.get("node_id").and_then(Value::as_str)?;
+                Some((id, node.to_owned()))
+            })
+            .collect();
+        open.sort();
+        // Only the innermost: drop a node that is the ancestor of another listed node.
+        let nodes: Vec<String> = open.into_iter().map(|(_, n)| n).collect();
+        return nodes
+            .iter()
+            .filter(|n| !nodes.iter().any(|m| m.starts_with(&format!("{n}:"))))
+            .map(|n| short_node(n).to_owned())
+            .collect();
+    }
+    Vec::new()
+}
+
+/// `root:review` -> `review`: node ids are ancestor paths; people name the last part.
+pub(crate) fn short_node(node_id: &str) -> &str {
+    node_id.rsplit(':').next().unwrap_or(node_id)
+}
+
+/// Everything `workflow show` prints.
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct Detail {
+    #[serde(flatten)]
+    pub(crate) summary: Summary,
+    pub(crate) version: String,
+    pub(crate) revision: u64,
+    pub(crate) lease: Option<LeaseView>,
+    pub(crate) control_request: Option<String>,
+    pub(crate) bookmarks: Vec<BookmarkView>,
+    pub(crate) timers: Vec<TimerView>,
+    pub(crate) incidents: Vec<IncidentView>,
+    pub(crate) journal: Vec<JournalView>,
+    pub(crate) data: Value,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct LeaseView {
+    pub(crate) owner: String,
+    pub(crate) token: u64,
+    pub(crate) expires_at: Micros,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct BookmarkView {
+    pub(crate) name: String,
+    pub(crate) node: String,
+    /// The key the stimulus must carry, when the waiting activity recorded it.
+    pub(crate) key: Option<Value>,
+    pub(crate) created_at: Micros,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct TimerView {
+    pub(crate) kind: String,
+    pub(crate) due_at: Micros,
+    pub(crate) parked: bool,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct IncidentView {
+    pub(crate) incident_id: String,
+    pub(crate) instance_id: String,
+    pub(crate) definition: String,
+    pub(crate) kind: String,
+    pub(crate) node: Option<String>,
+    pub(crate) message: Option<String>,
+    pub(crate) created_at: Micros,
+    pub(crate) resolution: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct JournalView {
+    pub(crate) seq: u64,
+    pub(crate) at: Micros,
+    pub(crate) kind: String,
+    pub(crate) node: Option<String>,
+}
+
+/// Reads one instance and its rows; `None` when there is no such instance.
+pub(crate) async fn detail(store: &dyn Store, id: &str) -> Result<Option<Detail>, StoreError> {
+    let record = match store.load_instance(id).await {
+        Ok(record) => record,
+        Err(StoreError::NotFound { .. }) => return Ok(None),
+        Err(error) => return Err(error),
+    };
+    let bookmarks = store.list_bookmarks(id).await?;
+    let timers = store.list_timers(id).await?;
+    let mut incidents: Vec<IncidentView> = store
+        .list_incidents(id)
+        .await?
+        .iter()
+        .map(incident_view)
+        .collect();
+    incidents.extend(state_incidents(&record, &incidents));
+    let journal = store.read_journal(id, 0, 1000).await?;
+    Ok(Some(Detail {
+        summary: summary(&record),
+        version: record.definition_version.clone(),
+        revision: record.version,
+        lease: record.lease.as_ref().map(|l| LeaseView {
+            owner: l.owner.clone(),
+            token: l.token,
+            expires_at: l.expires_at,
+        }),
+        control_request: record
+            .control_request
+            .as_ref()
+            .map(|c| format!("{:?}", c.kind).to_lowercase()),
+        bookmarks: bookmarks
+            .iter()
+            .map(|b| bookmark_view(b, &record.state))
+            .collect(),
+        timers: timers.iter().map(timer_view).collect(),
+        incidents,
+        journal: journal.iter().map(journal_view).collect(),
+        data: record.state.get("data").cloned().unwrap_or(Value::Null),
+    }))
+}
+
+fn bookmark_view(row: &BookmarkRow, state: &Value) -> BookmarkView {
+    let key = state
+        .get("bookmarks")
+        .and_then(Value::as_array)
+        .and_then(|all| {
+            all.iter()
+                .find(|b| b.get("id").and_then(Value::as_str) == Some(&row.bookmark_id))
+        })
+        .and_then(|b| b.pointer("/payload/key"))
+        .cloned();
+    BookmarkView {
+        name: row.name.clone(),
+        node: short_node(&row.node_id).to_owned(),
+        key,
+        created_at: row.created_at,
+    }
+}
+
+fn timer_view(row: &TimerRow) -> TimerView {
+    TimerView {
+        kind: row.kind.clone(),
+        due_at: row.due_at,
+        parked: row.parked,
+    }
+}
+
+pub(crate) fn incident_view(row: &IncidentRecord) -> IncidentView {
+    IncidentView {
+        incident_id: row.incident_id.clone(),
+        instance_id: row.instance_id.clone(),
+        definition: row.definition_name.clone(),
+        kind: row.kind.clone(),
+        node: row
+            .record
+            .get("node_id")
+            .and_then(Value::as_str)
+            .map(|n| short_node(n).to_owned()),
+        message: row
+            .record
+            .pointer("/fault/message")
+            .or_else(|| row.record.get("message"))
+            .and_then(Value::as_str)
+            .map(str::to_owned),
+        created_at: row.created_at,
+        resolution: row.resolution.clone(),
+    }
+}
+
+/// Incidents recorded in the state document that the incident table does not have.
+pub(crate) fn state_incidents(
+    record: &InstanceRecord,
+    known: &[IncidentView],
+) -> Vec<IncidentView> {
+    let Some(list) = record.state.get("incidents").and_then(Value::as_array) else {
+        return Vec::new();
+    };
+    list.iter()
+        .filter_map(|i| {
+            let id = i.get("id").and_then(Value::as_str)?;
+            if known.iter().any(|k| k.incident_id == id) {
+                return None;
+            }
+            let at_ms = i.get("at").and_then(Value::as_i64).unwrap_or(0);
+            Some(IncidentView {
+                incident_id: id.to_owned(),
+                instance_id: record.instance_id.clone(),
+                definition: record.definition_name.clone(),
+                kind: i
+                    .pointer("/fault/kind")
+                    .and_then(Value::as_str)
+                    .unwrap_or("fault")
+                    .to_owned(),
+                node: i
+                    .get("node_id")
+                    .and_then(Value::as_str)
+                    .map(|n| short_node(n).to_owned()),
+                message: i
+                    .pointer("/fault/message")
+                    .and_then(Value::as_str)
+                    .map(str::to_owned),
+                created_at: at_ms.saturating_mul(1000),
+                resolution: i
+                    .get("resolution")
+                    .and_then(Value::as_str)
+                    .map(str::to_owned),
+            })
+        })
+        .collect()
+}
+
+fn journal_view(row: &JournalRecord) -> JournalView {
+    JournalView {
+        seq: row.seq,
+        at: row.at,
+        kind: row.kind.clone(),
+        node: row.node_id.as_deref().map(|n| short_node(n).to_owned()),
+    }
+}
+
+/// Why an instance is (not) moving, one sentence a line, most important first.
+pub(crate) fn why(detail: &Detail, now: Micros) -> Vec<String> {
+    let s = &detail.summary;
+    let mut out = Vec::new();
+    let open_incidents: Vec<&IncidentView> = detail
+        .incidents
+        .iter()
+        .filter(|i| i.resolution.is_none())
+        .collect();
+    match s.status.as_str() {
+        "finished" | "cancelled" => {
+            out.push(format!(
+                "{} is {} (last change {}): it will not move again",
+                s.instance_id,
+                s.status,
+                relative(s.updated_at, now)
+            ));
+            return out;
+        }
+        "faulted" => {
+            out.push(format!(
+                "{} is faulted: it runs again only after `workflow retry {}` (or is ended by \
+                 `workflow cancel {}`)",
+                s.instance_id, s.instance_id, s.instance_id
+            ));
+        }
+        "running" => match &detail.lease {
+            Some(lease) if lease.expires_at > now => out.push(format!(
+                "{} is running in `{}`, whose lease expires {} unless renewed",
+                s.instance_id,
+                lease.owner,
+                relative(lease.expires_at, now)
+            )),
+            Some(lease) => out.push(format!(
+                "{} was running in `{}`, whose lease expired {}: a process that runs `{}` \
+                 picks it up at its next recovery sweep; if none is running, start one",
+                s.instance_id,
+                lease.owner,
+                relative(lease.expires_at, now),
+                s.definition
+            )),
+            None => out.push(format!(
+                "{} is runnable and waits for a process that runs `{}` version {}",
+                s.instance_id,
+                s.definition,
+                short_version(&detail.version)
+            )),
+        },
+        _ => {
+            if s.sub_status.as_deref() == Some("paused") {
+                out.push(format!(
+                    "{} is suspended by an operator: `workflow resume {}` lets it go on",
+                    s.instance_id, s.instance_id
+                ));
+            } else if detail.bookmarks.is_empty() && detail.timers.is_empty() {
+                out.push(format!(
+                    "{} is suspended but waits for nothing: no bookmark and no timer",
+                    s.instance_id
+                ));
+            } else {
+                out.push(format!("{} is suspended, waiting:", s.instance_id));
+            }
+        }
+    }
+    for bookmark in &detail.bookmarks {
+        let key = bookmark
+            .key
+            .as_ref()
+            .map_or_else(String::new, |k| format!(" with key {k}"));
+        out.push(format!(
+            "  - for the event `{}`{key} (at node `{}`, since {})",
+            bookmark.name,
+            bookmark.node,
+            relative(bookmark.created_at, now)
+        ));
+    }
+    for timer in &detail.timers {
+        let line = if timer.parked {
+            format!(
+                "  - a {} timer due {}, parked while the instance is faulted",
+                timer.kind,
+                relative(timer.due_at, now)
+            )
+        } else if timer.due_at <= now {
+            format!(
+                "  - a {} timer overdue by {}: it fires when a process that runs `{}` has its \
+                 timer driver running",
+                timer.kind,
+                duration(now - timer.due_at),
+                s.definition
+            )
+        } else {
+            format!(
+                "  - a {} timer due {} ({})",
+                timer.kind,
+                relative(timer.due_at, now),
+                instant(timer.due_at)
+            )
+        };
+        out.push(line);
+    }
+    for incident in open_incidents {
+        out.push(format!(
+            "  - open incident {} ({}) at node `{}`: {}",
+            incident.incident_id,
+            incident.kind,
+            incident.node.as_deref().unwrap_or("-"),
+            incident.message.as_deref().unwrap_or("(no message)")
+        ));
+    }
+    if let Some(request) = &detail.control_request {
+        out.push(format!(
+            "  - a `{request}` request is pending: the process that owns it applies it at \
+             its next step"
+        ));
+    }
+    out
+}
+
+/// The first 12 characters of a fingerprint, as people quote them.
+pub(crate) fn short_version(version: &str) -> &str {
+    version.get(..12).unwrap_or(version)
+}

@@ -1,0 +1,377 @@
+//! The `workflow` binary run against SQLite stores made by an application: what an operator
+//! sees and what their requests do.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, missing_docs)]
+
+use std::path::Path;
+use std::process::Command;
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+use workflow_runtime::{
+    Runtime, SqliteStore, StartOptions, TaskContext, TaskError, WorkflowStatus, state_machine,
+    workflow,
+};
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct Order {
+    order_id: String,
+    paid: u64,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+pub struct Payment {
+    amount: u64,
+}
+
+async fn record_payment(ctx: &mut TaskContext<Order>) -> Result<(), TaskError> {
+    let payment: Payment = ctx.payload()?;
+    ctx.data_mut().paid += payment.amount;
+    Ok(())
+}
+
+#[state_machine(data = Order, initial = New)]
+pub enum CliOrder {
+    #[on(pay: event::<Payment>("payment").key(order_id) => Paid, action = record_payment)]
+    New,
+    Paid,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct Job {
+    name: String,
+}
+
+async fn always_fails(_ctx: &mut TaskContext<Job>) -> Result<(), TaskError> {
+    Err(TaskError::permanent("the printer is on fire"))
+}
+
+workflow! {
+    pub workflow CliJob(Job) = sequence [print = task(always_fails)];
+}
+
+fn runtime(path: &Path) -> Runtime {
+    Runtime::builder()
+        .store(Arc::new(SqliteStore::open(path).unwrap()))
+        .register::<CliOrder>()
+        .register::<CliJob>()
+        .timer_driver(false)
+        .build()
+        .unwrap()
+}
+
+struct Output {
+    ok: bool,
+    stdout: String,
+    stderr: String,
+}
+
+fn workflow(store: &Path, args: &[&str]) -> Output {
+    let output = Command::new(env!("CARGO_BIN_EXE_workflow"))
+        .arg("--store")
+        .arg(format!("sqlite:{}", store.display()))
+        .args(args)
+        .env_remove("WORKFLOW_STORE")
+        .output()
+        .unwrap();
+    Output {
+        ok: output.status.success(),
+        stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+    }
+}
+
+fn order(id: &str) -> Order {
+    Order {
+        order_id: id.to_owned(),
+        paid: 0,
+    }
+}
+
+fn with_id(id: &str) -> StartOptions {
+    StartOptions {
+        instance_id: Some(id.to_owned()),
+        ..StartOptions::default()
+    }
+}
+
+/// Two orders waiting for their payment and one faulted job, in a file no process holds.
+async fn populated(path: &Path) {
+    let rt = runtime(path);
+    rt.start_with::<CliOrder>(order("o-1"), with_id("o-1"))
+        .await
+        .unwrap();
+    rt.start_with::<CliOrder>(order("o-2"), with_id("o-2"))
+        .await
+        .unwrap();
+    let job = rt
+        .start_with::<CliJob>(
+            Job {
+                name: "report".into(),
+            },
+            with_id("job-1"),
+        )
+        .await;
+    assert!(job.is_ok(), "{job:?}");
+    rt.shutdown().await;
+}
+
+#[tokio::test]
+async fn list_shows_every_instance_with_where_it_is_and_filters_by_status() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("app.db");
+    populated(&db).await;
+
+    let all = workflow(&db, &["list"]);
+    assert!(all.ok, "{}", all.stderr);
+    let lines: Vec<&str> = all.stdout.lines().collect();
+    assert_eq!(lines.len(), 4, "{}", all.stdout);
+    assert!(lines[0].starts_with("ID"), "{}", all.stdout);
+    let o1 = lines.iter().find(|l| l.starts_with("o-1")).unwrap();
+    assert!(o1.contains("CliOrder") && o1.contains("suspended (waiting)") && o1.contains("New"));
+    let job = lines.iter().find(|l| l.starts_with("job-1")).unwrap();
+    assert!(job.contains("faulted"), "{job}");
+
+    let faulted = workflow(&db, &["list", "--status", "faulted", "--json"]);
+    let rows: Vec<Value> = faulted
+        .stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(rows.len(), 1, "{}", faulted.stdout);
+    assert_eq!(rows[0]["instance_id"], "job-1");
+    assert_eq!(rows[0]["definition"], "CliJob");
+
+    let none = workflow(&db, &["list", "--definition", "Nothing"]);
+    assert_eq!(none.stdout, "no instances match\n");
+}
+
+#[tokio::test]
+async fn show_and_why_explain_a_waiting_order_and_a_faulted_job() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("app.db");
+    populated(&db).await;
+
+    let show = workflow(&db, &["show", "o-1"]);
+    assert!(show.ok, "{}", show.stderr);
+    assert!(
+        show.stdout.contains("status      suspended (waiting)"),
+        "{}",
+        show.stdout
+    );
+    assert!(show.stdout.contains("at          New"), "{}", show.stdout);
+    assert!(show.stdout.contains("payment"), "{}", show.stdout);
+    assert!(
+        show.stdout.contains("\"o-1\""),
+        "the bookmark's key: {}",
+        show.stdout
+    );
+
+    let json = workflow(&db, &["show", "o-1", "--json"]);
+    let detail: Value = serde_json::from_str(&json.stdout).unwrap();
+    assert_eq!(detail["bookmarks"][0]["name"], "payment");
+    assert_eq!(detail["data"]["order_id"], "o-1");
+
+    let why = workflow(&db, &["why", "o-1"]);
+    assert!(
+        why.stdout.contains("o-1 is suspended, waiting:"),
+        "{}",
+        why.stdout
+    );
+    assert!(
+        why.stdout
+            .contains("for the event `payment` with key \"o-1\""),
+        "{}",
+        why.stdout
+    );
+
+    let why = workflow(&db, &["why", "job-1"]);
+    assert!(why.stdout.contains("job-1 is faulted"), "{}", why.stdout);
+    assert!(
+        why.stdout.contains("workflow retry job-1"),
+        "{}",
+        why.stdout
+    );
+    assert!(
+        why.stdout.contains("the printer is on fire"),
+        "{}",
+        why.stdout
+    );
+
+    let incidents = workflow(&db, &["incidents"]);
+    assert!(incidents.ok, "{}", incidents.stderr);
+    let line = incidents
+        .stdout
+        .lines()
+        .find(|l| l.starts_with("job-1"))
+        .unwrap();
+    assert!(
+        line.contains("print") && line.contains("the printer is on fire"),
+        "{line}"
+    );
+
+    let missing = workflow(&db, &["show", "nope"]);
+    assert!(!missing.ok);
+    assert!(
+        missing.stderr.contains("no instance `nope`"),
+        "{}",
+        missing.stderr
+    );
+}
+
+#[tokio::test]
+async fn reads_work_beside_the_running_application_that_holds_the_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("app.db");
+    populated(&db).await;
+    let app = runtime(&db);
+
+    let list = workflow(&db, &["list"]);
+    assert!(list.ok, "{}", list.stderr);
+    assert!(list.stdout.contains("o-2"), "{}", list.stdout);
+    let why = workflow(&db, &["why", "o-2"]);
+    assert!(why.ok, "{}", why.stderr);
+    app.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_sent_event_is_queued_and_delivered_by_the_application() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("app.db");
+    populated(&db).await;
+
+    let sent = workflow(
+        &db,
+        &[
+            "send",
+            "payment",
+            "--key",
+            "o-1",
+            "--payload",
+            r#"{"amount": 30}"#,
+        ],
+    );
+    assert!(sent.ok, "{}", sent.stderr);
+    assert!(
+        sent.stdout.starts_with("queued `payment`"),
+        "{}",
+        sent.stdout
+    );
+
+    let app = runtime(&db);
+    assert_eq!(app.deliver_queued().await.unwrap(), 1);
+    let state = app.get_state("o-1").await.unwrap().unwrap();
+    assert_eq!(state.current_state(), Some("Paid"));
+    assert_eq!(state.status(), WorkflowStatus::Finished);
+    assert_eq!(state.data::<Order>().unwrap().paid, 30);
+    app.shutdown().await;
+
+    let bad = workflow(&db, &["send", "payment", "--payload", "{not json"]);
+    assert!(!bad.ok);
+    assert!(
+        bad.stderr.contains("`--payload` is not JSON"),
+        "{}",
+        bad.stderr
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_event_sent_beside_the_running_application_is_delivered_by_its_queue_worker() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("app.db");
+    populated(&db).await;
+    let app = Runtime::builder()
+        .store(Arc::new(SqliteStore::open(&db).unwrap()))
+        .register::<CliOrder>()
+        .register::<CliJob>()
+        .queue_sweep(std::time::Duration::from_millis(50))
+        .build()
+        .unwrap();
+    app.start_workers().await.unwrap();
+
+    let sent = workflow(
+        &db,
+        &[
+            "send",
+            "payment",
+            "--key",
+            "o-2",
+            "--payload",
+            r#"{"amount": 5}"#,
+        ],
+    );
+    assert!(sent.ok, "{}", sent.stderr);
+    let mut state = None;
+    for _ in 0..100 {
+        state = app
+            .get_state("o-2")
+            .await
+            .unwrap()
+            .unwrap()
+            .current_state()
+            .map(str::to_owned);
+        if state.as_deref() == Some("Paid") {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert_eq!(
+        state.as_deref(),
+        Some("Paid"),
+        "the worker delivered the operator's event"
+    );
+    app.shutdown().await;
+}
+
+#[tokio::test]
+async fn operator_requests_are_checked_and_recorded_for_the_owning_process() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("app.db");
+    populated(&db).await;
+
+    let refused = workflow(&db, &["retry", "o-1"]);
+    assert!(!refused.ok);
+    assert!(
+        refused
+            .stderr
+            .contains("cannot retry `o-1`: it is not faulted"),
+        "{}",
+        refused.stderr
+    );
+
+    let cancel = workflow(&db, &["cancel", "o-2", "--reason", "customer asked"]);
+    assert!(cancel.ok, "{}", cancel.stderr);
+    assert!(
+        cancel.stdout.contains("asked to cancel `o-2`"),
+        "{}",
+        cancel.stdout
+    );
+    let show = workflow(&db, &["show", "o-2", "--json"]);
+    let detail: Value = serde_json::from_str(&show.stdout).unwrap();
+    assert_eq!(detail["control_request"], json!("cancel"));
+}
+
+#[test]
+fn a_bad_store_url_or_a_missing_file_is_named() {
+    let output = Command::new(env!("CARGO_BIN_EXE_workflow"))
+        .args(["--store", "mysql://db/x", "list"])
+        .output()
+        .unwrap();
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("`mysql://db/x` is not a store URL"),
+        "{stderr}"
+    );
+
+    let output = Command::new(env!("CARGO_BIN_EXE_workflow"))
+        .args(["--store", "sqlite:/nonexistent/app.db", "list"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("no SQLite file at `/nonexistent/app.db`"),
+        "{stderr}"
+    );
+}
