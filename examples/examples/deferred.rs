@@ -123,7 +123,7 @@ async fn run() -> Result<(), Box<dyn Error>> {
     }
     let due = snapshot
         .state
-        .bookmarks
+        .bookmarks()
         .iter()
         .find(|b| b.name == "wf.delay")
         .and_then(|b| b.payload["due_at"].as_u64());

@@ -100,11 +100,11 @@ fn cancelling_while_a_task_runs_fires_its_token() {
         running.await.unwrap();
         let snapshot = rt.get_state("c-1").await.unwrap().unwrap();
         assert_eq!(snapshot.status(), WorkflowStatus::Cancelled);
-        assert!(snapshot.state.incidents.is_empty());
+        assert!(snapshot.state.incidents().is_empty());
         assert!(snapshot.data::<Job>().unwrap().log.is_empty());
         let work = snapshot
             .state
-            .contexts
+            .contexts()
             .values()
             .find(|c| c.node_id == "root:work");
         assert!(
@@ -160,10 +160,10 @@ fn an_attempt_timeout_fires_the_token_and_counts_as_a_retryable_failure() {
         let started = rt.start_by_name("Job", serde_json::to_value(job).unwrap(), options);
         let id = started.await.unwrap().instance_id;
         let waiting = rt.get_state(&id).await.unwrap().unwrap();
-        assert_eq!(waiting.state.bookmarks[0].name, "wf.retry");
+        assert_eq!(waiting.state.bookmarks()[0].name, "wf.retry");
         let work = waiting
             .state
-            .contexts
+            .contexts()
             .values()
             .find(|c| c.node_id == "root:work")
             .unwrap();
@@ -237,7 +237,7 @@ fn shutdown_interrupts_running_tasks_without_counting_an_attempt() {
         running.await.unwrap();
         let snapshot = first.get_state("s-1").await.unwrap().unwrap();
         assert_eq!(snapshot.status(), WorkflowStatus::Running);
-        assert!(snapshot.state.incidents.is_empty());
+        assert!(snapshot.state.incidents().is_empty());
         drop(first);
 
         let second = build();

@@ -155,7 +155,7 @@ fn a_payload_that_does_not_fit_the_assigned_field_is_rejected_for_the_instance()
         assert_eq!(report.rejected.len(), 1, "{report:?}");
         let snapshot = rt.get_state(&id).await.unwrap().unwrap();
         assert_eq!(snapshot.status(), WorkflowStatus::Suspended);
-        let data: Order = serde_json::from_value(snapshot.state.data.clone()).unwrap();
+        let data: Order = serde_json::from_value(snapshot.state.data().clone()).unwrap();
         assert_eq!(data.payment, None);
         // The instance still takes a payload that fits.
         rt.send(
@@ -166,7 +166,7 @@ fn a_payload_that_does_not_fit_the_assigned_field_is_rejected_for_the_instance()
         .await
         .unwrap();
         let snapshot = rt.get_state(&id).await.unwrap().unwrap();
-        let data: Order = serde_json::from_value(snapshot.state.data.clone()).unwrap();
+        let data: Order = serde_json::from_value(snapshot.state.data().clone()).unwrap();
         assert_eq!(data.payment, Some(Payment { amount: 5 }));
     });
 }

@@ -749,7 +749,7 @@ fn a_parent_whose_child_finished_before_the_crash_is_resumed_by_recovery() {
         let parent = runtime.get_state("family-2").await.unwrap().unwrap();
         let bookmark = parent
             .state
-            .bookmarks
+            .bookmarks()
             .iter()
             .find(|b| b.name == "wf.sub_workflow")
             .unwrap();

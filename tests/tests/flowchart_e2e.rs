@@ -195,7 +195,7 @@ fn expense_paths(rt: &Runtime) {
         rt.send(decide("e-5", "maybe")).await.unwrap();
         let snapshot = rt.get_state(&maybe.instance_id).await.unwrap().unwrap();
         assert_eq!(snapshot.status(), WorkflowStatus::Faulted);
-        let incident = snapshot.state.incidents.last().unwrap();
+        let incident = snapshot.state.incidents().last().unwrap();
         assert_eq!(
             incident.fault.message,
             "node `manager` completed with undeclared outcome `maybe`"
@@ -381,7 +381,7 @@ fn the_sequence_form_runs_its_steps_in_order() {
         let id = started.instance_id;
         let snapshot = rt.get_state(&id).await.unwrap().unwrap();
         assert_eq!(snapshot.data::<ExpenseData>().unwrap().log, ["audit"]);
-        let delay = snapshot.state.bookmarks[0].clone();
+        let delay = snapshot.state.bookmarks()[0].clone();
         assert_eq!(delay.name, "wf.delay");
         rt.resume_bookmark(&id, &delay.id, json!(null))
             .await
@@ -443,8 +443,8 @@ fn a_payload_that_does_not_decode_is_rejected_and_the_event_keeps_its_bookmark()
         assert!(message.contains("does not decode into"), "{message}");
         let snapshot = rt.get_state(&started.instance_id).await.unwrap().unwrap();
         assert_eq!(snapshot.status(), WorkflowStatus::Suspended);
-        assert!(snapshot.state.incidents.is_empty());
-        assert_eq!(snapshot.state.bookmarks, before.state.bookmarks);
+        assert!(snapshot.state.incidents().is_empty());
+        assert_eq!(snapshot.state.bookmarks(), before.state.bookmarks());
         assert_eq!(snapshot.journal.len(), before.journal.len());
     });
 }

@@ -141,16 +141,16 @@ fn delay_wins_the_wait_any_join_and_the_event_bookmark_is_gone() {
         let snapshot = rt.get_state(&id).await.unwrap().unwrap();
         let names: Vec<&str> = snapshot
             .state
-            .bookmarks
+            .bookmarks()
             .iter()
             .map(|b| b.name.as_str())
             .collect();
         assert_eq!(names, ["manager_approved", "wf.delay"]);
-        let delay = snapshot.state.bookmarks[1].id.clone();
+        let delay = snapshot.state.bookmarks()[1].id.clone();
         let done = rt.resume_bookmark(&id, &delay, json!(null)).await.unwrap();
         assert_eq!(done.status, WorkflowStatus::Finished);
         let snapshot = rt.get_state(&id).await.unwrap().unwrap();
-        assert!(snapshot.state.bookmarks.is_empty());
+        assert!(snapshot.state.bookmarks().is_empty());
         assert_eq!(snapshot.data::<Expense>().unwrap().log, ["notify", "pay"]);
         // The event can no longer be delivered: nothing waits for it.
         let report = rt

@@ -136,13 +136,13 @@ fn eng37_declined_activity_stays_pending_and_instance_stalls() {
         let snapshot = rt.get_state(&started.instance_id).await.unwrap().unwrap();
         let b = snapshot
             .state
-            .contexts
+            .contexts()
             .values()
             .find(|c| c.node_id == "root:b")
             .unwrap();
         assert_eq!(b.status, ActivityStatus::Pending);
-        assert!(snapshot.state.queue.is_empty());
-        assert_eq!(snapshot.state.data, json!(["root:a"]));
+        assert!(snapshot.state.queue().is_empty());
+        assert_eq!(*snapshot.state.data(), json!(["root:a"]));
         assert!(
             snapshot
                 .journal()

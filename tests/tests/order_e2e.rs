@@ -73,7 +73,7 @@ fn order_machine_is_driven_to_shipped_by_typed_stimuli() {
         let snapshot = rt.get_state(&id).await.unwrap().unwrap();
         let names: Vec<&str> = snapshot
             .state
-            .bookmarks
+            .bookmarks()
             .iter()
             .map(|b| b.name.as_str())
             .collect();
@@ -117,7 +117,7 @@ fn order_machine_is_driven_to_shipped_by_typed_stimuli() {
         assert!(data.stock_reserved);
         let names: Vec<&str> = snapshot
             .state
-            .bookmarks
+            .bookmarks()
             .iter()
             .map(|b| b.name.as_str())
             .collect();
@@ -172,7 +172,7 @@ fn order_machine_is_driven_to_shipped_by_typed_stimuli() {
             })
             .collect();
         assert_eq!(changes, ["*->New", "New->Paid", "Paid->Shipped"]);
-        assert!(snapshot.state.bookmarks.is_empty() && snapshot.state.queue.is_empty());
+        assert!(snapshot.state.bookmarks().is_empty() && snapshot.state.queue().is_empty());
 
         // Lifecycle events, in order, exactly one final event (ENG-39, ENG-40).
         let mut kinds = Vec::new();
@@ -204,7 +204,7 @@ fn order_machine_is_driven_to_shipped_by_typed_stimuli() {
         // The other order is untouched.
         let other = rt.get_state(&other.instance_id).await.unwrap().unwrap();
         assert_eq!(other.current_state(), Some("New"));
-        assert_eq!(other.state.bookmarks.len(), 3);
+        assert_eq!(other.state.bookmarks().len(), 3);
     });
 }
 
@@ -239,7 +239,7 @@ fn cancel_ends_an_order_and_await_reports_it_eng50() {
         );
         let snapshot = rt.get_state(&id).await.unwrap().unwrap();
         assert_eq!(snapshot.status(), WorkflowStatus::Cancelled);
-        assert!(snapshot.state.bookmarks.is_empty());
+        assert!(snapshot.state.bookmarks().is_empty());
         assert_eq!(
             rt.cancel(&id, None).await.unwrap_err(),
             CancelError::AlreadyTerminal {
@@ -325,8 +325,8 @@ fn a_failing_action_faults_the_instance_and_await_reports_the_incident_eng17() {
         assert!(payload_type.contains("Payment"), "{payload_type}");
         let snapshot = rt.get_state(&id).await.unwrap().unwrap();
         assert_eq!(snapshot.status(), WorkflowStatus::Suspended);
-        assert!(snapshot.state.incidents.is_empty());
-        assert_eq!(snapshot.state.bookmarks, before.state.bookmarks);
+        assert!(snapshot.state.incidents().is_empty());
+        assert_eq!(snapshot.state.bookmarks(), before.state.bookmarks());
         assert_eq!(
             rt.current_state::<OrderFlow>(&id).await.unwrap(),
             Some(OrderState::New)
@@ -353,11 +353,11 @@ fn a_delay_bookmark_can_be_resumed_by_id_and_takes_its_transition() {
         let snapshot = rt.get_state(&id).await.unwrap().unwrap();
         let delay = snapshot
             .state
-            .bookmarks
+            .bookmarks()
             .iter()
             .find(|b| b.name == "wf.delay")
             .unwrap();
-        assert!(delay.payload["due_at"].as_u64().unwrap() > snapshot.state.created_at);
+        assert!(delay.payload["due_at"].as_u64().unwrap() > snapshot.state.created_at());
         let done = rt
             .resume_bookmark(&id, &delay.id.clone(), serde_json::Value::Null)
             .await
@@ -393,7 +393,7 @@ fn the_same_order_registered_from_json_runs_the_same_way() {
         .unwrap();
         let snapshot = rt.get_state(&started.instance_id).await.unwrap().unwrap();
         assert_eq!(snapshot.current_state(), Some("Paid"));
-        assert_eq!(snapshot.state.definition.version, OrderFlow::version());
+        assert_eq!(snapshot.state.definition().version, OrderFlow::version());
     });
 }
 

@@ -151,7 +151,7 @@ fn macro_order_is_driven_to_shipped_by_typed_payloads() {
         );
 
         let snapshot = rt.get_state(&id).await.unwrap().unwrap();
-        assert_eq!(snapshot.state.definition.version, MacroOrder::version());
+        assert_eq!(snapshot.state.definition().version, MacroOrder::version());
         let moves: Vec<(String, String)> = snapshot
             .journal()
             .iter()
@@ -190,6 +190,6 @@ fn macro_order_can_be_cancelled_by_event() {
         );
         let snapshot = rt.get_state(&id).await.unwrap().unwrap();
         assert_eq!(snapshot.status(), WorkflowStatus::Finished);
-        assert!(snapshot.state.bookmarks.is_empty());
+        assert!(snapshot.state.bookmarks().is_empty());
     });
 }

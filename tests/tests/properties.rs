@@ -348,7 +348,7 @@ fn run(definition: Value, ops: &[Op]) -> Result<(), TestCaseError> {
                     for (instance, timer) in &fired.failed {
                         let live = state
                             .as_ref()
-                            .is_some_and(|s| s.state.bookmarks.iter().any(|b| &b.id == timer));
+                            .is_some_and(|s| s.state.bookmarks().iter().any(|b| &b.id == timer));
                         prop_assert!(
                             instance == &id && !live,
                             "timer {timer} failed: {fired:?}\n{text}"
@@ -367,13 +367,13 @@ fn run(definition: Value, ops: &[Op]) -> Result<(), TestCaseError> {
         };
         let state = &snapshot.state;
         prop_assert!(
-            state.incidents.is_empty(),
+            state.incidents().is_empty(),
             "incidents: {:?}\n{text}",
-            state.incidents
+            state.incidents()
         );
         match snapshot.status() {
             WorkflowStatus::Finished => {
-                prop_assert!(state.bookmarks.is_empty());
+                prop_assert!(state.bookmarks().is_empty());
                 // Nothing is left to fire: an hour later (past every claim), no timer fires
                 // and none fails.
                 let later = test
@@ -386,7 +386,7 @@ fn run(definition: Value, ops: &[Op]) -> Result<(), TestCaseError> {
                 );
             }
             WorkflowStatus::Suspended => prop_assert!(
-                !state.bookmarks.is_empty(),
+                !state.bookmarks().is_empty(),
                 "suspended on nothing: {:?}\n{text}",
                 snapshot.sub_status()
             ),

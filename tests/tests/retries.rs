@@ -124,9 +124,9 @@ fn two_failures_then_success_wait_durably_within_the_bounds() {
         .await;
         let waiting = test.get_state(&id).await.unwrap().unwrap();
         assert_eq!(waiting.status(), WorkflowStatus::Suspended);
-        assert_eq!(waiting.state.sub_status, Some(SubStatus::Waiting));
-        assert_eq!(waiting.state.bookmarks[0].name, "wf.retry");
-        assert_eq!(waiting.state.bookmarks[0].payload["attempt"], 2);
+        assert_eq!(waiting.state.sub_status(), Some(SubStatus::Waiting));
+        assert_eq!(waiting.state.bookmarks()[0].name, "wf.retry");
+        assert_eq!(waiting.state.bookmarks()[0].payload["attempt"], 2);
         let wait = retry_due(&test, &id).await.unwrap() - test.now();
         assert!((800_000..=1_000_000).contains(&wait), "{wait} µs");
         assert!(waiting.data::<Flaky>().unwrap().log.is_empty());
@@ -207,7 +207,7 @@ fn a_permanent_error_is_not_retried() {
         .await;
         let faulted = test.get_state(&id).await.unwrap().unwrap();
         assert_eq!(faulted.status(), WorkflowStatus::Faulted);
-        assert_eq!(faulted.state.incidents[0].fault.attempt, 1);
+        assert_eq!(faulted.state.incidents()[0].fault.attempt, 1);
         assert!(test.store().list_timers(&id).await.unwrap().is_empty());
     });
 }

@@ -173,7 +173,7 @@ fn rt13_start_by_trigger_then_resume_by_correlated_event() {
             let snapshot = rt.get_state(&id).await.unwrap().unwrap();
             let names: Vec<&str> = snapshot
                 .state
-                .bookmarks
+                .bookmarks()
                 .iter()
                 .map(|b| b.name.as_str())
                 .collect();
@@ -215,7 +215,7 @@ fn rt34_resume_by_bookmark_id() {
                 .await
                 .unwrap();
             let snapshot = rt.get_state(&started.instance_id).await.unwrap().unwrap();
-            let bookmark = snapshot.state.bookmarks[0].id.clone();
+            let bookmark = snapshot.state.bookmarks()[0].id.clone();
             let report = rt
                 .send(
                     Stimulus::new("order.placed")
@@ -839,7 +839,7 @@ fn rt12_a_trigger_of_an_unregistered_version_starts_nothing_and_rt34_mismatch() 
                 .await
                 .unwrap();
             let snapshot = old.get_state(&audit.instance_id).await.unwrap().unwrap();
-            let bookmark = snapshot.state.bookmarks[0].id.clone();
+            let bookmark = snapshot.state.bookmarks()[0].id.clone();
             let error = old
                 .send(
                     Stimulus::new("paid")
@@ -905,7 +905,7 @@ fn rt18_a_faulted_instance_gets_a_held_item() {
             assert!(started.is_ok(), "{label}: {started:?}");
             assert_eq!(state.status(), WorkflowStatus::Faulted, "{label}");
             assert!(
-                !state.state.bookmarks.is_empty(),
+                !state.state.bookmarks().is_empty(),
                 "{label}: the other branch waits"
             );
             let report = rt.send(Stimulus::new("paid").key("f-1")).await.unwrap();
@@ -1017,12 +1017,12 @@ fn rt22_an_event_payload_that_does_not_decode_is_dead_lettered_and_the_instance_
             assert_eq!(instance, &id, "{label}");
             assert!(node.ends_with("decide"), "{label}: {node}");
             assert!(payload_type.ends_with("Verdict"), "{label}: {payload_type}");
-            assert_eq!(bookmark, &before.state.bookmarks[0].id, "{label}");
+            assert_eq!(bookmark, &before.state.bookmarks()[0].id, "{label}");
             // Nothing committed: same version, same bookmark, still suspended.
             let after = rt.get_state(&id).await.unwrap().unwrap();
             assert_eq!(after.journal.len(), before.journal.len(), "{label}");
             assert_eq!(after.status(), WorkflowStatus::Suspended, "{label}");
-            assert_eq!(after.state.bookmarks, before.state.bookmarks, "{label}");
+            assert_eq!(after.state.bookmarks(), before.state.bookmarks(), "{label}");
             let (stimulus_id, error) = rejected_dead_letter(&rt, label).await;
             assert_eq!(stimulus_id, report.stimulus_id, "{label}");
             assert!(
@@ -1081,7 +1081,7 @@ fn rt22_a_transition_condition_payload_that_does_not_decode_is_rejected() {
             let after = rt.get_state(&id).await.unwrap().unwrap();
             assert_eq!(after.journal.len(), before.journal.len(), "{label}");
             assert_eq!(after.status(), WorkflowStatus::Suspended, "{label}");
-            assert_eq!(after.state.bookmarks, before.state.bookmarks, "{label}");
+            assert_eq!(after.state.bookmarks(), before.state.bookmarks(), "{label}");
             let (stimulus_id, _) = rejected_dead_letter(&rt, label).await;
             assert_eq!(stimulus_id, report.stimulus_id, "{label}");
             // A good payment fires the transition.
@@ -1118,7 +1118,7 @@ fn rt14_an_instance_and_a_bookmark_of_another_instance_conflict() {
                 .unwrap()
                 .instance_id;
             let snapshot = rt.get_state(&a).await.unwrap().unwrap();
-            let bookmark = snapshot.state.bookmarks[0].id.clone();
+            let bookmark = snapshot.state.bookmarks()[0].id.clone();
             let error = rt
                 .send(
                     Stimulus::new("order.placed")
@@ -1139,7 +1139,7 @@ fn rt14_an_instance_and_a_bookmark_of_another_instance_conflict() {
             for id in [&a, &b] {
                 let state = rt.get_state(id).await.unwrap().unwrap();
                 assert_eq!(state.status(), WorkflowStatus::Suspended, "{label}");
-                assert_eq!(state.state.bookmarks.len(), 1, "{label}");
+                assert_eq!(state.state.bookmarks().len(), 1, "{label}");
             }
             let queued = rt
                 .dead_letters(DeadLetterFilter::of_reason(DeadLetterReason::Rejected, 10))
@@ -1194,7 +1194,7 @@ fn rt22_a_queued_payload_that_does_not_decode_is_dead_lettered_by_the_worker() {
             rejected_dead_letter(&rt, label).await;
             let after = rt.get_state(&id).await.unwrap().unwrap();
             assert_eq!(after.status(), WorkflowStatus::Suspended, "{label}");
-            assert_eq!(after.state.bookmarks, before.state.bookmarks, "{label}");
+            assert_eq!(after.state.bookmarks(), before.state.bookmarks(), "{label}");
             assert_eq!(after.journal.len(), before.journal.len(), "{label}");
         });
     }

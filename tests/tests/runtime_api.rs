@@ -24,7 +24,7 @@ fn eng48_caller_chosen_id_and_correlation_id_and_duplicate_start() {
             .unwrap();
         assert_eq!(started.instance_id, "order-o-9");
         let snapshot = rt.get_state("order-o-9").await.unwrap().unwrap();
-        assert_eq!(snapshot.state.correlation_id.as_deref(), Some("customer-7"));
+        assert_eq!(snapshot.state.correlation_id(), Some("customer-7"));
         let err = rt
             .start_with::<OrderFlow>(order("o-9", 1), options)
             .await
@@ -95,9 +95,9 @@ fn eng10_step_budget_splits_runs_and_the_instance_still_finishes() {
             .unwrap();
         assert_eq!(started.status, WorkflowStatus::Finished);
         let snapshot = rt.get_state(&started.instance_id).await.unwrap().unwrap();
-        assert_eq!(snapshot.state.data["n"], 50);
+        assert_eq!(snapshot.state.data()["n"], 50);
         assert_eq!(snapshot.current_state(), Some("Done"));
-        assert!(snapshot.state.contexts.len() <= 1, "ENG-7");
+        assert!(snapshot.state.contexts().len() <= 1, "ENG-7");
     });
 }
 

@@ -95,13 +95,13 @@ fn a_continue_saga_compensates_newest_first_and_finishes() {
             snapshot.status(),
             WorkflowStatus::Finished,
             "{:?}",
-            snapshot.state.incidents
+            snapshot.state.incidents()
         );
         assert_eq!(
             snapshot.data::<Trip>().unwrap().log,
             ["a", "b", "undo_c", "undo_b", "undo_a", "after"]
         );
-        assert!(snapshot.state.incidents.is_empty());
+        assert!(snapshot.state.incidents().is_empty());
     });
 }
 
@@ -120,7 +120,7 @@ fn a_fault_saga_compensates_then_faults_listing_the_compensations() {
             snapshot.data::<Trip>().unwrap().log,
             ["a", "b", "undo_c", "undo_b", "undo_a"]
         );
-        let incident = &snapshot.state.incidents[0];
+        let incident = &snapshot.state.incidents()[0];
         assert_eq!(incident.node_id, "root:booking:steps:c");
         assert_eq!(incident.fault.message, "c failed (compensated: c, b, a)");
         assert!(matches!(
@@ -143,7 +143,7 @@ fn a_failing_compensation_faults_naming_it() {
         let (rt, id) = run("compensate_then_continue", trip).await;
         let snapshot = rt.get_state(&id).await.unwrap().unwrap();
         assert_eq!(snapshot.status(), WorkflowStatus::Faulted);
-        let message = &snapshot.state.incidents[0].fault.message;
+        let message = &snapshot.state.incidents()[0].fault.message;
         assert!(
             message.starts_with("compensation_failed: compensation `undo_b` of `b` failed"),
             "{message}"

@@ -396,7 +396,7 @@ fn saga_with_fault_compensates_then_faults() {
         let started = rt.start::<SagaFaults>(MyData::default()).await.unwrap();
         assert_eq!(started.status, WorkflowStatus::Faulted);
         let snapshot = rt.get_state(&started.instance_id).await.unwrap().unwrap();
-        let data: MyData = serde_json::from_value(snapshot.state.data.clone()).unwrap();
+        let data: MyData = serde_json::from_value(snapshot.state.data().clone()).unwrap();
         assert_eq!(log(&data), ["Hello", "1", "undo 2", "undo 1"]);
     });
 }
@@ -524,8 +524,8 @@ fn set_and_correlate_are_steps() {
             .unwrap();
         assert_eq!(started.status, WorkflowStatus::Finished);
         let snapshot = rt.get_state(&started.instance_id).await.unwrap().unwrap();
-        assert_eq!(snapshot.state.correlation_id.as_deref(), Some("order-21"));
-        let data: MyData = serde_json::from_value(snapshot.state.data.clone()).unwrap();
+        assert_eq!(snapshot.state.correlation_id(), Some("order-21"));
+        let data: MyData = serde_json::from_value(snapshot.state.data().clone()).unwrap();
         assert_eq!(log(&data), ["twice = 42"]);
     });
 }

@@ -127,7 +127,7 @@ async fn child_of(rt: &Runtime, parent: &str) -> String {
     let snapshot = rt.get_state(parent).await.unwrap().unwrap();
     let bookmark = snapshot
         .state
-        .bookmarks
+        .bookmarks()
         .iter()
         .find(|b| b.name == "wf.sub_workflow")
         .expect("the parent waits for its child");
@@ -151,7 +151,7 @@ fn act24_parent_waits_for_the_child_and_assigns_its_output() {
         let child = child_of(&rt, &parent).await;
         let snapshot = rt.get_state(&child).await.unwrap().unwrap();
         assert_eq!(snapshot.status(), WorkflowStatus::Suspended);
-        let link = snapshot.state.parent.clone().unwrap();
+        let link = snapshot.state.parent().cloned().unwrap();
         assert_eq!(link.instance_id, parent);
         assert_eq!(link.depth, 1);
         rt.send(Stimulus::new("shipped").key("o-1")).await.unwrap();
@@ -162,7 +162,7 @@ fn act24_parent_waits_for_the_child_and_assigns_its_output() {
         let data: Parent = snapshot.data().unwrap();
         assert_eq!(data.tracking.as_deref(), Some("TRK-o-1"));
         assert_eq!(data.log, ["before", "after"]);
-        assert!(snapshot.state.bookmarks.is_empty());
+        assert!(snapshot.state.bookmarks().is_empty());
     });
 }
 

@@ -85,8 +85,8 @@ async fn log_of(test: &TestRuntime, id: &str) -> (WorkflowStatus, Vec<String>) {
 /// The one bookmark of the instance: (name, payload), and that its timer row matches it (TM-3).
 async fn one_timer(test: &TestRuntime, id: &str) -> (String, Value) {
     let snapshot = test.get_state(id).await.unwrap().unwrap();
-    let [bookmark] = snapshot.state.bookmarks.as_slice() else {
-        panic!("one bookmark: {:?}", snapshot.state.bookmarks)
+    let [bookmark] = snapshot.state.bookmarks() else {
+        panic!("one bookmark: {:?}", snapshot.state.bookmarks())
     };
     let timers = test.store().list_timers(id).await.unwrap();
     assert_eq!(timers.len(), 1);

@@ -98,8 +98,8 @@ fn a_48_hour_delay_is_tested_in_milliseconds_on_the_manual_clock() {
         assert_eq!(started.sub_status, Some(SubStatus::Waiting));
         let id = started.instance_id;
         let snapshot = test.get_state(&id).await.unwrap().unwrap();
-        let [bookmark] = snapshot.state.bookmarks.as_slice() else {
-            panic!("one bookmark: {:?}", snapshot.state.bookmarks)
+        let [bookmark] = snapshot.state.bookmarks() else {
+            panic!("one bookmark: {:?}", snapshot.state.bookmarks())
         };
         assert_eq!(bookmark.name, "wf.delay");
         let timers = test.store().list_timers(&id).await.unwrap();
@@ -213,7 +213,7 @@ async fn due_of(rt: &Runtime, id: &str) -> u64 {
     let snapshot = rt.get_state(id).await.unwrap().unwrap();
     snapshot
         .state
-        .bookmarks
+        .bookmarks()
         .iter()
         .find(|b| b.name == "wf.delay")
         .and_then(|b| b.payload["due_at"].as_u64())
@@ -458,7 +458,7 @@ fn an_event_deadline_takes_the_timeout_port() {
         let snapshot = test.get_state(&id).await.unwrap().unwrap();
         let mut names: Vec<&str> = snapshot
             .state
-            .bookmarks
+            .bookmarks()
             .iter()
             .map(|b| b.name.as_str())
             .collect();
@@ -473,7 +473,7 @@ fn an_event_deadline_takes_the_timeout_port() {
         let done = test.get_state(&id).await.unwrap().unwrap();
         assert_eq!(done.status(), WorkflowStatus::Finished);
         assert_eq!(done.data::<Steps>().unwrap().log, ["b"]);
-        assert!(done.state.bookmarks.is_empty());
+        assert!(done.state.bookmarks().is_empty());
         // RT-21: an event after the timeout finds no bookmark; it waits in the queue.
         let report = test
             .send(workflow_runtime::Stimulus::new("approval"))
@@ -518,7 +518,7 @@ fn a_sub_workflow_deadline_cancels_the_child() {
         let snapshot = test.get_state(&id).await.unwrap().unwrap();
         let child = snapshot
             .state
-            .bookmarks
+            .bookmarks()
             .iter()
             .find_map(|b| b.payload["child_instance_id"].as_str())
             .unwrap()
@@ -529,7 +529,7 @@ fn a_sub_workflow_deadline_cancels_the_child() {
             done.status(),
             WorkflowStatus::Finished,
             "{:?}",
-            done.state.incidents
+            done.state.incidents()
         );
         assert_eq!(done.data::<Steps>().unwrap().log, ["b"]);
         let child = test.get_state(&child).await.unwrap().unwrap();

@@ -10,8 +10,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use tokio::sync::watch;
 
-use crate::registry::BoxFuture;
-use crate::store::Micros;
+use crate::base::{BoxFuture, Micros, micros_to_ms};
 
 /// One source of workflow time (TM-1): "now" as UTC microseconds since the Unix epoch, and
 /// "wait until an instant".
@@ -24,7 +23,7 @@ pub trait Clock: Send + Sync + fmt::Debug + 'static {
 
     /// Now, in milliseconds since the Unix epoch (the precision of the state document).
     fn now_ms(&self) -> u64 {
-        u64::try_from(self.now() / 1000).unwrap_or(0)
+        micros_to_ms(self.now())
     }
 }
 

@@ -8,7 +8,7 @@ use std::task::{Context, Poll};
 use serde::{Deserialize, Serialize};
 use tokio::sync::broadcast;
 
-use crate::instance::{ContextId, Incident, SubStatus};
+use crate::engine::state::{ContextId, Incident, SubStatus};
 
 /// One lifecycle event of one instance.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -1,24 +1,19 @@
 #![doc = include_str!("../docs/guide.md")]
 
-mod activities;
+mod base;
 mod cancel;
 pub mod clock;
+mod engine;
 mod events;
-mod executor;
-mod faults;
-mod flowchart;
-mod graph;
-mod ids;
-pub mod instance;
-mod registry;
 pub mod routing;
 mod runtime;
-mod saga;
+mod status;
 pub mod store;
-mod structured;
-mod task;
 pub mod testing;
 mod workflow;
+
+/// The persisted instance ([`WorkflowState`] and what it holds).
+pub use engine::state as instance;
 
 #[cfg(test)]
 mod tests;
@@ -26,26 +21,27 @@ mod tests;
 /// The definition model and its validator (the `workflow-model` crate).
 pub use workflow_model as model;
 
-pub use activities::{CURRENT_STATE, TAG_CONTINUING, TAG_ENTERING};
+pub use base::BoxFuture;
 pub use cancel::CancellationToken;
 pub use clock::{Clock, ClockError, ManualClock, SystemClock};
-pub use events::{ActivityRef, EventKind, EventStream, LifecycleEvent, RecvError};
-pub use executor::{
+pub use engine::executor::{
     ActivityInfo, ActivityMiddleware, CommitStrategy, DEFAULT_MAX_STEPS_PER_RUN, Flow, RunError,
     RunInfo, WorkflowMiddleware,
 };
-pub use instance::{
+pub use engine::names::{CURRENT_STATE, TAG_CONTINUING, TAG_ENTERING};
+pub use engine::registry::{ChooseOutcome, Registry};
+pub use engine::state::{
     ActivityStatus, Bookmark, ContextId, Incident, JournalEntry, JournalKind, JournalLevel,
     SubStatus, WorkflowState, WorkflowStatus,
 };
-pub use registry::{BoxFuture, ChooseOutcome, Registry, TaskResult};
+pub use engine::task::{IntoTaskResult, Outcome, TaskContext, TaskError, TaskResult};
+pub use events::{ActivityRef, EventKind, EventStream, LifecycleEvent, RecvError};
 pub use routing::RoutingError;
 pub use runtime::{
     AwaitError, BuildError, CancelError, Completion, InstanceSnapshot, PurgeError, RecoveryReport,
     Refusal, Rejection, ResumeError, RetryError, Runtime, RuntimeBuilder, SendError, SendReport,
     StartError, StartOptions, Started, StateError, Stimulus, TimerFiring,
 };
-pub use task::{IntoTaskResult, Outcome, TaskContext, TaskError};
 pub use workflow::{StateMachineWorkflow, Workflow};
 
 /// Declares a state machine on an enum: see the macro's documentation.
@@ -67,8 +63,9 @@ pub mod __private {
     pub use ::serde_json;
     pub use ::workflow_model as model;
 
-    pub use crate::registry::{BoxFuture, ChooseOutcome, Registry, TaskResult};
+    pub use crate::base::BoxFuture;
+    pub use crate::engine::registry::{ChooseOutcome, Registry};
+    pub use crate::engine::task::{IntoTaskResult, Outcome, TaskContext, TaskError, TaskResult};
     pub use crate::runtime::Stimulus;
-    pub use crate::task::{IntoTaskResult, Outcome, TaskContext, TaskError};
     pub use crate::workflow::{IsPayload, StateMachineWorkflow, Workflow};
 }

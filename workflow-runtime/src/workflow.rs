@@ -7,7 +7,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use workflow_model::Definition;
 
-use crate::registry::Registry;
+use crate::engine::registry::Registry;
 
 /// A workflow type: a stable name, a definition built once, and the user code its activities
 /// reference by name.
@@ -59,7 +59,7 @@ pub trait Workflow: Send + Sync + 'static {
     /// The default computes it from the definition on every call; the macros override it with
     /// the value they computed at compile time.
     fn version() -> &'static str {
-        crate::registry::leak_version(Self::definition())
+        crate::engine::registry::leak_version(Self::definition())
     }
 
     /// The user code the definition refers to by name: tasks, entries, exits, actions and

@@ -11,16 +11,17 @@ use tokio::sync::broadcast;
 use workflow_model::{Activation, Definition};
 
 use super::{BuildError, Inner, Runtime};
+use crate::base::BoxFuture;
+use crate::base::new_ulid;
 use crate::clock::{Clock, SystemClock};
-use crate::events::LifecycleEvent;
-use crate::executor::{
+use crate::engine::executor::{
     ActivityMiddleware, AttemptSettings, Checkpoint, CommitStrategy, Executor, Link, Middleware,
     RunEnd, RunError, RunTarget, WorkflowMiddleware,
 };
-use crate::graph::{Graph, GraphError, NamedRefs};
-use crate::ids::new_ulid;
-use crate::instance::{JournalLevel, WorkflowState};
-use crate::registry::{BoxFuture, Registry};
+use crate::engine::graph::{Graph, GraphError, NamedRefs};
+use crate::engine::registry::Registry;
+use crate::engine::state::{JournalLevel, WorkflowState};
+use crate::events::LifecycleEvent;
 use crate::store::{MemoryStore, Store};
 use crate::workflow::Workflow;
 
@@ -71,7 +72,7 @@ pub(super) trait ErasedWorkflow: Send + Sync {
     /// The event trigger nodes (ACT-7): `(node path id, event name)`, in graph order.
     fn event_triggers(&self) -> Vec<(String, String)>;
     /// The time trigger nodes (ACT-7, TM-11 to TM-13), in graph order.
-    fn time_triggers(&self) -> Vec<(String, crate::graph::TimeTrigger)>;
+    fn time_triggers(&self) -> Vec<(String, crate::engine::graph::TimeTrigger)>;
     /// The activation strategy (RT-15).
     fn activation(&self) -> Activation;
 }
@@ -147,7 +148,7 @@ where
         self.graph.event_triggers()
     }
 
-    fn time_triggers(&self) -> Vec<(String, crate::graph::TimeTrigger)> {
+    fn time_triggers(&self) -> Vec<(String, crate::engine::graph::TimeTrigger)> {
         self.graph.time_triggers()
     }
 

@@ -6,56 +6,14 @@ use std::sync::Mutex;
 use serde_json::Value;
 
 use super::{StateError, lock};
-use crate::executor::{Checkpoint, RunError};
-use crate::instance::{Bookmark, JournalEntry, SubStatus, WorkflowState, WorkflowStatus};
-use crate::registry::BoxFuture;
+use crate::base::BoxFuture;
+use crate::engine::executor::{Checkpoint, RunError};
+use crate::engine::state::{Bookmark, JournalEntry, WorkflowState, WorkflowStatus};
 use crate::store::{
-    Commit, InstanceStatus, InstanceSubStatus, JournalRecord, Micros, NewBookmark, NewInstance,
-    NewJournalRecord, Store, StoreError,
+    Commit, JournalRecord, Micros, NewBookmark, NewInstance, NewJournalRecord, Store, StoreError,
 };
 
-/// The wall clock in µs since the epoch (ST-23).
-pub(super) fn now_micros() -> Micros {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_micros()).unwrap_or(i64::MAX))
-}
-
-pub(super) fn ms_to_micros(ms: u64) -> Micros {
-    i64::try_from(ms)
-        .unwrap_or(i64::MAX / 1000)
-        .saturating_mul(1000)
-}
-
-pub(super) fn store_status(status: WorkflowStatus) -> InstanceStatus {
-    match status {
-        WorkflowStatus::Running => InstanceStatus::Running,
-        WorkflowStatus::Suspended => InstanceStatus::Suspended,
-        WorkflowStatus::Faulted => InstanceStatus::Faulted,
-        WorkflowStatus::Finished => InstanceStatus::Finished,
-        WorkflowStatus::Cancelled => InstanceStatus::Cancelled,
-    }
-}
-
-pub(super) fn workflow_status(status: InstanceStatus) -> WorkflowStatus {
-    match status {
-        InstanceStatus::Running => WorkflowStatus::Running,
-        InstanceStatus::Suspended => WorkflowStatus::Suspended,
-        InstanceStatus::Faulted => WorkflowStatus::Faulted,
-        InstanceStatus::Finished => WorkflowStatus::Finished,
-        InstanceStatus::Cancelled => WorkflowStatus::Cancelled,
-    }
-}
-
-pub(super) fn store_sub_status(sub: Option<SubStatus>) -> Option<InstanceSubStatus> {
-    sub.map(|sub| match sub {
-        SubStatus::Pending => InstanceSubStatus::Pending,
-        SubStatus::Executing => InstanceSubStatus::Executing,
-        SubStatus::Waiting => InstanceSubStatus::Waiting,
-        SubStatus::Paused => InstanceSubStatus::Paused,
-        SubStatus::Stalled => InstanceSubStatus::Stalled,
-    })
-}
+pub(super) use crate::base::{micros_to_ms, ms_to_micros, now_micros};
 
 /// The state document as stored: serde names only, a top-level `"format"` (ST-19, ST-20).
 pub(super) fn encode_document(state: &WorkflowState) -> Result<Value, RunError> {
@@ -91,7 +49,7 @@ pub(super) fn journal_record(entry: JournalEntry) -> NewJournalRecord {
 pub(super) fn journal_entry(record: JournalRecord) -> Option<JournalEntry> {
     Some(JournalEntry {
         seq: record.seq,
-        at: u64::try_from(record.at / 1000).unwrap_or(0),
+        at: micros_to_ms(record.at),
         kind: serde_json::from_value(Value::String(record.kind)).ok()?,
         context_id: record.context_id,
         node_id: record.node_id,
@@ -165,8 +123,8 @@ impl RunCommits<'_> {
                 tracker.token,
                 now_micros(),
                 document,
-                store_status(state.status),
-                store_sub_status(state.sub_status),
+                state.status,
+                state.sub_status,
             );
             commit.correlation_id = state.correlation_id.clone();
             commit.release_lease = release;

@@ -1,8 +1,8 @@
 //! Operator actions on faulted instances (FLT-8) and reading incidents (FLT-6).
 
 use super::{CancelError, Runtime, StateError};
-use crate::executor::{RunEnd, RunError, RunTarget};
-use crate::instance::{
+use crate::engine::executor::{RunEnd, RunError, RunTarget};
+use crate::engine::state::{
     ActivityStatus, EntryPoint, Incident, SubStatus, WorkItem, WorkflowState, WorkflowStatus,
 };
 use crate::runtime::Started;
@@ -67,7 +67,7 @@ fn reopen(state: &mut WorkflowState) {
         {
             c.status = ActivityStatus::Running;
             c.fault = None;
-            crate::faults::reset_attempts(c);
+            crate::engine::faults::reset_attempts(c);
             state.queue.push_back(WorkItem {
                 context: id,
                 entry: EntryPoint::Execute,
@@ -138,9 +138,10 @@ impl Runtime {
             .iter()
             .filter(|i| i.resolution.is_none())
             .any(|i| {
-                state
-                    .context(i.context_id)
-                    .is_some_and(|c| c.properties.contains_key(crate::saga::COMPENSATED_FAILURE))
+                state.context(i.context_id).is_some_and(|c| {
+                    c.properties
+                        .contains_key(crate::engine::saga::COMPENSATED_FAILURE)
+                })
             });
         if compensated {
             return Err(RetryError::CompensatedFailure {

@@ -19,16 +19,16 @@ use serde_json::Value;
 use tokio::sync::{broadcast, watch};
 use workflow_model::Diagnostics;
 
-use crate::events::{EventStream, LifecycleEvent};
-use crate::executor::{
+use crate::base::new_ulid;
+use crate::engine::executor::{
     Checkpoint, CommitStrategy, DEFAULT_MAX_STEPS_PER_RUN, Link, Middleware, RunEnd, RunError,
     RunTarget,
 };
-use crate::ids::new_ulid;
-use crate::instance::{
+use crate::engine::state::{
     DefinitionRef, Incident, Journal, JournalEntry, JournalLevel, ParentLink, SubStatus,
     TriggerStart, WorkflowState, WorkflowStatus,
 };
+use crate::events::{EventStream, LifecycleEvent};
 use crate::store::{
     Commit, InstanceFilter, InstanceStatus, InstanceSubStatus, Micros, NewInstance, PurgeFilter,
     Store, StoreError,
@@ -45,7 +45,7 @@ pub use builder::RuntimeBuilder;
 use builder::{ErasedWorkflow, RunOutput};
 use commit::{
     RunCommits, Tracker, decode_document, encode_document, journal_entry, ms_to_micros, now_micros,
-    run_store_error, workflow_status,
+    run_store_error,
 };
 pub use faults::RetryError;
 pub use send::{Refusal, Rejection, SendError, SendReport, Stimulus};
@@ -376,7 +376,7 @@ impl InstanceSnapshot {
     pub fn current_state(&self) -> Option<&str> {
         let root = self.state.context(self.state.root?)?;
         root.properties
-            .get(crate::activities::CURRENT_STATE)?
+            .get(crate::engine::names::CURRENT_STATE)?
             .as_str()
     }
 
@@ -589,7 +589,7 @@ impl Runtime {
             clock: None,
             sweep_interval: Some(timers::DEFAULT_SWEEP),
             timer_driver: true,
-            cancel_grace: crate::executor::DEFAULT_CANCEL_GRACE,
+            cancel_grace: crate::engine::executor::DEFAULT_CANCEL_GRACE,
         }
     }
 
@@ -890,7 +890,7 @@ impl Runtime {
                     continue;
                 };
                 for bookmark in &parent.bookmarks {
-                    if bookmark.name != crate::structured::SUB_WORKFLOW {
+                    if bookmark.name != crate::engine::names::Reserved::SubWorkflow.name() {
                         continue;
                     }
                     let Some(child) = bookmark
@@ -1225,9 +1225,7 @@ impl Runtime {
             Err(StoreError::NotFound { .. }) => Err(PurgeError::InstanceNotFound {
                 instance: instance_id.to_owned(),
             }),
-            Err(StoreError::NotTerminal { status, .. }) => Err(PurgeError::NotTerminal {
-                status: workflow_status(status),
-            }),
+            Err(StoreError::NotTerminal { status, .. }) => Err(PurgeError::NotTerminal { status }),
             Err(error) => Err(PurgeError::Store {
                 instance: instance_id.to_owned(),
                 error,
@@ -1385,7 +1383,7 @@ impl Runtime {
         cancel: Option<&crate::cancel::CancellationToken>,
     ) -> builder::RunOptions {
         builder::RunOptions {
-            attempts: crate::executor::AttemptSettings {
+            attempts: crate::engine::executor::AttemptSettings {
                 clock: self.inner.clock.clone(),
                 cancel_grace: self.inner.cancel_grace,
                 instance_cancel: cancel.cloned(),

@@ -24,16 +24,16 @@ use tokio::sync::Notify;
 use workflow_model::Activation;
 
 use super::{Inner, Runtime, StartOptions, Started, lock};
-use crate::executor::{RunError, RunTarget};
-use crate::ids::new_ulid;
-use crate::instance::{TriggerStart, WorkflowStatus};
+use crate::base::new_ulid;
+use crate::engine::executor::{RunError, RunTarget};
+use crate::engine::state::{TriggerStart, WorkflowStatus};
 use crate::routing::{RoutingError, check_correlation_id, check_name, stimulus_hash};
 use crate::store::{
     BookmarkQuery, BookmarkRow, DeadLetter, DeadLetterFilter, DeadLetterReason, IdempotencyRecord,
     InstanceFilter, InstanceStatus, Micros, QueueItem, StoreError, TriggerRow, WakeUp,
 };
 
-use super::commit::now_micros;
+use crate::base::now_micros;
 
 /// The default queue TTL (RT-28): 10 minutes.
 pub(super) const DEFAULT_QUEUE_TTL: Duration = Duration::from_secs(600);
@@ -397,11 +397,14 @@ pub(super) fn sha_hex(parts: &[&str]) -> String {
         hasher.update((part.len() as u64).to_be_bytes());
         hasher.update(part.as_bytes());
     }
-    hasher
-        .finalize()
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
+    let digest = hasher.finalize();
+    let mut hex = String::with_capacity(digest.len() * 2);
+    for byte in digest {
+        for nibble in [byte >> 4, byte & 0x0f] {
+            hex.push(char::from_digit(u32::from(nibble), 16).unwrap_or('0'));
+        }
+    }
+    hex
 }
 
 fn to_micros(d: Duration) -> Micros {
@@ -559,8 +562,13 @@ impl Runtime {
                 }));
             }
         }
-        // RT-19: a retried send finds its first report.
-        let payload_digest = sha_hex(&[&payload_text]);
+        // RT-19: a retried send finds its first report. The digest only serves idempotency
+        // records, so a send without a key does not hash its payload.
+        let payload_digest = if stimulus.idempotency_key.is_some() {
+            sha_hex(&[&payload_text])
+        } else {
+            String::new()
+        };
         let stimulus_id = match &stimulus.idempotency_key {
             Some(key) => {
                 if let Some(record) = store

@@ -11,20 +11,12 @@ use tokio::sync::{broadcast, watch};
 
 use super::{Inner, Runtime, lock};
 use super::{RunTarget, StartOptions};
-use crate::graph::TimeTrigger;
-use crate::instance::Bookmark;
-use crate::instance::TriggerStart;
+use crate::base::ms_to_micros;
+use crate::engine::graph::TimeTrigger;
+use crate::engine::names::Reserved;
+use crate::engine::state::Bookmark;
+use crate::engine::state::TriggerStart;
 use crate::store::{Micros, NewTimer, Schedule, ScheduleFiring, StoreError, TimerRow, WakeUp};
-
-/// The bookmark names that carry a `due_at` and own a timer row (TM-3), with the row's kind.
-const TIMER_BOOKMARKS: [(&str, &str); 6] = [
-    ("wf.delay", "delay"),
-    ("wf.timer", "timer"),
-    ("wf.start_at", "start_at"),
-    ("wf.cron", "cron"),
-    ("wf.deadline", "deadline"),
-    ("wf.retry", "retry"),
-];
 
 /// How long a claim on a due timer lasts before another claimer may fire it (TM-6).
 const CLAIM_TTL: Micros = 30_000_000;
@@ -35,17 +27,12 @@ const CLAIM_PAGE: usize = 100;
 /// The timer row of a timer bookmark (TM-3): its id is the bookmark's, its due time the
 /// payload's `due_at` (ms).
 pub(super) fn timer_of(bookmark: &Bookmark) -> Option<NewTimer> {
-    let kind = TIMER_BOOKMARKS
-        .iter()
-        .find(|(name, _)| *name == bookmark.name)?
-        .1;
+    let kind = Reserved::from_name(&bookmark.name)?.timer_kind()?;
     let due_at = bookmark.payload.get("due_at").and_then(Value::as_u64)?;
     Some(NewTimer {
         timer_id: bookmark.id.clone(),
         kind: kind.to_owned(),
-        due_at: i64::try_from(due_at)
-            .unwrap_or(i64::MAX / 1000)
-            .saturating_mul(1000),
+        due_at: ms_to_micros(due_at),
     })
 }
 
@@ -396,12 +383,6 @@ impl Runtime {
             ScheduleFiring::Stale => Ok(None),
         }
     }
-}
-
-fn ms_to_micros(ms: u64) -> Micros {
-    i64::try_from(ms)
-        .unwrap_or(i64::MAX / 1000)
-        .saturating_mul(1000)
 }
 
 /// The default sweep interval (TM-5).

@@ -43,7 +43,7 @@ use std::fmt;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-pub(crate) use crate::registry::BoxFuture;
+pub(crate) use crate::base::BoxFuture;
 
 mod memory;
 #[cfg(feature = "sqlite")]
@@ -56,9 +56,7 @@ pub use memory::MemoryStore;
 #[cfg(feature = "sqlite")]
 pub use sqlite::{MigrateMode, SqliteOptions, SqliteStore, Synchronous};
 
-/// A UTC instant as integer microseconds since the Unix epoch (ST-23), or a duration in
-/// microseconds where a parameter says so (`ttl`).
-pub type Micros = i64;
+pub use crate::base::Micros;
 
 /// The state-document format this library writes and the newest it reads (ST-19).
 pub const STATE_FORMAT: u64 = 1;
@@ -251,98 +249,13 @@ impl StoreError {
     }
 }
 
-/// An instance's status (ENG-2). Stored as its lower-case name.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum InstanceStatus {
-    /// Runnable or being run.
-    Running,
-    /// Waiting, paused or stalled.
-    Suspended,
-    /// Failed for good; not final (FLT-7).
-    Faulted,
-    /// Completed: final.
-    Finished,
-    /// Cancelled: final.
-    Cancelled,
-}
+/// An instance's status (ENG-2): the engine's [`WorkflowStatus`](crate::WorkflowStatus), stored
+/// as its lower-case name ([`InstanceStatus::as_str`]).
+pub use crate::status::WorkflowStatus as InstanceStatus;
 
-impl InstanceStatus {
-    /// The stored name (`"running"`, ...).
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Running => "running",
-            Self::Suspended => "suspended",
-            Self::Faulted => "faulted",
-            Self::Finished => "finished",
-            Self::Cancelled => "cancelled",
-        }
-    }
-
-    /// Parses a stored name.
-    pub fn parse(name: &str) -> Option<Self> {
-        Some(match name {
-            "running" => Self::Running,
-            "suspended" => Self::Suspended,
-            "faulted" => Self::Faulted,
-            "finished" => Self::Finished,
-            "cancelled" => Self::Cancelled,
-            _ => return None,
-        })
-    }
-
-    /// `Finished` and `Cancelled` are final (ENG-2, ST-32).
-    pub fn is_final(self) -> bool {
-        matches!(self, Self::Finished | Self::Cancelled)
-    }
-}
-
-impl fmt::Display for InstanceStatus {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-/// An instance's sub-status (ENG-2). Stored as its lower-case name.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum InstanceSubStatus {
-    /// Created, never executed.
-    Pending,
-    /// A run holds the lease; after a crash: interrupted.
-    Executing,
-    /// Waiting on at least one bookmark.
-    Waiting,
-    /// Paused by an operator.
-    Paused,
-    /// No bookmark and no queued work.
-    Stalled,
-}
-
-impl InstanceSubStatus {
-    /// The stored name (`"pending"`, ...).
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Pending => "pending",
-            Self::Executing => "executing",
-            Self::Waiting => "waiting",
-            Self::Paused => "paused",
-            Self::Stalled => "stalled",
-        }
-    }
-
-    /// Parses a stored name.
-    pub fn parse(name: &str) -> Option<Self> {
-        Some(match name {
-            "pending" => Self::Pending,
-            "executing" => Self::Executing,
-            "waiting" => Self::Waiting,
-            "paused" => Self::Paused,
-            "stalled" => Self::Stalled,
-            _ => return None,
-        })
-    }
-}
+/// An instance's sub-status (ENG-2): the engine's [`SubStatus`](crate::SubStatus), stored as
+/// its lower-case name ([`InstanceSubStatus::as_str`]).
+pub use crate::status::SubStatus as InstanceSubStatus;
 
 /// A pending operator action on an instance (ST-5, C-29).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

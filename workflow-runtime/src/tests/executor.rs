@@ -7,8 +7,8 @@ use workflow_model::{Definition, Sequence, Task};
 use super::{
     Harness, Log, block_on, event, log_task, logging_registry, machine, state, transition,
 };
-use crate::executor::{RunEnd, RunError, RunTarget};
-use crate::instance::{
+use crate::engine::executor::{RunEnd, RunError, RunTarget};
+use crate::engine::state::{
     ActivityStatus, FaultKind, Journal, JournalLevel, SubStatus, WorkflowStatus,
 };
 use crate::{Outcome, Registry, TaskContext, TaskError};
@@ -276,10 +276,13 @@ fn eng20_rerun_does_not_double_bookmarks() {
     let first = h.exec.state.bookmarks.clone();
     assert_eq!(first.len(), 1);
     let context = first[0].context_id;
-    h.exec.state.queue.push_back(crate::instance::WorkItem {
-        context,
-        entry: crate::instance::EntryPoint::Execute,
-    });
+    h.exec
+        .state
+        .queue
+        .push_back(crate::engine::state::WorkItem {
+            context,
+            entry: crate::engine::state::EntryPoint::Execute,
+        });
     h.step();
     assert_eq!(h.exec.state.bookmarks, first);
 }
@@ -296,7 +299,7 @@ fn eng26_interrupted_context_is_rerun_first() {
     let a = h.exec.state.context_mut(item.context).unwrap();
     a.status = ActivityStatus::Running;
     a.is_executing = true;
-    a.executing_entry = Some(crate::instance::EntryPoint::Execute);
+    a.executing_entry = Some(crate::engine::state::EntryPoint::Execute);
     let (reg, def2) = (registry(), def.clone());
     let mut h = h.round_trip(&def2, reg);
     assert!(h.exec.state.queue.is_empty());
@@ -325,7 +328,7 @@ fn sm1_missing_current_state_completes_the_machine_and_journals_why() {
         .journal
         .entries
         .iter()
-        .find(|e| e.kind == crate::instance::JournalKind::Declined)
+        .find(|e| e.kind == crate::engine::state::JournalKind::Declined)
         .unwrap();
     assert!(
         declined.detail["reason"]

@@ -8,8 +8,8 @@ use workflow_model::{
 };
 
 use super::{Harness, Log, block_on, event, log_task, logging_registry};
-use crate::executor::{RunEnd, RunTarget};
-use crate::instance::{ActivityStatus, JournalKind, SubStatus, WorkflowStatus};
+use crate::engine::executor::{RunEnd, RunTarget};
+use crate::engine::state::{ActivityStatus, JournalKind, SubStatus, WorkflowStatus};
 use crate::{Outcome, Registry, TaskContext};
 
 /// A flowchart `root` over `nodes` and `source.port -> target` connections, checked by the

@@ -14,9 +14,9 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use workflow_model::{Activity, Definition, Event, State, StateMachine, Task, Transition};
 
-use crate::executor::{Executor, Middleware, RunEnd, RunTarget, StepError};
-use crate::graph::Graph;
-use crate::instance::{
+use crate::engine::executor::{Executor, Middleware, RunEnd, RunTarget, StepError};
+use crate::engine::graph::Graph;
+use crate::engine::state::{
     ActivityStatus, ContextId, DefinitionRef, EntryPoint, Journal, JournalKind, JournalLevel,
     WorkItem, WorkflowState,
 };
@@ -202,7 +202,7 @@ impl Harness {
     pub(crate) fn current(&self) -> Option<String> {
         let root = self.exec.state.context(self.root())?;
         root.properties
-            .get(crate::activities::CURRENT_STATE)
+            .get(crate::engine::names::CURRENT_STATE)
             .and_then(Value::as_str)
             .map(str::to_owned)
     }
@@ -214,7 +214,7 @@ impl Harness {
             .context_mut(root)
             .unwrap()
             .properties
-            .insert(crate::activities::CURRENT_STATE.into(), json!(state));
+            .insert(crate::engine::names::CURRENT_STATE.into(), json!(state));
     }
 
     pub(crate) fn root_status(&self) -> ActivityStatus {

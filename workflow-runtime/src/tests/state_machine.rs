@@ -9,8 +9,8 @@ use workflow_model::Definition;
 
 use super::{Harness, Log, event, log_task, logging_registry, machine, state, transition};
 use crate::Registry;
-use crate::executor::RunEnd;
-use crate::instance::{ActivityStatus, JournalKind, SubStatus};
+use crate::engine::executor::RunEnd;
+use crate::engine::state::{ActivityStatus, JournalKind, SubStatus};
 
 const LOGS: &[&str] = &[
     "New.entry",
@@ -627,11 +627,11 @@ fn s16_sm4_duplicate_names_resolve_against_current_state_first() {
         .collect();
     assert_eq!(keys, ["0:go", "1:go"]);
     // The resolver itself: a tag is looked up among the current state's transitions first.
-    let graph = crate::graph::Graph::build(&def).unwrap();
-    let crate::graph::NodeKind::StateMachine(m) = &graph.nodes[0].kind else {
+    let graph = crate::engine::graph::Graph::build(&def).unwrap();
+    let crate::engine::graph::NodeKind::StateMachine(m) = &graph.nodes[0].kind else {
         unreachable!()
     };
-    type Ex = crate::executor::Executor<'static, Log>;
+    type Ex = crate::engine::executor::Executor<'static, Log>;
     assert_eq!(
         Ex::resolve_for_tests(m, "B", Some("1:go")).map(|t| t.from.as_str()),
         Some("B")

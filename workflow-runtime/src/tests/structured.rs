@@ -9,8 +9,8 @@ use workflow_model::{
 
 use super::flowchart::chart;
 use super::{Harness, Log, event, log_task};
-use crate::executor::RunEnd;
-use crate::instance::{ActivityStatus, JournalKind, SubStatus, WorkflowStatus};
+use crate::engine::executor::RunEnd;
+use crate::engine::state::{ActivityStatus, JournalKind, SubStatus, WorkflowStatus};
 use crate::{Outcome, Registry, TaskContext};
 
 fn registry() -> Registry<Log> {

@@ -5,8 +5,6 @@
 
 use std::collections::HashMap;
 use std::fmt;
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::{Arc, Mutex, OnceLock};
 
 use serde::Serialize;
@@ -14,13 +12,9 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 use workflow_model::Definition;
 
-use crate::task::{Outcome, TaskContext, TaskError};
-
-/// A boxed, sendable future borrowing from `'a`: what a registered task returns.
-pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
-
-/// The result of one task attempt.
-pub type TaskResult = Result<Outcome, TaskError>;
+pub(crate) use crate::base::BoxFuture;
+pub(crate) use crate::engine::task::TaskResult;
+use crate::engine::task::{TaskContext, TaskError};
 
 pub(crate) type TaskFn<D> =
     Arc<dyn for<'a> Fn(&'a mut TaskContext<D>) -> BoxFuture<'a, TaskResult> + Send + Sync>;

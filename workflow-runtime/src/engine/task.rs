@@ -5,6 +5,9 @@ use std::fmt;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
+/// The result of one task attempt.
+pub type TaskResult = Result<Outcome, TaskError>;
+
 /// What a running task, entry, exit or action sees (ACT-11): mutable access to the data, the
 /// payload of the stimulus that led here, its input, and stable identifiers.
 ///
@@ -277,23 +280,23 @@ pub trait IntoTaskResult {
     /// # Errors
     ///
     /// The task's error, when the value is one.
-    fn into_task_result(self) -> crate::registry::TaskResult;
+    fn into_task_result(self) -> TaskResult;
 }
 
 impl IntoTaskResult for () {
-    fn into_task_result(self) -> crate::registry::TaskResult {
+    fn into_task_result(self) -> TaskResult {
         Ok(Outcome::done())
     }
 }
 
 impl IntoTaskResult for Outcome {
-    fn into_task_result(self) -> crate::registry::TaskResult {
+    fn into_task_result(self) -> TaskResult {
         Ok(self)
     }
 }
 
 impl<T: IntoTaskResult, E: Into<TaskError>> IntoTaskResult for Result<T, E> {
-    fn into_task_result(self) -> crate::registry::TaskResult {
+    fn into_task_result(self) -> TaskResult {
         self.map_err(Into::into)
             .and_then(IntoTaskResult::into_task_result)
     }

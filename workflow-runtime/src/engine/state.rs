@@ -15,54 +15,7 @@ pub const FORMAT_VERSION: u32 = 1;
 /// An activity context id: from a per-instance counter, never reused (ENG-3).
 pub type ContextId = u64;
 
-/// The instance status (ENG-2).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub enum WorkflowStatus {
-    /// Created or running.
-    Running,
-    /// Waiting on a stimulus, paused, or stalled.
-    Suspended,
-    /// An activity failed for good (not final: FLT-7).
-    Faulted,
-    /// The root activity completed. Final.
-    Finished,
-    /// Cancelled through the API. Final.
-    Cancelled,
-}
-
-impl WorkflowStatus {
-    /// Whether nothing can change the instance any more.
-    pub fn is_final(self) -> bool {
-        matches!(self, WorkflowStatus::Finished | WorkflowStatus::Cancelled)
-    }
-}
-
-impl std::fmt::Display for WorkflowStatus {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        std::fmt::Debug::fmt(self, f)
-    }
-}
-
-impl std::fmt::Display for SubStatus {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        std::fmt::Debug::fmt(self, f)
-    }
-}
-
-/// The sub-status of a `Running` or `Suspended` instance (ENG-2).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub enum SubStatus {
-    /// Created, never executed.
-    Pending,
-    /// A run is in progress, or a run stopped at its step budget with work queued (ENG-10).
-    Executing,
-    /// Waiting on at least one bookmark.
-    Waiting,
-    /// Paused by an operator.
-    Paused,
-    /// Unfinished activities, no bookmark, no queued work: no stimulus can wake it.
-    Stalled,
-}
+pub use crate::status::{SubStatus, WorkflowStatus};
 
 /// The status of one activity context (ENG-4).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -478,71 +431,72 @@ pub struct ParentLink {
     pub depth: u32,
 }
 
-/// One workflow instance, as persisted (ENG-1).
+/// One workflow instance, as persisted (ENG-1). Read-only for users: every field has an
+/// accessor of the same name; only the engine and the runtime change the state.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct WorkflowState {
     /// The document format (see [`FORMAT_VERSION`]).
     #[serde(rename = "format")]
-    pub format_version: u32,
+    pub(crate) format_version: u32,
     /// The instance id.
-    pub instance_id: String,
+    pub(crate) instance_id: String,
     /// The pinned definition.
-    pub definition: DefinitionRef,
+    pub(crate) definition: DefinitionRef,
     /// An optional caller-chosen correlation id.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub correlation_id: Option<String>,
+    pub(crate) correlation_id: Option<String>,
     /// The parent, for an instance started by a SubWorkflow (ACT-24).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub parent: Option<ParentLink>,
+    pub(crate) parent: Option<ParentLink>,
     /// The trigger that created this instance (RT-13), until its node consumed the payload
     /// (FC-6 step 1, ACT-7).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub trigger: Option<TriggerStart>,
+    pub(crate) trigger: Option<TriggerStart>,
     /// When it was created (ms since the epoch).
-    pub created_at: u64,
+    pub(crate) created_at: u64,
     /// When it last changed.
-    pub updated_at: u64,
+    pub(crate) updated_at: u64,
     /// The status.
-    pub status: WorkflowStatus,
+    pub(crate) status: WorkflowStatus,
     /// The sub-status, for `Running` and `Suspended`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub sub_status: Option<SubStatus>,
+    pub(crate) sub_status: Option<SubStatus>,
     /// The activity contexts by id: a tree with one root (ENG-3).
-    pub contexts: BTreeMap<ContextId, ActivityContext>,
+    pub(crate) contexts: BTreeMap<ContextId, ActivityContext>,
     /// The root context, once created.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub root: Option<ContextId>,
+    pub(crate) root: Option<ContextId>,
     /// The next context id.
-    pub next_context_id: ContextId,
+    pub(crate) next_context_id: ContextId,
     /// The FIFO work queue (ENG-8).
-    pub queue: VecDeque<WorkItem>,
+    pub(crate) queue: VecDeque<WorkItem>,
     /// Completion callbacks by name (ENG-12).
-    pub callbacks: Vec<CallbackEntry>,
+    pub(crate) callbacks: Vec<CallbackEntry>,
     /// Bookmarks, in creation order (ENG-19).
-    pub bookmarks: Vec<Bookmark>,
+    pub(crate) bookmarks: Vec<Bookmark>,
     /// The workflow data as JSON (ENG-43).
-    pub data: Value,
+    pub(crate) data: Value,
     /// The start input.
-    pub input: Value,
+    pub(crate) input: Value,
     /// The output once finished.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub output: Option<Value>,
+    pub(crate) output: Option<Value>,
     /// Workflow-level variables.
     #[serde(default, skip_serializing_if = "Map::is_empty")]
-    pub variables: Map<String, Value>,
+    pub(crate) variables: Map<String, Value>,
     /// The last completion sequence number handed out (ACT-1).
-    pub completion_seq: u64,
+    pub(crate) completion_seq: u64,
     /// Failures for good (ENG-17).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub incidents: Vec<Incident>,
+    pub(crate) incidents: Vec<Incident>,
     /// Why it was cancelled.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub cancel_reason: Option<String>,
+    pub(crate) cancel_reason: Option<String>,
     /// The last lifecycle event sequence number (ENG-39).
     #[serde(default)]
-    pub event_seq: u64,
+    pub(crate) event_seq: u64,
     /// The execution journal (ENG-41).
-    pub journal: Journal,
+    pub(crate) journal: Journal,
 }
 
 impl WorkflowState {
@@ -582,6 +536,131 @@ impl WorkflowState {
             event_seq: 0,
             journal,
         }
+    }
+
+    /// The document format (see [`FORMAT_VERSION`]).
+    pub fn format_version(&self) -> u32 {
+        self.format_version
+    }
+
+    /// The instance id.
+    pub fn instance_id(&self) -> &String {
+        &self.instance_id
+    }
+
+    /// The pinned definition.
+    pub fn definition(&self) -> &DefinitionRef {
+        &self.definition
+    }
+
+    /// An optional caller-chosen correlation id.
+    pub fn correlation_id(&self) -> Option<&str> {
+        self.correlation_id.as_deref()
+    }
+
+    /// The parent, for an instance started by a SubWorkflow (ACT-24).
+    pub fn parent(&self) -> Option<&ParentLink> {
+        self.parent.as_ref()
+    }
+
+    /// (FC-6 step 1, ACT-7).
+    pub fn trigger(&self) -> Option<&TriggerStart> {
+        self.trigger.as_ref()
+    }
+
+    /// When it was created (ms since the epoch).
+    pub fn created_at(&self) -> u64 {
+        self.created_at
+    }
+
+    /// When it last changed.
+    pub fn updated_at(&self) -> u64 {
+        self.updated_at
+    }
+
+    /// The status.
+    pub fn status(&self) -> WorkflowStatus {
+        self.status
+    }
+
+    /// The sub-status, for `Running` and `Suspended`.
+    pub fn sub_status(&self) -> Option<SubStatus> {
+        self.sub_status
+    }
+
+    /// The activity contexts by id: a tree with one root (ENG-3).
+    pub fn contexts(&self) -> &BTreeMap<ContextId, ActivityContext> {
+        &self.contexts
+    }
+
+    /// The root context, once created.
+    pub fn root(&self) -> Option<ContextId> {
+        self.root
+    }
+
+    /// The next context id.
+    pub fn next_context_id(&self) -> ContextId {
+        self.next_context_id
+    }
+
+    /// The FIFO work queue (ENG-8).
+    pub fn queue(&self) -> &VecDeque<WorkItem> {
+        &self.queue
+    }
+
+    /// Completion callbacks by name (ENG-12).
+    pub fn callbacks(&self) -> &[CallbackEntry] {
+        &self.callbacks
+    }
+
+    /// Bookmarks, in creation order (ENG-19).
+    pub fn bookmarks(&self) -> &[Bookmark] {
+        &self.bookmarks
+    }
+
+    /// The workflow data as JSON (ENG-43).
+    pub fn data(&self) -> &Value {
+        &self.data
+    }
+
+    /// The start input.
+    pub fn input(&self) -> &Value {
+        &self.input
+    }
+
+    /// The output once finished.
+    pub fn output(&self) -> Option<&Value> {
+        self.output.as_ref()
+    }
+
+    /// Workflow-level variables.
+    pub fn variables(&self) -> &Map<String, Value> {
+        &self.variables
+    }
+
+    /// The last completion sequence number handed out (ACT-1).
+    pub fn completion_seq(&self) -> u64 {
+        self.completion_seq
+    }
+
+    /// Failures for good (ENG-17).
+    pub fn incidents(&self) -> &[Incident] {
+        &self.incidents
+    }
+
+    /// Why it was cancelled.
+    pub fn cancel_reason(&self) -> Option<&str> {
+        self.cancel_reason.as_deref()
+    }
+
+    /// The last lifecycle event sequence number (ENG-39).
+    pub fn event_seq(&self) -> u64 {
+        self.event_seq
+    }
+
+    /// The execution journal (ENG-41).
+    pub fn journal(&self) -> &Journal {
+        &self.journal
     }
 
     /// The context `id`.

@@ -7,15 +7,12 @@ use std::hash::{DefaultHasher, Hash, Hasher};
 use serde_json::{Value, json};
 use workflow_model::RetryPolicy;
 
-use crate::executor::{Executor, StepError, engine_fault};
-use crate::instance::{ActivityContext, ContextId};
+use crate::engine::executor::{Executor, StepError, engine_fault};
+use crate::engine::names::{ON_RETRY, Reserved};
+use crate::engine::state::{ActivityContext, ContextId};
+use crate::engine::task::TaskError;
 use crate::routing::stimulus_hash;
-use crate::task::TaskError;
 
-/// The callback of a `wf.retry` bookmark: run the task again.
-pub(crate) const ON_RETRY: &str = "retry_due";
-/// The retry bookmark's reserved name (FLT-3).
-pub(crate) const RETRY: &str = "wf.retry";
 /// The context property holding the number of the next attempt.
 const ATTEMPT: &str = "attempt";
 /// The context property listing the last attempts' failures (FLT-6).
@@ -138,14 +135,14 @@ where
     }
     let scope_context = id.to_string();
     let hash = stimulus_hash(
-        RETRY,
+        Reserved::Retry.name(),
         None,
         Some((executor.state.instance_id.as_str(), scope_context.as_str())),
     )
     .map_err(|e| engine_fault(id, e.to_string()))?;
     executor.create_bookmark(
         id,
-        RETRY,
+        Reserved::Retry.name(),
         hash,
         json!({ "attempt": attempt + 1, "due_at": due_at }),
         Some(ON_RETRY),

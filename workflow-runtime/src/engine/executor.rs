@@ -6,23 +6,22 @@
 //! recurses on work items: an activity schedules children as work items and the loop takes
 //! them one at a time, so automatic cycles (SM-6) do not grow the stack.
 
-use std::future::Future;
 use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll};
 
 use serde_json::{Value, json};
 use tracing::Instrument;
 
-use crate::events::{ActivityRef, EventKind, LifecycleEvent};
-use crate::graph::{Graph, NodeIndex};
-use crate::ids::{new_ulid, now_ms};
-use crate::instance::{
+use crate::base::BoxFuture;
+use crate::base::{new_ulid, now_ms};
+use crate::engine::graph::{Graph, NodeIndex};
+use crate::engine::guard::panic_message;
+use crate::engine::registry::Registry;
+use crate::engine::state::{
     ActivityContext, ActivityStatus, Bookmark, CallbackEntry, ContextId, EntryPoint, FaultKind,
     FaultRecord, Incident, JournalKind, SubStatus, WorkItem, WorkflowState, WorkflowStatus,
 };
-use crate::registry::{BoxFuture, Registry};
+use crate::events::{ActivityRef, EventKind, LifecycleEvent};
 
 /// The default step budget of one run (ENG-10).
 pub const DEFAULT_MAX_STEPS_PER_RUN: usize = 10_000;
@@ -328,7 +327,7 @@ pub(crate) enum Link {
         workflow: String,
         instance_id: String,
         input: Value,
-        parent: crate::instance::ParentLink,
+        parent: crate::engine::state::ParentLink,
     },
     /// Cancel a child instance: its waiting SubWorkflow was cancelled.
     Cancel { instance_id: String },
@@ -413,7 +412,10 @@ where
 
     /// RT-22: a stimulus payload that did not decode while a bookmark is being resumed
     /// rejects the run; `None` otherwise (the error stays a fault).
-    pub(crate) fn payload_rejection(&self, error: &crate::task::TaskError) -> Option<StepError> {
+    pub(crate) fn payload_rejection(
+        &self,
+        error: &crate::engine::task::TaskError,
+    ) -> Option<StepError> {
         let payload_type = error.decode_type()?;
         let (bookmark, node) = self.resuming.clone()?;
         Some(StepError::Abort(RunError::PayloadDecode {
@@ -426,7 +428,7 @@ where
     }
 
     /// Commits inside the run if the strategy asks for it at this boundary (ENG-32).
-    async fn checkpoint_at(&mut self, at: CommitStrategy) -> Result<(), RunError> {
+    pub(crate) async fn checkpoint_at(&mut self, at: CommitStrategy) -> Result<(), RunError> {
         match self.checkpoint {
             Some((checkpoint, strategy)) if strategy == at => {
                 checkpoint.checkpoint(&mut self.state).await
@@ -995,11 +997,10 @@ where
     /// ACT-24: cancelling a waiting SubWorkflow cancels its child instance, once this run
     /// commits.
     pub(crate) fn cancel_child_instances(&mut self, which: impl Fn(&Bookmark) -> bool) {
-        for bookmark in self
-            .state
-            .bookmarks
-            .iter()
-            .filter(|b| b.name == crate::structured::SUB_WORKFLOW && which(b))
+        for bookmark in
+            self.state.bookmarks.iter().filter(|b| {
+                b.name == crate::engine::names::Reserved::SubWorkflow.name() && which(b)
+            })
         {
             if let Some(child) = bookmark
                 .payload
@@ -1199,165 +1200,6 @@ where
         Ok(value)
     }
 
-    /// Runs the registered task `function` for context `id` (ACT-11): mutable access to the
-    /// data for the whole attempt; on error or panic the data is rolled back (FLT-4) and the
-    /// context faults.
-    pub(crate) async fn run_task(
-        &mut self,
-        id: ContextId,
-        function: &str,
-        retry: Option<&workflow_model::RetryPolicy>,
-        attempt_timeout_ms: Option<u64>,
-    ) -> Result<(), StepError> {
-        let registry = self.registry;
-        let Some(task) = registry.tasks.get(function) else {
-            return Err(engine_fault(
-                id,
-                format!("no task is registered under `{function}`"),
-            ));
-        };
-        self.data_mut()?;
-        let Some(data) = self.data.take() else {
-            return Err(engine_fault(id, "data unavailable"));
-        };
-        let (payload, input, node_id) = match self.state.context_mut(id) {
-            Some(c) => {
-                c.is_executing = true;
-                c.executing_entry = Some(EntryPoint::Execute);
-                (c.payload.clone(), c.input.clone(), c.node_id.clone())
-            }
-            None => return Err(RunError::ContextNotFound { context: id }.into()),
-        };
-        let variables = self.variables_in_scope(id);
-        let attempt = crate::faults::attempt_of(self.state.context(id));
-        // ENG-5, ENG-32: committed with `is_executing` set, a crash re-runs exactly this task.
-        self.checkpoint_at(CommitStrategy::BeforeEachActivity)
-            .await?;
-        let mut cx = crate::task::TaskContext {
-            data,
-            payload,
-            input,
-            instance_id: self.state.instance_id.clone(),
-            node_id,
-            context_id: id,
-            attempt,
-            variables,
-            cancellation: crate::cancel::CancellationToken::new(),
-        };
-        let started_at = self.now;
-        let token = cx.cancellation.clone();
-        let settings = self.attempts.clone();
-        let ended = {
-            let mut future = CatchUnwind(task(&mut cx));
-            let timeout = async {
-                match attempt_timeout_ms {
-                    Some(ms) => {
-                        let start = settings.clock.now();
-                        let at = start
-                            .saturating_add(i64::try_from(ms).unwrap_or(i64::MAX / 1000) * 1000);
-                        settings.clock.sleep_until(at).await;
-                    }
-                    None => std::future::pending().await,
-                }
-            };
-            let cancelled = async {
-                match &settings.instance_cancel {
-                    Some(t) => t.cancelled().await,
-                    None => std::future::pending().await,
-                }
-            };
-            let ended = tokio::select! {
-                outcome = &mut future => AttemptEnd::Returned(outcome),
-                () = timeout => AttemptEnd::TimedOut(attempt_timeout_ms.unwrap_or_default()),
-                () = cancelled => AttemptEnd::Cancelled,
-            };
-            if !matches!(ended, AttemptEnd::Returned(_)) {
-                // FLT-16: fire the token, give the task its grace, then drop it (ENG-52);
-                // whatever it returns is discarded.
-                token.cancel();
-                let _ = tokio::time::timeout(settings.cancel_grace, &mut future).await;
-            }
-            ended
-        };
-        let outcome = match ended {
-            AttemptEnd::Returned(outcome) => outcome,
-            // FLT-17: a timed-out attempt is a retryable failure that counts.
-            AttemptEnd::TimedOut(ms) => Ok(Err(crate::task::TaskError::new(format!(
-                "attempt timed out after `{}`",
-                crate::cancel::human_ms(ms)
-            )))),
-            AttemptEnd::Cancelled => {
-                if let Some(c) = self.state.context_mut(id) {
-                    c.is_executing = false;
-                    c.executing_entry = None;
-                }
-                // FLT-4, FLT-16: the attempt's changes are dropped and the run abandoned; the
-                // cancel that fired the token follows from the last commit.
-                self.data = None;
-                return Err(StepError::Abort(RunError::Interrupted {
-                    instance: self.state.instance_id.clone(),
-                }));
-            }
-        };
-        if let Some(c) = self.state.context_mut(id) {
-            c.is_executing = false;
-            c.executing_entry = None;
-        }
-        // FC-4: an outcome the node did not declare fails it for good, data untouched.
-        let undeclared = match &outcome {
-            Ok(Ok(outcome)) => self.undeclared_outcome(id, outcome),
-            _ => None,
-        };
-        let failure = match outcome {
-            Ok(Ok(_)) if undeclared.is_some() => FaultRecord {
-                kind: FaultKind::Error,
-                message: undeclared.unwrap_or_default(),
-                attempt,
-            },
-            Ok(Ok(outcome)) => match serde_json::to_value(&cx.data) {
-                Ok(json) => {
-                    self.state.data = json;
-                    self.data = Some(cx.data);
-                    let names = outcome.names().to_vec();
-                    self.record_compensable(id);
-                    self.complete(id, None, names)?;
-                    self.checkpoint_at(CommitStrategy::AfterEachActivity)
-                        .await?;
-                    return Ok(());
-                }
-                Err(e) => FaultRecord {
-                    kind: FaultKind::Engine,
-                    message: format!("data does not serialize after task `{function}`: {e}"),
-                    attempt,
-                },
-            },
-            Ok(Err(error)) => {
-                // FLT-4: the failed attempt's changes are dropped.
-                self.data = None;
-                if crate::faults::retry_after_failure(self, id, retry, attempt, started_at, &error)?
-                {
-                    return Ok(());
-                }
-                FaultRecord {
-                    kind: FaultKind::Error,
-                    message: error.message().to_owned(),
-                    attempt,
-                }
-            }
-            Err(message) => FaultRecord {
-                kind: FaultKind::Panicked,
-                message,
-                attempt,
-            },
-        };
-        // FLT-4: the failed attempt's changes are dropped; `state.data` is the last good value.
-        self.data = None;
-        Err(StepError::Fault {
-            context: id,
-            record: failure,
-        })
-    }
-
     // ---- journal and events -------------------------------------------------------------
 
     /// Appends a journal entry (kept if the journal level keeps its kind).
@@ -1456,8 +1298,6 @@ impl ActivityRef {
     }
 }
 
-/// Polls a boxed future, turning a panic into an error message (ENG-17: user code never
-/// panics the runtime).
 /// What task attempts need besides the state (FLT-16, FLT-17, ENG-52).
 #[derive(Debug, Clone)]
 pub(crate) struct AttemptSettings {
@@ -1482,28 +1322,6 @@ impl Default for AttemptSettings {
 /// ENG-52's default grace.
 pub(crate) const DEFAULT_CANCEL_GRACE: std::time::Duration = std::time::Duration::from_secs(10);
 
-/// How an attempt ended.
-enum AttemptEnd<T> {
-    Returned(T),
-    TimedOut(u64),
-    Cancelled,
-}
-
-struct CatchUnwind<F>(F);
-
-impl<F: Future + Unpin> Future for CatchUnwind<F> {
-    type Output = Result<F::Output, String>;
-
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        let inner = &mut self.0;
-        match catch_unwind(AssertUnwindSafe(|| Pin::new(inner).poll(cx))) {
-            Ok(Poll::Ready(value)) => Poll::Ready(Ok(value)),
-            Ok(Poll::Pending) => Poll::Pending,
-            Err(panic) => Poll::Ready(Err(format!("panicked: {}", panic_message(&*panic)))),
-        }
-    }
-}
-
 fn run_info(s: &WorkflowState) -> RunInfo<'_> {
     RunInfo {
         instance_id: &s.instance_id,
@@ -1511,15 +1329,5 @@ fn run_info(s: &WorkflowState) -> RunInfo<'_> {
         status: s.status,
         sub_status: s.sub_status,
         queued: s.queue.len(),
-    }
-}
-
-fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
-    if let Some(s) = panic.downcast_ref::<&str>() {
-        (*s).to_owned()
-    } else if let Some(s) = panic.downcast_ref::<String>() {
-        s.clone()
-    } else {
-        "a non-string panic payload".to_owned()
     }
 }

@@ -23,12 +23,10 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use workflow_model::DONE;
 
-use crate::executor::{ChildInfo, Executor, StepError, engine_fault};
-use crate::graph::{FlowchartNode, NodeKind};
-use crate::instance::{ActivityStatus, ContextId, JournalKind};
-
-/// The callback a flowchart's nodes report to (ENG-12).
-pub(crate) const ON_NODE: &str = "node_settled";
+use crate::engine::executor::{ChildInfo, Executor, StepError, engine_fault};
+use crate::engine::graph::{FlowchartNode, NodeKind};
+use crate::engine::names::ON_NODE;
+use crate::engine::state::{ActivityStatus, ContextId, JournalKind};
 
 /// The property keys of the run state (FC-10).
 const KEYS: [&str; 7] = [

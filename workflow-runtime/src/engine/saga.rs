@@ -15,12 +15,10 @@
 
 use serde_json::{Value, json};
 
-use crate::executor::{Executor, StepError};
-use crate::graph::{NodeIndex, NodeKind};
-use crate::instance::{ContextId, FaultKind, FaultRecord, JournalKind};
+use crate::engine::executor::{Executor, StepError};
+use crate::engine::graph::NodeKind;
+use crate::engine::state::{ContextId, FaultKind, FaultRecord, JournalKind};
 
-/// The saga scope's callback for its body.
-pub(crate) const ON_SAGA_BODY: &str = "saga_body_completed";
 /// The scope property listing `[node id, compensation fn]` in completion order.
 const COMPENSABLE: &str = "compensable";
 /// The scope's outcome after compensating with `compensate_then_continue`.
@@ -30,17 +28,6 @@ impl<D> Executor<'_, D>
 where
     D: serde::Serialize + serde::de::DeserializeOwned + Send + Sync + 'static,
 {
-    /// Runs the scope's body.
-    pub(crate) fn saga_execute(&mut self, id: ContextId, body: NodeIndex) -> Result<(), StepError> {
-        self.schedule_child(id, body, None, Some(ON_SAGA_BODY), None)?;
-        Ok(())
-    }
-
-    /// The body completed: so does the scope, with `done`.
-    pub(crate) fn saga_body_completed(&mut self, id: ContextId) -> Result<(), StepError> {
-        self.complete(id, None, vec![workflow_model::DONE.to_owned()])
-    }
-
     /// The nearest saga scope enclosing the context, with its `continue_after` flag.
     fn enclosing_saga(&self, id: ContextId) -> Option<(ContextId, bool)> {
         let mut current = self.state.context(id).and_then(|c| c.parent);
@@ -180,7 +167,7 @@ where
         let Some(data) = self.data.take() else {
             return Err("data unavailable".to_owned());
         };
-        let mut cx = crate::task::TaskContext {
+        let mut cx = crate::engine::task::TaskContext {
             data,
             payload: None,
             input: None,

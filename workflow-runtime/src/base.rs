@@ -1,10 +1,17 @@
-//! Identifiers: ULID-shaped instance and bookmark ids, generated without a dependency.
+//! The bottom of the crate: small helpers every layer uses and that depend on nothing else in
+//! the crate: [`BoxFuture`], ULID-shaped ids (generated without a dependency) and time.
+
+use std::future::Future;
+use std::pin::Pin;
 
 use std::collections::hash_map::RandomState;
 use std::hash::{BuildHasher, Hasher};
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
+
+/// A boxed, sendable future borrowing from `'a`: what a registered task returns.
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
 const CROCKFORD: &[u8; 32] = b"0123456789ABCDEFGHJKMNPQRSTVWXYZ";
 
@@ -39,6 +46,39 @@ pub(crate) fn new_ulid() -> String {
         out.push(char::from(CROCKFORD.get(digit).copied().unwrap_or(b'0')));
     }
     out
+}
+
+// ---- time ------------------------------------------------------------------------------
+//
+// One unit per layer, one conversion: the store and the [`Clock`](crate::Clock) count
+// [`Micros`] (UTC microseconds since the Unix epoch, ST-23); the engine's state document
+// counts milliseconds ([`Millis`], the unit of the definition model's durations). Every
+// conversion between them goes through [`ms_to_micros`] and [`micros_to_ms`], which saturate
+// instead of overflowing.
+
+/// A UTC instant as integer microseconds since the Unix epoch (ST-23), or a duration in
+/// microseconds where a parameter says so (`ttl`).
+pub type Micros = i64;
+
+/// A UTC instant as milliseconds since the Unix epoch, or a duration in milliseconds: the
+/// engine's unit (the state document, the model's durations).
+pub(crate) type Millis = u64;
+
+/// Milliseconds to microseconds, saturating at `Micros::MAX`.
+pub(crate) fn ms_to_micros(ms: Millis) -> Micros {
+    i64::try_from(ms).unwrap_or(i64::MAX).saturating_mul(1000)
+}
+
+/// Microseconds to milliseconds; an instant before the epoch is 0.
+pub(crate) fn micros_to_ms(micros: Micros) -> Millis {
+    u64::try_from(micros / 1000).unwrap_or(0)
+}
+
+/// The wall clock in µs since the epoch (ST-23).
+pub(crate) fn now_micros() -> Micros {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_micros()).unwrap_or(i64::MAX))
 }
 
 #[cfg(test)]

@@ -1,0 +1,216 @@
+//! The built-in activities, one family per module: [`sequence`], [`task`], [`event`],
+//! [`state_machine`], [`flowchart`], [`time`], [`branching`], [`loops`], [`control`],
+//! [`sub_workflow`] and [`saga`]; and here the dispatch of every kind's `execute` entry point
+//! and callbacks.
+//!
+//! Each kind has an `execute` entry point and a table of callbacks by name (ENG-12); the
+//! executor resolves a persisted callback name here and fails the run with `UnknownCallback`
+//! for a name the kind does not know.
+
+mod branching;
+mod control;
+mod event;
+pub(crate) mod flowchart;
+mod loops;
+mod saga;
+mod sequence;
+mod state_machine;
+mod sub_workflow;
+mod task;
+mod time;
+
+use crate::engine::executor::{ChildInfo, Executor, RunError, StepError};
+use crate::engine::graph::{NodeIndex, NodeKind};
+use crate::engine::names::{
+    ON_ACTION, ON_BODY, ON_BRANCH, ON_CHILD_DONE, ON_CONTINUE, ON_DEADLINE, ON_ENTRY, ON_EXIT,
+    ON_NODE, ON_RETRY, ON_SAGA_BODY, ON_STEP, ON_TICK, ON_TRIGGER,
+};
+use crate::engine::state::ContextId;
+
+impl<D> Executor<'_, D>
+where
+    D: serde::Serialize + serde::de::DeserializeOwned + Send + Sync + 'static,
+{
+    /// The `execute` entry point of every kind.
+    pub(crate) async fn execute(
+        &mut self,
+        id: ContextId,
+        node: NodeIndex,
+    ) -> Result<(), StepError> {
+        let graph = self.graph;
+        let Some(node) = graph.node(node) else {
+            return Err(RunError::NodeNotFound {
+                node: format!("#{node}"),
+            }
+            .into());
+        };
+        // RT-13, ACT-7: a time trigger that created the instance completes at once with the
+        // tick or occurrence as output, without waiting (and a Timer's body is not used).
+        if matches!(
+            node.kind,
+            NodeKind::Timer { .. } | NodeKind::StartAt { .. } | NodeKind::Cron { .. }
+        ) && self
+            .state
+            .trigger
+            .as_ref()
+            .is_some_and(|t| t.node_id == node.id)
+            && let Some(trigger) = self.state.trigger.take()
+        {
+            return self.complete(id, Some(trigger.payload), Vec::new());
+        }
+        match &node.kind {
+            NodeKind::Task {
+                function,
+                retry,
+                attempt_timeout_ms,
+                ..
+            } => {
+                self.run_task(id, function, retry.as_ref(), *attempt_timeout_ms)
+                    .await
+            }
+            NodeKind::Event {
+                event,
+                key,
+                look_back,
+                deadline_ms,
+                ..
+            } => {
+                // RT-13, ACT-7: the trigger that created the instance completes at once with
+                // the stimulus payload instead of waiting.
+                if self
+                    .state
+                    .trigger
+                    .as_ref()
+                    .is_some_and(|t| t.node_id == node.id)
+                    && let Some(trigger) = self.state.trigger.take()
+                {
+                    let index = graph.index_of(&node.id).unwrap_or_default();
+                    return self.bookmark_completed(id, index, trigger.payload);
+                }
+                self.execute_event(id, event, key.as_deref(), *look_back)?;
+                self.arm_deadline(id, *deadline_ms)
+            }
+            NodeKind::Delay { duration_ms, until } => {
+                self.execute_delay(id, *duration_ms, until.as_deref())
+            }
+            NodeKind::Timer { interval_ms, .. } => self.timer_execute(id, *interval_ms),
+            NodeKind::StartAt { at_ms, at_fn } => {
+                self.execute_start_at(id, *at_ms, at_fn.as_deref())
+            }
+            NodeKind::Cron {
+                expression,
+                schedule,
+                offset_seconds,
+            } => self.execute_cron(id, expression, schedule, *offset_seconds),
+            NodeKind::Sequence { steps } => {
+                let input = self.state.context(id).and_then(|c| c.input.clone());
+                self.sequence_next(id, steps, 0, input)
+            }
+            NodeKind::Saga { body, .. } => self.saga_execute(id, *body),
+            NodeKind::StateMachine(machine) => self.machine_execute(id, machine),
+            NodeKind::Flowchart(fc) => self.flowchart_execute(id, fc),
+            NodeKind::If {
+                condition,
+                then,
+                otherwise,
+                structured,
+            } => self.if_execute(id, condition, *then, *otherwise, *structured),
+            NodeKind::Switch(s) => self.switch_execute(id, s),
+            NodeKind::While { condition, body } => self.while_next(id, condition, *body),
+            NodeKind::ForEach { items, body } => self.for_each_execute(id, items, *body),
+            NodeKind::ParallelForEach {
+                items,
+                body,
+                max_in_flight,
+            } => self.parallel_for_each_execute(id, items, *body, *max_in_flight),
+            NodeKind::Parallel { branches, .. } => self.parallel_execute(id, branches),
+            NodeKind::Fork { branches } => self.complete(id, None, branches.clone()),
+            NodeKind::Join { .. } | NodeKind::Start | NodeKind::End => {
+                self.complete(id, None, vec![workflow_model::DONE.to_owned()])
+            }
+            NodeKind::Finish { output } => self.finish_execute(id, output.as_deref()),
+            NodeKind::Break => self.break_execute(id),
+            NodeKind::Fault { code, message } => self.fault_execute(id, code, message),
+            NodeKind::Correlate { key } => self.correlate_execute(id, key),
+            NodeKind::SetVariable { variable, value } => {
+                self.set_variable_execute(id, variable, value)
+            }
+            NodeKind::SubWorkflow {
+                workflow,
+                input,
+                detach,
+                deadline_ms,
+                ..
+            } => {
+                self.sub_workflow_execute(id, workflow, input.as_deref(), *detach)?;
+                // A detached child with a deadline is refused at build.
+                self.arm_deadline(id, *deadline_ms)
+            }
+        }
+    }
+
+    /// Runs the owner's callback `callback` for a child's completion or a continuation.
+    pub(crate) fn on_child(
+        &mut self,
+        owner: ContextId,
+        callback: &str,
+        child: ChildInfo,
+    ) -> Result<(), StepError> {
+        let graph = self.graph;
+        let node_id = self
+            .state
+            .context(owner)
+            .map(|c| c.node_id.clone())
+            .unwrap_or_default();
+        let node = graph
+            .index_of(&node_id)
+            .and_then(|i| graph.node(i))
+            .ok_or_else(|| RunError::NodeNotFound {
+                node: node_id.clone(),
+            })?;
+        let unknown = |kind: &'static str| {
+            StepError::Abort(RunError::UnknownCallback {
+                node: node_id.clone(),
+                kind,
+                callback: callback.to_owned(),
+            })
+        };
+        match (&node.kind, callback) {
+            (NodeKind::Event { .. } | NodeKind::SubWorkflow { .. }, ON_DEADLINE) => {
+                self.deadline_reached(owner)
+            }
+            (
+                NodeKind::Timer {
+                    body,
+                    until,
+                    max_ticks,
+                    interval_ms,
+                },
+                ON_TICK,
+            ) => self.timer_ticked(owner, *interval_ms, *body, until.as_deref(), *max_ticks),
+            (NodeKind::Saga { .. }, ON_SAGA_BODY) => self.saga_body_completed(owner),
+            (NodeKind::Task { .. }, ON_RETRY) => self.task_retry_due(owner),
+            (NodeKind::Sequence { steps }, ON_STEP) => {
+                self.sequence_step_completed(owner, steps, &child)
+            }
+            (NodeKind::StateMachine(m), ON_ENTRY) => self.machine_on_entry(owner, m, &child),
+            (NodeKind::StateMachine(m), ON_TRIGGER) => self.machine_on_trigger(owner, m, child),
+            (NodeKind::StateMachine(m), ON_EXIT) => self.machine_on_exit(owner, m, child),
+            (NodeKind::StateMachine(m), ON_ACTION) => self.machine_on_action(owner, m, child),
+            (NodeKind::StateMachine(m), ON_CONTINUE) => self.machine_on_continue(owner, m, child),
+            (NodeKind::Flowchart(fc), ON_NODE) => self.flowchart_settled(owner, fc, &child),
+            (
+                kind @ (NodeKind::If { .. } | NodeKind::Switch(_) | NodeKind::Parallel { .. }),
+                ON_BRANCH,
+            ) => self.branch_completed(owner, kind, &child),
+            (kind, ON_BODY) if kind.is_loop() => self.body_completed(owner, kind, &child),
+            (
+                NodeKind::SubWorkflow {
+                    workflow, assign, ..
+                },
+                ON_CHILD_DONE,
+            ) => self.sub_workflow_done(owner, workflow, assign.as_deref(), &child),
+            (kind, _) => Err(unknown(kind.name())),
+        }
+    }
+}

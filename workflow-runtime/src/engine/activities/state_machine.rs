@@ -1,0 +1,336 @@
+//! The StateMachine (SM-1 to SM-8): entry, triggers, exits, actions and
+//! the automatic cycle, its current state a property (SM-1).
+
+use serde_json::{Value, json};
+
+use crate::engine::executor::{ChildInfo, Executor, StepError};
+use crate::engine::graph::{MachineNode, TransitionNode};
+use crate::engine::names::{
+    CURRENT_STATE, ON_ACTION, ON_CONTINUE, ON_ENTRY, ON_EXIT, ON_TRIGGER, TAG_CONTINUING,
+    TAG_ENTERING,
+};
+use crate::engine::state::{ActivityStatus, ContextId, JournalKind};
+
+impl<D> Executor<'_, D>
+where
+    D: serde::Serialize + serde::de::DeserializeOwned + Send + Sync + 'static,
+{
+    // ---- StateMachine (SM-1 to SM-8) --------------------------------------------------
+    pub(crate) fn current_state(&self, id: ContextId) -> Option<String> {
+        self.state
+            .context(id)
+            .and_then(|c| c.properties.get(CURRENT_STATE))
+            .and_then(Value::as_str)
+            .map(str::to_owned)
+    }
+
+    pub(crate) fn set_current_state(&mut self, id: ContextId, state: &str) {
+        if let Some(c) = self.state.context_mut(id) {
+            c.properties.insert(CURRENT_STATE.to_owned(), json!(state));
+        }
+    }
+
+    /// SM-1: `current_state := current_state ?? initial`, then enter it (no yield).
+    pub(crate) fn machine_execute(
+        &mut self,
+        id: ContextId,
+        m: &MachineNode,
+    ) -> Result<(), StepError> {
+        let current = self.current_state(id).unwrap_or_else(|| m.initial.clone());
+        self.set_current_state(id, &current);
+        if m.state(&current).is_none() {
+            self.record(
+                JournalKind::Declined,
+                Some(id),
+                json!({"reason": format!("state `{current}` does not exist: the machine completes")}),
+            );
+            return self.complete(id, None, Vec::new());
+        }
+        self.record(
+            JournalKind::StateChanged,
+            Some(id),
+            json!({"from": null, "to": current}),
+        );
+        self.machine_enter(id, m, &current, None)
+    }
+
+    /// SM-2: schedule the entry (tag `entering`), or run the outbound step at once.
+    pub(crate) fn machine_enter(
+        &mut self,
+        id: ContextId,
+        m: &MachineNode,
+        state: &str,
+        payload: Option<Value>,
+    ) -> Result<(), StepError> {
+        let Some(node) = m.state(state) else {
+            self.record(
+                JournalKind::Declined,
+                Some(id),
+                json!({"reason": format!("state `{state}` does not exist: the machine completes")}),
+            );
+            return self.complete(id, None, Vec::new());
+        };
+        match node.entry {
+            Some(entry) => {
+                self.schedule_child(
+                    id,
+                    entry,
+                    Some(TAG_ENTERING.to_owned()),
+                    Some(ON_ENTRY),
+                    payload,
+                )?;
+                Ok(())
+            }
+            None => self.machine_outbound(id, m, state),
+        }
+    }
+
+    pub(crate) fn machine_on_entry(
+        &mut self,
+        id: ContextId,
+        m: &MachineNode,
+        child: &ChildInfo,
+    ) -> Result<(), StepError> {
+        let current = self.current_state(id).unwrap_or_default();
+        let expected = m
+            .state(&current)
+            .and_then(|s| s.entry)
+            .map(|e| self.node_id(e));
+        if child.status != ActivityStatus::Completed || expected != Some(child.node_id.as_str()) {
+            self.record(
+                JournalKind::Declined,
+                Some(id),
+                json!({"ignored": child.id, "tag": child.tag}),
+            );
+            return Ok(());
+        }
+        self.machine_outbound(id, m, &current)
+    }
+
+    /// SM-3: terminal -> complete; first true automatic transition -> take it; else arm every
+    /// trigger (tag = transition key); none -> stay Running with nothing pending.
+    pub(crate) fn machine_outbound(
+        &mut self,
+        id: ContextId,
+        m: &MachineNode,
+        state: &str,
+    ) -> Result<(), StepError> {
+        let valid: Vec<&TransitionNode> = m
+            .transitions
+            .iter()
+            .filter(|t| t.from == state && m.state(&t.to).is_some())
+            .collect();
+        if valid.is_empty() {
+            return self.complete(id, Some(json!(state)), Vec::new());
+        }
+        for t in valid.iter().filter(|t| t.trigger.is_none()) {
+            if self.condition(id, t.condition.as_deref(), None)? {
+                return self.machine_take(id, m, t, None);
+            }
+        }
+        let mut armed = 0;
+        for t in &valid {
+            if let Some(trigger) = t.trigger {
+                self.schedule_child(id, trigger, Some(t.key.clone()), Some(ON_TRIGGER), None)?;
+                armed += 1;
+            }
+        }
+        if armed == 0 {
+            self.record(
+                JournalKind::Declined,
+                Some(id),
+                json!({"reason": format!("no transition from `{state}` can be taken (SM-3.4)")}),
+            );
+        }
+        Ok(())
+    }
+
+    /// Resolves a transition from a tag: first among the current state's outbound
+    /// transitions, else among all (SM-4).
+    pub(crate) fn resolve<'m>(
+        m: &'m MachineNode,
+        current: &str,
+        tag: Option<&str>,
+    ) -> Option<&'m TransitionNode> {
+        let tag = tag?;
+        m.transitions
+            .iter()
+            .find(|t| t.from == current && t.key == tag)
+            .or_else(|| m.transitions.iter().find(|t| t.key == tag))
+    }
+
+    #[cfg(test)]
+    pub(crate) fn resolve_for_tests<'m>(
+        m: &'m MachineNode,
+        current: &str,
+        tag: Option<&str>,
+    ) -> Option<&'m TransitionNode> {
+        Self::resolve(m, current, tag)
+    }
+
+    /// SM-4: a trigger completed.
+    pub(crate) fn machine_on_trigger(
+        &mut self,
+        id: ContextId,
+        m: &MachineNode,
+        child: ChildInfo,
+    ) -> Result<(), StepError> {
+        let current = self.current_state(id).unwrap_or_default();
+        let transition = Self::resolve(m, &current, child.tag.as_deref());
+        let Some(t) = transition.filter(|t| {
+            child.status == ActivityStatus::Completed
+                && t.from == current
+                && m.state(&t.to).is_some()
+        }) else {
+            self.record(
+                JournalKind::Declined,
+                Some(id),
+                json!({"ignored": child.id, "tag": child.tag}),
+            );
+            return Ok(());
+        };
+        let payload = child.result;
+        if self.condition(id, t.condition.as_deref(), payload.as_ref())? {
+            return self.machine_take(id, m, t, payload);
+        }
+        // False: stay, leave competitors alone, re-arm the same trigger (SM-4).
+        self.record(
+            JournalKind::Declined,
+            Some(id),
+            json!({"transition": t.key, "reason": "condition false; trigger re-armed"}),
+        );
+        if let Some(trigger) = t.trigger {
+            self.schedule_child(id, trigger, Some(t.key.clone()), Some(ON_TRIGGER), None)?;
+        }
+        Ok(())
+    }
+
+    /// SM-5: cancel competitors, exit, action, set the state, enter the target.
+    pub(crate) fn machine_take(
+        &mut self,
+        id: ContextId,
+        m: &MachineNode,
+        t: &TransitionNode,
+        payload: Option<Value>,
+    ) -> Result<(), StepError> {
+        let competitors: Vec<ContextId> = self
+            .state
+            .callbacks
+            .iter()
+            .filter(|e| e.owner == id && e.callback == ON_TRIGGER)
+            .map(|e| e.child)
+            .collect();
+        for child in competitors {
+            self.cancel_silently(child)?;
+        }
+        match m.state(&t.from).and_then(|s| s.exit) {
+            Some(exit) => {
+                self.schedule_child(id, exit, Some(t.key.clone()), Some(ON_EXIT), payload)?;
+                Ok(())
+            }
+            None => self.machine_after_exit(id, m, t, payload),
+        }
+    }
+
+    pub(crate) fn machine_after_exit(
+        &mut self,
+        id: ContextId,
+        m: &MachineNode,
+        t: &TransitionNode,
+        payload: Option<Value>,
+    ) -> Result<(), StepError> {
+        match t.action {
+            Some(action) => {
+                self.schedule_child(id, action, Some(t.key.clone()), Some(ON_ACTION), payload)?;
+                Ok(())
+            }
+            None => self.machine_arrive(id, m, t, payload),
+        }
+    }
+
+    /// The transition an exit or action completion belongs to, unless stale (SM-5.3).
+    pub(crate) fn live_transition<'m>(
+        &mut self,
+        id: ContextId,
+        m: &'m MachineNode,
+        child: &ChildInfo,
+    ) -> Option<&'m TransitionNode> {
+        let current = self.current_state(id).unwrap_or_default();
+        let found = Self::resolve(m, &current, child.tag.as_deref())
+            .filter(|t| child.status == ActivityStatus::Completed && t.from == current);
+        if found.is_none() {
+            self.record(
+                JournalKind::Declined,
+                Some(id),
+                json!({"stale": child.id, "tag": child.tag}),
+            );
+        }
+        found
+    }
+
+    pub(crate) fn machine_on_exit(
+        &mut self,
+        id: ContextId,
+        m: &MachineNode,
+        child: ChildInfo,
+    ) -> Result<(), StepError> {
+        match self.live_transition(id, m, &child) {
+            Some(t) => self.machine_after_exit(id, m, t, child.payload),
+            None => Ok(()),
+        }
+    }
+
+    pub(crate) fn machine_on_action(
+        &mut self,
+        id: ContextId,
+        m: &MachineNode,
+        child: ChildInfo,
+    ) -> Result<(), StepError> {
+        match self.live_transition(id, m, &child) {
+            Some(t) => self.machine_arrive(id, m, t, child.payload),
+            None => Ok(()),
+        }
+    }
+
+    /// SM-5.4 and SM-5.5: the only moment the state changes; then enter the target, through
+    /// a continuation work item when it can reach itself automatically (SM-6).
+    pub(crate) fn machine_arrive(
+        &mut self,
+        id: ContextId,
+        m: &MachineNode,
+        t: &TransitionNode,
+        payload: Option<Value>,
+    ) -> Result<(), StepError> {
+        self.set_current_state(id, &t.to);
+        self.record(
+            JournalKind::StateChanged,
+            Some(id),
+            json!({"from": t.from, "to": t.to, "transition": t.key}),
+        );
+        if m.state(&t.to)
+            .is_some_and(|s| s.reaches_itself_automatically)
+        {
+            self.schedule_continuation(id, ON_CONTINUE, TAG_CONTINUING, payload);
+            return Ok(());
+        }
+        self.machine_enter(id, m, &t.to, payload)
+    }
+
+    pub(crate) fn machine_on_continue(
+        &mut self,
+        id: ContextId,
+        m: &MachineNode,
+        child: ChildInfo,
+    ) -> Result<(), StepError> {
+        if child.id != id || child.tag.as_deref() != Some(TAG_CONTINUING) {
+            self.record(
+                JournalKind::Declined,
+                Some(id),
+                json!({"ignored": child.id, "tag": child.tag}),
+            );
+            return Ok(());
+        }
+        let current = self.current_state(id).unwrap_or_default();
+        self.machine_enter(id, m, &current, child.payload)
+    }
+}

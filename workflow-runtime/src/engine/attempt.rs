@@ -1,0 +1,180 @@
+//! One task attempt (ACT-11, FLT-2 to FLT-4, FLT-16, FLT-17): the task runs with mutable
+//! access to the data, under its attempt timeout and the instance's cancellation token, behind
+//! the panic guard; a failed attempt's changes are dropped and a retry policy decides whether
+//! another attempt waits on a `wf.retry` timer.
+
+use crate::engine::executor::{CommitStrategy, Executor, RunError, StepError, engine_fault};
+use crate::engine::guard::CatchUnwind;
+use crate::engine::state::{ContextId, EntryPoint, FaultKind, FaultRecord};
+
+/// How an attempt ended.
+enum AttemptEnd<T> {
+    Returned(T),
+    TimedOut(u64),
+    Cancelled,
+}
+
+impl<D> Executor<'_, D>
+where
+    D: serde::Serialize + serde::de::DeserializeOwned + Send + Sync + 'static,
+{
+    /// Runs the registered task `function` for context `id` (ACT-11): mutable access to the
+    /// data for the whole attempt; on error or panic the data is rolled back (FLT-4) and the
+    /// context faults.
+    pub(crate) async fn run_task(
+        &mut self,
+        id: ContextId,
+        function: &str,
+        retry: Option<&workflow_model::RetryPolicy>,
+        attempt_timeout_ms: Option<u64>,
+    ) -> Result<(), StepError> {
+        let registry = self.registry;
+        let Some(task) = registry.tasks.get(function) else {
+            return Err(engine_fault(
+                id,
+                format!("no task is registered under `{function}`"),
+            ));
+        };
+        self.data_mut()?;
+        let Some(data) = self.data.take() else {
+            return Err(engine_fault(id, "data unavailable"));
+        };
+        let (payload, input, node_id) = match self.state.context_mut(id) {
+            Some(c) => {
+                c.is_executing = true;
+                c.executing_entry = Some(EntryPoint::Execute);
+                (c.payload.clone(), c.input.clone(), c.node_id.clone())
+            }
+            None => return Err(RunError::ContextNotFound { context: id }.into()),
+        };
+        let variables = self.variables_in_scope(id);
+        let attempt = crate::engine::faults::attempt_of(self.state.context(id));
+        // ENG-5, ENG-32: committed with `is_executing` set, a crash re-runs exactly this task.
+        self.checkpoint_at(CommitStrategy::BeforeEachActivity)
+            .await?;
+        let mut cx = crate::engine::task::TaskContext {
+            data,
+            payload,
+            input,
+            instance_id: self.state.instance_id.clone(),
+            node_id,
+            context_id: id,
+            attempt,
+            variables,
+            cancellation: crate::cancel::CancellationToken::new(),
+        };
+        let started_at = self.now;
+        let token = cx.cancellation.clone();
+        let settings = self.attempts.clone();
+        let ended = {
+            let mut future = CatchUnwind(task(&mut cx));
+            let timeout = async {
+                match attempt_timeout_ms {
+                    Some(ms) => {
+                        let start = settings.clock.now();
+                        let at = start
+                            .saturating_add(i64::try_from(ms).unwrap_or(i64::MAX / 1000) * 1000);
+                        settings.clock.sleep_until(at).await;
+                    }
+                    None => std::future::pending().await,
+                }
+            };
+            let cancelled = async {
+                match &settings.instance_cancel {
+                    Some(t) => t.cancelled().await,
+                    None => std::future::pending().await,
+                }
+            };
+            let ended = tokio::select! {
+                outcome = &mut future => AttemptEnd::Returned(outcome),
+                () = timeout => AttemptEnd::TimedOut(attempt_timeout_ms.unwrap_or_default()),
+                () = cancelled => AttemptEnd::Cancelled,
+            };
+            if !matches!(ended, AttemptEnd::Returned(_)) {
+                // FLT-16: fire the token, give the task its grace, then drop it (ENG-52);
+                // whatever it returns is discarded.
+                token.cancel();
+                let _ = tokio::time::timeout(settings.cancel_grace, &mut future).await;
+            }
+            ended
+        };
+        let outcome = match ended {
+            AttemptEnd::Returned(outcome) => outcome,
+            // FLT-17: a timed-out attempt is a retryable failure that counts.
+            AttemptEnd::TimedOut(ms) => Ok(Err(crate::engine::task::TaskError::new(format!(
+                "attempt timed out after `{}`",
+                crate::cancel::human_ms(ms)
+            )))),
+            AttemptEnd::Cancelled => {
+                if let Some(c) = self.state.context_mut(id) {
+                    c.is_executing = false;
+                    c.executing_entry = None;
+                }
+                // FLT-4, FLT-16: the attempt's changes are dropped and the run abandoned; the
+                // cancel that fired the token follows from the last commit.
+                self.data = None;
+                return Err(StepError::Abort(RunError::Interrupted {
+                    instance: self.state.instance_id.clone(),
+                }));
+            }
+        };
+        if let Some(c) = self.state.context_mut(id) {
+            c.is_executing = false;
+            c.executing_entry = None;
+        }
+        // FC-4: an outcome the node did not declare fails it for good, data untouched.
+        let undeclared = match &outcome {
+            Ok(Ok(outcome)) => self.undeclared_outcome(id, outcome),
+            _ => None,
+        };
+        let failure = match outcome {
+            Ok(Ok(_)) if undeclared.is_some() => FaultRecord {
+                kind: FaultKind::Error,
+                message: undeclared.unwrap_or_default(),
+                attempt,
+            },
+            Ok(Ok(outcome)) => match serde_json::to_value(&cx.data) {
+                Ok(json) => {
+                    self.state.data = json;
+                    self.data = Some(cx.data);
+                    let names = outcome.names().to_vec();
+                    self.record_compensable(id);
+                    self.complete(id, None, names)?;
+                    self.checkpoint_at(CommitStrategy::AfterEachActivity)
+                        .await?;
+                    return Ok(());
+                }
+                Err(e) => FaultRecord {
+                    kind: FaultKind::Engine,
+                    message: format!("data does not serialize after task `{function}`: {e}"),
+                    attempt,
+                },
+            },
+            Ok(Err(error)) => {
+                // FLT-4: the failed attempt's changes are dropped.
+                self.data = None;
+                if crate::engine::faults::retry_after_failure(
+                    self, id, retry, attempt, started_at, &error,
+                )? {
+                    return Ok(());
+                }
+                FaultRecord {
+                    kind: FaultKind::Error,
+                    message: error.message().to_owned(),
+                    attempt,
+                }
+            }
+            Err(message) => FaultRecord {
+                kind: FaultKind::Panicked,
+                message,
+                attempt,
+            },
+        };
+        // FLT-4: the failed attempt's changes are dropped; `state.data` is the last good value.
+        self.data = None;
+        Err(StepError::Fault {
+            context: id,
+            record: failure,
+        })
+    }
+}

@@ -1,0 +1,24 @@
+//! The engine: one run of one instance over its graph (ENG-9).
+//!
+//! - [`executor`]: the run loop, contexts and scheduling, completion, cancellation, the
+//!   journal and lifecycle events;
+//! - [`task`] and [`attempt`]: what a task sees, and how one attempt runs (timeouts,
+//!   cancellation, the panic guard);
+//! - [`middleware`]: the activity and workflow middleware chains (ENG-34);
+//! - [`faults`]: retry policies (FLT-2 to FLT-4); [`saga`]: compensation (FLT-10 to FLT-13);
+//! - [`graph`]: the indexed definition; [`state`]: the persisted instance;
+//!   [`registry`]: the user code registered by name;
+//! - [`activities`]: the built-in activities, one family per file.
+
+pub(crate) mod activities;
+pub(crate) mod attempt;
+pub(crate) mod data;
+pub(crate) mod executor;
+pub(crate) mod faults;
+pub(crate) mod graph;
+pub(crate) mod guard;
+pub(crate) mod names;
+pub(crate) mod registry;
+pub(crate) mod saga;
+pub mod state;
+pub(crate) mod task;

@@ -1,0 +1,100 @@
+//! The names the engine persists: callback names (ENG-12), reserved bookmark names and the
+//! property and tag names activities share.
+
+/// The bookmark names the engine reserves (`wf.*`): what an instance waits on besides user
+/// events. A user event may not take a `wf.` name (RT-4); the timer-backed ones own a timer row
+/// whose kind is [`Reserved::timer_kind`] (TM-3).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) enum Reserved {
+    /// A task's next attempt (`wf.retry`, FLT-3).
+    Retry,
+    /// A Delay (`wf.delay`, ACT-20).
+    Delay,
+    /// A repeating Timer's next tick (`wf.timer`, ACT-21).
+    Timer,
+    /// A StartAt not as trigger (`wf.start_at`, ACT-22).
+    StartAt,
+    /// A Cron not as trigger (`wf.cron`, ACT-23).
+    Cron,
+    /// The deadline of an Event or SubWorkflow wait (`wf.deadline`, TM-14).
+    Deadline,
+    /// A SubWorkflow waiting for its child (`wf.sub_workflow`, ACT-24).
+    SubWorkflow,
+}
+
+impl Reserved {
+    /// Every reserved name.
+    pub(crate) const ALL: [Reserved; 7] = [
+        Reserved::Retry,
+        Reserved::Delay,
+        Reserved::Timer,
+        Reserved::StartAt,
+        Reserved::Cron,
+        Reserved::Deadline,
+        Reserved::SubWorkflow,
+    ];
+
+    /// The bookmark name (`"wf.retry"`, ...).
+    pub(crate) const fn name(self) -> &'static str {
+        match self {
+            Reserved::Retry => "wf.retry",
+            Reserved::Delay => "wf.delay",
+            Reserved::Timer => "wf.timer",
+            Reserved::StartAt => "wf.start_at",
+            Reserved::Cron => "wf.cron",
+            Reserved::Deadline => "wf.deadline",
+            Reserved::SubWorkflow => "wf.sub_workflow",
+        }
+    }
+
+    /// The reserved name `name` is, if any.
+    pub(crate) fn from_name(name: &str) -> Option<Reserved> {
+        Reserved::ALL.into_iter().find(|r| r.name() == name)
+    }
+
+    /// The kind of the timer row a bookmark of this name owns (TM-3); `None` for a wait
+    /// without a timer (a SubWorkflow's).
+    pub(crate) const fn timer_kind(self) -> Option<&'static str> {
+        match self {
+            Reserved::Retry => Some("retry"),
+            Reserved::Delay => Some("delay"),
+            Reserved::Timer => Some("timer"),
+            Reserved::StartAt => Some("start_at"),
+            Reserved::Cron => Some("cron"),
+            Reserved::Deadline => Some("deadline"),
+            Reserved::SubWorkflow => None,
+        }
+    }
+}
+
+pub(crate) const ON_STEP: &str = "step_completed";
+pub(crate) const ON_ENTRY: &str = "on_entry";
+pub(crate) const ON_TRIGGER: &str = "on_trigger";
+pub(crate) const ON_EXIT: &str = "on_exit";
+pub(crate) const ON_ACTION: &str = "on_action";
+pub(crate) const ON_CONTINUE: &str = "on_continue";
+/// The callback of a wait's deadline bookmark (TM-14).
+pub(crate) const ON_DEADLINE: &str = "deadline_reached";
+/// The callback of a SubWorkflow's bookmark (ENG-12).
+pub(crate) const ON_CHILD_DONE: &str = "child_done";
+/// The callback of a branch of If, Switch and Parallel (ENG-12).
+pub(crate) const ON_BRANCH: &str = "branch_completed";
+/// The callback of a loop body of While, ForEach and ParallelForEach (ENG-12).
+pub(crate) const ON_BODY: &str = "body_completed";
+/// The callback of a `wf.timer` bookmark: a tick (ACT-21).
+pub(crate) const ON_TICK: &str = "tick";
+pub(crate) const VALUE: &str = "value";
+pub(crate) const PENDING: &str = "pending";
+/// The saga scope's callback for its body.
+pub(crate) const ON_SAGA_BODY: &str = "saga_body_completed";
+
+/// The property holding a machine's current state (SM-1).
+pub const CURRENT_STATE: &str = "current_state";
+/// Tag of a state's entry (SM-2).
+pub const TAG_ENTERING: &str = "entering";
+/// Tag of the automatic-cycle continuation (SM-6).
+pub const TAG_CONTINUING: &str = "continuing";
+/// The callback a flowchart's nodes report to (ENG-12).
+pub(crate) const ON_NODE: &str = "node_settled";
+/// The callback of a `wf.retry` bookmark: run the task again.
+pub(crate) const ON_RETRY: &str = "retry_due";
