@@ -30,6 +30,31 @@ pub(super) const BOOKMARK_PAGE: usize = 500;
 /// A stimulus (RT-1): a name, an optional key, a JSON payload, and the send
 /// options (target instance, correlation id, bookmark id, idempotency key, queue TTL,
 /// queueing).
+///
+/// # Examples
+///
+/// A payment for order `o-42`, sent once even if the caller retries:
+///
+/// ```
+/// use workflow_runtime::{Runtime, Stimulus};
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let runtime = Runtime::builder().build()?;
+/// let payment = Stimulus::new("payment")
+///     .key("o-42")
+///     .payload(serde_json::json!({ "amount": 100 }))
+///     .idempotency_key("payment-o-42");
+///
+/// let report = runtime.send(payment.clone()).await?;
+/// // Nothing waits for it yet: it is kept until a matching wait appears.
+/// assert!(report.queued.is_some());
+///
+/// // The retry returns the first report instead of queueing twice.
+/// assert!(runtime.send(payment).await?.duplicate);
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Debug, Clone, PartialEq)]
 pub struct Stimulus {
     /// The event name.
@@ -388,6 +413,17 @@ impl Runtime {
     /// or bookmark id, one run per instance; a stimulus that matched nothing is queued for a
     /// bookmark that appears later (RT-21), unless [`Stimulus::queue`] is off. With an
     /// idempotency key, a retried send returns the first report with `duplicate: true`.
+    ///
+    /// # Errors
+    ///
+    /// Before anything is written: [`SendError::Routing`] for a name, key or correlation id that
+    /// cannot be routed, [`SendError::Payload`] or [`SendError::PayloadTooLarge`] for the payload,
+    /// [`SendError::IdempotencyKeyReused`] for a key used by another send, and
+    /// [`SendError::InstanceNotFound`], [`SendError::InstanceTerminal`],
+    /// [`SendError::BookmarkNotFound`] or [`SendError::BookmarkStimulusMismatch`] for a target that
+    /// cannot take it. [`SendError::Store`] when the store fails (what was committed stays; a
+    /// retry with the same idempotency key is safe) and [`SendError::Run`] when a run fails (that
+    /// instance is unchanged).
     pub async fn send(&self, stimulus: Stimulus) -> Result<SendReport, SendError> {
         let mut result = self.send_inner(stimulus).await;
         if self.process_links().await
@@ -435,8 +471,13 @@ impl Runtime {
                 }));
             }
         }
-        // RT-19: a retried send finds its first report.
-        let payload_digest = sha_hex(&[&payload_text]);
+        // RT-19: a retried send finds its first report. The digest only serves idempotency
+        // records, so a send without a key does not hash its payload.
+        let payload_digest = if stimulus.idempotency_key.is_some() {
+            sha_hex(&[&payload_text])
+        } else {
+            String::new()
+        };
         let stimulus_id = match &stimulus.idempotency_key {
             Some(key) => {
                 if let Some(record) = store
