@@ -162,6 +162,40 @@ pub(super) type Pending =
 
 /// Builds a [`Runtime`]: register workflows, set limits, add middleware, then
 /// [`RuntimeBuilder::build`] checks everything (ENG-47).
+///
+/// # Examples
+///
+/// A runtime on a SQLite file, with a shorter lease and a cap on the steps of one run:
+///
+/// ```
+/// use std::sync::Arc;
+/// use std::time::Duration;
+///
+/// use workflow_runtime::{Runtime, SqliteStore, TaskContext, workflow};
+///
+/// #[derive(Default, serde::Serialize, serde::Deserialize)]
+/// struct Job;
+///
+/// async fn work(_ctx: &mut TaskContext<Job>) {}
+///
+/// workflow! {
+///     workflow Nightly(Job) = sequence [task(work)];
+/// }
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// # let dir = tempfile::tempdir()?;
+/// # let path = dir.path().join("jobs.db");
+/// let runtime = Runtime::builder()
+///     .store(Arc::new(SqliteStore::open(&path)?))
+///     .register::<Nightly>()
+///     .lease_ttl(Duration::from_secs(30))
+///     .max_steps_per_run(1_000)
+///     .build()?;
+/// runtime.recover().await?; // instances a crashed process left mid-run
+/// # Ok(())
+/// # }
+/// ```
 pub struct RuntimeBuilder {
     pub(super) pending: Vec<Pending>,
     pub(super) max_steps_per_run: usize,
@@ -466,6 +500,12 @@ impl RuntimeBuilder {
     /// Checks every registration (validator, registry, supported kinds, versions) and builds
     /// the runtime; the first problem is returned. Instances interrupted by a crash are run
     /// again by [`Runtime::recover`], which the caller awaits once built.
+    ///
+    /// # Errors
+    ///
+    /// A [`BuildError`] naming the first problem: an invalid definition (with every diagnostic),
+    /// a task, condition or other fn that is not registered, a setting or activity this runtime does
+    /// not run, or two current versions of one name.
     pub fn build(self) -> Result<Runtime, BuildError> {
         let mut workflows: HashMap<String, Arc<dyn ErasedWorkflow>> = HashMap::new();
         for pending in self.pending {

@@ -83,6 +83,13 @@ impl Runtime {
     /// resolved as `retried`, its timers unparked (TM-10), and each faulted activity runs
     /// again from scratch with a fresh attempt budget (`Faulted -> Running`); nothing else
     /// changes. One fenced commit: of two racing operators, one gets a conflict.
+    ///
+    /// # Errors
+    ///
+    /// [`RetryError::InstanceNotFound`] for an unknown id, [`RetryError::NotFaulted`] for an
+    /// instance that is not `Faulted`, [`RetryError::CompensatedFailure`] when sagas compensated
+    /// the failure, and [`RetryError::Run`] when the run fails (a conflict with another operator
+    /// included).
     pub async fn retry(&self, instance_id: &str) -> Result<Started, RetryError> {
         let result = self.retry_inner(instance_id).await;
         self.process_links().await;
@@ -172,6 +179,10 @@ impl Runtime {
 
     /// The incidents recorded against an instance (FLT-6), open and resolved, oldest first;
     /// `None` for an unknown id.
+    ///
+    /// # Errors
+    ///
+    /// A [`StateError`] when the instance cannot be read or decoded.
     pub async fn incidents(&self, instance_id: &str) -> Result<Option<Vec<Incident>>, StateError> {
         Ok(self.load_state(instance_id).await?.map(|s| s.incidents))
     }
