@@ -55,6 +55,8 @@ pub struct TaskContext<D> {
     pub(crate) variables: serde_json::Map<String, Value>,
     /// Fired when the attempt should stop (ENG-36).
     pub(crate) cancellation: crate::cancel::CancellationToken,
+    /// Appended to the idempotency key: `compensate` for a compensation (FLT-11).
+    pub(crate) key_suffix: Option<&'static str>,
 }
 
 impl<D> TaskContext<D> {
@@ -134,8 +136,12 @@ impl<D> TaskContext<D> {
     /// A key that is the same for every attempt and every re-run of this activity execution
     /// (`{instance_id}:{context_id}`, ACT-11): pass it to external systems to make effects
     /// idempotent.
+    /// A compensation's key is its task's key followed by `:compensate` (FLT-11).
     pub fn idempotency_key(&self) -> String {
-        format!("{}:{}", self.instance_id, self.context_id)
+        match self.key_suffix {
+            Some(suffix) => format!("{}:{}:{suffix}", self.instance_id, self.context_id),
+            None => format!("{}:{}", self.instance_id, self.context_id),
+        }
     }
 }
 

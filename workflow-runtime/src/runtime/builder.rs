@@ -305,27 +305,19 @@ where
     ))
 }
 
-/// The model's settings that the runtime does not honour yet are refused at build, naming
-/// the node and the setting (never silently ignored): node commit settings and the workflow
-/// commit strategy (ENG-32; the runtime-wide [`RuntimeBuilder::commit_strategy`] is
-/// honoured), and a deadline on a detached sub-workflow. Retry policies, attempt timeouts and compensations are honoured.
+/// The model's settings that the runtime does not honour are refused at build, naming the
+/// node and the setting (never silently ignored): a deadline on a detached sub-workflow.
+/// Commit strategies and node commit settings (ENG-32), retry policies, attempt timeouts and
+/// compensations are honoured.
 fn refuse_unsupported_settings(definition: &Definition) -> Result<(), BuildError> {
-    use workflow_model::{Activity, NodeCommit};
+    use workflow_model::Activity;
     let refuse = |node: &str, setting: &'static str| BuildError::UnsupportedSetting {
         workflow: definition.name.clone(),
         node: node.to_owned(),
         setting,
     };
-    if definition.commit_strategy.is_some() {
-        return Err(refuse(definition.root.id(), "commit_strategy"));
-    }
     let mut stack = vec![&definition.root];
     while let Some(activity) = stack.pop() {
-        if let Activity::Task(task) = activity
-            && task.commit.is_some_and(|c| c != NodeCommit::Default)
-        {
-            return Err(refuse(&task.id, "commit"));
-        }
         // TM-14: a detached child is not waited for, so a deadline would have nothing to end.
         if let Activity::SubWorkflow(sub) = activity
             && sub.mode == workflow_model::SubWorkflowMode::Detach

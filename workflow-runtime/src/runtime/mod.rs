@@ -1527,11 +1527,10 @@ impl Runtime {
             });
         }
         let workflow = self.workflow_for(&state)?;
-        let checkpoint: Option<(&dyn Checkpoint, CommitStrategy)> = match self.inner.commit_strategy
-        {
-            CommitStrategy::RunEnd => None,
-            strategy => Some((&commits, strategy)),
-        };
+        // ENG-32: the run decides per task whether to commit (the node's setting, the
+        // definition's strategy, then this runtime-wide one).
+        let checkpoint: Option<(&dyn Checkpoint, CommitStrategy)> =
+            Some((&commits, self.inner.commit_strategy));
         let token = crate::cancel::CancellationToken::new();
         lock(&self.inner.running).insert(instance_id.to_owned(), token.clone());
         let _running = Running {
