@@ -641,7 +641,7 @@ fn populate(path: &Path, count: u64) -> f64 {
             .block_on(runtime.start_with::<PingPong>(data, options))
             .unwrap();
         assert_eq!(s.status, WorkflowStatus::Suspended);
-        rt.block_on(runtime.shutdown(std::time::Duration::from_secs(1)));
+        rt.block_on(runtime.shutdown(Duration::from_secs(1)));
     }
     let mut conn = rusqlite::Connection::open(path).unwrap();
     conn.execute_batch("PRAGMA synchronous = OFF; PRAGMA cache_size = -262144;")
@@ -837,7 +837,7 @@ fn child_recover(path: &Path, count: u64, reps: usize) {
         assert!(report.failed.is_empty());
         total.push((end - start).as_secs_f64() * 1e3);
         recover.push((end - built).as_secs_f64() * 1e3);
-        rt.block_on(runtime.shutdown(std::time::Duration::from_secs(1)));
+        rt.block_on(runtime.shutdown(Duration::from_secs(1)));
     }
     let label = human(count);
     let rows = vec![

@@ -44,6 +44,7 @@ mod commit;
 mod faults;
 mod lease;
 mod lifecycle;
+mod report;
 mod retention;
 
 pub(crate) use crate::base::now_micros;
@@ -294,6 +295,23 @@ pub enum AwaitError {
         instance: String,
         /// Its status then.
         status: WorkflowStatus,
+    },
+    /// The instance was cancelled ([`Runtime::await_data`] only; `await_completion`
+    /// returns [`Completion::Cancelled`]).
+    #[error("instance `{instance}` was cancelled{}", reason.as_deref().map(|r| format!(": {r}")).unwrap_or_default())]
+    Cancelled {
+        /// The id.
+        instance: String,
+        /// The reason given.
+        reason: Option<String>,
+    },
+    /// The output does not decode as the workflow's data type ([`Runtime::await_data`]).
+    #[error("instance `{instance}`: the output does not decode as the workflow's data: {message}")]
+    Output {
+        /// The id.
+        instance: String,
+        /// The decoder's message.
+        message: String,
     },
     /// The instance could not be read.
     #[error("instance `{instance}`: {error}")]
