@@ -372,11 +372,14 @@ pub(super) fn sha_hex(parts: &[&str]) -> String {
         hasher.update((part.len() as u64).to_be_bytes());
         hasher.update(part.as_bytes());
     }
-    hasher
-        .finalize()
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
+    let digest = hasher.finalize();
+    let mut hex = String::with_capacity(digest.len() * 2);
+    for byte in digest {
+        for nibble in [byte >> 4, byte & 0x0f] {
+            hex.push(char::from_digit(u32::from(nibble), 16).unwrap_or('0'));
+        }
+    }
+    hex
 }
 
 fn to_micros(d: Duration) -> Micros {
@@ -518,8 +521,13 @@ impl Runtime {
                 }));
             }
         }
-        // RT-19: a retried send finds its first report.
-        let payload_digest = sha_hex(&[&payload_text]);
+        // RT-19: a retried send finds its first report. The digest only serves idempotency
+        // records, so a send without a key does not hash its payload.
+        let payload_digest = if stimulus.idempotency_key.is_some() {
+            sha_hex(&[&payload_text])
+        } else {
+            String::new()
+        };
         let stimulus_id = match &stimulus.idempotency_key {
             Some(key) => {
                 if let Some(record) = store
