@@ -646,7 +646,8 @@ impl Runtime {
     ///
     /// # Errors
     ///
-    /// As [`Runtime::start`].
+    /// As [`Runtime::start`]; [`StartError::InvalidInstanceId`] also when
+    /// [`StartOptions::instance_id`] is not a valid id (1 to 128 bytes of `[A-Za-z0-9._:-]`).
     pub async fn start_with<W: Workflow>(
         &self,
         input: W::Data,
