@@ -19,6 +19,7 @@ fn state_machine_ui() {
         "faults",
         "several",
         "dsl",
+        "diagnostics",
     ] {
         t.compile_fail(format!("ui/state_machine/{kind}/*.rs"));
     }
@@ -38,6 +39,7 @@ fn workflow_ui() {
         "faults",
         "several",
         "dsl",
+        "diagnostics",
     ] {
         t.compile_fail(format!("ui/workflow/{kind}/*.rs"));
     }

@@ -172,6 +172,10 @@ impl Field {
 
 impl Schedule {
     /// Parses a 5- or 6-field cron expression (TM-12).
+    ///
+    /// # Errors
+    ///
+    /// A [`CronError`] naming the expression and what is wrong with it (TM-V1).
     pub fn parse(expression: &str) -> Result<Self, CronError> {
         let fail = |reason: String| CronError {
             expression: expression.to_owned(),

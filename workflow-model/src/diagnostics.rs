@@ -165,6 +165,10 @@ impl Diagnostics {
     }
 
     /// `Ok(())` when empty, else `Err(self)`.
+    ///
+    /// # Errors
+    ///
+    /// The diagnostics themselves, when there is at least one.
     pub fn into_result(self) -> Result<(), Diagnostics> {
         if self.0.is_empty() { Ok(()) } else { Err(self) }
     }

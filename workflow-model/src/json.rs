@@ -63,6 +63,11 @@ impl Definition {
     ///      unknown activity kind `delya`; did you mean `delay`?"
     /// );
     /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`LoadError::Syntax`] for text that is not JSON, [`LoadError::Invalid`] with every shape
+    /// problem (DEF-1) or every rule violation otherwise.
     pub fn from_json(text: &str) -> Result<Definition, LoadError> {
         let value: Value = serde_json::from_str(text).map_err(|e| LoadError::Syntax {
             line: e.line(),
@@ -73,6 +78,10 @@ impl Definition {
     }
 
     /// Like [`Definition::from_json`], from an already parsed value.
+    ///
+    /// # Errors
+    ///
+    /// [`LoadError::Invalid`] with every shape problem (DEF-1) or every rule violation.
     pub fn from_json_value(value: Value) -> Result<Definition, LoadError> {
         // Sizes before shapes (DEF-3): decoding and its suggestions never see a huge value.
         crate::validate::limits::check_value(&value).map_err(LoadError::Invalid)?;

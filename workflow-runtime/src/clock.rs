@@ -100,6 +100,10 @@ impl ManualClock {
     }
 
     /// Moves the clock to `at`; an earlier instant is refused (TM-2).
+    ///
+    /// # Errors
+    ///
+    /// A [`ClockError`] when `at` is before the clock's time; the clock does not move.
     pub fn set(&self, at: Micros) -> Result<(), ClockError> {
         let mut result = Ok(());
         self.now.send_if_modified(|now| {

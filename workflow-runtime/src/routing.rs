@@ -96,6 +96,11 @@ pub enum RoutingError {
 }
 
 /// Checks a user-sent stimulus name (RT-2).
+///
+/// # Errors
+///
+/// [`RoutingError::InvalidName`] for an empty or over-long name, or one with control
+/// characters; [`RoutingError::ReservedName`] for a name starting with `wf.`.
 pub fn check_name(name: &str) -> Result<(), RoutingError> {
     let invalid = |reason| RoutingError::InvalidName {
         name: name.to_owned(),
@@ -119,6 +124,11 @@ pub fn check_name(name: &str) -> Result<(), RoutingError> {
 }
 
 /// Checks a correlation id: 1 to 256 bytes of UTF-8 without control characters (RT-33).
+///
+/// # Errors
+///
+/// [`RoutingError::InvalidCorrelationId`] for an empty or over-long id, or one with control
+/// characters.
 pub fn check_correlation_id(id: &str) -> Result<(), RoutingError> {
     if id.is_empty() || id.len() > 256 || id.chars().any(char::is_control) {
         return Err(RoutingError::InvalidCorrelationId { id: id.to_owned() });
@@ -134,6 +144,11 @@ pub fn check_correlation_id(id: &str) -> Result<(), RoutingError> {
 /// let hash = stimulus_hash("payment", Some(&serde_json::json!("o-42")), None).unwrap();
 /// assert_eq!(hash, "89deb7f6126d9e31f806e0874f2bd4da1ad929d9f6192eaa895697f36adb7c6f");
 /// ```
+///
+/// # Errors
+///
+/// [`RoutingError::UnhashableKey`] when the key holds a value that cannot be routed on (a
+/// float, say), with the path of the offending part.
 pub fn stimulus_hash(
     name: &str,
     key: Option<&Value>,

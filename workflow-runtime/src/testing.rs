@@ -24,6 +24,48 @@ use crate::store::{Micros, StoreError};
 /// A runtime on a [`ManualClock`], without a timer driver: time moves only through
 /// [`TestRuntime::advance`] and [`TestRuntime::set`], which fire the due timers
 /// deterministically (TM-2). Derefs to the [`Runtime`].
+///
+/// # Examples
+///
+/// A 48-hour delay, tested in milliseconds:
+///
+/// ```
+/// use std::time::Duration;
+///
+/// use workflow_runtime::testing::TestRuntime;
+/// use workflow_runtime::{Runtime, TaskContext, WorkflowStatus, workflow};
+///
+/// #[derive(Default, serde::Serialize, serde::Deserialize)]
+/// struct Follow {
+///     done: bool,
+/// }
+///
+/// async fn follow_up(ctx: &mut TaskContext<Follow>) {
+///     ctx.data_mut().done = true;
+/// }
+///
+/// workflow! {
+///     workflow FollowUp(Follow) = sequence [
+///         after(Duration::from_secs(48 * 3600)),
+///         task(follow_up),
+///     ];
+/// }
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let test = TestRuntime::build(Runtime::builder().register::<FollowUp>())?;
+/// let id = test.start::<FollowUp>(Follow::default()).await?.instance_id;
+///
+/// test.advance(Duration::from_secs(47 * 3600)).await?;
+/// let state = test.get_state(&id).await?.ok_or("no instance")?;
+/// assert_eq!(state.status(), WorkflowStatus::Suspended);
+///
+/// test.advance(Duration::from_secs(3600)).await?; // the delay fires
+/// let state = test.get_state(&id).await?.ok_or("no instance")?;
+/// assert_eq!(state.status(), WorkflowStatus::Finished);
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Debug, Clone)]
 pub struct TestRuntime {
     runtime: Runtime,
@@ -43,11 +85,19 @@ pub enum AdvanceError {
 
 impl TestRuntime {
     /// Builds `builder` on a manual clock at [`ManualClock::DEFAULT_START`].
+    ///
+    /// # Errors
+    ///
+    /// The [`BuildError`] of [`RuntimeBuilder::build`].
     pub fn build(builder: RuntimeBuilder) -> Result<Self, BuildError> {
         Self::build_at(builder, ManualClock::new(ManualClock::DEFAULT_START))
     }
 
     /// Builds `builder` on the given manual clock (which it replaces any clock of).
+    ///
+    /// # Errors
+    ///
+    /// The [`BuildError`] of [`RuntimeBuilder::build`].
     pub fn build_at(builder: RuntimeBuilder, clock: ManualClock) -> Result<Self, BuildError> {
         let runtime = builder
             .clock(Arc::new(clock.clone()))
@@ -72,6 +122,10 @@ impl TestRuntime {
     }
 
     /// Moves the clock forward by `by`, stepping through the due timers (TM-2).
+    ///
+    /// # Errors
+    ///
+    /// [`AdvanceError::Store`] when the store fails while claiming or reading timers.
     pub async fn advance(&self, by: Duration) -> Result<TimerFiring, AdvanceError> {
         let by = i64::try_from(by.as_micros()).unwrap_or(i64::MAX);
         self.set(self.clock.now().saturating_add(by)).await
@@ -80,6 +134,11 @@ impl TestRuntime {
     /// Moves the clock to `target` (TM-2): the clock steps to each timer due by then, in due
     /// order (timers created meanwhile included), fires it and runs the resulting work before
     /// the next; it ends at `target` with nothing due. An earlier target is refused.
+    ///
+    /// # Errors
+    ///
+    /// [`AdvanceError::Clock`] for a target before the clock's time, [`AdvanceError::Store`] when
+    /// the store fails while claiming or reading timers.
     pub async fn set(&self, target: Micros) -> Result<TimerFiring, AdvanceError> {
         let now = self.clock.now();
         if target < now {

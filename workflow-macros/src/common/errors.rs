@@ -26,3 +26,22 @@ impl Errors {
         self.0
     }
 }
+
+/// The errors of `error` sorted by where they start in the source (line, then column), as
+/// rustc orders its own; errors at the same place keep their order.
+pub(crate) fn in_source_order(error: syn::Error) -> syn::Error {
+    let mut all: Vec<syn::Error> = error.into_iter().collect();
+    all.sort_by_key(|e| {
+        let start = e.span().start();
+        (start.line, start.column)
+    });
+    let mut all = all.into_iter();
+    let Some(mut first) = all.next() else {
+        // `into_iter` of an error yields at least that error.
+        return syn::Error::new(proc_macro2::Span::call_site(), "internal error: no error");
+    };
+    for e in all {
+        first.combine(e);
+    }
+    first
+}

@@ -99,6 +99,17 @@ pub(crate) fn validate(
     spans: &SpanTable,
     skip: impl Fn(&Diagnostic) -> bool,
 ) -> Option<syn::Error> {
+    validate_with(definition, spans, skip, |_| None)
+}
+
+/// [`validate`], with `hint` adding a macro-specific hint to a diagnostic's message (how to
+/// fix it in this DSL).
+pub(crate) fn validate_with(
+    definition: &Definition,
+    spans: &SpanTable,
+    skip: impl Fn(&Diagnostic) -> bool,
+    hint: impl Fn(&Diagnostic) -> Option<String>,
+) -> Option<syn::Error> {
     let diagnostics = workflow_model::validate(definition).err()?;
     let mut all: Option<syn::Error> = None;
     let mut reported = HashSet::new();
@@ -109,7 +120,11 @@ pub(crate) fn validate(
         if !reported.insert((diagnostic.rule, spans.resolve(&diagnostic.at))) {
             continue;
         }
-        let error = spans.error(&diagnostic.at, &diagnostic.message);
+        let message = match hint(diagnostic) {
+            Some(hint) => format!("{}{hint}", diagnostic.message),
+            None => diagnostic.message.clone(),
+        };
+        let error = spans.error(&diagnostic.at, &message);
         match &mut all {
             Some(all) => all.combine(error),
             None => all = Some(error),

@@ -360,10 +360,14 @@ fn registry(machine: &Machine) -> TokenStream {
         if !seen.insert(key) {
             continue;
         }
+        // Spanned on the user's path, method included: a condition of the wrong type is one
+        // error on `when = ..`, not a second one on the whole attribute.
         let path = &condition.path;
         calls.extend(match payload {
-            Some(ty) => quote!(.condition_with_payload::<#ty, _>(#name, #path)),
-            None => quote!(.condition(#name, #path)),
+            Some(ty) => {
+                quote_spanned!(path.span()=> .condition_with_payload::<#ty, _>(#name, #path))
+            }
+            None => quote_spanned!(path.span()=> .condition(#name, #path)),
         });
     }
     let mut seen = HashSet::new();

@@ -23,7 +23,7 @@ fn expand_or_errors(args: TokenStream, item: TokenStream) -> TokenStream {
             if let Some(more) = errors.into_error() {
                 all.combine(more);
             }
-            return all.into_compile_error();
+            return crate::common::errors::in_source_order(all).into_compile_error();
         }
     };
     let syntax_errors = !errors.is_empty();
@@ -34,7 +34,7 @@ fn expand_or_errors(args: TokenStream, item: TokenStream) -> TokenStream {
     match errors.into_error() {
         None => expand::expand(&machine, Some(&lowered.definition)),
         Some(error) => {
-            let mut output = error.into_compile_error();
+            let mut output = crate::common::errors::in_source_order(error).into_compile_error();
             output.extend(expand::expand(&machine, None));
             output
         }

@@ -32,6 +32,9 @@ use crate::common::parse::FnRef;
 pub(crate) struct Lowered {
     pub(crate) definition: Definition,
     pub(crate) spans: SpanTable,
+    /// The `id` locations of sequence steps named after their task's fn (no `id =`), with
+    /// that fn's name: a duplicate there is fixed by naming one of them.
+    pub(crate) unnamed_tasks: Vec<(Location, String)>,
 }
 
 /// The name of the workflow: `#[workflow(name = "...")]`, else the type's ident.
@@ -143,7 +146,70 @@ pub(crate) fn lower(decl: &WorkflowDecl) -> Lowered {
         spans.insert(top.field("activation"), tokens);
         definition.activation = Some(*activation);
     }
-    Lowered { definition, spans }
+    let unnamed_tasks = unnamed_tasks(&definition.root, &Location::root().field("root"));
+    Lowered {
+        definition,
+        spans,
+        unnamed_tasks,
+    }
+}
+
+/// The steps of every sequence whose id is their task's fn name, i.e. written without `id =`
+/// (the convention of [`step_id`]); found on the model, nested ones included.
+fn unnamed_tasks(activity: &Activity, at: &Location) -> Vec<(Location, String)> {
+    let mut out = Vec::new();
+    collect_unnamed(activity, at, &mut out);
+    out
+}
+
+fn collect_unnamed(activity: &Activity, at: &Location, out: &mut Vec<(Location, String)>) {
+    match activity {
+        Activity::Sequence(seq) => {
+            for (i, step) in seq.steps.iter().enumerate() {
+                let step_at = at.field("steps").index(i);
+                if let Activity::Task(task) = step {
+                    let last = task.function.rsplit("::").next().unwrap_or(&task.function);
+                    if task.id == last {
+                        out.push((step_at.field("id"), last.to_owned()));
+                    }
+                }
+                collect_unnamed(step, &step_at, out);
+            }
+        }
+        Activity::Flowchart(chart) => {
+            for (i, node) in chart.nodes.iter().enumerate() {
+                collect_unnamed(node, &at.field("nodes").index(i), out);
+            }
+        }
+        Activity::Saga(saga) => collect_unnamed(&saga.body, &at.field("body"), out),
+        Activity::If(i) => {
+            if let Some(then) = &i.then {
+                collect_unnamed(then, &at.field("then"), out);
+            }
+            if let Some(otherwise) = &i.r#else {
+                collect_unnamed(otherwise, &at.field("else"), out);
+            }
+        }
+        Activity::While(w) => collect_unnamed(&w.body, &at.field("body"), out),
+        Activity::ForEach(f) => collect_unnamed(&f.body, &at.field("body"), out),
+        Activity::ParallelForEach(f) => collect_unnamed(&f.body, &at.field("body"), out),
+        Activity::Parallel(p) => {
+            for (i, branch) in p.branches.iter().enumerate() {
+                collect_unnamed(branch, &at.field("branches").index(i), out);
+            }
+        }
+        Activity::Switch(sw) => {
+            for (i, case) in sw.cases.iter().enumerate() {
+                if let Some(body) = &case.body {
+                    collect_unnamed(body, &at.field("cases").index(i).field("body"), out);
+                }
+            }
+            if let Some(default) = &sw.default {
+                collect_unnamed(default, &at.field("default"), out);
+            }
+        }
+        _ => {}
+    }
 }
 
 /// The id of the step at `index` (see the module docs).
@@ -528,19 +594,33 @@ pub(crate) fn validate(
     syntax_errors: bool,
     broken: &[String],
 ) -> Option<syn::Error> {
-    crate::common::spans::validate(&lowered.definition, &lowered.spans, |diagnostic| {
-        let graph = matches!(
-            diagnostic.rule,
-            "FC-V7" | "FC-V8" | "FC-V9" | "FC-V11" | "FC-V12" | "FC-V13"
-        );
-        let unknown_broken = diagnostic.rule == "FC-V2"
-            && broken.iter().any(|id| {
-                diagnostic
-                    .message
-                    .starts_with(&format!("unknown node `{id}`"))
-            });
-        syntax_errors && (graph || unknown_broken)
-    })
+    let hint = |diagnostic: &workflow_model::Diagnostic| {
+        let (_, function) = lowered
+            .unnamed_tasks
+            .iter()
+            .find(|(at, _)| diagnostic.rule == "FC-V1" && *at == diagnostic.at)?;
+        Some(format!(
+            "; a step is named after its task's fn: name one of them, as in `again = task({function})`"
+        ))
+    };
+    crate::common::spans::validate_with(
+        &lowered.definition,
+        &lowered.spans,
+        |diagnostic| {
+            let graph = matches!(
+                diagnostic.rule,
+                "FC-V7" | "FC-V8" | "FC-V9" | "FC-V11" | "FC-V12" | "FC-V13"
+            );
+            let unknown_broken = diagnostic.rule == "FC-V2"
+                && broken.iter().any(|id| {
+                    diagnostic
+                        .message
+                        .starts_with(&format!("unknown node `{id}`"))
+                });
+            syntax_errors && (graph || unknown_broken)
+        },
+        hint,
+    )
 }
 
 #[cfg(test)]

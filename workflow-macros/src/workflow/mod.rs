@@ -25,7 +25,7 @@ fn expand_or_errors(input: TokenStream) -> TokenStream {
             if let Some(more) = errors.into_error() {
                 all.combine(more);
             }
-            return all.into_compile_error();
+            return crate::common::errors::in_source_order(all).into_compile_error();
         }
     };
     let syntax_errors = !errors.is_empty();
@@ -40,7 +40,7 @@ fn expand_or_errors(input: TokenStream) -> TokenStream {
     match errors.into_error() {
         None => expand::expand(&decl, Some(&lowered.definition)),
         Some(error) => {
-            let mut output = error.into_compile_error();
+            let mut output = crate::common::errors::in_source_order(error).into_compile_error();
             output.extend(expand::expand(&decl, None));
             output
         }

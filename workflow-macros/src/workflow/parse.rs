@@ -1159,6 +1159,13 @@ fn parse_kind(input: ParseStream<'_>, allowed: &[&str], place: &str) -> syn::Res
                     ));
                 }
             }
+            if let (Some(detach), Some(_)) = (&options.detach, &options.timeout) {
+                // TM-14: a detached child is not waited for; the runtime refuses the pair.
+                return Err(syn::Error::new(
+                    detach.span(),
+                    "a detached sub-workflow is not waited for, so it cannot have a `.timeout(..)`; remove one of them",
+                ));
+            }
             KindDecl::Workflow(child, Box::new(options))
         }
         // "sequence"

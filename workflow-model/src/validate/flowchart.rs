@@ -298,7 +298,17 @@ fn check_structure(
 
 /// FC-V2: a connection or the start names an unknown node.
 fn unknown_node(name: &str, ids: &[&str], at: Location, cx: &mut Diagnostics) {
-    let (hint, suggestion) = did_you_mean(name, ids.iter().copied());
+    let (mut hint, suggestion) = did_you_mean(name, ids.iter().copied());
+    if suggestion.is_none() && !ids.is_empty() {
+        // No close name: the choices, as for an unknown port (FC-V3).
+        let mut unique: Vec<&str> = Vec::with_capacity(ids.len());
+        for id in ids {
+            if !unique.contains(id) {
+                unique.push(id);
+            }
+        }
+        hint = format!("; expected one of {}", backticked(unique));
+    }
     let mut diagnostic = Diagnostic::new("FC-V2", at, format!("unknown node `{name}`{hint}"));
     diagnostic.suggestion = suggestion;
     cx.push(diagnostic);
@@ -1202,7 +1212,7 @@ mod tests {
             &[(
                 "FC-V2",
                 "/root/connections/5/source",
-                "unknown node `nobody`",
+                "unknown node `nobody`; expected one of `submit`, `review`, `manager`, `pay`, `reject`",
             )],
         );
     }

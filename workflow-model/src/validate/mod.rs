@@ -35,6 +35,10 @@ use crate::diagnostics::{Diagnostic, Diagnostics, Location};
 ///     "initial state `Nwe` is not a declared state; did you mean `New`?"
 /// );
 /// ```
+///
+/// # Errors
+///
+/// Every violation, as [`Diagnostics`].
 pub fn validate(definition: &Definition) -> Result<(), Diagnostics> {
     // Sizes first (DEF-3): over a limit, no other rule runs, so the work stays linear.
     limits::check_definition(definition)?;

@@ -63,9 +63,21 @@ impl<'a> Names<'a> {
         self.first.contains_key(name)
     }
 
-    /// `"; did you mean `X`?"` and the suggestion, for an unknown state name.
+    /// `"; did you mean `X`?"` and the suggestion, for an unknown state name; without a close
+    /// name, `"; expected one of `A`, `B`"`.
     fn did_you_mean(&self, name: &str) -> (String, Option<String>) {
-        did_you_mean(name, self.ordered.iter().copied())
+        let (hint, suggestion) = did_you_mean(name, self.ordered.iter().copied());
+        if suggestion.is_none() && !self.ordered.is_empty() {
+            let mut unique: Vec<&str> = Vec::with_capacity(self.ordered.len());
+            for name in &self.ordered {
+                if !unique.contains(name) {
+                    unique.push(name);
+                }
+            }
+            let choices = crate::diagnostics::backticked(unique);
+            return (format!("; expected one of {choices}"), None);
+        }
+        (hint, suggestion)
     }
 }
 
@@ -707,7 +719,7 @@ mod tests {
         assert_eq!(found.len(), 1);
         assert_eq!(
             found[0].to_string(),
-            "SM-C1 at /root/initial: initial state `Elsewhere` is not a declared state"
+            "SM-C1 at /root/initial: initial state `Elsewhere` is not a declared state; expected one of `New`"
         );
         assert_eq!(found[0].suggestion, None);
     }
@@ -881,7 +893,7 @@ mod tests {
         assert_eq!(
             problems(&m),
             [
-                "SM-C4 at /root/transitions/1/to: transition target `Nowhere` is not a declared state",
+                "SM-C4 at /root/transitions/1/to: transition target `Nowhere` is not a declared state; expected one of `New`, `Paid`, `Orphan`",
                 "SM-C5 at /root/states/2/name: state `Orphan` is unreachable from the initial state `New`",
             ]
         );
@@ -1126,7 +1138,7 @@ mod tests {
                 "SM-C3 at /root/transitions/0/trigger/id: duplicate trigger id `pay`",
                 "SM-C3 at /root/transitions/2/trigger/id: duplicate trigger id `pay`",
                 "SM-C1 at /root/initial: initial state `Nwe` is not a declared state; did you mean `New`?",
-                "SM-C4 at /root/transitions/1/to: transition target `Shiped` is not a declared state",
+                "SM-C4 at /root/transitions/1/to: transition target `Shiped` is not a declared state; expected one of `New`, `Paid`, `Refunded`, `Loop`",
                 "SM-C6 at /root/transitions/4: transition `refund` can never be taken: `spin` before it \
                  is automatic and unconditional",
                 "SM-C7 at /root/transitions/3: automatic transition `spin` loops forever: it has no \

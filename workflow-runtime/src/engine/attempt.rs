@@ -50,7 +50,7 @@ where
         let variables = self.variables_in_scope(id);
         let attempt = crate::engine::faults::attempt_of(self.state.context(id));
         // ENG-5, ENG-32: committed with `is_executing` set, a crash re-runs exactly this task.
-        self.checkpoint_at(CommitStrategy::BeforeEachActivity)
+        self.checkpoint_at(id, CommitStrategy::BeforeEachActivity)
             .await?;
         let mut cx = crate::engine::task::TaskContext {
             data,
@@ -62,6 +62,7 @@ where
             attempt,
             variables,
             cancellation: crate::cancel::CancellationToken::new(),
+            key_suffix: None,
         };
         let started_at = self.now;
         let token = cx.cancellation.clone();
@@ -140,7 +141,7 @@ where
                     let names = outcome.names().to_vec();
                     self.record_compensable(id);
                     self.complete(id, None, names)?;
-                    self.checkpoint_at(CommitStrategy::AfterEachActivity)
+                    self.checkpoint_at(id, CommitStrategy::AfterEachActivity)
                         .await?;
                     return Ok(());
                 }

@@ -14,7 +14,7 @@ use tracing::Instrument;
 
 use crate::base::BoxFuture;
 use crate::base::{new_ulid, now_ms};
-use crate::engine::graph::{Graph, NodeIndex};
+use crate::engine::graph::{Graph, NodeIndex, NodeKind};
 use crate::engine::guard::panic_message;
 use crate::engine::registry::Registry;
 use crate::engine::state::{
@@ -163,6 +163,23 @@ pub enum CommitStrategy {
     BeforeEachActivity,
     /// Also after each task completes: a crash later does not lose its effect on the data.
     AfterEachActivity,
+    /// Also after a task completes when this long has passed since the run's last commit.
+    Periodic(std::time::Duration),
+}
+
+impl From<workflow_model::CommitStrategy> for CommitStrategy {
+    fn from(strategy: workflow_model::CommitStrategy) -> Self {
+        match strategy {
+            workflow_model::CommitStrategy::RunEnd => CommitStrategy::RunEnd,
+            workflow_model::CommitStrategy::BeforeEachActivity => {
+                CommitStrategy::BeforeEachActivity
+            }
+            workflow_model::CommitStrategy::AfterEachActivity => CommitStrategy::AfterEachActivity,
+            workflow_model::CommitStrategy::Periodic { interval_ms } => {
+                CommitStrategy::Periodic(std::time::Duration::from_millis(interval_ms))
+            }
+        }
+    }
 }
 
 /// A commit inside a run (ENG-32), made by the runtime that drives it.
@@ -366,8 +383,10 @@ pub(crate) struct Executor<'a, D> {
     faulted: bool,
     /// Child instances to start or cancel once this run commits (ACT-24).
     pub(crate) links: Vec<Link>,
-    /// The commits inside the run, if any (ENG-32).
+    /// The commits inside the run, if any, with the runtime's strategy (ENG-32).
     pub(crate) checkpoint: Option<(&'a dyn Checkpoint, CommitStrategy)>,
+    /// When the run last committed (its start, or its last checkpoint), for `Periodic`.
+    last_commit: std::time::Instant,
     /// The clock, grace and instance token of task attempts (FLT-16, FLT-17).
     pub(crate) attempts: AttemptSettings,
     /// The bookmark and node being resumed by a stimulus, while its entry point runs: a
@@ -405,6 +424,7 @@ where
             faulted: false,
             links: Vec::new(),
             checkpoint: None,
+            last_commit: std::time::Instant::now(),
             attempts: AttemptSettings::default(),
             resuming: None,
         }
@@ -427,14 +447,55 @@ where
         }))
     }
 
-    /// Commits inside the run if the strategy asks for it at this boundary (ENG-32).
-    pub(crate) async fn checkpoint_at(&mut self, at: CommitStrategy) -> Result<(), RunError> {
-        match self.checkpoint {
-            Some((checkpoint, strategy)) if strategy == at => {
-                checkpoint.checkpoint(&mut self.state).await
-            }
-            _ => Ok(()),
+    /// Commits inside the run at this boundary of task `id` (`BeforeEachActivity` for before
+    /// it runs, `AfterEachActivity` for after it completed) if the settings ask for it
+    /// (ENG-32): the node's `commit` decides first; `default` defers to the definition's
+    /// strategy, else the runtime's. `never` suppresses the strategy for this node; mandatory
+    /// commits are not made here and are never suppressed.
+    pub(crate) async fn checkpoint_at(
+        &mut self,
+        id: ContextId,
+        at: CommitStrategy,
+    ) -> Result<(), RunError> {
+        use workflow_model::NodeCommit;
+        let Some((checkpoint, runtime)) = self.checkpoint else {
+            return Ok(());
+        };
+        let before = at == CommitStrategy::BeforeEachActivity;
+        let node = self
+            .state
+            .context(id)
+            .and_then(|c| self.graph.index_of(&c.node_id))
+            .and_then(|i| self.graph.node(i))
+            .and_then(|n| match &n.kind {
+                NodeKind::Task { commit, .. } => *commit,
+                _ => None,
+            })
+            .unwrap_or_default();
+        let strategy = self
+            .graph
+            .commit_strategy
+            .map_or(runtime, CommitStrategy::from);
+        let commit = match node {
+            NodeCommit::Before => before,
+            NodeCommit::After => !before,
+            NodeCommit::BeforeAndAfter => true,
+            NodeCommit::Never => false,
+            NodeCommit::Default => match strategy {
+                CommitStrategy::RunEnd => false,
+                CommitStrategy::BeforeEachActivity => before,
+                CommitStrategy::AfterEachActivity => !before,
+                CommitStrategy::Periodic(interval) => {
+                    !before && self.last_commit.elapsed() >= interval
+                }
+            },
+        };
+        if !commit {
+            return Ok(());
         }
+        checkpoint.checkpoint(&mut self.state).await?;
+        self.last_commit = std::time::Instant::now();
+        Ok(())
     }
 
     // ---- run loop -----------------------------------------------------------------------

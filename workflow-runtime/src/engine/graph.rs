@@ -21,6 +21,8 @@ pub(crate) struct Graph {
     by_id: HashMap<String, NodeIndex>,
     /// The workflow's retry policy, which a task's own overrides field by field (FLT-2).
     default_retry: Option<RetryPolicy>,
+    /// The definition's commit strategy (ENG-32); `None`: the runtime's.
+    pub(crate) commit_strategy: Option<workflow_model::CommitStrategy>,
 }
 
 /// One node: its ancestor-path id (`root:review:manager`), its parent and its kind.
@@ -53,6 +55,8 @@ pub(crate) enum NodeKind {
         attempt_timeout_ms: Option<u64>,
         /// The registry name of the task that undoes this one inside a saga (FLT-10).
         compensation: Option<String>,
+        /// When the runtime commits around this task (ENG-32); `None`: `default`.
+        commit: Option<workflow_model::NodeCommit>,
     },
     /// A saga scope (FLT-10): its body, compensated newest first when something inside fails
     /// for good; then the failure passes on (`fault`) or the scope takes `compensated`.
@@ -335,6 +339,7 @@ impl Graph {
             nodes: Vec::new(),
             by_id: HashMap::new(),
             default_retry: definition.retry.clone(),
+            commit_strategy: definition.commit_strategy,
         };
         graph.add(&definition.root, None)?;
         Ok(graph)
@@ -540,6 +545,7 @@ impl Graph {
                 },
                 attempt_timeout_ms: t.attempt_timeout_ms,
                 compensation: t.compensation.clone(),
+                commit: t.commit,
             },
             Activity::Saga(saga) => NodeKind::Saga {
                 body: self.add(&saga.body, Some(index))?,

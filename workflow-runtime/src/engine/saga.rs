@@ -8,9 +8,10 @@
 //! the compensations that ran (`compensate_then_fault`). A compensation that fails faults the
 //! instance naming it and the original failure (FLT-13).
 //!
-//! Simplifications, for now: compensations run inline in the failing run with one attempt
-//! each (no retry policy), and the operator's retry of an instance whose failure saga scopes
-//! compensated (or whose compensation failed) is refused with
+//! The operator's retry of an instance whose failure saga scopes compensated restarts the
+//! outermost compensated scope from its beginning (FLT-8). Simplifications, for now:
+//! compensations run inline in the failing run with one attempt each (no retry policy), and
+//! the retry of an instance whose compensation failed is refused with
 //! [`RetryError::CompensatedFailure`](crate::RetryError::CompensatedFailure).
 
 use serde_json::{Value, json};
@@ -46,15 +47,23 @@ where
         None
     }
 
-    /// The compensation a context's node declares.
-    fn compensation_of(&self, id: ContextId) -> Option<(String, String)> {
+    /// The compensation a context's node declares, with what it runs with: the task's
+    /// variables in scope and its input, as they were when it ran (FLT-11), and its context id
+    /// for its idempotency key.
+    fn compensation_of(&self, id: ContextId) -> Option<Compensable> {
         let ctx = self.state.context(id)?;
         let node = self.graph.node(self.graph.index_of(&ctx.node_id)?)?;
         match &node.kind {
             NodeKind::Task {
                 compensation: Some(c),
                 ..
-            } => Some((ctx.node_id.clone(), c.clone())),
+            } => Some(Compensable {
+                node: ctx.node_id.clone(),
+                function: c.clone(),
+                context: Some(id),
+                variables: self.variables_in_scope(id),
+                input: ctx.input.clone(),
+            }),
             _ => None,
         }
     }
@@ -62,7 +71,7 @@ where
     /// FLT-11: a task that completed inside a saga scope and declares a compensation is
     /// recorded on the scope, in completion order.
     pub(crate) fn record_compensable(&mut self, id: ContextId) {
-        let Some((node, function)) = self.compensation_of(id) else {
+        let Some(entry) = self.compensation_of(id) else {
             return;
         };
         let Some((saga, _)) = self.enclosing_saga(id) else {
@@ -73,8 +82,8 @@ where
                 .properties
                 .entry(COMPENSABLE.to_owned())
                 .or_insert_with(|| Value::Array(Vec::new()));
-            if let Value::Array(list) = list {
-                list.push(json!([node, function]));
+            if let (Value::Array(list), Ok(entry)) = (list, serde_json::to_value(&entry)) {
+                list.push(entry);
             }
         }
     }
@@ -95,17 +104,18 @@ where
                 }
             }
             // 2. The list: the failed task's own first, then newest completion first.
-            let mut list: Vec<(String, String)> = own.take().into_iter().collect();
+            let mut list: Vec<Compensable> = own.take().into_iter().collect();
             let completed = self
                 .state
                 .context_mut(saga)
                 .and_then(|c| c.properties.remove(COMPENSABLE))
-                .and_then(|v| serde_json::from_value::<Vec<(String, String)>>(v).ok())
+                .map(|v| Compensable::list(&v))
                 .unwrap_or_default();
             list.extend(completed.into_iter().rev());
             // 3. One at a time.
-            for (node, function) in list {
-                match self.run_compensation(saga, &node, &function).await {
+            for entry in list {
+                let (node, function) = (entry.node.clone(), entry.function.clone());
+                match self.run_compensation(saga, &entry).await {
                     Ok(()) => ran.push(local(&node).to_owned()),
                     Err((kind, message)) => {
                         // FLT-13: compensation_failed, naming it and the original failure.
@@ -149,17 +159,22 @@ where
         }
         self.fault_now(context, record);
         if compensated {
-            mark_compensated(self, context);
+            // FLT-8: an operator's retry restarts `failed`, the outermost compensated scope.
+            if let Some(c) = self.state.context_mut(context) {
+                c.properties
+                    .insert(COMPENSATED_FAILURE.to_owned(), json!(failed));
+            }
         }
     }
 
-    /// Runs one compensation fn on the data as it is now; its changes are kept.
+    /// Runs one compensation fn on the data as it is now, with its task's variables and input
+    /// and the key `<task key>:compensate` (FLT-11); its changes are kept.
     async fn run_compensation(
         &mut self,
         saga: ContextId,
-        node: &str,
-        function: &str,
+        entry: &Compensable,
     ) -> Result<(), (FaultKind, String)> {
+        let (node, function) = (entry.node.as_str(), entry.function.as_str());
         let registry = self.registry;
         let Some(task) = registry.tasks.get(function) else {
             return Err((
@@ -175,13 +190,14 @@ where
         let mut cx = crate::engine::task::TaskContext {
             data,
             payload: None,
-            input: None,
+            input: entry.input.clone(),
             instance_id: self.state.instance_id.clone(),
             node_id: format!("{node}:compensate"),
-            context_id: saga,
+            context_id: entry.context.unwrap_or(saga),
             attempt: 1,
-            variables: serde_json::Map::new(),
+            variables: entry.variables.clone(),
             cancellation: crate::cancel::CancellationToken::new(),
+            key_suffix: Some("compensate"),
         };
         // ENG-17: the same panic guard as a task attempt; a panic is a failed compensation.
         let result = match CatchUnwind(task(&mut cx)).await {
@@ -205,8 +221,54 @@ where
     }
 }
 
-/// The context property marking a failure that saga scopes compensated: the operator's
-/// retry does not restart compensated scopes yet (FLT-8) and refuses it.
+/// A compensation to run (FLT-11), recorded on its scope when its task completes.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+struct Compensable {
+    /// The compensated task's node id.
+    node: String,
+    /// The registry name of the compensation fn.
+    function: String,
+    /// The compensated task's context, for the key `<task key>:compensate`.
+    #[serde(default)]
+    context: Option<ContextId>,
+    /// The variables in scope when the task ran (a loop's `item` and `index`, ACT-8).
+    #[serde(default)]
+    variables: serde_json::Map<String, Value>,
+    /// The task's input (ACT-5).
+    #[serde(default)]
+    input: Option<Value>,
+}
+
+impl Compensable {
+    /// The scope's list; an entry of an older run (`[node, fn]`) reads without variables.
+    fn list(value: &Value) -> Vec<Compensable> {
+        let Value::Array(items) = value else {
+            return Vec::new();
+        };
+        items
+            .iter()
+            .filter_map(|item| match item {
+                Value::Array(pair) => match (pair.first(), pair.get(1)) {
+                    (Some(Value::String(node)), Some(Value::String(function))) => {
+                        Some(Compensable {
+                            node: node.clone(),
+                            function: function.clone(),
+                            context: None,
+                            variables: serde_json::Map::new(),
+                            input: None,
+                        })
+                    }
+                    _ => None,
+                },
+                other => serde_json::from_value(other.clone()).ok(),
+            })
+            .collect()
+    }
+}
+
+/// The context property marking a failure that saga scopes compensated: the id of the
+/// outermost compensated scope, which the operator's retry restarts (FLT-8); `true` after a
+/// compensation that failed, which the retry refuses (resuming the list is not implemented).
 pub(crate) const COMPENSATED_FAILURE: &str = "compensated_failure";
 
 fn mark_compensated<D>(executor: &mut Executor<'_, D>, id: ContextId)

@@ -682,6 +682,10 @@ impl WorkflowState {
     }
 
     /// Checks the tree invariants of ENG-3: one root, existing parents, no cycles.
+    ///
+    /// # Errors
+    ///
+    /// A message naming the first broken invariant.
     pub fn check_invariants(&self) -> Result<(), String> {
         if self.format_version != FORMAT_VERSION {
             return Err(format!(

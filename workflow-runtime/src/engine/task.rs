@@ -10,6 +10,38 @@ pub type TaskResult = Result<Outcome, TaskError>;
 
 /// What a running task, entry, exit or action sees (ACT-11): mutable access to the data, the
 /// payload of the stimulus that led here, its input, and stable identifiers.
+///
+/// # Examples
+///
+/// A step that reads the payload of the event that woke it, changes the data, and gives an
+/// outside service a key that stays the same across retries:
+///
+/// ```
+/// use workflow_runtime::{TaskContext, TaskError};
+///
+/// #[derive(Default, serde::Serialize, serde::Deserialize)]
+/// struct Order {
+///     paid: u64,
+///     receipt_key: Option<String>,
+/// }
+///
+/// #[derive(serde::Deserialize)]
+/// struct Payment {
+///     amount: u64,
+/// }
+///
+/// async fn record_payment(ctx: &mut TaskContext<Order>) -> Result<(), TaskError> {
+///     let payment: Payment = ctx.payload()?;
+///     if ctx.is_cancelled() {
+///         return Err(TaskError::new("cancelled before the payment was recorded"));
+///     }
+///     let key = ctx.idempotency_key();
+///     let order = ctx.data_mut();
+///     order.paid += payment.amount;
+///     order.receipt_key = Some(key);
+///     Ok(())
+/// }
+/// ```
 #[derive(Debug)]
 pub struct TaskContext<D> {
     pub(crate) data: D,
@@ -23,6 +55,8 @@ pub struct TaskContext<D> {
     pub(crate) variables: serde_json::Map<String, Value>,
     /// Fired when the attempt should stop (ENG-36).
     pub(crate) cancellation: crate::cancel::CancellationToken,
+    /// Appended to the idempotency key: `compensate` for a compensation (FLT-11).
+    pub(crate) key_suffix: Option<&'static str>,
 }
 
 impl<D> TaskContext<D> {
@@ -39,11 +73,19 @@ impl<D> TaskContext<D> {
     /// The payload of the stimulus that fired the transition this code runs for (an action's
     /// event payload), decoded as `P`. Without a payload, decodes JSON `null` (so `Option<P>`
     /// reads `None`).
+    ///
+    /// # Errors
+    ///
+    /// A permanent [`TaskError`] naming the node when the payload does not decode as `P`.
     pub fn payload<P: DeserializeOwned>(&self) -> Result<P, TaskError> {
         decode(self.payload.as_ref(), "payload", &self.node_id)
     }
 
     /// The input this activity was scheduled with (ACT-5), decoded as `I`.
+    ///
+    /// # Errors
+    ///
+    /// A permanent [`TaskError`] naming the node when the input does not decode as `I`.
     pub fn input<I: DeserializeOwned>(&self) -> Result<I, TaskError> {
         decode(self.input.as_ref(), "input", &self.node_id)
     }
@@ -51,6 +93,10 @@ impl<D> TaskContext<D> {
     /// The variable `name` in scope (ACT-8), decoded as `T`: the nearest enclosing context
     /// that holds it wins (a loop's `item` and `index`, ACT-16, or a `set_variable`, ACT-28).
     /// A missing variable decodes JSON `null` (so `Option<T>` reads `None`).
+    ///
+    /// # Errors
+    ///
+    /// A permanent [`TaskError`] naming the node when the variable does not decode as `T`.
     pub fn variable<T: DeserializeOwned>(&self, name: &str) -> Result<T, TaskError> {
         decode(self.variables.get(name), "variable", &self.node_id)
     }
@@ -90,8 +136,12 @@ impl<D> TaskContext<D> {
     /// A key that is the same for every attempt and every re-run of this activity execution
     /// (`{instance_id}:{context_id}`, ACT-11): pass it to external systems to make effects
     /// idempotent.
+    /// A compensation's key is its task's key followed by `:compensate` (FLT-11).
     pub fn idempotency_key(&self) -> String {
-        format!("{}:{}", self.instance_id, self.context_id)
+        match self.key_suffix {
+            Some(suffix) => format!("{}:{}:{suffix}", self.instance_id, self.context_id),
+            None => format!("{}:{}", self.instance_id, self.context_id),
+        }
     }
 }
 
@@ -233,6 +283,10 @@ impl<E: std::error::Error> From<E> for TaskError {
 /// [`IntoTaskResult::into_task_result`] on whatever the user's fn returned.
 pub trait IntoTaskResult {
     /// The value as a task result.
+    ///
+    /// # Errors
+    ///
+    /// The task's error, when the value is one.
     fn into_task_result(self) -> TaskResult;
 }
 

@@ -162,6 +162,40 @@ pub(super) type Pending =
 
 /// Builds a [`Runtime`]: register workflows, set limits, add middleware, then
 /// [`RuntimeBuilder::build`] checks everything (ENG-47).
+///
+/// # Examples
+///
+/// A runtime on a SQLite file, with a shorter lease and a cap on the steps of one run:
+///
+/// ```
+/// use std::sync::Arc;
+/// use std::time::Duration;
+///
+/// use workflow_runtime::{Runtime, SqliteStore, TaskContext, workflow};
+///
+/// #[derive(Default, serde::Serialize, serde::Deserialize)]
+/// struct Job;
+///
+/// async fn work(_ctx: &mut TaskContext<Job>) {}
+///
+/// workflow! {
+///     workflow Nightly(Job) = sequence [task(work)];
+/// }
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// # let dir = tempfile::tempdir()?;
+/// # let path = dir.path().join("jobs.db");
+/// let runtime = Runtime::builder()
+///     .store(Arc::new(SqliteStore::open(&path)?))
+///     .register::<Nightly>()
+///     .lease_ttl(Duration::from_secs(30))
+///     .max_steps_per_run(1_000)
+///     .build()?;
+/// runtime.recover().await?; // instances a crashed process left mid-run
+/// # Ok(())
+/// # }
+/// ```
 pub struct RuntimeBuilder {
     pub(super) pending: Vec<Pending>,
     pub(super) max_steps_per_run: usize,
@@ -271,27 +305,19 @@ where
     ))
 }
 
-/// The model's settings that the runtime does not honour yet are refused at build, naming
-/// the node and the setting (never silently ignored): node commit settings and the workflow
-/// commit strategy (ENG-32; the runtime-wide [`RuntimeBuilder::commit_strategy`] is
-/// honoured), and a deadline on a detached sub-workflow. Retry policies, attempt timeouts and compensations are honoured.
+/// The model's settings that the runtime does not honour are refused at build, naming the
+/// node and the setting (never silently ignored): a deadline on a detached sub-workflow.
+/// Commit strategies and node commit settings (ENG-32), retry policies, attempt timeouts and
+/// compensations are honoured.
 fn refuse_unsupported_settings(definition: &Definition) -> Result<(), BuildError> {
-    use workflow_model::{Activity, NodeCommit};
+    use workflow_model::Activity;
     let refuse = |node: &str, setting: &'static str| BuildError::UnsupportedSetting {
         workflow: definition.name.clone(),
         node: node.to_owned(),
         setting,
     };
-    if definition.commit_strategy.is_some() {
-        return Err(refuse(definition.root.id(), "commit_strategy"));
-    }
     let mut stack = vec![&definition.root];
     while let Some(activity) = stack.pop() {
-        if let Activity::Task(task) = activity
-            && task.commit.is_some_and(|c| c != NodeCommit::Default)
-        {
-            return Err(refuse(&task.id, "commit"));
-        }
         // TM-14: a detached child is not waited for, so a deadline would have nothing to end.
         if let Activity::SubWorkflow(sub) = activity
             && sub.mode == workflow_model::SubWorkflowMode::Detach
@@ -466,6 +492,12 @@ impl RuntimeBuilder {
     /// Checks every registration (validator, registry, supported kinds, versions) and builds
     /// the runtime; the first problem is returned. Instances interrupted by a crash are run
     /// again by [`Runtime::recover`], which the caller awaits once built.
+    ///
+    /// # Errors
+    ///
+    /// A [`BuildError`] naming the first problem: an invalid definition (with every diagnostic),
+    /// a task, condition or other fn that is not registered, a setting or activity this runtime does
+    /// not run, or two current versions of one name.
     pub fn build(self) -> Result<Runtime, BuildError> {
         let mut workflows: HashMap<String, Arc<dyn ErasedWorkflow>> = HashMap::new();
         for pending in self.pending {

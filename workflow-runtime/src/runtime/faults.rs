@@ -3,7 +3,8 @@
 use super::{CancelError, Runtime, StateError};
 use crate::engine::executor::{RunEnd, RunError, RunTarget};
 use crate::engine::state::{
-    ActivityStatus, EntryPoint, Incident, SubStatus, WorkItem, WorkflowState, WorkflowStatus,
+    ActivityStatus, ContextId, EntryPoint, Incident, SubStatus, WorkItem, WorkflowState,
+    WorkflowStatus,
 };
 use crate::runtime::Started;
 
@@ -24,9 +25,10 @@ pub enum RetryError {
         /// Its status.
         status: WorkflowStatus,
     },
-    /// The failure was compensated by saga scopes (or a compensation failed): restarting
-    /// the compensated scope (FLT-8, FLT-13) is not implemented yet. Cancel the instance.
-    #[error("instance `{instance}`: its failure was compensated; retrying it is not supported yet")]
+    /// A compensation failed (FLT-13): resuming the compensation list is not implemented
+    /// yet. Cancel the instance. (A compensated failure is retried: its outermost
+    /// compensated scope restarts, FLT-8.)
+    #[error("instance `{instance}`: a compensation failed; retrying it is not supported yet")]
     CompensatedFailure {
         /// The id.
         instance: String,
@@ -83,6 +85,13 @@ impl Runtime {
     /// resolved as `retried`, its timers unparked (TM-10), and each faulted activity runs
     /// again from scratch with a fresh attempt budget (`Faulted -> Running`); nothing else
     /// changes. One fenced commit: of two racing operators, one gets a conflict.
+    ///
+    /// # Errors
+    ///
+    /// [`RetryError::InstanceNotFound`] for an unknown id, [`RetryError::NotFaulted`] for an
+    /// instance that is not `Faulted`, [`RetryError::CompensatedFailure`] when sagas compensated
+    /// the failure, and [`RetryError::Run`] when the run fails (a conflict with another operator
+    /// included).
     pub async fn retry(&self, instance_id: &str) -> Result<Started, RetryError> {
         let result = self.retry_inner(instance_id).await;
         self.process_links().await;
@@ -126,22 +135,48 @@ impl Runtime {
                 status: state.status,
             });
         }
-        let compensated = state
+        let marked = |state: &WorkflowState, context: ContextId| {
+            state
+                .context(context)
+                .and_then(|c| c.properties.get(crate::engine::saga::COMPENSATED_FAILURE))
+                .cloned()
+        };
+        let open: Vec<(usize, ContextId)> = state
             .incidents
             .iter()
-            .filter(|i| i.resolution.is_none())
-            .any(|i| {
-                state.context(i.context_id).is_some_and(|c| {
-                    c.properties
-                        .contains_key(crate::engine::saga::COMPENSATED_FAILURE)
-                })
-            });
-        if compensated {
+            .enumerate()
+            .filter(|(_, i)| i.resolution.is_none())
+            .map(|(n, i)| (n, i.context_id))
+            .collect();
+        // A failed compensation (FLT-13): resuming its list is not implemented.
+        if open
+            .iter()
+            .any(|&(_, c)| marked(&state, c).is_some_and(|m| m.is_boolean()))
+        {
             return Err(RetryError::CompensatedFailure {
                 instance: instance_id.to_owned(),
             });
         }
         let workflow = self.workflow_for(&state)?;
+        // FLT-8: a compensated failure restarts the outermost compensated scope, whose work
+        // was undone; the failed activity itself stays behind, cancelled.
+        for (n, context) in open {
+            let Some(scope) = marked(&state, context).and_then(|m| m.as_u64()) else {
+                continue;
+            };
+            if let Some(incident) = state.incidents.get_mut(n) {
+                incident.resolution = Some("retried".to_owned());
+            }
+            if let Some(c) = state.context_mut(context) {
+                c.status = ActivityStatus::Canceled;
+                c.properties
+                    .remove(crate::engine::saga::COMPENSATED_FAILURE);
+            }
+            state.queue.push_back(WorkItem {
+                context: scope,
+                entry: EntryPoint::Execute,
+            });
+        }
         reopen(&mut state);
         let mut first = true;
         loop {
@@ -151,7 +186,7 @@ impl Runtime {
                     RunTarget::None,
                     self.run_options(None),
                     &self.inner.middleware,
-                    None,
+                    Some((&commits, self.inner.commit_strategy)),
                 )
                 .await?;
             let end = output.end;
@@ -172,6 +207,10 @@ impl Runtime {
 
     /// The incidents recorded against an instance (FLT-6), open and resolved, oldest first;
     /// `None` for an unknown id.
+    ///
+    /// # Errors
+    ///
+    /// A [`StateError`] when the instance cannot be read or decoded.
     pub async fn incidents(&self, instance_id: &str) -> Result<Option<Vec<Incident>>, StateError> {
         Ok(self.load_state(instance_id).await?.map(|s| s.incidents))
     }

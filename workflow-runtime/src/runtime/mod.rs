@@ -381,6 +381,10 @@ impl InstanceSnapshot {
     }
 
     /// The data, decoded as `D`.
+    ///
+    /// # Errors
+    ///
+    /// A `serde_json::Error` when the stored data does not decode as `D`.
     pub fn data<D: DeserializeOwned>(&self) -> Result<D, serde_json::Error> {
         serde_json::from_value(self.state.data.clone())
     }
@@ -445,6 +449,38 @@ struct Inner {
 
 /// The workflow runtime (ENG-47 to ENG-51), on a [`Store`]: in memory by default, durable
 /// on a [`SqliteStore`](crate::store::SqliteStore). Cheap to clone; clones share instances.
+///
+/// # Examples
+///
+/// Register a workflow, start an instance and read its data back:
+///
+/// ```
+/// use workflow_runtime::{Runtime, TaskContext, WorkflowStatus, workflow};
+///
+/// #[derive(Default, serde::Serialize, serde::Deserialize)]
+/// struct Greeting {
+///     greeted: bool,
+/// }
+///
+/// async fn greet(ctx: &mut TaskContext<Greeting>) {
+///     ctx.data_mut().greeted = true;
+/// }
+///
+/// workflow! {
+///     workflow Hello(Greeting) = sequence [task(greet)];
+/// }
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let runtime = Runtime::builder().register::<Hello>().build()?;
+/// let started = runtime.start::<Hello>(Greeting::default()).await?;
+/// assert_eq!(started.status, WorkflowStatus::Finished);
+///
+/// let snapshot = runtime.get_state(&started.instance_id).await?.ok_or("no instance")?;
+/// assert!(snapshot.data::<Greeting>()?.greeted);
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Clone)]
 pub struct Runtime {
     inner: Arc<Inner>,
@@ -564,11 +600,22 @@ impl Runtime {
 
     /// Starts an instance of `W` with `input` as its data and runs its first run in the
     /// caller's task (ENG-48).
+    ///
+    /// # Errors
+    ///
+    /// [`StartError::DefinitionNotRegistered`] when `W` is not registered,
+    /// [`StartError::InstanceExists`] when the id is taken, [`StartError::ActivationRefused`] when
+    /// the activation strategy refuses a new instance, [`StartError::Input`] when the input does
+    /// not serialize, and [`StartError::Run`] when the first run fails (nothing is kept).
     pub async fn start<W: Workflow>(&self, input: W::Data) -> Result<Started, StartError> {
         self.start_with::<W>(input, StartOptions::default()).await
     }
 
     /// [`Runtime::start`] with options.
+    ///
+    /// # Errors
+    ///
+    /// As [`Runtime::start`].
     pub async fn start_with<W: Workflow>(
         &self,
         input: W::Data,
@@ -582,6 +629,11 @@ impl Runtime {
 
     /// Starts an instance of the definition registered under `name` (a JSON registration,
     /// say) with JSON input.
+    ///
+    /// # Errors
+    ///
+    /// As [`Runtime::start`]; [`StartError::Input`] also when the input does not decode into the
+    /// workflow's data type.
     pub async fn start_by_name(
         &self,
         name: &str,
@@ -739,6 +791,11 @@ impl Runtime {
     }
 
     /// Resumes one bookmark by id (RT-34), e.g. a `wf.delay` bookmark before timers exist.
+    ///
+    /// # Errors
+    ///
+    /// [`ResumeError::InstanceNotFound`] for an unknown instance, [`ResumeError::Run`] when the run
+    /// fails (an unknown bookmark included); the instance is then unchanged.
     pub async fn resume_bookmark(
         &self,
         instance_id: &str,
@@ -767,6 +824,11 @@ impl Runtime {
     /// holds a live lease is recovered by a later call, once the lease expired. An instance
     /// pinned to an unregistered version is reported as `VersionNotRegistered` and left
     /// untouched (ENG-46).
+    ///
+    /// # Errors
+    ///
+    /// A [`StoreError`] when the store fails while claiming instances; those already run stay
+    /// run.
     pub async fn recover(&self) -> Result<RecoveryReport, StoreError> {
         const PAGE: usize = 100;
         let mut report = RecoveryReport::default();
@@ -862,6 +924,10 @@ impl Runtime {
     }
 
     /// A snapshot of an instance, or `None` for an unknown id (ENG-51).
+    ///
+    /// # Errors
+    ///
+    /// A [`StateError`] when the stored document does not decode or the store fails.
     pub async fn get_state(
         &self,
         instance_id: &str,
@@ -916,6 +982,10 @@ impl Runtime {
     /// not run (ENG-46): `(name, version)` pairs with the number of instances, sorted. Their
     /// instances stay untouched; register the version (as the current one of its name) to run
     /// them.
+    ///
+    /// # Errors
+    ///
+    /// A [`StoreError`] when the store fails.
     pub async fn unregistered_versions(&self) -> Result<Vec<(String, String, u64)>, StoreError> {
         let mut found: std::collections::BTreeMap<(String, String), u64> = Default::default();
         for status in [
@@ -958,6 +1028,10 @@ impl Runtime {
 
     /// The typed current state of a state-machine instance: `None` for an unknown id or a
     /// machine that has not started.
+    ///
+    /// # Errors
+    ///
+    /// A [`StateError`] when the stored document does not decode or the store fails.
     pub async fn current_state<W: StateMachineWorkflow>(
         &self,
         instance_id: &str,
@@ -978,6 +1052,13 @@ impl Runtime {
     /// Waits until the instance is final or faulted, at most `timeout` (ENG-48). Needs a Tokio
     /// runtime with time enabled. It re-reads the store after each commit of this runtime, and
     /// every 200 ms for commits of other processes on the same store.
+    ///
+    /// # Errors
+    ///
+    /// [`AwaitError::Faulted`] with the incident as soon as the instance faults,
+    /// [`AwaitError::Timeout`] when it is not final within `timeout` (it keeps running),
+    /// [`AwaitError::InstanceNotFound`] for an unknown id, and [`AwaitError::State`] when it
+    /// cannot be read.
     pub async fn await_completion(
         &self,
         instance_id: &str,
@@ -1053,6 +1134,12 @@ impl Runtime {
     /// process has its cancellation token fired (FLT-16): its run is abandoned (nothing of it
     /// committed) and the cancel applies from the last commit. (A run in another process is
     /// not reached yet: it finishes first.)
+    ///
+    /// # Errors
+    ///
+    /// [`CancelError::InstanceNotFound`] for an unknown id, [`CancelError::AlreadyTerminal`] for a
+    /// finished or cancelled instance, and [`CancelError::Run`] when the cancellation cannot be
+    /// committed; nothing changes in each case.
     pub async fn cancel(
         &self,
         instance_id: &str,
@@ -1123,6 +1210,12 @@ impl Runtime {
     }
 
     /// Removes a final instance with its journal (ST-31).
+    ///
+    /// # Errors
+    ///
+    /// [`PurgeError::InstanceNotFound`] for an unknown id, [`PurgeError::NotTerminal`] for an
+    /// instance that is not `Finished` or `Cancelled`, and [`PurgeError::Store`] when the store
+    /// fails; nothing is removed in each case.
     pub async fn purge(&self, instance_id: &str) -> Result<(), PurgeError> {
         match self.inner.store.delete_instance(instance_id).await {
             Ok(()) => {
@@ -1143,6 +1236,11 @@ impl Runtime {
     /// Retention (ST-31): removes the `Finished` and `Cancelled` instances that became final
     /// more than `older_than` ago, with their bookmarks, journal and receipts, in atomic
     /// batches. Returns how many were removed.
+    ///
+    /// # Errors
+    ///
+    /// A [`StoreError`] when the store fails; batches already removed stay removed, and running it
+    /// again continues.
     pub async fn purge_finished(&self, older_than: Duration) -> Result<u64, StoreError> {
         let age = i64::try_from(older_than.as_micros()).unwrap_or(i64::MAX);
         let cut_off = now_micros().saturating_sub(age);
@@ -1411,11 +1509,10 @@ impl Runtime {
             });
         }
         let workflow = self.workflow_for(&state)?;
-        let checkpoint: Option<(&dyn Checkpoint, CommitStrategy)> = match self.inner.commit_strategy
-        {
-            CommitStrategy::RunEnd => None,
-            strategy => Some((&commits, strategy)),
-        };
+        // ENG-32: the run decides per task whether to commit (the node's setting, the
+        // definition's strategy, then this runtime-wide one).
+        let checkpoint: Option<(&dyn Checkpoint, CommitStrategy)> =
+            Some((&commits, self.inner.commit_strategy));
         let token = crate::cancel::CancellationToken::new();
         lock(&self.inner.running).insert(instance_id.to_owned(), token.clone());
         let _running = Running {

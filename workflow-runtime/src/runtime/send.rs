@@ -51,6 +51,31 @@ const BOOKMARK_PAGE: usize = 500;
 /// A stimulus (RT-1): a name, an optional key, a JSON payload, and the send
 /// options (target instance, correlation id, bookmark id, idempotency key, queue TTL,
 /// queueing).
+///
+/// # Examples
+///
+/// A payment for order `o-42`, sent once even if the caller retries:
+///
+/// ```
+/// use workflow_runtime::{Runtime, Stimulus};
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let runtime = Runtime::builder().build()?;
+/// let payment = Stimulus::new("payment")
+///     .key("o-42")
+///     .payload(serde_json::json!({ "amount": 100 }))
+///     .idempotency_key("payment-o-42");
+///
+/// let report = runtime.send(payment.clone()).await?;
+/// // Nothing waits for it yet: it is kept until a matching wait appears.
+/// assert!(report.queued.is_some());
+///
+/// // The retry returns the first report instead of queueing twice.
+/// assert!(runtime.send(payment).await?.duplicate);
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Debug, Clone, PartialEq)]
 pub struct Stimulus {
     /// The event name.
@@ -372,11 +397,14 @@ pub(super) fn sha_hex(parts: &[&str]) -> String {
         hasher.update((part.len() as u64).to_be_bytes());
         hasher.update(part.as_bytes());
     }
-    hasher
-        .finalize()
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
+    let digest = hasher.finalize();
+    let mut hex = String::with_capacity(digest.len() * 2);
+    for byte in digest {
+        for nibble in [byte >> 4, byte & 0x0f] {
+            hex.push(char::from_digit(u32::from(nibble), 16).unwrap_or('0'));
+        }
+    }
+    hex
 }
 
 fn to_micros(d: Duration) -> Micros {
@@ -425,6 +453,11 @@ impl Runtime {
     /// without triggers has its rows removed. Done once per runtime, by
     /// [`Runtime::start_workers`] or the first [`Runtime::send`]; call it again after
     /// another process changed the index to re-assert this process's view.
+    ///
+    /// # Errors
+    ///
+    /// A [`StoreError`] when the store fails; each definition's set is replaced in one
+    /// transaction, so it is left either as it was or as registered.
     pub async fn index_triggers(&self) -> Result<(), StoreError> {
         let now = now_micros();
         let mut names: Vec<&String> = self.inner.workflows.keys().collect();
@@ -471,6 +504,17 @@ impl Runtime {
     /// or bookmark id, one run per instance; a stimulus that matched nothing is queued for a
     /// bookmark that appears later (RT-21), unless [`Stimulus::queue`] is off. With an
     /// idempotency key, a retried send returns the first report with `duplicate: true`.
+    ///
+    /// # Errors
+    ///
+    /// Before anything is written: [`SendError::Routing`] for a name, key or correlation id that
+    /// cannot be routed, [`SendError::Payload`] or [`SendError::PayloadTooLarge`] for the payload,
+    /// [`SendError::IdempotencyKeyReused`] for a key used by another send, and
+    /// [`SendError::InstanceNotFound`], [`SendError::InstanceTerminal`],
+    /// [`SendError::BookmarkNotFound`] or [`SendError::BookmarkStimulusMismatch`] for a target that
+    /// cannot take it. [`SendError::Store`] when the store fails (what was committed stays; a
+    /// retry with the same idempotency key is safe) and [`SendError::Run`] when a run fails (that
+    /// instance is unchanged).
     pub async fn send(&self, stimulus: Stimulus) -> Result<SendReport, SendError> {
         let mut result = self.send_inner(stimulus).await;
         if self.process_links().await
@@ -518,8 +562,13 @@ impl Runtime {
                 }));
             }
         }
-        // RT-19: a retried send finds its first report.
-        let payload_digest = sha_hex(&[&payload_text]);
+        // RT-19: a retried send finds its first report. The digest only serves idempotency
+        // records, so a send without a key does not hash its payload.
+        let payload_digest = if stimulus.idempotency_key.is_some() {
+            sha_hex(&[&payload_text])
+        } else {
+            String::new()
+        };
         let stimulus_id = match &stimulus.idempotency_key {
             Some(key) => {
                 if let Some(record) = store
@@ -969,6 +1018,10 @@ impl Runtime {
     /// admits (RT-31: sent at or after the instance's `origin_at`, `SinceOrigin`), and deleted
     /// once delivered. Each pending item is visited at most once per pass. Returns how many
     /// items were delivered. The worker calls it; tests and tools may too.
+    ///
+    /// # Errors
+    ///
+    /// A [`StoreError`] when the store fails; items already delivered stay delivered.
     pub async fn deliver_queued(&self) -> Result<usize, StoreError> {
         let store = &self.inner.store;
         let now = now_micros();
@@ -1162,6 +1215,10 @@ impl Runtime {
     }
 
     /// Removes the trigger rows of a definition no process registers any more (RT-11).
+    ///
+    /// # Errors
+    ///
+    /// A [`StoreError`] when the store fails; the triggers are then unchanged.
     pub async fn retire_definition(&self, name: &str) -> Result<(), StoreError> {
         self.inner
             .store
@@ -1172,6 +1229,11 @@ impl Runtime {
 
     /// Re-enqueues a dead letter with a fresh TTL (the runtime's default), zero attempts and
     /// the same stimulus id, so receipts still prevent a double application (RT-28).
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::NotFound`] for an unknown dead letter, another [`StoreError`] when the store
+    /// fails.
     pub async fn replay_dead_letter(&self, item_id: &str) -> Result<QueueItem, StoreError> {
         let item = self
             .inner
@@ -1183,6 +1245,10 @@ impl Runtime {
     }
 
     /// Dead letters (RT-28), oldest first.
+    ///
+    /// # Errors
+    ///
+    /// A [`StoreError`] when the store fails.
     pub async fn dead_letters(
         &self,
         filter: DeadLetterFilter,
@@ -1192,6 +1258,10 @@ impl Runtime {
 
     /// Indexes the triggers (RT-9) and starts the queue worker (RT-26, see the module docs);
     /// a second call does nothing. Needs a tokio runtime.
+    ///
+    /// # Errors
+    ///
+    /// A [`StoreError`] when the triggers cannot be written to the store; no worker is started.
     pub async fn start_workers(&self) -> Result<(), StoreError> {
         self.ensure_triggers().await?;
         let mut workers = lock(&self.inner.workers);

@@ -52,6 +52,11 @@ impl Runtime {
     /// due order, through the normal resume path: the resume payload is
     /// `{ "due_at", "fired_at" }` (ms), which the Delay completes with and journals (TM-8).
     /// The timer driver calls it; call it yourself on a runtime built without one.
+    ///
+    /// # Errors
+    ///
+    /// A [`StoreError`] when the store fails while claiming timers; timers already fired stay
+    /// fired, and the others are claimed again later.
     pub async fn fire_due_timers(&self) -> Result<TimerFiring, StoreError> {
         self.schedule_triggers().await?;
         let mut report = TimerFiring::default();
@@ -203,6 +208,10 @@ impl Runtime {
     /// the trigger's settings: an unchanged trigger keeps its `next_due` (and a fired StartAt
     /// stays fired), a changed one gets a new schedule due from now and the old one is
     /// removed, as is the schedule of a removed trigger.
+    ///
+    /// # Errors
+    ///
+    /// A [`StoreError`] when the schedules cannot be written; a later call tries again.
     pub async fn schedule_triggers(&self) -> Result<(), StoreError> {
         self.inner
             .schedules_written

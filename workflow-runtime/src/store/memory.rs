@@ -124,6 +124,10 @@ impl MemoryStore {
 
     /// Replaces an instance's stored state text as is: a test hook to simulate a corrupted
     /// or hand-edited row (C-25, C-26).
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::NotFound`] for an unknown instance.
     #[cfg(feature = "test-support")]
     pub fn write_raw_state(&self, instance_id: &str, raw: &str) -> StoreResult<()> {
         let mut inner = self.lock()?;
@@ -137,6 +141,10 @@ impl MemoryStore {
 
     /// Makes the next `n` write operations (of any kind) fail with `Unavailable` and write
     /// nothing: a test hook to simulate an unreachable store or a crash (ST-25).
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::Unavailable`] when the store's lock is poisoned.
     #[cfg(feature = "test-support")]
     pub fn fail_next_writes(&self, n: u32) -> StoreResult<()> {
         self.lock()?.fail_writes = n;
@@ -144,6 +152,10 @@ impl MemoryStore {
     }
 
     /// Makes the next `n` commits fail with `Unavailable` and write nothing (ST-25).
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::Unavailable`] when the store's lock is poisoned.
     #[cfg(feature = "test-support")]
     pub fn fail_next_commits(&self, n: u32) -> StoreResult<()> {
         self.lock()?.fail_commits = n;
@@ -151,6 +163,10 @@ impl MemoryStore {
     }
 
     /// The stored state text of an instance, as is (test hook, C-26).
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::NotFound`] for an unknown instance.
     #[cfg(feature = "test-support")]
     pub fn read_raw_state(&self, instance_id: &str) -> StoreResult<String> {
         let inner = self.lock()?;

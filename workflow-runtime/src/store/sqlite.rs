@@ -115,6 +115,24 @@ struct Counters {
 
 /// The embedded SQLite store (ST-26). Wrap it in an `Arc` to share it
 /// (`Arc<dyn Store>`); dropping the last handle stops its threads and closes the file.
+///
+/// # Examples
+///
+/// ```
+/// use std::sync::Arc;
+///
+/// use workflow_runtime::{Runtime, SqliteStore};
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// # let dir = tempfile::tempdir()?;
+/// # let path = dir.path().join("workflows.db");
+/// let store = SqliteStore::open(&path)?; // created, or migrated, on open
+/// let runtime = Runtime::builder().store(Arc::new(store)).build()?;
+/// # drop(runtime);
+/// # Ok(())
+/// # }
+/// ```
 pub struct SqliteStore {
     writer: Option<mpsc::Sender<WriteRequest>>,
     readers: Option<mpsc::Sender<ReadJob>>,
@@ -656,6 +674,10 @@ fn reader_loop(conn: &Connection, rx: &Mutex<mpsc::Receiver<ReadJob>>) {
 impl SqliteStore {
     /// Opens (creating if needed) the database file with the default options, applying
     /// pending migrations. Blocking: call it at start-up.
+    ///
+    /// # Errors
+    ///
+    /// As [`SqliteStore::open_with`].
     pub fn open(path: impl AsRef<Path>) -> StoreResult<Self> {
         Self::open_with(path, &SqliteOptions::default())
     }
@@ -666,6 +688,13 @@ impl SqliteStore {
     /// gets `InUse { holder, until }` until this store is dropped or its process exits; the
     /// operating system releases the lock of a killed process, so a restart after a crash
     /// opens at once. Use [`SqliteStore::open_read_only`] to inspect a file in use.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::InUse`] when another store holds the file for writing,
+    /// [`StoreError::SchemaTooNew`] or [`StoreError::MigrationChecksumMismatch`] for a schema this
+    /// version cannot use, and [`StoreError::Unavailable`] when the file cannot be opened or
+    /// created.
     pub fn open_with(path: impl AsRef<Path>, options: &SqliteOptions) -> StoreResult<Self> {
         let path = path.as_ref().to_path_buf();
         let holder = options
@@ -694,6 +723,11 @@ impl SqliteStore {
     /// Opens a file read-only, for inspection, even while another store holds it (C-33).
     /// The schema must be current (`SchemaOutdated` or `SchemaTooNew` otherwise); every write
     /// operation fails with `Invalid`.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::SchemaOutdated`] or [`StoreError::SchemaTooNew`] when the schema is not
+    /// current, [`StoreError::Unavailable`] when the file cannot be opened.
     pub fn open_read_only(path: impl AsRef<Path>) -> StoreResult<Self> {
         let path = path.as_ref().to_path_buf();
         let options = SqliteOptions::default();
@@ -784,6 +818,10 @@ impl SqliteStore {
 
     /// Creates a database file with the migrations up to `version` only: a fixture of an
     /// older schema for upgrade tests (ST-29).
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::Unavailable`] when the file cannot be created or migrated.
     #[cfg(feature = "test-support")]
     pub fn create_at_schema(path: impl AsRef<Path>, version: u32) -> StoreResult<()> {
         let mut conn = Connection::open(path)?;
@@ -809,6 +847,11 @@ impl SqliteStore {
 
     /// Replaces an instance's stored state text as is: a test hook to simulate a corrupted
     /// or hand-edited row (C-25, C-26).
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::NotFound`] for an unknown instance, [`StoreError::Unavailable`] when the
+    /// write fails.
     #[cfg(feature = "test-support")]
     pub async fn write_raw_state(&self, instance_id: &str, raw: &str) -> StoreResult<()> {
         let (id, raw) = (instance_id.to_owned(), raw.to_owned());
@@ -826,6 +869,11 @@ impl SqliteStore {
     }
 
     /// The stored state text of an instance, as is (test hook, C-26).
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::NotFound`] for an unknown instance, [`StoreError::Unavailable`] when the
+    /// read fails.
     #[cfg(feature = "test-support")]
     pub async fn read_raw_state(&self, instance_id: &str) -> StoreResult<String> {
         let id = instance_id.to_owned();

@@ -337,7 +337,10 @@ where
                                 if let Some(d) = rs.deferred_exits.get_mut(head) {
                                     d.retain(|k| *k != conn.key);
                                 }
-                            } else if exit_of.is_some_and(|l| self.flow_loop_active(fc, rs, l)) {
+                            } else if exit_of.is_some_and(|l| {
+                                self.flow_loop_active(fc, rs, l)
+                                    || continues_loop(fc, outbound, &outcomes, l)
+                            }) {
                                 // FC-16: not counted while the loop runs.
                                 let deferred = rs.deferred_exits.entry(head.clone()).or_default();
                                 if !deferred.contains(&conn.key) {
@@ -484,7 +487,8 @@ where
         Ok(())
     }
 
-    /// FC-16: whether some node of loop `l` has a live context.
+    /// FC-16: whether some node of loop `l` has a live context. (A node settling right now is
+    /// not live any more; [`continues_loop`] covers the loop it keeps going.)
     fn flow_loop_active(&self, fc: &FlowchartNode, rs: &RunState, l: usize) -> bool {
         fc.analysis.loops.get(l).is_some_and(|l| {
             l.members
@@ -595,4 +599,21 @@ where
         }
         Ok(())
     }
+}
+
+/// FC-16: whether the settling node, with `outcomes`, follows a forward connection to a node
+/// of loop `l`: then the loop goes on even though none of its nodes is live yet (a decision
+/// at the loop's head whose `true` port stays in the loop), and its exits wait.
+fn continues_loop(fc: &FlowchartNode, outbound: &[usize], outcomes: &[String], l: usize) -> bool {
+    let Some(members) = fc.analysis.loops.get(l).map(|l| &l.members) else {
+        return false;
+    };
+    outbound.iter().any(|&c| {
+        fc.connections.get(c).is_some_and(|conn| {
+            outcomes.contains(&conn.port)
+                && conn
+                    .endpoints
+                    .is_some_and(|(_, target)| members.contains(&target))
+        })
+    })
 }

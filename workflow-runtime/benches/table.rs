@@ -1,0 +1,1210 @@
+//! Every performance number of the runtime side by side, measured in one run: one table of
+//! medians with the min and max over repetitions. Benchmarks, not timed tests: the machines
+//! are shared and noisy, so read the ratios measured in the same run.
+//!
+//! ```text
+//! cargo bench -p workflow-runtime --bench table
+//! ```
+//!
+//! Sections (each row is repeated `TABLE_REPS` times; the table shows the median, min and max
+//! of the per-repetition values):
+//!
+//! - **in memory**: a 3-activity sequence started and run to its end; a state-machine
+//!   transition resumed by a stimulus (`send`); a flowchart with a fork into two tasks and an
+//!   `all` join; the same steps written as a hand-written `match` (the floor).
+//! - **SQLite**: durable transitions per second (`send` on `SqliteStore`, each a real
+//!   transition with an action) with 1, 16 and 64 concurrent instances, beside the raw rate of
+//!   one-row-per-commit INSERTs (rusqlite, WAL) on the same disk at the same `synchronous`
+//!   (FULL, then NORMAL).
+//! - **routing**: `send` latency from the stimulus to its bookmark resumed and committed
+//!   (p50, p99) with 10,000 and 1,000,000 suspended instances in a SQLite file, and the process
+//!   RSS while they are suspended. Each population is measured in a child process of its own
+//!   (this binary re-run), so the RSS is that of a process holding only that population.
+//! - **start-up**: `SqliteStore::open` + `Runtime::build` + `recover()` with 100,000
+//!   suspended instances in the file, in a child process.
+//! - **timers**: lateness (fired minus due) p50/p99 over 1,000 durable Delay timers fired by
+//!   the in-process driver (MemoryStore, sweep disabled).
+//! - **macro**: `cargo build` time of a generated crate holding a 50-state, 200-transition
+//!   `#[state_machine]` versus the same crate without it (incremental compilation off).
+//!
+//! Large populations are written straight into the SQLite file, not through the store API
+//! (the store has no bulk insert): one instance is started through the `Runtime` as a
+//! template, then its rows (instance, bookmarks, journal, receipts...) are copied in one
+//! transaction per 50,000 instances with the ids substituted (every text column of every copied
+//! row has the template's instance id and bookmark ids replaced) and the bookmark hash
+//! recomputed with [`stimulus_hash`] for the copy's key. Every copy is a valid suspended
+//! instance: the routing rows send to random ones among them.
+//!
+//! Environment knobs (defaults in brackets):
+//!
+//! - `TABLE_REPS` [5]: repetitions of every row.
+//! - `TABLE_ITERS` [5000]: iterations per repetition of the in-memory rows (the floor runs
+//!   100x as many).
+//! - `TABLE_SECS` [1]: seconds per repetition of each SQLite throughput row.
+//! - `TABLE_ROUTING` [10000,1000000]: the suspended populations for the routing rows.
+//! - `TABLE_ROUTING_SENDS` [500]: sends per repetition of a routing row.
+//! - `TABLE_RECOVER` [100000]: the suspended population for the start-up row.
+//! - `TABLE_TIMERS` [1000]: timers per repetition of the lateness row.
+//! - `TABLE_MACRO` [1]: `0` skips the macro rows.
+//! - `TABLE_ONLY` [all]: a comma-separated subset of `memory,sqlite,routing,recover,timers,macro`.
+//! - `TABLE_DIR` [a temporary directory]: where the database files and the generated crate go.
+//! - `WORKFLOW_PG_URL`: when set, the table says where the PostgreSQL rows are measured.
+#![allow(
+    clippy::print_stdout,
+    clippy::print_stderr,
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing,
+    clippy::cast_precision_loss,
+    clippy::cast_possible_truncation,
+    clippy::cast_sign_loss,
+    missing_docs,
+    unreachable_pub
+)]
+
+use std::future::Future;
+use std::hint::black_box;
+use std::path::{Path, PathBuf};
+use std::pin::pin;
+use std::process::Command;
+use std::sync::Arc;
+use std::task::{Context, Poll, Waker};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+use workflow_runtime::model::Definition;
+use workflow_runtime::routing::stimulus_hash;
+use workflow_runtime::store::{SqliteOptions, SqliteStore, Store, Synchronous};
+use workflow_runtime::{
+    Outcome, Registry, Runtime, StartOptions, Stimulus, TaskContext, WorkflowStatus, state_machine,
+    workflow,
+};
+
+// ---------------------------------------------------------------------------------------------
+// Workflows
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct Counter {
+    id: String,
+    count: u64,
+}
+
+async fn incr(cx: &mut TaskContext<Counter>) {
+    cx.data_mut().count += 1;
+}
+
+workflow! {
+    pub workflow Seq3(Counter) = sequence [a = task(incr), b = task(incr), c = task(incr)];
+}
+
+workflow! {
+    pub workflow ForkJoin(Counter) {
+        split = fork [left, right];
+        a = task(incr);
+        b = task(incr);
+        both = join(all);
+        c = task(incr);
+
+        start -> split;
+        split.left -> a -> both;
+        split.right -> b -> both;
+        both -> c;
+    }
+}
+
+#[state_machine(data = Counter, initial = Even)]
+pub enum PingPong {
+    #[on(tick: event("tick").key(id) => Odd, action = incr)]
+    Even,
+    #[on(tock: event("tick").key(id) => Even, action = incr)]
+    Odd,
+}
+
+// ---------------------------------------------------------------------------------------------
+// Rows and the table
+
+/// One line of the table: a value per repetition.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct Row {
+    section: String,
+    what: String,
+    unit: String,
+    samples: Vec<f64>,
+    /// The target, or the ratio to the row it is compared with.
+    note: String,
+}
+
+impl Row {
+    fn new(section: &str, what: impl Into<String>, unit: &str, samples: Vec<f64>) -> Self {
+        Self {
+            section: section.to_owned(),
+            what: what.into(),
+            unit: unit.to_owned(),
+            samples,
+            note: String::new(),
+        }
+    }
+
+    fn note(mut self, note: impl Into<String>) -> Self {
+        self.note = note.into();
+        self
+    }
+
+    fn sorted(&self) -> Vec<f64> {
+        let mut s = self.samples.clone();
+        s.sort_by(f64::total_cmp);
+        s
+    }
+
+    fn median(&self) -> f64 {
+        let s = self.sorted();
+        if s.is_empty() {
+            return f64::NAN;
+        }
+        let mid = s.len() / 2;
+        if s.len() % 2 == 1 {
+            s[mid]
+        } else {
+            f64::midpoint(s[mid - 1], s[mid])
+        }
+    }
+}
+
+fn fmt_num(v: f64) -> String {
+    if v.is_nan() {
+        "-".to_owned()
+    } else if v.abs() >= 100.0 {
+        format!("{v:.0}")
+    } else if v.abs() >= 10.0 {
+        format!("{v:.1}")
+    } else {
+        format!("{v:.2}")
+    }
+}
+
+fn print_table(rows: &[Row], reps: usize) {
+    println!();
+    println!(
+        "| {:<9} | {:<62} | {:>10} | {:>10} | {:>10} | {:<6} | {:<24} |",
+        "section", "measurement", "median", "min", "max", "unit", "target / ratio"
+    );
+    println!(
+        "|{:-<11}|{:-<64}|{:->12}|{:->12}|{:->12}|{:-<8}|{:-<26}|",
+        "", "", "", "", "", "", ""
+    );
+    for row in rows {
+        let s = row.sorted();
+        println!(
+            "| {:<9} | {:<62} | {:>10} | {:>10} | {:>10} | {:<6} | {:<24} |",
+            row.section,
+            row.what,
+            fmt_num(row.median()),
+            fmt_num(s.first().copied().unwrap_or(f64::NAN)),
+            fmt_num(s.last().copied().unwrap_or(f64::NAN)),
+            row.unit,
+            row.note,
+        );
+    }
+    println!();
+    println!("{reps} repetitions per row; median, min and max are over the repetitions.");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Helpers
+
+fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
+    std::env::var(name)
+        .ok()
+        .and_then(|s| s.trim().replace('_', "").parse().ok())
+        .unwrap_or(default)
+}
+
+/// Polls a future that never really waits (in-memory store, tasks that complete at once) with
+/// a no-op waker: the numbers are the engine's, not an async executor's.
+fn block_on<F: Future>(future: F) -> F::Output {
+    let mut future = pin!(future);
+    let mut cx = Context::from_waker(Waker::noop());
+    loop {
+        if let Poll::Ready(value) = future.as_mut().poll(&mut cx) {
+            return value;
+        }
+    }
+}
+
+/// Mean nanoseconds per call of `f` over `iterations` (after a tenth as warm-up).
+fn time_ns<F: FnMut()>(iterations: u32, mut f: F) -> f64 {
+    for _ in 0..iterations / 10 {
+        f();
+    }
+    let start = Instant::now();
+    for _ in 0..iterations {
+        f();
+    }
+    start.elapsed().as_nanos() as f64 / f64::from(iterations)
+}
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    let rank = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[rank.min(sorted.len() - 1)]
+}
+
+fn rss_mib() -> f64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
+        .map_or(f64::NAN, |kb| kb / 1024.0)
+}
+
+fn wall_ms() -> u64 {
+    u64::try_from(
+        SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap()
+            .as_millis(),
+    )
+    .unwrap()
+}
+
+fn fresh(dir: &Path, name: &str) -> PathBuf {
+    let path = dir.join(name);
+    for suffix in ["", "-wal", "-shm", "-owner"] {
+        let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));
+    }
+    path
+}
+
+fn sync_name(sync: Synchronous) -> &'static str {
+    match sync {
+        Synchronous::Full => "FULL",
+        Synchronous::Normal => "NORMAL",
+    }
+}
+
+fn tokio_rt() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+/// A small xorshift generator: the routing rows pick random instances reproducibly.
+struct Rng(u64);
+
+impl Rng {
+    fn below(&mut self, n: u64) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0 % n
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// In memory
+
+#[derive(Clone, Copy)]
+enum SeqStep {
+    A,
+    B,
+    C,
+    Done,
+}
+
+fn hand_sequence(data: &mut Counter) {
+    let mut step = SeqStep::A;
+    loop {
+        step = match step {
+            SeqStep::A => {
+                data.count += 1;
+                SeqStep::B
+            }
+            SeqStep::B => {
+                data.count += 1;
+                SeqStep::C
+            }
+            SeqStep::C => {
+                data.count += 1;
+                SeqStep::Done
+            }
+            SeqStep::Done => return,
+        };
+    }
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Machine {
+    Even,
+    Odd,
+}
+
+fn hand_transition(state: Machine, event: &str, key: &str, data: &mut Counter) -> Machine {
+    match (state, event) {
+        (Machine::Even, "tick") if key == data.id => {
+            data.count += 1;
+            Machine::Odd
+        }
+        (Machine::Odd, "tick") if key == data.id => {
+            data.count += 1;
+            Machine::Even
+        }
+        (s, _) => s,
+    }
+}
+
+fn memory_rows(reps: usize, iters: u32) -> Vec<Row> {
+    let rt = Runtime::builder()
+        .register::<Seq3>()
+        .register::<ForkJoin>()
+        .register::<PingPong>()
+        .sweep_interval(None)
+        .timer_driver(false)
+        .build()
+        .unwrap();
+    let id = block_on(rt.start_with::<PingPong>(
+        Counter {
+            id: "k-1".into(),
+            count: 0,
+        },
+        StartOptions {
+            instance_id: Some("k-1".into()),
+            ..StartOptions::default()
+        },
+    ))
+    .unwrap()
+    .instance_id;
+    let stimulus = Stimulus::new("tick").key("k-1");
+    let (mut seq, mut tr, mut fork, mut hand_seq, mut hand_tr) =
+        (vec![], vec![], vec![], vec![], vec![]);
+    let mut sent = 0u64;
+    // `TABLE_MEMORY=seq,send,fork,floor` runs a subset (for a profile of one path).
+    let rows = std::env::var("TABLE_MEMORY").unwrap_or_default();
+    let row = |name: &str| rows.is_empty() || rows.split(',').any(|r| r.trim() == name);
+    for _ in 0..reps {
+        if row("seq") {
+            seq.push(time_ns(iters, || {
+                let started = block_on(rt.start::<Seq3>(Counter::default())).unwrap();
+                assert_eq!(started.status, WorkflowStatus::Finished);
+            }));
+        }
+        if row("send") {
+            tr.push(time_ns(iters, || {
+                let report = block_on(rt.send(stimulus.clone())).unwrap();
+                assert_eq!(report.resumed.len(), 1);
+                sent += 1;
+            }));
+        }
+        if row("fork") {
+            fork.push(time_ns(iters, || {
+                let started = block_on(rt.start::<ForkJoin>(Counter::default())).unwrap();
+                assert_eq!(started.status, WorkflowStatus::Finished);
+            }));
+        }
+        if !row("floor") {
+            continue;
+        }
+        hand_seq.push(time_ns(iters * 100, || {
+            let mut data = black_box(Counter::default());
+            hand_sequence(&mut data);
+            black_box(data);
+        }));
+        let mut state = Machine::Even;
+        let mut data = Counter {
+            id: "k-1".into(),
+            count: 0,
+        };
+        hand_tr.push(time_ns(iters * 100, || {
+            state = hand_transition(black_box(state), black_box("tick"), "k-1", &mut data);
+            black_box(state);
+        }));
+    }
+    // Every send was a committed transition: the action counted it.
+    let snapshot = block_on(rt.get_state(&id)).unwrap().unwrap();
+    assert_eq!(snapshot.data::<Counter>().unwrap().count, sent);
+    let per_op = |v: Vec<f64>| v.into_iter().map(|ns| ns / 1000.0).collect::<Vec<_>>();
+    vec![
+        Row::new(
+            "memory",
+            "3-activity sequence, start to finish (start)",
+            "µs",
+            per_op(seq),
+        )
+        .note("target <= 10 µs"),
+        Row::new(
+            "memory",
+            "state-machine transition resumed by a stimulus (send)",
+            "µs",
+            per_op(tr),
+        )
+        .note("target <= 5 µs"),
+        Row::new(
+            "memory",
+            "flowchart: fork -> 2 tasks -> join(all) -> task (start)",
+            "µs",
+            per_op(fork),
+        ),
+        Row::new(
+            "memory",
+            "floor: hand-written match, the 3-step sequence",
+            "ns",
+            hand_seq,
+        ),
+        Row::new(
+            "memory",
+            "floor: hand-written match, one transition",
+            "ns",
+            hand_tr,
+        ),
+    ]
+}
+
+// ---------------------------------------------------------------------------------------------
+// SQLite throughput
+
+fn raw_inserts(path: &Path, sync: Synchronous, duration: Duration) -> f64 {
+    let conn = rusqlite::Connection::open(path).unwrap();
+    let _: String = conn
+        .query_row("PRAGMA journal_mode = WAL", [], |r| r.get(0))
+        .unwrap();
+    conn.execute_batch(&format!("PRAGMA synchronous = {}", sync_name(sync)))
+        .unwrap();
+    conn.execute_batch(
+        "CREATE TABLE IF NOT EXISTS t (id INTEGER PRIMARY KEY, version INTEGER, state TEXT)",
+    )
+    .unwrap();
+    let text = "x".repeat(1024);
+    let start = Instant::now();
+    let mut commits = 0u64;
+    while start.elapsed() < duration {
+        let tx = conn.unchecked_transaction().unwrap();
+        tx.execute(
+            "INSERT INTO t (version, state) VALUES (?1, ?2)",
+            rusqlite::params![commits, text],
+        )
+        .unwrap();
+        tx.commit().unwrap();
+        commits += 1;
+    }
+    commits as f64 / start.elapsed().as_secs_f64()
+}
+
+fn open_sqlite(path: &Path, sync: Synchronous) -> Arc<dyn Store> {
+    let options = SqliteOptions {
+        synchronous: sync,
+        ..SqliteOptions::default()
+    };
+    Arc::new(SqliteStore::open_with(path, &options).unwrap())
+}
+
+fn sqlite_runtime(store: Arc<dyn Store>) -> Runtime {
+    Runtime::builder()
+        .store(store)
+        .register::<PingPong>()
+        .build()
+        .unwrap()
+}
+
+/// `instances` tasks, each sending `tick` to its own instance until the deadline; the rate of
+/// committed transitions.
+async fn durable_rate(path: &Path, sync: Synchronous, instances: usize, duration: Duration) -> f64 {
+    let runtime = sqlite_runtime(open_sqlite(path, sync));
+    for i in 0..instances {
+        let id = format!("c-{i}");
+        let data = Counter {
+            id: id.clone(),
+            count: 0,
+        };
+        let options = StartOptions {
+            instance_id: Some(id),
+            ..StartOptions::default()
+        };
+        runtime.start_with::<PingPong>(data, options).await.unwrap();
+    }
+    let start = Instant::now();
+    let deadline = start + duration;
+    let mut tasks = Vec::new();
+    for i in 0..instances {
+        let runtime = runtime.clone();
+        tasks.push(tokio::spawn(async move {
+            let key = format!("c-{i}");
+            let mut sent = 0u64;
+            while Instant::now() < deadline {
+                let report = runtime.send(Stimulus::new("tick").key(&key)).await.unwrap();
+                assert_eq!(report.resumed.len(), 1);
+                sent += 1;
+            }
+            sent
+        }));
+    }
+    let mut total = 0;
+    for task in tasks {
+        total += task.await.unwrap();
+    }
+    let secs = start.elapsed().as_secs_f64();
+    let mut counted = 0;
+    for i in 0..instances {
+        let snapshot = runtime.get_state(&format!("c-{i}")).await.unwrap().unwrap();
+        counted += snapshot.data::<Counter>().unwrap().count;
+    }
+    assert_eq!(counted, total, "every transition committed");
+    total as f64 / secs
+}
+
+fn sqlite_rows(dir: &Path, reps: usize, secs: f64) -> Vec<Row> {
+    let duration = Duration::from_secs_f64(secs);
+    let rt = tokio_rt();
+    let mut rows = Vec::new();
+    for sync in [Synchronous::Full, Synchronous::Normal] {
+        let name = sync_name(sync);
+        let mut raw = Vec::new();
+        let mut durable: Vec<Vec<f64>> = vec![Vec::new(); 3];
+        for _ in 0..reps {
+            raw.push(raw_inserts(&fresh(dir, "raw.db"), sync, duration));
+            for (slot, instances) in [1, 16, 64].into_iter().enumerate() {
+                let path = fresh(dir, &format!("durable-{instances}.db"));
+                durable[slot].push(rt.block_on(durable_rate(&path, sync, instances, duration)));
+            }
+        }
+        let raw_row = Row::new(
+            "sqlite",
+            format!("raw rusqlite: 1 INSERT per commit, WAL, {name}"),
+            "/s",
+            raw,
+        )
+        .note("1.00x");
+        let raw_median = raw_row.median();
+        rows.push(raw_row);
+        for (slot, instances) in [1, 16, 64].into_iter().enumerate() {
+            let row = Row::new(
+                "sqlite",
+                format!("durable transitions, {instances:>2} instance(s), {name}"),
+                "/s",
+                durable[slot].clone(),
+            );
+            let ratio = row.median() / raw_median;
+            let target = match instances {
+                1 => " (target >= 0.5x)",
+                64 => " (target >= 1.5x)",
+                _ => "",
+            };
+            rows.push(row.note(format!("{ratio:.2}x raw{target}")));
+        }
+    }
+    rows
+}
+
+// ---------------------------------------------------------------------------------------------
+// Populations written straight into the SQLite file
+
+const TEMPLATE: &str = "p0000000";
+
+fn population_id(n: u64) -> String {
+    format!("p{n:07}")
+}
+
+/// A bookmark id of the same length as `template` (a ULID), unique per `(n, j)`.
+fn population_bookmark(template: &str, n: u64, j: usize) -> String {
+    let tail = format!("{j:02}{n:09}");
+    let keep = template.len().saturating_sub(tail.len());
+    format!("{}{tail}", &template[..keep])
+}
+
+/// Creates `count` suspended `PingPong` instances (`p0000000`, `p0000001`, ...) in a fresh
+/// file at `path`, each waiting on `tick` with its own key; returns the seconds it took.
+///
+/// The template is started through the `Runtime`; its rows in every `wf_*` table with an
+/// `instance_id` column are read once and written again per copy, every text value with the
+/// template's instance id and bookmark id replaced by the copy's, and the bookmark hash
+/// recomputed for the copy's key. The secondary indexes are dropped for the load and created
+/// again after it (from their own `CREATE INDEX` text), as a bulk load does.
+fn populate(path: &Path, count: u64) -> f64 {
+    use rusqlite::types::Value as Sql;
+    let started = Instant::now();
+    {
+        let rt = tokio_rt();
+        let runtime = sqlite_runtime(open_sqlite(path, Synchronous::Normal));
+        let data = Counter {
+            id: TEMPLATE.into(),
+            count: 0,
+        };
+        let options = StartOptions {
+            instance_id: Some(TEMPLATE.into()),
+            ..StartOptions::default()
+        };
+        let s = rt
+            .block_on(runtime.start_with::<PingPong>(data, options))
+            .unwrap();
+        assert_eq!(s.status, WorkflowStatus::Suspended);
+        rt.block_on(runtime.shutdown());
+    }
+    let mut conn = rusqlite::Connection::open(path).unwrap();
+    conn.execute_batch("PRAGMA synchronous = OFF; PRAGMA cache_size = -262144;")
+        .unwrap();
+    let strings = |conn: &rusqlite::Connection, sql: &str| -> Vec<String> {
+        let mut stmt = conn.prepare(sql).unwrap();
+        stmt.query_map([], |r| r.get(0))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap()
+    };
+    let tables = strings(
+        &conn,
+        "SELECT name FROM sqlite_master WHERE type = 'table' AND name LIKE 'wf_%'",
+    );
+    // (table, columns, the template's rows)
+    let mut copies: Vec<(String, Vec<String>, Vec<Vec<Sql>>)> = Vec::new();
+    for table in tables {
+        let columns = strings(
+            &conn,
+            &format!("SELECT name FROM pragma_table_info('{table}')"),
+        );
+        if !columns.iter().any(|c| c == "instance_id") {
+            continue;
+        }
+        let rows: Vec<Vec<Sql>> = {
+            let mut stmt = conn
+                .prepare(&format!("SELECT * FROM {table} WHERE instance_id = ?1"))
+                .unwrap();
+            stmt.query_map([TEMPLATE], |r| {
+                (0..columns.len()).map(|i| r.get::<_, Sql>(i)).collect()
+            })
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap()
+        };
+        if !rows.is_empty() {
+            copies.push((table, columns, rows));
+        }
+    }
+    let bookmarks: Vec<(String, String)> = {
+        let mut stmt = conn
+            .prepare("SELECT bookmark_id, hash FROM wf_bookmarks WHERE instance_id = ?1")
+            .unwrap();
+        stmt.query_map([TEMPLATE], |r| Ok((r.get(0)?, r.get(1)?)))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap()
+    };
+    let template_hash = stimulus_hash("tick", Some(&json!(TEMPLATE)), None).unwrap();
+    assert_eq!(bookmarks.len(), 1, "the template waits on one bookmark");
+    assert_eq!(bookmarks[0].1, template_hash, "the bookmark is the tick's");
+    let template_bookmark = bookmarks[0].0.clone();
+    let names: Vec<String> = copies.iter().map(|(t, _, _)| format!("'{t}'")).collect();
+    let indexes = strings(
+        &conn,
+        &format!(
+            "SELECT sql FROM sqlite_master WHERE type = 'index' AND sql IS NOT NULL AND tbl_name IN ({})",
+            names.join(", ")
+        ),
+    );
+    let index_names = strings(
+        &conn,
+        &format!(
+            "SELECT name FROM sqlite_master WHERE type = 'index' AND sql IS NOT NULL AND tbl_name IN ({})",
+            names.join(", ")
+        ),
+    );
+    for name in &index_names {
+        conn.execute_batch(&format!("DROP INDEX {name}")).unwrap();
+    }
+    let statements: Vec<String> = copies
+        .iter()
+        .map(|(table, columns, _)| {
+            let marks: Vec<String> = (1..=columns.len()).map(|i| format!("?{i}")).collect();
+            format!(
+                "INSERT INTO {table} ({}) VALUES ({})",
+                columns.join(", "),
+                marks.join(", ")
+            )
+        })
+        .collect();
+    let batch = 100_000;
+    let mut n = 1;
+    while n < count {
+        let tx = conn.transaction().unwrap();
+        {
+            let mut prepared: Vec<_> = statements
+                .iter()
+                .map(|s| tx.prepare_cached(s).unwrap())
+                .collect();
+            for i in n..(n + batch).min(count) {
+                let id = population_id(i);
+                let bookmark = population_bookmark(&template_bookmark, i, 0);
+                let hash = stimulus_hash("tick", Some(&json!(id)), None).unwrap();
+                for (stmt, (table, columns, rows)) in prepared.iter_mut().zip(&copies) {
+                    for row in rows {
+                        let values = row.iter().zip(columns).map(|(value, column)| {
+                            match (column.as_str(), value) {
+                                ("instance_id", _) => Sql::Text(id.clone()),
+                                ("hash", _) if table == "wf_bookmarks" => Sql::Text(hash.clone()),
+                                (_, Sql::Text(text)) => Sql::Text(
+                                    text.replace(TEMPLATE, &id)
+                                        .replace(&template_bookmark, &bookmark),
+                                ),
+                                (_, other) => other.clone(),
+                            }
+                        });
+                        stmt.execute(rusqlite::params_from_iter(values)).unwrap();
+                    }
+                }
+            }
+        }
+        tx.commit().unwrap();
+        n += batch;
+    }
+    for sql in &indexes {
+        conn.execute_batch(sql).unwrap();
+    }
+    conn.execute_batch("PRAGMA wal_checkpoint(TRUNCATE)")
+        .unwrap();
+    started.elapsed().as_secs_f64()
+}
+
+/// Child process: `count` suspended instances in `path` (created by `populate`), then
+/// `reps` x `sends` sends to random ones. Prints the rows as JSON on stdout.
+fn child_routing(path: &Path, count: u64, reps: usize, sends: usize) {
+    let rt = tokio_rt();
+    let runtime = sqlite_runtime(open_sqlite(path, Synchronous::Normal));
+    let mut rng = Rng(0x9e37_79b9_7f4a_7c15 ^ count);
+    let (mut p50, mut p99, mut rss) = (vec![], vec![], vec![]);
+    let mut ticks = std::collections::HashMap::<u64, u64>::new();
+    for _ in 0..reps {
+        let mut latencies = Vec::with_capacity(sends);
+        for _ in 0..sends {
+            let n = rng.below(count);
+            let key = population_id(n);
+            let start = Instant::now();
+            let report = rt
+                .block_on(runtime.send(Stimulus::new("tick").key(&key)))
+                .unwrap();
+            latencies.push(start.elapsed().as_secs_f64() * 1e6);
+            assert_eq!(report.resumed.len(), 1, "{key} resumed");
+            *ticks.entry(n).or_default() += 1;
+        }
+        latencies.sort_by(f64::total_cmp);
+        p50.push(percentile(&latencies, 0.50));
+        p99.push(percentile(&latencies, 0.99));
+        rss.push(rss_mib());
+    }
+    // The sends were real transitions of the chosen instances.
+    for (n, count) in ticks.iter().take(20) {
+        let snapshot = rt
+            .block_on(runtime.get_state(&population_id(*n)))
+            .unwrap()
+            .unwrap();
+        assert_eq!(snapshot.data::<Counter>().unwrap().count, *count);
+    }
+    let label = human(count);
+    let rows = vec![
+        Row::new(
+            "routing",
+            format!("send -> bookmark resumed + committed, {label} suspended, p50"),
+            "µs",
+            p50,
+        ),
+        Row::new(
+            "routing",
+            format!("send -> bookmark resumed + committed, {label} suspended, p99"),
+            "µs",
+            p99,
+        ),
+        Row::new(
+            "routing",
+            format!("process RSS with {label} suspended (after the sends)"),
+            "MiB",
+            rss,
+        ),
+    ];
+    println!("{}", serde_json::to_string(&rows).unwrap());
+}
+
+/// Child process: opening the file, building the runtime and `recover()`, `reps` times.
+fn child_recover(path: &Path, count: u64, reps: usize) {
+    let rt = tokio_rt();
+    let (mut total, mut recover) = (vec![], vec![]);
+    for _ in 0..reps {
+        let start = Instant::now();
+        let runtime = sqlite_runtime(open_sqlite(path, Synchronous::Normal));
+        let built = Instant::now();
+        let report = rt.block_on(runtime.recover()).unwrap();
+        let end = Instant::now();
+        assert!(report.failed.is_empty());
+        total.push((end - start).as_secs_f64() * 1e3);
+        recover.push((end - built).as_secs_f64() * 1e3);
+        rt.block_on(runtime.shutdown());
+    }
+    let label = human(count);
+    let rows = vec![
+        Row::new(
+            "start-up",
+            format!("open + build + recover(), {label} suspended"),
+            "ms",
+            total,
+        )
+        .note("target < 1000 ms"),
+        Row::new(
+            "start-up",
+            format!("of which recover(), {label} suspended"),
+            "ms",
+            recover,
+        ),
+    ];
+    println!("{}", serde_json::to_string(&rows).unwrap());
+}
+
+fn human(n: u64) -> String {
+    if n >= 1_000_000 && n.is_multiple_of(1_000_000) {
+        format!("{}M", n / 1_000_000)
+    } else if n >= 1000 && n.is_multiple_of(1000) {
+        format!("{}k", n / 1000)
+    } else {
+        n.to_string()
+    }
+}
+
+/// Runs this binary again as `--child <args>` and reads the rows it prints.
+fn in_child(args: &[String]) -> Vec<Row> {
+    let exe = std::env::current_exe().unwrap();
+    let output = Command::new(exe)
+        .arg("--child")
+        .args(args)
+        .stderr(std::process::Stdio::inherit())
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "child {args:?} failed");
+    let stdout = String::from_utf8(output.stdout).unwrap();
+    let line = stdout.lines().last().unwrap_or_default();
+    serde_json::from_str(line).unwrap()
+}
+
+fn routing_rows(dir: &Path, sizes: &[u64], reps: usize, sends: usize) -> Vec<Row> {
+    let mut rows = Vec::new();
+    let mut p50s = Vec::new();
+    for &count in sizes {
+        let path = fresh(dir, &format!("routing-{count}.db"));
+        let secs = populate(&path, count);
+        eprintln!(
+            "table: {} suspended instances written in {secs:.1} s",
+            human(count)
+        );
+        let mut child = in_child(&[
+            "routing".into(),
+            path.display().to_string(),
+            count.to_string(),
+            reps.to_string(),
+            sends.to_string(),
+        ]);
+        p50s.push(child[0].median());
+        fresh(dir, &format!("routing-{count}.db"));
+        rows.append(&mut child);
+    }
+    if let (Some(first), Some(last)) = (p50s.first(), p50s.last())
+        && p50s.len() > 1
+    {
+        let ratio = last / first;
+        let n = rows.len();
+        let idx = n - 3;
+        let note = format!("{ratio:.2}x the first (target <= 2x)");
+        rows[idx].note = note;
+    }
+    rows
+}
+
+fn recover_rows(dir: &Path, count: u64, reps: usize) -> Vec<Row> {
+    let path = fresh(dir, "recover.db");
+    let secs = populate(&path, count);
+    eprintln!(
+        "table: {} suspended instances written in {secs:.1} s",
+        human(count)
+    );
+    let rows = in_child(&[
+        "recover".into(),
+        path.display().to_string(),
+        count.to_string(),
+        reps.to_string(),
+    ]);
+    fresh(dir, "recover.db");
+    rows
+}
+
+// ---------------------------------------------------------------------------------------------
+// Timers
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct Wait {
+    until_ms: u64,
+    fired_ms: Option<u64>,
+}
+
+async fn timer_round(runtime: &Runtime, count: u64) -> (f64, f64) {
+    let base = wall_ms() + 500;
+    let mut ids = Vec::new();
+    for i in 0..count {
+        // Due between 500 ms and 1.5 s from now, spread evenly, started in shuffled order.
+        let offset = (i * 7919) % count * 1000 / count;
+        let data = Wait {
+            until_ms: base + offset,
+            fired_ms: None,
+        };
+        let started = runtime
+            .start_by_name(
+                "Lateness",
+                serde_json::to_value(data).unwrap(),
+                StartOptions::default(),
+            )
+            .await
+            .unwrap();
+        ids.push(started.instance_id);
+    }
+    // All fired first: reading and purging meanwhile would compete with the driver.
+    for id in &ids {
+        runtime
+            .await_completion(id, Duration::from_secs(30))
+            .await
+            .unwrap();
+    }
+    let mut lateness = Vec::new();
+    for id in &ids {
+        let data: Wait = runtime
+            .get_state(id)
+            .await
+            .unwrap()
+            .unwrap()
+            .data()
+            .unwrap();
+        lateness.push(data.fired_ms.unwrap().saturating_sub(data.until_ms) as f64);
+        runtime.purge(id).await.unwrap();
+    }
+    lateness.sort_by(f64::total_cmp);
+    (percentile(&lateness, 0.5), percentile(&lateness, 0.99))
+}
+
+fn timer_rows(reps: usize, count: u64) -> Vec<Row> {
+    let definition: Definition = serde_json::from_value(json!({
+        "name": "Lateness",
+        "root": { "kind": "sequence", "id": "root", "steps": [
+            { "kind": "delay", "id": "wait", "until": "until" },
+            { "kind": "task", "id": "mark", "function": "mark" }
+        ] }
+    }))
+    .unwrap();
+    let registry = Registry::new().value("until", |w: &Wait| w.until_ms).task(
+        "mark",
+        |cx: &mut TaskContext<Wait>| {
+            Box::pin(async move {
+                cx.data_mut().fired_ms = Some(wall_ms());
+                Ok(Outcome::done())
+            })
+        },
+    );
+    let rt = tokio_rt();
+    let _guard = rt.enter();
+    let runtime = Runtime::builder()
+        .register_definition(definition, registry)
+        .sweep_interval(None)
+        .build()
+        .unwrap();
+    let (mut p50, mut p99) = (vec![], vec![]);
+    for _ in 0..reps {
+        let (a, b) = rt.block_on(timer_round(&runtime, count));
+        p50.push(a);
+        p99.push(b);
+    }
+    let label = human(count);
+    vec![
+        Row::new(
+            "timers",
+            format!("lateness over {label} timers, p50"),
+            "ms",
+            p50,
+        ),
+        Row::new(
+            "timers",
+            format!("lateness over {label} timers, p99"),
+            "ms",
+            p99,
+        )
+        .note("target <= 5 ms"),
+    ]
+}
+
+// ---------------------------------------------------------------------------------------------
+// Macro cost
+
+const STATES: usize = 50;
+const TRANSITIONS_PER_STATE: usize = 4;
+
+fn macro_source(with_machine: bool) -> String {
+    let mut src = String::from(
+        "//! Generated by the `table` bench.\n\
+         #![allow(missing_docs, dead_code)]\n\
+         use workflow_runtime::TaskContext;\n\
+         #[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]\n\
+         pub struct Data { pub id: String, pub n: u64 }\n\
+         pub async fn step(ctx: &mut TaskContext<Data>) { ctx.data_mut().n += 1; }\n\
+         pub fn touch(d: &mut Data) -> u64 { d.n += 1; d.n }\n",
+    );
+    if with_machine {
+        src.push_str(
+            "#[workflow_runtime::state_machine(data = Data, initial = S0)]\npub enum Big {\n",
+        );
+        for s in 0..STATES {
+            for (j, step) in [1, 2, 7, 13]
+                .into_iter()
+                .take(TRANSITIONS_PER_STATE)
+                .enumerate()
+            {
+                let target = (s + step) % STATES;
+                let action = if j == 0 { ", action = step" } else { "" };
+                src.push_str(&format!(
+                    "    #[on(t{s}_{j}: event(\"e{s}_{j}\").key(id) => S{target}{action})]\n"
+                ));
+            }
+            src.push_str(&format!("    S{s},\n"));
+        }
+        src.push_str("}\n");
+    }
+    src
+}
+
+fn macro_rows(dir: &Path, reps: usize) -> Vec<Row> {
+    let crate_dir = dir.join("macro-crate");
+    std::fs::create_dir_all(crate_dir.join("src")).unwrap();
+    let runtime_dir = env!("CARGO_MANIFEST_DIR");
+    let workspace = Path::new(runtime_dir).parent().unwrap();
+    std::fs::write(
+        crate_dir.join("Cargo.toml"),
+        format!(
+            "[package]\nname = \"table-macro-cost\"\nversion = \"0.0.0\"\nedition = \"2024\"\npublish = false\n\n\
+             [dependencies]\n\
+             workflow-runtime = {{ path = {runtime_dir:?}, default-features = false, features = [\"macros\"] }}\n\
+             serde = {{ version = \"1\", features = [\"derive\"] }}\n\n\
+             [workspace]\n"
+        ),
+    )
+    .unwrap();
+    // The workspace's lock file: the same dependency versions as the workspace builds.
+    std::fs::copy(workspace.join("Cargo.lock"), crate_dir.join("Cargo.lock")).unwrap();
+    let target = workspace.join("target").join("table-macro");
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
+    let build = |with_machine: bool| -> f64 {
+        std::fs::write(crate_dir.join("src/lib.rs"), macro_source(with_machine)).unwrap();
+        let start = Instant::now();
+        let status = Command::new(&cargo)
+            .args(["build", "-q", "--offline", "--lib"])
+            .current_dir(&crate_dir)
+            .env("CARGO_TARGET_DIR", &target)
+            .env("CARGO_INCREMENTAL", "0")
+            .env_remove("RUSTFLAGS")
+            .status()
+            .unwrap();
+        assert!(status.success(), "cargo build of the generated crate");
+        start.elapsed().as_secs_f64()
+    };
+    let warm = build(false);
+    eprintln!("table: macro crate dependencies built in {warm:.1} s (not counted)");
+    let (mut without, mut with) = (vec![], vec![]);
+    for _ in 0..reps {
+        with.push(build(true));
+        without.push(build(false));
+    }
+    let diffs: Vec<f64> = with.iter().zip(&without).map(|(a, b)| a - b).collect();
+    vec![
+        Row::new(
+            "macro",
+            "cargo build, crate without the machine",
+            "s",
+            without,
+        ),
+        Row::new(
+            "macro",
+            format!(
+                "cargo build, same crate + {STATES}-state, {}-transition machine",
+                STATES * TRANSITIONS_PER_STATE
+            ),
+            "s",
+            with,
+        ),
+        Row::new("macro", "difference (per repetition)", "s", diffs).note("target < 1 s"),
+    ]
+}
+
+// ---------------------------------------------------------------------------------------------
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if let Some(pos) = args.iter().position(|a| a == "--child") {
+        let rest = &args[pos + 1..];
+        let path = PathBuf::from(&rest[1]);
+        let count: u64 = rest[2].parse().unwrap();
+        let reps: usize = rest[3].parse().unwrap();
+        match rest[0].as_str() {
+            "routing" => child_routing(&path, count, reps, rest[4].parse().unwrap()),
+            "recover" => child_recover(&path, count, reps),
+            other => panic!("unknown child {other}"),
+        }
+        return;
+    }
+    let started = Instant::now();
+    let reps = env_or("TABLE_REPS", 5usize).max(1);
+    let iters = env_or("TABLE_ITERS", 5000u32).max(10);
+    let secs = env_or("TABLE_SECS", 1.0f64);
+    let routing: Vec<u64> = std::env::var("TABLE_ROUTING")
+        .unwrap_or_else(|_| "10000,1000000".to_owned())
+        .split(',')
+        .filter_map(|s| s.trim().replace('_', "").parse().ok())
+        .collect();
+    let sends = env_or("TABLE_ROUTING_SENDS", 500usize).max(1);
+    let recover = env_or("TABLE_RECOVER", 100_000u64).max(1);
+    let timers = env_or("TABLE_TIMERS", 1000u64).max(1);
+    let only = std::env::var("TABLE_ONLY").unwrap_or_default();
+    let wanted = |s: &str| only.is_empty() || only.split(',').any(|o| o.trim() == s);
+    let temp = tempfile::tempdir().unwrap();
+    let dir =
+        std::env::var_os("TABLE_DIR").map_or_else(|| temp.path().to_path_buf(), PathBuf::from);
+    std::fs::create_dir_all(&dir).unwrap();
+
+    let mut rows = Vec::new();
+    if wanted("memory") {
+        eprintln!("table: in memory...");
+        rows.extend(memory_rows(reps, iters));
+    }
+    if wanted("sqlite") {
+        eprintln!("table: SQLite throughput...");
+        rows.extend(sqlite_rows(&dir, reps, secs));
+    }
+    if wanted("routing") && !routing.is_empty() {
+        eprintln!("table: routing...");
+        rows.extend(routing_rows(&dir, &routing, reps, sends));
+    }
+    if wanted("recover") {
+        eprintln!("table: start-up...");
+        rows.extend(recover_rows(&dir, recover, reps));
+    }
+    if wanted("timers") {
+        eprintln!("table: timers...");
+        rows.extend(timer_rows(reps, timers));
+    }
+    if wanted("macro") && env_or("TABLE_MACRO", 1u32) != 0 {
+        eprintln!("table: macro cost...");
+        rows.extend(macro_rows(&dir, reps));
+    }
+    print_table(&rows, reps);
+    println!(
+        "files in {}; {} in-memory iterations per repetition; {secs} s per SQLite row; {sends} sends per routing repetition.",
+        dir.display(),
+        iters
+    );
+    if std::env::var_os("WORKFLOW_PG_URL").is_some() {
+        println!(
+            "PostgreSQL: its rows are measured by `cargo bench -p workflow-runtime --bench postgres` against WORKFLOW_PG_URL."
+        );
+    }
+    println!("whole run: {:.0} s", started.elapsed().as_secs_f64());
+}
