@@ -122,9 +122,9 @@ mod tests {
 
     #[test]
     fn neutral_type_names_have_no_paths() {
-        assert_eq!(super::neutral_type_name::<String>(), "String");
+        assert_eq!(neutral_type_name::<String>(), "String");
         assert_eq!(
-            super::neutral_type_name::<Vec<std::collections::BTreeMap<u8, String>>>(),
+            neutral_type_name::<Vec<std::collections::BTreeMap<u8, String>>>(),
             "Vec<BTreeMap<u8, String>>"
         );
     }
