@@ -243,7 +243,7 @@ async fn send_event(
             .collect(),
         rejected: report.rejected.iter().map(rejection).collect(),
         queued: report.queued.is_some(),
-        summary: summary(&report),
+        summary: report.to_string(),
     };
     Ok((StatusCode::ACCEPTED, Json(view)))
 }
@@ -253,33 +253,6 @@ fn rejection(rejection: &Rejection) -> String {
         Rejection::PayloadDecode {
             instance, message, ..
         } => format!("{instance}: {message}"),
-    }
-}
-
-fn summary(report: &workflow_runtime::SendReport) -> String {
-    let mut parts = Vec::new();
-    if !report.started.is_empty() {
-        parts.push(format!("started {}", report.started.len()));
-    }
-    if !report.resumed.is_empty() {
-        parts.push(format!("resumed {}", report.resumed.len()));
-    }
-    if !report.rejected.is_empty() {
-        parts.push(format!("rejected for {}", report.rejected.len()));
-    }
-    if !report.deferred.is_empty() {
-        parts.push(format!("deferred for {}", report.deferred.len()));
-    }
-    if report.queued.is_some() {
-        parts.push("queued until an order waits for it".to_owned());
-    }
-    if report.unmatched {
-        parts.push("matched nothing".to_owned());
-    }
-    if parts.is_empty() {
-        "did nothing".to_owned()
-    } else {
-        parts.join(", ")
     }
 }
 

@@ -38,6 +38,7 @@ use crate::workflow::{StateMachineWorkflow, Workflow};
 mod builder;
 mod commit;
 mod faults;
+mod report;
 mod send;
 mod timers;
 
@@ -274,6 +275,23 @@ pub enum AwaitError {
         instance: String,
         /// Its status then.
         status: WorkflowStatus,
+    },
+    /// The instance was cancelled ([`Runtime::await_data`] only; `await_completion`
+    /// returns [`Completion::Cancelled`]).
+    #[error("instance `{instance}` was cancelled{}", reason.as_deref().map(|r| format!(": {r}")).unwrap_or_default())]
+    Cancelled {
+        /// The id.
+        instance: String,
+        /// The reason given.
+        reason: Option<String>,
+    },
+    /// The output does not decode as the workflow's data type ([`Runtime::await_data`]).
+    #[error("instance `{instance}`: the output does not decode as the workflow's data: {message}")]
+    Output {
+        /// The id.
+        instance: String,
+        /// The decoder's message.
+        message: String,
     },
     /// The instance could not be read.
     #[error("instance `{instance}`: {error}")]
