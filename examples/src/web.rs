@@ -179,9 +179,9 @@ impl From<StartError> for ApiError {
             StartError::InstanceExists { .. } | StartError::ActivationRefused { .. } => {
                 StatusCode::CONFLICT
             }
-            StartError::Input { .. } | StartError::DefinitionNotRegistered { .. } => {
-                StatusCode::BAD_REQUEST
-            }
+            StartError::Input { .. }
+            | StartError::InvalidInstanceId { .. }
+            | StartError::DefinitionNotRegistered { .. } => StatusCode::BAD_REQUEST,
             _ => StatusCode::SERVICE_UNAVAILABLE,
         };
         Self::new(status, error)

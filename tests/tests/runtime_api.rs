@@ -45,7 +45,41 @@ fn eng48_caller_chosen_id_and_correlation_id_and_duplicate_start() {
             )
             .await
             .unwrap_err();
-        assert!(matches!(err, StartError::Input { .. }), "{err}");
+        assert!(
+            matches!(&err, StartError::Input { path: Some(path), .. } if path == "total"),
+            "{err:?}"
+        );
+        let text = err.to_string();
+        assert!(
+            text.starts_with("input does not fit the workflow data at `total`: invalid type"),
+            "{text}"
+        );
+    });
+}
+
+#[test]
+fn a_bad_instance_id_is_reported_as_a_bad_id() {
+    let rt = Runtime::builder().register::<OrderFlow>().build().unwrap();
+    block_on(async {
+        for bad in ["has spaces".to_owned(), "x".repeat(129), String::new()] {
+            let options = StartOptions {
+                instance_id: Some(bad.clone()),
+                ..StartOptions::default()
+            };
+            let err = rt
+                .start_with::<OrderFlow>(order("o-1", 1), options)
+                .await
+                .unwrap_err();
+            assert!(
+                matches!(&err, StartError::InvalidInstanceId { id, .. } if *id == bad),
+                "{err:?}"
+            );
+            assert!(
+                err.to_string().starts_with("invalid instance id `"),
+                "{err}"
+            );
+            assert!(rt.get_state(&bad).await.unwrap_or(None).is_none());
+        }
     });
 }
 

@@ -19,6 +19,7 @@ use workflow_runtime::{
 pub struct Trip {
     fail_c: bool,
     fail_undo_b: bool,
+    panic_undo_b: bool,
     log: Vec<String>,
 }
 
@@ -48,6 +49,9 @@ fn step(
                 "undo_b" => cx.data().fail_undo_b,
                 _ => false,
             };
+            if name == "undo_b" && cx.data().panic_undo_b {
+                panic!("undo_b exploded");
+            }
             if fail {
                 cx.data_mut().log.push(format!("{name} (failed attempt)"));
                 return Err(TaskError::permanent(format!("{name} failed")));
@@ -168,6 +172,34 @@ fn a_failing_compensation_faults_naming_it() {
             rt.retry(&id).await,
             Err(workflow_runtime::RetryError::CompensatedFailure { .. })
         ));
+    });
+}
+
+// FLT-13, ENG-17: a compensation that panics is caught by the panic guard tasks have; the
+// instance faults with an incident naming it, and the runtime goes on.
+#[test]
+fn a_panicking_compensation_faults_naming_it() {
+    block_on(async {
+        let trip = Trip {
+            fail_c: true,
+            panic_undo_b: true,
+            ..Trip::default()
+        };
+        let (rt, id) = run("compensate_then_continue", trip).await;
+        let snapshot = rt.get_state(&id).await.unwrap().unwrap();
+        assert_eq!(snapshot.status(), WorkflowStatus::Faulted);
+        let incident = &snapshot.state.incidents()[0];
+        let message = &incident.fault.message;
+        assert!(
+            message.starts_with("compensation_failed: compensation `undo_b` of `b` failed"),
+            "{message}"
+        );
+        assert!(message.contains("panicked: undo_b exploded"), "{message}");
+        assert!(message.contains("original failure: c failed"), "{message}");
+        assert_eq!(
+            incident.fault.kind,
+            workflow_runtime::instance::FaultKind::Panicked
+        );
     });
 }
 

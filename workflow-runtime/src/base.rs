@@ -81,6 +81,31 @@ pub(crate) fn now_micros() -> Micros {
         .map_or(0, |d| i64::try_from(d.as_micros()).unwrap_or(i64::MAX))
 }
 
+// ---- names ---------------------------------------------------------------------------
+
+/// The name of `T` without module paths (`Vec<Payment>` for `alloc::vec::Vec<app::Payment>`):
+/// what errors and stored data may say about a Rust type (ST-20: no type paths stored).
+pub(crate) fn neutral_type_name<T: ?Sized>() -> String {
+    let full = std::any::type_name::<T>();
+    let mut out = String::with_capacity(full.len());
+    let mut ident_start = 0;
+    let mut chars = full.chars().peekable();
+    while let Some(c) = chars.next() {
+        if c == ':' && chars.peek() == Some(&':') {
+            chars.next();
+            out.truncate(ident_start);
+            continue;
+        }
+        if !(c.is_alphanumeric() || c == '_') {
+            out.push(c);
+            ident_start = out.len();
+            continue;
+        }
+        out.push(c);
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -93,5 +118,14 @@ mod tests {
         dedup.sort();
         dedup.dedup();
         assert_eq!(dedup.len(), ids.len());
+    }
+
+    #[test]
+    fn neutral_type_names_have_no_paths() {
+        assert_eq!(neutral_type_name::<String>(), "String");
+        assert_eq!(
+            neutral_type_name::<Vec<std::collections::BTreeMap<u8, String>>>(),
+            "Vec<BTreeMap<u8, String>>"
+        );
     }
 }

@@ -8,6 +8,10 @@ use crate::definition::{
 use crate::diagnostics::{Diagnostic, Diagnostics, Location, suggest};
 use crate::diagram::duration;
 
+/// The longest attempt timeout a task may declare (FLT-V4): 365 days, in milliseconds. Longer
+/// values would not fit the runtime's microsecond instants once added to "now".
+pub(crate) const MAX_ATTEMPT_TIMEOUT_MS: u64 = 365 * 24 * 60 * 60 * 1000;
+
 /// The time zones accepted before the runtime brings IANA names (TM-V2).
 pub const KNOWN_TIME_ZONES: &[&str] = &["UTC"];
 
@@ -50,6 +54,17 @@ fn check_activity(activity: &Activity, at: &Location, in_saga: bool, cx: &mut Di
                     "FLT-V4",
                     at.field("attempt_timeout_ms"),
                     "attempt timeout must be greater than zero",
+                ));
+            }
+            if let Some(ms) = task.attempt_timeout_ms
+                && ms > MAX_ATTEMPT_TIMEOUT_MS
+            {
+                cx.push(Diagnostic::new(
+                    "FLT-V4",
+                    at.field("attempt_timeout_ms"),
+                    format!(
+                        "attempt timeout of {ms} ms is too long; at most {MAX_ATTEMPT_TIMEOUT_MS} ms (365 days) is allowed"
+                    ),
                 ));
             }
             if task.compensation.is_some() && !in_saga {
@@ -220,6 +235,7 @@ fn check_time_zone(zone: &str, at: &Location, cx: &mut Diagnostics) {
 
 #[cfg(test)]
 mod tests {
+    use super::MAX_ATTEMPT_TIMEOUT_MS;
     use crate::definition::{
         Activity, CommitStrategy, Connection, Cron, Decimal, Definition, Event, Flowchart,
         RetryPolicy, Saga, SagaOnFailure, Sequence, SubWorkflow, SubWorkflowMode, Task,
@@ -494,6 +510,26 @@ mod tests {
                 "/root/steps/0/attempt_timeout_ms",
                 "attempt timeout must be greater than zero"
             )
+        );
+    }
+
+    #[test]
+    fn flt_v4_attempt_timeout_too_long() {
+        let mut task = Task::new("charge", "charge");
+        task.attempt_timeout_ms = Some(i64::MAX as u64 - 1);
+        assert_eq!(
+            found(&Definition::new("Demo", sequence(vec![task.into()]))),
+            one(
+                "FLT-V4",
+                "/root/steps/0/attempt_timeout_ms",
+                "attempt timeout of 9223372036854775806 ms is too long; at most 31536000000 ms (365 days) is allowed"
+            )
+        );
+        let mut task = Task::new("charge", "charge");
+        task.attempt_timeout_ms = Some(MAX_ATTEMPT_TIMEOUT_MS);
+        assert_eq!(
+            found(&Definition::new("Demo", sequence(vec![task.into()]))),
+            vec![]
         );
     }
 

@@ -73,8 +73,8 @@ where
                 match attempt_timeout_ms {
                     Some(ms) => {
                         let start = settings.clock.now();
-                        let at = start
-                            .saturating_add(i64::try_from(ms).unwrap_or(i64::MAX / 1000) * 1000);
+                        // Saturating: a timeout near `u64::MAX` ms waits forever instead of overflowing.
+                        let at = start.saturating_add(crate::base::ms_to_micros(ms));
                         settings.clock.sleep_until(at).await;
                     }
                     None => std::future::pending().await,

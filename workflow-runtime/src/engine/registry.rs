@@ -181,11 +181,12 @@ impl<D: Send + Sync + 'static> Registry<D> {
             Arc::new(move |data, payload| {
                 let payload = payload.cloned().unwrap_or(Value::Null);
                 let typed: P = serde_json::from_value(payload).map_err(|e| {
+                    // ST-20: a neutral description, no Rust type path.
+                    let type_name = crate::base::neutral_type_name::<P>();
                     TaskError::payload_decode(
-                        std::any::type_name::<P>(),
+                        &type_name,
                         format!(
-                            "condition `{label}` cannot read its payload as `{}`: {e}",
-                            std::any::type_name::<P>()
+                            "condition `{label}` cannot read its payload as `{type_name}`: {e}"
                         ),
                     )
                 })?;
@@ -296,7 +297,7 @@ impl<D: Send + Sync + 'static> Registry<D> {
                 let typed: T = serde_json::from_value(value.clone()).map_err(|e| {
                     TaskError::permanent(format!(
                         "assign fn `{label}` cannot read its value as `{}`: {e}",
-                        std::any::type_name::<T>()
+                        crate::base::neutral_type_name::<T>()
                     ))
                 })?;
                 assign(data, typed);
@@ -337,12 +338,11 @@ impl<D: Send + Sync + 'static> Registry<D> {
             name.into(),
             Arc::new(|payload| {
                 let typed: P = serde_json::from_value(payload.clone()).map_err(|e| {
+                    // ST-20: the registered payload name, no Rust type path.
+                    let type_name = crate::base::neutral_type_name::<P>();
                     TaskError::payload_decode(
-                        std::any::type_name::<P>(),
-                        format!(
-                            "the payload does not decode into `{}`: {e}",
-                            std::any::type_name::<P>()
-                        ),
+                        &type_name,
+                        format!("the payload does not decode into `{type_name}`: {e}"),
                     )
                 })?;
                 Ok(typed.outcome().to_owned())

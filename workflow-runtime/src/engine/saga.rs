@@ -18,6 +18,7 @@ use serde_json::{Value, json};
 
 use crate::engine::executor::{Executor, StepError};
 use crate::engine::graph::NodeKind;
+use crate::engine::guard::CatchUnwind;
 use crate::engine::state::{ContextId, FaultKind, FaultRecord, JournalKind};
 
 /// The scope property listing `[node id, compensation fn]` in completion order.
@@ -116,10 +117,10 @@ where
                 let (node, function) = (entry.node.clone(), entry.function.clone());
                 match self.run_compensation(saga, &entry).await {
                     Ok(()) => ran.push(local(&node).to_owned()),
-                    Err(message) => {
+                    Err((kind, message)) => {
                         // FLT-13: compensation_failed, naming it and the original failure.
                         let record = FaultRecord {
-                            kind: FaultKind::Error,
+                            kind,
                             message: format!(
                                 "compensation_failed: compensation `{function}` of `{}` failed: {message}; original failure: {}; compensated before it: [{}]",
                                 local(&node),
@@ -172,15 +173,19 @@ where
         &mut self,
         saga: ContextId,
         entry: &Compensable,
-    ) -> Result<(), String> {
+    ) -> Result<(), (FaultKind, String)> {
         let (node, function) = (entry.node.as_str(), entry.function.as_str());
         let registry = self.registry;
         let Some(task) = registry.tasks.get(function) else {
-            return Err(format!("no task is registered under `{function}`"));
+            return Err((
+                FaultKind::Error,
+                format!("no task is registered under `{function}`"),
+            ));
         };
-        self.data_mut().map_err(|_| "data unavailable".to_owned())?;
+        self.data_mut()
+            .map_err(|_| (FaultKind::Error, "data unavailable".to_owned()))?;
         let Some(data) = self.data.take() else {
-            return Err("data unavailable".to_owned());
+            return Err((FaultKind::Error, "data unavailable".to_owned()));
         };
         let mut cx = crate::engine::task::TaskContext {
             data,
@@ -194,10 +199,15 @@ where
             cancellation: crate::cancel::CancellationToken::new(),
             key_suffix: Some("compensate"),
         };
-        let result = task(&mut cx).await;
+        // ENG-17: the same panic guard as a task attempt; a panic is a failed compensation.
+        let result = match CatchUnwind(task(&mut cx)).await {
+            Ok(result) => result,
+            Err(panic) => return Err((FaultKind::Panicked, panic)),
+        };
         match result {
             Ok(_) => {
-                self.state.data = serde_json::to_value(&cx.data).map_err(|e| e.to_string())?;
+                self.state.data = serde_json::to_value(&cx.data)
+                    .map_err(|e| (FaultKind::Engine, e.to_string()))?;
                 self.data = Some(cx.data);
                 self.record(
                     JournalKind::Completed,
@@ -206,7 +216,7 @@ where
                 );
                 Ok(())
             }
-            Err(error) => Err(error.message().to_owned()),
+            Err(error) => Err((FaultKind::Error, error.message().to_owned())),
         }
     }
 }

@@ -152,9 +152,10 @@ fn decode<T: DeserializeOwned>(
 ) -> Result<T, TaskError> {
     let value = value.cloned().unwrap_or(Value::Null);
     serde_json::from_value(value).map_err(|e| {
+        // ST-20: no Rust type path in what may be stored (an incident's message).
         TaskError::permanent(format!(
             "node `{node}` cannot read its {what} as `{}`: {e}",
-            std::any::type_name::<T>()
+            crate::base::neutral_type_name::<T>()
         ))
     })
 }
@@ -305,5 +306,29 @@ impl<T: IntoTaskResult, E: Into<TaskError>> IntoTaskResult for Result<T, E> {
     fn into_task_result(self) -> TaskResult {
         self.map_err(Into::into)
             .and_then(IntoTaskResult::into_task_result)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    // ST-20: a payload that does not decode names the type without its Rust path (the
+    // message may end up in an incident, which is stored).
+    #[test]
+    fn a_decode_error_names_no_type_path() {
+        let error = super::decode::<Vec<crate::engine::state::Bookmark>>(
+            Some(&json!("not a list")),
+            "payload",
+            "root:a",
+        )
+        .err()
+        .map(|e| e.message().to_owned())
+        .unwrap_or_default();
+        assert!(
+            error.starts_with("node `root:a` cannot read its payload as `Vec<Bookmark>`"),
+            "{error}"
+        );
+        assert!(!error.contains("::"), "{error}");
     }
 }

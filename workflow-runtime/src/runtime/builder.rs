@@ -51,7 +51,9 @@ pub(crate) struct RunOptions {
 /// A registered definition with its user code, its data type erased.
 pub(crate) trait ErasedWorkflow: Send + Sync {
     fn version(&self) -> &str;
-    fn check_data(&self, data: &Value) -> Result<(), String>;
+    /// Whether `data` decodes into the data type: on failure, the field path (when not
+    /// the root) and the message.
+    fn check_data(&self, data: &Value) -> Result<(), (Option<String>, String)>;
     fn run<'a>(
         &'a self,
         state: WorkflowState,
@@ -92,10 +94,14 @@ where
         &self.version
     }
 
-    fn check_data(&self, data: &Value) -> Result<(), String> {
-        serde_json::from_value::<D>(data.clone())
+    fn check_data(&self, data: &Value) -> Result<(), (Option<String>, String)> {
+        serde_path_to_error::deserialize::<_, D>(data.clone())
             .map(drop)
-            .map_err(|e| e.to_string())
+            .map_err(|e| {
+                let path = e.path().to_string();
+                let path = (path != ".").then_some(path);
+                (path, e.into_inner().to_string())
+            })
     }
 
     fn run<'a>(

@@ -213,10 +213,23 @@ pub enum StartError {
         instance: String,
     },
     /// The input does not serialize, or does not decode into the workflow's data type.
-    #[error("input does not fit the workflow data: {message}")]
+    #[error(
+        "input does not fit the workflow data{}: {message}",
+        path.as_ref().map(|p| format!(" at `{p}`")).unwrap_or_default()
+    )]
     Input {
+        /// Where in the input (`customer.id`, `items[2].sku`), when known.
+        path: Option<String>,
         /// Why.
         message: String,
+    },
+    /// The instance id given in [`StartOptions::instance_id`] is not a valid id (ST-23).
+    #[error("invalid instance id `{id}`: {reason}")]
+    InvalidInstanceId {
+        /// The id as given.
+        id: String,
+        /// Why it is invalid.
+        reason: String,
     },
     /// The definition's activation strategy refused a new instance (RT-16).
     #[error("activation refused: {refusal:?}")]
@@ -689,13 +702,15 @@ impl Runtime {
     ///
     /// # Errors
     ///
-    /// As [`Runtime::start`].
+    /// As [`Runtime::start`]; [`StartError::InvalidInstanceId`] also when
+    /// [`StartOptions::instance_id`] is not a valid id (1 to 128 bytes of `[A-Za-z0-9._:-]`).
     pub async fn start_with<W: Workflow>(
         &self,
         input: W::Data,
         options: StartOptions,
     ) -> Result<Started, StartError> {
         let input = serde_json::to_value(input).map_err(|e| StartError::Input {
+            path: None,
             message: e.to_string(),
         })?;
         self.start_by_name(W::name(), input, options).await
@@ -742,7 +757,7 @@ impl Runtime {
                 })?;
         workflow
             .check_data(&input)
-            .map_err(|message| StartError::Input { message })?;
+            .map_err(|(path, message)| StartError::Input { path, message })?;
         let instance_id = options.instance_id.unwrap_or_else(new_ulid);
         let now = self.inner.clock.now_ms();
         let mut state = WorkflowState::new(
@@ -814,8 +829,20 @@ impl Runtime {
                     },
                 });
             }
+            Err(StoreError::Invalid {
+                what: "instance_id",
+                reason,
+            }) => {
+                return Err(StartError::InvalidInstanceId {
+                    id: instance_id,
+                    reason,
+                });
+            }
             Err(StoreError::Invalid { reason, .. }) => {
-                return Err(StartError::Input { message: reason });
+                return Err(StartError::Input {
+                    path: None,
+                    message: reason,
+                });
             }
             Err(error) => return Err(StartError::Run(run_store_error(&instance_id, error))),
         }

@@ -388,3 +388,21 @@ fn eng34_tracing_spans_name_the_run_and_each_activity() {
         names[2]
     );
 }
+
+// FLT-17 edge: an attempt timeout near `i64::MAX` ms (the validator refuses it; a definition
+// built without validation may still carry it) waits forever instead of overflowing the
+// clock arithmetic, and the task completes.
+#[test]
+fn flt17_an_attempt_timeout_near_the_maximum_does_not_overflow() {
+    let mut task = Task::new("a", "log:a");
+    task.attempt_timeout_ms = Some(i64::MAX as u64 - 1);
+    // The attempt's timeout is a tokio sleep on the system clock: it needs a runtime context.
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .unwrap();
+    let _context = runtime.enter();
+    let mut h = Harness::new(&seq(vec![task.into()]), registry());
+    assert_eq!(h.run(), RunEnd::Finished);
+    assert_eq!(h.log(), ["a"]);
+}
