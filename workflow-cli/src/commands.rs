@@ -8,8 +8,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use serde_json::Value;
 use workflow_model::Definition;
 use workflow_runtime::store::{
-    ControlKind, ControlRequest, DeadLetterFilter, DeadLetterReason, InstanceStatus,
-    InstanceSubStatus, Micros, PurgeFilter, Store, StoreError,
+    DeadLetterFilter, DeadLetterReason, InstanceStatus, Micros, PurgeFilter, Store, StoreError,
 };
 use workflow_runtime::{Runtime, Stimulus};
 
@@ -178,12 +177,6 @@ pub(crate) async fn run(url: &str, command: Command) -> Result<String, CliError>
                 None => format!("sent `{name}`\n"),
             })
         }
-        Command::Retry { id } => control(&target, &id, ControlKind::Retry, None).await,
-        Command::Cancel { id, reason } => control(&target, &id, ControlKind::Cancel, reason).await,
-        Command::Suspend { id, reason } => {
-            control(&target, &id, ControlKind::Suspend, reason).await
-        }
-        Command::Resume { id } => control(&target, &id, ControlKind::Resume, None).await,
         Command::Purge {
             older_than,
             definition,
@@ -218,49 +211,6 @@ fn operator_runtime(store: Arc<dyn Store>) -> Result<Runtime, CliError> {
         .owner(format!("workflow-cli pid {}", std::process::id()))
         .build()
         .map_err(|e| CliError::Input(format!("cannot prepare the send: {e}")))
-}
-
-async fn control(
-    target: &Target,
-    id: &str,
-    kind: ControlKind,
-    reason: Option<String>,
-) -> Result<String, CliError> {
-    let store = target.open_write()?;
-    let record = store.load_instance(id).await?;
-    let status = record.status;
-    let refusal = match kind {
-        ControlKind::Retry if status != InstanceStatus::Faulted => Some("it is not faulted"),
-        ControlKind::Resume if record.sub_status != Some(InstanceSubStatus::Paused) => {
-            Some("it is not suspended by an operator")
-        }
-        _ if status.is_final() => Some("it is already final"),
-        _ => None,
-    };
-    if let Some(why) = refusal {
-        return Err(CliError::Input(format!(
-            "cannot {} `{id}`: {why} (status {})",
-            verb(kind),
-            status.as_str()
-        )));
-    }
-    store
-        .request_control(id, ControlRequest { kind, reason })
-        .await?;
-    Ok(format!(
-        "asked to {} `{id}`: the process running `{}` applies it at the instance's next step\n",
-        verb(kind),
-        record.definition_name
-    ))
-}
-
-fn verb(kind: ControlKind) -> &'static str {
-    match kind {
-        ControlKind::Cancel => "cancel",
-        ControlKind::Suspend => "suspend",
-        ControlKind::Resume => "resume",
-        ControlKind::Retry => "retry",
-    }
 }
 
 async fn purge(

@@ -6,13 +6,12 @@
 //! workflow --store sqlite:app.db show order-1
 //! workflow --store sqlite:app.db why order-1
 //! workflow --store sqlite:app.db send payment --key '"o-1"' --payload '{"amount": 30}'
-//! workflow --store sqlite:app.db cancel order-1 --reason "customer asked"
 //! ```
 //!
 //! Reads never need the application's code and never block it: a SQLite file in use is read
-//! through a read-only connection. Writes are requests that the process owning the instance
-//! carries out: a sent event goes to the store's queue for its queue worker, a cancel,
-//! suspend, resume or retry is recorded on the instance for its next step.
+//! through a read-only connection. A sent event goes to the store's queue, and the queue
+//! worker of the process running its workflows delivers it; `dead-letters replay` and `purge`
+//! write beside a running application too.
 //!
 //! The store comes from `--store` or the environment variable `WORKFLOW_STORE`.
 
@@ -94,32 +93,6 @@ pub(crate) enum Command {
         /// Makes a repeated send act once.
         #[arg(long)]
         idempotency_key: Option<String>,
-    },
-    /// Asks the owning process to run a faulted instance again.
-    Retry {
-        /// The instance id.
-        id: String,
-    },
-    /// Asks the owning process to cancel an instance.
-    Cancel {
-        /// The instance id.
-        id: String,
-        /// Why, for the journal.
-        #[arg(long)]
-        reason: Option<String>,
-    },
-    /// Asks the owning process to pause an instance at its next step.
-    Suspend {
-        /// The instance id.
-        id: String,
-        /// Why, for the journal.
-        #[arg(long)]
-        reason: Option<String>,
-    },
-    /// Asks the owning process to let a suspended instance go on.
-    Resume {
-        /// The instance id.
-        id: String,
     },
     /// Removes finished and cancelled instances older than a duration.
     Purge {

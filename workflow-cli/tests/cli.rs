@@ -8,7 +8,7 @@ use std::process::Command;
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
-use serde_json::{Value, json};
+use serde_json::Value;
 use workflow_runtime::{
     Runtime, SqliteStore, StartOptions, TaskContext, TaskError, WorkflowStatus, state_machine,
     workflow,
@@ -322,34 +322,6 @@ async fn an_event_sent_beside_the_running_application_is_delivered_by_its_queue_
         "the worker delivered the operator's event"
     );
     app.shutdown(std::time::Duration::from_secs(1)).await;
-}
-
-#[tokio::test]
-async fn operator_requests_are_checked_and_recorded_for_the_owning_process() {
-    let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("app.db");
-    populated(&db).await;
-
-    let refused = workflow(&db, &["retry", "o-1"]);
-    assert!(!refused.ok);
-    assert!(
-        refused
-            .stderr
-            .contains("cannot retry `o-1`: it is not faulted"),
-        "{}",
-        refused.stderr
-    );
-
-    let cancel = workflow(&db, &["cancel", "o-2", "--reason", "customer asked"]);
-    assert!(cancel.ok, "{}", cancel.stderr);
-    assert!(
-        cancel.stdout.contains("asked to cancel `o-2`"),
-        "{}",
-        cancel.stdout
-    );
-    let show = workflow(&db, &["show", "o-2", "--json"]);
-    let detail: Value = serde_json::from_str(&show.stdout).unwrap();
-    assert_eq!(detail["control_request"], json!("cancel"));
 }
 
 #[test]

@@ -276,10 +276,6 @@ pub enum ControlKind {
     Cancel,
     /// Suspend (pause) the instance.
     Suspend,
-    /// Let an instance suspended by an operator go on.
-    Resume,
-    /// Run a faulted instance again (as `Runtime::retry`).
-    Retry,
 }
 
 /// A lease granted to its holder (ST-14).
