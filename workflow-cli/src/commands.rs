@@ -111,11 +111,7 @@ pub(crate) async fn run(url: &str, command: Command) -> Result<String, CliError>
                     relative(row.updated_at, now),
                 ]);
             }
-            Ok(if table.is_empty() {
-                "no instances match\n".to_owned()
-            } else {
-                table.render()
-            })
+            Ok(table.render_or("no instances match"))
         }
         Command::Show { id, json } => {
             let store = target.open_read()?;
@@ -299,11 +295,7 @@ async fn dead_letters(
             or_dash(d.error.as_deref()),
         ]);
     }
-    Ok(if table.is_empty() {
-        "no dead letters\n".to_owned()
-    } else {
-        table.render()
-    })
+    Ok(table.render_or("no dead letters"))
 }
 
 async fn incidents(target: &Target, all: bool, json: bool) -> Result<String, CliError> {
@@ -352,11 +344,7 @@ async fn incidents(target: &Target, all: bool, json: bool) -> Result<String, Cli
             or_dash(v.message.as_deref()),
         ]);
     }
-    Ok(if table.is_empty() {
-        "no open incidents\n".to_owned()
-    } else {
-        table.render()
-    })
+    Ok(table.render_or("no open incidents"))
 }
 
 async fn diagram(target: &Target, what: &str, format: DiagramFormat) -> Result<String, CliError> {

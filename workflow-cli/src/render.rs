@@ -23,8 +23,13 @@ impl Table {
         self.rows.push(cells);
     }
 
-    pub(crate) fn is_empty(&self) -> bool {
-        self.rows.is_empty()
+    /// The table, or `empty` (a line saying there is nothing) when it has no rows.
+    pub(crate) fn render_or(&self, empty: &str) -> String {
+        if self.rows.is_empty() {
+            format!("{empty}\n")
+        } else {
+            self.render()
+        }
     }
 
     pub(crate) fn render(&self) -> String {
