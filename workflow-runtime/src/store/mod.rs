@@ -46,6 +46,8 @@ use serde_json::Value;
 pub(crate) use crate::base::BoxFuture;
 
 mod memory;
+#[cfg(feature = "postgres")]
+mod postgres;
 #[cfg(feature = "sqlite")]
 mod sqlite;
 
@@ -53,8 +55,20 @@ mod sqlite;
 pub mod conformance;
 
 pub use memory::MemoryStore;
+#[cfg(feature = "postgres")]
+pub use postgres::{PostgresOptions, PostgresStore};
 #[cfg(feature = "sqlite")]
-pub use sqlite::{MigrateMode, SqliteOptions, SqliteStore, Synchronous};
+pub use sqlite::{SqliteOptions, SqliteStore, Synchronous};
+
+/// What opening a SQL store does with pending migrations (ST-28).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum MigrateMode {
+    /// Apply pending migrations (the default).
+    #[default]
+    Apply,
+    /// Refuse to open with `SchemaOutdated` when migrations are pending.
+    CheckOnly,
+}
 
 pub use crate::base::Micros;
 

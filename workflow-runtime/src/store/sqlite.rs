@@ -32,11 +32,11 @@ use super::{
     BookmarkQuery, BookmarkRow, BoxFuture, ClaimedInstance, Commit, ControlRequest,
     DEFAULT_MAX_STATE_BYTES, DeadLetter, DeadLetterReason, IdempotencyRecord, InstanceFilter,
     InstanceRecord, InstanceStatus, InstanceSubStatus, JournalRecord, Lease, LeaseState,
-    ListedInstance, NewInstance, NewJournalRecord, PurgeFilter, QueueFailure, QueueItem, Renewal,
-    Store, StoreError, StoreResult, StoreStats, TimerRow, TriggerDiff, TriggerRow,
-    WAKE_UP_CAPACITY, WakeUp, commit_hints, create_hint, decode_state, encode_commit, encode_state,
-    instance_resource, journal_detail, named_resource, page, purge_statuses, send_hints,
-    validate_instance_id,
+    ListedInstance, MigrateMode, NewInstance, NewJournalRecord, PurgeFilter, QueueFailure,
+    QueueItem, Renewal, Store, StoreError, StoreResult, StoreStats, TimerRow, TriggerDiff,
+    TriggerRow, WAKE_UP_CAPACITY, WakeUp, commit_hints, create_hint, decode_state, encode_commit,
+    encode_state, instance_resource, journal_detail, named_resource, page, purge_statuses,
+    send_hints, validate_instance_id,
 };
 use super::{DeadLetterFilter, IncidentRecord, NewIncident, Schedule, ScheduleFiring};
 
@@ -48,16 +48,6 @@ pub enum Synchronous {
     Full,
     /// Survives a process crash, may lose the last commits on power loss.
     Normal,
-}
-
-/// What opening does with pending migrations (ST-28).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum MigrateMode {
-    /// Apply pending migrations (the default).
-    #[default]
-    Apply,
-    /// Refuse to open with `SchemaOutdated` when migrations are pending.
-    CheckOnly,
 }
 
 /// Options of [`SqliteStore::open_with`].
