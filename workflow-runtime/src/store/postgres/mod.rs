@@ -44,7 +44,7 @@ impl From<sqlx::Error> for StoreError {
 /// Options of [`PostgresStore::connect_with`] and [`PostgresStore::from_pool`].
 ///
 /// Lease and claim durations are not store options: the runtime passes them with each call
-/// ([`RuntimeBuilder::lease`](crate::RuntimeBuilder::lease)).
+/// ([`RuntimeBuilder::lease_ttl`](crate::RuntimeBuilder::lease_ttl)).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PostgresOptions {
     /// The schema holding the tables (default `workflow`): 1 to 48 bytes of `[a-z0-9_]`, not

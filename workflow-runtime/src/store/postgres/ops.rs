@@ -41,7 +41,7 @@ fn not_found(what: &'static str, id: &str) -> StoreError {
 fn is_unique_violation(error: &sqlx::Error) -> bool {
     error
         .as_database_error()
-        .and_then(|e| e.code())
+        .and_then(sqlx::error::DatabaseError::code)
         .is_some_and(|code| code == "23505")
 }
 
