@@ -458,7 +458,11 @@ fn a_held_item_for_a_faulted_instance_does_not_make_the_idle_worker_spin() {
             .unwrap();
         assert_eq!(started.status, WorkflowStatus::Faulted);
         let held = runtime.send(Stimulus::new("paid")).await.unwrap();
-        assert_eq!(held.deferred, [started.instance_id.clone()], "{held:?}");
+        assert_eq!(
+            held.deferred,
+            std::slice::from_ref(&started.instance_id),
+            "{held:?}"
+        );
         tokio::time::sleep(Duration::from_millis(300)).await;
         let before = store.stats().await.unwrap().transactions;
         tokio::time::sleep(Duration::from_secs(1)).await;
