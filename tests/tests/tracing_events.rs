@@ -203,14 +203,15 @@ fn the_event_stream_is_a_futures_stream() {
         });
 }
 
-/// Two versions of one definition: the second has one more step, so another fingerprint.
+/// Two versions of one definition: the second has one more step, so another fingerprint. The
+/// event takes a stimulus queued before the instance began (look-back `any`, RT-30).
 fn versioned(steps: usize) -> String {
     let tasks: Vec<String> = (0..steps)
         .map(|i| format!(r#"{{ "kind": "task", "id": "t{i}", "function": "close" }}"#))
         .collect();
     format!(
         r#"{{ "name": "Versioned", "root": {{ "kind": "sequence", "id": "root", "steps": [
-            {{ "kind": "event", "id": "go", "event": "go" }}, {} ] }} }}"#,
+            {{ "kind": "event", "id": "go", "event": "go", "look_back": "any" }}, {} ] }} }}"#,
         tasks.join(", ")
     )
 }
