@@ -16,6 +16,11 @@
 //!   transition with an action) with 1, 16 and 64 concurrent instances, beside the raw rate of
 //!   one-row-per-commit INSERTs (rusqlite, WAL) on the same disk at the same `synchronous`
 //!   (FULL, then NORMAL).
+//! - **PostgreSQL** (against `WORKFLOW_PG_URL`, each repetition on a fresh schema; skipped
+//!   with the reason printed when no server answers): durable transitions per second on
+//!   `PostgresStore` with 1 and 8 concurrent instances in one process, beside the raw rate of
+//!   single-row commits (one `INSERT` per transaction, sqlx) with 1 and 8 clients on the same
+//!   server in the same repetition.
 //! - **routing**: `send` latency from the stimulus to its bookmark resumed and committed
 //!   (p50, p99) with 10,000 and 1,000,000 suspended instances in a SQLite file, and the process
 //!   RSS while they are suspended. Each population is measured in a child process of its own
@@ -513,7 +518,12 @@ fn sqlite_runtime(store: Arc<dyn Store>) -> Runtime {
 /// `instances` tasks, each sending `tick` to its own instance until the deadline; the rate of
 /// committed transitions.
 async fn durable_rate(path: &Path, sync: Synchronous, instances: usize, duration: Duration) -> f64 {
-    let runtime = sqlite_runtime(open_sqlite(path, sync));
+    durable_rate_on(open_sqlite(path, sync), instances, duration).await
+}
+
+/// [`durable_rate`] on any store.
+async fn durable_rate_on(store: Arc<dyn Store>, instances: usize, duration: Duration) -> f64 {
+    let runtime = sqlite_runtime(store);
     for i in 0..instances {
         let id = format!("c-{i}");
         let data = Counter {
@@ -595,6 +605,112 @@ fn sqlite_rows(dir: &Path, reps: usize, secs: f64) -> Vec<Row> {
             };
             rows.push(row.note(format!("{ratio:.2}x raw{target}")));
         }
+    }
+    rows
+}
+
+// ---------------------------------------------------------------------------------------------
+// PostgreSQL throughput
+
+/// `clients` connections, each committing one-row `INSERT` transactions until the deadline.
+async fn pg_raw_commits(url: &str, schema: &str, clients: u32, duration: Duration) -> f64 {
+    let pool = sqlx::postgres::PgPoolOptions::new()
+        .max_connections(clients)
+        .connect(url)
+        .await
+        .unwrap();
+    sqlx::query(&format!(
+        "CREATE TABLE IF NOT EXISTS \"{schema}\".raw_commits
+         (id BIGSERIAL PRIMARY KEY, version BIGINT, state TEXT)"
+    ))
+    .execute(&pool)
+    .await
+    .unwrap();
+    let insert = format!("INSERT INTO \"{schema}\".raw_commits (version, state) VALUES ($1, $2)");
+    let start = Instant::now();
+    let deadline = start + duration;
+    let mut tasks = Vec::new();
+    for _ in 0..clients {
+        let (pool, insert) = (pool.clone(), insert.clone());
+        tasks.push(tokio::spawn(async move {
+            let text = "x".repeat(1024);
+            let mut commits = 0i64;
+            while Instant::now() < deadline {
+                let mut tx = pool.begin().await.unwrap();
+                sqlx::query(&insert)
+                    .bind(commits)
+                    .bind(&text)
+                    .execute(&mut *tx)
+                    .await
+                    .unwrap();
+                tx.commit().await.unwrap();
+                commits += 1;
+            }
+            commits
+        }));
+    }
+    let mut total = 0;
+    for task in tasks {
+        total += task.await.unwrap();
+    }
+    let rate = total as f64 / start.elapsed().as_secs_f64();
+    pool.close().await;
+    rate
+}
+
+fn postgres_rows(reps: usize, secs: f64) -> Vec<Row> {
+    use workflow_runtime::store::conformance::postgres::{
+        SchemaGuard, database_url, fresh_schema_name,
+    };
+    use workflow_runtime::store::{PostgresOptions, PostgresStore};
+
+    let duration = Duration::from_secs_f64(secs);
+    let rt = tokio_rt();
+    let url = database_url();
+    if let Err(e) = rt.block_on(async {
+        use sqlx::Connection;
+        sqlx::PgConnection::connect(&url).await
+    }) {
+        eprintln!("table: PostgreSQL rows skipped: no server reachable at {url}: {e}");
+        return Vec::new();
+    }
+    let clients = [1u32, 8];
+    let mut raw: Vec<Vec<f64>> = vec![Vec::new(); clients.len()];
+    let mut durable: Vec<Vec<f64>> = vec![Vec::new(); clients.len()];
+    for _ in 0..reps {
+        for (slot, &n) in clients.iter().enumerate() {
+            let schema = fresh_schema_name();
+            let _guard = SchemaGuard::new(url.clone(), schema.clone());
+            let store = rt.block_on(async {
+                let options = PostgresOptions {
+                    max_connections: n + 4,
+                    ..PostgresOptions::default().schema(schema.clone())
+                };
+                PostgresStore::connect_with(&url, &options).await.unwrap()
+            });
+            raw[slot].push(rt.block_on(pg_raw_commits(&url, &schema, n, duration)));
+            durable[slot].push(rt.block_on(durable_rate_on(Arc::new(store), n as usize, duration)));
+        }
+    }
+    let mut rows = Vec::new();
+    for (slot, &n) in clients.iter().enumerate() {
+        let raw_row = Row::new(
+            "postgres",
+            format!("raw sqlx: 1 INSERT per commit, {n} client(s)"),
+            "/s",
+            raw[slot].clone(),
+        )
+        .note("1.00x");
+        let raw_median = raw_row.median();
+        rows.push(raw_row);
+        let row = Row::new(
+            "postgres",
+            format!("durable transitions, {n} instance(s), 1 process"),
+            "/s",
+            durable[slot].clone(),
+        );
+        let ratio = row.median() / raw_median;
+        rows.push(row.note(format!("{ratio:.2}x raw ({n} client(s))")));
     }
     rows
 }
@@ -1179,6 +1295,10 @@ fn main() {
         eprintln!("table: SQLite throughput...");
         rows.extend(sqlite_rows(&dir, reps, secs));
     }
+    if wanted("postgres") {
+        eprintln!("table: PostgreSQL throughput...");
+        rows.extend(postgres_rows(reps, secs));
+    }
     if wanted("routing") && !routing.is_empty() {
         eprintln!("table: routing...");
         rows.extend(routing_rows(&dir, &routing, reps, sends));
@@ -1201,10 +1321,5 @@ fn main() {
         dir.display(),
         iters
     );
-    if std::env::var_os("WORKFLOW_PG_URL").is_some() {
-        println!(
-            "PostgreSQL: its rows are measured by `cargo bench -p workflow-runtime --bench postgres` against WORKFLOW_PG_URL."
-        );
-    }
     println!("whole run: {:.0} s", started.elapsed().as_secs_f64());
 }

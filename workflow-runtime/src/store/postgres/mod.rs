@@ -200,10 +200,7 @@ impl PostgresStore {
     /// [`StoreError::SchemaOutdated`]; [`StoreError::Unavailable`] when the server fails.
     pub async fn from_pool(pool: PgPool, options: &PostgresOptions) -> StoreResult<Self> {
         let schema = Schema::new(&options.schema)?;
-        let migrations_applied = {
-            let mut conn = pool.acquire().await?;
-            schema::migrate(&mut conn, &schema, options.migrate).await?
-        };
+        let migrations_applied = schema::migrate(&pool, &schema, options.migrate).await?;
         let (hints, _) = broadcast::channel(WAKE_UP_CAPACITY);
         let origin = new_origin();
         let listener = options.listen.then(|| {

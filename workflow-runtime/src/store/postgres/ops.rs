@@ -1823,6 +1823,7 @@ pub(super) async fn find_idempotency_record(
 
 // ----- test hooks -----
 
+#[cfg(feature = "test-support")]
 pub(super) async fn write_raw_state(
     c: &mut Conn,
     s: &Schema,
@@ -1840,6 +1841,7 @@ pub(super) async fn write_raw_state(
     Ok(())
 }
 
+#[cfg(feature = "test-support")]
 pub(super) async fn read_raw_state(c: &mut Conn, s: &Schema, id: &str) -> StoreResult<String> {
     sqlx::query_scalar(&s.sql("SELECT state FROM @wf_instances WHERE instance_id = $1"))
         .bind(id)

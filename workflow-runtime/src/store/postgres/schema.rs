@@ -7,9 +7,9 @@
 //! later one finds the work done.
 
 use sha2::{Digest, Sha256};
-use sqlx::{Connection, PgConnection, Row};
+use sqlx::{PgConnection, PgPool, Row};
 
-use super::super::{MigrateMode, StoreError, StoreResult};
+use super::super::{BoxFuture, MigrateMode, StoreError, StoreResult};
 
 /// The configured schema: its validated name and the SQL qualifier derived from it.
 #[derive(Debug, Clone)]
@@ -254,99 +254,139 @@ fn checksum(sql: &str) -> String {
 
 /// Checks and applies the pending migrations, each in its own transaction under the
 /// schema's advisory lock (ST-27, ST-28). Returns the versions applied by this call.
-pub(super) async fn migrate(
-    conn: &mut PgConnection,
-    schema: &Schema,
+///
+/// Boxed as a `Send` future here, where its lifetimes are concrete: callers can then spawn
+/// the store's constructors on a multi-threaded runtime.
+pub(super) fn migrate<'a>(
+    pool: &'a PgPool,
+    schema: &'a Schema,
     mode: MigrateMode,
-) -> StoreResult<Vec<u32>> {
-    let latest = latest_schema_version();
+) -> BoxFuture<'a, StoreResult<Vec<u32>>> {
+    Box::pin(migrate_inner(pool, schema, mode))
+}
+
+async fn migrate_inner(pool: &PgPool, schema: &Schema, mode: MigrateMode) -> StoreResult<Vec<u32>> {
     let mut done = Vec::new();
     loop {
-        let mut tx = conn.begin().await?;
-        sqlx::query("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))")
-            .bind(format!("workflow-migrations:{}", schema.name()))
-            .execute(&mut *tx)
-            .await?;
-        let exists: bool = sqlx::query_scalar(
-            "SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_tables
-             WHERE schemaname = $1 AND tablename = 'wf_schema_migrations')",
-        )
-        .bind(schema.name())
-        .fetch_one(&mut *tx)
-        .await?;
-        let applied: Vec<(i64, String)> = if exists {
-            sqlx::query(
-                &schema.sql("SELECT version, checksum FROM @wf_schema_migrations ORDER BY version"),
-            )
-            .fetch_all(&mut *tx)
-            .await?
-            .iter()
-            .map(|r| Ok((r.try_get(0)?, r.try_get(1)?)))
-            .collect::<Result<_, sqlx::Error>>()?
-        } else {
-            Vec::new()
+        let mut tx = pool.begin().await?;
+        let step = {
+            let c: &mut PgConnection = &mut tx;
+            migrate_one(c, schema, mode).await
         };
-        let found = applied
-            .iter()
-            .map(|(v, _)| u32::try_from(*v).unwrap_or(u32::MAX))
-            .max()
-            .unwrap_or(0);
-        if found > latest {
-            return Err(StoreError::SchemaTooNew {
-                found,
-                supported: latest,
-            });
-        }
-        for (version, sum) in &applied {
-            let version = u32::try_from(*version).unwrap_or(u32::MAX);
-            let embedded = MIGRATIONS.iter().find(|(v, _, _)| *v == version);
-            if embedded.is_none_or(|(_, _, sql)| checksum(sql) != *sum) {
-                return Err(StoreError::MigrationChecksumMismatch { version });
+        match step {
+            Ok(Some(version)) => {
+                tx.commit().await?;
+                done.push(version);
+            }
+            Ok(None) => {
+                tx.commit().await?;
+                return Ok(done);
+            }
+            Err(error) => {
+                let _ = tx.rollback().await;
+                return Err(error);
             }
         }
-        let Some((version, name, sql)) = MIGRATIONS
-            .iter()
-            .find(|(v, _, _)| !applied.iter().any(|(a, _)| *a == i64::from(*v)))
-        else {
-            tx.commit().await?;
-            return Ok(done);
-        };
-        if mode == MigrateMode::CheckOnly {
-            return Err(StoreError::SchemaOutdated {
-                found,
-                required: latest,
-            });
-        }
-        if !exists {
-            sqlx::raw_sql(&schema.sql(&format!(
-                "CREATE SCHEMA IF NOT EXISTS \"{}\";
-                 CREATE TABLE @wf_schema_migrations (
-                    version    BIGINT PRIMARY KEY,
-                    name       TEXT NOT NULL,
-                    checksum   TEXT NOT NULL,
-                    applied_at TIMESTAMPTZ NOT NULL DEFAULT now()
-                 );",
-                schema.name()
-            )))
-            .execute(&mut *tx)
-            .await?;
-        }
-        sqlx::raw_sql(&schema.sql(sql)).execute(&mut *tx).await?;
-        sqlx::query(&schema.sql(
-            "INSERT INTO @wf_schema_migrations (version, name, checksum) VALUES ($1, $2, $3)",
-        ))
-        .bind(i64::from(*version))
-        .bind(*name)
-        .bind(checksum(sql))
-        .execute(&mut *tx)
-        .await?;
-        tx.commit().await?;
-        tracing::info!(
-            schema = schema.name(),
-            version,
-            name,
-            "postgres store: migration applied"
-        );
-        done.push(*version);
     }
+}
+
+/// Runs a migration script statement by statement (the texts have no `;` but between
+/// statements).
+async fn execute_script(c: &mut PgConnection, script: &str) -> StoreResult<()> {
+    for statement in script.split(';').map(str::trim).filter(|s| !s.is_empty()) {
+        sqlx::query(statement).execute(&mut *c).await?;
+    }
+    Ok(())
+}
+
+/// One step of [`migrate`], inside its transaction: takes the lock, checks what is applied,
+/// applies the next pending migration; `None` when there is none.
+async fn migrate_one(
+    c: &mut PgConnection,
+    schema: &Schema,
+    mode: MigrateMode,
+) -> StoreResult<Option<u32>> {
+    let latest = latest_schema_version();
+    sqlx::query("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))")
+        .bind(format!("workflow-migrations:{}", schema.name()))
+        .execute(&mut *c)
+        .await?;
+    let exists: bool = sqlx::query_scalar(
+        "SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_tables
+         WHERE schemaname = $1 AND tablename = 'wf_schema_migrations')",
+    )
+    .bind(schema.name().to_owned())
+    .fetch_one(&mut *c)
+    .await?;
+    let mut applied: Vec<(i64, String)> = Vec::new();
+    if exists {
+        let rows = sqlx::query(
+            &schema.sql("SELECT version, checksum FROM @wf_schema_migrations ORDER BY version"),
+        )
+        .fetch_all(&mut *c)
+        .await?;
+        for row in &rows {
+            applied.push((row.try_get(0)?, row.try_get(1)?));
+        }
+    }
+    let found = applied
+        .iter()
+        .map(|(v, _)| u32::try_from(*v).unwrap_or(u32::MAX))
+        .max()
+        .unwrap_or(0);
+    if found > latest {
+        return Err(StoreError::SchemaTooNew {
+            found,
+            supported: latest,
+        });
+    }
+    for (version, sum) in &applied {
+        let version = u32::try_from(*version).unwrap_or(u32::MAX);
+        let embedded = MIGRATIONS.iter().find(|(v, _, _)| *v == version);
+        if embedded.is_none_or(|(_, _, sql)| checksum(sql) != *sum) {
+            return Err(StoreError::MigrationChecksumMismatch { version });
+        }
+    }
+    let Some((version, name, sql)) = MIGRATIONS
+        .iter()
+        .find(|(v, _, _)| !applied.iter().any(|(a, _)| *a == i64::from(*v)))
+    else {
+        return Ok(None);
+    };
+    if mode == MigrateMode::CheckOnly {
+        return Err(StoreError::SchemaOutdated {
+            found,
+            required: latest,
+        });
+    }
+    if !exists {
+        let create = schema.sql(&format!(
+            "CREATE SCHEMA IF NOT EXISTS \"{}\";
+             CREATE TABLE @wf_schema_migrations (
+                version    BIGINT PRIMARY KEY,
+                name       TEXT NOT NULL,
+                checksum   TEXT NOT NULL,
+                applied_at TIMESTAMPTZ NOT NULL DEFAULT now()
+             );",
+            schema.name()
+        ));
+        execute_script(c, &create).await?;
+    }
+    execute_script(c, &schema.sql(sql)).await?;
+    sqlx::query(
+        &schema
+            .sql("INSERT INTO @wf_schema_migrations (version, name, checksum) VALUES ($1, $2, $3)"),
+    )
+    .bind(i64::from(*version))
+    .bind(*name)
+    .bind(checksum(sql))
+    .execute(&mut *c)
+    .await?;
+    tracing::info!(
+        schema = schema.name(),
+        version,
+        name,
+        "postgres store: migration applied"
+    );
+    Ok(Some(*version))
 }
