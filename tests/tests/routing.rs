@@ -1188,6 +1188,53 @@ fn rt22_an_action_payload_that_does_not_decode_is_rejected_not_faulted() {
     }
 }
 
+// RT-22's boundary: once the run committed inside itself (here before each task), the event is
+// consumed in the store, so an action that cannot read its payload faults the instance like
+// any permanent error. The stored incident names the type without a Rust path (ST-20).
+#[test]
+fn rt22_past_a_commit_in_the_run_an_unreadable_payload_faults_with_a_neutral_incident() {
+    for (label, store, _dir) in stores() {
+        block_on(async {
+            let rt = Runtime::builder()
+                .store(Arc::clone(&store))
+                .register::<common::OrderFlow>()
+                .commit_strategy(workflow_runtime::CommitStrategy::BeforeEachActivity)
+                .build()
+                .unwrap();
+            let id = rt
+                .start::<common::OrderFlow>(common::order("o-10", 100))
+                .await
+                .unwrap()
+                .instance_id;
+            let paid = rt
+                .send(
+                    Stimulus::new("payment")
+                        .key("o-10")
+                        .payload(json!({"amount": 100})),
+                )
+                .await
+                .unwrap();
+            assert_eq!(paid.resumed.len(), 1, "{label}: {paid:?}");
+            let report = rt
+                .send(
+                    Stimulus::new("shipped")
+                        .key("o-10")
+                        .payload(json!({"tracking": 42})),
+                )
+                .await
+                .unwrap();
+            assert!(report.rejected.is_empty(), "{label}: {report:?}");
+            assert_eq!(report.resumed.len(), 1, "{label}: {report:?}");
+            assert_eq!(report.resumed[0].status, WorkflowStatus::Faulted, "{label}");
+            let incidents = rt.incidents(&id).await.unwrap().unwrap();
+            assert_eq!(incidents.len(), 1, "{label}: {incidents:?}");
+            let stored = serde_json::to_string(&incidents[0]).unwrap();
+            assert!(stored.contains("`Shipment`"), "{label}: {stored}");
+            assert!(!stored.contains("::"), "{label}: {stored}");
+        });
+    }
+}
+
 // RT-14: a send naming an instance and a bookmark of another instance is refused before any
 // effect, naming both (and the bookmark's owner); nothing is resumed or queued.
 #[test]
