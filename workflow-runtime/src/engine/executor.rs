@@ -399,6 +399,12 @@ pub(crate) struct Executor<'a, D> {
     /// The bookmark and node being resumed by a stimulus, while its entry point runs: a
     /// payload that does not decode then rejects the run (RT-22) instead of faulting.
     resuming: Option<(String, String)>,
+    /// The bookmark, node and payload of the stimulus (an event, not one of the engine's
+    /// reserved `wf.` stimuli) this run resumed, until the run first commits: a task of this
+    /// run that cannot read that payload with `ctx.payload()` rejects the run (RT-22), since
+    /// nothing of it is stored yet. After a commit inside the run the bookmark is consumed in
+    /// the store, so the failure faults the task as any permanent error.
+    stimulus: Option<(String, String, Value)>,
 }
 
 impl<D> std::fmt::Debug for Executor<'_, D> {
@@ -434,6 +440,7 @@ where
             last_commit: std::time::Instant::now(),
             attempts: AttemptSettings::default(),
             resuming: None,
+            stimulus: None,
         }
     }
 
@@ -449,6 +456,29 @@ where
             instance: self.state.instance_id.clone(),
             bookmark,
             node,
+            payload_type: payload_type.to_owned(),
+            message: error.message().to_owned(),
+        }))
+    }
+
+    /// RT-22: task `id` failed reading the payload of the stimulus this run resumed, before
+    /// the run committed anything: the run is rejected (the bookmark and the instance stay as
+    /// they were); `None` when the error is another one, or the payload is not the stimulus's.
+    pub(crate) fn task_payload_rejection(
+        &self,
+        id: ContextId,
+        error: &crate::engine::task::TaskError,
+    ) -> Option<StepError> {
+        let payload_type = error.decode_type()?;
+        let (bookmark, node, payload) = self.stimulus.as_ref()?;
+        let context = self.state.context(id)?;
+        if context.payload.as_ref() != Some(payload) {
+            return None;
+        }
+        Some(StepError::Abort(RunError::PayloadDecode {
+            instance: self.state.instance_id.clone(),
+            bookmark: bookmark.clone(),
+            node: node.clone(),
             payload_type: payload_type.to_owned(),
             message: error.message().to_owned(),
         }))
@@ -502,6 +532,8 @@ where
         }
         checkpoint.checkpoint(&mut self.state).await?;
         self.last_commit = std::time::Instant::now();
+        // The resumed bookmark is consumed in the store now: no rejection past this point.
+        self.stimulus = None;
         Ok(())
     }
 
@@ -845,6 +877,13 @@ where
         }
         self.record(JournalKind::BookmarkResumed, Some(id), detail);
         self.resuming = Some((bookmark.id.clone(), self.node_id(node).to_owned()));
+        if self.stimulus.is_none() && !bookmark.name.starts_with("wf.") {
+            self.stimulus = Some((
+                bookmark.id.clone(),
+                self.node_id(node).to_owned(),
+                payload.clone(),
+            ));
+        }
         let result = match &bookmark.callback {
             Some(callback) => {
                 let child = ChildInfo {
