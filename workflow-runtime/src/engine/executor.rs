@@ -84,6 +84,13 @@ pub enum RunError {
         /// Its status.
         status: WorkflowStatus,
     },
+    /// The instance is paused by an operator (`Suspended/Paused`, ENG-50): nothing runs until
+    /// it is resumed. A stimulus for it stays queued, held, and is delivered after the resume.
+    #[error("instance `{instance}` is paused: nothing runs until it is resumed")]
+    Paused {
+        /// The instance.
+        instance: String,
+    },
     /// The targeted context does not exist (ENG-25).
     #[error("context {context} not found")]
     ContextNotFound {
@@ -581,6 +588,11 @@ where
                 break RunEnd::Faulted;
             }
             if steps >= max_steps && !self.state.queue.is_empty() {
+                break RunEnd::Budget;
+            }
+            // ENG-50: a requested pause stops the run at this item boundary; the queue is
+            // kept for the resume.
+            if self.attempts.pause_requested() && !self.state.queue.is_empty() {
                 break RunEnd::Budget;
             }
             let Some(item) = self.state.queue.pop_front() else {
@@ -1381,6 +1393,17 @@ where
         self.state.updated_at = self.now;
         Ok(())
     }
+
+    /// Pauses the instance (ENG-50): `Suspended/Paused`, with its queue, bookmarks and
+    /// contexts kept as they are for the resume.
+    pub(crate) fn pause_instance(&mut self) {
+        self.set_status(WorkflowStatus::Suspended, Some(SubStatus::Paused));
+        self.publish(EventKind::WorkflowSuspended {
+            sub_status: SubStatus::Paused,
+        });
+        self.state.journal.compact();
+        self.state.updated_at = self.now;
+    }
 }
 
 impl ActivityRef {
@@ -1410,6 +1433,18 @@ pub(crate) struct AttemptSettings {
     pub(crate) cancel_grace: std::time::Duration,
     /// Fired when the instance is cancelled while this run executes a task.
     pub(crate) instance_cancel: Option<crate::cancel::CancellationToken>,
+    /// Set when an operator asked to pause the instance (ENG-50): the run stops at the next
+    /// item boundary, after the current task attempt.
+    pub(crate) pause: Option<Arc<std::sync::atomic::AtomicBool>>,
+}
+
+impl AttemptSettings {
+    /// Whether a pause was requested for this run.
+    pub(crate) fn pause_requested(&self) -> bool {
+        self.pause
+            .as_ref()
+            .is_some_and(|p| p.load(std::sync::atomic::Ordering::SeqCst))
+    }
 }
 
 impl Default for AttemptSettings {
@@ -1418,6 +1453,7 @@ impl Default for AttemptSettings {
             clock: Arc::new(crate::clock::SystemClock),
             cancel_grace: DEFAULT_CANCEL_GRACE,
             instance_cancel: None,
+            pause: None,
         }
     }
 }
