@@ -56,6 +56,7 @@ pub(crate) async fn list(
                 correlation_id: None,
                 after: after.clone(),
                 limit: 200,
+                ..InstanceFilter::default()
             })
             .await?;
         let Some(last) = page.last() else { break };
@@ -233,7 +234,7 @@ pub(crate) async fn detail(store: &dyn Store, id: &str) -> Result<Option<Detail>
         control_request: record
             .control_request
             .as_ref()
-            .map(|c| format!("{:?}", c.kind).to_lowercase()),
+            .map(|c| c.kind.as_str().to_owned()),
         bookmarks: bookmarks
             .iter()
             .map(|b| bookmark_view(b, &record.state))

@@ -84,6 +84,13 @@ pub enum RunError {
         /// Its status.
         status: WorkflowStatus,
     },
+    /// The instance is paused by an operator (`Suspended/Paused`, ENG-50): nothing runs until
+    /// it is resumed. A stimulus for it stays queued, held, and is delivered after the resume.
+    #[error("instance `{instance}` is paused: nothing runs until it is resumed")]
+    Paused {
+        /// The instance.
+        instance: String,
+    },
     /// The targeted context does not exist (ENG-25).
     #[error("context {context} not found")]
     ContextNotFound {
@@ -123,7 +130,8 @@ pub enum RunError {
         error: crate::store::StoreError,
     },
     /// The payload resuming a bookmark does not decode into the type the waiting activity
-    /// reads (its outcome mapping, or a condition over the payload) (RT-22): the
+    /// reads (its outcome mapping, a condition over the payload, or a task of the run reading
+    /// it with `ctx.payload()` or `ctx.input()` before the run committed) (RT-22): the
     /// run was discarded, the bookmark and the instance are unchanged; routing dead-letters
     /// the stimulus as `Rejected`.
     #[error(
@@ -394,9 +402,9 @@ pub(crate) struct Executor<'a, D> {
     resuming: Option<(String, String)>,
     /// The bookmark, node and payload of the stimulus (an event, not one of the engine's
     /// reserved `wf.` stimuli) this run resumed, until the run first commits: a task of this
-    /// run that cannot read that payload with `ctx.payload()` rejects the run (RT-22), since
-    /// nothing of it is stored yet. After a commit inside the run the bookmark is consumed in
-    /// the store, so the failure faults the task as any permanent error.
+    /// run that cannot read that payload with `ctx.payload()` or `ctx.input()` rejects the run
+    /// (RT-22), since nothing of it is stored yet. After a commit inside the run the bookmark
+    /// is consumed in the store, so the failure faults the task as any permanent error.
     stimulus: Option<(String, String, Value)>,
 }
 
@@ -464,8 +472,10 @@ where
     ) -> Option<StepError> {
         let payload_type = error.decode_type()?;
         let (bookmark, node, payload) = self.stimulus.as_ref()?;
+        // The payload reaches the task as its payload (an action) or as its input (the task
+        // after an event in a sequence or a flowchart).
         let context = self.state.context(id)?;
-        if context.payload.as_ref() != Some(payload) {
+        if context.payload.as_ref() != Some(payload) && context.input.as_ref() != Some(payload) {
             return None;
         }
         Some(StepError::Abort(RunError::PayloadDecode {
@@ -578,6 +588,11 @@ where
                 break RunEnd::Faulted;
             }
             if steps >= max_steps && !self.state.queue.is_empty() {
+                break RunEnd::Budget;
+            }
+            // ENG-50: a requested pause stops the run at this item boundary; the queue is
+            // kept for the resume.
+            if self.attempts.pause_requested() && !self.state.queue.is_empty() {
                 break RunEnd::Budget;
             }
             let Some(item) = self.state.queue.pop_front() else {
@@ -1378,6 +1393,17 @@ where
         self.state.updated_at = self.now;
         Ok(())
     }
+
+    /// Pauses the instance (ENG-50): `Suspended/Paused`, with its queue, bookmarks and
+    /// contexts kept as they are for the resume.
+    pub(crate) fn pause_instance(&mut self) {
+        self.set_status(WorkflowStatus::Suspended, Some(SubStatus::Paused));
+        self.publish(EventKind::WorkflowSuspended {
+            sub_status: SubStatus::Paused,
+        });
+        self.state.journal.compact();
+        self.state.updated_at = self.now;
+    }
 }
 
 impl ActivityRef {
@@ -1407,6 +1433,18 @@ pub(crate) struct AttemptSettings {
     pub(crate) cancel_grace: std::time::Duration,
     /// Fired when the instance is cancelled while this run executes a task.
     pub(crate) instance_cancel: Option<crate::cancel::CancellationToken>,
+    /// Set when an operator asked to pause the instance (ENG-50): the run stops at the next
+    /// item boundary, after the current task attempt.
+    pub(crate) pause: Option<Arc<std::sync::atomic::AtomicBool>>,
+}
+
+impl AttemptSettings {
+    /// Whether a pause was requested for this run.
+    pub(crate) fn pause_requested(&self) -> bool {
+        self.pause
+            .as_ref()
+            .is_some_and(|p| p.load(std::sync::atomic::Ordering::SeqCst))
+    }
 }
 
 impl Default for AttemptSettings {
@@ -1415,6 +1453,7 @@ impl Default for AttemptSettings {
             clock: Arc::new(crate::clock::SystemClock),
             cancel_grace: DEFAULT_CANCEL_GRACE,
             instance_cancel: None,
+            pause: None,
         }
     }
 }

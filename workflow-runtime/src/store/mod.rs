@@ -288,8 +288,24 @@ pub struct ControlRequest {
 pub enum ControlKind {
     /// Cancel the instance.
     Cancel,
-    /// Suspend (pause) the instance.
+    /// Suspend (pause) the instance (ENG-50).
     Suspend,
+    /// Resume a paused instance (ENG-50).
+    Resume,
+    /// Retry a faulted instance (FLT-8).
+    Retry,
+}
+
+impl ControlKind {
+    /// The lower-case name an operator types (`cancel`, `suspend`, `resume`, `retry`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Cancel => "cancel",
+            Self::Suspend => "suspend",
+            Self::Resume => "resume",
+            Self::Retry => "retry",
+        }
+    }
 }
 
 /// A lease granted to its holder (ST-14).
@@ -317,7 +333,7 @@ pub struct LeaseState {
 pub struct Renewal {
     /// The extended lease (same token).
     pub lease: Lease,
-    /// A pending cancel or suspend request, if any.
+    /// A pending control request, if any.
     pub control_request: Option<ControlRequest>,
 }
 
@@ -885,6 +901,9 @@ pub struct InstanceFilter {
     pub after: Option<String>,
     /// Page size (0 means 100).
     pub limit: usize,
+    /// Only instances with a pending control request (C-29): what the owning runtime
+    /// honours.
+    pub control_requested: bool,
 }
 
 /// One row of [`Store::list_instances`]: an undecodable row is an error item, never skipped
@@ -1088,7 +1107,9 @@ pub trait Store: Send + Sync + 'static {
     /// oversized state `TooLarge`; in every failure nothing is written.
     fn commit(&self, commit: Commit) -> BoxFuture<'_, StoreResult<u64>>;
 
-    /// Records a cancel or suspend request without changing the version (ST-13, C-29).
+    /// Records a control request (cancel, suspend, resume, retry) without changing the
+    /// version (ST-13, C-29); it replaces one not yet honoured. A final instance gives
+    /// `Invalid`.
     fn request_control(
         &self,
         instance_id: &str,

@@ -1776,6 +1776,7 @@ impl Store for SqliteStore {
                    AND (?2 IS NULL OR definition_name = ?2)
                    AND (?3 IS NULL OR correlation_id = ?3)
                    AND (?4 IS NULL OR instance_id > ?4)
+                   AND (?6 = 0 OR control_request IS NOT NULL)
                  ORDER BY instance_id LIMIT ?5"
             ))?;
             let mut rows = stmt.query(rusqlite::params![
@@ -1784,6 +1785,7 @@ impl Store for SqliteStore {
                 filter.correlation_id,
                 filter.after,
                 limit_i64(page(filter.limit, 100)),
+                filter.control_requested,
             ])?;
             let mut listed = Vec::new();
             while let Some(row) = rows.next()? {
