@@ -570,7 +570,11 @@ async fn durable_rate_prefixed(
     let secs = start.elapsed().as_secs_f64();
     let mut counted = 0;
     for i in 0..instances {
-        let snapshot = runtime.get_state(&format!("{prefix}{i}")).await.unwrap().unwrap();
+        let snapshot = runtime
+            .get_state(&format!("{prefix}{i}"))
+            .await
+            .unwrap()
+            .unwrap();
         counted += snapshot.data::<Counter>().unwrap().count;
     }
     assert_eq!(counted, total, "every transition committed");
@@ -681,8 +685,13 @@ fn child_pg_durable(url: &str, schema: &str, instances: usize, secs: f64) {
         };
         let store = PostgresStore::connect_with(url, &options).await.unwrap();
         let prefix = format!("p{}-", std::process::id());
-        durable_rate_prefixed(Arc::new(store), &prefix, instances, Duration::from_secs_f64(secs))
-            .await
+        durable_rate_prefixed(
+            Arc::new(store),
+            &prefix,
+            instances,
+            Duration::from_secs_f64(secs),
+        )
+        .await
     });
     println!("{rate}");
 }
@@ -704,7 +713,11 @@ fn pg_processes_rate(url: &str, schema: &str, processes: usize, secs: f64) -> f6
         .map(|child| {
             let out = child.wait_with_output().unwrap();
             assert!(out.status.success(), "a benchmark child failed");
-            String::from_utf8(out.stdout).unwrap().trim().parse::<f64>().unwrap()
+            String::from_utf8(out.stdout)
+                .unwrap()
+                .trim()
+                .parse::<f64>()
+                .unwrap()
         })
         .sum()
 }
@@ -751,9 +764,12 @@ fn postgres_rows(reps: usize, secs: f64) -> Vec<Row> {
             let _guard = SchemaGuard::new(url.clone(), schema.clone());
             // Migrate once, so the children do not all wait on the advisory lock.
             drop(rt.block_on(async {
-                PostgresStore::connect_with(&url, &PostgresOptions::default().schema(schema.clone()))
-                    .await
-                    .unwrap()
+                PostgresStore::connect_with(
+                    &url,
+                    &PostgresOptions::default().schema(schema.clone()),
+                )
+                .await
+                .unwrap()
             }));
             spread[slot].push(pg_processes_rate(&url, &schema, n, secs));
         }
@@ -1335,7 +1351,12 @@ fn main() {
     if let Some(pos) = args.iter().position(|a| a == "--child") {
         let rest = &args[pos + 1..];
         if rest[0] == "pg-durable" {
-            child_pg_durable(&rest[1], &rest[2], rest[3].parse().unwrap(), rest[4].parse().unwrap());
+            child_pg_durable(
+                &rest[1],
+                &rest[2],
+                rest[3].parse().unwrap(),
+                rest[4].parse().unwrap(),
+            );
             return;
         }
         let path = PathBuf::from(&rest[1]);

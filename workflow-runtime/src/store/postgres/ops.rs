@@ -603,6 +603,7 @@ pub(super) async fn list_instances(
            AND ($2::text IS NULL OR definition_name = $2)
            AND ($3::text IS NULL OR correlation_id = $3)
            AND ($4::text IS NULL OR instance_id > $4)
+           AND (NOT $6 OR control_request IS NOT NULL)
          ORDER BY instance_id LIMIT $5"
     )))
     .bind(filter.status.map(InstanceStatus::as_str))
@@ -610,6 +611,7 @@ pub(super) async fn list_instances(
     .bind(&filter.correlation_id)
     .bind(&filter.after)
     .bind(limit_i64(page(filter.limit, 100)))
+    .bind(filter.control_requested)
     .fetch_all(&mut *c)
     .await?;
     let mut listed = Vec::with_capacity(rows.len());
