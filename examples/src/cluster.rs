@@ -161,7 +161,7 @@ impl WorkerConfig {
 
 /// The instance id of start number `n`.
 pub fn instance_id(n: u32) -> String {
-    if n % 2 == 0 {
+    if n.is_multiple_of(2) {
         format!("ticket-{n}")
     } else {
         format!("pipeline-{n}")
@@ -201,7 +201,7 @@ async fn start_one(runtime: &Runtime, n: u32) -> Result<(), Box<dyn Error + Send
         instance_id: Some(id.clone()),
         correlation_id: None,
     };
-    let started = if n % 2 == 0 {
+    let started = if n.is_multiple_of(2) {
         runtime.start_with::<Ticket>(data, options).await
     } else {
         runtime.start_with::<Pipeline>(data, options).await
@@ -210,7 +210,7 @@ async fn start_one(runtime: &Runtime, n: u32) -> Result<(), Box<dyn Error + Send
         Ok(_) | Err(StartError::InstanceExists { .. }) => {}
         Err(e) => return Err(e.into()),
     }
-    let event = if n % 2 == 0 { "approve" } else { "go" };
+    let event = if n.is_multiple_of(2) { "approve" } else { "go" };
     runtime
         .send(
             Stimulus::new(event)
