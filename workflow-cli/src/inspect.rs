@@ -554,7 +554,7 @@ pub(crate) fn queued_lines(
                     item.name, s.definition
                 )
             }
-        } else if let Some(close) = waiting.iter().find(|w| edit_distance(w, &item.name) <= 2) {
+        } else if let Some(close) = workflow_model::suggest(&item.name, waiting.iter().copied()) {
             format!(
                 "  - `{}`{key} (sent {sent}) is not `{close}`, the event it waits for",
                 item.name
@@ -576,22 +576,4 @@ fn waits_for(waiting: &[&str]) -> String {
     } else {
         format!(" (it waits for {})", waiting.join(", "))
     }
-}
-
-/// Levenshtein distance, for "did you mean".
-fn edit_distance(a: &str, b: &str) -> usize {
-    let b: Vec<char> = b.chars().collect();
-    let mut row: Vec<usize> = (0..=b.len()).collect();
-    for (i, ca) in a.chars().enumerate() {
-        let mut previous = row[0];
-        row[0] = i + 1;
-        for (j, cb) in b.iter().enumerate() {
-            let current = row[j + 1];
-            row[j + 1] = (previous + usize::from(ca != *cb))
-                .min(row[j] + 1)
-                .min(current + 1);
-            previous = current;
-        }
-    }
-    row[b.len()]
 }
