@@ -14,7 +14,7 @@
 //! [`InstanceRecord<String>`](super::InstanceRecord), ...), the argument types of this
 //! module, [`StoreError`](super::StoreError), and the conformance suite
 //! (`store::conformance`, feature `test-support`) with its
-//! [`Harness`](super::conformance::Harness), so a backend can live outside this crate.
+//! `Harness`, so a backend can live outside this crate.
 //!
 //! Conventions:
 //!
@@ -380,8 +380,10 @@ pub trait Store: Send + Sync + 'static {
     // ----- bookmarks, receipts, triggers -----
 
     /// Bookmark rows, in `(created_at, bookmark_id)` order (ST-6, C-8).
-    fn find_bookmarks(&self, select: BookmarkSelect)
-    -> BoxFuture<'_, StoreResult<Vec<BookmarkRow>>>;
+    fn find_bookmarks(
+        &self,
+        select: BookmarkSelect,
+    ) -> BoxFuture<'_, StoreResult<Vec<BookmarkRow>>>;
 
     /// Whether the instance has consumed the stimulus (RT-19).
     fn has_receipt(&self, instance_id: &str, stimulus_id: &str)
@@ -489,8 +491,10 @@ pub trait Store: Send + Sync + 'static {
     ) -> BoxFuture<'_, StoreResult<()>>;
 
     /// Incidents of one instance or of all (FLT-6, ST-12).
-    fn list_incidents(&self, query: IncidentQuery)
-    -> BoxFuture<'_, StoreResult<Vec<IncidentRecord>>>;
+    fn list_incidents(
+        &self,
+        query: IncidentQuery,
+    ) -> BoxFuture<'_, StoreResult<Vec<IncidentRecord>>>;
 
     /// Looks up an idempotency record (C-20).
     fn find_idempotency_record(

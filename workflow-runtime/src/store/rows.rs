@@ -129,7 +129,10 @@ impl<S> InstanceRecord<S> {
     /// # Errors
     ///
     /// Whatever `f` returns.
-    pub fn try_map_state<T, E>(self, f: impl FnOnce(&str, S) -> Result<T, E>) -> Result<InstanceRecord<T>, E> {
+    pub fn try_map_state<T, E>(
+        self,
+        f: impl FnOnce(&str, S) -> Result<T, E>,
+    ) -> Result<InstanceRecord<T>, E> {
         let state = f(&self.instance_id, self.state)?;
         Ok(InstanceRecord {
             instance_id: self.instance_id,
@@ -325,7 +328,7 @@ pub struct Schedule {
     pub fired: bool,
 }
 
-/// What [`Store::fire_schedule`] did.
+/// What [`Storage::fire_schedule`](super::Storage::fire_schedule) did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ScheduleFiring {
     /// The instance was created and the schedule advanced, in one transaction.
@@ -544,11 +547,11 @@ pub struct TriggerRow {
     pub payload: Value,
     /// Activation strategy (RT-15), opaque to the store.
     pub activation: Value,
-    /// When it was registered. Not compared by [`Store::replace_triggers`].
+    /// When it was registered. Not compared by [`Storage::replace_triggers`](super::Storage::replace_triggers).
     pub registered_at: Micros,
 }
 
-/// What [`Store::replace_triggers`] changed.
+/// What [`Storage::replace_triggers`](super::Storage::replace_triggers) changed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct TriggerDiff {
     /// Rows inserted or changed.
@@ -642,7 +645,7 @@ pub struct DeadLetter {
     pub dead_at: Micros,
 }
 
-/// Filters and keyset page of [`Store::list_dead_letters`] (C-18).
+/// Filters and keyset page of [`Storage::list_dead_letters`](super::Storage::list_dead_letters) (C-18).
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct DeadLetterFilter {
     /// Only this reason.
@@ -676,7 +679,7 @@ impl DeadLetterFilter {
     }
 }
 
-/// What [`Store::record_queue_failure`] did.
+/// What [`Storage::record_queue_failure`](super::Storage::record_queue_failure) did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum QueueFailure {
     /// The item stays queued with this many attempts; its claim is released.
@@ -688,7 +691,7 @@ pub enum QueueFailure {
     DeadLettered,
 }
 
-/// An instance claimed by [`Store::claim_runnable`], with the lease acquired for it.
+/// An instance claimed by [`Storage::claim_runnable`](super::Storage::claim_runnable), with the lease acquired for it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ClaimedInstance {
     /// The instance.
@@ -699,7 +702,7 @@ pub struct ClaimedInstance {
     pub lease: Lease,
 }
 
-/// Filters and keyset page of [`Store::list_instances`] (C-23), in `instance_id` order.
+/// Filters and keyset page of [`Storage::list_instances`](super::Storage::list_instances) (C-23), in `instance_id` order.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct InstanceFilter {
     /// Only this status.
@@ -716,7 +719,7 @@ pub struct InstanceFilter {
     pub limit: usize,
 }
 
-/// One row of [`Store::list_instances`]: an undecodable row is an error item, never skipped
+/// One row of [`Storage::list_instances`](super::Storage::list_instances): an undecodable row is an error item, never skipped
 /// and never failing the page (ST-22).
 #[derive(Debug, Clone, PartialEq)]
 pub struct ListedInstance {
@@ -726,7 +729,7 @@ pub struct ListedInstance {
     pub summary: StoreResult<InstanceSummary>,
 }
 
-/// What [`Store::purge`] removes (ST-31, ST-32).
+/// What [`Storage::purge`](super::Storage::purge) removes (ST-31, ST-32).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PurgeFilter {
     /// Final instances whose `finished_at` is before this instant.
@@ -774,4 +777,3 @@ pub struct StoreStats {
     /// Backend transactions that carried them (equal for `MemoryStore`).
     pub transactions: u64,
 }
-
