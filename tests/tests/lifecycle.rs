@@ -413,6 +413,126 @@ fn a_dead_process_timer_claim_fires_despite_a_stream_of_hints() {
     });
 }
 
+/// A fork: one branch waits for `paid`, the other fails for good, so the instance faults
+/// with the wait still open.
+const HALF_FAULTED: &str = r#"{
+  "name": "HalfFaulted",
+  "root": {
+    "kind": "flowchart",
+    "id": "root",
+    "nodes": [
+      { "kind": "fork", "id": "split", "branches": ["wait", "fail"] },
+      { "kind": "event", "id": "paid", "event": "paid" },
+      { "kind": "task", "id": "boom", "function": "boom" }
+    ],
+    "connections": [
+      { "source": "split", "port": "wait", "target": "paid" },
+      { "source": "split", "port": "fail", "target": "boom" }
+    ]
+  }
+}"#;
+
+/// RT-18, RT-27: a stimulus held for a Faulted instance waits in the queue until the
+/// instance runs again, and costs the idle worker nothing meanwhile (no pass started by the
+/// hints of its own put-backs, no expiry either).
+#[test]
+fn a_held_item_for_a_faulted_instance_does_not_make_the_idle_worker_spin() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = sqlite(&dir.path().join("held.db"));
+    block_on(async {
+        let registry = workflow_runtime::Registry::<Job>::new().task("boom", |_cx| {
+            Box::pin(async { Err(workflow_runtime::TaskError::permanent("boom")) })
+        });
+        let runtime = Runtime::builder()
+            .store(store.clone())
+            .register_json(HALF_FAULTED, registry)
+            .build()
+            .unwrap();
+        let started = runtime
+            .start_by_name(
+                "HalfFaulted",
+                serde_json::json!({"done": []}),
+                StartOptions::default(),
+            )
+            .await
+            .unwrap();
+        assert_eq!(started.status, WorkflowStatus::Faulted);
+        let held = runtime.send(Stimulus::new("paid")).await.unwrap();
+        assert_eq!(
+            held.deferred,
+            std::slice::from_ref(&started.instance_id),
+            "{held:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let before = store.stats().await.unwrap().transactions;
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let idle = store.stats().await.unwrap().transactions - before;
+        // Only the periodic sweep (every 10 s) looks at the held item again.
+        assert!(idle <= 4, "{idle} write transactions in 1 s while idle");
+        let dead = runtime
+            .dead_letters(workflow_runtime::store::DeadLetterFilter::all(10))
+            .await
+            .unwrap();
+        assert!(dead.is_empty(), "the held item is kept: {dead:?}");
+        runtime.shutdown(Duration::from_secs(1)).await;
+    });
+}
+
+/// TM-6: a timer claim lasts as long as the runtime's lease TTL, not a fixed 30 s: a claim
+/// whose resume failed (the instance was busy) is live for that TTL, then the timer fires.
+#[test]
+fn a_timer_claim_follows_the_lease_ttl() {
+    block_on(async {
+        let runtime = Runtime::builder()
+            .register::<Waits>()
+            .lease_ttl(Duration::from_millis(400))
+            .lease_renewal(Duration::from_millis(100))
+            .recovery_sweep(None)
+            .timer_driver(false)
+            .queue_worker(false)
+            .build()
+            .unwrap();
+        let id = runtime
+            .start::<Waits>(Job::default())
+            .await
+            .unwrap()
+            .instance_id;
+        tokio::time::sleep(Duration::from_millis(150)).await;
+        // The timer is due, but another process holds the instance for a moment.
+        let now = workflow_runtime::SystemClock.now();
+        let lease = runtime
+            .store()
+            .acquire_lease(
+                &LeaseKey::instance(id.as_str()),
+                "another-process",
+                now,
+                100_000,
+            )
+            .await
+            .unwrap();
+        let fired = runtime.fire_due_timers().await.unwrap();
+        assert!(fired.fired.is_empty(), "{fired:?}");
+        assert_eq!(fired.failed.len(), 1, "claimed, not fired: {fired:?}");
+        runtime
+            .store()
+            .release_lease(&LeaseKey::instance(id.as_str()), lease.token)
+            .await
+            .unwrap();
+        // The claim is live for the lease TTL: nothing to fire yet...
+        let again = runtime.fire_due_timers().await.unwrap();
+        assert!(
+            again.fired.is_empty() && again.failed.is_empty(),
+            "{again:?}"
+        );
+        // ...and expired after it.
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let later = runtime.fire_due_timers().await.unwrap();
+        assert_eq!(later.fired.len(), 1, "{later:?}");
+        let done = runtime.await_completion(&id, Duration::from_secs(2)).await;
+        assert!(matches!(done, Ok(Completion::Finished(_))), "{done:?}");
+    });
+}
+
 // ---- retention ---------------------------------------------------------------------------
 
 workflow! {

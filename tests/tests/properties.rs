@@ -1,5 +1,7 @@
-//! Property test of the engine: a generated definition that validates (a state machine or a
-//! flowchart of tasks, events, delays, decisions, forks and joins), run on a `TestRuntime`
+//! Property test of the engine: a generated definition that validates (a state machine, a
+//! flowchart of tasks, events, delays, decisions, forks and joins, or a sequence of structured
+//! activities: `if`, `while`, `for_each`, `parallel_for_each`, `parallel` all or any, nested
+//! sequences), run on a `TestRuntime`
 //! over the in-memory store under a random sequence of stimuli and clock advances, never gets
 //! an engine error, and always ends finished or cleanly suspended (waiting on a bookmark, with
 //! no incident).
@@ -29,7 +31,7 @@ struct Data {
 
 /// The user code every generated definition may name: `work` succeeds, `flaky` fails its
 /// first attempt (a retry through a durable timer), `toggle` flips `flag`, the condition
-/// `flag` reads it.
+/// `flag` reads it, the items fn `pair` lists two items.
 fn registry() -> Registry<Data> {
     Registry::new()
         .task("work", |cx: &mut TaskContext<Data>| {
@@ -54,6 +56,7 @@ fn registry() -> Registry<Data> {
             })
         })
         .condition("flag", |data: &Data| data.flag)
+        .items("pair", |_data: &Data| vec![1, 2])
 }
 
 const EVENTS: usize = 3;
@@ -276,6 +279,99 @@ fn flowchart_json(blocks: &[Block]) -> Value {
         "nodes": chart.nodes, "connections": chart.connections}})
 }
 
+/// A step of a generated structured sequence.
+#[derive(Debug, Clone)]
+enum Step {
+    Task(usize),
+    Event(usize),
+    Delay(u64),
+    /// `if flag [then] else [else]`, the `else` optional.
+    If(Vec<Step>, Option<Vec<Step>>),
+    /// `while flag [toggle, body..]`: the body starts by clearing the flag it set, so the loop
+    /// runs at most once (the body holds no other `toggle`).
+    While(Vec<Step>),
+    /// `for_each(pair) [body]` or, when parallel, `parallel_for_each(pair)`.
+    ForEach(Vec<Step>, bool),
+    /// `parallel` all (`true`) or any, each branch a sequence.
+    Parallel(Vec<Vec<Step>>, bool),
+}
+
+/// A leaf step; `toggle` only where `allow_toggle`.
+fn leaf_step(allow_toggle: bool) -> impl Strategy<Value = Step> {
+    let tasks = if allow_toggle { TASKS.len() } else { 2 };
+    prop_oneof![
+        3 => (0..tasks).prop_map(Step::Task),
+        2 => (0..EVENTS).prop_map(Step::Event),
+        1 => (1..5u64).prop_map(|s| Step::Delay(s * 1_000)),
+    ]
+}
+
+/// Steps nested at most two levels deep; no `toggle` inside a loop body.
+fn steps(depth: u32, allow_toggle: bool) -> BoxedStrategy<Vec<Step>> {
+    if depth == 0 {
+        return prop::collection::vec(leaf_step(allow_toggle), 1..3).boxed();
+    }
+    let inner = move |toggle: bool| steps(depth - 1, toggle);
+    let step = prop_oneof![
+        4 => leaf_step(allow_toggle),
+        1 => (inner(allow_toggle), prop::option::of(inner(allow_toggle)))
+            .prop_map(|(then, other)| Step::If(then, other)),
+        1 => inner(false).prop_map(Step::While),
+        1 => (inner(false), any::<bool>()).prop_map(|(body, parallel)| Step::ForEach(body, parallel)),
+        1 => (prop::collection::vec(inner(allow_toggle), 1..3), any::<bool>())
+            .prop_map(|(branches, all)| Step::Parallel(branches, all)),
+    ];
+    prop::collection::vec(step, 1..4).boxed()
+}
+
+/// The JSON of a generated structured sequence.
+fn sequence_json(root: &[Step]) -> Value {
+    fn sequence(next: &mut usize, steps: &[Step]) -> Value {
+        let id = format!("s{next}");
+        *next += 1;
+        let steps: Vec<Value> = steps.iter().map(|s| step(next, s)).collect();
+        json!({"kind": "sequence", "id": id, "steps": steps})
+    }
+    fn step(next: &mut usize, step: &Step) -> Value {
+        let id = format!("s{next}");
+        *next += 1;
+        match step {
+            Step::Task(t) => json!({"kind": "task", "id": id, "function": TASKS[*t]}),
+            Step::Event(e) => json!({"kind": "event", "id": id, "event": format!("e{e}")}),
+            Step::Delay(ms) => json!({"kind": "delay", "id": id, "duration_ms": ms}),
+            Step::If(then, other) => {
+                let mut node = json!({"kind": "if", "id": id, "condition": "flag",
+                    "then": sequence(next, then)});
+                if let Some(other) = other {
+                    node["else"] = sequence(next, other);
+                }
+                node
+            }
+            Step::While(body) => {
+                let mut body = body.clone();
+                body.insert(0, Step::Task(2));
+                json!({"kind": "while", "id": id, "condition": "flag",
+                    "body": sequence(next, &body)})
+            }
+            Step::ForEach(body, parallel) => {
+                let kind = if *parallel {
+                    "parallel_for_each"
+                } else {
+                    "for_each"
+                };
+                json!({"kind": kind, "id": id, "items": "pair", "body": sequence(next, body)})
+            }
+            Step::Parallel(branches, all) => {
+                let branches: Vec<Value> = branches.iter().map(|b| sequence(next, b)).collect();
+                json!({"kind": "parallel", "id": id, "branches": branches,
+                    "mode": if *all { "all" } else { "any" }})
+            }
+        }
+    }
+    let mut next = 0;
+    json!({"name": "Generated", "retry": retry(), "root": sequence(&mut next, root)})
+}
+
 /// What the test does to the running instance.
 #[derive(Debug, Clone)]
 enum Op {
@@ -430,6 +526,14 @@ proptest! {
     ) {
         run(flowchart_json(&blocks), &ops)?;
     }
+
+    #[test]
+    fn generated_structured_sequences_finish_or_wait_cleanly(
+        root in steps(2, true),
+        ops in prop::collection::vec(op(), 0..16),
+    ) {
+        run(sequence_json(&root), &ops)?;
+    }
 }
 
 /// The generators make valid definitions (a property that rejects every case would test
@@ -459,4 +563,13 @@ fn generated_definitions_validate() {
         Block::Event(2),
     ];
     Definition::from_json(&flowchart_json(&blocks).to_string()).unwrap();
+    let root = [
+        Step::Task(0),
+        Step::If(vec![Step::Event(1)], Some(vec![Step::Delay(1_000)])),
+        Step::While(vec![Step::Task(1)]),
+        Step::ForEach(vec![Step::Task(0), Step::Event(0)], true),
+        Step::ForEach(vec![Step::Task(1)], false),
+        Step::Parallel(vec![vec![Step::Event(2)], vec![Step::Task(2)]], false),
+    ];
+    Definition::from_json(&sequence_json(&root).to_string()).unwrap();
 }

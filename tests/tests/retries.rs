@@ -179,7 +179,10 @@ fn the_last_failure_faults_with_an_incident_and_the_operator_retries() {
 
         heal(&id);
         let retried = test.retry(&id).await.unwrap();
-        assert_eq!(retried.status, WorkflowStatus::Finished);
+        assert_eq!(
+            retried.applied().map(|s| s.status),
+            Some(WorkflowStatus::Finished)
+        );
         let incidents = test.incidents(&id).await.unwrap().unwrap();
         assert_eq!(incidents[0].resolution.as_deref(), Some("retried"));
         let done = test.get_state(&id).await.unwrap().unwrap();

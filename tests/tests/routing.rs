@@ -1112,6 +1112,90 @@ fn rt22_a_transition_condition_payload_that_does_not_decode_is_rejected() {
     }
 }
 
+// RT-22 for a transition action that reads its payload with `ctx.payload()?` (`record_shipment`
+// reads a `Shipment`): a `shipped` whose payload is not a `Shipment` is rejected for the
+// instance. The machine stays in `Paid`, waiting on the same bookmark, with no incident; the
+// stimulus is dead-lettered `Rejected` and the report lists it; the stored error and the
+// report name the type without a Rust path (ST-20). A good payload then ships the order.
+#[test]
+fn rt22_an_action_payload_that_does_not_decode_is_rejected_not_faulted() {
+    for (label, store, _dir) in stores() {
+        block_on(async {
+            let rt = Runtime::builder()
+                .store(store.clone())
+                .register::<common::OrderFlow>()
+                .build()
+                .unwrap();
+            let id = rt
+                .start::<common::OrderFlow>(common::order("o-9", 100))
+                .await
+                .unwrap()
+                .instance_id;
+            let paid = rt
+                .send(
+                    Stimulus::new("payment")
+                        .key("o-9")
+                        .payload(json!({"amount": 100})),
+                )
+                .await
+                .unwrap();
+            assert_eq!(paid.resumed.len(), 1, "{label}: {paid:?}");
+            let before = rt.get_state(&id).await.unwrap().unwrap();
+            assert_eq!(before.status(), WorkflowStatus::Suspended, "{label}");
+
+            let report = rt
+                .send(
+                    Stimulus::new("shipped")
+                        .key("o-9")
+                        .payload(json!({"tracking": 42})),
+                )
+                .await
+                .unwrap();
+            assert!(report.resumed.is_empty(), "{label}: {report:?}");
+            assert_eq!(report.rejected.len(), 1, "{label}: {report:?}");
+            let Rejection::PayloadDecode {
+                instance,
+                bookmark,
+                payload_type,
+                message,
+                ..
+            } = &report.rejected[0];
+            assert_eq!(instance, &id, "{label}");
+            assert_eq!(payload_type, "Shipment", "{label}");
+            assert!(message.contains("ship_action"), "{label}: {message}");
+            assert!(!message.contains("::"), "{label}: {message}");
+            assert_eq!(bookmark, &before.state.bookmarks()[0].id, "{label}");
+
+            // Nothing committed: same journal, same bookmark, no incident, still waiting.
+            let after = rt.get_state(&id).await.unwrap().unwrap();
+            assert_eq!(after.status(), WorkflowStatus::Suspended, "{label}");
+            assert_eq!(after.journal.len(), before.journal.len(), "{label}");
+            assert_eq!(after.state.bookmarks(), before.state.bookmarks(), "{label}");
+            assert!(after.state.incidents().is_empty(), "{label}");
+            let (stimulus_id, error) = rejected_dead_letter(&rt, label).await;
+            assert_eq!(stimulus_id, report.stimulus_id, "{label}");
+            assert!(
+                error.contains("PayloadDecode") && error.contains("Shipment"),
+                "{label}: {error}"
+            );
+            assert!(!error.contains("::"), "{label}: {error}");
+
+            // A good shipment takes the same bookmark.
+            let report = rt
+                .send(
+                    Stimulus::new("shipped")
+                        .key("o-9")
+                        .payload(json!({"tracking": "TRK-1"})),
+                )
+                .await
+                .unwrap();
+            assert_eq!(report.resumed.len(), 1, "{label}: {report:?}");
+            let order: common::Order = rt.get_state(&id).await.unwrap().unwrap().data().unwrap();
+            assert_eq!(order.tracking.as_deref(), Some("TRK-1"), "{label}");
+        });
+    }
+}
+
 // RT-14: a send naming an instance and a bookmark of another instance is refused before any
 // effect, naming both (and the bookmark's owner); nothing is resumed or queued.
 #[test]

@@ -130,7 +130,10 @@ fn a_fault_saga_compensates_then_faults_listing_the_compensations() {
         // FLT-8: the operator's retry restarts the compensated scope from its beginning; `c`
         // still fails, so the scope compensates again and the instance faults again.
         let retried = rt.retry(&id).await.unwrap();
-        assert_eq!(retried.status, WorkflowStatus::Faulted);
+        assert_eq!(
+            retried.applied().map(|s| s.status),
+            Some(WorkflowStatus::Faulted)
+        );
         let snapshot = rt.get_state(&id).await.unwrap().unwrap();
         assert_eq!(
             snapshot.data::<Trip>().unwrap().log,

@@ -6,7 +6,7 @@
 
 use std::collections::BTreeMap;
 use std::fmt::Debug;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use futures_util::StreamExt;
 use serde::{Deserialize, Serialize};
@@ -54,16 +54,37 @@ impl<S: Subscriber> Layer<S> for Capture {
     fn on_event(&self, event: &Event<'_>, _ctx: Context<'_, S>) {
         let mut fields = BTreeMap::new();
         event.record(&mut Fields(&mut fields));
-        self.0.lock().unwrap().push(Captured {
-            level: *event.metadata().level(),
-            fields,
-        });
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .push(Captured {
+                level: *event.metadata().level(),
+                fields,
+            });
     }
 }
 
 impl Capture {
+    /// The process-wide capture, installed once: a thread-local subscriber races with the
+    /// callsite interest the other tests of this binary register without one.
+    fn global() -> Capture {
+        static GLOBAL: OnceLock<Capture> = OnceLock::new();
+        GLOBAL
+            .get_or_init(|| {
+                let capture = Capture::default();
+                let subscriber = tracing_subscriber::registry().with(capture.clone());
+                tracing::subscriber::set_global_default(subscriber).unwrap();
+                capture
+            })
+            .clone()
+    }
+
     fn find(&self, message: &str, instance: &str) -> Captured {
-        let events = self.0.lock().unwrap();
+        let events = self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone();
         events
             .iter()
             .find(|e| e.message() == message && e.field("instance") == instance)
@@ -96,11 +117,7 @@ workflow! {
 
 #[test]
 fn the_lifecycle_is_logged_with_its_instance_definition_and_node() {
-    let capture = Capture::default();
-    // The process-wide subscriber: a thread-local one races with the callsite interest the
-    // other tests of this binary register without one.
-    let subscriber = tracing_subscriber::registry().with(capture.clone());
-    tracing::subscriber::set_global_default(subscriber).unwrap();
+    let capture = Capture::global();
     tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -183,5 +200,75 @@ fn the_event_stream_is_a_futures_stream() {
                 events.next().await.is_none(),
                 "the stream ends with the runtime"
             );
+        });
+}
+
+/// Two versions of one definition: the second has one more step, so another fingerprint. The
+/// event takes a stimulus queued before the instance began (look-back `any`, RT-30).
+fn versioned(steps: usize) -> String {
+    let tasks: Vec<String> = (0..steps)
+        .map(|i| format!(r#"{{ "kind": "task", "id": "t{i}", "function": "close" }}"#))
+        .collect();
+    format!(
+        r#"{{ "name": "Versioned", "root": {{ "kind": "sequence", "id": "root", "steps": [
+            {{ "kind": "event", "id": "go", "event": "go", "look_back": "any" }}, {} ] }} }}"#,
+        tasks.join(", ")
+    )
+}
+
+fn versioned_runtime(store: &Arc<dyn workflow_runtime::store::Store>, steps: usize) -> Runtime {
+    let registry = workflow_runtime::Registry::<Ticket>::new().task("close", |_cx| {
+        Box::pin(async { Ok(workflow_runtime::Outcome::done()) })
+    });
+    Runtime::builder()
+        .store(Arc::clone(store))
+        .register_json(versioned(steps), registry)
+        .queue_worker(false)
+        .timer_driver(false)
+        .build()
+        .unwrap()
+}
+
+/// RT-18: the queue worker of a process that does not run an instance's version says so in
+/// a warning naming the instance and keeps the item for a process that does, which then
+/// delivers it; no delivery error is dropped in silence.
+#[test]
+fn a_queued_item_for_an_unregistered_version_is_logged_and_kept() {
+    let capture = Capture::global();
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(async {
+            let store: Arc<dyn workflow_runtime::store::Store> =
+                Arc::new(workflow_runtime::store::MemoryStore::new());
+            let old = versioned_runtime(&store, 1);
+            let new = versioned_runtime(&store, 2);
+            // Sent before the instance waits for it: queued for the bookmark to come (RT-21).
+            let early = new.send(Stimulus::new("go")).await.unwrap();
+            assert!(early.queued.is_some(), "{early:?}");
+            let id = old
+                .start_by_name(
+                    "Versioned",
+                    serde_json::json!({"id": "v-1"}),
+                    Default::default(),
+                )
+                .await
+                .unwrap()
+                .instance_id;
+            assert_eq!(new.deliver_queued().await.unwrap(), 0);
+            let warned = capture.find(
+                "queue: the instance's version is not registered here; the item waits for a process that runs it",
+                &id,
+            );
+            assert_eq!(warned.level, Level::WARN);
+            assert!(
+                warned.field("error").contains("not registered"),
+                "{warned:?}"
+            );
+            // Kept, not dead-lettered: the process running the old version delivers it.
+            assert_eq!(old.deliver_queued().await.unwrap(), 1);
+            let state = old.get_state(&id).await.unwrap().unwrap();
+            assert_eq!(state.status(), WorkflowStatus::Finished);
         });
 }

@@ -9,7 +9,7 @@ use workflow_model::Definition;
 use workflow_runtime::store::{
     DeadLetterFilter, DeadLetterReason, InstanceStatus, Micros, PurgeFilter, Storage, StoreError,
 };
-use workflow_runtime::{Runtime, Stimulus};
+use workflow_runtime::{Control, Runtime, Stimulus};
 
 use crate::inspect::{self, Detail, ListFilter};
 use crate::render::{Table, instant, or_dash, relative};
@@ -172,6 +172,12 @@ pub(crate) async fn run(url: &str, command: Command) -> Result<String, CliError>
                 None => format!("sent `{name}`\n"),
             })
         }
+        Command::Cancel { id, reason, wait } => {
+            control(&target, &id, Operation::Cancel(reason), wait).await
+        }
+        Command::Suspend { id, wait } => control(&target, &id, Operation::Suspend, wait).await,
+        Command::Resume { id, wait } => control(&target, &id, Operation::Resume, wait).await,
+        Command::Retry { id, wait } => control(&target, &id, Operation::Retry, wait).await,
         Command::Purge {
             older_than,
             definition,
@@ -197,12 +203,105 @@ fn parse_json_or_string(text: &str) -> Value {
     serde_json::from_str(text).unwrap_or_else(|_| Value::String(text.to_owned()))
 }
 
+/// An operator's control request.
+enum Operation {
+    Cancel(Option<String>),
+    Suspend,
+    Resume,
+    Retry,
+}
+
+impl Operation {
+    fn verb(&self) -> &'static str {
+        match self {
+            Self::Cancel(_) => "cancel",
+            Self::Suspend => "suspend",
+            Self::Resume => "resume",
+            Self::Retry => "retry",
+        }
+    }
+}
+
+/// Records the operator's request through a runtime without the application's code (so it is
+/// always a request the owning process honours), then waits up to `wait` for that process to
+/// apply it.
+async fn control(
+    target: &Target,
+    id: &str,
+    operation: Operation,
+    wait: Duration,
+) -> Result<String, CliError> {
+    let store = target.open_write()?;
+    let runtime = operator_runtime(store.clone())?;
+    let verb = operation.verb();
+    let refused = |message: String| {
+        if message.contains("not found") {
+            CliError::NotFound(id.to_owned())
+        } else {
+            CliError::Input(format!("cannot {verb} `{id}`: {message}"))
+        }
+    };
+    let done = match operation {
+        Operation::Cancel(reason) => runtime
+            .cancel(id, reason)
+            .await
+            .map_err(|e| refused(e.to_string()))?,
+        Operation::Suspend => runtime
+            .suspend(id)
+            .await
+            .map_err(|e| refused(e.to_string()))?,
+        Operation::Resume => runtime
+            .resume(id)
+            .await
+            .map_err(|e| refused(e.to_string()))?,
+        Operation::Retry => runtime
+            .retry(id)
+            .await
+            .map_err(|e| refused(e.to_string()))?,
+    };
+    if let Control::Applied(started) = done {
+        return Ok(format!("{verb}: {}\n", Control::Applied(started)));
+    }
+    // The owning process clears the request in the commit that honours it.
+    let deadline = tokio::time::Instant::now() + wait;
+    loop {
+        let record = store.load_instance(id).await?;
+        if record.control_request.is_none() {
+            let status = match record.sub_status {
+                Some(sub) => format!("{} ({})", record.status.as_str(), sub.as_str()),
+                None => record.status.as_str().to_owned(),
+            };
+            return Ok(format!(
+                "{verb} of `{id}` applied by the process running `{}`: it is now {status}\n",
+                record.definition_name
+            ));
+        }
+        if tokio::time::Instant::now() >= deadline {
+            let waited = if wait.is_zero() {
+                String::new()
+            } else {
+                format!(" (not yet within {}s: is it running?)", wait.as_secs())
+            };
+            return Ok(format!(
+                "{verb} of `{id}` requested: the process running `{}` applies it at the \
+                 instance's next step{waited}\n",
+                record.definition_name
+            ));
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 /// A runtime with no workflows of its own: it only writes what an operator asks for, through
-/// the same code paths as the application's runtime.
+/// the same code paths as the application's runtime. It runs no background work: the
+/// application's runtime does that.
 fn operator_runtime(store: Storage) -> Result<Runtime, CliError> {
     Runtime::builder()
         .store(store)
         .timer_driver(false)
+        .queue_worker(false)
+        .recovery_sweep(None)
+        .retention(workflow_runtime::Retention::off())
         .owner(format!("workflow-cli pid {}", std::process::id()))
         .build()
         .map_err(|e| CliError::Input(format!("cannot prepare the send: {e}")))

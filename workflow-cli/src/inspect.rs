@@ -236,7 +236,7 @@ pub(crate) async fn detail(store: &Storage, id: &str) -> Result<Option<Detail>, 
         control_request: record
             .control_request
             .as_ref()
-            .map(|c| format!("{:?}", c.kind).to_lowercase()),
+            .map(|c| c.kind.as_str().to_owned()),
         bookmarks: bookmarks
             .iter()
             .map(|b| bookmark_view(b, &record.state))

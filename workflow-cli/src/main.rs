@@ -6,12 +6,16 @@
 //! workflow --store sqlite:app.db show order-1
 //! workflow --store sqlite:app.db why order-1
 //! workflow --store sqlite:app.db send payment --key '"o-1"' --payload '{"amount": 30}'
+//! workflow --store sqlite:app.db suspend order-1
+//! workflow --store sqlite:app.db retry job-7
 //! ```
 //!
 //! Reads never need the application's code and never block it: a SQLite file in use is read
 //! through a read-only connection. A sent event goes to the store's queue, and the queue
-//! worker of the process running its workflows delivers it; `dead-letters replay` and `purge`
-//! write beside a running application too.
+//! worker of the process running its workflows delivers it; `cancel`, `suspend`, `resume` and
+//! `retry` record a control request that the process running the instance honours at its
+//! next step (the command waits for that, `--wait`, 15 s by default); `dead-letters replay`
+//! and `purge` write beside a running application too.
 //!
 //! The store comes from `--store` or the environment variable `WORKFLOW_STORE`.
 
@@ -93,6 +97,43 @@ pub(crate) enum Command {
         /// Makes a repeated send act once.
         #[arg(long)]
         idempotency_key: Option<String>,
+    },
+    /// Cancels an instance: the process running it cancels it at its next step (a task it
+    /// is running has its cancellation token fired).
+    Cancel {
+        /// The instance id.
+        id: String,
+        /// Why, for the journal.
+        #[arg(long)]
+        reason: Option<String>,
+        /// How long to wait for the owning process to apply it (`0` returns at once).
+        #[arg(long, value_parser = parse_duration, default_value = "15s")]
+        wait: Duration,
+    },
+    /// Suspends (pauses) an instance: a task it is running finishes its attempt, then nothing
+    /// of it runs until `resume`; events sent to it meanwhile are held.
+    Suspend {
+        /// The instance id.
+        id: String,
+        /// How long to wait for the owning process to apply it (`0` returns at once).
+        #[arg(long, value_parser = parse_duration, default_value = "15s")]
+        wait: Duration,
+    },
+    /// Resumes a suspended instance: its timers and held events are released.
+    Resume {
+        /// The instance id.
+        id: String,
+        /// How long to wait for the owning process to apply it (`0` returns at once).
+        #[arg(long, value_parser = parse_duration, default_value = "15s")]
+        wait: Duration,
+    },
+    /// Retries a faulted instance: the failed activity runs again with a fresh attempt budget.
+    Retry {
+        /// The instance id.
+        id: String,
+        /// How long to wait for the owning process to apply it (`0` returns at once).
+        #[arg(long, value_parser = parse_duration, default_value = "15s")]
+        wait: Duration,
     },
     /// Removes finished and cancelled instances older than a duration.
     Purge {

@@ -43,7 +43,17 @@ pub struct Job {
     name: String,
 }
 
-async fn always_fails(_ctx: &mut TaskContext<Job>) -> Result<(), TaskError> {
+/// Jobs whose printer an operator has repaired: they print instead of failing.
+static REPAIRED: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+
+async fn always_fails(ctx: &mut TaskContext<Job>) -> Result<(), TaskError> {
+    let repaired = REPAIRED
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .contains(&ctx.data().name);
+    if repaired {
+        return Ok(());
+    }
     Err(TaskError::permanent("the printer is on fire"))
 }
 
@@ -346,4 +356,216 @@ fn a_bad_store_url_or_a_missing_file_is_named() {
         stderr.contains("no SQLite file at `/nonexistent/app.db`"),
         "{stderr}"
     );
+}
+
+/// The application, as it runs in production: its queue worker on, checking for operators'
+/// requests every 50 ms.
+fn application(path: &Path) -> Runtime {
+    Runtime::builder()
+        .store(Arc::new(SqliteStore::open(path).unwrap()))
+        .register::<CliOrder>()
+        .register::<CliJob>()
+        .queue_sweep(std::time::Duration::from_millis(50))
+        .build()
+        .unwrap()
+}
+
+/// The binary, run without blocking the application's tasks.
+async fn operator(store: &Path, args: &[&str]) -> Output {
+    let store = store.to_owned();
+    let args: Vec<String> = args.iter().map(|a| (*a).to_owned()).collect();
+    tokio::task::spawn_blocking(move || {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        workflow(&store, &args)
+    })
+    .await
+    .unwrap()
+}
+
+async fn status_in(
+    app: &Runtime,
+    id: &str,
+) -> (WorkflowStatus, Option<workflow_runtime::SubStatus>) {
+    let snapshot = app.get_state(id).await.unwrap().unwrap();
+    (snapshot.status(), snapshot.sub_status())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn suspend_and_resume_beside_the_running_application_pause_and_release_an_order() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("app.db");
+    populated(&db).await;
+    let app = application(&db);
+    app.start_workers().await.unwrap();
+
+    let suspended = operator(&db, &["suspend", "o-1"]).await;
+    assert!(suspended.ok, "{}", suspended.stderr);
+    assert!(
+        suspended
+            .stdout
+            .contains("suspend of `o-1` applied by the process running `CliOrder`: it is now suspended (paused)"),
+        "{}",
+        suspended.stdout
+    );
+    assert_eq!(
+        status_in(&app, "o-1").await,
+        (
+            WorkflowStatus::Suspended,
+            Some(workflow_runtime::SubStatus::Paused)
+        )
+    );
+    let why = operator(&db, &["why", "o-1"]).await;
+    assert!(
+        why.stdout.contains("suspended by an operator"),
+        "{}",
+        why.stdout
+    );
+
+    // A payment sent while it is paused is held, not lost.
+    let sent = operator(
+        &db,
+        &[
+            "send",
+            "payment",
+            "--key",
+            "o-1",
+            "--payload",
+            r#"{"amount": 7}"#,
+        ],
+    )
+    .await;
+    assert!(sent.ok, "{}", sent.stderr);
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    assert_eq!(
+        app.get_state("o-1").await.unwrap().unwrap().current_state(),
+        Some("New")
+    );
+
+    let again = operator(&db, &["resume", "o-2"]).await;
+    assert!(!again.ok);
+    assert!(
+        again.stderr.contains("cannot resume `o-2`") && again.stderr.contains("not paused"),
+        "{}",
+        again.stderr
+    );
+
+    let resumed = operator(&db, &["resume", "o-1"]).await;
+    assert!(resumed.ok, "{}", resumed.stderr);
+    assert!(
+        resumed.stdout.contains("resume of `o-1` applied"),
+        "{}",
+        resumed.stdout
+    );
+    let mut state = None;
+    for _ in 0..100 {
+        let snapshot = app.get_state("o-1").await.unwrap().unwrap();
+        state = snapshot.current_state().map(str::to_owned);
+        if state.as_deref() == Some("Paid") {
+            assert_eq!(snapshot.data::<Order>().unwrap().paid, 7);
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert_eq!(
+        state.as_deref(),
+        Some("Paid"),
+        "the held payment was delivered"
+    );
+    app.shutdown(std::time::Duration::from_secs(1)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancel_and_retry_beside_the_running_application_change_the_instances() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("app.db");
+    populated(&db).await;
+    let app = application(&db);
+    app.start_workers().await.unwrap();
+
+    let cancelled = operator(&db, &["cancel", "o-2", "--reason", "customer called"]).await;
+    assert!(cancelled.ok, "{}", cancelled.stderr);
+    assert!(
+        cancelled.stdout.contains("it is now cancelled"),
+        "{}",
+        cancelled.stdout
+    );
+    let done = app
+        .await_completion("o-2", std::time::Duration::from_secs(1))
+        .await
+        .unwrap();
+    assert_eq!(
+        done,
+        workflow_runtime::Completion::Cancelled(Some("customer called".to_owned()))
+    );
+
+    // The job's printer is repaired; the operator retries it and it finishes.
+    let job = app
+        .start_with::<CliJob>(
+            Job {
+                name: "invoices".into(),
+            },
+            with_id("job-2"),
+        )
+        .await
+        .unwrap();
+    assert_eq!(job.status, WorkflowStatus::Faulted);
+    REPAIRED.lock().unwrap().push("invoices".to_owned());
+    let retried = operator(&db, &["retry", "job-2"]).await;
+    assert!(retried.ok, "{}", retried.stderr);
+    assert!(
+        retried.stdout.contains("it is now finished"),
+        "{}",
+        retried.stdout
+    );
+    assert_eq!(
+        status_in(&app, "job-2").await,
+        (WorkflowStatus::Finished, None)
+    );
+    let incidents = app.incidents("job-2").await.unwrap().unwrap();
+    assert_eq!(incidents[0].resolution.as_deref(), Some("retried"));
+
+    let refused = operator(&db, &["cancel", "o-2"]).await;
+    assert!(!refused.ok);
+    assert!(
+        refused.stderr.contains("already Cancelled"),
+        "{}",
+        refused.stderr
+    );
+    let missing = operator(&db, &["suspend", "nope"]).await;
+    assert!(
+        missing.stderr.contains("no instance `nope`"),
+        "{}",
+        missing.stderr
+    );
+    app.shutdown(std::time::Duration::from_secs(1)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_made_while_the_application_is_down_is_honoured_when_it_starts() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("app.db");
+    populated(&db).await;
+
+    let requested = operator(&db, &["cancel", "o-1", "--wait", "0"]).await;
+    assert!(requested.ok, "{}", requested.stderr);
+    assert!(
+        requested.stdout.contains("cancel of `o-1` requested"),
+        "{}",
+        requested.stdout
+    );
+    let show = operator(&db, &["show", "o-1"]).await;
+    assert!(
+        show.stdout.contains("requested   cancel"),
+        "{}",
+        show.stdout
+    );
+
+    let app = application(&db);
+    app.start_workers().await.unwrap();
+    let done = app
+        .await_completion("o-1", std::time::Duration::from_secs(5))
+        .await
+        .unwrap();
+    assert_eq!(done, workflow_runtime::Completion::Cancelled(None));
+    app.shutdown(std::time::Duration::from_secs(1)).await;
 }

@@ -39,10 +39,10 @@ pub use engine::task::{IntoTaskResult, Outcome, TaskContext, TaskError, TaskResu
 pub use events::{ActivityRef, EventKind, EventStream, LifecycleEvent, RecvError};
 pub use routing::RoutingError;
 pub use runtime::{
-    AwaitError, BuildError, CancelError, Completion, InstanceSnapshot, LifecycleError, PurgeError,
-    RecoveryReport, Refusal, Rejection, ResumeError, Retention, RetentionReport, RetryError,
-    Runtime, RuntimeBuilder, SendError, SendReport, StartError, StartOptions, Started, StateError,
-    Stimulus, TimerFiring,
+    AwaitError, BuildError, CancelError, Completion, Control, ControlError, InstanceQuery,
+    InstanceSnapshot, InstanceSummary, LifecycleError, PurgeError, RecoveryReport, Refusal,
+    Rejection, ResumeError, Retention, RetentionReport, RetryError, Runtime, RuntimeBuilder,
+    SendError, SendReport, StartError, StartOptions, Started, StateError, Stimulus, TimerFiring,
 };
 pub use workflow::{StateMachineWorkflow, Workflow};
 
@@ -89,8 +89,9 @@ pub mod prelude {
     pub use crate::store::SqliteStore;
     pub use crate::store::{MemoryStore, Store};
     pub use crate::{
-        Completion, Outcome, Runtime, RuntimeBuilder, SendReport, StartOptions, Started,
-        StateMachineWorkflow, Stimulus, TaskContext, TaskError, Workflow, WorkflowStatus,
+        Completion, Control, InstanceQuery, Outcome, Runtime, RuntimeBuilder, SendReport,
+        StartOptions, Started, StateMachineWorkflow, Stimulus, TaskContext, TaskError, Workflow,
+        WorkflowStatus,
     };
     #[cfg(feature = "macros")]
     pub use crate::{state_machine, workflow};

@@ -154,6 +154,10 @@ where
             Ok(Err(error)) => {
                 // FLT-4: the failed attempt's changes are dropped.
                 self.data = None;
+                // RT-22: the stimulus's payload is not what the task reads: reject the run.
+                if let Some(rejection) = self.task_payload_rejection(id, &error) {
+                    return Err(rejection);
+                }
                 if crate::engine::faults::retry_after_failure(
                     self, id, retry, attempt, started_at, &error,
                 )? {

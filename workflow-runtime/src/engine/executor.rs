@@ -84,6 +84,13 @@ pub enum RunError {
         /// Its status.
         status: WorkflowStatus,
     },
+    /// The instance is paused by an operator (`Suspended/Paused`, ENG-50): nothing runs until
+    /// it is resumed. A stimulus for it stays queued, held, and is delivered after the resume.
+    #[error("instance `{instance}` is paused: nothing runs until it is resumed")]
+    Paused {
+        /// The instance.
+        instance: String,
+    },
     /// The targeted context does not exist (ENG-25).
     #[error("context {context} not found")]
     ContextNotFound {
@@ -392,6 +399,12 @@ pub(crate) struct Executor<'a, D> {
     /// The bookmark and node being resumed by a stimulus, while its entry point runs: a
     /// payload that does not decode then rejects the run (RT-22) instead of faulting.
     resuming: Option<(String, String)>,
+    /// The bookmark, node and payload of the stimulus (an event, not one of the engine's
+    /// reserved `wf.` stimuli) this run resumed, until the run first commits: a task of this
+    /// run that cannot read that payload with `ctx.payload()` rejects the run (RT-22), since
+    /// nothing of it is stored yet. After a commit inside the run the bookmark is consumed in
+    /// the store, so the failure faults the task as any permanent error.
+    stimulus: Option<(String, String, Value)>,
 }
 
 impl<D> std::fmt::Debug for Executor<'_, D> {
@@ -427,6 +440,7 @@ where
             last_commit: std::time::Instant::now(),
             attempts: AttemptSettings::default(),
             resuming: None,
+            stimulus: None,
         }
     }
 
@@ -442,6 +456,29 @@ where
             instance: self.state.instance_id.clone(),
             bookmark,
             node,
+            payload_type: payload_type.to_owned(),
+            message: error.message().to_owned(),
+        }))
+    }
+
+    /// RT-22: task `id` failed reading the payload of the stimulus this run resumed, before
+    /// the run committed anything: the run is rejected (the bookmark and the instance stay as
+    /// they were); `None` when the error is another one, or the payload is not the stimulus's.
+    pub(crate) fn task_payload_rejection(
+        &self,
+        id: ContextId,
+        error: &crate::engine::task::TaskError,
+    ) -> Option<StepError> {
+        let payload_type = error.decode_type()?;
+        let (bookmark, node, payload) = self.stimulus.as_ref()?;
+        let context = self.state.context(id)?;
+        if context.payload.as_ref() != Some(payload) {
+            return None;
+        }
+        Some(StepError::Abort(RunError::PayloadDecode {
+            instance: self.state.instance_id.clone(),
+            bookmark: bookmark.clone(),
+            node: node.clone(),
             payload_type: payload_type.to_owned(),
             message: error.message().to_owned(),
         }))
@@ -495,6 +532,8 @@ where
         }
         checkpoint.checkpoint(&mut self.state).await?;
         self.last_commit = std::time::Instant::now();
+        // The resumed bookmark is consumed in the store now: no rejection past this point.
+        self.stimulus = None;
         Ok(())
     }
 
@@ -546,6 +585,11 @@ where
                 break RunEnd::Faulted;
             }
             if steps >= max_steps && !self.state.queue.is_empty() {
+                break RunEnd::Budget;
+            }
+            // ENG-50: a requested pause stops the run at this item boundary; the queue is
+            // kept for the resume.
+            if self.attempts.pause_requested() && !self.state.queue.is_empty() {
                 break RunEnd::Budget;
             }
             let Some(item) = self.state.queue.pop_front() else {
@@ -833,6 +877,13 @@ where
         }
         self.record(JournalKind::BookmarkResumed, Some(id), detail);
         self.resuming = Some((bookmark.id.clone(), self.node_id(node).to_owned()));
+        if self.stimulus.is_none() && !bookmark.name.starts_with("wf.") {
+            self.stimulus = Some((
+                bookmark.id.clone(),
+                self.node_id(node).to_owned(),
+                payload.clone(),
+            ));
+        }
         let result = match &bookmark.callback {
             Some(callback) => {
                 let child = ChildInfo {
@@ -1339,6 +1390,17 @@ where
         self.state.updated_at = self.now;
         Ok(())
     }
+
+    /// Pauses the instance (ENG-50): `Suspended/Paused`, with its queue, bookmarks and
+    /// contexts kept as they are for the resume.
+    pub(crate) fn pause_instance(&mut self) {
+        self.set_status(WorkflowStatus::Suspended, Some(SubStatus::Paused));
+        self.publish(EventKind::WorkflowSuspended {
+            sub_status: SubStatus::Paused,
+        });
+        self.state.journal.compact();
+        self.state.updated_at = self.now;
+    }
 }
 
 impl ActivityRef {
@@ -1368,6 +1430,18 @@ pub(crate) struct AttemptSettings {
     pub(crate) cancel_grace: std::time::Duration,
     /// Fired when the instance is cancelled while this run executes a task.
     pub(crate) instance_cancel: Option<crate::cancel::CancellationToken>,
+    /// Set when an operator asked to pause the instance (ENG-50): the run stops at the next
+    /// item boundary, after the current task attempt.
+    pub(crate) pause: Option<Arc<std::sync::atomic::AtomicBool>>,
+}
+
+impl AttemptSettings {
+    /// Whether a pause was requested for this run.
+    pub(crate) fn pause_requested(&self) -> bool {
+        self.pause
+            .as_ref()
+            .is_some_and(|p| p.load(std::sync::atomic::Ordering::SeqCst))
+    }
 }
 
 impl Default for AttemptSettings {
@@ -1376,6 +1450,7 @@ impl Default for AttemptSettings {
             clock: Arc::new(crate::clock::SystemClock),
             cancel_grace: DEFAULT_CANCEL_GRACE,
             instance_cancel: None,
+            pause: None,
         }
     }
 }

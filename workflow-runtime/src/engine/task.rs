@@ -77,8 +77,17 @@ impl<D> TaskContext<D> {
     /// # Errors
     ///
     /// A permanent [`TaskError`] naming the node when the payload does not decode as `P`.
+    /// When the payload is that of the event this run resumed, returning that error with `?`
+    /// rejects the event for the instance instead of faulting it (RT-22): nothing of the
+    /// run is stored, the instance keeps waiting on the same bookmark, the event is
+    /// dead-lettered `Rejected` and [`SendReport::rejected`](crate::SendReport) lists it.
     pub fn payload<P: DeserializeOwned>(&self) -> Result<P, TaskError> {
-        decode(self.payload.as_ref(), "payload", &self.node_id)
+        decode(self.payload.as_ref(), "payload", &self.node_id).map_err(|error| {
+            TaskError::payload_decode(
+                &crate::base::neutral_type_name::<P>(),
+                error.message().to_owned(),
+            )
+        })
     }
 
     /// The input this activity was scheduled with (ACT-5), decoded as `I`.

@@ -302,9 +302,10 @@ pub struct SendReport {
     pub resumed: Vec<Started>,
     /// Triggers that started nothing, and why.
     pub refused: Vec<Refusal>,
-    /// Instances busy in another process (their lease is held) or faulted: the stimulus was
-    /// queued targeted at each (held, not expiring, for a faulted one), for the worker to
-    /// deliver once the lease is released or the instance runs again (RT-18).
+    /// Instances busy in another process (their lease is held), faulted or paused: the
+    /// stimulus was queued targeted at each (held, not expiring, for a faulted or paused one),
+    /// for the worker to deliver once the lease is released or the instance runs again
+    /// (RT-18, ENG-50).
     pub deferred: Vec<String>,
     /// Instances the stimulus was rejected for (RT-22): each is unchanged and the stimulus
     /// was dead-lettered as `Rejected` for it.
@@ -706,11 +707,15 @@ impl Runtime {
                     error: StoreError::LeaseHeld { .. },
                     ..
                 }) => busy.push((instance, false)),
-                // RT-18: a faulted instance gets a held item, delivered once it runs again.
-                Err(RunError::NotRunnable {
-                    status: WorkflowStatus::Faulted,
-                    ..
-                }) => busy.push((instance, true)),
+                // RT-18: a faulted instance gets a held item, delivered once it runs again;
+                // so does a paused one (ENG-50), delivered after its resume.
+                Err(
+                    RunError::NotRunnable {
+                        status: WorkflowStatus::Faulted,
+                        ..
+                    }
+                    | RunError::Paused { .. },
+                ) => busy.push((instance, true)),
                 // RT-22: rejected for this instance (nothing of the run was committed).
                 Err(RunError::PayloadDecode {
                     instance,

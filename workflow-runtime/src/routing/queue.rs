@@ -258,7 +258,7 @@ impl Runtime {
                 ) => {
                     tracing::debug!(%instance, %error, "queue: instance busy; the item waits for its lease");
                 }
-                Err(error @ RunError::NotRunnable { .. }) => {
+                Err(error @ (RunError::NotRunnable { .. } | RunError::Paused { .. })) => {
                     tracing::debug!(%instance, %error, "queue: instance not runnable; the item waits");
                 }
                 Err(error @ RunError::VersionNotRegistered { .. }) => {
@@ -324,6 +324,8 @@ pub(crate) async fn worker(
     }
     // Hints still to come from the last pass's own writes.
     let mut own_hints = 0usize;
+    // ENG-50: control requests recorded while no worker ran are honoured first.
+    let mut control_due = true;
     // RT-26: the periodic sweep runs on a fixed schedule, whatever hints come meanwhile.
     let mut next_sweep = tokio::time::Instant::now() + sweep;
     loop {
@@ -339,6 +341,13 @@ pub(crate) async fn worker(
             }
             () = doorbell.notified() => own_hints = 0,
             hint = hints.recv() => match hint {
+                // ENG-50, FLT-15: a control request recorded in this process is honoured at
+                // once (one from another process is found by the periodic pass).
+                Ok(WakeUp::ControlRequested { id }) => {
+                    let Some(inner) = inner.upgrade() else { return };
+                    Runtime { inner }.honour(&id).await;
+                    continue;
+                }
                 Ok(WakeUp::QueueChanged) if own_hints > 0 => {
                     own_hints -= 1;
                     continue;
@@ -347,7 +356,10 @@ pub(crate) async fn worker(
                 Ok(_) => continue,
                 Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
             },
-            () = tokio::time::sleep_until(next_sweep) => own_hints = 0,
+            () = tokio::time::sleep_until(next_sweep) => {
+                own_hints = 0;
+                control_due = true;
+            }
         }
         next_sweep = tokio::time::Instant::now() + sweep;
         // RT-26: coalesce a burst of rings into one pass.
@@ -357,6 +369,10 @@ pub(crate) async fn worker(
             return;
         };
         let runtime = Runtime { inner };
+        if control_due {
+            control_due = false;
+            runtime.control_pass().await;
+        }
         match runtime.queue_pass().await {
             // RT-27: the items this pass put back hint `QueueChanged` themselves; those hints
             // announce nothing new, so they do not start another pass (else an undeliverable

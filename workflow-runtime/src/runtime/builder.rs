@@ -69,6 +69,8 @@ pub(crate) trait ErasedWorkflow: Send + Sync {
         middleware: &Middleware,
         now_ms: u64,
     ) -> Result<RunOutput, RunError>;
+    /// Pauses the instance (ENG-50): `Suspended/Paused`, everything else kept.
+    fn pause(&self, state: WorkflowState, middleware: &Middleware, now_ms: u64) -> RunOutput;
     /// `(node id, workflow name)` of every SubWorkflow node, for ACT-V10 at build.
     fn sub_workflows(&self) -> Vec<(String, String)>;
     /// The event trigger nodes (ACT-7): `(node path id, event name)`, in graph order.
@@ -144,6 +146,18 @@ where
             end: RunEnd::Finished,
             links: executor.links,
         })
+    }
+
+    fn pause(&self, state: WorkflowState, middleware: &Middleware, now_ms: u64) -> RunOutput {
+        let mut executor = Executor::new(&self.graph, &self.registry, state, middleware);
+        executor.now = now_ms;
+        executor.pause_instance();
+        RunOutput {
+            state: executor.state,
+            events: executor.events,
+            end: RunEnd::Suspended(crate::engine::state::SubStatus::Paused),
+            links: executor.links,
+        }
     }
 
     fn sub_workflows(&self) -> Vec<(String, String)> {

@@ -95,17 +95,26 @@ pub(super) struct Tracker {
     pub(super) bookmarks: Vec<Bookmark>,
     /// Stimulus ids consumed by this run, written as receipts with its first commit (RT-19).
     pub(super) receipts: Vec<String>,
-    /// The next commit unparks the instance's timers (an operator's retry, TM-10).
+    /// The next commit unparks the instance's timers (an operator's retry or resume, TM-10).
     pub(super) unpark: bool,
+    /// The next commit clears the instance's control request: it honours it (C-29).
+    pub(super) clear_control: bool,
 }
 
 /// The commits of one leased run: inside it (ENG-32) and at its end (ENG-31).
 pub(super) struct RunCommits<'r> {
     pub(super) store: &'r Storage,
     pub(super) tracker: Mutex<Tracker>,
+    /// The control request pending when the run loaded the instance (C-29).
+    pub(super) control: Option<crate::store::ControlRequest>,
 }
 
 impl RunCommits<'_> {
+    /// The kind of the control request pending when the run loaded the instance.
+    pub(super) fn control_kind(&self) -> Option<crate::store::ControlKind> {
+        self.control.as_ref().map(|r| r.kind)
+    }
+
     /// One commit of `state` under the tracked version and token (ENG-28): the document,
     /// status columns, bookmark diff and the journal entries recorded since the last commit.
     pub(super) async fn commit(
@@ -161,8 +170,10 @@ impl RunCommits<'_> {
                 .map(|a| a.id.clone())
                 .collect();
             commit.bookmarks_removed = removed.iter().map(|a| a.id.clone()).collect();
-            // TM-10: the commit that faults the instance parks its timers.
-            if state.status == WorkflowStatus::Faulted {
+            // TM-10: the commit that faults or pauses the instance parks its timers.
+            if state.status == WorkflowStatus::Faulted
+                || state.sub_status == Some(crate::engine::state::SubStatus::Paused)
+            {
                 commit.timers_parked = Some(true);
             } else if tracker.unpark {
                 commit.timers_parked = Some(false);
@@ -170,6 +181,9 @@ impl RunCommits<'_> {
             commit.instances_created = children;
             commit.queue_items = queue_items;
             commit.receipts.clone_from(&tracker.receipts);
+            // A request left on a final instance could never be honoured: its final commit
+            // clears it.
+            commit.clear_control_request = tracker.clear_control || state.status.is_final();
             commit.journal = state
                 .journal
                 .entries
@@ -192,12 +206,18 @@ impl RunCommits<'_> {
         tracker.bookmarks = state.bookmarks.clone();
         tracker.receipts.clear();
         tracker.unpark = false;
+        tracker.clear_control = false;
         Ok(())
     }
 
     /// Makes the next commit unpark the instance's timers (TM-10).
     pub(super) fn unpark_next(&self) {
         lock(&self.tracker).unpark = true;
+    }
+
+    /// Makes the next commit clear the instance's control request (C-29).
+    pub(super) fn clear_control_next(&self) {
+        lock(&self.tracker).clear_control = true;
     }
 }
 

@@ -1,6 +1,6 @@
 //! Operator actions on faulted instances (FLT-8) and reading incidents (FLT-6).
 
-use super::{CancelError, Runtime, StateError};
+use super::{CancelError, Control, Runtime, StateError};
 use crate::engine::executor::{RunEnd, RunError, RunTarget};
 use crate::engine::state::{
     ActivityStatus, ContextId, EntryPoint, Incident, SubStatus, WorkItem, WorkflowState,
@@ -86,34 +86,78 @@ impl Runtime {
     /// again from scratch with a fresh attempt budget (`Faulted -> Running`); nothing else
     /// changes. One fenced commit: of two racing operators, one gets a conflict.
     ///
+    /// When the instance is leased by another process, or pinned to a definition version this
+    /// runtime does not run, the retry is recorded durably and [`Control::Requested`] returned:
+    /// the runtime that owns the instance applies it.
+    ///
     /// # Errors
     ///
     /// [`RetryError::InstanceNotFound`] for an unknown id, [`RetryError::NotFaulted`] for an
     /// instance that is not `Faulted`, [`RetryError::CompensatedFailure`] when sagas compensated
     /// the failure, and [`RetryError::Run`] when the run fails (a conflict with another operator
     /// included).
-    pub async fn retry(&self, instance_id: &str) -> Result<Started, RetryError> {
+    pub async fn retry(&self, instance_id: &str) -> Result<Control, RetryError> {
         self.ensure_background();
         let result = self.retry_inner(instance_id).await;
         self.process_links().await;
         result
     }
 
-    async fn retry_inner(&self, instance_id: &str) -> Result<Started, RetryError> {
+    async fn retry_inner(&self, instance_id: &str) -> Result<Control, RetryError> {
+        use crate::store::{ControlKind, StoreError};
+        let not_found = || RetryError::InstanceNotFound {
+            instance: instance_id.to_owned(),
+        };
+        let record = match self.inner.store.load_instance(instance_id).await {
+            Ok(record) => record,
+            Err(StoreError::NotFound { .. }) => return Err(not_found()),
+            Err(error) => {
+                return Err(RetryError::Run(super::run_store_error(instance_id, error)));
+            }
+        };
+        if record.status != WorkflowStatus::Faulted {
+            return Err(RetryError::NotFaulted {
+                instance: instance_id.to_owned(),
+                status: record.status,
+            });
+        }
+        let runs_here = self
+            .inner
+            .workflows
+            .get(&record.definition_name)
+            .is_some_and(|w| w.version() == record.definition_version);
+        if !runs_here {
+            return Ok(self
+                .request_control(instance_id, ControlKind::Retry, None)
+                .await?);
+        }
         let _local = self.local_run(instance_id).await;
         let guard = match self.lease(instance_id).await {
             Ok(guard) => guard,
-            Err(crate::store::StoreError::NotFound { .. }) => {
-                return Err(RetryError::InstanceNotFound {
-                    instance: instance_id.to_owned(),
-                });
+            Err(StoreError::NotFound { .. }) => return Err(not_found()),
+            Err(StoreError::LeaseHeld { .. }) => {
+                return Ok(self
+                    .request_control(instance_id, ControlKind::Retry, None)
+                    .await?);
             }
             Err(error) => {
                 return Err(RetryError::Run(super::run_store_error(instance_id, error)));
             }
         };
+        self.retry_with(guard).await.map(Control::Applied)
+    }
+
+    /// The retry under `guard`, which it settles.
+    pub(super) async fn retry_with(
+        &self,
+        guard: super::LeaseGuard<'_>,
+    ) -> Result<Started, RetryError> {
+        let instance_id = guard.instance_id().to_owned();
+        let instance_id = instance_id.as_str();
         let token = crate::cancel::CancellationToken::new();
-        let result = guard.hold(&token, self.retry_leased(&guard, &token)).await;
+        let result = guard
+            .hold(&token, None, self.retry_leased(&guard, &token))
+            .await;
         match (result, guard.lost()) {
             (Ok(started), _) => {
                 guard.released_by_commit();
@@ -166,6 +210,9 @@ impl Runtime {
             });
         }
         let workflow = self.workflow_for(&state)?;
+        if commits.control_kind() == Some(crate::store::ControlKind::Retry) {
+            commits.clear_control_next();
+        }
         // FLT-8: a compensated failure restarts the outermost compensated scope, whose work
         // was undone; the failed activity itself stays behind, cancelled.
         for (n, context) in open {

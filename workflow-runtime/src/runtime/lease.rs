@@ -15,6 +15,7 @@ use std::time::Duration;
 use crate::cancel::CancellationToken;
 use crate::store::{InstanceSubStatus, LeaseKey, Micros, Storage, StoreError};
 
+use super::control::RunSignals;
 use super::{lock, now_micros};
 
 /// The default lease TTL (ST-14): 30 s.
@@ -195,10 +196,16 @@ impl<'s> LeaseGuard<'s> {
 
     /// Runs `run` while renewing the lease (ST-14). A lost lease fires `cancel`, the run's
     /// cancellation token (ENG-36): its task is asked to stop, and its commit is refused by
-    /// fencing (ENG-52's grace still applies to the task).
-    pub(crate) async fn hold<F: Future>(&self, cancel: &CancellationToken, run: F) -> F::Output {
+    /// fencing (ENG-52's grace still applies to the task). A control request a renewal returns
+    /// is passed to `signals` (FLT-15, ENG-50).
+    pub(crate) async fn hold<F: Future>(
+        &self,
+        cancel: &CancellationToken,
+        signals: Option<&RunSignals>,
+        run: F,
+    ) -> F::Output {
         let run = std::pin::pin!(run);
-        let renew = std::pin::pin!(self.renew(cancel));
+        let renew = std::pin::pin!(self.renew(cancel, signals));
         match futures_select(run, renew).await {
             Ok(output) => output,
             Err(never) => match never {},
@@ -206,7 +213,11 @@ impl<'s> LeaseGuard<'s> {
     }
 
     /// Renews every `renew_every` until the lease is lost; then waits for ever.
-    async fn renew(&self, cancel: &CancellationToken) -> std::convert::Infallible {
+    async fn renew(
+        &self,
+        cancel: &CancellationToken,
+        signals: Option<&RunSignals>,
+    ) -> std::convert::Infallible {
         if tokio::runtime::Handle::try_current().is_err() {
             // Polled outside tokio (a bare executor): no timer to renew with; the run keeps
             // the lease for its TTL, and fencing still guards its commits.
@@ -226,7 +237,12 @@ impl<'s> LeaseGuard<'s> {
                 )
                 .await
             {
-                Ok(renewal) => expires_at = renewal.lease.expires_at,
+                Ok(renewal) => {
+                    expires_at = renewal.lease.expires_at;
+                    if let (Some(signals), Some(request)) = (signals, &renewal.control_request) {
+                        signals.signal(request, cancel);
+                    }
+                }
                 Err(error) if error.is_transient() && now_micros() < expires_at => {
                     tracing::warn!(
                         instance = %self.instance_id,

@@ -158,8 +158,8 @@ impl Runtime {
         // ENG-51: running tasks get their grace before their tokens fire.
         let deadline = tokio::time::Instant::now() + grace;
         self.wait_idle(deadline).await;
-        for token in lock(&self.inner.running).values() {
-            token.cancel();
+        for run in lock(&self.inner.running).values() {
+            run.token.cancel();
         }
         let deadline = tokio::time::Instant::now() + self.inner.cancel_grace;
         self.wait_idle(deadline).await;

@@ -41,9 +41,11 @@ use crate::workflow::{StateMachineWorkflow, Workflow};
 
 mod builder;
 mod commit;
+mod control;
 mod faults;
 mod lease;
 mod lifecycle;
+mod list;
 mod report;
 mod retention;
 
@@ -56,9 +58,12 @@ use commit::{
     RunCommits, Tracker, decode_document, encode_document, journal_entry, ms_to_micros,
     run_store_error,
 };
+pub use control::{Control, ControlError};
+use control::{RunHandle, RunSignals};
 pub use faults::RetryError;
 use lease::{LeaseGuard, LeaseSettings, NamedLease};
 pub use lifecycle::LifecycleError;
+pub use list::{InstanceQuery, InstanceSummary};
 pub use retention::{Retention, RetentionReport};
 
 // ---- errors, one enum per operation family ---------------------------------------------
@@ -513,8 +518,9 @@ pub(crate) struct Inner {
     pub(crate) stop: watch::Sender<bool>,
     /// ENG-52's grace for cancelled tasks.
     pub(crate) cancel_grace: Duration,
-    /// The cancellation token of each instance this process is running (FLT-15).
-    pub(crate) running: Mutex<HashMap<String, crate::cancel::CancellationToken>>,
+    /// The cancellation token and control signals of each instance this process is running
+    /// (FLT-15, ENG-50).
+    pub(crate) running: Mutex<HashMap<String, RunHandle>>,
 }
 
 /// The workflow runtime (ENG-47 to ENG-51), on a [`Store`](crate::store::Store): in memory by default, durable
@@ -597,13 +603,20 @@ struct Running<'r> {
 }
 
 impl<'r> Running<'r> {
-    /// Registers the run's token.
+    /// Registers the run's token and signals.
     fn new(
         inner: &'r Inner,
         instance_id: &'r str,
         token: &crate::cancel::CancellationToken,
+        signals: &Arc<RunSignals>,
     ) -> Self {
-        lock(&inner.running).insert(instance_id.to_owned(), token.clone());
+        lock(&inner.running).insert(
+            instance_id.to_owned(),
+            RunHandle {
+                token: token.clone(),
+                signals: Arc::clone(signals),
+            },
+        );
         Self { inner, instance_id }
     }
 }
@@ -1269,8 +1282,12 @@ impl Runtime {
     /// open incidents resolved as `cancelled`, `WorkflowCancelled` published. On a final
     /// instance: `AlreadyTerminal`, nothing changes. A task of the instance running in this
     /// process has its cancellation token fired (FLT-16): its run is abandoned (nothing of it
-    /// committed) and the cancel applies from the last commit. (A run in another process is
-    /// not reached yet: it finishes first.)
+    /// committed) and the cancel applies from the last commit.
+    ///
+    /// When the instance runs in another process (its lease is held there), or on a
+    /// definition version this runtime does not run, the cancel is recorded durably and
+    /// [`Control::Requested`] returned (FLT-15): the owning runtime fires the running task's
+    /// token and cancels the instance at its next step. Never a "locked" error.
     ///
     /// # Errors
     ///
@@ -1281,7 +1298,7 @@ impl Runtime {
         &self,
         instance_id: &str,
         reason: Option<String>,
-    ) -> Result<(), CancelError> {
+    ) -> Result<Control, CancelError> {
         self.ensure_background();
         let result = self.cancel_inner(instance_id, reason).await;
         self.process_links().await;
@@ -1292,11 +1309,36 @@ impl Runtime {
         &self,
         instance_id: &str,
         reason: Option<String>,
-    ) -> Result<(), CancelError> {
+    ) -> Result<Control, CancelError> {
+        let record = match self.inner.store.load_instance(instance_id).await {
+            Ok(record) => record,
+            Err(StoreError::NotFound { .. }) => {
+                return Err(CancelError::InstanceNotFound {
+                    instance: instance_id.to_owned(),
+                });
+            }
+            Err(error) => return Err(CancelError::Run(run_store_error(instance_id, error))),
+        };
+        if record.status.is_final() {
+            return Err(CancelError::AlreadyTerminal {
+                status: record.status,
+            });
+        }
+        let runs_here = self
+            .inner
+            .workflows
+            .get(&record.definition_name)
+            .is_some_and(|w| w.version() == record.definition_version);
+        if !runs_here {
+            // FLT-15: the runtime that runs it applies it.
+            return Ok(self
+                .request_control(instance_id, crate::store::ControlKind::Cancel, reason)
+                .await?);
+        }
         // FLT-15, FLT-16: a task of this instance running in this process gets its token
         // fired; its run is abandoned and this cancel goes next.
-        if let Some(token) = lock(&self.inner.running).get(instance_id) {
-            token.cancel();
+        if let Some(run) = lock(&self.inner.running).get(instance_id) {
+            run.token.cancel();
         }
         let _local = self.local_run(instance_id).await;
         let guard = match self.lease(instance_id).await {
@@ -1306,12 +1348,18 @@ impl Runtime {
                     instance: instance_id.to_owned(),
                 });
             }
+            Err(StoreError::LeaseHeld { .. }) => {
+                // FLT-15: running in another process, which honours the request.
+                return Ok(self
+                    .request_control(instance_id, crate::store::ControlKind::Cancel, reason)
+                    .await?);
+            }
             Err(error) => return Err(CancelError::Run(run_store_error(instance_id, error))),
         };
         match self.cancel_leased(&guard, reason).await {
-            Ok(()) => {
+            Ok(started) => {
                 guard.released_by_commit();
-                Ok(())
+                Ok(Control::Applied(started))
             }
             Err(error) => {
                 guard.release().await;
@@ -1324,7 +1372,7 @@ impl Runtime {
         &self,
         guard: &LeaseGuard<'_>,
         reason: Option<String>,
-    ) -> Result<(), CancelError> {
+    ) -> Result<Started, CancelError> {
         let (state, commits) = self.load_for_run(guard).await?;
         if state.status.is_final() {
             return Err(CancelError::AlreadyTerminal {
@@ -1332,14 +1380,28 @@ impl Runtime {
             });
         }
         let workflow = self.workflow_for(&state)?;
+        Ok(self
+            .cancel_loaded(&*workflow, state, &commits, reason)
+            .await?)
+    }
+
+    /// Cancels the loaded instance and commits it (final: the commit clears any control
+    /// request).
+    async fn cancel_loaded(
+        &self,
+        workflow: &dyn ErasedWorkflow,
+        state: WorkflowState,
+        commits: &RunCommits<'_>,
+        reason: Option<String>,
+    ) -> Result<Started, RunError> {
         let output = workflow.cancel(
             state,
             reason,
             &self.inner.middleware,
             self.inner.clock.now_ms(),
         )?;
-        self.commit_and_publish(&commits, output, true).await?;
-        Ok(())
+        let (_, started) = self.commit_and_publish(commits, output, true).await?;
+        Ok(started)
     }
 
     /// Removes a final instance with its journal (ST-31).
@@ -1542,6 +1604,7 @@ impl Runtime {
                 clock: self.inner.clock.clone(),
                 cancel_grace: self.inner.cancel_grace,
                 instance_cancel: cancel.cloned(),
+                pause: None,
             },
             max_steps: self.inner.max_steps_per_run,
             // Events are built for subscribers and for the log (`LifecycleEvent::trace`
@@ -1712,12 +1775,37 @@ impl Runtime {
         target: RunTarget,
         stimulus_id: Option<String>,
     ) -> Result<Started, RunError> {
+        self.run_leased_as(guard, target, stimulus_id, false).await
+    }
+
+    /// [`Runtime::run_leased`]; with `resume`, the run resumes a paused instance (ENG-50).
+    /// A cancel requested while it ran (FLT-15) is applied once it stops.
+    pub(crate) async fn run_leased_as(
+        &self,
+        guard: LeaseGuard<'_>,
+        target: RunTarget,
+        stimulus_id: Option<String>,
+        resume: bool,
+    ) -> Result<Started, RunError> {
         let instance_id = guard.instance_id().to_owned();
-        let result = self.drive_leased(&guard, target, stimulus_id).await;
+        let signals = Arc::new(RunSignals::default());
+        signals
+            .resume
+            .store(resume, std::sync::atomic::Ordering::SeqCst);
+        let result = self
+            .drive_leased(&guard, target, stimulus_id, &signals)
+            .await;
+        let requested_cancel = signals.take_cancel();
         match (result, guard.lost()) {
             (Ok(started), _) => {
                 guard.released_by_commit();
-                Ok(started)
+                match requested_cancel {
+                    Some(reason) if !started.status.is_final() => Ok(self
+                        .cancel_after_run(&instance_id, reason)
+                        .await
+                        .unwrap_or(started)),
+                    _ => Ok(started),
+                }
             }
             // ENG-36: the lease was lost, so the run was cancelled; another owner has the
             // instance. (A commit after the loss was refused as `Fenced`: returned as is.)
@@ -1726,6 +1814,19 @@ impl Runtime {
             }
             (Err(error), Some(_)) => Err(error),
             (Err(RunError::Interrupted { .. }), None) => {
+                if let Some(reason) = requested_cancel {
+                    // FLT-15: an operator's cancel fired the token; it applies now, under
+                    // this lease, from the last commit.
+                    match self.cancel_leased(&guard, reason).await {
+                        Ok(started) => {
+                            guard.released_by_commit();
+                            return Ok(started);
+                        }
+                        Err(error) => {
+                            tracing::warn!(instance = %instance_id, %error, "a requested cancel could not be applied; it stays recorded");
+                        }
+                    }
+                }
                 // FLT-16: abandoned for the cancel waiting to run (or the shutdown); the
                 // cancel reports the outcome.
                 guard.release().await;
@@ -1776,7 +1877,9 @@ impl Runtime {
                 bookmarks: state.bookmarks.clone(),
                 receipts: Vec::new(),
                 unpark: false,
+                clear_control: false,
             }),
+            control: record.control_request,
         };
         Ok((state, commits))
     }
@@ -1789,36 +1892,101 @@ impl Runtime {
         guard: &LeaseGuard<'_>,
         target: RunTarget,
         stimulus_id: Option<String>,
+        signals: &Arc<RunSignals>,
     ) -> Result<Started, RunError> {
+        use crate::store::ControlKind;
         let instance_id = guard.instance_id();
         let (mut state, commits) = self.load_for_run(guard).await?;
-        lock(&commits.tracker).receipts.extend(stimulus_id);
         if state.status.is_final() || state.status == WorkflowStatus::Faulted {
             return Err(RunError::NotRunnable {
                 instance: instance_id.to_owned(),
                 status: state.status,
             });
         }
+        let resume = signals.resume.load(std::sync::atomic::Ordering::SeqCst);
+        let paused = state.sub_status == Some(SubStatus::Paused);
+        if paused && !resume {
+            return Err(RunError::Paused {
+                instance: instance_id.to_owned(),
+            });
+        }
         let workflow = self.workflow_for(&state)?;
+        // ENG-50: a cancel or suspend requested before this run is honoured instead of it
+        // (a stimulus it was to deliver is then not consumed).
+        let targeted = matches!(target, RunTarget::Bookmarks { .. });
+        match commits.control.clone() {
+            Some(request) if request.kind == ControlKind::Cancel => {
+                let started = self
+                    .cancel_loaded(&*workflow, state, &commits, request.reason)
+                    .await?;
+                return if targeted {
+                    Err(RunError::NotRunnable {
+                        instance: instance_id.to_owned(),
+                        status: started.status,
+                    })
+                } else {
+                    Ok(started)
+                };
+            }
+            Some(request) if request.kind == ControlKind::Suspend && !resume => {
+                commits.clear_control_next();
+                let output =
+                    workflow.pause(state, &self.inner.middleware, self.inner.clock.now_ms());
+                let (_, started) = self.commit_and_publish(&commits, output, true).await?;
+                return if targeted {
+                    Err(RunError::Paused {
+                        instance: instance_id.to_owned(),
+                    })
+                } else {
+                    Ok(started)
+                };
+            }
+            Some(request)
+                if resume && matches!(request.kind, ControlKind::Resume | ControlKind::Suspend) =>
+            {
+                commits.clear_control_next();
+            }
+            _ => {}
+        }
+        if resume && paused {
+            // TM-10: the resume's first commit unparks the timers.
+            commits.unpark_next();
+        }
+        lock(&commits.tracker).receipts.extend(stimulus_id);
         // ENG-32: the run decides per task whether to commit (the node's setting, the
         // definition's strategy, then this runtime-wide one).
         let checkpoint: Option<(&dyn Checkpoint, CommitStrategy)> =
             Some((&commits, self.inner.commit_strategy));
         let token = crate::cancel::CancellationToken::new();
-        let _running = Running::new(&self.inner, instance_id, &token);
+        let _running = Running::new(&self.inner, instance_id, &token, signals);
         let run = async {
             let mut target = Some(target);
             loop {
                 let target = target.take().unwrap_or(RunTarget::None);
-                let output = workflow
-                    .run(
-                        state,
-                        target,
-                        self.run_options(Some(&token)),
-                        &self.inner.middleware,
-                        checkpoint,
-                    )
+                let mut options = self.run_options(Some(&token));
+                options.attempts.pause = Some(Arc::clone(&signals.pause));
+                let mut output = workflow
+                    .run(state, target, options, &self.inner.middleware, checkpoint)
                     .await?;
+                if signals.paused() {
+                    // ENG-50: an operator's suspend reached the run; it stopped at an item
+                    // boundary (or went idle) and is paused with its queue kept.
+                    if Self::pauses(output.end) {
+                        let paused = workflow.pause(
+                            output.state,
+                            &self.inner.middleware,
+                            self.inner.clock.now_ms(),
+                        );
+                        output.state = paused.state;
+                        output.events.extend(paused.events);
+                        output.end = paused.end;
+                    }
+                    if commits.control_kind() == Some(ControlKind::Suspend)
+                        || output.end != RunEnd::Budget
+                    {
+                        commits.clear_control_next();
+                    }
+                }
                 let end = output.end;
                 let (next, started) = self
                     .commit_and_publish(&commits, output, end != RunEnd::Budget)
@@ -1830,7 +1998,7 @@ impl Runtime {
                 YieldNow(false).await;
             }
         };
-        guard.hold(&token, run).await
+        guard.hold(&token, Some(signals), run).await
     }
 
     /// The queue item carrying a final child's result to its parent's `wf.sub_workflow`

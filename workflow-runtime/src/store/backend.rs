@@ -323,8 +323,9 @@ pub trait Store: Send + Sync + 'static {
     /// receipt `ReceiptExists`; in every failure nothing is written.
     fn commit(&self, commit: Commit<String>) -> BoxFuture<'_, StoreResult<u64>>;
 
-    /// Records a cancel or suspend request without changing the version (ST-13, C-29).
-    /// Unknown instances give `NotFound`, final ones `NotTerminal`.
+    /// Records a control request (cancel, suspend, resume, retry) without changing the
+    /// version (ST-13, C-29); it replaces one not yet honoured. Unknown instances give
+    /// `NotFound`, final ones `Invalid`.
     fn request_control(
         &self,
         instance_id: &str,

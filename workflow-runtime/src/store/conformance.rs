@@ -1624,6 +1624,21 @@ pub async fn c29_control_requests(backend: Arc<dyn TestBackend>) {
     let loaded = store.load_instance("wf-1").await.unwrap();
     assert_eq!(loaded.version, 1);
     assert_eq!(loaded.control_request.as_ref(), Some(&request));
+    // The owning runtime finds the requested instances, and only those.
+    store.create_instance(new_instance("wf-2")).await.unwrap();
+    let requested = |store: Storage| async move {
+        store
+            .list_instances(InstanceFilter {
+                control_requested: true,
+                ..InstanceFilter::default()
+            })
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|l| l.instance_id)
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(requested(store.storage().clone()).await, ["wf-1"]);
     let renewal = store
         .renew_lease(&LeaseKey::instance("wf-1"), lease.token, T0 + SEC, TTL)
         .await
@@ -1659,6 +1674,7 @@ pub async fn c29_control_requests(backend: Arc<dyn TestBackend>) {
     let loaded = store.load_instance("wf-1").await.unwrap();
     assert_eq!(loaded.control_request, None);
     assert_eq!(loaded.finished_at, Some(T0 + 2 * SEC));
+    assert!(requested(store.storage().clone()).await.is_empty());
     assert!(matches!(
         store
             .request_control(

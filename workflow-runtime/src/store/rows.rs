@@ -25,8 +25,24 @@ pub struct ControlRequest {
 pub enum ControlKind {
     /// Cancel the instance.
     Cancel,
-    /// Suspend (pause) the instance.
+    /// Suspend (pause) the instance (ENG-50).
     Suspend,
+    /// Resume a paused instance (ENG-50).
+    Resume,
+    /// Retry a faulted instance (FLT-8).
+    Retry,
+}
+
+impl ControlKind {
+    /// The lower-case name an operator types (`cancel`, `suspend`, `resume`, `retry`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Cancel => "cancel",
+            Self::Suspend => "suspend",
+            Self::Resume => "resume",
+            Self::Retry => "retry",
+        }
+    }
 }
 
 /// A lease granted to its holder (ST-14).
@@ -54,7 +70,7 @@ pub struct LeaseState {
 pub struct Renewal {
     /// The extended lease (same token).
     pub lease: Lease,
-    /// A pending cancel or suspend request, if any.
+    /// A pending control request, if any.
     pub control_request: Option<ControlRequest>,
 }
 
@@ -717,6 +733,9 @@ pub struct InstanceFilter {
     pub after: Option<String>,
     /// Page size (0 means 100).
     pub limit: usize,
+    /// Only instances with a pending control request (C-29): what the owning runtime
+    /// honours.
+    pub control_requested: bool,
 }
 
 /// One row of [`Storage::list_instances`](super::Storage::list_instances): an undecodable row is an error item, never skipped

@@ -390,6 +390,7 @@ impl Store for MemoryStore {
                             .correlation_id
                             .as_ref()
                             .is_none_or(|c| row.correlation_id.as_ref() == Some(c))
+                        && (!filter.control_requested || row.control_request.is_some())
                 })
                 .take(filter.limit)
                 .map(|(id, row)| ListedInstance {

@@ -913,6 +913,7 @@ impl Store for SqliteStore {
                    AND (?3 IS NULL OR correlation_id = ?3)
                    AND (?4 IS NULL OR instance_id > ?4)
                    AND (?6 = 0 OR status NOT IN ('finished', 'cancelled'))
+                   AND (?7 = 0 OR control_request IS NOT NULL)
                  ORDER BY instance_id LIMIT ?5"
             ))?;
             let mut rows = stmt.query(rusqlite::params![
@@ -922,6 +923,7 @@ impl Store for SqliteStore {
                 filter.after,
                 limit_i64(filter.limit),
                 filter.live_only,
+                filter.control_requested,
             ])?;
             let mut listed = Vec::new();
             while let Some(row) = rows.next()? {
