@@ -1196,6 +1196,132 @@ fn rt22_an_action_payload_that_does_not_decode_is_rejected_not_faulted() {
     }
 }
 
+/// What `bill` reads: the payload of the `paid` event before it, as its input (ACT-5).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct Bill {
+    amount: u64,
+}
+
+// RT-22 in a flowchart: the event is untyped and the task after it reads the event's payload
+// as its input (`ctx.input::<Bill>()?`). A payload that is not a `Bill` is rejected for the
+// instance, which keeps waiting on the same bookmark with no incident; a good one goes on.
+#[test]
+fn rt22_a_task_that_cannot_read_the_event_payload_as_its_input_rejects_it() {
+    const BILLED: &str = r#"{
+      "name": "Billed",
+      "root": {
+        "kind": "flowchart",
+        "id": "root",
+        "nodes": [
+          { "kind": "event", "id": "paid", "event": "paid", "key": "order_id" },
+          { "kind": "task", "id": "bill", "function": "bill" }
+        ],
+        "connections": [ { "source": "paid", "target": "bill" } ]
+      }
+    }"#;
+    for (label, store, _dir) in stores() {
+        block_on(async {
+            let registry = registry(None).task("bill", |cx: &mut TaskContext<Order>| {
+                Box::pin(async move {
+                    let bill: Bill = cx.input()?;
+                    cx.data_mut().log.push(format!("billed {}", bill.amount));
+                    Ok(Outcome::done())
+                })
+            });
+            let rt = Runtime::builder()
+                .store(store.clone())
+                .register_definition(definition(BILLED, None), registry)
+                .build()
+                .unwrap();
+            let id = rt
+                .start_by_name(
+                    "Billed",
+                    json!({"order_id": "b-1"}),
+                    StartOptions::default(),
+                )
+                .await
+                .unwrap()
+                .instance_id;
+            let before = rt.get_state(&id).await.unwrap().unwrap();
+            let report = rt
+                .send(
+                    Stimulus::new("paid")
+                        .key("b-1")
+                        .payload(json!({"amount": "ten"})),
+                )
+                .await
+                .unwrap();
+            assert_eq!(report.rejected.len(), 1, "{label}: {report:?}");
+            let Rejection::PayloadDecode { payload_type, .. } = &report.rejected[0];
+            assert_eq!(payload_type, "Bill", "{label}");
+            let after = rt.get_state(&id).await.unwrap().unwrap();
+            assert_eq!(after.status(), WorkflowStatus::Suspended, "{label}");
+            assert_eq!(after.state.bookmarks(), before.state.bookmarks(), "{label}");
+            assert!(after.state.incidents().is_empty(), "{label}");
+            let (stimulus_id, _) = rejected_dead_letter(&rt, label).await;
+            assert_eq!(stimulus_id, report.stimulus_id, "{label}");
+
+            let report = rt
+                .send(
+                    Stimulus::new("paid")
+                        .key("b-1")
+                        .payload(json!({"amount": 10})),
+                )
+                .await
+                .unwrap();
+            assert_eq!(report.resumed.len(), 1, "{label}: {report:?}");
+            assert_eq!(data(&rt, &id).await.log, ["billed 10"], "{label}");
+        });
+    }
+}
+
+// RT-22's boundary: once the run committed inside itself (here before each task), the event is
+// consumed in the store, so an action that cannot read its payload faults the instance like
+// any permanent error. The stored incident names the type without a Rust path (ST-20).
+#[test]
+fn rt22_past_a_commit_in_the_run_an_unreadable_payload_faults_with_a_neutral_incident() {
+    for (label, store, _dir) in stores() {
+        block_on(async {
+            let rt = Runtime::builder()
+                .store(store.clone())
+                .register::<common::OrderFlow>()
+                .commit_strategy(workflow_runtime::CommitStrategy::BeforeEachActivity)
+                .build()
+                .unwrap();
+            let id = rt
+                .start::<common::OrderFlow>(common::order("o-10", 100))
+                .await
+                .unwrap()
+                .instance_id;
+            let paid = rt
+                .send(
+                    Stimulus::new("payment")
+                        .key("o-10")
+                        .payload(json!({"amount": 100})),
+                )
+                .await
+                .unwrap();
+            assert_eq!(paid.resumed.len(), 1, "{label}: {paid:?}");
+            let report = rt
+                .send(
+                    Stimulus::new("shipped")
+                        .key("o-10")
+                        .payload(json!({"tracking": 42})),
+                )
+                .await
+                .unwrap();
+            assert!(report.rejected.is_empty(), "{label}: {report:?}");
+            assert_eq!(report.resumed.len(), 1, "{label}: {report:?}");
+            assert_eq!(report.resumed[0].status, WorkflowStatus::Faulted, "{label}");
+            let incidents = rt.incidents(&id).await.unwrap().unwrap();
+            assert_eq!(incidents.len(), 1, "{label}: {incidents:?}");
+            let stored = serde_json::to_string(&incidents[0]).unwrap();
+            assert!(stored.contains("`Shipment`"), "{label}: {stored}");
+            assert!(!stored.contains("::"), "{label}: {stored}");
+        });
+    }
+}
+
 // RT-14: a send naming an instance and a bookmark of another instance is refused before any
 // effect, naming both (and the bookmark's owner); nothing is resumed or queued.
 #[test]

@@ -130,7 +130,8 @@ pub enum RunError {
         error: crate::store::StoreError,
     },
     /// The payload resuming a bookmark does not decode into the type the waiting activity
-    /// reads (its outcome mapping, or a condition over the payload) (RT-22): the
+    /// reads (its outcome mapping, a condition over the payload, or a task of the run reading
+    /// it with `ctx.payload()` or `ctx.input()` before the run committed) (RT-22): the
     /// run was discarded, the bookmark and the instance are unchanged; routing dead-letters
     /// the stimulus as `Rejected`.
     #[error(
@@ -401,9 +402,9 @@ pub(crate) struct Executor<'a, D> {
     resuming: Option<(String, String)>,
     /// The bookmark, node and payload of the stimulus (an event, not one of the engine's
     /// reserved `wf.` stimuli) this run resumed, until the run first commits: a task of this
-    /// run that cannot read that payload with `ctx.payload()` rejects the run (RT-22), since
-    /// nothing of it is stored yet. After a commit inside the run the bookmark is consumed in
-    /// the store, so the failure faults the task as any permanent error.
+    /// run that cannot read that payload with `ctx.payload()` or `ctx.input()` rejects the run
+    /// (RT-22), since nothing of it is stored yet. After a commit inside the run the bookmark
+    /// is consumed in the store, so the failure faults the task as any permanent error.
     stimulus: Option<(String, String, Value)>,
 }
 
@@ -471,8 +472,10 @@ where
     ) -> Option<StepError> {
         let payload_type = error.decode_type()?;
         let (bookmark, node, payload) = self.stimulus.as_ref()?;
+        // The payload reaches the task as its payload (an action) or as its input (the task
+        // after an event in a sequence or a flowchart).
         let context = self.state.context(id)?;
-        if context.payload.as_ref() != Some(payload) {
+        if context.payload.as_ref() != Some(payload) && context.input.as_ref() != Some(payload) {
             return None;
         }
         Some(StepError::Abort(RunError::PayloadDecode {

@@ -95,8 +95,16 @@ impl<D> TaskContext<D> {
     /// # Errors
     ///
     /// A permanent [`TaskError`] naming the node when the input does not decode as `I`.
+    /// When the input is the payload of the event this run resumed (the event just before
+    /// this task), returning that error with `?` rejects the event for the instance instead
+    /// of faulting it, as [`TaskContext::payload`] does (RT-22).
     pub fn input<I: DeserializeOwned>(&self) -> Result<I, TaskError> {
-        decode(self.input.as_ref(), "input", &self.node_id)
+        decode(self.input.as_ref(), "input", &self.node_id).map_err(|error| {
+            TaskError::payload_decode(
+                &crate::base::neutral_type_name::<I>(),
+                error.message().to_owned(),
+            )
+        })
     }
 
     /// The variable `name` in scope (ACT-8), decoded as `T`: the nearest enclosing context
