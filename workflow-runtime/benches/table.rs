@@ -82,7 +82,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::json;
 use workflow_runtime::model::Definition;
 use workflow_runtime::routing::stimulus_hash;
-use workflow_runtime::store::{SqliteOptions, SqliteStore, Store, Synchronous};
+use workflow_runtime::store::{SqliteOptions, SqliteStore, Storage, Synchronous};
 use workflow_runtime::{
     Outcome, Registry, Runtime, StartOptions, Stimulus, TaskContext, WorkflowStatus, state_machine,
     workflow,
@@ -500,15 +500,15 @@ fn raw_inserts(path: &Path, sync: Synchronous, duration: Duration) -> f64 {
     commits as f64 / start.elapsed().as_secs_f64()
 }
 
-fn open_sqlite(path: &Path, sync: Synchronous) -> Arc<dyn Store> {
+fn open_sqlite(path: &Path, sync: Synchronous) -> Storage {
     let options = SqliteOptions {
         synchronous: sync,
         ..SqliteOptions::default()
     };
-    Arc::new(SqliteStore::open_with(path, &options).unwrap())
+    Arc::new(SqliteStore::open_with(path, &options).unwrap()).into()
 }
 
-fn sqlite_runtime(store: Arc<dyn Store>) -> Runtime {
+fn sqlite_runtime(store: Storage) -> Runtime {
     Runtime::builder()
         .store(store)
         .register::<PingPong>()
@@ -523,13 +523,13 @@ async fn durable_rate(path: &Path, sync: Synchronous, instances: usize, duration
 }
 
 /// [`durable_rate`] on any store.
-async fn durable_rate_on(store: Arc<dyn Store>, instances: usize, duration: Duration) -> f64 {
+async fn durable_rate_on(store: Storage, instances: usize, duration: Duration) -> f64 {
     durable_rate_prefixed(store, "c-", instances, duration).await
 }
 
 /// [`durable_rate_on`] with instance ids (and keys) `<prefix><n>`.
 async fn durable_rate_prefixed(
-    store: Arc<dyn Store>,
+    store: Storage,
     prefix: &str,
     instances: usize,
     duration: Duration,
@@ -686,7 +686,7 @@ fn child_pg_durable(url: &str, schema: &str, instances: usize, secs: f64) {
         let store = PostgresStore::connect_with(url, &options).await.unwrap();
         let prefix = format!("p{}-", std::process::id());
         durable_rate_prefixed(
-            Arc::new(store),
+            Storage::new(Arc::new(store)),
             &prefix,
             instances,
             Duration::from_secs_f64(secs),
@@ -753,7 +753,11 @@ fn postgres_rows(reps: usize, secs: f64) -> Vec<Row> {
                 PostgresStore::connect_with(&url, &options).await.unwrap()
             });
             raw[slot].push(rt.block_on(pg_raw_commits(&url, &schema, n, duration)));
-            durable[slot].push(rt.block_on(durable_rate_on(Arc::new(store), n as usize, duration)));
+            durable[slot].push(rt.block_on(durable_rate_on(
+                Storage::new(Arc::new(store)),
+                n as usize,
+                duration,
+            )));
         }
     }
     let processes = [1usize, 2, 4];

@@ -21,7 +21,9 @@ use workflow_runtime::store::conformance::postgres::{
 use workflow_runtime::store::conformance::{
     SEC, T0, TTL, create_leased, doc, new_instance, waiting,
 };
-use workflow_runtime::store::{PostgresOptions, PostgresStore, Store, StoreError, WakeUp};
+use workflow_runtime::store::{
+    LeaseKey, PostgresOptions, PostgresStore, Storage, StoreError, WakeUp,
+};
 use workflow_runtime::{Completion, Runtime, TaskContext, workflow};
 
 /// A connection to the test server, or `None` (printed) when none is reachable.
@@ -47,6 +49,12 @@ async fn open(url: &str, schema: &str) -> PostgresStore {
     PostgresStore::connect_with(url, &PostgresOptions::default().schema(schema))
         .await
         .unwrap()
+}
+
+/// The policy layer over a store, as a runtime holds it (inside tokio: it forwards the
+/// store's notifications).
+async fn storage(url: &str, schema: &str) -> Storage {
+    Storage::new(Arc::new(open(url, schema).await))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -112,7 +120,8 @@ async fn another_process_hears_of_new_work_through_notify() {
     let Some((a, guard)) = fresh_store().await else {
         return;
     };
-    let b = open(&database_url(), guard.schema()).await;
+    let a = Storage::new(a);
+    let b = storage(&database_url(), guard.schema()).await;
     let mut heard = b.subscribe();
     // The listener of `b` may still be connecting: enqueue until it hears.
     let mut n = 0;
@@ -153,11 +162,12 @@ async fn a_commit_under_a_stale_fencing_token_writes_nothing() {
     let Some((first, guard)) = fresh_store().await else {
         return;
     };
-    let second = open(&database_url(), guard.schema()).await;
+    let second = storage(&database_url(), guard.schema()).await;
+    let first = Storage::new(first);
     // Process one takes the lease, then stalls past its TTL; process two takes over.
-    let stale = create_leased(first.as_ref(), "wf-1").await;
+    let stale = create_leased(&first, "wf-1").await;
     let current = second
-        .acquire_lease("wf-1", "node-b", T0 + TTL + SEC, TTL)
+        .acquire_lease(&LeaseKey::instance("wf-1"), "node-b", T0 + TTL + SEC, TTL)
         .await
         .unwrap();
     assert!(current.token > stale.token);
@@ -192,8 +202,8 @@ async fn a_connection_terminated_mid_commit_loses_nothing_and_the_retry_commits(
     let schema = fresh_schema_name();
     let url = url_named(&schema);
     let _guard = SchemaGuard::new(database_url(), schema.clone());
-    let store = Arc::new(open(&url, &schema).await);
-    let lease = create_leased(store.as_ref(), "wf-1").await;
+    let store = storage(&url, &schema).await;
+    let lease = create_leased(&store, "wf-1").await;
     let _ = store.create_instance(new_instance("wf-2")).await.unwrap();
 
     // Hold the instance row, so the commit stops inside its transaction.
@@ -212,7 +222,7 @@ async fn a_connection_terminated_mid_commit_loses_nothing_and_the_retry_commits(
         due_at: T0 + SEC,
     }];
     let pending = tokio::spawn({
-        let (store, commit) = (Arc::clone(&store), commit.clone());
+        let (store, commit) = (store.clone(), commit.clone());
         async move { store.commit(commit).await }
     });
     // Find the committing backend, waiting on the lock, and terminate it.

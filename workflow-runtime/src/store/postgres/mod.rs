@@ -20,13 +20,13 @@ use tokio::sync::broadcast;
 use tokio::task::JoinHandle;
 
 use super::{
-    BookmarkQuery, BookmarkRow, BoxFuture, ClaimedInstance, Commit, ControlRequest,
-    DEFAULT_MAX_STATE_BYTES, DeadLetter, DeadLetterFilter, DeadLetterReason, IdempotencyRecord,
-    IncidentRecord, InstanceFilter, InstanceRecord, JournalRecord, Lease, ListedInstance, Micros,
-    MigrateMode, NewIncident, NewInstance, PurgeFilter, QueueFailure, QueueItem, Renewal, Schedule,
-    ScheduleFiring, Store, StoreError, StoreResult, StoreStats, TimerRow, TriggerDiff, TriggerRow,
-    WAKE_UP_CAPACITY, WakeUp, commit_hints, create_hint, encode_commit, encode_state, page,
-    purge_statuses, send_hints, validate_instance_id,
+    BookmarkRow, BookmarkSelect, BoxFuture, ClaimedInstance, ClaimedRecord, Commit, ControlRequest,
+    DeadLetter, DeadLetterFilter, DueTimers, Enqueue, IdempotencyRecord, IncidentQuery,
+    IncidentRecord, InstanceFilter, InstanceRecord, InstanceStatus, JournalRecord, Lease,
+    LeaseClaim, LeaseKey, ListedInstance, Micros, MigrateMode, NewIncident, NewInstance,
+    PurgeTarget, QueueItem, Renewal, Schedule, ScheduleFiring, Settled, Settlement, Store,
+    StoreError, StoreResult, StoreStats, TimerRow, TimerScope, TriggerRow, TriggerSelect,
+    TriggerWrite, WakeUp,
 };
 
 mod notify;
@@ -52,8 +52,6 @@ pub struct PostgresOptions {
     pub schema: String,
     /// Migrations: apply or only check (ST-28).
     pub migrate: MigrateMode,
-    /// The state size limit (ST-24).
-    pub max_state_bytes: usize,
     /// Connections of the pool opened from a URL (default 10). One of them is held by the
     /// notification listener. Ignored by [`PostgresStore::from_pool`].
     pub max_connections: u32,
@@ -72,7 +70,6 @@ impl Default for PostgresOptions {
         Self {
             schema: "workflow".to_owned(),
             migrate: MigrateMode::Apply,
-            max_state_bytes: DEFAULT_MAX_STATE_BYTES,
             max_connections: 10,
             acquire_timeout: Duration::from_secs(30),
             listen: true,
@@ -117,11 +114,12 @@ struct Counters {
 pub struct PostgresStore {
     pool: PgPool,
     schema: Schema,
+    /// The hints heard from other processes, forwarded to the [`Storage`](super::Storage)
+    /// over this store ([`Store::remote_hints`]).
     hints: broadcast::Sender<WakeUp>,
     /// This store's id in notification payloads, so it ignores its own.
     origin: String,
     counters: Arc<Counters>,
-    max_state_bytes: usize,
     migrations_applied: Vec<u32>,
     listener: Option<JoinHandle<()>>,
 }
@@ -130,7 +128,6 @@ impl fmt::Debug for PostgresStore {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("PostgresStore")
             .field("schema", &self.schema.name())
-            .field("max_state_bytes", &self.max_state_bytes)
             .finish_non_exhaustive()
     }
 }
@@ -201,7 +198,7 @@ impl PostgresStore {
     pub async fn from_pool(pool: PgPool, options: &PostgresOptions) -> StoreResult<Self> {
         let schema = Schema::new(&options.schema)?;
         let migrations_applied = schema::migrate(&pool, &schema, options.migrate).await?;
-        let (hints, _) = broadcast::channel(WAKE_UP_CAPACITY);
+        let (hints, _) = broadcast::channel(1024);
         let origin = new_origin();
         let listener = options.listen.then(|| {
             tokio::spawn(notify::listen(
@@ -223,7 +220,6 @@ impl PostgresStore {
             hints,
             origin,
             counters: Arc::new(Counters::default()),
-            max_state_bytes: options.max_state_bytes,
             migrations_applied,
             listener,
         })
@@ -282,8 +278,8 @@ impl PostgresStore {
     }
 
     /// Ends a write: on success sends `hints` to the other processes inside the transaction
-    /// (`NOTIFY` is delivered only if it commits), commits, then sends them locally (ST-18);
-    /// on failure rolls back, so nothing is written.
+    /// (`NOTIFY` is delivered only if it commits) and commits; on failure rolls back, so
+    /// nothing is written. (This process's own hints are sent by [`Storage`](super::Storage).)
     async fn finish<T>(
         &self,
         mut tx: Transaction<'static, Postgres>,
@@ -300,7 +296,6 @@ impl PostgresStore {
                         .await?;
                 }
                 tx.commit().await?;
-                send_hints(&self.hints, hints.to_vec());
                 Ok(value)
             }
             Err(error) => {
@@ -339,43 +334,87 @@ fn ready<T: Send + 'static>(result: StoreResult<T>) -> BoxFuture<'static, StoreR
     Box::pin(std::future::ready(result))
 }
 
+/// The hints a commit gives the other processes (as [`Storage`](super::Storage) gives its
+/// own, ST-18).
+fn commit_hints(c: &Commit<String>) -> Vec<WakeUp> {
+    let mut hints = Vec::new();
+    if !c.bookmarks_added.is_empty() || !c.queue_items.is_empty() {
+        hints.push(WakeUp::QueueChanged);
+    }
+    if !c.timers_added.is_empty() || c.timers_parked == Some(false) {
+        hints.push(WakeUp::TimersChanged {
+            earliest: c.timers_added.iter().map(|t| t.due_at).min(),
+        });
+    }
+    if c.status.is_final() {
+        hints.push(WakeUp::InstanceTerminal {
+            id: c.instance_id.clone(),
+        });
+    } else if c.status == InstanceStatus::Running && c.release_lease {
+        hints.push(WakeUp::InstanceRunnable {
+            id: c.instance_id.clone(),
+        });
+    }
+    hints.extend(c.instances_created.iter().filter_map(create_hint));
+    for (id, _) in &c.control_requests {
+        hints.push(WakeUp::ControlRequested { id: id.clone() });
+    }
+    hints
+}
+
+fn create_hint(instance: &NewInstance<String>) -> Option<WakeUp> {
+    (instance.status == InstanceStatus::Running).then(|| WakeUp::InstanceRunnable {
+        id: instance.instance_id.clone(),
+    })
+}
+
 impl Store for PostgresStore {
-    fn create_instance(&self, instance: NewInstance) -> BoxFuture<'_, StoreResult<u64>> {
-        let state = match validate_instance_id(&instance.instance_id)
-            .and_then(|()| encode_state(&instance.state, self.max_state_bytes))
-        {
-            Ok(state) => state,
-            Err(e) => return ready(Err(e)),
-        };
+    fn create_instance(&self, instance: NewInstance<String>) -> BoxFuture<'_, StoreResult<u64>> {
         let hints: Vec<WakeUp> = create_hint(&instance).into_iter().collect();
         Box::pin(async move {
             write_tx!(self, hints, |c| async {
-                ops::insert_instance(c, &self.schema, &instance, &state).await?;
+                ops::insert_instance(c, &self.schema, &instance).await?;
                 Ok(1)
             })
         })
     }
 
-    fn load_instance(&self, instance_id: &str) -> BoxFuture<'_, StoreResult<InstanceRecord>> {
+    fn load_instance(
+        &self,
+        instance_id: &str,
+    ) -> BoxFuture<'_, StoreResult<InstanceRecord<String>>> {
         let id = instance_id.to_owned();
         Box::pin(async move { read!(self, |c| ops::load_instance(c, &self.schema, &id)) })
     }
 
-    fn commit(&self, commit: Commit) -> BoxFuture<'_, StoreResult<u64>> {
-        let (state, created) = match encode_commit(&commit, self.max_state_bytes) {
-            Ok(encoded) => encoded,
-            Err(e) => return ready(Err(e)),
-        };
-        let hints = commit_hints(&commit);
+    fn claim_instance(
+        &self,
+        instance_id: &str,
+        claim: LeaseClaim,
+    ) -> BoxFuture<'_, StoreResult<ClaimedRecord<String>>> {
+        let id = instance_id.to_owned();
         Box::pin(async move {
-            write_tx!(self, hints, |c| ops::commit(
-                c,
-                &self.schema,
-                &commit,
-                &state,
-                &created
-            ))
+            write_tx!(self, [], |c| async {
+                let lease = match claim.token {
+                    None => {
+                        ops::acquire_lease(c, &self.schema, &id, &claim.owner, claim.now, claim.ttl)
+                            .await?
+                    }
+                    Some(token) => {
+                        ops::renew_lease(c, &self.schema, &id, token, claim.now, claim.ttl)
+                            .await?
+                            .lease
+                    }
+                };
+                let record = ops::load_instance(c, &self.schema, &id).await?;
+                Ok(ClaimedRecord { lease, record })
+            })
         })
+    }
+
+    fn commit(&self, commit: Commit<String>) -> BoxFuture<'_, StoreResult<u64>> {
+        let hints = commit_hints(&commit);
+        Box::pin(async move { write_tx!(self, hints, |c| ops::commit(c, &self.schema, &commit)) })
     }
 
     fn request_control(
@@ -422,158 +461,165 @@ impl Store for PostgresStore {
         })
     }
 
-    fn delete_instance(&self, instance_id: &str) -> BoxFuture<'_, StoreResult<()>> {
-        let id = instance_id.to_owned();
+    fn purge(&self, target: PurgeTarget) -> BoxFuture<'_, StoreResult<u64>> {
         Box::pin(async move {
-            write_tx!(self, [], |c| async {
-                let status = ops::instance_status(c, &self.schema, &id).await?;
-                if !status.is_final() {
-                    return Err(StoreError::NotTerminal {
-                        instance: id.clone(),
-                        status,
-                    });
+            let s = &self.schema;
+            match target {
+                PurgeTarget::Instance(id) => write_tx!(self, [], |c| async {
+                    let status = ops::instance_status(c, s, &id).await?;
+                    if !status.is_final() {
+                        return Err(StoreError::NotTerminal {
+                            instance: id.clone(),
+                            status,
+                        });
+                    }
+                    ops::delete_dependents(c, s, std::slice::from_ref(&id)).await?;
+                    Ok(1)
+                }),
+                PurgeTarget::Finished(filter) => {
+                    let statuses: Vec<&str> = filter.statuses.iter().map(|s| s.as_str()).collect();
+                    let batch = filter.batch_size.max(1);
+                    let mut total = 0u64;
+                    loop {
+                        // Each batch is its own atomic transaction (ST-31).
+                        let removed = write_tx!(self, [], |c| ops::purge_batch(
+                            c,
+                            s,
+                            &statuses,
+                            filter.finished_before,
+                            filter.definition_name.as_deref(),
+                            batch
+                        ))?;
+                        total += removed as u64;
+                        if removed < batch {
+                            return Ok(total);
+                        }
+                    }
                 }
-                ops::delete_dependents(c, &self.schema, std::slice::from_ref(&id)).await
-            })
-        })
-    }
-
-    fn purge(&self, filter: PurgeFilter) -> BoxFuture<'_, StoreResult<u64>> {
-        Box::pin(async move {
-            let statuses = purge_statuses(&filter)?;
-            let statuses: Vec<&str> = statuses.iter().map(|s| s.as_str()).collect();
-            let batch = page(filter.batch_size, 500);
-            let mut total = 0u64;
-            loop {
-                // Each batch is its own atomic transaction (ST-31).
-                let removed = write_tx!(self, [], |c| ops::purge_batch(
-                    c,
-                    &self.schema,
-                    &statuses,
-                    filter.finished_before,
-                    filter.definition_name.as_deref(),
-                    batch
-                ))?;
-                total += removed as u64;
-                if removed < batch {
-                    return Ok(total);
+                PurgeTarget::DeadLetter(id) => write_tx!(self, [], |c| async {
+                    Ok(u64::from(ops::delete_dead_letter(c, s, &id).await?))
+                }),
+                PurgeTarget::DeadLettersBefore { before, limit } => {
+                    write_tx!(self, [], |c| ops::purge_before(
+                        c,
+                        s,
+                        "@wf_dead_letters",
+                        "original_item_id",
+                        "dead_at",
+                        before,
+                        limit
+                    ))
                 }
+                PurgeTarget::ReceiptsBefore { before, limit } => {
+                    write_tx!(self, [], |c| ops::purge_before(
+                        c,
+                        s,
+                        "@wf_receipts",
+                        "instance_id, stimulus_id",
+                        "at",
+                        before,
+                        limit
+                    ))
+                }
+                PurgeTarget::IdempotencyRecordsBefore { before, limit } => {
+                    write_tx!(self, [], |c| ops::purge_before(
+                        c,
+                        s,
+                        "@wf_idempotency",
+                        "idempotency_key",
+                        "created_at",
+                        before,
+                        limit
+                    ))
+                }
+                PurgeTarget::ExpiredQueueItems { now, limit } => {
+                    write_tx!(self, [], |c| ops::expire_queue(c, s, now, limit))
+                }
+                PurgeTarget::Schedule(id) => write_tx!(self, [], |c| async {
+                    Ok(u64::from(ops::delete_schedule(c, s, &id).await?))
+                }),
             }
         })
     }
 
     fn acquire_lease(
         &self,
-        instance_id: &str,
+        key: &LeaseKey,
         owner: &str,
         now: Micros,
         ttl: Micros,
     ) -> BoxFuture<'_, StoreResult<Lease>> {
-        let (id, owner) = (instance_id.to_owned(), owner.to_owned());
+        let (key, owner) = (key.clone(), owner.to_owned());
         Box::pin(async move {
-            write_tx!(self, [], |c| ops::acquire_lease(
-                c,
-                &self.schema,
-                &id,
-                &owner,
-                now,
-                ttl
-            ))
+            write_tx!(self, [], |c| async {
+                match &key {
+                    LeaseKey::Instance(id) => {
+                        ops::acquire_lease(c, &self.schema, id, &owner, now, ttl).await
+                    }
+                    LeaseKey::Named(name) => {
+                        ops::acquire_named_lease(c, &self.schema, name, &owner, now, ttl).await
+                    }
+                }
+            })
         })
     }
 
     fn renew_lease(
         &self,
-        instance_id: &str,
+        key: &LeaseKey,
         token: u64,
         now: Micros,
         ttl: Micros,
     ) -> BoxFuture<'_, StoreResult<Renewal>> {
-        let id = instance_id.to_owned();
+        let key = key.clone();
         Box::pin(async move {
-            write_tx!(self, [], |c| ops::renew_lease(
-                c,
-                &self.schema,
-                &id,
-                token,
-                now,
-                ttl
-            ))
+            write_tx!(self, [], |c| async {
+                match &key {
+                    LeaseKey::Instance(id) => {
+                        ops::renew_lease(c, &self.schema, id, token, now, ttl).await
+                    }
+                    LeaseKey::Named(name) => Ok(Renewal {
+                        lease: ops::renew_named_lease(c, &self.schema, name, token, now, ttl)
+                            .await?,
+                        control_request: None,
+                    }),
+                }
+            })
         })
     }
 
-    fn release_lease(&self, instance_id: &str, token: u64) -> BoxFuture<'_, StoreResult<()>> {
-        let id = instance_id.to_owned();
-        let hints = [WakeUp::InstanceRunnable { id: id.clone() }];
+    fn release_lease(&self, key: &LeaseKey, token: u64) -> BoxFuture<'_, StoreResult<()>> {
+        let key = key.clone();
+        let hints: Vec<WakeUp> = match &key {
+            LeaseKey::Instance(id) => vec![WakeUp::InstanceRunnable { id: id.clone() }],
+            LeaseKey::Named(_) => Vec::new(),
+        };
         Box::pin(async move {
-            write_tx!(self, hints, |c| ops::release_lease(
-                c,
-                &self.schema,
-                &id,
-                token
-            ))
+            write_tx!(self, hints, |c| async {
+                match &key {
+                    LeaseKey::Instance(id) => ops::release_lease(c, &self.schema, id, token).await,
+                    LeaseKey::Named(name) => {
+                        ops::release_named_lease(c, &self.schema, name, token).await
+                    }
+                }
+            })
         })
     }
 
-    fn acquire_named_lease(
+    fn find_bookmarks(
         &self,
-        name: &str,
-        owner: &str,
-        now: Micros,
-        ttl: Micros,
-    ) -> BoxFuture<'_, StoreResult<Lease>> {
-        let (name, owner) = (name.to_owned(), owner.to_owned());
+        select: BookmarkSelect,
+    ) -> BoxFuture<'_, StoreResult<Vec<BookmarkRow>>> {
         Box::pin(async move {
-            write_tx!(self, [], |c| ops::acquire_named_lease(
-                c,
-                &self.schema,
-                &name,
-                &owner,
-                now,
-                ttl
-            ))
+            read!(self, |c| async {
+                match &select {
+                    BookmarkSelect::Hash(query) => {
+                        ops::find_bookmarks(c, &self.schema, query).await
+                    }
+                    BookmarkSelect::Instance(id) => ops::list_bookmarks(c, &self.schema, id).await,
+                }
+            })
         })
-    }
-
-    fn renew_named_lease(
-        &self,
-        name: &str,
-        token: u64,
-        now: Micros,
-        ttl: Micros,
-    ) -> BoxFuture<'_, StoreResult<Lease>> {
-        let name = name.to_owned();
-        Box::pin(async move {
-            write_tx!(self, [], |c| ops::renew_named_lease(
-                c,
-                &self.schema,
-                &name,
-                token,
-                now,
-                ttl
-            ))
-        })
-    }
-
-    fn release_named_lease(&self, name: &str, token: u64) -> BoxFuture<'_, StoreResult<()>> {
-        let name = name.to_owned();
-        Box::pin(async move {
-            write_tx!(self, [], |c| ops::release_named_lease(
-                c,
-                &self.schema,
-                &name,
-                token
-            ))
-        })
-    }
-
-    fn find_bookmarks(&self, query: BookmarkQuery) -> BoxFuture<'_, StoreResult<Vec<BookmarkRow>>> {
-        Box::pin(async move { read!(self, |c| ops::find_bookmarks(c, &self.schema, &query)) })
-    }
-
-    fn list_bookmarks(&self, instance_id: &str) -> BoxFuture<'_, StoreResult<Vec<BookmarkRow>>> {
-        let id = instance_id.to_owned();
-        Box::pin(async move { read!(self, |c| ops::list_bookmarks(c, &self.schema, &id)) })
     }
 
     fn has_receipt(
@@ -585,29 +631,35 @@ impl Store for PostgresStore {
         Box::pin(async move { read!(self, |c| ops::has_receipt(c, &self.schema, &id, &stimulus)) })
     }
 
-    fn replace_triggers(
-        &self,
-        definition_name: &str,
-        triggers: Vec<TriggerRow>,
-    ) -> BoxFuture<'_, StoreResult<TriggerDiff>> {
-        let name = definition_name.to_owned();
+    fn find_triggers(&self, select: TriggerSelect) -> BoxFuture<'_, StoreResult<Vec<TriggerRow>>> {
         Box::pin(async move {
-            write_tx!(self, [], |c| ops::replace_triggers(
-                c,
-                &self.schema,
-                &name,
-                &triggers
-            ))
+            read!(self, |c| async {
+                match &select {
+                    TriggerSelect::Hashes(hashes) => {
+                        ops::find_triggers(c, &self.schema, hashes).await
+                    }
+                    TriggerSelect::Definition(name) => {
+                        ops::definition_triggers(c, &self.schema, name).await
+                    }
+                }
+            })
         })
     }
 
-    fn find_triggers(&self, hashes: &[String]) -> BoxFuture<'_, StoreResult<Vec<TriggerRow>>> {
-        let hashes = hashes.to_vec();
-        Box::pin(async move { read!(self, |c| ops::find_triggers(c, &self.schema, &hashes)) })
-    }
-
-    fn earliest_timer(&self, now: Micros) -> BoxFuture<'_, StoreResult<Option<Micros>>> {
-        Box::pin(async move { read!(self, |c| ops::earliest_timer(c, &self.schema, now)) })
+    fn write_triggers(
+        &self,
+        definition_name: &str,
+        write: TriggerWrite,
+    ) -> BoxFuture<'_, StoreResult<()>> {
+        let name = definition_name.to_owned();
+        Box::pin(async move {
+            write_tx!(self, [], |c| ops::write_triggers(
+                c,
+                &self.schema,
+                &name,
+                &write
+            ))
+        })
     }
 
     fn claim_due_timers(
@@ -616,17 +668,36 @@ impl Store for PostgresStore {
         now: Micros,
         claim_ttl: Micros,
         limit: usize,
-    ) -> BoxFuture<'_, StoreResult<Vec<TimerRow>>> {
+    ) -> BoxFuture<'_, StoreResult<DueTimers>> {
         let owner = owner.to_owned();
         Box::pin(async move {
-            write_tx!(self, [], |c| ops::claim_due_timers(
-                c,
-                &self.schema,
-                &owner,
-                now,
-                claim_ttl,
-                limit
-            ))
+            if limit == 0 {
+                return read!(self, |c| async {
+                    Ok(DueTimers {
+                        claimed: Vec::new(),
+                        next_due: ops::earliest_timer(c, &self.schema, now).await?,
+                    })
+                });
+            }
+            write_tx!(self, [], |c| async {
+                let claimed =
+                    ops::claim_due_timers(c, &self.schema, &owner, now, claim_ttl, limit).await?;
+                let next_due = ops::earliest_timer(c, &self.schema, now).await?;
+                Ok(DueTimers { claimed, next_due })
+            })
+        })
+    }
+
+    fn list_timers(&self, scope: TimerScope) -> BoxFuture<'_, StoreResult<Vec<TimerRow>>> {
+        Box::pin(async move {
+            read!(self, |c| async {
+                match &scope {
+                    TimerScope::Instance(id) => ops::list_timers(c, &self.schema, id).await,
+                    TimerScope::Schedules(name) => {
+                        ops::list_schedule_rows(c, &self.schema, name).await
+                    }
+                }
+            })
         })
     }
 
@@ -641,30 +712,14 @@ impl Store for PostgresStore {
         })
     }
 
-    fn delete_schedule(&self, schedule_id: &str) -> BoxFuture<'_, StoreResult<bool>> {
-        let id = schedule_id.to_owned();
-        Box::pin(async move { write_tx!(self, [], |c| ops::delete_schedule(c, &self.schema, &id)) })
-    }
-
-    fn list_schedules(&self, definition_name: &str) -> BoxFuture<'_, StoreResult<Vec<Schedule>>> {
-        let name = definition_name.to_owned();
-        Box::pin(async move { read!(self, |c| ops::list_schedules(c, &self.schema, &name)) })
-    }
-
     fn fire_schedule(
         &self,
         schedule_id: &str,
         expected_due_at: Micros,
-        instance: NewInstance,
+        instance: NewInstance<String>,
         next_due: Option<Micros>,
     ) -> BoxFuture<'_, StoreResult<ScheduleFiring>> {
         let id = schedule_id.to_owned();
-        let state = match validate_instance_id(&instance.instance_id)
-            .and_then(|()| encode_state(&instance.state, self.max_state_bytes))
-        {
-            Ok(state) => state,
-            Err(e) => return ready(Err(e)),
-        };
         let mut hints: Vec<WakeUp> = create_hint(&instance).into_iter().collect();
         hints.push(WakeUp::TimersChanged { earliest: next_due });
         Box::pin(async move {
@@ -674,15 +729,9 @@ impl Store for PostgresStore {
                 &id,
                 expected_due_at,
                 &instance,
-                &state,
                 next_due
             ))
         })
-    }
-
-    fn list_timers(&self, instance_id: &str) -> BoxFuture<'_, StoreResult<Vec<TimerRow>>> {
-        let id = instance_id.to_owned();
-        Box::pin(async move { read!(self, |c| ops::list_timers(c, &self.schema, &id)) })
     }
 
     fn read_journal(
@@ -690,7 +739,7 @@ impl Store for PostgresStore {
         instance_id: &str,
         from_seq: u64,
         limit: usize,
-    ) -> BoxFuture<'_, StoreResult<Vec<JournalRecord>>> {
+    ) -> BoxFuture<'_, StoreResult<Vec<JournalRecord<String>>>> {
         let id = instance_id.to_owned();
         Box::pin(async move {
             read!(self, |c| ops::read_journal(
@@ -703,13 +752,34 @@ impl Store for PostgresStore {
         })
     }
 
-    fn enqueue(&self, item: QueueItem) -> BoxFuture<'_, StoreResult<()>> {
+    fn enqueue(&self, send: Enqueue) -> BoxFuture<'_, StoreResult<Option<IdempotencyRecord>>> {
+        let report = match send
+            .idempotency
+            .as_ref()
+            .map(|r| ops::json_text(&r.report))
+            .transpose()
+        {
+            Ok(report) => report,
+            Err(e) => return ready(Err(e)),
+        };
+        let hints: Vec<WakeUp> = if send.items.is_empty() {
+            Vec::new()
+        } else {
+            vec![WakeUp::QueueChanged]
+        };
         Box::pin(async move {
-            write_tx!(self, [WakeUp::QueueChanged], |c| ops::enqueue(
-                c,
-                &self.schema,
-                &item
-            ))
+            write_tx!(self, hints, |c| async {
+                if let (Some(record), Some(report)) = (&send.idempotency, &report)
+                    && let Some(existing) =
+                        ops::put_idempotency_record(c, &self.schema, record, report).await?
+                {
+                    return Ok(Some(existing));
+                }
+                for item in &send.items {
+                    ops::enqueue(c, &self.schema, item).await?;
+                }
+                Ok(None)
+            })
         })
     }
 
@@ -733,67 +803,24 @@ impl Store for PostgresStore {
         })
     }
 
-    fn release_queue_item(&self, item_id: &str, owner: &str) -> BoxFuture<'_, StoreResult<()>> {
-        let (id, owner) = (item_id.to_owned(), owner.to_owned());
-        Box::pin(async move {
-            write_tx!(self, [WakeUp::QueueChanged], |c| ops::release_queue_item(
-                c,
-                &self.schema,
-                &id,
-                &owner
-            ))
-        })
-    }
-
-    fn ack_queue_item(&self, item_id: &str) -> BoxFuture<'_, StoreResult<bool>> {
+    fn settle_queue_item(
+        &self,
+        item_id: &str,
+        settlement: Settlement,
+    ) -> BoxFuture<'_, StoreResult<Settled>> {
         let id = item_id.to_owned();
-        Box::pin(async move { write_tx!(self, [], |c| ops::ack_queue_item(c, &self.schema, &id)) })
-    }
-
-    fn record_queue_failure(
-        &self,
-        item_id: &str,
-        error: &str,
-        now: Micros,
-        max_attempts: u32,
-    ) -> BoxFuture<'_, StoreResult<QueueFailure>> {
-        let (id, error) = (item_id.to_owned(), error.to_owned());
+        let hints: Vec<WakeUp> = match settlement {
+            Settlement::Release { .. } | Settlement::Fail { .. } => vec![WakeUp::QueueChanged],
+            Settlement::Ack | Settlement::DeadLetter { .. } => Vec::new(),
+        };
         Box::pin(async move {
-            write_tx!(self, [WakeUp::QueueChanged], |c| ops::record_queue_failure(
+            write_tx!(self, hints, |c| ops::settle_queue_item(
                 c,
                 &self.schema,
                 &id,
-                &error,
-                now,
-                max_attempts
+                &settlement
             ))
         })
-    }
-
-    fn dead_letter(
-        &self,
-        item_id: &str,
-        reason: DeadLetterReason,
-        error: Option<&str>,
-        now: Micros,
-    ) -> BoxFuture<'_, StoreResult<bool>> {
-        let (id, error) = (item_id.to_owned(), error.map(str::to_owned));
-        Box::pin(async move {
-            write_tx!(self, [], |c| ops::move_to_dead(
-                c,
-                &self.schema,
-                &id,
-                reason,
-                error.as_deref(),
-                now
-            ))
-        })
-    }
-
-    fn expire_queue(&self, now: Micros, limit: usize) -> BoxFuture<'_, StoreResult<u64>> {
-        Box::pin(
-            async move { write_tx!(self, [], |c| ops::expire_queue(c, &self.schema, now, limit)) },
-        )
     }
 
     fn replay_dead_letter(
@@ -814,61 +841,11 @@ impl Store for PostgresStore {
         })
     }
 
-    fn delete_dead_letter(&self, item_id: &str) -> BoxFuture<'_, StoreResult<bool>> {
-        let id = item_id.to_owned();
-        Box::pin(
-            async move { write_tx!(self, [], |c| ops::delete_dead_letter(c, &self.schema, &id)) },
-        )
-    }
-
-    fn purge_dead_letters(
+    fn list_dead_letters(
         &self,
-        dead_before: Micros,
-        limit: usize,
-    ) -> BoxFuture<'_, StoreResult<u64>> {
-        Box::pin(async move {
-            write_tx!(self, [], |c| ops::purge_before(
-                c,
-                &self.schema,
-                "@wf_dead_letters",
-                "original_item_id",
-                "dead_at",
-                dead_before,
-                limit
-            ))
-        })
-    }
-
-    fn purge_receipts(&self, before: Micros, limit: usize) -> BoxFuture<'_, StoreResult<u64>> {
-        Box::pin(async move {
-            write_tx!(self, [], |c| ops::purge_before(
-                c,
-                &self.schema,
-                "@wf_receipts",
-                "instance_id, stimulus_id",
-                "at",
-                before,
-                limit
-            ))
-        })
-    }
-
-    fn purge_idempotency_records(
-        &self,
-        before: Micros,
-        limit: usize,
-    ) -> BoxFuture<'_, StoreResult<u64>> {
-        Box::pin(async move {
-            write_tx!(self, [], |c| ops::purge_before(
-                c,
-                &self.schema,
-                "@wf_idempotency",
-                "idempotency_key",
-                "created_at",
-                before,
-                limit
-            ))
-        })
+        filter: DeadLetterFilter,
+    ) -> BoxFuture<'_, StoreResult<Vec<DeadLetter>>> {
+        Box::pin(async move { read!(self, |c| ops::list_dead_letters(c, &self.schema, &filter)) })
     }
 
     fn insert_incident(
@@ -887,44 +864,11 @@ impl Store for PostgresStore {
         })
     }
 
-    fn list_incidents(&self, instance_id: &str) -> BoxFuture<'_, StoreResult<Vec<IncidentRecord>>> {
-        let id = instance_id.to_owned();
-        Box::pin(async move { read!(self, |c| ops::list_incidents(c, &self.schema, &id)) })
-    }
-
-    fn list_all_incidents(
+    fn list_incidents(
         &self,
-        unresolved_only: bool,
-        after: Option<(Micros, String)>,
-        limit: usize,
+        query: IncidentQuery,
     ) -> BoxFuture<'_, StoreResult<Vec<IncidentRecord>>> {
-        Box::pin(async move {
-            read!(self, |c| ops::list_all_incidents(
-                c,
-                &self.schema,
-                unresolved_only,
-                after.as_ref(),
-                limit
-            ))
-        })
-    }
-
-    fn put_idempotency_record(
-        &self,
-        record: IdempotencyRecord,
-    ) -> BoxFuture<'_, StoreResult<Option<IdempotencyRecord>>> {
-        let report = match ops::json_text(&record.report) {
-            Ok(report) => report,
-            Err(e) => return ready(Err(e)),
-        };
-        Box::pin(async move {
-            write_tx!(self, [], |c| ops::put_idempotency_record(
-                c,
-                &self.schema,
-                &record,
-                &report
-            ))
-        })
+        Box::pin(async move { read!(self, |c| ops::list_incidents(c, &self.schema, &query)) })
     }
 
     fn find_idempotency_record(
@@ -941,13 +885,6 @@ impl Store for PostgresStore {
         })
     }
 
-    fn list_dead_letters(
-        &self,
-        filter: DeadLetterFilter,
-    ) -> BoxFuture<'_, StoreResult<Vec<DeadLetter>>> {
-        Box::pin(async move { read!(self, |c| ops::list_dead_letters(c, &self.schema, &filter)) })
-    }
-
     fn stats(&self) -> BoxFuture<'_, StoreResult<StoreStats>> {
         ready(Ok(StoreStats {
             write_requests: self.counters.write_requests.load(Ordering::Relaxed),
@@ -955,7 +892,7 @@ impl Store for PostgresStore {
         }))
     }
 
-    fn subscribe(&self) -> broadcast::Receiver<WakeUp> {
-        self.hints.subscribe()
+    fn remote_hints(&self) -> Option<broadcast::Receiver<WakeUp>> {
+        Some(self.hints.subscribe())
     }
 }

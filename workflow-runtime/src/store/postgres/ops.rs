@@ -5,14 +5,13 @@ use serde_json::Value;
 use sqlx::postgres::PgRow;
 use sqlx::{PgConnection, Row};
 
-use super::super::memory::same_trigger;
 use super::super::{
     BookmarkQuery, BookmarkRow, ClaimedInstance, Commit, ControlRequest, DeadLetter,
-    DeadLetterFilter, DeadLetterReason, IdempotencyRecord, IncidentRecord, InstanceFilter,
-    InstanceRecord, InstanceStatus, InstanceSubStatus, JournalRecord, Lease, LeaseState,
-    ListedInstance, Micros, NewIncident, NewInstance, NewJournalRecord, QueueFailure, QueueItem,
-    Renewal, Schedule, ScheduleFiring, StoreError, StoreResult, TimerRow, TriggerDiff, TriggerRow,
-    decode_state, instance_resource, journal_detail, named_resource, page,
+    DeadLetterFilter, DeadLetterReason, IdempotencyRecord, IncidentQuery, IncidentRecord,
+    InstanceFilter, InstanceRecord, InstanceStatus, InstanceSubStatus, InstanceSummary,
+    JournalRecord, Lease, LeaseKey, LeaseState, ListedInstance, Micros, NewIncident, NewInstance,
+    NewJournalRecord, QueueItem, Renewal, Schedule, ScheduleFiring, Settled, Settlement,
+    StoreError, StoreResult, TimerRow, TriggerRow, TriggerWrite,
 };
 use super::schema::Schema;
 
@@ -28,6 +27,14 @@ fn to_u64(value: i64) -> u64 {
 
 fn limit_i64(limit: usize) -> i64 {
     i64::try_from(limit).unwrap_or(i64::MAX)
+}
+
+fn instance_resource(id: &str) -> String {
+    LeaseKey::instance(id).resource()
+}
+
+fn named_resource(name: &str) -> String {
+    LeaseKey::named(name).resource()
 }
 
 fn not_found(what: &'static str, id: &str) -> StoreError {
@@ -67,8 +74,35 @@ const INSTANCE_COLS: &str = "instance_id, definition_name, definition_version, s
     sub_status, correlation_id, version, lease_owner, lease_token, lease_expires_at, \
     control_request, origin_at, created_at, updated_at, finished_at, state";
 
-/// Decodes one instance row; any failure is a `Decode` naming the instance (ST-22).
-fn instance_from_row(id: &str, row: &PgRow) -> StoreResult<InstanceRecord> {
+/// Decodes one instance row with its state text (column 15), left encoded.
+fn instance_from_row(id: &str, row: &PgRow) -> StoreResult<InstanceRecord<String>> {
+    let summary = summary_from_row(id, row)?;
+    let state: String = row.try_get(15).map_err(|e| StoreError::Decode {
+        what: "instance",
+        id: id.to_owned(),
+        path: "state".to_owned(),
+        message: e.to_string(),
+    })?;
+    Ok(InstanceRecord {
+        instance_id: summary.instance_id,
+        definition_name: summary.definition_name,
+        definition_version: summary.definition_version,
+        status: summary.status,
+        sub_status: summary.sub_status,
+        correlation_id: summary.correlation_id,
+        version: summary.version,
+        lease: summary.lease,
+        control_request: summary.control_request,
+        origin_at: summary.origin_at,
+        created_at: summary.created_at,
+        updated_at: summary.updated_at,
+        finished_at: summary.finished_at,
+        state,
+    })
+}
+
+/// Decodes one instance row's columns; any failure is a `Decode` naming the instance (ST-22).
+fn summary_from_row(id: &str, row: &PgRow) -> StoreResult<InstanceSummary> {
     let col = |e: sqlx::Error| StoreError::Decode {
         what: "instance",
         id: id.to_owned(),
@@ -99,8 +133,7 @@ fn instance_from_row(id: &str, row: &PgRow) -> StoreResult<InstanceRecord> {
     let lease_expires_at: Option<i64> = row.try_get(9).map_err(col)?;
     let control: Option<String> = row.try_get(10).map_err(col)?;
     let control_request = control.map(|text| decode_control(id, &text)).transpose()?;
-    let state: String = row.try_get(15).map_err(col)?;
-    Ok(InstanceRecord {
+    Ok(InstanceSummary {
         instance_id: id.to_owned(),
         definition_name: row.try_get(1).map_err(col)?,
         definition_version: row.try_get(2).map_err(col)?,
@@ -121,7 +154,6 @@ fn instance_from_row(id: &str, row: &PgRow) -> StoreResult<InstanceRecord> {
         created_at: row.try_get(12).map_err(col)?,
         updated_at: row.try_get(13).map_err(col)?,
         finished_at: row.try_get(14).map_err(col)?,
-        state: decode_state(id, &state)?,
     })
 }
 
@@ -220,7 +252,7 @@ pub(super) async fn load_instance(
     c: &mut Conn,
     s: &Schema,
     id: &str,
-) -> StoreResult<InstanceRecord> {
+) -> StoreResult<InstanceRecord<String>> {
     let row = sqlx::query(&s.sql(&format!(
         "SELECT {INSTANCE_COLS} FROM @wf_instances WHERE instance_id = $1"
     )))
@@ -239,9 +271,9 @@ pub(super) async fn load_instance(
 pub(super) async fn insert_instance(
     c: &mut Conn,
     s: &Schema,
-    i: &NewInstance,
-    state: &str,
+    i: &NewInstance<String>,
 ) -> StoreResult<()> {
+    let state = i.state.as_str();
     if let Some(scope) = &i.activation_scope {
         sqlx::query("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))")
             .bind(format!("workflow-activation:{}:{scope}", s.name()))
@@ -313,14 +345,9 @@ pub(super) async fn insert_instance(
 /// and token checks and every write below see the one current row: a concurrent commit waits,
 /// then finds the new version and reports `Conflict`; a commit under a superseded token
 /// reports `Fenced` (ST-27). Any failure rolls the whole transaction back.
-pub(super) async fn commit(
-    c: &mut Conn,
-    s: &Schema,
-    commit: &Commit,
-    state: &str,
-    created: &[String],
-) -> StoreResult<u64> {
+pub(super) async fn commit(c: &mut Conn, s: &Schema, commit: &Commit<String>) -> StoreResult<u64> {
     let id = commit.instance_id.as_str();
+    let state = commit.state.as_str();
     let row = sqlx::query(&s.sql(
         "SELECT version, lease_owner, lease_token, definition_name, definition_version,
             correlation_id
@@ -447,7 +474,7 @@ pub(super) async fn commit(
             .execute(&mut *c)
             .await?;
     }
-    if commit.status.is_final() {
+    if commit.clear_waits {
         // ENG-22: a final instance has no bookmarks or timers.
         sqlx::query(&s.sql("DELETE FROM @wf_bookmarks WHERE instance_id = $1"))
             .bind(id)
@@ -478,14 +505,26 @@ pub(super) async fn commit(
             insert_journal(c, s, id, seq, entry).await?;
         }
     }
+    if let Some(max) = commit.max_journal_entries {
+        // ENG-42: the stored journal keeps the newest `max` entries.
+        sqlx::query(&s.sql(
+            "DELETE FROM @wf_journal WHERE instance_id = $1 AND seq <= (
+                SELECT seq FROM @wf_journal WHERE instance_id = $1
+                ORDER BY seq DESC LIMIT 1 OFFSET $2)",
+        ))
+        .bind(id)
+        .bind(to_i64(max))
+        .execute(&mut *c)
+        .await?;
+    }
     if !commit.consumed_queue_items.is_empty() {
         sqlx::query(&s.sql("DELETE FROM @wf_queue WHERE item_id = ANY($1)"))
             .bind(&commit.consumed_queue_items)
             .execute(&mut *c)
             .await?;
     }
-    for (instance, state) in commit.instances_created.iter().zip(created) {
-        insert_instance(c, s, instance, state).await?;
+    for instance in &commit.instances_created {
+        insert_instance(c, s, instance).await?;
     }
     for item in &commit.queue_items {
         enqueue(c, s, item).await?;
@@ -545,9 +584,9 @@ async fn insert_journal(
     s: &Schema,
     id: &str,
     seq: i64,
-    entry: &NewJournalRecord,
+    entry: &NewJournalRecord<String>,
 ) -> StoreResult<()> {
-    let detail = json_text(&journal_detail(&entry.detail))?;
+    let detail = entry.detail.as_str();
     sqlx::query(&s.sql(
         "INSERT INTO @wf_journal (instance_id, seq, at, kind, context_id, node_id, detail)
          VALUES ($1, $2, $3, $4, $5, $6, $7)",
@@ -597,30 +636,33 @@ pub(super) async fn list_instances(
     s: &Schema,
     filter: &InstanceFilter,
 ) -> StoreResult<Vec<ListedInstance>> {
+    let columns = INSTANCE_COLS.trim_end_matches(", state");
     let rows = sqlx::query(&s.sql(&format!(
-        "SELECT {INSTANCE_COLS} FROM @wf_instances
+        "SELECT {columns} FROM @wf_instances
          WHERE ($1::text IS NULL OR status = $1)
            AND ($2::text IS NULL OR definition_name = $2)
            AND ($3::text IS NULL OR correlation_id = $3)
            AND ($4::text IS NULL OR instance_id > $4)
            AND (NOT $6 OR control_request IS NOT NULL)
+           AND (NOT $7 OR status NOT IN ('finished', 'cancelled'))
          ORDER BY instance_id LIMIT $5"
     )))
     .bind(filter.status.map(InstanceStatus::as_str))
     .bind(&filter.definition_name)
     .bind(&filter.correlation_id)
     .bind(&filter.after)
-    .bind(limit_i64(page(filter.limit, 100)))
+    .bind(limit_i64(filter.limit))
     .bind(filter.control_requested)
+    .bind(filter.live_only)
     .fetch_all(&mut *c)
     .await?;
     let mut listed = Vec::with_capacity(rows.len());
     for row in &rows {
         let id: String = row.try_get(0)?;
-        let record = instance_from_row(&id, row);
+        let summary = summary_from_row(&id, row);
         listed.push(ListedInstance {
             instance_id: id,
-            record,
+            summary,
         });
     }
     Ok(listed)
@@ -968,7 +1010,7 @@ pub(super) async fn find_bookmarks(
     .bind(&query.bookmark_id)
     .bind(after_at)
     .bind(after_id)
-    .bind(limit_i64(page(query.limit, 100)))
+    .bind(limit_i64(query.limit))
     .fetch_all(&mut *c)
     .await?;
     Ok(rows
@@ -1034,60 +1076,29 @@ fn trigger_from_row(row: &PgRow) -> StoreResult<TriggerRow> {
     })
 }
 
-/// Replaces a definition's triggers by difference (ST-7), under an advisory lock on the
-/// definition so two processes registering it at once do not interleave (ST-27).
-pub(super) async fn replace_triggers(
+/// Writes a definition's trigger changes (ST-7), under an advisory lock on the definition so
+/// two processes registering it at once do not interleave (ST-27).
+pub(super) async fn write_triggers(
     c: &mut Conn,
     s: &Schema,
     name: &str,
-    triggers: &[TriggerRow],
-) -> StoreResult<TriggerDiff> {
-    if let Some(t) = triggers.iter().find(|t| t.definition_name != name) {
-        return Err(StoreError::Invalid {
-            what: "trigger",
-            reason: format!("belongs to {}, not {name}", t.definition_name),
-        });
-    }
+    write: &TriggerWrite,
+) -> StoreResult<()> {
     sqlx::query("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))")
         .bind(format!("workflow-triggers:{}:{name}", s.name()))
         .execute(&mut *c)
         .await?;
-    let existing = sqlx::query(&s.sql(&format!(
-        "SELECT {TRIGGER_COLS} FROM @wf_triggers WHERE definition_name = $1
-         ORDER BY definition_name, node_id, hash"
-    )))
-    .bind(name)
-    .fetch_all(&mut *c)
-    .await?
-    .iter()
-    .map(trigger_from_row)
-    .collect::<StoreResult<Vec<_>>>()?;
-    let mut diff = TriggerDiff::default();
-    for old in &existing {
-        if !triggers
-            .iter()
-            .any(|t| t.node_id == old.node_id && t.hash == old.hash)
-        {
-            sqlx::query(&s.sql(
-                "DELETE FROM @wf_triggers
-                 WHERE definition_name = $1 AND node_id = $2 AND hash = $3",
-            ))
-            .bind(name)
-            .bind(&old.node_id)
-            .bind(&old.hash)
-            .execute(&mut *c)
-            .await?;
-            diff.removed += 1;
-        }
+    for (node, hash) in &write.deletes {
+        sqlx::query(&s.sql(
+            "DELETE FROM @wf_triggers WHERE definition_name = $1 AND node_id = $2 AND hash = $3",
+        ))
+        .bind(name)
+        .bind(node)
+        .bind(hash)
+        .execute(&mut *c)
+        .await?;
     }
-    for t in triggers {
-        let same = existing
-            .iter()
-            .any(|old| old.node_id == t.node_id && old.hash == t.hash && same_trigger(old, t));
-        if same {
-            diff.unchanged += 1;
-            continue;
-        }
+    for t in &write.upserts {
         sqlx::query(&s.sql(
             "INSERT INTO @wf_triggers (definition_name, node_id, hash, definition_version,
                 name, key_display, payload, activation, registered_at)
@@ -1097,7 +1108,7 @@ pub(super) async fn replace_triggers(
                 key_display = EXCLUDED.key_display, payload = EXCLUDED.payload,
                 activation = EXCLUDED.activation, registered_at = EXCLUDED.registered_at",
         ))
-        .bind(&t.definition_name)
+        .bind(name)
         .bind(&t.node_id)
         .bind(&t.hash)
         .bind(&t.definition_version)
@@ -1108,9 +1119,26 @@ pub(super) async fn replace_triggers(
         .bind(t.registered_at)
         .execute(&mut *c)
         .await?;
-        diff.added += 1;
     }
-    Ok(diff)
+    Ok(())
+}
+
+/// A definition's triggers.
+pub(super) async fn definition_triggers(
+    c: &mut Conn,
+    s: &Schema,
+    name: &str,
+) -> StoreResult<Vec<TriggerRow>> {
+    sqlx::query(&s.sql(&format!(
+        "SELECT {TRIGGER_COLS} FROM @wf_triggers WHERE definition_name = $1
+         ORDER BY definition_name, node_id, hash"
+    )))
+    .bind(name)
+    .fetch_all(&mut *c)
+    .await?
+    .iter()
+    .map(trigger_from_row)
+    .collect()
 }
 
 pub(super) async fn find_triggers(
@@ -1215,11 +1243,11 @@ pub(super) async fn delete_schedule(c: &mut Conn, s: &Schema, id: &str) -> Store
     Ok(done.rows_affected() > 0)
 }
 
-pub(super) async fn list_schedules(
+pub(super) async fn list_schedule_rows(
     c: &mut Conn,
     s: &Schema,
     name: &str,
-) -> StoreResult<Vec<Schedule>> {
+) -> StoreResult<Vec<TimerRow>> {
     let rows = sqlx::query(&s.sql(&format!(
         "SELECT {TIMER_COLS} FROM @wf_timers
          WHERE instance_id IS NULL AND definition_name = $1 ORDER BY timer_id"
@@ -1227,19 +1255,7 @@ pub(super) async fn list_schedules(
     .bind(name)
     .fetch_all(&mut *c)
     .await?;
-    let mut schedules = Vec::with_capacity(rows.len());
-    for row in &rows {
-        let row = timer_from_row(row)?;
-        schedules.push(Schedule {
-            schedule_id: row.timer_id,
-            definition_name: row.definition_name.unwrap_or_default(),
-            node_id: row.node_id.unwrap_or_default(),
-            kind: row.kind,
-            due_at: row.due_at,
-            fired: row.parked,
-        });
-    }
-    Ok(schedules)
+    Ok(rows.iter().map(timer_from_row).collect::<Result<_, _>>()?)
 }
 
 /// Fires one occurrence (TM-11 to TM-13): the schedule row is locked, so of several
@@ -1250,8 +1266,7 @@ pub(super) async fn fire_schedule(
     s: &Schema,
     id: &str,
     expected_due_at: Micros,
-    instance: &NewInstance,
-    state: &str,
+    instance: &NewInstance<String>,
     next_due: Option<Micros>,
 ) -> StoreResult<ScheduleFiring> {
     let current: Option<i64> = sqlx::query_scalar(&s.sql(
@@ -1266,7 +1281,7 @@ pub(super) async fn fire_schedule(
     }
     // The activation check fails before the insert writes anything, so the transaction is
     // still usable after a refusal.
-    let firing = match insert_instance(c, s, instance, state).await {
+    let firing = match insert_instance(c, s, instance).await {
         Ok(()) => ScheduleFiring::Started,
         Err(StoreError::ActivationConflict { existing, .. }) => {
             ScheduleFiring::Refused { existing }
@@ -1303,14 +1318,14 @@ pub(super) async fn read_journal(
     id: &str,
     from_seq: u64,
     limit: usize,
-) -> StoreResult<Vec<JournalRecord>> {
+) -> StoreResult<Vec<JournalRecord<String>>> {
     let rows = sqlx::query(&s.sql(
         "SELECT seq, at, kind, context_id, node_id, detail FROM @wf_journal
          WHERE instance_id = $1 AND seq >= $2 ORDER BY seq LIMIT $3",
     ))
     .bind(id)
     .bind(to_i64(from_seq))
-    .bind(limit_i64(page(limit, 100)))
+    .bind(limit_i64(limit))
     .fetch_all(&mut *c)
     .await?;
     let mut entries = Vec::with_capacity(rows.len());
@@ -1322,7 +1337,7 @@ pub(super) async fn read_journal(
             kind: row.try_get(2)?,
             context_id: row.try_get::<Option<i64>, _>(3)?.map(to_u64),
             node_id: row.try_get(4)?,
-            detail: decode_json("journal entry", id, "detail", &detail)?,
+            detail,
         });
     }
     Ok(entries)
@@ -1486,56 +1501,59 @@ async fn quarantine_queue_item(
     Ok(())
 }
 
-pub(super) async fn release_queue_item(
+/// Settles a claimed queue item (RT-27, C-16, C-17).
+pub(super) async fn settle_queue_item(
     c: &mut Conn,
     s: &Schema,
     id: &str,
-    owner: &str,
-) -> StoreResult<()> {
-    sqlx::query(&s.sql(
-        "UPDATE @wf_queue SET claim_owner = NULL, claim_expires_at = NULL
-         WHERE item_id = $1 AND claim_owner = $2",
-    ))
-    .bind(id)
-    .bind(owner)
-    .execute(&mut *c)
-    .await?;
-    Ok(())
-}
-
-pub(super) async fn ack_queue_item(c: &mut Conn, s: &Schema, id: &str) -> StoreResult<bool> {
-    let done = sqlx::query(&s.sql("DELETE FROM @wf_queue WHERE item_id = $1"))
-        .bind(id)
-        .execute(&mut *c)
-        .await?;
-    Ok(done.rows_affected() > 0)
-}
-
-pub(super) async fn record_queue_failure(
-    c: &mut Conn,
-    s: &Schema,
-    id: &str,
-    error: &str,
-    now: Micros,
-    max_attempts: u32,
-) -> StoreResult<QueueFailure> {
-    let attempts: Option<i64> = sqlx::query_scalar(&s.sql(
-        "UPDATE @wf_queue SET attempts = attempts + 1, last_error = $2, last_attempt_at = $3,
-            claim_owner = NULL, claim_expires_at = NULL
-         WHERE item_id = $1 RETURNING attempts",
-    ))
-    .bind(id)
-    .bind(error)
-    .bind(now)
-    .fetch_optional(&mut *c)
-    .await?;
-    let attempts = attempts.ok_or_else(|| not_found("queue item", id))?;
-    let attempts = u32::try_from(attempts).unwrap_or(u32::MAX);
-    if attempts >= max_attempts {
-        move_to_dead(c, s, id, DeadLetterReason::Failed, Some(error), now).await?;
-        Ok(QueueFailure::DeadLettered)
-    } else {
-        Ok(QueueFailure::Retry { attempts })
+    settlement: &Settlement,
+) -> StoreResult<Settled> {
+    match settlement {
+        Settlement::Release { owner } => {
+            sqlx::query(&s.sql(
+                "UPDATE @wf_queue SET claim_owner = NULL, claim_expires_at = NULL
+                 WHERE item_id = $1 AND claim_owner = $2",
+            ))
+            .bind(id)
+            .bind(owner)
+            .execute(&mut *c)
+            .await?;
+            Ok(Settled::Released)
+        }
+        Settlement::Ack => {
+            let done = sqlx::query(&s.sql("DELETE FROM @wf_queue WHERE item_id = $1"))
+                .bind(id)
+                .execute(&mut *c)
+                .await?;
+            Ok(Settled::Acked(done.rows_affected() > 0))
+        }
+        Settlement::Fail {
+            error,
+            now,
+            max_attempts,
+        } => {
+            let attempts: Option<i64> = sqlx::query_scalar(&s.sql(
+                "UPDATE @wf_queue SET attempts = attempts + 1, last_error = $2,
+                    last_attempt_at = $3, claim_owner = NULL, claim_expires_at = NULL
+                 WHERE item_id = $1 RETURNING attempts",
+            ))
+            .bind(id)
+            .bind(error)
+            .bind(now)
+            .fetch_optional(&mut *c)
+            .await?;
+            let attempts = attempts.ok_or_else(|| not_found("queue item", id))?;
+            let attempts = u32::try_from(attempts).unwrap_or(u32::MAX);
+            if attempts >= *max_attempts {
+                move_to_dead(c, s, id, DeadLetterReason::Failed, Some(error), *now).await?;
+                Ok(Settled::DeadLettered(true))
+            } else {
+                Ok(Settled::Retry { attempts })
+            }
+        }
+        Settlement::DeadLetter { reason, error, now } => Ok(Settled::DeadLettered(
+            move_to_dead(c, s, id, *reason, error.as_deref(), *now).await?,
+        )),
     }
 }
 
@@ -1634,7 +1652,7 @@ pub(super) async fn list_dead_letters(
          ORDER BY dead_at, original_item_id LIMIT $2"
     )))
     .bind(filter.reason.map(DeadLetterReason::as_str))
-    .bind(limit_i64(page(filter.limit, 100)))
+    .bind(limit_i64(filter.limit))
     .bind(&filter.name)
     .bind(&filter.hash)
     .bind(after_at)
@@ -1731,41 +1749,24 @@ fn incident_from_row(row: &PgRow) -> StoreResult<IncidentRecord> {
 pub(super) async fn list_incidents(
     c: &mut Conn,
     s: &Schema,
-    id: &str,
+    query: &IncidentQuery,
 ) -> StoreResult<Vec<IncidentRecord>> {
-    sqlx::query(&s.sql(&format!(
-        "SELECT {INCIDENT_COLS} FROM @wf_incidents WHERE instance_id = $1
-         ORDER BY created_at, incident_id"
-    )))
-    .bind(id)
-    .fetch_all(&mut *c)
-    .await?
-    .iter()
-    .map(incident_from_row)
-    .collect()
-}
-
-pub(super) async fn list_all_incidents(
-    c: &mut Conn,
-    s: &Schema,
-    unresolved_only: bool,
-    after: Option<&(Micros, String)>,
-    limit: usize,
-) -> StoreResult<Vec<IncidentRecord>> {
-    let (after_at, after_id) = match after {
+    let (after_at, after_id) = match &query.after {
         Some((at, id)) => (Some(*at), Some(id.as_str())),
         None => (None, None),
     };
     sqlx::query(&s.sql(&format!(
         "SELECT {INCIDENT_COLS} FROM @wf_incidents
-         WHERE (NOT $1 OR resolved_at IS NULL)
-           AND ($2::bigint IS NULL OR (created_at, incident_id) > ($2, $3))
-         ORDER BY created_at, incident_id LIMIT $4"
+         WHERE ($1::text IS NULL OR instance_id = $1)
+           AND (NOT $2 OR resolved_at IS NULL)
+           AND ($3::bigint IS NULL OR (created_at, incident_id) > ($3, $4))
+         ORDER BY created_at, incident_id LIMIT $5"
     )))
-    .bind(unresolved_only)
+    .bind(&query.instance_id)
+    .bind(query.unresolved_only)
     .bind(after_at)
     .bind(after_id)
-    .bind(limit_i64(page(limit, 100)))
+    .bind(limit_i64(query.limit))
     .fetch_all(&mut *c)
     .await?
     .iter()
