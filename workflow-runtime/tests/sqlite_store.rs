@@ -627,6 +627,32 @@ async fn one_writer_per_file() {
     );
 }
 
+/// ST-26: the one-writer lock belongs to the file, not to its name: opening the same file
+/// through a symbolic link (or a path with `..`) while it is held gives `InUse`.
+#[cfg(unix)]
+#[tokio::test]
+async fn a_link_to_a_held_file_is_in_use() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("store.db");
+    let owner = SqliteStore::open(&path).unwrap();
+    let link = dir.path().join("link.db");
+    std::os::unix::fs::symlink(&path, &link).unwrap();
+    assert!(matches!(
+        SqliteStore::open(&link),
+        Err(StoreError::InUse { .. })
+    ));
+    std::fs::create_dir(dir.path().join("sub")).unwrap();
+    let dotted = dir.path().join("sub").join("..").join("store.db");
+    assert!(matches!(
+        SqliteStore::open(&dotted),
+        Err(StoreError::InUse { .. })
+    ));
+    drop(owner);
+    // Once the owner is gone the link opens, and it is the same file.
+    let through_link = SqliteStore::open(&link).unwrap();
+    drop(through_link);
+}
+
 /// ST-26: a batch closes at its request limit or its byte limit.
 #[tokio::test]
 async fn group_commit_respects_its_limits() {

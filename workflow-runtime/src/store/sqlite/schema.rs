@@ -353,7 +353,9 @@ pub(super) fn require_current_schema(conn: &Connection) -> StoreResult<()> {
 /// (ST-26). A busy lock means another store holds the file: `InUse`, naming the holder
 /// recorded in the database.
 pub(super) fn take_owner_lock(path: &Path) -> StoreResult<Connection> {
-    let mut side = path.as_os_str().to_owned();
+    // The lock belongs to the file, not to the name it was opened by: a symbolic link (or
+    // `..` in the path) names the same file, so it must name the same lock.
+    let mut side = canonical(path).into_os_string();
     side.push("-owner");
     let lock = Connection::open(PathBuf::from(side))?;
     lock.busy_timeout(Duration::ZERO)?;
@@ -371,6 +373,25 @@ pub(super) fn take_owner_lock(path: &Path) -> StoreResult<Connection> {
             Err(in_use(path))
         }
         Err(e) => Err(e.into()),
+    }
+}
+
+/// The file's canonical path (links resolved); for a file not created yet, its canonical
+/// directory joined with its name.
+fn canonical(path: &Path) -> PathBuf {
+    if let Ok(real) = std::fs::canonicalize(path) {
+        return real;
+    }
+    match (path.parent(), path.file_name()) {
+        (Some(dir), Some(name)) => {
+            let dir = if dir.as_os_str().is_empty() {
+                Path::new(".")
+            } else {
+                dir
+            };
+            std::fs::canonicalize(dir).map_or_else(|_| path.to_path_buf(), |d| d.join(name))
+        }
+        _ => path.to_path_buf(),
     }
 }
 
