@@ -185,7 +185,10 @@ async fn run() -> Result<(), Box<dyn Error>> {
                     Some(fired.saturating_sub(due))
                 })
                 .map_or_else(String::new, |late| {
-                    format!("; the timer fired {} after its due time", seconds_text(late))
+                    format!(
+                        "; the timer fired {} after its due time",
+                        seconds_text(late)
+                    )
                 });
             println!(
                 "{INSTANCE} finished: its steps ran once each: {}{late}",
