@@ -817,7 +817,7 @@ impl Runtime {
             .await?;
         let mut finished = Vec::new();
         for listed in page {
-            let Ok(record) = listed.record else { continue };
+            let Ok(record) = listed.summary else { continue };
             if !record.status.is_final() {
                 return Ok(Vec::new());
             }
