@@ -22,7 +22,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
-use workflow_runtime::store::{InstanceStatus, SqliteStore, Store};
+use workflow_runtime::store::{InstanceStatus, SqliteStore, Storage};
 use workflow_runtime::{
     CommitStrategy, Runtime, StartOptions, Stimulus, TaskContext, TaskError, state_machine,
     workflow,
@@ -498,7 +498,9 @@ fn thirty_sigkills_lose_no_committed_step_and_every_duplicate_is_an_interrupted_
     }
 
     // Every instance finished, with each of its steps once and in order.
-    let store = SqliteStore::open_read_only(dir.path().join("load.db")).unwrap();
+    let store = Storage::new(Arc::new(
+        SqliteStore::open_read_only(dir.path().join("load.db")).unwrap(),
+    ));
     let mut unfinished = Vec::new();
     let mut committed: HashMap<String, Vec<String>> = HashMap::new();
     let rt_reader = tokio::runtime::Builder::new_current_thread()

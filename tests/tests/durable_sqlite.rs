@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
-use workflow_runtime::store::{InstanceStatus, InstanceSubStatus, SqliteStore, Store};
+use workflow_runtime::store::{InstanceStatus, InstanceSubStatus, LeaseKey, SqliteStore, Storage};
 use workflow_runtime::{
     CommitStrategy, Completion, JournalKind, RunError, Runtime, SendError, StartOptions, Stimulus,
     SubStatus, TaskContext, TaskError, Workflow, WorkflowStatus, state_machine, workflow,
@@ -70,8 +70,8 @@ fn block_on<F: std::future::Future>(future: F) -> F::Output {
         .block_on(future)
 }
 
-fn sqlite(path: &Path) -> Arc<dyn Store> {
-    Arc::new(SqliteStore::open(path).unwrap())
+fn sqlite(path: &Path) -> Storage {
+    Arc::new(SqliteStore::open(path).unwrap()).into()
 }
 
 fn order_runtime(path: &Path) -> Runtime {
@@ -540,6 +540,7 @@ fn a_process_killed_mid_activity_is_recovered_and_loses_no_committed_step() {
         std::thread::sleep(Duration::from_millis(20));
         let progressed = SqliteStore::open_read_only(&path)
             .ok()
+            .map(|store| Storage::new(Arc::new(store)))
             .is_some_and(|store| {
                 block_on(async {
                     let mut all = true;
@@ -635,7 +636,7 @@ workflow! {
 /// result stands.
 #[test]
 fn a_run_whose_lease_was_taken_over_is_fenced_and_discarded() {
-    let store: Arc<dyn Store> = Arc::new(workflow_runtime::MemoryStore::new());
+    let store: Storage = Arc::new(workflow_runtime::MemoryStore::new()).into();
     let build = |ttl: Duration| {
         Runtime::builder()
             .store(store.clone())
@@ -692,7 +693,7 @@ workflow! {
 /// resumes the parent.
 #[test]
 fn a_child_interrupted_in_its_first_run_is_recovered_and_resumes_its_parent() {
-    let store: Arc<dyn Store> = Arc::new(workflow_runtime::MemoryStore::new());
+    let store: Storage = Arc::new(workflow_runtime::MemoryStore::new()).into();
     let build = |ttl: Duration| {
         Runtime::builder()
             .store(store.clone())
@@ -761,7 +762,7 @@ fn a_parent_whose_child_finished_before_the_crash_is_resumed_by_recovery() {
         // The child's final commit, written as a dying process would: the parent never hears.
         let store = runtime.store();
         let lease = store
-            .acquire_lease(&child_id, "dying", 0, i64::MAX / 2)
+            .acquire_lease(&LeaseKey::instance(&child_id), "dying", 0, i64::MAX / 2)
             .await
             .unwrap();
         let record = store.load_instance(&child_id).await.unwrap();

@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
-use workflow_runtime::store::{InstanceStatus, SqliteStore, Store};
+use workflow_runtime::store::{InstanceStatus, LeaseKey, SqliteStore, Storage};
 use workflow_runtime::{
     Clock, CommitStrategy, Completion, Runtime, StartOptions, Stimulus, TaskContext,
     WorkflowStatus, workflow,
@@ -29,8 +29,8 @@ fn block_on<F: std::future::Future>(future: F) -> F::Output {
         .block_on(future)
 }
 
-fn sqlite(path: &Path) -> Arc<dyn Store> {
-    Arc::new(SqliteStore::open(path).unwrap())
+fn sqlite(path: &Path) -> Storage {
+    Arc::new(SqliteStore::open(path).unwrap()).into()
 }
 
 fn with_id(id: &str) -> StartOptions {
@@ -107,7 +107,7 @@ fn child(path: &Path, role: &str) -> std::process::Child {
 
 /// The instance as the file holds it now, read while another process owns the file.
 fn peek(path: &Path) -> Option<(InstanceStatus, Job)> {
-    let store = SqliteStore::open_read_only(path).ok()?;
+    let store = Storage::new(Arc::new(SqliteStore::open_read_only(path).ok()?));
     block_on(async {
         let record = store.load_instance("killed-1").await.ok()?;
         let job = serde_json::from_value(record.state["data"].clone()).ok()?;
@@ -191,7 +191,7 @@ workflow! {
     ];
 }
 
-fn renewed_runtime(store: &Arc<dyn Store>) -> Runtime {
+fn renewed_runtime(store: &Storage) -> Runtime {
     Runtime::builder()
         .store(store.clone())
         .register::<Renewed>()
@@ -502,7 +502,12 @@ fn a_timer_claim_follows_the_lease_ttl() {
         let now = workflow_runtime::SystemClock.now();
         let lease = runtime
             .store()
-            .acquire_lease(&id, "another-process", now, 100_000)
+            .acquire_lease(
+                &LeaseKey::instance(id.as_str()),
+                "another-process",
+                now,
+                100_000,
+            )
             .await
             .unwrap();
         let fired = runtime.fire_due_timers().await.unwrap();
@@ -510,7 +515,7 @@ fn a_timer_claim_follows_the_lease_ttl() {
         assert_eq!(fired.failed.len(), 1, "claimed, not fired: {fired:?}");
         runtime
             .store()
-            .release_lease(&id, lease.token)
+            .release_lease(&LeaseKey::instance(id.as_str()), lease.token)
             .await
             .unwrap();
         // The claim is live for the lease TTL: nothing to fire yet...
@@ -673,7 +678,12 @@ fn a_childs_result_reaches_a_parent_busy_when_the_child_finished() {
         // Another process holds the parent's lease when the child finishes.
         let now = workflow_runtime::SystemClock.now();
         let lease = store
-            .acquire_lease("parent-1", "other-process", now, 60_000_000)
+            .acquire_lease(
+                &LeaseKey::instance("parent-1"),
+                "other-process",
+                now,
+                60_000_000,
+            )
             .await
             .unwrap();
         let report = runtime.send(Stimulus::new("shipped")).await.unwrap();
@@ -681,7 +691,10 @@ fn a_childs_result_reaches_a_parent_busy_when_the_child_finished() {
         assert_eq!(report.resumed[0].status, WorkflowStatus::Finished);
         let waiting = runtime.get_state("parent-1").await.unwrap().unwrap();
         assert_eq!(waiting.status(), WorkflowStatus::Suspended);
-        store.release_lease("parent-1", lease.token).await.unwrap();
+        store
+            .release_lease(&LeaseKey::instance("parent-1"), lease.token)
+            .await
+            .unwrap();
         let done = runtime
             .await_completion("parent-1", Duration::from_secs(5))
             .await

@@ -16,7 +16,7 @@ use serde_json::json;
 use workflow_runtime::model::{Activation, Definition};
 use workflow_runtime::routing::{RoutingError, stimulus_hash};
 use workflow_runtime::store::{
-    DeadLetterFilter, DeadLetterReason, InstanceFilter, MemoryStore, SqliteStore, Store,
+    DeadLetterFilter, DeadLetterReason, InstanceFilter, LeaseKey, MemoryStore, SqliteStore, Storage,
 };
 use workflow_runtime::{
     Completion, Outcome, Refusal, Registry, Rejection, Runtime, SendError, StartError,
@@ -125,18 +125,18 @@ fn definition(json: &str, activation: Option<Activation>) -> Definition {
 }
 
 /// Both stores; the temporary directory lives as long as the store is used.
-fn stores() -> Vec<(&'static str, Arc<dyn Store>, Option<tempfile::TempDir>)> {
+fn stores() -> Vec<(&'static str, Storage, Option<tempfile::TempDir>)> {
     let dir = tempfile::tempdir().unwrap();
     let sqlite = SqliteStore::open(dir.path().join("routing.db")).unwrap();
     vec![
-        ("memory", Arc::new(MemoryStore::new()), None),
-        ("sqlite", Arc::new(sqlite), Some(dir)),
+        ("memory", Arc::new(MemoryStore::new()).into(), None),
+        ("sqlite", Arc::new(sqlite).into(), Some(dir)),
     ]
 }
 
-fn runtime(store: &Arc<dyn Store>, order_activation: Option<Activation>) -> Runtime {
+fn runtime(store: &Storage, order_activation: Option<Activation>) -> Runtime {
     Runtime::builder()
-        .store(Arc::clone(store))
+        .store(store.clone())
         .register_definition(definition(ORDER, order_activation), registry(None))
         .register_definition(definition(AUDIT, None), registry(None))
         .register_definition(definition(TICKER, None), registry(None))
@@ -299,10 +299,10 @@ fn rt16_each_activation_strategy_refuses_a_second_instance() {
                 Activation::Correlation,
                 Activation::CorrelatedSingleton,
             ] {
-                let store: Arc<dyn Store> = if label == "memory" {
-                    Arc::new(MemoryStore::new())
+                let store: Storage = if label == "memory" {
+                    Arc::new(MemoryStore::new()).into()
                 } else {
-                    Arc::clone(&store)
+                    store.clone()
                 };
                 // A fresh correlation id per strategy on the shared SQLite file.
                 let cid = format!("c-{strategy:?}");
@@ -350,7 +350,7 @@ fn rt21_rt26_an_event_sent_before_the_wait_point_is_not_lost() {
         block_on(async {
             let gate = Arc::new(tokio::sync::Notify::new());
             let rt = Runtime::builder()
-                .store(Arc::clone(&store))
+                .store(store.clone())
                 .register_definition(definition(ORDER, None), registry(Some(Arc::clone(&gate))))
                 .build()
                 .unwrap();
@@ -406,7 +406,7 @@ fn rt28_unmatched_stimulus_expires_into_dead_letters() {
     for (label, store, _dir) in stores() {
         block_on(async {
             let rt = Runtime::builder()
-                .store(Arc::clone(&store))
+                .store(store.clone())
                 .queue_ttl(Duration::from_millis(30))
                 .register_definition(definition(AUDIT, None), registry(None))
                 .build()
@@ -493,7 +493,7 @@ fn rt11_trigger_index_is_replaced_by_difference() {
             // Registering the definition without its trigger removes the row.
             let without = ORDER.replace(r#", "trigger": true"#, "");
             let rt2 = Runtime::builder()
-                .store(Arc::clone(&store))
+                .store(store.clone())
                 .register_definition(definition(&without, None), registry(None))
                 .build()
                 .unwrap();
@@ -576,7 +576,12 @@ fn rt18_an_instance_busy_in_another_process_is_deferred_then_delivered() {
                 .clone();
             // Another process holds the instance's lease.
             let lease = store
-                .acquire_lease(&id, "other-process", now_micros(), 60_000_000)
+                .acquire_lease(
+                    &LeaseKey::instance(&id),
+                    "other-process",
+                    now_micros(),
+                    60_000_000,
+                )
                 .await
                 .unwrap();
             let report = rt.send(Stimulus::new("paid").key("o-3")).await.unwrap();
@@ -590,7 +595,10 @@ fn rt18_an_instance_busy_in_another_process_is_deferred_then_delivered() {
                 "{label}"
             );
             assert_eq!(rt.deliver_queued().await.unwrap(), 0, "{label}: still busy");
-            store.release_lease(&id, lease.token).await.unwrap();
+            store
+                .release_lease(&LeaseKey::instance(&id), lease.token)
+                .await
+                .unwrap();
             assert_eq!(rt.deliver_queued().await.unwrap(), 1, "{label}");
             assert_eq!(
                 rt.get_state(&id).await.unwrap().unwrap().status(),
@@ -606,7 +614,7 @@ fn rt16_start_applies_the_activation_strategy_and_rt28_dead_letters_replay() {
     for (label, store, _dir) in stores() {
         block_on(async {
             let rt = Runtime::builder()
-                .store(Arc::clone(&store))
+                .store(store.clone())
                 .queue_ttl(Duration::from_millis(20))
                 .register_definition(
                     definition(AUDIT, Some(Activation::Singleton)),
@@ -686,7 +694,7 @@ fn rt30_each_look_back_policy_decides_on_a_stimulus_queued_before_the_instance()
                     ),
                 };
                 let rt = Runtime::builder()
-                    .store(Arc::clone(&store))
+                    .store(store.clone())
                     .register_definition(definition(&json, None), registry(None))
                     // The test passes the queue itself.
                     .queue_worker(false)
@@ -824,7 +832,7 @@ fn rt12_a_trigger_of_an_unregistered_version_starts_nothing_and_rt34_mismatch() 
             // Another process registers a new version of Order: the trigger row is its own.
             let v2 = ORDER.replace(r#""function": "ship""#, r#""function": "note""#);
             let new = Runtime::builder()
-                .store(Arc::clone(&store))
+                .store(store.clone())
                 .register_definition(definition(&v2, None), registry(None))
                 .build()
                 .unwrap();
@@ -887,7 +895,7 @@ fn rt18_a_faulted_instance_gets_a_held_item() {
                 Box::pin(async move { Err(workflow_runtime::TaskError::permanent("boom")) })
             });
             let rt = Runtime::builder()
-                .store(Arc::clone(&store))
+                .store(store.clone())
                 .queue_ttl(Duration::from_millis(10))
                 .register_definition(definition(FAULTY, None), registry)
                 .build()
@@ -983,7 +991,7 @@ fn rt22_an_event_payload_that_does_not_decode_is_dead_lettered_and_the_instance_
     for (label, store, _dir) in stores() {
         block_on(async {
             let rt = Runtime::builder()
-                .store(Arc::clone(&store))
+                .store(store.clone())
                 .register_definition(
                     definition(DECIDER, None),
                     registry(None).outcome::<Verdict>("Verdict"),
@@ -1055,7 +1063,7 @@ fn rt22_a_transition_condition_payload_that_does_not_decode_is_rejected() {
     for (label, store, _dir) in stores() {
         block_on(async {
             let rt = Runtime::builder()
-                .store(Arc::clone(&store))
+                .store(store.clone())
                 .register::<common::OrderFlow>()
                 .build()
                 .unwrap();
@@ -1114,7 +1122,7 @@ fn rt22_an_action_payload_that_does_not_decode_is_rejected_not_faulted() {
     for (label, store, _dir) in stores() {
         block_on(async {
             let rt = Runtime::builder()
-                .store(Arc::clone(&store))
+                .store(store.clone())
                 .register::<common::OrderFlow>()
                 .build()
                 .unwrap();
@@ -1377,7 +1385,7 @@ fn rt22_a_queued_payload_that_does_not_decode_is_dead_lettered_by_the_worker() {
             );
             assert_ne!(json, DECIDER);
             let rt = Runtime::builder()
-                .store(Arc::clone(&store))
+                .store(store.clone())
                 .register_definition(
                     definition(&json, None),
                     registry(None).outcome::<Verdict>("Verdict"),

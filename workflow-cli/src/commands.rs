@@ -2,13 +2,12 @@
 
 use std::fmt::{self, Write as _};
 use std::path::Path;
-use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde_json::Value;
 use workflow_model::Definition;
 use workflow_runtime::store::{
-    DeadLetterFilter, DeadLetterReason, InstanceStatus, Micros, PurgeFilter, Store, StoreError,
+    DeadLetterFilter, DeadLetterReason, InstanceStatus, Micros, PurgeFilter, Storage, StoreError,
 };
 use workflow_runtime::{Control, Runtime, Stimulus};
 
@@ -88,7 +87,7 @@ pub(crate) async fn run(url: &str, command: Command) -> Result<String, CliError>
                 created_after: newer_than.map(|d| now.saturating_sub(micros(d))),
                 limit,
             };
-            let mut rows = inspect::list(store.as_ref(), &filter).await?;
+            let mut rows = inspect::list(&store, &filter).await?;
             rows.sort_by_key(|r| r.updated_at);
             if json {
                 return Ok(rows.iter().map(|r| json_line(r) + "\n").collect());
@@ -115,7 +114,7 @@ pub(crate) async fn run(url: &str, command: Command) -> Result<String, CliError>
         }
         Command::Show { id, json } => {
             let store = target.open_read()?;
-            let detail = inspect::detail(store.as_ref(), &id)
+            let detail = inspect::detail(&store, &id)
                 .await?
                 .ok_or(CliError::NotFound(id))?;
             if json {
@@ -126,7 +125,7 @@ pub(crate) async fn run(url: &str, command: Command) -> Result<String, CliError>
         }
         Command::Why { id } => {
             let store = target.open_read()?;
-            let detail = inspect::detail(store.as_ref(), &id)
+            let detail = inspect::detail(&store, &id)
                 .await?
                 .ok_or(CliError::NotFound(id))?;
             Ok(inspect::why(&detail, now()).join("\n") + "\n")
@@ -296,7 +295,7 @@ async fn control(
 /// A runtime with no workflows of its own: it only writes what an operator asks for, through
 /// the same code paths as the application's runtime. It runs no background work: the
 /// application's runtime does that.
-fn operator_runtime(store: Arc<dyn Store>) -> Result<Runtime, CliError> {
+fn operator_runtime(store: Storage) -> Result<Runtime, CliError> {
     Runtime::builder()
         .store(store)
         .timer_driver(false)
@@ -421,7 +420,9 @@ async fn incidents(target: &Target, all: bool, json: bool) -> Result<String, Cli
         let Some(last) = page.last() else { break };
         cursor = Some(last.instance_id.clone());
         for listed in page {
-            if let Ok(record) = listed.record {
+            if listed.summary.is_ok()
+                && let Ok(record) = store.load_instance(&listed.instance_id).await
+            {
                 let extra = inspect::state_incidents(&record, &views);
                 views.extend(extra.into_iter().filter(|i| all || i.resolution.is_none()));
             }

@@ -7,7 +7,7 @@ use serde::Serialize;
 use serde_json::Value;
 use workflow_runtime::store::{
     BookmarkRow, IncidentRecord, InstanceFilter, InstanceRecord, InstanceStatus, JournalRecord,
-    Micros, Store, StoreError, TimerRow,
+    Micros, Storage, StoreError, TimerRow,
 };
 
 use crate::render::{duration, instant, relative};
@@ -42,10 +42,7 @@ pub(crate) struct ListFilter {
 }
 
 /// Lists instances matching `filter`, in id order, at most `filter.limit`.
-pub(crate) async fn list(
-    store: &dyn Store,
-    filter: &ListFilter,
-) -> Result<Vec<Summary>, StoreError> {
+pub(crate) async fn list(store: &Storage, filter: &ListFilter) -> Result<Vec<Summary>, StoreError> {
     let mut out = Vec::new();
     let mut after = None;
     while out.len() < filter.limit {
@@ -62,7 +59,12 @@ pub(crate) async fn list(
         let Some(last) = page.last() else { break };
         after = Some(last.instance_id.clone());
         for listed in page {
-            let summary = match listed.record {
+            let loaded = match listed.summary {
+                // The position is read from the document.
+                Ok(_) => store.load_instance(&listed.instance_id).await,
+                Err(error) => Err(error),
+            };
+            let summary = match loaded {
                 Ok(record) => summary(&record),
                 Err(error) => Summary {
                     instance_id: listed.instance_id,
@@ -206,7 +208,7 @@ pub(crate) struct JournalView {
 }
 
 /// Reads one instance and its rows; `None` when there is no such instance.
-pub(crate) async fn detail(store: &dyn Store, id: &str) -> Result<Option<Detail>, StoreError> {
+pub(crate) async fn detail(store: &Storage, id: &str) -> Result<Option<Detail>, StoreError> {
     let record = match store.load_instance(id).await {
         Ok(record) => record,
         Err(StoreError::NotFound { .. }) => return Ok(None),

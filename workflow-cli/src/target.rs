@@ -5,7 +5,7 @@ use std::fmt;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use workflow_runtime::store::{SqliteStore, Store, StoreError};
+use workflow_runtime::store::{SqliteStore, Storage, StoreError};
 
 /// A parsed store URL.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -78,7 +78,7 @@ impl Target {
     }
 
     /// Opens the store for reading: beside a running application that holds the file.
-    pub(crate) fn open_read(&self) -> Result<Arc<dyn Store>, OpenError> {
+    pub(crate) fn open_read(&self) -> Result<Storage, OpenError> {
         match self {
             Self::Sqlite(path) => {
                 if !path.exists() {
@@ -86,7 +86,7 @@ impl Target {
                 }
                 let store = SqliteStore::open_read_only(path)
                     .map_err(|e| OpenError::Store(self.url(), e))?;
-                Ok(Arc::new(store))
+                Ok(Storage::new(Arc::new(store)))
             }
             Self::Postgres(_) => Err(OpenError::NoPostgres),
         }
@@ -94,7 +94,7 @@ impl Target {
 
     /// Opens the store for an operator's request, which the owning process picks up: beside
     /// a running application too.
-    pub(crate) fn open_write(&self) -> Result<Arc<dyn Store>, OpenError> {
+    pub(crate) fn open_write(&self) -> Result<Storage, OpenError> {
         match self {
             Self::Sqlite(path) => {
                 if !path.exists() {
@@ -102,7 +102,7 @@ impl Target {
                 }
                 let store = SqliteStore::open_operator(path)
                     .map_err(|e| OpenError::Store(self.url(), e))?;
-                Ok(Arc::new(store))
+                Ok(Storage::new(Arc::new(store)))
             }
             Self::Postgres(_) => Err(OpenError::NoPostgres),
         }

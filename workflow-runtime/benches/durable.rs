@@ -20,7 +20,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
-use workflow_runtime::store::{SqliteStore, Store};
+use workflow_runtime::store::{SqliteStore, Storage};
 use workflow_runtime::{Runtime, StartOptions, Stimulus, TaskContext, state_machine};
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
@@ -72,7 +72,7 @@ fn raw_sqlite(path: &Path, duration: Duration) -> (u64, f64) {
 
 /// `instances` tasks, each sending `tick` to its own instance until the deadline.
 async fn transitions(path: &Path, instances: usize, duration: Duration) -> (u64, f64, u64) {
-    let store: Arc<dyn Store> = Arc::new(SqliteStore::open(path).unwrap());
+    let store: Storage = Arc::new(SqliteStore::open(path).unwrap()).into();
     let runtime = Runtime::builder()
         .store(store.clone())
         .register::<PingPong>()

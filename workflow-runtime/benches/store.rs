@@ -18,8 +18,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 use workflow_runtime::store::{
-    Commit, InstanceStatus, InstanceSubStatus, NewBookmark, NewInstance, SqliteOptions,
-    SqliteStore, Store, Synchronous,
+    Commit, InstanceStatus, InstanceSubStatus, LeaseKey, NewBookmark, NewInstance, SqliteOptions,
+    SqliteStore, Storage, Synchronous,
 };
 
 const T0: i64 = 1_700_000_000_000_000;
@@ -105,7 +105,7 @@ async fn store_commits(
         synchronous: sync,
         ..SqliteOptions::default()
     };
-    let store: Arc<dyn Store> = Arc::new(SqliteStore::open_with(path, &options).unwrap());
+    let store: Storage = Arc::new(SqliteStore::open_with(path, &options).unwrap()).into();
     let mut tokens = Vec::new();
     for i in 0..committers {
         let id = format!("wf-{i}");
@@ -128,7 +128,7 @@ async fn store_commits(
             .unwrap();
         tokens.push(
             store
-                .acquire_lease(&id, "bench", T0, TTL)
+                .acquire_lease(&LeaseKey::instance(&id), "bench", T0, TTL)
                 .await
                 .unwrap()
                 .token,
@@ -139,7 +139,7 @@ async fn store_commits(
     let deadline = start + duration;
     let mut tasks = Vec::new();
     for (i, token) in tokens.into_iter().enumerate() {
-        let store = Arc::clone(&store);
+        let store = store.clone();
         tasks.push(tokio::spawn(async move {
             let id = format!("wf-{i}");
             let mut version = 1;

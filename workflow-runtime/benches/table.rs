@@ -76,7 +76,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::json;
 use workflow_runtime::model::Definition;
 use workflow_runtime::routing::stimulus_hash;
-use workflow_runtime::store::{SqliteOptions, SqliteStore, Store, Synchronous};
+use workflow_runtime::store::{SqliteOptions, SqliteStore, Storage, Synchronous};
 use workflow_runtime::{
     Outcome, Registry, Runtime, StartOptions, Stimulus, TaskContext, WorkflowStatus, state_machine,
     workflow,
@@ -494,15 +494,15 @@ fn raw_inserts(path: &Path, sync: Synchronous, duration: Duration) -> f64 {
     commits as f64 / start.elapsed().as_secs_f64()
 }
 
-fn open_sqlite(path: &Path, sync: Synchronous) -> Arc<dyn Store> {
+fn open_sqlite(path: &Path, sync: Synchronous) -> Storage {
     let options = SqliteOptions {
         synchronous: sync,
         ..SqliteOptions::default()
     };
-    Arc::new(SqliteStore::open_with(path, &options).unwrap())
+    Arc::new(SqliteStore::open_with(path, &options).unwrap()).into()
 }
 
-fn sqlite_runtime(store: Arc<dyn Store>) -> Runtime {
+fn sqlite_runtime(store: Storage) -> Runtime {
     Runtime::builder()
         .store(store)
         .register::<PingPong>()

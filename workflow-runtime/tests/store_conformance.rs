@@ -34,11 +34,12 @@ mod sqlite {
 #[tokio::test]
 async fn memory_failure_injection() {
     use workflow_runtime::store::conformance::{create_leased, doc, new_instance, waiting};
-    use workflow_runtime::store::{MemoryStore, Store, StoreError};
+    use workflow_runtime::store::{LeaseKey, MemoryStore, Storage, StoreError};
 
-    let store = MemoryStore::new();
+    let memory = Arc::new(MemoryStore::new());
+    let store = Storage::new(memory.clone());
     let lease = create_leased(&store, "wf-1").await;
-    store.fail_next_commits(1).unwrap();
+    memory.fail_next_commits(1).unwrap();
     let err = store
         .commit(waiting("wf-1", 1, lease.token, 1))
         .await
@@ -52,8 +53,13 @@ async fn memory_failure_injection() {
             .unwrap(),
         2
     );
-    store.fail_next_writes(2).unwrap();
+    memory.fail_next_writes(2).unwrap();
     assert!(store.create_instance(new_instance("wf-2")).await.is_err());
-    assert!(store.acquire_lease("wf-1", "x", 0, 1).await.is_err());
+    assert!(
+        store
+            .acquire_lease(&LeaseKey::instance("wf-1"), "x", 0, 1)
+            .await
+            .is_err()
+    );
     store.create_instance(new_instance("wf-2")).await.unwrap();
 }

@@ -11,7 +11,7 @@ use super::sha_hex;
 use crate::engine::state::TriggerStart;
 use crate::routing::stimulus_hash;
 use crate::runtime::{Runtime, StartOptions, now_micros};
-use crate::store::{InstanceFilter, Micros, StoreError, TriggerRow};
+use crate::store::{Micros, StoreError, TriggerRow};
 
 impl Runtime {
     /// The activation guard of a new instance of `name` (RT-15, RT-16), or why none may be
@@ -101,27 +101,11 @@ impl Runtime {
         cid: &str,
         except: &str,
     ) -> Result<Option<String>, StoreError> {
-        let mut filter = InstanceFilter {
-            correlation_id: Some(cid.to_owned()),
-            limit: 100,
-            ..InstanceFilter::default()
-        };
-        loop {
-            let page = self.inner.store.list_instances(filter.clone()).await?;
-            let full = page.len() >= filter.limit;
-            filter.after = page.last().map(|l| l.instance_id.clone());
-            for listed in page {
-                if let Ok(record) = listed.record
-                    && !record.status.is_final()
-                    && record.instance_id != except
-                {
-                    return Ok(Some(record.instance_id));
-                }
-            }
-            if !full {
-                return Ok(None);
-            }
-        }
+        // One indexed query, not a walk over documents.
+        self.inner
+            .store
+            .live_with_correlation(cid, Some(except))
+            .await
     }
 
     /// RT-15, RT-16, RT-13: starts the definitions whose trigger matches.

@@ -22,7 +22,7 @@ use crate::engine::graph::{Graph, GraphError, NamedRefs};
 use crate::engine::registry::Registry;
 use crate::engine::state::{JournalLevel, WorkflowState};
 use crate::events::LifecycleEvent;
-use crate::store::{MemoryStore, Store};
+use crate::store::{MemoryStore, Storage};
 use crate::workflow::Workflow;
 
 // ---- the registered workflows ------------------------------------------------------------
@@ -223,7 +223,7 @@ pub struct RuntimeBuilder {
     pub(super) max_journal_entries: usize,
     pub(super) event_buffer: usize,
     pub(super) middleware: Middleware,
-    pub(super) store: Option<Arc<dyn Store>>,
+    pub(super) store: Option<Storage>,
     pub(super) commit_strategy: CommitStrategy,
     pub(super) lease_ttl: Duration,
     pub(super) lease_renewal: Option<Duration>,
@@ -431,11 +431,13 @@ impl RuntimeBuilder {
         self
     }
 
-    /// The store instances live in (ENG-47; default: a fresh [`MemoryStore`], not durable).
-    /// For durability: `.store(Arc::new(SqliteStore::open(path)?))`.
+    /// The store instances live in (ENG-47; default: a fresh [`MemoryStore`], not durable):
+    /// a backend (`Arc<SqliteStore>`, `Arc<dyn Store>`) or a [`Storage`] configured around
+    /// one (its state size limit, say). Keep a clone of a `Storage` to share its wake-up
+    /// hints with the runtime. For durability: `.store(Arc::new(SqliteStore::open(path)?))`.
     #[must_use]
-    pub fn store(mut self, store: Arc<dyn Store>) -> Self {
-        self.store = Some(store);
+    pub fn store(mut self, store: impl Into<Storage>) -> Self {
+        self.store = Some(store.into());
         self
     }
 
@@ -611,12 +613,23 @@ impl RuntimeBuilder {
                 required,
             });
         }
+        let store = self
+            .store
+            .unwrap_or_else(|| Storage::new(Arc::new(MemoryStore::new())));
+        // ENG-42: the stored journal is bounded like the state's, unless the storage was
+        // given its own cap.
+        let store = match store.max_journal_entries() {
+            Some(_) => store,
+            None => store.with_max_journal_entries(Some(
+                u64::try_from(self.max_journal_entries).unwrap_or(u64::MAX),
+            )),
+        };
         let (events, _) = broadcast::channel(self.event_buffer);
         let (stop, _) = tokio::sync::watch::channel(false);
         let runtime = Runtime {
             inner: Arc::new(Inner {
                 workflows,
-                store: self.store.unwrap_or_else(|| Arc::new(MemoryStore::new())),
+                store,
                 owner: self.owner.unwrap_or_else(new_ulid),
                 lease: super::LeaseSettings::new(self.lease_ttl, self.lease_renewal),
                 commit_strategy: self.commit_strategy,

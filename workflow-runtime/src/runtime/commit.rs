@@ -10,7 +10,7 @@ use crate::base::BoxFuture;
 use crate::engine::executor::{Checkpoint, RunError};
 use crate::engine::state::{Bookmark, JournalEntry, WorkflowState, WorkflowStatus};
 use crate::store::{
-    Commit, JournalRecord, Micros, NewBookmark, NewInstance, NewJournalRecord, Store, StoreError,
+    Commit, JournalRecord, Micros, NewBookmark, NewInstance, NewJournalRecord, Storage, StoreError,
 };
 
 pub(super) use crate::base::{micros_to_ms, ms_to_micros, now_micros};
@@ -103,7 +103,7 @@ pub(super) struct Tracker {
 
 /// The commits of one leased run: inside it (ENG-32) and at its end (ENG-31).
 pub(super) struct RunCommits<'r> {
-    pub(super) store: &'r dyn Store,
+    pub(super) store: &'r Storage,
     pub(super) tracker: Mutex<Tracker>,
     /// The control request pending when the run loaded the instance (C-29).
     pub(super) control: Option<crate::store::ControlRequest>,

@@ -13,7 +13,7 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use crate::cancel::CancellationToken;
-use crate::store::{InstanceSubStatus, Micros, Store, StoreError};
+use crate::store::{InstanceSubStatus, LeaseKey, Micros, Storage, StoreError};
 
 use super::control::RunSignals;
 use super::{lock, now_micros};
@@ -63,7 +63,7 @@ impl LeaseSettings {
 /// released it ([`LeaseGuard::released_by_commit`]); a guard dropped otherwise leaves the
 /// lease to expire.
 pub(crate) struct LeaseGuard<'s> {
-    store: &'s dyn Store,
+    store: &'s Storage,
     instance_id: String,
     token: u64,
     expires_at: Micros,
@@ -91,7 +91,7 @@ impl<'s> LeaseGuard<'s> {
     /// `NotFound` for an unknown instance, `LeaseHeld` when another owner holds a live lease,
     /// and the store's errors.
     pub(crate) async fn acquire(
-        store: &'s dyn Store,
+        store: &'s Storage,
         owner: &str,
         instance_id: &str,
         settings: LeaseSettings,
@@ -103,7 +103,7 @@ impl<'s> LeaseGuard<'s> {
     /// recovery sweep (of any process) can hold its lease, and a sweep hands the lease of a
     /// never-run instance back at once, so a lease held by anyone is waited for (briefly).
     pub(crate) async fn acquire_first(
-        store: &'s dyn Store,
+        store: &'s Storage,
         owner: &str,
         instance_id: &str,
         settings: LeaseSettings,
@@ -112,7 +112,7 @@ impl<'s> LeaseGuard<'s> {
     }
 
     async fn acquire_waiting(
-        store: &'s dyn Store,
+        store: &'s Storage,
         owner: &str,
         instance_id: &str,
         settings: LeaseSettings,
@@ -122,7 +122,12 @@ impl<'s> LeaseGuard<'s> {
         let mut pause = Duration::from_millis(1);
         loop {
             match store
-                .acquire_lease(instance_id, owner, now_micros(), settings.ttl_micros())
+                .acquire_lease(
+                    &LeaseKey::instance(instance_id),
+                    owner,
+                    now_micros(),
+                    settings.ttl_micros(),
+                )
                 .await
             {
                 Ok(lease) => {
@@ -150,7 +155,7 @@ impl<'s> LeaseGuard<'s> {
     /// instances a recovery pass runs again, with their sub-status (`Executing` means
     /// interrupted, ENG-2).
     pub(crate) async fn claim_runnable(
-        store: &'s dyn Store,
+        store: &'s Storage,
         owner: &str,
         settings: LeaseSettings,
         limit: usize,
@@ -225,7 +230,7 @@ impl<'s> LeaseGuard<'s> {
             match self
                 .store
                 .renew_lease(
-                    &self.instance_id,
+                    &LeaseKey::instance(self.instance_id.as_str()),
                     self.token,
                     now,
                     self.settings.ttl_micros(),
@@ -265,7 +270,7 @@ impl<'s> LeaseGuard<'s> {
     pub(crate) async fn release(self) {
         if let Err(error) = self
             .store
-            .release_lease(&self.instance_id, self.token)
+            .release_lease(&LeaseKey::instance(self.instance_id.as_str()), self.token)
             .await
         {
             // Fenced: someone else took it over already; otherwise it expires by itself.
@@ -292,7 +297,7 @@ async fn futures_select<A: Future, B: Future>(
 /// A named lease (ST-11) held by this runtime: one process of a store at a time does the
 /// singleton job it guards (the retention purge).
 pub(crate) struct NamedLease<'s> {
-    store: &'s dyn Store,
+    store: &'s Storage,
     name: String,
     token: u64,
 }
@@ -300,14 +305,14 @@ pub(crate) struct NamedLease<'s> {
 impl<'s> NamedLease<'s> {
     /// Takes the lease `name` for `ttl` unless another owner holds it (`None` then).
     pub(crate) async fn try_acquire(
-        store: &'s dyn Store,
+        store: &'s Storage,
         owner: &str,
         name: &str,
         ttl: Duration,
     ) -> Result<Option<Self>, StoreError> {
         let ttl = i64::try_from(ttl.as_micros()).unwrap_or(i64::MAX);
         match store
-            .acquire_named_lease(name, owner, now_micros(), ttl)
+            .acquire_lease(&LeaseKey::named(name), owner, now_micros(), ttl)
             .await
         {
             Ok(lease) => Ok(Some(Self {
@@ -322,7 +327,11 @@ impl<'s> NamedLease<'s> {
 
     /// Releases the lease; a failure leaves it to expire.
     pub(crate) async fn release(self) {
-        if let Err(error) = self.store.release_named_lease(&self.name, self.token).await {
+        if let Err(error) = self
+            .store
+            .release_lease(&LeaseKey::named(self.name.as_str()), self.token)
+            .await
+        {
             tracing::debug!(lease = %self.name, %error, "named lease not released");
         }
     }

@@ -142,7 +142,12 @@ impl Runtime {
             let Some(last) = page.last() else { break };
             filter.after = Some(last.instance_id.clone());
             for listed in page {
-                let summary = match listed.record {
+                // The summary's position and waits come from the document.
+                let loaded = match listed.summary {
+                    Ok(_) => self.inner.store.load_instance(&listed.instance_id).await,
+                    Err(error) => Err(error),
+                };
+                let summary = match loaded {
                     Ok(record) => summary(record),
                     Err(error) => {
                         // The row itself does not decode: listed, never skipped (ST-22).

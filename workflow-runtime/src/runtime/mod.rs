@@ -35,7 +35,7 @@ use crate::engine::state::{
 use crate::events::{EventStream, LifecycleEvent};
 use crate::store::{
     Commit, InstanceFilter, InstanceStatus, InstanceSubStatus, Micros, NewInstance, PurgeFilter,
-    Store, StoreError,
+    Storage, StoreError,
 };
 use crate::workflow::{StateMachineWorkflow, Workflow};
 
@@ -456,7 +456,7 @@ impl InstanceSnapshot {
 pub(crate) struct Inner {
     pub(crate) workflows: HashMap<String, Arc<dyn ErasedWorkflow>>,
     /// Where instances, bookmarks and journals live (ST-1).
-    pub(crate) store: Arc<dyn Store>,
+    pub(crate) store: Storage,
     /// This runtime's lease owner name (ST-14).
     pub(crate) owner: String,
     /// The instance leases' TTL and renewal (ST-14).
@@ -523,7 +523,7 @@ pub(crate) struct Inner {
     pub(crate) running: Mutex<HashMap<String, RunHandle>>,
 }
 
-/// The workflow runtime (ENG-47 to ENG-51), on a [`Store`]: in memory by default, durable
+/// The workflow runtime (ENG-47 to ENG-51), on a [`Store`](crate::store::Store): in memory by default, durable
 /// on a [`SqliteStore`](crate::store::SqliteStore). Cheap to clone; clones share instances.
 ///
 /// # Examples
@@ -693,8 +693,8 @@ impl Runtime {
         }
     }
 
-    /// The store this runtime runs on.
-    pub fn store(&self) -> &Arc<dyn Store> {
+    /// The store this runtime runs on, through its policy layer.
+    pub fn store(&self) -> &Storage {
         &self.inner.store
     }
 
@@ -879,7 +879,7 @@ impl Runtime {
 
     /// Removes an instance whose first run failed: committed `Cancelled`, then deleted.
     pub(crate) async fn discard(&self, instance_id: &str) {
-        let store = &*self.inner.store;
+        let store = &self.inner.store;
         let Ok(guard) =
             LeaseGuard::acquire(store, &self.inner.owner, instance_id, self.inner.lease).await
         else {
@@ -980,7 +980,7 @@ impl Runtime {
     ) -> Result<(), StoreError> {
         const PAGE: usize = 16;
         let _pass = self.inner.recovery.lock().await;
-        let store = &*self.inner.store;
+        let store = &self.inner.store;
         let mut seen = std::collections::HashSet::new();
         loop {
             let claimed =
@@ -1036,7 +1036,12 @@ impl Runtime {
             let Some(last) = page.last() else { break };
             filter.after = Some(last.instance_id.clone());
             for listed in page {
-                let Ok(record) = listed.record else { continue };
+                if listed.summary.is_err() {
+                    continue;
+                }
+                let Ok(record) = self.inner.store.load_instance(&listed.instance_id).await else {
+                    continue;
+                };
                 let Ok(parent) = decode_document(&record.instance_id, record.state) else {
                     continue;
                 };
@@ -1157,7 +1162,9 @@ impl Runtime {
                 let Some(last) = page.last() else { break };
                 filter.after = Some(last.instance_id.clone());
                 for listed in &page {
-                    let Ok(record) = &listed.record else { continue };
+                    let Ok(record) = &listed.summary else {
+                        continue;
+                    };
                     let current = self
                         .inner
                         .workflows
@@ -1641,13 +1648,13 @@ impl Runtime {
     async fn named_lease(&self, name: &str) -> Result<Option<NamedLease<'_>>, StoreError> {
         // Long enough for a job's pass; a process that dies during one gives it up then.
         let ttl = self.inner.lease.ttl.max(Duration::from_secs(600));
-        NamedLease::try_acquire(&*self.inner.store, &self.inner.owner, name, ttl).await
+        NamedLease::try_acquire(&self.inner.store, &self.inner.owner, name, ttl).await
     }
 
     /// Acquires the instance's lease for a run of this runtime (ST-14).
     async fn lease(&self, instance_id: &str) -> Result<LeaseGuard<'_>, StoreError> {
         LeaseGuard::acquire(
-            &*self.inner.store,
+            &self.inner.store,
             &self.inner.owner,
             instance_id,
             self.inner.lease,
@@ -1732,7 +1739,7 @@ impl Runtime {
         instance_id: &str,
     ) -> Result<Option<Started>, RunError> {
         let guard = match LeaseGuard::acquire_first(
-            &*self.inner.store,
+            &self.inner.store,
             &self.inner.owner,
             instance_id,
             self.inner.lease,
@@ -1874,7 +1881,7 @@ impl Runtime {
                 reason: e.to_string(),
             })?;
         let commits = RunCommits {
-            store: &*self.inner.store,
+            store: &self.inner.store,
             tracker: Mutex::new(Tracker {
                 instance_id: instance_id.to_owned(),
                 token: guard.token(),

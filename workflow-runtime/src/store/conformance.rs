@@ -28,10 +28,77 @@ use serde_json::{Value, json};
 use super::{
     BookmarkQuery, BoxFuture, Commit, ControlKind, ControlRequest, DEFAULT_MAX_STATE_BYTES,
     DeadLetterReason, IdempotencyRecord, InstanceFilter, InstanceStatus, InstanceSubStatus,
-    JournalCompaction, Lease, Micros, NewBookmark, NewInstance, NewJournalRecord, NewTimer,
-    PurgeFilter, QueueFailure, QueueItem, Store, StoreError, StoreResult, TriggerRow, WakeUp,
+    JournalCompaction, Lease, LeaseKey, Micros, NewBookmark, NewInstance, NewJournalRecord,
+    NewTimer, PurgeFilter, QueueFailure, QueueItem, Storage, Store, StoreError, StoreResult,
+    TriggerRow, WakeUp,
 };
 use super::{DeadLetterFilter, NewIncident};
+
+/// What a case runs against: the backend under test wrapped in the [`Storage`] policy layer
+/// (every case goes through it, as the runtime does), plus the backend's raw test hooks.
+/// Dereferences to the [`Storage`].
+///
+/// A backend written outside this crate runs the suite by implementing [`TestBackend`] and
+/// calling [`store_conformance_tests!`](crate::store_conformance_tests) with a factory.
+pub struct Harness {
+    storage: Storage,
+    backend: Arc<dyn TestBackend>,
+}
+
+impl std::fmt::Debug for Harness {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Harness").finish_non_exhaustive()
+    }
+}
+
+impl Harness {
+    /// The harness of a fresh, empty backend.
+    pub fn new(backend: Arc<dyn TestBackend>) -> Self {
+        let store: Arc<dyn Store> = Arc::clone(&backend) as Arc<dyn Store>;
+        Self {
+            storage: Storage::new(store),
+            backend,
+        }
+    }
+
+    /// The policy layer over the backend.
+    pub fn storage(&self) -> &Storage {
+        &self.storage
+    }
+
+    /// The harness with a state size limit (C-27).
+    #[must_use]
+    pub fn with_max_state_bytes(mut self, limit: usize) -> Self {
+        self.storage = self.storage.with_max_state_bytes(limit);
+        self
+    }
+
+    /// Replaces an instance's stored state text as is (C-25).
+    ///
+    /// # Errors
+    ///
+    /// The backend's.
+    pub async fn write_raw_state(&self, instance_id: &str, raw: &str) -> StoreResult<()> {
+        self.backend.write_raw_state(instance_id, raw).await
+    }
+
+    /// The stored state text of an instance, as is (C-26).
+    ///
+    /// # Errors
+    ///
+    /// The backend's.
+    pub async fn read_raw_state(&self, instance_id: &str) -> StoreResult<String> {
+        self.backend.read_raw_state(instance_id).await
+    }
+}
+
+impl std::ops::Deref for Harness {
+    type Target = Storage;
+
+    fn deref(&self) -> &Storage {
+        &self.storage
+    }
+}
 
 /// A store with the test hooks the suite needs (C-25, C-26): raw access to a state row.
 pub trait TestBackend: Store {
@@ -205,9 +272,12 @@ pub fn queue_item(id: &str, sent_at: Micros) -> QueueItem {
 }
 
 /// Creates `id` and acquires its lease for `owner` at `T0`.
-pub async fn create_leased(store: &dyn Store, id: &str) -> Lease {
+pub async fn create_leased(store: &Storage, id: &str) -> Lease {
     store.create_instance(new_instance(id)).await.unwrap();
-    store.acquire_lease(id, "node-a", T0, TTL).await.unwrap()
+    store
+        .acquire_lease(&LeaseKey::instance(id), "node-a", T0, TTL)
+        .await
+        .unwrap()
 }
 
 /// A `Suspended/Waiting` commit of `doc(n)`.
@@ -238,7 +308,8 @@ fn final_commit(id: &str, version: u64, token: u64, at: Micros) -> Commit {
 }
 
 /// C-1: create then load gives an equal state at version 1.
-pub async fn c01_round_trip(store: Arc<dyn TestBackend>) {
+pub async fn c01_round_trip(backend: Arc<dyn TestBackend>) {
+    let store = Harness::new(backend);
     let state = json!({
         "format": 1,
         "contexts": [{ "id": 1, "node_id": "root", "properties": {} }, { "id": 2, "node_id": "root:a" }],
@@ -286,7 +357,8 @@ pub async fn c01_round_trip(store: Arc<dyn TestBackend>) {
 
 /// C-2: creating an existing id gives `AlreadyExists` and changes nothing; invalid ids and
 /// documents are refused (ST-23, ST-19).
-pub async fn c02_create_existing(store: Arc<dyn TestBackend>) {
+pub async fn c02_create_existing(backend: Arc<dyn TestBackend>) {
+    let store = Harness::new(backend);
     store.create_instance(new_instance("wf-1")).await.unwrap();
     let mut again = new_instance("wf-1");
     again.state = doc(7);
@@ -332,8 +404,9 @@ pub async fn c02_create_existing(store: Arc<dyn TestBackend>) {
 }
 
 /// C-3: a commit increments the version by one and the next load sees the new state.
-pub async fn c03_commit_increments_version(store: Arc<dyn TestBackend>) {
-    let lease = create_leased(&*store, "wf-1").await;
+pub async fn c03_commit_increments_version(backend: Arc<dyn TestBackend>) {
+    let store = Harness::new(backend);
+    let lease = create_leased(&store, "wf-1").await;
     let mut c = waiting("wf-1", 1, lease.token, 1);
     c.correlation_id = Some("c-1".to_owned());
     assert_eq!(store.commit(c).await.unwrap(), 2);
@@ -361,8 +434,9 @@ pub async fn c03_commit_increments_version(store: Arc<dyn TestBackend>) {
 
 /// C-4: a stale version gives `Conflict`; bookmarks, timers, journal, receipts and queue are
 /// unchanged.
-pub async fn c04_stale_version_writes_nothing(store: Arc<dyn TestBackend>) {
-    let lease = create_leased(&*store, "wf-1").await;
+pub async fn c04_stale_version_writes_nothing(backend: Arc<dyn TestBackend>) {
+    let store = Harness::new(backend);
+    let lease = create_leased(&store, "wf-1").await;
     store.enqueue(queue_item("q1", T0)).await.unwrap();
     store
         .commit(waiting("wf-1", 1, lease.token, 1))
@@ -405,11 +479,12 @@ pub async fn c04_stale_version_writes_nothing(store: Arc<dyn TestBackend>) {
 }
 
 /// C-5: sixteen concurrent commits on the same version: exactly one succeeds.
-pub async fn c05_concurrent_commits_one_wins(store: Arc<dyn TestBackend>) {
-    let lease = create_leased(&*store, "wf-1").await;
+pub async fn c05_concurrent_commits_one_wins(backend: Arc<dyn TestBackend>) {
+    let store = Harness::new(backend);
+    let lease = create_leased(&store, "wf-1").await;
     let mut tasks = Vec::new();
     for n in 0..16 {
-        let store = Arc::clone(&store);
+        let store = store.storage().clone();
         tasks.push(tokio::spawn(async move {
             store.commit(waiting("wf-1", 1, lease.token, n)).await
         }));
@@ -436,12 +511,13 @@ pub async fn c05_concurrent_commits_one_wins(store: Arc<dyn TestBackend>) {
 }
 
 /// C-6: a superseded lease token is fenced even with the right version.
-pub async fn c06_fencing(store: Arc<dyn TestBackend>) {
-    let a = create_leased(&*store, "wf-1").await;
+pub async fn c06_fencing(backend: Arc<dyn TestBackend>) {
+    let store = Harness::new(backend);
+    let a = create_leased(&store, "wf-1").await;
     assert_eq!(a.expires_at, T0 + TTL);
     let later = T0 + TTL + SEC;
     let b = store
-        .acquire_lease("wf-1", "node-b", later, TTL)
+        .acquire_lease(&LeaseKey::instance("wf-1"), "node-b", later, TTL)
         .await
         .unwrap();
     assert!(b.token > a.token);
@@ -458,11 +534,15 @@ pub async fn c06_fencing(store: Arc<dyn TestBackend>) {
         }
     );
     assert!(matches!(
-        store.renew_lease("wf-1", a.token, later, TTL).await,
+        store
+            .renew_lease(&LeaseKey::instance("wf-1"), a.token, later, TTL)
+            .await,
         Err(StoreError::Fenced { .. })
     ));
     assert!(matches!(
-        store.release_lease("wf-1", a.token).await,
+        store
+            .release_lease(&LeaseKey::instance("wf-1"), a.token)
+            .await,
         Err(StoreError::Fenced { .. })
     ));
     assert_eq!(store.load_instance("wf-1").await.unwrap().version, 1);
@@ -471,7 +551,10 @@ pub async fn c06_fencing(store: Arc<dyn TestBackend>) {
         2
     );
     // A commit without any held lease is fenced too.
-    store.release_lease("wf-1", b.token).await.unwrap();
+    store
+        .release_lease(&LeaseKey::instance("wf-1"), b.token)
+        .await
+        .unwrap();
     assert!(matches!(
         store.commit(waiting("wf-1", 2, b.token, 3)).await,
         Err(StoreError::Fenced { .. })
@@ -479,11 +562,12 @@ pub async fn c06_fencing(store: Arc<dyn TestBackend>) {
 }
 
 /// C-7: leases: held, renew, release, takeover; tokens never reused.
-pub async fn c07_leases(store: Arc<dyn TestBackend>) {
-    let a = create_leased(&*store, "wf-1").await;
+pub async fn c07_leases(backend: Arc<dyn TestBackend>) {
+    let store = Harness::new(backend);
+    let a = create_leased(&store, "wf-1").await;
     assert_eq!(a.token, 1);
     let err = store
-        .acquire_lease("wf-1", "node-b", T0 + SEC, TTL)
+        .acquire_lease(&LeaseKey::instance("wf-1"), "node-b", T0 + SEC, TTL)
         .await
         .unwrap_err();
     assert_eq!(
@@ -496,7 +580,7 @@ pub async fn c07_leases(store: Arc<dyn TestBackend>) {
     );
     assert!(err.is_transient());
     let renewed = store
-        .renew_lease("wf-1", a.token, T0 + 20 * SEC, TTL)
+        .renew_lease(&LeaseKey::instance("wf-1"), a.token, T0 + 20 * SEC, TTL)
         .await
         .unwrap();
     assert_eq!(renewed.lease.token, a.token);
@@ -505,13 +589,16 @@ pub async fn c07_leases(store: Arc<dyn TestBackend>) {
     // Still held after the original expiry because it was renewed.
     assert!(matches!(
         store
-            .acquire_lease("wf-1", "node-b", T0 + 40 * SEC, TTL)
+            .acquire_lease(&LeaseKey::instance("wf-1"), "node-b", T0 + 40 * SEC, TTL)
             .await,
         Err(StoreError::LeaseHeld { .. })
     ));
-    store.release_lease("wf-1", a.token).await.unwrap();
+    store
+        .release_lease(&LeaseKey::instance("wf-1"), a.token)
+        .await
+        .unwrap();
     let b = store
-        .acquire_lease("wf-1", "node-b", T0 + 41 * SEC, TTL)
+        .acquire_lease(&LeaseKey::instance("wf-1"), "node-b", T0 + 41 * SEC, TTL)
         .await
         .unwrap();
     assert_eq!(b.token, a.token + 1, "release then acquire: a higher token");
@@ -522,40 +609,48 @@ pub async fn c07_leases(store: Arc<dyn TestBackend>) {
     );
     // Expired: taken over.
     let c = store
-        .acquire_lease("wf-1", "node-c", T0 + 41 * SEC + TTL, TTL)
+        .acquire_lease(
+            &LeaseKey::instance("wf-1"),
+            "node-c",
+            T0 + 41 * SEC + TTL,
+            TTL,
+        )
         .await
         .unwrap();
     assert_eq!(c.token, b.token + 1);
     assert!(matches!(
-        store.acquire_lease("nope", "x", T0, TTL).await,
+        store
+            .acquire_lease(&LeaseKey::instance("nope"), "x", T0, TTL)
+            .await,
         Err(StoreError::NotFound { .. })
     ));
 }
 
 /// C-7 for named leases (ST-11).
-pub async fn c07_named_leases(store: Arc<dyn TestBackend>) {
+pub async fn c07_named_leases(backend: Arc<dyn TestBackend>) {
+    let store = Harness::new(backend);
     let a = store
-        .acquire_named_lease("purge", "node-a", T0, TTL)
+        .acquire_lease(&LeaseKey::named("purge"), "node-a", T0, TTL)
         .await
         .unwrap();
     assert_eq!(a.token, 1);
     assert!(matches!(
-        store.acquire_named_lease("purge", "node-b", T0 + SEC, TTL).await,
+        store.acquire_lease(&LeaseKey::named("purge"), "node-b", T0 + SEC, TTL).await,
         Err(StoreError::LeaseHeld { holder, .. }) if holder == "node-a"
     ));
     let renewed = store
-        .renew_named_lease("purge", a.token, T0 + 10 * SEC, TTL)
+        .renew_lease(&LeaseKey::named("purge"), a.token, T0 + 10 * SEC, TTL)
         .await
         .unwrap();
-    assert_eq!(renewed.expires_at, T0 + 40 * SEC);
+    assert_eq!(renewed.lease.expires_at, T0 + 40 * SEC);
     let b = store
-        .acquire_named_lease("purge", "node-b", T0 + 41 * SEC, TTL)
+        .acquire_lease(&LeaseKey::named("purge"), "node-b", T0 + 41 * SEC, TTL)
         .await
         .unwrap();
     assert_eq!(b.token, 2);
     assert!(matches!(
         store
-            .renew_named_lease("purge", a.token, T0 + 42 * SEC, TTL)
+            .renew_lease(&LeaseKey::named("purge"), a.token, T0 + 42 * SEC, TTL)
             .await,
         Err(StoreError::Fenced {
             token: 1,
@@ -563,29 +658,37 @@ pub async fn c07_named_leases(store: Arc<dyn TestBackend>) {
             ..
         })
     ));
-    store.release_named_lease("purge", b.token).await.unwrap();
+    store
+        .release_lease(&LeaseKey::named("purge"), b.token)
+        .await
+        .unwrap();
     assert!(matches!(
-        store.release_named_lease("purge", b.token).await,
+        store
+            .release_lease(&LeaseKey::named("purge"), b.token)
+            .await,
         Err(StoreError::Fenced { .. })
     ));
     let c = store
-        .acquire_named_lease("purge", "node-c", T0 + 43 * SEC, TTL)
+        .acquire_lease(&LeaseKey::named("purge"), "node-c", T0 + 43 * SEC, TTL)
         .await
         .unwrap();
     assert_eq!(c.token, 3, "tokens are never reused");
     assert!(matches!(
-        store.renew_named_lease("other", 1, T0, TTL).await,
+        store
+            .renew_lease(&LeaseKey::named("other"), 1, T0, TTL)
+            .await,
         Err(StoreError::Fenced { current: 0, .. })
     ));
 }
 
 /// C-8: among 10 000 bookmarks, exactly the matching ones, in `(created_at, id)` order, with
 /// filters and stable paging.
-pub async fn c08_bookmark_lookup(store: Arc<dyn TestBackend>) {
+pub async fn c08_bookmark_lookup(backend: Arc<dyn TestBackend>) {
+    let store = Harness::new(backend);
     let mut expected: Vec<(Micros, String, String)> = Vec::new();
     for i in 0..5 {
         let id = format!("wf-{i}");
-        let lease = create_leased(&*store, &id).await;
+        let lease = create_leased(&store, &id).await;
         let mut c = waiting(&id, 1, lease.token, 1);
         c.correlation_id = Some(format!("corr-{}", i % 2));
         for j in 0..2000 {
@@ -664,8 +767,9 @@ pub async fn c08_bookmark_lookup(store: Arc<dyn TestBackend>) {
 
 /// C-9: a commit that adds two bookmarks and removes one leaves the index equal to the state;
 /// a rejected commit leaves it unchanged.
-pub async fn c09_bookmark_diff(store: Arc<dyn TestBackend>) {
-    let lease = create_leased(&*store, "wf-1").await;
+pub async fn c09_bookmark_diff(backend: Arc<dyn TestBackend>) {
+    let store = Harness::new(backend);
+    let lease = create_leased(&store, "wf-1").await;
     let mut c = waiting("wf-1", 1, lease.token, 1);
     c.bookmarks_added = vec![bookmark("b1", "h", T0), bookmark("b2", "h", T0 + 1)];
     store.commit(c).await.unwrap();
@@ -711,8 +815,9 @@ pub async fn c09_bookmark_diff(store: Arc<dyn TestBackend>) {
 }
 
 /// C-10: changing an instance's correlation id rewrites it on its bookmark rows.
-pub async fn c10_correlation_rewrite(store: Arc<dyn TestBackend>) {
-    let lease = create_leased(&*store, "wf-1").await;
+pub async fn c10_correlation_rewrite(backend: Arc<dyn TestBackend>) {
+    let store = Harness::new(backend);
+    let lease = create_leased(&store, "wf-1").await;
     let mut c = waiting("wf-1", 1, lease.token, 1);
     c.correlation_id = Some("old".to_owned());
     c.bookmarks_added = vec![bookmark("b1", "h", T0), bookmark("b2", "h", T0 + 1)];
@@ -752,7 +857,8 @@ fn trigger(node: &str, hash: &str, payload: Value) -> TriggerRow {
 }
 
 /// C-11: trigger replace by difference; re-running writes nothing; lookup by several hashes.
-pub async fn c11_triggers(store: Arc<dyn TestBackend>) {
+pub async fn c11_triggers(backend: Arc<dyn TestBackend>) {
+    let store = Harness::new(backend);
     let first = vec![
         trigger("root:a", "h1", json!({})),
         trigger("root:b", "h2", json!({})),
@@ -820,10 +926,11 @@ fn timer(id: &str, due_at: Micros) -> NewTimer {
 
 /// C-12: timers: earliest due time, due claims in order, disjoint claimers, expired claims,
 /// parked timers, deletion by commit.
-pub async fn c12_timers(store: Arc<dyn TestBackend>) {
+pub async fn c12_timers(backend: Arc<dyn TestBackend>) {
+    let store = Harness::new(backend);
     assert_eq!(store.earliest_timer(T0).await.unwrap(), None);
-    let a = create_leased(&*store, "wf-a").await;
-    let b = create_leased(&*store, "wf-b").await;
+    let a = create_leased(&store, "wf-a").await;
+    let b = create_leased(&store, "wf-b").await;
     let mut c = waiting("wf-a", 1, a.token, 1);
     c.timers_added = vec![
         timer("t3", T0 + 30 * SEC),
@@ -903,7 +1010,8 @@ pub async fn c12_timers(store: Arc<dyn TestBackend>) {
 }
 
 /// C-13: `claim_runnable` gives `Running` instances without a live lease, each to one claimer.
-pub async fn c13_claim_runnable(store: Arc<dyn TestBackend>) {
+pub async fn c13_claim_runnable(backend: Arc<dyn TestBackend>) {
+    let store = Harness::new(backend);
     for (id, at) in [("r1", 3), ("r2", 1), ("r3", 2)] {
         let mut new = new_instance(id);
         new.created_at = T0 + at;
@@ -921,7 +1029,7 @@ pub async fn c13_claim_runnable(store: Arc<dyn TestBackend>) {
         store.create_instance(new).await.unwrap();
     }
     // An interrupted one (Running/Executing) with a live lease.
-    let held = create_leased(&*store, "e1").await;
+    let held = create_leased(&store, "e1").await;
     let mut c = Commit::new(
         "e1",
         1,
@@ -971,7 +1079,8 @@ pub async fn c13_claim_runnable(store: Arc<dyn TestBackend>) {
 }
 
 /// C-14: queue pages in `(sent_at, id)` order; disjoint concurrent claims; release.
-pub async fn c14_queue_pages(store: Arc<dyn TestBackend>) {
+pub async fn c14_queue_pages(backend: Arc<dyn TestBackend>) {
+    let store = Harness::new(backend);
     for (id, at) in [("q3", 2), ("q1", 1), ("q2", 1), ("q4", 3), ("q5", 4)] {
         store.enqueue(queue_item(id, T0 + at)).await.unwrap();
     }
@@ -1007,7 +1116,7 @@ pub async fn c14_queue_pages(store: Arc<dyn TestBackend>) {
     assert!(store.ack_queue_item("q2").await.unwrap());
     assert!(!store.ack_queue_item("q2").await.unwrap());
     // A commit consuming an item deletes it.
-    let lease = create_leased(&*store, "wf-1").await;
+    let lease = create_leased(&store, "wf-1").await;
     let mut c = waiting("wf-1", 1, lease.token, 1);
     c.consumed_queue_items = vec!["q1".to_owned()];
     c.receipts = vec!["s-q1".to_owned()];
@@ -1020,7 +1129,8 @@ pub async fn c14_queue_pages(store: Arc<dyn TestBackend>) {
 }
 
 /// C-15: an expired item becomes exactly one dead letter `Expired`; a held one does not.
-pub async fn c15_queue_ttl(store: Arc<dyn TestBackend>) {
+pub async fn c15_queue_ttl(backend: Arc<dyn TestBackend>) {
+    let store = Harness::new(backend);
     let mut short = queue_item("q1", T0);
     short.expires_at = T0 + 10 * SEC;
     let mut held = queue_item("q2", T0);
@@ -1061,7 +1171,8 @@ pub async fn c15_queue_ttl(store: Arc<dyn TestBackend>) {
 }
 
 /// C-16: each failure increments attempts; at the maximum the item dies `Failed`.
-pub async fn c16_queue_attempts(store: Arc<dyn TestBackend>) {
+pub async fn c16_queue_attempts(backend: Arc<dyn TestBackend>) {
+    let store = Harness::new(backend);
     store.enqueue(queue_item("q1", T0)).await.unwrap();
     let claimed = store.claim_queue_page("node-a", T0, TTL, 10).await.unwrap();
     assert_eq!(claimed.len(), 1);
@@ -1109,11 +1220,12 @@ pub async fn c16_queue_attempts(store: Arc<dyn TestBackend>) {
 }
 
 /// C-17: two concurrent moves of the same item store one dead letter.
-pub async fn c17_dead_letter_once(store: Arc<dyn TestBackend>) {
+pub async fn c17_dead_letter_once(backend: Arc<dyn TestBackend>) {
+    let store = Harness::new(backend);
     store.enqueue(queue_item("q1", T0)).await.unwrap();
     let mut tasks = Vec::new();
     for n in 0..2 {
-        let store = Arc::clone(&store);
+        let store = store.storage().clone();
         tasks.push(tokio::spawn(async move {
             store
                 .dead_letter("q1", DeadLetterReason::Rejected, Some("no"), T0 + n)
@@ -1137,8 +1249,9 @@ pub async fn c17_dead_letter_once(store: Arc<dyn TestBackend>) {
 }
 
 /// C-19: a commit carrying an existing receipt is rejected; after a commit it is found.
-pub async fn c19_receipts(store: Arc<dyn TestBackend>) {
-    let lease = create_leased(&*store, "wf-1").await;
+pub async fn c19_receipts(backend: Arc<dyn TestBackend>) {
+    let store = Harness::new(backend);
+    let lease = create_leased(&store, "wf-1").await;
     let mut c = waiting("wf-1", 1, lease.token, 1);
     c.receipts = vec!["s1".to_owned()];
     store.commit(c).await.unwrap();
@@ -1173,8 +1286,9 @@ pub async fn c19_receipts(store: Arc<dyn TestBackend>) {
 }
 
 /// C-22: journal: append order, range reads, truncation of huge details.
-pub async fn c22_journal(store: Arc<dyn TestBackend>) {
-    let lease = create_leased(&*store, "wf-1").await;
+pub async fn c22_journal(backend: Arc<dyn TestBackend>) {
+    let store = Harness::new(backend);
+    let lease = create_leased(&store, "wf-1").await;
     let entry = |n: u64| NewJournalRecord {
         at: T0 + n as Micros,
         kind: format!("k{n}"),
@@ -1211,7 +1325,8 @@ pub async fn c22_journal(store: Arc<dyn TestBackend>) {
 
 /// C-23: `list_instances` filters and keyset paging that neither skips nor repeats rows while
 /// other instances are inserted.
-pub async fn c23_list_instances(store: Arc<dyn TestBackend>) {
+pub async fn c23_list_instances(backend: Arc<dyn TestBackend>) {
+    let store = Harness::new(backend);
     for i in 0..20 {
         let mut new = new_instance(&format!("wf-{i:02}"));
         if i % 2 == 1 {
@@ -1235,7 +1350,7 @@ pub async fn c23_list_instances(store: Arc<dyn TestBackend>) {
         let Some(last) = page.last() else { break };
         filter.after = Some(last.instance_id.clone());
         seen.extend(page.into_iter().map(|l| {
-            let record = l.record.unwrap();
+            let record = l.summary.unwrap();
             assert_eq!(record.instance_id, l.instance_id);
             l.instance_id
         }));
@@ -1256,7 +1371,7 @@ pub async fn c23_list_instances(store: Arc<dyn TestBackend>) {
         assert!(seen.contains(&format!("wf-{i:02}")), "no skips");
     }
     let count = |filter: InstanceFilter| {
-        let store = Arc::clone(&store);
+        let store = store.storage().clone();
         async move { store.list_instances(filter).await.unwrap().len() }
     };
     assert_eq!(
@@ -1289,10 +1404,11 @@ pub async fn c23_list_instances(store: Arc<dyn TestBackend>) {
 
 /// C-24: purge removes only final instances finished before the cut-off, with their
 /// dependent rows, in batches; a live target gives `NotTerminal`.
-pub async fn c24_purge(store: Arc<dyn TestBackend>) {
+pub async fn c24_purge(backend: Arc<dyn TestBackend>) {
+    let store = Harness::new(backend);
     for i in 0..7 {
         let id = format!("done-{i}");
-        let lease = create_leased(&*store, &id).await;
+        let lease = create_leased(&store, &id).await;
         let mut c = waiting(&id, 1, lease.token, 1);
         c.bookmarks_added = vec![bookmark(&format!("b-{i}"), "h", T0)];
         c.timers_added = vec![timer(&format!("t-{i}"), T0 + 100 * SEC)];
@@ -1312,11 +1428,11 @@ pub async fn c24_purge(store: Arc<dyn TestBackend>) {
         store.commit(end).await.unwrap();
     }
     // Live and faulted ones are never purged.
-    let lease = create_leased(&*store, "live").await;
+    let lease = create_leased(&store, "live").await;
     let mut faulted = waiting("faulted", 1, 0, 1);
     faulted.status = InstanceStatus::Faulted;
     faulted.sub_status = None;
-    let flease = create_leased(&*store, "faulted").await;
+    let flease = create_leased(&store, "faulted").await;
     faulted.lease_token = flease.token;
     store.commit(faulted).await.unwrap();
 
@@ -1389,7 +1505,8 @@ pub async fn c24_purge(store: Arc<dyn TestBackend>) {
 
 /// C-25: a corrupted state document gives `Decode` naming the instance; a list returns it as
 /// an error item; other instances load normally.
-pub async fn c25_decode_error(store: Arc<dyn TestBackend>) {
+pub async fn c25_decode_error(backend: Arc<dyn TestBackend>) {
+    let store = Harness::new(backend);
     for id in ["wf-1", "wf-2", "wf-3"] {
         store.create_instance(new_instance(id)).await.unwrap();
     }
@@ -1415,10 +1532,16 @@ pub async fn c25_decode_error(store: Arc<dyn TestBackend>) {
         .await
         .unwrap();
     assert_eq!(listed.len(), 3);
-    assert!(listed[0].record.is_ok());
+    // A listing reads columns, not documents: the corrupted row is listed with its columns,
+    // and loading it names it.
+    assert!(listed[0].summary.is_ok());
     assert_eq!(listed[1].instance_id, "wf-2");
-    assert!(matches!(listed[1].record, Err(StoreError::Decode { .. })));
-    assert!(listed[2].record.is_ok());
+    assert!(listed[1].summary.is_ok());
+    assert!(matches!(
+        store.load_instance(&listed[1].instance_id).await,
+        Err(StoreError::Decode { .. })
+    ));
+    assert!(listed[2].summary.is_ok());
     // A document without a format is a decode error too.
     store.write_raw_state("wf-3", "{\"n\": 1}").await.unwrap();
     assert!(matches!(
@@ -1428,7 +1551,8 @@ pub async fn c25_decode_error(store: Arc<dyn TestBackend>) {
 }
 
 /// C-26: a document with a newer format gives `FormatTooNew` and is not modified.
-pub async fn c26_format_too_new(store: Arc<dyn TestBackend>) {
+pub async fn c26_format_too_new(backend: Arc<dyn TestBackend>) {
+    let store = Harness::new(backend);
     store.create_instance(new_instance("wf-1")).await.unwrap();
     let raw = "{\"format\":2,\"future\":[1,2,3]}";
     store.write_raw_state("wf-1", raw).await.unwrap();
@@ -1441,14 +1565,11 @@ pub async fn c26_format_too_new(store: Arc<dyn TestBackend>) {
             supported: super::STATE_FORMAT
         }
     );
-    assert!(
-        store
-            .list_instances(InstanceFilter::default())
-            .await
-            .unwrap()[0]
-            .record
-            .is_err()
-    );
+    let listed = store
+        .list_instances(InstanceFilter::default())
+        .await
+        .unwrap();
+    assert_eq!(listed[0].summary.as_ref().unwrap().version, 1);
     assert_eq!(store.read_raw_state("wf-1").await.unwrap(), raw);
     // Writing a newer format is refused.
     let mut new = new_instance("wf-2");
@@ -1460,8 +1581,9 @@ pub async fn c26_format_too_new(store: Arc<dyn TestBackend>) {
 }
 
 /// C-27: an oversized document gives `TooLarge` and nothing is written.
-pub async fn c27_too_large(store: Arc<dyn TestBackend>) {
-    let lease = create_leased(&*store, "wf-1").await;
+pub async fn c27_too_large(backend: Arc<dyn TestBackend>) {
+    let store = Harness::new(backend);
+    let lease = create_leased(&store, "wf-1").await;
     let big = json!({ "format": 1, "blob": "x".repeat(DEFAULT_MAX_STATE_BYTES) });
     let mut c = waiting("wf-1", 1, lease.token, 1);
     c.state = big.clone();
@@ -1488,8 +1610,9 @@ pub async fn c27_too_large(store: Arc<dyn TestBackend>) {
 
 /// C-29: a control request does not change the version, is returned by renewal, and is
 /// cleared by the commit that honours it.
-pub async fn c29_control_requests(store: Arc<dyn TestBackend>) {
-    let lease = create_leased(&*store, "wf-1").await;
+pub async fn c29_control_requests(backend: Arc<dyn TestBackend>) {
+    let store = Harness::new(backend);
+    let lease = create_leased(&store, "wf-1").await;
     let request = ControlRequest {
         kind: ControlKind::Cancel,
         reason: Some("operator".to_owned()),
@@ -1503,7 +1626,7 @@ pub async fn c29_control_requests(store: Arc<dyn TestBackend>) {
     assert_eq!(loaded.control_request.as_ref(), Some(&request));
     // The owning runtime finds the requested instances, and only those.
     store.create_instance(new_instance("wf-2")).await.unwrap();
-    let requested = |store: Arc<dyn TestBackend>| async move {
+    let requested = |store: Storage| async move {
         store
             .list_instances(InstanceFilter {
                 control_requested: true,
@@ -1515,9 +1638,9 @@ pub async fn c29_control_requests(store: Arc<dyn TestBackend>) {
             .map(|l| l.instance_id)
             .collect::<Vec<_>>()
     };
-    assert_eq!(requested(store.clone()).await, ["wf-1"]);
+    assert_eq!(requested(store.storage().clone()).await, ["wf-1"]);
     let renewal = store
-        .renew_lease("wf-1", lease.token, T0 + SEC, TTL)
+        .renew_lease(&LeaseKey::instance("wf-1"), lease.token, T0 + SEC, TTL)
         .await
         .unwrap();
     assert_eq!(renewal.control_request, Some(request));
@@ -1551,7 +1674,7 @@ pub async fn c29_control_requests(store: Arc<dyn TestBackend>) {
     let loaded = store.load_instance("wf-1").await.unwrap();
     assert_eq!(loaded.control_request, None);
     assert_eq!(loaded.finished_at, Some(T0 + 2 * SEC));
-    assert!(requested(store.clone()).await.is_empty());
+    assert!(requested(store.storage().clone()).await.is_empty());
     assert!(matches!(
         store
             .request_control(
@@ -1568,16 +1691,19 @@ pub async fn c29_control_requests(store: Arc<dyn TestBackend>) {
 
 /// C-34: with `now` jumping forward and back, leases, claims, due times and TTLs follow it and
 /// nothing else.
-pub async fn c34_clock(store: Arc<dyn TestBackend>) {
+pub async fn c34_clock(backend: Arc<dyn TestBackend>) {
+    let store = Harness::new(backend);
     let far = T0 + 1000 * SEC;
     store.create_instance(new_instance("wf-1")).await.unwrap();
     let lease = store
-        .acquire_lease("wf-1", "node-a", far, TTL)
+        .acquire_lease(&LeaseKey::instance("wf-1"), "node-a", far, TTL)
         .await
         .unwrap();
     // Back in time: the lease is still live there.
     assert!(matches!(
-        store.acquire_lease("wf-1", "node-b", T0, TTL).await,
+        store
+            .acquire_lease(&LeaseKey::instance("wf-1"), "node-b", T0, TTL)
+            .await,
         Err(StoreError::LeaseHeld { .. })
     ));
     let mut c = waiting("wf-1", 1, lease.token, 1);
@@ -1619,8 +1745,9 @@ pub async fn c34_clock(store: Arc<dyn TestBackend>) {
 }
 
 /// ENG-22: a final commit removes the instance's bookmarks and timers.
-pub async fn final_status_clears_bookmarks_and_timers(store: Arc<dyn TestBackend>) {
-    let lease = create_leased(&*store, "wf-1").await;
+pub async fn final_status_clears_bookmarks_and_timers(backend: Arc<dyn TestBackend>) {
+    let store = Harness::new(backend);
+    let lease = create_leased(&store, "wf-1").await;
     let mut c = waiting("wf-1", 1, lease.token, 1);
     c.bookmarks_added = vec![bookmark("b1", "h", T0)];
     c.timers_added = vec![timer("t1", T0)];
@@ -1636,8 +1763,9 @@ pub async fn final_status_clears_bookmarks_and_timers(store: Arc<dyn TestBackend
 
 /// ST-16: a commit also writes rows for other instances: instances it started (with their
 /// receipts), queue items addressed to them and cascaded control requests, all or nothing.
-pub async fn c16_commit_writes_other_instances(store: Arc<dyn TestBackend>) {
-    let lease = create_leased(&*store, "parent").await;
+pub async fn c16_commit_writes_other_instances(backend: Arc<dyn TestBackend>) {
+    let store = Harness::new(backend);
+    let lease = create_leased(&store, "parent").await;
     store.create_instance(new_instance("other")).await.unwrap();
     store.create_instance(new_instance("taken")).await.unwrap();
     let mut done = new_instance("done");
@@ -1718,8 +1846,9 @@ pub async fn c16_commit_writes_other_instances(store: Arc<dyn TestBackend>) {
 }
 
 /// C-22: compaction in the same commit: a range replaced by its summary, order kept.
-pub async fn c22_journal_compaction(store: Arc<dyn TestBackend>) {
-    let lease = create_leased(&*store, "wf-1").await;
+pub async fn c22_journal_compaction(backend: Arc<dyn TestBackend>) {
+    let store = Harness::new(backend);
+    let lease = create_leased(&store, "wf-1").await;
     let entry = |n: u64| NewJournalRecord {
         at: T0 + n as Micros,
         kind: format!("k{n}"),
@@ -1770,7 +1899,8 @@ fn drain(rx: &mut tokio::sync::broadcast::Receiver<WakeUp>) -> Vec<WakeUp> {
 
 /// C-28: enqueue, a commit adding a bookmark, a runnable instance and a terminal instance
 /// each produce a hint (sent before the operation's future completes).
-pub async fn c28_wake_ups(store: Arc<dyn TestBackend>) {
+pub async fn c28_wake_ups(backend: Arc<dyn TestBackend>) {
+    let store = Harness::new(backend);
     let mut rx = store.subscribe();
     store.enqueue(queue_item("q1", T0)).await.unwrap();
     assert!(drain(&mut rx).contains(&WakeUp::QueueChanged));
@@ -1781,7 +1911,10 @@ pub async fn c28_wake_ups(store: Arc<dyn TestBackend>) {
     };
     assert!(drain(&mut rx).contains(&runnable));
 
-    let lease = store.acquire_lease("wf-1", "n", T0, TTL).await.unwrap();
+    let lease = store
+        .acquire_lease(&LeaseKey::instance("wf-1"), "n", T0, TTL)
+        .await
+        .unwrap();
     let mut c = waiting("wf-1", 1, lease.token, 1);
     c.bookmarks_added = vec![bookmark("b1", "h", T0)];
     c.timers_added = vec![timer("t1", T0 + 5 * SEC), timer("t2", T0 + 3 * SEC)];
@@ -1813,7 +1946,10 @@ pub async fn c28_wake_ups(store: Arc<dyn TestBackend>) {
     store.commit(c).await.unwrap();
     assert!(drain(&mut rx).contains(&runnable));
 
-    let lease = store.acquire_lease("wf-1", "n", T0, TTL).await.unwrap();
+    let lease = store
+        .acquire_lease(&LeaseKey::instance("wf-1"), "n", T0, TTL)
+        .await
+        .unwrap();
     store
         .commit(final_commit("wf-1", 3, lease.token, T0 + SEC))
         .await
@@ -1833,7 +1969,8 @@ pub async fn c28_wake_ups(store: Arc<dyn TestBackend>) {
 
 /// C-18: dead letters: list with filters, replay (fresh TTL, zero attempts, same stimulus id),
 /// delete, removal after their TTL.
-pub async fn c18_dead_letters(store: Arc<dyn TestBackend>) {
+pub async fn c18_dead_letters(backend: Arc<dyn TestBackend>) {
+    let store = Harness::new(backend);
     for (id, at) in [("q1", 0), ("q2", 1), ("q3", 2)] {
         store.enqueue(queue_item(id, T0 + at)).await.unwrap();
     }
@@ -1929,7 +2066,8 @@ pub async fn c18_dead_letters(store: Arc<dyn TestBackend>) {
 }
 
 /// C-20: idempotency records: store and look up; a reuse with a different hash is detectable.
-pub async fn c20_idempotency_records(store: Arc<dyn TestBackend>) {
+pub async fn c20_idempotency_records(backend: Arc<dyn TestBackend>) {
+    let store = Harness::new(backend);
     let record = IdempotencyRecord {
         key: "send-1".to_owned(),
         hash: "h1".to_owned(),
@@ -1956,7 +2094,8 @@ pub async fn c20_idempotency_records(store: Arc<dyn TestBackend>) {
 
 /// C-21: activation guard: two concurrent creations in one scope, one wins; allowed again
 /// once the winner is terminal; a correlation scope spans definitions.
-pub async fn c21_activation_guard(store: Arc<dyn TestBackend>) {
+pub async fn c21_activation_guard(backend: Arc<dyn TestBackend>) {
+    let store = Harness::new(backend);
     let scoped = |id: &str, definition: &str, scope: &str| {
         let mut new = new_instance(id);
         new.definition_name = definition.to_owned();
@@ -1965,7 +2104,7 @@ pub async fn c21_activation_guard(store: Arc<dyn TestBackend>) {
     };
     let mut tasks = Vec::new();
     for id in ["a", "b"] {
-        let store = Arc::clone(&store);
+        let store = store.storage().clone();
         let new = scoped(id, "order", "singleton:order");
         tasks.push(tokio::spawn(
             async move { store.create_instance(new).await },
@@ -1990,7 +2129,10 @@ pub async fn c21_activation_guard(store: Arc<dyn TestBackend>) {
         .await
         .unwrap();
     // Terminal winner: allowed again.
-    let lease = store.acquire_lease(winner, "n", T0, TTL).await.unwrap();
+    let lease = store
+        .acquire_lease(&LeaseKey::instance(winner), "n", T0, TTL)
+        .await
+        .unwrap();
     store
         .commit(final_commit(winner, 1, lease.token, T0 + SEC))
         .await
@@ -2015,7 +2157,7 @@ pub async fn c21_activation_guard(store: Arc<dyn TestBackend>) {
         }
     );
     // Through a commit, too: a child in a taken scope fails the whole commit.
-    let plead = create_leased(&*store, "parent").await;
+    let plead = create_leased(&store, "parent").await;
     let mut c = waiting("parent", 1, plead.token, 1);
     c.instances_created = vec![scoped("g", "invoice", "correlation:42")];
     assert!(matches!(
@@ -2028,8 +2170,9 @@ pub async fn c21_activation_guard(store: Arc<dyn TestBackend>) {
 /// ST-12, FLT-6, FLT-8, FLT-9: the faulting commit opens an incident, the commit of the
 /// operator action resolves it, an `unreadable_state` incident is inserted alone, purge
 /// removes them with their instance.
-pub async fn incidents(store: Arc<dyn TestBackend>) {
-    let lease = create_leased(&*store, "wf-1").await;
+pub async fn incidents(backend: Arc<dyn TestBackend>) {
+    let store = Harness::new(backend);
+    let lease = create_leased(&store, "wf-1").await;
     let opened = |id: &str, at: Micros| NewIncident {
         incident_id: id.to_owned(),
         kind: "activity_failed".to_owned(),
@@ -2123,8 +2266,9 @@ pub async fn incidents(store: Arc<dyn TestBackend>) {
 }
 
 /// ST-30: receipts and idempotency records are removed after their retention.
-pub async fn retention_of_receipts_and_idempotency_records(store: Arc<dyn TestBackend>) {
-    let lease = create_leased(&*store, "wf-1").await;
+pub async fn retention_of_receipts_and_idempotency_records(backend: Arc<dyn TestBackend>) {
+    let store = Harness::new(backend);
+    let lease = create_leased(&store, "wf-1").await;
     let mut c = waiting("wf-1", 1, lease.token, 1); // committed at T0 + 1 s
     c.receipts = vec!["s1".to_owned()];
     store.commit(c).await.unwrap();
@@ -2158,7 +2302,8 @@ pub async fn retention_of_receipts_and_idempotency_records(store: Arc<dyn TestBa
 
 /// ST-9, ST-17, TM-11 to TM-13: trigger schedules are timer rows without an instance; firing
 /// creates the instance and advances the schedule in one operation, once per occurrence.
-pub async fn trigger_schedules(store: Arc<dyn TestBackend>) {
+pub async fn trigger_schedules(backend: Arc<dyn TestBackend>) {
+    let store = Harness::new(backend);
     let schedule = |id: &str, kind: &str, due_at: Micros| super::Schedule {
         schedule_id: id.to_owned(),
         definition_name: "report".to_owned(),
@@ -2261,7 +2406,7 @@ pub async fn trigger_schedules(store: Arc<dyn TestBackend>) {
     // Removing the trigger removes its schedule; an instance's timer is not a schedule.
     assert!(store.delete_schedule("cron-1").await.unwrap());
     assert!(!store.delete_schedule("cron-1").await.unwrap());
-    let lease = create_leased(&*store, "wf-1").await;
+    let lease = create_leased(&store, "wf-1").await;
     let mut c = waiting("wf-1", 1, lease.token, 1);
     c.timers_added = vec![timer("t1", T0)];
     store.commit(c).await.unwrap();

@@ -1,0 +1,515 @@
+//! The backend trait: the thin storage operations a backend implements (ST-1, ST-2).
+//!
+//! # For backend authors
+//!
+//! A backend implements [`Store`] (and, optionally, [`DefinitionStore`]) and nothing else; the
+//! runtime wraps it in [`Storage`](super::Storage), the policy layer that validates ids and
+//! sizes, encodes and decodes state documents, truncates journal details, computes the
+//! trigger diff, decides what a final commit removes, fills page defaults and sends wake-up
+//! hints. A backend therefore only stores rows and keeps the **atomic guards** no layer
+//! above it can keep: the optimistic version (ST-13), the fencing token (ST-14), uniqueness
+//! (ids, receipts, one dead letter per item, one idempotency record per key) and the
+//! activation scope (ST-17). Everything it needs is public in [`crate::store`]: the rows
+//! ([`Commit<String>`](super::Commit), [`NewInstance<String>`](super::NewInstance),
+//! [`InstanceRecord<String>`](super::InstanceRecord), ...), the argument types of this
+//! module, [`StoreError`](super::StoreError), and the conformance suite
+//! (`store::conformance`, feature `test-support`) with its
+//! `Harness`, so a backend can live outside this crate.
+//!
+//! Conventions:
+//!
+//! * State documents arrive and leave as **encoded JSON text** (`S = String`): store it as
+//!   is, return it as is. Never parse it.
+//! * Every time is passed in (ST-3) as [`Micros`]; a backend never reads a clock.
+//! * Every method returns a [`BoxFuture`] borrowing `&self` only (object safety): copy what
+//!   you need from the arguments before building the future.
+//! * Limits of `0` never reach a backend: [`Storage`](super::Storage) replaces them by the
+//!   defaults.
+//! * Errors name their row (ST-4, ST-22): a row that cannot be decoded is
+//!   [`StoreError::Decode`](super::StoreError::Decode) for that row alone, never
+//!   `Unavailable`.
+
+use super::{
+    BookmarkQuery, BookmarkRow, ClaimedInstance, Commit, ControlRequest, DeadLetter,
+    DeadLetterFilter, DeadLetterReason, IdempotencyRecord, IncidentRecord, InstanceFilter,
+    InstanceRecord, JournalRecord, Lease, ListedInstance, NewIncident, NewInstance, PurgeFilter,
+    QueueItem, Renewal, Schedule, ScheduleFiring, StoreResult, StoreStats, TimerRow, TriggerRow,
+};
+use crate::base::{BoxFuture, Micros};
+
+/// What a lease is about (ST-11, ST-14): an instance's lease (on its row) or a named lease
+/// (a singleton job, the owner lock of a file).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum LeaseKey {
+    /// The lease of one instance.
+    Instance(String),
+    /// A named lease.
+    Named(String),
+}
+
+impl LeaseKey {
+    /// The lease of instance `id`.
+    pub fn instance(id: impl Into<String>) -> Self {
+        Self::Instance(id.into())
+    }
+
+    /// The named lease `name`.
+    pub fn named(name: impl Into<String>) -> Self {
+        Self::Named(name.into())
+    }
+
+    /// The resource name used in errors: `instance:<id>` or `lease:<name>`.
+    pub fn resource(&self) -> String {
+        match self {
+            Self::Instance(id) => format!("instance:{id}"),
+            Self::Named(name) => format!("lease:{name}"),
+        }
+    }
+}
+
+/// How [`Store::claim_instance`] takes the lease.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeaseClaim {
+    /// The owner taking (or holding) the lease.
+    pub owner: String,
+    /// `None`: acquire, failing with `LeaseHeld` while another live lease exists (a token one
+    /// more than the last ever issued). `Some(token)`: the caller holds that lease already (a
+    /// recovery claim): refresh it, or `Fenced` when it is not current.
+    pub token: Option<u64>,
+    /// Wall-clock now (ST-3).
+    pub now: Micros,
+    /// The lease duration.
+    pub ttl: Micros,
+}
+
+/// An instance loaded under its lease by [`Store::claim_instance`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct ClaimedRecord<S = serde_json::Value> {
+    /// The lease held now.
+    pub lease: Lease,
+    /// The instance, read in the same operation.
+    pub record: InstanceRecord<S>,
+}
+
+/// What [`Store::purge`] removes (ST-30, ST-31): every deletion the runtime makes outside a
+/// commit. Each returns how many rows (instances, dead letters, ...) it removed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PurgeTarget {
+    /// One final instance with its dependent rows; a live one gives `NotTerminal`, an
+    /// unknown one `NotFound` (ST-32).
+    Instance(String),
+    /// Final instances matching the filter, in atomic batches of `batch_size`. The filter
+    /// reaching a backend names its statuses (only final ones) and a non-zero batch size.
+    Finished(PurgeFilter),
+    /// One dead letter, by its item id.
+    DeadLetter(String),
+    /// Up to `limit` dead letters that died before `before`.
+    DeadLettersBefore {
+        /// The cut-off.
+        before: Micros,
+        /// The most to remove.
+        limit: usize,
+    },
+    /// Up to `limit` receipts written before `before`.
+    ReceiptsBefore {
+        /// The cut-off.
+        before: Micros,
+        /// The most to remove.
+        limit: usize,
+    },
+    /// Up to `limit` idempotency records created before `before`.
+    IdempotencyRecordsBefore {
+        /// The cut-off.
+        before: Micros,
+        /// The most to remove.
+        limit: usize,
+    },
+    /// Up to `limit` queue items whose `expires_at <= now` and that are not held: moved to
+    /// the dead letters as `Expired` (C-15), not deleted.
+    ExpiredQueueItems {
+        /// The instant.
+        now: Micros,
+        /// The most to move.
+        limit: usize,
+    },
+    /// One trigger schedule, by its id.
+    Schedule(String),
+}
+
+/// Which bookmark rows [`Store::find_bookmarks`] returns, in `(created_at, bookmark_id)`
+/// order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BookmarkSelect {
+    /// By stimulus hash with filters and a keyset page (ST-6, C-8).
+    Hash(BookmarkQuery),
+    /// Every bookmark of one instance.
+    Instance(String),
+}
+
+/// Which trigger rows [`Store::find_triggers`] returns, by `(definition_name, node_id,
+/// hash)`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TriggerSelect {
+    /// Triggers with any of these hashes.
+    Hashes(Vec<String>),
+    /// Every trigger of one definition.
+    Definition(String),
+}
+
+/// The trigger rows [`Store::write_triggers`] changes for one definition (the diff is
+/// computed by [`Storage`](super::Storage)).
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct TriggerWrite {
+    /// Rows to insert or replace, keyed by `(definition_name, node_id, hash)`.
+    pub upserts: Vec<TriggerRow>,
+    /// Rows to delete: `(node_id, hash)` of the definition.
+    pub deletes: Vec<(String, String)>,
+}
+
+/// Which timer rows [`Store::list_timers`] returns, in `(due_at, timer_id)` order (by id for
+/// schedules).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TimerScope {
+    /// One instance's timers.
+    Instance(String),
+    /// A definition's trigger schedules (rows without an instance).
+    Schedules(String),
+}
+
+/// What [`Store::claim_due_timers`] returns.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct DueTimers {
+    /// The timers claimed, in `(due_at, timer_id)` order.
+    pub claimed: Vec<TimerRow>,
+    /// After the claim: the earliest `due_at` among unparked timers not under a live claim
+    /// at `now` (what the timer driver sleeps until).
+    pub next_due: Option<Micros>,
+}
+
+/// A send's writes for [`Store::enqueue`]: queue items and the send's idempotency record,
+/// in one atomic operation (RT-19).
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Enqueue {
+    /// Items to insert; an id already queued or dead gives `AlreadyExists`.
+    pub items: Vec<QueueItem>,
+    /// The idempotency record of the send. When a record with its key exists, nothing at all
+    /// is written and the existing record is returned.
+    pub idempotency: Option<IdempotencyRecord>,
+}
+
+/// How [`Store::settle_queue_item`] settles a claimed (or unclaimed) queue item.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Settlement {
+    /// Release `owner`'s claim so the item can be claimed again (RT-27).
+    Release {
+        /// The claimer.
+        owner: String,
+    },
+    /// Delete the item outside a commit (a stimulus nobody takes any more).
+    Ack,
+    /// A failed delivery: attempts + 1, the error recorded, the claim released; at
+    /// `max_attempts` the item becomes a dead letter `Failed` (C-16).
+    Fail {
+        /// The error.
+        error: String,
+        /// The instant.
+        now: Micros,
+        /// The attempts allowed.
+        max_attempts: u32,
+    },
+    /// Move the item to the dead letters, atomically and at most once (C-17).
+    DeadLetter {
+        /// Why.
+        reason: DeadLetterReason,
+        /// The error, if any.
+        error: Option<String>,
+        /// The instant.
+        now: Micros,
+    },
+}
+
+/// What [`Store::settle_queue_item`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Settled {
+    /// The item was released (or was not claimed by that owner).
+    Released,
+    /// `Ack`: whether the item existed.
+    Acked(bool),
+    /// `Fail`: the item stays queued with this many attempts.
+    Retry {
+        /// Attempts so far.
+        attempts: u32,
+    },
+    /// `Fail` at the maximum, or `DeadLetter`: whether this call moved the item.
+    DeadLettered(bool),
+}
+
+/// Which incidents [`Store::list_incidents`] returns, in `(created_at, incident_id)` order.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct IncidentQuery {
+    /// Only this instance's.
+    pub instance_id: Option<String>,
+    /// Only unresolved ones.
+    pub unresolved_only: bool,
+    /// Keyset: only incidents after this `(created_at, incident_id)`.
+    pub after: Option<(Micros, String)>,
+    /// Page size (0 means 100; `Storage` fills it in).
+    pub limit: usize,
+}
+
+/// A registered definition as recorded in the store: its JSON form and fingerprint, so
+/// tools can show it without the application's code.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DefinitionRecord {
+    /// The definition's name.
+    pub name: String,
+    /// Its version fingerprint.
+    pub version: String,
+    /// The definition's JSON form (the model's serialization), as text.
+    pub json: String,
+    /// When this version was first recorded.
+    pub recorded_at: Micros,
+}
+
+/// The optional capability of recording definitions (returned by [`Store::definitions`]).
+pub trait DefinitionStore: Send + Sync {
+    /// Records a definition version; an existing `(name, version)` is left as it is.
+    /// Returns whether it was inserted.
+    fn put_definition(&self, definition: DefinitionRecord) -> BoxFuture<'_, StoreResult<bool>>;
+
+    /// Recorded definitions, by `(name, recorded_at)`: all of them, or only those named
+    /// `name`.
+    fn list_definitions(
+        &self,
+        name: Option<&str>,
+    ) -> BoxFuture<'_, StoreResult<Vec<DefinitionRecord>>>;
+}
+
+/// The backend trait (ST-1): thin, atomic storage operations with the guards only a backend
+/// can keep. Hold it as `Arc<dyn Store>` and use it through [`Storage`](super::Storage);
+/// calling it directly skips every policy (no validation, no hints, encoded state).
+///
+/// Every method is one atomic logical operation. Times are passed in (ST-3): due times, TTLs
+/// and ages on the workflow clock, lease and claim expiry on the wall clock. `ttl`
+/// parameters are durations in microseconds.
+pub trait Store: Send + Sync + 'static {
+    // ----- instances -----
+
+    /// Creates an instance at version 1, with its receipt and consumed queue item, under its
+    /// activation guard (ST-17). An existing id gives `AlreadyExists`, a non-final instance
+    /// in the same scope `ActivationConflict`; both change nothing (C-2, C-21).
+    fn create_instance(&self, instance: NewInstance<String>) -> BoxFuture<'_, StoreResult<u64>>;
+
+    /// Loads an instance: columns, version and state from one snapshot (ST-13).
+    fn load_instance(
+        &self,
+        instance_id: &str,
+    ) -> BoxFuture<'_, StoreResult<InstanceRecord<String>>>;
+
+    /// Takes (or refreshes, see [`LeaseClaim::token`]) the instance's lease and loads it, in
+    /// one operation: the first call of a run (ST-14). `NotFound`, `LeaseHeld` or `Fenced`
+    /// otherwise, writing nothing.
+    fn claim_instance(
+        &self,
+        instance_id: &str,
+        claim: LeaseClaim,
+    ) -> BoxFuture<'_, StoreResult<ClaimedRecord<String>>>;
+
+    /// Applies a commit atomically (ST-16) and returns the new version: the instance row,
+    /// bookmark diff (and the commit's correlation id on all the instance's bookmark rows),
+    /// timers, journal (with [`Commit::max_journal_entries`] enforced), receipts, the
+    /// consumed queue items (deleted), created instances, queue items, control requests and
+    /// incidents. A stale version gives `Conflict`, a superseded token `Fenced`, an existing
+    /// receipt `ReceiptExists`; in every failure nothing is written.
+    fn commit(&self, commit: Commit<String>) -> BoxFuture<'_, StoreResult<u64>>;
+
+    /// Records a control request (cancel, suspend, resume, retry) without changing the
+    /// version (ST-13, C-29); it replaces one not yet honoured. Unknown instances give
+    /// `NotFound`, final ones `Invalid`.
+    fn request_control(
+        &self,
+        instance_id: &str,
+        request: ControlRequest,
+    ) -> BoxFuture<'_, StoreResult<()>>;
+
+    /// Instance summaries (no state documents) with filters, in `instance_id` keyset order
+    /// (C-23, ST-22). `limit` is at least 1.
+    fn list_instances(
+        &self,
+        filter: InstanceFilter,
+    ) -> BoxFuture<'_, StoreResult<Vec<ListedInstance>>>;
+
+    /// Claims up to `limit` `Running` instances whose lease is absent or expired at `now`,
+    /// oldest `updated_at` first, acquiring their leases for `owner` (ST-15, C-13).
+    fn claim_runnable(
+        &self,
+        owner: &str,
+        now: Micros,
+        ttl: Micros,
+        limit: usize,
+    ) -> BoxFuture<'_, StoreResult<Vec<ClaimedInstance>>>;
+
+    /// Removes what `target` names (ST-30, ST-31) and returns how many rows.
+    fn purge(&self, target: PurgeTarget) -> BoxFuture<'_, StoreResult<u64>>;
+
+    // ----- leases -----
+
+    /// Acquires a lease if none is live at `now` (ST-14): the token is one more than the last
+    /// ever issued for the key. A live lease gives `LeaseHeld`; an unknown instance
+    /// `NotFound`.
+    fn acquire_lease(
+        &self,
+        key: &LeaseKey,
+        owner: &str,
+        now: Micros,
+        ttl: Micros,
+    ) -> BoxFuture<'_, StoreResult<Lease>>;
+
+    /// Extends the lease to `now + ttl` if `token` is current, else `Fenced`; for an instance
+    /// also returns its pending control request (ST-14).
+    fn renew_lease(
+        &self,
+        key: &LeaseKey,
+        token: u64,
+        now: Micros,
+        ttl: Micros,
+    ) -> BoxFuture<'_, StoreResult<Renewal>>;
+
+    /// Releases the lease if `token` is current, else `Fenced`. Tokens are never reused.
+    fn release_lease(&self, key: &LeaseKey, token: u64) -> BoxFuture<'_, StoreResult<()>>;
+
+    // ----- bookmarks, receipts, triggers -----
+
+    /// Bookmark rows, in `(created_at, bookmark_id)` order (ST-6, C-8).
+    fn find_bookmarks(
+        &self,
+        select: BookmarkSelect,
+    ) -> BoxFuture<'_, StoreResult<Vec<BookmarkRow>>>;
+
+    /// Whether the instance has consumed the stimulus (RT-19).
+    fn has_receipt(&self, instance_id: &str, stimulus_id: &str)
+    -> BoxFuture<'_, StoreResult<bool>>;
+
+    /// Trigger rows (ST-7).
+    fn find_triggers(&self, select: TriggerSelect) -> BoxFuture<'_, StoreResult<Vec<TriggerRow>>>;
+
+    /// Upserts and deletes trigger rows of one definition in one transaction (ST-7, ST-17).
+    fn write_triggers(
+        &self,
+        definition_name: &str,
+        write: TriggerWrite,
+    ) -> BoxFuture<'_, StoreResult<()>>;
+
+    // ----- timers and schedules -----
+
+    /// Claims up to `limit` (possibly 0) unparked timers with `due_at <= now` and no live
+    /// claim, in `(due_at, timer_id)` order, for `owner` until `now + claim_ttl` (ST-15,
+    /// C-12), and reports the next due time.
+    fn claim_due_timers(
+        &self,
+        owner: &str,
+        now: Micros,
+        claim_ttl: Micros,
+        limit: usize,
+    ) -> BoxFuture<'_, StoreResult<DueTimers>>;
+
+    /// Timer rows of an instance or a definition's schedules.
+    fn list_timers(&self, scope: TimerScope) -> BoxFuture<'_, StoreResult<Vec<TimerRow>>>;
+
+    /// Registers a trigger schedule if no timer has its id; returns whether it was inserted
+    /// (an existing one is left as it is, TM-12, TM-13).
+    fn put_schedule(&self, schedule: Schedule) -> BoxFuture<'_, StoreResult<bool>>;
+
+    /// Fires one occurrence of a schedule atomically (ST-17, TM-11 to TM-13): if it is still
+    /// due at `expected_due_at`, creates `instance` (with its activation guard) and advances
+    /// the schedule to `next_due`, or marks it fired when `None`.
+    fn fire_schedule(
+        &self,
+        schedule_id: &str,
+        expected_due_at: Micros,
+        instance: NewInstance<String>,
+        next_due: Option<Micros>,
+    ) -> BoxFuture<'_, StoreResult<ScheduleFiring>>;
+
+    // ----- journal -----
+
+    /// Journal entries with `seq >= from_seq`, at most `limit`, in order (ST-10), details as
+    /// stored text: [`Storage`](super::Storage) decodes them, so one bad detail never hides
+    /// the other entries.
+    fn read_journal(
+        &self,
+        instance_id: &str,
+        from_seq: u64,
+        limit: usize,
+    ) -> BoxFuture<'_, StoreResult<Vec<JournalRecord<String>>>>;
+
+    // ----- queue and dead letters -----
+
+    /// Writes a send's queue items and idempotency record atomically (RT-19, RT-25); returns
+    /// the existing record (having written nothing) when its key is taken.
+    fn enqueue(&self, send: Enqueue) -> BoxFuture<'_, StoreResult<Option<IdempotencyRecord>>>;
+
+    /// Claims up to `limit` items in `(sent_at, item_id)` order that are not expired (or are
+    /// held) and not under a live claim, until `now + claim_ttl` (ST-15, C-14).
+    fn claim_queue_page(
+        &self,
+        owner: &str,
+        now: Micros,
+        claim_ttl: Micros,
+        limit: usize,
+    ) -> BoxFuture<'_, StoreResult<Vec<QueueItem>>>;
+
+    /// Releases, acknowledges, fails or dead-letters one queue item.
+    fn settle_queue_item(
+        &self,
+        item_id: &str,
+        settlement: Settlement,
+    ) -> BoxFuture<'_, StoreResult<Settled>>;
+
+    /// Re-enqueues a dead letter with a fresh TTL (`expires_at = now + ttl`), zero attempts,
+    /// no claim and the same item and stimulus ids, and deletes the dead letter (C-18).
+    fn replay_dead_letter(
+        &self,
+        item_id: &str,
+        now: Micros,
+        ttl: Micros,
+    ) -> BoxFuture<'_, StoreResult<QueueItem>>;
+
+    /// Dead letters matching the filter, in `(dead_at, item_id)` keyset order (C-18).
+    fn list_dead_letters(
+        &self,
+        filter: DeadLetterFilter,
+    ) -> BoxFuture<'_, StoreResult<Vec<DeadLetter>>>;
+
+    // ----- incidents and idempotency records -----
+
+    /// Records an incident alone, leaving the instance row untouched (FLT-9). An existing id
+    /// gives `AlreadyExists`.
+    fn insert_incident(
+        &self,
+        instance_id: &str,
+        incident: NewIncident,
+    ) -> BoxFuture<'_, StoreResult<()>>;
+
+    /// Incidents of one instance or of all (FLT-6, ST-12).
+    fn list_incidents(
+        &self,
+        query: IncidentQuery,
+    ) -> BoxFuture<'_, StoreResult<Vec<IncidentRecord>>>;
+
+    /// Looks up an idempotency record (C-20).
+    fn find_idempotency_record(
+        &self,
+        key: &str,
+    ) -> BoxFuture<'_, StoreResult<Option<IdempotencyRecord>>>;
+
+    // ----- maintenance and capabilities -----
+
+    /// Operation counters.
+    fn stats(&self) -> BoxFuture<'_, StoreResult<StoreStats>>;
+
+    /// The definitions capability, when the backend records definitions.
+    fn definitions(&self) -> Option<&dyn DefinitionStore> {
+        None
+    }
+}

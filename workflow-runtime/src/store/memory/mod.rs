@@ -1,0 +1,202 @@
+//! `MemoryStore`: every rule of the store contract except durability (ST-25).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::future::ready;
+use std::sync::{Mutex, MutexGuard};
+
+use super::{
+    BookmarkRow, BoxFuture, ControlRequest, DeadLetter, DefinitionRecord, IdempotencyRecord,
+    IncidentRecord, InstanceStatus, InstanceSubStatus, JournalRecord, QueueItem, StoreError,
+    StoreResult, StoreStats, TimerRow, TriggerRow,
+};
+
+mod ops;
+mod tables;
+
+/// An in-process store for tests and quick starts (ST-25).
+///
+/// It implements every rule of the contract (versions, leases, fencing, claims, TTLs, purge)
+/// except durability. State documents are kept encoded as JSON text, so loads exercise
+/// decoding and cannot alias engine memory. Purge frees everything it removes, so a
+/// long-running process does not grow without bound.
+#[derive(Debug)]
+pub struct MemoryStore {
+    inner: Mutex<Inner>,
+}
+
+#[derive(Debug, Clone)]
+pub(super) struct MemInstance {
+    pub(super) definition_name: String,
+    pub(super) definition_version: String,
+    pub(super) status: InstanceStatus,
+    pub(super) sub_status: Option<InstanceSubStatus>,
+    pub(super) correlation_id: Option<String>,
+    pub(super) version: u64,
+    pub(super) lease_owner: Option<String>,
+    pub(super) lease_token: u64,
+    pub(super) lease_expires_at: Option<i64>,
+    pub(super) control_request: Option<ControlRequest>,
+    pub(super) origin_at: i64,
+    pub(super) created_at: i64,
+    pub(super) updated_at: i64,
+    pub(super) finished_at: Option<i64>,
+    pub(super) activation_scope: Option<String>,
+    pub(super) state: String,
+}
+
+#[derive(Debug, Clone)]
+pub(super) struct Claimed<T> {
+    pub(super) row: T,
+    pub(super) claim_owner: Option<String>,
+    pub(super) claim_expires_at: Option<i64>,
+}
+
+impl<T> Claimed<T> {
+    fn new(row: T) -> Self {
+        Self {
+            row,
+            claim_owner: None,
+            claim_expires_at: None,
+        }
+    }
+
+    fn claim_live(&self, now: i64) -> bool {
+        self.claim_owner.is_some() && self.claim_expires_at.is_some_and(|at| at > now)
+    }
+}
+
+#[derive(Debug, Clone, Default)]
+pub(super) struct NamedLease {
+    pub(super) owner: Option<String>,
+    pub(super) token: u64,
+    pub(super) expires_at: i64,
+}
+
+#[derive(Debug, Default)]
+pub(super) struct Inner {
+    pub(super) instances: BTreeMap<String, MemInstance>,
+    pub(super) bookmarks: BTreeMap<String, BookmarkRow>,
+    /// `(hash, created_at, bookmark_id)`: the lookup index of ST-6.
+    pub(super) bookmark_index: BTreeSet<(String, i64, String)>,
+    pub(super) triggers: BTreeMap<(String, String, String), TriggerRow>,
+    pub(super) queue: BTreeMap<String, Claimed<QueueItem>>,
+    pub(super) dead_letters: BTreeMap<String, DeadLetter>,
+    pub(super) timers: BTreeMap<String, Claimed<TimerRow>>,
+    pub(super) journal: BTreeMap<(String, u64), JournalRecord<String>>,
+    /// `(instance_id, stimulus_id)` to the receipt's time.
+    pub(super) receipts: BTreeMap<(String, String), i64>,
+    pub(super) named_leases: BTreeMap<String, NamedLease>,
+    pub(super) idempotency: BTreeMap<String, IdempotencyRecord>,
+    pub(super) incidents: BTreeMap<String, IncidentRecord>,
+    pub(super) definitions: BTreeMap<(String, String), DefinitionRecord>,
+    pub(super) stats: StoreStats,
+    /// Injected failures (ST-25): the next write operations fail with `Unavailable`.
+    pub(super) fail_writes: u32,
+    /// Injected failures: the next commits fail with `Unavailable`.
+    pub(super) fail_commits: u32,
+}
+
+impl Default for MemoryStore {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl MemoryStore {
+    /// An empty store. Wrap it in a [`Storage`](super::Storage) (the runtime does) for the
+    /// state size limit and every other policy.
+    pub fn new() -> Self {
+        Self {
+            inner: Mutex::new(Inner::default()),
+        }
+    }
+
+    /// Replaces an instance's stored state text as is: a test hook to simulate a corrupted
+    /// or hand-edited row (C-25, C-26).
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::NotFound`] for an unknown instance.
+    #[cfg(feature = "test-support")]
+    pub fn write_raw_state(&self, instance_id: &str, raw: &str) -> StoreResult<()> {
+        let mut inner = self.lock()?;
+        let row = inner
+            .instances
+            .get_mut(instance_id)
+            .ok_or_else(|| tables::not_found("instance", instance_id))?;
+        raw.clone_into(&mut row.state);
+        Ok(())
+    }
+
+    /// Makes the next `n` write operations (of any kind) fail with `Unavailable` and write
+    /// nothing: a test hook to simulate an unreachable store or a crash (ST-25).
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::Unavailable`] when the store's lock is poisoned.
+    #[cfg(feature = "test-support")]
+    pub fn fail_next_writes(&self, n: u32) -> StoreResult<()> {
+        self.lock()?.fail_writes = n;
+        Ok(())
+    }
+
+    /// Makes the next `n` commits fail with `Unavailable` and write nothing (ST-25).
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::Unavailable`] when the store's lock is poisoned.
+    #[cfg(feature = "test-support")]
+    pub fn fail_next_commits(&self, n: u32) -> StoreResult<()> {
+        self.lock()?.fail_commits = n;
+        Ok(())
+    }
+
+    /// The stored state text of an instance, as is (test hook, C-26).
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::NotFound`] for an unknown instance.
+    #[cfg(feature = "test-support")]
+    pub fn read_raw_state(&self, instance_id: &str) -> StoreResult<String> {
+        let inner = self.lock()?;
+        inner
+            .instances
+            .get(instance_id)
+            .map(|row| row.state.clone())
+            .ok_or_else(|| tables::not_found("instance", instance_id))
+    }
+
+    fn lock(&self) -> StoreResult<MutexGuard<'_, Inner>> {
+        self.inner
+            .lock()
+            .map_err(|_| StoreError::unavailable("memory store lock poisoned"))
+    }
+
+    /// Runs one write operation atomically under the lock.
+    fn write<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&mut Inner) -> StoreResult<T>,
+    ) -> BoxFuture<'_, StoreResult<T>> {
+        let result = self.lock().and_then(|mut inner| {
+            inner.stats.write_requests += 1;
+            inner.stats.transactions += 1;
+            if inner.fail_writes > 0 {
+                inner.fail_writes -= 1;
+                return Err(StoreError::unavailable(
+                    "injected failure (fail_next_writes)",
+                ));
+            }
+            f(&mut inner)
+        });
+        Box::pin(ready(result))
+    }
+
+    /// Runs one read operation under the lock.
+    fn read<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&Inner) -> StoreResult<T>,
+    ) -> BoxFuture<'_, StoreResult<T>> {
+        let result = self.lock().and_then(|inner| f(&inner));
+        Box::pin(ready(result))
+    }
+}

@@ -1,0 +1,452 @@
+//! The memory store's tables and the atomic operations over several of them (a commit, a
+//! creation with its activation guard, moving an item to the dead letters).
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use super::{Claimed, Inner, MemInstance};
+use crate::store::{
+    BookmarkRow, Commit, DeadLetter, DeadLetterReason, IncidentRecord, InstanceRecord,
+    JournalRecord, LeaseState, NewIncident, NewInstance, NewJournalRecord, StoreError, StoreResult,
+    TimerRow,
+};
+
+pub(super) fn not_found(what: &'static str, id: &str) -> StoreError {
+    StoreError::NotFound {
+        what,
+        id: id.to_owned(),
+    }
+}
+
+pub(super) fn record(id: &str, row: &MemInstance) -> InstanceRecord<String> {
+    InstanceRecord {
+        instance_id: id.to_owned(),
+        definition_name: row.definition_name.clone(),
+        definition_version: row.definition_version.clone(),
+        status: row.status,
+        sub_status: row.sub_status,
+        correlation_id: row.correlation_id.clone(),
+        version: row.version,
+        lease: match (&row.lease_owner, row.lease_expires_at) {
+            (Some(owner), Some(expires_at)) => Some(LeaseState {
+                owner: owner.clone(),
+                token: row.lease_token,
+                expires_at,
+            }),
+            _ => None,
+        },
+        control_request: row.control_request.clone(),
+        origin_at: row.origin_at,
+        created_at: row.created_at,
+        updated_at: row.updated_at,
+        finished_at: row.finished_at,
+        state: row.state.clone(),
+    }
+}
+
+pub(super) fn incident(
+    instance_id: &str,
+    definition_name: &str,
+    new: NewIncident,
+) -> IncidentRecord {
+    IncidentRecord {
+        incident_id: new.incident_id,
+        instance_id: instance_id.to_owned(),
+        definition_name: definition_name.to_owned(),
+        kind: new.kind,
+        created_at: new.created_at,
+        resolved_at: None,
+        resolution: None,
+        record: new.record,
+    }
+}
+
+pub(super) fn sort_incidents(rows: &mut [IncidentRecord]) {
+    rows.sort_by(|a, b| (a.created_at, &a.incident_id).cmp(&(b.created_at, &b.incident_id)));
+}
+
+pub(super) fn lease_live(row: &MemInstance, now: i64) -> bool {
+    row.lease_owner.is_some() && row.lease_expires_at.is_some_and(|at| at > now)
+}
+
+impl Inner {
+    /// Inserts a new instance at version 1 with its receipt and consumed queue item; an
+    /// existing id gives `AlreadyExists` and changes nothing.
+    pub(super) fn insert_instance(&mut self, instance: NewInstance<String>) -> StoreResult<()> {
+        if self.instances.contains_key(&instance.instance_id) {
+            return Err(StoreError::AlreadyExists {
+                what: "instance",
+                id: instance.instance_id,
+            });
+        }
+        if let Some(scope) = &instance.activation_scope
+            && let Some((existing, _)) = self.instances.iter().find(|(_, row)| {
+                row.activation_scope.as_ref() == Some(scope) && !row.status.is_final()
+            })
+        {
+            return Err(StoreError::ActivationConflict {
+                scope: scope.clone(),
+                existing: existing.clone(),
+            });
+        }
+        let id = instance.instance_id;
+        if let Some(stimulus) = instance.receipt {
+            self.receipts
+                .insert((id.clone(), stimulus), instance.created_at);
+        }
+        if let Some(item) = instance.consumed_queue_item {
+            self.queue.remove(&item);
+        }
+        self.instances.insert(
+            id,
+            MemInstance {
+                definition_name: instance.definition_name,
+                definition_version: instance.definition_version,
+                status: instance.status,
+                sub_status: instance.sub_status,
+                correlation_id: instance.correlation_id,
+                version: 1,
+                lease_owner: None,
+                lease_token: 0,
+                lease_expires_at: None,
+                control_request: None,
+                origin_at: instance.origin_at,
+                created_at: instance.created_at,
+                updated_at: instance.created_at,
+                finished_at: instance.status.is_final().then_some(instance.created_at),
+                activation_scope: instance.activation_scope,
+                state: instance.state,
+            },
+        );
+        Ok(())
+    }
+
+    fn remove_bookmark(&mut self, bookmark_id: &str) {
+        if let Some(row) = self.bookmarks.remove(bookmark_id) {
+            self.bookmark_index
+                .remove(&(row.hash, row.created_at, row.bookmark_id));
+        }
+    }
+
+    pub(super) fn remove_dependents(&mut self, instance_id: &str, keep_journal: bool) {
+        let bookmarks: Vec<String> = self
+            .bookmarks
+            .values()
+            .filter(|b| b.instance_id == instance_id)
+            .map(|b| b.bookmark_id.clone())
+            .collect();
+        for id in bookmarks {
+            self.remove_bookmark(&id);
+        }
+        self.timers
+            .retain(|_, t| t.row.instance_id.as_deref() != Some(instance_id));
+        if !keep_journal {
+            self.journal.retain(|(id, _), _| id != instance_id);
+            self.receipts.retain(|(id, _), _| id != instance_id);
+            self.incidents.retain(|_, i| i.instance_id != instance_id);
+        }
+    }
+
+    pub(super) fn move_to_dead(
+        &mut self,
+        item_id: &str,
+        reason: DeadLetterReason,
+        error: Option<String>,
+        now: i64,
+    ) -> bool {
+        let Some(claimed) = self.queue.remove(item_id) else {
+            return false;
+        };
+        if self.dead_letters.contains_key(item_id) {
+            return false;
+        }
+        self.dead_letters.insert(
+            item_id.to_owned(),
+            DeadLetter {
+                item: claimed.row,
+                reason,
+                error,
+                dead_at: now,
+            },
+        );
+        true
+    }
+
+    pub(super) fn commit(&mut self, c: Commit<String>) -> StoreResult<u64> {
+        let row = self
+            .instances
+            .get(&c.instance_id)
+            .ok_or_else(|| not_found("instance", &c.instance_id))?;
+        if row.version != c.expected_version {
+            return Err(StoreError::Conflict {
+                instance: c.instance_id,
+                expected: c.expected_version,
+                actual: row.version,
+            });
+        }
+        if row.lease_owner.is_none() || row.lease_token != c.lease_token {
+            return Err(StoreError::Fenced {
+                resource: crate::store::LeaseKey::instance(c.instance_id.as_str()).resource(),
+                token: c.lease_token,
+                current: row.lease_token,
+            });
+        }
+        let mut seen = BTreeSet::new();
+        for stimulus in &c.receipts {
+            if !seen.insert(stimulus)
+                || self
+                    .receipts
+                    .contains_key(&(c.instance_id.clone(), stimulus.clone()))
+            {
+                return Err(StoreError::ReceiptExists {
+                    instance: c.instance_id,
+                    stimulus_id: stimulus.clone(),
+                });
+            }
+        }
+        let removed_bookmarks: BTreeSet<&String> = c.bookmarks_removed.iter().collect();
+        let mut new_ids = BTreeSet::new();
+        for b in &c.bookmarks_added {
+            let exists = self.bookmarks.get(&b.bookmark_id).is_some_and(|old| {
+                old.instance_id != c.instance_id || !removed_bookmarks.contains(&b.bookmark_id)
+            });
+            if exists || !new_ids.insert(&b.bookmark_id) {
+                return Err(StoreError::AlreadyExists {
+                    what: "bookmark",
+                    id: b.bookmark_id.clone(),
+                });
+            }
+        }
+        let mut new_instances = BTreeSet::new();
+        let mut new_scopes: BTreeMap<&String, &String> = BTreeMap::new();
+        for i in &c.instances_created {
+            if self.instances.contains_key(&i.instance_id) || !new_instances.insert(&i.instance_id)
+            {
+                return Err(StoreError::AlreadyExists {
+                    what: "instance",
+                    id: i.instance_id.clone(),
+                });
+            }
+            if let Some(scope) = &i.activation_scope {
+                let taken = self
+                    .instances
+                    .iter()
+                    .find(|(_, row)| {
+                        row.activation_scope.as_ref() == Some(scope) && !row.status.is_final()
+                    })
+                    .map(|(id, _)| id)
+                    .or_else(|| new_scopes.get(scope).copied());
+                if let Some(existing) = taken {
+                    return Err(StoreError::ActivationConflict {
+                        scope: scope.clone(),
+                        existing: existing.clone(),
+                    });
+                }
+                new_scopes.insert(scope, &i.instance_id);
+            }
+        }
+        let mut new_incidents = BTreeSet::new();
+        for i in &c.incidents_opened {
+            if self.incidents.contains_key(&i.incident_id) || !new_incidents.insert(&i.incident_id)
+            {
+                return Err(StoreError::AlreadyExists {
+                    what: "incident",
+                    id: i.incident_id.clone(),
+                });
+            }
+        }
+        let mut new_items = BTreeSet::new();
+        for q in &c.queue_items {
+            if self.queue.contains_key(&q.item_id)
+                || self.dead_letters.contains_key(&q.item_id)
+                || !new_items.insert(&q.item_id)
+            {
+                return Err(StoreError::AlreadyExists {
+                    what: "queue item",
+                    id: q.item_id.clone(),
+                });
+            }
+        }
+        let removed_timers: BTreeSet<&String> = c.timers_removed.iter().collect();
+        let mut new_timers = BTreeSet::new();
+        for t in &c.timers_added {
+            let exists = self.timers.get(&t.timer_id).is_some_and(|old| {
+                old.row.instance_id.as_deref() != Some(c.instance_id.as_str())
+                    || !removed_timers.contains(&t.timer_id)
+            });
+            if exists || !new_timers.insert(&t.timer_id) {
+                return Err(StoreError::AlreadyExists {
+                    what: "timer",
+                    id: t.timer_id.clone(),
+                });
+            }
+        }
+
+        // Every check passed: apply everything (ST-16).
+        let id = c.instance_id.clone();
+        let (definition_name, definition_version, new_version) = {
+            let row = self
+                .instances
+                .get_mut(&id)
+                .ok_or_else(|| not_found("instance", &id))?;
+            row.version += 1;
+            row.state = c.state;
+            row.status = c.status;
+            row.sub_status = c.sub_status;
+            row.correlation_id.clone_from(&c.correlation_id);
+            row.updated_at = c.now;
+            row.finished_at = c.status.is_final().then_some(c.now);
+            if c.clear_control_request {
+                row.control_request = None;
+            }
+            if c.release_lease {
+                row.lease_owner = None;
+                row.lease_expires_at = None;
+            }
+            (
+                row.definition_name.clone(),
+                row.definition_version.clone(),
+                row.version,
+            )
+        };
+        for bookmark_id in &c.bookmarks_removed {
+            if self
+                .bookmarks
+                .get(bookmark_id)
+                .is_some_and(|b| b.instance_id == id)
+            {
+                self.remove_bookmark(bookmark_id);
+            }
+        }
+        for b in c.bookmarks_added {
+            self.bookmark_index
+                .insert((b.hash.clone(), b.created_at, b.bookmark_id.clone()));
+            self.bookmarks.insert(
+                b.bookmark_id.clone(),
+                BookmarkRow {
+                    bookmark_id: b.bookmark_id,
+                    instance_id: id.clone(),
+                    hash: b.hash,
+                    name: b.name,
+                    node_id: b.node_id,
+                    context_id: b.context_id,
+                    correlation_id: c.correlation_id.clone(),
+                    definition_name: definition_name.clone(),
+                    definition_version: definition_version.clone(),
+                    look_back: b.look_back,
+                    created_at: b.created_at,
+                },
+            );
+        }
+        for b in self.bookmarks.values_mut() {
+            if b.instance_id == id {
+                b.correlation_id.clone_from(&c.correlation_id);
+            }
+        }
+        self.timers.retain(|timer_id, t| {
+            !(t.row.instance_id.as_deref() == Some(id.as_str())
+                && removed_timers.contains(timer_id))
+        });
+        for t in c.timers_added {
+            self.timers.insert(
+                t.timer_id.clone(),
+                Claimed::new(TimerRow {
+                    timer_id: t.timer_id,
+                    instance_id: Some(id.clone()),
+                    kind: t.kind,
+                    due_at: t.due_at,
+                    parked: false,
+                    definition_name: None,
+                    node_id: None,
+                }),
+            );
+        }
+        if let Some(parked) = c.timers_parked {
+            for t in self.timers.values_mut() {
+                if t.row.instance_id.as_deref() == Some(id.as_str()) {
+                    t.row.parked = parked;
+                }
+            }
+        }
+        if c.clear_waits {
+            self.remove_dependents(&id, true);
+        }
+        if let Some(compaction) = c.journal_compaction {
+            let through = compaction.through_seq;
+            self.journal
+                .retain(|(entry_id, seq), _| !(*entry_id == id && *seq <= through));
+            self.journal.insert(
+                (id.clone(), through),
+                journal_row(through, compaction.summary),
+            );
+        }
+        let mut seq = self
+            .journal
+            .range((id.clone(), 0)..=(id.clone(), u64::MAX))
+            .next_back()
+            .map_or(0, |((_, seq), _)| *seq);
+        for entry in c.journal {
+            seq += 1;
+            self.journal
+                .insert((id.clone(), seq), journal_row(seq, entry));
+        }
+        if let Some(max) = c.max_journal_entries {
+            let keys: Vec<(String, u64)> = self
+                .journal
+                .range((id.clone(), 0)..=(id.clone(), u64::MAX))
+                .map(|(key, _)| key.clone())
+                .collect();
+            let excess = keys
+                .len()
+                .saturating_sub(usize::try_from(max).unwrap_or(usize::MAX));
+            for key in keys.into_iter().take(excess) {
+                self.journal.remove(&key);
+            }
+        }
+        for stimulus in c.receipts {
+            self.receipts.insert((id.clone(), stimulus), c.now);
+        }
+        for item in &c.consumed_queue_items {
+            self.queue.remove(item);
+        }
+        for instance in c.instances_created {
+            self.insert_instance(instance)?;
+        }
+        for item in c.queue_items {
+            self.queue.insert(item.item_id.clone(), Claimed::new(item));
+        }
+        for opened in c.incidents_opened {
+            self.incidents.insert(
+                opened.incident_id.clone(),
+                incident(&id, &definition_name, opened),
+            );
+        }
+        for (incident_id, resolution) in c.incidents_resolved {
+            if let Some(incident) = self.incidents.get_mut(&incident_id)
+                && incident.instance_id == id
+                && incident.resolved_at.is_none()
+            {
+                incident.resolved_at = Some(c.now);
+                incident.resolution = Some(resolution);
+            }
+        }
+        for (target, request) in c.control_requests {
+            if let Some(row) = self.instances.get_mut(&target)
+                && !row.status.is_final()
+            {
+                row.control_request = Some(request);
+            }
+        }
+        Ok(new_version)
+    }
+}
+
+fn journal_row(seq: u64, entry: NewJournalRecord<String>) -> JournalRecord<String> {
+    JournalRecord {
+        seq,
+        at: entry.at,
+        kind: entry.kind,
+        context_id: entry.context_id,
+        node_id: entry.node_id,
+        detail: entry.detail,
+    }
+}

@@ -1,0 +1,1289 @@
+//! [`Storage`]: the policy layer the runtime holds around a backend, written once for every
+//! backend (ST-1, ST-18, ST-19, ST-22 to ST-24, ENG-22, ENG-42).
+
+use std::sync::Arc;
+
+use serde_json::Value;
+use tokio::sync::broadcast;
+
+use super::backend::{
+    BookmarkSelect, ClaimedRecord, DefinitionRecord, DueTimers, Enqueue, IncidentQuery, LeaseClaim,
+    LeaseKey, PurgeTarget, Settled, Settlement, Store, TimerScope, TriggerSelect, TriggerWrite,
+};
+use super::{
+    BookmarkQuery, BookmarkRow, ClaimedInstance, Commit, ControlRequest, DEFAULT_MAX_STATE_BYTES,
+    DeadLetter, DeadLetterFilter, DeadLetterReason, IdempotencyRecord, IncidentRecord,
+    InstanceFilter, InstanceRecord, InstanceStatus, JournalCompaction, JournalRecord, Lease,
+    ListedInstance, MAX_JOURNAL_DETAIL_BYTES, NewIncident, NewInstance, NewJournalRecord,
+    PurgeFilter, QueueFailure, QueueItem, Renewal, STATE_FORMAT, Schedule, ScheduleFiring,
+    StoreError, StoreResult, StoreStats, TimerRow, TriggerDiff, TriggerRow,
+};
+use crate::base::Micros;
+
+/// The default page size of listings whose limit is 0.
+const DEFAULT_PAGE: usize = 100;
+/// The default purge batch (ST-31).
+const DEFAULT_PURGE_BATCH: usize = 500;
+/// The capacity of the wake-up broadcast; a slow subscriber loses older hints.
+const WAKE_UP_CAPACITY: usize = 1024;
+
+/// A change hint sent after the operation that caused it (ST-18). Hints may be lost,
+/// duplicated or coalesced; no rule may depend on them, every consumer also sweeps.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum WakeUp {
+    /// Queue items were added or became claimable, or bookmarks were added.
+    QueueChanged,
+    /// Timers were added or unparked; `earliest` is the earliest added due time, if known.
+    TimersChanged {
+        /// The earliest due time among the timers added.
+        earliest: Option<Micros>,
+    },
+    /// An instance may be runnable (created `Running`, or its lease was released).
+    InstanceRunnable {
+        /// The instance.
+        id: String,
+    },
+    /// An instance reached a final status.
+    InstanceTerminal {
+        /// The instance.
+        id: String,
+    },
+    /// A control request was recorded for an instance.
+    ControlRequested {
+        /// The instance.
+        id: String,
+    },
+}
+
+/// The store as the runtime uses it: a cheap-to-clone policy layer around a backend
+/// (`Arc<dyn Store>`).
+///
+/// It owns every rule that does not need the backend's atomicity, so each is written once:
+/// validation of instance ids (ST-23) and state sizes (ST-24, [`Storage::with_max_state_bytes`]),
+/// state document encoding and decoding (ST-19, ST-22), journal detail truncation (ST-10)
+/// and the journal cap (ENG-42, [`Storage::with_max_journal_entries`]), the trigger-index
+/// diff (ST-7), the cleanup of a final instance (ENG-22), page defaults, and in-process
+/// wake-up hints (ST-18, [`Storage::subscribe`]). Clones share the backend and the hints.
+///
+/// # Examples
+///
+/// A run as the engine drives it: create, claim (lease and load in one call), commit under
+/// version and token.
+///
+/// ```
+/// use std::sync::Arc;
+/// use serde_json::json;
+/// use workflow_runtime::store::{
+///     Commit, InstanceStatus, InstanceSubStatus, LeaseClaim, MemoryStore, NewBookmark,
+///     NewInstance, Storage, StoreError,
+/// };
+///
+/// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
+/// let storage = Storage::new(Arc::new(MemoryStore::new()));
+/// let now = 1_700_000_000_000_000; // µs since the epoch, from the caller's clock
+/// storage.create_instance(NewInstance {
+///     instance_id: "order-1".into(),
+///     definition_name: "order".into(),
+///     definition_version: "fingerprint".into(),
+///     status: InstanceStatus::Running,
+///     sub_status: Some(InstanceSubStatus::Pending),
+///     correlation_id: None,
+///     origin_at: now,
+///     created_at: now,
+///     state: json!({ "format": 1 }),
+///     receipt: None,
+///     consumed_queue_item: None,
+///     activation_scope: None,
+/// }).await?;
+/// let claim = LeaseClaim { owner: "node-a".into(), token: None, now, ttl: 30_000_000 };
+/// let claimed = storage.claim_instance("order-1", claim).await?;
+///
+/// let mut commit = Commit::new(
+///     "order-1", claimed.record.version, claimed.lease.token, now,
+///     json!({ "format": 1, "step": 1 }),
+///     InstanceStatus::Suspended, Some(InstanceSubStatus::Waiting),
+/// );
+/// commit.bookmarks_added.push(NewBookmark {
+///     bookmark_id: "bm-1".into(), hash: "approved".into(), name: "approved".into(),
+///     node_id: "root:wait".into(), context_id: 2, look_back: None, created_at: now,
+/// });
+/// commit.release_lease = true;
+/// assert_eq!(storage.commit(commit.clone()).await?, 2);
+///
+/// // The same commit again is stale: nothing is written.
+/// assert!(matches!(storage.commit(commit).await, Err(StoreError::Conflict { .. })));
+/// # Ok::<(), StoreError>(())
+/// # }).unwrap();
+/// ```
+#[derive(Clone)]
+pub struct Storage {
+    store: Arc<dyn Store>,
+    max_state_bytes: usize,
+    max_journal_entries: Option<u64>,
+    hints: broadcast::Sender<WakeUp>,
+}
+
+impl std::fmt::Debug for Storage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Storage")
+            .field("max_state_bytes", &self.max_state_bytes)
+            .field("max_journal_entries", &self.max_journal_entries)
+            .finish_non_exhaustive()
+    }
+}
+
+impl From<Arc<dyn Store>> for Storage {
+    fn from(store: Arc<dyn Store>) -> Self {
+        Self::new(store)
+    }
+}
+
+impl<T: Store> From<Arc<T>> for Storage {
+    fn from(store: Arc<T>) -> Self {
+        Self::new(store)
+    }
+}
+
+impl Storage {
+    /// The policy layer over `store`, with the default state size limit (16 MiB) and no
+    /// journal cap.
+    pub fn new(store: Arc<dyn Store>) -> Self {
+        Self {
+            store,
+            max_state_bytes: DEFAULT_MAX_STATE_BYTES,
+            max_journal_entries: None,
+            hints: broadcast::Sender::new(WAKE_UP_CAPACITY),
+        }
+    }
+
+    /// Refuses state documents larger than `max_state_bytes` encoded (ST-24) with
+    /// [`StoreError::TooLarge`], writing nothing.
+    #[must_use]
+    pub fn with_max_state_bytes(mut self, max_state_bytes: usize) -> Self {
+        self.max_state_bytes = max_state_bytes;
+        self
+    }
+
+    /// Keeps at most `max` journal entries per instance in the store (ENG-42): every commit
+    /// deletes the oldest rows beyond it. `None` keeps them all.
+    #[must_use]
+    pub fn with_max_journal_entries(mut self, max: Option<u64>) -> Self {
+        self.max_journal_entries = max;
+        self
+    }
+
+    /// The journal cap per instance, if any.
+    pub fn max_journal_entries(&self) -> Option<u64> {
+        self.max_journal_entries
+    }
+
+    /// The state size limit.
+    pub fn max_state_bytes(&self) -> usize {
+        self.max_state_bytes
+    }
+
+    /// The backend, for its own operations (skipping every policy of this layer).
+    pub fn backend(&self) -> &Arc<dyn Store> {
+        &self.store
+    }
+
+    /// Subscribes to change hints (ST-18), sent after each operation that caused them.
+    pub fn subscribe(&self) -> broadcast::Receiver<WakeUp> {
+        self.hints.subscribe()
+    }
+
+    /// Sends a hint to the subscribers: for a backend that learns of changes made by other
+    /// processes (a database notification, say).
+    pub fn notify(&self, hint: WakeUp) {
+        // No subscriber is not an error: hints are advisory (ST-18).
+        let _ = self.hints.send(hint);
+    }
+
+    fn notify_all(&self, hints: Vec<WakeUp>) {
+        for hint in hints {
+            self.notify(hint);
+        }
+    }
+
+    // ----- instances -----
+
+    /// Creates an instance at version 1 (ST-17), validating its id (ST-23) and state (ST-19,
+    /// ST-24).
+    ///
+    /// # Errors
+    ///
+    /// `Invalid` for a bad id or state, `TooLarge`, `AlreadyExists`, `ActivationConflict`
+    /// and the backend's errors; nothing is written then.
+    pub async fn create_instance(&self, instance: NewInstance) -> StoreResult<u64> {
+        let hint = create_hint(&instance);
+        let encoded = self.encode_instance(instance)?;
+        let version = self.store.create_instance(encoded).await?;
+        self.notify_all(hint.into_iter().collect());
+        Ok(version)
+    }
+
+    /// Loads an instance with its state from one snapshot (ST-13).
+    ///
+    /// # Errors
+    ///
+    /// `NotFound`, `Decode` or `FormatTooNew` for its state (ST-22), the backend's errors.
+    pub async fn load_instance(&self, instance_id: &str) -> StoreResult<InstanceRecord> {
+        self.store
+            .load_instance(instance_id)
+            .await?
+            .try_map_state(decode_state)
+    }
+
+    /// Takes (or refreshes) an instance's lease and loads it in one call: the first call of a
+    /// run (ST-14).
+    ///
+    /// # Errors
+    ///
+    /// `NotFound`, `LeaseHeld`, `Fenced`, a state that does not decode (the lease is then
+    /// held: release it), the backend's errors.
+    pub async fn claim_instance(
+        &self,
+        instance_id: &str,
+        claim: LeaseClaim,
+    ) -> StoreResult<ClaimedRecord> {
+        let claimed = self.store.claim_instance(instance_id, claim).await?;
+        Ok(ClaimedRecord {
+            lease: claimed.lease,
+            record: claimed.record.try_map_state(decode_state)?,
+        })
+    }
+
+    /// Applies a commit atomically (ST-16) and returns the new version. A final status also
+    /// removes the instance's bookmarks and timers (ENG-22); the journal is capped (ENG-42).
+    ///
+    /// # Errors
+    ///
+    /// `Conflict`, `Fenced`, `ReceiptExists`, `TooLarge` (nothing written), `Invalid` for a
+    /// bad state or created id, the backend's errors.
+    pub async fn commit(&self, commit: Commit) -> StoreResult<u64> {
+        let hints = commit_hints(&commit);
+        let encoded = self.encode_commit(commit)?;
+        let version = self.store.commit(encoded).await?;
+        self.notify_all(hints);
+        Ok(version)
+    }
+
+    /// Records a cancel or suspend request without changing the version (ST-13, C-29).
+    ///
+    /// # Errors
+    ///
+    /// `NotFound`, `NotTerminal` for a final instance, the backend's errors.
+    pub async fn request_control(
+        &self,
+        instance_id: &str,
+        request: ControlRequest,
+    ) -> StoreResult<()> {
+        self.store.request_control(instance_id, request).await?;
+        self.notify(WakeUp::ControlRequested {
+            id: instance_id.to_owned(),
+        });
+        Ok(())
+    }
+
+    /// Instance summaries with filters, in `instance_id` keyset order (C-23); a limit of 0
+    /// means 100.
+    ///
+    /// # Errors
+    ///
+    /// The backend's; an undecodable row is an error item of the page (ST-22).
+    pub async fn list_instances(
+        &self,
+        mut filter: InstanceFilter,
+    ) -> StoreResult<Vec<ListedInstance>> {
+        filter.limit = page(filter.limit, DEFAULT_PAGE);
+        self.store.list_instances(filter).await
+    }
+
+    /// The live (not final) instance with this correlation id, other than `except`: one
+    /// indexed query (RT-15).
+    ///
+    /// # Errors
+    ///
+    /// The backend's.
+    pub async fn live_with_correlation(
+        &self,
+        correlation_id: &str,
+        except: Option<&str>,
+    ) -> StoreResult<Option<String>> {
+        let page = self
+            .store
+            .list_instances(InstanceFilter {
+                correlation_id: Some(correlation_id.to_owned()),
+                live_only: true,
+                limit: 2,
+                ..InstanceFilter::default()
+            })
+            .await?;
+        Ok(page
+            .into_iter()
+            .map(|listed| listed.instance_id)
+            .find(|id| Some(id.as_str()) != except))
+    }
+
+    /// Claims up to `limit` runnable instances with their leases (ST-15, C-13).
+    ///
+    /// # Errors
+    ///
+    /// The backend's.
+    pub async fn claim_runnable(
+        &self,
+        owner: &str,
+        now: Micros,
+        ttl: Micros,
+        limit: usize,
+    ) -> StoreResult<Vec<ClaimedInstance>> {
+        self.store.claim_runnable(owner, now, ttl, limit).await
+    }
+
+    /// Removes one final instance with its dependent rows (ST-32).
+    ///
+    /// # Errors
+    ///
+    /// `NotTerminal` for a live instance, `NotFound`, the backend's.
+    pub async fn delete_instance(&self, instance_id: &str) -> StoreResult<()> {
+        self.store
+            .purge(PurgeTarget::Instance(instance_id.to_owned()))
+            .await
+            .map(drop)
+    }
+
+    /// Removes final instances finished before the cut-off in atomic batches; returns how
+    /// many (ST-31).
+    ///
+    /// # Errors
+    ///
+    /// `Invalid` for a non-final status in the filter (ST-32), the backend's.
+    pub async fn purge(&self, mut filter: PurgeFilter) -> StoreResult<u64> {
+        filter.statuses = purge_statuses(&filter)?;
+        filter.batch_size = page(filter.batch_size, DEFAULT_PURGE_BATCH);
+        self.store.purge(PurgeTarget::Finished(filter)).await
+    }
+
+    // ----- leases -----
+
+    /// Acquires a lease (ST-14).
+    ///
+    /// # Errors
+    ///
+    /// `LeaseHeld` while a live lease exists, `NotFound` for an unknown instance, the
+    /// backend's.
+    pub async fn acquire_lease(
+        &self,
+        key: &LeaseKey,
+        owner: &str,
+        now: Micros,
+        ttl: Micros,
+    ) -> StoreResult<Lease> {
+        self.store.acquire_lease(key, owner, now, ttl).await
+    }
+
+    /// Renews a lease; for an instance also returns its pending control request (ST-14).
+    ///
+    /// # Errors
+    ///
+    /// `Fenced` when `token` is not current, the backend's.
+    pub async fn renew_lease(
+        &self,
+        key: &LeaseKey,
+        token: u64,
+        now: Micros,
+        ttl: Micros,
+    ) -> StoreResult<Renewal> {
+        self.store.renew_lease(key, token, now, ttl).await
+    }
+
+    /// Releases a lease; a released instance may be runnable (a hint).
+    ///
+    /// # Errors
+    ///
+    /// `Fenced` when `token` is not current, the backend's.
+    pub async fn release_lease(&self, key: &LeaseKey, token: u64) -> StoreResult<()> {
+        self.store.release_lease(key, token).await?;
+        if let LeaseKey::Instance(id) = key {
+            self.notify(WakeUp::InstanceRunnable { id: id.clone() });
+        }
+        Ok(())
+    }
+
+    // ----- bookmarks, receipts, triggers -----
+
+    /// Bookmarks with a hash, filtered, in `(created_at, bookmark_id)` order (C-8); a limit
+    /// of 0 means 100.
+    ///
+    /// # Errors
+    ///
+    /// The backend's.
+    pub async fn find_bookmarks(&self, mut query: BookmarkQuery) -> StoreResult<Vec<BookmarkRow>> {
+        query.limit = page(query.limit, DEFAULT_PAGE);
+        self.store.find_bookmarks(BookmarkSelect::Hash(query)).await
+    }
+
+    /// An instance's bookmark rows.
+    ///
+    /// # Errors
+    ///
+    /// The backend's.
+    pub async fn list_bookmarks(&self, instance_id: &str) -> StoreResult<Vec<BookmarkRow>> {
+        self.store
+            .find_bookmarks(BookmarkSelect::Instance(instance_id.to_owned()))
+            .await
+    }
+
+    /// Whether the instance has consumed the stimulus (RT-19).
+    ///
+    /// # Errors
+    ///
+    /// The backend's.
+    pub async fn has_receipt(&self, instance_id: &str, stimulus_id: &str) -> StoreResult<bool> {
+        self.store.has_receipt(instance_id, stimulus_id).await
+    }
+
+    /// Replaces a definition's event triggers by difference (ST-7, C-11): rows equal but for
+    /// `registered_at` are left alone, so re-running it writes nothing.
+    ///
+    /// # Errors
+    ///
+    /// `Invalid` for a row of another definition, the backend's.
+    pub async fn replace_triggers(
+        &self,
+        definition_name: &str,
+        triggers: Vec<TriggerRow>,
+    ) -> StoreResult<TriggerDiff> {
+        if let Some(other) = triggers
+            .iter()
+            .find(|t| t.definition_name != definition_name)
+        {
+            return Err(StoreError::Invalid {
+                what: "trigger",
+                reason: format!(
+                    "trigger of `{}` given for definition `{definition_name}`",
+                    other.definition_name
+                ),
+            });
+        }
+        let existing = self
+            .store
+            .find_triggers(TriggerSelect::Definition(definition_name.to_owned()))
+            .await?;
+        let mut diff = TriggerDiff::default();
+        let mut write = TriggerWrite::default();
+        for old in &existing {
+            if !triggers
+                .iter()
+                .any(|t| t.node_id == old.node_id && t.hash == old.hash)
+            {
+                write.deletes.push((old.node_id.clone(), old.hash.clone()));
+                diff.removed += 1;
+            }
+        }
+        for new in triggers {
+            let old = existing
+                .iter()
+                .find(|o| o.node_id == new.node_id && o.hash == new.hash);
+            if old.is_some_and(|old| same_trigger(old, &new)) {
+                diff.unchanged += 1;
+            } else {
+                diff.added += 1;
+                write.upserts.push(new);
+            }
+        }
+        if !write.upserts.is_empty() || !write.deletes.is_empty() {
+            self.store.write_triggers(definition_name, write).await?;
+        }
+        Ok(diff)
+    }
+
+    /// Triggers with any of these hashes.
+    ///
+    /// # Errors
+    ///
+    /// The backend's.
+    pub async fn find_triggers(&self, hashes: &[String]) -> StoreResult<Vec<TriggerRow>> {
+        if hashes.is_empty() {
+            return Ok(Vec::new());
+        }
+        self.store
+            .find_triggers(TriggerSelect::Hashes(hashes.to_vec()))
+            .await
+    }
+
+    // ----- timers and schedules -----
+
+    /// The earliest due time among unparked timers not under a live claim at `now`.
+    ///
+    /// # Errors
+    ///
+    /// The backend's.
+    pub async fn earliest_timer(&self, now: Micros) -> StoreResult<Option<Micros>> {
+        Ok(self.store.claim_due_timers("", now, 0, 0).await?.next_due)
+    }
+
+    /// Claims due timers (ST-15, C-12) and reports the next due time after them.
+    ///
+    /// # Errors
+    ///
+    /// The backend's.
+    pub async fn claim_timers(
+        &self,
+        owner: &str,
+        now: Micros,
+        claim_ttl: Micros,
+        limit: usize,
+    ) -> StoreResult<DueTimers> {
+        self.store
+            .claim_due_timers(owner, now, claim_ttl, limit)
+            .await
+    }
+
+    /// Claims up to `limit` due timers (ST-15, C-12).
+    ///
+    /// # Errors
+    ///
+    /// The backend's.
+    pub async fn claim_due_timers(
+        &self,
+        owner: &str,
+        now: Micros,
+        claim_ttl: Micros,
+        limit: usize,
+    ) -> StoreResult<Vec<TimerRow>> {
+        Ok(self
+            .claim_timers(owner, now, claim_ttl, page(limit, DEFAULT_PAGE))
+            .await?
+            .claimed)
+    }
+
+    /// An instance's timers, in `(due_at, timer_id)` order.
+    ///
+    /// # Errors
+    ///
+    /// The backend's.
+    pub async fn list_timers(&self, instance_id: &str) -> StoreResult<Vec<TimerRow>> {
+        self.store
+            .list_timers(TimerScope::Instance(instance_id.to_owned()))
+            .await
+    }
+
+    /// Registers a trigger schedule unless one has its id; returns whether it was inserted.
+    ///
+    /// # Errors
+    ///
+    /// The backend's.
+    pub async fn put_schedule(&self, schedule: Schedule) -> StoreResult<bool> {
+        let inserted = self.store.put_schedule(schedule).await?;
+        if inserted {
+            self.notify(WakeUp::TimersChanged { earliest: None });
+        }
+        Ok(inserted)
+    }
+
+    /// Deletes a trigger schedule; returns whether it existed.
+    ///
+    /// # Errors
+    ///
+    /// The backend's.
+    pub async fn delete_schedule(&self, schedule_id: &str) -> StoreResult<bool> {
+        Ok(self
+            .store
+            .purge(PurgeTarget::Schedule(schedule_id.to_owned()))
+            .await?
+            > 0)
+    }
+
+    /// A definition's schedules, by id.
+    ///
+    /// # Errors
+    ///
+    /// The backend's.
+    pub async fn list_schedules(&self, definition_name: &str) -> StoreResult<Vec<Schedule>> {
+        let rows = self
+            .store
+            .list_timers(TimerScope::Schedules(definition_name.to_owned()))
+            .await?;
+        Ok(rows.iter().filter_map(schedule_of).collect())
+    }
+
+    /// Fires one occurrence of a schedule atomically (ST-17, TM-11 to TM-13).
+    ///
+    /// # Errors
+    ///
+    /// `Invalid` or `TooLarge` for the instance, the backend's.
+    pub async fn fire_schedule(
+        &self,
+        schedule_id: &str,
+        expected_due_at: Micros,
+        instance: NewInstance,
+        next_due: Option<Micros>,
+    ) -> StoreResult<ScheduleFiring> {
+        let mut hints: Vec<WakeUp> = create_hint(&instance).into_iter().collect();
+        hints.push(WakeUp::TimersChanged { earliest: next_due });
+        let encoded = self.encode_instance(instance)?;
+        let firing = self
+            .store
+            .fire_schedule(schedule_id, expected_due_at, encoded, next_due)
+            .await?;
+        if firing != ScheduleFiring::Stale {
+            self.notify_all(hints);
+        }
+        Ok(firing)
+    }
+
+    // ----- journal -----
+
+    /// Journal entries with `seq >= from_seq`, at most `limit` (0 means 100), in order
+    /// (ST-10). An entry whose stored detail does not decode keeps its place, with a detail
+    /// `{"undecodable": "<why>"}` (ST-22): one bad row never hides the others.
+    ///
+    /// # Errors
+    ///
+    /// The backend's.
+    pub async fn read_journal(
+        &self,
+        instance_id: &str,
+        from_seq: u64,
+        limit: usize,
+    ) -> StoreResult<Vec<JournalRecord>> {
+        let rows = self
+            .store
+            .read_journal(instance_id, from_seq, page(limit, DEFAULT_PAGE))
+            .await?;
+        Ok(rows
+            .into_iter()
+            .map(|row| {
+                let detail = match serde_json::from_str::<Value>(&row.detail) {
+                    Ok(detail) => detail,
+                    Err(error) => {
+                        tracing::warn!(
+                            instance = instance_id,
+                            seq = row.seq,
+                            %error,
+                            "journal entry detail does not decode"
+                        );
+                        serde_json::json!({ "undecodable": error.to_string() })
+                    }
+                };
+                JournalRecord {
+                    seq: row.seq,
+                    at: row.at,
+                    kind: row.kind,
+                    context_id: row.context_id,
+                    node_id: row.node_id,
+                    detail,
+                }
+            })
+            .collect())
+    }
+
+    // ----- queue -----
+
+    /// Enqueues an item (RT-25).
+    ///
+    /// # Errors
+    ///
+    /// `AlreadyExists` for an existing item id, the backend's.
+    pub async fn enqueue(&self, item: QueueItem) -> StoreResult<()> {
+        self.enqueue_send(vec![item], None).await.map(drop)
+    }
+
+    /// Writes a send's queue items and its idempotency record atomically (RT-19); returns
+    /// the existing record, having written nothing, when the key is taken.
+    ///
+    /// # Errors
+    ///
+    /// `AlreadyExists` for an existing item id, the backend's.
+    pub async fn enqueue_send(
+        &self,
+        items: Vec<QueueItem>,
+        idempotency: Option<IdempotencyRecord>,
+    ) -> StoreResult<Option<IdempotencyRecord>> {
+        let queued = !items.is_empty();
+        let existing = self.store.enqueue(Enqueue { items, idempotency }).await?;
+        if queued && existing.is_none() {
+            self.notify(WakeUp::QueueChanged);
+        }
+        Ok(existing)
+    }
+
+    /// Stores an idempotency record unless its key exists; returns the existing record in
+    /// that case (C-20).
+    ///
+    /// # Errors
+    ///
+    /// The backend's.
+    pub async fn put_idempotency_record(
+        &self,
+        record: IdempotencyRecord,
+    ) -> StoreResult<Option<IdempotencyRecord>> {
+        self.enqueue_send(Vec::new(), Some(record)).await
+    }
+
+    /// Looks up an idempotency record.
+    ///
+    /// # Errors
+    ///
+    /// The backend's.
+    pub async fn find_idempotency_record(
+        &self,
+        key: &str,
+    ) -> StoreResult<Option<IdempotencyRecord>> {
+        self.store.find_idempotency_record(key).await
+    }
+
+    /// Claims a page of queue items (ST-15, C-14).
+    ///
+    /// # Errors
+    ///
+    /// The backend's.
+    pub async fn claim_queue_page(
+        &self,
+        owner: &str,
+        now: Micros,
+        claim_ttl: Micros,
+        limit: usize,
+    ) -> StoreResult<Vec<QueueItem>> {
+        self.store
+            .claim_queue_page(owner, now, claim_ttl, page(limit, DEFAULT_PAGE))
+            .await
+    }
+
+    /// Releases `owner`'s claim on an item (RT-27).
+    ///
+    /// # Errors
+    ///
+    /// The backend's.
+    pub async fn release_queue_item(&self, item_id: &str, owner: &str) -> StoreResult<()> {
+        self.store
+            .settle_queue_item(
+                item_id,
+                Settlement::Release {
+                    owner: owner.to_owned(),
+                },
+            )
+            .await?;
+        self.notify(WakeUp::QueueChanged);
+        Ok(())
+    }
+
+    /// Deletes a queue item outside a commit; returns whether it existed.
+    ///
+    /// # Errors
+    ///
+    /// The backend's.
+    pub async fn ack_queue_item(&self, item_id: &str) -> StoreResult<bool> {
+        Ok(matches!(
+            self.store
+                .settle_queue_item(item_id, Settlement::Ack)
+                .await?,
+            Settled::Acked(true)
+        ))
+    }
+
+    /// Records a failed delivery (C-16).
+    ///
+    /// # Errors
+    ///
+    /// `NotFound` for an unknown item, the backend's.
+    pub async fn record_queue_failure(
+        &self,
+        item_id: &str,
+        error: &str,
+        now: Micros,
+        max_attempts: u32,
+    ) -> StoreResult<QueueFailure> {
+        let settled = self
+            .store
+            .settle_queue_item(
+                item_id,
+                Settlement::Fail {
+                    error: error.to_owned(),
+                    now,
+                    max_attempts,
+                },
+            )
+            .await?;
+        self.notify(WakeUp::QueueChanged);
+        Ok(match settled {
+            Settled::Retry { attempts } => QueueFailure::Retry { attempts },
+            _ => QueueFailure::DeadLettered,
+        })
+    }
+
+    /// Moves an item to the dead letters, at most once (C-17); returns whether this call
+    /// moved it.
+    ///
+    /// # Errors
+    ///
+    /// The backend's.
+    pub async fn dead_letter(
+        &self,
+        item_id: &str,
+        reason: DeadLetterReason,
+        error: Option<&str>,
+        now: Micros,
+    ) -> StoreResult<bool> {
+        let settled = self
+            .store
+            .settle_queue_item(
+                item_id,
+                Settlement::DeadLetter {
+                    reason,
+                    error: error.map(str::to_owned),
+                    now,
+                },
+            )
+            .await?;
+        Ok(settled == Settled::DeadLettered(true))
+    }
+
+    /// Moves up to `limit` expired items to the dead letters as `Expired` (C-15).
+    ///
+    /// # Errors
+    ///
+    /// The backend's.
+    pub async fn expire_queue(&self, now: Micros, limit: usize) -> StoreResult<u64> {
+        self.store
+            .purge(PurgeTarget::ExpiredQueueItems {
+                now,
+                limit: page(limit, DEFAULT_PAGE),
+            })
+            .await
+    }
+
+    /// Re-enqueues a dead letter with a fresh TTL (RT-28, C-18).
+    ///
+    /// # Errors
+    ///
+    /// `NotFound` for an unknown dead letter, the backend's.
+    pub async fn replay_dead_letter(
+        &self,
+        item_id: &str,
+        now: Micros,
+        ttl: Micros,
+    ) -> StoreResult<QueueItem> {
+        let item = self.store.replay_dead_letter(item_id, now, ttl).await?;
+        self.notify(WakeUp::QueueChanged);
+        Ok(item)
+    }
+
+    /// Deletes a dead letter; returns whether it existed (C-18).
+    ///
+    /// # Errors
+    ///
+    /// The backend's.
+    pub async fn delete_dead_letter(&self, item_id: &str) -> StoreResult<bool> {
+        Ok(self
+            .store
+            .purge(PurgeTarget::DeadLetter(item_id.to_owned()))
+            .await?
+            > 0)
+    }
+
+    /// Dead letters matching the filter (C-18); a limit of 0 means 100.
+    ///
+    /// # Errors
+    ///
+    /// The backend's.
+    pub async fn list_dead_letters(
+        &self,
+        mut filter: DeadLetterFilter,
+    ) -> StoreResult<Vec<DeadLetter>> {
+        filter.limit = page(filter.limit, DEFAULT_PAGE);
+        self.store.list_dead_letters(filter).await
+    }
+
+    /// Deletes up to `limit` dead letters that died before `dead_before` (ST-30).
+    ///
+    /// # Errors
+    ///
+    /// The backend's.
+    pub async fn purge_dead_letters(&self, dead_before: Micros, limit: usize) -> StoreResult<u64> {
+        self.store
+            .purge(PurgeTarget::DeadLettersBefore {
+                before: dead_before,
+                limit: page(limit, DEFAULT_PURGE_BATCH),
+            })
+            .await
+    }
+
+    /// Deletes up to `limit` receipts written before `before` (ST-30).
+    ///
+    /// # Errors
+    ///
+    /// The backend's.
+    pub async fn purge_receipts(&self, before: Micros, limit: usize) -> StoreResult<u64> {
+        self.store
+            .purge(PurgeTarget::ReceiptsBefore {
+                before,
+                limit: page(limit, DEFAULT_PURGE_BATCH),
+            })
+            .await
+    }
+
+    /// Deletes up to `limit` idempotency records created before `before` (ST-30).
+    ///
+    /// # Errors
+    ///
+    /// The backend's.
+    pub async fn purge_idempotency_records(
+        &self,
+        before: Micros,
+        limit: usize,
+    ) -> StoreResult<u64> {
+        self.store
+            .purge(PurgeTarget::IdempotencyRecordsBefore {
+                before,
+                limit: page(limit, DEFAULT_PURGE_BATCH),
+            })
+            .await
+    }
+
+    // ----- incidents -----
+
+    /// Records an incident alone, leaving the instance row untouched (FLT-9).
+    ///
+    /// # Errors
+    ///
+    /// `AlreadyExists`, `NotFound` for an unknown instance, the backend's.
+    pub async fn insert_incident(
+        &self,
+        instance_id: &str,
+        incident: NewIncident,
+    ) -> StoreResult<()> {
+        self.store.insert_incident(instance_id, incident).await
+    }
+
+    /// An instance's incidents, in `(created_at, incident_id)` order.
+    ///
+    /// # Errors
+    ///
+    /// The backend's.
+    pub async fn list_incidents(&self, instance_id: &str) -> StoreResult<Vec<IncidentRecord>> {
+        self.store
+            .list_incidents(IncidentQuery {
+                instance_id: Some(instance_id.to_owned()),
+                limit: usize::MAX,
+                ..IncidentQuery::default()
+            })
+            .await
+    }
+
+    /// Incidents across instances (FLT-6) after the keyset `after`; a limit of 0 means 100.
+    ///
+    /// # Errors
+    ///
+    /// The backend's.
+    pub async fn list_all_incidents(
+        &self,
+        unresolved_only: bool,
+        after: Option<(Micros, String)>,
+        limit: usize,
+    ) -> StoreResult<Vec<IncidentRecord>> {
+        self.store
+            .list_incidents(IncidentQuery {
+                instance_id: None,
+                unresolved_only,
+                after,
+                limit: page(limit, DEFAULT_PAGE),
+            })
+            .await
+    }
+
+    // ----- definitions -----
+
+    /// Records a definition version (JSON form and fingerprint) when the backend records
+    /// definitions; returns whether it was inserted (`false` also when unsupported).
+    ///
+    /// # Errors
+    ///
+    /// The backend's.
+    pub async fn put_definition(&self, definition: DefinitionRecord) -> StoreResult<bool> {
+        match self.store.definitions() {
+            Some(definitions) => definitions.put_definition(definition).await,
+            None => Ok(false),
+        }
+    }
+
+    /// Recorded definitions (all, or those named `name`), by `(name, recorded_at)`; empty
+    /// when the backend does not record definitions.
+    ///
+    /// # Errors
+    ///
+    /// The backend's.
+    pub async fn list_definitions(&self, name: Option<&str>) -> StoreResult<Vec<DefinitionRecord>> {
+        match self.store.definitions() {
+            Some(definitions) => definitions.list_definitions(name).await,
+            None => Ok(Vec::new()),
+        }
+    }
+
+    /// The definition `name` as recorded: `version` if given, else the most recently
+    /// recorded version.
+    ///
+    /// # Errors
+    ///
+    /// The backend's.
+    pub async fn definition(
+        &self,
+        name: &str,
+        version: Option<&str>,
+    ) -> StoreResult<Option<DefinitionRecord>> {
+        let mut all = self.list_definitions(Some(name)).await?;
+        Ok(match version {
+            Some(version) => all.into_iter().find(|d| d.version == version),
+            None => all.pop(),
+        })
+    }
+
+    // ----- maintenance -----
+
+    /// The backend's operation counters.
+    ///
+    /// # Errors
+    ///
+    /// The backend's.
+    pub async fn stats(&self) -> StoreResult<StoreStats> {
+        self.store.stats().await
+    }
+
+    // ----- encoding -----
+
+    fn encode_instance(&self, instance: NewInstance) -> StoreResult<NewInstance<String>> {
+        validate_instance_id(&instance.instance_id)?;
+        let state = encode_state(&instance.state, self.max_state_bytes)?;
+        Ok(NewInstance {
+            instance_id: instance.instance_id,
+            definition_name: instance.definition_name,
+            definition_version: instance.definition_version,
+            status: instance.status,
+            sub_status: instance.sub_status,
+            correlation_id: instance.correlation_id,
+            origin_at: instance.origin_at,
+            created_at: instance.created_at,
+            state,
+            receipt: instance.receipt,
+            consumed_queue_item: instance.consumed_queue_item,
+            activation_scope: instance.activation_scope,
+        })
+    }
+
+    fn encode_commit(&self, c: Commit) -> StoreResult<Commit<String>> {
+        let state = encode_state(&c.state, self.max_state_bytes)?;
+        let instances_created = c
+            .instances_created
+            .into_iter()
+            .map(|i| self.encode_instance(i))
+            .collect::<StoreResult<Vec<_>>>()?;
+        Ok(Commit {
+            instance_id: c.instance_id,
+            expected_version: c.expected_version,
+            lease_token: c.lease_token,
+            now: c.now,
+            state,
+            status: c.status,
+            sub_status: c.sub_status,
+            correlation_id: c.correlation_id,
+            clear_control_request: c.clear_control_request,
+            release_lease: c.release_lease,
+            bookmarks_added: c.bookmarks_added,
+            bookmarks_removed: c.bookmarks_removed,
+            timers_added: c.timers_added,
+            timers_removed: c.timers_removed,
+            timers_parked: c.timers_parked,
+            journal: c.journal.into_iter().map(encode_journal).collect(),
+            receipts: c.receipts,
+            consumed_queue_items: c.consumed_queue_items,
+            journal_compaction: c.journal_compaction.map(|j| JournalCompaction {
+                through_seq: j.through_seq,
+                summary: encode_journal(j.summary),
+            }),
+            instances_created,
+            queue_items: c.queue_items,
+            control_requests: c.control_requests,
+            incidents_opened: c.incidents_opened,
+            incidents_resolved: c.incidents_resolved,
+            max_journal_entries: c.max_journal_entries.or(self.max_journal_entries),
+            // ENG-22: a final instance waits for nothing.
+            clear_waits: c.clear_waits || c.status.is_final(),
+        })
+    }
+}
+
+/// A journal entry as stored: its detail as JSON text, at most 64 KiB, else a truncation
+/// marker (ST-10).
+fn encode_journal(entry: NewJournalRecord) -> NewJournalRecord<String> {
+    let text = serde_json::to_string(&entry.detail).unwrap_or_else(|_| "null".to_owned());
+    let detail = if text.len() <= MAX_JOURNAL_DETAIL_BYTES {
+        text
+    } else {
+        serde_json::json!({ "truncated": true, "original_bytes": text.len() }).to_string()
+    };
+    NewJournalRecord {
+        at: entry.at,
+        kind: entry.kind,
+        context_id: entry.context_id,
+        node_id: entry.node_id,
+        detail,
+    }
+}
+
+/// Checks a caller-supplied instance id (ST-23).
+pub(crate) fn validate_instance_id(id: &str) -> StoreResult<()> {
+    if id.is_empty() || id.len() > 128 {
+        return Err(StoreError::Invalid {
+            what: "instance_id",
+            reason: format!("must be 1 to 128 bytes, got {}", id.len()),
+        });
+    }
+    if let Some(bad) = id
+        .chars()
+        .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | ':' | '-')))
+    {
+        return Err(StoreError::Invalid {
+            what: "instance_id",
+            reason: format!("character {bad:?} is not in [A-Za-z0-9._:-]"),
+        });
+    }
+    Ok(())
+}
+
+/// Encodes a state document to write, checking its `"format"` and size (ST-19, ST-24).
+fn encode_state(state: &Value, max_bytes: usize) -> StoreResult<String> {
+    match state.get("format").and_then(Value::as_u64) {
+        Some(format) if format <= STATE_FORMAT => {}
+        Some(format) => {
+            return Err(StoreError::Invalid {
+                what: "state",
+                reason: format!("format {format} is newer than {STATE_FORMAT}"),
+            });
+        }
+        None => {
+            return Err(StoreError::Invalid {
+                what: "state",
+                reason: "must be a JSON object with an integer \"format\"".to_owned(),
+            });
+        }
+    }
+    let text = serde_json::to_string(state).map_err(|e| StoreError::Invalid {
+        what: "state",
+        reason: e.to_string(),
+    })?;
+    if text.len() > max_bytes {
+        return Err(StoreError::TooLarge {
+            what: "state",
+            size: text.len(),
+            limit: max_bytes,
+        });
+    }
+    Ok(text)
+}
+
+/// Decodes a stored state document (ST-19, ST-22).
+#[allow(clippy::needless_pass_by_value)] // the shape `InstanceRecord::try_map_state` takes
+fn decode_state(instance_id: &str, text: String) -> StoreResult<Value> {
+    let value: Value = serde_json::from_str(&text).map_err(|e| StoreError::Decode {
+        what: "instance",
+        id: instance_id.to_owned(),
+        path: "state".to_owned(),
+        message: e.to_string(),
+    })?;
+    match value.get("format").map(Value::as_u64) {
+        Some(Some(format)) if format <= STATE_FORMAT => Ok(value),
+        Some(Some(format)) => Err(StoreError::FormatTooNew {
+            what: "instance",
+            id: instance_id.to_owned(),
+            found: format,
+            supported: STATE_FORMAT,
+        }),
+        Some(None) | None => Err(StoreError::Decode {
+            what: "instance",
+            id: instance_id.to_owned(),
+            path: "state.format".to_owned(),
+            message: "missing or not an unsigned integer".to_owned(),
+        }),
+    }
+}
+
+/// Checks a purge filter's statuses (ST-32) and returns them (empty means both final ones).
+fn purge_statuses(filter: &PurgeFilter) -> StoreResult<Vec<InstanceStatus>> {
+    if let Some(live) = filter.statuses.iter().find(|s| !s.is_final()) {
+        return Err(StoreError::Invalid {
+            what: "purge filter",
+            reason: format!("status {live} is not final; cancel live instances first"),
+        });
+    }
+    if filter.statuses.is_empty() {
+        Ok(vec![InstanceStatus::Finished, InstanceStatus::Cancelled])
+    } else {
+        Ok(filter.statuses.clone())
+    }
+}
+
+/// Page sizes: 0 means the default.
+fn page(limit: usize, default: usize) -> usize {
+    if limit == 0 { default } else { limit }
+}
+
+/// Whether two trigger rows are equal but for `registered_at` (C-11).
+fn same_trigger(a: &TriggerRow, b: &TriggerRow) -> bool {
+    a.definition_name == b.definition_name
+        && a.definition_version == b.definition_version
+        && a.node_id == b.node_id
+        && a.hash == b.hash
+        && a.name == b.name
+        && a.key_display == b.key_display
+        && a.payload == b.payload
+        && a.activation == b.activation
+}
+
+/// The schedule a timer row without instance describes.
+fn schedule_of(row: &TimerRow) -> Option<Schedule> {
+    Some(Schedule {
+        schedule_id: row.timer_id.clone(),
+        definition_name: row.definition_name.clone()?,
+        node_id: row.node_id.clone()?,
+        kind: row.kind.clone(),
+        due_at: row.due_at,
+        fired: row.parked,
+    })
+}
+
+/// The hints a successful commit produces (ST-18, C-28).
+fn commit_hints(c: &Commit) -> Vec<WakeUp> {
+    let mut hints = Vec::new();
+    if !c.bookmarks_added.is_empty() || !c.queue_items.is_empty() {
+        hints.push(WakeUp::QueueChanged);
+    }
+    if !c.timers_added.is_empty() || c.timers_parked == Some(false) {
+        hints.push(WakeUp::TimersChanged {
+            earliest: c.timers_added.iter().map(|t| t.due_at).min(),
+        });
+    }
+    if c.status.is_final() {
+        hints.push(WakeUp::InstanceTerminal {
+            id: c.instance_id.clone(),
+        });
+    } else if c.status == InstanceStatus::Running && c.release_lease {
+        hints.push(WakeUp::InstanceRunnable {
+            id: c.instance_id.clone(),
+        });
+    }
+    for created in &c.instances_created {
+        hints.extend(create_hint(created));
+    }
+    for (id, _) in &c.control_requests {
+        hints.push(WakeUp::ControlRequested { id: id.clone() });
+    }
+    hints
+}
+
+/// The hint of a creation: a `Running` instance is runnable.
+fn create_hint(instance: &NewInstance) -> Option<WakeUp> {
+    (instance.status == InstanceStatus::Running).then(|| WakeUp::InstanceRunnable {
+        id: instance.instance_id.clone(),
+    })
+}

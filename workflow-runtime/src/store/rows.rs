@@ -1,0 +1,798 @@
+//! The rows and arguments of store operations: part of the backend author's kit (ST-5 to
+//! ST-12). Types generic over `S` carry the state document: a [`serde_json::Value`] above the
+//! policy layer ([`Storage`](super::Storage)), its encoded JSON text (`String`) in a backend.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use super::{InstanceStatus, InstanceSubStatus, StoreResult};
+use crate::base::Micros;
+
+/// A pending operator action on an instance (ST-5, C-29).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ControlRequest {
+    /// What is requested.
+    pub kind: ControlKind,
+    /// Why, for the journal and operators.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
+/// The kind of a [`ControlRequest`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ControlKind {
+    /// Cancel the instance.
+    Cancel,
+    /// Suspend (pause) the instance (ENG-50).
+    Suspend,
+    /// Resume a paused instance (ENG-50).
+    Resume,
+    /// Retry a faulted instance (FLT-8).
+    Retry,
+}
+
+impl ControlKind {
+    /// The lower-case name an operator types (`cancel`, `suspend`, `resume`, `retry`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Cancel => "cancel",
+            Self::Suspend => "suspend",
+            Self::Resume => "resume",
+            Self::Retry => "retry",
+        }
+    }
+}
+
+/// A lease granted to its holder (ST-14).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Lease {
+    /// The fencing token: one more than the last token ever issued for the resource.
+    pub token: u64,
+    /// When the lease expires unless renewed (wall-clock µs).
+    pub expires_at: Micros,
+}
+
+/// The lease currently recorded on an instance row.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeaseState {
+    /// Who holds it.
+    pub owner: String,
+    /// Its fencing token.
+    pub token: u64,
+    /// When it expires.
+    pub expires_at: Micros,
+}
+
+/// The result of a lease renewal: the extended lease and any pending control request (ST-14).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Renewal {
+    /// The extended lease (same token).
+    pub lease: Lease,
+    /// A pending control request, if any.
+    pub control_request: Option<ControlRequest>,
+}
+
+/// An instance to create (ST-5, ST-17), at version 1.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NewInstance<S = Value> {
+    /// Caller-supplied or generated id: 1 to 128 bytes of `[A-Za-z0-9._:-]` (ST-23).
+    pub instance_id: String,
+    /// The definition's name.
+    pub definition_name: String,
+    /// The definition's version fingerprint.
+    pub definition_version: String,
+    /// Initial status (usually `Running`).
+    pub status: InstanceStatus,
+    /// Initial sub-status (usually `Pending`).
+    pub sub_status: Option<InstanceSubStatus>,
+    /// Optional correlation id.
+    pub correlation_id: Option<String>,
+    /// Send time of the stimulus that started it, or of the start call.
+    pub origin_at: Micros,
+    /// Creation time; also the first `updated_at`.
+    pub created_at: Micros,
+    /// The opaque state document, a JSON object with a top-level `"format"` (ST-19); its
+    /// encoded text in a backend.
+    pub state: S,
+    /// A receipt `(instance_id, stimulus_id)` to write in the same operation (RT-19).
+    pub receipt: Option<String>,
+    /// A queue item consumed by this creation, deleted in the same operation (ST-17).
+    pub consumed_queue_item: Option<String>,
+    /// Activation guard (ST-17, RT-15): creation fails with `ActivationConflict` while a
+    /// non-final instance has the same scope. The scope is an opaque key chosen by the
+    /// runtime (`singleton:<definition>`, `correlation:<id>` to span definitions, ...).
+    pub activation_scope: Option<String>,
+}
+
+/// An instance as loaded: its columns and its state document, from one snapshot (ST-13).
+#[derive(Debug, Clone, PartialEq)]
+pub struct InstanceRecord<S = Value> {
+    /// The instance id.
+    pub instance_id: String,
+    /// The definition's name.
+    pub definition_name: String,
+    /// The definition's version fingerprint.
+    pub definition_version: String,
+    /// Status.
+    pub status: InstanceStatus,
+    /// Sub-status.
+    pub sub_status: Option<InstanceSubStatus>,
+    /// Correlation id.
+    pub correlation_id: Option<String>,
+    /// Optimistic version: 1 at creation, +1 per commit.
+    pub version: u64,
+    /// The lease, if one is held (possibly expired).
+    pub lease: Option<LeaseState>,
+    /// A pending control request.
+    pub control_request: Option<ControlRequest>,
+    /// Origin time.
+    pub origin_at: Micros,
+    /// Creation time.
+    pub created_at: Micros,
+    /// Time of the last commit.
+    pub updated_at: Micros,
+    /// When it became final.
+    pub finished_at: Option<Micros>,
+    /// The state document (its encoded text in a backend).
+    pub state: S,
+}
+
+impl<S> InstanceRecord<S> {
+    /// The record with its state document mapped by `f` (decoding or encoding it).
+    ///
+    /// # Errors
+    ///
+    /// Whatever `f` returns.
+    pub fn try_map_state<T, E>(
+        self,
+        f: impl FnOnce(&str, S) -> Result<T, E>,
+    ) -> Result<InstanceRecord<T>, E> {
+        let state = f(&self.instance_id, self.state)?;
+        Ok(InstanceRecord {
+            instance_id: self.instance_id,
+            definition_name: self.definition_name,
+            definition_version: self.definition_version,
+            status: self.status,
+            sub_status: self.sub_status,
+            correlation_id: self.correlation_id,
+            version: self.version,
+            lease: self.lease,
+            control_request: self.control_request,
+            origin_at: self.origin_at,
+            created_at: self.created_at,
+            updated_at: self.updated_at,
+            finished_at: self.finished_at,
+            state,
+        })
+    }
+
+    /// The record's columns, without its state document.
+    pub fn summary(&self) -> InstanceSummary {
+        InstanceSummary {
+            instance_id: self.instance_id.clone(),
+            definition_name: self.definition_name.clone(),
+            definition_version: self.definition_version.clone(),
+            status: self.status,
+            sub_status: self.sub_status,
+            correlation_id: self.correlation_id.clone(),
+            version: self.version,
+            lease: self.lease.clone(),
+            control_request: self.control_request.clone(),
+            origin_at: self.origin_at,
+            created_at: self.created_at,
+            updated_at: self.updated_at,
+            finished_at: self.finished_at,
+        }
+    }
+}
+
+/// An instance's columns without its state document: one row of
+/// [`Storage::list_instances`](super::Storage::list_instances) (ST-5).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InstanceSummary {
+    /// The instance id.
+    pub instance_id: String,
+    /// The definition's name.
+    pub definition_name: String,
+    /// The definition's version fingerprint.
+    pub definition_version: String,
+    /// Status.
+    pub status: InstanceStatus,
+    /// Sub-status.
+    pub sub_status: Option<InstanceSubStatus>,
+    /// Correlation id.
+    pub correlation_id: Option<String>,
+    /// Optimistic version.
+    pub version: u64,
+    /// The lease, if one is held (possibly expired).
+    pub lease: Option<LeaseState>,
+    /// A pending control request.
+    pub control_request: Option<ControlRequest>,
+    /// Origin time.
+    pub origin_at: Micros,
+    /// Creation time.
+    pub created_at: Micros,
+    /// Time of the last commit.
+    pub updated_at: Micros,
+    /// When it became final.
+    pub finished_at: Option<Micros>,
+}
+
+/// A bookmark to index, as carried by a commit (ENG-19, ST-6).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewBookmark {
+    /// Bookmark id (a ULID).
+    pub bookmark_id: String,
+    /// Stimulus hash (RT-5).
+    pub hash: String,
+    /// Stimulus name.
+    pub name: String,
+    /// Owning node.
+    pub node_id: String,
+    /// Owning context.
+    pub context_id: u64,
+    /// Look-back instant (RT-30), if any.
+    pub look_back: Option<Micros>,
+    /// Creation time.
+    pub created_at: Micros,
+}
+
+/// An indexed bookmark row (ST-6).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BookmarkRow {
+    /// Bookmark id.
+    pub bookmark_id: String,
+    /// Its instance.
+    pub instance_id: String,
+    /// Stimulus hash.
+    pub hash: String,
+    /// Stimulus name.
+    pub name: String,
+    /// Owning node.
+    pub node_id: String,
+    /// Owning context.
+    pub context_id: u64,
+    /// The instance's correlation id (copied, kept in sync by commits, C-10).
+    pub correlation_id: Option<String>,
+    /// The instance's definition name.
+    pub definition_name: String,
+    /// The instance's definition version.
+    pub definition_version: String,
+    /// Look-back instant.
+    pub look_back: Option<Micros>,
+    /// Creation time.
+    pub created_at: Micros,
+}
+
+/// A bookmark lookup by hash (C-8): rows in `(created_at, bookmark_id)` order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BookmarkQuery {
+    /// The stimulus hash.
+    pub hash: String,
+    /// Only this instance's bookmarks.
+    pub instance_id: Option<String>,
+    /// Only bookmarks with this correlation id.
+    pub correlation_id: Option<String>,
+    /// Only this bookmark.
+    pub bookmark_id: Option<String>,
+    /// Keyset: only rows after this `(created_at, bookmark_id)`.
+    pub after: Option<(Micros, String)>,
+    /// Page size.
+    pub limit: usize,
+}
+
+impl BookmarkQuery {
+    /// All bookmarks with `hash`, first page of `limit`.
+    pub fn by_hash(hash: impl Into<String>, limit: usize) -> Self {
+        Self {
+            hash: hash.into(),
+            instance_id: None,
+            correlation_id: None,
+            bookmark_id: None,
+            after: None,
+            limit,
+        }
+    }
+}
+
+/// A timer to insert with a commit (ST-9).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewTimer {
+    /// Timer id (the bookmark id of the delay).
+    pub timer_id: String,
+    /// Its kind (`"delay"`, `"retry"`, ...).
+    pub kind: String,
+    /// When it is due.
+    pub due_at: Micros,
+}
+
+/// A timer row (ST-9).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TimerRow {
+    /// Timer id.
+    pub timer_id: String,
+    /// Its instance (none for a trigger schedule).
+    pub instance_id: Option<String>,
+    /// Its kind.
+    pub kind: String,
+    /// When it is due.
+    pub due_at: Micros,
+    /// Parked timers are never claimed (TM-10); a fired StartAt schedule stays parked.
+    pub parked: bool,
+    /// For a trigger schedule: its definition.
+    pub definition_name: Option<String>,
+    /// For a trigger schedule: its trigger node.
+    pub node_id: Option<String>,
+}
+
+/// A trigger's schedule: a timer row with no instance (ST-9, TM-11 to TM-13).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Schedule {
+    /// Schedule id (a timer id; derive it from definition, node and, for StartAt, instant).
+    pub schedule_id: String,
+    /// The definition it starts.
+    pub definition_name: String,
+    /// The trigger node.
+    pub node_id: String,
+    /// Its kind (`"timer"`, `"cron"`, `"start_at"`).
+    pub kind: String,
+    /// The next occurrence (`next_due`).
+    pub due_at: Micros,
+    /// A StartAt schedule that fired: never claimed again (TM-13).
+    pub fired: bool,
+}
+
+/// What [`Storage::fire_schedule`](super::Storage::fire_schedule) did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ScheduleFiring {
+    /// The instance was created and the schedule advanced, in one transaction.
+    Started,
+    /// The activation guard refused the instance (RT-16); the schedule advanced anyway.
+    Refused {
+        /// The non-final instance holding the scope.
+        existing: String,
+    },
+    /// The schedule had already moved past `expected_due_at` (or fired, or was removed):
+    /// another process fired this occurrence; nothing was written.
+    Stale,
+}
+
+/// A journal entry to append with a commit (ST-10).
+#[derive(Debug, Clone, PartialEq)]
+pub struct NewJournalRecord<D = Value> {
+    /// When it happened.
+    pub at: Micros,
+    /// Its kind.
+    pub kind: String,
+    /// The context concerned.
+    pub context_id: Option<u64>,
+    /// The node concerned.
+    pub node_id: Option<String>,
+    /// Details; more than 64 KiB of JSON is replaced by a truncation marker (the encoded,
+    /// already truncated JSON text in a backend).
+    pub detail: D,
+}
+
+/// A stored journal entry.
+#[derive(Debug, Clone, PartialEq)]
+pub struct JournalRecord<D = Value> {
+    /// Sequence number within the instance, from 1.
+    pub seq: u64,
+    /// When it happened.
+    pub at: Micros,
+    /// Its kind.
+    pub kind: String,
+    /// The context concerned.
+    pub context_id: Option<u64>,
+    /// The node concerned.
+    pub node_id: Option<String>,
+    /// Details (the stored JSON text in a backend).
+    pub detail: D,
+}
+
+/// One commit of one instance (ST-16, ENG-28): applied entirely or not at all.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Commit<S = Value> {
+    /// The instance.
+    pub instance_id: String,
+    /// The version the caller loaded (ST-13).
+    pub expected_version: u64,
+    /// The caller's lease token (ST-14).
+    pub lease_token: u64,
+    /// Commit time: the new `updated_at` (and `finished_at` for a final status).
+    pub now: Micros,
+    /// The new state document (its encoded text in a backend).
+    pub state: S,
+    /// The new status.
+    pub status: InstanceStatus,
+    /// The new sub-status.
+    pub sub_status: Option<InstanceSubStatus>,
+    /// The correlation id after this commit (rewritten on the bookmark rows if changed).
+    pub correlation_id: Option<String>,
+    /// Clear the honoured control request.
+    pub clear_control_request: bool,
+    /// Release the lease in the same operation.
+    pub release_lease: bool,
+    /// Bookmarks to index.
+    pub bookmarks_added: Vec<NewBookmark>,
+    /// Bookmark ids to remove.
+    pub bookmarks_removed: Vec<String>,
+    /// Timers to insert.
+    pub timers_added: Vec<NewTimer>,
+    /// Timer ids to delete.
+    pub timers_removed: Vec<String>,
+    /// `Some(true)` parks all the instance's timers, `Some(false)` unparks them (TM-10).
+    pub timers_parked: Option<bool>,
+    /// Journal entries to append.
+    pub journal: Vec<NewJournalRecord<S>>,
+    /// Receipts (stimulus ids) to write; an existing one fails the commit (RT-19).
+    pub receipts: Vec<String>,
+    /// Queue items consumed by this run, deleted in the commit (RT-19).
+    pub consumed_queue_items: Vec<String>,
+    /// Compaction of the journal: delete a range and insert its summary (ENG-42, C-22).
+    pub journal_compaction: Option<JournalCompaction<S>>,
+    /// Instances this run started (sub-workflows, dispatches), created in the same commit
+    /// with their receipts and activation guards; an existing id fails the commit.
+    pub instances_created: Vec<NewInstance<S>>,
+    /// Queue items this run addresses to other instances (a child's result for its parent,
+    /// ACT-24), enqueued in the same commit.
+    pub queue_items: Vec<QueueItem>,
+    /// Control requests for other instances (a cascaded cancel). Missing or final targets
+    /// are skipped.
+    pub control_requests: Vec<(String, ControlRequest)>,
+    /// Incidents this commit opens for the instance (FLT-6, ST-12).
+    pub incidents_opened: Vec<NewIncident>,
+    /// Incidents of the instance this commit resolves (FLT-8): `(incident_id, resolution)`.
+    /// An unknown or already resolved id is skipped.
+    pub incidents_resolved: Vec<(String, String)>,
+    /// The most journal entries the instance keeps (ENG-42): after appending, the backend
+    /// deletes the oldest rows beyond this count inside the commit. `None` keeps them all.
+    /// [`Storage`](super::Storage) sets it from its journal cap when the caller did not.
+    pub max_journal_entries: Option<u64>,
+    /// Delete every bookmark and timer row of the instance (ENG-22: a final instance waits
+    /// for nothing). Set by [`Storage`](super::Storage) for a final status; a backend only
+    /// executes it.
+    pub clear_waits: bool,
+}
+
+/// An incident to record (FLT-6, ST-12).
+#[derive(Debug, Clone, PartialEq)]
+pub struct NewIncident {
+    /// IncidentRecord id (a ULID).
+    pub incident_id: String,
+    /// Its kind (`activity_failed`, `state_too_large`, `unreadable_state`, ...).
+    pub kind: String,
+    /// When it happened.
+    pub created_at: Micros,
+    /// The rest of the record, opaque to the store.
+    pub record: Value,
+}
+
+/// A stored incident.
+#[derive(Debug, Clone, PartialEq)]
+pub struct IncidentRecord {
+    /// IncidentRecord id.
+    pub incident_id: String,
+    /// Its instance.
+    pub instance_id: String,
+    /// The instance's definition.
+    pub definition_name: String,
+    /// Its kind.
+    pub kind: String,
+    /// When it happened.
+    pub created_at: Micros,
+    /// When an operator action ended it.
+    pub resolved_at: Option<Micros>,
+    /// How it ended (`retried`, `cancelled`, ...).
+    pub resolution: Option<String>,
+    /// The rest of the record.
+    pub record: Value,
+}
+
+/// A journal compaction carried by a commit: entries with `seq <= through_seq` are deleted
+/// and `summary` takes the sequence number `through_seq`, so order is kept (ST-10, ST-16).
+#[derive(Debug, Clone, PartialEq)]
+pub struct JournalCompaction<D = Value> {
+    /// The last sequence number compacted.
+    pub through_seq: u64,
+    /// The entry that replaces them (kind `Compacted`, say).
+    pub summary: NewJournalRecord<D>,
+}
+
+impl<S> Commit<S> {
+    /// A commit writing `state` with the given status and nothing else; fill in the diffs.
+    /// The correlation id starts as `None`: set it to the instance's.
+    pub fn new(
+        instance_id: impl Into<String>,
+        expected_version: u64,
+        lease_token: u64,
+        now: Micros,
+        state: S,
+        status: InstanceStatus,
+        sub_status: Option<InstanceSubStatus>,
+    ) -> Self {
+        Self {
+            instance_id: instance_id.into(),
+            expected_version,
+            lease_token,
+            now,
+            state,
+            status,
+            sub_status,
+            correlation_id: None,
+            clear_control_request: false,
+            release_lease: false,
+            bookmarks_added: Vec::new(),
+            bookmarks_removed: Vec::new(),
+            timers_added: Vec::new(),
+            timers_removed: Vec::new(),
+            timers_parked: None,
+            journal: Vec::new(),
+            receipts: Vec::new(),
+            consumed_queue_items: Vec::new(),
+            journal_compaction: None,
+            instances_created: Vec::new(),
+            queue_items: Vec::new(),
+            control_requests: Vec::new(),
+            incidents_opened: Vec::new(),
+            incidents_resolved: Vec::new(),
+            max_journal_entries: None,
+            clear_waits: false,
+        }
+    }
+}
+
+/// An event trigger row of a definition (ST-7).
+#[derive(Debug, Clone, PartialEq)]
+pub struct TriggerRow {
+    /// The definition's name.
+    pub definition_name: String,
+    /// The definition's version.
+    pub definition_version: String,
+    /// The trigger node.
+    pub node_id: String,
+    /// Stimulus hash.
+    pub hash: String,
+    /// Stimulus name.
+    pub name: String,
+    /// Key, for display.
+    pub key_display: Option<String>,
+    /// Trigger settings.
+    pub payload: Value,
+    /// Activation strategy (RT-15), opaque to the store.
+    pub activation: Value,
+    /// When it was registered. Not compared by [`Storage::replace_triggers`](super::Storage::replace_triggers).
+    pub registered_at: Micros,
+}
+
+/// What [`Storage::replace_triggers`](super::Storage::replace_triggers) changed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct TriggerDiff {
+    /// Rows inserted or changed.
+    pub added: usize,
+    /// Rows deleted.
+    pub removed: usize,
+    /// Rows left as they were.
+    pub unchanged: usize,
+}
+
+/// A stimulus queue item (RT-25, ST-8).
+#[derive(Debug, Clone, PartialEq)]
+pub struct QueueItem {
+    /// Item id (a ULID).
+    pub item_id: String,
+    /// The stimulus id, kept across replays so receipts still apply.
+    pub stimulus_id: String,
+    /// Stimulus name.
+    pub name: String,
+    /// Stimulus hash.
+    pub hash: String,
+    /// Key, for display.
+    pub key_display: Option<String>,
+    /// Payload.
+    pub payload: Value,
+    /// Correlation id.
+    pub correlation_id: Option<String>,
+    /// The send's targets (instance id, bookmark ids, scope), opaque to the store.
+    pub targets: Value,
+    /// When it was sent.
+    pub sent_at: Micros,
+    /// When it was enqueued.
+    pub enqueued_at: Micros,
+    /// When it expires (unless held).
+    pub expires_at: Micros,
+    /// Failed delivery attempts.
+    pub attempts: u32,
+    /// The last delivery error.
+    pub last_error: Option<String>,
+    /// When delivery was last attempted.
+    pub last_attempt_at: Option<Micros>,
+    /// Held items do not expire (RT-28).
+    pub held: bool,
+    /// The send's idempotency key.
+    pub idempotency_key: Option<String>,
+}
+
+/// Why an item became a dead letter (ST-8).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum DeadLetterReason {
+    /// Its TTL passed.
+    Expired,
+    /// Its attempts reached the maximum.
+    Failed,
+    /// It was rejected.
+    Rejected,
+}
+
+impl DeadLetterReason {
+    /// The stored name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Expired => "expired",
+            Self::Failed => "failed",
+            Self::Rejected => "rejected",
+        }
+    }
+
+    /// Parses a stored name.
+    pub fn parse(name: &str) -> Option<Self> {
+        Some(match name {
+            "expired" => Self::Expired,
+            "failed" => Self::Failed,
+            "rejected" => Self::Rejected,
+            _ => return None,
+        })
+    }
+}
+
+/// A dead letter: the item as it was, and why it died (ST-8). Keyed by the original item id,
+/// so moving an item twice stores one dead letter (C-17).
+#[derive(Debug, Clone, PartialEq)]
+pub struct DeadLetter {
+    /// The item, with its original id.
+    pub item: QueueItem,
+    /// Why it died.
+    pub reason: DeadLetterReason,
+    /// The error, for `Failed` and `Rejected`.
+    pub error: Option<String>,
+    /// When it died.
+    pub dead_at: Micros,
+}
+
+/// Filters and keyset page of [`Storage::list_dead_letters`](super::Storage::list_dead_letters) (C-18).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct DeadLetterFilter {
+    /// Only this reason.
+    pub reason: Option<DeadLetterReason>,
+    /// Only this stimulus name.
+    pub name: Option<String>,
+    /// Only this stimulus hash.
+    pub hash: Option<String>,
+    /// Keyset: only dead letters after this `(dead_at, item_id)`.
+    pub after: Option<(Micros, String)>,
+    /// Page size (0 means 100).
+    pub limit: usize,
+}
+
+impl DeadLetterFilter {
+    /// All dead letters, first page of `limit`.
+    pub fn all(limit: usize) -> Self {
+        Self {
+            limit,
+            ..Self::default()
+        }
+    }
+
+    /// Dead letters of one reason, first page of `limit`.
+    pub fn of_reason(reason: DeadLetterReason, limit: usize) -> Self {
+        Self {
+            reason: Some(reason),
+            limit,
+            ..Self::default()
+        }
+    }
+}
+
+/// What [`Storage::record_queue_failure`](super::Storage::record_queue_failure) did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum QueueFailure {
+    /// The item stays queued with this many attempts; its claim is released.
+    Retry {
+        /// Attempts so far.
+        attempts: u32,
+    },
+    /// The attempts reached the maximum: the item is now a dead letter `Failed`.
+    DeadLettered,
+}
+
+/// An instance claimed by [`Storage::claim_runnable`](super::Storage::claim_runnable), with the lease acquired for it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClaimedInstance {
+    /// The instance.
+    pub instance_id: String,
+    /// Its sub-status (`Executing` means interrupted, ENG-2).
+    pub sub_status: Option<InstanceSubStatus>,
+    /// The lease acquired.
+    pub lease: Lease,
+}
+
+/// Filters and keyset page of [`Storage::list_instances`](super::Storage::list_instances) (C-23), in `instance_id` order.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct InstanceFilter {
+    /// Only this status.
+    pub status: Option<InstanceStatus>,
+    /// Only this definition.
+    pub definition_name: Option<String>,
+    /// Only this correlation id.
+    pub correlation_id: Option<String>,
+    /// Only instances that are not final (`Running`, `Suspended`, `Faulted`).
+    pub live_only: bool,
+    /// Keyset: only ids greater than this.
+    pub after: Option<String>,
+    /// Page size (0 means 100).
+    pub limit: usize,
+    /// Only instances with a pending control request (C-29): what the owning runtime
+    /// honours.
+    pub control_requested: bool,
+}
+
+/// One row of [`Storage::list_instances`](super::Storage::list_instances): an undecodable row is an error item, never skipped
+/// and never failing the page (ST-22).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ListedInstance {
+    /// The instance id (use it as the next page's `after`).
+    pub instance_id: String,
+    /// The instance's columns, or why they could not be decoded.
+    pub summary: StoreResult<InstanceSummary>,
+}
+
+/// What [`Storage::purge`](super::Storage::purge) removes (ST-31, ST-32).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PurgeFilter {
+    /// Final instances whose `finished_at` is before this instant.
+    pub finished_before: Micros,
+    /// Statuses to purge: only `Finished` and `Cancelled` are allowed; empty means both.
+    pub statuses: Vec<InstanceStatus>,
+    /// Only this definition.
+    pub definition_name: Option<String>,
+    /// Instances per batch (each batch atomic); 0 means 500.
+    pub batch_size: usize,
+}
+
+impl PurgeFilter {
+    /// All final instances finished before `cut_off`.
+    pub fn finished_before(cut_off: Micros) -> Self {
+        Self {
+            finished_before: cut_off,
+            statuses: Vec::new(),
+            definition_name: None,
+            batch_size: 0,
+        }
+    }
+}
+
+/// A send's idempotency record (ST-12, RT-19, C-20).
+#[derive(Debug, Clone, PartialEq)]
+pub struct IdempotencyRecord {
+    /// The idempotency key.
+    pub key: String,
+    /// The stimulus hash of the send.
+    pub hash: String,
+    /// A digest of the payload, to detect a reuse with different content.
+    pub payload_digest: String,
+    /// The stored send report, returned to a retried send.
+    pub report: Value,
+    /// When it was recorded.
+    pub created_at: Micros,
+}
+
+/// Operation counters (ST-2 statistics; C-32 uses them to show group commit).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct StoreStats {
+    /// Write requests applied (commits, creates, claims, ...), successful or not.
+    pub write_requests: u64,
+    /// Backend transactions that carried them (equal for `MemoryStore`).
+    pub transactions: u64,
+}

@@ -1,0 +1,449 @@
+//! `SqliteStore`: the embedded default backend (ST-26).
+//!
+//! One database file, WAL mode, foreign keys on, a busy timeout and `synchronous = FULL` by
+//! default. A single writer thread owns the only write connection; requests arrive over a
+//! channel and the writer takes every pending request (up to a batch limit), applies each in
+//! its own savepoint inside one transaction — so one failed version check rolls back only its
+//! own request — commits once (one sync), then answers each request with its own result. It
+//! never waits to fill a batch: a lone commit is written at once and batches form naturally
+//! under load (group commit). Reads run on a small pool of read-only connections on WAL
+//! snapshots and never block the writer.
+//!
+//! The futures returned are executor-agnostic: the blocking work runs on the store's own
+//! threads and results come back over `tokio::sync::oneshot` channels.
+//!
+//! Schema migrations are forward-only, numbered, checksummed and recorded in
+//! `wf_schema_migrations` (ST-28); every statement is parameterized (ST-1).
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::AtomicU64;
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+
+use rusqlite::{Connection, ErrorCode, OpenFlags};
+use serde_json::Value;
+use tokio::sync::oneshot;
+
+use super::{BoxFuture, StoreError, StoreResult};
+
+mod ops;
+mod options;
+mod rows;
+mod schema;
+mod worker;
+
+pub use options::{MigrateMode, SqliteOptions, Synchronous};
+#[cfg(feature = "test-support")]
+use schema::migrate_to;
+use schema::{
+    configure, latest_schema_version, migrate, require_current_schema, take_over_dead_claims,
+    take_owner_lock,
+};
+use worker::{reader_loop, writer_loop};
+
+/// Answers one write request once its transaction has committed (`None`) or failed.
+pub(super) type Responder = Box<dyn FnOnce(Option<StoreError>) + Send>;
+/// One write request: runs inside its savepoint (or not at all when given `None`) and says
+/// whether it succeeded.
+pub(super) type WriteJob = Box<dyn FnOnce(Option<&Connection>) -> (bool, Responder) + Send>;
+/// A write request with its approximate size in bytes (the state documents it writes).
+pub(super) type WriteRequest = (usize, WriteJob);
+/// One read request.
+pub(super) type ReadJob = Box<dyn FnOnce(&Connection) + Send>;
+
+#[derive(Debug, Default)]
+pub(super) struct Counters {
+    pub(super) write_requests: AtomicU64,
+    pub(super) transactions: AtomicU64,
+}
+
+/// The embedded SQLite store (ST-26). Wrap it in an `Arc` to share it
+/// (`Arc<dyn Store>`); dropping the last handle stops its threads and closes the file.
+///
+/// # Examples
+///
+/// ```
+/// use std::sync::Arc;
+///
+/// use workflow_runtime::{Runtime, SqliteStore};
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// # let dir = tempfile::tempdir()?;
+/// # let path = dir.path().join("workflows.db");
+/// let store = SqliteStore::open(&path)?; // created, or migrated, on open
+/// let runtime = Runtime::builder().store(Arc::new(store)).build()?;
+/// # drop(runtime);
+/// # Ok(())
+/// # }
+/// ```
+pub struct SqliteStore {
+    writer: Option<mpsc::Sender<WriteRequest>>,
+    readers: Option<mpsc::Sender<ReadJob>>,
+    threads: Vec<JoinHandle<()>>,
+    counters: Arc<Counters>,
+    path: PathBuf,
+    migrations_applied: Vec<u32>,
+    /// Holds the exclusive lock on the `-owner` side file while the store is open (ST-26).
+    /// Declared last: released after the threads have stopped.
+    _owner_lock: Option<Mutex<Connection>>,
+}
+
+impl fmt::Debug for SqliteStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SqliteStore")
+            .field("path", &self.path)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Drop for SqliteStore {
+    fn drop(&mut self) {
+        self.writer = None;
+        self.readers = None;
+        for thread in self.threads.drain(..) {
+            // A panicked thread has nothing left to clean up.
+            let _ = thread.join();
+        }
+    }
+}
+
+impl From<rusqlite::Error> for StoreError {
+    fn from(error: rusqlite::Error) -> Self {
+        StoreError::unavailable(error)
+    }
+}
+
+pub(super) fn closed() -> StoreError {
+    StoreError::unavailable("the store is closed")
+}
+
+pub(super) fn is_constraint(error: &rusqlite::Error) -> bool {
+    matches!(error, rusqlite::Error::SqliteFailure(e, _) if e.code == ErrorCode::ConstraintViolation)
+}
+
+pub(super) fn to_i64(value: u64) -> i64 {
+    i64::try_from(value).unwrap_or(i64::MAX)
+}
+
+pub(super) fn to_u64(value: i64) -> u64 {
+    u64::try_from(value).unwrap_or(0)
+}
+
+pub(super) fn limit_i64(limit: usize) -> i64 {
+    i64::try_from(limit).unwrap_or(i64::MAX)
+}
+
+pub(super) fn not_found(what: &'static str, id: &str) -> StoreError {
+    StoreError::NotFound {
+        what,
+        id: id.to_owned(),
+    }
+}
+
+pub(super) fn json_text(value: &Value) -> StoreResult<String> {
+    serde_json::to_string(value).map_err(|e| StoreError::Invalid {
+        what: "json",
+        reason: e.to_string(),
+    })
+}
+
+pub(super) fn decode_json(
+    what: &'static str,
+    id: &str,
+    path: &str,
+    text: &str,
+) -> StoreResult<Value> {
+    serde_json::from_str(text).map_err(|e| StoreError::Decode {
+        what,
+        id: id.to_owned(),
+        path: path.to_owned(),
+        message: e.to_string(),
+    })
+}
+
+impl SqliteStore {
+    /// Opens (creating if needed) the database file with the default options, applying
+    /// pending migrations. Blocking: call it at start-up.
+    ///
+    /// # Errors
+    ///
+    /// As [`SqliteStore::open_with`].
+    pub fn open(path: impl AsRef<Path>) -> StoreResult<Self> {
+        Self::open_with(path, &SqliteOptions::default())
+    }
+
+    /// Opens the database file with `options`. Blocking: call it at start-up.
+    ///
+    /// Only one store may hold a file for writing: another open (in this process or another)
+    /// gets `InUse { holder, until }` until this store is dropped or its process exits; the
+    /// operating system releases the lock of a killed process, so a restart after a crash
+    /// opens at once. Use [`SqliteStore::open_read_only`] to inspect a file in use.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::InUse`] when another store holds the file for writing,
+    /// [`StoreError::SchemaTooNew`] or [`StoreError::MigrationChecksumMismatch`] for a schema this
+    /// version cannot use, and [`StoreError::Unavailable`] when the file cannot be opened or
+    /// created.
+    pub fn open_with(path: impl AsRef<Path>, options: &SqliteOptions) -> StoreResult<Self> {
+        let path = path.as_ref().to_path_buf();
+        let holder = options
+            .owner
+            .clone()
+            .unwrap_or_else(|| format!("pid {}", std::process::id()));
+        let owner_lock = take_owner_lock(&path)?;
+        let mut conn = Connection::open(&path)?;
+        configure(&conn, options)?;
+        let migrations_applied = migrate(&mut conn, options.migrate)?;
+        conn.execute(
+            "INSERT INTO wf_named_leases (name, owner, token, expires_at)
+             VALUES ('store-owner', ?1, 1, ?2)
+             ON CONFLICT (name) DO UPDATE SET owner = ?1, token = token + 1, expires_at = ?2",
+            rusqlite::params![holder, i64::MAX],
+        )?;
+        take_over_dead_claims(&conn)?;
+        Self::start(
+            path,
+            Some(conn),
+            options,
+            migrations_applied,
+            Some(owner_lock),
+        )
+    }
+
+    /// Opens a file read-only, for inspection, even while another store holds it (C-33).
+    /// The schema must be current (`SchemaOutdated` or `SchemaTooNew` otherwise); every write
+    /// operation fails with `Invalid`.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::SchemaOutdated`] or [`StoreError::SchemaTooNew`] when the schema is not
+    /// current, [`StoreError::Unavailable`] when the file cannot be opened.
+    pub fn open_read_only(path: impl AsRef<Path>) -> StoreResult<Self> {
+        let path = path.as_ref().to_path_buf();
+        let options = SqliteOptions::default();
+        let conn = Connection::open_with_flags(&path, OpenFlags::SQLITE_OPEN_READ_ONLY)?;
+        conn.busy_timeout(options.busy_timeout)?;
+        require_current_schema(&conn)?;
+        drop(conn);
+        Self::start(path, None, &options, Vec::new(), None)
+    }
+
+    /// Opens a file for an operator's requests beside the process that holds it: no owner
+    /// lock is taken, so it opens while an application runs on the file (the `workflow`
+    /// command line uses it). Use it only for writes that are safe beside the owner and that
+    /// the owner picks up by itself: enqueueing a stimulus (its queue worker delivers it),
+    /// recording a control request (applied at the instance's next step), replaying a dead
+    /// letter, purging final instances. It never creates the file nor migrates it: the schema
+    /// must be current (`SchemaOutdated` or `SchemaTooNew` otherwise).
+    ///
+    /// # Errors
+    ///
+    /// `NotFound`-like open errors from SQLite when the file is missing, and the schema
+    /// errors above.
+    pub fn open_operator(path: impl AsRef<Path>) -> StoreResult<Self> {
+        let path = path.as_ref().to_path_buf();
+        let options = SqliteOptions::default();
+        let conn = Connection::open_with_flags(&path, OpenFlags::SQLITE_OPEN_READ_WRITE)?;
+        configure(&conn, &options)?;
+        require_current_schema(&conn)?;
+        Self::start(path, Some(conn), &options, Vec::new(), None)
+    }
+
+    /// Starts the writer (when given its connection) and the readers.
+    fn start(
+        path: PathBuf,
+        writer: Option<Connection>,
+        options: &SqliteOptions,
+        migrations_applied: Vec<u32>,
+        owner_lock: Option<Connection>,
+    ) -> StoreResult<Self> {
+        let counters = Arc::new(Counters::default());
+        let mut threads = Vec::new();
+        let write_tx = match writer {
+            Some(conn) => {
+                let (write_tx, write_rx) = mpsc::channel::<WriteRequest>();
+                let writer_counters = Arc::clone(&counters);
+                let limits = (options.max_batch.max(1), options.max_batch_bytes.max(1));
+                threads.push(
+                    std::thread::Builder::new()
+                        .name("wf-sqlite-writer".to_owned())
+                        .spawn(move || writer_loop(&conn, &write_rx, limits, &writer_counters))
+                        .map_err(StoreError::unavailable)?,
+                );
+                Some(write_tx)
+            }
+            None => None,
+        };
+
+        let (read_tx, read_rx) = mpsc::channel::<ReadJob>();
+        let read_rx = Arc::new(Mutex::new(read_rx));
+        for n in 0..options.readers.max(1) {
+            let conn = Connection::open_with_flags(
+                &path,
+                OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+            )?;
+            conn.busy_timeout(options.busy_timeout)?;
+            conn.set_prepared_statement_cache_capacity(64);
+            let rx = Arc::clone(&read_rx);
+            threads.push(
+                std::thread::Builder::new()
+                    .name(format!("wf-sqlite-reader-{n}"))
+                    .spawn(move || reader_loop(&conn, &rx))
+                    .map_err(StoreError::unavailable)?,
+            );
+        }
+
+        Ok(Self {
+            writer: write_tx,
+            readers: Some(read_tx),
+            threads,
+            counters,
+            path,
+            migrations_applied,
+            _owner_lock: owner_lock.map(Mutex::new),
+        })
+    }
+
+    /// Creates a database file with the migrations up to `version` only: a fixture of an
+    /// older schema for upgrade tests (ST-29).
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::Unavailable`] when the file cannot be created or migrated.
+    #[cfg(feature = "test-support")]
+    pub fn create_at_schema(path: impl AsRef<Path>, version: u32) -> StoreResult<()> {
+        let mut conn = Connection::open(path)?;
+        configure(&conn, &SqliteOptions::default())?;
+        migrate_to(&mut conn, MigrateMode::Apply, version)?;
+        Ok(())
+    }
+
+    /// The database file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The migrations this open applied (empty when the schema was current, ST-28).
+    pub fn migrations_applied(&self) -> &[u32] {
+        &self.migrations_applied
+    }
+
+    /// The newest schema version this library knows.
+    pub fn schema_version() -> u32 {
+        latest_schema_version()
+    }
+
+    /// Replaces an instance's stored state text as is: a test hook to simulate a corrupted
+    /// or hand-edited row (C-25, C-26).
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::NotFound`] for an unknown instance, [`StoreError::Unavailable`] when the
+    /// write fails.
+    #[cfg(feature = "test-support")]
+    pub async fn write_raw_state(&self, instance_id: &str, raw: &str) -> StoreResult<()> {
+        let (id, raw) = (instance_id.to_owned(), raw.to_owned());
+        self.write(move |c| {
+            let n = c.execute(
+                "UPDATE wf_instances SET state = ?1 WHERE instance_id = ?2",
+                rusqlite::params![raw, id],
+            )?;
+            if n == 0 {
+                return Err(not_found("instance", &id));
+            }
+            Ok(())
+        })
+        .await
+    }
+
+    /// The stored state text of an instance, as is (test hook, C-26).
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::NotFound`] for an unknown instance, [`StoreError::Unavailable`] when the
+    /// read fails.
+    #[cfg(feature = "test-support")]
+    pub async fn read_raw_state(&self, instance_id: &str) -> StoreResult<String> {
+        let id = instance_id.to_owned();
+        self.read(move |c| {
+            c.query_row(
+                "SELECT state FROM wf_instances WHERE instance_id = ?1",
+                [&id],
+                |r| r.get(0),
+            )
+            .map(Some)
+            .or_else(|e| match e {
+                rusqlite::Error::QueryReturnedNoRows => Ok(None),
+                e => Err(e),
+            })?
+            .ok_or_else(|| not_found("instance", &id))
+        })
+        .await
+    }
+
+    /// Sends one write request to the writer thread.
+    fn write<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&Connection) -> StoreResult<T> + Send + 'static,
+    ) -> BoxFuture<'static, StoreResult<T>> {
+        self.write_sized(0, f)
+    }
+
+    /// Sends one write request of about `bytes` bytes to the writer thread.
+    fn write_sized<T: Send + 'static>(
+        &self,
+        bytes: usize,
+        f: impl FnOnce(&Connection) -> StoreResult<T> + Send + 'static,
+    ) -> BoxFuture<'static, StoreResult<T>> {
+        let (tx, rx) = oneshot::channel::<StoreResult<T>>();
+        let job: WriteJob = Box::new(move |conn| {
+            let result = match conn {
+                Some(conn) => f(conn),
+                None => Err(StoreError::unavailable("the transaction was aborted")),
+            };
+            let ok = result.is_ok();
+            let responder: Responder = Box::new(move |failure| {
+                let _ = tx.send(match failure {
+                    None => result,
+                    Some(e) => Err(e),
+                });
+            });
+            (ok, responder)
+        });
+        let Some(writer) = &self.writer else {
+            return Box::pin(std::future::ready(Err(StoreError::Invalid {
+                what: "operation",
+                reason: "the store was opened read-only".to_owned(),
+            })));
+        };
+        let sent = writer.send((bytes, job)).is_ok();
+        Box::pin(async move {
+            if !sent {
+                return Err(closed());
+            }
+            rx.await.unwrap_or_else(|_| Err(closed()))
+        })
+    }
+
+    /// Sends one read request to the reader pool.
+    fn read<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&Connection) -> StoreResult<T> + Send + 'static,
+    ) -> BoxFuture<'static, StoreResult<T>> {
+        let (tx, rx) = oneshot::channel::<StoreResult<T>>();
+        let job: ReadJob = Box::new(move |conn| {
+            let _ = tx.send(f(conn));
+        });
+        let sent = self.readers.as_ref().is_some_and(|r| r.send(job).is_ok());
+        Box::pin(async move {
+            if !sent {
+                return Err(closed());
+            }
+            rx.await.unwrap_or_else(|_| Err(closed()))
+        })
+    }
+}

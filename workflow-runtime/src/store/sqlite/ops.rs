@@ -1,0 +1,1694 @@
+//! The SQLite operations: transactions run on the writer thread inside a savepoint, reads
+//! on the reader pool.
+
+use std::sync::atomic::Ordering;
+
+use rusqlite::{Connection, OptionalExtension};
+use serde_json::Value;
+
+use super::rows::{
+    BOOKMARK_COLS, INSTANCE_COLS, QUEUE_COLS, RawQueue, TIMER_COLS, bookmark_from_row,
+    instance_from_row, journal_from_row, queue_from_row, summary_from_row, timer_from_row,
+};
+use super::{
+    SqliteStore, decode_json, is_constraint, json_text, limit_i64, not_found, to_i64, to_u64,
+};
+use crate::store::backend::{
+    BookmarkSelect, ClaimedRecord, DefinitionRecord, DefinitionStore, DueTimers, Enqueue,
+    IncidentQuery, LeaseClaim, LeaseKey, PurgeTarget, Settled, Settlement, Store, TimerScope,
+    TriggerSelect, TriggerWrite,
+};
+use crate::store::{
+    BookmarkRow, BoxFuture, ClaimedInstance, Commit, ControlRequest, DeadLetter, DeadLetterFilter,
+    DeadLetterReason, IdempotencyRecord, IncidentRecord, InstanceFilter, InstanceRecord,
+    InstanceStatus, InstanceSubStatus, JournalRecord, Lease, ListedInstance, NewIncident,
+    NewInstance, NewJournalRecord, QueueItem, Renewal, Schedule, ScheduleFiring, StoreError,
+    StoreResult, StoreStats, TimerRow, TriggerRow,
+};
+
+// ----- write operations (run on the writer thread, inside a savepoint) -----
+
+/// What a commit reads first: version, lease owner and token, definition name and version,
+/// correlation id.
+type CommitGuard = (i64, Option<String>, i64, String, String, Option<String>);
+
+fn commit_tx(c: &Connection, commit: &Commit<String>) -> StoreResult<u64> {
+    let state = commit.state.as_str();
+    let id = commit.instance_id.as_str();
+    let row: Option<CommitGuard> = c
+        .prepare_cached(
+            "SELECT version, lease_owner, lease_token, definition_name, definition_version,
+                correlation_id
+             FROM wf_instances WHERE instance_id = ?1",
+        )?
+        .query_row([id], |r| {
+            Ok((
+                r.get(0)?,
+                r.get(1)?,
+                r.get(2)?,
+                r.get(3)?,
+                r.get(4)?,
+                r.get(5)?,
+            ))
+        })
+        .optional()?;
+    let (version, lease_owner, lease_token, definition_name, definition_version, correlation) =
+        row.ok_or_else(|| not_found("instance", id))?;
+    let version = to_u64(version);
+    if version != commit.expected_version {
+        return Err(StoreError::Conflict {
+            instance: id.to_owned(),
+            expected: commit.expected_version,
+            actual: version,
+        });
+    }
+    let lease_token = to_u64(lease_token);
+    if lease_owner.is_none() || lease_token != commit.lease_token {
+        return Err(StoreError::Fenced {
+            resource: LeaseKey::instance(id).resource(),
+            token: commit.lease_token,
+            current: lease_token,
+        });
+    }
+    {
+        let mut stmt = c.prepare_cached(
+            "INSERT INTO wf_receipts (instance_id, stimulus_id, at) VALUES (?1, ?2, ?3)",
+        )?;
+        for stimulus in &commit.receipts {
+            match stmt.execute(rusqlite::params![id, stimulus, commit.now]) {
+                Ok(_) => {}
+                Err(e) if is_constraint(&e) => {
+                    return Err(StoreError::ReceiptExists {
+                        instance: id.to_owned(),
+                        stimulus_id: stimulus.clone(),
+                    });
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+    {
+        let mut stmt = c.prepare_cached(
+            "DELETE FROM wf_bookmarks WHERE bookmark_id = ?1 AND instance_id = ?2",
+        )?;
+        for bookmark_id in &commit.bookmarks_removed {
+            stmt.execute([bookmark_id, id])?;
+        }
+    }
+    {
+        let mut stmt = c.prepare_cached(
+            "INSERT INTO wf_bookmarks (bookmark_id, instance_id, hash, name, node_id, context_id,
+                correlation_id, definition_name, definition_version, look_back, created_at)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
+        )?;
+        for b in &commit.bookmarks_added {
+            match stmt.execute(rusqlite::params![
+                b.bookmark_id,
+                id,
+                b.hash,
+                b.name,
+                b.node_id,
+                to_i64(b.context_id),
+                commit.correlation_id,
+                definition_name,
+                definition_version,
+                b.look_back,
+                b.created_at,
+            ]) {
+                Ok(_) => {}
+                Err(e) if is_constraint(&e) => {
+                    return Err(StoreError::AlreadyExists {
+                        what: "bookmark",
+                        id: b.bookmark_id.clone(),
+                    });
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+    if correlation != commit.correlation_id {
+        // C-10: the bookmark rows carry the instance's correlation id.
+        c.prepare_cached(
+            "UPDATE wf_bookmarks SET correlation_id = ?1
+             WHERE instance_id = ?2 AND correlation_id IS NOT ?1",
+        )?
+        .execute(rusqlite::params![commit.correlation_id, id])?;
+    }
+    {
+        let mut stmt =
+            c.prepare_cached("DELETE FROM wf_timers WHERE timer_id = ?1 AND instance_id = ?2")?;
+        for timer_id in &commit.timers_removed {
+            stmt.execute([timer_id, id])?;
+        }
+    }
+    {
+        let mut stmt = c.prepare_cached(
+            "INSERT INTO wf_timers (timer_id, instance_id, kind, due_at, parked)
+             VALUES (?1, ?2, ?3, ?4, 0)",
+        )?;
+        for t in &commit.timers_added {
+            match stmt.execute(rusqlite::params![t.timer_id, id, t.kind, t.due_at]) {
+                Ok(_) => {}
+                Err(e) if is_constraint(&e) => {
+                    return Err(StoreError::AlreadyExists {
+                        what: "timer",
+                        id: t.timer_id.clone(),
+                    });
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+    if let Some(parked) = commit.timers_parked {
+        c.prepare_cached("UPDATE wf_timers SET parked = ?1 WHERE instance_id = ?2")?
+            .execute(rusqlite::params![i64::from(parked), id])?;
+    }
+    if commit.clear_waits {
+        c.prepare_cached("DELETE FROM wf_bookmarks WHERE instance_id = ?1")?
+            .execute([id])?;
+        c.prepare_cached("DELETE FROM wf_timers WHERE instance_id = ?1")?
+            .execute([id])?;
+    }
+    if let Some(compaction) = &commit.journal_compaction {
+        let through = to_i64(compaction.through_seq);
+        c.prepare_cached("DELETE FROM wf_journal WHERE instance_id = ?1 AND seq <= ?2")?
+            .execute(rusqlite::params![id, through])?;
+        insert_journal(c, id, through, &compaction.summary)?;
+    }
+    if !commit.journal.is_empty() {
+        let last: i64 = c
+            .prepare_cached("SELECT COALESCE(MAX(seq), 0) FROM wf_journal WHERE instance_id = ?1")?
+            .query_row([id], |r| r.get(0))?;
+        for (seq, entry) in (last + 1..).zip(&commit.journal) {
+            insert_journal(c, id, seq, entry)?;
+        }
+    }
+    if let Some(max) = commit.max_journal_entries {
+        // ENG-42: the stored journal keeps the newest `max` entries.
+        c.prepare_cached(
+            "DELETE FROM wf_journal WHERE instance_id = ?1 AND seq <= (
+                SELECT seq FROM wf_journal WHERE instance_id = ?1
+                ORDER BY seq DESC LIMIT 1 OFFSET ?2)",
+        )?
+        .execute(rusqlite::params![id, to_i64(max)])?;
+    }
+    {
+        let mut stmt = c.prepare_cached("DELETE FROM wf_queue WHERE item_id = ?1")?;
+        for item in &commit.consumed_queue_items {
+            stmt.execute([item])?;
+        }
+    }
+    for instance in &commit.instances_created {
+        insert_instance_tx(c, instance)?;
+    }
+    for item in &commit.queue_items {
+        enqueue_tx(c, item)?;
+    }
+    for opened in &commit.incidents_opened {
+        insert_incident_tx(c, id, &definition_name, opened)?;
+    }
+    for (incident_id, resolution) in &commit.incidents_resolved {
+        c.prepare_cached(
+            "UPDATE wf_incidents SET resolved_at = ?1, resolution = ?2
+             WHERE incident_id = ?3 AND instance_id = ?4 AND resolved_at IS NULL",
+        )?
+        .execute(rusqlite::params![commit.now, resolution, incident_id, id])?;
+    }
+    for (target, request) in &commit.control_requests {
+        let text = serde_json::to_string(request).map_err(StoreError::unavailable)?;
+        c.prepare_cached(
+            "UPDATE wf_instances SET control_request = ?1
+             WHERE instance_id = ?2 AND status NOT IN ('finished', 'cancelled')",
+        )?
+        .execute([&text, target])?;
+    }
+    c.prepare_cached(
+        "UPDATE wf_instances SET
+            version = version + 1, state = ?1, state_size = ?2, status = ?3, sub_status = ?4,
+            correlation_id = ?5, updated_at = ?6, finished_at = ?7,
+            control_request = CASE WHEN ?8 THEN NULL ELSE control_request END,
+            lease_owner = CASE WHEN ?9 THEN NULL ELSE lease_owner END,
+            lease_expires_at = CASE WHEN ?9 THEN NULL ELSE lease_expires_at END
+         WHERE instance_id = ?10",
+    )?
+    .execute(rusqlite::params![
+        state,
+        limit_i64(state.len()),
+        commit.status.as_str(),
+        commit.sub_status.map(InstanceSubStatus::as_str),
+        commit.correlation_id,
+        commit.now,
+        commit.status.is_final().then_some(commit.now),
+        commit.clear_control_request,
+        commit.release_lease,
+        id,
+    ])?;
+    Ok(version + 1)
+}
+
+/// Inserts a new instance at version 1 with its receipt and consumed queue item (ST-17).
+fn insert_instance_tx(c: &Connection, i: &NewInstance<String>) -> StoreResult<()> {
+    let state = i.state.as_str();
+    if let Some(scope) = &i.activation_scope {
+        // The single writer serialises this check with every other creation (ST-17).
+        let existing: Option<String> = c
+            .prepare_cached(
+                "SELECT instance_id FROM wf_instances
+                 WHERE activation_scope = ?1 AND status NOT IN ('finished', 'cancelled')
+                 LIMIT 1",
+            )?
+            .query_row([scope], |r| r.get(0))
+            .optional()?;
+        if let Some(existing) = existing {
+            return Err(StoreError::ActivationConflict {
+                scope: scope.clone(),
+                existing,
+            });
+        }
+    }
+    let inserted = c
+        .prepare_cached(
+            "INSERT INTO wf_instances (instance_id, definition_name, definition_version,
+                status, sub_status, correlation_id, version, lease_token, origin_at,
+                created_at, updated_at, finished_at, state, state_size, activation_scope)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, 1, 0, ?7, ?8, ?8, ?9, ?10, ?11, ?12)",
+        )?
+        .execute(rusqlite::params![
+            i.instance_id,
+            i.definition_name,
+            i.definition_version,
+            i.status.as_str(),
+            i.sub_status.map(InstanceSubStatus::as_str),
+            i.correlation_id,
+            i.origin_at,
+            i.created_at,
+            i.status.is_final().then_some(i.created_at),
+            state,
+            limit_i64(state.len()),
+            i.activation_scope,
+        ]);
+    match inserted {
+        Ok(_) => {}
+        Err(e) if is_constraint(&e) => {
+            return Err(StoreError::AlreadyExists {
+                what: "instance",
+                id: i.instance_id.clone(),
+            });
+        }
+        Err(e) => return Err(e.into()),
+    }
+    if let Some(stimulus) = &i.receipt {
+        c.prepare_cached(
+            "INSERT OR IGNORE INTO wf_receipts (instance_id, stimulus_id, at)
+             VALUES (?1, ?2, ?3)",
+        )?
+        .execute(rusqlite::params![i.instance_id, stimulus, i.created_at])?;
+    }
+    if let Some(item) = &i.consumed_queue_item {
+        c.prepare_cached("DELETE FROM wf_queue WHERE item_id = ?1")?
+            .execute([item])?;
+    }
+    Ok(())
+}
+
+/// Inserts a queue item; an id already queued or dead gives `AlreadyExists`.
+fn enqueue_tx(c: &Connection, item: &QueueItem) -> StoreResult<()> {
+    let exists = |what: &'static str| StoreError::AlreadyExists {
+        what,
+        id: item.item_id.clone(),
+    };
+    let dead = c
+        .prepare_cached("SELECT 1 FROM wf_dead_letters WHERE original_item_id = ?1")?
+        .query_row([&item.item_id], |_| Ok(()))
+        .optional()?
+        .is_some();
+    if dead {
+        return Err(exists("queue item"));
+    }
+    let inserted = c
+        .prepare_cached(&format!(
+            "INSERT INTO wf_queue (item_id, {QUEUE_COLS})
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)"
+        ))?
+        .execute(rusqlite::params![
+            item.item_id,
+            item.stimulus_id,
+            item.name,
+            item.hash,
+            item.key_display,
+            json_text(&item.payload)?,
+            item.correlation_id,
+            json_text(&item.targets)?,
+            item.sent_at,
+            item.enqueued_at,
+            item.expires_at,
+            item.attempts,
+            item.last_error,
+            item.last_attempt_at,
+            item.held,
+            item.idempotency_key,
+        ]);
+    match inserted {
+        Ok(_) => Ok(()),
+        Err(e) if is_constraint(&e) => Err(exists("queue item")),
+        Err(e) => Err(e.into()),
+    }
+}
+
+fn insert_journal(
+    c: &Connection,
+    id: &str,
+    seq: i64,
+    entry: &NewJournalRecord<String>,
+) -> StoreResult<()> {
+    let detail = entry.detail.as_str();
+    c.prepare_cached(
+        "INSERT INTO wf_journal (instance_id, seq, at, kind, context_id, node_id, detail)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+    )?
+    .execute(rusqlite::params![
+        id,
+        seq,
+        entry.at,
+        entry.kind,
+        entry.context_id.map(to_i64),
+        entry.node_id,
+        detail,
+    ])?;
+    Ok(())
+}
+
+fn insert_incident_tx(
+    c: &Connection,
+    instance_id: &str,
+    definition_name: &str,
+    incident: &NewIncident,
+) -> StoreResult<()> {
+    let inserted = c
+        .prepare_cached(
+            "INSERT INTO wf_incidents (incident_id, instance_id, definition_name, kind,
+                created_at, record) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+        )?
+        .execute(rusqlite::params![
+            incident.incident_id,
+            instance_id,
+            definition_name,
+            incident.kind,
+            incident.created_at,
+            json_text(&incident.record)?,
+        ]);
+    match inserted {
+        Ok(_) => Ok(()),
+        Err(e) if is_constraint(&e) => Err(StoreError::AlreadyExists {
+            what: "incident",
+            id: incident.incident_id.clone(),
+        }),
+        Err(e) => Err(e.into()),
+    }
+}
+
+const INCIDENT_COLS: &str = "incident_id, instance_id, definition_name, kind, created_at, \
+    resolved_at, resolution, record";
+
+fn incidents_from(
+    stmt: &mut rusqlite::CachedStatement<'_>,
+    params: &[&dyn rusqlite::ToSql],
+) -> StoreResult<Vec<IncidentRecord>> {
+    let rows = stmt.query_map(params, |r| {
+        Ok((
+            IncidentRecord {
+                incident_id: r.get(0)?,
+                instance_id: r.get(1)?,
+                definition_name: r.get(2)?,
+                kind: r.get(3)?,
+                created_at: r.get(4)?,
+                resolved_at: r.get(5)?,
+                resolution: r.get(6)?,
+                record: Value::Null,
+            },
+            r.get::<_, String>(7)?,
+        ))
+    })?;
+    let mut incidents = Vec::new();
+    for row in rows {
+        let (mut incident, record) = row?;
+        incident.record = decode_json("incident", &incident.incident_id, "record", &record)?;
+        incidents.push(incident);
+    }
+    Ok(incidents)
+}
+
+fn move_to_dead(
+    c: &Connection,
+    item_id: &str,
+    reason: DeadLetterReason,
+    error: Option<&str>,
+    now: i64,
+) -> StoreResult<bool> {
+    let inserted = c
+        .prepare_cached(&format!(
+            "INSERT OR IGNORE INTO wf_dead_letters (original_item_id, {QUEUE_COLS}, reason, error, dead_at)
+             SELECT item_id, {QUEUE_COLS}, ?2, ?3, ?4 FROM wf_queue WHERE item_id = ?1"
+        ))?
+        .execute(rusqlite::params![item_id, reason.as_str(), error, now])?;
+    let deleted = c
+        .prepare_cached("DELETE FROM wf_queue WHERE item_id = ?1")?
+        .execute([item_id])?;
+    Ok(inserted > 0 && deleted > 0)
+}
+
+/// Moves an undecodable queue item to the dead letters as `Rejected`, wrapping its raw JSON
+/// columns as `{"undecodable": "<text>"}` so the dead letter itself decodes (ST-22).
+fn quarantine_queue_item(
+    c: &Connection,
+    item_id: &str,
+    payload: &str,
+    targets: &str,
+    error: &StoreError,
+    now: i64,
+) -> StoreResult<()> {
+    let wrap = |raw: &str| -> StoreResult<String> {
+        match serde_json::from_str::<Value>(raw) {
+            Ok(_) => Ok(raw.to_owned()),
+            Err(_) => json_text(&serde_json::json!({ "undecodable": raw })),
+        }
+    };
+    c.prepare_cached("UPDATE wf_queue SET payload = ?2, targets = ?3 WHERE item_id = ?1")?
+        .execute(rusqlite::params![item_id, wrap(payload)?, wrap(targets)?])?;
+    move_to_dead(
+        c,
+        item_id,
+        DeadLetterReason::Rejected,
+        Some(&error.to_string()),
+        now,
+    )?;
+    Ok(())
+}
+
+fn delete_dependents(c: &Connection, id: &str) -> StoreResult<()> {
+    for sql in [
+        "DELETE FROM wf_bookmarks WHERE instance_id = ?1",
+        "DELETE FROM wf_timers WHERE instance_id = ?1",
+        "DELETE FROM wf_journal WHERE instance_id = ?1",
+        "DELETE FROM wf_receipts WHERE instance_id = ?1",
+        "DELETE FROM wf_incidents WHERE instance_id = ?1",
+        "DELETE FROM wf_instances WHERE instance_id = ?1",
+    ] {
+        c.prepare_cached(sql)?.execute([id])?;
+    }
+    Ok(())
+}
+
+fn acquire_instance_lease(
+    c: &Connection,
+    id: &str,
+    owner: &str,
+    now: i64,
+    ttl: i64,
+) -> StoreResult<Lease> {
+    let row: Option<(Option<String>, Option<i64>)> = c
+        .prepare_cached(
+            "SELECT lease_owner, lease_expires_at FROM wf_instances WHERE instance_id = ?1",
+        )?
+        .query_row([id], |r| Ok((r.get(0)?, r.get(1)?)))
+        .optional()?;
+    let (holder, until) = row.ok_or_else(|| not_found("instance", id))?;
+    if let (Some(holder), Some(until)) = (holder, until)
+        && until > now
+    {
+        return Err(StoreError::LeaseHeld {
+            resource: LeaseKey::instance(id).resource(),
+            holder,
+            until,
+        });
+    }
+    let expires_at = now.saturating_add(ttl);
+    let token: i64 = c
+        .prepare_cached(
+            "UPDATE wf_instances SET lease_token = lease_token + 1, lease_owner = ?2,
+                lease_expires_at = ?3
+             WHERE instance_id = ?1 RETURNING lease_token",
+        )?
+        .query_row(rusqlite::params![id, owner, expires_at], |r| r.get(0))?;
+    Ok(Lease {
+        token: to_u64(token),
+        expires_at,
+    })
+}
+
+/// Checks that `token` is the current, held token of an instance lease.
+fn check_instance_token(c: &Connection, id: &str, token: u64) -> StoreResult<()> {
+    let row: Option<(Option<String>, i64)> = c
+        .prepare_cached("SELECT lease_owner, lease_token FROM wf_instances WHERE instance_id = ?1")?
+        .query_row([id], |r| Ok((r.get(0)?, r.get(1)?)))
+        .optional()?;
+    let (owner, current) = row.ok_or_else(|| not_found("instance", id))?;
+    if owner.is_none() || to_u64(current) != token {
+        return Err(StoreError::Fenced {
+            resource: LeaseKey::instance(id).resource(),
+            token,
+            current: to_u64(current),
+        });
+    }
+    Ok(())
+}
+
+fn check_named_token(c: &Connection, name: &str, token: u64) -> StoreResult<()> {
+    let row: Option<(Option<String>, i64)> = c
+        .prepare_cached("SELECT owner, token FROM wf_named_leases WHERE name = ?1")?
+        .query_row([name], |r| Ok((r.get(0)?, r.get(1)?)))
+        .optional()?;
+    match row {
+        Some((Some(_), current)) if to_u64(current) == token => Ok(()),
+        other => Err(StoreError::Fenced {
+            resource: LeaseKey::named(name).resource(),
+            token,
+            current: other.map_or(0, |(_, t)| to_u64(t)),
+        }),
+    }
+}
+
+impl SqliteStore {
+    fn acquire_tx(
+        c: &Connection,
+        key: &LeaseKey,
+        owner: &str,
+        now: i64,
+        ttl: i64,
+    ) -> StoreResult<Lease> {
+        match key {
+            LeaseKey::Instance(id) => acquire_instance_lease(c, id, owner, now, ttl),
+            LeaseKey::Named(name) => {
+                let row: Option<(Option<String>, Option<i64>)> = c
+                    .prepare_cached(
+                        "SELECT owner, expires_at FROM wf_named_leases WHERE name = ?1",
+                    )?
+                    .query_row([name], |r| Ok((r.get(0)?, r.get(1)?)))
+                    .optional()?;
+                if let Some((Some(holder), Some(until))) = row
+                    && until > now
+                {
+                    return Err(StoreError::LeaseHeld {
+                        resource: key.resource(),
+                        holder,
+                        until,
+                    });
+                }
+                let expires_at = now.saturating_add(ttl);
+                let token: i64 = c
+                    .prepare_cached(
+                        "INSERT INTO wf_named_leases (name, owner, token, expires_at)
+                         VALUES (?1, ?2, 1, ?3)
+                         ON CONFLICT (name) DO UPDATE SET owner = ?2, token = token + 1,
+                            expires_at = ?3
+                         RETURNING token",
+                    )?
+                    .query_row(rusqlite::params![name, owner, expires_at], |r| r.get(0))?;
+                Ok(Lease {
+                    token: to_u64(token),
+                    expires_at,
+                })
+            }
+        }
+    }
+
+    fn renew_tx(
+        c: &Connection,
+        key: &LeaseKey,
+        token: u64,
+        now: i64,
+        ttl: i64,
+    ) -> StoreResult<Renewal> {
+        let expires_at = now.saturating_add(ttl);
+        match key {
+            LeaseKey::Instance(id) => {
+                check_instance_token(c, id, token)?;
+                let control: Option<String> = c
+                    .prepare_cached(
+                        "UPDATE wf_instances SET lease_expires_at = ?2 WHERE instance_id = ?1
+                         RETURNING control_request",
+                    )?
+                    .query_row(rusqlite::params![id, expires_at], |r| r.get(0))?;
+                let control_request = match control {
+                    None => None,
+                    Some(text) => {
+                        Some(serde_json::from_str(&text).map_err(|e| StoreError::Decode {
+                            what: "instance",
+                            id: id.clone(),
+                            path: "control_request".to_owned(),
+                            message: e.to_string(),
+                        })?)
+                    }
+                };
+                Ok(Renewal {
+                    lease: Lease { token, expires_at },
+                    control_request,
+                })
+            }
+            LeaseKey::Named(name) => {
+                check_named_token(c, name, token)?;
+                c.prepare_cached("UPDATE wf_named_leases SET expires_at = ?2 WHERE name = ?1")?
+                    .execute(rusqlite::params![name, expires_at])?;
+                Ok(Renewal {
+                    lease: Lease { token, expires_at },
+                    control_request: None,
+                })
+            }
+        }
+    }
+}
+
+fn purge_tx(c: &Connection, target: &PurgeTarget) -> StoreResult<u64> {
+    let count = |n: usize| u64::try_from(n).unwrap_or(u64::MAX);
+    match target {
+        PurgeTarget::Instance(id) => {
+            let status: Option<String> = c
+                .prepare_cached("SELECT status FROM wf_instances WHERE instance_id = ?1")?
+                .query_row([id], |r| r.get(0))
+                .optional()?;
+            let status = status.ok_or_else(|| not_found("instance", id))?;
+            match InstanceStatus::parse(&status) {
+                Some(s) if s.is_final() => delete_dependents(c, id).map(|()| 1),
+                Some(s) => Err(StoreError::NotTerminal {
+                    instance: id.clone(),
+                    status: s,
+                }),
+                None => Err(StoreError::Decode {
+                    what: "instance",
+                    id: id.clone(),
+                    path: "status".to_owned(),
+                    message: format!("unknown status {status:?}"),
+                }),
+            }
+        }
+        PurgeTarget::Finished(filter) => {
+            let first = filter
+                .statuses
+                .first()
+                .map(|s| s.as_str())
+                .unwrap_or_default();
+            let second = filter.statuses.get(1).map_or(first, |s| s.as_str());
+            let ids: Vec<String> = {
+                let mut stmt = c.prepare_cached(
+                    "SELECT instance_id FROM wf_instances
+                     WHERE (status = ?1 OR status = ?2) AND finished_at < ?3
+                       AND (?4 IS NULL OR definition_name = ?4)
+                     LIMIT ?5",
+                )?;
+                let rows = stmt.query_map(
+                    rusqlite::params![
+                        first,
+                        second,
+                        filter.finished_before,
+                        filter.definition_name,
+                        limit_i64(filter.batch_size)
+                    ],
+                    |r| r.get(0),
+                )?;
+                rows.collect::<Result<_, _>>()?
+            };
+            for id in &ids {
+                delete_dependents(c, id)?;
+            }
+            Ok(count(ids.len()))
+        }
+        PurgeTarget::DeadLetter(id) => Ok(count(
+            c.prepare_cached("DELETE FROM wf_dead_letters WHERE original_item_id = ?1")?
+                .execute([id])?,
+        )),
+        PurgeTarget::DeadLettersBefore { before, limit } => Ok(count(
+            c.prepare_cached(
+                "DELETE FROM wf_dead_letters WHERE original_item_id IN (
+                    SELECT original_item_id FROM wf_dead_letters WHERE dead_at < ?1 LIMIT ?2)",
+            )?
+            .execute(rusqlite::params![before, limit_i64(*limit)])?,
+        )),
+        PurgeTarget::ReceiptsBefore { before, limit } => Ok(count(
+            c.prepare_cached(
+                "DELETE FROM wf_receipts WHERE (instance_id, stimulus_id) IN (
+                    SELECT instance_id, stimulus_id FROM wf_receipts WHERE at < ?1 LIMIT ?2)",
+            )?
+            .execute(rusqlite::params![before, limit_i64(*limit)])?,
+        )),
+        PurgeTarget::IdempotencyRecordsBefore { before, limit } => Ok(count(
+            c.prepare_cached(
+                "DELETE FROM wf_idempotency WHERE idempotency_key IN (
+                    SELECT idempotency_key FROM wf_idempotency WHERE created_at < ?1 LIMIT ?2)",
+            )?
+            .execute(rusqlite::params![before, limit_i64(*limit)])?,
+        )),
+        PurgeTarget::ExpiredQueueItems { now, limit } => {
+            let ids: Vec<String> = {
+                let mut stmt = c.prepare_cached(
+                    "SELECT item_id FROM wf_queue WHERE held = 0 AND expires_at <= ?1
+                     ORDER BY expires_at, item_id LIMIT ?2",
+                )?;
+                let rows =
+                    stmt.query_map(rusqlite::params![now, limit_i64(*limit)], |r| r.get(0))?;
+                rows.collect::<Result<_, _>>()?
+            };
+            let mut moved = 0;
+            for id in ids {
+                if move_to_dead(c, &id, DeadLetterReason::Expired, None, *now)? {
+                    moved += 1;
+                }
+            }
+            Ok(moved)
+        }
+        PurgeTarget::Schedule(id) => Ok(count(
+            c.prepare_cached("DELETE FROM wf_timers WHERE timer_id = ?1 AND instance_id IS NULL")?
+                .execute([id])?,
+        )),
+    }
+}
+
+fn settle_tx(c: &Connection, id: &str, settlement: &Settlement) -> StoreResult<Settled> {
+    match settlement {
+        Settlement::Release { owner } => {
+            c.prepare_cached(
+                "UPDATE wf_queue SET claim_owner = NULL, claim_expires_at = NULL
+                 WHERE item_id = ?1 AND claim_owner = ?2",
+            )?
+            .execute([id, owner])?;
+            Ok(Settled::Released)
+        }
+        Settlement::Ack => Ok(Settled::Acked(
+            c.prepare_cached("DELETE FROM wf_queue WHERE item_id = ?1")?
+                .execute([id])?
+                > 0,
+        )),
+        Settlement::Fail {
+            error,
+            now,
+            max_attempts,
+        } => {
+            let attempts: Option<i64> = c
+                .prepare_cached(
+                    "UPDATE wf_queue SET attempts = attempts + 1, last_error = ?2,
+                        last_attempt_at = ?3, claim_owner = NULL, claim_expires_at = NULL
+                     WHERE item_id = ?1 RETURNING attempts",
+                )?
+                .query_row(rusqlite::params![id, error, now], |r| r.get(0))
+                .optional()?;
+            let attempts = attempts.ok_or_else(|| not_found("queue item", id))?;
+            let attempts = u32::try_from(attempts).unwrap_or(u32::MAX);
+            if attempts >= *max_attempts {
+                move_to_dead(c, id, DeadLetterReason::Failed, Some(error), *now)?;
+                Ok(Settled::DeadLettered(true))
+            } else {
+                Ok(Settled::Retry { attempts })
+            }
+        }
+        Settlement::DeadLetter { reason, error, now } => Ok(Settled::DeadLettered(move_to_dead(
+            c,
+            id,
+            *reason,
+            error.as_deref(),
+            *now,
+        )?)),
+    }
+}
+
+fn load_tx(c: &Connection, id: &str) -> StoreResult<InstanceRecord<String>> {
+    let mut stmt = c.prepare_cached(&format!(
+        "SELECT {INSTANCE_COLS}, state FROM wf_instances WHERE instance_id = ?1"
+    ))?;
+    let mut rows = stmt.query([id])?;
+    match rows.next()? {
+        Some(row) => instance_from_row(id, row),
+        None => Err(not_found("instance", id)),
+    }
+}
+
+fn earliest_tx(c: &Connection, now: i64) -> StoreResult<Option<i64>> {
+    let due: Option<i64> = c
+        .prepare_cached(
+            "SELECT MIN(due_at) FROM wf_timers WHERE parked = 0
+               AND (claim_owner IS NULL OR claim_expires_at IS NULL OR claim_expires_at <= ?1)",
+        )?
+        .query_row([now], |r| r.get(0))
+        .map_err(|e| decode_error("timer", "*", "due_at", &e))?;
+    Ok(due)
+}
+
+impl Store for SqliteStore {
+    fn create_instance(&self, instance: NewInstance<String>) -> BoxFuture<'_, StoreResult<u64>> {
+        self.write_sized(instance.state.len(), move |c| {
+            insert_instance_tx(c, &instance)?;
+            Ok(1)
+        })
+    }
+
+    fn load_instance(
+        &self,
+        instance_id: &str,
+    ) -> BoxFuture<'_, StoreResult<InstanceRecord<String>>> {
+        let id = instance_id.to_owned();
+        self.read(move |c| load_tx(c, &id))
+    }
+
+    fn claim_instance(
+        &self,
+        instance_id: &str,
+        claim: LeaseClaim,
+    ) -> BoxFuture<'_, StoreResult<ClaimedRecord<String>>> {
+        let id = instance_id.to_owned();
+        self.write(move |c| {
+            let key = LeaseKey::Instance(id.clone());
+            let lease = match claim.token {
+                None => Self::acquire_tx(c, &key, &claim.owner, claim.now, claim.ttl)?,
+                Some(token) => Self::renew_tx(c, &key, token, claim.now, claim.ttl)?.lease,
+            };
+            Ok(ClaimedRecord {
+                lease,
+                record: load_tx(c, &id)?,
+            })
+        })
+    }
+
+    fn commit(&self, commit: Commit<String>) -> BoxFuture<'_, StoreResult<u64>> {
+        let bytes = commit
+            .instances_created
+            .iter()
+            .fold(commit.state.len(), |n, i| n.saturating_add(i.state.len()));
+        self.write_sized(bytes, move |c| commit_tx(c, &commit))
+    }
+
+    fn request_control(
+        &self,
+        instance_id: &str,
+        request: ControlRequest,
+    ) -> BoxFuture<'_, StoreResult<()>> {
+        let id = instance_id.to_owned();
+        self.write(move |c| {
+            let status: Option<String> = c
+                .prepare_cached("SELECT status FROM wf_instances WHERE instance_id = ?1")?
+                .query_row([&id], |r| r.get(0))
+                .optional()?;
+            let status = status.ok_or_else(|| not_found("instance", &id))?;
+            if InstanceStatus::parse(&status).is_none_or(InstanceStatus::is_final) {
+                return Err(StoreError::Invalid {
+                    what: "control request",
+                    reason: format!("instance {id} is {status}"),
+                });
+            }
+            let text = serde_json::to_string(&request).map_err(StoreError::unavailable)?;
+            c.prepare_cached(
+                "UPDATE wf_instances SET control_request = ?1 WHERE instance_id = ?2",
+            )?
+            .execute([&text, &id])?;
+            Ok(())
+        })
+    }
+
+    fn list_instances(
+        &self,
+        filter: InstanceFilter,
+    ) -> BoxFuture<'_, StoreResult<Vec<ListedInstance>>> {
+        self.read(move |c| {
+            let mut stmt = c.prepare_cached(&format!(
+                "SELECT {INSTANCE_COLS} FROM wf_instances
+                 WHERE (?1 IS NULL OR status = ?1)
+                   AND (?2 IS NULL OR definition_name = ?2)
+                   AND (?3 IS NULL OR correlation_id = ?3)
+                   AND (?4 IS NULL OR instance_id > ?4)
+                   AND (?6 = 0 OR status NOT IN ('finished', 'cancelled'))
+                   AND (?7 = 0 OR control_request IS NOT NULL)
+                 ORDER BY instance_id LIMIT ?5"
+            ))?;
+            let mut rows = stmt.query(rusqlite::params![
+                filter.status.map(InstanceStatus::as_str),
+                filter.definition_name,
+                filter.correlation_id,
+                filter.after,
+                limit_i64(filter.limit),
+                filter.live_only,
+                filter.control_requested,
+            ])?;
+            let mut listed = Vec::new();
+            while let Some(row) = rows.next()? {
+                let id: String = row.get(0)?;
+                let summary = summary_from_row(&id, row);
+                listed.push(ListedInstance {
+                    instance_id: id,
+                    summary,
+                });
+            }
+            Ok(listed)
+        })
+    }
+
+    fn claim_runnable(
+        &self,
+        owner: &str,
+        now: i64,
+        ttl: i64,
+        limit: usize,
+    ) -> BoxFuture<'_, StoreResult<Vec<ClaimedInstance>>> {
+        let owner = owner.to_owned();
+        self.write(move |c| {
+            let candidates: Vec<(String, Option<String>)> = {
+                let mut stmt = c.prepare_cached(
+                    "SELECT instance_id, sub_status FROM wf_instances
+                     WHERE status = 'running'
+                       AND (lease_owner IS NULL OR lease_expires_at IS NULL
+                            OR lease_expires_at <= ?1)
+                     ORDER BY updated_at, instance_id LIMIT ?2",
+                )?;
+                let rows = stmt.query_map(rusqlite::params![now, limit_i64(limit)], |r| {
+                    Ok((r.get(0)?, r.get(1)?))
+                })?;
+                rows.collect::<Result<_, _>>()?
+            };
+            let mut claimed = Vec::with_capacity(candidates.len());
+            for (id, sub_status) in candidates {
+                let lease = acquire_instance_lease(c, &id, &owner, now, ttl)?;
+                claimed.push(ClaimedInstance {
+                    instance_id: id,
+                    sub_status: sub_status.as_deref().and_then(InstanceSubStatus::parse),
+                    lease,
+                });
+            }
+            Ok(claimed)
+        })
+    }
+
+    fn purge(&self, target: PurgeTarget) -> BoxFuture<'_, StoreResult<u64>> {
+        let PurgeTarget::Finished(filter) = target else {
+            return self.write(move |c| purge_tx(c, &target));
+        };
+        Box::pin(async move {
+            let batch = filter.batch_size.max(1);
+            let mut total = 0u64;
+            loop {
+                let target = PurgeTarget::Finished(filter.clone());
+                // Each batch is its own atomic write (ST-31).
+                let removed = self.write(move |c| purge_tx(c, &target)).await?;
+                total += removed;
+                if removed < batch as u64 {
+                    return Ok(total);
+                }
+            }
+        })
+    }
+
+    fn acquire_lease(
+        &self,
+        key: &LeaseKey,
+        owner: &str,
+        now: i64,
+        ttl: i64,
+    ) -> BoxFuture<'_, StoreResult<Lease>> {
+        let (key, owner) = (key.clone(), owner.to_owned());
+        self.write(move |c| Self::acquire_tx(c, &key, &owner, now, ttl))
+    }
+
+    fn renew_lease(
+        &self,
+        key: &LeaseKey,
+        token: u64,
+        now: i64,
+        ttl: i64,
+    ) -> BoxFuture<'_, StoreResult<Renewal>> {
+        let key = key.clone();
+        self.write(move |c| Self::renew_tx(c, &key, token, now, ttl))
+    }
+
+    fn release_lease(&self, key: &LeaseKey, token: u64) -> BoxFuture<'_, StoreResult<()>> {
+        let key = key.clone();
+        self.write(move |c| {
+            match &key {
+                LeaseKey::Instance(id) => {
+                    check_instance_token(c, id, token)?;
+                    c.prepare_cached(
+                        "UPDATE wf_instances SET lease_owner = NULL, lease_expires_at = NULL
+                         WHERE instance_id = ?1",
+                    )?
+                    .execute([id])?;
+                }
+                LeaseKey::Named(name) => {
+                    check_named_token(c, name, token)?;
+                    c.prepare_cached(
+                        "UPDATE wf_named_leases SET owner = NULL, expires_at = NULL WHERE name = ?1",
+                    )?
+                    .execute([name])?;
+                }
+            }
+            Ok(())
+        })
+    }
+
+    fn find_bookmarks(
+        &self,
+        select: BookmarkSelect,
+    ) -> BoxFuture<'_, StoreResult<Vec<BookmarkRow>>> {
+        self.read(move |c| match select {
+            BookmarkSelect::Hash(query) => {
+                let (after_at, after_id) = match &query.after {
+                    Some((at, id)) => (Some(*at), Some(id.as_str())),
+                    None => (None, None),
+                };
+                let mut stmt = c.prepare_cached(&format!(
+                    "SELECT {BOOKMARK_COLS} FROM wf_bookmarks
+                     WHERE hash = ?1
+                       AND (?2 IS NULL OR instance_id = ?2)
+                       AND (?3 IS NULL OR correlation_id = ?3)
+                       AND (?4 IS NULL OR bookmark_id = ?4)
+                       AND (?5 IS NULL OR (created_at, bookmark_id) > (?5, ?6))
+                     ORDER BY created_at, bookmark_id LIMIT ?7"
+                ))?;
+                let rows = stmt.query_map(
+                    rusqlite::params![
+                        query.hash,
+                        query.instance_id,
+                        query.correlation_id,
+                        query.bookmark_id,
+                        after_at,
+                        after_id,
+                        limit_i64(query.limit),
+                    ],
+                    bookmark_from_row,
+                )?;
+                collect_rows(rows, "bookmark")
+            }
+            BookmarkSelect::Instance(id) => {
+                let mut stmt = c.prepare_cached(&format!(
+                    "SELECT {BOOKMARK_COLS} FROM wf_bookmarks WHERE instance_id = ?1
+                     ORDER BY created_at, bookmark_id"
+                ))?;
+                let rows = stmt.query_map([&id], bookmark_from_row)?;
+                collect_rows(rows, "bookmark")
+            }
+        })
+    }
+
+    fn has_receipt(
+        &self,
+        instance_id: &str,
+        stimulus_id: &str,
+    ) -> BoxFuture<'_, StoreResult<bool>> {
+        let (id, stimulus) = (instance_id.to_owned(), stimulus_id.to_owned());
+        self.read(move |c| {
+            Ok(c.prepare_cached(
+                "SELECT 1 FROM wf_receipts WHERE instance_id = ?1 AND stimulus_id = ?2",
+            )?
+            .query_row([&id, &stimulus], |_| Ok(()))
+            .optional()?
+            .is_some())
+        })
+    }
+
+    fn find_triggers(&self, select: TriggerSelect) -> BoxFuture<'_, StoreResult<Vec<TriggerRow>>> {
+        self.read(move |c| match select {
+            TriggerSelect::Definition(name) => {
+                select_triggers(c, "WHERE definition_name = ?1", rusqlite::params![name])
+            }
+            TriggerSelect::Hashes(hashes) => {
+                let mut found = Vec::new();
+                for hash in &hashes {
+                    found.extend(select_triggers(
+                        c,
+                        "WHERE hash = ?1",
+                        rusqlite::params![hash],
+                    )?);
+                }
+                found.sort_by(|a, b| {
+                    (&a.definition_name, &a.node_id, &a.hash).cmp(&(
+                        &b.definition_name,
+                        &b.node_id,
+                        &b.hash,
+                    ))
+                });
+                found.dedup_by(|a, b| {
+                    a.definition_name == b.definition_name
+                        && a.node_id == b.node_id
+                        && a.hash == b.hash
+                });
+                Ok(found)
+            }
+        })
+    }
+
+    fn write_triggers(
+        &self,
+        definition_name: &str,
+        write: TriggerWrite,
+    ) -> BoxFuture<'_, StoreResult<()>> {
+        let name = definition_name.to_owned();
+        self.write(move |c| {
+            for (node, hash) in &write.deletes {
+                c.prepare_cached(
+                    "DELETE FROM wf_triggers
+                     WHERE definition_name = ?1 AND node_id = ?2 AND hash = ?3",
+                )?
+                .execute([&name, node, hash])?;
+            }
+            for t in &write.upserts {
+                c.prepare_cached(
+                    "INSERT OR REPLACE INTO wf_triggers (definition_name, node_id, hash,
+                        definition_version, name, key_display, payload, activation, registered_at)
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+                )?
+                .execute(rusqlite::params![
+                    name,
+                    t.node_id,
+                    t.hash,
+                    t.definition_version,
+                    t.name,
+                    t.key_display,
+                    json_text(&t.payload)?,
+                    json_text(&t.activation)?,
+                    t.registered_at,
+                ])?;
+            }
+            Ok(())
+        })
+    }
+
+    fn claim_due_timers(
+        &self,
+        owner: &str,
+        now: i64,
+        claim_ttl: i64,
+        limit: usize,
+    ) -> BoxFuture<'_, StoreResult<DueTimers>> {
+        let owner = owner.to_owned();
+        let claim = move |c: &Connection| -> StoreResult<DueTimers> {
+            let claimed: Vec<TimerRow> = {
+                let mut stmt = c.prepare_cached(&format!(
+                    "SELECT {TIMER_COLS} FROM wf_timers
+                     WHERE parked = 0 AND due_at <= ?1
+                       AND (claim_owner IS NULL OR claim_expires_at IS NULL
+                            OR claim_expires_at <= ?1)
+                     ORDER BY due_at, timer_id LIMIT ?2"
+                ))?;
+                let rows =
+                    stmt.query_map(rusqlite::params![now, limit_i64(limit)], timer_from_row)?;
+                collect_rows(rows, "timer")?
+            };
+            let mut stmt = c.prepare_cached(
+                "UPDATE wf_timers SET claim_owner = ?2, claim_expires_at = ?3 WHERE timer_id = ?1",
+            )?;
+            for t in &claimed {
+                stmt.execute(rusqlite::params![
+                    t.timer_id,
+                    owner,
+                    now.saturating_add(claim_ttl)
+                ])?;
+            }
+            Ok(DueTimers {
+                claimed,
+                next_due: earliest_tx(c, now)?,
+            })
+        };
+        if limit == 0 {
+            // Nothing to claim: a read, off the writer.
+            return self.read(claim);
+        }
+        self.write(claim)
+    }
+
+    fn list_timers(&self, scope: TimerScope) -> BoxFuture<'_, StoreResult<Vec<TimerRow>>> {
+        self.read(move |c| {
+            let (sql, key) = match &scope {
+                TimerScope::Instance(id) => (
+                    format!(
+                        "SELECT {TIMER_COLS} FROM wf_timers WHERE instance_id = ?1
+                         ORDER BY due_at, timer_id"
+                    ),
+                    id,
+                ),
+                TimerScope::Schedules(name) => (
+                    format!(
+                        "SELECT {TIMER_COLS} FROM wf_timers
+                         WHERE instance_id IS NULL AND definition_name = ?1 ORDER BY timer_id"
+                    ),
+                    name,
+                ),
+            };
+            let mut stmt = c.prepare_cached(&sql)?;
+            let rows = stmt.query_map([key], timer_from_row)?;
+            collect_rows(rows, "timer")
+        })
+    }
+
+    fn put_schedule(&self, schedule: Schedule) -> BoxFuture<'_, StoreResult<bool>> {
+        self.write(move |c| {
+            let n = c
+                .prepare_cached(
+                    "INSERT OR IGNORE INTO wf_timers (timer_id, instance_id, kind, due_at,
+                        parked, definition_name, node_id)
+                     VALUES (?1, NULL, ?2, ?3, ?4, ?5, ?6)",
+                )?
+                .execute(rusqlite::params![
+                    schedule.schedule_id,
+                    schedule.kind,
+                    schedule.due_at,
+                    schedule.fired,
+                    schedule.definition_name,
+                    schedule.node_id,
+                ])?;
+            Ok(n > 0)
+        })
+    }
+
+    fn fire_schedule(
+        &self,
+        schedule_id: &str,
+        expected_due_at: i64,
+        instance: NewInstance<String>,
+        next_due: Option<i64>,
+    ) -> BoxFuture<'_, StoreResult<ScheduleFiring>> {
+        let id = schedule_id.to_owned();
+        self.write(move |c| {
+            let current: Option<i64> = c
+                .prepare_cached(
+                    "SELECT due_at FROM wf_timers
+                     WHERE timer_id = ?1 AND instance_id IS NULL AND parked = 0",
+                )?
+                .query_row([&id], |r| r.get(0))
+                .optional()?;
+            if current != Some(expected_due_at) {
+                return Ok(ScheduleFiring::Stale);
+            }
+            let firing = match insert_instance_tx(c, &instance) {
+                Ok(()) => ScheduleFiring::Started,
+                Err(StoreError::ActivationConflict { existing, .. }) => {
+                    ScheduleFiring::Refused { existing }
+                }
+                Err(e) => return Err(e),
+            };
+            c.prepare_cached(
+                "UPDATE wf_timers SET claim_owner = NULL, claim_expires_at = NULL,
+                    due_at = COALESCE(?2, due_at), parked = (?2 IS NULL)
+                 WHERE timer_id = ?1",
+            )?
+            .execute(rusqlite::params![id, next_due])?;
+            Ok(firing)
+        })
+    }
+
+    fn read_journal(
+        &self,
+        instance_id: &str,
+        from_seq: u64,
+        limit: usize,
+    ) -> BoxFuture<'_, StoreResult<Vec<JournalRecord<String>>>> {
+        let id = instance_id.to_owned();
+        self.read(move |c| {
+            let mut stmt = c.prepare_cached(
+                "SELECT seq, at, kind, context_id, node_id, detail FROM wf_journal
+                 WHERE instance_id = ?1 AND seq >= ?2 ORDER BY seq LIMIT ?3",
+            )?;
+            let rows = stmt.query_map(
+                rusqlite::params![id, to_i64(from_seq), limit_i64(limit)],
+                journal_from_row,
+            )?;
+            Ok(rows.filter_map(|row| match row {
+                Ok(entry) => Some(entry),
+                // ST-22: a row whose columns do not decode is left out, logged, so the
+                // instance's other entries still read.
+                Err(error) => {
+                    tracing::warn!(instance = %id, %error, "journal row does not decode; skipped");
+                    None
+                }
+            })
+            .collect())
+        })
+    }
+
+    fn enqueue(&self, send: Enqueue) -> BoxFuture<'_, StoreResult<Option<IdempotencyRecord>>> {
+        let report = match send
+            .idempotency
+            .as_ref()
+            .map(|r| json_text(&r.report))
+            .transpose()
+        {
+            Ok(report) => report,
+            Err(e) => return Box::pin(std::future::ready(Err(e))),
+        };
+        self.write(move |c| {
+            if let (Some(record), Some(report)) = (&send.idempotency, &report) {
+                if let Some(existing) = find_idempotency(c, &record.key)? {
+                    return Ok(Some(existing));
+                }
+                c.prepare_cached(
+                    "INSERT INTO wf_idempotency (idempotency_key, hash, payload_digest, report,
+                        created_at) VALUES (?1, ?2, ?3, ?4, ?5)",
+                )?
+                .execute(rusqlite::params![
+                    record.key,
+                    record.hash,
+                    record.payload_digest,
+                    report,
+                    record.created_at
+                ])?;
+            }
+            for item in &send.items {
+                enqueue_tx(c, item)?;
+            }
+            Ok(None)
+        })
+    }
+
+    fn claim_queue_page(
+        &self,
+        owner: &str,
+        now: i64,
+        claim_ttl: i64,
+        limit: usize,
+    ) -> BoxFuture<'_, StoreResult<Vec<QueueItem>>> {
+        let owner = owner.to_owned();
+        self.write(move |c| {
+            let raw: Vec<RawQueue> = {
+                let mut stmt = c.prepare_cached(&format!(
+                    "SELECT item_id, {QUEUE_COLS} FROM wf_queue
+                     WHERE (held = 1 OR expires_at > ?1)
+                       AND (claim_owner IS NULL OR claim_expires_at IS NULL
+                            OR claim_expires_at <= ?1)
+                     ORDER BY sent_at, item_id LIMIT ?2"
+                ))?;
+                let rows =
+                    stmt.query_map(rusqlite::params![now, limit_i64(limit)], queue_from_row)?;
+                collect_rows(rows, "queue item")?
+            };
+            let mut stmt = c.prepare_cached(
+                "UPDATE wf_queue SET claim_owner = ?2, claim_expires_at = ?3 WHERE item_id = ?1",
+            )?;
+            let mut items = Vec::with_capacity(raw.len());
+            for r in raw {
+                let id = r.item.item_id.clone();
+                let (payload, targets) = (r.payload.clone(), r.targets.clone());
+                match r.decode("queue item") {
+                    Ok(item) => {
+                        stmt.execute(rusqlite::params![id, owner, now.saturating_add(claim_ttl)])?;
+                        items.push(item);
+                    }
+                    // ST-22: an undecodable item fails alone: it becomes a `Rejected` dead
+                    // letter naming the error, its raw text kept in a decodable wrapper, so it
+                    // neither blocks the queue nor is lost.
+                    Err(e) => quarantine_queue_item(c, &id, &payload, &targets, &e, now)?,
+                }
+            }
+            Ok(items)
+        })
+    }
+
+    fn settle_queue_item(
+        &self,
+        item_id: &str,
+        settlement: Settlement,
+    ) -> BoxFuture<'_, StoreResult<Settled>> {
+        let id = item_id.to_owned();
+        self.write(move |c| settle_tx(c, &id, &settlement))
+    }
+
+    fn replay_dead_letter(
+        &self,
+        item_id: &str,
+        now: i64,
+        ttl: i64,
+    ) -> BoxFuture<'_, StoreResult<QueueItem>> {
+        let id = item_id.to_owned();
+        self.write(move |c| {
+            let raw = c
+                .prepare_cached(&format!(
+                    "SELECT original_item_id, {QUEUE_COLS} FROM wf_dead_letters
+                     WHERE original_item_id = ?1"
+                ))?
+                .query_row([&id], queue_from_row)
+                .optional()?
+                .ok_or_else(|| not_found("dead letter", &id))?;
+            let mut item = raw.decode("dead letter")?;
+            item.enqueued_at = now;
+            item.expires_at = now.saturating_add(ttl);
+            item.attempts = 0;
+            item.last_error = None;
+            item.last_attempt_at = None;
+            c.prepare_cached("DELETE FROM wf_dead_letters WHERE original_item_id = ?1")?
+                .execute([&id])?;
+            enqueue_tx(c, &item)?;
+            Ok(item)
+        })
+    }
+
+    fn list_dead_letters(
+        &self,
+        filter: DeadLetterFilter,
+    ) -> BoxFuture<'_, StoreResult<Vec<DeadLetter>>> {
+        self.read(move |c| {
+            let (after_at, after_id) = match &filter.after {
+                Some((at, id)) => (Some(*at), Some(id.as_str())),
+                None => (None, None),
+            };
+            let mut stmt = c.prepare_cached(&format!(
+                "SELECT original_item_id, {QUEUE_COLS}, reason, error, dead_at FROM wf_dead_letters
+                 WHERE (?1 IS NULL OR reason = ?1)
+                   AND (?3 IS NULL OR name = ?3)
+                   AND (?4 IS NULL OR hash = ?4)
+                   AND (?5 IS NULL OR (dead_at, original_item_id) > (?5, ?6))
+                 ORDER BY dead_at, original_item_id LIMIT ?2"
+            ))?;
+            let rows = stmt.query_map(
+                rusqlite::params![
+                    filter.reason.map(DeadLetterReason::as_str),
+                    limit_i64(filter.limit),
+                    filter.name,
+                    filter.hash,
+                    after_at,
+                    after_id,
+                ],
+                |r| {
+                    Ok((
+                        queue_from_row(r)?,
+                        r.get::<_, String>(16)?,
+                        r.get::<_, Option<String>>(17)?,
+                        r.get::<_, i64>(18)?,
+                    ))
+                },
+            )?;
+            let mut letters = Vec::new();
+            for row in collect_rows(rows, "dead letter")? {
+                let (raw, reason_text, error, dead_at) = row;
+                let item = raw.decode("dead letter")?;
+                let reason =
+                    DeadLetterReason::parse(&reason_text).ok_or_else(|| StoreError::Decode {
+                        what: "dead letter",
+                        id: item.item_id.clone(),
+                        path: "reason".to_owned(),
+                        message: format!("unknown reason {reason_text:?}"),
+                    })?;
+                letters.push(DeadLetter {
+                    item,
+                    reason,
+                    error,
+                    dead_at,
+                });
+            }
+            Ok(letters)
+        })
+    }
+
+    fn insert_incident(
+        &self,
+        instance_id: &str,
+        incident: NewIncident,
+    ) -> BoxFuture<'_, StoreResult<()>> {
+        let id = instance_id.to_owned();
+        self.write(move |c| {
+            // Only the columns: the state may be the unreadable part (FLT-9).
+            let definition: String = c
+                .prepare_cached("SELECT definition_name FROM wf_instances WHERE instance_id = ?1")?
+                .query_row([&id], |r| r.get(0))
+                .optional()?
+                .ok_or_else(|| not_found("instance", &id))?;
+            insert_incident_tx(c, &id, &definition, &incident)
+        })
+    }
+
+    fn list_incidents(
+        &self,
+        query: IncidentQuery,
+    ) -> BoxFuture<'_, StoreResult<Vec<IncidentRecord>>> {
+        self.read(move |c| {
+            let (after_at, after_id) = match &query.after {
+                Some((at, id)) => (Some(*at), Some(id.as_str())),
+                None => (None, None),
+            };
+            let mut stmt = c.prepare_cached(&format!(
+                "SELECT {INCIDENT_COLS} FROM wf_incidents
+                 WHERE (?1 IS NULL OR instance_id = ?1)
+                   AND (?2 = 0 OR resolved_at IS NULL)
+                   AND (?3 IS NULL OR (created_at, incident_id) > (?3, ?4))
+                 ORDER BY created_at, incident_id LIMIT ?5"
+            ))?;
+            incidents_from(
+                &mut stmt,
+                rusqlite::params![
+                    query.instance_id,
+                    query.unresolved_only,
+                    after_at,
+                    after_id,
+                    limit_i64(query.limit)
+                ],
+            )
+        })
+    }
+
+    fn find_idempotency_record(
+        &self,
+        key: &str,
+    ) -> BoxFuture<'_, StoreResult<Option<IdempotencyRecord>>> {
+        let key = key.to_owned();
+        self.read(move |c| find_idempotency(c, &key))
+    }
+
+    fn stats(&self) -> BoxFuture<'_, StoreResult<StoreStats>> {
+        let stats = StoreStats {
+            write_requests: self.counters.write_requests.load(Ordering::Relaxed),
+            transactions: self.counters.transactions.load(Ordering::Relaxed),
+        };
+        Box::pin(std::future::ready(Ok(stats)))
+    }
+
+    fn definitions(&self) -> Option<&dyn DefinitionStore> {
+        Some(self)
+    }
+}
+
+impl DefinitionStore for SqliteStore {
+    fn put_definition(&self, definition: DefinitionRecord) -> BoxFuture<'_, StoreResult<bool>> {
+        self.write(move |c| {
+            Ok(c.prepare_cached(
+                "INSERT OR IGNORE INTO wf_definitions (name, version, json, recorded_at)
+                 VALUES (?1, ?2, ?3, ?4)",
+            )?
+            .execute(rusqlite::params![
+                definition.name,
+                definition.version,
+                definition.json,
+                definition.recorded_at
+            ])? > 0)
+        })
+    }
+
+    fn list_definitions(
+        &self,
+        name: Option<&str>,
+    ) -> BoxFuture<'_, StoreResult<Vec<DefinitionRecord>>> {
+        let name = name.map(str::to_owned);
+        self.read(move |c| {
+            let mut stmt = c.prepare_cached(
+                "SELECT name, version, json, recorded_at FROM wf_definitions
+                 WHERE (?1 IS NULL OR name = ?1) ORDER BY name, recorded_at, version",
+            )?;
+            let rows = stmt.query_map([&name], |r| {
+                Ok(DefinitionRecord {
+                    name: r.get(0)?,
+                    version: r.get(1)?,
+                    json: r.get(2)?,
+                    recorded_at: r.get(3)?,
+                })
+            })?;
+            collect_rows(rows, "definition")
+        })
+    }
+}
+
+/// Collects mapped rows; a column of the wrong type is a `Decode` of that kind of row (ST-22),
+/// not a transient failure.
+fn collect_rows<T>(
+    rows: impl Iterator<Item = rusqlite::Result<T>>,
+    what: &'static str,
+) -> StoreResult<Vec<T>> {
+    rows.map(|row| row.map_err(|e| decode_error(what, "?", "row", &e)))
+        .collect()
+}
+
+/// A `Decode` for a row error that is about the data (a column of the wrong type, a value out
+/// of range), else the I/O failure it is.
+fn decode_error(what: &'static str, id: &str, path: &str, error: &rusqlite::Error) -> StoreError {
+    match error {
+        rusqlite::Error::FromSqlConversionFailure(..)
+        | rusqlite::Error::InvalidColumnType(..)
+        | rusqlite::Error::IntegralValueOutOfRange(..) => StoreError::Decode {
+            what,
+            id: id.to_owned(),
+            path: path.to_owned(),
+            message: error.to_string(),
+        },
+        other => StoreError::unavailable(other),
+    }
+}
+
+fn find_idempotency(c: &Connection, key: &str) -> StoreResult<Option<IdempotencyRecord>> {
+    let row: Option<(String, String, String, i64)> = c
+        .prepare_cached(
+            "SELECT hash, payload_digest, report, created_at FROM wf_idempotency
+             WHERE idempotency_key = ?1",
+        )?
+        .query_row([key], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))
+        .optional()?;
+    row.map(|(hash, payload_digest, report, created_at)| {
+        Ok(IdempotencyRecord {
+            key: key.to_owned(),
+            hash,
+            payload_digest,
+            report: decode_json("idempotency record", key, "report", &report)?,
+            created_at,
+        })
+    })
+    .transpose()
+}
+
+fn select_triggers(
+    c: &Connection,
+    filter: &str,
+    params: &[&dyn rusqlite::ToSql],
+) -> StoreResult<Vec<TriggerRow>> {
+    let mut stmt = c.prepare_cached(&format!(
+        "SELECT definition_name, node_id, hash, definition_version, name, key_display, payload,
+                activation, registered_at
+         FROM wf_triggers {filter} ORDER BY definition_name, node_id, hash"
+    ))?;
+    let rows = stmt.query_map(params, |r| {
+        Ok((
+            r.get::<_, String>(0)?,
+            r.get::<_, String>(1)?,
+            r.get::<_, String>(2)?,
+            r.get::<_, String>(3)?,
+            r.get::<_, String>(4)?,
+            r.get::<_, Option<String>>(5)?,
+            r.get::<_, String>(6)?,
+            r.get::<_, String>(7)?,
+            r.get::<_, i64>(8)?,
+        ))
+    })?;
+    let mut found = Vec::new();
+    for row in rows {
+        let (
+            definition_name,
+            node_id,
+            hash,
+            definition_version,
+            name,
+            key_display,
+            payload,
+            activation,
+            registered_at,
+        ) = row?;
+        let id = format!("{definition_name}/{node_id}/{hash}");
+        found.push(TriggerRow {
+            payload: decode_json("trigger", &id, "payload", &payload)?,
+            activation: decode_json("trigger", &id, "activation", &activation)?,
+            definition_name,
+            definition_version,
+            node_id,
+            hash,
+            name,
+            key_display,
+            registered_at,
+        });
+    }
+    Ok(found)
+}

@@ -1,0 +1,425 @@
+//! Versioned migrations (ST-28), connection settings and the one-owner lock of a file (ST-26).
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use rusqlite::{Connection, ErrorCode, OpenFlags, TransactionBehavior};
+
+use super::{MigrateMode, SqliteOptions, Synchronous};
+use crate::store::{StoreError, StoreResult};
+
+// ----- migrations (ST-28) -----
+
+/// The embedded, forward-only migrations: `(version, name, sql)`.
+const MIGRATIONS: &[(u32, &str, &str)] = &[
+    (1, "0001_init", MIGRATION_0001),
+    (2, "0002_activation_and_idempotency", MIGRATION_0002),
+    (3, "0003_incidents", MIGRATION_0003),
+    (4, "0004_retention_indexes", MIGRATION_0004),
+    (5, "0005_trigger_schedules", MIGRATION_0005),
+    (6, "0006_definitions", MIGRATION_0006),
+];
+
+/// Recorded definitions: each registered version's JSON form, so tools can show a
+/// definition without the application's code.
+const MIGRATION_0006: &str = r"
+CREATE TABLE wf_definitions (
+    name        TEXT NOT NULL,
+    version     TEXT NOT NULL,
+    json        TEXT NOT NULL,
+    recorded_at INTEGER NOT NULL,
+    PRIMARY KEY (name, version)
+);
+";
+
+const MIGRATION_0001: &str = r"
+CREATE TABLE wf_instances (
+    instance_id        TEXT PRIMARY KEY NOT NULL,
+    definition_name    TEXT NOT NULL,
+    definition_version TEXT NOT NULL,
+    status             TEXT NOT NULL,
+    sub_status         TEXT,
+    correlation_id     TEXT,
+    version            INTEGER NOT NULL,
+    lease_owner        TEXT,
+    lease_token        INTEGER NOT NULL DEFAULT 0,
+    lease_expires_at   INTEGER,
+    control_request    TEXT,
+    origin_at          INTEGER NOT NULL,
+    created_at         INTEGER NOT NULL,
+    updated_at         INTEGER NOT NULL,
+    finished_at        INTEGER,
+    state              TEXT NOT NULL,
+    state_size         INTEGER NOT NULL
+);
+CREATE INDEX wf_instances_recovery ON wf_instances (status, lease_expires_at);
+CREATE INDEX wf_instances_definition ON wf_instances (definition_name, status);
+CREATE INDEX wf_instances_correlation ON wf_instances (correlation_id);
+CREATE INDEX wf_instances_finished ON wf_instances (finished_at);
+
+CREATE TABLE wf_bookmarks (
+    bookmark_id        TEXT PRIMARY KEY NOT NULL,
+    instance_id        TEXT NOT NULL,
+    hash               TEXT NOT NULL,
+    name               TEXT NOT NULL,
+    node_id            TEXT NOT NULL,
+    context_id         INTEGER NOT NULL,
+    correlation_id     TEXT,
+    definition_name    TEXT NOT NULL,
+    definition_version TEXT NOT NULL,
+    look_back          INTEGER,
+    created_at         INTEGER NOT NULL
+);
+CREATE INDEX wf_bookmarks_hash ON wf_bookmarks (hash, created_at, bookmark_id);
+CREATE INDEX wf_bookmarks_instance ON wf_bookmarks (instance_id);
+
+CREATE TABLE wf_triggers (
+    definition_name    TEXT NOT NULL,
+    node_id            TEXT NOT NULL,
+    hash               TEXT NOT NULL,
+    definition_version TEXT NOT NULL,
+    name               TEXT NOT NULL,
+    key_display        TEXT,
+    payload            TEXT NOT NULL,
+    activation         TEXT NOT NULL,
+    registered_at      INTEGER NOT NULL,
+    PRIMARY KEY (definition_name, node_id, hash)
+);
+CREATE INDEX wf_triggers_hash ON wf_triggers (hash);
+
+CREATE TABLE wf_queue (
+    item_id          TEXT PRIMARY KEY NOT NULL,
+    stimulus_id      TEXT NOT NULL,
+    name             TEXT NOT NULL,
+    hash             TEXT NOT NULL,
+    key_display      TEXT,
+    payload          TEXT NOT NULL,
+    correlation_id   TEXT,
+    targets          TEXT NOT NULL,
+    sent_at          INTEGER NOT NULL,
+    enqueued_at      INTEGER NOT NULL,
+    expires_at       INTEGER NOT NULL,
+    attempts         INTEGER NOT NULL DEFAULT 0,
+    last_error       TEXT,
+    last_attempt_at  INTEGER,
+    held             INTEGER NOT NULL DEFAULT 0,
+    idempotency_key  TEXT,
+    claim_owner      TEXT,
+    claim_expires_at INTEGER
+);
+CREATE INDEX wf_queue_order ON wf_queue (sent_at, item_id);
+CREATE INDEX wf_queue_hash ON wf_queue (hash, sent_at);
+CREATE INDEX wf_queue_expiry ON wf_queue (expires_at);
+
+CREATE TABLE wf_dead_letters (
+    original_item_id TEXT PRIMARY KEY NOT NULL,
+    stimulus_id      TEXT NOT NULL,
+    name             TEXT NOT NULL,
+    hash             TEXT NOT NULL,
+    key_display      TEXT,
+    payload          TEXT NOT NULL,
+    correlation_id   TEXT,
+    targets          TEXT NOT NULL,
+    sent_at          INTEGER NOT NULL,
+    enqueued_at      INTEGER NOT NULL,
+    expires_at       INTEGER NOT NULL,
+    attempts         INTEGER NOT NULL,
+    last_error       TEXT,
+    last_attempt_at  INTEGER,
+    held             INTEGER NOT NULL,
+    idempotency_key  TEXT,
+    reason           TEXT NOT NULL,
+    error            TEXT,
+    dead_at          INTEGER NOT NULL
+);
+CREATE INDEX wf_dead_letters_dead_at ON wf_dead_letters (dead_at);
+
+CREATE TABLE wf_timers (
+    timer_id         TEXT PRIMARY KEY NOT NULL,
+    instance_id      TEXT,
+    kind             TEXT NOT NULL,
+    due_at           INTEGER NOT NULL,
+    claim_owner      TEXT,
+    claim_expires_at INTEGER,
+    parked           INTEGER NOT NULL DEFAULT 0
+);
+CREATE INDEX wf_timers_due ON wf_timers (due_at);
+CREATE INDEX wf_timers_instance ON wf_timers (instance_id);
+
+CREATE TABLE wf_journal (
+    instance_id TEXT NOT NULL,
+    seq         INTEGER NOT NULL,
+    at          INTEGER NOT NULL,
+    kind        TEXT NOT NULL,
+    context_id  INTEGER,
+    node_id     TEXT,
+    detail      TEXT NOT NULL,
+    PRIMARY KEY (instance_id, seq)
+) WITHOUT ROWID;
+
+CREATE TABLE wf_receipts (
+    instance_id TEXT NOT NULL,
+    stimulus_id TEXT NOT NULL,
+    at          INTEGER NOT NULL,
+    PRIMARY KEY (instance_id, stimulus_id)
+) WITHOUT ROWID;
+
+CREATE TABLE wf_named_leases (
+    name       TEXT PRIMARY KEY NOT NULL,
+    owner      TEXT,
+    token      INTEGER NOT NULL,
+    expires_at INTEGER
+);
+";
+
+/// Activation guards (ST-17) and idempotency records (ST-12).
+const MIGRATION_0002: &str = r"
+ALTER TABLE wf_instances ADD COLUMN activation_scope TEXT;
+CREATE INDEX wf_instances_activation ON wf_instances (activation_scope, status);
+
+CREATE TABLE wf_idempotency (
+    idempotency_key TEXT PRIMARY KEY NOT NULL,
+    hash            TEXT NOT NULL,
+    payload_digest  TEXT NOT NULL,
+    report          TEXT NOT NULL,
+    created_at      INTEGER NOT NULL
+);
+CREATE INDEX wf_idempotency_created ON wf_idempotency (created_at);
+";
+
+/// Incidents (ST-12, FLT-6).
+const MIGRATION_0003: &str = r"
+CREATE TABLE wf_incidents (
+    incident_id     TEXT PRIMARY KEY NOT NULL,
+    instance_id     TEXT NOT NULL,
+    definition_name TEXT NOT NULL,
+    kind            TEXT NOT NULL,
+    created_at      INTEGER NOT NULL,
+    resolved_at     INTEGER,
+    resolution      TEXT,
+    record          TEXT NOT NULL
+);
+CREATE INDEX wf_incidents_instance ON wf_incidents (instance_id, created_at);
+CREATE INDEX wf_incidents_created ON wf_incidents (created_at, incident_id);
+";
+
+/// Indexes for the retention of receipts (ST-30).
+const MIGRATION_0004: &str = r"
+CREATE INDEX wf_receipts_at ON wf_receipts (at);
+";
+
+/// Trigger schedules: timer rows without an instance (ST-9, TM-11 to TM-13).
+const MIGRATION_0005: &str = r"
+ALTER TABLE wf_timers ADD COLUMN definition_name TEXT;
+ALTER TABLE wf_timers ADD COLUMN node_id TEXT;
+CREATE INDEX wf_timers_definition ON wf_timers (definition_name);
+";
+
+/// The newest schema version this library knows.
+pub(crate) fn latest_schema_version() -> u32 {
+    MIGRATIONS.iter().map(|(v, _, _)| *v).max().unwrap_or(0)
+}
+
+/// FNV-1a (64 bits) of a migration's text, in hex: detects an edited migration (ST-28).
+pub(super) fn checksum(sql: &str) -> String {
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for byte in sql.bytes() {
+        hash ^= u64::from(byte);
+        hash = hash.wrapping_mul(0x0100_0000_01b3);
+    }
+    format!("{hash:016x}")
+}
+
+/// Checks and applies migrations in one immediate transaction, which serialises concurrent
+/// migrators: the later one finds the work done. Returns the versions applied now.
+pub(super) fn migrate(conn: &mut Connection, mode: MigrateMode) -> StoreResult<Vec<u32>> {
+    migrate_to(conn, mode, latest_schema_version())
+}
+
+/// [`migrate`] up to `target` only (test fixtures of older schemas, ST-29).
+pub(super) fn migrate_to(
+    conn: &mut Connection,
+    mode: MigrateMode,
+    target: u32,
+) -> StoreResult<Vec<u32>> {
+    conn.execute_batch(
+        "CREATE TABLE IF NOT EXISTS wf_schema_migrations (
+            version    INTEGER PRIMARY KEY NOT NULL,
+            name       TEXT NOT NULL,
+            checksum   TEXT NOT NULL,
+            applied_at INTEGER NOT NULL
+        )",
+    )?;
+    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    let applied: Vec<(i64, String)> = {
+        let mut stmt =
+            tx.prepare("SELECT version, checksum FROM wf_schema_migrations ORDER BY version")?;
+        let rows = stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?;
+        rows.collect::<Result<_, _>>()?
+    };
+    let latest = latest_schema_version();
+    let found = applied
+        .iter()
+        .map(|(v, _)| u32::try_from(*v).unwrap_or(u32::MAX))
+        .max()
+        .unwrap_or(0);
+    if found > latest {
+        return Err(StoreError::SchemaTooNew {
+            found,
+            supported: latest,
+        });
+    }
+    for (version, sum) in &applied {
+        let version = u32::try_from(*version).unwrap_or(u32::MAX);
+        let embedded = MIGRATIONS.iter().find(|(v, _, _)| *v == version);
+        if embedded.is_none_or(|(_, _, sql)| checksum(sql) != *sum) {
+            return Err(StoreError::MigrationChecksumMismatch { version });
+        }
+    }
+    let pending: Vec<&(u32, &str, &str)> = MIGRATIONS
+        .iter()
+        .filter(|(v, _, _)| *v <= target && !applied.iter().any(|(a, _)| *a == i64::from(*v)))
+        .collect();
+    if pending.is_empty() {
+        return Ok(Vec::new());
+    }
+    if mode == MigrateMode::CheckOnly {
+        return Err(StoreError::SchemaOutdated {
+            found,
+            required: latest,
+        });
+    }
+    let mut done = Vec::new();
+    for (version, name, sql) in pending {
+        tx.execute_batch(sql)?;
+        tx.execute(
+            "INSERT INTO wf_schema_migrations (version, name, checksum, applied_at)
+             VALUES (?1, ?2, ?3, CAST(unixepoch('subsec') * 1000000 AS INTEGER))",
+            rusqlite::params![version, name, checksum(sql)],
+        )?;
+        done.push(*version);
+    }
+    tx.commit()?;
+    Ok(done)
+}
+
+// ----- opening and threads -----
+
+pub(super) fn configure(conn: &Connection, options: &SqliteOptions) -> StoreResult<()> {
+    conn.busy_timeout(options.busy_timeout)?;
+    let mode: String = conn.query_row("PRAGMA journal_mode = WAL", [], |r| r.get(0))?;
+    if !mode.eq_ignore_ascii_case("wal") {
+        return Err(StoreError::unavailable(format!(
+            "could not enable WAL mode (journal_mode is {mode})"
+        )));
+    }
+    conn.execute_batch(match options.synchronous {
+        Synchronous::Full => "PRAGMA synchronous = FULL; PRAGMA foreign_keys = ON;",
+        Synchronous::Normal => "PRAGMA synchronous = NORMAL; PRAGMA foreign_keys = ON;",
+    })?;
+    conn.set_prepared_statement_cache_capacity(64);
+    Ok(())
+}
+
+/// Refuses a file whose schema is older or newer than this library's (ST-29).
+pub(super) fn require_current_schema(conn: &Connection) -> StoreResult<()> {
+    let applied: Vec<i64> = {
+        let mut stmt = conn.prepare("SELECT version FROM wf_schema_migrations")?;
+        let rows = stmt.query_map([], |r| r.get(0))?;
+        rows.collect::<Result<_, _>>()?
+    };
+    let latest = latest_schema_version();
+    let found = applied
+        .iter()
+        .map(|v| u32::try_from(*v).unwrap_or(u32::MAX))
+        .max()
+        .unwrap_or(0);
+    if found > latest {
+        return Err(StoreError::SchemaTooNew {
+            found,
+            supported: latest,
+        });
+    }
+    if found < latest {
+        return Err(StoreError::SchemaOutdated {
+            found,
+            required: latest,
+        });
+    }
+    Ok(())
+}
+
+/// Takes the exclusive lock of the `<file>-owner` side file, held for the store's life
+/// (ST-26). A busy lock means another store holds the file: `InUse`, naming the holder
+/// recorded in the database.
+pub(super) fn take_owner_lock(path: &Path) -> StoreResult<Connection> {
+    let mut side = path.as_os_str().to_owned();
+    side.push("-owner");
+    let lock = Connection::open(PathBuf::from(side))?;
+    lock.busy_timeout(Duration::ZERO)?;
+    let taken = lock.execute_batch(
+        "PRAGMA locking_mode = EXCLUSIVE;
+         BEGIN EXCLUSIVE;
+         CREATE TABLE IF NOT EXISTS owner (taken INTEGER);
+         COMMIT;",
+    );
+    match taken {
+        Ok(()) => Ok(lock),
+        Err(rusqlite::Error::SqliteFailure(e, _))
+            if matches!(e.code, ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked) =>
+        {
+            Err(in_use(path))
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// ST-14, ST-26: a file is written by one store at a time, so once its owner lock is taken
+/// every instance lease, timer claim and queue claim recorded in it belongs to a store that
+/// is gone (a killed process, a dropped store). They are expired at once, keeping their
+/// fencing tokens, so the new owner recovers interrupted instances and fires overdue timers
+/// without waiting for the dead owner's TTLs; a late commit of the old owner stays fenced.
+pub(super) fn take_over_dead_claims(conn: &Connection) -> StoreResult<()> {
+    let taken = conn.execute(
+        "UPDATE wf_instances SET lease_expires_at = 0
+         WHERE lease_owner IS NOT NULL AND lease_expires_at > 0",
+        [],
+    )?;
+    let timers = conn.execute(
+        "UPDATE wf_timers SET claim_owner = NULL, claim_expires_at = NULL
+         WHERE claim_owner IS NOT NULL",
+        [],
+    )?;
+    let queue = conn.execute(
+        "UPDATE wf_queue SET claim_owner = NULL, claim_expires_at = NULL
+         WHERE claim_owner IS NOT NULL",
+        [],
+    )?;
+    if taken + timers + queue > 0 {
+        tracing::info!(
+            leases = taken,
+            timer_claims = timers,
+            queue_claims = queue,
+            "sqlite store: took over the leases and claims of the file's previous owner"
+        );
+    }
+    Ok(())
+}
+
+/// `InUse` with the holder recorded in the database, when it can be read.
+pub(super) fn in_use(path: &Path) -> StoreError {
+    let recorded = Connection::open_with_flags(path, OpenFlags::SQLITE_OPEN_READ_ONLY)
+        .and_then(|c| {
+            c.query_row(
+                "SELECT owner, expires_at FROM wf_named_leases WHERE name = 'store-owner'",
+                [],
+                |r| Ok((r.get::<_, Option<String>>(0)?, r.get::<_, Option<i64>>(1)?)),
+            )
+        })
+        .ok();
+    let (holder, until) = recorded.unwrap_or_default();
+    StoreError::InUse {
+        holder: holder.unwrap_or_else(|| "another store".to_owned()),
+        until: until.unwrap_or(i64::MAX),
+    }
+}
