@@ -171,13 +171,12 @@ impl FaultyStore {
                 return None;
             }
             let draw = splitmix(&mut chaos.state);
-            (draw % 100 < chaos.percent).then(|| {
-                if draw % 2 == 0 {
-                    Fault::Fail
-                } else {
-                    Fault::FailAfter
-                }
-            })
+            let fault = if draw.is_multiple_of(2) {
+                Fault::Fail
+            } else {
+                Fault::FailAfter
+            };
+            (draw % 100 < chaos.percent).then_some(fault)
         });
         if matches!(fault, Some(Fault::Fail | Fault::FailAfter)) {
             self.injected.fetch_add(1, Ordering::SeqCst);

@@ -1229,7 +1229,7 @@ fn rt22_a_task_that_cannot_read_the_event_payload_as_its_input_rejects_it() {
                 })
             });
             let rt = Runtime::builder()
-                .store(Arc::clone(&store))
+                .store(store.clone())
                 .register_definition(definition(BILLED, None), registry)
                 .build()
                 .unwrap();
@@ -1283,7 +1283,7 @@ fn rt22_past_a_commit_in_the_run_an_unreadable_payload_faults_with_a_neutral_inc
     for (label, store, _dir) in stores() {
         block_on(async {
             let rt = Runtime::builder()
-                .store(Arc::clone(&store))
+                .store(store.clone())
                 .register::<common::OrderFlow>()
                 .commit_strategy(workflow_runtime::CommitStrategy::BeforeEachActivity)
                 .build()
