@@ -99,3 +99,57 @@ async fn await_data_hands_back_the_workflows_own_data_type() {
         "{error}"
     );
 }
+
+#[tokio::test]
+async fn a_send_to_a_finished_instance_says_so_instead_of_queueing() {
+    let rt = runtime();
+    let options = StartOptions {
+        correlation_id: Some("truck-9".to_owned()),
+        ..StartOptions::default()
+    };
+    let id = rt
+        .start_with::<Delivery>(parcel("p-3"), options)
+        .await
+        .unwrap()
+        .instance_id;
+    rt.send(Stimulus::new("arrived").key("p-3").correlation("truck-9"))
+        .await
+        .unwrap();
+
+    // The same event again, for the same conversation: too late, and said so.
+    let late = rt
+        .send(Stimulus::new("arrived").key("p-3").correlation("truck-9"))
+        .await
+        .unwrap();
+    assert_eq!(late.queued, None, "{late}");
+    assert_eq!(
+        late.finished
+            .iter()
+            .map(|s| (s.instance_id.as_str(), s.status))
+            .collect::<Vec<_>>(),
+        [(id.as_str(), WorkflowStatus::Finished)]
+    );
+    assert!(
+        late.to_string()
+            .contains(&format!("too late: {id} is Finished")),
+        "{late}"
+    );
+
+    // Sent to the instance itself, queued or inline: refused with its status.
+    for stimulus in [
+        Stimulus::new("arrived").instance(id.clone()),
+        Stimulus::new("arrived").instance(id.clone()).enqueued(),
+    ] {
+        let refused = rt.send(stimulus).await.unwrap_err();
+        assert!(
+            matches!(
+                refused,
+                workflow_runtime::SendError::InstanceTerminal {
+                    status: WorkflowStatus::Finished,
+                    ..
+                }
+            ),
+            "{refused:?}"
+        );
+    }
+}

@@ -203,6 +203,176 @@ fn the_event_stream_is_a_futures_stream() {
         });
 }
 
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct Payment {
+    amount: u64,
+}
+
+async fn flaky(ctx: &mut TaskContext<Ticket>) -> Result<(), TaskError> {
+    if ctx.attempt() == 1 {
+        return Err(TaskError::new("printer jammed"));
+    }
+    Ok(())
+}
+
+async fn take_payment(ctx: &mut TaskContext<Ticket>) -> Result<(), TaskError> {
+    let _: Payment = ctx.payload()?;
+    Ok(())
+}
+
+workflow! {
+    pub workflow Reminder(Ticket) = sequence [pause = after(millis(20)), task(close)];
+}
+
+workflow! {
+    pub workflow Printing(Ticket) = sequence [
+        print = task(flaky).retry(attempts = 2, backoff = millis(10)..millis(20)),
+    ];
+}
+
+#[state_machine(data = Ticket, initial = Unpaid)]
+pub enum Till {
+    #[on(pay: event::<Payment>("pay").key(id) => Paid, action = take_payment)]
+    Unpaid,
+    Paid,
+}
+
+/// Timers, retries and dead letters are logged with the definition, the instance and the node:
+/// a timer firing at `info`, a scheduled retry and a dead letter at `warn`.
+#[test]
+fn timers_retries_and_dead_letters_are_logged() {
+    let capture = Capture::global();
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(async {
+            let store: Arc<dyn workflow_runtime::store::Store> =
+                Arc::new(workflow_runtime::store::MemoryStore::new());
+            let rt = Runtime::builder()
+                .store(Arc::clone(&store))
+                .register::<Reminder>()
+                .register::<Printing>()
+                .register::<Till>()
+                .build()
+                .unwrap();
+
+            let reminder = rt
+                .start::<Reminder>(Ticket { id: "r-1".into() })
+                .await
+                .unwrap()
+                .instance_id;
+            rt.await_completion(&reminder, std::time::Duration::from_secs(5))
+                .await
+                .unwrap();
+            let fired = capture.find("timer fired", &reminder);
+            assert_eq!(fired.level, Level::INFO);
+            assert_eq!(fired.field("definition"), "Reminder");
+            assert!(fired.field("node").ends_with("pause"), "{fired:?}");
+
+            let printing = rt
+                .start::<Printing>(Ticket { id: "p-1".into() })
+                .await
+                .unwrap()
+                .instance_id;
+            rt.await_completion(&printing, std::time::Duration::from_secs(5))
+                .await
+                .unwrap();
+            let retry = capture.find("attempt failed; retry scheduled", &printing);
+            assert_eq!(retry.level, Level::WARN);
+            assert_eq!(retry.field("definition"), "Printing");
+            assert!(retry.field("node").ends_with("print"), "{retry:?}");
+            assert_eq!(retry.field("next_attempt"), "2");
+            assert!(retry.field("error").contains("printer jammed"), "{retry:?}");
+
+            let till = rt
+                .start::<Till>(Ticket { id: "t-9".into() })
+                .await
+                .unwrap()
+                .instance_id;
+            let report = rt
+                .send(Stimulus::new("pay").key("t-9").payload("not a payment"))
+                .await
+                .unwrap();
+            assert_eq!(report.rejected.len(), 1, "{report:?}");
+            let dead = capture.find(
+                "stimulus dead-lettered: its payload does not decode for the waiting activity",
+                &till,
+            );
+            assert_eq!(dead.level, Level::WARN);
+            assert_eq!(dead.field("event"), "pay");
+            assert_eq!(dead.field("reason"), "rejected");
+            assert!(!dead.field("node").is_empty(), "{dead:?}");
+
+            let expiring = rt
+                .send(Stimulus::new("nobody-waits").ttl(std::time::Duration::from_millis(1)))
+                .await
+                .unwrap();
+            assert!(expiring.queued.is_some());
+            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+            rt.deliver_queued().await.unwrap();
+            let expired = capture.find(
+                "stimuli dead-lettered: no instance took them within their time to live",
+                "",
+            );
+            assert_eq!(expired.level, Level::WARN);
+            assert_eq!(expired.field("reason"), "expired");
+        });
+}
+
+static HANG_ONCE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(true);
+
+async fn hang_once(ctx: &mut TaskContext<Ticket>) {
+    if HANG_ONCE.swap(false, std::sync::atomic::Ordering::SeqCst) {
+        ctx.cancelled().await;
+    }
+}
+
+workflow! {
+    pub workflow Stuck(Ticket) = sequence [hang = task(hang_once)];
+}
+
+/// ENG-25: an instance whose run a stopping process interrupted is logged at `info` when
+/// another process recovers it.
+#[test]
+fn a_recovered_instance_is_logged() {
+    let capture = Capture::global();
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(async {
+            let store: Arc<dyn workflow_runtime::store::Store> =
+                Arc::new(workflow_runtime::store::MemoryStore::new());
+            let process = |name: &str| {
+                Runtime::builder()
+                    .store(Arc::clone(&store))
+                    .owner(name)
+                    .register::<Stuck>()
+                    .recovery_sweep(None)
+                    .cancel_grace(std::time::Duration::from_millis(50))
+                    .build()
+                    .unwrap()
+            };
+            let first = process("first");
+            let running = {
+                let first = first.clone();
+                tokio::spawn(async move { first.start::<Stuck>(Ticket { id: "s-1".into() }).await })
+            };
+            tokio::time::sleep(std::time::Duration::from_millis(30)).await;
+            first.shutdown(std::time::Duration::ZERO).await;
+            let id = running.await.unwrap().unwrap().instance_id;
+
+            let second = process("second");
+            let report = second.recover().await.unwrap();
+            assert_eq!(report.recovered.len(), 1, "{report:?}");
+            let recovered = capture.find("instance recovered", &id);
+            assert_eq!(recovered.level, Level::INFO);
+            assert_eq!(recovered.field("definition"), "Stuck");
+            assert_eq!(recovered.field("status"), "Finished");
+        });
+}
+
 /// Two versions of one definition: the second has one more step, so another fingerprint. The
 /// event takes a stimulus queued before the instance began (look-back `any`, RT-30).
 fn versioned(steps: usize) -> String {

@@ -128,7 +128,13 @@ pub(crate) async fn run(url: &str, command: Command) -> Result<String, CliError>
             let detail = inspect::detail(&store, &id)
                 .await?
                 .ok_or(CliError::NotFound(id))?;
-            Ok(inspect::why(&detail, now()).join("\n") + "\n")
+            let now = now();
+            let mut lines = inspect::why(&detail, now);
+            if !matches!(detail.summary.status.as_str(), "finished" | "cancelled") {
+                let queued = target.queued(500).await?;
+                lines.extend(inspect::queued_lines(&detail, &queued, now));
+            }
+            Ok(lines.join("\n") + "\n")
         }
         Command::Send {
             name,

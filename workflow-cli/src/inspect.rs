@@ -457,6 +457,16 @@ pub(crate) fn why(detail: &Detail, now: Micros) -> Vec<String> {
             incident.message.as_deref().unwrap_or("(no message)")
         ));
     }
+    if s.status != "running"
+        && let Some(lease) = detail.lease.as_ref().filter(|l| l.expires_at <= now)
+    {
+        out.push(format!(
+            "  - a lease of `{}` expired {} without being released: that process stopped \
+             while it ran the instance; the next run takes the lease over",
+            lease.owner,
+            relative(lease.expires_at, now)
+        ));
+    }
     if let Some(request) = &detail.control_request {
         out.push(format!(
             "  - a `{request}` request is pending: the process that owns it applies it at \
@@ -469,4 +479,103 @@ pub(crate) fn why(detail: &Detail, now: Micros) -> Vec<String> {
 /// The first 12 characters of a fingerprint, as people quote them.
 pub(crate) fn short_version(version: &str) -> &str {
     version.get(..12).unwrap_or(version)
+}
+
+/// `why`'s lines about queued stimuli: the ones addressed to the instance, and the ones for
+/// the events it waits for (or a name close to one) that do not match it, each with why.
+pub(crate) fn queued_lines(
+    detail: &Detail,
+    queued: &[workflow_runtime::store::QueueItem],
+    now: Micros,
+) -> Vec<String> {
+    let s = &detail.summary;
+    let waiting: Vec<&str> = detail.bookmarks.iter().map(|b| b.name.as_str()).collect();
+    let mut out = Vec::new();
+    for item in queued {
+        let targets = &item.targets;
+        let addressed = targets.get("instance_id").and_then(Value::as_str) == Some(&s.instance_id);
+        let key = item
+            .key_display
+            .as_deref()
+            .map_or_else(String::new, |k| format!(" with key {k}"));
+        let sent = relative(item.sent_at, now);
+        let same_name: Vec<&BookmarkView> = detail
+            .bookmarks
+            .iter()
+            .filter(|b| b.name == item.name)
+            .collect();
+        let key_matches = |b: &&BookmarkView| {
+            b.key.as_ref().map(Value::to_string) == item.key_display
+                || (b.key.is_none() && item.key_display.is_none())
+        };
+        let line = if addressed && item.held {
+            format!(
+                "  - `{}`{key} (sent {sent}) is held for it until it runs again (`workflow \
+                 resume` or `workflow retry`)",
+                item.name
+            )
+        } else if addressed {
+            match same_name.is_empty() {
+                true => format!(
+                    "  - `{}`{key} (sent {sent}) is addressed to it, but it waits for no `{}`{}",
+                    item.name,
+                    item.name,
+                    waits_for(&waiting)
+                ),
+                false => format!(
+                    "  - `{}`{key} (sent {sent}) is addressed to it and waits for the queue \
+                     worker of the process running `{}`",
+                    item.name, s.definition
+                ),
+            }
+        } else if !same_name.is_empty() {
+            if !same_name.iter().any(key_matches) {
+                let wanted: Vec<String> = same_name
+                    .iter()
+                    .map(|b| {
+                        b.key
+                            .as_ref()
+                            .map_or_else(|| "none".to_owned(), Value::to_string)
+                    })
+                    .collect();
+                format!(
+                    "  - `{}`{key} (sent {sent}) does not match: it waits for key {}",
+                    item.name,
+                    wanted.join(" or ")
+                )
+            } else if item.sent_at < s.created_at {
+                format!(
+                    "  - `{}`{key} was sent {sent}, before the instance began: its wait only \
+                     takes events sent since its start",
+                    item.name
+                )
+            } else {
+                format!(
+                    "  - `{}`{key} (sent {sent}) matches and waits for the queue worker of the \
+                     process running `{}`",
+                    item.name, s.definition
+                )
+            }
+        } else if let Some(close) = workflow_model::suggest(&item.name, waiting.iter().copied()) {
+            format!(
+                "  - `{}`{key} (sent {sent}) is not `{close}`, the event it waits for",
+                item.name
+            )
+        } else {
+            continue;
+        };
+        out.push(line);
+    }
+    if !out.is_empty() {
+        out.insert(0, "queued stimuli that concern it:".to_owned());
+    }
+    out
+}
+
+fn waits_for(waiting: &[&str]) -> String {
+    if waiting.is_empty() {
+        " (it waits for no event at all)".to_owned()
+    } else {
+        format!(" (it waits for {})", waiting.join(", "))
+    }
 }

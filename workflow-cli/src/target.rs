@@ -92,6 +92,21 @@ impl Target {
         }
     }
 
+    /// The stimuli waiting in the store's queue, oldest first, at most `limit`.
+    pub(crate) async fn queued(
+        &self,
+        limit: usize,
+    ) -> Result<Vec<workflow_runtime::store::QueueItem>, crate::commands::CliError> {
+        match self {
+            Self::Sqlite(path) => {
+                let store = SqliteStore::open_read_only(path)
+                    .map_err(|e| OpenError::Store(self.url(), e))?;
+                Ok(store.queued(limit).await?)
+            }
+            Self::Postgres(_) => Err(OpenError::NoPostgres.into()),
+        }
+    }
+
     /// Opens the store for an operator's request, which the owning process picks up: beside
     /// a running application too.
     pub(crate) fn open_write(&self) -> Result<Storage, OpenError> {

@@ -569,3 +569,41 @@ async fn a_request_made_while_the_application_is_down_is_honoured_when_it_starts
     assert_eq!(done, workflow_runtime::Completion::Cancelled(None));
     app.shutdown(std::time::Duration::from_secs(1)).await;
 }
+
+#[tokio::test]
+async fn why_names_the_queued_events_that_do_not_match_and_why() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("app.db");
+    populated(&db).await;
+    for (name, key) in [("payment", "o-9"), ("paymnet", "o-1")] {
+        let sent = workflow(&db, &["send", name, "--key", key, "--payload", "{}"]);
+        assert!(sent.ok, "{}", sent.stderr);
+    }
+
+    let why = workflow(&db, &["why", "o-1"]);
+    assert!(why.ok, "{}", why.stderr);
+    assert!(
+        why.stdout.contains("queued stimuli that concern it:"),
+        "{}",
+        why.stdout
+    );
+    assert!(
+        why.stdout.contains(r#"`payment` with key "o-9" (sent "#)
+            && why
+                .stdout
+                .contains(r#"does not match: it waits for key "o-1""#),
+        "{}",
+        why.stdout
+    );
+    assert!(
+        why.stdout.contains(r#"`paymnet` with key "o-1""#)
+            && why
+                .stdout
+                .contains("is not `payment`, the event it waits for"),
+        "{}",
+        why.stdout
+    );
+    // The faulted job waits for no event: nothing queued concerns it.
+    let why = workflow(&db, &["why", "job-1"]);
+    assert!(!why.stdout.contains("queued stimuli"), "{}", why.stdout);
+}

@@ -594,6 +594,10 @@ async fn one_writer_per_file() {
             until: i64::MAX
         }
     );
+    assert_eq!(
+        SqliteStore::open(&path).unwrap_err().to_string(),
+        "the store is in use by node-a (until that store is closed or its process exits)"
+    );
     let reader = Storage::new(Arc::new(SqliteStore::open_read_only(&path).unwrap()));
     assert_eq!(reader.load_instance("wf-1").await.unwrap().state, doc(0));
     assert!(matches!(
@@ -609,6 +613,18 @@ async fn one_writer_per_file() {
     assert_eq!(again.load_instance("wf-1").await.unwrap().version, 1);
     let fresh = dir.path().join("fresh.db");
     assert!(SqliteStore::open_read_only(&fresh).is_err());
+    // Open errors name the file.
+    let message = SqliteStore::open_read_only(&fresh).unwrap_err().to_string();
+    assert!(
+        message.contains(&format!("`{}`", fresh.display())),
+        "{message}"
+    );
+    let nowhere = dir.path().join("no-such-dir").join("app.db");
+    let message = SqliteStore::open(&nowhere).unwrap_err().to_string();
+    assert!(
+        message.contains(&format!("`{}`", nowhere.display())),
+        "{message}"
+    );
 }
 
 /// ST-26: a batch closes at its request limit or its byte limit.

@@ -647,6 +647,22 @@ where
                         });
                     }
                     found += 1;
+                    if let Some(timer) = crate::timers::timer_of(bookmark) {
+                        // TM-8: a due timer's resume carries when it fired.
+                        let fired_at = payload.get("fired_at").and_then(Value::as_u64);
+                        let late_ms = fired_at.map_or(0, |f| {
+                            f.saturating_sub(u64::try_from(timer.due_at / 1000).unwrap_or(0))
+                        });
+                        tracing::info!(
+                            definition = self.state.definition.name.as_str(),
+                            instance = self.state.instance_id.as_str(),
+                            node = bookmark.node_id.as_str(),
+                            timer = bookmark.id.as_str(),
+                            kind = timer.kind.as_str(),
+                            late_ms,
+                            "timer fired"
+                        );
+                    }
                     items.push(WorkItem {
                         context: bookmark.context_id,
                         entry: EntryPoint::Resume {

@@ -140,6 +140,21 @@ where
         Some((executor.state.instance_id.as_str(), scope_context.as_str())),
     )
     .map_err(|e| engine_fault(id, e.to_string()))?;
+    let node = executor
+        .state
+        .context(id)
+        .map(|c| c.node_id.clone())
+        .unwrap_or_default();
+    tracing::warn!(
+        definition = executor.state.definition.name.as_str(),
+        instance = executor.state.instance_id.as_str(),
+        node = node.as_str(),
+        attempt,
+        next_attempt = attempt + 1,
+        delay_ms = due_at.saturating_sub(now),
+        error = %error.message(),
+        "attempt failed; retry scheduled"
+    );
     executor.create_bookmark(
         id,
         Reserved::Retry.name(),

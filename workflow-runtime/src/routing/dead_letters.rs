@@ -31,6 +31,22 @@ impl Runtime {
         let error = serde_json::to_string(rejection).unwrap_or_default();
         let store = &self.inner.store;
         let item_id = base.item_id.clone();
+        let Rejection::PayloadDecode {
+            node,
+            payload_type,
+            message,
+            ..
+        } = rejection;
+        tracing::warn!(
+            instance,
+            node = node.as_str(),
+            event = base.name.as_str(),
+            item = item_id.as_str(),
+            reason = "rejected",
+            payload_type = payload_type.as_str(),
+            error = message.as_str(),
+            "stimulus dead-lettered: its payload does not decode for the waiting activity"
+        );
         store.enqueue(base).await?;
         store
             .dead_letter(

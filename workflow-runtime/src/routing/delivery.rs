@@ -311,6 +311,12 @@ pub struct SendReport {
     /// was dead-lettered as `Rejected` for it.
     #[serde(default)]
     pub rejected: Vec<Rejection>,
+    /// Instances the stimulus was for that are finished or cancelled: one that ended while
+    /// the send reached it, or, for a send with a correlation id that matched nothing, the
+    /// final instances of that correlation id when none is live. Nothing was delivered to them,
+    /// and the stimulus was not queued for them: a stimulus sent too late says so.
+    #[serde(default)]
+    pub finished: Vec<Started>,
     /// The queue item id when the stimulus matched nothing and was queued (RT-21).
     pub queued: Option<String>,
     /// Nothing matched and queueing was off.
@@ -334,6 +340,7 @@ impl SendReport {
             refused: Vec::new(),
             deferred: Vec::new(),
             rejected: Vec::new(),
+            finished: Vec::new(),
             queued: None,
             unmatched: false,
             duplicate: false,
@@ -498,6 +505,27 @@ impl Runtime {
             None => new_ulid(),
         };
         let sent_at = now_micros();
+        if stimulus.enqueue
+            && let Some(instance) = &stimulus.instance_id
+        {
+            // RT-34: a send to one instance says at once that it is gone or final, queued or
+            // not.
+            match store.load_instance(instance).await {
+                Ok(record) if record.status.is_final() => {
+                    return Err(SendError::InstanceTerminal {
+                        instance: instance.clone(),
+                        status: record.status,
+                    });
+                }
+                Ok(_) => {}
+                Err(StoreError::NotFound { .. }) => {
+                    return Err(SendError::InstanceNotFound {
+                        instance: instance.clone(),
+                    });
+                }
+                Err(error) => return Err(SendError::Store(error)),
+            }
+        }
         let report = if stimulus.enqueue {
             // RT-23 `Enqueue`: written to the queue untargeted; the worker routes it.
             let targets = Targets {
@@ -569,6 +597,19 @@ impl Runtime {
         }
         let delivered =
             !report.started.is_empty() || !report.resumed.is_empty() || !report.deferred.is_empty();
+        if !delivered
+            && report.finished.is_empty()
+            && let Some(correlation) = &stimulus.correlation_id
+        {
+            report.finished = self
+                .finished_correlation(correlation)
+                .await
+                .map_err(SendError::Store)?;
+        }
+        if !delivered && !report.finished.is_empty() {
+            // Too late for the instances it was for: said in the report, not queued.
+            return Ok(report);
+        }
         if !delivered
             && report.refused.is_empty()
             && report.rejected.is_empty()
@@ -716,6 +757,14 @@ impl Runtime {
                     }
                     | RunError::Paused { .. },
                 ) => busy.push((instance, true)),
+                // It ended between the lookup and its run: too late for it.
+                Err(RunError::NotRunnable { instance, status }) if status.is_final() => {
+                    report.finished.push(Started {
+                        instance_id: instance,
+                        status,
+                        sub_status: None,
+                    });
+                }
                 // RT-22: rejected for this instance (nothing of the run was committed).
                 Err(RunError::PayloadDecode {
                     instance,
@@ -752,6 +801,35 @@ impl Runtime {
             }
         }
         Ok(busy)
+    }
+
+    /// The final instances of a correlation id when none of its instances is live (at most
+    /// 20 listed); empty when one is live or there is none.
+    async fn finished_correlation(&self, correlation: &str) -> Result<Vec<Started>, StoreError> {
+        let page = self
+            .inner
+            .store
+            .list_instances(crate::store::InstanceFilter {
+                correlation_id: Some(correlation.to_owned()),
+                limit: 100,
+                ..crate::store::InstanceFilter::default()
+            })
+            .await?;
+        let mut finished = Vec::new();
+        for listed in page {
+            let Ok(record) = listed.summary else { continue };
+            if !record.status.is_final() {
+                return Ok(Vec::new());
+            }
+            if finished.len() < 20 {
+                finished.push(Started {
+                    instance_id: record.instance_id,
+                    status: record.status,
+                    sub_status: None,
+                });
+            }
+        }
+        Ok(finished)
     }
 
     /// Bookmark ids matching `query`, grouped by instance in creation order (RT-18).

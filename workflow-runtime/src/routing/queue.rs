@@ -80,7 +80,20 @@ impl Runtime {
         let store = &self.inner.store;
         let now = now_micros();
         let claim_ttl = self.inner.lease.ttl_micros();
-        while store.expire_queue(now, 500).await? >= 500 {}
+        loop {
+            let expired = store.expire_queue(now, 500).await?;
+            if expired > 0 {
+                // RT-28: nothing waited for them within their time to live.
+                tracing::warn!(
+                    count = expired,
+                    reason = "expired",
+                    "stimuli dead-lettered: no instance took them within their time to live"
+                );
+            }
+            if expired < 500 {
+                break;
+            }
+        }
         let mut pass = QueuePass::default();
         let mut claimed = Vec::new();
         loop {
@@ -145,7 +158,10 @@ impl Runtime {
                             tracing::warn!(item = %item.item_id, %error, "queue: routing an enqueued stimulus failed");
                             store
                                 .record_queue_failure(&item.item_id, &error.to_string(), now, 3)
-                                .await?;
+                                .await
+                                .map(|failure| {
+                                    failed_for_good(&item, &failure, &error.to_string())
+                                })?;
                         }
                         pass.put_back += 1;
                     }
@@ -161,6 +177,13 @@ impl Runtime {
                     Err(_) => false,
                 };
                 if gone {
+                    tracing::warn!(
+                        instance = instance.as_str(),
+                        event = item.name.as_str(),
+                        item = item.item_id.as_str(),
+                        reason = "rejected",
+                        "stimulus dead-lettered: the instance it was held for is final or gone"
+                    );
                     store
                         .dead_letter(
                             &item.item_id,
@@ -194,7 +217,8 @@ impl Runtime {
                     tracing::warn!(item = %item.item_id, %error, "queue: delivery failed; the attempt is counted");
                     store
                         .record_queue_failure(&item.item_id, &error.to_string(), now, 3)
-                        .await?;
+                        .await
+                        .map(|failure| failed_for_good(&item, &failure, &error.to_string()))?;
                     pass.put_back += 1;
                 }
             }
@@ -344,6 +368,19 @@ impl Runtime {
         // RT-26: a registration rings the doorbell.
         self.inner.doorbell.notify_one();
         Ok(())
+    }
+}
+
+/// Logs an item whose last delivery attempt made it a dead letter `Failed` (RT-28).
+fn failed_for_good(item: &QueueItem, failure: &crate::store::QueueFailure, error: &str) {
+    if matches!(failure, crate::store::QueueFailure::DeadLettered) {
+        tracing::warn!(
+            event = item.name.as_str(),
+            item = item.item_id.as_str(),
+            reason = "failed",
+            error,
+            "stimulus dead-lettered: its deliveries kept failing"
+        );
     }
 }
 

@@ -226,13 +226,6 @@ async fn sweep(weak: Weak<Inner>, mut stop: watch::Receiver<bool>, every: Durati
 }
 
 fn log_report(report: &RecoveryReport) {
-    for started in &report.recovered {
-        tracing::info!(
-            instance = %started.instance_id,
-            status = %started.status,
-            "recovery sweep: ran an interrupted instance again"
-        );
-    }
     for error in &report.failed {
         tracing::warn!(%error, "recovery sweep: an interrupted instance could not run");
     }

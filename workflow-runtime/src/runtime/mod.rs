@@ -1005,8 +1005,25 @@ impl Runtime {
                     continue;
                 };
                 any_new = true;
+                let definition = self
+                    .inner
+                    .store
+                    .load_instance(&id)
+                    .await
+                    .map(|r| r.definition_name)
+                    .unwrap_or_default();
                 match self.run_leased(guard, RunTarget::None, None).await {
-                    Ok(started) => report.recovered.push(started),
+                    Ok(started) => {
+                        // ENG-25, ENG-26: what an operator looks for after a crash.
+                        tracing::info!(
+                            definition = definition.as_str(),
+                            instance = id.as_str(),
+                            interrupted = sub_status == Some(InstanceSubStatus::Executing),
+                            status = %started.status,
+                            "instance recovered"
+                        );
+                        report.recovered.push(started);
+                    }
                     Err(error) => report.failed.push(error),
                 }
                 drop(local);

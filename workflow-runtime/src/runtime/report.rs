@@ -27,7 +27,7 @@ impl fmt::Display for SendReport {
         }
         if !self.deferred.is_empty() {
             parts.push(format!(
-                "deferred for {} busy or faulted ({})",
+                "deferred for {} busy, faulted or paused ({})",
                 self.deferred.len(),
                 self.deferred.join(", ")
             ));
@@ -40,6 +40,13 @@ impl fmt::Display for SendReport {
         }
         if !self.not_delivered.is_empty() {
             parts.push(format!("not delivered to {}", self.not_delivered.len()));
+        }
+        if !self.finished.is_empty() {
+            let list = ids(self
+                .finished
+                .iter()
+                .map(|s| format!("{} is {}", s.instance_id, s.status)));
+            parts.push(format!("too late: {list}"));
         }
         if let Some(item) = &self.queued {
             parts.push(format!("queued as {item} until an instance waits for it"));

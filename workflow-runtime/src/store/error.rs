@@ -134,7 +134,7 @@ pub enum StoreError {
         limit: usize,
     },
     /// Another store holds the SQLite file for writing (ST-26, C-33).
-    #[error("the store is in use by {holder} (until {until})")]
+    #[error("the store is in use by {holder} ({})", in_use_until(*until))]
     InUse {
         /// Who holds it (`pid <n>` or the configured owner name).
         holder: String,
@@ -165,6 +165,15 @@ pub enum StoreError {
         /// The underlying error's message.
         message: String,
     },
+}
+
+/// How long an `InUse` lasts, as an operator reads it.
+fn in_use_until(until: Micros) -> String {
+    if until == Micros::MAX {
+        "until that store is closed or its process exits".to_owned()
+    } else {
+        format!("until {until} µs since the epoch")
+    }
 }
 
 impl StoreError {

@@ -78,6 +78,7 @@ impl Runtime {
                     .resume_bookmark(&instance_id, &timer.timer_id, payload)
                     .await
                 {
+                    // The run logs `timer fired` with the definition and the node.
                     Ok(_) => report.fired.push((instance_id, timer.timer_id)),
                     Err(error) => {
                         tracing::warn!(

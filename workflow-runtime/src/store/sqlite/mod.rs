@@ -35,11 +35,12 @@ mod schema;
 mod worker;
 
 pub use options::{MigrateMode, SqliteOptions, Synchronous};
+use rows::QUEUE_COLS;
 #[cfg(feature = "test-support")]
 use schema::migrate_to;
 use schema::{
-    configure, latest_schema_version, migrate, require_current_schema, take_over_dead_claims,
-    take_owner_lock,
+    configure, latest_schema_version, migrate, naming_file, require_current_schema,
+    take_over_dead_claims, take_owner_lock,
 };
 use worker::{reader_loop, writer_loop};
 
@@ -189,7 +190,12 @@ impl SqliteStore {
     /// version cannot use, and [`StoreError::Unavailable`] when the file cannot be opened or
     /// created.
     pub fn open_with(path: impl AsRef<Path>, options: &SqliteOptions) -> StoreResult<Self> {
-        let path = path.as_ref().to_path_buf();
+        let path = path.as_ref();
+        Self::open_with_inner(path, options).map_err(|e| naming_file(path, e))
+    }
+
+    fn open_with_inner(path: &Path, options: &SqliteOptions) -> StoreResult<Self> {
+        let path = path.to_path_buf();
         let holder = options
             .owner
             .clone()
@@ -223,7 +229,12 @@ impl SqliteStore {
     /// [`StoreError::SchemaOutdated`] or [`StoreError::SchemaTooNew`] when the schema is not
     /// current, [`StoreError::Unavailable`] when the file cannot be opened.
     pub fn open_read_only(path: impl AsRef<Path>) -> StoreResult<Self> {
-        let path = path.as_ref().to_path_buf();
+        let path = path.as_ref();
+        Self::open_read_only_inner(path).map_err(|e| naming_file(path, e))
+    }
+
+    fn open_read_only_inner(path: &Path) -> StoreResult<Self> {
+        let path = path.to_path_buf();
         let options = SqliteOptions::default();
         let conn = Connection::open_with_flags(&path, OpenFlags::SQLITE_OPEN_READ_ONLY)?;
         conn.busy_timeout(options.busy_timeout)?;
@@ -245,7 +256,12 @@ impl SqliteStore {
     /// `NotFound`-like open errors from SQLite when the file is missing, and the schema
     /// errors above.
     pub fn open_operator(path: impl AsRef<Path>) -> StoreResult<Self> {
-        let path = path.as_ref().to_path_buf();
+        let path = path.as_ref();
+        Self::open_operator_inner(path).map_err(|e| naming_file(path, e))
+    }
+
+    fn open_operator_inner(path: &Path) -> StoreResult<Self> {
+        let path = path.to_path_buf();
         let options = SqliteOptions::default();
         let conn = Connection::open_with_flags(&path, OpenFlags::SQLITE_OPEN_READ_WRITE)?;
         configure(&conn, &options)?;
@@ -381,6 +397,31 @@ impl SqliteStore {
                 e => Err(e),
             })?
             .ok_or_else(|| not_found("instance", &id))
+        })
+        .await
+    }
+
+    /// The stimuli waiting in the queue, oldest sent first, at most `limit`, for inspection
+    /// (the `workflow why` command): read-only, no claim is taken, so it works on a file
+    /// opened with [`SqliteStore::open_read_only`] beside the running application. An item
+    /// whose row does not decode is left out.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::Unavailable`] when the read fails.
+    pub async fn queued(&self, limit: usize) -> StoreResult<Vec<crate::store::QueueItem>> {
+        self.read(move |c| {
+            let mut stmt = c.prepare_cached(&format!(
+                "SELECT item_id, {QUEUE_COLS} FROM wf_queue ORDER BY sent_at, item_id LIMIT ?1"
+            ))?;
+            let rows = stmt.query_map([limit_i64(limit)], rows::queue_from_row)?;
+            let mut items = Vec::new();
+            for raw in rows {
+                if let Ok(item) = raw?.decode("queue item") {
+                    items.push(item);
+                }
+            }
+            Ok(items)
         })
         .await
     }

@@ -406,6 +406,16 @@ pub(super) fn take_over_dead_claims(conn: &Connection) -> StoreResult<()> {
     Ok(())
 }
 
+/// An open error that names the file, so a message says which file could not be opened.
+pub(super) fn naming_file(path: &Path, error: StoreError) -> StoreError {
+    match error {
+        StoreError::Unavailable { message } => StoreError::Unavailable {
+            message: format!("cannot open SQLite file `{}`: {message}", path.display()),
+        },
+        other => other,
+    }
+}
+
 /// `InUse` with the holder recorded in the database, when it can be read.
 pub(super) fn in_use(path: &Path) -> StoreError {
     let recorded = Connection::open_with_flags(path, OpenFlags::SQLITE_OPEN_READ_ONLY)
