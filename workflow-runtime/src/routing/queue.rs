@@ -160,7 +160,7 @@ impl Runtime {
                                 .record_queue_failure(&item.item_id, &error.to_string(), now, 3)
                                 .await
                                 .map(|failure| {
-                                    failed_for_good(&item, &failure, &error.to_string())
+                                    failed_for_good(&item, &failure, &error.to_string());
                                 })?;
                         }
                         pass.put_back += 1;
