@@ -73,6 +73,18 @@ fn registry() -> Registry<Greeting> {
         })
 }
 
+/// Milliseconds since the epoch, now.
+fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+/// `3.2 s` from milliseconds.
+fn seconds_text(ms: u64) -> String {
+    format!("{}.{} s", ms / 1000, (ms % 1000) / 100)
+}
+
 async fn run() -> Result<(), Box<dyn Error>> {
     let path = std::env::args_os()
         .nth(1)
@@ -88,49 +100,72 @@ async fn run() -> Result<(), Box<dyn Error>> {
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(5);
+    println!("SQLite file {}", path.display());
     let store = Arc::new(SqliteStore::open(&path)?);
-    // Built inside tokio, the runtime starts its timer driver: its first pass fires the timers
-    // that fell due while no process ran.
+    // The timer driver is started below, once this process has said where the instance is:
+    // its first pass fires the timers that fell due while no process ran.
     let runtime = Runtime::builder()
         .store(store)
         .register_definition(definition(seconds)?, registry())
+        .timer_driver(false)
         .build()?;
-    runtime.recover().await?;
-    println!("SQLite file {}", path.display());
 
-    let Some(snapshot) = runtime.get_state(INSTANCE).await? else {
-        let options = StartOptions {
-            instance_id: Some(INSTANCE.to_owned()),
-            ..StartOptions::default()
-        };
-        let data = serde_json::to_value(Greeting::default())?;
-        let started = runtime.start_by_name("Deferred", data, options).await?;
-        println!(
-            "started {INSTANCE}: {}; sleeping {seconds} s durably. This process exits now: run \
-             the example again after that and the new process continues.",
-            started.status
-        );
-        return Ok(());
-    };
-    if snapshot.status() == WorkflowStatus::Finished {
-        let data: Greeting = snapshot.data()?;
-        println!(
-            "{INSTANCE} already finished; its steps ran once each: {:?}",
-            data.steps
-        );
-        println!("(delete the file to start over)");
-        return Ok(());
+    match runtime.get_state(INSTANCE).await? {
+        None => {
+            println!(
+                "starting {INSTANCE}: step `hello`, a durable sleep of {seconds} s, then step \
+                 `goodbye`"
+            );
+            let options = StartOptions {
+                instance_id: Some(INSTANCE.to_owned()),
+                ..StartOptions::default()
+            };
+            let data = serde_json::to_value(Greeting::default())?;
+            let started = runtime.start_by_name("Deferred", data, options).await?;
+            println!(
+                "{INSTANCE} is {}, sleeping. This process exits now: run the example again in \
+                 {seconds} s or later, and the new process continues it.",
+                started.status.to_string().to_lowercase()
+            );
+            return Ok(());
+        }
+        Some(snapshot) if snapshot.status() == WorkflowStatus::Finished => {
+            let data: Greeting = snapshot.data()?;
+            println!(
+                "{INSTANCE} finished in an earlier run; its steps ran once each: {}",
+                data.steps.join(", ")
+            );
+            println!("(delete {} to start over)", path.display());
+            return Ok(());
+        }
+        Some(snapshot) => {
+            let due = snapshot
+                .state
+                .bookmarks()
+                .iter()
+                .find(|b| b.name == "wf.delay")
+                .and_then(|b| b.payload["due_at"].as_u64());
+            let now = now_ms();
+            match due {
+                Some(due) if due <= now => println!(
+                    "{INSTANCE} is sleeping; its sleep fell due {} ago while no process ran: \
+                     it fires once, now, late",
+                    seconds_text(now - due)
+                ),
+                Some(due) => println!(
+                    "{INSTANCE} is sleeping; its sleep is due in {}: this process waits for it",
+                    seconds_text(due - now)
+                ),
+                None => println!(
+                    "{INSTANCE} is {}: this process continues it",
+                    snapshot.status().to_string().to_lowercase()
+                ),
+            }
+        }
     }
-    let due = snapshot
-        .state
-        .bookmarks()
-        .iter()
-        .find(|b| b.name == "wf.delay")
-        .and_then(|b| b.payload["due_at"].as_u64());
-    println!(
-        "{INSTANCE} is {}; its sleep is due at {due:?} ms",
-        snapshot.status()
-    );
+    // A run interrupted by a crash runs again; then the timer driver fires the sleep.
+    runtime.recover().await?;
+    runtime.start_timer_driver();
     match runtime
         .await_completion(INSTANCE, Duration::from_secs(seconds + 30))
         .await?
@@ -141,17 +176,29 @@ async fn run() -> Result<(), Box<dyn Error>> {
                 .await?
                 .ok_or("instance vanished")?;
             let data: Greeting = snapshot.data()?;
-            let fired = snapshot
+            let late = snapshot
                 .journal
                 .iter()
-                .find(|e| e.detail.get("fired_at").is_some())
-                .map(|e| e.detail.clone());
+                .find_map(|e| {
+                    let due = e.detail.get("due_at")?.as_u64()?;
+                    let fired = e.detail.get("fired_at")?.as_u64()?;
+                    Some(fired.saturating_sub(due))
+                })
+                .map_or_else(String::new, |late| {
+                    format!(
+                        "; the timer fired {} after its due time",
+                        seconds_text(late)
+                    )
+                });
             println!(
-                "continued and finished: steps {:?}; timer {fired:?}",
-                data.steps
+                "{INSTANCE} finished: its steps ran once each: {}{late}",
+                data.steps.join(", ")
             );
         }
-        Completion::Cancelled(reason) => println!("cancelled: {reason:?}"),
+        Completion::Cancelled(reason) => println!(
+            "{INSTANCE} was cancelled{}",
+            reason.map(|r| format!(": {r}")).unwrap_or_default()
+        ),
     }
     Ok(())
 }

@@ -106,7 +106,10 @@ pub mod __private {
 
     pub use crate::base::BoxFuture;
     pub use crate::engine::registry::{ChooseOutcome, Registry};
-    pub use crate::engine::task::{IntoTaskResult, Outcome, TaskContext, TaskError, TaskResult};
+    pub use crate::engine::task::{
+        IntoTaskResult, NotATaskResult, Outcome, TaskContext, TaskError, TaskResult, TaskReturn,
+        ViaMismatch, ViaTaskResult,
+    };
     pub use crate::runtime::Stimulus;
     pub use crate::workflow::{IsPayload, StateMachineWorkflow, Workflow};
 }

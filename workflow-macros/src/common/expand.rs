@@ -17,9 +17,16 @@ pub(crate) fn register_task(task: &FnRef) -> TokenStream {
     let path = &task.path;
     let span = path.span();
     let call = quote_spanned!(span=> #path(ctx).await);
+    // A return value that is not a task result takes the `ViaMismatch` method, whose bound
+    // names the expected signature, spanned on the user's fn.
+    let convert = quote_spanned!(span=> (&#private::TaskReturn::of(&__returned)).converter());
     quote! {
         .task(#name, |ctx| ::std::boxed::Box::pin(async move {
-            #private::IntoTaskResult::into_task_result(#call)
+            #[allow(unused_imports)]
+            use #private::{ViaMismatch as _, ViaTaskResult as _};
+            let __returned = #call;
+            let __convert = #convert;
+            __convert(__returned)
         }))
     }
 }

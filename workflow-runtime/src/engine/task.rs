@@ -326,6 +326,62 @@ impl<T: IntoTaskResult, E: Into<TaskError>> IntoTaskResult for Result<T, E> {
     }
 }
 
+/// What the macros dispatch on with a task fn's return type, so that one that is not a task
+/// result is reported at the user's fn with the expected signature (not as a failed bound deep
+/// in [`IntoTaskResult`]). Not a public API.
+#[doc(hidden)]
+#[derive(Debug)]
+pub struct TaskReturn<T>(pub std::marker::PhantomData<T>);
+
+impl<T> TaskReturn<T> {
+    /// The dispatcher for the type of `value`.
+    pub fn of(_value: &T) -> Self {
+        Self(std::marker::PhantomData)
+    }
+}
+
+/// The path of a return type that is a task result. Not a public API.
+#[doc(hidden)]
+pub trait ViaTaskResult<T> {
+    /// Converts the value.
+    fn converter(&self) -> fn(T) -> TaskResult;
+}
+
+impl<T: IntoTaskResult> ViaTaskResult<T> for TaskReturn<T> {
+    fn converter(&self) -> fn(T) -> TaskResult {
+        T::into_task_result
+    }
+}
+
+/// The path of any other return type: its bound fails at compile time with the message of
+/// [`NotATaskResult`]. Not a public API.
+#[doc(hidden)]
+pub trait ViaMismatch<T> {
+    /// Never callable: `T` is not a task result.
+    fn converter(&self) -> fn(T) -> TaskResult
+    where
+        T: NotATaskResult;
+}
+
+impl<T> ViaMismatch<T> for &TaskReturn<T> {
+    fn converter(&self) -> fn(T) -> TaskResult
+    where
+        T: NotATaskResult,
+    {
+        |_| Err(TaskError::permanent("not a task result"))
+    }
+}
+
+/// Implemented by no type: the bound that names the expected signature of a task fn when its
+/// return type is not a task result. Not a public API.
+#[doc(hidden)]
+#[diagnostic::on_unimplemented(
+    message = "this task fn returns `{Self}`, which is not a task result",
+    label = "expected `async fn(ctx: &mut TaskContext<Data>)` returning `()`, `Outcome`, `Result<(), E>` or `Result<Outcome, E>`",
+    note = "the error type `E` is `TaskError` or any type implementing `std::error::Error` (it converts into `TaskError`); for a message alone, return `Err(TaskError::new(message))`"
+)]
+pub trait NotATaskResult {}
+
 #[cfg(test)]
 mod tests {
     use serde_json::json;
