@@ -1904,6 +1904,11 @@ impl Runtime {
                 token: guard.token(),
                 version: record.version,
                 bookmarks: state.bookmarks.clone(),
+                incidents: state
+                    .incidents
+                    .iter()
+                    .map(|i| (i.id.clone(), i.resolution.clone()))
+                    .collect(),
                 receipts: Vec::new(),
                 unpark: false,
                 clear_control: false,
