@@ -793,8 +793,9 @@ fn transient_failures_of_queue_deliveries_do_not_dead_letter_the_stimulus() {
             assert!(early.queued.is_some(), "{label}: {early:?}");
             let one = rt.send(Stimulus::new("one").key("q-1")).await.unwrap();
             assert_eq!(one.resumed.len(), 1, "{label}: {one:?}");
-            // Five passes in a row cannot take the instance's lease.
-            store.inject(Op::AcquireLease, 5, Fault::Fail);
+            // Five passes in a row cannot take the instance's lease (every lease acquisition
+            // fails meanwhile, the background's own included).
+            store.inject(Op::AcquireLease, 1_000, Fault::Fail);
             for pass in 0..5 {
                 assert_eq!(
                     rt.deliver_queued().await.unwrap(),
@@ -802,6 +803,7 @@ fn transient_failures_of_queue_deliveries_do_not_dead_letter_the_stimulus() {
                     "{label}: pass {pass}"
                 );
             }
+            store.clear();
             let dead = rt.dead_letters(DeadLetterFilter::all(10)).await.unwrap();
             assert!(dead.is_empty(), "{label}: {dead:?}");
             assert_eq!(rt.deliver_queued().await.unwrap(), 1, "{label}");
