@@ -941,9 +941,10 @@ impl Runtime {
     /// created but never run. The recovery sweep started with the runtime does this in the
     /// background ([`RuntimeBuilder::recovery_sweep`]) reading only those instances (one
     /// indexed query), so calling this is only needed without it, or for the report. This
-    /// call also searches the suspended instances for parents whose child finished before a
-    /// crash without queuing its result (ACT-24: a child's final commit queues it, so only
-    /// files written before that need the search, which reads every suspended instance). An
+    /// call also looks for parents whose child finished before a crash without queuing its
+    /// result (ACT-24: a child's final commit queues it, so only files written before that
+    /// need the search); it reads only the parents waiting on a child (one indexed query),
+    /// never the other suspended instances. An
     /// instance pinned to an unregistered version is reported as `VersionNotRegistered` and
     /// left untouched (ENG-46).
     ///
@@ -1031,22 +1032,24 @@ impl Runtime {
         &self,
         report: &mut RecoveryReport,
     ) -> Result<(), StoreError> {
-        let mut filter = InstanceFilter {
-            status: Some(InstanceStatus::Suspended),
-            limit: 500,
-            ..InstanceFilter::default()
-        };
+        // Only the bookmarks of parents waiting on a child (an indexed query), never every
+        // suspended instance: start-up stays independent of how many are suspended.
+        let mut after = None;
+        let mut seen = std::collections::HashSet::new();
         loop {
-            let page = self.inner.store.list_instances(filter.clone()).await?;
+            let page = self.inner.store.find_child_waits(after.clone(), 500).await?;
             let Some(last) = page.last() else { break };
-            filter.after = Some(last.instance_id.clone());
-            for listed in page {
-                if listed.summary.is_err() {
+            after = Some(last.bookmark_id.clone());
+            for row in page {
+                if !seen.insert(row.instance_id.clone()) {
                     continue;
                 }
-                let Ok(record) = self.inner.store.load_instance(&listed.instance_id).await else {
+                let Ok(record) = self.inner.store.load_instance(&row.instance_id).await else {
                     continue;
                 };
+                if record.status != InstanceStatus::Suspended {
+                    continue;
+                }
                 let Ok(parent) = decode_document(&record.instance_id, record.state) else {
                     continue;
                 };

@@ -50,7 +50,7 @@ mod sqlite;
 pub mod conformance;
 
 pub use backend::{
-    BookmarkSelect, ClaimedRecord, DefinitionRecord, DefinitionStore, DueTimers, Enqueue,
+    BookmarkSelect, CHILD_WAIT, ClaimedRecord, DefinitionRecord, DefinitionStore, DueTimers, Enqueue,
     IncidentQuery, LeaseClaim, LeaseKey, PurgeTarget, Settled, Settlement, Store, TimerScope,
     TriggerSelect, TriggerWrite,
 };

@@ -423,6 +423,22 @@ impl Storage {
         self.store.find_bookmarks(BookmarkSelect::Hash(query)).await
     }
 
+    /// Bookmarks of parents waiting on a child workflow, in bookmark-id order after `after`
+    /// (ACT-24, read by start-up instead of every suspended instance).
+    ///
+    /// # Errors
+    ///
+    /// The backend's.
+    pub async fn find_child_waits(
+        &self,
+        after: Option<String>,
+        limit: usize,
+    ) -> StoreResult<Vec<BookmarkRow>> {
+        self.store
+            .find_child_waits(after, page(limit, DEFAULT_PAGE))
+            .await
+    }
+
     /// An instance's bookmark rows.
     ///
     /// # Errors
