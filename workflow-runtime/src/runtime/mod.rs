@@ -55,8 +55,8 @@ pub use crate::timers::TimerFiring;
 pub use builder::RuntimeBuilder;
 use builder::{ErasedWorkflow, RunOutput};
 use commit::{
-    RunCommits, Tracker, decode_document, encode_document, journal_entry, ms_to_micros,
-    run_store_error,
+    RunCommits, Tracker, decode_document, decode_loaded, encode_document, journal_entry,
+    ms_to_micros, run_store_error,
 };
 pub use control::{Control, ControlError};
 use control::{RunHandle, RunSignals};
@@ -760,7 +760,7 @@ impl Runtime {
         options: StartOptions,
         parent: Option<ParentLink>,
         trigger: Option<TriggerStart>,
-    ) -> Result<NewInstance, StartError> {
+    ) -> Result<NewInstance<crate::store::policy::SerializedState>, StartError> {
         let workflow =
             self.inner
                 .workflows
@@ -885,7 +885,7 @@ impl Runtime {
         else {
             return;
         };
-        if let Ok(record) = store.load_instance(instance_id).await
+        if let Ok(record) = store.load_instance_text(instance_id).await
             && record.status == InstanceStatus::Running
         {
             let mut commit = Commit::new(
@@ -997,7 +997,7 @@ impl Runtime {
                 let definition = self
                     .inner
                     .store
-                    .load_instance(&id)
+                    .load_instance_text(&id)
                     .await
                     .map(|r| r.definition_name)
                     .unwrap_or_default();
@@ -1037,20 +1037,24 @@ impl Runtime {
         let mut after = None;
         let mut seen = std::collections::HashSet::new();
         loop {
-            let page = self.inner.store.find_child_waits(after.clone(), 500).await?;
+            let page = self
+                .inner
+                .store
+                .find_child_waits(after.clone(), 500)
+                .await?;
             let Some(last) = page.last() else { break };
             after = Some(last.bookmark_id.clone());
             for row in page {
                 if !seen.insert(row.instance_id.clone()) {
                     continue;
                 }
-                let Ok(record) = self.inner.store.load_instance(&row.instance_id).await else {
+                let Ok(record) = self.inner.store.load_instance_text(&row.instance_id).await else {
                     continue;
                 };
                 if record.status != InstanceStatus::Suspended {
                     continue;
                 }
-                let Ok(parent) = decode_document(&record.instance_id, record.state) else {
+                let Ok(parent) = decode_document(&record.instance_id, &record.state) else {
                     continue;
                 };
                 for bookmark in &parent.bookmarks {
@@ -1131,8 +1135,8 @@ impl Runtime {
         &self,
         instance_id: &str,
     ) -> Result<Option<WorkflowState>, StateError> {
-        match self.inner.store.load_instance(instance_id).await {
-            Ok(record) => decode_document(instance_id, record.state).map(Some),
+        match self.inner.store.load_instance_text(instance_id).await {
+            Ok(record) => decode_document(instance_id, &record.state).map(Some),
             Err(StoreError::NotFound { .. }) => Ok(None),
             Err(StoreError::Decode { message, .. }) => Err(StateError::Decode {
                 instance: instance_id.to_owned(),
@@ -1330,7 +1334,7 @@ impl Runtime {
         instance_id: &str,
         reason: Option<String>,
     ) -> Result<Control, CancelError> {
-        let record = match self.inner.store.load_instance(instance_id).await {
+        let record = match self.inner.store.load_instance_text(instance_id).await {
             Ok(record) => record,
             Err(StoreError::NotFound { .. }) => {
                 return Err(CancelError::InstanceNotFound {
@@ -1720,7 +1724,7 @@ impl Runtime {
         let never_run = self
             .inner
             .store
-            .load_instance(id)
+            .load_instance_text(id)
             .await
             .is_ok_and(|record| record.version == 1);
         let mut fresh = lock(&self.inner.fresh);
@@ -1877,17 +1881,12 @@ impl Runtime {
         guard: &LeaseGuard<'_>,
     ) -> Result<(WorkflowState, RunCommits<'s>), RunError> {
         let instance_id = guard.instance_id();
-        let record = self
-            .inner
-            .store
-            .load_instance(instance_id)
-            .await
-            .map_err(|error| run_store_error(instance_id, error))?;
-        let state =
-            decode_document(instance_id, record.state).map_err(|e| RunError::StateCorrupt {
-                instance: instance_id.to_owned(),
-                reason: e.to_string(),
-            })?;
+        let record = match guard.take_loaded() {
+            Some(loaded) => loaded,
+            None => self.inner.store.load_instance_raw(instance_id).await,
+        }
+        .map_err(|error| run_store_error(instance_id, error))?;
+        let state = decode_loaded(instance_id, &record.state)?;
         let commits = RunCommits {
             store: &self.inner.store,
             tracker: Mutex::new(Tracker {

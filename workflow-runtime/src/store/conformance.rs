@@ -1609,8 +1609,6 @@ pub async fn c27_too_large(backend: Arc<dyn TestBackend>) {
     ));
 }
 
-/// C-29: a control request does not change the version, is returned by renewal, and is
-/// cleared by the commit that honours it.
 /// C-35: the bookmarks of parents waiting on a child workflow are found by name alone, in
 /// bookmark-id order and paged, without the other bookmarks; a removed one is gone.
 pub async fn c35_child_waits(backend: Arc<dyn TestBackend>) {
@@ -1660,6 +1658,8 @@ pub async fn c35_child_waits(backend: Arc<dyn TestBackend>) {
     assert_eq!(left, ["b-0-child", "b-2-child"]);
 }
 
+/// C-29: a control request does not change the version, is returned by renewal, and is
+/// cleared by the commit that honours it.
 pub async fn c29_control_requests(backend: Arc<dyn TestBackend>) {
     let store = Harness::new(backend);
     let lease = create_leased(&store, "wf-1").await;

@@ -519,9 +519,9 @@ impl Store for MemoryStore {
             }
             BookmarkSelect::Instance(id) => {
                 let mut rows: Vec<BookmarkRow> = inner
-                    .bookmarks
-                    .values()
-                    .filter(|b| b.instance_id == id)
+                    .bookmark_ids_of(&id)
+                    .iter()
+                    .filter_map(|b| inner.bookmarks.get(b))
                     .cloned()
                     .collect();
                 rows.sort_by(|a, b| {
