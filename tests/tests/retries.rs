@@ -172,6 +172,13 @@ fn the_last_failure_faults_with_an_incident_and_the_operator_retries() {
         assert_eq!(incident.fault.message, "gateway down (attempt 3)");
         assert_eq!(incident.fault.attempt, 3);
         assert!(incident.resolution.is_none());
+        // FLT-6, ST-12: the faulting commit wrote the store's incident table too, so the
+        // incidents of all instances can be listed.
+        let store = test.runtime().store();
+        let open = store.list_all_incidents(true, None, 0).await.unwrap();
+        assert_eq!(open.len(), 1, "{open:?}");
+        assert_eq!(open[0].incident_id, incident.id);
+        assert_eq!(open[0].instance_id, id);
         let context = faulted.state.context(incident.context_id).unwrap();
         let attempts = context.properties["attempts"].as_array().unwrap();
         assert_eq!(attempts.len(), 3);
@@ -185,6 +192,16 @@ fn the_last_failure_faults_with_an_incident_and_the_operator_retries() {
         );
         let incidents = test.incidents(&id).await.unwrap().unwrap();
         assert_eq!(incidents[0].resolution.as_deref(), Some("retried"));
+        let store = test.runtime().store();
+        assert!(
+            store
+                .list_all_incidents(true, None, 0)
+                .await
+                .unwrap()
+                .is_empty()
+        );
+        let all = store.list_all_incidents(false, None, 0).await.unwrap();
+        assert_eq!(all[0].resolution.as_deref(), Some("retried"));
         let done = test.get_state(&id).await.unwrap().unwrap();
         assert_eq!(done.data::<Flaky>().unwrap().log, ["attempt 1"]);
         assert!(matches!(

@@ -468,10 +468,19 @@ async fn diagram(target: &Target, what: &str, format: DiagramFormat) -> Result<S
             .map_err(|e| CliError::Input(format!("`{what}` is not a valid definition: {e}")))?;
         return Ok(draw(&definition, &[]));
     }
-    let _ = target.open_read()?;
-    Err(CliError::Input(format!(
-        "`{what}` is neither a JSON definition file nor a definition recorded in this store"
-    )))
+    // A definition recorded by the application's runtime: its latest version.
+    let store = target.open_read()?;
+    let Some(recorded) = store.definition(what, None).await? else {
+        return Err(CliError::Input(format!(
+            "`{what}` is neither a JSON definition file nor a definition recorded in this store"
+        )));
+    };
+    let definition = Definition::from_json(&recorded.json).map_err(|e| {
+        CliError::Input(format!(
+            "the recorded definition `{what}` does not load: {e}"
+        ))
+    })?;
+    Ok(draw(&definition, &[]))
 }
 
 fn show(detail: &Detail, now: Micros) -> String {

@@ -607,3 +607,29 @@ async fn why_names_the_queued_events_that_do_not_match_and_why() {
     let why = workflow(&db, &["why", "job-1"]);
     assert!(!why.stdout.contains("queued stimuli"), "{}", why.stdout);
 }
+
+/// The runtime records each registered definition in the store, so `diagram NAME` draws it
+/// from the file alone, without the application's code.
+#[tokio::test]
+async fn diagram_draws_a_definition_recorded_by_the_application() {
+    use workflow_runtime::Workflow;
+
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("app.db");
+    let rt = runtime(&db);
+    rt.index_triggers().await.unwrap();
+    rt.shutdown(std::time::Duration::from_secs(1)).await;
+    drop(rt);
+
+    let name = CliOrder::name();
+    let drawn = workflow(&db, &["diagram", name]);
+    assert!(drawn.ok, "{}", drawn.stderr);
+    assert!(
+        drawn.stdout.contains("flowchart") || drawn.stdout.contains("stateDiagram"),
+        "{}",
+        drawn.stdout
+    );
+    let unknown = workflow(&db, &["diagram", "NoSuchFlow"]);
+    assert!(!unknown.ok);
+    assert!(unknown.stderr.contains("NoSuchFlow"), "{}", unknown.stderr);
+}

@@ -627,6 +627,67 @@ async fn one_writer_per_file() {
     );
 }
 
+/// ST-26: the one-writer lock belongs to the file, not to its name: opening the same file
+/// through a symbolic link (or a path with `..`) while it is held gives `InUse`.
+#[cfg(unix)]
+#[tokio::test]
+async fn a_link_to_a_held_file_is_in_use() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("store.db");
+    let owner = SqliteStore::open(&path).unwrap();
+    let link = dir.path().join("link.db");
+    std::os::unix::fs::symlink(&path, &link).unwrap();
+    assert!(matches!(
+        SqliteStore::open(&link),
+        Err(StoreError::InUse { .. })
+    ));
+    std::fs::create_dir(dir.path().join("sub")).unwrap();
+    let dotted = dir.path().join("sub").join("..").join("store.db");
+    assert!(matches!(
+        SqliteStore::open(&dotted),
+        Err(StoreError::InUse { .. })
+    ));
+    drop(owner);
+    // Once the owner is gone the link opens, and it is the same file.
+    let through_link = SqliteStore::open(&link).unwrap();
+    drop(through_link);
+}
+
+/// ST-22: a damaged file is a typed, non-transient error naming it: a file that is not a
+/// database, and a database whose table was dropped outside this library.
+#[test]
+fn a_damaged_file_is_named_and_not_transient() {
+    let dir = tempfile::tempdir().unwrap();
+    let text = dir.path().join("notes.db");
+    std::fs::write(&text, "these are my notes, not a database, but long enough to be read as one ........................................................................................").unwrap();
+    let error = SqliteStore::open(&text).unwrap_err();
+    assert!(!error.is_transient(), "{error:?}");
+    assert!(
+        matches!(&error, StoreError::Decode { what: "database file", id, .. } if *id == text.display().to_string()),
+        "{error:?}"
+    );
+
+    let path = dir.path().join("store.db");
+    drop(open(&path));
+    rusqlite::Connection::open(&path)
+        .unwrap()
+        .execute_batch("DROP TABLE wf_timers")
+        .unwrap();
+    let error = SqliteStore::open(&path).unwrap_err();
+    assert!(!error.is_transient(), "{error:?}");
+    match &error {
+        StoreError::Decode { id, path: what, .. } => {
+            assert_eq!(id, &path.display().to_string());
+            assert_eq!(what, "table wf_timers");
+        }
+        other => panic!("expected Decode, got {other:?}"),
+    }
+    assert!(matches!(
+        SqliteStore::open_read_only(&path),
+        Err(StoreError::Decode { .. })
+    ));
+}
+
 /// ST-26: a batch closes at its request limit or its byte limit.
 #[tokio::test]
 async fn group_commit_respects_its_limits() {

@@ -538,9 +538,29 @@ impl Runtime {
             let item = self.queue_item(&stimulus, &hash, &stimulus_id, sent_at, &targets);
             let mut report = SendReport::empty(stimulus_id.clone(), hash.clone());
             report.queued = Some(item.item_id.clone());
-            store.enqueue(item).await.map_err(SendError::Store)?;
+            // RT-19: the item and the send's idempotency record are written in one
+            // operation: concurrent sends with one key queue one item, and a send retried
+            // after a crash finds the record of the item it queued.
+            let record = stimulus
+                .idempotency_key
+                .as_ref()
+                .map(|key| IdempotencyRecord {
+                    key: key.clone(),
+                    hash: hash.clone(),
+                    payload_digest: payload_digest.clone(),
+                    report: serde_json::to_value(&report).unwrap_or(Value::Null),
+                    created_at: now_micros(),
+                });
+            if let Some(existing) = store
+                .enqueue_send(vec![item], record)
+                .await
+                .map_err(SendError::Store)?
+            {
+                let key = stimulus.idempotency_key.as_deref().unwrap_or_default();
+                return duplicate(existing, key, &hash, &payload_digest);
+            }
             self.inner.doorbell.notify_one();
-            report
+            return Ok(report);
         } else {
             self.route(&stimulus, &hash, &stimulus_id, sent_at).await?
         };

@@ -11,7 +11,7 @@ use super::sha_hex;
 use crate::engine::state::TriggerStart;
 use crate::routing::stimulus_hash;
 use crate::runtime::{Runtime, StartOptions, now_micros};
-use crate::store::{Micros, StoreError, TriggerRow};
+use crate::store::{DefinitionRecord, Micros, StoreError, TriggerRow};
 
 impl Runtime {
     /// The activation guard of a new instance of `name` (RT-15, RT-16), or why none may be
@@ -83,6 +83,17 @@ impl Runtime {
                 });
             }
             self.inner.store.replace_triggers(name, rows).await?;
+            // Each registered version is recorded (JSON form and fingerprint), so tools can
+            // show it without this application's code.
+            self.inner
+                .store
+                .put_definition(DefinitionRecord {
+                    name: name.clone(),
+                    version: workflow.version().to_owned(),
+                    json: workflow.json().to_owned(),
+                    recorded_at: now,
+                })
+                .await?;
         }
         Ok(())
     }

@@ -51,6 +51,8 @@ pub(crate) struct RunOptions {
 /// A registered definition with its user code, its data type erased.
 pub(crate) trait ErasedWorkflow: Send + Sync {
     fn version(&self) -> &str;
+    /// The definition's JSON form.
+    fn json(&self) -> &str;
     /// Whether `data` decodes into the data type: on failure, the field path (when not
     /// the root) and the message.
     fn check_data(&self, data: &Value) -> Result<(), (Option<String>, String)>;
@@ -83,6 +85,8 @@ pub(crate) trait ErasedWorkflow: Send + Sync {
 
 pub(super) struct Registered<D> {
     pub(super) version: String,
+    /// The definition's JSON form, recorded in the store for tools.
+    pub(super) json: String,
     pub(super) graph: Graph,
     pub(super) registry: Registry<D>,
     pub(super) activation: Activation,
@@ -94,6 +98,10 @@ where
 {
     fn version(&self) -> &str {
         &self.version
+    }
+
+    fn json(&self) -> &str {
+        &self.json
     }
 
     fn check_data(&self, data: &Value) -> Result<(), (Option<String>, String)> {
@@ -322,6 +330,7 @@ where
         name,
         Arc::new(Registered {
             version,
+            json: definition.to_json_pretty(),
             graph,
             registry,
             activation: definition.activation.unwrap_or_default(),

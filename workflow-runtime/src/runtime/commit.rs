@@ -11,7 +11,8 @@ use crate::engine::executor::{Checkpoint, RunError};
 use crate::engine::state::{Bookmark, JournalEntry, WorkflowState, WorkflowStatus};
 use crate::store::policy::{SerializedState, check_stored_format};
 use crate::store::{
-    Commit, JournalRecord, Micros, NewBookmark, NewInstance, NewJournalRecord, Storage, StoreError,
+    Commit, JournalRecord, Micros, NewBookmark, NewIncident, NewInstance, NewJournalRecord,
+    Storage, StoreError,
 };
 
 pub(super) use crate::base::{micros_to_ms, ms_to_micros, now_micros};
@@ -127,6 +128,9 @@ pub(super) struct Tracker {
     pub(super) version: u64,
     /// The bookmarks as last committed, for the diff (ENG-23, ST-6).
     pub(super) bookmarks: Vec<Bookmark>,
+    /// The incidents as last committed (id, resolution), for the incident table's diff
+    /// (FLT-6, ST-12).
+    pub(super) incidents: Vec<(String, Option<String>)>,
     /// Stimulus ids consumed by this run, written as receipts with its first commit (RT-19).
     pub(super) receipts: Vec<String>,
     /// The next commit unparks the instance's timers (an operator's retry or resume, TM-10).
@@ -212,6 +216,26 @@ impl RunCommits<'_> {
             } else if tracker.unpark {
                 commit.timers_parked = Some(false);
             }
+            // FLT-6, ST-12: the incident table follows the document, so incidents of all
+            // instances can be listed.
+            for incident in &state.incidents {
+                match tracker.incidents.iter().find(|(id, _)| *id == incident.id) {
+                    None => commit.incidents_opened.push(NewIncident {
+                        incident_id: incident.id.clone(),
+                        kind: "activity_failed".to_owned(),
+                        created_at: ms_to_micros(incident.at),
+                        record: serde_json::to_value(incident).unwrap_or(Value::Null),
+                    }),
+                    Some((_, None)) => {
+                        if let Some(resolution) = &incident.resolution {
+                            commit
+                                .incidents_resolved
+                                .push((incident.id.clone(), resolution.clone()));
+                        }
+                    }
+                    Some(_) => {}
+                }
+            }
             commit.instances_created = children;
             commit.queue_items = queue_items;
             commit.receipts.clone_from(&tracker.receipts);
@@ -238,6 +262,11 @@ impl RunCommits<'_> {
         let mut tracker = lock(&self.tracker);
         tracker.version = version;
         tracker.bookmarks = state.bookmarks.clone();
+        tracker.incidents = state
+            .incidents
+            .iter()
+            .map(|i| (i.id.clone(), i.resolution.clone()))
+            .collect();
         tracker.receipts.clear();
         tracker.unpark = false;
         tracker.clear_control = false;

@@ -39,7 +39,7 @@ use rows::QUEUE_COLS;
 #[cfg(feature = "test-support")]
 use schema::migrate_to;
 use schema::{
-    configure, latest_schema_version, migrate, naming_file, require_current_schema,
+    check_tables, configure, latest_schema_version, migrate, naming_file, require_current_schema,
     take_over_dead_claims, take_owner_lock,
 };
 use worker::{reader_loop, writer_loop};
@@ -118,7 +118,21 @@ impl Drop for SqliteStore {
 
 impl From<rusqlite::Error> for StoreError {
     fn from(error: rusqlite::Error) -> Self {
-        StoreError::unavailable(error)
+        match &error {
+            // A file that is not a database, or a damaged one, is not a transient failure:
+            // retrying cannot help (the open names the file, `naming_file`).
+            rusqlite::Error::SqliteFailure(e, _)
+                if matches!(e.code, ErrorCode::NotADatabase | ErrorCode::DatabaseCorrupt) =>
+            {
+                StoreError::Decode {
+                    what: "database file",
+                    id: String::new(),
+                    path: "file".to_owned(),
+                    message: error.to_string(),
+                }
+            }
+            _ => StoreError::unavailable(error),
+        }
     }
 }
 
@@ -209,6 +223,7 @@ impl SqliteStore {
         let mut conn = Connection::open(&path)?;
         configure(&conn, options)?;
         let migrations_applied = migrate(&mut conn, options.migrate)?;
+        check_tables(&conn)?;
         conn.execute(
             "INSERT INTO wf_named_leases (name, owner, token, expires_at)
              VALUES ('store-owner', ?1, 1, ?2)
@@ -244,6 +259,7 @@ impl SqliteStore {
         let conn = Connection::open_with_flags(&path, OpenFlags::SQLITE_OPEN_READ_ONLY)?;
         conn.busy_timeout(options.busy_timeout)?;
         require_current_schema(&conn)?;
+        check_tables(&conn)?;
         drop(conn);
         Self::start(path, None, &options, Vec::new(), None)
     }
@@ -271,6 +287,7 @@ impl SqliteStore {
         let conn = Connection::open_with_flags(&path, OpenFlags::SQLITE_OPEN_READ_WRITE)?;
         configure(&conn, &options)?;
         require_current_schema(&conn)?;
+        check_tables(&conn)?;
         Self::start(path, Some(conn), &options, Vec::new(), None)
     }
 

@@ -362,7 +362,9 @@ pub(super) fn require_current_schema(conn: &Connection) -> StoreResult<()> {
 /// (ST-26). A busy lock means another store holds the file: `InUse`, naming the holder
 /// recorded in the database.
 pub(super) fn take_owner_lock(path: &Path) -> StoreResult<Connection> {
-    let mut side = path.as_os_str().to_owned();
+    // The lock belongs to the file, not to the name it was opened by: a symbolic link (or
+    // `..` in the path) names the same file, so it must name the same lock.
+    let mut side = canonical(path).into_os_string();
     side.push("-owner");
     let lock = Connection::open(PathBuf::from(side))?;
     lock.busy_timeout(Duration::ZERO)?;
@@ -380,6 +382,25 @@ pub(super) fn take_owner_lock(path: &Path) -> StoreResult<Connection> {
             Err(in_use(path))
         }
         Err(e) => Err(e.into()),
+    }
+}
+
+/// The file's canonical path (links resolved); for a file not created yet, its canonical
+/// directory joined with its name.
+fn canonical(path: &Path) -> PathBuf {
+    if let Ok(real) = std::fs::canonicalize(path) {
+        return real;
+    }
+    match (path.parent(), path.file_name()) {
+        (Some(dir), Some(name)) => {
+            let dir = if dir.as_os_str().is_empty() {
+                Path::new(".")
+            } else {
+                dir
+            };
+            std::fs::canonicalize(dir).map_or_else(|_| path.to_path_buf(), |d| d.join(name))
+        }
+        _ => path.to_path_buf(),
     }
 }
 
@@ -415,9 +436,54 @@ pub(super) fn take_over_dead_claims(conn: &Connection) -> StoreResult<()> {
     Ok(())
 }
 
+/// The tables the migrations create: each must exist once the schema is current.
+const TABLES: &[&str] = &[
+    "wf_instances",
+    "wf_bookmarks",
+    "wf_triggers",
+    "wf_queue",
+    "wf_dead_letters",
+    "wf_timers",
+    "wf_journal",
+    "wf_receipts",
+    "wf_named_leases",
+    "wf_idempotency",
+    "wf_incidents",
+    "wf_definitions",
+];
+
+/// A table dropped from the file (by hand, by a tool) is found at open, not at the first
+/// operation that needs it: `Decode` naming the table.
+pub(super) fn check_tables(conn: &Connection) -> StoreResult<()> {
+    let mut stmt = conn.prepare("SELECT name FROM sqlite_master WHERE type = 'table'")?;
+    let present: Vec<String> = stmt
+        .query_map([], |r| r.get(0))?
+        .collect::<Result<_, _>>()?;
+    match TABLES.iter().find(|t| !present.iter().any(|p| p == *t)) {
+        Some(missing) => Err(StoreError::Decode {
+            what: "database file",
+            id: String::new(),
+            path: format!("table {missing}"),
+            message: "the table is missing: the file was altered outside this library".to_owned(),
+        }),
+        None => Ok(()),
+    }
+}
+
 /// An open error that names the file, so a message says which file could not be opened.
 pub(super) fn naming_file(path: &Path, error: StoreError) -> StoreError {
     match error {
+        StoreError::Decode {
+            what,
+            id,
+            path: column,
+            message,
+        } if id.is_empty() => StoreError::Decode {
+            what,
+            id: path.display().to_string(),
+            path: column,
+            message,
+        },
         StoreError::Unavailable { message } => StoreError::Unavailable {
             message: format!("cannot open SQLite file `{}`: {message}", path.display()),
         },
