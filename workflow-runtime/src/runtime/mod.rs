@@ -890,13 +890,13 @@ impl Runtime {
         {
             // The document says `Cancelled` too, should the delete below fail: a reader of
             // the state (and a retried start, told the id exists) sees what the row says.
-            let state = match decode_document(instance_id, record.state.clone()) {
+            let state = match decode_document(instance_id, &record.state) {
                 Ok(mut state) => {
                     state.status = WorkflowStatus::Cancelled;
                     state.sub_status = None;
                     state.cancel_reason =
                         Some("its start failed before its first commit".to_owned());
-                    encode_document(&state).unwrap_or(record.state)
+                    encode_document(&state).map_or(record.state, |s| s.0)
                 }
                 Err(_) => record.state,
             };
