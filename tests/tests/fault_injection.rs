@@ -804,9 +804,11 @@ fn transient_failures_of_queue_deliveries_do_not_dead_letter_the_stimulus() {
             assert!(early.queued.is_some(), "{label}: {early:?}");
             let one = rt.send(Stimulus::new("one").key("q-1")).await.unwrap();
             assert_eq!(one.resumed.len(), 1, "{label}: {one:?}");
-            // Five passes in a row cannot take the instance's lease (a run takes it and loads
+            // Five passes in a row cannot take the instance's lease (every claim of a lease
+            // fails meanwhile, the background's own included; a run takes the lease and loads
             // the instance in one claim).
-            store.inject(Op::ClaimInstance, 5, Fault::Fail);
+            store.inject(Op::ClaimInstance, 1_000, Fault::Fail);
+            store.inject(Op::AcquireLease, 1_000, Fault::Fail);
             for pass in 0..5 {
                 assert_eq!(
                     rt.deliver_queued().await.unwrap(),
@@ -814,6 +816,7 @@ fn transient_failures_of_queue_deliveries_do_not_dead_letter_the_stimulus() {
                     "{label}: pass {pass}"
                 );
             }
+            store.clear();
             let dead = rt.dead_letters(DeadLetterFilter::all(10)).await.unwrap();
             assert!(dead.is_empty(), "{label}: {dead:?}");
             assert_eq!(rt.deliver_queued().await.unwrap(), 1, "{label}");
