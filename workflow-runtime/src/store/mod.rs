@@ -41,7 +41,7 @@
 pub mod backend;
 mod error;
 mod memory;
-mod policy;
+pub(crate) mod policy;
 #[cfg(feature = "postgres")]
 mod postgres;
 mod rows;
@@ -52,13 +52,13 @@ mod sqlite;
 pub mod conformance;
 
 pub use backend::{
-    BookmarkSelect, ClaimedRecord, DefinitionRecord, DefinitionStore, DueTimers, Enqueue,
-    IncidentQuery, LeaseClaim, LeaseKey, PurgeTarget, Settled, Settlement, Store, TimerScope,
-    TriggerSelect, TriggerWrite,
+    BookmarkSelect, CHILD_WAIT, ClaimedRecord, DefinitionRecord, DefinitionStore, DueTimers,
+    Enqueue, IncidentQuery, LeaseClaim, LeaseKey, PurgeTarget, Settled, Settlement, Store,
+    TimerScope, TriggerSelect, TriggerWrite,
 };
 pub use error::{StoreError, StoreResult};
 pub use memory::MemoryStore;
-pub use policy::{Storage, WakeUp};
+pub use policy::{StateDocument, Storage, WakeUp};
 #[cfg(feature = "postgres")]
 pub use postgres::{PostgresOptions, PostgresStore};
 pub use rows::*;
