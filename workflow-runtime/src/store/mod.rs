@@ -18,9 +18,11 @@
 //!   backend author needs; every type it uses is public here, so a backend can live outside
 //!   this crate, and the conformance suite (`conformance`, feature `test-support`) checks it.
 //!
-//! Two backends ship: [`MemoryStore`] (always compiled, not durable) and, behind the default
-//! feature `sqlite`, [`SqliteStore`] (one file, WAL, one writer thread with group commit,
-//! library-owned migrations). Neither imports the other.
+//! Three backends ship: [`MemoryStore`] (always compiled, not durable); behind the default
+//! feature `sqlite`, `SqliteStore` (one file, WAL, one writer thread with group commit,
+//! library-owned migrations; one process per file); and behind the feature `postgres`,
+//! `PostgresStore` (several processes on one database, `FOR UPDATE SKIP LOCKED` claims,
+//! LISTEN/NOTIFY wake-ups, migrations under an advisory lock). None imports another.
 //!
 //! # Design notes
 //!
