@@ -140,13 +140,15 @@ fn st24_a_resumed_run_over_the_limit_faults_the_instance_and_dead_letters_its_st
 
             let report = rt.send(Stimulus::new("grow")).await.unwrap();
             assert!(report.resumed.is_empty(), "{label}: {report:?}");
-            let [Rejection::StateTooLarge {
-                instance,
-                size,
-                limit,
-                incident,
-                ..
-            }] = report.rejected.as_slice()
+            let [
+                Rejection::StateTooLarge {
+                    instance,
+                    size,
+                    limit,
+                    incident,
+                    ..
+                },
+            ] = report.rejected.as_slice()
             else {
                 panic!("{label}: one rejection expected: {report:?}");
             };
@@ -192,7 +194,11 @@ fn st24_a_resumed_run_over_the_limit_faults_the_instance_and_dead_letters_its_st
             // An operator raises the limit, retries, then replays the stimulus.
             let larger = runtime(&store, 16 * LIMIT);
             let retried = larger.retry(&id).await.unwrap();
-            assert_eq!(retried.applied().unwrap().status, WorkflowStatus::Suspended, "{label}");
+            assert_eq!(
+                retried.applied().unwrap().status,
+                WorkflowStatus::Suspended,
+                "{label}"
+            );
             assert_eq!(waiting_for(&larger, &id).await, ["grow"], "{label}");
             larger
                 .replay_dead_letter(&letters[0].item.item_id)
@@ -229,7 +235,11 @@ fn st24_a_queued_stimulus_over_the_limit_becomes_a_dead_letter() {
             assert_eq!(letters[0].item.stimulus_id, report.stimulus_id, "{label}");
             // Nothing is left queued for the instance, so no pass faults it again.
             assert_eq!(rt.deliver_queued().await.unwrap(), 0, "{label}");
-            assert_eq!(rt.incidents(&id).await.unwrap().unwrap().len(), 1, "{label}");
+            assert_eq!(
+                rt.incidents(&id).await.unwrap().unwrap().len(),
+                1,
+                "{label}"
+            );
         });
     }
 }

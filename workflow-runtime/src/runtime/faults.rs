@@ -340,7 +340,9 @@ impl Runtime {
         state.updated_at = now;
         state.event_seq += 1;
         // Releases the lease: the caller settles the guard as released by this commit.
-        commits.commit(&mut state, true, Vec::new(), Vec::new()).await?;
+        commits
+            .commit(&mut state, true, Vec::new(), Vec::new())
+            .await?;
         tracing::error!(
             definition = state.definition.name.as_str(),
             instance = instance_id.as_str(),

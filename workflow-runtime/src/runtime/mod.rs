@@ -1925,20 +1925,19 @@ impl Runtime {
                     },
                 ),
                 None,
-            ) if fault_too_large => match self
-                .fault_too_large(&guard, size, limit, delivering)
-                .await
-            {
-                Ok(faulted) => {
-                    guard.released_by_commit();
-                    Err(faulted)
+            ) if fault_too_large => {
+                match self.fault_too_large(&guard, size, limit, delivering).await {
+                    Ok(faulted) => {
+                        guard.released_by_commit();
+                        Err(faulted)
+                    }
+                    Err(fault_error) => {
+                        tracing::error!(instance = %instance_id, %error, %fault_error, "a run's state is over the size limit and faulting the instance failed; it stays at its last commit");
+                        guard.release().await;
+                        Err(error)
+                    }
                 }
-                Err(fault_error) => {
-                    tracing::error!(instance = %instance_id, %error, %fault_error, "a run's state is over the size limit and faulting the instance failed; it stays at its last commit");
-                    guard.release().await;
-                    Err(error)
-                }
-            },
+            }
             (Err(error), None) => {
                 guard.release().await;
                 Err(error)
