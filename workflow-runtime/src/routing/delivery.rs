@@ -270,8 +270,9 @@ pub enum Refusal {
     },
 }
 
-/// Why a stimulus was rejected for one instance (RT-22): the instance and its bookmark are
-/// unchanged and the stimulus was written to the dead letters with reason `Rejected`.
+/// Why a stimulus was rejected for one instance (RT-22): the stimulus was not consumed and was
+/// written to the dead letters with reason `Rejected`. The instance and its bookmark are
+/// unchanged, but for [`Rejection::StateTooLarge`], which faulted it at its last commit.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Rejection {
     /// The payload does not decode into the type the waiting activity reads.
