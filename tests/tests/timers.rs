@@ -592,3 +592,53 @@ fn a_delay_until_an_instant_fires_then() {
         assert_eq!(data_of(&test, &id).await.log, ["b"]);
     });
 }
+
+/// What the condition of the timed transition below wrongly expects from its trigger.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct SignOff {
+    approver: String,
+}
+
+// RT-22 is for outside stimuli: a timer's firing that a condition over the payload cannot
+// read (the timer's payload is its due and fired times, not a `SignOff`) faults the instance
+// with an incident naming the condition, instead of being rejected and fired again for ever.
+#[test]
+fn a_timer_payload_a_condition_cannot_read_faults_instead_of_firing_for_ever() {
+    let definition = json!({"name": "Timed", "root": {"kind": "state_machine", "id": "root",
+        "initial": "Waiting",
+        "states": [{"name": "Waiting"}, {"name": "Approved"}],
+        "transitions": [{"name": "lapse", "from": "Waiting", "to": "Approved",
+            "trigger": {"kind": "delay", "id": "lapse_wait", "duration_ms": 60_000},
+            "condition": "approved_by_someone"}]}});
+    block_on(async {
+        let registry = Registry::<Steps>::new()
+            .condition_with_payload("approved_by_someone", |_: &Steps, a: &SignOff| {
+                !a.approver.is_empty()
+            });
+        let builder = Runtime::builder().register_json(definition.to_string(), registry);
+        let test = TestRuntime::build(builder).unwrap();
+        let id = test
+            .start_by_name("Timed", json!({}), Default::default())
+            .await
+            .unwrap()
+            .instance_id;
+        let fired = test.advance(Duration::from_secs(61)).await.unwrap();
+        assert!(fired.failed.is_empty(), "{fired:?}");
+        let state = test.get_state(&id).await.unwrap().unwrap();
+        assert_eq!(state.status(), WorkflowStatus::Faulted);
+        let [incident] = state.state.incidents() else {
+            panic!("one incident: {:?}", state.state.incidents())
+        };
+        assert!(
+            incident.fault.message.contains("approved_by_someone")
+                && incident.fault.message.contains("SignOff"),
+            "{incident:?}"
+        );
+        // Nothing fires again.
+        let later = test.advance(Duration::from_secs(3_600)).await.unwrap();
+        assert!(
+            later.fired.is_empty() && later.failed.is_empty(),
+            "{later:?}"
+        );
+    });
+}

@@ -416,8 +416,9 @@ pub(crate) struct Executor<'a, D> {
     last_commit: std::time::Instant,
     /// The clock, grace and instance token of task attempts (FLT-16, FLT-17).
     pub(crate) attempts: AttemptSettings,
-    /// The bookmark and node being resumed by a stimulus, while its entry point runs: a
-    /// payload that does not decode then rejects the run (RT-22) instead of faulting.
+    /// The bookmark and node being resumed by an outside stimulus (not one of the engine's
+    /// reserved `wf.` stimuli), while its entry point runs: a payload that does not decode
+    /// then rejects the run (RT-22) instead of faulting.
     resuming: Option<(String, String)>,
     /// The bookmark, node and payload of the stimulus (an event, not one of the engine's
     /// reserved `wf.` stimuli) this run resumed, until the run first commits: a task of this
@@ -914,8 +915,11 @@ where
             map.insert("fired_at".to_owned(), json!(self.now));
         }
         self.record(JournalKind::BookmarkResumed, Some(id), detail);
-        self.resuming = Some((bookmark.id.clone(), self.node_id(node).to_owned()));
-        if self.stimulus.is_none() && !bookmark.name.starts_with("wf.") {
+        // RT-22 rejects outside stimuli only: the engine's own (`wf.` timers, a child's
+        // result) would be fired again for ever, so their decode failures fault.
+        let outside = !bookmark.name.starts_with("wf.");
+        self.resuming = outside.then(|| (bookmark.id.clone(), self.node_id(node).to_owned()));
+        if self.stimulus.is_none() && outside {
             self.stimulus = Some((
                 bookmark.id.clone(),
                 self.node_id(node).to_owned(),

@@ -44,6 +44,24 @@ enum DeliveryError {
     Run(RunError),
 }
 
+/// RT-22: whether a store failure is one the next pass may not meet (the store unavailable
+/// for a moment, the instance busy, a commit refused because another run moved it on or took
+/// its lease). Such a failure puts the item back without counting an attempt: only the
+/// queue TTL (RT-28) bounds how long a transient trouble may last, so a store that fails three
+/// passes in a row does not dead-letter a stimulus its send already acknowledged.
+fn transient(error: &StoreError) -> bool {
+    error.is_transient() || error.is_conflict() || matches!(error, StoreError::Fenced { .. })
+}
+
+impl DeliveryError {
+    fn is_transient(&self) -> bool {
+        match self {
+            Self::Store(error) | Self::Run(RunError::Store { error, .. }) => transient(error),
+            Self::Run(_) => false,
+        }
+    }
+}
+
 impl Runtime {
     /// One pass of the bookmark queue (RT-27, RT-28): expired items become dead letters
     /// `Expired`; every other item is offered, oldest first, to the bookmarks its look-back
@@ -124,11 +142,27 @@ impl Runtime {
                         pass.delivered += 1;
                     }
                     Err(error) => {
-                        tracing::warn!(item = %item.item_id, %error, "queue: routing an enqueued stimulus failed");
-                        store
-                            .record_queue_failure(&item.item_id, &error.to_string(), now, 3)
-                            .await
-                            .map(|failure| failed_for_good(&item, &failure, &error.to_string()))?;
+                        let transient = match &error {
+                            super::delivery::SendError::Store(error)
+                            | super::delivery::SendError::Run(RunError::Store { error, .. }) => {
+                                transient(error)
+                            }
+                            _ => false,
+                        };
+                        if transient {
+                            tracing::warn!(item = %item.item_id, %error, "queue: routing an enqueued stimulus failed for a transient reason; the item waits for the next pass");
+                            store
+                                .release_queue_item(&item.item_id, &self.inner.owner)
+                                .await?;
+                        } else {
+                            tracing::warn!(item = %item.item_id, %error, "queue: routing an enqueued stimulus failed");
+                            store
+                                .record_queue_failure(&item.item_id, &error.to_string(), now, 3)
+                                .await
+                                .map(|failure| {
+                                    failed_for_good(&item, &failure, &error.to_string());
+                                })?;
+                        }
                         pass.put_back += 1;
                     }
                 }
@@ -172,6 +206,13 @@ impl Runtime {
                         .await?;
                     pass.put_back += 1;
                 }
+                Err(error) if error.is_transient() => {
+                    tracing::warn!(item = %item.item_id, %error, "queue: delivery failed for a transient reason; the item waits for the next pass");
+                    store
+                        .release_queue_item(&item.item_id, &self.inner.owner)
+                        .await?;
+                    pass.put_back += 1;
+                }
                 Err(error) => {
                     tracing::warn!(item = %item.item_id, %error, "queue: delivery failed; the attempt is counted");
                     store
@@ -191,8 +232,9 @@ impl Runtime {
     /// Delivers one queued item to its eligible bookmarks (RT-31); whether any was resumed.
     ///
     /// A busy instance (its lease held), a faulted one (RT-18) and one pinned to a version
-    /// this process does not run (ENG-46) keep the item for later; a store failure or another
-    /// run error counts a failed attempt (RT-28), unless another instance took the item.
+    /// this process does not run (ENG-46) keep the item for later; a transient store failure
+    /// puts it back without counting an attempt; another run error counts a failed attempt
+    /// (RT-28), unless another instance took the item.
     async fn deliver_item(&self, item: &QueueItem) -> Result<bool, DeliveryError> {
         let store = &self.inner.store;
         let targets: Targets = serde_json::from_value(item.targets.clone()).unwrap_or_default();

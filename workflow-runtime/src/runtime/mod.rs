@@ -920,12 +920,24 @@ impl Runtime {
         if let Ok(record) = store.load_instance(instance_id).await
             && record.status == InstanceStatus::Running
         {
+            // The document says `Cancelled` too, should the delete below fail: a reader of
+            // the state (and a retried start, told the id exists) sees what the row says.
+            let state = match decode_document(instance_id, record.state.clone()) {
+                Ok(mut state) => {
+                    state.status = WorkflowStatus::Cancelled;
+                    state.sub_status = None;
+                    state.cancel_reason =
+                        Some("its start failed before its first commit".to_owned());
+                    encode_document(&state).unwrap_or(record.state)
+                }
+                Err(_) => record.state,
+            };
             let mut commit = Commit::new(
                 instance_id,
                 record.version,
                 guard.token(),
                 now_micros(),
-                record.state,
+                state,
                 InstanceStatus::Cancelled,
                 None,
             );
