@@ -46,6 +46,7 @@ enum Op {
     RenewLease,
     ReleaseLease,
     FindBookmarks,
+    FindChildWaits,
     HasReceipt,
     FindTriggers,
     WriteTriggers,
@@ -326,6 +327,16 @@ impl Store for FaultyStore {
     ) -> BoxFuture<'_, StoreResult<Vec<BookmarkRow>>> {
         Box::pin(self.around(Op::FindBookmarks, async move {
             self.inner.find_bookmarks(select).await
+        }))
+    }
+
+    fn find_child_waits(
+        &self,
+        after: Option<String>,
+        limit: usize,
+    ) -> BoxFuture<'_, StoreResult<Vec<BookmarkRow>>> {
+        Box::pin(self.around(Op::FindChildWaits, async move {
+            self.inner.find_child_waits(after, limit).await
         }))
     }
 
@@ -793,8 +804,10 @@ fn transient_failures_of_queue_deliveries_do_not_dead_letter_the_stimulus() {
             assert!(early.queued.is_some(), "{label}: {early:?}");
             let one = rt.send(Stimulus::new("one").key("q-1")).await.unwrap();
             assert_eq!(one.resumed.len(), 1, "{label}: {one:?}");
-            // Five passes in a row cannot take the instance's lease (every lease acquisition
-            // fails meanwhile, the background's own included).
+            // Five passes in a row cannot take the instance's lease (every claim of a lease
+            // fails meanwhile, the background's own included; a run takes the lease and loads
+            // the instance in one claim).
+            store.inject(Op::ClaimInstance, 1_000, Fault::Fail);
             store.inject(Op::AcquireLease, 1_000, Fault::Fail);
             for pass in 0..5 {
                 assert_eq!(

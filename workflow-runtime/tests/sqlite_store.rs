@@ -18,7 +18,7 @@ use workflow_runtime::store::{
 };
 
 /// The newest schema version (6 at the time of writing: 0006 records definitions).
-const LATEST: u32 = 6;
+const LATEST: u32 = 7;
 
 fn all_migrations() -> Vec<u32> {
     assert_eq!(SqliteStore::schema_version(), LATEST);

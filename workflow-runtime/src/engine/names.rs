@@ -43,7 +43,7 @@ impl Reserved {
             Reserved::StartAt => "wf.start_at",
             Reserved::Cron => "wf.cron",
             Reserved::Deadline => "wf.deadline",
-            Reserved::SubWorkflow => "wf.sub_workflow",
+            Reserved::SubWorkflow => crate::store::CHILD_WAIT,
         }
     }
 

@@ -549,12 +549,12 @@ impl Runtime {
             && let Some(instance) = &stimulus.instance_id
         {
             // RT-34: a send to one instance says at once that it is gone or final, queued or
-            // not.
-            match store.load_instance(instance).await {
-                Ok(record) if record.status.is_final() => {
+            // not (its status alone: the document is not decoded).
+            match store.instance_status(instance).await {
+                Ok((status, _)) if status.is_final() => {
                     return Err(SendError::InstanceTerminal {
                         instance: instance.clone(),
-                        status: record.status,
+                        status,
                     });
                 }
                 Ok(_) => {}
@@ -741,11 +741,11 @@ impl Runtime {
     ) -> Result<Vec<(String, bool)>, SendError> {
         let store = &self.inner.store;
         if let Some(instance) = &stimulus.instance_id {
-            match store.load_instance(instance).await {
-                Ok(record) if record.status.is_final() => {
+            match store.instance_status(instance).await {
+                Ok((status, _)) if status.is_final() => {
                     return Err(SendError::InstanceTerminal {
                         instance: instance.clone(),
-                        status: record.status,
+                        status,
                     });
                 }
                 Ok(_) => {}

@@ -171,7 +171,7 @@ impl Runtime {
             // A targeted item whose instance ended or vanished can never be delivered (a
             // held one would otherwise stay for ever): it becomes a dead letter.
             if let Some(instance) = &targets.instance_id {
-                let gone = match store.load_instance(instance).await {
+                let gone = match store.load_instance_text(instance).await {
                     Ok(record) => record.status.is_final(),
                     Err(StoreError::NotFound { .. }) => true,
                     Err(_) => false,
@@ -268,7 +268,7 @@ impl Runtime {
             if store.has_receipt(&instance, &item.stimulus_id).await? {
                 continue;
             }
-            let record = match store.load_instance(&instance).await {
+            let record = match store.load_instance_text(&instance).await {
                 Ok(record) => record,
                 Err(StoreError::NotFound { .. }) => continue,
                 Err(error) => return Err(error.into()),

@@ -9,6 +9,7 @@ use super::{StateError, lock};
 use crate::base::BoxFuture;
 use crate::engine::executor::{Checkpoint, RunError};
 use crate::engine::state::{Bookmark, JournalEntry, WorkflowState, WorkflowStatus};
+use crate::store::policy::{SerializedState, check_stored_format};
 use crate::store::{
     Commit, JournalRecord, Micros, NewBookmark, NewIncident, NewInstance, NewJournalRecord,
     Storage, StoreError,
@@ -17,20 +18,53 @@ use crate::store::{
 pub(super) use crate::base::{micros_to_ms, ms_to_micros, now_micros};
 
 /// The state document as stored: serde names only, a top-level `"format"` (ST-19, ST-20).
-pub(super) fn encode_document(state: &WorkflowState) -> Result<Value, RunError> {
-    serde_json::to_value(state).map_err(|e| RunError::StateCorrupt {
-        instance: state.instance_id.clone(),
-        reason: format!("state does not serialize: {e}"),
+/// Serialized straight to its text: no `Value` tree on the way (the store checks the text).
+pub(super) fn encode_document(state: &WorkflowState) -> Result<SerializedState, RunError> {
+    serde_json::to_string(state)
+        .map(SerializedState)
+        .map_err(|e| RunError::StateCorrupt {
+            instance: state.instance_id.clone(),
+            reason: format!("state does not serialize: {e}"),
+        })
+}
+
+/// The state decoded straight from its stored text (format already checked by
+/// [`Storage::load_instance_text`]).
+pub(super) fn decode_document(
+    instance_id: &str,
+    document: &str,
+) -> Result<WorkflowState, StateError> {
+    serde_json::from_str(document).map_err(|e| StateError::Decode {
+        instance: instance_id.to_owned(),
+        message: e.to_string(),
     })
 }
 
-pub(super) fn decode_document(
-    instance_id: &str,
-    document: Value,
-) -> Result<WorkflowState, StateError> {
-    serde_json::from_value(document).map_err(|e| StateError::Decode {
-        instance: instance_id.to_owned(),
-        message: e.to_string(),
+/// The state of a loaded record, decoded straight from its text: the store's own format
+/// check runs only when that fails or finds a newer format, for its typed error (ST-19,
+/// ST-22), so a readable document is parsed once.
+pub(super) fn decode_loaded(instance_id: &str, text: &str) -> Result<WorkflowState, RunError> {
+    let decoded = match decode_document(instance_id, text) {
+        Ok(state) if u64::from(state.format_version()) <= crate::store::STATE_FORMAT => {
+            return Ok(state);
+        }
+        other => other,
+    };
+    check_stored_format(instance_id, text).map_err(|error| run_store_error(instance_id, error))?;
+    Err(match decoded {
+        Err(e) => RunError::StateCorrupt {
+            instance: instance_id.to_owned(),
+            reason: e.to_string(),
+        },
+        Ok(state) => run_store_error(
+            instance_id,
+            StoreError::FormatTooNew {
+                what: "instance",
+                id: instance_id.to_owned(),
+                found: u64::from(state.format_version()),
+                supported: crate::store::STATE_FORMAT,
+            },
+        ),
     })
 }
 
@@ -125,7 +159,7 @@ impl RunCommits<'_> {
         &self,
         state: &mut WorkflowState,
         release: bool,
-        children: Vec<NewInstance>,
+        children: Vec<NewInstance<SerializedState>>,
         queue_items: Vec<crate::store::QueueItem>,
     ) -> Result<(), RunError> {
         let commit = {

@@ -166,14 +166,14 @@ impl RunSignals {
 /// What a requester found about the instance before acting.
 enum Found {
     /// Run it here.
-    Here(InstanceRecord),
+    Here(InstanceRecord<String>),
     /// Not run by this runtime: record a request.
-    Elsewhere(InstanceRecord),
+    Elsewhere(InstanceRecord<String>),
 }
 
 impl Runtime {
     /// Whether this runtime runs the record's definition version.
-    fn runs(&self, record: &InstanceRecord) -> bool {
+    fn runs(&self, record: &InstanceRecord<String>) -> bool {
         self.inner
             .workflows
             .get(&record.definition_name)
@@ -182,7 +182,7 @@ impl Runtime {
 
     /// Loads the instance a control call is about.
     async fn control_target(&self, instance_id: &str) -> Result<Option<Found>, RunError> {
-        match self.inner.store.load_instance(instance_id).await {
+        match self.inner.store.load_instance_text(instance_id).await {
             Ok(record) if self.runs(&record) => Ok(Some(Found::Here(record))),
             Ok(record) => Ok(Some(Found::Elsewhere(record))),
             Err(StoreError::NotFound { .. }) => Ok(None),
@@ -480,7 +480,7 @@ impl Runtime {
     /// progress here is signalled; an idle one is taken under its lease and changed. One whose
     /// lease another process holds is left to it (its lease renewal returns the request).
     pub(crate) async fn honour(&self, instance_id: &str) {
-        let Ok(record) = self.inner.store.load_instance(instance_id).await else {
+        let Ok(record) = self.inner.store.load_instance_text(instance_id).await else {
             return;
         };
         let Some(request) = record.control_request.clone() else {
@@ -625,7 +625,7 @@ fn state_error(instance_id: &str, error: &super::StateError) -> ControlError {
     })
 }
 
-fn started_of(record: &InstanceRecord) -> Started {
+fn started_of(record: &InstanceRecord<String>) -> Started {
     Started {
         instance_id: record.instance_id.clone(),
         status: record.status,
@@ -633,7 +633,7 @@ fn started_of(record: &InstanceRecord) -> Started {
     }
 }
 
-fn check_suspendable(record: &InstanceRecord) -> Result<(), ControlError> {
+fn check_suspendable(record: &InstanceRecord<String>) -> Result<(), ControlError> {
     if record.status.is_final() {
         return Err(ControlError::AlreadyTerminal {
             instance: record.instance_id.clone(),
@@ -648,7 +648,7 @@ fn check_suspendable(record: &InstanceRecord) -> Result<(), ControlError> {
     Ok(())
 }
 
-fn check_resumable(record: &InstanceRecord) -> Result<(), ControlError> {
+fn check_resumable(record: &InstanceRecord<String>) -> Result<(), ControlError> {
     if record.status.is_final() {
         return Err(ControlError::AlreadyTerminal {
             instance: record.instance_id.clone(),

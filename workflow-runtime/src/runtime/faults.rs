@@ -108,7 +108,7 @@ impl Runtime {
         let not_found = || RetryError::InstanceNotFound {
             instance: instance_id.to_owned(),
         };
-        let record = match self.inner.store.load_instance(instance_id).await {
+        let record = match self.inner.store.load_instance_text(instance_id).await {
             Ok(record) => record,
             Err(StoreError::NotFound { .. }) => return Err(not_found()),
             Err(error) => {

@@ -13,7 +13,10 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use crate::cancel::CancellationToken;
-use crate::store::{InstanceSubStatus, LeaseKey, Micros, Storage, StoreError};
+use crate::store::{
+    ClaimedRecord, InstanceRecord, InstanceSubStatus, LeaseClaim, LeaseKey, Micros, Storage,
+    StoreError,
+};
 
 use super::control::RunSignals;
 use super::{lock, now_micros};
@@ -70,6 +73,9 @@ pub(crate) struct LeaseGuard<'s> {
     settings: LeaseSettings,
     /// Why the lease was lost, once it was.
     lost: Mutex<Option<StoreError>>,
+    /// The instance as the acquisition read it (one store operation takes the lease and
+    /// loads the instance), until the run takes it.
+    loaded: Mutex<Option<Result<InstanceRecord<String>, StoreError>>>,
 }
 
 impl std::fmt::Debug for LeaseGuard<'_> {
@@ -121,16 +127,14 @@ impl<'s> LeaseGuard<'s> {
         let give_up = std::time::Instant::now() + OWN_LEASE_WAIT;
         let mut pause = Duration::from_millis(1);
         loop {
-            match store
-                .acquire_lease(
-                    &LeaseKey::instance(instance_id),
-                    owner,
-                    now_micros(),
-                    settings.ttl_micros(),
-                )
-                .await
-            {
-                Ok(lease) => {
+            let claim = LeaseClaim {
+                owner: owner.to_owned(),
+                token: None,
+                now: now_micros(),
+                ttl: settings.ttl_micros(),
+            };
+            match store.claim_instance_raw(instance_id, claim).await {
+                Ok(ClaimedRecord { lease, record }) => {
                     return Ok(Self {
                         store,
                         instance_id: instance_id.to_owned(),
@@ -138,6 +142,7 @@ impl<'s> LeaseGuard<'s> {
                         expires_at: lease.expires_at,
                         settings,
                         lost: Mutex::new(None),
+                        loaded: Mutex::new(Some(Ok(record))),
                     });
                 }
                 Err(StoreError::LeaseHeld { holder, .. })
@@ -173,6 +178,7 @@ impl<'s> LeaseGuard<'s> {
                     expires_at: claim.lease.expires_at,
                     settings,
                     lost: Mutex::new(None),
+                    loaded: Mutex::new(None),
                 };
                 (guard, claim.sub_status)
             })
@@ -187,6 +193,12 @@ impl<'s> LeaseGuard<'s> {
     /// The fencing token every commit of the run presents (ENG-28).
     pub(crate) fn token(&self) -> u64 {
         self.token
+    }
+
+    /// The instance as the acquisition loaded it, once: `None` when it was not loaded with
+    /// the lease (a recovery claim) or was taken already.
+    pub(crate) fn take_loaded(&self) -> Option<Result<InstanceRecord<String>, StoreError>> {
+        lock(&self.loaded).take()
     }
 
     /// Why the lease was lost, if it was: the run must not be reported as done.

@@ -144,7 +144,12 @@ impl Runtime {
             for listed in page {
                 // The summary's position and waits come from the document.
                 let loaded = match listed.summary {
-                    Ok(_) => self.inner.store.load_instance(&listed.instance_id).await,
+                    Ok(_) => {
+                        self.inner
+                            .store
+                            .load_instance_text(&listed.instance_id)
+                            .await
+                    }
                     Err(error) => Err(error),
                 };
                 let summary = match loaded {
@@ -187,7 +192,7 @@ impl Runtime {
     }
 }
 
-fn summary(record: InstanceRecord) -> InstanceSummary {
+fn summary(record: InstanceRecord<String>) -> InstanceSummary {
     let mut summary = InstanceSummary {
         instance_id: record.instance_id.clone(),
         definition: record.definition_name,
@@ -203,7 +208,7 @@ fn summary(record: InstanceRecord) -> InstanceSummary {
         updated_at: record.updated_at,
         unreadable: None,
     };
-    match decode_document(&record.instance_id, record.state) {
+    match decode_document(&record.instance_id, &record.state) {
         Ok(state) => {
             summary.at = position(&state);
             summary.waiting_for = state.bookmarks.iter().map(|b| b.name.clone()).collect();

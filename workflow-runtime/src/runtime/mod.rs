@@ -55,8 +55,8 @@ pub use crate::timers::TimerFiring;
 pub use builder::RuntimeBuilder;
 use builder::{ErasedWorkflow, RunOutput};
 use commit::{
-    RunCommits, Tracker, decode_document, encode_document, journal_entry, ms_to_micros,
-    run_store_error,
+    RunCommits, Tracker, decode_document, decode_loaded, encode_document, journal_entry,
+    ms_to_micros, run_store_error,
 };
 pub use control::{Control, ControlError};
 use control::{RunHandle, RunSignals};
@@ -774,7 +774,7 @@ impl Runtime {
         options: StartOptions,
         parent: Option<ParentLink>,
         trigger: Option<TriggerStart>,
-    ) -> Result<NewInstance, StartError> {
+    ) -> Result<NewInstance<crate::store::policy::SerializedState>, StartError> {
         let workflow =
             self.inner
                 .workflows
@@ -917,18 +917,18 @@ impl Runtime {
         else {
             return;
         };
-        if let Ok(record) = store.load_instance(instance_id).await
+        if let Ok(record) = store.load_instance_text(instance_id).await
             && record.status == InstanceStatus::Running
         {
             // The document says `Cancelled` too, should the delete below fail: a reader of
             // the state (and a retried start, told the id exists) sees what the row says.
-            let state = match decode_document(instance_id, record.state.clone()) {
+            let state = match decode_document(instance_id, &record.state) {
                 Ok(mut state) => {
                     state.status = WorkflowStatus::Cancelled;
                     state.sub_status = None;
                     state.cancel_reason =
                         Some("its start failed before its first commit".to_owned());
-                    encode_document(&state).unwrap_or(record.state)
+                    encode_document(&state).map_or(record.state, |s| s.0)
                 }
                 Err(_) => record.state,
             };
@@ -985,9 +985,10 @@ impl Runtime {
     /// created but never run. The recovery sweep started with the runtime does this in the
     /// background ([`RuntimeBuilder::recovery_sweep`]) reading only those instances (one
     /// indexed query), so calling this is only needed without it, or for the report. This
-    /// call also searches the suspended instances for parents whose child finished before a
-    /// crash without queuing its result (ACT-24: a child's final commit queues it, so only
-    /// files written before that need the search, which reads every suspended instance). An
+    /// call also looks for parents whose child finished before a crash without queuing its
+    /// result (ACT-24: a child's final commit queues it, so only files written before that
+    /// need the search); it reads only the parents waiting on a child (one indexed query),
+    /// never the other suspended instances. An
     /// instance pinned to an unregistered version is reported as `VersionNotRegistered` and
     /// left untouched (ENG-46).
     ///
@@ -1040,7 +1041,7 @@ impl Runtime {
                 let definition = self
                     .inner
                     .store
-                    .load_instance(&id)
+                    .load_instance_text(&id)
                     .await
                     .map(|r| r.definition_name)
                     .unwrap_or_default();
@@ -1075,23 +1076,29 @@ impl Runtime {
         &self,
         report: &mut RecoveryReport,
     ) -> Result<(), StoreError> {
-        let mut filter = InstanceFilter {
-            status: Some(InstanceStatus::Suspended),
-            limit: 500,
-            ..InstanceFilter::default()
-        };
+        // Only the bookmarks of parents waiting on a child (an indexed query), never every
+        // suspended instance: start-up stays independent of how many are suspended.
+        let mut after = None;
+        let mut seen = std::collections::HashSet::new();
         loop {
-            let page = self.inner.store.list_instances(filter.clone()).await?;
+            let page = self
+                .inner
+                .store
+                .find_child_waits(after.clone(), 500)
+                .await?;
             let Some(last) = page.last() else { break };
-            filter.after = Some(last.instance_id.clone());
-            for listed in page {
-                if listed.summary.is_err() {
+            after = Some(last.bookmark_id.clone());
+            for row in page {
+                if !seen.insert(row.instance_id.clone()) {
                     continue;
                 }
-                let Ok(record) = self.inner.store.load_instance(&listed.instance_id).await else {
+                let Ok(record) = self.inner.store.load_instance_text(&row.instance_id).await else {
                     continue;
                 };
-                let Ok(parent) = decode_document(&record.instance_id, record.state) else {
+                if record.status != InstanceStatus::Suspended {
+                    continue;
+                }
+                let Ok(parent) = decode_document(&record.instance_id, &record.state) else {
                     continue;
                 };
                 for bookmark in &parent.bookmarks {
@@ -1172,8 +1179,8 @@ impl Runtime {
         &self,
         instance_id: &str,
     ) -> Result<Option<WorkflowState>, StateError> {
-        match self.inner.store.load_instance(instance_id).await {
-            Ok(record) => decode_document(instance_id, record.state).map(Some),
+        match self.inner.store.load_instance_text(instance_id).await {
+            Ok(record) => decode_document(instance_id, &record.state).map(Some),
             Err(StoreError::NotFound { .. }) => Ok(None),
             Err(StoreError::Decode { message, .. }) => Err(StateError::Decode {
                 instance: instance_id.to_owned(),
@@ -1371,7 +1378,7 @@ impl Runtime {
         instance_id: &str,
         reason: Option<String>,
     ) -> Result<Control, CancelError> {
-        let record = match self.inner.store.load_instance(instance_id).await {
+        let record = match self.inner.store.load_instance_text(instance_id).await {
             Ok(record) => record,
             Err(StoreError::NotFound { .. }) => {
                 return Err(CancelError::InstanceNotFound {
@@ -1761,7 +1768,7 @@ impl Runtime {
         let never_run = self
             .inner
             .store
-            .load_instance(id)
+            .load_instance_text(id)
             .await
             .is_ok_and(|record| record.version == 1);
         let mut fresh = lock(&self.inner.fresh);
@@ -1963,17 +1970,12 @@ impl Runtime {
         guard: &LeaseGuard<'_>,
     ) -> Result<(WorkflowState, RunCommits<'s>), RunError> {
         let instance_id = guard.instance_id();
-        let record = self
-            .inner
-            .store
-            .load_instance(instance_id)
-            .await
-            .map_err(|error| run_store_error(instance_id, error))?;
-        let state =
-            decode_document(instance_id, record.state).map_err(|e| RunError::StateCorrupt {
-                instance: instance_id.to_owned(),
-                reason: e.to_string(),
-            })?;
+        let record = match guard.take_loaded() {
+            Some(loaded) => loaded,
+            None => self.inner.store.load_instance_raw(instance_id).await,
+        }
+        .map_err(|error| run_store_error(instance_id, error))?;
+        let state = decode_loaded(instance_id, &record.state)?;
         let commits = RunCommits {
             store: &self.inner.store,
             tracker: Mutex::new(Tracker {

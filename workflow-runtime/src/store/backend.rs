@@ -37,6 +37,10 @@ use super::{
 };
 use crate::base::{BoxFuture, Micros};
 
+/// The bookmark name of a parent waiting on a child workflow (ACT-24), the rows
+/// [`Store::find_child_waits`] returns.
+pub const CHILD_WAIT: &str = "wf.sub_workflow";
+
 /// What a lease is about (ST-11, ST-14): an instance's lease (on its row) or a named lease
 /// (a singleton job, the owner lock of a file).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -385,6 +389,42 @@ pub trait Store: Send + Sync + 'static {
         &self,
         select: BookmarkSelect,
     ) -> BoxFuture<'_, StoreResult<Vec<BookmarkRow>>>;
+
+    /// Bookmarks waiting on a child workflow (named [`CHILD_WAIT`], ACT-24), in bookmark-id
+    /// order after `after`, at most `limit`: what start-up reads to resume a parent whose
+    /// child finished before a crash, so it must not read every suspended instance. A
+    /// backend answers it from an index on such rows; this default pages through the
+    /// suspended instances and their bookmarks (correct, but O(suspended instances)).
+    fn find_child_waits(
+        &self,
+        after: Option<String>,
+        limit: usize,
+    ) -> BoxFuture<'_, StoreResult<Vec<BookmarkRow>>> {
+        Box::pin(async move {
+            let mut filter = InstanceFilter {
+                status: Some(super::InstanceStatus::Suspended),
+                limit: 500,
+                ..InstanceFilter::default()
+            };
+            let mut rows = Vec::new();
+            loop {
+                let page = self.list_instances(filter.clone()).await?;
+                let Some(last) = page.last() else { break };
+                filter.after = Some(last.instance_id.clone());
+                for listed in page {
+                    let bookmarks = self
+                        .find_bookmarks(BookmarkSelect::Instance(listed.instance_id))
+                        .await?;
+                    rows.extend(bookmarks.into_iter().filter(|b| {
+                        b.name == CHILD_WAIT && after.as_ref().is_none_or(|a| b.bookmark_id > *a)
+                    }));
+                }
+            }
+            rows.sort_by(|a, b| a.bookmark_id.cmp(&b.bookmark_id));
+            rows.truncate(limit);
+            Ok(rows)
+        })
+    }
 
     /// Whether the instance has consumed the stimulus (RT-19).
     fn has_receipt(&self, instance_id: &str, stimulus_id: &str)

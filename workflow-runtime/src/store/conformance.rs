@@ -181,6 +181,7 @@ macro_rules! store_conformance_tests {
             c26_format_too_new,
             c27_too_large,
             c29_control_requests,
+            c35_child_waits,
             c34_clock,
             c16_commit_writes_other_instances,
             c22_journal_compaction,
@@ -1606,6 +1607,55 @@ pub async fn c27_too_large(backend: Arc<dyn TestBackend>) {
         store.load_instance("wf-2").await,
         Err(StoreError::NotFound { .. })
     ));
+}
+
+/// C-35: the bookmarks of parents waiting on a child workflow are found by name alone, in
+/// bookmark-id order and paged, without the other bookmarks; a removed one is gone.
+pub async fn c35_child_waits(backend: Arc<dyn TestBackend>) {
+    let store = Harness::new(backend);
+    let mut expected = Vec::new();
+    for i in 0..3 {
+        let id = format!("wf-{i}");
+        let lease = create_leased(&store, &id).await;
+        let mut c = waiting(&id, 1, lease.token, 1);
+        c.bookmarks_added
+            .push(bookmark(&format!("b-{i}-event"), "h-event", T0));
+        let mut child = bookmark(&format!("b-{i}-child"), &format!("h-child-{i}"), T0);
+        child.name = crate::store::CHILD_WAIT.to_owned();
+        c.bookmarks_added.push(child);
+        store.commit(c).await.unwrap();
+        expected.push((format!("b-{i}-child"), id));
+    }
+    let mut seen = Vec::new();
+    let mut after = None;
+    loop {
+        let page = store.find_child_waits(after.clone(), 2).await.unwrap();
+        assert!(page.len() <= 2);
+        let Some(last) = page.last() else { break };
+        after = Some(last.bookmark_id.clone());
+        seen.extend(page);
+    }
+    let got: Vec<(String, String)> = seen
+        .iter()
+        .map(|b| (b.bookmark_id.clone(), b.instance_id.clone()))
+        .collect();
+    assert_eq!(got, expected);
+    assert!(seen.iter().all(|b| b.name == crate::store::CHILD_WAIT));
+
+    // The child's wait resumed: its bookmark is no longer listed.
+    let record = store.load_instance("wf-1").await.unwrap();
+    let token = record.lease.as_ref().map_or(0, |l| l.token);
+    let mut c = waiting("wf-1", record.version, token, 2);
+    c.bookmarks_removed.push("b-1-child".to_owned());
+    store.commit(c).await.unwrap();
+    let left: Vec<String> = store
+        .find_child_waits(None, 10)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|b| b.bookmark_id)
+        .collect();
+    assert_eq!(left, ["b-0-child", "b-2-child"]);
 }
 
 /// C-29: a control request does not change the version, is returned by renewal, and is

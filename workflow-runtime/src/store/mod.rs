@@ -41,7 +41,7 @@
 pub mod backend;
 mod error;
 mod memory;
-mod policy;
+pub(crate) mod policy;
 mod rows;
 #[cfg(feature = "sqlite")]
 mod sqlite;
@@ -50,13 +50,13 @@ mod sqlite;
 pub mod conformance;
 
 pub use backend::{
-    BookmarkSelect, ClaimedRecord, DefinitionRecord, DefinitionStore, DueTimers, Enqueue,
-    IncidentQuery, LeaseClaim, LeaseKey, PurgeTarget, Settled, Settlement, Store, TimerScope,
-    TriggerSelect, TriggerWrite,
+    BookmarkSelect, CHILD_WAIT, ClaimedRecord, DefinitionRecord, DefinitionStore, DueTimers,
+    Enqueue, IncidentQuery, LeaseClaim, LeaseKey, PurgeTarget, Settled, Settlement, Store,
+    TimerScope, TriggerSelect, TriggerWrite,
 };
 pub use error::{StoreError, StoreResult};
 pub use memory::MemoryStore;
-pub use policy::{Storage, WakeUp};
+pub use policy::{StateDocument, Storage, WakeUp};
 pub use rows::*;
 #[cfg(feature = "sqlite")]
 pub use sqlite::{MigrateMode, SqliteOptions, SqliteStore, Synchronous};

@@ -214,7 +214,10 @@ impl Storage {
     ///
     /// `Invalid` for a bad id or state, `TooLarge`, `AlreadyExists`, `ActivationConflict`
     /// and the backend's errors; nothing is written then.
-    pub async fn create_instance(&self, instance: NewInstance) -> StoreResult<u64> {
+    pub async fn create_instance<S: StateDocument>(
+        &self,
+        instance: NewInstance<S>,
+    ) -> StoreResult<u64> {
         let hint = create_hint(&instance);
         let encoded = self.encode_instance(instance)?;
         let version = self.store.create_instance(encoded).await?;
@@ -232,6 +235,55 @@ impl Storage {
             .load_instance(instance_id)
             .await?
             .try_map_state(decode_state)
+    }
+
+    /// [`Storage::load_instance`] with the state as its stored text, its `"format"` checked
+    /// but not decoded: for a caller that decodes it into its own type at once (the
+    /// runtime, straight into its state, without a [`Value`] tree in between).
+    ///
+    /// # Errors
+    ///
+    /// As [`Storage::load_instance`].
+    pub async fn load_instance_text(
+        &self,
+        instance_id: &str,
+    ) -> StoreResult<InstanceRecord<String>> {
+        let record = self.store.load_instance(instance_id).await?;
+        check_stored_format(instance_id, &record.state)?;
+        Ok(record)
+    }
+
+    /// An instance's status and sub-status, without decoding its state.
+    ///
+    /// # Errors
+    ///
+    /// `NotFound`, the backend's.
+    pub async fn instance_status(
+        &self,
+        instance_id: &str,
+    ) -> StoreResult<(InstanceStatus, Option<super::InstanceSubStatus>)> {
+        let record = self.store.load_instance(instance_id).await?;
+        Ok((record.status, record.sub_status))
+    }
+
+    /// The runtime's claim: the lease and the record with its stored text **unchecked**;
+    /// the runtime decodes it into its state at once and checks the format there
+    /// (`check_stored_format` when that fails), so the text is read once, not twice.
+    pub(crate) async fn claim_instance_raw(
+        &self,
+        instance_id: &str,
+        claim: LeaseClaim,
+    ) -> StoreResult<ClaimedRecord<String>> {
+        self.store.claim_instance(instance_id, claim).await
+    }
+
+    /// The runtime's load: the record with its stored text unchecked (see
+    /// [`Storage::claim_instance_raw`]).
+    pub(crate) async fn load_instance_raw(
+        &self,
+        instance_id: &str,
+    ) -> StoreResult<InstanceRecord<String>> {
+        self.store.load_instance(instance_id).await
     }
 
     /// Takes (or refreshes) an instance's lease and loads it in one call: the first call of a
@@ -260,7 +312,7 @@ impl Storage {
     ///
     /// `Conflict`, `Fenced`, `ReceiptExists`, `TooLarge` (nothing written), `Invalid` for a
     /// bad state or created id, the backend's errors.
-    pub async fn commit(&self, commit: Commit) -> StoreResult<u64> {
+    pub async fn commit<S: StateDocument>(&self, commit: Commit<S, Value>) -> StoreResult<u64> {
         let hints = commit_hints(&commit);
         let encoded = self.encode_commit(commit)?;
         let version = self.store.commit(encoded).await?;
@@ -421,6 +473,22 @@ impl Storage {
     pub async fn find_bookmarks(&self, mut query: BookmarkQuery) -> StoreResult<Vec<BookmarkRow>> {
         query.limit = page(query.limit, DEFAULT_PAGE);
         self.store.find_bookmarks(BookmarkSelect::Hash(query)).await
+    }
+
+    /// Bookmarks of parents waiting on a child workflow, in bookmark-id order after `after`
+    /// (ACT-24, read by start-up instead of every suspended instance).
+    ///
+    /// # Errors
+    ///
+    /// The backend's.
+    pub async fn find_child_waits(
+        &self,
+        after: Option<String>,
+        limit: usize,
+    ) -> StoreResult<Vec<BookmarkRow>> {
+        self.store
+            .find_child_waits(after, page(limit, DEFAULT_PAGE))
+            .await
     }
 
     /// An instance's bookmark rows.
@@ -617,7 +685,7 @@ impl Storage {
         &self,
         schedule_id: &str,
         expected_due_at: Micros,
-        instance: NewInstance,
+        instance: NewInstance<impl StateDocument>,
         next_due: Option<Micros>,
     ) -> StoreResult<ScheduleFiring> {
         let mut hints: Vec<WakeUp> = create_hint(&instance).into_iter().collect();
@@ -1052,9 +1120,12 @@ impl Storage {
 
     // ----- encoding -----
 
-    fn encode_instance(&self, instance: NewInstance) -> StoreResult<NewInstance<String>> {
+    fn encode_instance<S: StateDocument>(
+        &self,
+        instance: NewInstance<S>,
+    ) -> StoreResult<NewInstance<String>> {
         validate_instance_id(&instance.instance_id)?;
-        let state = encode_state(&instance.state, self.max_state_bytes)?;
+        let state = instance.state.into_text(self.max_state_bytes)?;
         Ok(NewInstance {
             instance_id: instance.instance_id,
             definition_name: instance.definition_name,
@@ -1071,8 +1142,8 @@ impl Storage {
         })
     }
 
-    fn encode_commit(&self, c: Commit) -> StoreResult<Commit<String>> {
-        let state = encode_state(&c.state, self.max_state_bytes)?;
+    fn encode_commit<S: StateDocument>(&self, c: Commit<S, Value>) -> StoreResult<Commit<String>> {
+        let state = c.state.into_text(self.max_state_bytes)?;
         let instances_created = c
             .instances_created
             .into_iter()
@@ -1182,6 +1253,134 @@ fn encode_state(state: &Value, max_bytes: usize) -> StoreResult<String> {
     Ok(text)
 }
 
+/// A state document [`Storage`] writes: a [`Value`], or its encoded JSON text (what the
+/// runtime passes, serialized straight from its state). Both are checked the same way: a
+/// JSON object with an integer `"format"` no newer than [`STATE_FORMAT`], at most the
+/// storage's size limit (ST-19, ST-24).
+pub trait StateDocument: Send + sealed::Sealed {
+    /// The document as stored text, checked.
+    ///
+    /// # Errors
+    ///
+    /// `Invalid` for a missing or newer format or text that is not JSON, `TooLarge` over
+    /// `max_bytes`.
+    fn into_text(self, max_bytes: usize) -> StoreResult<String>;
+}
+
+mod sealed {
+    pub trait Sealed {}
+    impl Sealed for serde_json::Value {}
+    impl Sealed for String {}
+}
+
+impl StateDocument for Value {
+    fn into_text(self, max_bytes: usize) -> StoreResult<String> {
+        encode_state(&self, max_bytes)
+    }
+}
+
+impl StateDocument for String {
+    fn into_text(self, max_bytes: usize) -> StoreResult<String> {
+        // The same checks as for a `Value`, in the same order (format, then size), read
+        // from the text without building a tree.
+        let invalid = |reason: String| StoreError::Invalid {
+            what: "state",
+            reason,
+        };
+        let format = FormatField::read(&self)
+            .map_err(|e| invalid(format!("not JSON: {e}")))?
+            .as_u64()
+            .flatten();
+        match format {
+            Some(format) if format <= STATE_FORMAT => {}
+            Some(format) => {
+                return Err(invalid(format!(
+                    "format {format} is newer than {STATE_FORMAT}"
+                )));
+            }
+            None => {
+                return Err(invalid(
+                    "must be a JSON object with an integer \"format\"".to_owned(),
+                ));
+            }
+        }
+        if self.len() > max_bytes {
+            return Err(StoreError::TooLarge {
+                what: "state",
+                size: self.len(),
+                limit: max_bytes,
+            });
+        }
+        Ok(self)
+    }
+}
+
+/// A state document the runtime serialized itself from its state (`serde_json::to_string`
+/// of a state whose format is the current one): valid JSON with a current `"format"` by
+/// construction, so only its size is checked, not its text scanned again.
+pub(crate) struct SerializedState(pub(crate) String);
+
+impl sealed::Sealed for SerializedState {}
+
+impl StateDocument for SerializedState {
+    fn into_text(self, max_bytes: usize) -> StoreResult<String> {
+        if self.0.len() > max_bytes {
+            return Err(StoreError::TooLarge {
+                what: "state",
+                size: self.0.len(),
+                limit: max_bytes,
+            });
+        }
+        Ok(self.0)
+    }
+}
+
+/// The top-level `"format"` of a document, every other member skipped unread.
+#[derive(serde::Deserialize)]
+struct FormatField {
+    format: Option<Value>,
+}
+
+impl FormatField {
+    /// Reads a JSON object's `"format"` (a JSON array, which serde would also accept for a
+    /// struct, is refused like any other non-object).
+    fn read(text: &str) -> serde_json::Result<Self> {
+        if !text.trim_start().starts_with('{') {
+            return Ok(Self { format: None });
+        }
+        serde_json::from_str(text)
+    }
+
+    fn as_u64(&self) -> Option<Option<u64>> {
+        self.format.as_ref().map(Value::as_u64)
+    }
+}
+
+/// Checks the `"format"` of a stored document without decoding the rest (ST-19, ST-22):
+/// the errors of [`decode_state`] for a document that is not JSON or has a newer format.
+pub(crate) fn check_stored_format(instance_id: &str, text: &str) -> StoreResult<()> {
+    let decode = |path: &str, message: String| StoreError::Decode {
+        what: "instance",
+        id: instance_id.to_owned(),
+        path: path.to_owned(),
+        message,
+    };
+    let field = FormatField::read(text).map_err(|e| decode("state", e.to_string()))?;
+    match field.as_u64() {
+        Some(Some(format)) if format <= STATE_FORMAT => Ok(()),
+        Some(Some(format)) => Err(StoreError::FormatTooNew {
+            what: "instance",
+            id: instance_id.to_owned(),
+            found: format,
+            supported: STATE_FORMAT,
+        }),
+        Some(None) | None => Err(decode(
+            "state.format",
+            "missing or not an unsigned integer".to_owned(),
+        )),
+    }
+}
+
 /// Decodes a stored state document (ST-19, ST-22).
 #[allow(clippy::needless_pass_by_value)] // the shape `InstanceRecord::try_map_state` takes
 fn decode_state(instance_id: &str, text: String) -> StoreResult<Value> {
@@ -1253,7 +1452,7 @@ fn schedule_of(row: &TimerRow) -> Option<Schedule> {
 }
 
 /// The hints a successful commit produces (ST-18, C-28).
-fn commit_hints(c: &Commit) -> Vec<WakeUp> {
+fn commit_hints<S, D>(c: &Commit<S, D>) -> Vec<WakeUp> {
     let mut hints = Vec::new();
     if !c.bookmarks_added.is_empty() || !c.queue_items.is_empty() {
         hints.push(WakeUp::QueueChanged);
@@ -1282,7 +1481,7 @@ fn commit_hints(c: &Commit) -> Vec<WakeUp> {
 }
 
 /// The hint of a creation: a `Running` instance is runnable.
-fn create_hint(instance: &NewInstance) -> Option<WakeUp> {
+fn create_hint<S>(instance: &NewInstance<S>) -> Option<WakeUp> {
     (instance.status == InstanceStatus::Running).then(|| WakeUp::InstanceRunnable {
         id: instance.instance_id.clone(),
     })

@@ -392,9 +392,11 @@ pub struct JournalRecord<D = Value> {
     pub detail: D,
 }
 
-/// One commit of one instance (ST-16, ENG-28): applied entirely or not at all.
+/// One commit of one instance (ST-16, ENG-28): applied entirely or not at all. `S` is the
+/// state document's type (a [`Value`] or its encoded text), `D` the journal details' (a
+/// [`Value`] above a backend, text in it).
 #[derive(Debug, Clone, PartialEq)]
-pub struct Commit<S = Value> {
+pub struct Commit<S = Value, D = S> {
     /// The instance.
     pub instance_id: String,
     /// The version the caller loaded (ST-13).
@@ -426,13 +428,13 @@ pub struct Commit<S = Value> {
     /// `Some(true)` parks all the instance's timers, `Some(false)` unparks them (TM-10).
     pub timers_parked: Option<bool>,
     /// Journal entries to append.
-    pub journal: Vec<NewJournalRecord<S>>,
+    pub journal: Vec<NewJournalRecord<D>>,
     /// Receipts (stimulus ids) to write; an existing one fails the commit (RT-19).
     pub receipts: Vec<String>,
     /// Queue items consumed by this run, deleted in the commit (RT-19).
     pub consumed_queue_items: Vec<String>,
     /// Compaction of the journal: delete a range and insert its summary (ENG-42, C-22).
-    pub journal_compaction: Option<JournalCompaction<S>>,
+    pub journal_compaction: Option<JournalCompaction<D>>,
     /// Instances this run started (sub-workflows, dispatches), created in the same commit
     /// with their receipts and activation guards; an existing id fails the commit.
     pub instances_created: Vec<NewInstance<S>>,
@@ -501,7 +503,7 @@ pub struct JournalCompaction<D = Value> {
     pub summary: NewJournalRecord<D>,
 }
 
-impl<S> Commit<S> {
+impl<S, D> Commit<S, D> {
     /// A commit writing `state` with the given status and nothing else; fill in the diffs.
     /// The correlation id starts as `None`: set it to the instance's.
     pub fn new(

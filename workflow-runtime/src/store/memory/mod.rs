@@ -78,11 +78,15 @@ pub(super) struct Inner {
     pub(super) bookmarks: BTreeMap<String, BookmarkRow>,
     /// `(hash, created_at, bookmark_id)`: the lookup index of ST-6.
     pub(super) bookmark_index: BTreeSet<(String, i64, String)>,
+    /// `(instance_id, bookmark_id)`: an instance's bookmarks without scanning them all.
+    pub(super) instance_bookmarks: BTreeSet<(String, String)>,
     pub(super) triggers: BTreeMap<(String, String, String), TriggerRow>,
     pub(super) queue: BTreeMap<String, Claimed<QueueItem>>,
     pub(super) dead_letters: BTreeMap<String, DeadLetter>,
     pub(super) timers: BTreeMap<String, Claimed<TimerRow>>,
     pub(super) journal: BTreeMap<(String, u64), JournalRecord<String>>,
+    /// How many journal entries each instance has: the cap (ENG-42) without counting them.
+    pub(super) journal_counts: BTreeMap<String, usize>,
     /// `(instance_id, stimulus_id)` to the receipt's time.
     pub(super) receipts: BTreeMap<(String, String), i64>,
     pub(super) named_leases: BTreeMap<String, NamedLease>,

@@ -463,6 +463,27 @@ impl Store for MemoryStore {
         self.write(move |inner| inner.release(&key, token))
     }
 
+    fn find_child_waits(
+        &self,
+        after: Option<String>,
+        limit: usize,
+    ) -> BoxFuture<'_, StoreResult<Vec<BookmarkRow>>> {
+        self.read(move |inner| {
+            let start = match after {
+                Some(id) => Bound::Excluded(id),
+                None => Bound::Unbounded,
+            };
+            Ok(inner
+                .bookmarks
+                .range((start, Bound::Unbounded))
+                .map(|(_, b)| b)
+                .filter(|b| b.name == crate::store::CHILD_WAIT)
+                .take(limit)
+                .cloned()
+                .collect())
+        })
+    }
+
     fn find_bookmarks(
         &self,
         select: BookmarkSelect,
@@ -498,9 +519,9 @@ impl Store for MemoryStore {
             }
             BookmarkSelect::Instance(id) => {
                 let mut rows: Vec<BookmarkRow> = inner
-                    .bookmarks
-                    .values()
-                    .filter(|b| b.instance_id == id)
+                    .bookmark_ids_of(&id)
+                    .iter()
+                    .filter_map(|b| inner.bookmarks.get(b))
                     .cloned()
                     .collect();
                 rows.sort_by(|a, b| {

@@ -122,25 +122,32 @@ impl Inner {
 
     fn remove_bookmark(&mut self, bookmark_id: &str) {
         if let Some(row) = self.bookmarks.remove(bookmark_id) {
+            self.instance_bookmarks
+                .remove(&(row.instance_id, row.bookmark_id.clone()));
             self.bookmark_index
                 .remove(&(row.hash, row.created_at, row.bookmark_id));
         }
     }
 
+    /// The ids of an instance's bookmarks, from the per-instance index.
+    pub(super) fn bookmark_ids_of(&self, instance_id: &str) -> Vec<String> {
+        let start = (instance_id.to_owned(), String::new());
+        self.instance_bookmarks
+            .range(start..)
+            .take_while(|(instance, _)| instance == instance_id)
+            .map(|(_, id)| id.clone())
+            .collect()
+    }
+
     pub(super) fn remove_dependents(&mut self, instance_id: &str, keep_journal: bool) {
-        let bookmarks: Vec<String> = self
-            .bookmarks
-            .values()
-            .filter(|b| b.instance_id == instance_id)
-            .map(|b| b.bookmark_id.clone())
-            .collect();
-        for id in bookmarks {
+        for id in self.bookmark_ids_of(instance_id) {
             self.remove_bookmark(&id);
         }
         self.timers
             .retain(|_, t| t.row.instance_id.as_deref() != Some(instance_id));
         if !keep_journal {
             self.journal.retain(|(id, _), _| id != instance_id);
+            self.journal_counts.remove(instance_id);
             self.receipts.retain(|(id, _), _| id != instance_id);
             self.incidents.retain(|_, i| i.instance_id != instance_id);
         }
@@ -283,11 +290,12 @@ impl Inner {
 
         // Every check passed: apply everything (ST-16).
         let id = c.instance_id.clone();
-        let (definition_name, definition_version, new_version) = {
+        let (definition_name, definition_version, new_version, correlation_changed) = {
             let row = self
                 .instances
                 .get_mut(&id)
                 .ok_or_else(|| not_found("instance", &id))?;
+            let correlation_changed = row.correlation_id != c.correlation_id;
             row.version += 1;
             row.state = c.state;
             row.status = c.status;
@@ -306,6 +314,7 @@ impl Inner {
                 row.definition_name.clone(),
                 row.definition_version.clone(),
                 row.version,
+                correlation_changed,
             )
         };
         for bookmark_id in &c.bookmarks_removed {
@@ -317,9 +326,19 @@ impl Inner {
                 self.remove_bookmark(bookmark_id);
             }
         }
+        if correlation_changed {
+            // C-10: the bookmark rows carry the instance's correlation id.
+            for bookmark_id in self.bookmark_ids_of(&id) {
+                if let Some(b) = self.bookmarks.get_mut(&bookmark_id) {
+                    b.correlation_id.clone_from(&c.correlation_id);
+                }
+            }
+        }
         for b in c.bookmarks_added {
             self.bookmark_index
                 .insert((b.hash.clone(), b.created_at, b.bookmark_id.clone()));
+            self.instance_bookmarks
+                .insert((id.clone(), b.bookmark_id.clone()));
             self.bookmarks.insert(
                 b.bookmark_id.clone(),
                 BookmarkRow {
@@ -337,15 +356,15 @@ impl Inner {
                 },
             );
         }
-        for b in self.bookmarks.values_mut() {
-            if b.instance_id == id {
-                b.correlation_id.clone_from(&c.correlation_id);
+        for timer_id in removed_timers {
+            if self
+                .timers
+                .get(timer_id)
+                .is_some_and(|t| t.row.instance_id.as_deref() == Some(id.as_str()))
+            {
+                self.timers.remove(timer_id);
             }
         }
-        self.timers.retain(|timer_id, t| {
-            !(t.row.instance_id.as_deref() == Some(id.as_str())
-                && removed_timers.contains(timer_id))
-        });
         for t in c.timers_added {
             self.timers.insert(
                 t.timer_id.clone(),
@@ -378,28 +397,43 @@ impl Inner {
                 (id.clone(), through),
                 journal_row(through, compaction.summary),
             );
+            let count = self
+                .journal
+                .range((id.clone(), 0)..=(id.clone(), u64::MAX))
+                .count();
+            self.journal_counts.insert(id.clone(), count);
         }
         let mut seq = self
             .journal
             .range((id.clone(), 0)..=(id.clone(), u64::MAX))
             .next_back()
             .map_or(0, |((_, seq), _)| *seq);
+        let mut added = 0;
         for entry in c.journal {
             seq += 1;
-            self.journal
-                .insert((id.clone(), seq), journal_row(seq, entry));
-        }
-        if let Some(max) = c.max_journal_entries {
-            let keys: Vec<(String, u64)> = self
+            if self
                 .journal
-                .range((id.clone(), 0)..=(id.clone(), u64::MAX))
-                .map(|(key, _)| key.clone())
-                .collect();
-            let excess = keys
-                .len()
-                .saturating_sub(usize::try_from(max).unwrap_or(usize::MAX));
-            for key in keys.into_iter().take(excess) {
-                self.journal.remove(&key);
+                .insert((id.clone(), seq), journal_row(seq, entry))
+                .is_none()
+            {
+                added += 1;
+            }
+        }
+        let count = self.journal_counts.entry(id.clone()).or_default();
+        *count += added;
+        if let Some(max) = c.max_journal_entries {
+            let excess = count.saturating_sub(usize::try_from(max).unwrap_or(usize::MAX));
+            if excess > 0 {
+                *count -= excess;
+                let keys: Vec<(String, u64)> = self
+                    .journal
+                    .range((id.clone(), 0)..=(id.clone(), u64::MAX))
+                    .take(excess)
+                    .map(|(key, _)| key.clone())
+                    .collect();
+                for key in keys {
+                    self.journal.remove(&key);
+                }
             }
         }
         for stimulus in c.receipts {

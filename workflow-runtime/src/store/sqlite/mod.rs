@@ -49,8 +49,13 @@ pub(super) type Responder = Box<dyn FnOnce(Option<StoreError>) + Send>;
 /// One write request: runs inside its savepoint (or not at all when given `None`) and says
 /// whether it succeeded.
 pub(super) type WriteJob = Box<dyn FnOnce(Option<&Connection>) -> (bool, Responder) + Send>;
-/// A write request with its approximate size in bytes (the state documents it writes).
-pub(super) type WriteRequest = (usize, WriteJob);
+/// A write request: its approximate size in bytes (the state documents it writes), whether
+/// its transaction must reach the disk before it is answered (`durable`), and the job.
+pub(super) struct WriteRequest {
+    pub(super) bytes: usize,
+    pub(super) durable: bool,
+    pub(super) job: WriteJob,
+}
 /// One read request.
 pub(super) type ReadJob = Box<dyn FnOnce(&Connection) + Send>;
 
@@ -301,10 +306,13 @@ impl SqliteStore {
                 let (write_tx, write_rx) = mpsc::channel::<WriteRequest>();
                 let writer_counters = Arc::clone(&counters);
                 let limits = (options.max_batch.max(1), options.max_batch_bytes.max(1));
+                let full = options.synchronous == Synchronous::Full;
                 threads.push(
                     std::thread::Builder::new()
                         .name("wf-sqlite-writer".to_owned())
-                        .spawn(move || writer_loop(&conn, &write_rx, limits, &writer_counters))
+                        .spawn(move || {
+                            writer_loop(&conn, &write_rx, limits, full, &writer_counters);
+                        })
                         .map_err(StoreError::unavailable)?,
                 );
                 Some(write_tx)
@@ -457,6 +465,28 @@ impl SqliteStore {
         bytes: usize,
         f: impl FnOnce(&Connection) -> StoreResult<T> + Send + 'static,
     ) -> BoxFuture<'static, StoreResult<T>> {
+        self.write_request(bytes, true, f)
+    }
+
+    /// Sends one write request whose transaction need not be synced to the disk before it is
+    /// answered: lease claims, renewals and releases (ST-14). One process owns the file
+    /// (ST-26) and WAL frames reach the disk in order, so the next durable commit syncs the
+    /// lease with it; a crash before that loses only leases of the process that crashed, whose
+    /// holders died with it. Under `synchronous = FULL` this saves a claim its own fsync: a
+    /// transition is one synced write transaction, its commit.
+    fn write_volatile<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&Connection) -> StoreResult<T> + Send + 'static,
+    ) -> BoxFuture<'static, StoreResult<T>> {
+        self.write_request(0, false, f)
+    }
+
+    fn write_request<T: Send + 'static>(
+        &self,
+        bytes: usize,
+        durable: bool,
+        f: impl FnOnce(&Connection) -> StoreResult<T> + Send + 'static,
+    ) -> BoxFuture<'static, StoreResult<T>> {
         let (tx, rx) = oneshot::channel::<StoreResult<T>>();
         let job: WriteJob = Box::new(move |conn| {
             let result = match conn {
@@ -478,7 +508,13 @@ impl SqliteStore {
                 reason: "the store was opened read-only".to_owned(),
             })));
         };
-        let sent = writer.send((bytes, job)).is_ok();
+        let sent = writer
+            .send(WriteRequest {
+                bytes,
+                durable,
+                job,
+            })
+            .is_ok();
         Box::pin(async move {
             if !sent {
                 return Err(closed());

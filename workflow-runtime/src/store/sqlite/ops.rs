@@ -853,7 +853,7 @@ impl Store for SqliteStore {
         claim: LeaseClaim,
     ) -> BoxFuture<'_, StoreResult<ClaimedRecord<String>>> {
         let id = instance_id.to_owned();
-        self.write(move |c| {
+        self.write_volatile(move |c| {
             let key = LeaseKey::Instance(id.clone());
             let lease = match claim.token {
                 None => Self::acquire_tx(c, &key, &claim.owner, claim.now, claim.ttl)?,
@@ -1000,7 +1000,7 @@ impl Store for SqliteStore {
         ttl: i64,
     ) -> BoxFuture<'_, StoreResult<Lease>> {
         let (key, owner) = (key.clone(), owner.to_owned());
-        self.write(move |c| Self::acquire_tx(c, &key, &owner, now, ttl))
+        self.write_volatile(move |c| Self::acquire_tx(c, &key, &owner, now, ttl))
     }
 
     fn renew_lease(
@@ -1011,7 +1011,7 @@ impl Store for SqliteStore {
         ttl: i64,
     ) -> BoxFuture<'_, StoreResult<Renewal>> {
         let key = key.clone();
-        self.write(move |c| Self::renew_tx(c, &key, token, now, ttl))
+        self.write_volatile(move |c| Self::renew_tx(c, &key, token, now, ttl))
     }
 
     fn release_lease(&self, key: &LeaseKey, token: u64) -> BoxFuture<'_, StoreResult<()>> {
@@ -1035,6 +1035,29 @@ impl Store for SqliteStore {
                 }
             }
             Ok(())
+        })
+    }
+
+    fn find_child_waits(
+        &self,
+        after: Option<String>,
+        limit: usize,
+    ) -> BoxFuture<'_, StoreResult<Vec<BookmarkRow>>> {
+        self.read(move |c| {
+            // The name is the literal of the partial index `wf_bookmarks_child_waits`
+            // (migration 0007): SQLite uses a partial index only for a query whose WHERE
+            // clause names the same constant, never a bound parameter. It is the library's
+            // own reserved name (`CHILD_WAIT`), not input.
+            let mut stmt = c.prepare_cached(&format!(
+                "SELECT {BOOKMARK_COLS} FROM wf_bookmarks INDEXED BY wf_bookmarks_child_waits
+                 WHERE name = 'wf.sub_workflow' AND (?1 IS NULL OR bookmark_id > ?1)
+                 ORDER BY bookmark_id LIMIT ?2"
+            ))?;
+            let rows = stmt.query_map(
+                rusqlite::params![after, limit_i64(limit)],
+                bookmark_from_row,
+            )?;
+            collect_rows(rows, "bookmark")
         })
     }
 

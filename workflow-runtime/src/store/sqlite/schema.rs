@@ -18,6 +18,7 @@ const MIGRATIONS: &[(u32, &str, &str)] = &[
     (4, "0004_retention_indexes", MIGRATION_0004),
     (5, "0005_trigger_schedules", MIGRATION_0005),
     (6, "0006_definitions", MIGRATION_0006),
+    (7, "0007_child_waits", MIGRATION_0007),
 ];
 
 /// Recorded definitions: each registered version's JSON form, so tools can show a
@@ -30,6 +31,14 @@ CREATE TABLE wf_definitions (
     recorded_at INTEGER NOT NULL,
     PRIMARY KEY (name, version)
 );
+";
+
+/// A partial index on the bookmarks of parents waiting on a child workflow (ACT-24): start-up
+/// finds them without reading every suspended instance. Partial, so the bookmarks stimuli
+/// wait on (almost all of them) cost nothing more to write.
+const MIGRATION_0007: &str = r"
+CREATE INDEX wf_bookmarks_child_waits ON wf_bookmarks (bookmark_id)
+    WHERE name = 'wf.sub_workflow';
 ";
 
 const MIGRATION_0001: &str = r"

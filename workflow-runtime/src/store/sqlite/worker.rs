@@ -10,24 +10,37 @@ use super::{Counters, ReadJob, WriteJob, WriteRequest};
 use crate::store::StoreError;
 
 /// Takes every pending request up to the batch limits, without waiting for more (ST-26).
+/// `full`: the file's `synchronous` is FULL; a batch of volatile requests only (lease claims)
+/// then commits at NORMAL, without its fsync (see `SqliteStore::write_volatile`).
 pub(super) fn writer_loop(
     conn: &Connection,
     rx: &mpsc::Receiver<WriteRequest>,
     (max_batch, max_bytes): (usize, usize),
+    full: bool,
     counters: &Counters,
 ) {
-    while let Ok((mut bytes, first)) = rx.recv() {
-        let mut batch = vec![first];
+    while let Ok(first) = rx.recv() {
+        let mut bytes = first.bytes;
+        let mut durable = first.durable;
+        let mut batch = vec![first.job];
         while batch.len() < max_batch && bytes < max_bytes {
             match rx.try_recv() {
-                Ok((size, job)) => {
-                    bytes = bytes.saturating_add(size);
-                    batch.push(job);
+                Ok(request) => {
+                    bytes = bytes.saturating_add(request.bytes);
+                    durable |= request.durable;
+                    batch.push(request.job);
                 }
                 Err(_) => break,
             }
         }
+        // WAL frames are written in order, so the next synced commit syncs this one too.
+        let relax = full && !durable && conn.execute_batch("PRAGMA synchronous = NORMAL").is_ok();
         run_batch(conn, batch, counters);
+        if relax && let Err(error) = conn.execute_batch("PRAGMA synchronous = FULL") {
+            // Never leave the file at NORMAL: stop writing rather than commit unsynced.
+            tracing::error!(%error, "could not restore synchronous = FULL; the writer stops");
+            return;
+        }
     }
 }
 
