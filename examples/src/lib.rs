@@ -1,6 +1,9 @@
 //! Runnable examples live in `examples/`; run one with `cargo run -p examples --example <name>`.
 //!
 //! The HTTP service of the `web` example is a library module, [`web`], so that its routes
-//! are tested by `examples/tests/web.rs` without opening a socket.
+//! are tested by `examples/tests/web.rs` without opening a socket. The definitions and the loop
+//! of one cluster process on PostgreSQL are [`cluster`], run by the `worker` example and by the
+//! multi-process test `examples/tests/cluster.rs`.
 
+pub mod cluster;
 pub mod web;

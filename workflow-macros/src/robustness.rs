@@ -400,6 +400,29 @@ fn the_unmutated_inputs_expand_without_errors_where_they_are_complete() {
 }
 
 #[test]
+fn a_keyword_as_key_path_is_an_error_not_a_broken_expansion() {
+    // Found by the mutation test below: `.key(true)` expanded to `data.true`.
+    for key in ["true", "self", "type", "order_id.fn"] {
+        let item =
+            format!(r#"pub enum Flow {{ #[on(go: event("go").key({key}) => Done)] New, Done }}"#);
+        let output = crate::state_machine::state_machine(
+            tokens("data = Order, initial = New"),
+            tokens(&item),
+        );
+        let text = output.to_string();
+        assert!(syn::parse2::<syn::File>(output).is_ok(), "{text}");
+        assert!(
+            text.contains("is a keyword, not a field of the data"),
+            "{text}"
+        );
+    }
+    let raw = r#"pub enum Flow { #[on(go: event("go").key(r#type) => Done)] New, Done }"#;
+    let output =
+        crate::state_machine::state_machine(tokens("data = Order, initial = New"), tokens(raw));
+    assert!(!output.to_string().contains("compile_error"), "{output}");
+}
+
+#[test]
 fn rebuild_balances_what_mutations_break() {
     let mut flat = Vec::new();
     flatten(tokens("a { b ( c ) } d"), &mut flat);

@@ -16,6 +16,12 @@
 //!   transition with an action) with 1, 16 and 64 concurrent instances, beside the raw rate of
 //!   one-row-per-commit INSERTs (rusqlite, WAL) on the same disk at the same `synchronous`
 //!   (FULL, then NORMAL).
+//! - **PostgreSQL** (against `WORKFLOW_PG_URL`, each repetition on a fresh schema; skipped
+//!   with the reason printed when no server answers): durable transitions per second on
+//!   `PostgresStore` with 1 and 8 concurrent instances in one process, beside the raw rate of
+//!   single-row commits (one `INSERT` per transaction, sqlx) with 1 and 8 clients on the same
+//!   server in the same repetition; and with 1, 2 and 4 processes (this binary re-run as
+//!   children) of 8 instances each on one schema.
 //! - **routing**: `send` latency from the stimulus to its bookmark resumed and committed
 //!   (p50, p99) with 10,000 and 1,000,000 suspended instances in a SQLite file, and the process
 //!   RSS while they are suspended. Each population is measured in a child process of its own
@@ -513,9 +519,24 @@ fn sqlite_runtime(store: Storage) -> Runtime {
 /// `instances` tasks, each sending `tick` to its own instance until the deadline; the rate of
 /// committed transitions.
 async fn durable_rate(path: &Path, sync: Synchronous, instances: usize, duration: Duration) -> f64 {
-    let runtime = sqlite_runtime(open_sqlite(path, sync));
+    durable_rate_on(open_sqlite(path, sync), instances, duration).await
+}
+
+/// [`durable_rate`] on any store.
+async fn durable_rate_on(store: Storage, instances: usize, duration: Duration) -> f64 {
+    durable_rate_prefixed(store, "c-", instances, duration).await
+}
+
+/// [`durable_rate_on`] with instance ids (and keys) `<prefix><n>`.
+async fn durable_rate_prefixed(
+    store: Storage,
+    prefix: &str,
+    instances: usize,
+    duration: Duration,
+) -> f64 {
+    let runtime = sqlite_runtime(store);
     for i in 0..instances {
-        let id = format!("c-{i}");
+        let id = format!("{prefix}{i}");
         let data = Counter {
             id: id.clone(),
             count: 0,
@@ -531,8 +552,8 @@ async fn durable_rate(path: &Path, sync: Synchronous, instances: usize, duration
     let mut tasks = Vec::new();
     for i in 0..instances {
         let runtime = runtime.clone();
+        let key = format!("{prefix}{i}");
         tasks.push(tokio::spawn(async move {
-            let key = format!("c-{i}");
             let mut sent = 0u64;
             while Instant::now() < deadline {
                 let report = runtime.send(Stimulus::new("tick").key(&key)).await.unwrap();
@@ -549,7 +570,11 @@ async fn durable_rate(path: &Path, sync: Synchronous, instances: usize, duration
     let secs = start.elapsed().as_secs_f64();
     let mut counted = 0;
     for i in 0..instances {
-        let snapshot = runtime.get_state(&format!("c-{i}")).await.unwrap().unwrap();
+        let snapshot = runtime
+            .get_state(&format!("{prefix}{i}"))
+            .await
+            .unwrap()
+            .unwrap();
         counted += snapshot.data::<Counter>().unwrap().count;
     }
     assert_eq!(counted, total, "every transition committed");
@@ -595,6 +620,194 @@ fn sqlite_rows(dir: &Path, reps: usize, secs: f64) -> Vec<Row> {
             };
             rows.push(row.note(format!("{ratio:.2}x raw{target}")));
         }
+    }
+    rows
+}
+
+// ---------------------------------------------------------------------------------------------
+// PostgreSQL throughput
+
+/// `clients` connections, each committing one-row `INSERT` transactions until the deadline.
+async fn pg_raw_commits(url: &str, schema: &str, clients: u32, duration: Duration) -> f64 {
+    let pool = sqlx::postgres::PgPoolOptions::new()
+        .max_connections(clients)
+        .connect(url)
+        .await
+        .unwrap();
+    sqlx::query(&format!(
+        "CREATE TABLE IF NOT EXISTS \"{schema}\".raw_commits
+         (id BIGSERIAL PRIMARY KEY, version BIGINT, state TEXT)"
+    ))
+    .execute(&pool)
+    .await
+    .unwrap();
+    let insert = format!("INSERT INTO \"{schema}\".raw_commits (version, state) VALUES ($1, $2)");
+    let start = Instant::now();
+    let deadline = start + duration;
+    let mut tasks = Vec::new();
+    for _ in 0..clients {
+        let (pool, insert) = (pool.clone(), insert.clone());
+        tasks.push(tokio::spawn(async move {
+            let text = "x".repeat(1024);
+            let mut commits = 0i64;
+            while Instant::now() < deadline {
+                let mut tx = pool.begin().await.unwrap();
+                sqlx::query(&insert)
+                    .bind(commits)
+                    .bind(&text)
+                    .execute(&mut *tx)
+                    .await
+                    .unwrap();
+                tx.commit().await.unwrap();
+                commits += 1;
+            }
+            commits
+        }));
+    }
+    let mut total = 0;
+    for task in tasks {
+        total += task.await.unwrap();
+    }
+    let rate = total as f64 / start.elapsed().as_secs_f64();
+    pool.close().await;
+    rate
+}
+
+/// A child process of the multi-process rows: 8 instances of its own (ids prefixed by its
+/// pid) on the shared schema for `secs`; prints its transitions per second.
+fn child_pg_durable(url: &str, schema: &str, instances: usize, secs: f64) {
+    use workflow_runtime::store::{PostgresOptions, PostgresStore};
+    let rt = tokio_rt();
+    let rate = rt.block_on(async {
+        let options = PostgresOptions {
+            max_connections: u32::try_from(instances).unwrap() + 4,
+            ..PostgresOptions::default().schema(schema)
+        };
+        let store = PostgresStore::connect_with(url, &options).await.unwrap();
+        let prefix = format!("p{}-", std::process::id());
+        durable_rate_prefixed(
+            Storage::new(Arc::new(store)),
+            &prefix,
+            instances,
+            Duration::from_secs_f64(secs),
+        )
+        .await
+    });
+    println!("{rate}");
+}
+
+/// Transitions per second of `processes` child processes on one schema, 8 instances each.
+fn pg_processes_rate(url: &str, schema: &str, processes: usize, secs: f64) -> f64 {
+    let exe = std::env::current_exe().unwrap();
+    let children: Vec<_> = (0..processes)
+        .map(|_| {
+            Command::new(&exe)
+                .args(["--child", "pg-durable", url, schema, "8", &secs.to_string()])
+                .stdout(std::process::Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    children
+        .into_iter()
+        .map(|child| {
+            let out = child.wait_with_output().unwrap();
+            assert!(out.status.success(), "a benchmark child failed");
+            String::from_utf8(out.stdout)
+                .unwrap()
+                .trim()
+                .parse::<f64>()
+                .unwrap()
+        })
+        .sum()
+}
+
+fn postgres_rows(reps: usize, secs: f64) -> Vec<Row> {
+    use workflow_runtime::store::conformance::postgres::{
+        SchemaGuard, database_url, fresh_schema_name,
+    };
+    use workflow_runtime::store::{PostgresOptions, PostgresStore};
+
+    let duration = Duration::from_secs_f64(secs);
+    let rt = tokio_rt();
+    let url = database_url();
+    if let Err(e) = rt.block_on(async {
+        use sqlx::Connection;
+        sqlx::PgConnection::connect(&url).await
+    }) {
+        eprintln!("table: PostgreSQL rows skipped: no server reachable at {url}: {e}");
+        return Vec::new();
+    }
+    let clients = [1u32, 8];
+    let mut raw: Vec<Vec<f64>> = vec![Vec::new(); clients.len()];
+    let mut durable: Vec<Vec<f64>> = vec![Vec::new(); clients.len()];
+    for _ in 0..reps {
+        for (slot, &n) in clients.iter().enumerate() {
+            let schema = fresh_schema_name();
+            let _guard = SchemaGuard::new(url.clone(), schema.clone());
+            let store = rt.block_on(async {
+                let options = PostgresOptions {
+                    max_connections: n + 4,
+                    ..PostgresOptions::default().schema(schema.clone())
+                };
+                PostgresStore::connect_with(&url, &options).await.unwrap()
+            });
+            raw[slot].push(rt.block_on(pg_raw_commits(&url, &schema, n, duration)));
+            durable[slot].push(rt.block_on(durable_rate_on(
+                Storage::new(Arc::new(store)),
+                n as usize,
+                duration,
+            )));
+        }
+    }
+    let processes = [1usize, 2, 4];
+    let mut spread: Vec<Vec<f64>> = vec![Vec::new(); processes.len()];
+    for _ in 0..reps {
+        for (slot, &n) in processes.iter().enumerate() {
+            let schema = fresh_schema_name();
+            let _guard = SchemaGuard::new(url.clone(), schema.clone());
+            // Migrate once, so the children do not all wait on the advisory lock.
+            drop(rt.block_on(async {
+                PostgresStore::connect_with(
+                    &url,
+                    &PostgresOptions::default().schema(schema.clone()),
+                )
+                .await
+                .unwrap()
+            }));
+            spread[slot].push(pg_processes_rate(&url, &schema, n, secs));
+        }
+    }
+    let mut rows = Vec::new();
+    for (slot, &n) in clients.iter().enumerate() {
+        let raw_row = Row::new(
+            "postgres",
+            format!("raw sqlx: 1 INSERT per commit, {n} client(s)"),
+            "/s",
+            raw[slot].clone(),
+        )
+        .note("1.00x");
+        let raw_median = raw_row.median();
+        rows.push(raw_row);
+        let row = Row::new(
+            "postgres",
+            format!("durable transitions, {n} instance(s), 1 process"),
+            "/s",
+            durable[slot].clone(),
+        );
+        let ratio = row.median() / raw_median;
+        rows.push(row.note(format!("{ratio:.2}x raw ({n} client(s))")));
+    }
+    let one = Row::new("postgres", "", "/s", spread[0].clone()).median();
+    for (slot, &n) in processes.iter().enumerate() {
+        let row = Row::new(
+            "postgres",
+            format!("durable transitions, {n} process(es) x 8 instances"),
+            "/s",
+            spread[slot].clone(),
+        );
+        let ratio = row.median() / one;
+        rows.push(row.note(format!("{ratio:.2}x 1 process")));
     }
     rows
 }
@@ -1141,6 +1354,15 @@ fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     if let Some(pos) = args.iter().position(|a| a == "--child") {
         let rest = &args[pos + 1..];
+        if rest[0] == "pg-durable" {
+            child_pg_durable(
+                &rest[1],
+                &rest[2],
+                rest[3].parse().unwrap(),
+                rest[4].parse().unwrap(),
+            );
+            return;
+        }
         let path = PathBuf::from(&rest[1]);
         let count: u64 = rest[2].parse().unwrap();
         let reps: usize = rest[3].parse().unwrap();
@@ -1179,6 +1401,10 @@ fn main() {
         eprintln!("table: SQLite throughput...");
         rows.extend(sqlite_rows(&dir, reps, secs));
     }
+    if wanted("postgres") {
+        eprintln!("table: PostgreSQL throughput...");
+        rows.extend(postgres_rows(reps, secs));
+    }
     if wanted("routing") && !routing.is_empty() {
         eprintln!("table: routing...");
         rows.extend(routing_rows(&dir, &routing, reps, sends));
@@ -1201,10 +1427,5 @@ fn main() {
         dir.display(),
         iters
     );
-    if std::env::var_os("WORKFLOW_PG_URL").is_some() {
-        println!(
-            "PostgreSQL: its rows are measured by `cargo bench -p workflow-runtime --bench postgres` against WORKFLOW_PG_URL."
-        );
-    }
     println!("whole run: {:.0} s", started.elapsed().as_secs_f64());
 }

@@ -54,6 +54,8 @@ pub use workflow_macros::state_machine;
 #[cfg(feature = "macros")]
 pub use workflow_macros::workflow;
 
+#[cfg(feature = "postgres")]
+pub use store::PostgresStore;
 #[cfg(feature = "sqlite")]
 pub use store::SqliteStore;
 pub use store::{MemoryStore, Store, StoreError};
@@ -85,6 +87,8 @@ pub use store::{MemoryStore, Store, StoreError};
 /// # }).unwrap();
 /// ```
 pub mod prelude {
+    #[cfg(feature = "postgres")]
+    pub use crate::store::PostgresStore;
     #[cfg(feature = "sqlite")]
     pub use crate::store::SqliteStore;
     pub use crate::store::{MemoryStore, Store};

@@ -30,6 +30,19 @@ mod sqlite {
     workflow_runtime::store_conformance_tests!(make);
 }
 
+#[cfg(feature = "postgres")]
+mod postgres {
+    use super::{Arc, TestBackend};
+    use workflow_runtime::store::conformance::postgres::{SchemaGuard, fresh_store};
+
+    async fn make() -> Option<(Arc<dyn TestBackend>, SchemaGuard)> {
+        let (store, guard) = fresh_store().await?;
+        Some((store, guard))
+    }
+
+    workflow_runtime::store_conformance_tests!(optional make);
+}
+
 /// ST-25: the memory store's failure hooks fail chosen operations, writing nothing.
 #[tokio::test]
 async fn memory_failure_injection() {

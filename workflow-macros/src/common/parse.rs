@@ -137,6 +137,17 @@ pub(crate) fn parse_field_path(
                 ),
             )
         })?;
+        // `parse_any` also takes keywords (`true`, `self`, `type`), which are no field names:
+        // `data.true` would not even parse. A raw `r#type` is a field name and passes.
+        if syn::parse_str::<Ident>(&part.to_string()).is_err() {
+            return Err(syn::Error::new(
+                part.span(),
+                format!(
+                    "malformed `.{what}`: `{part}` is a keyword, not a field of the data; \
+                     expected a field path, as in {example}"
+                ),
+            ));
+        }
         parts.push(part);
         if input.peek(Token![.]) {
             input.parse::<Token![.]>()?;

@@ -552,4 +552,11 @@ pub trait Store: Send + Sync + 'static {
     fn definitions(&self) -> Option<&dyn DefinitionStore> {
         None
     }
+
+    /// Hints of changes made by other processes, for a backend that hears of them (a
+    /// database notification, say): [`Storage`](super::Storage) forwards them to its
+    /// subscribers (ST-18). `None` (the default) for a backend only this process writes.
+    fn remote_hints(&self) -> Option<tokio::sync::broadcast::Receiver<super::WakeUp>> {
+        None
+    }
 }

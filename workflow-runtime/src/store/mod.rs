@@ -42,6 +42,8 @@ pub mod backend;
 mod error;
 mod memory;
 pub(crate) mod policy;
+#[cfg(feature = "postgres")]
+mod postgres;
 mod rows;
 #[cfg(feature = "sqlite")]
 mod sqlite;
@@ -57,9 +59,21 @@ pub use backend::{
 pub use error::{StoreError, StoreResult};
 pub use memory::MemoryStore;
 pub use policy::{StateDocument, Storage, WakeUp};
+#[cfg(feature = "postgres")]
+pub use postgres::{PostgresOptions, PostgresStore};
 pub use rows::*;
 #[cfg(feature = "sqlite")]
-pub use sqlite::{MigrateMode, SqliteOptions, SqliteStore, Synchronous};
+pub use sqlite::{SqliteOptions, SqliteStore, Synchronous};
+
+/// What opening a SQL store does with pending migrations (ST-28).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum MigrateMode {
+    /// Apply pending migrations (the default).
+    #[default]
+    Apply,
+    /// Refuse to open with `SchemaOutdated` when migrations are pending.
+    CheckOnly,
+}
 
 pub use crate::base::{BoxFuture, Micros};
 

@@ -147,12 +147,37 @@ impl<T: Store> From<Arc<T>> for Storage {
 impl Storage {
     /// The policy layer over `store`, with the default state size limit (16 MiB) and no
     /// journal cap.
+    ///
+    /// A backend that hears of other processes' changes ([`Store::remote_hints`]) has them
+    /// forwarded to this layer's subscribers by a task on the current tokio runtime (none
+    /// outside one: the runtime's periodic sweeps then find that work).
     pub fn new(store: Arc<dyn Store>) -> Self {
+        let hints = broadcast::Sender::new(WAKE_UP_CAPACITY);
+        if let Some(mut remote) = store.remote_hints()
+            && let Ok(handle) = tokio::runtime::Handle::try_current()
+        {
+            let forward = hints.clone();
+            handle.spawn(async move {
+                loop {
+                    match remote.recv().await {
+                        Ok(hint) => {
+                            // No subscriber is not an error: hints are advisory (ST-18).
+                            let _ = forward.send(hint);
+                        }
+                        Err(broadcast::error::RecvError::Lagged(_)) => {
+                            let _ = forward.send(WakeUp::QueueChanged);
+                            let _ = forward.send(WakeUp::TimersChanged { earliest: None });
+                        }
+                        Err(broadcast::error::RecvError::Closed) => return,
+                    }
+                }
+            });
+        }
         Self {
             store,
             max_state_bytes: DEFAULT_MAX_STATE_BYTES,
             max_journal_entries: None,
-            hints: broadcast::Sender::new(WAKE_UP_CAPACITY),
+            hints,
         }
     }
 

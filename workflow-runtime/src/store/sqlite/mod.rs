@@ -34,7 +34,8 @@ mod rows;
 mod schema;
 mod worker;
 
-pub use options::{MigrateMode, SqliteOptions, Synchronous};
+use crate::store::MigrateMode;
+pub use options::{SqliteOptions, Synchronous};
 use rows::QUEUE_COLS;
 #[cfg(feature = "test-support")]
 use schema::migrate_to;

@@ -12,15 +12,7 @@ pub enum Synchronous {
     Normal,
 }
 
-/// What opening does with pending migrations (ST-28).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum MigrateMode {
-    /// Apply pending migrations (the default).
-    #[default]
-    Apply,
-    /// Refuse to open with `SchemaOutdated` when migrations are pending.
-    CheckOnly,
-}
+use crate::store::MigrateMode;
 
 /// Options of [`SqliteStore::open_with`](super::SqliteStore::open_with).
 #[derive(Debug, Clone, PartialEq, Eq)]

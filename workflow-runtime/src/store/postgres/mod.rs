@@ -1,0 +1,898 @@
+//! `PostgresStore`: several processes sharing one PostgreSQL database (ST-27).
+//!
+//! Every table lives in one schema (default `workflow`). The library owns the migrations:
+//! forward-only, numbered, checksummed, recorded in `wf_schema_migrations` and applied under
+//! an advisory lock, so processes starting at once are safe (ST-28). Each store operation is
+//! one transaction on a connection of a [`PgPool`] (the application's own pool, or one opened
+//! from a URL). Claims of runnable instances, due timers and queue pages use
+//! `FOR UPDATE SKIP LOCKED`; a commit locks its instance row and writes only under the
+//! expected version and the current lease token (fencing, ST-14). Wake-ups reach the other
+//! processes through `LISTEN`/`NOTIFY` (see `notify.rs`). Every statement is parameterized.
+
+use std::fmt;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use sqlx::{PgConnection, PgPool, Postgres, Transaction};
+use tokio::sync::broadcast;
+use tokio::task::JoinHandle;
+
+use super::{
+    BookmarkRow, BookmarkSelect, BoxFuture, ClaimedInstance, ClaimedRecord, Commit, ControlRequest,
+    DeadLetter, DeadLetterFilter, DueTimers, Enqueue, IdempotencyRecord, IncidentQuery,
+    IncidentRecord, InstanceFilter, InstanceRecord, InstanceStatus, JournalRecord, Lease,
+    LeaseClaim, LeaseKey, ListedInstance, Micros, MigrateMode, NewIncident, NewInstance,
+    PurgeTarget, QueueItem, Renewal, Schedule, ScheduleFiring, Settled, Settlement, Store,
+    StoreError, StoreResult, StoreStats, TimerRow, TimerScope, TriggerRow, TriggerSelect,
+    TriggerWrite, WakeUp,
+};
+
+mod notify;
+mod ops;
+mod schema;
+
+use schema::Schema;
+
+impl From<sqlx::Error> for StoreError {
+    fn from(error: sqlx::Error) -> Self {
+        StoreError::unavailable(error)
+    }
+}
+
+/// Options of [`PostgresStore::connect_with`] and [`PostgresStore::from_pool`].
+///
+/// Lease and claim durations are not store options: the runtime passes them with each call
+/// ([`RuntimeBuilder::lease_ttl`](crate::RuntimeBuilder::lease_ttl)).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PostgresOptions {
+    /// The schema holding the tables (default `workflow`): 1 to 48 bytes of `[a-z0-9_]`, not
+    /// starting with a digit. Created if missing.
+    pub schema: String,
+    /// Migrations: apply or only check (ST-28).
+    pub migrate: MigrateMode,
+    /// Connections of the pool opened from a URL (default 10). One of them is held by the
+    /// notification listener. Ignored by [`PostgresStore::from_pool`].
+    pub max_connections: u32,
+    /// How long an operation waits for a free pool connection (default 30 s). Ignored by
+    /// [`PostgresStore::from_pool`].
+    pub acquire_timeout: Duration,
+    /// Listen for other processes' wake-ups (`LISTEN`/`NOTIFY`, default on).
+    pub listen: bool,
+    /// While the listener cannot connect, how often the store sends its sweep hints instead
+    /// (default 5 s): the polling fallback.
+    pub poll_interval: Duration,
+}
+
+impl Default for PostgresOptions {
+    fn default() -> Self {
+        Self {
+            schema: "workflow".to_owned(),
+            migrate: MigrateMode::Apply,
+            max_connections: 10,
+            acquire_timeout: Duration::from_secs(30),
+            listen: true,
+            poll_interval: Duration::from_secs(5),
+        }
+    }
+}
+
+impl PostgresOptions {
+    /// The defaults with another schema name.
+    pub fn schema(mut self, schema: impl Into<String>) -> Self {
+        self.schema = schema.into();
+        self
+    }
+}
+
+#[derive(Debug, Default)]
+struct Counters {
+    write_requests: AtomicU64,
+    transactions: AtomicU64,
+}
+
+/// The PostgreSQL store (ST-27): for several processes sharing one database. Wrap it in an
+/// `Arc` to share it (`Arc<dyn Store>`); dropping it stops its notification listener (the
+/// pool stays open when it is the application's).
+///
+/// # Examples
+///
+/// ```no_run
+/// use std::sync::Arc;
+///
+/// use workflow_runtime::{PostgresStore, Runtime};
+///
+/// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+/// // Opens a pool, creates the schema `workflow` or migrates it, starts the listener.
+/// let store = PostgresStore::connect("postgres://postgres@127.0.0.1:5432/app").await?;
+/// let runtime = Runtime::builder().store(Arc::new(store)).build()?;
+/// # drop(runtime);
+/// # Ok(())
+/// # }
+/// ```
+pub struct PostgresStore {
+    pool: PgPool,
+    schema: Schema,
+    /// The hints heard from other processes, forwarded to the [`Storage`](super::Storage)
+    /// over this store ([`Store::remote_hints`]).
+    hints: broadcast::Sender<WakeUp>,
+    /// This store's id in notification payloads, so it ignores its own.
+    origin: String,
+    counters: Arc<Counters>,
+    migrations_applied: Vec<u32>,
+    listener: Option<JoinHandle<()>>,
+}
+
+impl fmt::Debug for PostgresStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PostgresStore")
+            .field("schema", &self.schema.name())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Drop for PostgresStore {
+    fn drop(&mut self) {
+        if let Some(listener) = self.listener.take() {
+            listener.abort();
+        }
+    }
+}
+
+/// A random-enough origin id: process id, time and a per-process counter.
+fn new_origin() -> String {
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    format!(
+        "{}-{nanos:x}-{}",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+impl PostgresStore {
+    /// Opens a pool on `url` with the default options (schema `workflow`), then migrates
+    /// and starts the listener.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::Unavailable`] when the server cannot be reached; the migration errors of
+    /// [`PostgresStore::from_pool`].
+    pub async fn connect(url: &str) -> StoreResult<Self> {
+        Self::connect_with(url, &PostgresOptions::default()).await
+    }
+
+    /// Opens a pool on `url` with `options`, then migrates and starts the listener.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::Invalid`] for a malformed URL or schema name,
+    /// [`StoreError::Unavailable`] when the server cannot be reached; the migration errors of
+    /// [`PostgresStore::from_pool`].
+    pub async fn connect_with(url: &str, options: &PostgresOptions) -> StoreResult<Self> {
+        Schema::new(&options.schema)?;
+        let connect: PgConnectOptions =
+            url.parse().map_err(|e: sqlx::Error| StoreError::Invalid {
+                what: "database url",
+                reason: e.to_string(),
+            })?;
+        let pool = PgPoolOptions::new()
+            .max_connections(options.max_connections.max(2))
+            .acquire_timeout(options.acquire_timeout)
+            .connect_with(connect)
+            .await?;
+        Self::from_pool(pool, options).await
+    }
+
+    /// Uses the application's pool: migrates the schema (under an advisory lock, ST-28) and
+    /// starts the notification listener, which holds one connection of the pool.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::Invalid`] for a malformed schema name; [`StoreError::SchemaTooNew`],
+    /// [`StoreError::MigrationChecksumMismatch`], or with [`MigrateMode::CheckOnly`]
+    /// [`StoreError::SchemaOutdated`]; [`StoreError::Unavailable`] when the server fails.
+    pub async fn from_pool(pool: PgPool, options: &PostgresOptions) -> StoreResult<Self> {
+        let schema = Schema::new(&options.schema)?;
+        let migrations_applied = schema::migrate(&pool, &schema, options.migrate).await?;
+        let (hints, _) = broadcast::channel(1024);
+        let origin = new_origin();
+        let listener = options.listen.then(|| {
+            tokio::spawn(notify::listen(
+                pool.clone(),
+                schema.channel(),
+                origin.clone(),
+                hints.clone(),
+                options.poll_interval.max(Duration::from_millis(10)),
+            ))
+        });
+        tracing::info!(
+            schema = schema.name(),
+            ?migrations_applied,
+            "postgres store: open"
+        );
+        Ok(Self {
+            pool,
+            schema,
+            hints,
+            origin,
+            counters: Arc::new(Counters::default()),
+            migrations_applied,
+            listener,
+        })
+    }
+
+    /// The pool the store uses.
+    pub fn pool(&self) -> &PgPool {
+        &self.pool
+    }
+
+    /// The schema holding the tables.
+    pub fn schema(&self) -> &str {
+        self.schema.name()
+    }
+
+    /// The migrations this open applied (empty when the schema was current).
+    pub fn migrations_applied(&self) -> &[u32] {
+        &self.migrations_applied
+    }
+
+    /// The newest schema version this library knows (ST-28).
+    pub fn schema_version() -> u32 {
+        schema::latest_schema_version()
+    }
+
+    /// Replaces an instance's stored state text as is: a test hook to simulate a corrupted
+    /// or hand-edited row (C-25, C-26).
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::NotFound`] for an unknown instance, [`StoreError::Unavailable`] when the
+    /// write fails.
+    #[cfg(feature = "test-support")]
+    pub async fn write_raw_state(&self, instance_id: &str, raw: &str) -> StoreResult<()> {
+        let mut tx = self.begin().await?;
+        let result = ops::write_raw_state(&mut tx, &self.schema, instance_id, raw).await;
+        self.finish(tx, result, &[]).await
+    }
+
+    /// The stored state text of an instance, as is (test hook, C-26).
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::NotFound`] for an unknown instance, [`StoreError::Unavailable`] when the
+    /// read fails.
+    #[cfg(feature = "test-support")]
+    pub async fn read_raw_state(&self, instance_id: &str) -> StoreResult<String> {
+        let mut conn = self.pool.acquire().await?;
+        ops::read_raw_state(&mut conn, &self.schema, instance_id).await
+    }
+
+    async fn begin(&self) -> StoreResult<Transaction<'static, Postgres>> {
+        self.counters.write_requests.fetch_add(1, Ordering::Relaxed);
+        self.counters.transactions.fetch_add(1, Ordering::Relaxed);
+        Ok(self.pool.begin().await?)
+    }
+
+    /// Ends a write: on success sends `hints` to the other processes inside the transaction
+    /// (`NOTIFY` is delivered only if it commits) and commits; on failure rolls back, so
+    /// nothing is written. (This process's own hints are sent by [`Storage`](super::Storage).)
+    async fn finish<T>(
+        &self,
+        mut tx: Transaction<'static, Postgres>,
+        result: StoreResult<T>,
+        hints: &[WakeUp],
+    ) -> StoreResult<T> {
+        match result {
+            Ok(value) => {
+                if !hints.is_empty() {
+                    sqlx::query("SELECT pg_notify($1, $2)")
+                        .bind(self.schema.channel())
+                        .bind(notify::payload(&self.origin, hints))
+                        .execute(&mut *tx)
+                        .await?;
+                }
+                tx.commit().await?;
+                Ok(value)
+            }
+            Err(error) => {
+                // A failed rollback leaves nothing either: the server discards the
+                // transaction when the connection closes.
+                let _ = tx.rollback().await;
+                Err(error)
+            }
+        }
+    }
+}
+
+/// Runs `$body` (an expression using the connection `$c`) in a write transaction of
+/// `$self`, then commits with `$hints` or rolls back.
+macro_rules! write_tx {
+    ($self:ident, $hints:expr, |$c:ident| $body:expr) => {{
+        let mut tx = $self.begin().await?;
+        let result = {
+            let $c: &mut PgConnection = &mut tx;
+            $body.await
+        };
+        $self.finish(tx, result, &$hints).await
+    }};
+}
+
+/// Runs `$body` on a pooled connection `$c`, outside any explicit transaction.
+macro_rules! read {
+    ($self:ident, |$c:ident| $body:expr) => {{
+        let mut conn = $self.pool.acquire().await?;
+        let $c: &mut PgConnection = &mut conn;
+        $body.await
+    }};
+}
+
+fn ready<T: Send + 'static>(result: StoreResult<T>) -> BoxFuture<'static, StoreResult<T>> {
+    Box::pin(std::future::ready(result))
+}
+
+/// The hints a commit gives the other processes (as [`Storage`](super::Storage) gives its
+/// own, ST-18).
+fn commit_hints(c: &Commit<String>) -> Vec<WakeUp> {
+    let mut hints = Vec::new();
+    if !c.bookmarks_added.is_empty() || !c.queue_items.is_empty() {
+        hints.push(WakeUp::QueueChanged);
+    }
+    if !c.timers_added.is_empty() || c.timers_parked == Some(false) {
+        hints.push(WakeUp::TimersChanged {
+            earliest: c.timers_added.iter().map(|t| t.due_at).min(),
+        });
+    }
+    if c.status.is_final() {
+        hints.push(WakeUp::InstanceTerminal {
+            id: c.instance_id.clone(),
+        });
+    } else if c.status == InstanceStatus::Running && c.release_lease {
+        hints.push(WakeUp::InstanceRunnable {
+            id: c.instance_id.clone(),
+        });
+    }
+    hints.extend(c.instances_created.iter().filter_map(create_hint));
+    for (id, _) in &c.control_requests {
+        hints.push(WakeUp::ControlRequested { id: id.clone() });
+    }
+    hints
+}
+
+fn create_hint(instance: &NewInstance<String>) -> Option<WakeUp> {
+    (instance.status == InstanceStatus::Running).then(|| WakeUp::InstanceRunnable {
+        id: instance.instance_id.clone(),
+    })
+}
+
+impl Store for PostgresStore {
+    fn create_instance(&self, instance: NewInstance<String>) -> BoxFuture<'_, StoreResult<u64>> {
+        let hints: Vec<WakeUp> = create_hint(&instance).into_iter().collect();
+        Box::pin(async move {
+            write_tx!(self, hints, |c| async {
+                ops::insert_instance(c, &self.schema, &instance).await?;
+                Ok(1)
+            })
+        })
+    }
+
+    fn load_instance(
+        &self,
+        instance_id: &str,
+    ) -> BoxFuture<'_, StoreResult<InstanceRecord<String>>> {
+        let id = instance_id.to_owned();
+        Box::pin(async move { read!(self, |c| ops::load_instance(c, &self.schema, &id)) })
+    }
+
+    fn claim_instance(
+        &self,
+        instance_id: &str,
+        claim: LeaseClaim,
+    ) -> BoxFuture<'_, StoreResult<ClaimedRecord<String>>> {
+        let id = instance_id.to_owned();
+        Box::pin(async move {
+            write_tx!(self, [], |c| async {
+                let lease = match claim.token {
+                    None => {
+                        ops::acquire_lease(c, &self.schema, &id, &claim.owner, claim.now, claim.ttl)
+                            .await?
+                    }
+                    Some(token) => {
+                        ops::renew_lease(c, &self.schema, &id, token, claim.now, claim.ttl)
+                            .await?
+                            .lease
+                    }
+                };
+                let record = ops::load_instance(c, &self.schema, &id).await?;
+                Ok(ClaimedRecord { lease, record })
+            })
+        })
+    }
+
+    fn commit(&self, commit: Commit<String>) -> BoxFuture<'_, StoreResult<u64>> {
+        let hints = commit_hints(&commit);
+        Box::pin(async move { write_tx!(self, hints, |c| ops::commit(c, &self.schema, &commit)) })
+    }
+
+    fn request_control(
+        &self,
+        instance_id: &str,
+        request: ControlRequest,
+    ) -> BoxFuture<'_, StoreResult<()>> {
+        let id = instance_id.to_owned();
+        let hints = [WakeUp::ControlRequested { id: id.clone() }];
+        Box::pin(async move {
+            write_tx!(self, hints, |c| ops::request_control(
+                c,
+                &self.schema,
+                &id,
+                &request
+            ))
+        })
+    }
+
+    fn list_instances(
+        &self,
+        filter: InstanceFilter,
+    ) -> BoxFuture<'_, StoreResult<Vec<ListedInstance>>> {
+        Box::pin(async move { read!(self, |c| ops::list_instances(c, &self.schema, &filter)) })
+    }
+
+    fn claim_runnable(
+        &self,
+        owner: &str,
+        now: Micros,
+        ttl: Micros,
+        limit: usize,
+    ) -> BoxFuture<'_, StoreResult<Vec<ClaimedInstance>>> {
+        let owner = owner.to_owned();
+        Box::pin(async move {
+            write_tx!(self, [], |c| ops::claim_runnable(
+                c,
+                &self.schema,
+                &owner,
+                now,
+                ttl,
+                limit
+            ))
+        })
+    }
+
+    fn purge(&self, target: PurgeTarget) -> BoxFuture<'_, StoreResult<u64>> {
+        Box::pin(async move {
+            let s = &self.schema;
+            match target {
+                PurgeTarget::Instance(id) => write_tx!(self, [], |c| async {
+                    let status = ops::instance_status(c, s, &id).await?;
+                    if !status.is_final() {
+                        return Err(StoreError::NotTerminal {
+                            instance: id.clone(),
+                            status,
+                        });
+                    }
+                    ops::delete_dependents(c, s, std::slice::from_ref(&id)).await?;
+                    Ok(1)
+                }),
+                PurgeTarget::Finished(filter) => {
+                    let statuses: Vec<&str> = filter.statuses.iter().map(|s| s.as_str()).collect();
+                    let batch = filter.batch_size.max(1);
+                    let mut total = 0u64;
+                    loop {
+                        // Each batch is its own atomic transaction (ST-31).
+                        let removed = write_tx!(self, [], |c| ops::purge_batch(
+                            c,
+                            s,
+                            &statuses,
+                            filter.finished_before,
+                            filter.definition_name.as_deref(),
+                            batch
+                        ))?;
+                        total += removed as u64;
+                        if removed < batch {
+                            return Ok(total);
+                        }
+                    }
+                }
+                PurgeTarget::DeadLetter(id) => write_tx!(self, [], |c| async {
+                    Ok(u64::from(ops::delete_dead_letter(c, s, &id).await?))
+                }),
+                PurgeTarget::DeadLettersBefore { before, limit } => {
+                    write_tx!(self, [], |c| ops::purge_before(
+                        c,
+                        s,
+                        "@wf_dead_letters",
+                        "original_item_id",
+                        "dead_at",
+                        before,
+                        limit
+                    ))
+                }
+                PurgeTarget::ReceiptsBefore { before, limit } => {
+                    write_tx!(self, [], |c| ops::purge_before(
+                        c,
+                        s,
+                        "@wf_receipts",
+                        "instance_id, stimulus_id",
+                        "at",
+                        before,
+                        limit
+                    ))
+                }
+                PurgeTarget::IdempotencyRecordsBefore { before, limit } => {
+                    write_tx!(self, [], |c| ops::purge_before(
+                        c,
+                        s,
+                        "@wf_idempotency",
+                        "idempotency_key",
+                        "created_at",
+                        before,
+                        limit
+                    ))
+                }
+                PurgeTarget::ExpiredQueueItems { now, limit } => {
+                    write_tx!(self, [], |c| ops::expire_queue(c, s, now, limit))
+                }
+                PurgeTarget::Schedule(id) => write_tx!(self, [], |c| async {
+                    Ok(u64::from(ops::delete_schedule(c, s, &id).await?))
+                }),
+            }
+        })
+    }
+
+    fn acquire_lease(
+        &self,
+        key: &LeaseKey,
+        owner: &str,
+        now: Micros,
+        ttl: Micros,
+    ) -> BoxFuture<'_, StoreResult<Lease>> {
+        let (key, owner) = (key.clone(), owner.to_owned());
+        Box::pin(async move {
+            write_tx!(self, [], |c| async {
+                match &key {
+                    LeaseKey::Instance(id) => {
+                        ops::acquire_lease(c, &self.schema, id, &owner, now, ttl).await
+                    }
+                    LeaseKey::Named(name) => {
+                        ops::acquire_named_lease(c, &self.schema, name, &owner, now, ttl).await
+                    }
+                }
+            })
+        })
+    }
+
+    fn renew_lease(
+        &self,
+        key: &LeaseKey,
+        token: u64,
+        now: Micros,
+        ttl: Micros,
+    ) -> BoxFuture<'_, StoreResult<Renewal>> {
+        let key = key.clone();
+        Box::pin(async move {
+            write_tx!(self, [], |c| async {
+                match &key {
+                    LeaseKey::Instance(id) => {
+                        ops::renew_lease(c, &self.schema, id, token, now, ttl).await
+                    }
+                    LeaseKey::Named(name) => Ok(Renewal {
+                        lease: ops::renew_named_lease(c, &self.schema, name, token, now, ttl)
+                            .await?,
+                        control_request: None,
+                    }),
+                }
+            })
+        })
+    }
+
+    fn release_lease(&self, key: &LeaseKey, token: u64) -> BoxFuture<'_, StoreResult<()>> {
+        let key = key.clone();
+        let hints: Vec<WakeUp> = match &key {
+            LeaseKey::Instance(id) => vec![WakeUp::InstanceRunnable { id: id.clone() }],
+            LeaseKey::Named(_) => Vec::new(),
+        };
+        Box::pin(async move {
+            write_tx!(self, hints, |c| async {
+                match &key {
+                    LeaseKey::Instance(id) => ops::release_lease(c, &self.schema, id, token).await,
+                    LeaseKey::Named(name) => {
+                        ops::release_named_lease(c, &self.schema, name, token).await
+                    }
+                }
+            })
+        })
+    }
+
+    fn find_bookmarks(
+        &self,
+        select: BookmarkSelect,
+    ) -> BoxFuture<'_, StoreResult<Vec<BookmarkRow>>> {
+        Box::pin(async move {
+            read!(self, |c| async {
+                match &select {
+                    BookmarkSelect::Hash(query) => {
+                        ops::find_bookmarks(c, &self.schema, query).await
+                    }
+                    BookmarkSelect::Instance(id) => ops::list_bookmarks(c, &self.schema, id).await,
+                }
+            })
+        })
+    }
+
+    fn has_receipt(
+        &self,
+        instance_id: &str,
+        stimulus_id: &str,
+    ) -> BoxFuture<'_, StoreResult<bool>> {
+        let (id, stimulus) = (instance_id.to_owned(), stimulus_id.to_owned());
+        Box::pin(async move { read!(self, |c| ops::has_receipt(c, &self.schema, &id, &stimulus)) })
+    }
+
+    fn find_triggers(&self, select: TriggerSelect) -> BoxFuture<'_, StoreResult<Vec<TriggerRow>>> {
+        Box::pin(async move {
+            read!(self, |c| async {
+                match &select {
+                    TriggerSelect::Hashes(hashes) => {
+                        ops::find_triggers(c, &self.schema, hashes).await
+                    }
+                    TriggerSelect::Definition(name) => {
+                        ops::definition_triggers(c, &self.schema, name).await
+                    }
+                }
+            })
+        })
+    }
+
+    fn write_triggers(
+        &self,
+        definition_name: &str,
+        write: TriggerWrite,
+    ) -> BoxFuture<'_, StoreResult<()>> {
+        let name = definition_name.to_owned();
+        Box::pin(async move {
+            write_tx!(self, [], |c| ops::write_triggers(
+                c,
+                &self.schema,
+                &name,
+                &write
+            ))
+        })
+    }
+
+    fn claim_due_timers(
+        &self,
+        owner: &str,
+        now: Micros,
+        claim_ttl: Micros,
+        limit: usize,
+    ) -> BoxFuture<'_, StoreResult<DueTimers>> {
+        let owner = owner.to_owned();
+        Box::pin(async move {
+            if limit == 0 {
+                return read!(self, |c| async {
+                    Ok(DueTimers {
+                        claimed: Vec::new(),
+                        next_due: ops::earliest_timer(c, &self.schema, now).await?,
+                    })
+                });
+            }
+            write_tx!(self, [], |c| async {
+                let claimed =
+                    ops::claim_due_timers(c, &self.schema, &owner, now, claim_ttl, limit).await?;
+                let next_due = ops::earliest_timer(c, &self.schema, now).await?;
+                Ok(DueTimers { claimed, next_due })
+            })
+        })
+    }
+
+    fn list_timers(&self, scope: TimerScope) -> BoxFuture<'_, StoreResult<Vec<TimerRow>>> {
+        Box::pin(async move {
+            read!(self, |c| async {
+                match &scope {
+                    TimerScope::Instance(id) => ops::list_timers(c, &self.schema, id).await,
+                    TimerScope::Schedules(name) => {
+                        ops::list_schedule_rows(c, &self.schema, name).await
+                    }
+                }
+            })
+        })
+    }
+
+    fn put_schedule(&self, schedule: Schedule) -> BoxFuture<'_, StoreResult<bool>> {
+        let hints = [WakeUp::TimersChanged { earliest: None }];
+        Box::pin(async move {
+            write_tx!(self, hints, |c| ops::put_schedule(
+                c,
+                &self.schema,
+                &schedule
+            ))
+        })
+    }
+
+    fn fire_schedule(
+        &self,
+        schedule_id: &str,
+        expected_due_at: Micros,
+        instance: NewInstance<String>,
+        next_due: Option<Micros>,
+    ) -> BoxFuture<'_, StoreResult<ScheduleFiring>> {
+        let id = schedule_id.to_owned();
+        let mut hints: Vec<WakeUp> = create_hint(&instance).into_iter().collect();
+        hints.push(WakeUp::TimersChanged { earliest: next_due });
+        Box::pin(async move {
+            write_tx!(self, hints, |c| ops::fire_schedule(
+                c,
+                &self.schema,
+                &id,
+                expected_due_at,
+                &instance,
+                next_due
+            ))
+        })
+    }
+
+    fn read_journal(
+        &self,
+        instance_id: &str,
+        from_seq: u64,
+        limit: usize,
+    ) -> BoxFuture<'_, StoreResult<Vec<JournalRecord<String>>>> {
+        let id = instance_id.to_owned();
+        Box::pin(async move {
+            read!(self, |c| ops::read_journal(
+                c,
+                &self.schema,
+                &id,
+                from_seq,
+                limit
+            ))
+        })
+    }
+
+    fn enqueue(&self, send: Enqueue) -> BoxFuture<'_, StoreResult<Option<IdempotencyRecord>>> {
+        let report = match send
+            .idempotency
+            .as_ref()
+            .map(|r| ops::json_text(&r.report))
+            .transpose()
+        {
+            Ok(report) => report,
+            Err(e) => return ready(Err(e)),
+        };
+        let hints: Vec<WakeUp> = if send.items.is_empty() {
+            Vec::new()
+        } else {
+            vec![WakeUp::QueueChanged]
+        };
+        Box::pin(async move {
+            write_tx!(self, hints, |c| async {
+                if let (Some(record), Some(report)) = (&send.idempotency, &report)
+                    && let Some(existing) =
+                        ops::put_idempotency_record(c, &self.schema, record, report).await?
+                {
+                    return Ok(Some(existing));
+                }
+                for item in &send.items {
+                    ops::enqueue(c, &self.schema, item).await?;
+                }
+                Ok(None)
+            })
+        })
+    }
+
+    fn claim_queue_page(
+        &self,
+        owner: &str,
+        now: Micros,
+        claim_ttl: Micros,
+        limit: usize,
+    ) -> BoxFuture<'_, StoreResult<Vec<QueueItem>>> {
+        let owner = owner.to_owned();
+        Box::pin(async move {
+            write_tx!(self, [], |c| ops::claim_queue_page(
+                c,
+                &self.schema,
+                &owner,
+                now,
+                claim_ttl,
+                limit
+            ))
+        })
+    }
+
+    fn settle_queue_item(
+        &self,
+        item_id: &str,
+        settlement: Settlement,
+    ) -> BoxFuture<'_, StoreResult<Settled>> {
+        let id = item_id.to_owned();
+        let hints: Vec<WakeUp> = match settlement {
+            Settlement::Release { .. } | Settlement::Fail { .. } => vec![WakeUp::QueueChanged],
+            Settlement::Ack | Settlement::DeadLetter { .. } => Vec::new(),
+        };
+        Box::pin(async move {
+            write_tx!(self, hints, |c| ops::settle_queue_item(
+                c,
+                &self.schema,
+                &id,
+                &settlement
+            ))
+        })
+    }
+
+    fn replay_dead_letter(
+        &self,
+        item_id: &str,
+        now: Micros,
+        ttl: Micros,
+    ) -> BoxFuture<'_, StoreResult<QueueItem>> {
+        let id = item_id.to_owned();
+        Box::pin(async move {
+            write_tx!(self, [WakeUp::QueueChanged], |c| ops::replay_dead_letter(
+                c,
+                &self.schema,
+                &id,
+                now,
+                ttl
+            ))
+        })
+    }
+
+    fn list_dead_letters(
+        &self,
+        filter: DeadLetterFilter,
+    ) -> BoxFuture<'_, StoreResult<Vec<DeadLetter>>> {
+        Box::pin(async move { read!(self, |c| ops::list_dead_letters(c, &self.schema, &filter)) })
+    }
+
+    fn insert_incident(
+        &self,
+        instance_id: &str,
+        incident: NewIncident,
+    ) -> BoxFuture<'_, StoreResult<()>> {
+        let id = instance_id.to_owned();
+        Box::pin(async move {
+            write_tx!(self, [], |c| ops::insert_incident(
+                c,
+                &self.schema,
+                &id,
+                &incident
+            ))
+        })
+    }
+
+    fn list_incidents(
+        &self,
+        query: IncidentQuery,
+    ) -> BoxFuture<'_, StoreResult<Vec<IncidentRecord>>> {
+        Box::pin(async move { read!(self, |c| ops::list_incidents(c, &self.schema, &query)) })
+    }
+
+    fn find_idempotency_record(
+        &self,
+        key: &str,
+    ) -> BoxFuture<'_, StoreResult<Option<IdempotencyRecord>>> {
+        let key = key.to_owned();
+        Box::pin(async move {
+            read!(self, |c| ops::find_idempotency_record(
+                c,
+                &self.schema,
+                &key
+            ))
+        })
+    }
+
+    fn stats(&self) -> BoxFuture<'_, StoreResult<StoreStats>> {
+        ready(Ok(StoreStats {
+            write_requests: self.counters.write_requests.load(Ordering::Relaxed),
+            transactions: self.counters.transactions.load(Ordering::Relaxed),
+        }))
+    }
+
+    fn remote_hints(&self) -> Option<broadcast::Receiver<WakeUp>> {
+        Some(self.hints.subscribe())
+    }
+}

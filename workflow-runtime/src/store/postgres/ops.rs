@@ -1,0 +1,1854 @@
+//! The SQL of the PostgreSQL store: one small function per operation, each running on a
+//! connection inside the transaction its caller opened (every statement parameterized).
+
+use serde_json::Value;
+use sqlx::postgres::PgRow;
+use sqlx::{PgConnection, Row};
+
+use super::super::{
+    BookmarkQuery, BookmarkRow, ClaimedInstance, Commit, ControlRequest, DeadLetter,
+    DeadLetterFilter, DeadLetterReason, IdempotencyRecord, IncidentQuery, IncidentRecord,
+    InstanceFilter, InstanceRecord, InstanceStatus, InstanceSubStatus, InstanceSummary,
+    JournalRecord, Lease, LeaseKey, LeaseState, ListedInstance, Micros, NewIncident, NewInstance,
+    NewJournalRecord, QueueItem, Renewal, Schedule, ScheduleFiring, Settled, Settlement,
+    StoreError, StoreResult, TimerRow, TriggerRow, TriggerWrite,
+};
+use super::schema::Schema;
+
+pub(super) type Conn = PgConnection;
+
+fn to_i64(value: u64) -> i64 {
+    i64::try_from(value).unwrap_or(i64::MAX)
+}
+
+fn to_u64(value: i64) -> u64 {
+    u64::try_from(value).unwrap_or(0)
+}
+
+fn limit_i64(limit: usize) -> i64 {
+    i64::try_from(limit).unwrap_or(i64::MAX)
+}
+
+fn instance_resource(id: &str) -> String {
+    LeaseKey::instance(id).resource()
+}
+
+fn named_resource(name: &str) -> String {
+    LeaseKey::named(name).resource()
+}
+
+fn not_found(what: &'static str, id: &str) -> StoreError {
+    StoreError::NotFound {
+        what,
+        id: id.to_owned(),
+    }
+}
+
+/// Whether a database error is a unique violation (SQLSTATE 23505).
+fn is_unique_violation(error: &sqlx::Error) -> bool {
+    error
+        .as_database_error()
+        .and_then(sqlx::error::DatabaseError::code)
+        .is_some_and(|code| code == "23505")
+}
+
+pub(super) fn json_text(value: &Value) -> StoreResult<String> {
+    serde_json::to_string(value).map_err(|e| StoreError::Invalid {
+        what: "json",
+        reason: e.to_string(),
+    })
+}
+
+fn decode_json(what: &'static str, id: &str, path: &str, text: &str) -> StoreResult<Value> {
+    serde_json::from_str(text).map_err(|e| StoreError::Decode {
+        what,
+        id: id.to_owned(),
+        path: path.to_owned(),
+        message: e.to_string(),
+    })
+}
+
+// ----- row decoding -----
+
+const INSTANCE_COLS: &str = "instance_id, definition_name, definition_version, status, \
+    sub_status, correlation_id, version, lease_owner, lease_token, lease_expires_at, \
+    control_request, origin_at, created_at, updated_at, finished_at, state";
+
+/// Decodes one instance row with its state text (column 15), left encoded.
+fn instance_from_row(id: &str, row: &PgRow) -> StoreResult<InstanceRecord<String>> {
+    let summary = summary_from_row(id, row)?;
+    let state: String = row.try_get(15).map_err(|e| StoreError::Decode {
+        what: "instance",
+        id: id.to_owned(),
+        path: "state".to_owned(),
+        message: e.to_string(),
+    })?;
+    Ok(InstanceRecord {
+        instance_id: summary.instance_id,
+        definition_name: summary.definition_name,
+        definition_version: summary.definition_version,
+        status: summary.status,
+        sub_status: summary.sub_status,
+        correlation_id: summary.correlation_id,
+        version: summary.version,
+        lease: summary.lease,
+        control_request: summary.control_request,
+        origin_at: summary.origin_at,
+        created_at: summary.created_at,
+        updated_at: summary.updated_at,
+        finished_at: summary.finished_at,
+        state,
+    })
+}
+
+/// Decodes one instance row's columns; any failure is a `Decode` naming the instance (ST-22).
+fn summary_from_row(id: &str, row: &PgRow) -> StoreResult<InstanceSummary> {
+    let col = |e: sqlx::Error| StoreError::Decode {
+        what: "instance",
+        id: id.to_owned(),
+        path: "row".to_owned(),
+        message: e.to_string(),
+    };
+    let status: String = row.try_get(3).map_err(col)?;
+    let status = InstanceStatus::parse(&status).ok_or_else(|| StoreError::Decode {
+        what: "instance",
+        id: id.to_owned(),
+        path: "status".to_owned(),
+        message: format!("unknown status {status:?}"),
+    })?;
+    let sub_status: Option<String> = row.try_get(4).map_err(col)?;
+    let sub_status = match sub_status {
+        None => None,
+        Some(s) => Some(
+            InstanceSubStatus::parse(&s).ok_or_else(|| StoreError::Decode {
+                what: "instance",
+                id: id.to_owned(),
+                path: "sub_status".to_owned(),
+                message: format!("unknown sub-status {s:?}"),
+            })?,
+        ),
+    };
+    let lease_owner: Option<String> = row.try_get(7).map_err(col)?;
+    let lease_token: i64 = row.try_get(8).map_err(col)?;
+    let lease_expires_at: Option<i64> = row.try_get(9).map_err(col)?;
+    let control: Option<String> = row.try_get(10).map_err(col)?;
+    let control_request = control.map(|text| decode_control(id, &text)).transpose()?;
+    Ok(InstanceSummary {
+        instance_id: id.to_owned(),
+        definition_name: row.try_get(1).map_err(col)?,
+        definition_version: row.try_get(2).map_err(col)?,
+        status,
+        sub_status,
+        correlation_id: row.try_get(5).map_err(col)?,
+        version: to_u64(row.try_get(6).map_err(col)?),
+        lease: match (lease_owner, lease_expires_at) {
+            (Some(owner), Some(expires_at)) => Some(LeaseState {
+                owner,
+                token: to_u64(lease_token),
+                expires_at,
+            }),
+            _ => None,
+        },
+        control_request,
+        origin_at: row.try_get(11).map_err(col)?,
+        created_at: row.try_get(12).map_err(col)?,
+        updated_at: row.try_get(13).map_err(col)?,
+        finished_at: row.try_get(14).map_err(col)?,
+    })
+}
+
+fn decode_control(id: &str, text: &str) -> StoreResult<ControlRequest> {
+    serde_json::from_str(text).map_err(|e| StoreError::Decode {
+        what: "instance",
+        id: id.to_owned(),
+        path: "control_request".to_owned(),
+        message: e.to_string(),
+    })
+}
+
+const BOOKMARK_COLS: &str = "bookmark_id, instance_id, hash, name, node_id, context_id, \
+    correlation_id, definition_name, definition_version, look_back, created_at";
+
+fn bookmark_from_row(row: &PgRow) -> Result<BookmarkRow, sqlx::Error> {
+    Ok(BookmarkRow {
+        bookmark_id: row.try_get(0)?,
+        instance_id: row.try_get(1)?,
+        hash: row.try_get(2)?,
+        name: row.try_get(3)?,
+        node_id: row.try_get(4)?,
+        context_id: to_u64(row.try_get(5)?),
+        correlation_id: row.try_get(6)?,
+        definition_name: row.try_get(7)?,
+        definition_version: row.try_get(8)?,
+        look_back: row.try_get(9)?,
+        created_at: row.try_get(10)?,
+    })
+}
+
+const TIMER_COLS: &str = "timer_id, instance_id, kind, due_at, parked, definition_name, node_id";
+
+fn timer_from_row(row: &PgRow) -> Result<TimerRow, sqlx::Error> {
+    Ok(TimerRow {
+        timer_id: row.try_get(0)?,
+        instance_id: row.try_get(1)?,
+        kind: row.try_get(2)?,
+        due_at: row.try_get(3)?,
+        parked: row.try_get(4)?,
+        definition_name: row.try_get(5)?,
+        node_id: row.try_get(6)?,
+    })
+}
+
+/// The queue columns after the id, shared by `wf_queue` and `wf_dead_letters`.
+const QUEUE_COLS: &str = "stimulus_id, name, hash, key_display, payload, correlation_id, \
+    targets, sent_at, enqueued_at, expires_at, attempts, last_error, last_attempt_at, held, \
+    idempotency_key";
+
+/// A queue row with its JSON columns still encoded.
+struct RawQueue {
+    item: QueueItem,
+    payload: String,
+    targets: String,
+}
+
+/// Reads `id, QUEUE_COLS...` starting at column 0.
+fn queue_from_row(row: &PgRow) -> Result<RawQueue, sqlx::Error> {
+    Ok(RawQueue {
+        item: QueueItem {
+            item_id: row.try_get(0)?,
+            stimulus_id: row.try_get(1)?,
+            name: row.try_get(2)?,
+            hash: row.try_get(3)?,
+            key_display: row.try_get(4)?,
+            payload: Value::Null,
+            correlation_id: row.try_get(6)?,
+            targets: Value::Null,
+            sent_at: row.try_get(8)?,
+            enqueued_at: row.try_get(9)?,
+            expires_at: row.try_get(10)?,
+            attempts: u32::try_from(row.try_get::<i64, _>(11)?).unwrap_or(u32::MAX),
+            last_error: row.try_get(12)?,
+            last_attempt_at: row.try_get(13)?,
+            held: row.try_get(14)?,
+            idempotency_key: row.try_get(15)?,
+        },
+        payload: row.try_get(5)?,
+        targets: row.try_get(7)?,
+    })
+}
+
+impl RawQueue {
+    fn decode(self, what: &'static str) -> StoreResult<QueueItem> {
+        let mut item = self.item;
+        item.payload = decode_json(what, &item.item_id, "payload", &self.payload)?;
+        item.targets = decode_json(what, &item.item_id, "targets", &self.targets)?;
+        Ok(item)
+    }
+}
+
+// ----- instances -----
+
+pub(super) async fn load_instance(
+    c: &mut Conn,
+    s: &Schema,
+    id: &str,
+) -> StoreResult<InstanceRecord<String>> {
+    let row = sqlx::query(&s.sql(&format!(
+        "SELECT {INSTANCE_COLS} FROM @wf_instances WHERE instance_id = $1"
+    )))
+    .bind(id)
+    .fetch_optional(&mut *c)
+    .await?;
+    match row {
+        Some(row) => instance_from_row(id, &row),
+        None => Err(not_found("instance", id)),
+    }
+}
+
+/// Inserts a new instance at version 1 with its receipt and consumed queue item (ST-17). The
+/// activation check runs under a transaction-scoped advisory lock on the scope, which
+/// serialises it with every other creation in that scope across processes (ST-27).
+pub(super) async fn insert_instance(
+    c: &mut Conn,
+    s: &Schema,
+    i: &NewInstance<String>,
+) -> StoreResult<()> {
+    let state = i.state.as_str();
+    if let Some(scope) = &i.activation_scope {
+        sqlx::query("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))")
+            .bind(format!("workflow-activation:{}:{scope}", s.name()))
+            .execute(&mut *c)
+            .await?;
+        let existing: Option<String> = sqlx::query_scalar(&s.sql(
+            "SELECT instance_id FROM @wf_instances
+             WHERE activation_scope = $1 AND status NOT IN ('finished', 'cancelled')
+             LIMIT 1",
+        ))
+        .bind(scope)
+        .fetch_optional(&mut *c)
+        .await?;
+        if let Some(existing) = existing {
+            return Err(StoreError::ActivationConflict {
+                scope: scope.clone(),
+                existing,
+            });
+        }
+    }
+    let inserted = sqlx::query(&s.sql(
+        "INSERT INTO @wf_instances (instance_id, definition_name, definition_version,
+            status, sub_status, correlation_id, version, lease_token, origin_at,
+            created_at, updated_at, finished_at, state, state_size, activation_scope)
+         VALUES ($1, $2, $3, $4, $5, $6, 1, 0, $7, $8, $8, $9, $10, $11, $12)
+         ON CONFLICT (instance_id) DO NOTHING",
+    ))
+    .bind(&i.instance_id)
+    .bind(&i.definition_name)
+    .bind(&i.definition_version)
+    .bind(i.status.as_str())
+    .bind(i.sub_status.map(InstanceSubStatus::as_str))
+    .bind(&i.correlation_id)
+    .bind(i.origin_at)
+    .bind(i.created_at)
+    .bind(i.status.is_final().then_some(i.created_at))
+    .bind(state)
+    .bind(limit_i64(state.len()))
+    .bind(&i.activation_scope)
+    .execute(&mut *c)
+    .await?;
+    if inserted.rows_affected() == 0 {
+        return Err(StoreError::AlreadyExists {
+            what: "instance",
+            id: i.instance_id.clone(),
+        });
+    }
+    if let Some(stimulus) = &i.receipt {
+        sqlx::query(&s.sql(
+            "INSERT INTO @wf_receipts (instance_id, stimulus_id, at) VALUES ($1, $2, $3)
+             ON CONFLICT DO NOTHING",
+        ))
+        .bind(&i.instance_id)
+        .bind(stimulus)
+        .bind(i.created_at)
+        .execute(&mut *c)
+        .await?;
+    }
+    if let Some(item) = &i.consumed_queue_item {
+        sqlx::query(&s.sql("DELETE FROM @wf_queue WHERE item_id = $1"))
+            .bind(item)
+            .execute(&mut *c)
+            .await?;
+    }
+    Ok(())
+}
+
+/// Applies a commit (ST-16). The instance row is locked first (`FOR UPDATE`), so the version
+/// and token checks and every write below see the one current row: a concurrent commit waits,
+/// then finds the new version and reports `Conflict`; a commit under a superseded token
+/// reports `Fenced` (ST-27). Any failure rolls the whole transaction back.
+pub(super) async fn commit(c: &mut Conn, s: &Schema, commit: &Commit<String>) -> StoreResult<u64> {
+    let id = commit.instance_id.as_str();
+    let state = commit.state.as_str();
+    let row = sqlx::query(&s.sql(
+        "SELECT version, lease_owner, lease_token, definition_name, definition_version,
+            correlation_id
+         FROM @wf_instances WHERE instance_id = $1 FOR UPDATE",
+    ))
+    .bind(id)
+    .fetch_optional(&mut *c)
+    .await?
+    .ok_or_else(|| not_found("instance", id))?;
+    let version = to_u64(row.try_get(0)?);
+    let lease_owner: Option<String> = row.try_get(1)?;
+    let lease_token = to_u64(row.try_get(2)?);
+    let definition_name: String = row.try_get(3)?;
+    let definition_version: String = row.try_get(4)?;
+    let correlation: Option<String> = row.try_get(5)?;
+    if version != commit.expected_version {
+        return Err(StoreError::Conflict {
+            instance: id.to_owned(),
+            expected: commit.expected_version,
+            actual: version,
+        });
+    }
+    if lease_owner.is_none() || lease_token != commit.lease_token {
+        return Err(StoreError::Fenced {
+            resource: instance_resource(id),
+            token: commit.lease_token,
+            current: lease_token,
+        });
+    }
+    for stimulus in &commit.receipts {
+        let done = sqlx::query(&s.sql(
+            "INSERT INTO @wf_receipts (instance_id, stimulus_id, at) VALUES ($1, $2, $3)
+             ON CONFLICT DO NOTHING",
+        ))
+        .bind(id)
+        .bind(stimulus)
+        .bind(commit.now)
+        .execute(&mut *c)
+        .await?;
+        if done.rows_affected() == 0 {
+            return Err(StoreError::ReceiptExists {
+                instance: id.to_owned(),
+                stimulus_id: stimulus.clone(),
+            });
+        }
+    }
+    if !commit.bookmarks_removed.is_empty() {
+        sqlx::query(
+            &s.sql("DELETE FROM @wf_bookmarks WHERE instance_id = $1 AND bookmark_id = ANY($2)"),
+        )
+        .bind(id)
+        .bind(&commit.bookmarks_removed)
+        .execute(&mut *c)
+        .await?;
+    }
+    for b in &commit.bookmarks_added {
+        let done = sqlx::query(&s.sql(
+            "INSERT INTO @wf_bookmarks (bookmark_id, instance_id, hash, name, node_id,
+                context_id, correlation_id, definition_name, definition_version, look_back,
+                created_at)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
+             ON CONFLICT (bookmark_id) DO NOTHING",
+        ))
+        .bind(&b.bookmark_id)
+        .bind(id)
+        .bind(&b.hash)
+        .bind(&b.name)
+        .bind(&b.node_id)
+        .bind(to_i64(b.context_id))
+        .bind(&commit.correlation_id)
+        .bind(&definition_name)
+        .bind(&definition_version)
+        .bind(b.look_back)
+        .bind(b.created_at)
+        .execute(&mut *c)
+        .await?;
+        if done.rows_affected() == 0 {
+            return Err(StoreError::AlreadyExists {
+                what: "bookmark",
+                id: b.bookmark_id.clone(),
+            });
+        }
+    }
+    if correlation != commit.correlation_id {
+        // C-10: the bookmark rows follow the instance's correlation id.
+        sqlx::query(&s.sql(
+            "UPDATE @wf_bookmarks SET correlation_id = $1
+             WHERE instance_id = $2 AND correlation_id IS DISTINCT FROM $1",
+        ))
+        .bind(&commit.correlation_id)
+        .bind(id)
+        .execute(&mut *c)
+        .await?;
+    }
+    if !commit.timers_removed.is_empty() {
+        sqlx::query(&s.sql("DELETE FROM @wf_timers WHERE instance_id = $1 AND timer_id = ANY($2)"))
+            .bind(id)
+            .bind(&commit.timers_removed)
+            .execute(&mut *c)
+            .await?;
+    }
+    for t in &commit.timers_added {
+        let done = sqlx::query(&s.sql(
+            "INSERT INTO @wf_timers (timer_id, instance_id, kind, due_at, parked)
+             VALUES ($1, $2, $3, $4, FALSE) ON CONFLICT (timer_id) DO NOTHING",
+        ))
+        .bind(&t.timer_id)
+        .bind(id)
+        .bind(&t.kind)
+        .bind(t.due_at)
+        .execute(&mut *c)
+        .await?;
+        if done.rows_affected() == 0 {
+            return Err(StoreError::AlreadyExists {
+                what: "timer",
+                id: t.timer_id.clone(),
+            });
+        }
+    }
+    if let Some(parked) = commit.timers_parked {
+        sqlx::query(&s.sql("UPDATE @wf_timers SET parked = $1 WHERE instance_id = $2"))
+            .bind(parked)
+            .bind(id)
+            .execute(&mut *c)
+            .await?;
+    }
+    if commit.clear_waits {
+        // ENG-22: a final instance has no bookmarks or timers.
+        sqlx::query(&s.sql("DELETE FROM @wf_bookmarks WHERE instance_id = $1"))
+            .bind(id)
+            .execute(&mut *c)
+            .await?;
+        sqlx::query(&s.sql("DELETE FROM @wf_timers WHERE instance_id = $1"))
+            .bind(id)
+            .execute(&mut *c)
+            .await?;
+    }
+    if let Some(compaction) = &commit.journal_compaction {
+        let through = to_i64(compaction.through_seq);
+        sqlx::query(&s.sql("DELETE FROM @wf_journal WHERE instance_id = $1 AND seq <= $2"))
+            .bind(id)
+            .bind(through)
+            .execute(&mut *c)
+            .await?;
+        insert_journal(c, s, id, through, &compaction.summary).await?;
+    }
+    if !commit.journal.is_empty() {
+        let last: i64 = sqlx::query_scalar(
+            &s.sql("SELECT COALESCE(MAX(seq), 0) FROM @wf_journal WHERE instance_id = $1"),
+        )
+        .bind(id)
+        .fetch_one(&mut *c)
+        .await?;
+        for (seq, entry) in (last + 1..).zip(&commit.journal) {
+            insert_journal(c, s, id, seq, entry).await?;
+        }
+    }
+    if let Some(max) = commit.max_journal_entries {
+        // ENG-42: the stored journal keeps the newest `max` entries.
+        sqlx::query(&s.sql(
+            "DELETE FROM @wf_journal WHERE instance_id = $1 AND seq <= (
+                SELECT seq FROM @wf_journal WHERE instance_id = $1
+                ORDER BY seq DESC LIMIT 1 OFFSET $2)",
+        ))
+        .bind(id)
+        .bind(to_i64(max))
+        .execute(&mut *c)
+        .await?;
+    }
+    if !commit.consumed_queue_items.is_empty() {
+        sqlx::query(&s.sql("DELETE FROM @wf_queue WHERE item_id = ANY($1)"))
+            .bind(&commit.consumed_queue_items)
+            .execute(&mut *c)
+            .await?;
+    }
+    for instance in &commit.instances_created {
+        insert_instance(c, s, instance).await?;
+    }
+    for item in &commit.queue_items {
+        enqueue(c, s, item).await?;
+    }
+    for opened in &commit.incidents_opened {
+        insert_incident_row(c, s, id, &definition_name, opened).await?;
+    }
+    for (incident_id, resolution) in &commit.incidents_resolved {
+        sqlx::query(&s.sql(
+            "UPDATE @wf_incidents SET resolved_at = $1, resolution = $2
+             WHERE incident_id = $3 AND instance_id = $4 AND resolved_at IS NULL",
+        ))
+        .bind(commit.now)
+        .bind(resolution)
+        .bind(incident_id)
+        .bind(id)
+        .execute(&mut *c)
+        .await?;
+    }
+    for (target, request) in &commit.control_requests {
+        let text = serde_json::to_string(request).map_err(StoreError::unavailable)?;
+        sqlx::query(&s.sql(
+            "UPDATE @wf_instances SET control_request = $1
+             WHERE instance_id = $2 AND status NOT IN ('finished', 'cancelled')",
+        ))
+        .bind(text)
+        .bind(target)
+        .execute(&mut *c)
+        .await?;
+    }
+    sqlx::query(&s.sql(
+        "UPDATE @wf_instances SET
+            version = version + 1, state = $1, state_size = $2, status = $3, sub_status = $4,
+            correlation_id = $5, updated_at = $6, finished_at = $7,
+            control_request = CASE WHEN $8 THEN NULL ELSE control_request END,
+            lease_owner = CASE WHEN $9 THEN NULL ELSE lease_owner END,
+            lease_expires_at = CASE WHEN $9 THEN NULL ELSE lease_expires_at END
+         WHERE instance_id = $10",
+    ))
+    .bind(state)
+    .bind(limit_i64(state.len()))
+    .bind(commit.status.as_str())
+    .bind(commit.sub_status.map(InstanceSubStatus::as_str))
+    .bind(&commit.correlation_id)
+    .bind(commit.now)
+    .bind(commit.status.is_final().then_some(commit.now))
+    .bind(commit.clear_control_request)
+    .bind(commit.release_lease)
+    .bind(id)
+    .execute(&mut *c)
+    .await?;
+    Ok(version + 1)
+}
+
+async fn insert_journal(
+    c: &mut Conn,
+    s: &Schema,
+    id: &str,
+    seq: i64,
+    entry: &NewJournalRecord<String>,
+) -> StoreResult<()> {
+    let detail = entry.detail.as_str();
+    sqlx::query(&s.sql(
+        "INSERT INTO @wf_journal (instance_id, seq, at, kind, context_id, node_id, detail)
+         VALUES ($1, $2, $3, $4, $5, $6, $7)",
+    ))
+    .bind(id)
+    .bind(seq)
+    .bind(entry.at)
+    .bind(&entry.kind)
+    .bind(entry.context_id.map(to_i64))
+    .bind(&entry.node_id)
+    .bind(detail)
+    .execute(&mut *c)
+    .await?;
+    Ok(())
+}
+
+pub(super) async fn request_control(
+    c: &mut Conn,
+    s: &Schema,
+    id: &str,
+    request: &ControlRequest,
+) -> StoreResult<()> {
+    let status: Option<String> = sqlx::query_scalar(
+        &s.sql("SELECT status FROM @wf_instances WHERE instance_id = $1 FOR UPDATE"),
+    )
+    .bind(id)
+    .fetch_optional(&mut *c)
+    .await?;
+    let status = status.ok_or_else(|| not_found("instance", id))?;
+    if InstanceStatus::parse(&status).is_none_or(InstanceStatus::is_final) {
+        return Err(StoreError::Invalid {
+            what: "control request",
+            reason: format!("instance {id} is {status}"),
+        });
+    }
+    let text = serde_json::to_string(request).map_err(StoreError::unavailable)?;
+    sqlx::query(&s.sql("UPDATE @wf_instances SET control_request = $1 WHERE instance_id = $2"))
+        .bind(text)
+        .bind(id)
+        .execute(&mut *c)
+        .await?;
+    Ok(())
+}
+
+pub(super) async fn list_instances(
+    c: &mut Conn,
+    s: &Schema,
+    filter: &InstanceFilter,
+) -> StoreResult<Vec<ListedInstance>> {
+    let columns = INSTANCE_COLS.trim_end_matches(", state");
+    let rows = sqlx::query(&s.sql(&format!(
+        "SELECT {columns} FROM @wf_instances
+         WHERE ($1::text IS NULL OR status = $1)
+           AND ($2::text IS NULL OR definition_name = $2)
+           AND ($3::text IS NULL OR correlation_id = $3)
+           AND ($4::text IS NULL OR instance_id > $4)
+           AND (NOT $6 OR control_request IS NOT NULL)
+           AND (NOT $7 OR status NOT IN ('finished', 'cancelled'))
+         ORDER BY instance_id LIMIT $5"
+    )))
+    .bind(filter.status.map(InstanceStatus::as_str))
+    .bind(&filter.definition_name)
+    .bind(&filter.correlation_id)
+    .bind(&filter.after)
+    .bind(limit_i64(filter.limit))
+    .bind(filter.control_requested)
+    .bind(filter.live_only)
+    .fetch_all(&mut *c)
+    .await?;
+    let mut listed = Vec::with_capacity(rows.len());
+    for row in &rows {
+        let id: String = row.try_get(0)?;
+        let summary = summary_from_row(&id, row);
+        listed.push(ListedInstance {
+            instance_id: id,
+            summary,
+        });
+    }
+    Ok(listed)
+}
+
+/// Claims runnable instances with `FOR UPDATE SKIP LOCKED` (ST-15, ST-27): rows another
+/// process is claiming or committing are skipped, not waited for, and each claimed row gets
+/// a new fencing token in the same statement.
+pub(super) async fn claim_runnable(
+    c: &mut Conn,
+    s: &Schema,
+    owner: &str,
+    now: Micros,
+    ttl: Micros,
+    limit: usize,
+) -> StoreResult<Vec<ClaimedInstance>> {
+    let rows = sqlx::query(&s.sql(
+        "WITH picked AS (
+            SELECT instance_id FROM @wf_instances
+            WHERE status = 'running'
+              AND (lease_owner IS NULL OR lease_expires_at IS NULL OR lease_expires_at <= $1)
+            ORDER BY updated_at, instance_id LIMIT $2
+            FOR UPDATE SKIP LOCKED)
+         UPDATE @wf_instances i SET lease_token = i.lease_token + 1, lease_owner = $3,
+            lease_expires_at = $4
+         FROM picked WHERE i.instance_id = picked.instance_id
+         RETURNING i.instance_id, i.sub_status, i.lease_token, i.updated_at",
+    ))
+    .bind(now)
+    .bind(limit_i64(limit))
+    .bind(owner)
+    .bind(now.saturating_add(ttl))
+    .fetch_all(&mut *c)
+    .await?;
+    let mut claimed = Vec::with_capacity(rows.len());
+    for row in &rows {
+        let sub_status: Option<String> = row.try_get(1)?;
+        let updated_at: i64 = row.try_get(3)?;
+        claimed.push((
+            updated_at,
+            ClaimedInstance {
+                instance_id: row.try_get(0)?,
+                sub_status: sub_status.as_deref().and_then(InstanceSubStatus::parse),
+                lease: Lease {
+                    token: to_u64(row.try_get(2)?),
+                    expires_at: now.saturating_add(ttl),
+                },
+            },
+        ));
+    }
+    claimed.sort_by(|a, b| (a.0, &a.1.instance_id).cmp(&(b.0, &b.1.instance_id)));
+    Ok(claimed.into_iter().map(|(_, c)| c).collect())
+}
+
+pub(super) async fn instance_status(
+    c: &mut Conn,
+    s: &Schema,
+    id: &str,
+) -> StoreResult<InstanceStatus> {
+    let status: Option<String> = sqlx::query_scalar(
+        &s.sql("SELECT status FROM @wf_instances WHERE instance_id = $1 FOR UPDATE"),
+    )
+    .bind(id)
+    .fetch_optional(&mut *c)
+    .await?;
+    let status = status.ok_or_else(|| not_found("instance", id))?;
+    InstanceStatus::parse(&status).ok_or_else(|| StoreError::Decode {
+        what: "instance",
+        id: id.to_owned(),
+        path: "status".to_owned(),
+        message: format!("unknown status {status:?}"),
+    })
+}
+
+/// Deletes an instance and its dependent rows.
+pub(super) async fn delete_dependents(c: &mut Conn, s: &Schema, ids: &[String]) -> StoreResult<()> {
+    for table in [
+        "@wf_bookmarks",
+        "@wf_timers",
+        "@wf_journal",
+        "@wf_receipts",
+        "@wf_incidents",
+        "@wf_instances",
+    ] {
+        sqlx::query(&s.sql(&format!("DELETE FROM {table} WHERE instance_id = ANY($1)")))
+            .bind(ids)
+            .execute(&mut *c)
+            .await?;
+    }
+    Ok(())
+}
+
+/// One purge batch: final instances finished before the cut-off (ST-31); rows locked by
+/// another purger are skipped.
+pub(super) async fn purge_batch(
+    c: &mut Conn,
+    s: &Schema,
+    statuses: &[&str],
+    cut_off: Micros,
+    definition: Option<&str>,
+    batch: usize,
+) -> StoreResult<usize> {
+    let ids: Vec<String> = sqlx::query_scalar(&s.sql(
+        "SELECT instance_id FROM @wf_instances
+         WHERE status = ANY($1) AND finished_at < $2
+           AND ($3::text IS NULL OR definition_name = $3)
+         LIMIT $4 FOR UPDATE SKIP LOCKED",
+    ))
+    .bind(statuses)
+    .bind(cut_off)
+    .bind(definition)
+    .bind(limit_i64(batch))
+    .fetch_all(&mut *c)
+    .await?;
+    delete_dependents(c, s, &ids).await?;
+    Ok(ids.len())
+}
+
+// ----- leases -----
+
+/// Acquires an instance lease in one statement: the `WHERE` re-checks that no live lease is
+/// held once the row is locked, so two processes can never both get it (ST-14).
+pub(super) async fn acquire_lease(
+    c: &mut Conn,
+    s: &Schema,
+    id: &str,
+    owner: &str,
+    now: Micros,
+    ttl: Micros,
+) -> StoreResult<Lease> {
+    let expires_at = now.saturating_add(ttl);
+    let token: Option<i64> = sqlx::query_scalar(&s.sql(
+        "UPDATE @wf_instances SET lease_token = lease_token + 1, lease_owner = $2,
+            lease_expires_at = $3
+         WHERE instance_id = $1
+           AND (lease_owner IS NULL OR lease_expires_at IS NULL OR lease_expires_at <= $4)
+         RETURNING lease_token",
+    ))
+    .bind(id)
+    .bind(owner)
+    .bind(expires_at)
+    .bind(now)
+    .fetch_optional(&mut *c)
+    .await?;
+    if let Some(token) = token {
+        return Ok(Lease {
+            token: to_u64(token),
+            expires_at,
+        });
+    }
+    let row = sqlx::query(
+        &s.sql("SELECT lease_owner, lease_expires_at FROM @wf_instances WHERE instance_id = $1"),
+    )
+    .bind(id)
+    .fetch_optional(&mut *c)
+    .await?
+    .ok_or_else(|| not_found("instance", id))?;
+    Err(StoreError::LeaseHeld {
+        resource: instance_resource(id),
+        holder: row.try_get::<Option<String>, _>(0)?.unwrap_or_default(),
+        until: row.try_get::<Option<i64>, _>(1)?.unwrap_or_default(),
+    })
+}
+
+/// Checks that `token` is the current, held token of an instance lease, locking the row.
+async fn check_instance_token(c: &mut Conn, s: &Schema, id: &str, token: u64) -> StoreResult<()> {
+    let row = sqlx::query(&s.sql(
+        "SELECT lease_owner, lease_token FROM @wf_instances WHERE instance_id = $1 FOR UPDATE",
+    ))
+    .bind(id)
+    .fetch_optional(&mut *c)
+    .await?
+    .ok_or_else(|| not_found("instance", id))?;
+    let owner: Option<String> = row.try_get(0)?;
+    let current = to_u64(row.try_get(1)?);
+    if owner.is_none() || current != token {
+        return Err(StoreError::Fenced {
+            resource: instance_resource(id),
+            token,
+            current,
+        });
+    }
+    Ok(())
+}
+
+pub(super) async fn renew_lease(
+    c: &mut Conn,
+    s: &Schema,
+    id: &str,
+    token: u64,
+    now: Micros,
+    ttl: Micros,
+) -> StoreResult<Renewal> {
+    check_instance_token(c, s, id, token).await?;
+    let expires_at = now.saturating_add(ttl);
+    let control: Option<String> = sqlx::query_scalar(&s.sql(
+        "UPDATE @wf_instances SET lease_expires_at = $2 WHERE instance_id = $1
+         RETURNING control_request",
+    ))
+    .bind(id)
+    .bind(expires_at)
+    .fetch_one(&mut *c)
+    .await?;
+    Ok(Renewal {
+        lease: Lease { token, expires_at },
+        control_request: control.map(|text| decode_control(id, &text)).transpose()?,
+    })
+}
+
+pub(super) async fn release_lease(
+    c: &mut Conn,
+    s: &Schema,
+    id: &str,
+    token: u64,
+) -> StoreResult<()> {
+    check_instance_token(c, s, id, token).await?;
+    sqlx::query(&s.sql(
+        "UPDATE @wf_instances SET lease_owner = NULL, lease_expires_at = NULL
+         WHERE instance_id = $1",
+    ))
+    .bind(id)
+    .execute(&mut *c)
+    .await?;
+    Ok(())
+}
+
+/// Acquires a named lease (ST-11) in one upsert that only takes a free or expired lease.
+pub(super) async fn acquire_named_lease(
+    c: &mut Conn,
+    s: &Schema,
+    name: &str,
+    owner: &str,
+    now: Micros,
+    ttl: Micros,
+) -> StoreResult<Lease> {
+    let expires_at = now.saturating_add(ttl);
+    let token: Option<i64> = sqlx::query_scalar(&s.sql(
+        "INSERT INTO @wf_named_leases AS l (name, owner, token, expires_at)
+         VALUES ($1, $2, 1, $3)
+         ON CONFLICT (name) DO UPDATE SET owner = $2, token = l.token + 1, expires_at = $3
+         WHERE l.owner IS NULL OR l.expires_at IS NULL OR l.expires_at <= $4
+         RETURNING token",
+    ))
+    .bind(name)
+    .bind(owner)
+    .bind(expires_at)
+    .bind(now)
+    .fetch_optional(&mut *c)
+    .await?;
+    if let Some(token) = token {
+        return Ok(Lease {
+            token: to_u64(token),
+            expires_at,
+        });
+    }
+    let row = sqlx::query(&s.sql("SELECT owner, expires_at FROM @wf_named_leases WHERE name = $1"))
+        .bind(name)
+        .fetch_one(&mut *c)
+        .await?;
+    Err(StoreError::LeaseHeld {
+        resource: named_resource(name),
+        holder: row.try_get::<Option<String>, _>(0)?.unwrap_or_default(),
+        until: row.try_get::<Option<i64>, _>(1)?.unwrap_or_default(),
+    })
+}
+
+async fn check_named_token(c: &mut Conn, s: &Schema, name: &str, token: u64) -> StoreResult<()> {
+    let row =
+        sqlx::query(&s.sql("SELECT owner, token FROM @wf_named_leases WHERE name = $1 FOR UPDATE"))
+            .bind(name)
+            .fetch_optional(&mut *c)
+            .await?;
+    let (owner, current): (Option<String>, u64) = match row {
+        Some(row) => (row.try_get(0)?, to_u64(row.try_get(1)?)),
+        None => (None, 0),
+    };
+    if owner.is_some() && current == token {
+        Ok(())
+    } else {
+        Err(StoreError::Fenced {
+            resource: named_resource(name),
+            token,
+            current,
+        })
+    }
+}
+
+pub(super) async fn renew_named_lease(
+    c: &mut Conn,
+    s: &Schema,
+    name: &str,
+    token: u64,
+    now: Micros,
+    ttl: Micros,
+) -> StoreResult<Lease> {
+    check_named_token(c, s, name, token).await?;
+    let expires_at = now.saturating_add(ttl);
+    sqlx::query(&s.sql("UPDATE @wf_named_leases SET expires_at = $2 WHERE name = $1"))
+        .bind(name)
+        .bind(expires_at)
+        .execute(&mut *c)
+        .await?;
+    Ok(Lease { token, expires_at })
+}
+
+pub(super) async fn release_named_lease(
+    c: &mut Conn,
+    s: &Schema,
+    name: &str,
+    token: u64,
+) -> StoreResult<()> {
+    check_named_token(c, s, name, token).await?;
+    sqlx::query(
+        &s.sql("UPDATE @wf_named_leases SET owner = NULL, expires_at = NULL WHERE name = $1"),
+    )
+    .bind(name)
+    .execute(&mut *c)
+    .await?;
+    Ok(())
+}
+
+// ----- bookmarks, receipts, triggers -----
+
+pub(super) async fn find_bookmarks(
+    c: &mut Conn,
+    s: &Schema,
+    query: &BookmarkQuery,
+) -> StoreResult<Vec<BookmarkRow>> {
+    let (after_at, after_id) = match &query.after {
+        Some((at, id)) => (Some(*at), Some(id.as_str())),
+        None => (None, None),
+    };
+    let rows = sqlx::query(&s.sql(&format!(
+        "SELECT {BOOKMARK_COLS} FROM @wf_bookmarks
+         WHERE hash = $1
+           AND ($2::text IS NULL OR instance_id = $2)
+           AND ($3::text IS NULL OR correlation_id = $3)
+           AND ($4::text IS NULL OR bookmark_id = $4)
+           AND ($5::bigint IS NULL OR (created_at, bookmark_id) > ($5, $6))
+         ORDER BY created_at, bookmark_id LIMIT $7"
+    )))
+    .bind(&query.hash)
+    .bind(&query.instance_id)
+    .bind(&query.correlation_id)
+    .bind(&query.bookmark_id)
+    .bind(after_at)
+    .bind(after_id)
+    .bind(limit_i64(query.limit))
+    .fetch_all(&mut *c)
+    .await?;
+    Ok(rows
+        .iter()
+        .map(bookmark_from_row)
+        .collect::<Result<_, _>>()?)
+}
+
+pub(super) async fn list_bookmarks(
+    c: &mut Conn,
+    s: &Schema,
+    id: &str,
+) -> StoreResult<Vec<BookmarkRow>> {
+    let rows = sqlx::query(&s.sql(&format!(
+        "SELECT {BOOKMARK_COLS} FROM @wf_bookmarks WHERE instance_id = $1
+         ORDER BY created_at, bookmark_id"
+    )))
+    .bind(id)
+    .fetch_all(&mut *c)
+    .await?;
+    Ok(rows
+        .iter()
+        .map(bookmark_from_row)
+        .collect::<Result<_, _>>()?)
+}
+
+pub(super) async fn has_receipt(
+    c: &mut Conn,
+    s: &Schema,
+    id: &str,
+    stimulus: &str,
+) -> StoreResult<bool> {
+    Ok(sqlx::query_scalar::<_, i32>(
+        &s.sql("SELECT 1 FROM @wf_receipts WHERE instance_id = $1 AND stimulus_id = $2"),
+    )
+    .bind(id)
+    .bind(stimulus)
+    .fetch_optional(&mut *c)
+    .await?
+    .is_some())
+}
+
+const TRIGGER_COLS: &str = "definition_name, node_id, hash, definition_version, name, \
+    key_display, payload, activation, registered_at";
+
+fn trigger_from_row(row: &PgRow) -> StoreResult<TriggerRow> {
+    let definition_name: String = row.try_get(0)?;
+    let node_id: String = row.try_get(1)?;
+    let hash: String = row.try_get(2)?;
+    let id = format!("{definition_name}/{node_id}/{hash}");
+    let payload: String = row.try_get(6)?;
+    let activation: String = row.try_get(7)?;
+    Ok(TriggerRow {
+        payload: decode_json("trigger", &id, "payload", &payload)?,
+        activation: decode_json("trigger", &id, "activation", &activation)?,
+        definition_version: row.try_get(3)?,
+        name: row.try_get(4)?,
+        key_display: row.try_get(5)?,
+        registered_at: row.try_get(8)?,
+        definition_name,
+        node_id,
+        hash,
+    })
+}
+
+/// Writes a definition's trigger changes (ST-7), under an advisory lock on the definition so
+/// two processes registering it at once do not interleave (ST-27).
+pub(super) async fn write_triggers(
+    c: &mut Conn,
+    s: &Schema,
+    name: &str,
+    write: &TriggerWrite,
+) -> StoreResult<()> {
+    sqlx::query("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))")
+        .bind(format!("workflow-triggers:{}:{name}", s.name()))
+        .execute(&mut *c)
+        .await?;
+    for (node, hash) in &write.deletes {
+        sqlx::query(&s.sql(
+            "DELETE FROM @wf_triggers WHERE definition_name = $1 AND node_id = $2 AND hash = $3",
+        ))
+        .bind(name)
+        .bind(node)
+        .bind(hash)
+        .execute(&mut *c)
+        .await?;
+    }
+    for t in &write.upserts {
+        sqlx::query(&s.sql(
+            "INSERT INTO @wf_triggers (definition_name, node_id, hash, definition_version,
+                name, key_display, payload, activation, registered_at)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
+             ON CONFLICT (definition_name, node_id, hash) DO UPDATE SET
+                definition_version = EXCLUDED.definition_version, name = EXCLUDED.name,
+                key_display = EXCLUDED.key_display, payload = EXCLUDED.payload,
+                activation = EXCLUDED.activation, registered_at = EXCLUDED.registered_at",
+        ))
+        .bind(name)
+        .bind(&t.node_id)
+        .bind(&t.hash)
+        .bind(&t.definition_version)
+        .bind(&t.name)
+        .bind(&t.key_display)
+        .bind(json_text(&t.payload)?)
+        .bind(json_text(&t.activation)?)
+        .bind(t.registered_at)
+        .execute(&mut *c)
+        .await?;
+    }
+    Ok(())
+}
+
+/// A definition's triggers.
+pub(super) async fn definition_triggers(
+    c: &mut Conn,
+    s: &Schema,
+    name: &str,
+) -> StoreResult<Vec<TriggerRow>> {
+    sqlx::query(&s.sql(&format!(
+        "SELECT {TRIGGER_COLS} FROM @wf_triggers WHERE definition_name = $1
+         ORDER BY definition_name, node_id, hash"
+    )))
+    .bind(name)
+    .fetch_all(&mut *c)
+    .await?
+    .iter()
+    .map(trigger_from_row)
+    .collect()
+}
+
+pub(super) async fn find_triggers(
+    c: &mut Conn,
+    s: &Schema,
+    hashes: &[String],
+) -> StoreResult<Vec<TriggerRow>> {
+    sqlx::query(&s.sql(&format!(
+        "SELECT {TRIGGER_COLS} FROM @wf_triggers WHERE hash = ANY($1)
+         ORDER BY definition_name, node_id, hash"
+    )))
+    .bind(hashes)
+    .fetch_all(&mut *c)
+    .await?
+    .iter()
+    .map(trigger_from_row)
+    .collect()
+}
+
+// ----- timers and schedules -----
+
+pub(super) async fn earliest_timer(
+    c: &mut Conn,
+    s: &Schema,
+    now: Micros,
+) -> StoreResult<Option<Micros>> {
+    Ok(sqlx::query_scalar(&s.sql(
+        "SELECT MIN(due_at) FROM @wf_timers WHERE NOT parked
+           AND (claim_owner IS NULL OR claim_expires_at IS NULL OR claim_expires_at <= $1)",
+    ))
+    .bind(now)
+    .fetch_one(&mut *c)
+    .await?)
+}
+
+/// Claims due timers with `FOR UPDATE SKIP LOCKED` (ST-15, ST-27).
+pub(super) async fn claim_due_timers(
+    c: &mut Conn,
+    s: &Schema,
+    owner: &str,
+    now: Micros,
+    claim_ttl: Micros,
+    limit: usize,
+) -> StoreResult<Vec<TimerRow>> {
+    let rows = sqlx::query(&s.sql(&format!(
+        "WITH picked AS (
+            SELECT timer_id FROM @wf_timers
+            WHERE NOT parked AND due_at <= $1
+              AND (claim_owner IS NULL OR claim_expires_at IS NULL OR claim_expires_at <= $1)
+            ORDER BY due_at, timer_id LIMIT $2
+            FOR UPDATE SKIP LOCKED)
+         UPDATE @wf_timers t SET claim_owner = $3, claim_expires_at = $4
+         FROM picked WHERE t.timer_id = picked.timer_id
+         RETURNING {}",
+        TIMER_COLS
+            .split(", ")
+            .map(|col| format!("t.{col}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    )))
+    .bind(now)
+    .bind(limit_i64(limit))
+    .bind(owner)
+    .bind(now.saturating_add(claim_ttl))
+    .fetch_all(&mut *c)
+    .await?;
+    let mut timers = rows
+        .iter()
+        .map(timer_from_row)
+        .collect::<Result<Vec<_>, _>>()?;
+    timers.sort_by(|a, b| (a.due_at, &a.timer_id).cmp(&(b.due_at, &b.timer_id)));
+    Ok(timers)
+}
+
+pub(super) async fn put_schedule(
+    c: &mut Conn,
+    s: &Schema,
+    schedule: &Schedule,
+) -> StoreResult<bool> {
+    let done = sqlx::query(&s.sql(
+        "INSERT INTO @wf_timers (timer_id, instance_id, kind, due_at, parked, definition_name,
+            node_id)
+         VALUES ($1, NULL, $2, $3, $4, $5, $6) ON CONFLICT (timer_id) DO NOTHING",
+    ))
+    .bind(&schedule.schedule_id)
+    .bind(&schedule.kind)
+    .bind(schedule.due_at)
+    .bind(schedule.fired)
+    .bind(&schedule.definition_name)
+    .bind(&schedule.node_id)
+    .execute(&mut *c)
+    .await?;
+    Ok(done.rows_affected() > 0)
+}
+
+pub(super) async fn delete_schedule(c: &mut Conn, s: &Schema, id: &str) -> StoreResult<bool> {
+    let done =
+        sqlx::query(&s.sql("DELETE FROM @wf_timers WHERE timer_id = $1 AND instance_id IS NULL"))
+            .bind(id)
+            .execute(&mut *c)
+            .await?;
+    Ok(done.rows_affected() > 0)
+}
+
+pub(super) async fn list_schedule_rows(
+    c: &mut Conn,
+    s: &Schema,
+    name: &str,
+) -> StoreResult<Vec<TimerRow>> {
+    let rows = sqlx::query(&s.sql(&format!(
+        "SELECT {TIMER_COLS} FROM @wf_timers
+         WHERE instance_id IS NULL AND definition_name = $1 ORDER BY timer_id"
+    )))
+    .bind(name)
+    .fetch_all(&mut *c)
+    .await?;
+    Ok(rows.iter().map(timer_from_row).collect::<Result<_, _>>()?)
+}
+
+/// Fires one occurrence (TM-11 to TM-13): the schedule row is locked, so of several
+/// processes firing the same occurrence one creates the instance and the others find the
+/// schedule moved on (`Stale`).
+pub(super) async fn fire_schedule(
+    c: &mut Conn,
+    s: &Schema,
+    id: &str,
+    expected_due_at: Micros,
+    instance: &NewInstance<String>,
+    next_due: Option<Micros>,
+) -> StoreResult<ScheduleFiring> {
+    let current: Option<i64> = sqlx::query_scalar(&s.sql(
+        "SELECT due_at FROM @wf_timers
+         WHERE timer_id = $1 AND instance_id IS NULL AND NOT parked FOR UPDATE",
+    ))
+    .bind(id)
+    .fetch_optional(&mut *c)
+    .await?;
+    if current != Some(expected_due_at) {
+        return Ok(ScheduleFiring::Stale);
+    }
+    // The activation check fails before the insert writes anything, so the transaction is
+    // still usable after a refusal.
+    let firing = match insert_instance(c, s, instance).await {
+        Ok(()) => ScheduleFiring::Started,
+        Err(StoreError::ActivationConflict { existing, .. }) => {
+            ScheduleFiring::Refused { existing }
+        }
+        Err(e) => return Err(e),
+    };
+    sqlx::query(&s.sql(
+        "UPDATE @wf_timers SET claim_owner = NULL, claim_expires_at = NULL,
+            due_at = COALESCE($2, due_at), parked = ($2::bigint IS NULL)
+         WHERE timer_id = $1",
+    ))
+    .bind(id)
+    .bind(next_due)
+    .execute(&mut *c)
+    .await?;
+    Ok(firing)
+}
+
+pub(super) async fn list_timers(c: &mut Conn, s: &Schema, id: &str) -> StoreResult<Vec<TimerRow>> {
+    let rows = sqlx::query(&s.sql(&format!(
+        "SELECT {TIMER_COLS} FROM @wf_timers WHERE instance_id = $1 ORDER BY due_at, timer_id"
+    )))
+    .bind(id)
+    .fetch_all(&mut *c)
+    .await?;
+    Ok(rows.iter().map(timer_from_row).collect::<Result<_, _>>()?)
+}
+
+// ----- journal -----
+
+pub(super) async fn read_journal(
+    c: &mut Conn,
+    s: &Schema,
+    id: &str,
+    from_seq: u64,
+    limit: usize,
+) -> StoreResult<Vec<JournalRecord<String>>> {
+    let rows = sqlx::query(&s.sql(
+        "SELECT seq, at, kind, context_id, node_id, detail FROM @wf_journal
+         WHERE instance_id = $1 AND seq >= $2 ORDER BY seq LIMIT $3",
+    ))
+    .bind(id)
+    .bind(to_i64(from_seq))
+    .bind(limit_i64(limit))
+    .fetch_all(&mut *c)
+    .await?;
+    let mut entries = Vec::with_capacity(rows.len());
+    for row in &rows {
+        let detail: String = row.try_get(5)?;
+        entries.push(JournalRecord {
+            seq: to_u64(row.try_get(0)?),
+            at: row.try_get(1)?,
+            kind: row.try_get(2)?,
+            context_id: row.try_get::<Option<i64>, _>(3)?.map(to_u64),
+            node_id: row.try_get(4)?,
+            detail,
+        });
+    }
+    Ok(entries)
+}
+
+// ----- queue and dead letters -----
+
+/// Inserts a queue item; an id already queued or dead gives `AlreadyExists`.
+pub(super) async fn enqueue(c: &mut Conn, s: &Schema, item: &QueueItem) -> StoreResult<()> {
+    let exists = || StoreError::AlreadyExists {
+        what: "queue item",
+        id: item.item_id.clone(),
+    };
+    let dead = sqlx::query_scalar::<_, i32>(
+        &s.sql("SELECT 1 FROM @wf_dead_letters WHERE original_item_id = $1"),
+    )
+    .bind(&item.item_id)
+    .fetch_optional(&mut *c)
+    .await?
+    .is_some();
+    if dead {
+        return Err(exists());
+    }
+    let inserted = sqlx::query(&s.sql(&format!(
+        "INSERT INTO @wf_queue (item_id, {QUEUE_COLS})
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16)
+         ON CONFLICT (item_id) DO NOTHING"
+    )))
+    .bind(&item.item_id)
+    .bind(&item.stimulus_id)
+    .bind(&item.name)
+    .bind(&item.hash)
+    .bind(&item.key_display)
+    .bind(json_text(&item.payload)?)
+    .bind(&item.correlation_id)
+    .bind(json_text(&item.targets)?)
+    .bind(item.sent_at)
+    .bind(item.enqueued_at)
+    .bind(item.expires_at)
+    .bind(i64::from(item.attempts))
+    .bind(&item.last_error)
+    .bind(item.last_attempt_at)
+    .bind(item.held)
+    .bind(&item.idempotency_key)
+    .execute(&mut *c)
+    .await;
+    match inserted {
+        Ok(done) if done.rows_affected() > 0 => Ok(()),
+        Ok(_) => Err(exists()),
+        Err(e) if is_unique_violation(&e) => Err(exists()),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Claims a queue page with `FOR UPDATE SKIP LOCKED` (ST-15, ST-27). An undecodable item
+/// fails alone (ST-22): it becomes a `Rejected` dead letter naming the error, its raw text
+/// kept in a decodable wrapper, so it neither blocks the queue nor is lost.
+pub(super) async fn claim_queue_page(
+    c: &mut Conn,
+    s: &Schema,
+    owner: &str,
+    now: Micros,
+    claim_ttl: Micros,
+    limit: usize,
+) -> StoreResult<Vec<QueueItem>> {
+    let rows = sqlx::query(&s.sql(&format!(
+        "WITH picked AS (
+            SELECT item_id FROM @wf_queue
+            WHERE (held OR expires_at > $1)
+              AND (claim_owner IS NULL OR claim_expires_at IS NULL OR claim_expires_at <= $1)
+            ORDER BY sent_at, item_id LIMIT $2
+            FOR UPDATE SKIP LOCKED)
+         UPDATE @wf_queue q SET claim_owner = $3, claim_expires_at = $4
+         FROM picked WHERE q.item_id = picked.item_id
+         RETURNING q.item_id, {}",
+        QUEUE_COLS
+            .split(", ")
+            .map(|col| format!("q.{col}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    )))
+    .bind(now)
+    .bind(limit_i64(limit))
+    .bind(owner)
+    .bind(now.saturating_add(claim_ttl))
+    .fetch_all(&mut *c)
+    .await?;
+    let mut raw = rows
+        .iter()
+        .map(queue_from_row)
+        .collect::<Result<Vec<_>, _>>()?;
+    raw.sort_by(|a, b| (a.item.sent_at, &a.item.item_id).cmp(&(b.item.sent_at, &b.item.item_id)));
+    let mut items = Vec::with_capacity(raw.len());
+    for r in raw {
+        let id = r.item.item_id.clone();
+        let (payload, targets) = (r.payload.clone(), r.targets.clone());
+        match r.decode("queue item") {
+            Ok(item) => items.push(item),
+            Err(e) => quarantine_queue_item(c, s, &id, &payload, &targets, &e, now).await?,
+        }
+    }
+    Ok(items)
+}
+
+pub(super) async fn move_to_dead(
+    c: &mut Conn,
+    s: &Schema,
+    item_id: &str,
+    reason: DeadLetterReason,
+    error: Option<&str>,
+    now: Micros,
+) -> StoreResult<bool> {
+    let inserted = sqlx::query(&s.sql(&format!(
+        "INSERT INTO @wf_dead_letters (original_item_id, {QUEUE_COLS}, reason, error, dead_at)
+         SELECT item_id, {QUEUE_COLS}, $2, $3, $4 FROM @wf_queue WHERE item_id = $1
+         ON CONFLICT (original_item_id) DO NOTHING"
+    )))
+    .bind(item_id)
+    .bind(reason.as_str())
+    .bind(error)
+    .bind(now)
+    .execute(&mut *c)
+    .await?;
+    let deleted = sqlx::query(&s.sql("DELETE FROM @wf_queue WHERE item_id = $1"))
+        .bind(item_id)
+        .execute(&mut *c)
+        .await?;
+    Ok(inserted.rows_affected() > 0 && deleted.rows_affected() > 0)
+}
+
+async fn quarantine_queue_item(
+    c: &mut Conn,
+    s: &Schema,
+    item_id: &str,
+    payload: &str,
+    targets: &str,
+    error: &StoreError,
+    now: Micros,
+) -> StoreResult<()> {
+    let wrap = |raw: &str| -> StoreResult<String> {
+        match serde_json::from_str::<Value>(raw) {
+            Ok(_) => Ok(raw.to_owned()),
+            Err(_) => json_text(&serde_json::json!({ "undecodable": raw })),
+        }
+    };
+    sqlx::query(&s.sql("UPDATE @wf_queue SET payload = $2, targets = $3 WHERE item_id = $1"))
+        .bind(item_id)
+        .bind(wrap(payload)?)
+        .bind(wrap(targets)?)
+        .execute(&mut *c)
+        .await?;
+    move_to_dead(
+        c,
+        s,
+        item_id,
+        DeadLetterReason::Rejected,
+        Some(&error.to_string()),
+        now,
+    )
+    .await?;
+    Ok(())
+}
+
+/// Settles a claimed queue item (RT-27, C-16, C-17).
+pub(super) async fn settle_queue_item(
+    c: &mut Conn,
+    s: &Schema,
+    id: &str,
+    settlement: &Settlement,
+) -> StoreResult<Settled> {
+    match settlement {
+        Settlement::Release { owner } => {
+            sqlx::query(&s.sql(
+                "UPDATE @wf_queue SET claim_owner = NULL, claim_expires_at = NULL
+                 WHERE item_id = $1 AND claim_owner = $2",
+            ))
+            .bind(id)
+            .bind(owner)
+            .execute(&mut *c)
+            .await?;
+            Ok(Settled::Released)
+        }
+        Settlement::Ack => {
+            let done = sqlx::query(&s.sql("DELETE FROM @wf_queue WHERE item_id = $1"))
+                .bind(id)
+                .execute(&mut *c)
+                .await?;
+            Ok(Settled::Acked(done.rows_affected() > 0))
+        }
+        Settlement::Fail {
+            error,
+            now,
+            max_attempts,
+        } => {
+            let attempts: Option<i64> = sqlx::query_scalar(&s.sql(
+                "UPDATE @wf_queue SET attempts = attempts + 1, last_error = $2,
+                    last_attempt_at = $3, claim_owner = NULL, claim_expires_at = NULL
+                 WHERE item_id = $1 RETURNING attempts",
+            ))
+            .bind(id)
+            .bind(error)
+            .bind(now)
+            .fetch_optional(&mut *c)
+            .await?;
+            let attempts = attempts.ok_or_else(|| not_found("queue item", id))?;
+            let attempts = u32::try_from(attempts).unwrap_or(u32::MAX);
+            if attempts >= *max_attempts {
+                move_to_dead(c, s, id, DeadLetterReason::Failed, Some(error), *now).await?;
+                Ok(Settled::DeadLettered(true))
+            } else {
+                Ok(Settled::Retry { attempts })
+            }
+        }
+        Settlement::DeadLetter { reason, error, now } => Ok(Settled::DeadLettered(
+            move_to_dead(c, s, id, *reason, error.as_deref(), *now).await?,
+        )),
+    }
+}
+
+pub(super) async fn expire_queue(
+    c: &mut Conn,
+    s: &Schema,
+    now: Micros,
+    limit: usize,
+) -> StoreResult<u64> {
+    let ids: Vec<String> = sqlx::query_scalar(&s.sql(
+        "SELECT item_id FROM @wf_queue WHERE NOT held AND expires_at <= $1
+         ORDER BY expires_at, item_id LIMIT $2 FOR UPDATE SKIP LOCKED",
+    ))
+    .bind(now)
+    .bind(limit_i64(limit))
+    .fetch_all(&mut *c)
+    .await?;
+    let mut moved = 0;
+    for id in ids {
+        if move_to_dead(c, s, &id, DeadLetterReason::Expired, None, now).await? {
+            moved += 1;
+        }
+    }
+    Ok(moved)
+}
+
+pub(super) async fn replay_dead_letter(
+    c: &mut Conn,
+    s: &Schema,
+    id: &str,
+    now: Micros,
+    ttl: Micros,
+) -> StoreResult<QueueItem> {
+    let row = sqlx::query(&s.sql(&format!(
+        "DELETE FROM @wf_dead_letters WHERE original_item_id = $1
+         RETURNING original_item_id, {QUEUE_COLS}"
+    )))
+    .bind(id)
+    .fetch_optional(&mut *c)
+    .await?
+    .ok_or_else(|| not_found("dead letter", id))?;
+    let mut item = queue_from_row(&row)?.decode("dead letter")?;
+    item.enqueued_at = now;
+    item.expires_at = now.saturating_add(ttl);
+    item.attempts = 0;
+    item.last_error = None;
+    item.last_attempt_at = None;
+    enqueue(c, s, &item).await?;
+    Ok(item)
+}
+
+pub(super) async fn delete_dead_letter(c: &mut Conn, s: &Schema, id: &str) -> StoreResult<bool> {
+    let done = sqlx::query(&s.sql("DELETE FROM @wf_dead_letters WHERE original_item_id = $1"))
+        .bind(id)
+        .execute(&mut *c)
+        .await?;
+    Ok(done.rows_affected() > 0)
+}
+
+/// Deletes up to `limit` rows of `table` whose `column` is before `before`, in one batch.
+pub(super) async fn purge_before(
+    c: &mut Conn,
+    s: &Schema,
+    table: &str,
+    key: &str,
+    column: &str,
+    before: Micros,
+    limit: usize,
+) -> StoreResult<u64> {
+    let done = sqlx::query(&s.sql(&format!(
+        "DELETE FROM {table} WHERE ({key}) IN (
+            SELECT {key} FROM {table} WHERE {column} < $1 LIMIT $2 FOR UPDATE SKIP LOCKED)"
+    )))
+    .bind(before)
+    .bind(limit_i64(limit))
+    .execute(&mut *c)
+    .await?;
+    Ok(done.rows_affected())
+}
+
+pub(super) async fn list_dead_letters(
+    c: &mut Conn,
+    s: &Schema,
+    filter: &DeadLetterFilter,
+) -> StoreResult<Vec<DeadLetter>> {
+    let (after_at, after_id) = match &filter.after {
+        Some((at, id)) => (Some(*at), Some(id.as_str())),
+        None => (None, None),
+    };
+    let rows = sqlx::query(&s.sql(&format!(
+        "SELECT original_item_id, {QUEUE_COLS}, reason, error, dead_at FROM @wf_dead_letters
+         WHERE ($1::text IS NULL OR reason = $1)
+           AND ($3::text IS NULL OR name = $3)
+           AND ($4::text IS NULL OR hash = $4)
+           AND ($5::bigint IS NULL OR (dead_at, original_item_id) > ($5, $6))
+         ORDER BY dead_at, original_item_id LIMIT $2"
+    )))
+    .bind(filter.reason.map(DeadLetterReason::as_str))
+    .bind(limit_i64(filter.limit))
+    .bind(&filter.name)
+    .bind(&filter.hash)
+    .bind(after_at)
+    .bind(after_id)
+    .fetch_all(&mut *c)
+    .await?;
+    let mut letters = Vec::with_capacity(rows.len());
+    for row in &rows {
+        let item = queue_from_row(row)?.decode("dead letter")?;
+        let reason_text: String = row.try_get(16)?;
+        let reason = DeadLetterReason::parse(&reason_text).ok_or_else(|| StoreError::Decode {
+            what: "dead letter",
+            id: item.item_id.clone(),
+            path: "reason".to_owned(),
+            message: format!("unknown reason {reason_text:?}"),
+        })?;
+        letters.push(DeadLetter {
+            item,
+            reason,
+            error: row.try_get(17)?,
+            dead_at: row.try_get(18)?,
+        });
+    }
+    Ok(letters)
+}
+
+// ----- incidents and idempotency records -----
+
+pub(super) async fn insert_incident_row(
+    c: &mut Conn,
+    s: &Schema,
+    instance_id: &str,
+    definition_name: &str,
+    incident: &NewIncident,
+) -> StoreResult<()> {
+    let done = sqlx::query(&s.sql(
+        "INSERT INTO @wf_incidents (incident_id, instance_id, definition_name, kind,
+            created_at, record) VALUES ($1, $2, $3, $4, $5, $6)
+         ON CONFLICT (incident_id) DO NOTHING",
+    ))
+    .bind(&incident.incident_id)
+    .bind(instance_id)
+    .bind(definition_name)
+    .bind(&incident.kind)
+    .bind(incident.created_at)
+    .bind(json_text(&incident.record)?)
+    .execute(&mut *c)
+    .await?;
+    if done.rows_affected() == 0 {
+        return Err(StoreError::AlreadyExists {
+            what: "incident",
+            id: incident.incident_id.clone(),
+        });
+    }
+    Ok(())
+}
+
+/// Records an incident alone; reads only the instance's columns, since its state may be the
+/// unreadable part (FLT-9).
+pub(super) async fn insert_incident(
+    c: &mut Conn,
+    s: &Schema,
+    id: &str,
+    incident: &NewIncident,
+) -> StoreResult<()> {
+    let definition: String = sqlx::query_scalar(
+        &s.sql("SELECT definition_name FROM @wf_instances WHERE instance_id = $1"),
+    )
+    .bind(id)
+    .fetch_optional(&mut *c)
+    .await?
+    .ok_or_else(|| not_found("instance", id))?;
+    insert_incident_row(c, s, id, &definition, incident).await
+}
+
+const INCIDENT_COLS: &str = "incident_id, instance_id, definition_name, kind, created_at, \
+    resolved_at, resolution, record";
+
+fn incident_from_row(row: &PgRow) -> StoreResult<IncidentRecord> {
+    let incident_id: String = row.try_get(0)?;
+    let record: String = row.try_get(7)?;
+    Ok(IncidentRecord {
+        record: decode_json("incident", &incident_id, "record", &record)?,
+        incident_id,
+        instance_id: row.try_get(1)?,
+        definition_name: row.try_get(2)?,
+        kind: row.try_get(3)?,
+        created_at: row.try_get(4)?,
+        resolved_at: row.try_get(5)?,
+        resolution: row.try_get(6)?,
+    })
+}
+
+pub(super) async fn list_incidents(
+    c: &mut Conn,
+    s: &Schema,
+    query: &IncidentQuery,
+) -> StoreResult<Vec<IncidentRecord>> {
+    let (after_at, after_id) = match &query.after {
+        Some((at, id)) => (Some(*at), Some(id.as_str())),
+        None => (None, None),
+    };
+    sqlx::query(&s.sql(&format!(
+        "SELECT {INCIDENT_COLS} FROM @wf_incidents
+         WHERE ($1::text IS NULL OR instance_id = $1)
+           AND (NOT $2 OR resolved_at IS NULL)
+           AND ($3::bigint IS NULL OR (created_at, incident_id) > ($3, $4))
+         ORDER BY created_at, incident_id LIMIT $5"
+    )))
+    .bind(&query.instance_id)
+    .bind(query.unresolved_only)
+    .bind(after_at)
+    .bind(after_id)
+    .bind(limit_i64(query.limit))
+    .fetch_all(&mut *c)
+    .await?
+    .iter()
+    .map(incident_from_row)
+    .collect()
+}
+
+/// Stores an idempotency record unless its key exists (C-20); of two processes storing the
+/// same key at once, one inserts and the other gets the stored record.
+pub(super) async fn put_idempotency_record(
+    c: &mut Conn,
+    s: &Schema,
+    record: &IdempotencyRecord,
+    report: &str,
+) -> StoreResult<Option<IdempotencyRecord>> {
+    let done = sqlx::query(&s.sql(
+        "INSERT INTO @wf_idempotency (idempotency_key, hash, payload_digest, report, created_at)
+         VALUES ($1, $2, $3, $4, $5) ON CONFLICT (idempotency_key) DO NOTHING",
+    ))
+    .bind(&record.key)
+    .bind(&record.hash)
+    .bind(&record.payload_digest)
+    .bind(report)
+    .bind(record.created_at)
+    .execute(&mut *c)
+    .await?;
+    if done.rows_affected() > 0 {
+        return Ok(None);
+    }
+    find_idempotency_record(c, s, &record.key).await
+}
+
+pub(super) async fn find_idempotency_record(
+    c: &mut Conn,
+    s: &Schema,
+    key: &str,
+) -> StoreResult<Option<IdempotencyRecord>> {
+    let row = sqlx::query(&s.sql(
+        "SELECT hash, payload_digest, report, created_at FROM @wf_idempotency
+         WHERE idempotency_key = $1",
+    ))
+    .bind(key)
+    .fetch_optional(&mut *c)
+    .await?;
+    row.map(|row| {
+        let report: String = row.try_get(2)?;
+        Ok(IdempotencyRecord {
+            key: key.to_owned(),
+            hash: row.try_get(0)?,
+            payload_digest: row.try_get(1)?,
+            report: decode_json("idempotency record", key, "report", &report)?,
+            created_at: row.try_get(3)?,
+        })
+    })
+    .transpose()
+}
+
+// ----- test hooks -----
+
+#[cfg(feature = "test-support")]
+pub(super) async fn write_raw_state(
+    c: &mut Conn,
+    s: &Schema,
+    id: &str,
+    raw: &str,
+) -> StoreResult<()> {
+    let done = sqlx::query(&s.sql("UPDATE @wf_instances SET state = $1 WHERE instance_id = $2"))
+        .bind(raw)
+        .bind(id)
+        .execute(&mut *c)
+        .await?;
+    if done.rows_affected() == 0 {
+        return Err(not_found("instance", id));
+    }
+    Ok(())
+}
+
+#[cfg(feature = "test-support")]
+pub(super) async fn read_raw_state(c: &mut Conn, s: &Schema, id: &str) -> StoreResult<String> {
+    sqlx::query_scalar(&s.sql("SELECT state FROM @wf_instances WHERE instance_id = $1"))
+        .bind(id)
+        .fetch_optional(&mut *c)
+        .await?
+        .ok_or_else(|| not_found("instance", id))
+}

@@ -1,0 +1,325 @@
+//! The PostgreSQL store beyond the conformance suite (ST-27, ST-28): several stores on one
+//! schema as separate processes would hold them: concurrent migrations, wake-ups through
+//! `LISTEN`/`NOTIFY`, fencing of a stale lease holder, a connection killed in the middle of a
+//! commit, and a runtime that survives its connections being dropped. Each test uses a fresh
+//! schema; without a reachable server (`WORKFLOW_PG_URL`) each is skipped, saying why.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::print_stderr,
+    clippy::panic
+)]
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use sqlx::{Connection, PgConnection};
+use workflow_runtime::store::conformance::postgres::{
+    SchemaGuard, database_url, fresh_schema_name, fresh_store,
+};
+use workflow_runtime::store::conformance::{
+    SEC, T0, TTL, create_leased, doc, new_instance, waiting,
+};
+use workflow_runtime::store::{
+    LeaseKey, PostgresOptions, PostgresStore, Storage, StoreError, WakeUp,
+};
+use workflow_runtime::{Completion, Runtime, TaskContext, workflow};
+
+/// A connection to the test server, or `None` (printed) when none is reachable.
+async fn server() -> Option<PgConnection> {
+    let url = database_url();
+    match PgConnection::connect(&url).await {
+        Ok(conn) => Some(conn),
+        Err(e) => {
+            eprintln!("skipped: no PostgreSQL server reachable at {url}: {e}");
+            None
+        }
+    }
+}
+
+/// `url` with an `application_name`, so a test can find its own connections.
+fn url_named(name: &str) -> String {
+    let url = database_url();
+    let sep = if url.contains('?') { '&' } else { '?' };
+    format!("{url}{sep}application_name={name}")
+}
+
+async fn open(url: &str, schema: &str) -> PostgresStore {
+    PostgresStore::connect_with(url, &PostgresOptions::default().schema(schema))
+        .await
+        .unwrap()
+}
+
+/// The policy layer over a store, as a runtime holds it (inside tokio: it forwards the
+/// store's notifications).
+async fn storage(url: &str, schema: &str) -> Storage {
+    Storage::new(Arc::new(open(url, schema).await))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn processes_starting_at_once_migrate_the_schema_once() {
+    let Some(mut conn) = server().await else {
+        return;
+    };
+    let (url, schema) = (database_url(), fresh_schema_name());
+    let _guard = SchemaGuard::new(url.clone(), schema.clone());
+    let opens: Vec<_> = (0..4)
+        .map(|_| {
+            let (url, schema) = (url.clone(), schema.clone());
+            tokio::spawn(async move { open(&url, &schema).await })
+        })
+        .collect();
+    let mut applied = Vec::new();
+    for open in opens {
+        applied.extend_from_slice(open.await.unwrap().migrations_applied());
+    }
+    applied.sort_unstable();
+    let all: Vec<u32> = (1..=PostgresStore::schema_version()).collect();
+    assert_eq!(
+        applied, all,
+        "each migration applied by exactly one process"
+    );
+    let recorded: i64 = sqlx::query_scalar(&format!(
+        "SELECT count(*) FROM \"{schema}\".wf_schema_migrations"
+    ))
+    .fetch_one(&mut conn)
+    .await
+    .unwrap();
+    assert_eq!(recorded, i64::from(PostgresStore::schema_version()));
+    // An edited migration is refused (ST-28).
+    sqlx::query(&format!(
+        "UPDATE \"{schema}\".wf_schema_migrations SET checksum = 'edited' WHERE version = 1"
+    ))
+    .execute(&mut conn)
+    .await
+    .unwrap();
+    let err = PostgresStore::connect_with(&url, &PostgresOptions::default().schema(&schema))
+        .await
+        .unwrap_err();
+    assert_eq!(err, StoreError::MigrationChecksumMismatch { version: 1 });
+}
+
+#[tokio::test]
+async fn a_bad_schema_name_is_refused_before_connecting() {
+    let err = PostgresStore::connect_with(
+        "postgres://nobody@127.0.0.1:1/none",
+        &PostgresOptions::default().schema("Robert'); DROP TABLE x; --"),
+    )
+    .await
+    .unwrap_err();
+    assert!(
+        matches!(err, StoreError::Invalid { what: "schema", .. }),
+        "{err:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn another_process_hears_of_new_work_through_notify() {
+    let Some(_conn) = server().await else { return };
+    let Some((a, guard)) = fresh_store().await else {
+        return;
+    };
+    let a = Storage::new(a);
+    let b = storage(&database_url(), guard.schema()).await;
+    let mut heard = b.subscribe();
+    // The listener of `b` may still be connecting: enqueue until it hears.
+    let mut n = 0;
+    let got = tokio::time::timeout(Duration::from_secs(10), async {
+        loop {
+            n += 1;
+            a.enqueue(workflow_runtime::store::conformance::queue_item(
+                &format!("q{n}"),
+                T0,
+            ))
+            .await
+            .unwrap();
+            let wait = tokio::time::timeout(Duration::from_millis(300), heard.recv()).await;
+            if let Ok(Ok(hint)) = wait {
+                return hint;
+            }
+        }
+    })
+    .await
+    .expect("the other store heard nothing within 10 s");
+    assert_eq!(got, WakeUp::QueueChanged);
+    // Its own hints a store does not hear twice: `a` sent QueueChanged locally only.
+    let mut own = a.subscribe();
+    a.enqueue(workflow_runtime::store::conformance::queue_item("own", T0))
+        .await
+        .unwrap();
+    assert_eq!(own.recv().await.unwrap(), WakeUp::QueueChanged);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        own.try_recv().is_err(),
+        "a store's own notification came back"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_commit_under_a_stale_fencing_token_writes_nothing() {
+    let Some(_conn) = server().await else { return };
+    let Some((first, guard)) = fresh_store().await else {
+        return;
+    };
+    let second = storage(&database_url(), guard.schema()).await;
+    let first = Storage::new(first);
+    // Process one takes the lease, then stalls past its TTL; process two takes over.
+    let stale = create_leased(&first, "wf-1").await;
+    let current = second
+        .acquire_lease(&LeaseKey::instance("wf-1"), "node-b", T0 + TTL + SEC, TTL)
+        .await
+        .unwrap();
+    assert!(current.token > stale.token);
+    let mut late = waiting("wf-1", 1, stale.token, 7);
+    late.bookmarks_added = vec![workflow_runtime::store::conformance::bookmark(
+        "b1", "h", T0,
+    )];
+    late.journal = vec![];
+    let err = first.commit(late).await.unwrap_err();
+    assert!(
+        matches!(err, StoreError::Fenced { token, current: c, .. } if token == stale.token && c == current.token),
+        "{err:?}"
+    );
+    let record = second.load_instance("wf-1").await.unwrap();
+    assert_eq!((record.version, record.state), (1, doc(0)));
+    assert!(second.list_bookmarks("wf-1").await.unwrap().is_empty());
+    // The current holder commits normally.
+    assert_eq!(
+        second
+            .commit(waiting("wf-1", 1, current.token, 8))
+            .await
+            .unwrap(),
+        2
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_terminated_mid_commit_loses_nothing_and_the_retry_commits() {
+    let Some(mut admin) = server().await else {
+        return;
+    };
+    let schema = fresh_schema_name();
+    let url = url_named(&schema);
+    let _guard = SchemaGuard::new(database_url(), schema.clone());
+    let store = storage(&url, &schema).await;
+    let lease = create_leased(&store, "wf-1").await;
+    let _ = store.create_instance(new_instance("wf-2")).await.unwrap();
+
+    // Hold the instance row, so the commit stops inside its transaction.
+    let mut blocker = PgConnection::connect(&database_url()).await.unwrap();
+    let mut held = blocker.begin().await.unwrap();
+    sqlx::query(&format!(
+        "SELECT 1 FROM \"{schema}\".wf_instances WHERE instance_id = 'wf-1' FOR UPDATE"
+    ))
+    .execute(&mut *held)
+    .await
+    .unwrap();
+    let mut commit = waiting("wf-1", 1, lease.token, 1);
+    commit.timers_added = vec![workflow_runtime::store::NewTimer {
+        timer_id: "t1".into(),
+        kind: "delay".into(),
+        due_at: T0 + SEC,
+    }];
+    let pending = tokio::spawn({
+        let (store, commit) = (store.clone(), commit.clone());
+        async move { store.commit(commit).await }
+    });
+    // Find the committing backend, waiting on the lock, and terminate it.
+    let pid = loop {
+        let pid: Option<i32> = sqlx::query_scalar(
+            "SELECT pid FROM pg_stat_activity
+             WHERE application_name = $1 AND wait_event_type = 'Lock'",
+        )
+        .bind(&schema)
+        .fetch_optional(&mut admin)
+        .await
+        .unwrap();
+        if let Some(pid) = pid {
+            break pid;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    let terminated: bool = sqlx::query_scalar("SELECT pg_terminate_backend($1)")
+        .bind(pid)
+        .fetch_one(&mut admin)
+        .await
+        .unwrap();
+    assert!(terminated);
+    let err = pending.await.unwrap().unwrap_err();
+    assert!(
+        err.is_transient(),
+        "a dropped connection is transient: {err:?}"
+    );
+    held.rollback().await.unwrap();
+
+    // Nothing of it was written.
+    let record = store.load_instance("wf-1").await.unwrap();
+    assert_eq!((record.version, record.state), (1, doc(0)));
+    assert!(store.list_timers("wf-1").await.unwrap().is_empty());
+    // The retry, on a fresh connection of the pool, commits.
+    assert_eq!(store.commit(commit).await.unwrap(), 2);
+    assert_eq!(store.list_timers("wf-1").await.unwrap().len(), 1);
+    assert_eq!(store.load_instance("wf-2").await.unwrap().version, 1);
+}
+
+/// The data of [`Delayed`]: which tasks ran.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct Steps {
+    log: Vec<String>,
+}
+
+async fn a(ctx: &mut TaskContext<Steps>) {
+    ctx.data_mut().log.push("a".to_owned());
+}
+
+async fn b(ctx: &mut TaskContext<Steps>) {
+    ctx.data_mut().log.push("b".to_owned());
+}
+
+workflow! {
+    /// A task, a durable delay, a task.
+    pub workflow Delayed(Steps) = sequence [
+        task(a),
+        wait = after(millis(700)),
+        task(b),
+    ];
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiting_runtime_survives_its_connections_being_dropped() {
+    let Some(mut admin) = server().await else {
+        return;
+    };
+    let schema = fresh_schema_name();
+    let url = url_named(&schema);
+    let _guard = SchemaGuard::new(database_url(), schema.clone());
+    let store = Arc::new(open(&url, &schema).await);
+    let runtime = Runtime::builder()
+        .store(store)
+        .register::<Delayed>()
+        .sweep_interval(Some(Duration::from_millis(500)))
+        .build()
+        .unwrap();
+    let started = runtime.start::<Delayed>(Steps::default()).await.unwrap();
+    // While it waits for its delay, every connection of the store is dropped (the pool's
+    // and the listener's), as when the server restarts.
+    let dropped: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM (SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+         WHERE application_name = $1) t",
+    )
+    .bind(&schema)
+    .fetch_one(&mut admin)
+    .await
+    .unwrap();
+    assert!(dropped >= 1, "no connection of the store was found");
+    let done = runtime
+        .await_completion(&started.instance_id, Duration::from_secs(20))
+        .await
+        .unwrap();
+    let Completion::Finished(output) = done else {
+        panic!("the instance did not finish: {done:?}");
+    };
+    assert_eq!(output["log"], serde_json::json!(["a", "b"]));
+    runtime.shutdown(Duration::from_secs(1)).await;
+}
