@@ -253,6 +253,12 @@ fn rejection(rejection: &Rejection) -> String {
         Rejection::PayloadDecode {
             instance, message, ..
         } => format!("{instance}: {message}"),
+        Rejection::StateTooLarge {
+            instance,
+            size,
+            limit,
+            ..
+        } => format!("{instance}: state too large ({size} bytes, limit {limit}); faulted"),
     }
 }
 

@@ -1025,7 +1025,10 @@ fn rt22_an_event_payload_that_does_not_decode_is_dead_lettered_and_the_instance_
                 node,
                 payload_type,
                 ..
-            } = &report.rejected[0];
+            } = &report.rejected[0]
+            else {
+                panic!("a payload rejection expected: {:?}", report.rejected);
+            };
             assert_eq!(instance, &id, "{label}");
             assert!(node.ends_with("decide"), "{label}: {node}");
             assert!(payload_type.ends_with("Verdict"), "{label}: {payload_type}");
@@ -1087,7 +1090,10 @@ fn rt22_a_transition_condition_payload_that_does_not_decode_is_rejected() {
                 instance,
                 payload_type,
                 ..
-            } = &report.rejected[0];
+            } = &report.rejected[0]
+            else {
+                panic!("a payload rejection expected: {:?}", report.rejected);
+            };
             assert_eq!(instance, &id, "{label}");
             assert!(payload_type.ends_with("Payment"), "{label}: {payload_type}");
             let after = rt.get_state(&id).await.unwrap().unwrap();
@@ -1159,7 +1165,10 @@ fn rt22_an_action_payload_that_does_not_decode_is_rejected_not_faulted() {
                 payload_type,
                 message,
                 ..
-            } = &report.rejected[0];
+            } = &report.rejected[0]
+            else {
+                panic!("a payload rejection expected: {:?}", report.rejected);
+            };
             assert_eq!(instance, &id, "{label}");
             assert_eq!(payload_type, "Shipment", "{label}");
             assert!(message.contains("ship_action"), "{label}: {message}");
@@ -1252,7 +1261,9 @@ fn rt22_a_task_that_cannot_read_the_event_payload_as_its_input_rejects_it() {
                 .await
                 .unwrap();
             assert_eq!(report.rejected.len(), 1, "{label}: {report:?}");
-            let Rejection::PayloadDecode { payload_type, .. } = &report.rejected[0];
+            let Rejection::PayloadDecode { payload_type, .. } = &report.rejected[0] else {
+                panic!("a payload rejection expected: {:?}", report.rejected);
+            };
             assert_eq!(payload_type, "Bill", "{label}");
             let after = rt.get_state(&id).await.unwrap().unwrap();
             assert_eq!(after.status(), WorkflowStatus::Suspended, "{label}");

@@ -32,8 +32,8 @@ pub use engine::executor::{
 pub use engine::names::{CURRENT_STATE, TAG_CONTINUING, TAG_ENTERING};
 pub use engine::registry::{ChooseOutcome, Registry};
 pub use engine::state::{
-    ActivityStatus, Bookmark, ContextId, Incident, JournalEntry, JournalKind, JournalLevel,
-    SubStatus, WorkflowState, WorkflowStatus,
+    ActivityStatus, Bookmark, ContextId, Incident, IncidentKind, JournalEntry, JournalKind,
+    JournalLevel, SubStatus, WorkflowState, WorkflowStatus,
 };
 pub use engine::task::{IntoTaskResult, Outcome, TaskContext, TaskError, TaskResult};
 pub use events::{ActivityRef, EventKind, EventStream, LifecycleEvent, RecvError};

@@ -149,6 +149,25 @@ pub enum RunError {
         /// The decoder's message.
         message: String,
     },
+    /// The run's state document exceeded the store's size limit (ST-24). Nothing of the run
+    /// was committed past its last commit; the instance was faulted from that commit with an
+    /// incident of kind `state_too_large`.
+    #[error(
+        "state of instance `{instance}` is too large: {size} bytes, limit {limit}; the instance is faulted (incident `{incident}`)"
+    )]
+    StateTooLarge {
+        /// The instance.
+        instance: String,
+        /// The size of the refused document, in bytes.
+        size: usize,
+        /// The store's limit, in bytes.
+        limit: usize,
+        /// The incident recorded.
+        incident: String,
+        /// The stimulus the run was delivering, when it was not consumed (no earlier commit
+        /// of the run wrote its receipt): the caller dead-letters it.
+        stimulus_id: Option<String>,
+    },
 }
 
 impl RunError {
@@ -1212,6 +1231,8 @@ where
             fault: record,
             at: self.now,
             resolution: None,
+            kind: crate::engine::state::IncidentKind::ActivityFailed,
+            stimulus_id: None,
         });
         self.record(JournalKind::Faulted, Some(id), detail);
         self.activity_event(id, ActivityRef::faulted);

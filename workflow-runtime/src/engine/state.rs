@@ -215,6 +215,37 @@ pub struct Incident {
     pub at: u64,
     /// `open` until the instance is retried or cancelled.
     pub resolution: Option<String>,
+    /// What kind of failure faulted the instance (FLT-6). Incidents stored before kinds
+    /// were recorded read as [`IncidentKind::ActivityFailed`].
+    #[serde(default)]
+    pub kind: IncidentKind,
+    /// The id of the stimulus whose run the incident stopped, when that stimulus was not
+    /// consumed (a `state_too_large` incident, ST-24): it was written to the dead letters,
+    /// from where an operator replays it after the retry.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stimulus_id: Option<String>,
+}
+
+/// The kind of an [`Incident`] (FLT-6), stored as its snake-case name.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum IncidentKind {
+    /// An activity failed for good (FLT-5).
+    #[default]
+    ActivityFailed,
+    /// A run's state document exceeded the store's size limit (ST-24): the instance was
+    /// faulted from its last committed state, which it keeps.
+    StateTooLarge,
+}
+
+impl IncidentKind {
+    /// The stored name: `activity_failed` or `state_too_large`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::ActivityFailed => "activity_failed",
+            Self::StateTooLarge => "state_too_large",
+        }
+    }
 }
 
 /// The kind of a [`JournalEntry`] (ENG-41).

@@ -9,8 +9,8 @@ use crate::runtime::{Runtime, now_micros};
 use crate::store::{DeadLetter, DeadLetterFilter, DeadLetterReason, QueueItem, StoreError};
 
 impl Runtime {
-    /// RT-22: writes the stimulus of `base` to the dead letters with reason `Rejected` and the
-    /// typed error, targeted at `instance` and `bookmark` (so a replay after a fix reaches
+    /// RT-22 (and ST-24): writes the stimulus of `base` to the dead letters with reason
+    /// `Rejected` and the typed error, targeted at `instance` and `bookmark` (so a replay after a fix reaches
     /// only them).
     pub(crate) async fn reject(
         &self,
@@ -31,22 +31,38 @@ impl Runtime {
         let error = serde_json::to_string(rejection).unwrap_or_default();
         let store = &self.inner.store;
         let item_id = base.item_id.clone();
-        let Rejection::PayloadDecode {
-            node,
-            payload_type,
-            message,
-            ..
-        } = rejection;
-        tracing::warn!(
-            instance,
-            node = node.as_str(),
-            event = base.name.as_str(),
-            item = item_id.as_str(),
-            reason = "rejected",
-            payload_type = payload_type.as_str(),
-            error = message.as_str(),
-            "stimulus dead-lettered: its payload does not decode for the waiting activity"
-        );
+        match rejection {
+            Rejection::PayloadDecode {
+                node,
+                payload_type,
+                message,
+                ..
+            } => tracing::warn!(
+                instance,
+                node = node.as_str(),
+                event = base.name.as_str(),
+                item = item_id.as_str(),
+                reason = "rejected",
+                payload_type = payload_type.as_str(),
+                error = message.as_str(),
+                "stimulus dead-lettered: its payload does not decode for the waiting activity"
+            ),
+            Rejection::StateTooLarge {
+                size,
+                limit,
+                incident,
+                ..
+            } => tracing::warn!(
+                instance,
+                event = base.name.as_str(),
+                item = item_id.as_str(),
+                reason = "rejected",
+                size,
+                limit,
+                incident = incident.as_str(),
+                "stimulus dead-lettered: its run made the instance's state too large; the instance is faulted"
+            ),
+        }
         store.enqueue(base).await?;
         store
             .dead_letter(

@@ -270,8 +270,9 @@ pub enum Refusal {
     },
 }
 
-/// Why a stimulus was rejected for one instance (RT-22): the instance and its bookmark are
-/// unchanged and the stimulus was written to the dead letters with reason `Rejected`.
+/// Why a stimulus was rejected for one instance (RT-22): the stimulus was not consumed and was
+/// written to the dead letters with reason `Rejected`. The instance and its bookmark are
+/// unchanged, but for [`Rejection::StateTooLarge`], which faulted it at its last commit.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Rejection {
     /// The payload does not decode into the type the waiting activity reads.
@@ -287,6 +288,45 @@ pub enum Rejection {
         /// The decoder's message.
         message: String,
     },
+    /// The run the stimulus started grew the instance's state over the store's size limit
+    /// (ST-24): the instance was faulted from its last committed state (incident
+    /// `state_too_large`) and the stimulus, not consumed, was dead-lettered. Replay it after
+    /// the instance is retried.
+    StateTooLarge {
+        /// The instance.
+        instance: String,
+        /// The bookmark the stimulus reached.
+        bookmark: String,
+        /// The size of the refused document, in bytes.
+        size: usize,
+        /// The store's limit, in bytes.
+        limit: usize,
+        /// The incident that faulted the instance.
+        incident: String,
+    },
+}
+
+impl Rejection {
+    /// The rejection of a stimulus whose run faulted the instance as too large (ST-24), from
+    /// the run's error; `None` for another error or when the stimulus was consumed.
+    pub(crate) fn too_large(error: &RunError, bookmark: &str) -> Option<Self> {
+        match error {
+            RunError::StateTooLarge {
+                instance,
+                size,
+                limit,
+                incident,
+                stimulus_id: Some(_),
+            } => Some(Self::StateTooLarge {
+                instance: instance.clone(),
+                bookmark: bookmark.to_owned(),
+                size: *size,
+                limit: *limit,
+                incident: incident.clone(),
+            }),
+            _ => None,
+        }
+    }
 }
 
 /// What [`Runtime::send`] did (RT-23).
@@ -745,6 +785,7 @@ impl Runtime {
         }
         let mut busy = Vec::new();
         for (instance, ids) in targets {
+            let first_bookmark = ids.first().cloned().unwrap_or_default();
             // RT-19: a retried send skips instances that already consumed it.
             if store
                 .has_receipt(&instance, stimulus_id)
@@ -811,6 +852,31 @@ impl Runtime {
                         .await
                         .map_err(SendError::Store)?;
                     report.rejected.push(rejection);
+                }
+                // ST-24: the instance faulted at its last commit; the stimulus it did not
+                // consume is dead-lettered for it, not lost.
+                Err(error @ RunError::StateTooLarge { .. }) => {
+                    match Rejection::too_large(&error, &first_bookmark) {
+                        Some(rejection) => {
+                            let base = self.queue_item(
+                                stimulus,
+                                hash,
+                                stimulus_id,
+                                now_micros(),
+                                &Targets::default(),
+                            );
+                            self.reject(base, &instance, &first_bookmark, &rejection)
+                                .await
+                                .map_err(SendError::Store)?;
+                            report.rejected.push(rejection);
+                        }
+                        // An earlier commit of the run consumed it.
+                        None => report.resumed.push(Started {
+                            instance_id: instance,
+                            status: WorkflowStatus::Faulted,
+                            sub_status: None,
+                        }),
+                    }
                 }
                 Err(
                     error @ (RunError::NotRunnable { .. }

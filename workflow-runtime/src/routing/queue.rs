@@ -283,6 +283,7 @@ impl Runtime {
             if ids.is_empty() {
                 continue;
             }
+            let first_bookmark = ids.first().cloned().unwrap_or_default();
             let target = RunTarget::Bookmarks {
                 ids,
                 payload: item.payload.clone(),
@@ -292,6 +293,15 @@ impl Runtime {
                 .await
             {
                 Ok(Some(_)) => any = true,
+                // ST-24: the instance faulted at its last commit; the item, not consumed,
+                // is dead-lettered for it (consumed by an earlier commit, it is done with).
+                Err(error @ RunError::StateTooLarge { .. }) => {
+                    if let Some(rejection) = Rejection::too_large(&error, &first_bookmark) {
+                        self.reject(item.clone(), &instance, &first_bookmark, &rejection)
+                            .await?;
+                    }
+                    any = true;
+                }
                 // RT-22: rejected for this instance; the item is handled (dead-lettered for
                 // it) and is not offered to it again.
                 Err(RunError::PayloadDecode {

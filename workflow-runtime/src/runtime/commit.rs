@@ -222,7 +222,7 @@ impl RunCommits<'_> {
                 match tracker.incidents.iter().find(|(id, _)| *id == incident.id) {
                     None => commit.incidents_opened.push(NewIncident {
                         incident_id: incident.id.clone(),
-                        kind: "activity_failed".to_owned(),
+                        kind: incident.kind.as_str().to_owned(),
                         created_at: ms_to_micros(incident.at),
                         record: serde_json::to_value(incident).unwrap_or(Value::Null),
                     }),

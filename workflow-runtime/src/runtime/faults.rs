@@ -270,3 +270,109 @@ impl Runtime {
         Ok(self.load_state(instance_id).await?.map(|s| s.incidents))
     }
 }
+
+impl Runtime {
+    /// ST-24: a run's commit was refused as too large (nothing of it written). Under the
+    /// run's lease, one minimal commit faults the instance from its last committed state with
+    /// a `state_too_large` incident (FLT-5, FLT-6): its bookmarks stay, its timers are parked,
+    /// and it does not loop. The stimulus the run delivered, unless an earlier commit of the
+    /// run consumed it, stays unconsumed: the returned [`RunError::StateTooLarge`] names it
+    /// for the caller to dead-letter.
+    ///
+    /// # Errors
+    ///
+    /// The load's or the faulting commit's; the caller then releases the lease (the instance
+    /// is unchanged).
+    pub(super) async fn fault_too_large(
+        &self,
+        guard: &super::LeaseGuard<'_>,
+        size: usize,
+        limit: usize,
+        stimulus_id: Option<String>,
+    ) -> Result<RunError, RunError> {
+        use crate::engine::state::{FaultKind, FaultRecord, IncidentKind};
+        let instance_id = guard.instance_id().to_owned();
+        let (mut state, commits) = self.load_for_run(guard).await?;
+        let pending = match stimulus_id {
+            Some(id) => {
+                let consumed = self
+                    .inner
+                    .store
+                    .has_receipt(&instance_id, &id)
+                    .await
+                    .map_err(|error| super::run_store_error(&instance_id, error))?;
+                (!consumed).then_some(id)
+            }
+            None => None,
+        };
+        let context_id = state.root.unwrap_or_default();
+        let node_id = state
+            .context(context_id)
+            .map(|c| c.node_id.clone())
+            .unwrap_or_default();
+        let mut message = format!(
+            "the state document reached {size} bytes, over the store's limit of {limit}; \
+             the instance keeps its last committed state"
+        );
+        if let Some(stimulus) = &pending {
+            message.push_str(&format!(
+                "; stimulus `{stimulus}` was not consumed and is dead-lettered"
+            ));
+        }
+        let now = self.inner.clock.now_ms();
+        let incident = Incident {
+            id: crate::base::new_ulid(),
+            context_id,
+            node_id,
+            fault: FaultRecord {
+                kind: FaultKind::Engine,
+                message,
+                attempt: 0,
+            },
+            at: now,
+            resolution: None,
+            kind: IncidentKind::StateTooLarge,
+            stimulus_id: pending.clone(),
+        };
+        state.incidents.push(incident.clone());
+        state.status = WorkflowStatus::Faulted;
+        state.sub_status = None;
+        state.updated_at = now;
+        state.event_seq += 1;
+        // Releases the lease: the caller settles the guard as released by this commit.
+        commits
+            .commit(&mut state, true, Vec::new(), Vec::new())
+            .await?;
+        tracing::error!(
+            definition = state.definition.name.as_str(),
+            instance = instance_id.as_str(),
+            incident = incident.id.as_str(),
+            size,
+            limit,
+            stimulus = pending.as_deref().unwrap_or(""),
+            "instance faulted: its state is over the size limit (state_too_large)"
+        );
+        if self.inner.events.receiver_count() > 0 {
+            let _ = self.inner.events.send(crate::events::LifecycleEvent {
+                instance_id: instance_id.clone(),
+                definition: state.definition.name.clone(),
+                correlation_id: state.correlation_id.clone(),
+                at: now,
+                seq: state.event_seq,
+                kind: crate::events::EventKind::WorkflowFaulted {
+                    incident: incident.clone(),
+                },
+            });
+        }
+        if let Some(watch) = super::lock(&self.inner.watches).get(&instance_id) {
+            watch.send_modify(|n| *n += 1);
+        }
+        Ok(RunError::StateTooLarge {
+            instance: instance_id,
+            size,
+            limit,
+            incident: incident.id,
+            stimulus_id: pending,
+        })
+    }
+}

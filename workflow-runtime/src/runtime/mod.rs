@@ -242,6 +242,20 @@ pub enum StartError {
         /// Why.
         refusal: Refusal,
     },
+    /// The new instance's state document, as created or after its first run, is larger than
+    /// the store's limit ([`Storage::with_max_state_bytes`], ST-24). Nothing was kept: the
+    /// caller still has the input, so the start is refused rather than left faulted.
+    #[error(
+        "the state of new instance `{instance}` is too large: {size} bytes, limit {limit}; nothing was kept"
+    )]
+    StateTooLarge {
+        /// The id the instance would have had.
+        instance: String,
+        /// The size of the refused document, in bytes.
+        size: usize,
+        /// The store's limit, in bytes.
+        limit: usize,
+    },
     /// The first run failed; nothing was kept.
     #[error(transparent)]
     Run(#[from] RunError),
@@ -857,9 +871,16 @@ impl Runtime {
                     message: reason,
                 });
             }
+            Err(StoreError::TooLarge { size, limit, .. }) => {
+                return Err(StartError::StateTooLarge {
+                    instance: instance_id,
+                    size,
+                    limit,
+                });
+            }
             Err(error) => return Err(StartError::Run(run_store_error(&instance_id, error))),
         }
-        match self.drive_first_local(&local, &instance_id).await {
+        match self.drive_first_local(&local, &instance_id, true).await {
             Ok(Some(started)) => Ok(started),
             Ok(None) => Err(StartError::Run(RunError::Store {
                 instance: instance_id.clone(),
@@ -872,7 +893,18 @@ impl Runtime {
                 // Nothing is kept of a start whose first run failed (unless the store is
                 // unreachable: then recovery runs it later).
                 self.discard(&instance_id).await;
-                Err(StartError::Run(error))
+                match error {
+                    // ST-24: refused to the caller, who still holds the input.
+                    RunError::Store {
+                        error: StoreError::TooLarge { size, limit, .. },
+                        ..
+                    } => Err(StartError::StateTooLarge {
+                        instance: instance_id,
+                        size,
+                        limit,
+                    }),
+                    error => Err(StartError::Run(error)),
+                }
             }
         }
     }
@@ -1754,13 +1786,16 @@ impl Runtime {
     /// waited for.
     pub(crate) async fn drive_first(&self, instance_id: &str) -> Result<Option<Started>, RunError> {
         let local = self.local_run(instance_id).await;
-        self.drive_first_local(&local, instance_id).await
+        self.drive_first_local(&local, instance_id, false).await
     }
 
+    /// With `refuse_too_large` (a caller's start), a first run over the state size limit
+    /// returns its error instead of faulting the instance (ST-24).
     async fn drive_first_local(
         &self,
         _local: &LocalRun<'_>,
         instance_id: &str,
+        refuse_too_large: bool,
     ) -> Result<Option<Started>, RunError> {
         let guard = match LeaseGuard::acquire_first(
             &self.inner.store,
@@ -1774,7 +1809,10 @@ impl Runtime {
             Err(StoreError::NotFound { .. }) => return Ok(None),
             Err(error) => return Err(run_store_error(instance_id, error)),
         };
-        match self.run_leased(guard, RunTarget::None, None).await {
+        match self
+            .run_leased_faulting(guard, RunTarget::None, None, false, !refuse_too_large)
+            .await
+        {
             Ok(started) => Ok(Some(started)),
             // A recovery sweep of another process took the instance before this first run
             // and ran it to its end: that was its first run.
@@ -1823,7 +1861,23 @@ impl Runtime {
         stimulus_id: Option<String>,
         resume: bool,
     ) -> Result<Started, RunError> {
+        self.run_leased_faulting(guard, target, stimulus_id, resume, true)
+            .await
+    }
+
+    /// [`Runtime::run_leased_as`]; with `fault_too_large`, a run whose state grows over the
+    /// store's limit faults the instance (ST-24); without it (a caller's start, refused
+    /// instead), the run's error is returned as is.
+    async fn run_leased_faulting(
+        &self,
+        guard: LeaseGuard<'_>,
+        target: RunTarget,
+        stimulus_id: Option<String>,
+        resume: bool,
+        fault_too_large: bool,
+    ) -> Result<Started, RunError> {
         let instance_id = guard.instance_id().to_owned();
+        let delivering = stimulus_id.clone();
         let signals = Arc::new(RunSignals::default());
         signals
             .resume
@@ -1879,6 +1933,29 @@ impl Runtime {
                     status,
                     sub_status,
                 })
+            }
+            // ST-24: refused as too large, nothing of it written: the instance is faulted
+            // from its last commit, so it does not loop.
+            (
+                Err(
+                    error @ RunError::Store {
+                        error: StoreError::TooLarge { size, limit, .. },
+                        ..
+                    },
+                ),
+                None,
+            ) if fault_too_large => {
+                match self.fault_too_large(&guard, size, limit, delivering).await {
+                    Ok(faulted) => {
+                        guard.released_by_commit();
+                        Err(faulted)
+                    }
+                    Err(fault_error) => {
+                        tracing::error!(instance = %instance_id, %error, %fault_error, "a run's state is over the size limit and faulting the instance failed; it stays at its last commit");
+                        guard.release().await;
+                        Err(error)
+                    }
+                }
             }
             (Err(error), None) => {
                 guard.release().await;

@@ -440,10 +440,12 @@ impl SqliteStore {
             let mut stmt = c.prepare_cached(&format!(
                 "SELECT item_id, {QUEUE_COLS} FROM wf_queue ORDER BY sent_at, item_id LIMIT ?1"
             ))?;
-            let rows = stmt.query_map([limit_i64(limit)], rows::queue_from_row)?;
+            let rows = stmt.query_map([limit_i64(limit)], |r| {
+                rows::queue_from_row(r, "queue item")
+            })?;
             let mut items = Vec::new();
             for raw in rows {
-                if let Ok(item) = raw?.decode("queue item") {
+                if let Ok(item) = raw?.and_then(|raw| raw.decode("queue item")) {
                     items.push(item);
                 }
             }

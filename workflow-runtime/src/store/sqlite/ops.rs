@@ -8,7 +8,8 @@ use serde_json::Value;
 
 use super::rows::{
     BOOKMARK_COLS, INSTANCE_COLS, QUEUE_COLS, RawQueue, TIMER_COLS, bookmark_from_row,
-    instance_from_row, journal_from_row, queue_from_row, summary_from_row, timer_from_row,
+    decode_error, instance_from_row, journal_from_row, queue_from_row, summary_from_row,
+    timer_from_row,
 };
 use super::{
     SqliteStore, decode_json, is_constraint, json_text, limit_i64, not_found, to_i64, to_u64,
@@ -1057,7 +1058,7 @@ impl Store for SqliteStore {
                 rusqlite::params![after, limit_i64(limit)],
                 bookmark_from_row,
             )?;
-            collect_rows(rows, "bookmark")
+            collect_named(rows, "bookmark")
         })
     }
 
@@ -1092,7 +1093,7 @@ impl Store for SqliteStore {
                     ],
                     bookmark_from_row,
                 )?;
-                collect_rows(rows, "bookmark")
+                collect_named(rows, "bookmark")
             }
             BookmarkSelect::Instance(id) => {
                 let mut stmt = c.prepare_cached(&format!(
@@ -1100,7 +1101,7 @@ impl Store for SqliteStore {
                      ORDER BY created_at, bookmark_id"
                 ))?;
                 let rows = stmt.query_map([&id], bookmark_from_row)?;
-                collect_rows(rows, "bookmark")
+                collect_named(rows, "bookmark")
             }
         })
     }
@@ -1207,7 +1208,7 @@ impl Store for SqliteStore {
                 ))?;
                 let rows =
                     stmt.query_map(rusqlite::params![now, limit_i64(limit)], timer_from_row)?;
-                collect_rows(rows, "timer")?
+                collect_named(rows, "timer")?
             };
             let mut stmt = c.prepare_cached(
                 "UPDATE wf_timers SET claim_owner = ?2, claim_expires_at = ?3 WHERE timer_id = ?1",
@@ -1251,7 +1252,7 @@ impl Store for SqliteStore {
             };
             let mut stmt = c.prepare_cached(&sql)?;
             let rows = stmt.query_map([key], timer_from_row)?;
-            collect_rows(rows, "timer")
+            collect_named(rows, "timer")
         })
     }
 
@@ -1391,9 +1392,10 @@ impl Store for SqliteStore {
                             OR claim_expires_at <= ?1)
                      ORDER BY sent_at, item_id LIMIT ?2"
                 ))?;
-                let rows =
-                    stmt.query_map(rusqlite::params![now, limit_i64(limit)], queue_from_row)?;
-                collect_rows(rows, "queue item")?
+                let rows = stmt.query_map(rusqlite::params![now, limit_i64(limit)], |r| {
+                    queue_from_row(r, "queue item")
+                })?;
+                collect_named(rows, "queue item")?
             };
             let mut stmt = c.prepare_cached(
                 "UPDATE wf_queue SET claim_owner = ?2, claim_expires_at = ?3 WHERE item_id = ?1",
@@ -1439,9 +1441,9 @@ impl Store for SqliteStore {
                     "SELECT original_item_id, {QUEUE_COLS} FROM wf_dead_letters
                      WHERE original_item_id = ?1"
                 ))?
-                .query_row([&id], queue_from_row)
+                .query_row([&id], |r| queue_from_row(r, "dead letter"))
                 .optional()?
-                .ok_or_else(|| not_found("dead letter", &id))?;
+                .ok_or_else(|| not_found("dead letter", &id))??;
             let mut item = raw.decode("dead letter")?;
             item.enqueued_at = now;
             item.expires_at = now.saturating_add(ttl);
@@ -1483,7 +1485,7 @@ impl Store for SqliteStore {
                 ],
                 |r| {
                     Ok((
-                        queue_from_row(r)?,
+                        queue_from_row(r, "dead letter")?,
                         r.get::<_, String>(16)?,
                         r.get::<_, Option<String>>(17)?,
                         r.get::<_, i64>(18)?,
@@ -1493,6 +1495,7 @@ impl Store for SqliteStore {
             let mut letters = Vec::new();
             for row in collect_rows(rows, "dead letter")? {
                 let (raw, reason_text, error, dead_at) = row;
+                let raw = raw?;
                 let item = raw.decode("dead letter")?;
                 let reason =
                     DeadLetterReason::parse(&reason_text).ok_or_else(|| StoreError::Decode {
@@ -1628,20 +1631,13 @@ fn collect_rows<T>(
         .collect()
 }
 
-/// A `Decode` for a row error that is about the data (a column of the wrong type, a value out
-/// of range), else the I/O failure it is.
-fn decode_error(what: &'static str, id: &str, path: &str, error: &rusqlite::Error) -> StoreError {
-    match error {
-        rusqlite::Error::FromSqlConversionFailure(..)
-        | rusqlite::Error::InvalidColumnType(..)
-        | rusqlite::Error::IntegralValueOutOfRange(..) => StoreError::Decode {
-            what,
-            id: id.to_owned(),
-            path: path.to_owned(),
-            message: error.to_string(),
-        },
-        other => StoreError::unavailable(other),
-    }
+/// Collects rows whose mapper names the row in its own `Decode` (ST-22).
+fn collect_named<T>(
+    rows: impl Iterator<Item = rusqlite::Result<StoreResult<T>>>,
+    what: &'static str,
+) -> StoreResult<Vec<T>> {
+    rows.map(|row| row.map_err(|e| decode_error(what, "?", "row", &e))?)
+        .collect()
 }
 
 fn find_idempotency(c: &Connection, key: &str) -> StoreResult<Option<IdempotencyRecord>> {

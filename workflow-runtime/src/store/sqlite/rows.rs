@@ -113,35 +113,107 @@ pub(super) fn summary_from_row(id: &str, row: &Row<'_>) -> StoreResult<InstanceS
 pub(super) const BOOKMARK_COLS: &str = "bookmark_id, instance_id, hash, name, node_id, context_id, \
     correlation_id, definition_name, definition_version, look_back, created_at";
 
-pub(super) fn bookmark_from_row(row: &Row<'_>) -> rusqlite::Result<BookmarkRow> {
-    Ok(BookmarkRow {
-        bookmark_id: row.get(0)?,
-        instance_id: row.get(1)?,
-        hash: row.get(2)?,
-        name: row.get(3)?,
-        node_id: row.get(4)?,
-        context_id: to_u64(row.get(5)?),
-        correlation_id: row.get(6)?,
-        definition_name: row.get(7)?,
-        definition_version: row.get(8)?,
-        look_back: row.get(9)?,
-        created_at: row.get(10)?,
-    })
+pub(super) fn bookmark_from_row(row: &Row<'_>) -> rusqlite::Result<StoreResult<BookmarkRow>> {
+    let c = Cols::new(row, "bookmark", 0, Some(1));
+    Ok((|| {
+        Ok(BookmarkRow {
+            bookmark_id: c.get(0)?,
+            instance_id: c.get(1)?,
+            hash: c.get(2)?,
+            name: c.get(3)?,
+            node_id: c.get(4)?,
+            context_id: to_u64(c.get(5)?),
+            correlation_id: c.get(6)?,
+            definition_name: c.get(7)?,
+            definition_version: c.get(8)?,
+            look_back: c.get(9)?,
+            created_at: c.get(10)?,
+        })
+    })())
 }
 
 pub(super) const TIMER_COLS: &str =
     "timer_id, instance_id, kind, due_at, parked, definition_name, node_id";
 
-pub(super) fn timer_from_row(row: &Row<'_>) -> rusqlite::Result<TimerRow> {
-    Ok(TimerRow {
-        timer_id: row.get(0)?,
-        instance_id: row.get(1)?,
-        kind: row.get(2)?,
-        due_at: row.get(3)?,
-        parked: row.get::<_, i64>(4)? != 0,
-        definition_name: row.get(5)?,
-        node_id: row.get(6)?,
-    })
+pub(super) fn timer_from_row(row: &Row<'_>) -> rusqlite::Result<StoreResult<TimerRow>> {
+    let c = Cols::new(row, "timer", 0, Some(1));
+    Ok((|| {
+        Ok(TimerRow {
+            timer_id: c.get(0)?,
+            instance_id: c.get(1)?,
+            kind: c.get(2)?,
+            due_at: c.get(3)?,
+            parked: c.get::<i64>(4)? != 0,
+            definition_name: c.get(5)?,
+            node_id: c.get(6)?,
+        })
+    })())
+}
+
+/// Reads the columns of one row; a column of the wrong type is a `Decode` naming the row (its
+/// id, and its instance when it has one) and the column (ST-22), not a transient failure.
+struct Cols<'a, 'r> {
+    row: &'a Row<'r>,
+    what: &'static str,
+    id: String,
+}
+
+impl<'a, 'r> Cols<'a, 'r> {
+    /// `id` is the column of the row's id, `instance` that of its instance, if any.
+    fn new(row: &'a Row<'r>, what: &'static str, id: usize, instance: Option<usize>) -> Self {
+        let mut name = rendered(row, id);
+        if let Some(instance) = instance.map(|i| rendered(row, i))
+            && instance != "NULL"
+        {
+            name = format!("{name} (instance {instance})");
+        }
+        Self {
+            row,
+            what,
+            id: name,
+        }
+    }
+
+    fn get<T: rusqlite::types::FromSql>(&self, idx: usize) -> StoreResult<T> {
+        self.row.get(idx).map_err(|e| {
+            let column = self.row.as_ref().column_name(idx).unwrap_or("row");
+            decode_error(self.what, &self.id, column, &e)
+        })
+    }
+}
+
+/// A column's value as text whatever its type, to name a row whose columns do not decode.
+fn rendered(row: &Row<'_>, idx: usize) -> String {
+    use rusqlite::types::ValueRef;
+    match row.get_ref(idx) {
+        Ok(ValueRef::Text(text)) => String::from_utf8_lossy(text).into_owned(),
+        Ok(ValueRef::Integer(n)) => n.to_string(),
+        Ok(ValueRef::Real(x)) => x.to_string(),
+        Ok(ValueRef::Null) => "NULL".to_owned(),
+        Ok(ValueRef::Blob(bytes)) => format!("<{} bytes>", bytes.len()),
+        Err(_) => "?".to_owned(),
+    }
+}
+
+/// A `Decode` for a row error that is about the data (a column of the wrong type, a value out
+/// of range), else the I/O failure it is.
+pub(super) fn decode_error(
+    what: &'static str,
+    id: &str,
+    path: &str,
+    error: &rusqlite::Error,
+) -> StoreError {
+    match error {
+        rusqlite::Error::FromSqlConversionFailure(..)
+        | rusqlite::Error::InvalidColumnType(..)
+        | rusqlite::Error::IntegralValueOutOfRange(..) => StoreError::Decode {
+            what,
+            id: id.to_owned(),
+            path: path.to_owned(),
+            message: error.to_string(),
+        },
+        other => StoreError::unavailable(other),
+    }
 }
 
 /// The queue columns after the id, shared by `wf_queue` and `wf_dead_letters`.
@@ -156,30 +228,36 @@ pub(super) struct RawQueue {
     pub(super) targets: String,
 }
 
-/// Reads `id, QUEUE_COLS...` starting at column 0.
-pub(super) fn queue_from_row(row: &Row<'_>) -> rusqlite::Result<RawQueue> {
-    Ok(RawQueue {
-        item: QueueItem {
-            item_id: row.get(0)?,
-            stimulus_id: row.get(1)?,
-            name: row.get(2)?,
-            hash: row.get(3)?,
-            key_display: row.get(4)?,
-            payload: Value::Null,
-            correlation_id: row.get(6)?,
-            targets: Value::Null,
-            sent_at: row.get(8)?,
-            enqueued_at: row.get(9)?,
-            expires_at: row.get(10)?,
-            attempts: u32::try_from(row.get::<_, i64>(11)?).unwrap_or(u32::MAX),
-            last_error: row.get(12)?,
-            last_attempt_at: row.get(13)?,
-            held: row.get::<_, i64>(14)? != 0,
-            idempotency_key: row.get(15)?,
-        },
-        payload: row.get(5)?,
-        targets: row.get(7)?,
-    })
+/// Reads `id, QUEUE_COLS...` starting at column 0; `what` names the row in errors.
+pub(super) fn queue_from_row(
+    row: &Row<'_>,
+    what: &'static str,
+) -> rusqlite::Result<StoreResult<RawQueue>> {
+    let c = Cols::new(row, what, 0, None);
+    Ok((|| {
+        Ok(RawQueue {
+            item: QueueItem {
+                item_id: c.get(0)?,
+                stimulus_id: c.get(1)?,
+                name: c.get(2)?,
+                hash: c.get(3)?,
+                key_display: c.get(4)?,
+                payload: Value::Null,
+                correlation_id: c.get(6)?,
+                targets: Value::Null,
+                sent_at: c.get(8)?,
+                enqueued_at: c.get(9)?,
+                expires_at: c.get(10)?,
+                attempts: u32::try_from(c.get::<i64>(11)?).unwrap_or(u32::MAX),
+                last_error: c.get(12)?,
+                last_attempt_at: c.get(13)?,
+                held: c.get::<i64>(14)? != 0,
+                idempotency_key: c.get(15)?,
+            },
+            payload: c.get(5)?,
+            targets: c.get(7)?,
+        })
+    })())
 }
 
 impl RawQueue {

@@ -1,0 +1,232 @@
+//! Corrupt rows in a SQLite file (ST-22): a bookmark, timer or queue row with a column of the
+//! wrong type is a typed `Decode` naming that row and column, never a transient failure naming
+//! nothing; a journal row whose detail does not decode keeps its place with an
+//! `{"undecodable": ...}` marker, and the rest of the instance stays readable.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::path::Path;
+use std::sync::Arc;
+
+use common::block_on;
+use serde::{Deserialize, Serialize};
+use workflow_runtime::model::Definition;
+use workflow_runtime::store::{SqliteStore, Storage, StoreError};
+use workflow_runtime::{Outcome, Registry, Runtime, StartOptions, Stimulus, TaskContext};
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+struct Notes {
+    notes: Vec<String>,
+}
+
+/// `head` -> waits for `go` -> `tail`.
+const WAITER: &str = r#"{
+  "name": "Waiter",
+  "root": {
+    "kind": "flowchart",
+    "id": "root",
+    "start": "head",
+    "nodes": [
+      { "kind": "task", "id": "head", "function": "head" },
+      { "kind": "event", "id": "wait", "event": "go" },
+      { "kind": "task", "id": "tail", "function": "tail" }
+    ],
+    "connections": [
+      { "source": "head", "target": "wait" },
+      { "source": "wait", "target": "tail" }
+    ]
+  }
+}"#;
+
+/// `head` -> sleeps an hour -> `tail`.
+const SLEEPER: &str = r#"{
+  "name": "Sleeper",
+  "root": {
+    "kind": "flowchart",
+    "id": "root",
+    "start": "head",
+    "nodes": [
+      { "kind": "task", "id": "head", "function": "head" },
+      { "kind": "delay", "id": "nap", "duration_ms": 3600000 },
+      { "kind": "task", "id": "tail", "function": "tail" }
+    ],
+    "connections": [
+      { "source": "head", "target": "nap" },
+      { "source": "nap", "target": "tail" }
+    ]
+  }
+}"#;
+
+fn registry() -> Registry<Notes> {
+    let mut registry = Registry::new();
+    for name in ["head", "tail"] {
+        registry = registry.task(name, move |cx: &mut TaskContext<Notes>| {
+            Box::pin(async move {
+                cx.data_mut().notes.push(name.to_owned());
+                Ok(Outcome::done())
+            })
+        });
+    }
+    registry
+}
+
+fn runtime(store: &Storage) -> Runtime {
+    Runtime::builder()
+        .store(store.clone())
+        .register_definition(Definition::from_json(WAITER).unwrap(), registry())
+        .register_definition(Definition::from_json(SLEEPER).unwrap(), registry())
+        .queue_worker(false)
+        .timer_driver(false)
+        .recovery_sweep(None)
+        .build()
+        .unwrap()
+}
+
+async fn start(rt: &Runtime, name: &str) -> String {
+    rt.start_by_name(name, serde_json::json!({}), StartOptions::default())
+        .await
+        .unwrap()
+        .instance_id
+}
+
+/// Changes the file behind the open store, as a damaged disk or a stray tool would.
+fn corrupt(path: &Path, sql: &str, id: &str) {
+    let conn = rusqlite::Connection::open(path).unwrap();
+    conn.busy_timeout(std::time::Duration::from_secs(5))
+        .unwrap();
+    let changed = conn.execute(sql, [id]).unwrap();
+    assert!(changed > 0, "the corruption changed no row: {sql}");
+}
+
+fn now_micros() -> i64 {
+    let since = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap();
+    i64::try_from(since.as_micros()).unwrap()
+}
+
+fn opened(dir: &tempfile::TempDir) -> (std::path::PathBuf, Storage) {
+    let path = dir.path().join("corrupt.db");
+    let store = Storage::new(Arc::new(SqliteStore::open(&path).unwrap()));
+    (path, store)
+}
+
+#[test]
+fn st22_a_bookmark_row_with_a_wrong_column_type_is_a_decode_error_naming_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let (path, store) = opened(&dir);
+    block_on(async {
+        let rt = runtime(&store);
+        let bad = start(&rt, "Waiter").await;
+        let good = start(&rt, "Waiter").await;
+        let bookmark = store.list_bookmarks(&bad).await.unwrap()[0]
+            .bookmark_id
+            .clone();
+        corrupt(
+            &path,
+            "UPDATE wf_bookmarks SET context_id = 'not a number' WHERE instance_id = ?1",
+            &bad,
+        );
+        let error = store.list_bookmarks(&bad).await.unwrap_err();
+        let StoreError::Decode { what, id, path, .. } = &error else {
+            panic!("a Decode expected, got {error:?}");
+        };
+        assert_eq!(*what, "bookmark");
+        assert!(id.contains(&bookmark) && id.contains(&bad), "{id}");
+        assert_eq!(path, "context_id");
+        assert!(!error.is_transient(), "{error:?}");
+        // The other instance's bookmarks read as before.
+        assert_eq!(store.list_bookmarks(&good).await.unwrap().len(), 1);
+    });
+}
+
+#[test]
+fn st22_a_timer_row_with_a_non_numeric_due_time_is_a_decode_error_naming_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let (path, store) = opened(&dir);
+    block_on(async {
+        let rt = runtime(&store);
+        let bad = start(&rt, "Sleeper").await;
+        let good = start(&rt, "Sleeper").await;
+        let timer = store.list_timers(&bad).await.unwrap()[0].timer_id.clone();
+        corrupt(
+            &path,
+            "UPDATE wf_timers SET due_at = 'soon' WHERE instance_id = ?1",
+            &bad,
+        );
+        let error = store.list_timers(&bad).await.unwrap_err();
+        let StoreError::Decode { what, id, path, .. } = &error else {
+            panic!("a Decode expected, got {error:?}");
+        };
+        assert_eq!(*what, "timer");
+        assert!(id.contains(&timer) && id.contains(&bad), "{id}");
+        assert_eq!(path, "due_at");
+        assert!(!error.is_transient(), "{error:?}");
+        assert_eq!(store.list_timers(&good).await.unwrap().len(), 1);
+    });
+}
+
+#[test]
+fn st22_a_queue_row_with_a_wrong_column_type_is_a_decode_error_naming_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let (path, store) = opened(&dir);
+    block_on(async {
+        let rt = runtime(&store);
+        let report = rt
+            .send(Stimulus::new("nobody.waits").enqueued())
+            .await
+            .unwrap();
+        let item = report.queued.unwrap();
+        corrupt(
+            &path,
+            "UPDATE wf_queue SET attempts = 'many' WHERE item_id = ?1",
+            &item,
+        );
+        let error = store
+            .claim_queue_page("inspector", now_micros(), 1, 10)
+            .await
+            .unwrap_err();
+        let StoreError::Decode { what, id, path, .. } = &error else {
+            panic!("a Decode expected, got {error:?}");
+        };
+        assert_eq!(*what, "queue item");
+        assert_eq!(id, &item);
+        assert_eq!(path, "attempts");
+        assert!(!error.is_transient(), "{error:?}");
+    });
+}
+
+#[test]
+fn st22_a_journal_row_whose_detail_does_not_decode_is_marked_and_the_instance_reads() {
+    let dir = tempfile::tempdir().unwrap();
+    let (path, store) = opened(&dir);
+    block_on(async {
+        let rt = runtime(&store);
+        let id = start(&rt, "Waiter").await;
+        let before = store.read_journal(&id, 0, 0).await.unwrap();
+        assert!(before.len() > 1, "{before:?}");
+        corrupt(
+            &path,
+            "UPDATE wf_journal SET detail = '{not json' WHERE instance_id = ?1
+               AND seq = (SELECT MIN(seq) FROM wf_journal WHERE instance_id = ?1)",
+            &id,
+        );
+        let after = store.read_journal(&id, 0, 0).await.unwrap();
+        assert_eq!(after.len(), before.len(), "no entry is hidden");
+        assert!(
+            after[0].detail.get("undecodable").is_some(),
+            "{:?}",
+            after[0].detail
+        );
+        assert_eq!(after[0].seq, before[0].seq);
+        assert_eq!(after[1..], before[1..]);
+        // The instance itself reads, its journal included, and still runs.
+        let snapshot = rt.get_state(&id).await.unwrap().unwrap();
+        assert_eq!(snapshot.journal().len(), before.len());
+        assert_eq!(snapshot.data::<Notes>().unwrap().notes, ["head"]);
+        let report = rt.send(Stimulus::new("go")).await.unwrap();
+        assert_eq!(report.resumed.len(), 1, "{report:?}");
+    });
+}
