@@ -1193,11 +1193,7 @@ pub(super) async fn claim_due_timers(
          UPDATE @wf_timers t SET claim_owner = $3, claim_expires_at = $4
          FROM picked WHERE t.timer_id = picked.timer_id
          RETURNING {}",
-        TIMER_COLS
-            .split(", ")
-            .map(|col| format!("t.{col}"))
-            .collect::<Vec<_>>()
-            .join(", ")
+        qualified("t", TIMER_COLS)
     )))
     .bind(now)
     .bind(limit_i64(limit))
@@ -1413,11 +1409,7 @@ pub(super) async fn claim_queue_page(
          UPDATE @wf_queue q SET claim_owner = $3, claim_expires_at = $4
          FROM picked WHERE q.item_id = picked.item_id
          RETURNING q.item_id, {}",
-        QUEUE_COLS
-            .split(", ")
-            .map(|col| format!("q.{col}"))
-            .collect::<Vec<_>>()
-            .join(", ")
+        qualified("q", QUEUE_COLS)
     )))
     .bind(now)
     .bind(limit_i64(limit))
@@ -1851,4 +1843,13 @@ pub(super) async fn read_raw_state(c: &mut Conn, s: &Schema, id: &str) -> StoreR
         .fetch_optional(&mut *c)
         .await?
         .ok_or_else(|| not_found("instance", id))
+}
+
+/// `cols` (a `", "`-separated column list) with each column qualified by `alias`, for a
+/// `RETURNING` clause of an `UPDATE .. FROM` whose other side has columns of the same name.
+fn qualified(alias: &str, cols: &str) -> String {
+    cols.split(", ")
+        .map(|col| format!("{alias}.{col}"))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
