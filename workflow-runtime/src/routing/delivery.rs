@@ -602,7 +602,11 @@ impl Runtime {
             self.inner.doorbell.notify_one();
             return Ok(report);
         } else {
-            self.route(&stimulus, &hash, &stimulus_id, sent_at).await?
+            // A send without an idempotency key made its stimulus id just now: only instances
+            // this send starts can have consumed it (RT-19).
+            let fresh = stimulus.idempotency_key.is_none();
+            self.route(&stimulus, &hash, &stimulus_id, sent_at, fresh)
+                .await?
         };
         if let Some(key) = &stimulus.idempotency_key {
             let record = IdempotencyRecord {
@@ -624,21 +628,45 @@ impl Runtime {
     }
 
     /// RT-15 to RT-21 for one stimulus: triggers, bookmarks, deferrals, then the queue.
+    /// `fresh`: the stimulus id was made by this send, so no instance it did not start has
+    /// a receipt for it (RT-19) and the bookmark phase need not look receipts up.
     pub(crate) async fn route(
         &self,
         stimulus: &Stimulus,
         hash: &str,
         stimulus_id: &str,
         sent_at: Micros,
+        fresh: bool,
     ) -> Result<SendReport, SendError> {
         let store = &self.inner.store;
         let mut report = SendReport::empty(stimulus_id.to_owned(), hash.to_owned());
+        let mut created = false;
+        let mut prefetched = None;
         if stimulus.instance_id.is_none() && stimulus.bookmark_id.is_none() {
-            self.trigger_phase(stimulus, hash, stimulus_id, sent_at, &mut report)
+            // The trigger rows and the first page of bookmarks are read together (two reads
+            // in flight, not one after the other); the page is used only when the trigger
+            // phase created nothing that could have added a bookmark since.
+            let query = self.bookmark_query(stimulus, hash);
+            let (rows, page) = tokio::join!(
+                self.trigger_rows(stimulus, hash),
+                self.inner.store.find_bookmarks(query)
+            );
+            created = self
+                .trigger_phase(rows?, stimulus, stimulus_id, sent_at, &mut report)
                 .await?;
+            if !created {
+                prefetched = Some(page.map_err(SendError::Store)?);
+            }
         }
         let busy = self
-            .bookmark_phase(stimulus, hash, stimulus_id, &mut report)
+            .bookmark_phase(
+                stimulus,
+                hash,
+                stimulus_id,
+                fresh && !created,
+                prefetched,
+                &mut report,
+            )
             .await?;
         for (instance, held) in busy {
             let targets = Targets {
@@ -732,11 +760,16 @@ impl Runtime {
     /// RT-17 to RT-20: resumes every matching bookmark, one run per instance. Returns the
     /// instances to defer (RT-18): busy in another process (`false`), or faulted (`true`:
     /// the item is held, it does not expire).
+    ///
+    /// `unconsumed`: no instance can hold a receipt for `stimulus_id` (a stimulus id this
+    /// send made, and no trigger of it created an instance), so receipts are not looked up.
     async fn bookmark_phase(
         &self,
         stimulus: &Stimulus,
         hash: &str,
         stimulus_id: &str,
+        unconsumed: bool,
+        prefetched: Option<Vec<BookmarkRow>>,
         report: &mut SendReport,
     ) -> Result<Vec<(String, bool)>, SendError> {
         let store = &self.inner.store;
@@ -757,11 +790,11 @@ impl Runtime {
                 Err(error) => return Err(SendError::Store(error)),
             }
         }
-        let mut query = BookmarkQuery::by_hash(hash, BOOKMARK_PAGE);
-        query.instance_id.clone_from(&stimulus.instance_id);
-        query.correlation_id.clone_from(&stimulus.correlation_id);
-        query.bookmark_id.clone_from(&stimulus.bookmark_id);
-        let targets = self.matching(query).await.map_err(SendError::Store)?;
+        let query = self.bookmark_query(stimulus, hash);
+        let targets = self
+            .matching_from(query, prefetched)
+            .await
+            .map_err(SendError::Store)?;
         if let Some(bookmark) = &stimulus.bookmark_id
             && targets.is_empty()
         {
@@ -787,10 +820,11 @@ impl Runtime {
         for (instance, ids) in targets {
             let first_bookmark = ids.first().cloned().unwrap_or_default();
             // RT-19: a retried send skips instances that already consumed it.
-            if store
-                .has_receipt(&instance, stimulus_id)
-                .await
-                .map_err(SendError::Store)?
+            if !unconsumed
+                && store
+                    .has_receipt(&instance, stimulus_id)
+                    .await
+                    .map_err(SendError::Store)?
             {
                 continue;
             }
@@ -889,6 +923,15 @@ impl Runtime {
         Ok(busy)
     }
 
+    /// The bookmark query of a stimulus's bookmark phase, first page (RT-17).
+    fn bookmark_query(&self, stimulus: &Stimulus, hash: &str) -> BookmarkQuery {
+        let mut query = BookmarkQuery::by_hash(hash, BOOKMARK_PAGE);
+        query.instance_id.clone_from(&stimulus.instance_id);
+        query.correlation_id.clone_from(&stimulus.correlation_id);
+        query.bookmark_id.clone_from(&stimulus.bookmark_id);
+        query
+    }
+
     /// The final instances of a correlation id when none of its instances is live (at most
     /// 20 listed); empty when one is live or there is none.
     async fn finished_correlation(&self, correlation: &str) -> Result<Vec<Started>, StoreError> {
@@ -919,12 +962,14 @@ impl Runtime {
     }
 
     /// Bookmark ids matching `query`, grouped by instance in creation order (RT-18).
-    pub(crate) async fn matching(
+    /// The first page, when given, was read already.
+    async fn matching_from(
         &self,
         query: BookmarkQuery,
+        first: Option<Vec<BookmarkRow>>,
     ) -> Result<Vec<(String, Vec<String>)>, StoreError> {
         Ok(self
-            .matching_rows(query)
+            .matching_rows_from(query, first)
             .await?
             .into_iter()
             .map(|(instance, rows)| (instance, rows.into_iter().map(|r| r.bookmark_id).collect()))
@@ -934,11 +979,23 @@ impl Runtime {
     /// Bookmark rows matching `query`, grouped by instance in creation order.
     pub(crate) async fn matching_rows(
         &self,
+        query: BookmarkQuery,
+    ) -> Result<Vec<(String, Vec<BookmarkRow>)>, StoreError> {
+        self.matching_rows_from(query, None).await
+    }
+
+    /// [`Runtime::matching_rows`] whose first page, when given, was read already.
+    async fn matching_rows_from(
+        &self,
         mut query: BookmarkQuery,
+        mut first: Option<Vec<BookmarkRow>>,
     ) -> Result<Vec<(String, Vec<BookmarkRow>)>, StoreError> {
         let mut targets: Vec<(String, Vec<BookmarkRow>)> = Vec::new();
         loop {
-            let rows = self.inner.store.find_bookmarks(query.clone()).await?;
+            let rows = match first.take() {
+                Some(rows) => rows,
+                None => self.inner.store.find_bookmarks(query.clone()).await?,
+            };
             let full = rows.len() >= query.limit;
             query.after = rows.last().map(|r| (r.created_at, r.bookmark_id.clone()));
             for row in rows {
