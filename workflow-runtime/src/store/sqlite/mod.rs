@@ -563,12 +563,15 @@ impl SqliteStore {
     /// Runs a point read (one indexed lookup) on the calling thread, on a free read
     /// connection of the store, and returns a ready future: no thread hop for what takes
     /// microseconds. When every such connection is in use by another caller, the read goes to
-    /// the reader pool.
+    /// the reader pool. `leases`: the read sees lease columns (the instance rows), so while
+    /// the writer holds answered lease writes it runs there instead (`Kind::Read`); the other
+    /// tables are never written by a volatile request.
     fn read_point<T: Send + 'static>(
         &self,
+        leases: bool,
         f: impl FnOnce(&Connection) -> StoreResult<T> + Send + 'static,
     ) -> BoxFuture<'static, StoreResult<T>> {
-        if self.read_on_writer() {
+        if leases && self.read_on_writer() {
             return self.write_request(0, Kind::Read, f);
         }
         for slot in &self.inline {

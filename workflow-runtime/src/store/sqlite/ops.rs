@@ -845,7 +845,7 @@ impl Store for SqliteStore {
         instance_id: &str,
     ) -> BoxFuture<'_, StoreResult<InstanceRecord<String>>> {
         let id = instance_id.to_owned();
-        self.read_point(move |c| load_tx(c, &id))
+        self.read_point(true, move |c| load_tx(c, &id))
     }
 
     fn claim_instance(
@@ -1066,7 +1066,7 @@ impl Store for SqliteStore {
         &self,
         select: BookmarkSelect,
     ) -> BoxFuture<'_, StoreResult<Vec<BookmarkRow>>> {
-        self.read_point(move |c| match select {
+        self.read_point(false, move |c| match select {
             BookmarkSelect::Hash(query) => {
                 let (after_at, after_id) = match &query.after {
                     Some((at, id)) => (Some(*at), Some(id.as_str())),
@@ -1112,7 +1112,7 @@ impl Store for SqliteStore {
         stimulus_id: &str,
     ) -> BoxFuture<'_, StoreResult<bool>> {
         let (id, stimulus) = (instance_id.to_owned(), stimulus_id.to_owned());
-        self.read_point(move |c| {
+        self.read_point(false, move |c| {
             Ok(c.prepare_cached(
                 "SELECT 1 FROM wf_receipts WHERE instance_id = ?1 AND stimulus_id = ?2",
             )?
@@ -1123,7 +1123,7 @@ impl Store for SqliteStore {
     }
 
     fn find_triggers(&self, select: TriggerSelect) -> BoxFuture<'_, StoreResult<Vec<TriggerRow>>> {
-        self.read_point(move |c| match select {
+        self.read_point(false, move |c| match select {
             TriggerSelect::Definition(name) => {
                 select_triggers(c, "WHERE definition_name = ?1", rusqlite::params![name])
             }
@@ -1566,7 +1566,7 @@ impl Store for SqliteStore {
         key: &str,
     ) -> BoxFuture<'_, StoreResult<Option<IdempotencyRecord>>> {
         let key = key.to_owned();
-        self.read_point(move |c| find_idempotency(c, &key))
+        self.read_point(false, move |c| find_idempotency(c, &key))
     }
 
     fn stats(&self) -> BoxFuture<'_, StoreResult<StoreStats>> {
