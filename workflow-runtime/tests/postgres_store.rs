@@ -323,3 +323,111 @@ async fn a_waiting_runtime_survives_its_connections_being_dropped() {
     assert_eq!(output["log"], serde_json::json!(["a", "b"]));
     runtime.shutdown(Duration::from_secs(1)).await;
 }
+
+/// The data of [`versioned`]'s instances.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct Ticket {
+    id: String,
+}
+
+/// Two versions of one definition: each step more is another fingerprint. The instance waits
+/// for `go`, then runs its tasks.
+fn versioned(steps: usize) -> String {
+    let tasks: Vec<String> = (0..steps)
+        .map(|i| format!(r#"{{ "kind": "task", "id": "t{i}", "function": "close" }}"#))
+        .collect();
+    format!(
+        r#"{{ "name": "Versioned", "root": {{ "kind": "sequence", "id": "root", "steps": [
+            {{ "kind": "event", "id": "go", "event": "go" }}, {} ] }} }}"#,
+        tasks.join(", ")
+    )
+}
+
+/// A process on its own pool that runs `Versioned` with `steps` tasks.
+async fn versioned_process(url: &str, schema: &str, steps: usize) -> Runtime {
+    let registry = workflow_runtime::Registry::<Ticket>::new().task("close", |_cx| {
+        Box::pin(async { Ok(workflow_runtime::Outcome::done()) })
+    });
+    let runtime = Runtime::builder()
+        .store(Arc::new(open(url, schema).await))
+        .register_json(versioned(steps), registry)
+        .timer_driver(false)
+        .build()
+        .unwrap();
+    runtime.start_workers().await.unwrap();
+    runtime
+}
+
+/// RT-24 across processes: a stimulus for an instance pinned to a version the sending process
+/// does not run is queued for that instance, not dropped; processes that cannot run it either
+/// leave it alone (no pass back and forth between them), and a process that runs the version
+/// delivers it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stimulus_for_a_version_this_process_lacks_waits_for_one_that_runs_it() {
+    if server().await.is_none() {
+        return;
+    }
+    let (url, schema) = (database_url(), fresh_schema_name());
+    let _guard = SchemaGuard::new(url.clone(), schema.clone());
+    let v1 = versioned_process(&url, &schema, 1).await;
+    let other_v1 = versioned_process(&url, &schema, 1).await;
+    let v2 = versioned_process(&url, &schema, 2).await;
+    let id = v2
+        .start_by_name(
+            "Versioned",
+            serde_json::json!({"id": "t-1"}),
+            Default::default(),
+        )
+        .await
+        .unwrap()
+        .instance_id;
+    // The only process running version 2 stops for a while.
+    v2.shutdown(Duration::from_secs(1)).await;
+    drop(v2);
+
+    let report = v1
+        .send(workflow_runtime::Stimulus::new("go"))
+        .await
+        .unwrap();
+    assert_eq!(report.deferred, [id.clone()], "{report:?}");
+    assert!(report.resumed.is_empty(), "{report:?}");
+    // The two version-1 processes each look at the item once at most, then leave it: over
+    // two seconds they write next to nothing (each pass claims and puts back: two writes).
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let before = (
+        v1.store().stats().await.unwrap().transactions,
+        other_v1.store().stats().await.unwrap().transactions,
+    );
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let after = (
+        v1.store().stats().await.unwrap().transactions,
+        other_v1.store().stats().await.unwrap().transactions,
+    );
+    assert!(
+        after.0 - before.0 <= 4 && after.1 - before.1 <= 4,
+        "the version-1 processes pass the item back and forth: {before:?} -> {after:?}"
+    );
+    let instance = v1.store().load_instance(&id).await.unwrap();
+    assert_eq!(
+        instance.status,
+        workflow_runtime::store::InstanceStatus::Suspended
+    );
+
+    // A process running version 2 starts: it delivers the stimulus, and the instance runs
+    // its two tasks to the end.
+    let v2 = versioned_process(&url, &schema, 2).await;
+    let done = v2
+        .await_completion(&id, Duration::from_secs(20))
+        .await
+        .unwrap();
+    assert!(matches!(done, Completion::Finished(_)), "{done:?}");
+    let journal = v2.store().read_journal(&id, 0, 100).await.unwrap();
+    let tasks = journal
+        .iter()
+        .filter(|r| r.node_id.as_deref() == Some("root:t1"))
+        .count();
+    assert!(tasks > 0, "the version-2 task did not run: {journal:?}");
+    for runtime in [v1, other_v1, v2] {
+        runtime.shutdown(Duration::from_secs(1)).await;
+    }
+}
