@@ -389,7 +389,7 @@ async fn a_stimulus_for_a_version_this_process_lacks_waits_for_one_that_runs_it(
         .send(workflow_runtime::Stimulus::new("go"))
         .await
         .unwrap();
-    assert_eq!(report.deferred, [id.clone()], "{report:?}");
+    assert_eq!(report.deferred, std::slice::from_ref(&id), "{report:?}");
     assert!(report.resumed.is_empty(), "{report:?}");
     // The two version-1 processes each look at the item once at most, then leave it: over
     // two seconds they write next to nothing (each pass claims and puts back: two writes).

@@ -886,7 +886,7 @@ impl Runtime {
                     }
                 }
                 Err(error @ (RunError::NotRunnable { .. } | RunError::Store { .. })) => {
-                    report.not_delivered.push(error)
+                    report.not_delivered.push(error);
                 }
                 Err(error) => return Err(SendError::Run(error)),
             }
