@@ -431,3 +431,183 @@ async fn a_stimulus_for_a_version_this_process_lacks_waits_for_one_that_runs_it(
         runtime.shutdown(Duration::from_secs(1)).await;
     }
 }
+
+/// The data of [`Gated`]: the gate its first task waits at, and what ran.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Gated {
+    gate: String,
+    /// The first task waits for its cancellation token instead of its gate.
+    until_cancelled: bool,
+    log: Vec<String>,
+}
+
+/// Gates a test opens by name: the first task says it entered, then waits to be let go.
+#[derive(Default)]
+struct Gate {
+    entered: tokio::sync::Notify,
+    open: tokio::sync::Notify,
+}
+
+fn gate(name: &str) -> Arc<Gate> {
+    use std::collections::HashMap;
+    use std::sync::{Mutex, OnceLock};
+    static GATES: OnceLock<Mutex<HashMap<String, Arc<Gate>>>> = OnceLock::new();
+    let mut gates = GATES
+        .get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    gates.entry(name.to_owned()).or_default().clone()
+}
+
+async fn gated(ctx: &mut TaskContext<Gated>) {
+    let gate = gate(&ctx.data().gate);
+    let open = gate.open.notified();
+    gate.entered.notify_one();
+    if ctx.data().until_cancelled {
+        ctx.cancelled().await;
+        return;
+    }
+    open.await;
+    ctx.data_mut().log.push("first".to_owned());
+}
+
+async fn then(ctx: &mut TaskContext<Gated>) {
+    ctx.data_mut().log.push("second".to_owned());
+}
+
+workflow! {
+    /// A gated task, then another.
+    pub workflow GatedSteps(Gated) = sequence [
+        task(gated),
+        task(then),
+    ];
+}
+
+/// A process on its own pool running [`GatedSteps`].
+async fn gated_process(url: &str, schema: &str, owner: &str) -> Runtime {
+    let runtime = Runtime::builder()
+        .store(Arc::new(open(url, schema).await))
+        .owner(owner)
+        .register::<GatedSteps>()
+        .cancel_grace(Duration::from_millis(200))
+        .build()
+        .unwrap();
+    runtime.start_workers().await.unwrap();
+    runtime
+}
+
+async fn log_of(runtime: &Runtime, id: &str) -> Vec<String> {
+    let state = runtime.get_state(id).await.unwrap().unwrap();
+    state.data::<Gated>().unwrap().log
+}
+
+/// ENG-50, FLT-15 across processes: a cancel, a suspend and a resume sent from one process
+/// to an instance whose run is in progress in another are durable requests (never
+/// `LeaseHeld`), honoured by the owner at the instance's next step.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn control_requests_from_another_process_reach_a_running_instance() {
+    use workflow_runtime::{Control, SubStatus, WorkflowStatus};
+    if server().await.is_none() {
+        return;
+    }
+    let (url, schema) = (database_url(), fresh_schema_name());
+    let _guard = SchemaGuard::new(url.clone(), schema.clone());
+    let owner = gated_process(&url, &schema, "process-a").await;
+    let other = gated_process(&url, &schema, "process-b").await;
+
+    // Cancel: the owner's running task sees its token fire; the instance ends cancelled.
+    let name = format!("{schema}-cancel");
+    let cancel_gate = gate(&name);
+    let entered = cancel_gate.entered.notified();
+    let running = {
+        let owner = owner.clone();
+        let data = Gated {
+            gate: name.clone(),
+            until_cancelled: true,
+            ..Gated::default()
+        };
+        tokio::spawn(async move { owner.start::<GatedSteps>(data).await })
+    };
+    entered.await;
+    let id = owner.list_instances(Default::default()).await.unwrap()[0]
+        .instance_id
+        .clone();
+    let control = other.cancel(&id, Some("no longer needed".to_owned())).await;
+    assert_eq!(control.unwrap(), Control::Requested);
+    let started = tokio::time::timeout(Duration::from_secs(20), running)
+        .await
+        .expect("the owner never honoured the cancel")
+        .unwrap()
+        .unwrap();
+    assert_eq!(started.status, WorkflowStatus::Cancelled);
+    let done = other
+        .await_completion(&id, Duration::from_secs(5))
+        .await
+        .unwrap();
+    assert_eq!(
+        done,
+        Completion::Cancelled(Some("no longer needed".to_owned()))
+    );
+    assert!(log_of(&other, &id).await.is_empty());
+
+    // Suspend: the owner finishes the task it runs, then pauses the instance.
+    let name = format!("{schema}-suspend");
+    let gate_of = gate(&name);
+    let entered = gate_of.entered.notified();
+    let running = {
+        let owner = owner.clone();
+        let data = Gated {
+            gate: name.clone(),
+            ..Gated::default()
+        };
+        tokio::spawn(async move { owner.start::<GatedSteps>(data).await })
+    };
+    entered.await;
+    let id = owner
+        .list_instances(Default::default())
+        .await
+        .unwrap()
+        .into_iter()
+        .find(|i| i.instance_id != id)
+        .unwrap()
+        .instance_id;
+    assert_eq!(other.suspend(&id).await.unwrap(), Control::Requested);
+    // Recorded durably: the request is in the instance's row for its owner to take.
+    let record = other.store().load_instance(&id).await.unwrap();
+    assert!(record.control_request.is_some(), "{record:?}");
+    gate_of.open.notify_one();
+    let started = tokio::time::timeout(Duration::from_secs(20), running)
+        .await
+        .expect("the owner never honoured the suspend")
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        (started.status, started.sub_status),
+        (WorkflowStatus::Suspended, Some(SubStatus::Paused))
+    );
+    assert_eq!(log_of(&other, &id).await, ["first"]);
+    let record = other.store().load_instance(&id).await.unwrap();
+    assert_eq!(
+        record.control_request, None,
+        "the pausing commit cleared it"
+    );
+
+    // Resume, from a process that does not run the definition (an operator's): recorded, and
+    // honoured by the owner, which runs the instance on to the end.
+    let operator = Runtime::builder()
+        .store(Arc::new(open(&url, &schema).await))
+        .owner("operator")
+        .build()
+        .unwrap();
+    assert_eq!(operator.resume(&id).await.unwrap(), Control::Requested);
+    let done = owner
+        .await_completion(&id, Duration::from_secs(20))
+        .await
+        .unwrap();
+    assert!(matches!(done, Completion::Finished(_)), "{done:?}");
+    assert_eq!(log_of(&owner, &id).await, ["first", "second"]);
+    for runtime in [owner, other, operator] {
+        runtime.shutdown(Duration::from_secs(1)).await;
+    }
+}
