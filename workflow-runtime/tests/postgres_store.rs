@@ -491,6 +491,7 @@ async fn gated_process(url: &str, schema: &str, owner: &str) -> Runtime {
         .owner(owner)
         .register::<GatedSteps>()
         .cancel_grace(Duration::from_millis(200))
+        .lease_renewal(Duration::from_millis(100))
         .build()
         .unwrap();
     runtime.start_workers().await.unwrap();
@@ -576,6 +577,9 @@ async fn control_requests_from_another_process_reach_a_running_instance() {
     // Recorded durably: the request is in the instance's row for its owner to take.
     let record = other.store().load_instance(&id).await.unwrap();
     assert!(record.control_request.is_some(), "{record:?}");
+    // The run in progress learns of it from the store's wake-up or, at the latest, from its
+    // next lease renewal (every 100 ms here); then the task it runs ends.
+    tokio::time::sleep(Duration::from_millis(500)).await;
     gate_of.open.notify_one();
     let started = tokio::time::timeout(Duration::from_secs(20), running)
         .await
