@@ -21,12 +21,12 @@ use tokio::task::JoinHandle;
 
 use super::{
     BookmarkRow, BookmarkSelect, BoxFuture, ClaimedInstance, ClaimedRecord, Commit, ControlRequest,
-    DeadLetter, DeadLetterFilter, DueTimers, Enqueue, IdempotencyRecord, IncidentQuery,
-    IncidentRecord, InstanceFilter, InstanceRecord, InstanceStatus, JournalRecord, Lease,
-    LeaseClaim, LeaseKey, ListedInstance, Micros, MigrateMode, NewIncident, NewInstance,
-    PurgeTarget, QueueItem, Renewal, Schedule, ScheduleFiring, Settled, Settlement, Store,
-    StoreError, StoreResult, StoreStats, TimerRow, TimerScope, TriggerRow, TriggerSelect,
-    TriggerWrite, WakeUp,
+    DeadLetter, DeadLetterFilter, DefinitionRecord, DefinitionStore, DueTimers, Enqueue,
+    IdempotencyRecord, IncidentQuery, IncidentRecord, InstanceFilter, InstanceRecord,
+    InstanceStatus, JournalRecord, Lease, LeaseClaim, LeaseKey, ListedInstance, Micros,
+    MigrateMode, NewIncident, NewInstance, PurgeTarget, QueueItem, Renewal, Schedule,
+    ScheduleFiring, Settled, Settlement, Store, StoreError, StoreResult, StoreStats, TimerRow,
+    TimerScope, TriggerRow, TriggerSelect, TriggerWrite, WakeUp,
 };
 
 mod notify;
@@ -894,5 +894,35 @@ impl Store for PostgresStore {
 
     fn remote_hints(&self) -> Option<broadcast::Receiver<WakeUp>> {
         Some(self.hints.subscribe())
+    }
+
+    fn definitions(&self) -> Option<&dyn DefinitionStore> {
+        Some(self)
+    }
+}
+
+impl DefinitionStore for PostgresStore {
+    fn put_definition(&self, definition: DefinitionRecord) -> BoxFuture<'_, StoreResult<bool>> {
+        Box::pin(async move {
+            write_tx!(self, [], |c| ops::put_definition(
+                c,
+                &self.schema,
+                &definition
+            ))
+        })
+    }
+
+    fn list_definitions(
+        &self,
+        name: Option<&str>,
+    ) -> BoxFuture<'_, StoreResult<Vec<DefinitionRecord>>> {
+        let name = name.map(str::to_owned);
+        Box::pin(async move {
+            read!(self, |c| ops::list_definitions(
+                c,
+                &self.schema,
+                name.as_deref()
+            ))
+        })
     }
 }
