@@ -330,6 +330,19 @@ macro_rules! read {
     }};
 }
 
+impl PostgresStore {
+    /// The stimuli waiting in the queue, oldest sent first, at most `limit`, for inspection
+    /// (the `workflow why` command): nothing is claimed, so it runs beside the processes that
+    /// deliver them. An item whose row does not decode is left out.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::Unavailable`] when the read fails.
+    pub async fn queued(&self, limit: usize) -> StoreResult<Vec<QueueItem>> {
+        read!(self, |c| ops::queued(c, &self.schema, limit))
+    }
+}
+
 fn ready<T: Send + 'static>(result: StoreResult<T>) -> BoxFuture<'static, StoreResult<T>> {
     Box::pin(std::future::ready(result))
 }

@@ -1816,6 +1816,21 @@ pub(super) async fn find_idempotency_record(
     .transpose()
 }
 
+/// The queue, oldest sent first, at most `limit`, without claiming anything; an item whose
+/// row does not decode is left out.
+pub(super) async fn queued(c: &mut Conn, s: &Schema, limit: usize) -> StoreResult<Vec<QueueItem>> {
+    let rows = sqlx::query(&s.sql(&format!(
+        "SELECT item_id, {QUEUE_COLS} FROM @wf_queue ORDER BY sent_at, item_id LIMIT $1"
+    )))
+    .bind(limit_i64(limit))
+    .fetch_all(&mut *c)
+    .await?;
+    Ok(rows
+        .iter()
+        .filter_map(|row| queue_from_row(row).ok()?.decode("queue item").ok())
+        .collect())
+}
+
 // ----- definitions -----
 
 pub(super) async fn put_definition(
