@@ -20,12 +20,12 @@ use tokio::sync::broadcast;
 use tokio::task::JoinHandle;
 
 use super::{
-    BookmarkRow, BookmarkSelect, BoxFuture, ClaimedInstance, ClaimedRecord, Commit, ControlRequest,
-    DeadLetter, DeadLetterFilter, DueTimers, Enqueue, IdempotencyRecord, IncidentQuery,
-    IncidentRecord, InstanceFilter, InstanceRecord, InstanceStatus, JournalRecord, Lease,
-    LeaseClaim, LeaseKey, ListedInstance, Micros, MigrateMode, NewIncident, NewInstance,
-    PurgeTarget, QueueItem, Renewal, Schedule, ScheduleFiring, Settled, Settlement, Store,
-    StoreError, StoreResult, StoreStats, TimerRow, TimerScope, TriggerRow, TriggerSelect,
+    BookmarkRow, BookmarkSelect, BoxFuture, Capabilities, ClaimedInstance, ClaimedRecord, Commit,
+    ControlRequest, DeadLetter, DeadLetterFilter, DueTimers, Enqueue, IdempotencyRecord,
+    IncidentQuery, IncidentRecord, InstanceFilter, InstanceRecord, InstanceStatus, JournalRecord,
+    Lease, LeaseClaim, LeaseKey, ListedInstance, Micros, MigrateMode, NewIncident, NewInstance,
+    PurgeTarget, QueueItem, RemoteHints, Renewal, Schedule, ScheduleFiring, Settled, Settlement,
+    Store, StoreError, StoreResult, StoreStats, TimerRow, TimerScope, TriggerRow, TriggerSelect,
     TriggerWrite, WakeUp,
 };
 
@@ -115,7 +115,7 @@ pub struct PostgresStore {
     pool: PgPool,
     schema: Schema,
     /// The hints heard from other processes, forwarded to the [`Storage`](super::Storage)
-    /// over this store ([`Store::remote_hints`]).
+    /// over this store ([`RemoteHints`]).
     hints: broadcast::Sender<WakeUp>,
     /// This store's id in notification payloads, so it ignores its own.
     origin: String,
@@ -892,7 +892,13 @@ impl Store for PostgresStore {
         }))
     }
 
-    fn remote_hints(&self) -> Option<broadcast::Receiver<WakeUp>> {
-        Some(self.hints.subscribe())
+    fn capabilities(&self) -> Capabilities<'_> {
+        Capabilities::default().with_remote_hints(self)
+    }
+}
+
+impl RemoteHints for PostgresStore {
+    fn subscribe(&self) -> broadcast::Receiver<WakeUp> {
+        self.hints.subscribe()
     }
 }

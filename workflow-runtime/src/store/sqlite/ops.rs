@@ -15,9 +15,9 @@ use super::{
     SqliteStore, decode_json, is_constraint, json_text, limit_i64, not_found, to_i64, to_u64,
 };
 use crate::store::backend::{
-    BookmarkSelect, ClaimedRecord, DefinitionRecord, DefinitionStore, DueTimers, Enqueue,
-    IncidentQuery, LeaseClaim, LeaseKey, PurgeTarget, Settled, Settlement, Store, TimerScope,
-    TriggerSelect, TriggerWrite,
+    BookmarkSelect, Capabilities, ChildWaitIndex, ClaimedRecord, DefinitionRecord, DefinitionStore,
+    DueTimers, Enqueue, IncidentQuery, LeaseClaim, LeaseKey, PurgeTarget, Settled, Settlement,
+    Store, TimerScope, TriggerSelect, TriggerWrite,
 };
 use crate::store::{
     BookmarkRow, BoxFuture, ClaimedInstance, Commit, ControlRequest, DeadLetter, DeadLetterFilter,
@@ -1109,29 +1109,6 @@ impl Store for SqliteStore {
         })
     }
 
-    fn find_child_waits(
-        &self,
-        after: Option<String>,
-        limit: usize,
-    ) -> BoxFuture<'_, StoreResult<Vec<BookmarkRow>>> {
-        self.read(move |c| {
-            // The name is the literal of the partial index `wf_bookmarks_child_waits`
-            // (migration 0007): SQLite uses a partial index only for a query whose WHERE
-            // clause names the same constant, never a bound parameter. It is the library's
-            // own reserved name (`CHILD_WAIT`), not input.
-            let mut stmt = c.prepare_cached(&format!(
-                "SELECT {BOOKMARK_COLS} FROM wf_bookmarks INDEXED BY wf_bookmarks_child_waits
-                 WHERE name = 'wf.sub_workflow' AND (?1 IS NULL OR bookmark_id > ?1)
-                 ORDER BY bookmark_id LIMIT ?2"
-            ))?;
-            let rows = stmt.query_map(
-                rusqlite::params![after, limit_i64(limit)],
-                bookmark_from_row,
-            )?;
-            collect_named(rows, "bookmark")
-        })
-    }
-
     fn find_bookmarks(
         &self,
         select: BookmarkSelect,
@@ -1657,8 +1634,35 @@ impl Store for SqliteStore {
         Box::pin(std::future::ready(Ok(stats)))
     }
 
-    fn definitions(&self) -> Option<&dyn DefinitionStore> {
-        Some(self)
+    fn capabilities(&self) -> Capabilities<'_> {
+        Capabilities::default()
+            .with_definitions(self)
+            .with_child_waits(self)
+    }
+}
+
+impl ChildWaitIndex for SqliteStore {
+    fn find_child_waits(
+        &self,
+        after: Option<String>,
+        limit: usize,
+    ) -> BoxFuture<'_, StoreResult<Vec<BookmarkRow>>> {
+        self.read(move |c| {
+            // The name is the literal of the partial index `wf_bookmarks_child_waits`
+            // (migration 0007): SQLite uses a partial index only for a query whose WHERE
+            // clause names the same constant, never a bound parameter. It is the library's
+            // own reserved name (`CHILD_WAIT`), not input.
+            let mut stmt = c.prepare_cached(&format!(
+                "SELECT {BOOKMARK_COLS} FROM wf_bookmarks INDEXED BY wf_bookmarks_child_waits
+                 WHERE name = 'wf.sub_workflow' AND (?1 IS NULL OR bookmark_id > ?1)
+                 ORDER BY bookmark_id LIMIT ?2"
+            ))?;
+            let rows = stmt.query_map(
+                rusqlite::params![after, limit_i64(limit)],
+                bookmark_from_row,
+            )?;
+            collect_named(rows, "bookmark")
+        })
     }
 }
 
