@@ -472,11 +472,30 @@ async fn diagram(target: &Target, what: &str, format: DiagramFormat) -> Result<S
             .map_err(|e| CliError::Input(format!("`{what}` is not a valid definition: {e}")))?;
         return Ok(draw(&definition, &[]));
     }
-    // A definition recorded by the application's runtime: its latest version.
     let store = target.open_read().await?;
+    // An instance: the version it runs, its position highlighted.
+    match store.load_instance(what).await {
+        Ok(record) => {
+            let definition = inspect::recorded_definition(&store, &record)
+                .await?
+                .map_err(|note| {
+                    CliError::Input(format!("cannot draw instance `{what}`: {note}"))
+                })?;
+            let at = match inspect::locate(&record.state) {
+                inspect::Position::State(name) => vec![name],
+                inspect::Position::Nodes(paths) => paths,
+                inspect::Position::Nowhere => Vec::new(),
+            };
+            return Ok(draw(&definition, &at));
+        }
+        Err(StoreError::NotFound { .. }) => {}
+        Err(error) => return Err(error.into()),
+    }
+    // A definition recorded by the application's runtime: its latest version.
     let Some(recorded) = store.definition(what, None).await? else {
         return Err(CliError::Input(format!(
-            "`{what}` is neither a JSON definition file nor a definition recorded in this store"
+            "`{what}` is neither a JSON definition file, nor an instance, nor a definition \
+             recorded in this store"
         )));
     };
     let definition = Definition::from_json(&recorded.json).map_err(|e| {
@@ -502,8 +521,19 @@ fn show(detail: &Detail, now: Micros) -> String {
         None => s.status.clone(),
     };
     let _ = writeln!(out, "status      {status}");
-    if !s.at.is_empty() {
-        let _ = writeln!(out, "at          {}", s.at.join(", "));
+    if detail.places.is_empty() {
+        if !s.at.is_empty() {
+            let _ = writeln!(out, "at          {}", s.at.join(", "));
+        }
+        if let Some(note) = &detail.definition_note {
+            let _ = writeln!(out, "            ({note})");
+        }
+    }
+    for place in &detail.places {
+        let _ = writeln!(out, "at          {}", inspect::place_short(place));
+        for next in &place.next {
+            let _ = writeln!(out, "            next: {next}");
+        }
     }
     if let Some(correlation) = &s.correlation_id {
         let _ = writeln!(out, "correlation {correlation}");

@@ -26,6 +26,7 @@
 #![allow(clippy::print_stdout, clippy::print_stderr)]
 
 mod commands;
+mod explain;
 mod inspect;
 mod render;
 mod target;

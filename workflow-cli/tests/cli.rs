@@ -86,6 +86,23 @@ async fn show_and_why_explain_a_waiting_order_and_a_faulted_job() {
         show.stdout
     );
 
+    // Named by the definition the application recorded in the file.
+    assert!(
+        show.stdout.contains("at          New (state)\n")
+            && show.stdout.contains(
+                "next: `pay`: on the event `payment` (its key is the data's `order_id`) -> Paid"
+            ),
+        "{}",
+        show.stdout
+    );
+    let job = workflow(&db, &["show", "job-1"]);
+    assert!(
+        job.stdout
+            .contains("at          print (task: runs the task `always_fails`)"),
+        "{}",
+        job.stdout
+    );
+
     let json = workflow(&db, &["show", "o-1", "--json"]);
     let detail: Value = serde_json::from_str(&json.stdout).unwrap();
     assert_eq!(detail["bookmarks"][0]["name"], "payment");
@@ -100,6 +117,13 @@ async fn show_and_why_explain_a_waiting_order_and_a_faulted_job() {
     assert!(
         why.stdout
             .contains("for the event `payment` with key \"o-1\""),
+        "{}",
+        why.stdout
+    );
+
+    assert!(
+        why.stdout
+            .contains("where it is, by its recorded definition:\n  - state `New`\n"),
         "{}",
         why.stdout
     );
@@ -513,6 +537,17 @@ async fn diagram_draws_a_definition_recorded_by_the_application() {
         "{}",
         drawn.stdout
     );
+    // An instance's diagram is its version's, with where it is highlighted.
+    populated(&db).await;
+    let at = workflow(&db, &["diagram", "o-1"]);
+    assert!(at.ok, "{}", at.stderr);
+    assert!(
+        at.stdout.contains("stateDiagram") && at.stdout.contains(" current\n"),
+        "{}",
+        at.stdout
+    );
+    let plain = workflow(&db, &["diagram", name]);
+    assert!(!plain.stdout.contains(" current\n"), "{}", plain.stdout);
     let unknown = workflow(&db, &["diagram", "NoSuchFlow"]);
     assert!(!unknown.ok);
     assert!(unknown.stderr.contains("NoSuchFlow"), "{}", unknown.stderr);

@@ -192,6 +192,45 @@ async fn list_show_why_incidents_and_diagram_read_a_postgres_store_beside_the_ap
     assert!(letters.ok, "{}", letters.stderr);
     assert_eq!(letters.stdout, "no dead letters\n");
     app.shutdown(Duration::from_secs(1)).await;
+
+    // Where an instance is, named and drawn by the definition recorded in the database.
+    let show = pg.workflow(&["show", "o-1"]).await;
+    assert!(
+        show.stdout.contains("at          New (state)\n")
+            && show.stdout.contains("next: `pay`: on the event `payment`"),
+        "{}",
+        show.stdout
+    );
+    let at = pg.workflow(&["diagram", "o-1"]).await;
+    assert!(
+        at.ok && at.stdout.contains("stateDiagram") && at.stdout.contains(" current\n"),
+        "{}{}",
+        at.stdout,
+        at.stderr
+    );
+    // Without the recorded definition, the command says so instead of guessing.
+    sqlx::query(&format!(
+        "DELETE FROM \"{}\".wf_definitions",
+        pg.guard.schema()
+    ))
+    .execute(pg.store.pool())
+    .await
+    .unwrap();
+    let show = pg.workflow(&["show", "o-1"]).await;
+    assert!(
+        show.stdout.contains("at          New\n")
+            && show
+                .stdout
+                .contains("is not recorded in this store: a process that runs it records it"),
+        "{}",
+        show.stdout
+    );
+    let at = pg.workflow(&["diagram", "o-1"]).await;
+    assert!(
+        !at.ok && at.stderr.contains("cannot draw instance `o-1`"),
+        "{}",
+        at.stderr
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
