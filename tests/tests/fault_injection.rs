@@ -17,13 +17,13 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 use workflow_runtime::store::{
-    BookmarkRow, BookmarkSelect, BoxFuture, ClaimedInstance, ClaimedRecord, Commit, ControlRequest,
-    DeadLetter, DeadLetterFilter, DefinitionStore, DueTimers, Enqueue, IdempotencyRecord,
-    IncidentQuery, IncidentRecord, InstanceFilter, InstanceRecord, JournalRecord, Lease,
-    LeaseClaim, LeaseKey, ListedInstance, MemoryStore, Micros, NewIncident, NewInstance,
-    PurgeTarget, QueueItem, Renewal, Schedule, ScheduleFiring, Settled, Settlement, SqliteStore,
-    Store, StoreError, StoreResult, StoreStats, TimerRow, TimerScope, TriggerRow, TriggerSelect,
-    TriggerWrite,
+    BookmarkRow, BookmarkSelect, BoxFuture, Capabilities, ChildWaitIndex, ClaimedInstance,
+    ClaimedRecord, Commit, ControlRequest, DeadLetter, DeadLetterFilter, DueTimers, Enqueue,
+    IdempotencyRecord, IncidentQuery, IncidentRecord, InstanceFilter, InstanceRecord,
+    JournalRecord, Lease, LeaseClaim, LeaseKey, ListedInstance, MemoryStore, Micros, NewIncident,
+    NewInstance, PurgeTarget, QueueItem, Renewal, Schedule, ScheduleFiring, Settled, Settlement,
+    SqliteStore, Store, StoreError, StoreResult, StoreStats, TimerRow, TimerScope, TriggerRow,
+    TriggerSelect, TriggerWrite,
 };
 use workflow_runtime::{
     Completion, Runtime, SendError, StartOptions, Stimulus, TaskContext, WorkflowStatus, workflow,
@@ -330,16 +330,6 @@ impl Store for FaultyStore {
         }))
     }
 
-    fn find_child_waits(
-        &self,
-        after: Option<String>,
-        limit: usize,
-    ) -> BoxFuture<'_, StoreResult<Vec<BookmarkRow>>> {
-        Box::pin(self.around(Op::FindChildWaits, async move {
-            self.inner.find_child_waits(after, limit).await
-        }))
-    }
-
     fn has_receipt(
         &self,
         instance_id: &str,
@@ -508,8 +498,36 @@ impl Store for FaultyStore {
         Box::pin(self.around(Op::Stats, async move { self.inner.stats().await }))
     }
 
-    fn definitions(&self) -> Option<&dyn DefinitionStore> {
-        self.inner.definitions()
+    fn capabilities(&self) -> Capabilities<'_> {
+        let inner = self.inner.capabilities();
+        let mut capabilities = Capabilities::default();
+        if let Some(definitions) = inner.definitions {
+            capabilities = capabilities.with_definitions(definitions);
+        }
+        if inner.child_waits.is_some() {
+            capabilities = capabilities.with_child_waits(self);
+        }
+        if let Some(remote_hints) = inner.remote_hints {
+            capabilities = capabilities.with_remote_hints(remote_hints);
+        }
+        capabilities
+    }
+}
+
+impl ChildWaitIndex for FaultyStore {
+    fn find_child_waits(
+        &self,
+        after: Option<String>,
+        limit: usize,
+    ) -> BoxFuture<'_, StoreResult<Vec<BookmarkRow>>> {
+        Box::pin(self.around(Op::FindChildWaits, async move {
+            match self.inner.capabilities().child_waits {
+                Some(index) => index.find_child_waits(after, limit).await,
+                None => Err(StoreError::Unavailable {
+                    message: "the wrapped store lost its child-wait index".into(),
+                }),
+            }
+        }))
     }
 }
 

@@ -2,9 +2,10 @@
 //!
 //! # For backend authors
 //!
-//! A backend implements [`Store`] (and, optionally, [`DefinitionStore`]) and nothing else; the
-//! runtime wraps it in [`Storage`](super::Storage), the policy layer that validates ids and
-//! sizes, encodes and decodes state documents, truncates journal details, computes the
+//! A backend implements [`Store`] (and, optionally, the capability traits of
+//! [`Capabilities`]: [`DefinitionStore`], [`ChildWaitIndex`], [`RemoteHints`]) and nothing
+//! else; the runtime wraps it in [`Storage`](super::Storage), the policy layer that
+//! validates ids and sizes, encodes and decodes state documents, truncates journal details, computes the
 //! trigger diff, decides what a final commit removes, fills page defaults and sends wake-up
 //! hints. A backend therefore only stores rows and keeps the **atomic guards** no layer
 //! above it can keep: the optimistic version (ST-13), the fencing token (ST-14), uniqueness
@@ -38,7 +39,7 @@ use super::{
 use crate::base::{BoxFuture, Micros};
 
 /// The bookmark name of a parent waiting on a child workflow (ACT-24), the rows
-/// [`Store::find_child_waits`] returns.
+/// [`ChildWaitIndex::find_child_waits`] returns.
 pub const CHILD_WAIT: &str = "wf.sub_workflow";
 
 /// What a lease is about (ST-11, ST-14): an instance's lease (on its row) or a named lease
@@ -275,7 +276,8 @@ pub struct DefinitionRecord {
     pub recorded_at: Micros,
 }
 
-/// The optional capability of recording definitions (returned by [`Store::definitions`]).
+/// The optional capability of recording definitions (offered through
+/// [`Store::capabilities`]).
 pub trait DefinitionStore: Send + Sync {
     /// Records a definition version; an existing `(name, version)` is left as it is.
     /// Returns whether it was inserted.
@@ -287,6 +289,91 @@ pub trait DefinitionStore: Send + Sync {
         &self,
         name: Option<&str>,
     ) -> BoxFuture<'_, StoreResult<Vec<DefinitionRecord>>>;
+}
+
+/// The optional capability of finding the parents waiting on a child workflow from an index
+/// (offered through [`Store::capabilities`]). Without it, [`Storage`](super::Storage) pages
+/// through the suspended instances and their bookmarks instead: correct, but
+/// O(suspended instances).
+pub trait ChildWaitIndex: Send + Sync {
+    /// Bookmarks named [`CHILD_WAIT`] (ACT-24), in bookmark-id order after `after`, at most
+    /// `limit`: what start-up reads to resume a parent whose child finished before a crash,
+    /// so it need not read every suspended instance.
+    fn find_child_waits(
+        &self,
+        after: Option<String>,
+        limit: usize,
+    ) -> BoxFuture<'_, StoreResult<Vec<BookmarkRow>>>;
+}
+
+/// The optional capability of hearing of changes made by other processes (a database
+/// notification, say; offered through [`Store::capabilities`]). [`Storage`](super::Storage)
+/// forwards the hints to its own subscribers (ST-18). A backend only this process writes
+/// does not need it.
+pub trait RemoteHints: Send + Sync {
+    /// A new subscription to the hints heard from other processes.
+    fn subscribe(&self) -> tokio::sync::broadcast::Receiver<super::WakeUp>;
+}
+
+/// The optional capabilities of a backend, returned by [`Store::capabilities`]: each is a
+/// separate trait the backend may implement (usually on itself), so the [`Store`] trait
+/// stays the thin operations every backend needs.
+///
+/// # Examples
+///
+/// ```
+/// use workflow_runtime::store::{Capabilities, MemoryStore, Store};
+///
+/// let store = MemoryStore::new();
+/// let capabilities = store.capabilities();
+/// assert!(capabilities.definitions.is_some());
+/// assert!(capabilities.remote_hints.is_none());
+/// // A backend author builds its own from the default:
+/// let none = Capabilities::default();
+/// assert!(none.child_waits.is_none());
+/// ```
+#[derive(Clone, Copy, Default)]
+#[non_exhaustive]
+pub struct Capabilities<'a> {
+    /// Recording definitions.
+    pub definitions: Option<&'a dyn DefinitionStore>,
+    /// Finding child waits from an index.
+    pub child_waits: Option<&'a dyn ChildWaitIndex>,
+    /// Hearing of other processes' changes.
+    pub remote_hints: Option<&'a dyn RemoteHints>,
+}
+
+impl<'a> Capabilities<'a> {
+    /// With the definitions capability.
+    #[must_use]
+    pub fn with_definitions(mut self, definitions: &'a dyn DefinitionStore) -> Self {
+        self.definitions = Some(definitions);
+        self
+    }
+
+    /// With the child-wait index capability.
+    #[must_use]
+    pub fn with_child_waits(mut self, child_waits: &'a dyn ChildWaitIndex) -> Self {
+        self.child_waits = Some(child_waits);
+        self
+    }
+
+    /// With the remote-hints capability.
+    #[must_use]
+    pub fn with_remote_hints(mut self, remote_hints: &'a dyn RemoteHints) -> Self {
+        self.remote_hints = Some(remote_hints);
+        self
+    }
+}
+
+impl std::fmt::Debug for Capabilities<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Capabilities")
+            .field("definitions", &self.definitions.is_some())
+            .field("child_waits", &self.child_waits.is_some())
+            .field("remote_hints", &self.remote_hints.is_some())
+            .finish()
+    }
 }
 
 /// The backend trait (ST-1): thin, atomic storage operations with the guards only a backend
@@ -389,42 +476,6 @@ pub trait Store: Send + Sync + 'static {
         &self,
         select: BookmarkSelect,
     ) -> BoxFuture<'_, StoreResult<Vec<BookmarkRow>>>;
-
-    /// Bookmarks waiting on a child workflow (named [`CHILD_WAIT`], ACT-24), in bookmark-id
-    /// order after `after`, at most `limit`: what start-up reads to resume a parent whose
-    /// child finished before a crash, so it must not read every suspended instance. A
-    /// backend answers it from an index on such rows; this default pages through the
-    /// suspended instances and their bookmarks (correct, but O(suspended instances)).
-    fn find_child_waits(
-        &self,
-        after: Option<String>,
-        limit: usize,
-    ) -> BoxFuture<'_, StoreResult<Vec<BookmarkRow>>> {
-        Box::pin(async move {
-            let mut filter = InstanceFilter {
-                status: Some(super::InstanceStatus::Suspended),
-                limit: 500,
-                ..InstanceFilter::default()
-            };
-            let mut rows = Vec::new();
-            loop {
-                let page = self.list_instances(filter.clone()).await?;
-                let Some(last) = page.last() else { break };
-                filter.after = Some(last.instance_id.clone());
-                for listed in page {
-                    let bookmarks = self
-                        .find_bookmarks(BookmarkSelect::Instance(listed.instance_id))
-                        .await?;
-                    rows.extend(bookmarks.into_iter().filter(|b| {
-                        b.name == CHILD_WAIT && after.as_ref().is_none_or(|a| b.bookmark_id > *a)
-                    }));
-                }
-            }
-            rows.sort_by(|a, b| a.bookmark_id.cmp(&b.bookmark_id));
-            rows.truncate(limit);
-            Ok(rows)
-        })
-    }
 
     /// Whether the instance has consumed the stimulus (RT-19).
     fn has_receipt(&self, instance_id: &str, stimulus_id: &str)
@@ -548,15 +599,9 @@ pub trait Store: Send + Sync + 'static {
     /// Operation counters.
     fn stats(&self) -> BoxFuture<'_, StoreResult<StoreStats>>;
 
-    /// The definitions capability, when the backend records definitions.
-    fn definitions(&self) -> Option<&dyn DefinitionStore> {
-        None
-    }
-
-    /// Hints of changes made by other processes, for a backend that hears of them (a
-    /// database notification, say): [`Storage`](super::Storage) forwards them to its
-    /// subscribers (ST-18). `None` (the default) for a backend only this process writes.
-    fn remote_hints(&self) -> Option<tokio::sync::broadcast::Receiver<super::WakeUp>> {
-        None
+    /// The optional capabilities the backend offers (none by default): see
+    /// [`Capabilities`].
+    fn capabilities(&self) -> Capabilities<'_> {
+        Capabilities::default()
     }
 }

@@ -54,9 +54,9 @@ mod sqlite;
 pub mod conformance;
 
 pub use backend::{
-    BookmarkSelect, CHILD_WAIT, ClaimedRecord, DefinitionRecord, DefinitionStore, DueTimers,
-    Enqueue, IncidentQuery, LeaseClaim, LeaseKey, PurgeTarget, Settled, Settlement, Store,
-    TimerScope, TriggerSelect, TriggerWrite,
+    BookmarkSelect, CHILD_WAIT, Capabilities, ChildWaitIndex, ClaimedRecord, DefinitionRecord,
+    DefinitionStore, DueTimers, Enqueue, IncidentQuery, LeaseClaim, LeaseKey, PurgeTarget,
+    RemoteHints, Settled, Settlement, Store, TimerScope, TriggerSelect, TriggerWrite,
 };
 pub use error::{StoreError, StoreResult};
 pub use memory::MemoryStore;

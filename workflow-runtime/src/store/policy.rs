@@ -7,8 +7,9 @@ use serde_json::Value;
 use tokio::sync::broadcast;
 
 use super::backend::{
-    BookmarkSelect, ClaimedRecord, DefinitionRecord, DueTimers, Enqueue, IncidentQuery, LeaseClaim,
-    LeaseKey, PurgeTarget, Settled, Settlement, Store, TimerScope, TriggerSelect, TriggerWrite,
+    BookmarkSelect, CHILD_WAIT, ClaimedRecord, DefinitionRecord, DueTimers, Enqueue, IncidentQuery,
+    LeaseClaim, LeaseKey, PurgeTarget, RemoteHints, Settled, Settlement, Store, TimerScope,
+    TriggerSelect, TriggerWrite,
 };
 use super::{
     BookmarkQuery, BookmarkRow, ClaimedInstance, Commit, ControlRequest, DEFAULT_MAX_STATE_BYTES,
@@ -148,12 +149,15 @@ impl Storage {
     /// The policy layer over `store`, with the default state size limit (16 MiB) and no
     /// journal cap.
     ///
-    /// A backend that hears of other processes' changes ([`Store::remote_hints`]) has them
+    /// A backend that hears of other processes' changes ([`RemoteHints`]) has them
     /// forwarded to this layer's subscribers by a task on the current tokio runtime (none
     /// outside one: the runtime's periodic sweeps then find that work).
     pub fn new(store: Arc<dyn Store>) -> Self {
         let hints = broadcast::Sender::new(WAKE_UP_CAPACITY);
-        if let Some(mut remote) = store.remote_hints()
+        if let Some(mut remote) = store
+            .capabilities()
+            .remote_hints
+            .map(RemoteHints::subscribe)
             && let Ok(handle) = tokio::runtime::Handle::try_current()
         {
             let forward = hints.clone();
@@ -511,9 +515,35 @@ impl Storage {
         after: Option<String>,
         limit: usize,
     ) -> StoreResult<Vec<BookmarkRow>> {
-        self.store
-            .find_child_waits(after, page(limit, DEFAULT_PAGE))
-            .await
+        let limit = page(limit, DEFAULT_PAGE);
+        if let Some(index) = self.store.capabilities().child_waits {
+            return index.find_child_waits(after, limit).await;
+        }
+        // No index: page through the suspended instances and their bookmarks (correct, but
+        // O(suspended instances)).
+        let mut filter = InstanceFilter {
+            status: Some(InstanceStatus::Suspended),
+            limit: 500,
+            ..InstanceFilter::default()
+        };
+        let mut rows = Vec::new();
+        loop {
+            let listed = self.store.list_instances(filter.clone()).await?;
+            let Some(last) = listed.last() else { break };
+            filter.after = Some(last.instance_id.clone());
+            for instance in listed {
+                let bookmarks = self
+                    .store
+                    .find_bookmarks(BookmarkSelect::Instance(instance.instance_id))
+                    .await?;
+                rows.extend(bookmarks.into_iter().filter(|b| {
+                    b.name == CHILD_WAIT && after.as_ref().is_none_or(|a| b.bookmark_id > *a)
+                }));
+            }
+        }
+        rows.sort_by(|a, b| a.bookmark_id.cmp(&b.bookmark_id));
+        rows.truncate(limit);
+        Ok(rows)
     }
 
     /// An instance's bookmark rows.
@@ -1095,7 +1125,7 @@ impl Storage {
     ///
     /// The backend's.
     pub async fn put_definition(&self, definition: DefinitionRecord) -> StoreResult<bool> {
-        match self.store.definitions() {
+        match self.store.capabilities().definitions {
             Some(definitions) => definitions.put_definition(definition).await,
             None => Ok(false),
         }
@@ -1108,7 +1138,7 @@ impl Storage {
     ///
     /// The backend's.
     pub async fn list_definitions(&self, name: Option<&str>) -> StoreResult<Vec<DefinitionRecord>> {
-        match self.store.definitions() {
+        match self.store.capabilities().definitions {
             Some(definitions) => definitions.list_definitions(name).await,
             None => Ok(Vec::new()),
         }

@@ -6,9 +6,9 @@ use std::ops::Bound;
 use super::tables::{incident, lease_live, not_found, record, sort_incidents};
 use super::{Claimed, Inner, MemoryStore};
 use crate::store::backend::{
-    BookmarkSelect, ClaimedRecord, DefinitionRecord, DefinitionStore, DueTimers, Enqueue,
-    IncidentQuery, LeaseClaim, LeaseKey, PurgeTarget, Settled, Settlement, Store, TimerScope,
-    TriggerSelect, TriggerWrite,
+    BookmarkSelect, Capabilities, ChildWaitIndex, ClaimedRecord, DefinitionRecord, DefinitionStore,
+    DueTimers, Enqueue, IncidentQuery, LeaseClaim, LeaseKey, PurgeTarget, Settled, Settlement,
+    Store, TimerScope, TriggerSelect, TriggerWrite,
 };
 use crate::store::{
     BookmarkRow, BoxFuture, ClaimedInstance, Commit, ControlRequest, DeadLetter, DeadLetterFilter,
@@ -463,27 +463,6 @@ impl Store for MemoryStore {
         self.write(move |inner| inner.release(&key, token))
     }
 
-    fn find_child_waits(
-        &self,
-        after: Option<String>,
-        limit: usize,
-    ) -> BoxFuture<'_, StoreResult<Vec<BookmarkRow>>> {
-        self.read(move |inner| {
-            let start = match after {
-                Some(id) => Bound::Excluded(id),
-                None => Bound::Unbounded,
-            };
-            Ok(inner
-                .bookmarks
-                .range((start, Bound::Unbounded))
-                .map(|(_, b)| b)
-                .filter(|b| b.name == crate::store::CHILD_WAIT)
-                .take(limit)
-                .cloned()
-                .collect())
-        })
-    }
-
     fn find_bookmarks(
         &self,
         select: BookmarkSelect,
@@ -898,8 +877,33 @@ impl Store for MemoryStore {
         self.read(|inner| Ok(inner.stats))
     }
 
-    fn definitions(&self) -> Option<&dyn DefinitionStore> {
-        Some(self)
+    fn capabilities(&self) -> Capabilities<'_> {
+        Capabilities::default()
+            .with_definitions(self)
+            .with_child_waits(self)
+    }
+}
+
+impl ChildWaitIndex for MemoryStore {
+    fn find_child_waits(
+        &self,
+        after: Option<String>,
+        limit: usize,
+    ) -> BoxFuture<'_, StoreResult<Vec<BookmarkRow>>> {
+        self.read(move |inner| {
+            let start = match after {
+                Some(id) => Bound::Excluded(id),
+                None => Bound::Unbounded,
+            };
+            Ok(inner
+                .bookmarks
+                .range((start, Bound::Unbounded))
+                .map(|(_, b)| b)
+                .filter(|b| b.name == crate::store::CHILD_WAIT)
+                .take(limit)
+                .cloned()
+                .collect())
+        })
     }
 }
 
