@@ -7,11 +7,11 @@ use sqlx::{PgConnection, Row};
 
 use super::super::{
     BookmarkQuery, BookmarkRow, ClaimedInstance, Commit, ControlRequest, DeadLetter,
-    DeadLetterFilter, DeadLetterReason, IdempotencyRecord, IncidentQuery, IncidentRecord,
-    InstanceFilter, InstanceRecord, InstanceStatus, InstanceSubStatus, InstanceSummary,
-    JournalRecord, Lease, LeaseKey, LeaseState, ListedInstance, Micros, NewIncident, NewInstance,
-    NewJournalRecord, QueueItem, Renewal, Schedule, ScheduleFiring, Settled, Settlement,
-    StoreError, StoreResult, TimerRow, TriggerRow, TriggerWrite,
+    DeadLetterFilter, DeadLetterReason, DefinitionRecord, IdempotencyRecord, IncidentQuery,
+    IncidentRecord, InstanceFilter, InstanceRecord, InstanceStatus, InstanceSubStatus,
+    InstanceSummary, JournalRecord, Lease, LeaseKey, LeaseState, ListedInstance, Micros,
+    NewIncident, NewInstance, NewJournalRecord, QueueItem, Renewal, Schedule, ScheduleFiring,
+    Settled, Settlement, StoreError, StoreResult, TimerRow, TriggerRow, TriggerWrite,
 };
 use super::schema::Schema;
 
@@ -1501,7 +1501,7 @@ pub(super) async fn settle_queue_item(
     settlement: &Settlement,
 ) -> StoreResult<Settled> {
     match settlement {
-        Settlement::Release { owner } => {
+        Settlement::Release { owner, .. } => {
             sqlx::query(&s.sql(
                 "UPDATE @wf_queue SET claim_owner = NULL, claim_expires_at = NULL
                  WHERE item_id = $1 AND claim_owner = $2",
@@ -1814,6 +1814,65 @@ pub(super) async fn find_idempotency_record(
         })
     })
     .transpose()
+}
+
+/// The queue, oldest sent first, at most `limit`, without claiming anything; an item whose
+/// row does not decode is left out.
+pub(super) async fn queued(c: &mut Conn, s: &Schema, limit: usize) -> StoreResult<Vec<QueueItem>> {
+    let rows = sqlx::query(&s.sql(&format!(
+        "SELECT item_id, {QUEUE_COLS} FROM @wf_queue ORDER BY sent_at, item_id LIMIT $1"
+    )))
+    .bind(limit_i64(limit))
+    .fetch_all(&mut *c)
+    .await?;
+    Ok(rows
+        .iter()
+        .filter_map(|row| queue_from_row(row).ok()?.decode("queue item").ok())
+        .collect())
+}
+
+// ----- definitions -----
+
+pub(super) async fn put_definition(
+    c: &mut Conn,
+    s: &Schema,
+    definition: &DefinitionRecord,
+) -> StoreResult<bool> {
+    let done = sqlx::query(&s.sql(
+        "INSERT INTO @wf_definitions (name, version, json, recorded_at)
+         VALUES ($1, $2, $3, $4) ON CONFLICT (name, version) DO NOTHING",
+    ))
+    .bind(&definition.name)
+    .bind(&definition.version)
+    .bind(&definition.json)
+    .bind(definition.recorded_at)
+    .execute(&mut *c)
+    .await?;
+    Ok(done.rows_affected() > 0)
+}
+
+pub(super) async fn list_definitions(
+    c: &mut Conn,
+    s: &Schema,
+    name: Option<&str>,
+) -> StoreResult<Vec<DefinitionRecord>> {
+    let rows = sqlx::query(&s.sql(
+        "SELECT name, version, json, recorded_at FROM @wf_definitions
+         WHERE ($1::TEXT IS NULL OR name = $1) ORDER BY name, recorded_at, version",
+    ))
+    .bind(name)
+    .fetch_all(&mut *c)
+    .await?;
+    rows.iter()
+        .map(|row| {
+            Ok(DefinitionRecord {
+                name: row.try_get(0)?,
+                version: row.try_get(1)?,
+                json: row.try_get(2)?,
+                recorded_at: row.try_get(3)?,
+            })
+        })
+        .collect()
 }
 
 // ----- test hooks -----
