@@ -508,7 +508,10 @@ fn a_lost_lease_is_logged_with_its_definition_and_node() {
                 rt.start_with::<Hang>(Ticket { id: "h-1".into() }, options),
                 intruder
             );
-            assert!(started.is_err(), "a run without its lease is not done: {started:?}");
+            assert!(
+                started.is_err(),
+                "a run without its lease is not done: {started:?}"
+            );
 
             let lost = capture.find(
                 "instance lease lost: the run is cancelled and its commit will be fenced",
