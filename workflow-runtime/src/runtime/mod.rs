@@ -516,8 +516,10 @@ pub(crate) struct Inner {
     /// each.
     /// The token of the lease the sweep handed back.
     pub(crate) fresh: Mutex<HashMap<String, (std::time::Instant, u64)>>,
-    /// Serializes queue passes (the worker and [`Runtime::deliver_queued`]).
-    pub(crate) queue_passes: tokio::sync::Mutex<()>,
+    /// Serializes queue passes (the worker and [`Runtime::deliver_queued`]), and holds the
+    /// items this process has put back undelivered and announced once (RT-27): put back
+    /// again, they are not announced again.
+    pub(crate) queue_passes: tokio::sync::Mutex<std::collections::HashSet<String>>,
     /// Notified whenever a run of this process ends (for [`Runtime::shutdown`]).
     pub(crate) idle: tokio::sync::Notify,
     /// The default queue TTL, µs (RT-28).

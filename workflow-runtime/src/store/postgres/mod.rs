@@ -823,8 +823,14 @@ impl Store for PostgresStore {
     ) -> BoxFuture<'_, StoreResult<Settled>> {
         let id = item_id.to_owned();
         let hints: Vec<WakeUp> = match settlement {
-            Settlement::Release { .. } | Settlement::Fail { .. } => vec![WakeUp::QueueChanged],
-            Settlement::Ack | Settlement::DeadLetter { .. } => Vec::new(),
+            Settlement::Release { announce: true, .. } | Settlement::Fail { .. } => {
+                vec![WakeUp::QueueChanged]
+            }
+            Settlement::Release {
+                announce: false, ..
+            }
+            | Settlement::Ack
+            | Settlement::DeadLetter { .. } => Vec::new(),
         };
         Box::pin(async move {
             write_tx!(self, hints, |c| ops::settle_queue_item(

@@ -1501,7 +1501,7 @@ pub(super) async fn settle_queue_item(
     settlement: &Settlement,
 ) -> StoreResult<Settled> {
     match settlement {
-        Settlement::Release { owner } => {
+        Settlement::Release { owner, .. } => {
             sqlx::query(&s.sql(
                 "UPDATE @wf_queue SET claim_owner = NULL, claim_expires_at = NULL
                  WHERE item_id = $1 AND claim_owner = $2",

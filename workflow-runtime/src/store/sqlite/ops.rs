@@ -835,7 +835,7 @@ fn purge_tx(c: &Connection, target: &PurgeTarget) -> StoreResult<u64> {
 
 fn settle_tx(c: &Connection, id: &str, settlement: &Settlement) -> StoreResult<Settled> {
     match settlement {
-        Settlement::Release { owner } => {
+        Settlement::Release { owner, .. } => {
             c.prepare_cached(
                 "UPDATE wf_queue SET claim_owner = NULL, claim_expires_at = NULL
                  WHERE item_id = ?1 AND claim_owner = ?2",
