@@ -254,7 +254,7 @@ impl Store for FaultyStore {
         &self,
         instance_id: &str,
         request: ControlRequest,
-    ) -> BoxFuture<'_, StoreResult<()>> {
+    ) -> BoxFuture<'_, StoreResult<WorkflowStatus>> {
         let instance_id = instance_id.to_owned();
         Box::pin(self.around(Op::RequestControl, async move {
             self.inner.request_control(&instance_id, request).await

@@ -1776,6 +1776,10 @@ pub async fn c29_control_requests(backend: Arc<dyn TestBackend>) {
             .await,
         Err(StoreError::Invalid { .. })
     ));
+    // Refused: nothing recorded.
+    let loaded = store.load_instance("wf-1").await.unwrap();
+    assert_eq!(loaded.control_request, None);
+    assert!(requested(store.storage().clone()).await.is_empty());
 }
 
 /// C-34: with `now` jumping forward and back, leases, claims, due times and TTLs follow it and

@@ -334,43 +334,9 @@ fn ready<T: Send + 'static>(result: StoreResult<T>) -> BoxFuture<'static, StoreR
     Box::pin(std::future::ready(result))
 }
 
-/// The hints a commit gives the other processes (as [`Storage`](super::Storage) gives its
-/// own, ST-18).
-fn commit_hints(c: &Commit<String>) -> Vec<WakeUp> {
-    let mut hints = Vec::new();
-    if !c.bookmarks_added.is_empty() || !c.queue_items.is_empty() {
-        hints.push(WakeUp::QueueChanged);
-    }
-    if !c.timers_added.is_empty() || c.timers_parked == Some(false) {
-        hints.push(WakeUp::TimersChanged {
-            earliest: c.timers_added.iter().map(|t| t.due_at).min(),
-        });
-    }
-    if c.status.is_final() {
-        hints.push(WakeUp::InstanceTerminal {
-            id: c.instance_id.clone(),
-        });
-    } else if c.status == InstanceStatus::Running && c.release_lease {
-        hints.push(WakeUp::InstanceRunnable {
-            id: c.instance_id.clone(),
-        });
-    }
-    hints.extend(c.instances_created.iter().filter_map(create_hint));
-    for (id, _) in &c.control_requests {
-        hints.push(WakeUp::ControlRequested { id: id.clone() });
-    }
-    hints
-}
-
-fn create_hint(instance: &NewInstance<String>) -> Option<WakeUp> {
-    (instance.status == InstanceStatus::Running).then(|| WakeUp::InstanceRunnable {
-        id: instance.instance_id.clone(),
-    })
-}
-
 impl Store for PostgresStore {
     fn create_instance(&self, instance: NewInstance<String>) -> BoxFuture<'_, StoreResult<u64>> {
-        let hints: Vec<WakeUp> = create_hint(&instance).into_iter().collect();
+        let hints: Vec<WakeUp> = WakeUp::of_creation(&instance).into_iter().collect();
         Box::pin(async move {
             write_tx!(self, hints, |c| async {
                 ops::insert_instance(c, &self.schema, &instance).await?;
@@ -413,7 +379,7 @@ impl Store for PostgresStore {
     }
 
     fn commit(&self, commit: Commit<String>) -> BoxFuture<'_, StoreResult<u64>> {
-        let hints = commit_hints(&commit);
+        let hints = WakeUp::of_commit(&commit);
         Box::pin(async move { write_tx!(self, hints, |c| ops::commit(c, &self.schema, &commit)) })
     }
 
@@ -421,7 +387,7 @@ impl Store for PostgresStore {
         &self,
         instance_id: &str,
         request: ControlRequest,
-    ) -> BoxFuture<'_, StoreResult<()>> {
+    ) -> BoxFuture<'_, StoreResult<InstanceStatus>> {
         let id = instance_id.to_owned();
         let hints = [WakeUp::ControlRequested { id: id.clone() }];
         Box::pin(async move {
@@ -720,7 +686,7 @@ impl Store for PostgresStore {
         next_due: Option<Micros>,
     ) -> BoxFuture<'_, StoreResult<ScheduleFiring>> {
         let id = schedule_id.to_owned();
-        let mut hints: Vec<WakeUp> = create_hint(&instance).into_iter().collect();
+        let mut hints: Vec<WakeUp> = WakeUp::of_creation(&instance).into_iter().collect();
         hints.push(WakeUp::TimersChanged { earliest: next_due });
         Box::pin(async move {
             write_tx!(self, hints, |c| ops::fire_schedule(

@@ -7,9 +7,8 @@ use rusqlite::{Connection, OptionalExtension};
 use serde_json::Value;
 
 use super::rows::{
-    BOOKMARK_COLS, INSTANCE_COLS, QUEUE_COLS, RawQueue, TIMER_COLS, bookmark_from_row,
-    decode_error, instance_from_row, journal_from_row, queue_from_row, summary_from_row,
-    timer_from_row,
+    BOOKMARK_COLS, INSTANCE_COLS, QUEUE_COLS, TIMER_COLS, bookmark_from_row, decode_error,
+    instance_from_row, journal_from_row, queue_from_row, summary_from_row, timer_from_row,
 };
 use super::{
     SqliteStore, decode_json, is_constraint, json_text, limit_i64, not_found, to_i64, to_u64,
@@ -21,10 +20,10 @@ use crate::store::backend::{
 };
 use crate::store::{
     BookmarkRow, BoxFuture, ClaimedInstance, Commit, ControlRequest, DeadLetter, DeadLetterFilter,
-    DeadLetterReason, IdempotencyRecord, IncidentRecord, InstanceFilter, InstanceRecord,
-    InstanceStatus, InstanceSubStatus, JournalRecord, Lease, ListedInstance, NewIncident,
-    NewInstance, NewJournalRecord, QueueItem, Renewal, Schedule, ScheduleFiring, StoreError,
-    StoreResult, StoreStats, TimerRow, TriggerRow,
+    DeadLetterReason, EncodedQueueItem, IdempotencyRecord, IncidentRecord, InstanceFilter,
+    InstanceRecord, InstanceStatus, InstanceSubStatus, JournalRecord, Lease, ListedInstance,
+    NewIncident, NewInstance, NewJournalRecord, QueueItem, Renewal, Schedule, ScheduleFiring,
+    StoreError, StoreResult, StoreStats, TimerRow, TriggerRow, decode_instance_status,
 };
 
 // ----- write operations (run on the writer thread, inside a savepoint) -----
@@ -468,14 +467,9 @@ fn quarantine_queue_item(
     error: &StoreError,
     now: i64,
 ) -> StoreResult<()> {
-    let wrap = |raw: &str| -> StoreResult<String> {
-        match serde_json::from_str::<Value>(raw) {
-            Ok(_) => Ok(raw.to_owned()),
-            Err(_) => json_text(&serde_json::json!({ "undecodable": raw })),
-        }
-    };
+    let wrap = EncodedQueueItem::quarantined_json;
     c.prepare_cached("UPDATE wf_queue SET payload = ?2, targets = ?3 WHERE item_id = ?1")?
-        .execute(rusqlite::params![item_id, wrap(payload)?, wrap(targets)?])?;
+        .execute(rusqlite::params![item_id, wrap(payload), wrap(targets)])?;
     move_to_dead(
         c,
         item_id,
@@ -668,17 +662,11 @@ fn purge_tx(c: &Connection, target: &PurgeTarget) -> StoreResult<u64> {
                 .query_row([id], |r| r.get(0))
                 .optional()?;
             let status = status.ok_or_else(|| not_found("instance", id))?;
-            match InstanceStatus::parse(&status) {
-                Some(s) if s.is_final() => delete_dependents(c, id).map(|()| 1),
-                Some(s) => Err(StoreError::NotTerminal {
+            match decode_instance_status(id, &status)? {
+                s if s.is_final() => delete_dependents(c, id).map(|()| 1),
+                s => Err(StoreError::NotTerminal {
                     instance: id.clone(),
                     status: s,
-                }),
-                None => Err(StoreError::Decode {
-                    what: "instance",
-                    id: id.clone(),
-                    path: "status".to_owned(),
-                    message: format!("unknown status {status:?}"),
                 }),
             }
         }
@@ -879,7 +867,7 @@ impl Store for SqliteStore {
         &self,
         instance_id: &str,
         request: ControlRequest,
-    ) -> BoxFuture<'_, StoreResult<()>> {
+    ) -> BoxFuture<'_, StoreResult<InstanceStatus>> {
         let id = instance_id.to_owned();
         self.write(move |c| {
             let status: Option<String> = c
@@ -887,18 +875,15 @@ impl Store for SqliteStore {
                 .query_row([&id], |r| r.get(0))
                 .optional()?;
             let status = status.ok_or_else(|| not_found("instance", &id))?;
-            if InstanceStatus::parse(&status).is_none_or(InstanceStatus::is_final) {
-                return Err(StoreError::Invalid {
-                    what: "control request",
-                    reason: format!("instance {id} is {status}"),
-                });
+            let status = decode_instance_status(&id, &status)?;
+            if !status.is_final() {
+                let text = serde_json::to_string(&request).map_err(StoreError::unavailable)?;
+                c.prepare_cached(
+                    "UPDATE wf_instances SET control_request = ?1 WHERE instance_id = ?2",
+                )?
+                .execute([&text, &id])?;
             }
-            let text = serde_json::to_string(&request).map_err(StoreError::unavailable)?;
-            c.prepare_cached(
-                "UPDATE wf_instances SET control_request = ?1 WHERE instance_id = ?2",
-            )?
-            .execute([&text, &id])?;
-            Ok(())
+            Ok(status)
         })
     }
 
@@ -1272,13 +1257,7 @@ impl Store for SqliteStore {
             if current != Some(expected_due_at) {
                 return Ok(ScheduleFiring::Stale);
             }
-            let firing = match insert_instance_tx(c, &instance) {
-                Ok(()) => ScheduleFiring::Started,
-                Err(StoreError::ActivationConflict { existing, .. }) => {
-                    ScheduleFiring::Refused { existing }
-                }
-                Err(e) => return Err(e),
-            };
+            let firing = ScheduleFiring::of_creation(insert_instance_tx(c, &instance))?;
             c.prepare_cached(
                 "UPDATE wf_timers SET claim_owner = NULL, claim_expires_at = NULL,
                     due_at = COALESCE(?2, due_at), parked = (?2 IS NULL)
@@ -1361,7 +1340,7 @@ impl Store for SqliteStore {
     ) -> BoxFuture<'_, StoreResult<Vec<QueueItem>>> {
         let owner = owner.to_owned();
         self.write(move |c| {
-            let raw: Vec<RawQueue> = {
+            let raw: Vec<EncodedQueueItem> = {
                 let mut stmt = c.prepare_cached(&format!(
                     "SELECT item_id, {QUEUE_COLS} FROM wf_queue
                      WHERE (held = 1 OR expires_at > ?1)
@@ -1421,12 +1400,7 @@ impl Store for SqliteStore {
                 .query_row([&id], |r| queue_from_row(r, "dead letter"))
                 .optional()?
                 .ok_or_else(|| not_found("dead letter", &id))??;
-            let mut item = raw.decode("dead letter")?;
-            item.enqueued_at = now;
-            item.expires_at = now.saturating_add(ttl);
-            item.attempts = 0;
-            item.last_error = None;
-            item.last_attempt_at = None;
+            let item = raw.decode("dead letter")?.replayed(now, ttl);
             c.prepare_cached("DELETE FROM wf_dead_letters WHERE original_item_id = ?1")?
                 .execute([&id])?;
             enqueue_tx(c, &item)?;
@@ -1474,13 +1448,7 @@ impl Store for SqliteStore {
                 let (raw, reason_text, error, dead_at) = row;
                 let raw = raw?;
                 let item = raw.decode("dead letter")?;
-                let reason =
-                    DeadLetterReason::parse(&reason_text).ok_or_else(|| StoreError::Decode {
-                        what: "dead letter",
-                        id: item.item_id.clone(),
-                        path: "reason".to_owned(),
-                        message: format!("unknown reason {reason_text:?}"),
-                    })?;
+                let reason = DeadLetterReason::decode(&item.item_id, &reason_text)?;
                 letters.push(DeadLetter {
                     item,
                     reason,
