@@ -199,8 +199,11 @@ pub struct Enqueue {
     /// Items to insert; an id already queued or dead gives `AlreadyExists`.
     pub items: Vec<QueueItem>,
     /// The idempotency record of the send. When a record with its key exists, nothing at all
-    /// is written and the existing record is returned.
+    /// is written and the existing record is returned (unless `replace_record`).
     pub idempotency: Option<IdempotencyRecord>,
+    /// The record replaces an existing one with its key, and the items are written: a send
+    /// completing the record its delivery's commit wrote ([`Commit::idempotency`]).
+    pub replace_record: bool,
 }
 
 /// How [`Store::settle_queue_item`] settles a claimed (or unclaimed) queue item.

@@ -833,7 +833,14 @@ impl Storage {
         idempotency: Option<IdempotencyRecord>,
     ) -> StoreResult<Option<IdempotencyRecord>> {
         let queued = !items.is_empty();
-        let existing = self.store.enqueue(Enqueue { items, idempotency }).await?;
+        let existing = self
+            .store
+            .enqueue(Enqueue {
+                items,
+                idempotency,
+                replace_record: false,
+            })
+            .await?;
         if queued && existing.is_none() {
             self.notify(WakeUp::QueueChanged);
         }
@@ -851,6 +858,24 @@ impl Storage {
         record: IdempotencyRecord,
     ) -> StoreResult<Option<IdempotencyRecord>> {
         self.enqueue_send(Vec::new(), Some(record)).await
+    }
+
+    /// Replaces the idempotency record with `record`'s key by `record` (or stores it): a
+    /// send completing, with its full report, the record its delivery's commit wrote
+    /// ([`Commit::idempotency`], RT-19).
+    ///
+    /// # Errors
+    ///
+    /// The backend's.
+    pub async fn replace_idempotency_record(&self, record: IdempotencyRecord) -> StoreResult<()> {
+        self.store
+            .enqueue(Enqueue {
+                items: Vec::new(),
+                idempotency: Some(record),
+                replace_record: true,
+            })
+            .await
+            .map(drop)
     }
 
     /// Looks up an idempotency record.
@@ -1243,6 +1268,7 @@ impl Storage {
             max_journal_entries: c.max_journal_entries.or(self.max_journal_entries),
             // ENG-22: a final instance waits for nothing.
             clear_waits: c.clear_waits || c.status.is_final(),
+            idempotency: c.idempotency,
         })
     }
 }

@@ -457,6 +457,11 @@ pub struct Commit<S = Value, D = S> {
     /// for nothing). Set by [`Storage`](super::Storage) for a final status; a backend only
     /// executes it.
     pub clear_waits: bool,
+    /// The idempotency record of the send this commit delivers (RT-19), written in the same
+    /// transaction unless its key has one (the first writer's stays): a commit refused by
+    /// its version or fencing token writes no record, and a send retried after a crash
+    /// finds the record of the delivery it made.
+    pub idempotency: Option<IdempotencyRecord>,
 }
 
 /// An incident to record (FLT-6, ST-12).
@@ -542,6 +547,7 @@ impl<S, D> Commit<S, D> {
             incidents_resolved: Vec::new(),
             max_journal_entries: None,
             clear_waits: false,
+            idempotency: None,
         }
     }
 }

@@ -60,8 +60,8 @@ pub use leases::{
     c06_fencing, c07_leases, c07_named_leases, c13_claim_runnable, c29_control_requests, c34_clock,
 };
 pub use queue::{
-    c14_queue_pages, c15_queue_ttl, c16_queue_attempts, c20_idempotency_records,
-    retention_of_receipts_and_idempotency_records,
+    c14_queue_pages, c15_queue_ttl, c16_queue_attempts, c20_idempotency_record_in_commit,
+    c20_idempotency_records, retention_of_receipts_and_idempotency_records,
 };
 pub use timers::c12_timers;
 pub use triggers::{c11_triggers, trigger_schedules};
@@ -115,6 +115,7 @@ macro_rules! store_conformance_tests {
             c28_wake_ups,
             c18_dead_letters,
             c20_idempotency_records,
+            c20_idempotency_record_in_commit,
             c21_activation_guard,
             incidents,
             retention_of_receipts_and_idempotency_records,

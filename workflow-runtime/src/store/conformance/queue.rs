@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use serde_json::json;
+use serde_json::{Value, json};
 
 use super::fixtures::{SEC, T0, TTL, create_leased, queue_item, waiting};
 use super::harness::{Harness, TestBackend};
@@ -176,6 +176,82 @@ pub async fn c20_idempotency_records(backend: Arc<dyn TestBackend>) {
     assert_eq!(existing, record, "not overwritten");
     assert_ne!(existing.hash, "h2", "the reuse is detectable");
     assert_eq!(store.find_idempotency_record("other").await.unwrap(), None);
+
+    // Replaced: a send completing its record.
+    let mut complete = record.clone();
+    complete.report = json!({ "resumed": ["wf-1", "wf-2"], "started": [] });
+    store
+        .replace_idempotency_record(complete.clone())
+        .await
+        .unwrap();
+    assert_eq!(
+        store.find_idempotency_record("send-1").await.unwrap(),
+        Some(complete)
+    );
+}
+
+/// C-20, RT-19: a commit carries the idempotency record of the send it delivers, written in
+/// its transaction: a commit refused by its version or its fencing token writes none, a
+/// commit that succeeds writes it, and an existing record with the key stays as it was.
+pub async fn c20_idempotency_record_in_commit(backend: Arc<dyn TestBackend>) {
+    let store = Harness::new(backend);
+    let record = |key: &str, report: Value| IdempotencyRecord {
+        key: key.to_owned(),
+        hash: "h1".to_owned(),
+        payload_digest: "d1".to_owned(),
+        report,
+        created_at: T0,
+    };
+    let lease = create_leased(&store, "wf-1").await;
+
+    // A stale version: refused, no record.
+    let mut stale = waiting("wf-1", 7, lease.token, 1);
+    stale.idempotency = Some(record("k-stale", json!({ "n": 1 })));
+    assert!(matches!(
+        store.commit(stale).await,
+        Err(StoreError::Conflict { .. })
+    ));
+    assert_eq!(
+        store.find_idempotency_record("k-stale").await.unwrap(),
+        None
+    );
+
+    // A superseded lease token: fenced, no record.
+    let mut fenced = waiting("wf-1", 1, lease.token + 1, 1);
+    fenced.idempotency = Some(record("k-fenced", json!({ "n": 2 })));
+    assert!(matches!(
+        store.commit(fenced).await,
+        Err(StoreError::Fenced { .. })
+    ));
+    assert_eq!(
+        store.find_idempotency_record("k-fenced").await.unwrap(),
+        None
+    );
+
+    // A receipt that exists: refused, no record.
+    let mut first = waiting("wf-1", 1, lease.token, 1);
+    first.receipts.push("s-1".to_owned());
+    first.idempotency = Some(record("k-1", json!({ "n": 3 })));
+    assert_eq!(store.commit(first).await.unwrap(), 2);
+    assert_eq!(
+        store.find_idempotency_record("k-1").await.unwrap(),
+        Some(record("k-1", json!({ "n": 3 })))
+    );
+    let mut again = waiting("wf-1", 2, lease.token, 2);
+    again.receipts.push("s-1".to_owned());
+    again.idempotency = Some(record("k-2", json!({ "n": 4 })));
+    assert!(store.commit(again).await.is_err());
+    assert_eq!(store.find_idempotency_record("k-2").await.unwrap(), None);
+    assert_eq!(store.load_instance("wf-1").await.unwrap().version, 2);
+
+    // An existing key: the commit succeeds, the first record stays.
+    let mut later = waiting("wf-1", 2, lease.token, 3);
+    later.idempotency = Some(record("k-1", json!({ "n": 5 })));
+    assert_eq!(store.commit(later).await.unwrap(), 3);
+    assert_eq!(
+        store.find_idempotency_record("k-1").await.unwrap(),
+        Some(record("k-1", json!({ "n": 3 })))
+    );
 }
 
 /// ST-30: receipts and idempotency records are removed after their retention.

@@ -680,6 +680,7 @@ impl Store for MemoryStore {
     fn enqueue(&self, send: Enqueue) -> BoxFuture<'_, StoreResult<Option<IdempotencyRecord>>> {
         self.write(move |inner| {
             if let Some(record) = &send.idempotency
+                && !send.replace_record
                 && let Some(existing) = inner.idempotency.get(&record.key)
             {
                 return Ok(Some(existing.clone()));

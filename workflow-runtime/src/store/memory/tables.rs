@@ -464,6 +464,9 @@ impl Inner {
                 row.control_request = Some(request);
             }
         }
+        if let Some(record) = c.idempotency {
+            self.idempotency.entry(record.key.clone()).or_insert(record);
+        }
         Ok(new_version)
     }
 }

@@ -719,15 +719,6 @@ impl Store for PostgresStore {
     }
 
     fn enqueue(&self, send: Enqueue) -> BoxFuture<'_, StoreResult<Option<IdempotencyRecord>>> {
-        let report = match send
-            .idempotency
-            .as_ref()
-            .map(|r| ops::json_text(&r.report))
-            .transpose()
-        {
-            Ok(report) => report,
-            Err(e) => return ready(Err(e)),
-        };
         let hints: Vec<WakeUp> = if send.items.is_empty() {
             Vec::new()
         } else {
@@ -735,9 +726,10 @@ impl Store for PostgresStore {
         };
         Box::pin(async move {
             write_tx!(self, hints, |c| async {
-                if let (Some(record), Some(report)) = (&send.idempotency, &report)
+                if let Some(record) = &send.idempotency
                     && let Some(existing) =
-                        ops::put_idempotency_record(c, &self.schema, record, report).await?
+                        ops::put_idempotency_record(c, &self.schema, record, send.replace_record)
+                            .await?
                 {
                     return Ok(Some(existing));
                 }

@@ -15,8 +15,7 @@ use super::super::{
     decode_instance_status,
 };
 use super::schema::Schema;
-pub(super) use crate::store::convert::json_text;
-use crate::store::convert::{decode_json, limit_i64, not_found, to_i64, to_u64};
+use crate::store::convert::{decode_json, json_text, limit_i64, not_found, to_i64, to_u64};
 
 pub(super) type Conn = PgConnection;
 
@@ -442,6 +441,10 @@ pub(super) async fn commit(c: &mut Conn, s: &Schema, commit: &Commit<String>) ->
         .bind(id)
         .execute(&mut *c)
         .await?;
+    }
+    if let Some(record) = &commit.idempotency {
+        // The first writer's record stays (RT-19).
+        put_idempotency_record(c, s, record, false).await?;
     }
     for (target, request) in &commit.control_requests {
         let text = serde_json::to_string(request).map_err(StoreError::unavailable)?;
@@ -1632,21 +1635,28 @@ pub(super) async fn list_incidents(
 }
 
 /// Stores an idempotency record unless its key exists (C-20); of two processes storing the
-/// same key at once, one inserts and the other gets the stored record.
+/// same key at once, one inserts and the other gets the stored record. With `replace`, the
+/// record replaces the stored one.
 pub(super) async fn put_idempotency_record(
     c: &mut Conn,
     s: &Schema,
     record: &IdempotencyRecord,
-    report: &str,
+    replace: bool,
 ) -> StoreResult<Option<IdempotencyRecord>> {
-    let done = sqlx::query(&s.sql(
+    let on_conflict = if replace {
+        "DO UPDATE SET hash = EXCLUDED.hash, payload_digest = EXCLUDED.payload_digest,
+            report = EXCLUDED.report, created_at = EXCLUDED.created_at"
+    } else {
+        "DO NOTHING"
+    };
+    let done = sqlx::query(&s.sql(&format!(
         "INSERT INTO @wf_idempotency (idempotency_key, hash, payload_digest, report, created_at)
-         VALUES ($1, $2, $3, $4, $5) ON CONFLICT (idempotency_key) DO NOTHING",
-    ))
+         VALUES ($1, $2, $3, $4, $5) ON CONFLICT (idempotency_key) {on_conflict}"
+    )))
     .bind(&record.key)
     .bind(&record.hash)
     .bind(&record.payload_digest)
-    .bind(report)
+    .bind(json_text(&record.report)?)
     .bind(record.created_at)
     .execute(&mut *c)
     .await?;

@@ -214,6 +214,10 @@ fn commit_tx(c: &Connection, commit: &Commit<String>) -> StoreResult<u64> {
         )?
         .execute(rusqlite::params![commit.now, resolution, incident_id, id])?;
     }
+    if let Some(record) = &commit.idempotency {
+        // The first writer's record stays (RT-19).
+        put_idempotency_tx(c, record, false)?;
+    }
     for (target, request) in &commit.control_requests {
         let text = serde_json::to_string(request).map_err(StoreError::unavailable)?;
         c.prepare_cached(
@@ -1298,31 +1302,11 @@ impl Store for SqliteStore {
     }
 
     fn enqueue(&self, send: Enqueue) -> BoxFuture<'_, StoreResult<Option<IdempotencyRecord>>> {
-        let report = match send
-            .idempotency
-            .as_ref()
-            .map(|r| json_text(&r.report))
-            .transpose()
-        {
-            Ok(report) => report,
-            Err(e) => return Box::pin(std::future::ready(Err(e))),
-        };
         self.write(move |c| {
-            if let (Some(record), Some(report)) = (&send.idempotency, &report) {
-                if let Some(existing) = find_idempotency(c, &record.key)? {
-                    return Ok(Some(existing));
-                }
-                c.prepare_cached(
-                    "INSERT INTO wf_idempotency (idempotency_key, hash, payload_digest, report,
-                        created_at) VALUES (?1, ?2, ?3, ?4, ?5)",
-                )?
-                .execute(rusqlite::params![
-                    record.key,
-                    record.hash,
-                    record.payload_digest,
-                    report,
-                    record.created_at
-                ])?;
+            if let Some(record) = &send.idempotency
+                && let Some(existing) = put_idempotency_tx(c, record, send.replace_record)?
+            {
+                return Ok(Some(existing));
             }
             for item in &send.items {
                 enqueue_tx(c, item)?;
@@ -1610,6 +1594,33 @@ fn collect_named<T>(
 ) -> StoreResult<Vec<T>> {
     rows.map(|row| row.map_err(|e| decode_error(what, "?", "row", &e))?)
         .collect()
+}
+
+/// Writes an idempotency record unless its key has one, which is returned instead
+/// (`replace`: replacing it).
+fn put_idempotency_tx(
+    c: &Connection,
+    record: &IdempotencyRecord,
+    replace: bool,
+) -> StoreResult<Option<IdempotencyRecord>> {
+    if !replace && let Some(existing) = find_idempotency(c, &record.key)? {
+        return Ok(Some(existing));
+    }
+    c.prepare_cached(
+        "INSERT INTO wf_idempotency (idempotency_key, hash, payload_digest, report, created_at)
+         VALUES (?1, ?2, ?3, ?4, ?5)
+         ON CONFLICT (idempotency_key) DO UPDATE SET hash = excluded.hash,
+            payload_digest = excluded.payload_digest, report = excluded.report,
+            created_at = excluded.created_at",
+    )?
+    .execute(rusqlite::params![
+        record.key,
+        record.hash,
+        record.payload_digest,
+        json_text(&record.report)?,
+        record.created_at
+    ])?;
+    Ok(None)
 }
 
 fn find_idempotency(c: &Connection, key: &str) -> StoreResult<Option<IdempotencyRecord>> {
