@@ -808,12 +808,12 @@ pub struct StoreStats {
 // ----- decoding stored columns (the backend kit) -----
 
 /// A `Decode` error naming the row, the column and why (ST-22).
-fn decode_error(what: &'static str, id: &str, path: &str, message: impl ToString) -> StoreError {
+fn decode_error(what: &'static str, id: &str, path: &str, message: String) -> StoreError {
     StoreError::Decode {
         what,
         id: id.to_owned(),
         path: path.to_owned(),
-        message: message.to_string(),
+        message,
     }
 }
 
@@ -832,6 +832,16 @@ pub fn decode_instance_status(instance_id: &str, text: &str) -> StoreResult<Inst
             format!("unknown status {text:?}"),
         )
     })
+}
+
+/// Decodes a stored control request (its JSON text) of instance `instance_id`.
+///
+/// # Errors
+///
+/// `Decode` naming the instance (ST-22).
+pub fn decode_control_request(instance_id: &str, text: &str) -> StoreResult<ControlRequest> {
+    serde_json::from_str(text)
+        .map_err(|e| decode_error("instance", instance_id, "control_request", e.to_string()))
 }
 
 /// The columns of an instance row as a SQL backend stores them (the enums and the control
@@ -890,13 +900,10 @@ impl StoredInstance {
                 )
             })?),
         };
-        let control_request = match self.control_request {
-            None => None,
-            Some(text) => Some(
-                serde_json::from_str::<ControlRequest>(&text)
-                    .map_err(|e| decode_error("instance", instance_id, "control_request", e))?,
-            ),
-        };
+        let control_request = self
+            .control_request
+            .map(|text| decode_control_request(instance_id, &text))
+            .transpose()?;
         Ok(InstanceSummary {
             instance_id: instance_id.to_owned(),
             definition_name: self.definition_name,
@@ -984,9 +991,9 @@ impl EncodedQueueItem {
     pub fn decode(self, what: &'static str) -> StoreResult<QueueItem> {
         let mut item = self.item;
         item.payload = serde_json::from_str(&self.payload)
-            .map_err(|e| decode_error(what, &item.item_id, "payload", e))?;
+            .map_err(|e| decode_error(what, &item.item_id, "payload", e.to_string()))?;
         item.targets = serde_json::from_str(&self.targets)
-            .map_err(|e| decode_error(what, &item.item_id, "targets", e))?;
+            .map_err(|e| decode_error(what, &item.item_id, "targets", e.to_string()))?;
         Ok(item)
     }
 

@@ -12,7 +12,7 @@ use super::super::{
     InstanceSummary, JournalRecord, Lease, LeaseKey, ListedInstance, Micros, NewIncident,
     NewInstance, NewJournalRecord, QueueItem, Renewal, Schedule, ScheduleFiring, Settled,
     Settlement, StoreError, StoreResult, StoredInstance, TimerRow, TriggerRow, TriggerWrite,
-    decode_instance_status,
+    decode_control_request, decode_instance_status,
 };
 use super::schema::Schema;
 use crate::store::convert::{decode_json, json_text, limit_i64, not_found, to_i64, to_u64};
@@ -755,7 +755,9 @@ pub(super) async fn renew_lease(
     .await?;
     Ok(Renewal {
         lease: Lease { token, expires_at },
-        control_request: control.map(|text| decode_control(id, &text)).transpose()?,
+        control_request: control
+            .map(|text| decode_control_request(id, &text))
+            .transpose()?,
     })
 }
 

@@ -23,7 +23,6 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
 use rusqlite::{Connection, ErrorCode, OpenFlags};
-use serde_json::Value;
 use tokio::sync::oneshot;
 
 use super::{BoxFuture, StoreError, StoreResult};

@@ -23,7 +23,8 @@ use crate::store::{
     DeadLetterReason, EncodedQueueItem, IdempotencyRecord, IncidentRecord, InstanceFilter,
     InstanceRecord, InstanceStatus, InstanceSubStatus, JournalRecord, Lease, ListedInstance,
     NewIncident, NewInstance, NewJournalRecord, QueueItem, Renewal, Schedule, ScheduleFiring,
-    StoreError, StoreResult, StoreStats, TimerRow, TriggerRow, decode_instance_status,
+    StoreError, StoreResult, StoreStats, TimerRow, TriggerRow, decode_control_request,
+    decode_instance_status,
 };
 
 // ----- write operations (run on the writer thread, inside a savepoint) -----
@@ -628,20 +629,11 @@ impl SqliteStore {
                          RETURNING control_request",
                     )?
                     .query_row(rusqlite::params![id, expires_at], |r| r.get(0))?;
-                let control_request = match control {
-                    None => None,
-                    Some(text) => {
-                        Some(serde_json::from_str(&text).map_err(|e| StoreError::Decode {
-                            what: "instance",
-                            id: id.clone(),
-                            path: "control_request".to_owned(),
-                            message: e.to_string(),
-                        })?)
-                    }
-                };
                 Ok(Renewal {
                     lease: Lease { token, expires_at },
-                    control_request,
+                    control_request: control
+                        .map(|text| decode_control_request(id, &text))
+                        .transpose()?,
                 })
             }
             LeaseKey::Named(name) => {
