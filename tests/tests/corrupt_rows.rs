@@ -1,6 +1,7 @@
 //! Corrupt rows in a SQLite file (ST-22): a bookmark, timer or queue row with a column of the
 //! wrong type is a typed `Decode` naming that row and column, never a transient failure naming
-//! nothing; a journal row whose detail does not decode keeps its place with an
+//! nothing (a queue row, met by a claim, becomes a `Rejected` dead letter with that error, so
+//! the rest of the queue is delivered); a journal row whose detail does not decode keeps its place with an
 //! `{"undecodable": ...}` marker, and the rest of the instance stays readable.
 #![allow(clippy::unwrap_used)]
 
@@ -12,7 +13,7 @@ use std::sync::Arc;
 use common::block_on;
 use serde::{Deserialize, Serialize};
 use workflow_runtime::model::Definition;
-use workflow_runtime::store::{SqliteStore, Storage, StoreError};
+use workflow_runtime::store::{DeadLetterReason, SqliteStore, Storage, StoreError};
 use workflow_runtime::{Outcome, Registry, Runtime, StartOptions, Stimulus, TaskContext};
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -169,32 +170,60 @@ fn st22_a_timer_row_with_a_non_numeric_due_time_is_a_decode_error_naming_it() {
 }
 
 #[test]
-fn st22_a_queue_row_with_a_wrong_column_type_is_a_decode_error_naming_it() {
+fn st22_a_queue_row_with_a_wrong_column_type_fails_alone_as_a_dead_letter_naming_it() {
     let dir = tempfile::tempdir().unwrap();
     let (path, store) = opened(&dir);
     block_on(async {
         let rt = runtime(&store);
-        let report = rt
-            .send(Stimulus::new("nobody.waits").enqueued())
-            .await
-            .unwrap();
-        let item = report.queued.unwrap();
+        let mut items = Vec::new();
+        for _ in 0..3 {
+            let report = rt
+                .send(Stimulus::new("nobody.waits").enqueued())
+                .await
+                .unwrap();
+            items.push(report.queued.unwrap());
+        }
+        let bad = items[1].clone();
         corrupt(
             &path,
-            "UPDATE wf_queue SET attempts = 'many' WHERE item_id = ?1",
-            &item,
+            "UPDATE wf_queue SET attempts = 'many', payload = x'00ff' WHERE item_id = ?1",
+            &bad,
         );
-        let error = store
+        // The page is claimed without the bad row: its neighbours are not held back.
+        let page = store
             .claim_queue_page("inspector", now_micros(), 1, 10)
             .await
-            .unwrap_err();
-        let StoreError::Decode { what, id, path, .. } = &error else {
-            panic!("a Decode expected, got {error:?}");
-        };
-        assert_eq!(*what, "queue item");
-        assert_eq!(id, &item);
-        assert_eq!(path, "attempts");
-        assert!(!error.is_transient(), "{error:?}");
+            .unwrap();
+        let claimed: Vec<&str> = page.iter().map(|i| i.item_id.as_str()).collect();
+        assert_eq!(claimed, [items[0].as_str(), items[2].as_str()]);
+        // The bad row is a `Rejected` dead letter whose error names the row and the column,
+        // and it decodes, keeping what was there.
+        let dead = store.list_dead_letters(Default::default()).await.unwrap();
+        assert_eq!(dead.len(), 1, "{dead:?}");
+        let letter = &dead[0];
+        assert_eq!(letter.item.item_id, bad);
+        assert_eq!(letter.reason, DeadLetterReason::Rejected);
+        let error = letter.error.as_deref().unwrap();
+        assert!(
+            error.contains("queue item") && error.contains(&bad) && error.contains("attempts"),
+            "{error}"
+        );
+        assert_eq!(letter.item.name, "nobody.waits");
+        assert_eq!(letter.item.attempts, 0);
+        assert!(
+            letter.item.payload.get("undecodable").is_some(),
+            "{:?}",
+            letter.item.payload
+        );
+        // It is gone from the queue, so the next claim does not meet it again.
+        assert!(
+            store
+                .claim_queue_page("inspector-2", now_micros() + 10_000_000, 1, 10)
+                .await
+                .unwrap()
+                .iter()
+                .all(|i| i.item_id != bad)
+        );
     });
 }
 

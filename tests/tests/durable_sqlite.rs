@@ -11,8 +11,8 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use workflow_runtime::store::{InstanceStatus, InstanceSubStatus, LeaseKey, SqliteStore, Storage};
 use workflow_runtime::{
-    CommitStrategy, Completion, JournalKind, RunError, Runtime, SendError, StartOptions, Stimulus,
-    SubStatus, TaskContext, TaskError, Workflow, WorkflowStatus, state_machine, workflow,
+    CommitStrategy, Completion, JournalKind, Runtime, StartOptions, Stimulus, SubStatus,
+    TaskContext, TaskError, Workflow, WorkflowStatus, state_machine, workflow,
 };
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -295,6 +295,7 @@ fn an_instance_of_an_unregistered_version_is_reported_and_left_untouched() {
         let runtime = Runtime::builder()
             .store(sqlite(&path))
             .register::<VersionedTwo>()
+            .queue_worker(false)
             .build()
             .unwrap();
         let before = runtime.store().load_instance("v-1").await.unwrap();
@@ -302,27 +303,42 @@ fn an_instance_of_an_unregistered_version_is_reported_and_left_untouched() {
             runtime.unregistered_versions().await.unwrap(),
             [("Versioned".to_owned(), Versioned::version().to_owned(), 1)]
         );
-        let error = runtime
+        // RT-24: a stimulus for it is not resumed here, nor dropped: it is queued for the
+        // instance, for a process that runs its version.
+        let report = runtime
             .send(Stimulus::new("close").key("v-1"))
             .await
-            .unwrap_err();
-        let SendError::Run(RunError::VersionNotRegistered {
-            instance,
-            name,
-            version,
-            registered,
-        }) = &error
-        else {
-            panic!("expected VersionNotRegistered, got {error:?}");
-        };
-        assert_eq!(instance, "v-1");
-        assert_eq!(name, "Versioned");
-        assert_eq!(version, Versioned::version());
-        assert_eq!(registered.as_deref(), Some(VersionedTwo::version()));
-        let message = error.to_string();
+            .unwrap();
+        assert_eq!(report.deferred, ["v-1"], "{report:?}");
         assert!(
-            message.contains(Versioned::version()) && message.contains(VersionedTwo::version())
+            report.resumed.is_empty() && report.queued.is_none(),
+            "{report:?}"
         );
+        // Its worker keeps it (not an attempt, not a dead letter, its claim released),
+        // however often it passes.
+        for _ in 0..3 {
+            assert_eq!(runtime.deliver_queued().await.unwrap(), 0);
+        }
+        let now = i64::try_from(
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_micros(),
+        )
+        .unwrap();
+        let kept = runtime
+            .store()
+            .claim_queue_page("probe", now, 1, 10)
+            .await
+            .unwrap();
+        assert_eq!(kept.len(), 1, "{kept:?}");
+        assert_eq!(kept[0].attempts, 0, "{kept:?}");
+        assert_eq!(kept[0].stimulus_id, report.stimulus_id);
+        runtime
+            .store()
+            .release_queue_item(&kept[0].item_id, "probe")
+            .await
+            .unwrap();
         let after = runtime.store().load_instance("v-1").await.unwrap();
         assert_eq!(after.version, before.version);
         assert_eq!(after.state, before.state);
@@ -335,15 +351,14 @@ fn an_instance_of_an_unregistered_version_is_reported_and_left_untouched() {
         );
     });
     block_on(async {
+        // A process that runs the instance's version delivers the queued stimulus.
         let runtime = Runtime::builder()
             .store(sqlite(&path))
             .register::<Versioned>()
+            .queue_worker(false)
             .build()
             .unwrap();
-        runtime
-            .send(Stimulus::new("close").key("v-1"))
-            .await
-            .unwrap();
+        assert_eq!(runtime.deliver_queued().await.unwrap(), 1);
         assert_eq!(
             runtime.current_state::<Versioned>("v-1").await.unwrap(),
             Some(Versioned::Closed)

@@ -67,8 +67,12 @@ fn json_line(value: &impl serde::Serialize) -> String {
 }
 
 /// Runs one subcommand against the store at `url`.
-pub(crate) async fn run(url: &str, command: Command) -> Result<String, CliError> {
-    let target = Target::parse(url)?;
+pub(crate) async fn run(
+    url: &str,
+    schema: Option<&str>,
+    command: Command,
+) -> Result<String, CliError> {
+    let target = Target::parse(url, schema)?;
     match command {
         Command::List {
             status,
@@ -78,7 +82,7 @@ pub(crate) async fn run(url: &str, command: Command) -> Result<String, CliError>
             limit,
             json,
         } => {
-            let store = target.open_read()?;
+            let store = target.open_read().await?;
             let now = now();
             let filter = ListFilter {
                 status: status.map(instance_status),
@@ -113,7 +117,7 @@ pub(crate) async fn run(url: &str, command: Command) -> Result<String, CliError>
             Ok(table.render_or("no instances match"))
         }
         Command::Show { id, json } => {
-            let store = target.open_read()?;
+            let store = target.open_read().await?;
             let detail = inspect::detail(&store, &id)
                 .await?
                 .ok_or(CliError::NotFound(id))?;
@@ -124,14 +128,14 @@ pub(crate) async fn run(url: &str, command: Command) -> Result<String, CliError>
             Ok(show(&detail, now()))
         }
         Command::Why { id } => {
-            let store = target.open_read()?;
+            let store = target.open_read().await?;
             let detail = inspect::detail(&store, &id)
                 .await?
                 .ok_or(CliError::NotFound(id))?;
             let now = now();
             let mut lines = inspect::why(&detail, now);
             if !matches!(detail.summary.status.as_str(), "finished" | "cancelled") {
-                let queued = target.queued(500).await?;
+                let queued = store.queued(500).await?;
                 lines.extend(inspect::queued_lines(&detail, &queued, now));
             }
             Ok(lines.join("\n") + "\n")
@@ -144,7 +148,7 @@ pub(crate) async fn run(url: &str, command: Command) -> Result<String, CliError>
             correlation,
             idempotency_key,
         } => {
-            let store = target.open_write()?;
+            let store = target.open_write().await?;
             let mut stimulus = Stimulus::new(name.clone()).enqueued();
             if let Some(key) = key {
                 stimulus = stimulus.key(parse_json_or_string(&key));
@@ -163,7 +167,7 @@ pub(crate) async fn run(url: &str, command: Command) -> Result<String, CliError>
             if let Some(idempotency_key) = idempotency_key {
                 stimulus = stimulus.idempotency_key(idempotency_key);
             }
-            let runtime = operator_runtime(store)?;
+            let runtime = operator_runtime(store.storage())?;
             let report = runtime
                 .send(stimulus)
                 .await
@@ -237,8 +241,8 @@ async fn control(
     operation: Operation,
     wait: Duration,
 ) -> Result<String, CliError> {
-    let store = target.open_write()?;
-    let runtime = operator_runtime(store.clone())?;
+    let store = target.open_write().await?;
+    let runtime = operator_runtime(store.storage())?;
     let verb = operation.verb();
     let refused = |message: String| {
         if message.contains("not found") {
@@ -318,7 +322,7 @@ async fn purge(
     older_than: Duration,
     definition: Option<String>,
 ) -> Result<String, CliError> {
-    let store = target.open_write()?;
+    let store = target.open_write().await?;
     let cut_off = now().saturating_sub(micros(older_than));
     let mut total = 0u64;
     // Batches of 500, each atomic; the progress line is redrawn after each batch.
@@ -350,7 +354,7 @@ async fn dead_letters(
 ) -> Result<String, CliError> {
     let reason = match action {
         Some(DeadLetterAction::Replay { item_id }) => {
-            let runtime = operator_runtime(target.open_write()?)?;
+            let runtime = operator_runtime(target.open_write().await?.storage())?;
             let item = runtime.replay_dead_letter(&item_id).await?;
             return Ok(format!(
                 "replayed `{}` ({}) into the queue as {}\n",
@@ -360,7 +364,7 @@ async fn dead_letters(
         Some(DeadLetterAction::List { reason }) => reason,
         None => None,
     };
-    let store = target.open_read()?;
+    let store = target.open_read().await?;
     let filter = DeadLetterFilter {
         reason: reason.map(|r| match r {
             ReasonArg::Expired => DeadLetterReason::Expired,
@@ -403,7 +407,7 @@ async fn dead_letters(
 }
 
 async fn incidents(target: &Target, all: bool, json: bool) -> Result<String, CliError> {
-    let store = target.open_read()?;
+    let store = target.open_read().await?;
     let mut views = Vec::new();
     let mut after = None;
     loop {
@@ -468,11 +472,30 @@ async fn diagram(target: &Target, what: &str, format: DiagramFormat) -> Result<S
             .map_err(|e| CliError::Input(format!("`{what}` is not a valid definition: {e}")))?;
         return Ok(draw(&definition, &[]));
     }
+    let store = target.open_read().await?;
+    // An instance: the version it runs, its position highlighted.
+    match store.load_instance(what).await {
+        Ok(record) => {
+            let definition = inspect::recorded_definition(&store, &record)
+                .await?
+                .map_err(|note| {
+                    CliError::Input(format!("cannot draw instance `{what}`: {note}"))
+                })?;
+            let at = match inspect::locate(&record.state) {
+                inspect::Position::State(name) => vec![name],
+                inspect::Position::Nodes(paths) => paths,
+                inspect::Position::Nowhere => Vec::new(),
+            };
+            return Ok(draw(&definition, &at));
+        }
+        Err(StoreError::NotFound { .. }) => {}
+        Err(error) => return Err(error.into()),
+    }
     // A definition recorded by the application's runtime: its latest version.
-    let store = target.open_read()?;
     let Some(recorded) = store.definition(what, None).await? else {
         return Err(CliError::Input(format!(
-            "`{what}` is neither a JSON definition file nor a definition recorded in this store"
+            "`{what}` is neither a JSON definition file, nor an instance, nor a definition \
+             recorded in this store"
         )));
     };
     let definition = Definition::from_json(&recorded.json).map_err(|e| {
@@ -498,8 +521,19 @@ fn show(detail: &Detail, now: Micros) -> String {
         None => s.status.clone(),
     };
     let _ = writeln!(out, "status      {status}");
-    if !s.at.is_empty() {
-        let _ = writeln!(out, "at          {}", s.at.join(", "));
+    if detail.places.is_empty() {
+        if !s.at.is_empty() {
+            let _ = writeln!(out, "at          {}", s.at.join(", "));
+        }
+        if let Some(note) = &detail.definition_note {
+            let _ = writeln!(out, "            ({note})");
+        }
+    }
+    for place in &detail.places {
+        let _ = writeln!(out, "at          {}", inspect::place_short(place));
+        for next in &place.next {
+            let _ = writeln!(out, "            next: {next}");
+        }
     }
     if let Some(correlation) = &s.correlation_id {
         let _ = writeln!(out, "correlation {correlation}");

@@ -5,11 +5,13 @@
 
 use serde::Serialize;
 use serde_json::Value;
+use workflow_model::Definition;
 use workflow_runtime::store::{
     BookmarkRow, IncidentRecord, InstanceFilter, InstanceRecord, InstanceStatus, JournalRecord,
     Micros, Storage, StoreError, TimerRow,
 };
 
+use crate::explain::{self, Place};
 use crate::render::{duration, instant, relative};
 
 /// One line of `workflow list`.
@@ -105,42 +107,64 @@ fn summary(record: &InstanceRecord) -> Summary {
     }
 }
 
+/// Where an instance is, as its state document says.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Position {
+    /// The current state of a root state machine.
+    State(String),
+    /// The node paths (`root:review`) of the contexts that have not completed, innermost
+    /// only.
+    Nodes(Vec<String>),
+    /// Neither (a finished instance, an unreadable document).
+    Nowhere,
+}
+
 /// Where an instance is: the current state of a root state machine, else the nodes of its
-/// contexts that have not completed (innermost last), else nothing.
-pub(crate) fn position(state: &Value) -> Vec<String> {
+/// contexts that have not completed (innermost only), else nowhere.
+pub(crate) fn locate(state: &Value) -> Position {
     let contexts = state.get("contexts").and_then(Value::as_object);
     let root = state.get("root").and_then(Value::as_u64);
-    if let (Some(contexts), Some(root)) = (contexts, root) {
-        let current = contexts
-            .get(&root.to_string())
-            .and_then(|c| c.pointer("/properties/current_state"))
-            .and_then(Value::as_str);
-        if let Some(current) = current {
-            return vec![current.to_owned()];
-        }
-        let mut open: Vec<(u64, String)> = contexts
-            .values()
-            .filter(|c| {
-                let status = c.get("status").and_then(Value::as_str);
-                matches!(status, Some("Running" | "Pending" | "Faulted"))
-            })
-            .filter(|c| c.get("id").and_then(Value::as_u64) != Some(root))
-            .filter_map(|c| {
-                let id = c.get("id").and_then(Value::as_u64)?;
-                let node = c.get("node_id").and_then(Value::as_str)?;
-                Some((id, node.to_owned()))
-            })
-            .collect();
-        open.sort();
-        // Only the innermost: drop a node that is the ancestor of another listed node.
-        let nodes: Vec<String> = open.into_iter().map(|(_, n)| n).collect();
-        return nodes
-            .iter()
-            .filter(|n| !nodes.iter().any(|m| m.starts_with(&format!("{n}:"))))
-            .map(|n| short_node(n).to_owned())
-            .collect();
+    let (Some(contexts), Some(root)) = (contexts, root) else {
+        return Position::Nowhere;
+    };
+    let current = contexts
+        .get(&root.to_string())
+        .and_then(|c| c.pointer("/properties/current_state"))
+        .and_then(Value::as_str);
+    if let Some(current) = current {
+        return Position::State(current.to_owned());
     }
-    Vec::new()
+    let mut open: Vec<(u64, String)> = contexts
+        .values()
+        .filter(|c| {
+            let status = c.get("status").and_then(Value::as_str);
+            matches!(status, Some("Running" | "Pending" | "Faulted"))
+        })
+        .filter(|c| c.get("id").and_then(Value::as_u64) != Some(root))
+        .filter_map(|c| {
+            let id = c.get("id").and_then(Value::as_u64)?;
+            let node = c.get("node_id").and_then(Value::as_str)?;
+            Some((id, node.to_owned()))
+        })
+        .collect();
+    open.sort();
+    // Only the innermost: drop a node that is the ancestor of another listed node.
+    let nodes: Vec<String> = open.into_iter().map(|(_, n)| n).collect();
+    let innermost: Vec<String> = nodes
+        .iter()
+        .filter(|n| !nodes.iter().any(|m| m.starts_with(&format!("{n}:"))))
+        .cloned()
+        .collect();
+    Position::Nodes(innermost)
+}
+
+/// Where an instance is, as people name it: its state, or its innermost nodes' ids.
+pub(crate) fn position(state: &Value) -> Vec<String> {
+    match locate(state) {
+        Position::State(name) => vec![name],
+        Position::Nodes(paths) => paths.iter().map(|p| short_node(p).to_owned()).collect(),
+        Position::Nowhere => Vec::new(),
+    }
 }
 
 /// `root:review` -> `review`: node ids are ancestor paths; people name the last part.
@@ -162,6 +186,12 @@ pub(crate) struct Detail {
     pub(crate) incidents: Vec<IncidentView>,
     pub(crate) journal: Vec<JournalView>,
     pub(crate) data: Value,
+    /// Where it is, as the definition recorded in the store describes it.
+    pub(crate) places: Vec<Place>,
+    /// Why `places` is empty for an instance that is somewhere: its definition version is
+    /// not recorded in the store, or does not load.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) definition_note: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -224,6 +254,12 @@ pub(crate) async fn detail(store: &Storage, id: &str) -> Result<Option<Detail>, 
         .collect();
     incidents.extend(state_incidents(&record, &incidents));
     let journal = store.read_journal(id, 0, 1000).await?;
+    let position = locate(&record.state);
+    let (places, definition_note) = match recorded_definition(store, &record).await? {
+        Ok(definition) => (explain::places(&definition, &position), None),
+        Err(_) if position == Position::Nowhere => (Vec::new(), None),
+        Err(note) => (Vec::new(), Some(note)),
+    };
     Ok(Some(Detail {
         summary: summary(&record),
         version: record.definition_version.clone(),
@@ -245,6 +281,30 @@ pub(crate) async fn detail(store: &Storage, id: &str) -> Result<Option<Detail>, 
         incidents,
         journal: journal.iter().map(journal_view).collect(),
         data: record.state.get("data").cloned().unwrap_or(Value::Null),
+        places,
+        definition_note,
+    }))
+}
+
+/// The definition version the instance runs, as the application recorded it in the store;
+/// `Err` says why there is none to read.
+pub(crate) async fn recorded_definition(
+    store: &Storage,
+    record: &InstanceRecord,
+) -> Result<Result<Definition, String>, StoreError> {
+    let (name, version) = (&record.definition_name, &record.definition_version);
+    let Some(recorded) = store.definition(name, Some(version)).await? else {
+        return Ok(Err(format!(
+            "`{name}` version {} is not recorded in this store: a process that runs it \
+             records it when it starts",
+            short_version(version)
+        )));
+    };
+    Ok(Definition::from_json(&recorded.json).map_err(|e| {
+        format!(
+            "the recorded `{name}` version {} does not load: {e}",
+            short_version(version)
+        )
     }))
 }
 
@@ -473,7 +533,40 @@ pub(crate) fn why(detail: &Detail, now: Micros) -> Vec<String> {
              its next step"
         ));
     }
+    if !detail.places.is_empty() {
+        out.push("where it is, by its recorded definition:".to_owned());
+        for place in &detail.places {
+            out.push(format!("  - {}", place_line(place)));
+            out.extend(place.next.iter().map(|n| format!("      next: {n}")));
+        }
+    } else if let Some(note) = &detail.definition_note {
+        out.push(format!("(its definition is not at hand: {note})"));
+    }
     out
+}
+
+/// `state `New` "Waiting for payment"`, `event `approval`: waits for the event ...`.
+pub(crate) fn place_line(place: &Place) -> String {
+    let (shown, does) = place_parts(place);
+    format!("{} `{}`{shown}{does}", place.kind, place.name)
+}
+
+/// `New "Waiting for payment" (state)`, `approval (event: waits for the event ...)`.
+pub(crate) fn place_short(place: &Place) -> String {
+    let (shown, does) = place_parts(place);
+    format!("{}{shown} ({}{does})", place.name, place.kind)
+}
+
+fn place_parts(place: &Place) -> (String, String) {
+    let shown = place
+        .display_name
+        .as_deref()
+        .map_or_else(String::new, |d| format!(" \"{d}\""));
+    let does = place
+        .does
+        .as_deref()
+        .map_or_else(String::new, |d| format!(": {d}"));
+    (shown, does)
 }
 
 /// The first 12 characters of a fingerprint, as people quote them.

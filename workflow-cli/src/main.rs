@@ -8,6 +8,7 @@
 //! workflow --store sqlite:app.db send payment --key '"o-1"' --payload '{"amount": 30}'
 //! workflow --store sqlite:app.db suspend order-1
 //! workflow --store sqlite:app.db retry job-7
+//! workflow --store postgres://app@db:5432/app --schema orders list
 //! ```
 //!
 //! Reads never need the application's code and never block it: a SQLite file in use is read
@@ -17,11 +18,15 @@
 //! next step (the command waits for that, `--wait`, 15 s by default); `dead-letters replay`
 //! and `purge` write beside a running application too.
 //!
-//! The store comes from `--store` or the environment variable `WORKFLOW_STORE`.
+//! The store comes from `--store` or the environment variable `WORKFLOW_STORE`; a PostgreSQL
+//! store's schema from `--schema`, `WORKFLOW_SCHEMA` or the URL's `schema=NAME` (default
+//! `workflow`). On PostgreSQL every command works as on SQLite, beside the running processes;
+//! the command never creates or migrates a schema.
 
 #![allow(clippy::print_stdout, clippy::print_stderr)]
 
 mod commands;
+mod explain;
 mod inspect;
 mod render;
 mod target;
@@ -35,9 +40,14 @@ use clap::{Parser, Subcommand, ValueEnum};
 #[derive(Debug, Parser)]
 #[command(name = "workflow", version, about, long_about = None)]
 pub(crate) struct Cli {
-    /// The store: `sqlite:PATH` (or a path to a SQLite file) or `postgres://...`.
+    /// The store: `sqlite:PATH` (or a path to a SQLite file) or
+    /// `postgres://USER[:PASSWORD]@HOST[:PORT]/DATABASE[?schema=NAME]`.
     #[arg(long, short, env = "WORKFLOW_STORE", global = true)]
     store: Option<String>,
+    /// The PostgreSQL schema holding the workflow tables (default `workflow`, or the URL's
+    /// `schema=NAME`). The command never creates or migrates it.
+    #[arg(long, env = "WORKFLOW_SCHEMA", global = true)]
+    schema: Option<String>,
     #[command(subcommand)]
     command: Command,
 }
@@ -243,7 +253,7 @@ fn main() -> ExitCode {
         return ExitCode::from(2);
     };
     let runtime = match tokio::runtime::Builder::new_current_thread()
-        .enable_time()
+        .enable_all()
         .build()
     {
         Ok(runtime) => runtime,
@@ -252,7 +262,7 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match runtime.block_on(commands::run(&store, cli.command)) {
+    match runtime.block_on(commands::run(&store, cli.schema.as_deref(), cli.command)) {
         Ok(output) => {
             print!("{output}");
             ExitCode::SUCCESS

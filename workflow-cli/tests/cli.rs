@@ -7,123 +7,31 @@ use std::path::Path;
 use std::process::Command;
 use std::sync::Arc;
 
-use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use workflow_runtime::{
-    Runtime, SqliteStore, StartOptions, TaskContext, TaskError, WorkflowStatus, state_machine,
-    workflow,
-};
+use workflow_runtime::{Runtime, SqliteStore, WorkflowStatus};
 
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
-pub struct Order {
-    order_id: String,
-    paid: u64,
-}
-
-#[derive(Debug, Serialize, Deserialize)]
-pub struct Payment {
-    amount: u64,
-}
-
-async fn record_payment(ctx: &mut TaskContext<Order>) -> Result<(), TaskError> {
-    let payment: Payment = ctx.payload()?;
-    ctx.data_mut().paid += payment.amount;
-    Ok(())
-}
-
-#[state_machine(data = Order, initial = New)]
-pub enum CliOrder {
-    #[on(pay: event::<Payment>("payment").key(order_id) => Paid, action = record_payment)]
-    New,
-    Paid,
-}
-
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
-pub struct Job {
-    name: String,
-}
-
-/// Jobs whose printer an operator has repaired: they print instead of failing.
-static REPAIRED: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
-
-async fn always_fails(ctx: &mut TaskContext<Job>) -> Result<(), TaskError> {
-    let repaired = REPAIRED
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-        .contains(&ctx.data().name);
-    if repaired {
-        return Ok(());
-    }
-    Err(TaskError::permanent("the printer is on fire"))
-}
-
-workflow! {
-    pub workflow CliJob(Job) = sequence [print = task(always_fails)];
-}
+mod common;
+use common::{CliJob, CliOrder, Job, Order, Output, REPAIRED, populate, status_in, with_id};
 
 fn runtime(path: &Path) -> Runtime {
-    Runtime::builder()
-        .store(Arc::new(SqliteStore::open(path).unwrap()))
-        .register::<CliOrder>()
-        .register::<CliJob>()
+    common::registered(Runtime::builder().store(Arc::new(SqliteStore::open(path).unwrap())))
         .timer_driver(false)
         .build()
         .unwrap()
 }
 
-struct Output {
-    ok: bool,
-    stdout: String,
-    stderr: String,
+fn store_args(store: &Path) -> Vec<String> {
+    vec!["--store".to_owned(), format!("sqlite:{}", store.display())]
 }
 
 fn workflow(store: &Path, args: &[&str]) -> Output {
-    let output = Command::new(env!("CARGO_BIN_EXE_workflow"))
-        .arg("--store")
-        .arg(format!("sqlite:{}", store.display()))
-        .args(args)
-        .env_remove("WORKFLOW_STORE")
-        .output()
-        .unwrap();
-    Output {
-        ok: output.status.success(),
-        stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
-    }
-}
-
-fn order(id: &str) -> Order {
-    Order {
-        order_id: id.to_owned(),
-        paid: 0,
-    }
-}
-
-fn with_id(id: &str) -> StartOptions {
-    StartOptions {
-        instance_id: Some(id.to_owned()),
-        ..StartOptions::default()
-    }
+    common::run(&store_args(store), args)
 }
 
 /// Two orders waiting for their payment and one faulted job, in a file no process holds.
 async fn populated(path: &Path) {
     let rt = runtime(path);
-    rt.start_with::<CliOrder>(order("o-1"), with_id("o-1"))
-        .await
-        .unwrap();
-    rt.start_with::<CliOrder>(order("o-2"), with_id("o-2"))
-        .await
-        .unwrap();
-    let job = rt
-        .start_with::<CliJob>(
-            Job {
-                name: "report".into(),
-            },
-            with_id("job-1"),
-        )
-        .await;
-    assert!(job.is_ok(), "{job:?}");
+    populate(&rt).await;
     rt.shutdown(std::time::Duration::from_secs(1)).await;
 }
 
@@ -178,6 +86,23 @@ async fn show_and_why_explain_a_waiting_order_and_a_faulted_job() {
         show.stdout
     );
 
+    // Named by the definition the application recorded in the file.
+    assert!(
+        show.stdout.contains("at          New (state)\n")
+            && show.stdout.contains(
+                "next: `pay`: on the event `payment` (its key is the data's `order_id`) -> Paid"
+            ),
+        "{}",
+        show.stdout
+    );
+    let job = workflow(&db, &["show", "job-1"]);
+    assert!(
+        job.stdout
+            .contains("at          print (task: runs the task `always_fails`)"),
+        "{}",
+        job.stdout
+    );
+
     let json = workflow(&db, &["show", "o-1", "--json"]);
     let detail: Value = serde_json::from_str(&json.stdout).unwrap();
     assert_eq!(detail["bookmarks"][0]["name"], "payment");
@@ -192,6 +117,13 @@ async fn show_and_why_explain_a_waiting_order_and_a_faulted_job() {
     assert!(
         why.stdout
             .contains("for the event `payment` with key \"o-1\""),
+        "{}",
+        why.stdout
+    );
+
+    assert!(
+        why.stdout
+            .contains("where it is, by its recorded definition:\n  - state `New`\n"),
         "{}",
         why.stdout
     );
@@ -291,13 +223,7 @@ async fn an_event_sent_beside_the_running_application_is_delivered_by_its_queue_
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("app.db");
     populated(&db).await;
-    let app = Runtime::builder()
-        .store(Arc::new(SqliteStore::open(&db).unwrap()))
-        .register::<CliOrder>()
-        .register::<CliJob>()
-        .queue_sweep(std::time::Duration::from_millis(50))
-        .build()
-        .unwrap();
+    let app = application(&db);
     app.start_workers().await.unwrap();
 
     let sent = workflow(
@@ -361,10 +287,7 @@ fn a_bad_store_url_or_a_missing_file_is_named() {
 /// The application, as it runs in production: its queue worker on, checking for operators'
 /// requests every 50 ms.
 fn application(path: &Path) -> Runtime {
-    Runtime::builder()
-        .store(Arc::new(SqliteStore::open(path).unwrap()))
-        .register::<CliOrder>()
-        .register::<CliJob>()
+    common::registered(Runtime::builder().store(Arc::new(SqliteStore::open(path).unwrap())))
         .queue_sweep(std::time::Duration::from_millis(50))
         .build()
         .unwrap()
@@ -372,22 +295,7 @@ fn application(path: &Path) -> Runtime {
 
 /// The binary, run without blocking the application's tasks.
 async fn operator(store: &Path, args: &[&str]) -> Output {
-    let store = store.to_owned();
-    let args: Vec<String> = args.iter().map(|a| (*a).to_owned()).collect();
-    tokio::task::spawn_blocking(move || {
-        let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        workflow(&store, &args)
-    })
-    .await
-    .unwrap()
-}
-
-async fn status_in(
-    app: &Runtime,
-    id: &str,
-) -> (WorkflowStatus, Option<workflow_runtime::SubStatus>) {
-    let snapshot = app.get_state(id).await.unwrap().unwrap();
-    (snapshot.status(), snapshot.sub_status())
+    common::run_async(&store_args(store), args).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -629,6 +537,17 @@ async fn diagram_draws_a_definition_recorded_by_the_application() {
         "{}",
         drawn.stdout
     );
+    // An instance's diagram is its version's, with where it is highlighted.
+    populated(&db).await;
+    let at = workflow(&db, &["diagram", "o-1"]);
+    assert!(at.ok, "{}", at.stderr);
+    assert!(
+        at.stdout.contains("stateDiagram") && at.stdout.contains(" current\n"),
+        "{}",
+        at.stdout
+    );
+    let plain = workflow(&db, &["diagram", name]);
+    assert!(!plain.stdout.contains(" current\n"), "{}", plain.stdout);
     let unknown = workflow(&db, &["diagram", "NoSuchFlow"]);
     assert!(!unknown.ok);
     assert!(unknown.stderr.contains("NoSuchFlow"), "{}", unknown.stderr);

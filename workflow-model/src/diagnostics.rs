@@ -87,8 +87,9 @@ pub struct Diagnostic {
     pub message: String,
     /// The offending element.
     pub at: Location,
-    /// Other elements involved (for a duplicate, the other occurrence).
-    pub related: Vec<Location>,
+    /// Other elements involved, each with what it is to this problem (for a duplicate, the
+    /// other occurrence, "first used here").
+    pub related: Vec<Related>,
     /// The declared name closest to the unknown one, when there is one (FC-25).
     pub suggestion: Option<String>,
 }
@@ -105,12 +106,27 @@ impl Diagnostic {
         }
     }
 
-    /// The same diagnostic with a related location.
+    /// The same diagnostic with a related location and its label: what that element is to
+    /// the problem, written as rustc labels a secondary span (`"first used here"`).
     #[must_use]
-    pub fn with_related(mut self, related: Location) -> Self {
-        self.related.push(related);
+    pub fn with_related(mut self, at: Location, label: impl Into<String>) -> Self {
+        self.related.push(Related {
+            at,
+            label: label.into(),
+        });
         self
     }
+}
+
+/// Another element involved in a [`Diagnostic`]: the earlier occurrence of a duplicate, the
+/// transition that shadows this one, the other transitions of a loop.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Related {
+    /// Where the element is.
+    pub at: Location,
+    /// What it is to the problem, as rustc labels a secondary span: lowercase, no period
+    /// (`"first used here"`).
+    pub label: String,
 }
 
 impl fmt::Display for Diagnostic {
@@ -135,7 +151,8 @@ impl Diagnostics {
     }
 
     /// Reports the same message on two elements that conflict (a duplicate, FC-25): one
-    /// diagnostic at each, each related to the other.
+    /// diagnostic at each, each related to the other (the second's label is "first used
+    /// here", the first's "used again here").
     pub fn push_pair(
         &mut self,
         rule: &'static str,
@@ -143,10 +160,12 @@ impl Diagnostics {
         second: Location,
         message: &str,
     ) {
+        self.0.push(
+            Diagnostic::new(rule, first.clone(), message)
+                .with_related(second.clone(), "used again here"),
+        );
         self.0
-            .push(Diagnostic::new(rule, first.clone(), message).with_related(second.clone()));
-        self.0
-            .push(Diagnostic::new(rule, second, message).with_related(first));
+            .push(Diagnostic::new(rule, second, message).with_related(first, "first used here"));
     }
 
     /// Whether nothing was found.

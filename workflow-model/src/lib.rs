@@ -98,8 +98,8 @@ pub use definition::{
     SubWorkflow, SubWorkflowMode, Switch, SwitchCase, SwitchMode, Task, Timer, Transition, While,
 };
 pub use diagnostics::{
-    Diagnostic, Diagnostics, Location, MAX_SUGGESTED_CHARS, Segment, backticked, did_you_mean,
-    suggest,
+    Diagnostic, Diagnostics, Location, MAX_SUGGESTED_CHARS, Related, Segment, backticked,
+    did_you_mean, suggest,
 };
 pub use json::{LoadError, SHAPE_RULE};
 pub use validate::limits;

@@ -115,5 +115,5 @@ pub mod __private {
         ViaMismatch, ViaTaskResult,
     };
     pub use crate::runtime::Stimulus;
-    pub use crate::workflow::{IsPayload, StateMachineWorkflow, Workflow};
+    pub use crate::workflow::{IsKey, IsPayload, StateMachineWorkflow, Workflow};
 }

@@ -90,3 +90,21 @@ pub trait StateMachineWorkflow: Workflow {
 pub trait IsPayload<T> {}
 
 impl<T> IsPayload<T> for T {}
+
+/// The bound of a typed key on the generated stimulus constructors (`.key(order_id: String)`
+/// makes `OrderFlow::payment(key, ..)` take an `IsKey<String>`): implemented by the key
+/// field's type and a reference to it, and by `&str` for a `String` field, so that a key of
+/// another type, which would never match the field, is a compile error at the send site.
+#[diagnostic::on_unimplemented(
+    message = "this event's key is a `{T}`, not `{Self}`",
+    label = "expected a `{T}` key",
+    note = "the event is declared with `.key(field: {T})`; send a `{T}`, or use `Stimulus::new(..)` for an untyped send"
+)]
+pub trait IsKey<T> {}
+
+impl<T> IsKey<T> for T {}
+
+impl<T> IsKey<T> for &T {}
+
+#[diagnostic::do_not_recommend]
+impl IsKey<String> for &str {}

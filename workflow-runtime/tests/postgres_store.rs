@@ -323,3 +323,295 @@ async fn a_waiting_runtime_survives_its_connections_being_dropped() {
     assert_eq!(output["log"], serde_json::json!(["a", "b"]));
     runtime.shutdown(Duration::from_secs(1)).await;
 }
+
+/// The data of [`versioned`]'s instances.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct Ticket {
+    id: String,
+}
+
+/// Two versions of one definition: each step more is another fingerprint. The instance waits
+/// for `go`, then runs its tasks.
+fn versioned(steps: usize) -> String {
+    let tasks: Vec<String> = (0..steps)
+        .map(|i| format!(r#"{{ "kind": "task", "id": "t{i}", "function": "close" }}"#))
+        .collect();
+    format!(
+        r#"{{ "name": "Versioned", "root": {{ "kind": "sequence", "id": "root", "steps": [
+            {{ "kind": "event", "id": "go", "event": "go" }}, {} ] }} }}"#,
+        tasks.join(", ")
+    )
+}
+
+/// A process on its own pool that runs `Versioned` with `steps` tasks.
+async fn versioned_process(url: &str, schema: &str, steps: usize) -> Runtime {
+    let registry = workflow_runtime::Registry::<Ticket>::new().task("close", |_cx| {
+        Box::pin(async { Ok(workflow_runtime::Outcome::done()) })
+    });
+    let runtime = Runtime::builder()
+        .store(Arc::new(open(url, schema).await))
+        .register_json(versioned(steps), registry)
+        .timer_driver(false)
+        .build()
+        .unwrap();
+    runtime.start_workers().await.unwrap();
+    runtime
+}
+
+/// RT-24 across processes: a stimulus for an instance pinned to a version the sending process
+/// does not run is queued for that instance, not dropped; processes that cannot run it either
+/// leave it alone (no pass back and forth between them), and a process that runs the version
+/// delivers it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stimulus_for_a_version_this_process_lacks_waits_for_one_that_runs_it() {
+    if server().await.is_none() {
+        return;
+    }
+    let (url, schema) = (database_url(), fresh_schema_name());
+    let _guard = SchemaGuard::new(url.clone(), schema.clone());
+    let v1 = versioned_process(&url, &schema, 1).await;
+    let other_v1 = versioned_process(&url, &schema, 1).await;
+    let v2 = versioned_process(&url, &schema, 2).await;
+    let id = v2
+        .start_by_name(
+            "Versioned",
+            serde_json::json!({"id": "t-1"}),
+            Default::default(),
+        )
+        .await
+        .unwrap()
+        .instance_id;
+    // The only process running version 2 stops for a while.
+    v2.shutdown(Duration::from_secs(1)).await;
+    drop(v2);
+
+    let report = v1
+        .send(workflow_runtime::Stimulus::new("go"))
+        .await
+        .unwrap();
+    assert_eq!(report.deferred, std::slice::from_ref(&id), "{report:?}");
+    assert!(report.resumed.is_empty(), "{report:?}");
+    // The two version-1 processes each look at the item once at most, then leave it: over
+    // two seconds they write next to nothing (each pass claims and puts back: two writes).
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let before = (
+        v1.store().stats().await.unwrap().transactions,
+        other_v1.store().stats().await.unwrap().transactions,
+    );
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let after = (
+        v1.store().stats().await.unwrap().transactions,
+        other_v1.store().stats().await.unwrap().transactions,
+    );
+    assert!(
+        after.0 - before.0 <= 4 && after.1 - before.1 <= 4,
+        "the version-1 processes pass the item back and forth: {before:?} -> {after:?}"
+    );
+    let instance = v1.store().load_instance(&id).await.unwrap();
+    assert_eq!(
+        instance.status,
+        workflow_runtime::store::InstanceStatus::Suspended
+    );
+
+    // A process running version 2 starts: it delivers the stimulus, and the instance runs
+    // its two tasks to the end.
+    let v2 = versioned_process(&url, &schema, 2).await;
+    let done = v2
+        .await_completion(&id, Duration::from_secs(20))
+        .await
+        .unwrap();
+    assert!(matches!(done, Completion::Finished(_)), "{done:?}");
+    let journal = v2.store().read_journal(&id, 0, 100).await.unwrap();
+    let tasks = journal
+        .iter()
+        .filter(|r| r.node_id.as_deref() == Some("root:t1"))
+        .count();
+    assert!(tasks > 0, "the version-2 task did not run: {journal:?}");
+    for runtime in [v1, other_v1, v2] {
+        runtime.shutdown(Duration::from_secs(1)).await;
+    }
+}
+
+/// The data of [`Gated`]: the gate its first task waits at, and what ran.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Gated {
+    gate: String,
+    /// The first task waits for its cancellation token instead of its gate.
+    until_cancelled: bool,
+    log: Vec<String>,
+}
+
+/// Gates a test opens by name: the first task says it entered, then waits to be let go.
+#[derive(Default)]
+struct Gate {
+    entered: tokio::sync::Notify,
+    open: tokio::sync::Notify,
+}
+
+fn gate(name: &str) -> Arc<Gate> {
+    use std::collections::HashMap;
+    use std::sync::{Mutex, OnceLock};
+    static GATES: OnceLock<Mutex<HashMap<String, Arc<Gate>>>> = OnceLock::new();
+    let mut gates = GATES
+        .get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    gates.entry(name.to_owned()).or_default().clone()
+}
+
+async fn gated(ctx: &mut TaskContext<Gated>) {
+    let gate = gate(&ctx.data().gate);
+    let open = gate.open.notified();
+    gate.entered.notify_one();
+    if ctx.data().until_cancelled {
+        ctx.cancelled().await;
+        return;
+    }
+    open.await;
+    ctx.data_mut().log.push("first".to_owned());
+}
+
+async fn then(ctx: &mut TaskContext<Gated>) {
+    ctx.data_mut().log.push("second".to_owned());
+}
+
+workflow! {
+    /// A gated task, then another.
+    pub workflow GatedSteps(Gated) = sequence [
+        task(gated),
+        task(then),
+    ];
+}
+
+/// A process on its own pool running [`GatedSteps`].
+async fn gated_process(url: &str, schema: &str, owner: &str) -> Runtime {
+    let runtime = Runtime::builder()
+        .store(Arc::new(open(url, schema).await))
+        .owner(owner)
+        .register::<GatedSteps>()
+        .cancel_grace(Duration::from_millis(200))
+        .lease_renewal(Duration::from_millis(100))
+        .build()
+        .unwrap();
+    runtime.start_workers().await.unwrap();
+    runtime
+}
+
+async fn log_of(runtime: &Runtime, id: &str) -> Vec<String> {
+    let state = runtime.get_state(id).await.unwrap().unwrap();
+    state.data::<Gated>().unwrap().log
+}
+
+/// ENG-50, FLT-15 across processes: a cancel, a suspend and a resume sent from one process
+/// to an instance whose run is in progress in another are durable requests (never
+/// `LeaseHeld`), honoured by the owner at the instance's next step.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn control_requests_from_another_process_reach_a_running_instance() {
+    use workflow_runtime::{Control, SubStatus, WorkflowStatus};
+    if server().await.is_none() {
+        return;
+    }
+    let (url, schema) = (database_url(), fresh_schema_name());
+    let _guard = SchemaGuard::new(url.clone(), schema.clone());
+    let owner = gated_process(&url, &schema, "process-a").await;
+    let other = gated_process(&url, &schema, "process-b").await;
+
+    // Cancel: the owner's running task sees its token fire; the instance ends cancelled.
+    let name = format!("{schema}-cancel");
+    let cancel_gate = gate(&name);
+    let entered = cancel_gate.entered.notified();
+    let running = {
+        let owner = owner.clone();
+        let data = Gated {
+            gate: name.clone(),
+            until_cancelled: true,
+            ..Gated::default()
+        };
+        tokio::spawn(async move { owner.start::<GatedSteps>(data).await })
+    };
+    entered.await;
+    let id = owner.list_instances(Default::default()).await.unwrap()[0]
+        .instance_id
+        .clone();
+    let control = other.cancel(&id, Some("no longer needed".to_owned())).await;
+    assert_eq!(control.unwrap(), Control::Requested);
+    let started = tokio::time::timeout(Duration::from_secs(20), running)
+        .await
+        .expect("the owner never honoured the cancel")
+        .unwrap()
+        .unwrap();
+    assert_eq!(started.status, WorkflowStatus::Cancelled);
+    let done = other
+        .await_completion(&id, Duration::from_secs(5))
+        .await
+        .unwrap();
+    assert_eq!(
+        done,
+        Completion::Cancelled(Some("no longer needed".to_owned()))
+    );
+    assert!(log_of(&other, &id).await.is_empty());
+
+    // Suspend: the owner finishes the task it runs, then pauses the instance.
+    let name = format!("{schema}-suspend");
+    let gate_of = gate(&name);
+    let entered = gate_of.entered.notified();
+    let running = {
+        let owner = owner.clone();
+        let data = Gated {
+            gate: name.clone(),
+            ..Gated::default()
+        };
+        tokio::spawn(async move { owner.start::<GatedSteps>(data).await })
+    };
+    entered.await;
+    let id = owner
+        .list_instances(Default::default())
+        .await
+        .unwrap()
+        .into_iter()
+        .find(|i| i.instance_id != id)
+        .unwrap()
+        .instance_id;
+    assert_eq!(other.suspend(&id).await.unwrap(), Control::Requested);
+    // Recorded durably: the request is in the instance's row for its owner to take.
+    let record = other.store().load_instance(&id).await.unwrap();
+    assert!(record.control_request.is_some(), "{record:?}");
+    // The run in progress learns of it from the store's wake-up or, at the latest, from its
+    // next lease renewal (every 100 ms here); then the task it runs ends.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    gate_of.open.notify_one();
+    let started = tokio::time::timeout(Duration::from_secs(20), running)
+        .await
+        .expect("the owner never honoured the suspend")
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        (started.status, started.sub_status),
+        (WorkflowStatus::Suspended, Some(SubStatus::Paused))
+    );
+    assert_eq!(log_of(&other, &id).await, ["first"]);
+    let record = other.store().load_instance(&id).await.unwrap();
+    assert_eq!(
+        record.control_request, None,
+        "the pausing commit cleared it"
+    );
+
+    // Resume, from a process that does not run the definition (an operator's): recorded, and
+    // honoured by the owner, which runs the instance on to the end.
+    let operator = Runtime::builder()
+        .store(Arc::new(open(&url, &schema).await))
+        .owner("operator")
+        .build()
+        .unwrap();
+    assert_eq!(operator.resume(&id).await.unwrap(), Control::Requested);
+    let done = owner
+        .await_completion(&id, Duration::from_secs(20))
+        .await
+        .unwrap();
+    assert!(matches!(done, Completion::Finished(_)), "{done:?}");
+    assert_eq!(log_of(&owner, &id).await, ["first", "second"]);
+    for runtime in [owner, other, operator] {
+        runtime.shutdown(Duration::from_secs(1)).await;
+    }
+}

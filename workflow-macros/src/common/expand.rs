@@ -97,9 +97,33 @@ pub(crate) fn field_checks(
     let mut out = TokenStream::new();
     for key in keys {
         if let Some(access) = key.access(&data) {
+            // With the key's type written (`.key(order_id: String)`), the field must be of
+            // that type: a mismatch is rustc's "expected `String`" on the path, "expected
+            // due to this" on the type.
+            let Some(ty) = &key.ty else {
+                out.extend(quote! {
+                    let _ = |#data: &Self::Data| {
+                        let _ = &#access;
+                    };
+                });
+                continue;
+            };
+            // Every token of the borrow on the path, of the type on the type, so that rustc's
+            // spans land on the user's tokens and not on the macro call.
+            let span = key
+                .idents
+                .as_ref()
+                .and_then(|i| i.last())
+                .map_or_else(Span::call_site, syn::Ident::span);
+            let here = syn::Ident::new("__data", span);
+            let Some(borrow) = key.access(&quote!(#here)) else {
+                continue;
+            };
+            let borrow = quote_spanned!(span=> &#borrow);
+            let ty = quote_spanned!(ty.span()=> &#ty);
             out.extend(quote! {
                 let _ = |#data: &Self::Data| {
-                    let _ = &#access;
+                    let _: #ty = #borrow;
                 };
             });
         }
@@ -131,6 +155,8 @@ pub(crate) struct EventSend<'a> {
     pub(crate) payload: Option<&'a syn::Type>,
     /// Whether the event is correlated by a key.
     pub(crate) keyed: bool,
+    /// The key's type, when written (`.key(order_id: String)`).
+    pub(crate) key_type: Option<&'a syn::Type>,
 }
 
 /// The inherent fns a macro's type already has (or inherits from its trait): a constructor
@@ -155,20 +181,22 @@ const RESERVED_FNS: [&str; 9] = [
 pub(crate) fn stimulus_constructors(events: &[EventSend<'_>]) -> TokenStream {
     let private = quote!(::workflow_runtime::__private);
     let mut out = TokenStream::new();
-    let mut seen: Vec<(String, String, bool)> = Vec::new();
+    let mut seen: Vec<(String, String, bool, String)> = Vec::new();
     let mut ambiguous = HashSet::new();
+    let text = |ty: Option<&syn::Type>| {
+        ty.map(|ty| quote::ToTokens::to_token_stream(ty).to_string())
+            .unwrap_or_default()
+    };
     for event in events {
         let name = event.name.value();
-        let ty = event
-            .payload
-            .map(|ty| quote::ToTokens::to_token_stream(ty).to_string())
-            .unwrap_or_default();
-        match seen.iter().find(|(n, _, _)| *n == name) {
-            Some((_, t, k)) if *t != ty || *k != event.keyed => {
+        let ty = text(event.payload);
+        let key_ty = text(event.key_type);
+        match seen.iter().find(|(n, _, _, _)| *n == name) {
+            Some((_, t, k, kt)) if *t != ty || *k != event.keyed || *kt != key_ty => {
                 ambiguous.insert(name);
             }
             Some(_) => {}
-            None => seen.push((name, ty, event.keyed)),
+            None => seen.push((name, ty, event.keyed, key_ty)),
         }
     }
     let mut emitted = HashSet::new();
@@ -197,9 +225,12 @@ pub(crate) fn stimulus_constructors(events: &[EventSend<'_>]) -> TokenStream {
             continue;
         };
         let ident = syn::Ident::new(&ident.to_string(), event.name.span());
-        let key_param = event
-            .keyed
-            .then(|| quote!(key: impl #private::serde::Serialize,));
+        // A typed key (`.key(order_id: String)`) is checked by rustc at the send site:
+        // `IsKey<String>` takes a `String`, a `&String` or a `&str`.
+        let key_param = event.keyed.then(|| match event.key_type {
+            Some(ty) => quote!(key: impl #private::serde::Serialize + #private::IsKey<#ty>,),
+            None => quote!(key: impl #private::serde::Serialize,),
+        });
         let key_call = event.keyed.then(|| quote!(.key(key)));
         // Generic over the payload with the bound `P: IsPayload<Payment>`: a payload of another
         // type is an error at the send site naming both types, and a payload type that is not
@@ -214,7 +245,16 @@ pub(crate) fn stimulus_constructors(events: &[EventSend<'_>]) -> TokenStream {
         };
         let doc = format!(
             "A stimulus for the event `{name}`{}{}: send it with `Runtime::send`.",
-            if event.keyed { " with its key" } else { "" },
+            match (event.keyed, event.key_type) {
+                (false, _) => String::new(),
+                (true, None) => " with its key".to_owned(),
+                (true, Some(ty)) => format!(
+                    " with its `{}` key",
+                    quote::ToTokens::to_token_stream(ty)
+                        .to_string()
+                        .replace(' ', "")
+                ),
+            },
             match event.payload {
                 Some(ty) => format!(
                     " and a `{}` payload, the type checked by rustc at the send site",

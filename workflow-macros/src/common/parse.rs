@@ -87,6 +87,9 @@ pub(crate) struct FieldPath {
     /// data type; `None` for a string path with a segment that is not an identifier (an
     /// array index), which rustc cannot check.
     pub(crate) idents: Option<Vec<Ident>>,
+    /// The key's type when written (`.key(order_id: String)`): the event's typed constructor
+    /// then takes a key of that type, and rustc checks that it is the field's type.
+    pub(crate) ty: Option<Box<syn::Type>>,
 }
 
 impl FieldPath {
@@ -98,9 +101,25 @@ impl FieldPath {
     }
 }
 
-/// `order_id`, `customer.id` or `"customer.id"`: the key path of an event (RT-3).
+/// `order_id`, `customer.id` or `"customer.id"`: the key path of an event (RT-3), optionally
+/// with the key's type, `order_id: String`.
 pub(crate) fn parse_key(input: ParseStream<'_>) -> syn::Result<FieldPath> {
-    parse_field_path(input, "key", "`.key(order_id)` or `.key(customer.id)`")
+    let example = "`.key(order_id)`, `.key(customer.id)` or `.key(order_id: String)`";
+    let mut path = field_path(input, "key", example)?;
+    if input.peek(Token![:]) {
+        input.parse::<Token![:]>()?;
+        let ty: syn::Type = input.parse().map_err(|e| {
+            syn::Error::new(
+                e.span(),
+                format!("malformed `.key`: expected the key's type after `:`, as in {example}"),
+            )
+        })?;
+        path.ty = Some(Box::new(ty));
+    }
+    if !input.is_empty() {
+        return Err(input.error("unexpected token in the `key` path"));
+    }
+    Ok(path)
 }
 
 /// A field path into the data: idents joined by `.`, or a string literal.
@@ -109,6 +128,15 @@ pub(crate) fn parse_field_path(
     what: &str,
     example: &str,
 ) -> syn::Result<FieldPath> {
+    let path = field_path(input, what, example)?;
+    if !input.is_empty() {
+        return Err(input.error(format!("unexpected token in the `{what}` path")));
+    }
+    Ok(path)
+}
+
+/// The field path at the start of `input`, leaving what follows it.
+fn field_path(input: ParseStream<'_>, what: &str, example: &str) -> syn::Result<FieldPath> {
     let tokens: TokenStream = input.fork().parse()?;
     if input.peek(LitStr) {
         let lit: LitStr = input.parse()?;
@@ -125,6 +153,7 @@ pub(crate) fn parse_field_path(
             text,
             tokens,
             idents,
+            ty: None,
         });
     }
     let mut parts = Vec::new();
@@ -155,9 +184,6 @@ pub(crate) fn parse_field_path(
             break;
         }
     }
-    if !input.is_empty() {
-        return Err(input.error(format!("unexpected token in the `{what}` path")));
-    }
     Ok(FieldPath {
         text: parts
             .iter()
@@ -166,6 +192,7 @@ pub(crate) fn parse_field_path(
             .join("."),
         tokens,
         idents: Some(parts),
+        ty: None,
     })
 }
 
@@ -373,4 +400,41 @@ pub(crate) fn parse_look_back(
         return Err(content.error("unexpected token after the look-back"));
     }
     Ok((value, tokens_between(&start, content)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_key;
+    use syn::parse::Parser;
+
+    #[test]
+    fn a_key_path_with_and_without_its_type() {
+        let key = parse_key.parse_str("customer.id").unwrap();
+        assert_eq!(key.text, "customer.id");
+        assert!(key.ty.is_none());
+
+        let key = parse_key.parse_str("order_id: String").unwrap();
+        assert_eq!(key.text, "order_id");
+        let ty = key.ty.unwrap();
+        assert_eq!(quote::quote!(#ty).to_string(), "String");
+
+        let key = parse_key.parse_str("\"customer.id\": u64").unwrap();
+        assert_eq!(key.text, "customer.id");
+        assert!(key.ty.is_some());
+
+        let missing = parse_key.parse_str("order_id:").err().unwrap().to_string();
+        assert!(
+            missing.contains("expected the key's type after `:`"),
+            "{missing}"
+        );
+        let extra = parse_key
+            .parse_str("order_id: String, x")
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(
+            extra.contains("unexpected token in the `key` path"),
+            "{extra}"
+        );
+    }
 }

@@ -5,7 +5,7 @@ use std::collections::{HashMap, HashSet};
 
 use proc_macro2::{Span, TokenStream};
 use quote::ToTokens;
-use workflow_model::{Definition, Diagnostic, Location, Segment};
+use workflow_model::{Definition, Diagnostic, Location, Related, Segment};
 
 /// From a model location to the tokens the user wrote for it.
 ///
@@ -73,6 +73,13 @@ impl SpanTable {
         self.resolve(at).and_then(|at| self.tokens.get(&at))
     }
 
+    /// Where the tokens of `at` start: line (1-based) and column (1-based, as rustc counts).
+    pub(crate) fn start_of(&self, at: &Location) -> Option<(usize, usize)> {
+        let first = self.tokens_of(at)?.clone().into_iter().next()?;
+        let start = first.span().start();
+        (start.line > 0).then_some((start.line, start.column + 1))
+    }
+
     /// An error with `message` on the tokens of `at`.
     pub(crate) fn error(&self, at: &Location, message: &str) -> syn::Error {
         match self.tokens_of(at) {
@@ -92,18 +99,20 @@ fn prefix(segments: &[Segment]) -> Location {
 }
 
 /// Runs the shared validator on `definition`; every diagnostic that `skip` does not drop
-/// becomes an error on the user's tokens, all combined. A diagnostic whose rule was already
-/// reported on the same tokens (an id derived from a name the user wrote) is reported once.
-pub(crate) fn validate(
-    definition: &Definition,
-    spans: &SpanTable,
-    skip: impl Fn(&Diagnostic) -> bool,
-) -> Option<syn::Error> {
-    validate_with(definition, spans, skip, |_| None)
-}
-
-/// [`validate`], with `hint` adding a macro-specific hint to a diagnostic's message (how to
-/// fix it in this DSL).
+/// becomes an error on the user's tokens, all combined, `hint` adding a macro-specific hint to
+/// a diagnostic's message (how to fix it in this DSL).
+///
+/// One broken rule is one error. Its primary span is the offending element; every other
+/// element involved (the diagnostic's related locations: the first occurrence of a duplicate,
+/// the transition that shadows this one, the rest of a loop) is a note under the message
+/// naming what it is and its line and column. A stable proc macro cannot attach secondary
+/// labels to an error (`proc_macro::Diagnostic` is nightly-only), so the notes stand in for
+/// them (`workflow-macros/docs/` shows the form).
+///
+/// A duplicate that the validator reports on both occurrences is reported once, at the later
+/// one. A rule already reported on the same tokens (an id derived from a name the user wrote)
+/// is reported once. "No start can be chosen" (FC-V7) is reported on the first node without
+/// an inbound connection, the others as notes, rather than on the workflow's name.
 pub(crate) fn validate_with(
     definition: &Definition,
     spans: &SpanTable,
@@ -111,24 +120,66 @@ pub(crate) fn validate_with(
     hint: impl Fn(&Diagnostic) -> Option<String>,
 ) -> Option<syn::Error> {
     let diagnostics = workflow_model::validate(definition).err()?;
+    let kept: Vec<&Diagnostic> = diagnostics.iter().filter(|d| !skip(d)).collect();
     let mut all: Option<syn::Error> = None;
     let mut reported = HashSet::new();
-    for diagnostic in &diagnostics {
-        if skip(diagnostic) {
+    for &diagnostic in &kept {
+        if reported_at_a_later_twin(diagnostic, &kept, spans) {
             continue;
         }
-        if !reported.insert((diagnostic.rule, spans.resolve(&diagnostic.at))) {
+        let mut related: Vec<&Related> = diagnostic.related.iter().collect();
+        let mut at = &diagnostic.at;
+        let first_root = related
+            .first()
+            .filter(|r| diagnostic.rule == "FC-V7" && spans.tokens_of(&r.at).is_some());
+        if let Some(first) = first_root {
+            at = &first.at;
+            related.remove(0);
+        }
+        if !reported.insert((diagnostic.rule, spans.resolve(at))) {
             continue;
         }
-        let message = match hint(diagnostic) {
+        let mut message = match hint(diagnostic) {
             Some(hint) => format!("{}{hint}", diagnostic.message),
             None => diagnostic.message.clone(),
         };
-        let error = spans.error(&diagnostic.at, &message);
+        let here = spans.resolve(at);
+        for other in related {
+            if spans.resolve(&other.at) == here {
+                continue;
+            }
+            if let Some((line, column)) = spans.start_of(&other.at) {
+                message.push_str(&format!(
+                    "\n= note: {} (line {line}, column {column})",
+                    other.label
+                ));
+            }
+        }
+        let error = spans.error(at, &message);
         match &mut all {
             Some(all) => all.combine(error),
             None => all = Some(error),
         }
     }
     all
+}
+
+/// Whether `diagnostic` is one occurrence of a duplicate whose other occurrence, later in the
+/// source, carries the same rule and message (and so reports both).
+fn reported_at_a_later_twin(
+    diagnostic: &Diagnostic,
+    all: &[&Diagnostic],
+    spans: &SpanTable,
+) -> bool {
+    let Some(here) = spans.start_of(&diagnostic.at) else {
+        return false;
+    };
+    diagnostic.related.iter().any(|related| {
+        all.iter().any(|other| {
+            other.rule == diagnostic.rule
+                && other.message == diagnostic.message
+                && other.at == related.at
+                && spans.start_of(&other.at).is_some_and(|there| there > here)
+        })
+    })
 }

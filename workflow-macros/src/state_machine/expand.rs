@@ -120,6 +120,7 @@ pub(crate) fn expand(machine: &Machine, definition: Option<&Definition>) -> Toke
                 name,
                 payload: payload.as_deref(),
                 keyed: key.is_some(),
+                key_type: key.as_ref().and_then(|k| k.ty.as_deref()),
             }),
             _ => None,
         })

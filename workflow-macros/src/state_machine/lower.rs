@@ -227,9 +227,16 @@ fn lower_trigger(
 /// `syntax_errors` tells that some declarations were dropped by a syntax error: reachability
 /// (SM-C5) is then not reported, since the dropped transition is the likely cause.
 pub(crate) fn validate(lowered: &Lowered, syntax_errors: bool) -> Option<syn::Error> {
-    crate::common::spans::validate(&lowered.definition, &lowered.spans, |diagnostic| {
-        syntax_errors && diagnostic.rule == "SM-C5"
-    })
+    crate::common::spans::validate_with(
+        &lowered.definition,
+        &lowered.spans,
+        |diagnostic| syntax_errors && diagnostic.rule == "SM-C5",
+        |diagnostic| {
+            (diagnostic.rule == "SM-C8").then(|| {
+                "; add `when = <condition fn>` to one of them to choose between them".to_owned()
+            })
+        },
+    )
 }
 
 #[cfg(test)]

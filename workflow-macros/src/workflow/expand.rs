@@ -223,6 +223,7 @@ impl<'a> Uses<'a> {
                     name: &event.name,
                     payload: event.payload.as_deref(),
                     keyed: event.key.is_some(),
+                    key_type: event.key.as_ref().and_then(|k| k.ty.as_deref()),
                 });
                 if let Some(ty) = &event.payload {
                     if event.ports.is_some() {

@@ -595,10 +595,10 @@ pub(crate) fn validate(
     broken: &[String],
 ) -> Option<syn::Error> {
     let hint = |diagnostic: &workflow_model::Diagnostic| {
-        let (_, function) = lowered
-            .unnamed_tasks
-            .iter()
-            .find(|(at, _)| diagnostic.rule == "FC-V1" && *at == diagnostic.at)?;
+        let (_, function) = lowered.unnamed_tasks.iter().find(|(at, _)| {
+            diagnostic.rule == "FC-V1"
+                && (*at == diagnostic.at || diagnostic.related.iter().any(|r| r.at == *at))
+        })?;
         Some(format!(
             "; a step is named after its task's fn: name one of them, as in `again = task({function})`"
         ))

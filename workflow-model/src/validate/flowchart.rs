@@ -210,10 +210,9 @@ fn check_structure(
         );
         for i in 0..chart.start.len() {
             let mut diagnostic = Diagnostic::new("FC-V6", start_location(at, chart, i), &*message);
-            diagnostic.related = (0..chart.start.len())
-                .filter(|&j| j != i)
-                .map(|j| start_location(at, chart, j))
-                .collect();
+            for j in (0..chart.start.len()).filter(|&j| j != i) {
+                diagnostic = diagnostic.with_related(start_location(at, chart, j), "another start");
+            }
             cx.push(diagnostic);
         }
     }
@@ -288,10 +287,15 @@ fn check_structure(
             )
         };
         let mut diagnostic = Diagnostic::new("FC-V7", at.clone(), message);
-        diagnostic.related = without
-            .iter()
-            .map(|&i| nodes_at.index(i).field("id"))
-            .collect();
+        for &i in &without {
+            diagnostic = diagnostic.with_related(
+                nodes_at.index(i).field("id"),
+                format!(
+                    "`{}` has no inbound connection",
+                    ids.get(i).copied().unwrap_or_default()
+                ),
+            );
+        }
         cx.push(diagnostic);
     }
 }
@@ -384,7 +388,10 @@ pub(super) fn report_duplicates<K, I, L, M>(
             Some((j, paired)) => {
                 let text = message(i);
                 if *paired {
-                    cx.push(Diagnostic::new(rule, location(i), text).with_related(location(*j)));
+                    cx.push(
+                        Diagnostic::new(rule, location(i), text)
+                            .with_related(location(*j), "first used here"),
+                    );
                 } else {
                     *paired = true;
                     cx.push_pair(rule, location(*j), location(i), &text);
@@ -392,6 +399,71 @@ pub(super) fn report_duplicates<K, I, L, M>(
             }
         }
     }
+}
+
+/// For an invalid backward connection `source -> head` (FC-V11), the forward connection by
+/// which a path from an entry point reaches `source` without passing through `head` first
+/// enters what `head` leads to: the connection that bypasses the loop's entry.
+fn loop_bypass(analysis: &FlowchartAnalysis, source: usize, head: usize) -> Option<usize> {
+    let next = |node: usize| {
+        analysis
+            .outbound
+            .get(node)
+            .into_iter()
+            .flatten()
+            .filter(|&&c| !analysis.backward.get(c).copied().unwrap_or(false))
+            .filter_map(|&c| Some((c, analysis.endpoints.get(c).copied().flatten()?.1)))
+    };
+    // What the head leads to, through forward connections.
+    let mut below = vec![false; analysis.outbound.len()];
+    let mut pending = vec![head];
+    while let Some(node) = pending.pop() {
+        for (_, to) in next(node) {
+            if let Some(seen @ false) = below.get_mut(to) {
+                *seen = true;
+                pending.push(to);
+            }
+        }
+    }
+    // A breadth-first walk from the entry points that never enters the head, keeping the
+    // connection each node was first reached by.
+    let mut reached_by: Vec<Option<Option<usize>>> = vec![None; analysis.outbound.len()];
+    let mut queue = VecDeque::new();
+    for &entry in &analysis.entry_points {
+        if entry == head {
+            continue;
+        }
+        if let Some(slot @ None) = reached_by.get_mut(entry) {
+            *slot = Some(None);
+            queue.push_back(entry);
+        }
+    }
+    while let Some(node) = queue.pop_front() {
+        for (c, to) in next(node) {
+            if to == head {
+                continue;
+            }
+            if let Some(slot @ None) = reached_by.get_mut(to) {
+                *slot = Some(Some(c));
+                queue.push_back(to);
+            }
+        }
+    }
+    // Back from the source to the entry point: the earliest connection on that path whose
+    // target is below the head.
+    let mut bypass = None;
+    let mut node = source;
+    for _ in 0..analysis.outbound.len() {
+        let Some(Some(c)) = reached_by.get(node).copied().flatten() else {
+            break;
+        };
+        let (from, to) = analysis.endpoints.get(c).copied().flatten()?;
+        if below.get(to).copied().unwrap_or(false) {
+            bypass = Some(c);
+        }
+        node = from;
+    }
+    bypass
 }
 
 /// `` `a` ``, `` `a` and `b` ``, `` `a`, `b` and `c` ``.
@@ -489,7 +561,7 @@ fn check_graph(chart: &Flowchart, at: &Location, top_level: bool, cx: &mut Diagn
         let valid = valid_backward.get(c).copied().unwrap_or(false);
         let reachable = analysis.reachable.get(source).copied().unwrap_or(false);
         if backward && !valid && reachable {
-            cx.push(Diagnostic::new(
+            let mut diagnostic = Diagnostic::new(
                 "FC-V11",
                 connections_at.index(c),
                 format!(
@@ -499,7 +571,23 @@ fn check_graph(chart: &Flowchart, at: &Location, top_level: bool, cx: &mut Diagn
                     node_id(source),
                     node_id(target)
                 ),
-            ));
+            );
+            let bypass = loop_bypass(&analysis, source, target).and_then(|c| {
+                let entered = analysis.endpoints.get(c).copied().flatten()?.1;
+                Some((c, chart.connections.get(c)?, entered))
+            });
+            if let Some((c, bypassing, entered)) = bypass {
+                diagnostic = diagnostic.with_related(
+                    connections_at.index(c),
+                    format!(
+                        "`{}` enters the loop at `{}`, bypassing `{}`",
+                        connection_text(bypassing),
+                        node_id(entered),
+                        node_id(target)
+                    ),
+                );
+            }
+            cx.push(diagnostic);
         }
     }
 
@@ -542,7 +630,10 @@ fn check_graph(chart: &Flowchart, at: &Location, top_level: bool, cx: &mut Diagn
                             node.id()
                         ),
                     )
-                    .with_related(nodes_at.index(i).field("id")),
+                    .with_related(
+                        nodes_at.index(i).field("id"),
+                        format!("`{}` is declared a trigger here", node.id()),
+                    ),
                 );
             }
         }
@@ -1167,7 +1258,7 @@ mod tests {
         );
         let diagnostics = validate(&definition).unwrap_err();
         let first = diagnostics.iter().next().unwrap();
-        assert_eq!(first.related[0].json_pointer(), "/root/nodes/5/id");
+        assert_eq!(first.related[0].at.json_pointer(), "/root/nodes/5/id");
     }
 
     #[test]
@@ -1382,7 +1473,7 @@ mod tests {
             .unwrap()
             .related
             .iter()
-            .map(Location::json_pointer)
+            .map(|r| r.at.json_pointer())
             .collect();
         assert_eq!(related, ["/root/nodes/0/id", "/root/nodes/5/id"]);
     }
@@ -1523,6 +1614,20 @@ mod tests {
                 "invalid loop: `manager.rejected -> reject` returns to `reject`, but `manager` can be reached without passing through `reject`",
             )],
         );
+        let diagnostics = validate(&definition(chart_with_bypass())).unwrap_err();
+        let bypass = &diagnostics.iter().next().unwrap().related;
+        assert_eq!(bypass.len(), 1);
+        assert_eq!(bypass[0].at.json_pointer(), "/root/connections/3");
+        assert_eq!(
+            bypass[0].label,
+            "`review.manual -> manager` enters the loop at `manager`, bypassing `reject`"
+        );
+    }
+
+    fn chart_with_bypass() -> Flowchart {
+        let mut chart = expense_chart();
+        chart.connections.push(conn("reject", "manager"));
+        chart
     }
 
     #[test]

@@ -465,7 +465,10 @@ fn check_shadowed(machine: &StateMachine, graph: &Graph<'_>, at: &Location, cx: 
                         label(transition)
                     ),
                 )
-                .with_related(transition_at(at, u)),
+                .with_related(
+                    transition_at(at, u),
+                    format!("`{winner_label}` is automatic and unconditional: it is taken first"),
+                ),
             );
         }
     }
@@ -563,8 +566,12 @@ fn report_cycle(machine: &StateMachine, cycle: &[usize], at: &Location, cx: &mut
         )
     };
     let mut d = Diagnostic::new("SM-C7", transition_at(at, first), message);
-    d.related
-        .extend(ordered.iter().skip(1).map(|&i| transition_at(at, i)));
+    for (&i, label) in ordered.iter().zip(&labels).skip(1) {
+        d = d.with_related(
+            transition_at(at, i),
+            format!("then `{label}`, automatic and unconditional too"),
+        );
+    }
     cx.push(d);
 }
 
@@ -599,12 +606,16 @@ fn check_same_event(
                         "SM-C8",
                         transition_at(at, i).field("trigger"),
                         format!(
-                            "transitions `{}` and `{}` from `{state}` wait for the same event and neither has a condition",
+                            "transitions `{}` and `{}` from `{state}` wait for the same event `{}` and neither has a condition",
                             label(earlier),
-                            label(transition)
+                            label(transition),
+                            event.event
                         ),
                     )
-                    .with_related(transition_at(at, j).field("trigger")),
+                    .with_related(
+                        transition_at(at, j).field("trigger"),
+                        format!("`{}` waits for `{}` too", label(earlier), event.event),
+                    ),
                 ),
                 None => {
                     first.insert(stimulus, (i, transition));
@@ -739,8 +750,9 @@ mod tests {
                 "SM-C2 at /root/states/2/name: duplicate state name `Paid`",
             ]
         );
-        assert_eq!(found[0].related, [found[1].at.clone()]);
-        assert_eq!(found[1].related, [found[0].at.clone()]);
+        assert_eq!(found[0].related[0].at, found[1].at);
+        assert_eq!(found[1].related[0].at, found[0].at);
+        assert_eq!(found[1].related[0].label, "first used here");
         // Unique names: nothing.
         assert!(problems(&machine("New", &["New"], vec![])).is_empty());
     }
@@ -788,7 +800,8 @@ mod tests {
                 "SM-C3 at /root/transitions/1/trigger/id: duplicate trigger id `pay`",
             ]
         );
-        assert_eq!(found[1].related, [found[0].at.clone()]);
+        assert_eq!(found[1].related[0].at, found[0].at);
+        assert_eq!(found[1].related[0].label, "first used here");
     }
 
     #[test]
@@ -921,7 +934,11 @@ mod tests {
             ]
         );
         assert_eq!(
-            found[0].related,
+            found[0]
+                .related
+                .iter()
+                .map(|r| r.at.clone())
+                .collect::<Vec<_>>(),
             [Location::root().field("root").field("transitions").index(0)]
         );
     }
@@ -981,7 +998,11 @@ mod tests {
             ]
         );
         assert_eq!(
-            found[0].related,
+            found[0]
+                .related
+                .iter()
+                .map(|r| r.at.clone())
+                .collect::<Vec<_>>(),
             [Location::root().field("root").field("transitions").index(2)]
         );
     }
@@ -1035,11 +1056,15 @@ mod tests {
             problems(&m),
             [
                 "SM-C8 at /root/transitions/1/trigger: transitions `pay` and `pay_again` from `New` \
-              wait for the same event and neither has a condition"
+              wait for the same event `payment` and neither has a condition"
             ]
         );
         assert_eq!(
-            found[0].related,
+            found[0]
+                .related
+                .iter()
+                .map(|r| r.at.clone())
+                .collect::<Vec<_>>(),
             [Location::root()
                 .field("root")
                 .field("transitions")
@@ -1144,7 +1169,7 @@ mod tests {
                 "SM-C7 at /root/transitions/3: automatic transition `spin` loops forever: it has no \
                  condition or trigger",
                 "SM-C8 at /root/transitions/2/trigger: transitions `pay` and `pay_again` from `New` wait \
-                 for the same event and neither has a condition",
+                 for the same event `payment` and neither has a condition",
             ]
         );
     }

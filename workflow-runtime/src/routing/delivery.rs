@@ -342,10 +342,11 @@ pub struct SendReport {
     pub resumed: Vec<Started>,
     /// Triggers that started nothing, and why.
     pub refused: Vec<Refusal>,
-    /// Instances busy in another process (their lease is held), faulted or paused: the
-    /// stimulus was queued targeted at each (held, not expiring, for a faulted or paused one),
-    /// for the worker to deliver once the lease is released or the instance runs again
-    /// (RT-18, ENG-50).
+    /// Instances busy in another process (their lease is held), faulted, paused, or pinned to
+    /// a version this process does not run: the stimulus was queued targeted at each (held,
+    /// not expiring, for a faulted or paused one), for the worker to deliver once the lease is
+    /// released or the instance runs again (RT-18, ENG-50), or for a process that runs its
+    /// version (RT-24).
     pub deferred: Vec<String>,
     /// Instances the stimulus was rejected for (RT-22): each is unchanged and the stimulus
     /// was dead-lettered as `Rejected` for it.
@@ -363,9 +364,8 @@ pub struct SendReport {
     pub unmatched: bool,
     /// This is the stored report of an earlier send with the same idempotency key.
     pub duplicate: bool,
-    /// Matching instances that could not run (faulted, final in the meantime, pinned to an
-    /// unregistered version, leased by another process): the stimulus was not delivered to
-    /// them. Not stored with the idempotency record.
+    /// Matching instances that could not run (not runnable, the store failing for them): the
+    /// stimulus was not delivered to them. Not stored with the idempotency record.
     #[serde(skip)]
     pub not_delivered: Vec<RunError>,
 }
@@ -716,8 +716,7 @@ impl Runtime {
             && report.rejected.is_empty()
             && !report.not_delivered.is_empty()
         {
-            // Nothing reached: the first instance's error (RT-24's targeted queue item for
-            // an unregistered version is not implemented yet).
+            // Nothing reached: the first instance's error.
             let error = report.not_delivered.swap_remove(0);
             return Err(SendError::Run(error));
         }
@@ -786,8 +785,9 @@ impl Runtime {
     }
 
     /// RT-17 to RT-20: resumes every matching bookmark, one run per instance. Returns the
-    /// instances to defer (RT-18): busy in another process (`false`), or faulted (`true`:
-    /// the item is held, it does not expire).
+    /// instances to defer (RT-18): busy in another process or pinned to a version this process
+    /// does not run (`false`, RT-24), or faulted or paused (`true`: the item is held, it does
+    /// not expire).
     async fn bookmark_phase(
         &self,
         stimulus: &Stimulus,
@@ -865,6 +865,13 @@ impl Runtime {
                     error: StoreError::LeaseHeld { .. },
                     ..
                 }) => busy.push((instance, false)),
+                // RT-24: pinned to a version this process does not run: queued for the
+                // instance, for a process that runs it (not held: its TTL runs). Nothing of
+                // the instance was modified, nothing consumed.
+                Err(error @ RunError::VersionNotRegistered { .. }) => {
+                    tracing::info!(%instance, %error, "send: the instance's version is not registered here; the stimulus is queued for a process that runs it");
+                    busy.push((instance, false));
+                }
                 // RT-18: a faulted instance gets a held item, delivered once it runs again;
                 // so does a paused one (ENG-50), delivered after its resume.
                 Err(
@@ -934,11 +941,9 @@ impl Runtime {
                         }),
                     }
                 }
-                Err(
-                    error @ (RunError::NotRunnable { .. }
-                    | RunError::VersionNotRegistered { .. }
-                    | RunError::Store { .. }),
-                ) => report.not_delivered.push(error),
+                Err(error @ (RunError::NotRunnable { .. } | RunError::Store { .. })) => {
+                    report.not_delivered.push(error);
+                }
                 Err(error) => return Err(SendError::Run(error)),
             }
         }

@@ -76,7 +76,7 @@ impl Runtime {
     /// as an instance lease (RT-29, ST-14). A shutdown stops the pass between items; the
     /// items left are put back. The passes of one runtime are serialized.
     pub(crate) async fn queue_pass(&self) -> Result<QueuePass, StoreError> {
-        let _pass = self.inner.queue_passes.lock().await;
+        let mut parked = self.inner.queue_passes.lock().await;
         let store = &self.inner.store;
         let now = now_micros();
         let claim_ttl = self.inner.lease.ttl_micros();
@@ -106,6 +106,12 @@ impl Runtime {
                 break;
             }
         }
+        // Every pass claims all it can: an item parked before and not claimed now was
+        // settled, or is claimed elsewhere (then it is announced again once, which is
+        // harmless).
+        let ids: std::collections::HashSet<&str> =
+            claimed.iter().map(|i| i.item_id.as_str()).collect();
+        parked.retain(|id| ids.contains(id.as_str()));
         for item in claimed {
             if self.stopping() {
                 store
@@ -195,16 +201,31 @@ impl Runtime {
                     continue;
                 }
             }
-            match self.deliver_item(&item).await {
+            let first = !parked.contains(&item.item_id);
+            match self.deliver_item(&item, first).await {
                 Ok(true) => {
+                    parked.remove(&item.item_id);
                     store.ack_queue_item(&item.item_id).await?;
                     pass.delivered += 1;
                 }
-                Ok(false) => {
+                // RT-27: nothing took it (no eligible bookmark yet, its instance busy, paused
+                // or pinned to a version this process does not run). Put back the first time,
+                // it is announced, so another process that may deliver it looks again; put
+                // back again, it is not, or two processes that both cannot deliver it would
+                // pass it back and forth for ever. What may make it deliverable announces
+                // itself (a commit adding bookmarks, a resume, a registration), and the
+                // periodic sweep finds it anyway.
+                Ok(false) if first => {
+                    parked.insert(item.item_id.clone());
                     store
                         .release_queue_item(&item.item_id, &self.inner.owner)
                         .await?;
                     pass.put_back += 1;
+                }
+                Ok(false) => {
+                    store
+                        .park_queue_item(&item.item_id, &self.inner.owner)
+                        .await?;
                 }
                 Err(error) if error.is_transient() => {
                     tracing::warn!(item = %item.item_id, %error, "queue: delivery failed for a transient reason; the item waits for the next pass");
@@ -235,7 +256,7 @@ impl Runtime {
     /// this process does not run (ENG-46) keep the item for later; a transient store failure
     /// puts it back without counting an attempt; another run error counts a failed attempt
     /// (RT-28), unless another instance took the item.
-    async fn deliver_item(&self, item: &QueueItem) -> Result<bool, DeliveryError> {
+    async fn deliver_item(&self, item: &QueueItem, first: bool) -> Result<bool, DeliveryError> {
         let store = &self.inner.store;
         let targets: Targets = serde_json::from_value(item.targets.clone()).unwrap_or_default();
         let mut query = BookmarkQuery::by_hash(item.hash.clone(), BOOKMARK_PAGE);
@@ -281,6 +302,23 @@ impl Runtime {
                 .map(|row| row.bookmark_id)
                 .collect();
             if ids.is_empty() {
+                continue;
+            }
+            // RT-24, ENG-46: pinned to a version this process does not run, the instance is
+            // not claimed here at all; the item waits for a process that runs it.
+            let registered = self.inner.workflows.get(&record.definition_name);
+            if registered.is_none_or(|w| w.version() != record.definition_version) {
+                let error = RunError::VersionNotRegistered {
+                    instance: instance.clone(),
+                    name: record.definition_name.clone(),
+                    version: record.definition_version.clone(),
+                    registered: registered.map(|w| w.version().to_owned()),
+                };
+                if first {
+                    tracing::warn!(%instance, %error, "queue: the instance's version is not registered here; the item waits for a process that runs it");
+                } else {
+                    tracing::debug!(%instance, %error, "queue: the instance's version is not registered here; the item still waits");
+                }
                 continue;
             }
             let first_bookmark = ids.first().cloned().unwrap_or_default();

@@ -659,7 +659,7 @@ impl RuntimeBuilder {
                 queue_worker: self.queue_worker,
                 recovery_sweep: self.recovery_sweep,
                 recovery: tokio::sync::Mutex::new(()),
-                queue_passes: tokio::sync::Mutex::new(()),
+                queue_passes: tokio::sync::Mutex::new(std::collections::HashSet::new()),
                 child_results: Mutex::new(HashMap::new()),
                 fresh: Mutex::new(HashMap::new()),
                 pending_records: Mutex::new(HashMap::new()),

@@ -519,8 +519,10 @@ pub(crate) struct Inner {
     /// The pending idempotency records of direct sends in progress, by stimulus id: the
     /// first commit delivering the stimulus writes it (RT-19), the send completes it.
     pub(crate) pending_records: Mutex<HashMap<String, crate::store::IdempotencyRecord>>,
-    /// Serializes queue passes (the worker and [`Runtime::deliver_queued`]).
-    pub(crate) queue_passes: tokio::sync::Mutex<()>,
+    /// Serializes queue passes (the worker and [`Runtime::deliver_queued`]), and holds the
+    /// items this process has put back undelivered and announced once (RT-27): put back
+    /// again, they are not announced again.
+    pub(crate) queue_passes: tokio::sync::Mutex<std::collections::HashSet<String>>,
     /// Notified whenever a run of this process ends (for [`Runtime::shutdown`]).
     pub(crate) idle: tokio::sync::Notify,
     /// The default queue TTL, µs (RT-28).

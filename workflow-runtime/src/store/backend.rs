@@ -213,6 +213,12 @@ pub enum Settlement {
     Release {
         /// The claimer.
         owner: String,
+        /// Tell the other processes the item is claimable again (a `QueueChanged` wake-up,
+        /// ST-18). Off when this process put back an item it had already failed to deliver
+        /// for a reason of its own (the instance pinned to a version it does not run, paused,
+        /// or nothing eligible yet): announcing it again would only make the processes that
+        /// cannot deliver it either pass it back and forth (RT-27).
+        announce: bool,
     },
     /// Delete the item outside a commit (a stimulus nobody takes any more).
     Ack,

@@ -918,10 +918,32 @@ impl Storage {
                 item_id,
                 Settlement::Release {
                     owner: owner.to_owned(),
+                    announce: true,
                 },
             )
             .await?;
         self.notify(WakeUp::QueueChanged);
+        Ok(())
+    }
+
+    /// Releases `owner`'s claim on an item it has already failed to deliver for a reason of
+    /// its own, without a wake-up here or in the other processes (RT-27): what may make it
+    /// deliverable (a new bookmark, a resume, a process that runs the instance's version)
+    /// wakes the workers itself, and the periodic sweep finds it anyway.
+    ///
+    /// # Errors
+    ///
+    /// The backend's.
+    pub async fn park_queue_item(&self, item_id: &str, owner: &str) -> StoreResult<()> {
+        self.store
+            .settle_queue_item(
+                item_id,
+                Settlement::Release {
+                    owner: owner.to_owned(),
+                    announce: false,
+                },
+            )
+            .await?;
         Ok(())
     }
 

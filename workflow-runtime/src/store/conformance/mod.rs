@@ -14,7 +14,8 @@
 //! case. Cases are numbered as in `docs/reference/store.md` (ST-34).
 //!
 //! The cases are grouped by area, one module each (instances, state documents, leases,
-//! bookmarks, triggers, timers, queue, dead letters, journal, hints, incidents); all are
+//! bookmarks, triggers, timers, queue, dead letters, journal, hints, incidents,
+//! definitions); all are
 //! re-exported here, where the macro finds them.
 #![allow(
     clippy::unwrap_used,
@@ -26,6 +27,7 @@
 
 mod bookmarks;
 mod dead_letters;
+mod definitions;
 mod documents;
 mod fixtures;
 mod harness;
@@ -44,6 +46,7 @@ pub use bookmarks::{
     c08_bookmark_lookup, c09_bookmark_diff, c10_correlation_rewrite, c19_receipts, c35_child_waits,
 };
 pub use dead_letters::{c17_dead_letter_once, c18_dead_letters};
+pub use definitions::c36_definitions;
 pub use documents::{c25_decode_error, c26_format_too_new, c27_too_large};
 pub use fixtures::{SEC, T0, TTL, bookmark, create_leased, doc, new_instance, queue_item, waiting};
 pub use harness::{Harness, TestBackend};
@@ -121,6 +124,7 @@ macro_rules! store_conformance_tests {
             retention_of_receipts_and_idempotency_records,
             trigger_schedules,
             final_status_clears_bookmarks_and_timers,
+            c36_definitions,
         );
     };
     (@cases required $make:path; $($case:ident),* $(,)?) => {

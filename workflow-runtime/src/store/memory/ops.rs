@@ -241,7 +241,7 @@ impl Inner {
 
     fn settle(&mut self, id: &str, settlement: Settlement) -> StoreResult<Settled> {
         match settlement {
-            Settlement::Release { owner } => {
+            Settlement::Release { owner, .. } => {
                 if let Some(q) = self.queue.get_mut(id)
                     && q.claim_owner.as_deref() == Some(owner.as_str())
                 {

@@ -20,13 +20,13 @@ use tokio::sync::broadcast;
 use tokio::task::JoinHandle;
 
 use super::{
-    BookmarkRow, BookmarkSelect, BoxFuture, Capabilities, ClaimedInstance, ClaimedRecord, Commit,
-    ControlRequest, DeadLetter, DeadLetterFilter, DueTimers, Enqueue, IdempotencyRecord,
-    IncidentQuery, IncidentRecord, InstanceFilter, InstanceRecord, InstanceStatus, JournalRecord,
-    Lease, LeaseClaim, LeaseKey, ListedInstance, Micros, MigrateMode, NewIncident, NewInstance,
-    PurgeTarget, QueueItem, RemoteHints, Renewal, Schedule, ScheduleFiring, Settled, Settlement,
-    Store, StoreError, StoreResult, StoreStats, TimerRow, TimerScope, TriggerRow, TriggerSelect,
-    TriggerWrite, WakeUp,
+    BookmarkRow, BookmarkSelect, BoxFuture, Capabilities, ChildWaitIndex, ClaimedInstance,
+    ClaimedRecord, Commit, ControlRequest, DeadLetter, DeadLetterFilter, DefinitionRecord,
+    DefinitionStore, DueTimers, Enqueue, IdempotencyRecord, IncidentQuery, IncidentRecord,
+    InstanceFilter, InstanceRecord, InstanceStatus, JournalRecord, Lease, LeaseClaim, LeaseKey,
+    ListedInstance, Micros, MigrateMode, NewIncident, NewInstance, PurgeTarget, QueueItem,
+    RemoteHints, Renewal, Schedule, ScheduleFiring, Settled, Settlement, Store, StoreError,
+    StoreResult, StoreStats, TimerRow, TimerScope, TriggerRow, TriggerSelect, TriggerWrite, WakeUp,
 };
 
 mod notify;
@@ -328,6 +328,19 @@ macro_rules! read {
         let $c: &mut PgConnection = &mut conn;
         $body.await
     }};
+}
+
+impl PostgresStore {
+    /// The stimuli waiting in the queue, oldest sent first, at most `limit`, for inspection
+    /// (the `workflow why` command): nothing is claimed, so it runs beside the processes that
+    /// deliver them. An item whose row does not decode is left out.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::Unavailable`] when the read fails.
+    pub async fn queued(&self, limit: usize) -> StoreResult<Vec<QueueItem>> {
+        read!(self, |c| ops::queued(c, &self.schema, limit))
+    }
 }
 
 fn ready<T: Send + 'static>(result: StoreResult<T>) -> BoxFuture<'static, StoreResult<T>> {
@@ -768,8 +781,14 @@ impl Store for PostgresStore {
     ) -> BoxFuture<'_, StoreResult<Settled>> {
         let id = item_id.to_owned();
         let hints: Vec<WakeUp> = match settlement {
-            Settlement::Release { .. } | Settlement::Fail { .. } => vec![WakeUp::QueueChanged],
-            Settlement::Ack | Settlement::DeadLetter { .. } => Vec::new(),
+            Settlement::Release { announce: true, .. } | Settlement::Fail { .. } => {
+                vec![WakeUp::QueueChanged]
+            }
+            Settlement::Release {
+                announce: false, ..
+            }
+            | Settlement::Ack
+            | Settlement::DeadLetter { .. } => Vec::new(),
         };
         Box::pin(async move {
             write_tx!(self, hints, |c| ops::settle_queue_item(
@@ -851,12 +870,58 @@ impl Store for PostgresStore {
     }
 
     fn capabilities(&self) -> Capabilities<'_> {
-        Capabilities::default().with_remote_hints(self)
+        Capabilities::default()
+            .with_remote_hints(self)
+            .with_definitions(self)
+            .with_child_waits(self)
+    }
+}
+
+impl ChildWaitIndex for PostgresStore {
+    fn find_child_waits(
+        &self,
+        after: Option<String>,
+        limit: usize,
+    ) -> BoxFuture<'_, StoreResult<Vec<BookmarkRow>>> {
+        Box::pin(async move {
+            read!(self, |c| ops::find_child_waits(
+                c,
+                &self.schema,
+                after.as_deref(),
+                limit
+            ))
+        })
     }
 }
 
 impl RemoteHints for PostgresStore {
     fn subscribe(&self) -> broadcast::Receiver<WakeUp> {
         self.hints.subscribe()
+    }
+}
+
+impl DefinitionStore for PostgresStore {
+    fn put_definition(&self, definition: DefinitionRecord) -> BoxFuture<'_, StoreResult<bool>> {
+        Box::pin(async move {
+            write_tx!(self, [], |c| ops::put_definition(
+                c,
+                &self.schema,
+                &definition
+            ))
+        })
+    }
+
+    fn list_definitions(
+        &self,
+        name: Option<&str>,
+    ) -> BoxFuture<'_, StoreResult<Vec<DefinitionRecord>>> {
+        let name = name.map(str::to_owned);
+        Box::pin(async move {
+            read!(self, |c| ops::list_definitions(
+                c,
+                &self.schema,
+                name.as_deref()
+            ))
+        })
     }
 }

@@ -7,14 +7,15 @@ use sqlx::{PgConnection, Row};
 
 use super::super::{
     BookmarkQuery, BookmarkRow, ClaimedInstance, Commit, ControlRequest, DeadLetter,
-    DeadLetterFilter, DeadLetterReason, EncodedQueueItem, IdempotencyRecord, IncidentQuery,
-    IncidentRecord, InstanceFilter, InstanceRecord, InstanceStatus, InstanceSubStatus,
-    InstanceSummary, JournalRecord, Lease, LeaseKey, ListedInstance, Micros, NewIncident,
-    NewInstance, NewJournalRecord, QueueItem, Renewal, Schedule, ScheduleFiring, Settled,
-    Settlement, StoreError, StoreResult, StoredInstance, TimerRow, TriggerRow, TriggerWrite,
-    decode_control_request, decode_instance_status,
+    DeadLetterFilter, DeadLetterReason, DefinitionRecord, EncodedQueueItem, IdempotencyRecord,
+    IncidentQuery, IncidentRecord, InstanceFilter, InstanceRecord, InstanceStatus,
+    InstanceSubStatus, InstanceSummary, JournalRecord, Lease, LeaseKey, ListedInstance, Micros,
+    NewIncident, NewInstance, NewJournalRecord, QueueItem, Renewal, Schedule, ScheduleFiring,
+    Settled, Settlement, StoreError, StoreResult, StoredInstance, TimerRow, TriggerRow,
+    TriggerWrite, decode_control_request, decode_instance_status,
 };
 use super::schema::Schema;
+use crate::store::CHILD_WAIT;
 use crate::store::convert::{decode_json, json_text, limit_i64, not_found, to_i64, to_u64};
 
 pub(super) type Conn = PgConnection;
@@ -926,6 +927,30 @@ pub(super) async fn list_bookmarks(
         .collect::<Result<_, _>>()?)
 }
 
+/// The bookmarks of parents waiting on a child (ACT-24) after `after`, in bookmark-id
+/// order: one query walking the primary key, not a read per suspended instance.
+pub(super) async fn find_child_waits(
+    c: &mut Conn,
+    s: &Schema,
+    after: Option<&str>,
+    limit: usize,
+) -> StoreResult<Vec<BookmarkRow>> {
+    let rows = sqlx::query(&s.sql(&format!(
+        "SELECT {BOOKMARK_COLS} FROM @wf_bookmarks
+         WHERE name = $1 AND ($2::text IS NULL OR bookmark_id > $2)
+         ORDER BY bookmark_id LIMIT $3"
+    )))
+    .bind(CHILD_WAIT)
+    .bind(after)
+    .bind(limit_i64(limit))
+    .fetch_all(&mut *c)
+    .await?;
+    Ok(rows
+        .iter()
+        .map(bookmark_from_row)
+        .collect::<Result<_, _>>()?)
+}
+
 pub(super) async fn has_receipt(
     c: &mut Conn,
     s: &Schema,
@@ -1379,7 +1404,7 @@ pub(super) async fn settle_queue_item(
     settlement: &Settlement,
 ) -> StoreResult<Settled> {
     match settlement {
-        Settlement::Release { owner } => {
+        Settlement::Release { owner, .. } => {
             sqlx::query(&s.sql(
                 "UPDATE @wf_queue SET claim_owner = NULL, claim_expires_at = NULL
                  WHERE item_id = $1 AND claim_owner = $2",
@@ -1691,6 +1716,65 @@ pub(super) async fn find_idempotency_record(
         })
     })
     .transpose()
+}
+
+/// The queue, oldest sent first, at most `limit`, without claiming anything; an item whose
+/// row does not decode is left out.
+pub(super) async fn queued(c: &mut Conn, s: &Schema, limit: usize) -> StoreResult<Vec<QueueItem>> {
+    let rows = sqlx::query(&s.sql(&format!(
+        "SELECT item_id, {QUEUE_COLS} FROM @wf_queue ORDER BY sent_at, item_id LIMIT $1"
+    )))
+    .bind(limit_i64(limit))
+    .fetch_all(&mut *c)
+    .await?;
+    Ok(rows
+        .iter()
+        .filter_map(|row| queue_from_row(row).ok()?.decode("queue item").ok())
+        .collect())
+}
+
+// ----- definitions -----
+
+pub(super) async fn put_definition(
+    c: &mut Conn,
+    s: &Schema,
+    definition: &DefinitionRecord,
+) -> StoreResult<bool> {
+    let done = sqlx::query(&s.sql(
+        "INSERT INTO @wf_definitions (name, version, json, recorded_at)
+         VALUES ($1, $2, $3, $4) ON CONFLICT (name, version) DO NOTHING",
+    ))
+    .bind(&definition.name)
+    .bind(&definition.version)
+    .bind(&definition.json)
+    .bind(definition.recorded_at)
+    .execute(&mut *c)
+    .await?;
+    Ok(done.rows_affected() > 0)
+}
+
+pub(super) async fn list_definitions(
+    c: &mut Conn,
+    s: &Schema,
+    name: Option<&str>,
+) -> StoreResult<Vec<DefinitionRecord>> {
+    let rows = sqlx::query(&s.sql(
+        "SELECT name, version, json, recorded_at FROM @wf_definitions
+         WHERE ($1::TEXT IS NULL OR name = $1) ORDER BY name, recorded_at, version",
+    ))
+    .bind(name)
+    .fetch_all(&mut *c)
+    .await?;
+    rows.iter()
+        .map(|row| {
+            Ok(DefinitionRecord {
+                name: row.try_get(0)?,
+                version: row.try_get(1)?,
+                json: row.try_get(2)?,
+                recorded_at: row.try_get(3)?,
+            })
+        })
+        .collect()
 }
 
 // ----- test hooks -----

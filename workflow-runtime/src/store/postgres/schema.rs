@@ -59,7 +59,22 @@ impl Schema {
 }
 
 /// The embedded, forward-only migrations: `(version, name, sql)`.
-pub(super) const MIGRATIONS: &[(u32, &str, &str)] = &[(1, "0001_init", MIGRATION_0001)];
+pub(super) const MIGRATIONS: &[(u32, &str, &str)] = &[
+    (1, "0001_init", MIGRATION_0001),
+    (2, "0002_definitions", MIGRATION_0002),
+];
+
+/// Recorded definitions: each registered version's JSON form and fingerprint, so tools (the
+/// `workflow` command) can draw and explain an instance without the application's code.
+const MIGRATION_0002: &str = r#"
+CREATE TABLE @wf_definitions (
+    name        TEXT COLLATE "C" NOT NULL,
+    version     TEXT COLLATE "C" NOT NULL,
+    json        TEXT NOT NULL,
+    recorded_at BIGINT NOT NULL,
+    PRIMARY KEY (name, version)
+);
+"#;
 
 /// The whole schema of the first release of this backend. Every text key collates as `"C"`
 /// (byte order), so keyset pages order as in the other backends whatever the database's

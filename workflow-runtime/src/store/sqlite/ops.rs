@@ -462,6 +462,76 @@ fn move_to_dead(
     Ok(inserted > 0 && deleted > 0)
 }
 
+/// Moves a queue row whose columns are not of their types (a hand-edited or damaged file) to
+/// the dead letters as `Rejected`, its error naming the row and the column (ST-22). The copy
+/// is made decodable: a text column keeps its value as text, a number column that is not a
+/// number becomes the claim time (times) or 0 (counters), and a JSON column that does not
+/// parse is wrapped as `{"undecodable": "<text>"}`, so the dead letter lists, shows what was
+/// there, and nothing else in the queue is held back.
+fn quarantine_corrupt_queue_row(
+    c: &Connection,
+    item_id: &str,
+    error: &StoreError,
+    now: i64,
+) -> StoreResult<()> {
+    // A blob is shown as its hex digits: cast to text, its bytes need not be UTF-8.
+    let as_text = |column: &str| {
+        format!(
+            "CASE typeof({column}) WHEN 'blob' THEN 'x''' || hex({column}) || ''''
+                  ELSE CAST({column} AS TEXT) END"
+        )
+    };
+    let json = |column: &str| {
+        format!(
+            "CASE WHEN typeof({column}) = 'text' AND json_valid({column}) THEN {column}
+                  ELSE json_object('undecodable', {}) END",
+            as_text(column)
+        )
+    };
+    let text = |column: &str| format!("COALESCE({}, '')", as_text(column));
+    let text_or_null = |column: &str| as_text(column);
+    let int = |column: &str, fallback: &str| {
+        format!("CASE WHEN typeof({column}) = 'integer' THEN {column} ELSE {fallback} END")
+    };
+    let int_or_null = |column: &str| {
+        format!("CASE WHEN typeof({column}) = 'integer' THEN {column} ELSE NULL END")
+    };
+    let sql = format!(
+        "INSERT OR IGNORE INTO wf_dead_letters (original_item_id, {QUEUE_COLS}, reason, error, dead_at)
+         SELECT item_id, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, ?2, ?3, ?4
+         FROM wf_queue WHERE item_id = ?1",
+        text("stimulus_id"),
+        text("name"),
+        text("hash"),
+        text_or_null("key_display"),
+        json("payload"),
+        text_or_null("correlation_id"),
+        json("targets"),
+        int("sent_at", "?4"),
+        int("enqueued_at", "?4"),
+        int("expires_at", "?4"),
+        int("attempts", "0"),
+        text_or_null("last_error"),
+        int_or_null("last_attempt_at"),
+        int("held", "0"),
+        text_or_null("idempotency_key"),
+    );
+    c.prepare_cached(&sql)?.execute(rusqlite::params![
+        item_id,
+        DeadLetterReason::Rejected.as_str(),
+        error.to_string(),
+        now
+    ])?;
+    c.prepare_cached("DELETE FROM wf_queue WHERE item_id = ?1")?
+        .execute([item_id])?;
+    tracing::warn!(
+        item = %item_id,
+        %error,
+        "queue: a row that does not decode was moved to the dead letters as rejected"
+    );
+    Ok(())
+}
+
 /// Moves an undecodable queue item to the dead letters as `Rejected`, wrapping its raw JSON
 /// columns as `{"undecodable": "<text>"}` so the dead letter itself decodes (ST-22).
 fn quarantine_queue_item(
@@ -749,7 +819,7 @@ fn purge_tx(c: &Connection, target: &PurgeTarget) -> StoreResult<u64> {
 
 fn settle_tx(c: &Connection, id: &str, settlement: &Settlement) -> StoreResult<Settled> {
     match settlement {
-        Settlement::Release { owner } => {
+        Settlement::Release { owner, .. } => {
             c.prepare_cached(
                 "UPDATE wf_queue SET claim_owner = NULL, claim_expires_at = NULL
                  WHERE item_id = ?1 AND claim_owner = ?2",
@@ -1316,7 +1386,9 @@ impl Store for SqliteStore {
     ) -> BoxFuture<'_, StoreResult<Vec<QueueItem>>> {
         let owner = owner.to_owned();
         self.write(move |c| {
-            let raw: Vec<EncodedQueueItem> = {
+            let mut raw: Vec<EncodedQueueItem> = Vec::new();
+            let mut corrupt: Vec<(String, StoreError)> = Vec::new();
+            {
                 let mut stmt = c.prepare_cached(&format!(
                     "SELECT item_id, {QUEUE_COLS} FROM wf_queue
                      WHERE (held = 1 OR expires_at > ?1)
@@ -1324,11 +1396,19 @@ impl Store for SqliteStore {
                             OR claim_expires_at <= ?1)
                      ORDER BY sent_at, item_id LIMIT ?2"
                 ))?;
-                let rows = stmt.query_map(rusqlite::params![now, limit_i64(limit)], |r| {
-                    queue_from_row(r, "queue item")
-                })?;
-                collect_named(rows, "queue item")?
-            };
+                let mut rows = stmt.query(rusqlite::params![now, limit_i64(limit)])?;
+                while let Some(row) = rows.next()? {
+                    match queue_from_row(row, "queue item")? {
+                        Ok(item) => raw.push(item),
+                        // ST-22: a row whose columns do not decode fails alone; the rest of
+                        // the page is claimed as usual.
+                        Err(error) => corrupt.push((row.get::<_, String>(0)?, error)),
+                    }
+                }
+            }
+            for (id, error) in &corrupt {
+                quarantine_corrupt_queue_row(c, id, error, now)?;
+            }
             let mut stmt = c.prepare_cached(
                 "UPDATE wf_queue SET claim_owner = ?2, claim_expires_at = ?3 WHERE item_id = ?1",
             )?;
