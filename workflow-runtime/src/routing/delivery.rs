@@ -12,7 +12,7 @@ use crate::base::new_ulid;
 use crate::engine::executor::{RunError, RunTarget};
 use crate::engine::state::WorkflowStatus;
 use crate::routing::{RoutingError, check_correlation_id, check_name, stimulus_hash};
-use crate::runtime::{Runtime, Started};
+use crate::runtime::{Runtime, Started, lock};
 use crate::store::{
     BookmarkQuery, BookmarkRow, IdempotencyRecord, InstanceStatus, Micros, QueueItem, StoreError,
 };
@@ -602,12 +602,34 @@ impl Runtime {
             self.inner.doorbell.notify_one();
             return Ok(report);
         } else {
+            // RT-19: the first commit delivering the stimulus (or the item queued when
+            // nothing matched) writes the send's record, pending, in its transaction, so a
+            // send retried after a crash finds it; the send completes it below.
+            let key = stimulus.idempotency_key.as_ref();
+            if let Some(key) = key {
+                let pending = IdempotencyRecord {
+                    key: key.clone(),
+                    hash: hash.clone(),
+                    payload_digest: payload_digest.clone(),
+                    report: pending_report(&stimulus_id, &hash),
+                    created_at: now_micros(),
+                };
+                lock(&self.inner.pending_records).insert(stimulus_id.clone(), pending);
+            }
             // A send without an idempotency key made its stimulus id just now: only instances
             // this send starts can have consumed it (RT-19).
-            let fresh = stimulus.idempotency_key.is_none();
-            self.route(&stimulus, &hash, &stimulus_id, sent_at, fresh)
-                .await?
+            let fresh = key.is_none();
+            let routed = self
+                .route(&stimulus, &hash, &stimulus_id, sent_at, fresh)
+                .await;
+            if key.is_some() {
+                lock(&self.inner.pending_records).remove(&stimulus_id);
+            }
+            routed?
         };
+        if report.duplicate {
+            return Ok(report);
+        }
         if let Some(key) = &stimulus.idempotency_key {
             let record = IdempotencyRecord {
                 key: key.clone(),
@@ -616,12 +638,32 @@ impl Runtime {
                 report: serde_json::to_value(&report).unwrap_or(Value::Null),
                 created_at: now_micros(),
             };
-            if let Some(existing) = store
-                .put_idempotency_record(record)
+            match store
+                .find_idempotency_record(key)
                 .await
                 .map_err(SendError::Store)?
             {
-                return duplicate(existing, key, &hash, &payload_digest);
+                // Written by this send's delivery: completed with the full report.
+                Some(existing)
+                    if existing.hash == hash
+                        && existing.payload_digest == payload_digest
+                        && (is_pending(&existing.report) || existing.report == record.report) =>
+                {
+                    store
+                        .replace_idempotency_record(record)
+                        .await
+                        .map_err(SendError::Store)?;
+                }
+                Some(existing) => return duplicate(existing, key, &hash, &payload_digest),
+                None => {
+                    if let Some(existing) = store
+                        .put_idempotency_record(record)
+                        .await
+                        .map_err(SendError::Store)?
+                    {
+                        return duplicate(existing, key, &hash, &payload_digest);
+                    }
+                }
             }
         }
         Ok(report)
@@ -717,7 +759,22 @@ impl Runtime {
                 };
                 let item = self.queue_item(stimulus, hash, stimulus_id, sent_at, &targets);
                 report.queued = Some(item.item_id.clone());
-                store.enqueue(item).await.map_err(SendError::Store)?;
+                // RT-19: a direct send's record is written with the item it queues.
+                let record = lock(&self.inner.pending_records)
+                    .get(stimulus_id)
+                    .cloned()
+                    .map(|mut record| {
+                        record.report = serde_json::to_value(&report).unwrap_or(Value::Null);
+                        record
+                    });
+                if let Some(existing) = store
+                    .enqueue_send(vec![item], record.clone())
+                    .await
+                    .map_err(SendError::Store)?
+                    && let Some(record) = record
+                {
+                    return duplicate(existing, &record.key, hash, &record.payload_digest);
+                }
                 self.inner.doorbell.notify_one();
             } else {
                 report.unmatched = true;
@@ -1014,6 +1071,23 @@ impl Runtime {
             }
         }
     }
+}
+
+/// The report a direct send's record holds until the send completes it (RT-19): what a send
+/// retried after a crash in between returns, marked `pending`.
+fn pending_report(stimulus_id: &str, hash: &str) -> Value {
+    let mut report =
+        serde_json::to_value(SendReport::empty(stimulus_id.to_owned(), hash.to_owned()))
+            .unwrap_or(Value::Null);
+    if let Some(fields) = report.as_object_mut() {
+        fields.insert("pending".to_owned(), Value::Bool(true));
+    }
+    report
+}
+
+/// Whether a stored report is a pending one ([`pending_report`]).
+fn is_pending(report: &Value) -> bool {
+    report.get("pending") == Some(&Value::Bool(true))
 }
 
 /// The stored report of an earlier send with this idempotency key, if it was the same send.

@@ -29,7 +29,6 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
 use rusqlite::{Connection, ErrorCode, OpenFlags};
-use serde_json::Value;
 use tokio::sync::oneshot;
 
 use super::{BoxFuture, StoreError, StoreResult};
@@ -171,45 +170,9 @@ pub(super) fn is_constraint(error: &rusqlite::Error) -> bool {
     matches!(error, rusqlite::Error::SqliteFailure(e, _) if e.code == ErrorCode::ConstraintViolation)
 }
 
-pub(super) fn to_i64(value: u64) -> i64 {
-    i64::try_from(value).unwrap_or(i64::MAX)
-}
-
-pub(super) fn to_u64(value: i64) -> u64 {
-    u64::try_from(value).unwrap_or(0)
-}
-
-pub(super) fn limit_i64(limit: usize) -> i64 {
-    i64::try_from(limit).unwrap_or(i64::MAX)
-}
-
-pub(super) fn not_found(what: &'static str, id: &str) -> StoreError {
-    StoreError::NotFound {
-        what,
-        id: id.to_owned(),
-    }
-}
-
-pub(super) fn json_text(value: &Value) -> StoreResult<String> {
-    serde_json::to_string(value).map_err(|e| StoreError::Invalid {
-        what: "json",
-        reason: e.to_string(),
-    })
-}
-
-pub(super) fn decode_json(
-    what: &'static str,
-    id: &str,
-    path: &str,
-    text: &str,
-) -> StoreResult<Value> {
-    serde_json::from_str(text).map_err(|e| StoreError::Decode {
-        what,
-        id: id.to_owned(),
-        path: path.to_owned(),
-        message: e.to_string(),
-    })
-}
+pub(super) use crate::store::convert::{
+    decode_json, json_text, limit_i64, not_found, to_i64, to_u64,
+};
 
 impl SqliteStore {
     /// Opens (creating if needed) the database file with the default options, applying
