@@ -78,27 +78,40 @@ impl Runtime {
                     }
                 }
             }
-            // The timers resume in due order, up to FIRING_CONCURRENCY at once (two of one
-            // instance take turns: its runs are serialized in this process).
-            let mut results = Vec::with_capacity(timers.len());
-            let mut running = tokio::task::JoinSet::new();
+            // The timers resume in due order, the instances up to FIRING_CONCURRENCY at once;
+            // the timers of one instance one after the other, in due order (a retry's timer
+            // due before a state's `after` timer must fire first).
+            let mut groups: Vec<(String, Vec<(usize, crate::store::TimerRow)>)> = Vec::new();
             for (index, timer) in timers.into_iter().enumerate() {
+                let instance = timer.instance_id.clone().unwrap_or_default();
+                match groups.iter_mut().find(|(i, _)| *i == instance) {
+                    Some((_, group)) => group.push((index, timer)),
+                    None => groups.push((instance, vec![(index, timer)])),
+                }
+            }
+            let mut results = Vec::new();
+            let mut running = tokio::task::JoinSet::new();
+            for (_, group) in groups {
                 while running.len() >= FIRING_CONCURRENCY {
                     if let Some(done) = running.join_next().await {
-                        results.push(joined(done));
+                        results.extend(joined(done));
                     }
                 }
                 let runtime = self.clone();
                 running.spawn(async move {
-                    let outcome = runtime.fire_timer(&timer).await;
-                    (index, timer, outcome)
+                    let mut fired = Vec::with_capacity(group.len());
+                    for (index, timer) in group {
+                        let outcome = runtime.fire_timer(&timer).await;
+                        fired.push((index, timer, outcome));
+                    }
+                    fired
                 });
             }
             while let Some(done) = running.join_next().await {
-                results.push(joined(done));
+                results.extend(joined(done));
             }
-            results.sort_by_key(|r| r.as_ref().map_or(usize::MAX, |(index, ..)| *index));
-            for (_, timer, fired) in results.into_iter().flatten() {
+            results.sort_by_key(|(index, ..)| *index);
+            for (_, timer, fired) in results {
                 let instance_id = timer.instance_id.unwrap_or_default();
                 if fired {
                     report.fired.push((instance_id, timer.timer_id));
@@ -156,15 +169,16 @@ impl Runtime {
     }
 }
 
-/// A joined firing: a panicked one is logged (its claim expires and it is tried again).
+/// The firings of one joined group: a panicked group is logged (the claims of its timers
+/// expire and they are tried again).
 fn joined(
-    done: Result<(usize, crate::store::TimerRow, bool), tokio::task::JoinError>,
-) -> Option<(usize, crate::store::TimerRow, bool)> {
+    done: Result<Vec<(usize, crate::store::TimerRow, bool)>, tokio::task::JoinError>,
+) -> Vec<(usize, crate::store::TimerRow, bool)> {
     match done {
-        Ok(fired) => Some(fired),
+        Ok(fired) => fired,
         Err(error) => {
-            tracing::warn!(%error, "firing a due timer panicked; its claim will expire");
-            None
+            tracing::warn!(%error, "firing due timers panicked; their claims will expire");
+            Vec::new()
         }
     }
 }
