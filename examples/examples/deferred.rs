@@ -11,201 +11,27 @@
 //!
 //! The file is `target/deferred-example.db` (or `DEFERRED_EXAMPLE_DB`, or the first argument);
 //! `DEFERRED_SECONDS` sets the sleep (5 s). A run before the due time waits for it in process.
-//! Delete the file to start over.
+//! Delete the file to start over. The process is `examples/src/deferred.rs`, run as three
+//! processes in turn by `examples/tests/deferred.rs`.
 
 #![allow(clippy::print_stdout)]
 
 use std::error::Error;
-use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Duration;
 
-use serde::{Deserialize, Serialize};
-use workflow_runtime::{
-    Completion, Registry, Runtime, SqliteStore, StartOptions, TaskContext, WorkflowStatus,
-};
+use examples::deferred::{default_path, run};
 
-/// The instance's data.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
-pub struct Greeting {
-    /// Appended to by each step, so a second run of a step would show.
-    steps: Vec<String>,
-}
-
-async fn hello(ctx: &mut TaskContext<Greeting>) {
-    println!("  step `hello` runs: Hello world");
-    ctx.data_mut().steps.push("hello".to_owned());
-}
-
-async fn goodbye(ctx: &mut TaskContext<Greeting>) {
-    println!("  step `goodbye` runs: Goodbye world");
-    ctx.data_mut().steps.push("goodbye".to_owned());
-}
-
-// The sleep is a JSON definition so its length can come from the environment; the macro form
-// is `sequence [task(hello), sleep = after(secs(5)), task(goodbye)]`.
-const INSTANCE: &str = "deferred-1";
-
-fn definition(seconds: u64) -> Result<workflow_runtime::model::Definition, serde_json::Error> {
-    serde_json::from_value(serde_json::json!({
-        "name": "Deferred",
-        "root": { "kind": "sequence", "id": "root", "steps": [
-            { "kind": "task", "id": "hello", "function": "hello" },
-            { "kind": "delay", "id": "sleep", "duration_ms": seconds * 1000 },
-            { "kind": "task", "id": "goodbye", "function": "goodbye" }
-        ] }
-    }))
-}
-
-fn registry() -> Registry<Greeting> {
-    Registry::new()
-        .task("hello", |cx: &mut TaskContext<Greeting>| {
-            Box::pin(async move {
-                hello(cx).await;
-                Ok(workflow_runtime::Outcome::done())
-            })
-        })
-        .task("goodbye", |cx: &mut TaskContext<Greeting>| {
-            Box::pin(async move {
-                goodbye(cx).await;
-                Ok(workflow_runtime::Outcome::done())
-            })
-        })
-}
-
-/// Milliseconds since the epoch, now.
-fn now_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
-}
-
-/// `3.2 s` from milliseconds.
-fn seconds_text(ms: u64) -> String {
-    format!("{}.{} s", ms / 1000, (ms % 1000) / 100)
-}
-
-async fn run() -> Result<(), Box<dyn Error>> {
-    let path = std::env::args_os()
-        .nth(1)
-        .or_else(|| std::env::var_os("DEFERRED_EXAMPLE_DB"))
-        .map_or_else(
-            || PathBuf::from("target/deferred-example.db"),
-            PathBuf::from,
-        );
-    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-        std::fs::create_dir_all(dir)?;
-    }
+fn main() -> Result<(), Box<dyn Error>> {
     let seconds = std::env::var("DEFERRED_SECONDS")
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(5);
-    println!("SQLite file {}", path.display());
-    let store = Arc::new(SqliteStore::open(&path)?);
-    // The timer driver is started below, once this process has said where the instance is:
-    // its first pass fires the timers that fell due while no process ran.
-    let runtime = Runtime::builder()
-        .store(store)
-        .register_definition(definition(seconds)?, registry())
-        .timer_driver(false)
-        .build()?;
-
-    match runtime.get_state(INSTANCE).await? {
-        None => {
-            println!(
-                "starting {INSTANCE}: step `hello`, a durable sleep of {seconds} s, then step \
-                 `goodbye`"
-            );
-            let options = StartOptions {
-                instance_id: Some(INSTANCE.to_owned()),
-                ..StartOptions::default()
-            };
-            let data = serde_json::to_value(Greeting::default())?;
-            let started = runtime.start_by_name("Deferred", data, options).await?;
-            println!(
-                "{INSTANCE} is {}, sleeping. This process exits now: run the example again in \
-                 {seconds} s or later, and the new process continues it.",
-                started.status.to_string().to_lowercase()
-            );
-            return Ok(());
-        }
-        Some(snapshot) if snapshot.status() == WorkflowStatus::Finished => {
-            let data: Greeting = snapshot.data()?;
-            println!(
-                "{INSTANCE} finished in an earlier run; its steps ran once each: {}",
-                data.steps.join(", ")
-            );
-            println!("(delete {} to start over)", path.display());
-            return Ok(());
-        }
-        Some(snapshot) => {
-            let due = snapshot
-                .state
-                .bookmarks()
-                .iter()
-                .find(|b| b.name == "wf.delay")
-                .and_then(|b| b.payload["due_at"].as_u64());
-            let now = now_ms();
-            match due {
-                Some(due) if due <= now => println!(
-                    "{INSTANCE} is sleeping; its sleep fell due {} ago while no process ran: \
-                     it fires once, now, late",
-                    seconds_text(now - due)
-                ),
-                Some(due) => println!(
-                    "{INSTANCE} is sleeping; its sleep is due in {}: this process waits for it",
-                    seconds_text(due - now)
-                ),
-                None => println!(
-                    "{INSTANCE} is {}: this process continues it",
-                    snapshot.status().to_string().to_lowercase()
-                ),
-            }
-        }
-    }
-    // A run interrupted by a crash runs again; then the timer driver fires the sleep.
-    runtime.recover().await?;
-    runtime.start_timer_driver();
-    match runtime
-        .await_completion(INSTANCE, Duration::from_secs(seconds + 30))
-        .await?
-    {
-        Completion::Finished(_) => {
-            let snapshot = runtime
-                .get_state(INSTANCE)
-                .await?
-                .ok_or("instance vanished")?;
-            let data: Greeting = snapshot.data()?;
-            let late = snapshot
-                .journal
-                .iter()
-                .find_map(|e| {
-                    let due = e.detail.get("due_at")?.as_u64()?;
-                    let fired = e.detail.get("fired_at")?.as_u64()?;
-                    Some(fired.saturating_sub(due))
-                })
-                .map_or_else(String::new, |late| {
-                    format!(
-                        "; the timer fired {} after its due time",
-                        seconds_text(late)
-                    )
-                });
-            println!(
-                "{INSTANCE} finished: its steps ran once each: {}{late}",
-                data.steps.join(", ")
-            );
-        }
-        Completion::Cancelled(reason) => println!(
-            "{INSTANCE} was cancelled{}",
-            reason.map(|r| format!(": {r}")).unwrap_or_default()
-        ),
-    }
-    Ok(())
-}
-
-fn main() -> Result<(), Box<dyn Error>> {
     tokio::runtime::Builder::new_current_thread()
         .enable_time()
         .build()?
-        .block_on(run())
+        .block_on(run(
+            &default_path(),
+            seconds,
+            Arc::new(|line| println!("{line}")),
+        ))
 }

@@ -442,3 +442,84 @@ fn a_queued_item_for_an_unregistered_version_is_logged_and_kept() {
             assert_eq!(state.status(), WorkflowStatus::Finished);
         });
 }
+
+/// Whether the `hang` task has begun: the moment its lease is taken away.
+static HANGING: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Waits until its run is cancelled.
+async fn hang(ctx: &mut TaskContext<Ticket>) -> Result<(), TaskError> {
+    HANGING.store(true, std::sync::atomic::Ordering::SeqCst);
+    ctx.cancelled().await;
+    Err(TaskError::new("stopped: the run was cancelled"))
+}
+
+workflow! {
+    pub workflow Hang(Ticket) = sequence [wait_forever = task(hang)];
+}
+
+/// A lease lost while a task runs is logged at `warn` with the definition, the instance and
+/// the node of that task: another owner took the lease over as the store sees it once
+/// expired, so this runtime's next renewal is refused.
+#[test]
+fn a_lost_lease_is_logged_with_its_definition_and_node() {
+    use std::time::Duration;
+    use workflow_runtime::store::{LeaseKey, MemoryStore, Storage};
+
+    let capture = Capture::global();
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(async {
+            let memory = Arc::new(MemoryStore::new());
+            let rt = Runtime::builder()
+                .store(memory.clone())
+                .register::<Hang>()
+                .lease_ttl(Duration::from_secs(5))
+                .lease_renewal(Duration::from_millis(30))
+                .recovery_sweep(None)
+                .build()
+                .unwrap();
+            let options = workflow_runtime::StartOptions {
+                instance_id: Some("lease-lost-1".to_owned()),
+                ..Default::default()
+            };
+            let intruder = async {
+                while !HANGING.load(std::sync::atomic::Ordering::SeqCst) {
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                }
+                // Another process, at an instant after the lease's expiry, takes it over.
+                let later = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .unwrap()
+                    .as_micros();
+                let later = i64::try_from(later).unwrap() + 60_000_000;
+                Storage::new(memory.clone())
+                    .acquire_lease(
+                        &LeaseKey::instance("lease-lost-1"),
+                        "another process",
+                        later,
+                        30_000_000,
+                    )
+                    .await
+                    .unwrap();
+            };
+            let (started, ()) = tokio::join!(
+                rt.start_with::<Hang>(Ticket { id: "h-1".into() }, options),
+                intruder
+            );
+            assert!(
+                started.is_err(),
+                "a run without its lease is not done: {started:?}"
+            );
+
+            let lost = capture.find(
+                "instance lease lost: the run is cancelled and its commit will be fenced",
+                "lease-lost-1",
+            );
+            assert_eq!(lost.level, Level::WARN);
+            assert_eq!(lost.field("definition"), "Hang");
+            assert!(lost.field("node").ends_with("wait_forever"), "{lost:?}");
+            assert!(!lost.field("error").is_empty(), "{lost:?}");
+        });
+}

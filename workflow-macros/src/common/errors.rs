@@ -18,6 +18,21 @@ impl Errors {
         self.push(syn::Error::new_spanned(tokens, message));
     }
 
+    /// One error for a duplicate, on the repeat `again`, with a note naming where `first` is
+    /// (a stable proc macro cannot label a second span: see [`note`]).
+    pub(crate) fn duplicate(
+        &mut self,
+        first: impl ToTokens,
+        again: impl ToTokens,
+        message: impl std::fmt::Display,
+    ) {
+        let mut message = message.to_string();
+        if let Some(start) = first.into_token_stream().into_iter().next() {
+            message.push_str(&note("first used here", start.span()));
+        }
+        self.at(again, message);
+    }
+
     pub(crate) fn is_empty(&self) -> bool {
         self.0.is_none()
     }
@@ -25,6 +40,21 @@ impl Errors {
     pub(crate) fn into_error(self) -> Option<syn::Error> {
         self.0
     }
+}
+
+/// `\n= note: {label} (line L, column C)`: another site of an error, as a note under its
+/// message, in place of the secondary label rustc would draw there; empty when the span has
+/// no location (outside a proc macro).
+pub(crate) fn note(label: &str, span: proc_macro2::Span) -> String {
+    let start = span.start();
+    if start.line == 0 {
+        return String::new();
+    }
+    format!(
+        "\n= note: {label} (line {}, column {})",
+        start.line,
+        start.column + 1
+    )
 }
 
 /// The errors of `error` sorted by where they start in the source (line, then column), as

@@ -73,11 +73,15 @@ impl SpanTable {
         self.resolve(at).and_then(|at| self.tokens.get(&at))
     }
 
-    /// Where the tokens of `at` start: line (1-based) and column (1-based, as rustc counts).
+    /// The span of the first token of `at`.
+    fn first_span(&self, at: &Location) -> Option<Span> {
+        Some(self.tokens_of(at)?.clone().into_iter().next()?.span())
+    }
+
+    /// Where the tokens of `at` start: line and column, for ordering.
     pub(crate) fn start_of(&self, at: &Location) -> Option<(usize, usize)> {
-        let first = self.tokens_of(at)?.clone().into_iter().next()?;
-        let start = first.span().start();
-        (start.line > 0).then_some((start.line, start.column + 1))
+        let start = self.first_span(at)?.start();
+        (start.line > 0).then_some((start.line, start.column))
     }
 
     /// An error with `message` on the tokens of `at`.
@@ -148,11 +152,8 @@ pub(crate) fn validate_with(
             if spans.resolve(&other.at) == here {
                 continue;
             }
-            if let Some((line, column)) = spans.start_of(&other.at) {
-                message.push_str(&format!(
-                    "\n= note: {} (line {line}, column {column})",
-                    other.label
-                ));
+            if let Some(span) = spans.first_span(&other.at) {
+                message.push_str(&crate::common::errors::note(&other.label, span));
             }
         }
         let error = spans.error(at, &message);

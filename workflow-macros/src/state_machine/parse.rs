@@ -240,8 +240,7 @@ fn parse_options(args: TokenStream, errors: &mut Errors) -> Options {
             let key_name = key.to_string();
             if let Some(first) = seen.iter().find(|k| **k == key) {
                 let message = format!("duplicate state machine option `{key_name}`");
-                errors.at(first, &message);
-                errors.at(&key, &message);
+                errors.duplicate(first, &key, &message);
             }
             seen.push(key.clone());
             if key_name == "retry" && input.peek(syn::token::Paren) {
@@ -405,8 +404,7 @@ fn parse_state(ident: Ident, attrs: &[Attribute], errors: &mut Errors) -> StateD
         if let Some(slot) = slot {
             if let Some(first) = slot {
                 let message = format!("duplicate `#[{kind}]` on state `{}`", state.ident);
-                errors.at(first.path(), &message);
-                errors.at(attr.path(), &message);
+                errors.duplicate(first.path(), attr.path(), &message);
                 continue;
             }
             *slot = Some(attr);
@@ -472,8 +470,7 @@ fn parse_state_options(
         let key_name = key.to_string();
         if let Some(first) = seen.iter().find(|k| **k == key) {
             let message = format!("duplicate state option `{key_name}`");
-            errors.at(first, &message);
-            errors.at(&key, &message);
+            errors.duplicate(first, &key, &message);
         }
         seen.push(key.clone());
         input.parse::<Token![=]>()?;
@@ -556,8 +553,7 @@ fn parse_transition(input: ParseStream<'_>, errors: &mut Errors) -> syn::Result<
         let key_name = key.to_string();
         if let Some(first) = seen.iter().find(|k| **k == key) {
             let message = format!("duplicate transition option `{key_name}`");
-            errors.at(first, &message);
-            errors.at(&key, &message);
+            errors.duplicate(first, &key, &message);
         }
         seen.push(key.clone());
         if !input.peek(Token![=]) {
@@ -896,8 +892,7 @@ mod tests {
             errors,
             [
                 "unknown state machine option `intial`; expected one of `data`, `initial`, `name`, `retry`; did you mean `initial`?",
-                "duplicate state machine option `data`",
-                "duplicate state machine option `data`",
+                "duplicate state machine option `data`\n= note: first used here (line 1, column 1)",
             ]
         );
         assert_eq!(
@@ -931,8 +926,7 @@ mod tests {
             [
                 "unknown state attribute `entyr`; expected one of `entry`, `exit`, `on`, `state`; did you mean `entry`?",
                 "unknown transition option `wen`; expected one of `when`, `action`, `display`, `id`; did you mean `when`?",
-                "duplicate transition option `when`",
-                "duplicate transition option `when`",
+                "duplicate transition option `when`\n= note: first used here (line 1, column 1)",
                 "state `B` cannot carry fields; states are names, the data lives in `data = ...`",
             ]
         );

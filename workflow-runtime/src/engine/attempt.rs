@@ -67,6 +67,7 @@ where
         let started_at = self.now;
         let token = cx.cancellation.clone();
         let settings = self.attempts.clone();
+        settings.set_executing(Some(&cx.node_id));
         let ended = {
             let mut future = CatchUnwind(task(&mut cx));
             let timeout = async {
@@ -99,6 +100,7 @@ where
             }
             ended
         };
+        settings.set_executing(None);
         let outcome = match ended {
             AttemptEnd::Returned(outcome) => outcome,
             // FLT-17: a timed-out attempt is a retryable failure that counts.

@@ -1477,9 +1477,21 @@ pub(crate) struct AttemptSettings {
     /// Set when an operator asked to pause the instance (ENG-50): the run stops at the next
     /// item boundary, after the current task attempt.
     pub(crate) pause: Option<Arc<std::sync::atomic::AtomicBool>>,
+    /// Where to keep the node of the task attempt in progress, for the run's lease guard
+    /// (its lease-lost event names the node).
+    pub(crate) executing: Option<Arc<std::sync::Mutex<Option<String>>>>,
 }
 
 impl AttemptSettings {
+    /// Keeps `node` (or, with `None`, no node) as the task attempt in progress.
+    pub(crate) fn set_executing(&self, node: Option<&str>) {
+        if let Some(executing) = &self.executing {
+            *executing
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner) = node.map(str::to_owned);
+        }
+    }
+
     /// Whether a pause was requested for this run.
     pub(crate) fn pause_requested(&self) -> bool {
         self.pause
@@ -1495,6 +1507,7 @@ impl Default for AttemptSettings {
             cancel_grace: DEFAULT_CANCEL_GRACE,
             instance_cancel: None,
             pause: None,
+            executing: None,
         }
     }
 }

@@ -235,11 +235,13 @@ impl Runtime {
         reopen(&mut state);
         let mut first = true;
         loop {
+            let mut options = self.run_options(Some(token));
+            options.attempts.executing = Some(guard.executing());
             let output = workflow
                 .run(
                     state,
                     RunTarget::None,
-                    self.run_options(Some(token)),
+                    options,
                     &self.inner.middleware,
                     Some((&commits, self.inner.commit_strategy)),
                 )

@@ -9,7 +9,7 @@
 //! lease is *lost*: the run's cancellation token fires, and whatever the run still tries to
 //! commit is refused by fencing, so two owners never both commit a run of one instance.
 
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use crate::cancel::CancellationToken;
@@ -76,6 +76,11 @@ pub(crate) struct LeaseGuard<'s> {
     /// The instance as the acquisition read it (one store operation takes the lease and
     /// loads the instance), until the run takes it.
     loaded: Mutex<Option<Result<InstanceRecord<String>, StoreError>>>,
+    /// The instance's definition, once the run loaded it: a field of the lease-lost event.
+    definition: Mutex<Option<String>>,
+    /// The node of the task attempt in progress under this lease, which the engine keeps
+    /// (a field of the lease-lost event).
+    executing: Arc<Mutex<Option<String>>>,
 }
 
 impl std::fmt::Debug for LeaseGuard<'_> {
@@ -142,7 +147,9 @@ impl<'s> LeaseGuard<'s> {
                         expires_at: lease.expires_at,
                         settings,
                         lost: Mutex::new(None),
+                        definition: Mutex::new(Some(record.definition_name.clone())),
                         loaded: Mutex::new(Some(Ok(record))),
+                        executing: Arc::default(),
                     });
                 }
                 Err(StoreError::LeaseHeld { holder, .. })
@@ -179,6 +186,8 @@ impl<'s> LeaseGuard<'s> {
                     settings,
                     lost: Mutex::new(None),
                     loaded: Mutex::new(None),
+                    definition: Mutex::new(None),
+                    executing: Arc::default(),
                 };
                 (guard, claim.sub_status)
             })
@@ -199,6 +208,16 @@ impl<'s> LeaseGuard<'s> {
     /// the lease (a recovery claim) or was taken already.
     pub(crate) fn take_loaded(&self) -> Option<Result<InstanceRecord<String>, StoreError>> {
         lock(&self.loaded).take()
+    }
+
+    /// Records the instance's definition, as the run loaded it.
+    pub(crate) fn set_definition(&self, name: &str) {
+        *lock(&self.definition) = Some(name.to_owned());
+    }
+
+    /// Where the engine keeps the node of the task attempt it runs under this lease.
+    pub(crate) fn executing(&self) -> Arc<Mutex<Option<String>>> {
+        Arc::clone(&self.executing)
     }
 
     /// Why the lease was lost, if it was: the run must not be reported as done.
@@ -256,15 +275,21 @@ impl<'s> LeaseGuard<'s> {
                     }
                 }
                 Err(error) if error.is_transient() && now_micros() < expires_at => {
+                    let definition = lock(&self.definition).clone().unwrap_or_default();
                     tracing::warn!(
-                        instance = %self.instance_id,
+                        definition = definition.as_str(),
+                        instance = self.instance_id.as_str(),
                         %error,
                         "lease renewal failed; retrying while the lease lasts"
                     );
                 }
                 Err(error) => {
+                    let definition = lock(&self.definition).clone().unwrap_or_default();
+                    let node = lock(&self.executing).clone().unwrap_or_default();
                     tracing::warn!(
-                        instance = %self.instance_id,
+                        definition = definition.as_str(),
+                        instance = self.instance_id.as_str(),
+                        node = node.as_str(),
                         token = self.token,
                         %error,
                         "instance lease lost: the run is cancelled and its commit will be fenced"

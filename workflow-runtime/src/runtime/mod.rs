@@ -1675,6 +1675,7 @@ impl Runtime {
                 cancel_grace: self.inner.cancel_grace,
                 instance_cancel: cancel.cloned(),
                 pause: None,
+                executing: None,
             },
             max_steps: self.inner.max_steps_per_run,
             // Events are built for subscribers and for the log (`LifecycleEvent::trace`
@@ -1977,6 +1978,7 @@ impl Runtime {
             None => self.inner.store.load_instance_raw(instance_id).await,
         }
         .map_err(|error| run_store_error(instance_id, error))?;
+        guard.set_definition(&record.definition_name);
         let state = decode_loaded(instance_id, &record.state)?;
         let commits = RunCommits {
             store: &self.inner.store,
@@ -2080,6 +2082,7 @@ impl Runtime {
                 let target = target.take().unwrap_or(RunTarget::None);
                 let mut options = self.run_options(Some(&token));
                 options.attempts.pause = Some(Arc::clone(&signals.pause));
+                options.attempts.executing = Some(guard.executing());
                 let mut output = workflow
                     .run(state, target, options, &self.inner.middleware, checkpoint)
                     .await?;
