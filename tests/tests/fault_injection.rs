@@ -254,7 +254,7 @@ impl Store for FaultyStore {
         &self,
         instance_id: &str,
         request: ControlRequest,
-    ) -> BoxFuture<'_, StoreResult<()>> {
+    ) -> BoxFuture<'_, StoreResult<WorkflowStatus>> {
         let instance_id = instance_id.to_owned();
         Box::pin(self.around(Op::RequestControl, async move {
             self.inner.request_control(&instance_id, request).await
@@ -676,6 +676,37 @@ fn a_commit_whose_answer_was_lost_is_not_applied_twice() {
             let retried = rt.send(send()).await;
             assert!(retried.is_ok(), "{label}: {retried:?}");
             assert_eq!(data(&rt, "t-2").await.seen, ["one"], "{label}");
+            rt.shutdown(Duration::from_secs(1)).await;
+        });
+    }
+}
+
+// RT-19: a direct send's idempotency record is written by the commit that delivers it, so a
+// send that fails after that commit (its completing write lost) is a duplicate when retried,
+// not a stray copy queued for a bookmark that will never come.
+#[test]
+fn a_direct_send_failing_after_its_commit_is_a_duplicate_when_retried() {
+    for (label, backend, _dir) in stores() {
+        block_on(async {
+            let store = FaultyStore::new(backend);
+            let rt = runtime(&store);
+            rt.start_with::<Twice>(tally("t-4"), with_id("t-4"))
+                .await
+                .unwrap();
+            // The send's only write after its run's commit: completing its record.
+            store.inject(Op::Enqueue, 1, Fault::Fail);
+            let send = || Stimulus::new("one").key("t-4").idempotency_key("t-4/one");
+            let failed = rt.send(send()).await;
+            assert!(
+                matches!(failed, Err(SendError::Store(_))),
+                "{label}: {failed:?}"
+            );
+            assert_eq!(data(&rt, "t-4").await.seen, ["one"], "{label}");
+            let again = rt.send(send()).await.unwrap();
+            assert!(again.duplicate, "{label}: {again:?}");
+            assert_eq!(again.queued, None, "{label}: no stray copy queued");
+            assert_eq!(rt.deliver_queued().await.unwrap(), 0, "{label}");
+            assert_eq!(data(&rt, "t-4").await.seen, ["one"], "{label}");
             rt.shutdown(Duration::from_secs(1)).await;
         });
     }

@@ -359,6 +359,37 @@ where
         .join(", ")
 }
 
+/// The most names an "expected one of" list shows; the rest are counted.
+pub(crate) const MAX_LISTED_CHOICES: usize = 12;
+
+/// `` `A`, `B`, `C` `` for an "expected one of" hint: each distinct name once, in the order
+/// given, at most [`MAX_LISTED_CHOICES`] of them and then how many more there are, so a
+/// definition with thousands of names gets short messages (and linear work) for each of its
+/// unknown names.
+pub(crate) fn choices<'a, I>(names: I) -> String
+where
+    I: IntoIterator<Item = &'a str>,
+{
+    let mut seen = std::collections::HashSet::new();
+    let mut listed = Vec::with_capacity(MAX_LISTED_CHOICES);
+    let mut more = 0usize;
+    for name in names {
+        if !seen.insert(name) {
+            continue;
+        }
+        if listed.len() < MAX_LISTED_CHOICES {
+            listed.push(name);
+        } else {
+            more += 1;
+        }
+    }
+    let mut text = backticked(listed);
+    if more > 0 {
+        text.push_str(&format!(" and {more} more"));
+    }
+    text
+}
+
 /// Edit distance over chars where an insertion, a deletion, a substitution or a swap of two
 /// neighbours costs 1 (optimal string alignment), so `Nwe` is one edit from `New`; `None` when
 /// it is more than `bound`. Only the cells within `bound` of the diagonal are computed, three

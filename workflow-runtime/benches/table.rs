@@ -53,6 +53,7 @@
 //! - `TABLE_TIMERS` [1000]: timers per repetition of the lateness row.
 //! - `TABLE_MACRO` [1]: `0` skips the macro rows.
 //! - `TABLE_ONLY` [all]: a comma-separated subset of `memory,sqlite,routing,recover,timers,macro`.
+//! - `TABLE_SYNC` [full,normal] and `TABLE_INSTANCES` [1,16,64]: a subset of the SQLite rows.
 //! - `TABLE_DIR` [a temporary directory]: where the database files and the generated crate go.
 //! - `WORKFLOW_PG_URL`: when set, the table says where the PostgreSQL rows are measured.
 #![allow(
@@ -585,13 +586,25 @@ fn sqlite_rows(dir: &Path, reps: usize, secs: f64) -> Vec<Row> {
     let duration = Duration::from_secs_f64(secs);
     let rt = tokio_rt();
     let mut rows = Vec::new();
+    // `TABLE_SYNC=full|normal` and `TABLE_INSTANCES=1,16,64` run a subset (for a profile).
+    let syncs = std::env::var("TABLE_SYNC")
+        .unwrap_or_default()
+        .to_lowercase();
+    let counts: Vec<usize> = std::env::var("TABLE_INSTANCES")
+        .ok()
+        .map(|v| v.split(',').filter_map(|n| n.trim().parse().ok()).collect())
+        .filter(|v: &Vec<usize>| !v.is_empty())
+        .unwrap_or_else(|| vec![1, 16, 64]);
     for sync in [Synchronous::Full, Synchronous::Normal] {
         let name = sync_name(sync);
+        if !syncs.is_empty() && !syncs.split(',').any(|s| s.trim() == name.to_lowercase()) {
+            continue;
+        }
         let mut raw = Vec::new();
-        let mut durable: Vec<Vec<f64>> = vec![Vec::new(); 3];
+        let mut durable: Vec<Vec<f64>> = vec![Vec::new(); counts.len()];
         for _ in 0..reps {
             raw.push(raw_inserts(&fresh(dir, "raw.db"), sync, duration));
-            for (slot, instances) in [1, 16, 64].into_iter().enumerate() {
+            for (slot, &instances) in counts.iter().enumerate() {
                 let path = fresh(dir, &format!("durable-{instances}.db"));
                 durable[slot].push(rt.block_on(durable_rate(&path, sync, instances, duration)));
             }
@@ -605,7 +618,7 @@ fn sqlite_rows(dir: &Path, reps: usize, secs: f64) -> Vec<Row> {
         .note("1.00x");
         let raw_median = raw_row.median();
         rows.push(raw_row);
-        for (slot, instances) in [1, 16, 64].into_iter().enumerate() {
+        for (slot, &instances) in counts.iter().enumerate() {
             let row = Row::new(
                 "sqlite",
                 format!("durable transitions, {instances:>2} instance(s), {name}"),

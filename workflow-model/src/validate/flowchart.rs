@@ -305,13 +305,10 @@ fn unknown_node(name: &str, ids: &[&str], at: Location, cx: &mut Diagnostics) {
     let (mut hint, suggestion) = did_you_mean(name, ids.iter().copied());
     if suggestion.is_none() && !ids.is_empty() {
         // No close name: the choices, as for an unknown port (FC-V3).
-        let mut unique: Vec<&str> = Vec::with_capacity(ids.len());
-        for id in ids {
-            if !unique.contains(id) {
-                unique.push(id);
-            }
-        }
-        hint = format!("; expected one of {}", backticked(unique));
+        hint = format!(
+            "; expected one of {}",
+            crate::diagnostics::choices(ids.iter().copied())
+        );
     }
     let mut diagnostic = Diagnostic::new("FC-V2", at, format!("unknown node `{name}`{hint}"));
     diagnostic.suggestion = suggestion;
@@ -330,18 +327,15 @@ fn check_port(node: &Activity, port: &str, at: Location, cx: &mut Diagnostics) {
     {
         return;
     }
-    let mut choices: Vec<&str> = Vec::with_capacity(declared.len());
-    for name in declared {
-        if !choices.contains(&name) {
-            choices.push(name);
-        }
-    }
-    let (mut hint, suggestion) = did_you_mean(port, choices.iter().copied());
+    let (mut hint, suggestion) = did_you_mean(port, declared.iter().copied());
     if suggestion.is_none() {
-        hint = if choices.is_empty() {
+        hint = if declared.is_empty() {
             "; it declares no outcomes".to_owned()
         } else {
-            format!("; expected one of {}", backticked(choices.iter().copied()))
+            format!(
+                "; expected one of {}",
+                crate::diagnostics::choices(declared.iter().copied())
+            )
         };
     }
     let mut diagnostic = Diagnostic::new(

@@ -376,11 +376,24 @@ mod tests {
         let started = Instant::now();
         let found = problems(&json);
         let elapsed = started.elapsed();
-        // About 0.1 s of CPU in release and 3 s in a debug build; before the budget, minutes.
-        assert!(elapsed < Duration::from_secs(20), "{elapsed:?}");
+        // Well under a second of CPU even in a debug build; before the budget, minutes. The
+        // bound is generous so a loaded machine cannot fail it; the work itself is bounded by
+        // the checks below, not by the clock.
+        assert!(elapsed < Duration::from_secs(60), "{elapsed:?}");
         // Every unknown source is still reported; only the suggestions are bounded.
         let unknown = found.iter().filter(|(_, m)| m.starts_with("SM-C4")).count();
         assert_eq!(unknown, 1_000, "{:?}", found.first());
+        // The names past the suggestion budget list the choices, a bounded few of them: each
+        // message stays short (it once listed all thousand 244-char names, a quarter of a
+        // megabyte per message and quadratic work to deduplicate them).
+        let longest = found.iter().map(|(_, m)| m.len()).max().unwrap_or(0);
+        assert!(longest < 8 * 1024, "a message of {longest} bytes");
+        let listing = found
+            .iter()
+            .find(|(_, m)| m.contains("expected one of"))
+            .map(|(_, m)| m.as_str())
+            .unwrap_or_default();
+        assert!(listing.ends_with(" and 988 more"), "{listing}");
     }
 
     #[test]

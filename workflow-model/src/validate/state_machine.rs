@@ -68,13 +68,7 @@ impl<'a> Names<'a> {
     fn did_you_mean(&self, name: &str) -> (String, Option<String>) {
         let (hint, suggestion) = did_you_mean(name, self.ordered.iter().copied());
         if suggestion.is_none() && !self.ordered.is_empty() {
-            let mut unique: Vec<&str> = Vec::with_capacity(self.ordered.len());
-            for name in &self.ordered {
-                if !unique.contains(name) {
-                    unique.push(name);
-                }
-            }
-            let choices = crate::diagnostics::backticked(unique);
+            let choices = crate::diagnostics::choices(self.ordered.iter().copied());
             return (format!("; expected one of {choices}"), None);
         }
         (hint, suggestion)

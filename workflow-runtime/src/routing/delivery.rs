@@ -12,7 +12,7 @@ use crate::base::new_ulid;
 use crate::engine::executor::{RunError, RunTarget};
 use crate::engine::state::WorkflowStatus;
 use crate::routing::{RoutingError, check_correlation_id, check_name, stimulus_hash};
-use crate::runtime::{Runtime, Started};
+use crate::runtime::{Runtime, Started, lock};
 use crate::store::{
     BookmarkQuery, BookmarkRow, IdempotencyRecord, InstanceStatus, Micros, QueueItem, StoreError,
 };
@@ -602,8 +602,34 @@ impl Runtime {
             self.inner.doorbell.notify_one();
             return Ok(report);
         } else {
-            self.route(&stimulus, &hash, &stimulus_id, sent_at).await?
+            // RT-19: the first commit delivering the stimulus (or the item queued when
+            // nothing matched) writes the send's record, pending, in its transaction, so a
+            // send retried after a crash finds it; the send completes it below.
+            let key = stimulus.idempotency_key.as_ref();
+            if let Some(key) = key {
+                let pending = IdempotencyRecord {
+                    key: key.clone(),
+                    hash: hash.clone(),
+                    payload_digest: payload_digest.clone(),
+                    report: pending_report(&stimulus_id, &hash),
+                    created_at: now_micros(),
+                };
+                lock(&self.inner.pending_records).insert(stimulus_id.clone(), pending);
+            }
+            // A send without an idempotency key made its stimulus id just now: only instances
+            // this send starts can have consumed it (RT-19).
+            let fresh = key.is_none();
+            let routed = self
+                .route(&stimulus, &hash, &stimulus_id, sent_at, fresh)
+                .await;
+            if key.is_some() {
+                lock(&self.inner.pending_records).remove(&stimulus_id);
+            }
+            routed?
         };
+        if report.duplicate {
+            return Ok(report);
+        }
         if let Some(key) = &stimulus.idempotency_key {
             let record = IdempotencyRecord {
                 key: key.clone(),
@@ -612,33 +638,77 @@ impl Runtime {
                 report: serde_json::to_value(&report).unwrap_or(Value::Null),
                 created_at: now_micros(),
             };
-            if let Some(existing) = store
-                .put_idempotency_record(record)
+            match store
+                .find_idempotency_record(key)
                 .await
                 .map_err(SendError::Store)?
             {
-                return duplicate(existing, key, &hash, &payload_digest);
+                // Written by this send's delivery: completed with the full report.
+                Some(existing)
+                    if existing.hash == hash
+                        && existing.payload_digest == payload_digest
+                        && (is_pending(&existing.report) || existing.report == record.report) =>
+                {
+                    store
+                        .replace_idempotency_record(record)
+                        .await
+                        .map_err(SendError::Store)?;
+                }
+                Some(existing) => return duplicate(existing, key, &hash, &payload_digest),
+                None => {
+                    if let Some(existing) = store
+                        .put_idempotency_record(record)
+                        .await
+                        .map_err(SendError::Store)?
+                    {
+                        return duplicate(existing, key, &hash, &payload_digest);
+                    }
+                }
             }
         }
         Ok(report)
     }
 
     /// RT-15 to RT-21 for one stimulus: triggers, bookmarks, deferrals, then the queue.
+    /// `fresh`: the stimulus id was made by this send, so no instance it did not start has
+    /// a receipt for it (RT-19) and the bookmark phase need not look receipts up.
     pub(crate) async fn route(
         &self,
         stimulus: &Stimulus,
         hash: &str,
         stimulus_id: &str,
         sent_at: Micros,
+        fresh: bool,
     ) -> Result<SendReport, SendError> {
         let store = &self.inner.store;
         let mut report = SendReport::empty(stimulus_id.to_owned(), hash.to_owned());
+        let mut created = false;
+        let mut prefetched = None;
         if stimulus.instance_id.is_none() && stimulus.bookmark_id.is_none() {
-            self.trigger_phase(stimulus, hash, stimulus_id, sent_at, &mut report)
+            // The trigger rows and the first page of bookmarks are read together (two reads
+            // in flight, not one after the other); the page is used only when the trigger
+            // phase created nothing that could have added a bookmark since.
+            let query = self.bookmark_query(stimulus, hash);
+            let (rows, page) = tokio::join!(
+                self.trigger_rows(stimulus, hash),
+                self.inner.store.find_bookmarks(query)
+            );
+            created = self
+                .trigger_phase(rows?, stimulus, stimulus_id, sent_at, &mut report)
                 .await?;
+            if !created {
+                prefetched = Some(page.map_err(SendError::Store)?);
+            }
         }
         let busy = self
-            .bookmark_phase(stimulus, hash, stimulus_id, &mut report)
+            .bookmark_phase(
+                stimulus,
+                hash,
+                stimulus_id,
+                fresh && !created,
+                prefetched,
+                &mut report,
+            )
             .await?;
         for (instance, held) in busy {
             let targets = Targets {
@@ -689,7 +759,22 @@ impl Runtime {
                 };
                 let item = self.queue_item(stimulus, hash, stimulus_id, sent_at, &targets);
                 report.queued = Some(item.item_id.clone());
-                store.enqueue(item).await.map_err(SendError::Store)?;
+                // RT-19: a direct send's record is written with the item it queues.
+                let record = lock(&self.inner.pending_records)
+                    .get(stimulus_id)
+                    .cloned()
+                    .map(|mut record| {
+                        record.report = serde_json::to_value(&report).unwrap_or(Value::Null);
+                        record
+                    });
+                if let Some(existing) = store
+                    .enqueue_send(vec![item], record.clone())
+                    .await
+                    .map_err(SendError::Store)?
+                    && let Some(record) = record
+                {
+                    return duplicate(existing, &record.key, hash, &record.payload_digest);
+                }
                 self.inner.doorbell.notify_one();
             } else {
                 report.unmatched = true;
@@ -732,11 +817,16 @@ impl Runtime {
     /// instances to defer (RT-18): busy in another process or pinned to a version this process
     /// does not run (`false`, RT-24), or faulted or paused (`true`: the item is held, it does
     /// not expire).
+    ///
+    /// `unconsumed`: no instance can hold a receipt for `stimulus_id` (a stimulus id this
+    /// send made, and no trigger of it created an instance), so receipts are not looked up.
     async fn bookmark_phase(
         &self,
         stimulus: &Stimulus,
         hash: &str,
         stimulus_id: &str,
+        unconsumed: bool,
+        prefetched: Option<Vec<BookmarkRow>>,
         report: &mut SendReport,
     ) -> Result<Vec<(String, bool)>, SendError> {
         let store = &self.inner.store;
@@ -757,11 +847,11 @@ impl Runtime {
                 Err(error) => return Err(SendError::Store(error)),
             }
         }
-        let mut query = BookmarkQuery::by_hash(hash, BOOKMARK_PAGE);
-        query.instance_id.clone_from(&stimulus.instance_id);
-        query.correlation_id.clone_from(&stimulus.correlation_id);
-        query.bookmark_id.clone_from(&stimulus.bookmark_id);
-        let targets = self.matching(query).await.map_err(SendError::Store)?;
+        let query = self.bookmark_query(stimulus, hash);
+        let targets = self
+            .matching_from(query, prefetched)
+            .await
+            .map_err(SendError::Store)?;
         if let Some(bookmark) = &stimulus.bookmark_id
             && targets.is_empty()
         {
@@ -787,10 +877,11 @@ impl Runtime {
         for (instance, ids) in targets {
             let first_bookmark = ids.first().cloned().unwrap_or_default();
             // RT-19: a retried send skips instances that already consumed it.
-            if store
-                .has_receipt(&instance, stimulus_id)
-                .await
-                .map_err(SendError::Store)?
+            if !unconsumed
+                && store
+                    .has_receipt(&instance, stimulus_id)
+                    .await
+                    .map_err(SendError::Store)?
             {
                 continue;
             }
@@ -894,6 +985,15 @@ impl Runtime {
         Ok(busy)
     }
 
+    /// The bookmark query of a stimulus's bookmark phase, first page (RT-17).
+    fn bookmark_query(&self, stimulus: &Stimulus, hash: &str) -> BookmarkQuery {
+        let mut query = BookmarkQuery::by_hash(hash, BOOKMARK_PAGE);
+        query.instance_id.clone_from(&stimulus.instance_id);
+        query.correlation_id.clone_from(&stimulus.correlation_id);
+        query.bookmark_id.clone_from(&stimulus.bookmark_id);
+        query
+    }
+
     /// The final instances of a correlation id when none of its instances is live (at most
     /// 20 listed); empty when one is live or there is none.
     async fn finished_correlation(&self, correlation: &str) -> Result<Vec<Started>, StoreError> {
@@ -924,12 +1024,14 @@ impl Runtime {
     }
 
     /// Bookmark ids matching `query`, grouped by instance in creation order (RT-18).
-    pub(crate) async fn matching(
+    /// The first page, when given, was read already.
+    async fn matching_from(
         &self,
         query: BookmarkQuery,
+        first: Option<Vec<BookmarkRow>>,
     ) -> Result<Vec<(String, Vec<String>)>, StoreError> {
         Ok(self
-            .matching_rows(query)
+            .matching_rows_from(query, first)
             .await?
             .into_iter()
             .map(|(instance, rows)| (instance, rows.into_iter().map(|r| r.bookmark_id).collect()))
@@ -939,11 +1041,23 @@ impl Runtime {
     /// Bookmark rows matching `query`, grouped by instance in creation order.
     pub(crate) async fn matching_rows(
         &self,
+        query: BookmarkQuery,
+    ) -> Result<Vec<(String, Vec<BookmarkRow>)>, StoreError> {
+        self.matching_rows_from(query, None).await
+    }
+
+    /// [`Runtime::matching_rows`] whose first page, when given, was read already.
+    async fn matching_rows_from(
+        &self,
         mut query: BookmarkQuery,
+        mut first: Option<Vec<BookmarkRow>>,
     ) -> Result<Vec<(String, Vec<BookmarkRow>)>, StoreError> {
         let mut targets: Vec<(String, Vec<BookmarkRow>)> = Vec::new();
         loop {
-            let rows = self.inner.store.find_bookmarks(query.clone()).await?;
+            let rows = match first.take() {
+                Some(rows) => rows,
+                None => self.inner.store.find_bookmarks(query.clone()).await?,
+            };
             let full = rows.len() >= query.limit;
             query.after = rows.last().map(|r| (r.created_at, r.bookmark_id.clone()));
             for row in rows {
@@ -957,6 +1071,23 @@ impl Runtime {
             }
         }
     }
+}
+
+/// The report a direct send's record holds until the send completes it (RT-19): what a send
+/// retried after a crash in between returns, marked `pending`.
+fn pending_report(stimulus_id: &str, hash: &str) -> Value {
+    let mut report =
+        serde_json::to_value(SendReport::empty(stimulus_id.to_owned(), hash.to_owned()))
+            .unwrap_or(Value::Null);
+    if let Some(fields) = report.as_object_mut() {
+        fields.insert("pending".to_owned(), Value::Bool(true));
+    }
+    report
+}
+
+/// Whether a stored report is a pending one ([`pending_report`]).
+fn is_pending(report: &Value) -> bool {
+    report.get("pending") == Some(&Value::Bool(true))
 }
 
 /// The stored report of an earlier send with this idempotency key, if it was the same send.

@@ -140,7 +140,13 @@ impl Runtime {
                     invalid: None,
                 };
                 match self
-                    .route(&stimulus, &item.hash, &item.stimulus_id, item.sent_at)
+                    .route(
+                        &stimulus,
+                        &item.hash,
+                        &item.stimulus_id,
+                        item.sent_at,
+                        false,
+                    )
                     .await
                 {
                     Ok(_) => {

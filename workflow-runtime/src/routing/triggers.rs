@@ -119,26 +119,38 @@ impl Runtime {
             .await
     }
 
-    /// RT-15, RT-16, RT-13: starts the definitions whose trigger matches.
-    pub(crate) async fn trigger_phase(
+    /// The trigger rows a stimulus matches: by its hash and, with a key, by its keyless hash
+    /// (RT-9).
+    pub(crate) async fn trigger_rows(
         &self,
         stimulus: &Stimulus,
         hash: &str,
-        stimulus_id: &str,
-        sent_at: Micros,
-        report: &mut SendReport,
-    ) -> Result<(), SendError> {
+    ) -> Result<Vec<TriggerRow>, SendError> {
         self.ensure_triggers().await.map_err(SendError::Store)?;
         let mut hashes = vec![hash.to_owned()];
         if stimulus.key.is_some() {
             hashes.push(stimulus_hash(&stimulus.name, None, None)?);
         }
-        let rows = self
-            .inner
+        self.inner
             .store
             .find_triggers(&hashes)
             .await
-            .map_err(SendError::Store)?;
+            .map_err(SendError::Store)
+    }
+
+    /// RT-15, RT-16, RT-13: starts the definitions whose trigger matches (`rows`, from
+    /// [`Runtime::trigger_rows`]).
+    /// Returns whether an instance was created for it (or found created by an earlier try):
+    /// such an instance holds the stimulus's receipt.
+    pub(crate) async fn trigger_phase(
+        &self,
+        rows: Vec<TriggerRow>,
+        stimulus: &Stimulus,
+        stimulus_id: &str,
+        sent_at: Micros,
+        report: &mut SendReport,
+    ) -> Result<bool, SendError> {
+        let mut created = false;
         for row in rows {
             let registered = self.inner.workflows.get(&row.definition_name);
             if registered.is_none_or(|w| w.version() != row.definition_version) {
@@ -210,7 +222,7 @@ impl Runtime {
             new.origin_at = sent_at;
             match self.inner.store.create_instance(new).await {
                 // A retried send (RT-19) finds the instance it started.
-                Ok(_) | Err(StoreError::AlreadyExists { .. }) => {}
+                Ok(_) | Err(StoreError::AlreadyExists { .. }) => created = true,
                 Err(StoreError::ActivationConflict { existing, .. }) => {
                     report.refused.push(Refusal::ActivationRefused {
                         strategy: self.activation_of(&row.definition_name),
@@ -226,7 +238,7 @@ impl Runtime {
                 Err(error) => report.not_delivered.push(error),
             }
         }
-        Ok(())
+        Ok(created)
     }
 
     /// Removes the trigger rows of a definition no process registers any more (RT-11).

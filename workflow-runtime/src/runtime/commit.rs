@@ -133,6 +133,9 @@ pub(super) struct Tracker {
     pub(super) incidents: Vec<(String, Option<String>)>,
     /// Stimulus ids consumed by this run, written as receipts with its first commit (RT-19).
     pub(super) receipts: Vec<String>,
+    /// The idempotency record of the direct send this run delivers, written with its first
+    /// commit (RT-19).
+    pub(super) idempotency: Option<crate::store::IdempotencyRecord>,
     /// The next commit unparks the instance's timers (an operator's retry or resume, TM-10).
     pub(super) unpark: bool,
     /// The next commit clears the instance's control request: it honours it (C-29).
@@ -239,6 +242,7 @@ impl RunCommits<'_> {
             commit.instances_created = children;
             commit.queue_items = queue_items;
             commit.receipts.clone_from(&tracker.receipts);
+            commit.idempotency.clone_from(&tracker.idempotency);
             // A request left on a final instance could never be honoured: its final commit
             // clears it.
             commit.clear_control_request = tracker.clear_control || state.status.is_final();
@@ -268,6 +272,7 @@ impl RunCommits<'_> {
             .map(|i| (i.id.clone(), i.resolution.clone()))
             .collect();
         tracker.receipts.clear();
+        tracker.idempotency = None;
         tracker.unpark = false;
         tracker.clear_control = false;
         Ok(())

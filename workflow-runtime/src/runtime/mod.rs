@@ -516,6 +516,9 @@ pub(crate) struct Inner {
     /// each.
     /// The token of the lease the sweep handed back.
     pub(crate) fresh: Mutex<HashMap<String, (std::time::Instant, u64)>>,
+    /// The pending idempotency records of direct sends in progress, by stimulus id: the
+    /// first commit delivering the stimulus writes it (RT-19), the send completes it.
+    pub(crate) pending_records: Mutex<HashMap<String, crate::store::IdempotencyRecord>>,
     /// Serializes queue passes (the worker and [`Runtime::deliver_queued`]), and holds the
     /// items this process has put back undelivered and announced once (RT-27): put back
     /// again, they are not announced again.
@@ -1993,6 +1996,7 @@ impl Runtime {
                     .map(|i| (i.id.clone(), i.resolution.clone()))
                     .collect(),
                 receipts: Vec::new(),
+                idempotency: None,
                 unpark: false,
                 clear_control: false,
             }),
@@ -2069,7 +2073,14 @@ impl Runtime {
             // TM-10: the resume's first commit unparks the timers.
             commits.unpark_next();
         }
-        lock(&commits.tracker).receipts.extend(stimulus_id);
+        {
+            let mut tracker = lock(&commits.tracker);
+            // RT-19: the commit delivering a direct send's stimulus writes its record.
+            tracker.idempotency = stimulus_id
+                .as_ref()
+                .and_then(|id| lock(&self.inner.pending_records).get(id).cloned());
+            tracker.receipts.extend(stimulus_id);
+        }
         // ENG-32: the run decides per task whether to commit (the node's setting, the
         // definition's strategy, then this runtime-wide one).
         let checkpoint: Option<(&dyn Checkpoint, CommitStrategy)> =

@@ -33,8 +33,9 @@
 use super::{
     BookmarkQuery, BookmarkRow, ClaimedInstance, Commit, ControlRequest, DeadLetter,
     DeadLetterFilter, DeadLetterReason, IdempotencyRecord, IncidentRecord, InstanceFilter,
-    InstanceRecord, JournalRecord, Lease, ListedInstance, NewIncident, NewInstance, PurgeFilter,
-    QueueItem, Renewal, Schedule, ScheduleFiring, StoreResult, StoreStats, TimerRow, TriggerRow,
+    InstanceRecord, InstanceStatus, JournalRecord, Lease, ListedInstance, NewIncident, NewInstance,
+    PurgeFilter, QueueItem, Renewal, Schedule, ScheduleFiring, StoreResult, StoreStats, TimerRow,
+    TriggerRow,
 };
 use crate::base::{BoxFuture, Micros};
 
@@ -198,8 +199,11 @@ pub struct Enqueue {
     /// Items to insert; an id already queued or dead gives `AlreadyExists`.
     pub items: Vec<QueueItem>,
     /// The idempotency record of the send. When a record with its key exists, nothing at all
-    /// is written and the existing record is returned.
+    /// is written and the existing record is returned (unless `replace_record`).
     pub idempotency: Option<IdempotencyRecord>,
+    /// The record replaces an existing one with its key, and the items are written: a send
+    /// completing the record its delivery's commit wrote ([`Commit::idempotency`]).
+    pub replace_record: bool,
 }
 
 /// How [`Store::settle_queue_item`] settles a claimed (or unclaimed) queue item.
@@ -421,13 +425,15 @@ pub trait Store: Send + Sync + 'static {
     fn commit(&self, commit: Commit<String>) -> BoxFuture<'_, StoreResult<u64>>;
 
     /// Records a control request (cancel, suspend, resume, retry) without changing the
-    /// version (ST-13, C-29); it replaces one not yet honoured. Unknown instances give
-    /// `NotFound`, final ones `Invalid`.
+    /// version (ST-13, C-29), replacing one not yet honoured, unless the instance is final;
+    /// returns the instance's status read in the same operation (the request was recorded
+    /// if and only if it is not final: [`Storage`](super::Storage) refuses the rest).
+    /// Unknown instances give `NotFound`.
     fn request_control(
         &self,
         instance_id: &str,
         request: ControlRequest,
-    ) -> BoxFuture<'_, StoreResult<()>>;
+    ) -> BoxFuture<'_, StoreResult<InstanceStatus>>;
 
     /// Instance summaries (no state documents) with filters, in `instance_id` keyset order
     /// (C-23, ST-22). `limit` is at least 1.
@@ -518,8 +524,9 @@ pub trait Store: Send + Sync + 'static {
     fn put_schedule(&self, schedule: Schedule) -> BoxFuture<'_, StoreResult<bool>>;
 
     /// Fires one occurrence of a schedule atomically (ST-17, TM-11 to TM-13): if it is still
-    /// due at `expected_due_at`, creates `instance` (with its activation guard) and advances
-    /// the schedule to `next_due`, or marks it fired when `None`.
+    /// due at `expected_due_at`, creates `instance` (with its activation guard; the outcome
+    /// is [`ScheduleFiring::of_creation`]) and advances the schedule to `next_due`, or marks
+    /// it fired when `None`.
     fn fire_schedule(
         &self,
         schedule_id: &str,
@@ -563,8 +570,9 @@ pub trait Store: Send + Sync + 'static {
         settlement: Settlement,
     ) -> BoxFuture<'_, StoreResult<Settled>>;
 
-    /// Re-enqueues a dead letter with a fresh TTL (`expires_at = now + ttl`), zero attempts,
-    /// no claim and the same item and stimulus ids, and deletes the dead letter (C-18).
+    /// Moves a dead letter back into the queue, unclaimed, as
+    /// [`QueueItem::replayed`](super::QueueItem::replayed) makes its item (C-18); `NotFound`
+    /// without it, `AlreadyExists` when the id is queued.
     fn replay_dead_letter(
         &self,
         item_id: &str,

@@ -41,6 +41,7 @@
 //!   `Unavailable` carries a `message` string.
 
 pub mod backend;
+mod convert;
 mod error;
 mod memory;
 pub(crate) mod policy;

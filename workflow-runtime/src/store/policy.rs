@@ -247,7 +247,7 @@ impl Storage {
         &self,
         instance: NewInstance<S>,
     ) -> StoreResult<u64> {
-        let hint = create_hint(&instance);
+        let hint = WakeUp::of_creation(&instance);
         let encoded = self.encode_instance(instance)?;
         let version = self.store.create_instance(encoded).await?;
         self.notify_all(hint.into_iter().collect());
@@ -342,7 +342,7 @@ impl Storage {
     /// `Conflict`, `Fenced`, `ReceiptExists`, `TooLarge` (nothing written), `Invalid` for a
     /// bad state or created id, the backend's errors.
     pub async fn commit<S: StateDocument>(&self, commit: Commit<S, Value>) -> StoreResult<u64> {
-        let hints = commit_hints(&commit);
+        let hints = WakeUp::of_commit(&commit);
         let encoded = self.encode_commit(commit)?;
         let version = self.store.commit(encoded).await?;
         self.notify_all(hints);
@@ -353,13 +353,21 @@ impl Storage {
     ///
     /// # Errors
     ///
-    /// `NotFound`, `NotTerminal` for a final instance, the backend's errors.
+    /// `NotFound`, `Invalid` for a final instance (nothing recorded), the backend's errors.
     pub async fn request_control(
         &self,
         instance_id: &str,
         request: ControlRequest,
     ) -> StoreResult<()> {
-        self.store.request_control(instance_id, request).await?;
+        // The backend records the request only on a live instance (atomically with reading
+        // its status); a final one refuses it (ST-13).
+        let status = self.store.request_control(instance_id, request).await?;
+        if status.is_final() {
+            return Err(StoreError::Invalid {
+                what: "control request",
+                reason: format!("instance {instance_id} is {status}"),
+            });
+        }
         self.notify(WakeUp::ControlRequested {
             id: instance_id.to_owned(),
         });
@@ -743,7 +751,7 @@ impl Storage {
         instance: NewInstance<impl StateDocument>,
         next_due: Option<Micros>,
     ) -> StoreResult<ScheduleFiring> {
-        let mut hints: Vec<WakeUp> = create_hint(&instance).into_iter().collect();
+        let mut hints: Vec<WakeUp> = WakeUp::of_creation(&instance).into_iter().collect();
         hints.push(WakeUp::TimersChanged { earliest: next_due });
         let encoded = self.encode_instance(instance)?;
         let firing = self
@@ -825,7 +833,14 @@ impl Storage {
         idempotency: Option<IdempotencyRecord>,
     ) -> StoreResult<Option<IdempotencyRecord>> {
         let queued = !items.is_empty();
-        let existing = self.store.enqueue(Enqueue { items, idempotency }).await?;
+        let existing = self
+            .store
+            .enqueue(Enqueue {
+                items,
+                idempotency,
+                replace_record: false,
+            })
+            .await?;
         if queued && existing.is_none() {
             self.notify(WakeUp::QueueChanged);
         }
@@ -843,6 +858,24 @@ impl Storage {
         record: IdempotencyRecord,
     ) -> StoreResult<Option<IdempotencyRecord>> {
         self.enqueue_send(Vec::new(), Some(record)).await
+    }
+
+    /// Replaces the idempotency record with `record`'s key by `record` (or stores it): a
+    /// send completing, with its full report, the record its delivery's commit wrote
+    /// ([`Commit::idempotency`], RT-19).
+    ///
+    /// # Errors
+    ///
+    /// The backend's.
+    pub async fn replace_idempotency_record(&self, record: IdempotencyRecord) -> StoreResult<()> {
+        self.store
+            .enqueue(Enqueue {
+                items: Vec::new(),
+                idempotency: Some(record),
+                replace_record: true,
+            })
+            .await
+            .map(drop)
     }
 
     /// Looks up an idempotency record.
@@ -1257,6 +1290,7 @@ impl Storage {
             max_journal_entries: c.max_journal_entries.or(self.max_journal_entries),
             // ENG-22: a final instance waits for nothing.
             clear_waits: c.clear_waits || c.status.is_final(),
+            idempotency: c.idempotency,
         })
     }
 }
@@ -1528,38 +1562,76 @@ fn schedule_of(row: &TimerRow) -> Option<Schedule> {
     })
 }
 
-/// The hints a successful commit produces (ST-18, C-28).
-fn commit_hints<S, D>(c: &Commit<S, D>) -> Vec<WakeUp> {
-    let mut hints = Vec::new();
-    if !c.bookmarks_added.is_empty() || !c.queue_items.is_empty() {
-        hints.push(WakeUp::QueueChanged);
+// ----- decisions every backend makes alike (the backend kit) -----
+
+impl WakeUp {
+    /// The hints a successful commit produces (ST-18, C-28). [`Storage`] sends them to its
+    /// subscribers; a backend that tells other processes of its changes (a database
+    /// notification, see [`RemoteHints`]) sends the same ones.
+    pub fn of_commit<S, D>(c: &Commit<S, D>) -> Vec<Self> {
+        let mut hints = Vec::new();
+        if !c.bookmarks_added.is_empty() || !c.queue_items.is_empty() {
+            hints.push(Self::QueueChanged);
+        }
+        if !c.timers_added.is_empty() || c.timers_parked == Some(false) {
+            hints.push(Self::TimersChanged {
+                earliest: c.timers_added.iter().map(|t| t.due_at).min(),
+            });
+        }
+        if c.status.is_final() {
+            hints.push(Self::InstanceTerminal {
+                id: c.instance_id.clone(),
+            });
+        } else if c.status == InstanceStatus::Running && c.release_lease {
+            hints.push(Self::InstanceRunnable {
+                id: c.instance_id.clone(),
+            });
+        }
+        hints.extend(c.instances_created.iter().filter_map(Self::of_creation));
+        for (id, _) in &c.control_requests {
+            hints.push(Self::ControlRequested { id: id.clone() });
+        }
+        hints
     }
-    if !c.timers_added.is_empty() || c.timers_parked == Some(false) {
-        hints.push(WakeUp::TimersChanged {
-            earliest: c.timers_added.iter().map(|t| t.due_at).min(),
-        });
+
+    /// The hint of a creation: a `Running` instance is runnable.
+    pub fn of_creation<S>(instance: &NewInstance<S>) -> Option<Self> {
+        (instance.status == InstanceStatus::Running).then(|| Self::InstanceRunnable {
+            id: instance.instance_id.clone(),
+        })
     }
-    if c.status.is_final() {
-        hints.push(WakeUp::InstanceTerminal {
-            id: c.instance_id.clone(),
-        });
-    } else if c.status == InstanceStatus::Running && c.release_lease {
-        hints.push(WakeUp::InstanceRunnable {
-            id: c.instance_id.clone(),
-        });
-    }
-    for created in &c.instances_created {
-        hints.extend(create_hint(created));
-    }
-    for (id, _) in &c.control_requests {
-        hints.push(WakeUp::ControlRequested { id: id.clone() });
-    }
-    hints
 }
 
-/// The hint of a creation: a `Running` instance is runnable.
-fn create_hint<S>(instance: &NewInstance<S>) -> Option<WakeUp> {
-    (instance.status == InstanceStatus::Running).then(|| WakeUp::InstanceRunnable {
-        id: instance.instance_id.clone(),
-    })
+impl QueueItem {
+    /// What a replayed dead letter's item becomes (C-18), for a backend's
+    /// [`Store::replay_dead_letter`]: the same item and stimulus ids, enqueued at `now` with
+    /// a fresh TTL (`expires_at = now + ttl`), no attempts, no error. (A backend inserts it
+    /// unclaimed.)
+    #[must_use]
+    pub fn replayed(mut self, now: Micros, ttl: Micros) -> Self {
+        self.enqueued_at = now;
+        self.expires_at = now.saturating_add(ttl);
+        self.attempts = 0;
+        self.last_error = None;
+        self.last_attempt_at = None;
+        self
+    }
+}
+
+impl ScheduleFiring {
+    /// What a firing did, from the backend's attempt to create its instance inside
+    /// [`Store::fire_schedule`] (TM-11, RT-16): created is `Started`; a refusal by the
+    /// activation guard is `Refused` (the schedule advances anyway, the backend carries on);
+    /// any other error is the firing's error (the backend writes nothing).
+    ///
+    /// # Errors
+    ///
+    /// `created`'s error, unless it is `ActivationConflict`.
+    pub fn of_creation(created: StoreResult<()>) -> StoreResult<Self> {
+        match created {
+            Ok(()) => Ok(Self::Started),
+            Err(StoreError::ActivationConflict { existing, .. }) => Ok(Self::Refused { existing }),
+            Err(e) => Err(e),
+        }
+    }
 }

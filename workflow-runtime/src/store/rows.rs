@@ -5,7 +5,7 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::{InstanceStatus, InstanceSubStatus, StoreResult};
+use super::{InstanceStatus, InstanceSubStatus, StoreError, StoreResult};
 use crate::base::Micros;
 
 /// A pending operator action on an instance (ST-5, C-29).
@@ -457,6 +457,11 @@ pub struct Commit<S = Value, D = S> {
     /// for nothing). Set by [`Storage`](super::Storage) for a final status; a backend only
     /// executes it.
     pub clear_waits: bool,
+    /// The idempotency record of the send this commit delivers (RT-19), written in the same
+    /// transaction unless its key has one (the first writer's stays): a commit refused by
+    /// its version or fencing token writes no record, and a send retried after a crash
+    /// finds the record of the delivery it made.
+    pub idempotency: Option<IdempotencyRecord>,
 }
 
 /// An incident to record (FLT-6, ST-12).
@@ -542,6 +547,7 @@ impl<S, D> Commit<S, D> {
             incidents_resolved: Vec::new(),
             max_journal_entries: None,
             clear_waits: false,
+            idempotency: None,
         }
     }
 }
@@ -797,4 +803,206 @@ pub struct StoreStats {
     pub write_requests: u64,
     /// Backend transactions that carried them (equal for `MemoryStore`).
     pub transactions: u64,
+}
+
+// ----- decoding stored columns (the backend kit) -----
+
+/// A `Decode` error naming the row, the column and why (ST-22).
+fn decode_error(what: &'static str, id: &str, path: &str, message: String) -> StoreError {
+    StoreError::Decode {
+        what,
+        id: id.to_owned(),
+        path: path.to_owned(),
+        message,
+    }
+}
+
+/// Decodes a stored instance status; an unknown name is a `Decode` naming the instance
+/// (ST-22).
+///
+/// # Errors
+///
+/// `Decode` for a name no status has.
+pub fn decode_instance_status(instance_id: &str, text: &str) -> StoreResult<InstanceStatus> {
+    InstanceStatus::parse(text).ok_or_else(|| {
+        decode_error(
+            "instance",
+            instance_id,
+            "status",
+            format!("unknown status {text:?}"),
+        )
+    })
+}
+
+/// Decodes a stored control request (its JSON text) of instance `instance_id`.
+///
+/// # Errors
+///
+/// `Decode` naming the instance (ST-22).
+pub fn decode_control_request(instance_id: &str, text: &str) -> StoreResult<ControlRequest> {
+    serde_json::from_str(text)
+        .map_err(|e| decode_error("instance", instance_id, "control_request", e.to_string()))
+}
+
+/// The columns of an instance row as a SQL backend stores them (the enums and the control
+/// request as text, counters as `i64`), decoded the one way every backend decodes them by
+/// [`StoredInstance::decode`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredInstance {
+    /// The definition's name.
+    pub definition_name: String,
+    /// The definition's version fingerprint.
+    pub definition_version: String,
+    /// The status's name.
+    pub status: String,
+    /// The sub-status's name.
+    pub sub_status: Option<String>,
+    /// Correlation id.
+    pub correlation_id: Option<String>,
+    /// Optimistic version.
+    pub version: i64,
+    /// Lease owner.
+    pub lease_owner: Option<String>,
+    /// Lease token (the last issued, kept after release).
+    pub lease_token: i64,
+    /// Lease expiry.
+    pub lease_expires_at: Option<Micros>,
+    /// The pending control request as JSON text.
+    pub control_request: Option<String>,
+    /// Origin time.
+    pub origin_at: Micros,
+    /// Creation time.
+    pub created_at: Micros,
+    /// Time of the last commit.
+    pub updated_at: Micros,
+    /// When it became final.
+    pub finished_at: Option<Micros>,
+}
+
+impl StoredInstance {
+    /// The summary of instance `instance_id`; a lease is present only with an owner and an
+    /// expiry.
+    ///
+    /// # Errors
+    ///
+    /// `Decode` naming the instance and the column (`status`, `sub_status`,
+    /// `control_request`) that does not decode (ST-22).
+    pub fn decode(self, instance_id: &str) -> StoreResult<InstanceSummary> {
+        let status = decode_instance_status(instance_id, &self.status)?;
+        let sub_status = match self.sub_status {
+            None => None,
+            Some(s) => Some(InstanceSubStatus::parse(&s).ok_or_else(|| {
+                decode_error(
+                    "instance",
+                    instance_id,
+                    "sub_status",
+                    format!("unknown sub-status {s:?}"),
+                )
+            })?),
+        };
+        let control_request = self
+            .control_request
+            .map(|text| decode_control_request(instance_id, &text))
+            .transpose()?;
+        Ok(InstanceSummary {
+            instance_id: instance_id.to_owned(),
+            definition_name: self.definition_name,
+            definition_version: self.definition_version,
+            status,
+            sub_status,
+            correlation_id: self.correlation_id,
+            version: u64::try_from(self.version).unwrap_or(0),
+            lease: match (self.lease_owner, self.lease_expires_at) {
+                (Some(owner), Some(expires_at)) => Some(LeaseState {
+                    owner,
+                    token: u64::try_from(self.lease_token).unwrap_or(0),
+                    expires_at,
+                }),
+                _ => None,
+            },
+            control_request,
+            origin_at: self.origin_at,
+            created_at: self.created_at,
+            updated_at: self.updated_at,
+            finished_at: self.finished_at,
+        })
+    }
+}
+
+impl InstanceSummary {
+    /// The record of these columns with the state document `state`.
+    pub fn with_state<S>(self, state: S) -> InstanceRecord<S> {
+        InstanceRecord {
+            instance_id: self.instance_id,
+            definition_name: self.definition_name,
+            definition_version: self.definition_version,
+            status: self.status,
+            sub_status: self.sub_status,
+            correlation_id: self.correlation_id,
+            version: self.version,
+            lease: self.lease,
+            control_request: self.control_request,
+            origin_at: self.origin_at,
+            created_at: self.created_at,
+            updated_at: self.updated_at,
+            finished_at: self.finished_at,
+            state,
+        }
+    }
+}
+
+impl DeadLetterReason {
+    /// Decodes the stored reason of dead letter `item_id`.
+    ///
+    /// # Errors
+    ///
+    /// `Decode` naming the dead letter for an unknown reason (ST-22).
+    pub fn decode(item_id: &str, text: &str) -> StoreResult<Self> {
+        Self::parse(text).ok_or_else(|| {
+            decode_error(
+                "dead letter",
+                item_id,
+                "reason",
+                format!("unknown reason {text:?}"),
+            )
+        })
+    }
+}
+
+/// A queue (or dead-letter) row with its JSON columns still encoded: `item` carries
+/// `Value::Null` in `payload` and `targets` until [`EncodedQueueItem::decode`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct EncodedQueueItem {
+    /// The item, its JSON columns not yet filled in.
+    pub item: QueueItem,
+    /// The payload as stored.
+    pub payload: String,
+    /// The targets as stored.
+    pub targets: String,
+}
+
+impl EncodedQueueItem {
+    /// The item with its JSON columns decoded; `what` names the row in errors (`"queue
+    /// item"`, `"dead letter"`).
+    ///
+    /// # Errors
+    ///
+    /// `Decode` naming the item and the column (ST-22).
+    pub fn decode(self, what: &'static str) -> StoreResult<QueueItem> {
+        let mut item = self.item;
+        item.payload = serde_json::from_str(&self.payload)
+            .map_err(|e| decode_error(what, &item.item_id, "payload", e.to_string()))?;
+        item.targets = serde_json::from_str(&self.targets)
+            .map_err(|e| decode_error(what, &item.item_id, "targets", e.to_string()))?;
+        Ok(item)
+    }
+
+    /// A stored JSON column as a quarantined dead letter keeps it (ST-22): valid JSON as it
+    /// is, anything else wrapped as `{"undecodable": "<text>"}`, so the dead letter decodes.
+    pub fn quarantined_json(raw: &str) -> String {
+        match serde_json::from_str::<Value>(raw) {
+            Ok(_) => raw.to_owned(),
+            Err(_) => serde_json::json!({ "undecodable": raw }).to_string(),
+        }
+    }
 }

@@ -349,21 +349,17 @@ impl Store for MemoryStore {
         &self,
         instance_id: &str,
         request: ControlRequest,
-    ) -> BoxFuture<'_, StoreResult<()>> {
+    ) -> BoxFuture<'_, StoreResult<InstanceStatus>> {
         let id = instance_id.to_owned();
         self.write(move |inner| {
             let row = inner
                 .instances
                 .get_mut(&id)
                 .ok_or_else(|| not_found("instance", &id))?;
-            if row.status.is_final() {
-                return Err(StoreError::Invalid {
-                    what: "control request",
-                    reason: format!("instance {id} is {}", row.status),
-                });
+            if !row.status.is_final() {
+                row.control_request = Some(request);
             }
-            row.control_request = Some(request);
-            Ok(())
+            Ok(row.status)
         })
     }
 
@@ -651,13 +647,7 @@ impl Store for MemoryStore {
             if current != Some(expected_due_at) {
                 return Ok(ScheduleFiring::Stale);
             }
-            let firing = match inner.insert_instance(instance) {
-                Ok(()) => ScheduleFiring::Started,
-                Err(StoreError::ActivationConflict { existing, .. }) => {
-                    ScheduleFiring::Refused { existing }
-                }
-                Err(e) => return Err(e),
-            };
+            let firing = ScheduleFiring::of_creation(inner.insert_instance(instance))?;
             if let Some(t) = inner.timers.get_mut(&id) {
                 t.claim_owner = None;
                 t.claim_expires_at = None;
@@ -690,6 +680,7 @@ impl Store for MemoryStore {
     fn enqueue(&self, send: Enqueue) -> BoxFuture<'_, StoreResult<Option<IdempotencyRecord>>> {
         self.write(move |inner| {
             if let Some(record) = &send.idempotency
+                && !send.replace_record
                 && let Some(existing) = inner.idempotency.get(&record.key)
             {
                 return Ok(Some(existing.clone()));
@@ -775,12 +766,7 @@ impl Store for MemoryStore {
                 .dead_letters
                 .remove(&id)
                 .ok_or_else(|| not_found("dead letter", &id))?;
-            let mut item = dead.item;
-            item.enqueued_at = now;
-            item.expires_at = now.saturating_add(ttl);
-            item.attempts = 0;
-            item.last_error = None;
-            item.last_attempt_at = None;
+            let item = dead.item.replayed(now, ttl);
             inner.queue.insert(id, Claimed::new(item.clone()));
             Ok(item)
         })

@@ -4,18 +4,12 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::{Claimed, Inner, MemInstance};
+pub(super) use crate::store::convert::not_found;
 use crate::store::{
     BookmarkRow, Commit, DeadLetter, DeadLetterReason, IncidentRecord, InstanceRecord,
     JournalRecord, LeaseState, NewIncident, NewInstance, NewJournalRecord, StoreError, StoreResult,
     TimerRow,
 };
-
-pub(super) fn not_found(what: &'static str, id: &str) -> StoreError {
-    StoreError::NotFound {
-        what,
-        id: id.to_owned(),
-    }
-}
 
 pub(super) fn record(id: &str, row: &MemInstance) -> InstanceRecord<String> {
     InstanceRecord {
@@ -469,6 +463,9 @@ impl Inner {
             {
                 row.control_request = Some(request);
             }
+        }
+        if let Some(record) = c.idempotency {
+            self.idempotency.entry(record.key.clone()).or_insert(record);
         }
         Ok(new_version)
     }

@@ -20,13 +20,13 @@ use tokio::sync::broadcast;
 use tokio::task::JoinHandle;
 
 use super::{
-    BookmarkRow, BookmarkSelect, BoxFuture, Capabilities, ClaimedInstance, ClaimedRecord, Commit,
-    ControlRequest, DeadLetter, DeadLetterFilter, DefinitionRecord, DefinitionStore, DueTimers,
-    Enqueue, IdempotencyRecord, IncidentQuery, IncidentRecord, InstanceFilter, InstanceRecord,
-    InstanceStatus, JournalRecord, Lease, LeaseClaim, LeaseKey, ListedInstance, Micros,
-    MigrateMode, NewIncident, NewInstance, PurgeTarget, QueueItem, RemoteHints, Renewal, Schedule,
-    ScheduleFiring, Settled, Settlement, Store, StoreError, StoreResult, StoreStats, TimerRow,
-    TimerScope, TriggerRow, TriggerSelect, TriggerWrite, WakeUp,
+    BookmarkRow, BookmarkSelect, BoxFuture, Capabilities, ChildWaitIndex, ClaimedInstance,
+    ClaimedRecord, Commit, ControlRequest, DeadLetter, DeadLetterFilter, DefinitionRecord,
+    DefinitionStore, DueTimers, Enqueue, IdempotencyRecord, IncidentQuery, IncidentRecord,
+    InstanceFilter, InstanceRecord, InstanceStatus, JournalRecord, Lease, LeaseClaim, LeaseKey,
+    ListedInstance, Micros, MigrateMode, NewIncident, NewInstance, PurgeTarget, QueueItem,
+    RemoteHints, Renewal, Schedule, ScheduleFiring, Settled, Settlement, Store, StoreError,
+    StoreResult, StoreStats, TimerRow, TimerScope, TriggerRow, TriggerSelect, TriggerWrite, WakeUp,
 };
 
 mod notify;
@@ -347,43 +347,9 @@ fn ready<T: Send + 'static>(result: StoreResult<T>) -> BoxFuture<'static, StoreR
     Box::pin(std::future::ready(result))
 }
 
-/// The hints a commit gives the other processes (as [`Storage`](super::Storage) gives its
-/// own, ST-18).
-fn commit_hints(c: &Commit<String>) -> Vec<WakeUp> {
-    let mut hints = Vec::new();
-    if !c.bookmarks_added.is_empty() || !c.queue_items.is_empty() {
-        hints.push(WakeUp::QueueChanged);
-    }
-    if !c.timers_added.is_empty() || c.timers_parked == Some(false) {
-        hints.push(WakeUp::TimersChanged {
-            earliest: c.timers_added.iter().map(|t| t.due_at).min(),
-        });
-    }
-    if c.status.is_final() {
-        hints.push(WakeUp::InstanceTerminal {
-            id: c.instance_id.clone(),
-        });
-    } else if c.status == InstanceStatus::Running && c.release_lease {
-        hints.push(WakeUp::InstanceRunnable {
-            id: c.instance_id.clone(),
-        });
-    }
-    hints.extend(c.instances_created.iter().filter_map(create_hint));
-    for (id, _) in &c.control_requests {
-        hints.push(WakeUp::ControlRequested { id: id.clone() });
-    }
-    hints
-}
-
-fn create_hint(instance: &NewInstance<String>) -> Option<WakeUp> {
-    (instance.status == InstanceStatus::Running).then(|| WakeUp::InstanceRunnable {
-        id: instance.instance_id.clone(),
-    })
-}
-
 impl Store for PostgresStore {
     fn create_instance(&self, instance: NewInstance<String>) -> BoxFuture<'_, StoreResult<u64>> {
-        let hints: Vec<WakeUp> = create_hint(&instance).into_iter().collect();
+        let hints: Vec<WakeUp> = WakeUp::of_creation(&instance).into_iter().collect();
         Box::pin(async move {
             write_tx!(self, hints, |c| async {
                 ops::insert_instance(c, &self.schema, &instance).await?;
@@ -426,7 +392,7 @@ impl Store for PostgresStore {
     }
 
     fn commit(&self, commit: Commit<String>) -> BoxFuture<'_, StoreResult<u64>> {
-        let hints = commit_hints(&commit);
+        let hints = WakeUp::of_commit(&commit);
         Box::pin(async move { write_tx!(self, hints, |c| ops::commit(c, &self.schema, &commit)) })
     }
 
@@ -434,7 +400,7 @@ impl Store for PostgresStore {
         &self,
         instance_id: &str,
         request: ControlRequest,
-    ) -> BoxFuture<'_, StoreResult<()>> {
+    ) -> BoxFuture<'_, StoreResult<InstanceStatus>> {
         let id = instance_id.to_owned();
         let hints = [WakeUp::ControlRequested { id: id.clone() }];
         Box::pin(async move {
@@ -733,7 +699,7 @@ impl Store for PostgresStore {
         next_due: Option<Micros>,
     ) -> BoxFuture<'_, StoreResult<ScheduleFiring>> {
         let id = schedule_id.to_owned();
-        let mut hints: Vec<WakeUp> = create_hint(&instance).into_iter().collect();
+        let mut hints: Vec<WakeUp> = WakeUp::of_creation(&instance).into_iter().collect();
         hints.push(WakeUp::TimersChanged { earliest: next_due });
         Box::pin(async move {
             write_tx!(self, hints, |c| ops::fire_schedule(
@@ -766,15 +732,6 @@ impl Store for PostgresStore {
     }
 
     fn enqueue(&self, send: Enqueue) -> BoxFuture<'_, StoreResult<Option<IdempotencyRecord>>> {
-        let report = match send
-            .idempotency
-            .as_ref()
-            .map(|r| ops::json_text(&r.report))
-            .transpose()
-        {
-            Ok(report) => report,
-            Err(e) => return ready(Err(e)),
-        };
         let hints: Vec<WakeUp> = if send.items.is_empty() {
             Vec::new()
         } else {
@@ -782,9 +739,10 @@ impl Store for PostgresStore {
         };
         Box::pin(async move {
             write_tx!(self, hints, |c| async {
-                if let (Some(record), Some(report)) = (&send.idempotency, &report)
+                if let Some(record) = &send.idempotency
                     && let Some(existing) =
-                        ops::put_idempotency_record(c, &self.schema, record, report).await?
+                        ops::put_idempotency_record(c, &self.schema, record, send.replace_record)
+                            .await?
                 {
                     return Ok(Some(existing));
                 }
@@ -915,6 +873,24 @@ impl Store for PostgresStore {
         Capabilities::default()
             .with_remote_hints(self)
             .with_definitions(self)
+            .with_child_waits(self)
+    }
+}
+
+impl ChildWaitIndex for PostgresStore {
+    fn find_child_waits(
+        &self,
+        after: Option<String>,
+        limit: usize,
+    ) -> BoxFuture<'_, StoreResult<Vec<BookmarkRow>>> {
+        Box::pin(async move {
+            read!(self, |c| ops::find_child_waits(
+                c,
+                &self.schema,
+                after.as_deref(),
+                limit
+            ))
+        })
     }
 }
 

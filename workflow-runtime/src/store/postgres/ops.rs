@@ -7,27 +7,18 @@ use sqlx::{PgConnection, Row};
 
 use super::super::{
     BookmarkQuery, BookmarkRow, ClaimedInstance, Commit, ControlRequest, DeadLetter,
-    DeadLetterFilter, DeadLetterReason, DefinitionRecord, IdempotencyRecord, IncidentQuery,
-    IncidentRecord, InstanceFilter, InstanceRecord, InstanceStatus, InstanceSubStatus,
-    InstanceSummary, JournalRecord, Lease, LeaseKey, LeaseState, ListedInstance, Micros,
+    DeadLetterFilter, DeadLetterReason, DefinitionRecord, EncodedQueueItem, IdempotencyRecord,
+    IncidentQuery, IncidentRecord, InstanceFilter, InstanceRecord, InstanceStatus,
+    InstanceSubStatus, InstanceSummary, JournalRecord, Lease, LeaseKey, ListedInstance, Micros,
     NewIncident, NewInstance, NewJournalRecord, QueueItem, Renewal, Schedule, ScheduleFiring,
-    Settled, Settlement, StoreError, StoreResult, TimerRow, TriggerRow, TriggerWrite,
+    Settled, Settlement, StoreError, StoreResult, StoredInstance, TimerRow, TriggerRow,
+    TriggerWrite, decode_control_request, decode_instance_status,
 };
 use super::schema::Schema;
+use crate::store::CHILD_WAIT;
+use crate::store::convert::{decode_json, json_text, limit_i64, not_found, to_i64, to_u64};
 
 pub(super) type Conn = PgConnection;
-
-fn to_i64(value: u64) -> i64 {
-    i64::try_from(value).unwrap_or(i64::MAX)
-}
-
-fn to_u64(value: i64) -> u64 {
-    u64::try_from(value).unwrap_or(0)
-}
-
-fn limit_i64(limit: usize) -> i64 {
-    i64::try_from(limit).unwrap_or(i64::MAX)
-}
 
 fn instance_resource(id: &str) -> String {
     LeaseKey::instance(id).resource()
@@ -37,35 +28,12 @@ fn named_resource(name: &str) -> String {
     LeaseKey::named(name).resource()
 }
 
-fn not_found(what: &'static str, id: &str) -> StoreError {
-    StoreError::NotFound {
-        what,
-        id: id.to_owned(),
-    }
-}
-
 /// Whether a database error is a unique violation (SQLSTATE 23505).
 fn is_unique_violation(error: &sqlx::Error) -> bool {
     error
         .as_database_error()
         .and_then(sqlx::error::DatabaseError::code)
         .is_some_and(|code| code == "23505")
-}
-
-pub(super) fn json_text(value: &Value) -> StoreResult<String> {
-    serde_json::to_string(value).map_err(|e| StoreError::Invalid {
-        what: "json",
-        reason: e.to_string(),
-    })
-}
-
-fn decode_json(what: &'static str, id: &str, path: &str, text: &str) -> StoreResult<Value> {
-    serde_json::from_str(text).map_err(|e| StoreError::Decode {
-        what,
-        id: id.to_owned(),
-        path: path.to_owned(),
-        message: e.to_string(),
-    })
 }
 
 // ----- row decoding -----
@@ -83,22 +51,7 @@ fn instance_from_row(id: &str, row: &PgRow) -> StoreResult<InstanceRecord<String
         path: "state".to_owned(),
         message: e.to_string(),
     })?;
-    Ok(InstanceRecord {
-        instance_id: summary.instance_id,
-        definition_name: summary.definition_name,
-        definition_version: summary.definition_version,
-        status: summary.status,
-        sub_status: summary.sub_status,
-        correlation_id: summary.correlation_id,
-        version: summary.version,
-        lease: summary.lease,
-        control_request: summary.control_request,
-        origin_at: summary.origin_at,
-        created_at: summary.created_at,
-        updated_at: summary.updated_at,
-        finished_at: summary.finished_at,
-        state,
-    })
+    Ok(summary.with_state(state))
 }
 
 /// Decodes one instance row's columns; any failure is a `Decode` naming the instance (ST-22).
@@ -109,61 +62,23 @@ fn summary_from_row(id: &str, row: &PgRow) -> StoreResult<InstanceSummary> {
         path: "row".to_owned(),
         message: e.to_string(),
     };
-    let status: String = row.try_get(3).map_err(col)?;
-    let status = InstanceStatus::parse(&status).ok_or_else(|| StoreError::Decode {
-        what: "instance",
-        id: id.to_owned(),
-        path: "status".to_owned(),
-        message: format!("unknown status {status:?}"),
-    })?;
-    let sub_status: Option<String> = row.try_get(4).map_err(col)?;
-    let sub_status = match sub_status {
-        None => None,
-        Some(s) => Some(
-            InstanceSubStatus::parse(&s).ok_or_else(|| StoreError::Decode {
-                what: "instance",
-                id: id.to_owned(),
-                path: "sub_status".to_owned(),
-                message: format!("unknown sub-status {s:?}"),
-            })?,
-        ),
-    };
-    let lease_owner: Option<String> = row.try_get(7).map_err(col)?;
-    let lease_token: i64 = row.try_get(8).map_err(col)?;
-    let lease_expires_at: Option<i64> = row.try_get(9).map_err(col)?;
-    let control: Option<String> = row.try_get(10).map_err(col)?;
-    let control_request = control.map(|text| decode_control(id, &text)).transpose()?;
-    Ok(InstanceSummary {
-        instance_id: id.to_owned(),
+    StoredInstance {
         definition_name: row.try_get(1).map_err(col)?,
         definition_version: row.try_get(2).map_err(col)?,
-        status,
-        sub_status,
+        status: row.try_get(3).map_err(col)?,
+        sub_status: row.try_get(4).map_err(col)?,
         correlation_id: row.try_get(5).map_err(col)?,
-        version: to_u64(row.try_get(6).map_err(col)?),
-        lease: match (lease_owner, lease_expires_at) {
-            (Some(owner), Some(expires_at)) => Some(LeaseState {
-                owner,
-                token: to_u64(lease_token),
-                expires_at,
-            }),
-            _ => None,
-        },
-        control_request,
+        version: row.try_get(6).map_err(col)?,
+        lease_owner: row.try_get(7).map_err(col)?,
+        lease_token: row.try_get(8).map_err(col)?,
+        lease_expires_at: row.try_get(9).map_err(col)?,
+        control_request: row.try_get(10).map_err(col)?,
         origin_at: row.try_get(11).map_err(col)?,
         created_at: row.try_get(12).map_err(col)?,
         updated_at: row.try_get(13).map_err(col)?,
         finished_at: row.try_get(14).map_err(col)?,
-    })
-}
-
-fn decode_control(id: &str, text: &str) -> StoreResult<ControlRequest> {
-    serde_json::from_str(text).map_err(|e| StoreError::Decode {
-        what: "instance",
-        id: id.to_owned(),
-        path: "control_request".to_owned(),
-        message: e.to_string(),
-    })
+    }
+    .decode(id)
 }
 
 const BOOKMARK_COLS: &str = "bookmark_id, instance_id, hash, name, node_id, context_id, \
@@ -204,16 +119,9 @@ const QUEUE_COLS: &str = "stimulus_id, name, hash, key_display, payload, correla
     targets, sent_at, enqueued_at, expires_at, attempts, last_error, last_attempt_at, held, \
     idempotency_key";
 
-/// A queue row with its JSON columns still encoded.
-struct RawQueue {
-    item: QueueItem,
-    payload: String,
-    targets: String,
-}
-
 /// Reads `id, QUEUE_COLS...` starting at column 0.
-fn queue_from_row(row: &PgRow) -> Result<RawQueue, sqlx::Error> {
-    Ok(RawQueue {
+fn queue_from_row(row: &PgRow) -> Result<EncodedQueueItem, sqlx::Error> {
+    Ok(EncodedQueueItem {
         item: QueueItem {
             item_id: row.try_get(0)?,
             stimulus_id: row.try_get(1)?,
@@ -235,15 +143,6 @@ fn queue_from_row(row: &PgRow) -> Result<RawQueue, sqlx::Error> {
         payload: row.try_get(5)?,
         targets: row.try_get(7)?,
     })
-}
-
-impl RawQueue {
-    fn decode(self, what: &'static str) -> StoreResult<QueueItem> {
-        let mut item = self.item;
-        item.payload = decode_json(what, &item.item_id, "payload", &self.payload)?;
-        item.targets = decode_json(what, &item.item_id, "targets", &self.targets)?;
-        Ok(item)
-    }
 }
 
 // ----- instances -----
@@ -544,6 +443,10 @@ pub(super) async fn commit(c: &mut Conn, s: &Schema, commit: &Commit<String>) ->
         .execute(&mut *c)
         .await?;
     }
+    if let Some(record) = &commit.idempotency {
+        // The first writer's record stays (RT-19).
+        put_idempotency_record(c, s, record, false).await?;
+    }
     for (target, request) in &commit.control_requests {
         let text = serde_json::to_string(request).map_err(StoreError::unavailable)?;
         sqlx::query(&s.sql(
@@ -608,27 +511,17 @@ pub(super) async fn request_control(
     s: &Schema,
     id: &str,
     request: &ControlRequest,
-) -> StoreResult<()> {
-    let status: Option<String> = sqlx::query_scalar(
-        &s.sql("SELECT status FROM @wf_instances WHERE instance_id = $1 FOR UPDATE"),
-    )
-    .bind(id)
-    .fetch_optional(&mut *c)
-    .await?;
-    let status = status.ok_or_else(|| not_found("instance", id))?;
-    if InstanceStatus::parse(&status).is_none_or(InstanceStatus::is_final) {
-        return Err(StoreError::Invalid {
-            what: "control request",
-            reason: format!("instance {id} is {status}"),
-        });
+) -> StoreResult<InstanceStatus> {
+    let status = instance_status(c, s, id).await?;
+    if !status.is_final() {
+        let text = serde_json::to_string(request).map_err(StoreError::unavailable)?;
+        sqlx::query(&s.sql("UPDATE @wf_instances SET control_request = $1 WHERE instance_id = $2"))
+            .bind(text)
+            .bind(id)
+            .execute(&mut *c)
+            .await?;
     }
-    let text = serde_json::to_string(request).map_err(StoreError::unavailable)?;
-    sqlx::query(&s.sql("UPDATE @wf_instances SET control_request = $1 WHERE instance_id = $2"))
-        .bind(text)
-        .bind(id)
-        .execute(&mut *c)
-        .await?;
-    Ok(())
+    Ok(status)
 }
 
 pub(super) async fn list_instances(
@@ -729,12 +622,7 @@ pub(super) async fn instance_status(
     .fetch_optional(&mut *c)
     .await?;
     let status = status.ok_or_else(|| not_found("instance", id))?;
-    InstanceStatus::parse(&status).ok_or_else(|| StoreError::Decode {
-        what: "instance",
-        id: id.to_owned(),
-        path: "status".to_owned(),
-        message: format!("unknown status {status:?}"),
-    })
+    decode_instance_status(id, &status)
 }
 
 /// Deletes an instance and its dependent rows.
@@ -868,7 +756,9 @@ pub(super) async fn renew_lease(
     .await?;
     Ok(Renewal {
         lease: Lease { token, expires_at },
-        control_request: control.map(|text| decode_control(id, &text)).transpose()?,
+        control_request: control
+            .map(|text| decode_control_request(id, &text))
+            .transpose()?,
     })
 }
 
@@ -1029,6 +919,30 @@ pub(super) async fn list_bookmarks(
          ORDER BY created_at, bookmark_id"
     )))
     .bind(id)
+    .fetch_all(&mut *c)
+    .await?;
+    Ok(rows
+        .iter()
+        .map(bookmark_from_row)
+        .collect::<Result<_, _>>()?)
+}
+
+/// The bookmarks of parents waiting on a child (ACT-24) after `after`, in bookmark-id
+/// order: one query walking the primary key, not a read per suspended instance.
+pub(super) async fn find_child_waits(
+    c: &mut Conn,
+    s: &Schema,
+    after: Option<&str>,
+    limit: usize,
+) -> StoreResult<Vec<BookmarkRow>> {
+    let rows = sqlx::query(&s.sql(&format!(
+        "SELECT {BOOKMARK_COLS} FROM @wf_bookmarks
+         WHERE name = $1 AND ($2::text IS NULL OR bookmark_id > $2)
+         ORDER BY bookmark_id LIMIT $3"
+    )))
+    .bind(CHILD_WAIT)
+    .bind(after)
+    .bind(limit_i64(limit))
     .fetch_all(&mut *c)
     .await?;
     Ok(rows
@@ -1277,13 +1191,7 @@ pub(super) async fn fire_schedule(
     }
     // The activation check fails before the insert writes anything, so the transaction is
     // still usable after a refusal.
-    let firing = match insert_instance(c, s, instance).await {
-        Ok(()) => ScheduleFiring::Started,
-        Err(StoreError::ActivationConflict { existing, .. }) => {
-            ScheduleFiring::Refused { existing }
-        }
-        Err(e) => return Err(e),
-    };
+    let firing = ScheduleFiring::of_creation(insert_instance(c, s, instance).await)?;
     sqlx::query(&s.sql(
         "UPDATE @wf_timers SET claim_owner = NULL, claim_expires_at = NULL,
             due_at = COALESCE($2, due_at), parked = ($2::bigint IS NULL)
@@ -1469,16 +1377,11 @@ async fn quarantine_queue_item(
     error: &StoreError,
     now: Micros,
 ) -> StoreResult<()> {
-    let wrap = |raw: &str| -> StoreResult<String> {
-        match serde_json::from_str::<Value>(raw) {
-            Ok(_) => Ok(raw.to_owned()),
-            Err(_) => json_text(&serde_json::json!({ "undecodable": raw })),
-        }
-    };
+    let wrap = EncodedQueueItem::quarantined_json;
     sqlx::query(&s.sql("UPDATE @wf_queue SET payload = $2, targets = $3 WHERE item_id = $1"))
         .bind(item_id)
-        .bind(wrap(payload)?)
-        .bind(wrap(targets)?)
+        .bind(wrap(payload))
+        .bind(wrap(targets))
         .execute(&mut *c)
         .await?;
     move_to_dead(
@@ -1587,12 +1490,9 @@ pub(super) async fn replay_dead_letter(
     .fetch_optional(&mut *c)
     .await?
     .ok_or_else(|| not_found("dead letter", id))?;
-    let mut item = queue_from_row(&row)?.decode("dead letter")?;
-    item.enqueued_at = now;
-    item.expires_at = now.saturating_add(ttl);
-    item.attempts = 0;
-    item.last_error = None;
-    item.last_attempt_at = None;
+    let item = queue_from_row(&row)?
+        .decode("dead letter")?
+        .replayed(now, ttl);
     enqueue(c, s, &item).await?;
     Ok(item)
 }
@@ -1655,12 +1555,7 @@ pub(super) async fn list_dead_letters(
     for row in &rows {
         let item = queue_from_row(row)?.decode("dead letter")?;
         let reason_text: String = row.try_get(16)?;
-        let reason = DeadLetterReason::parse(&reason_text).ok_or_else(|| StoreError::Decode {
-            what: "dead letter",
-            id: item.item_id.clone(),
-            path: "reason".to_owned(),
-            message: format!("unknown reason {reason_text:?}"),
-        })?;
+        let reason = DeadLetterReason::decode(&item.item_id, &reason_text)?;
         letters.push(DeadLetter {
             item,
             reason,
@@ -1767,21 +1662,28 @@ pub(super) async fn list_incidents(
 }
 
 /// Stores an idempotency record unless its key exists (C-20); of two processes storing the
-/// same key at once, one inserts and the other gets the stored record.
+/// same key at once, one inserts and the other gets the stored record. With `replace`, the
+/// record replaces the stored one.
 pub(super) async fn put_idempotency_record(
     c: &mut Conn,
     s: &Schema,
     record: &IdempotencyRecord,
-    report: &str,
+    replace: bool,
 ) -> StoreResult<Option<IdempotencyRecord>> {
-    let done = sqlx::query(&s.sql(
+    let on_conflict = if replace {
+        "DO UPDATE SET hash = EXCLUDED.hash, payload_digest = EXCLUDED.payload_digest,
+            report = EXCLUDED.report, created_at = EXCLUDED.created_at"
+    } else {
+        "DO NOTHING"
+    };
+    let done = sqlx::query(&s.sql(&format!(
         "INSERT INTO @wf_idempotency (idempotency_key, hash, payload_digest, report, created_at)
-         VALUES ($1, $2, $3, $4, $5) ON CONFLICT (idempotency_key) DO NOTHING",
-    ))
+         VALUES ($1, $2, $3, $4, $5) ON CONFLICT (idempotency_key) {on_conflict}"
+    )))
     .bind(&record.key)
     .bind(&record.hash)
     .bind(&record.payload_digest)
-    .bind(report)
+    .bind(json_text(&record.report)?)
     .bind(record.created_at)
     .execute(&mut *c)
     .await?;

@@ -10,20 +10,25 @@
 //! snapshots and never block the writer.
 //!
 //! The futures returned are executor-agnostic: the blocking work runs on the store's own
-//! threads and results come back over `tokio::sync::oneshot` channels.
+//! threads and results come back over `tokio::sync::oneshot` channels. The exception are the
+//! point reads of routing and of a run (an instance, its bookmarks by hash, a receipt, the
+//! triggers of a hash, an idempotency record): one indexed lookup on a WAL snapshot, which
+//! never waits for the writer, takes microseconds, less than handing it to a reader thread
+//! and waking the caller again. They run on the calling thread, on one of the store's own
+//! read connections when one is free (on a reader thread otherwise), and the future they
+//! return is ready.
 //!
 //! Schema migrations are forward-only, numbered, checksummed and recorded in
 //! `wf_schema_migrations` (ST-28); every statement is parameterized (ST-1).
 
 use std::fmt;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
 use rusqlite::{Connection, ErrorCode, OpenFlags};
-use serde_json::Value;
 use tokio::sync::oneshot;
 
 use super::{BoxFuture, StoreError, StoreResult};
@@ -50,12 +55,25 @@ pub(super) type Responder = Box<dyn FnOnce(Option<StoreError>) + Send>;
 /// One write request: runs inside its savepoint (or not at all when given `None`) and says
 /// whether it succeeded.
 pub(super) type WriteJob = Box<dyn FnOnce(Option<&Connection>) -> (bool, Responder) + Send>;
-/// A write request: its approximate size in bytes (the state documents it writes), whether
-/// its transaction must reach the disk before it is answered (`durable`), and the job.
+/// A write request: its approximate size in bytes (the state documents it writes), what it
+/// promises (its [`Kind`]), and the job.
 pub(super) struct WriteRequest {
     pub(super) bytes: usize,
-    pub(super) durable: bool,
+    pub(super) kind: Kind,
     pub(super) job: WriteJob,
+}
+
+/// What a request on the writer thread promises its caller.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Kind {
+    /// Answered once its transaction is committed (synced under `synchronous = FULL`).
+    Durable,
+    /// A lease claim, renewal or release: no durability promised (see
+    /// `SqliteStore::write_volatile`), answered as soon as it has run.
+    Volatile,
+    /// A read that must see the volatile writes answered already but not yet committed: run
+    /// by the writer inside its open transaction, writing nothing.
+    Read,
 }
 /// One read request.
 pub(super) type ReadJob = Box<dyn FnOnce(&Connection) + Send>;
@@ -64,6 +82,10 @@ pub(super) type ReadJob = Box<dyn FnOnce(&Connection) + Send>;
 pub(super) struct Counters {
     pub(super) write_requests: AtomicU64,
     pub(super) transactions: AtomicU64,
+    /// The writer's open transaction holds volatile writes it has answered: reads go to the
+    /// writer (as [`Kind::Read`]) until it commits, so a caller reads what it was told it
+    /// wrote.
+    pub(super) uncommitted: AtomicBool,
 }
 
 /// The embedded SQLite store (ST-26). Wrap it in an `Arc` to share it
@@ -89,6 +111,8 @@ pub(super) struct Counters {
 pub struct SqliteStore {
     writer: Option<mpsc::Sender<WriteRequest>>,
     readers: Option<mpsc::Sender<ReadJob>>,
+    /// Read connections for the point reads run on the calling thread (`read_point`).
+    inline: Vec<Mutex<Connection>>,
     threads: Vec<JoinHandle<()>>,
     counters: Arc<Counters>,
     path: PathBuf,
@@ -110,6 +134,7 @@ impl Drop for SqliteStore {
     fn drop(&mut self) {
         self.writer = None;
         self.readers = None;
+        self.inline.clear();
         for thread in self.threads.drain(..) {
             // A panicked thread has nothing left to clean up.
             let _ = thread.join();
@@ -145,45 +170,9 @@ pub(super) fn is_constraint(error: &rusqlite::Error) -> bool {
     matches!(error, rusqlite::Error::SqliteFailure(e, _) if e.code == ErrorCode::ConstraintViolation)
 }
 
-pub(super) fn to_i64(value: u64) -> i64 {
-    i64::try_from(value).unwrap_or(i64::MAX)
-}
-
-pub(super) fn to_u64(value: i64) -> u64 {
-    u64::try_from(value).unwrap_or(0)
-}
-
-pub(super) fn limit_i64(limit: usize) -> i64 {
-    i64::try_from(limit).unwrap_or(i64::MAX)
-}
-
-pub(super) fn not_found(what: &'static str, id: &str) -> StoreError {
-    StoreError::NotFound {
-        what,
-        id: id.to_owned(),
-    }
-}
-
-pub(super) fn json_text(value: &Value) -> StoreResult<String> {
-    serde_json::to_string(value).map_err(|e| StoreError::Invalid {
-        what: "json",
-        reason: e.to_string(),
-    })
-}
-
-pub(super) fn decode_json(
-    what: &'static str,
-    id: &str,
-    path: &str,
-    text: &str,
-) -> StoreResult<Value> {
-    serde_json::from_str(text).map_err(|e| StoreError::Decode {
-        what,
-        id: id.to_owned(),
-        path: path.to_owned(),
-        message: e.to_string(),
-    })
-}
+pub(super) use crate::store::convert::{
+    decode_json, json_text, limit_i64, not_found, to_i64, to_u64,
+};
 
 impl SqliteStore {
     /// Opens (creating if needed) the database file with the default options, applying
@@ -307,12 +296,11 @@ impl SqliteStore {
                 let (write_tx, write_rx) = mpsc::channel::<WriteRequest>();
                 let writer_counters = Arc::clone(&counters);
                 let limits = (options.max_batch.max(1), options.max_batch_bytes.max(1));
-                let full = options.synchronous == Synchronous::Full;
                 threads.push(
                     std::thread::Builder::new()
                         .name("wf-sqlite-writer".to_owned())
                         .spawn(move || {
-                            writer_loop(&conn, &write_rx, limits, full, &writer_counters);
+                            writer_loop(&conn, &write_rx, limits, &writer_counters);
                         })
                         .map_err(StoreError::unavailable)?,
                 );
@@ -321,15 +309,22 @@ impl SqliteStore {
             None => None,
         };
 
-        let (read_tx, read_rx) = mpsc::channel::<ReadJob>();
-        let read_rx = Arc::new(Mutex::new(read_rx));
-        for n in 0..options.readers.max(1) {
+        let open_reader = || -> StoreResult<Connection> {
             let conn = Connection::open_with_flags(
                 &path,
                 OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
             )?;
             conn.busy_timeout(options.busy_timeout)?;
             conn.set_prepared_statement_cache_capacity(64);
+            Ok(conn)
+        };
+        let inline = (0..options.readers.max(1))
+            .map(|_| open_reader().map(Mutex::new))
+            .collect::<StoreResult<Vec<_>>>()?;
+        let (read_tx, read_rx) = mpsc::channel::<ReadJob>();
+        let read_rx = Arc::new(Mutex::new(read_rx));
+        for n in 0..options.readers.max(1) {
+            let conn = open_reader()?;
             let rx = Arc::clone(&read_rx);
             threads.push(
                 std::thread::Builder::new()
@@ -342,6 +337,7 @@ impl SqliteStore {
         Ok(Self {
             writer: write_tx,
             readers: Some(read_tx),
+            inline,
             threads,
             counters,
             path,
@@ -468,26 +464,33 @@ impl SqliteStore {
         bytes: usize,
         f: impl FnOnce(&Connection) -> StoreResult<T> + Send + 'static,
     ) -> BoxFuture<'static, StoreResult<T>> {
-        self.write_request(bytes, true, f)
+        self.write_request(bytes, Kind::Durable, f)
     }
 
-    /// Sends one write request whose transaction need not be synced to the disk before it is
-    /// answered: lease claims, renewals and releases (ST-14). One process owns the file
-    /// (ST-26) and WAL frames reach the disk in order, so the next durable commit syncs the
-    /// lease with it; a crash before that loses only leases of the process that crashed, whose
-    /// holders died with it. Under `synchronous = FULL` this saves a claim its own fsync: a
-    /// transition is one synced write transaction, its commit.
+    /// Sends one write request that is answered as soon as it has run, before its
+    /// transaction commits: lease claims, renewals and releases (ST-14). One process owns the
+    /// file (ST-26), so only this store's own requests see the lease before it is committed
+    /// (its reads go to the writer meanwhile, `Kind::Read`), and a crash before the commit
+    /// loses only leases of the process that crashed, whose holders died with it (a token is
+    /// only ever presented by a commit, which commits the claim that issued it). The writer
+    /// keeps such a transaction open for a moment, so the commit that follows a run's claim
+    /// joins it: a transition is one synced write transaction.
     fn write_volatile<T: Send + 'static>(
         &self,
         f: impl FnOnce(&Connection) -> StoreResult<T> + Send + 'static,
     ) -> BoxFuture<'static, StoreResult<T>> {
-        self.write_request(0, false, f)
+        self.write_request(0, Kind::Volatile, f)
+    }
+
+    /// Whether reads must go to the writer now (see [`Counters::uncommitted`]).
+    fn read_on_writer(&self) -> bool {
+        self.writer.is_some() && self.counters.uncommitted.load(Ordering::Acquire)
     }
 
     fn write_request<T: Send + 'static>(
         &self,
         bytes: usize,
-        durable: bool,
+        kind: Kind,
         f: impl FnOnce(&Connection) -> StoreResult<T> + Send + 'static,
     ) -> BoxFuture<'static, StoreResult<T>> {
         let (tx, rx) = oneshot::channel::<StoreResult<T>>();
@@ -511,13 +514,7 @@ impl SqliteStore {
                 reason: "the store was opened read-only".to_owned(),
             })));
         };
-        let sent = writer
-            .send(WriteRequest {
-                bytes,
-                durable,
-                job,
-            })
-            .is_ok();
+        let sent = writer.send(WriteRequest { bytes, kind, job }).is_ok();
         Box::pin(async move {
             if !sent {
                 return Err(closed());
@@ -526,11 +523,37 @@ impl SqliteStore {
         })
     }
 
+    /// Runs a point read (one indexed lookup) on the calling thread, on a free read
+    /// connection of the store, and returns a ready future: no thread hop for what takes
+    /// microseconds. When every such connection is in use by another caller, the read goes to
+    /// the reader pool. `leases`: the read sees lease columns (the instance rows), so while
+    /// the writer holds answered lease writes it runs there instead (`Kind::Read`); the other
+    /// tables are never written by a volatile request.
+    fn read_point<T: Send + 'static>(
+        &self,
+        leases: bool,
+        f: impl FnOnce(&Connection) -> StoreResult<T> + Send + 'static,
+    ) -> BoxFuture<'static, StoreResult<T>> {
+        if leases && self.read_on_writer() {
+            return self.write_request(0, Kind::Read, f);
+        }
+        for slot in &self.inline {
+            if let Ok(conn) = slot.try_lock() {
+                let result = f(&conn);
+                return Box::pin(std::future::ready(result));
+            }
+        }
+        self.read(f)
+    }
+
     /// Sends one read request to the reader pool.
     fn read<T: Send + 'static>(
         &self,
         f: impl FnOnce(&Connection) -> StoreResult<T> + Send + 'static,
     ) -> BoxFuture<'static, StoreResult<T>> {
+        if self.read_on_writer() {
+            return self.write_request(0, Kind::Read, f);
+        }
         let (tx, rx) = oneshot::channel::<StoreResult<T>>();
         let job: ReadJob = Box::new(move |conn| {
             let _ = tx.send(f(conn));

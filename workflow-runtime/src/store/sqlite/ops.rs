@@ -7,9 +7,8 @@ use rusqlite::{Connection, OptionalExtension};
 use serde_json::Value;
 
 use super::rows::{
-    BOOKMARK_COLS, INSTANCE_COLS, QUEUE_COLS, RawQueue, TIMER_COLS, bookmark_from_row,
-    decode_error, instance_from_row, journal_from_row, queue_from_row, summary_from_row,
-    timer_from_row,
+    BOOKMARK_COLS, INSTANCE_COLS, QUEUE_COLS, TIMER_COLS, bookmark_from_row, decode_error,
+    instance_from_row, journal_from_row, queue_from_row, summary_from_row, timer_from_row,
 };
 use super::{
     SqliteStore, decode_json, is_constraint, json_text, limit_i64, not_found, to_i64, to_u64,
@@ -21,10 +20,11 @@ use crate::store::backend::{
 };
 use crate::store::{
     BookmarkRow, BoxFuture, ClaimedInstance, Commit, ControlRequest, DeadLetter, DeadLetterFilter,
-    DeadLetterReason, IdempotencyRecord, IncidentRecord, InstanceFilter, InstanceRecord,
-    InstanceStatus, InstanceSubStatus, JournalRecord, Lease, ListedInstance, NewIncident,
-    NewInstance, NewJournalRecord, QueueItem, Renewal, Schedule, ScheduleFiring, StoreError,
-    StoreResult, StoreStats, TimerRow, TriggerRow,
+    DeadLetterReason, EncodedQueueItem, IdempotencyRecord, IncidentRecord, InstanceFilter,
+    InstanceRecord, InstanceStatus, InstanceSubStatus, JournalRecord, Lease, ListedInstance,
+    NewIncident, NewInstance, NewJournalRecord, QueueItem, Renewal, Schedule, ScheduleFiring,
+    StoreError, StoreResult, StoreStats, TimerRow, TriggerRow, decode_control_request,
+    decode_instance_status,
 };
 
 // ----- write operations (run on the writer thread, inside a savepoint) -----
@@ -214,6 +214,10 @@ fn commit_tx(c: &Connection, commit: &Commit<String>) -> StoreResult<u64> {
              WHERE incident_id = ?3 AND instance_id = ?4 AND resolved_at IS NULL",
         )?
         .execute(rusqlite::params![commit.now, resolution, incident_id, id])?;
+    }
+    if let Some(record) = &commit.idempotency {
+        // The first writer's record stays (RT-19).
+        put_idempotency_tx(c, record, false)?;
     }
     for (target, request) in &commit.control_requests {
         let text = serde_json::to_string(request).map_err(StoreError::unavailable)?;
@@ -538,14 +542,9 @@ fn quarantine_queue_item(
     error: &StoreError,
     now: i64,
 ) -> StoreResult<()> {
-    let wrap = |raw: &str| -> StoreResult<String> {
-        match serde_json::from_str::<Value>(raw) {
-            Ok(_) => Ok(raw.to_owned()),
-            Err(_) => json_text(&serde_json::json!({ "undecodable": raw })),
-        }
-    };
+    let wrap = EncodedQueueItem::quarantined_json;
     c.prepare_cached("UPDATE wf_queue SET payload = ?2, targets = ?3 WHERE item_id = ?1")?
-        .execute(rusqlite::params![item_id, wrap(payload)?, wrap(targets)?])?;
+        .execute(rusqlite::params![item_id, wrap(payload), wrap(targets)])?;
     move_to_dead(
         c,
         item_id,
@@ -700,20 +699,11 @@ impl SqliteStore {
                          RETURNING control_request",
                     )?
                     .query_row(rusqlite::params![id, expires_at], |r| r.get(0))?;
-                let control_request = match control {
-                    None => None,
-                    Some(text) => {
-                        Some(serde_json::from_str(&text).map_err(|e| StoreError::Decode {
-                            what: "instance",
-                            id: id.clone(),
-                            path: "control_request".to_owned(),
-                            message: e.to_string(),
-                        })?)
-                    }
-                };
                 Ok(Renewal {
                     lease: Lease { token, expires_at },
-                    control_request,
+                    control_request: control
+                        .map(|text| decode_control_request(id, &text))
+                        .transpose()?,
                 })
             }
             LeaseKey::Named(name) => {
@@ -738,17 +728,11 @@ fn purge_tx(c: &Connection, target: &PurgeTarget) -> StoreResult<u64> {
                 .query_row([id], |r| r.get(0))
                 .optional()?;
             let status = status.ok_or_else(|| not_found("instance", id))?;
-            match InstanceStatus::parse(&status) {
-                Some(s) if s.is_final() => delete_dependents(c, id).map(|()| 1),
-                Some(s) => Err(StoreError::NotTerminal {
+            match decode_instance_status(id, &status)? {
+                s if s.is_final() => delete_dependents(c, id).map(|()| 1),
+                s => Err(StoreError::NotTerminal {
                     instance: id.clone(),
                     status: s,
-                }),
-                None => Err(StoreError::Decode {
-                    what: "instance",
-                    id: id.clone(),
-                    path: "status".to_owned(),
-                    message: format!("unknown status {status:?}"),
                 }),
             }
         }
@@ -915,7 +899,7 @@ impl Store for SqliteStore {
         instance_id: &str,
     ) -> BoxFuture<'_, StoreResult<InstanceRecord<String>>> {
         let id = instance_id.to_owned();
-        self.read(move |c| load_tx(c, &id))
+        self.read_point(true, move |c| load_tx(c, &id))
     }
 
     fn claim_instance(
@@ -949,7 +933,7 @@ impl Store for SqliteStore {
         &self,
         instance_id: &str,
         request: ControlRequest,
-    ) -> BoxFuture<'_, StoreResult<()>> {
+    ) -> BoxFuture<'_, StoreResult<InstanceStatus>> {
         let id = instance_id.to_owned();
         self.write(move |c| {
             let status: Option<String> = c
@@ -957,18 +941,15 @@ impl Store for SqliteStore {
                 .query_row([&id], |r| r.get(0))
                 .optional()?;
             let status = status.ok_or_else(|| not_found("instance", &id))?;
-            if InstanceStatus::parse(&status).is_none_or(InstanceStatus::is_final) {
-                return Err(StoreError::Invalid {
-                    what: "control request",
-                    reason: format!("instance {id} is {status}"),
-                });
+            let status = decode_instance_status(&id, &status)?;
+            if !status.is_final() {
+                let text = serde_json::to_string(&request).map_err(StoreError::unavailable)?;
+                c.prepare_cached(
+                    "UPDATE wf_instances SET control_request = ?1 WHERE instance_id = ?2",
+                )?
+                .execute([&text, &id])?;
             }
-            let text = serde_json::to_string(&request).map_err(StoreError::unavailable)?;
-            c.prepare_cached(
-                "UPDATE wf_instances SET control_request = ?1 WHERE instance_id = ?2",
-            )?
-            .execute([&text, &id])?;
-            Ok(())
+            Ok(status)
         })
     }
 
@@ -1113,7 +1094,7 @@ impl Store for SqliteStore {
         &self,
         select: BookmarkSelect,
     ) -> BoxFuture<'_, StoreResult<Vec<BookmarkRow>>> {
-        self.read(move |c| match select {
+        self.read_point(false, move |c| match select {
             BookmarkSelect::Hash(query) => {
                 let (after_at, after_id) = match &query.after {
                     Some((at, id)) => (Some(*at), Some(id.as_str())),
@@ -1159,7 +1140,7 @@ impl Store for SqliteStore {
         stimulus_id: &str,
     ) -> BoxFuture<'_, StoreResult<bool>> {
         let (id, stimulus) = (instance_id.to_owned(), stimulus_id.to_owned());
-        self.read(move |c| {
+        self.read_point(false, move |c| {
             Ok(c.prepare_cached(
                 "SELECT 1 FROM wf_receipts WHERE instance_id = ?1 AND stimulus_id = ?2",
             )?
@@ -1170,7 +1151,7 @@ impl Store for SqliteStore {
     }
 
     fn find_triggers(&self, select: TriggerSelect) -> BoxFuture<'_, StoreResult<Vec<TriggerRow>>> {
-        self.read(move |c| match select {
+        self.read_point(false, move |c| match select {
             TriggerSelect::Definition(name) => {
                 select_triggers(c, "WHERE definition_name = ?1", rusqlite::params![name])
             }
@@ -1342,13 +1323,7 @@ impl Store for SqliteStore {
             if current != Some(expected_due_at) {
                 return Ok(ScheduleFiring::Stale);
             }
-            let firing = match insert_instance_tx(c, &instance) {
-                Ok(()) => ScheduleFiring::Started,
-                Err(StoreError::ActivationConflict { existing, .. }) => {
-                    ScheduleFiring::Refused { existing }
-                }
-                Err(e) => return Err(e),
-            };
+            let firing = ScheduleFiring::of_creation(insert_instance_tx(c, &instance))?;
             c.prepare_cached(
                 "UPDATE wf_timers SET claim_owner = NULL, claim_expires_at = NULL,
                     due_at = COALESCE(?2, due_at), parked = (?2 IS NULL)
@@ -1389,31 +1364,11 @@ impl Store for SqliteStore {
     }
 
     fn enqueue(&self, send: Enqueue) -> BoxFuture<'_, StoreResult<Option<IdempotencyRecord>>> {
-        let report = match send
-            .idempotency
-            .as_ref()
-            .map(|r| json_text(&r.report))
-            .transpose()
-        {
-            Ok(report) => report,
-            Err(e) => return Box::pin(std::future::ready(Err(e))),
-        };
         self.write(move |c| {
-            if let (Some(record), Some(report)) = (&send.idempotency, &report) {
-                if let Some(existing) = find_idempotency(c, &record.key)? {
-                    return Ok(Some(existing));
-                }
-                c.prepare_cached(
-                    "INSERT INTO wf_idempotency (idempotency_key, hash, payload_digest, report,
-                        created_at) VALUES (?1, ?2, ?3, ?4, ?5)",
-                )?
-                .execute(rusqlite::params![
-                    record.key,
-                    record.hash,
-                    record.payload_digest,
-                    report,
-                    record.created_at
-                ])?;
+            if let Some(record) = &send.idempotency
+                && let Some(existing) = put_idempotency_tx(c, record, send.replace_record)?
+            {
+                return Ok(Some(existing));
             }
             for item in &send.items {
                 enqueue_tx(c, item)?;
@@ -1431,7 +1386,7 @@ impl Store for SqliteStore {
     ) -> BoxFuture<'_, StoreResult<Vec<QueueItem>>> {
         let owner = owner.to_owned();
         self.write(move |c| {
-            let mut raw: Vec<RawQueue> = Vec::new();
+            let mut raw: Vec<EncodedQueueItem> = Vec::new();
             let mut corrupt: Vec<(String, StoreError)> = Vec::new();
             {
                 let mut stmt = c.prepare_cached(&format!(
@@ -1501,12 +1456,7 @@ impl Store for SqliteStore {
                 .query_row([&id], |r| queue_from_row(r, "dead letter"))
                 .optional()?
                 .ok_or_else(|| not_found("dead letter", &id))??;
-            let mut item = raw.decode("dead letter")?;
-            item.enqueued_at = now;
-            item.expires_at = now.saturating_add(ttl);
-            item.attempts = 0;
-            item.last_error = None;
-            item.last_attempt_at = None;
+            let item = raw.decode("dead letter")?.replayed(now, ttl);
             c.prepare_cached("DELETE FROM wf_dead_letters WHERE original_item_id = ?1")?
                 .execute([&id])?;
             enqueue_tx(c, &item)?;
@@ -1554,13 +1504,7 @@ impl Store for SqliteStore {
                 let (raw, reason_text, error, dead_at) = row;
                 let raw = raw?;
                 let item = raw.decode("dead letter")?;
-                let reason =
-                    DeadLetterReason::parse(&reason_text).ok_or_else(|| StoreError::Decode {
-                        what: "dead letter",
-                        id: item.item_id.clone(),
-                        path: "reason".to_owned(),
-                        message: format!("unknown reason {reason_text:?}"),
-                    })?;
+                let reason = DeadLetterReason::decode(&item.item_id, &reason_text)?;
                 letters.push(DeadLetter {
                     item,
                     reason,
@@ -1623,7 +1567,7 @@ impl Store for SqliteStore {
         key: &str,
     ) -> BoxFuture<'_, StoreResult<Option<IdempotencyRecord>>> {
         let key = key.to_owned();
-        self.read(move |c| find_idempotency(c, &key))
+        self.read_point(false, move |c| find_idempotency(c, &key))
     }
 
     fn stats(&self) -> BoxFuture<'_, StoreResult<StoreStats>> {
@@ -1722,6 +1666,33 @@ fn collect_named<T>(
 ) -> StoreResult<Vec<T>> {
     rows.map(|row| row.map_err(|e| decode_error(what, "?", "row", &e))?)
         .collect()
+}
+
+/// Writes an idempotency record unless its key has one, which is returned instead
+/// (`replace`: replacing it).
+fn put_idempotency_tx(
+    c: &Connection,
+    record: &IdempotencyRecord,
+    replace: bool,
+) -> StoreResult<Option<IdempotencyRecord>> {
+    if !replace && let Some(existing) = find_idempotency(c, &record.key)? {
+        return Ok(Some(existing));
+    }
+    c.prepare_cached(
+        "INSERT INTO wf_idempotency (idempotency_key, hash, payload_digest, report, created_at)
+         VALUES (?1, ?2, ?3, ?4, ?5)
+         ON CONFLICT (idempotency_key) DO UPDATE SET hash = excluded.hash,
+            payload_digest = excluded.payload_digest, report = excluded.report,
+            created_at = excluded.created_at",
+    )?
+    .execute(rusqlite::params![
+        record.key,
+        record.hash,
+        record.payload_digest,
+        json_text(&record.report)?,
+        record.created_at
+    ])?;
+    Ok(None)
 }
 
 fn find_idempotency(c: &Connection, key: &str) -> StoreResult<Option<IdempotencyRecord>> {

@@ -3,10 +3,10 @@
 use rusqlite::Row;
 use serde_json::Value;
 
-use super::{decode_json, to_u64};
+use super::to_u64;
 use crate::store::{
-    BookmarkRow, ControlRequest, InstanceRecord, InstanceStatus, InstanceSubStatus,
-    InstanceSummary, JournalRecord, LeaseState, QueueItem, StoreError, StoreResult, TimerRow,
+    BookmarkRow, EncodedQueueItem, InstanceRecord, InstanceSummary, JournalRecord, QueueItem,
+    StoreError, StoreResult, StoredInstance, TimerRow,
 };
 
 // ----- row decoding -----
@@ -24,22 +24,7 @@ pub(super) fn instance_from_row(id: &str, row: &Row<'_>) -> StoreResult<Instance
         path: "state".to_owned(),
         message: e.to_string(),
     })?;
-    Ok(InstanceRecord {
-        instance_id: summary.instance_id,
-        definition_name: summary.definition_name,
-        definition_version: summary.definition_version,
-        status: summary.status,
-        sub_status: summary.sub_status,
-        correlation_id: summary.correlation_id,
-        version: summary.version,
-        lease: summary.lease,
-        control_request: summary.control_request,
-        origin_at: summary.origin_at,
-        created_at: summary.created_at,
-        updated_at: summary.updated_at,
-        finished_at: summary.finished_at,
-        state,
-    })
+    Ok(summary.with_state(state))
 }
 
 /// Decodes one instance row's columns ([`INSTANCE_COLS`]); any failure is a `Decode` naming
@@ -51,63 +36,23 @@ pub(super) fn summary_from_row(id: &str, row: &Row<'_>) -> StoreResult<InstanceS
         path: "row".to_owned(),
         message: e.to_string(),
     };
-    let status: String = row.get(3).map_err(col)?;
-    let status = InstanceStatus::parse(&status).ok_or_else(|| StoreError::Decode {
-        what: "instance",
-        id: id.to_owned(),
-        path: "status".to_owned(),
-        message: format!("unknown status {status:?}"),
-    })?;
-    let sub_status: Option<String> = row.get(4).map_err(col)?;
-    let sub_status = match sub_status {
-        None => None,
-        Some(s) => Some(
-            InstanceSubStatus::parse(&s).ok_or_else(|| StoreError::Decode {
-                what: "instance",
-                id: id.to_owned(),
-                path: "sub_status".to_owned(),
-                message: format!("unknown sub-status {s:?}"),
-            })?,
-        ),
-    };
-    let lease_owner: Option<String> = row.get(7).map_err(col)?;
-    let lease_token: i64 = row.get(8).map_err(col)?;
-    let lease_expires_at: Option<i64> = row.get(9).map_err(col)?;
-    let control: Option<String> = row.get(10).map_err(col)?;
-    let control_request =
-        match control {
-            None => None,
-            Some(text) => Some(serde_json::from_str::<ControlRequest>(&text).map_err(|e| {
-                StoreError::Decode {
-                    what: "instance",
-                    id: id.to_owned(),
-                    path: "control_request".to_owned(),
-                    message: e.to_string(),
-                }
-            })?),
-        };
-    Ok(InstanceSummary {
-        instance_id: id.to_owned(),
+    StoredInstance {
         definition_name: row.get(1).map_err(col)?,
         definition_version: row.get(2).map_err(col)?,
-        status,
-        sub_status,
+        status: row.get(3).map_err(col)?,
+        sub_status: row.get(4).map_err(col)?,
         correlation_id: row.get(5).map_err(col)?,
-        version: to_u64(row.get(6).map_err(col)?),
-        lease: match (lease_owner, lease_expires_at) {
-            (Some(owner), Some(expires_at)) => Some(LeaseState {
-                owner,
-                token: to_u64(lease_token),
-                expires_at,
-            }),
-            _ => None,
-        },
-        control_request,
+        version: row.get(6).map_err(col)?,
+        lease_owner: row.get(7).map_err(col)?,
+        lease_token: row.get(8).map_err(col)?,
+        lease_expires_at: row.get(9).map_err(col)?,
+        control_request: row.get(10).map_err(col)?,
         origin_at: row.get(11).map_err(col)?,
         created_at: row.get(12).map_err(col)?,
         updated_at: row.get(13).map_err(col)?,
         finished_at: row.get(14).map_err(col)?,
-    })
+    }
+    .decode(id)
 }
 
 pub(super) const BOOKMARK_COLS: &str = "bookmark_id, instance_id, hash, name, node_id, context_id, \
@@ -221,21 +166,14 @@ pub(super) const QUEUE_COLS: &str = "stimulus_id, name, hash, key_display, paylo
     targets, sent_at, enqueued_at, expires_at, attempts, last_error, last_attempt_at, held, \
     idempotency_key";
 
-/// Raw queue row: JSON columns still encoded.
-pub(super) struct RawQueue {
-    pub(super) item: QueueItem,
-    pub(super) payload: String,
-    pub(super) targets: String,
-}
-
 /// Reads `id, QUEUE_COLS...` starting at column 0; `what` names the row in errors.
 pub(super) fn queue_from_row(
     row: &Row<'_>,
     what: &'static str,
-) -> rusqlite::Result<StoreResult<RawQueue>> {
+) -> rusqlite::Result<StoreResult<EncodedQueueItem>> {
     let c = Cols::new(row, what, 0, None);
     Ok((|| {
-        Ok(RawQueue {
+        Ok(EncodedQueueItem {
             item: QueueItem {
                 item_id: c.get(0)?,
                 stimulus_id: c.get(1)?,
@@ -258,15 +196,6 @@ pub(super) fn queue_from_row(
             targets: c.get(7)?,
         })
     })())
-}
-
-impl RawQueue {
-    pub(super) fn decode(self, what: &'static str) -> StoreResult<QueueItem> {
-        let mut item = self.item;
-        item.payload = decode_json(what, &item.item_id, "payload", &self.payload)?;
-        item.targets = decode_json(what, &item.item_id, "targets", &self.targets)?;
-        Ok(item)
-    }
 }
 
 /// One journal row, its detail as stored.

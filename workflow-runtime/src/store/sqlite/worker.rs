@@ -1,100 +1,217 @@
 //! The writer thread (one transaction per batch, a savepoint per request: group commit,
 //! ST-26) and the reader threads.
+//!
+//! A batch takes every pending request up to the batch limits, without waiting for more. A
+//! *volatile* request (a lease claim, renewal or release: see `SqliteStore::write_volatile`)
+//! promises no durability, so it is answered as soon as it has run, while its transaction is
+//! still open, as long as no durable request ran before it in that transaction (what it read
+//! is then committed state). A transaction holding only volatile requests stays open for a
+//! moment (`LINGER`) for the next request: the commit that follows a run's claim then joins
+//! the claim's transaction, and a transition is **one** write transaction, one sync. Durable
+//! requests are answered only after the transaction has committed; a transaction is never
+//! kept open once it holds one.
 
 use std::sync::atomic::Ordering;
 use std::sync::{Mutex, mpsc};
+use std::time::{Duration, Instant};
 
 use rusqlite::Connection;
 
-use super::{Counters, ReadJob, WriteJob, WriteRequest};
+use super::{Counters, Kind, ReadJob, Responder, WriteRequest};
 use crate::store::StoreError;
 
-/// Takes every pending request up to the batch limits, without waiting for more (ST-26).
-/// `full`: the file's `synchronous` is FULL; a batch of volatile requests only (lease claims)
-/// then commits at NORMAL, without its fsync (see `SqliteStore::write_volatile`).
+/// The longest a transaction holding only volatile requests waits for more before it
+/// commits: longer than a run between its claim and its commit usually takes, short enough
+/// that the lease rows reach the other connections (and processes) at once for a person.
+const LINGER: Duration = Duration::from_millis(5);
+
+/// Runs transactions until the store is dropped (ST-26).
 pub(super) fn writer_loop(
     conn: &Connection,
     rx: &mpsc::Receiver<WriteRequest>,
-    (max_batch, max_bytes): (usize, usize),
-    full: bool,
+    limits: (usize, usize),
     counters: &Counters,
 ) {
     while let Ok(first) = rx.recv() {
-        let mut bytes = first.bytes;
-        let mut durable = first.durable;
-        let mut batch = vec![first.job];
-        while batch.len() < max_batch && bytes < max_bytes {
-            match rx.try_recv() {
-                Ok(request) => {
-                    bytes = bytes.saturating_add(request.bytes);
-                    durable |= request.durable;
-                    batch.push(request.job);
-                }
-                Err(_) => break,
-            }
-        }
-        // WAL frames are written in order, so the next synced commit syncs this one too.
-        let relax = full && !durable && conn.execute_batch("PRAGMA synchronous = NORMAL").is_ok();
-        run_batch(conn, batch, counters);
-        if relax && let Err(error) = conn.execute_batch("PRAGMA synchronous = FULL") {
-            // Never leave the file at NORMAL: stop writing rather than commit unsynced.
-            tracing::error!(%error, "could not restore synchronous = FULL; the writer stops");
+        if !run_transaction(conn, rx, first, limits, counters) {
             return;
         }
     }
 }
 
-/// One transaction for a batch: each request in its own savepoint (ST-26).
-pub(super) fn run_batch(conn: &Connection, batch: Vec<WriteJob>, counters: &Counters) {
-    let count = batch.len() as u64;
-    // A lone request needs no savepoint: if it fails, the whole transaction is rolled back.
-    let lone = batch.len() == 1;
-    let mut responders = Vec::with_capacity(batch.len());
-    let mut failure: Option<StoreError> =
-        conn.execute_batch("BEGIN IMMEDIATE").err().map(Into::into);
-    let began = failure.is_none();
-    let mut lone_failed = false;
-    for job in batch {
-        if failure.is_some() {
-            responders.push(job(None).1);
-            continue;
-        }
-        if !lone && let Err(e) = conn.execute_batch("SAVEPOINT request") {
-            failure = Some(e.into());
-            responders.push(job(None).1);
-            continue;
-        }
-        let (ok, responder) = job(Some(conn));
-        responders.push(responder);
-        if lone {
-            lone_failed = !ok;
-            continue;
-        }
-        let end = if ok {
-            "RELEASE request"
-        } else {
-            "ROLLBACK TO request; RELEASE request"
+/// The state of one open transaction.
+struct Open {
+    count: usize,
+    bytes: usize,
+    /// A durable request ran in it: it commits as soon as the pending requests are in.
+    durable: bool,
+    /// A volatile request ran in it (and was answered).
+    volatile: bool,
+    /// Answered once the transaction has committed (or failed).
+    waiting: Vec<Responder>,
+    failure: Option<StoreError>,
+}
+
+impl Open {
+    /// Runs a request after the first in the transaction, in its own savepoint, and answers
+    /// it at once when it may be (no durable request ran before it), else after the commit.
+    fn admit(&mut self, conn: &Connection, request: WriteRequest, counters: &Counters) {
+        self.count += 1;
+        count_request(request.kind, counters);
+        self.bytes = self.bytes.saturating_add(request.bytes);
+        let answer_now = !self.durable && request.kind != Kind::Durable;
+        let kind = request.kind;
+        self.durable |= kind == Kind::Durable;
+        let Some(responder) = apply_in_savepoint(conn, request, &mut self.failure) else {
+            return;
         };
-        if let Err(e) = conn.execute_batch(end) {
-            failure = Some(e.into());
+        if answer_now && self.failure.is_none() {
+            self.answer_now(kind, responder, counters);
+        } else {
+            self.waiting.push(responder);
         }
     }
+
+    /// Answers a volatile request or a read before the commit.
+    fn answer_now(&mut self, kind: Kind, responder: Responder, counters: &Counters) {
+        if kind == Kind::Volatile {
+            self.volatile = true;
+            // Before the answer: the caller's next read must see what it was told it wrote.
+            counters.uncommitted.store(true, Ordering::Release);
+        }
+        responder(None);
+    }
+}
+
+/// One transaction: `first`, then what arrives while it is open, each request after the first
+/// in its own savepoint, so a refused request rolls back only itself. Returns `false` when
+/// the channel closed meanwhile (the store is being dropped).
+fn run_transaction(
+    conn: &Connection,
+    rx: &mpsc::Receiver<WriteRequest>,
+    first: WriteRequest,
+    (max_batch, max_bytes): (usize, usize),
+    counters: &Counters,
+) -> bool {
+    let began = Instant::now();
+    count_request(first.kind, counters);
+    if let Err(e) = exec(conn, "BEGIN IMMEDIATE") {
+        let (_, responder) = (first.job)(None);
+        responder(Some(e.into()));
+        counters.transactions.fetch_add(1, Ordering::Relaxed);
+        return true;
+    }
+    // The first request runs without a savepoint: if it fails, the transaction holds nothing
+    // else and is rolled back whole.
+    let kind = first.kind;
+    let (ok, responder) = (first.job)(Some(conn));
+    if !ok {
+        // Nothing of this transaction was written: the rollback error, if any, changes
+        // nothing for the request, which answers with its own error.
+        let _ = exec(conn, "ROLLBACK");
+        responder(None);
+        counters.transactions.fetch_add(1, Ordering::Relaxed);
+        return true;
+    }
+    let mut open = Open {
+        count: 1,
+        bytes: first.bytes,
+        durable: kind == Kind::Durable,
+        volatile: false,
+        waiting: Vec::new(),
+        failure: None,
+    };
+    if open.durable {
+        open.waiting.push(responder);
+    } else {
+        open.answer_now(kind, responder, counters);
+    }
+    let mut connected = true;
+    loop {
+        // Every pending request, up to the limits.
+        while open.failure.is_none() && open.count < max_batch && open.bytes < max_bytes {
+            let Ok(request) = rx.try_recv() else { break };
+            open.admit(conn, request, counters);
+        }
+        let full = open.count >= max_batch || open.bytes >= max_bytes;
+        if open.durable || !open.volatile || full || open.failure.is_some() || !connected {
+            break;
+        }
+        // Only volatile writes so far: wait a moment for the next request (the commit of the
+        // run that just took its lease, typically) to share this transaction.
+        let Some(left) = LINGER.checked_sub(began.elapsed()) else {
+            break;
+        };
+        match rx.recv_timeout(left) {
+            Ok(request) => open.admit(conn, request, counters),
+            Err(mpsc::RecvTimeoutError::Timeout) => break,
+            Err(mpsc::RecvTimeoutError::Disconnected) => connected = false,
+        }
+    }
+    let mut failure = open.failure;
     if failure.is_none()
-        && !lone_failed
-        && let Err(e) = conn.execute_batch("COMMIT")
+        && let Err(e) = exec(conn, "COMMIT")
     {
         failure = Some(e.into());
     }
-    if began && (failure.is_some() || lone_failed) {
-        // Nothing of this batch was written; the rollback error, if any, changes nothing:
-        // the failed request answers with its own error, the others with `failure`.
-        let _ = conn.execute_batch("ROLLBACK");
+    if failure.is_some() {
+        // Nothing of this transaction was written; the rollback error, if any, changes
+        // nothing: the requests still waiting answer with `failure`. (Volatile requests
+        // answered already promised no durability: a lease they took is simply not held,
+        // and fencing refuses whatever its holder commits.)
+        let _ = exec(conn, "ROLLBACK");
     }
+    counters.uncommitted.store(false, Ordering::Release);
     counters.transactions.fetch_add(1, Ordering::Relaxed);
-    counters.write_requests.fetch_add(count, Ordering::Relaxed);
-    for responder in responders {
+    for responder in open.waiting {
         responder(failure.clone());
     }
+    connected
+}
+
+/// Counts a write request as it is taken, before it is answered (a read is not one).
+fn count_request(kind: Kind, counters: &Counters) {
+    if kind != Kind::Read {
+        counters.write_requests.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// Runs one request inside its own savepoint, released when it succeeded and rolled back
+/// when it failed. Returns its responder, or `None` when the savepoint statements failed: the
+/// transaction is then broken, `failure` says why, and the request was answered with it.
+fn apply_in_savepoint(
+    conn: &Connection,
+    request: WriteRequest,
+    failure: &mut Option<StoreError>,
+) -> Option<Responder> {
+    if failure.is_some() {
+        // An earlier savepoint statement failed: nothing more runs in this transaction.
+        let (_, responder) = (request.job)(None);
+        return Some(responder);
+    }
+    if let Err(e) = exec(conn, "SAVEPOINT request") {
+        let error: StoreError = e.into();
+        *failure = Some(error.clone());
+        let (_, responder) = (request.job)(None);
+        responder(Some(error));
+        return None;
+    }
+    let (ok, responder) = (request.job)(Some(conn));
+    let end = if ok {
+        exec(conn, "RELEASE request")
+    } else {
+        exec(conn, "ROLLBACK TO request").and_then(|()| exec(conn, "RELEASE request"))
+    };
+    if let Err(e) = end {
+        *failure = Some(e.into());
+    }
+    Some(responder)
+}
+
+/// Runs one statement that returns no rows from the connection's statement cache: the
+/// transaction statements of every batch are parsed once, not per batch.
+fn exec(conn: &Connection, sql: &str) -> rusqlite::Result<()> {
+    conn.prepare_cached(sql)?.raw_execute().map(drop)
 }
 
 pub(super) fn reader_loop(conn: &Connection, rx: &Mutex<mpsc::Receiver<ReadJob>>) {

@@ -1,0 +1,254 @@
+//! Bookmarks, correlation ids, child waits and receipts.
+
+use std::sync::Arc;
+
+use super::fixtures::{T0, bookmark, create_leased, new_instance, queue_item, waiting};
+use super::harness::{Harness, TestBackend};
+use crate::store::{BookmarkQuery, Micros, StoreError};
+
+/// C-8: among 10 000 bookmarks, exactly the matching ones, in `(created_at, id)` order, with
+/// filters and stable paging.
+pub async fn c08_bookmark_lookup(backend: Arc<dyn TestBackend>) {
+    let store = Harness::new(backend);
+    let mut expected: Vec<(Micros, String, String)> = Vec::new();
+    for i in 0..5 {
+        let id = format!("wf-{i}");
+        let lease = create_leased(&store, &id).await;
+        let mut c = waiting(&id, 1, lease.token, 1);
+        c.correlation_id = Some(format!("corr-{}", i % 2));
+        for j in 0..2000 {
+            let hash = format!("h{}", j % 10);
+            // Creation times interleave across instances and repeat, so ids break ties.
+            let created = T0 + Micros::from((j * 7 + i * 3) % 500);
+            let bookmark_id = format!("b-{i}-{j:04}");
+            if hash == "h3" {
+                expected.push((created, bookmark_id.clone(), id.clone()));
+            }
+            c.bookmarks_added
+                .push(bookmark(&bookmark_id, &hash, created));
+        }
+        store.commit(c).await.unwrap();
+    }
+    expected.sort();
+    assert_eq!(expected.len(), 1000);
+
+    // Paging through all of them: stable and complete.
+    let mut seen = Vec::new();
+    let mut query = BookmarkQuery::by_hash("h3", 128);
+    loop {
+        let page = store.find_bookmarks(query.clone()).await.unwrap();
+        if page.is_empty() {
+            break;
+        }
+        assert!(page.len() <= 128);
+        let last = page.last().unwrap();
+        query.after = Some((last.created_at, last.bookmark_id.clone()));
+        seen.extend(page);
+    }
+    let got: Vec<(Micros, String, String)> = seen
+        .iter()
+        .map(|b| (b.created_at, b.bookmark_id.clone(), b.instance_id.clone()))
+        .collect();
+    assert_eq!(got, expected);
+    let first = &seen[0];
+    assert_eq!(first.hash, "h3");
+    assert_eq!(first.definition_name, "order");
+    assert_eq!(first.definition_version, "v1");
+    assert_eq!(first.name, "approved");
+    assert_eq!(first.node_id, "root:wait");
+    assert_eq!(first.context_id, 2);
+
+    let mut by_instance = BookmarkQuery::by_hash("h3", 1000);
+    by_instance.instance_id = Some("wf-2".to_owned());
+    let rows = store.find_bookmarks(by_instance).await.unwrap();
+    assert_eq!(rows.len(), 200);
+    assert!(rows.iter().all(|b| b.instance_id == "wf-2"));
+
+    let mut by_correlation = BookmarkQuery::by_hash("h3", 1000);
+    by_correlation.correlation_id = Some("corr-1".to_owned());
+    let rows = store.find_bookmarks(by_correlation).await.unwrap();
+    assert_eq!(rows.len(), 400, "wf-1 and wf-3");
+    assert!(
+        rows.iter()
+            .all(|b| b.correlation_id.as_deref() == Some("corr-1"))
+    );
+
+    let mut by_id = BookmarkQuery::by_hash("h3", 10);
+    by_id.bookmark_id = Some("b-4-0013".to_owned());
+    let rows = store.find_bookmarks(by_id).await.unwrap();
+    assert_eq!(rows.len(), 1);
+    assert_eq!(rows[0].instance_id, "wf-4");
+    let mut wrong_hash = BookmarkQuery::by_hash("h4", 10);
+    wrong_hash.bookmark_id = Some("b-4-0013".to_owned());
+    assert!(store.find_bookmarks(wrong_hash).await.unwrap().is_empty());
+    assert!(
+        store
+            .find_bookmarks(BookmarkQuery::by_hash("none", 10))
+            .await
+            .unwrap()
+            .is_empty()
+    );
+}
+
+/// C-9: a commit that adds two bookmarks and removes one leaves the index equal to the state;
+/// a rejected commit leaves it unchanged.
+pub async fn c09_bookmark_diff(backend: Arc<dyn TestBackend>) {
+    let store = Harness::new(backend);
+    let lease = create_leased(&store, "wf-1").await;
+    let mut c = waiting("wf-1", 1, lease.token, 1);
+    c.bookmarks_added = vec![bookmark("b1", "h", T0), bookmark("b2", "h", T0 + 1)];
+    store.commit(c).await.unwrap();
+    let mut c = waiting("wf-1", 2, lease.token, 2);
+    c.bookmarks_added = vec![bookmark("b3", "h", T0 + 2), bookmark("b4", "g", T0 + 3)];
+    c.bookmarks_removed = vec!["b1".to_owned()];
+    store.commit(c).await.unwrap();
+    let ids = |rows: Vec<crate::store::BookmarkRow>| -> Vec<String> {
+        rows.into_iter().map(|b| b.bookmark_id).collect()
+    };
+    assert_eq!(
+        ids(store.list_bookmarks("wf-1").await.unwrap()),
+        ["b2", "b3", "b4"]
+    );
+    // Rejected by version: unchanged.
+    let mut c = waiting("wf-1", 2, lease.token, 3);
+    c.bookmarks_added = vec![bookmark("b5", "h", T0 + 4)];
+    c.bookmarks_removed = vec!["b2".to_owned()];
+    assert!(store.commit(c).await.is_err());
+    // Rejected by a duplicate bookmark id: unchanged, and the state too.
+    let mut c = waiting("wf-1", 3, lease.token, 3);
+    c.bookmarks_removed = vec!["b2".to_owned()];
+    c.bookmarks_added = vec![bookmark("b3", "h", T0 + 4)];
+    assert!(matches!(
+        store.commit(c).await,
+        Err(StoreError::AlreadyExists {
+            what: "bookmark",
+            ..
+        })
+    ));
+    assert_eq!(
+        ids(store.list_bookmarks("wf-1").await.unwrap()),
+        ["b2", "b3", "b4"]
+    );
+    assert_eq!(
+        ids(store
+            .find_bookmarks(BookmarkQuery::by_hash("h", 10))
+            .await
+            .unwrap()),
+        ["b2", "b3"]
+    );
+    assert_eq!(store.load_instance("wf-1").await.unwrap().version, 3);
+}
+
+/// C-10: changing an instance's correlation id rewrites it on its bookmark rows.
+pub async fn c10_correlation_rewrite(backend: Arc<dyn TestBackend>) {
+    let store = Harness::new(backend);
+    let lease = create_leased(&store, "wf-1").await;
+    let mut c = waiting("wf-1", 1, lease.token, 1);
+    c.correlation_id = Some("old".to_owned());
+    c.bookmarks_added = vec![bookmark("b1", "h", T0), bookmark("b2", "h", T0 + 1)];
+    store.commit(c).await.unwrap();
+    let mut c = waiting("wf-1", 2, lease.token, 2);
+    c.correlation_id = Some("new".to_owned());
+    c.bookmarks_added = vec![bookmark("b3", "h", T0 + 2)];
+    store.commit(c).await.unwrap();
+    let rows = store.list_bookmarks("wf-1").await.unwrap();
+    assert_eq!(rows.len(), 3);
+    assert!(
+        rows.iter()
+            .all(|b| b.correlation_id.as_deref() == Some("new"))
+    );
+    let mut q = BookmarkQuery::by_hash("h", 10);
+    q.correlation_id = Some("old".to_owned());
+    assert!(store.find_bookmarks(q).await.unwrap().is_empty());
+    let mut c = waiting("wf-1", 3, lease.token, 3);
+    c.correlation_id = None;
+    store.commit(c).await.unwrap();
+    let rows = store.list_bookmarks("wf-1").await.unwrap();
+    assert!(rows.iter().all(|b| b.correlation_id.is_none()));
+}
+
+/// C-35: the bookmarks of parents waiting on a child workflow are found by name alone, in
+/// bookmark-id order and paged, without the other bookmarks; a removed one is gone.
+pub async fn c35_child_waits(backend: Arc<dyn TestBackend>) {
+    let store = Harness::new(backend);
+    let mut expected = Vec::new();
+    for i in 0..3 {
+        let id = format!("wf-{i}");
+        let lease = create_leased(&store, &id).await;
+        let mut c = waiting(&id, 1, lease.token, 1);
+        c.bookmarks_added
+            .push(bookmark(&format!("b-{i}-event"), "h-event", T0));
+        let mut child = bookmark(&format!("b-{i}-child"), &format!("h-child-{i}"), T0);
+        child.name = crate::store::CHILD_WAIT.to_owned();
+        c.bookmarks_added.push(child);
+        store.commit(c).await.unwrap();
+        expected.push((format!("b-{i}-child"), id));
+    }
+    let mut seen = Vec::new();
+    let mut after = None;
+    loop {
+        let page = store.find_child_waits(after.clone(), 2).await.unwrap();
+        assert!(page.len() <= 2);
+        let Some(last) = page.last() else { break };
+        after = Some(last.bookmark_id.clone());
+        seen.extend(page);
+    }
+    let got: Vec<(String, String)> = seen
+        .iter()
+        .map(|b| (b.bookmark_id.clone(), b.instance_id.clone()))
+        .collect();
+    assert_eq!(got, expected);
+    assert!(seen.iter().all(|b| b.name == crate::store::CHILD_WAIT));
+
+    // The child's wait resumed: its bookmark is no longer listed.
+    let record = store.load_instance("wf-1").await.unwrap();
+    let token = record.lease.as_ref().map_or(0, |l| l.token);
+    let mut c = waiting("wf-1", record.version, token, 2);
+    c.bookmarks_removed.push("b-1-child".to_owned());
+    store.commit(c).await.unwrap();
+    let left: Vec<String> = store
+        .find_child_waits(None, 10)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|b| b.bookmark_id)
+        .collect();
+    assert_eq!(left, ["b-0-child", "b-2-child"]);
+}
+
+/// C-19: a commit carrying an existing receipt is rejected; after a commit it is found.
+pub async fn c19_receipts(backend: Arc<dyn TestBackend>) {
+    let store = Harness::new(backend);
+    let lease = create_leased(&store, "wf-1").await;
+    let mut c = waiting("wf-1", 1, lease.token, 1);
+    c.receipts = vec!["s1".to_owned()];
+    store.commit(c).await.unwrap();
+    assert!(store.has_receipt("wf-1", "s1").await.unwrap());
+    assert!(!store.has_receipt("wf-2", "s1").await.unwrap());
+    let mut c = waiting("wf-1", 2, lease.token, 2);
+    c.receipts = vec!["s2".to_owned(), "s1".to_owned()];
+    c.bookmarks_added = vec![bookmark("b1", "h", T0)];
+    let err = store.commit(c).await.unwrap_err();
+    assert_eq!(
+        err,
+        StoreError::ReceiptExists {
+            instance: "wf-1".to_owned(),
+            stimulus_id: "s1".to_owned()
+        }
+    );
+    assert!(err.is_conflict());
+    assert!(
+        !store.has_receipt("wf-1", "s2").await.unwrap(),
+        "nothing written"
+    );
+    assert!(store.list_bookmarks("wf-1").await.unwrap().is_empty());
+    assert_eq!(store.load_instance("wf-1").await.unwrap().version, 2);
+    // A creation writes its receipt and consumes its queue item (ST-17).
+    store.enqueue(queue_item("q1", T0)).await.unwrap();
+    let mut new = new_instance("wf-2");
+    new.receipt = Some("s-q1".to_owned());
+    new.consumed_queue_item = Some("q1".to_owned());
+    store.create_instance(new).await.unwrap();
+    assert!(store.has_receipt("wf-2", "s-q1").await.unwrap());
+    assert!(!store.ack_queue_item("q1").await.unwrap());
+}

@@ -1,0 +1,139 @@
+//! The instants and rows the cases build on.
+
+use serde_json::{Value, json};
+
+use crate::store::{
+    Commit, InstanceStatus, InstanceSubStatus, Lease, LeaseKey, Micros, NewBookmark, NewInstance,
+    NewTimer, QueueItem, Storage, TriggerRow, WakeUp,
+};
+
+/// A fixed epoch for the suite's instants: 2023-11-14T22:13:20Z in µs.
+pub const T0: Micros = 1_700_000_000_000_000;
+/// One second in µs.
+pub const SEC: Micros = 1_000_000;
+/// The lease TTL the suite uses: 30 s.
+pub const TTL: Micros = 30 * SEC;
+
+/// A minimal state document of format 1.
+pub fn doc(n: i64) -> Value {
+    json!({ "format": 1, "n": n })
+}
+
+/// A `Running/Pending` instance of definition `order` created at `T0`.
+pub fn new_instance(id: &str) -> NewInstance {
+    NewInstance {
+        instance_id: id.to_owned(),
+        definition_name: "order".to_owned(),
+        definition_version: "v1".to_owned(),
+        status: InstanceStatus::Running,
+        sub_status: Some(InstanceSubStatus::Pending),
+        correlation_id: None,
+        origin_at: T0,
+        created_at: T0,
+        state: doc(0),
+        receipt: None,
+        consumed_queue_item: None,
+        activation_scope: None,
+    }
+}
+
+/// A bookmark with `hash` created at `created_at`.
+pub fn bookmark(id: &str, hash: &str, created_at: Micros) -> NewBookmark {
+    NewBookmark {
+        bookmark_id: id.to_owned(),
+        hash: hash.to_owned(),
+        name: "approved".to_owned(),
+        node_id: "root:wait".to_owned(),
+        context_id: 2,
+        look_back: None,
+        created_at,
+    }
+}
+
+/// A queue item sent at `sent_at`, expiring 10 minutes later.
+pub fn queue_item(id: &str, sent_at: Micros) -> QueueItem {
+    QueueItem {
+        item_id: id.to_owned(),
+        stimulus_id: format!("s-{id}"),
+        name: "approved".to_owned(),
+        hash: "h".to_owned(),
+        key_display: Some("order=1".to_owned()),
+        payload: json!({ "ok": true, "n": u64::MAX }),
+        correlation_id: None,
+        targets: json!({ "instance_id": null }),
+        sent_at,
+        enqueued_at: sent_at,
+        expires_at: sent_at + 600 * SEC,
+        attempts: 0,
+        last_error: None,
+        last_attempt_at: None,
+        held: false,
+        idempotency_key: None,
+    }
+}
+
+/// Creates `id` and acquires its lease for `owner` at `T0`.
+pub async fn create_leased(store: &Storage, id: &str) -> Lease {
+    store.create_instance(new_instance(id)).await.unwrap();
+    store
+        .acquire_lease(&LeaseKey::instance(id), "node-a", T0, TTL)
+        .await
+        .unwrap()
+}
+
+/// A `Suspended/Waiting` commit of `doc(n)`.
+pub fn waiting(id: &str, version: u64, token: u64, n: i64) -> Commit {
+    Commit::new(
+        id,
+        version,
+        token,
+        T0 + SEC,
+        doc(n),
+        InstanceStatus::Suspended,
+        Some(InstanceSubStatus::Waiting),
+    )
+}
+
+pub(super) fn final_commit(id: &str, version: u64, token: u64, at: Micros) -> Commit {
+    let mut c = Commit::new(
+        id,
+        version,
+        token,
+        at,
+        doc(99),
+        InstanceStatus::Finished,
+        None,
+    );
+    c.release_lease = true;
+    c
+}
+
+pub(super) fn trigger(node: &str, hash: &str, payload: Value) -> TriggerRow {
+    TriggerRow {
+        definition_name: "order".to_owned(),
+        definition_version: "v1".to_owned(),
+        node_id: node.to_owned(),
+        hash: hash.to_owned(),
+        name: "order_placed".to_owned(),
+        key_display: None,
+        payload,
+        activation: json!({ "kind": "always" }),
+        registered_at: T0,
+    }
+}
+
+pub(super) fn timer(id: &str, due_at: Micros) -> NewTimer {
+    NewTimer {
+        timer_id: id.to_owned(),
+        kind: "delay".to_owned(),
+        due_at,
+    }
+}
+
+pub(super) fn drain(rx: &mut tokio::sync::broadcast::Receiver<WakeUp>) -> Vec<WakeUp> {
+    let mut hints = Vec::new();
+    while let Ok(hint) = rx.try_recv() {
+        hints.push(hint);
+    }
+    hints
+}
