@@ -199,7 +199,18 @@ async fn three_workers_share_a_thousand_instances_and_survive_a_sigkill() {
         &format!("SELECT count(*) FROM {t} WHERE ended_at IS NULL"),
     )
     .await;
-    assert_eq!(open, 0, "executions without an end");
+    if open > 0 {
+        let which: String = sqlx::query_scalar(&format!(
+            "SELECT string_agg(e.instance_id || ' (pid ' || e.pid || ', token ' || e.lease_token
+                               || ', ' || coalesce(i.definition_name, '?') || ')', ', ')
+             FROM {t} e LEFT JOIN \"{schema}\".wf_instances i ON i.instance_id = e.instance_id
+             WHERE e.ended_at IS NULL"
+        ))
+        .fetch_one(&mut conn)
+        .await
+        .unwrap();
+        panic!("{open} executions without an end: {which}");
+    }
     // No two executions of one instance overlapped, whichever processes ran them.
     let overlaps = scalar(
         &mut conn,
@@ -279,13 +290,32 @@ async fn three_workers_share_a_thousand_instances_and_survive_a_sigkill() {
         ),
     )
     .await;
-    assert!(ticks >= 3, "the timer trigger fired {ticks} times");
+    // How late the instances' timers fired (TM-8 journals both times), for the log.
+    let lateness: String = sqlx::query_scalar(&format!(
+        "SELECT 'timers fired ' || count(*) || ', late by avg ' || coalesce(avg(f - d)::bigint, 0)
+                || ' ms, max ' || coalesce(max(f - d), 0) || ' ms'
+         FROM (SELECT (detail::json->>'fired_at')::bigint f, (detail::json->>'due_at')::bigint d
+               FROM {s}.wf_journal WHERE kind = 'BookmarkResumed' AND detail LIKE '%fired_at%') x"
+    ))
+    .fetch_one(&mut conn)
+    .await
+    .unwrap();
+    // An occurrence every second while the cluster ran; under this load (the 2 cores shared
+    // with the server and the other processes) a few are coalesced, but a driver that fired
+    // the page of timers one run after the other fired the trigger only every 10 to 40 s
+    // (7 occurrences in 88 s), its occurrences queued behind tens of seconds of timer backlog.
+    let floor = i64::try_from(began.elapsed().as_secs() / 5).unwrap();
+    assert!(
+        ticks >= floor.max(3),
+        "the timer trigger fired {ticks} times in {:?} ({lateness})",
+        began.elapsed()
+    );
     assert_eq!(
         duplicates, 0,
         "an occurrence started more than one instance"
     );
     eprintln!(
-        "cluster: {pids} processes, {ticks} timer occurrences, elapsed {:?}",
+        "cluster: {pids} processes, {ticks} timer occurrences, {lateness}, elapsed {:?}",
         began.elapsed()
     );
 }

@@ -14,6 +14,12 @@ use crate::store::{StoreError, WakeUp};
 /// How many due timers one claim takes.
 const CLAIM_PAGE: usize = 100;
 
+/// How many claimed timers resume at once (TM-6). Each resume is a whole run of its instance
+/// (lease, load, tasks, commit): one after the other, a page of them took far longer than
+/// their claim, timers fell tens of seconds behind under load and a time trigger's
+/// occurrences, queued behind them, were coalesced.
+const FIRING_CONCURRENCY: usize = 8;
+
 /// The default sweep interval (TM-5).
 pub(crate) const DEFAULT_SWEEP: Duration = Duration::from_secs(30);
 
@@ -29,9 +35,10 @@ pub struct TimerFiring {
 }
 
 impl Runtime {
-    /// Claims the timers due at the clock's now (TM-6) and resumes each one's bookmark, in
-    /// due order, through the normal resume path: the resume payload is
-    /// `{ "due_at", "fired_at" }` (ms), which the Delay completes with and journals (TM-8).
+    /// Claims the timers due at the clock's now (TM-6) and resumes each one's bookmark through
+    /// the normal resume path, the time triggers' schedules first, then the instances' timers
+    /// in due order, a few at once: the resume payload is `{ "due_at", "fired_at" }` (ms),
+    /// which the Delay completes with and journals (TM-8).
     /// The timer driver calls it; call it yourself on a runtime built without one.
     pub async fn fire_due_timers(&self) -> Result<TimerFiring, StoreError> {
         self.schedule_triggers().await?;
@@ -52,44 +59,91 @@ impl Runtime {
             if claimed.is_empty() {
                 return Ok(report);
             }
-            for timer in claimed {
-                // A schedule (no instance) is a time trigger's (TM-11 to TM-13).
-                let Some(instance_id) = timer.instance_id.clone() else {
-                    match self.fire_schedule(&timer).await {
-                        Ok(Some(started)) => report.fired.push((started, timer.timer_id)),
-                        Ok(None) => {}
-                        Err(error) => {
-                            tracing::warn!(
-                                schedule = %timer.timer_id,
-                                %error,
-                                "a due schedule could not be fired; its claim will expire"
-                            );
-                            let name = timer.definition_name.clone().unwrap_or_default();
-                            report.failed.push((name, timer.timer_id));
-                        }
-                    }
-                    continue;
-                };
-                let payload = json!({
-                    "due_at": timer.due_at / 1000,
-                    "fired_at": self.inner.clock.now_ms(),
-                });
-                match self
-                    .resume_bookmark(&instance_id, &timer.timer_id, payload)
-                    .await
-                {
-                    // The run logs `timer fired` with the definition and the node.
-                    Ok(_) => report.fired.push((instance_id, timer.timer_id)),
+            // A schedule (no instance) is a time trigger's (TM-11 to TM-13): fired first, so
+            // its occurrence is not late for the runs of the page's timers.
+            let (schedules, timers): (Vec<_>, Vec<_>) =
+                claimed.into_iter().partition(|t| t.instance_id.is_none());
+            for timer in schedules {
+                match self.fire_schedule(&timer).await {
+                    Ok(Some(started)) => report.fired.push((started, timer.timer_id)),
+                    Ok(None) => {}
                     Err(error) => {
                         tracing::warn!(
-                            instance = %instance_id,
-                            timer = %timer.timer_id,
+                            schedule = %timer.timer_id,
                             %error,
-                            "a due timer could not be fired; its claim will expire"
+                            "a due schedule could not be fired; its claim will expire"
                         );
-                        report.failed.push((instance_id, timer.timer_id));
+                        let name = timer.definition_name.clone().unwrap_or_default();
+                        report.failed.push((name, timer.timer_id));
                     }
                 }
+            }
+            // The timers resume in due order, the instances up to FIRING_CONCURRENCY at once;
+            // the timers of one instance one after the other, in due order (a retry's timer
+            // due before a state's `after` timer must fire first).
+            let mut groups: Vec<(String, Vec<(usize, crate::store::TimerRow)>)> = Vec::new();
+            for (index, timer) in timers.into_iter().enumerate() {
+                let instance = timer.instance_id.clone().unwrap_or_default();
+                match groups.iter_mut().find(|(i, _)| *i == instance) {
+                    Some((_, group)) => group.push((index, timer)),
+                    None => groups.push((instance, vec![(index, timer)])),
+                }
+            }
+            let mut results = Vec::new();
+            let mut running = tokio::task::JoinSet::new();
+            for (_, group) in groups {
+                while running.len() >= FIRING_CONCURRENCY {
+                    if let Some(done) = running.join_next().await {
+                        results.extend(joined(done));
+                    }
+                }
+                let runtime = self.clone();
+                running.spawn(async move {
+                    let mut fired = Vec::with_capacity(group.len());
+                    for (index, timer) in group {
+                        let outcome = runtime.fire_timer(&timer).await;
+                        fired.push((index, timer, outcome));
+                    }
+                    fired
+                });
+            }
+            while let Some(done) = running.join_next().await {
+                results.extend(joined(done));
+            }
+            results.sort_by_key(|(index, ..)| *index);
+            for (_, timer, fired) in results {
+                let instance_id = timer.instance_id.unwrap_or_default();
+                if fired {
+                    report.fired.push((instance_id, timer.timer_id));
+                } else {
+                    report.failed.push((instance_id, timer.timer_id));
+                }
+            }
+        }
+    }
+
+    /// Resumes one claimed instance timer's bookmark; whether it fired (a failure is logged,
+    /// and the claim expires so that it is tried again).
+    async fn fire_timer(&self, timer: &crate::store::TimerRow) -> bool {
+        let instance_id = timer.instance_id.as_deref().unwrap_or_default();
+        let payload = json!({
+            "due_at": timer.due_at / 1000,
+            "fired_at": self.inner.clock.now_ms(),
+        });
+        match self
+            .resume_bookmark(instance_id, &timer.timer_id, payload)
+            .await
+        {
+            // The run logs `timer fired` with the definition and the node.
+            Ok(_) => true,
+            Err(error) => {
+                tracing::warn!(
+                    instance = %instance_id,
+                    timer = %timer.timer_id,
+                    %error,
+                    "a due timer could not be fired; its claim will expire"
+                );
+                false
             }
         }
     }
@@ -112,6 +166,20 @@ impl Runtime {
         let stop = self.inner.stop.subscribe();
         background.timers = Some(handle.spawn(drive_timers(weak, hints, stop)));
         true
+    }
+}
+
+/// The firings of one joined group: a panicked group is logged (the claims of its timers
+/// expire and they are tried again).
+fn joined(
+    done: Result<Vec<(usize, crate::store::TimerRow, bool)>, tokio::task::JoinError>,
+) -> Vec<(usize, crate::store::TimerRow, bool)> {
+    match done {
+        Ok(fired) => fired,
+        Err(error) => {
+            tracing::warn!(%error, "firing due timers panicked; their claims will expire");
+            Vec::new()
+        }
     }
 }
 
