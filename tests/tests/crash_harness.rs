@@ -445,6 +445,21 @@ fn read_effects(dir: &Path) -> Vec<Effect> {
         .unwrap()
 }
 
+/// Returns as soon as child `run` has recorded `nth` side effects, or after `at_most`.
+fn wait_for_effects(dir: &Path, run: u64, nth: u64, at_most: Duration) {
+    let conn = open_effects(dir);
+    let count = |conn: &rusqlite::Connection| -> u64 {
+        conn.query_row("SELECT COUNT(*) FROM effects WHERE run = ?1", [run], |r| {
+            r.get(0)
+        })
+        .unwrap_or(0)
+    };
+    let waited = Instant::now();
+    while count(&conn) < nth && waited.elapsed() < at_most {
+        std::thread::sleep(Duration::from_micros(300));
+    }
+}
+
 #[test]
 fn thirty_sigkills_lose_no_committed_step_and_every_duplicate_is_an_interrupted_run() {
     let seed = std::env::var(ENV_SEED)
@@ -466,8 +481,18 @@ fn thirty_sigkills_lose_no_committed_step_and_every_duplicate_is_an_interrupted_
     for run in 0..KILLS {
         let allowed = PER_INCARNATION * (run + 1);
         let mut process = child(dir.path(), run, allowed);
+        let spawned = Instant::now();
         let lifetime = Duration::from_millis(150 + splitmix(&mut rng) % 1350);
-        std::thread::sleep(lifetime);
+        // Every third kill lands right after the child's n-th side effect (n random), while
+        // that task still works before returning: an activity interrupted after its effect,
+        // so the duplicates this test explains occur in every run, not only when a random
+        // instant happens to fall in such a window (a fast child is idle most of its life).
+        if run % 3 == 2 {
+            let nth = 1 + splitmix(&mut rng) % 6;
+            wait_for_effects(dir.path(), run as u64, nth, lifetime);
+        } else {
+            std::thread::sleep(lifetime);
+        }
         let exited_early = process.try_wait().unwrap();
         assert!(
             exited_early.is_none(),
@@ -476,7 +501,7 @@ fn thirty_sigkills_lose_no_committed_step_and_every_duplicate_is_an_interrupted_
         process.kill().unwrap(); // SIGKILL on Unix
         process.wait().unwrap();
         killed_runs.insert(run as u64);
-        lifetimes.push(lifetime);
+        lifetimes.push(spawned.elapsed());
         assert!(began.elapsed() < DEADLINE, "the kills took too long");
     }
 
