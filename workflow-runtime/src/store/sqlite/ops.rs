@@ -450,10 +450,23 @@ fn move_to_dead(
     error: Option<&str>,
     now: i64,
 ) -> StoreResult<bool> {
+    move_to_dead_as(c, item_id, QUEUE_COLS, reason, error, now)
+}
+
+/// Moves a queue row to the dead letters, its `QUEUE_COLS` copied as the SQL expressions
+/// `columns` give them (`QUEUE_COLS` itself for a plain copy; `?4` in them is `now`).
+fn move_to_dead_as(
+    c: &Connection,
+    item_id: &str,
+    columns: &str,
+    reason: DeadLetterReason,
+    error: Option<&str>,
+    now: i64,
+) -> StoreResult<bool> {
     let inserted = c
         .prepare_cached(&format!(
             "INSERT OR IGNORE INTO wf_dead_letters (original_item_id, {QUEUE_COLS}, reason, error, dead_at)
-             SELECT item_id, {QUEUE_COLS}, ?2, ?3, ?4 FROM wf_queue WHERE item_id = ?1"
+             SELECT item_id, {columns}, ?2, ?3, ?4 FROM wf_queue WHERE item_id = ?1"
         ))?
         .execute(rusqlite::params![item_id, reason.as_str(), error, now])?;
     let deleted = c
@@ -496,10 +509,7 @@ fn quarantine_corrupt_queue_row(
     let int_or_null = |column: &str| {
         format!("CASE WHEN typeof({column}) = 'integer' THEN {column} ELSE NULL END")
     };
-    let sql = format!(
-        "INSERT OR IGNORE INTO wf_dead_letters (original_item_id, {QUEUE_COLS}, reason, error, dead_at)
-         SELECT item_id, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, ?2, ?3, ?4
-         FROM wf_queue WHERE item_id = ?1",
+    let columns = [
         text("stimulus_id"),
         text("name"),
         text("hash"),
@@ -515,15 +525,16 @@ fn quarantine_corrupt_queue_row(
         int_or_null("last_attempt_at"),
         int("held", "0"),
         text_or_null("idempotency_key"),
-    );
-    c.prepare_cached(&sql)?.execute(rusqlite::params![
+    ]
+    .join(", ");
+    move_to_dead_as(
+        c,
         item_id,
-        DeadLetterReason::Rejected.as_str(),
-        error.to_string(),
-        now
-    ])?;
-    c.prepare_cached("DELETE FROM wf_queue WHERE item_id = ?1")?
-        .execute([item_id])?;
+        &columns,
+        DeadLetterReason::Rejected,
+        Some(&error.to_string()),
+        now,
+    )?;
     tracing::warn!(
         item = %item_id,
         %error,
