@@ -267,24 +267,7 @@ pub(super) fn migrate_to(
         rows.collect::<Result<_, _>>()?
     };
     let latest = latest_schema_version();
-    let found = applied
-        .iter()
-        .map(|(v, _)| u32::try_from(*v).unwrap_or(u32::MAX))
-        .max()
-        .unwrap_or(0);
-    if found > latest {
-        return Err(StoreError::SchemaTooNew {
-            found,
-            supported: latest,
-        });
-    }
-    for (version, sum) in &applied {
-        let version = u32::try_from(*version).unwrap_or(u32::MAX);
-        let embedded = MIGRATIONS.iter().find(|(v, _, _)| *v == version);
-        if embedded.is_none_or(|(_, _, sql)| checksum(sql) != *sum) {
-            return Err(StoreError::MigrationChecksumMismatch { version });
-        }
-    }
+    let found = crate::store::convert::check_recorded_migrations(&applied, MIGRATIONS, checksum)?;
     let pending: Vec<&(u32, &str, &str)> = MIGRATIONS
         .iter()
         .filter(|(v, _, _)| *v <= target && !applied.iter().any(|(a, _)| *a == i64::from(*v)))
