@@ -615,3 +615,35 @@ async fn control_requests_from_another_process_reach_a_running_instance() {
         runtime.shutdown(Duration::from_secs(1)).await;
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_column_of_the_wrong_type_is_a_decode_error_naming_it_not_a_transient_one() {
+    let Some(mut conn) = server().await else {
+        return;
+    };
+    let Some((store, guard)) = fresh_store().await else {
+        return;
+    };
+    let store = Storage::new(store);
+    store
+        .enqueue(workflow_runtime::store::conformance::queue_item("q-1", T0))
+        .await
+        .unwrap();
+    // A hand-edited schema: the attempts counter becomes text.
+    sqlx::query(&format!(
+        "ALTER TABLE \"{}\".wf_queue ALTER COLUMN attempts TYPE TEXT",
+        guard.schema()
+    ))
+    .execute(&mut conn)
+    .await
+    .unwrap();
+    let error = store
+        .claim_queue_page("node-a", T0, TTL, 10)
+        .await
+        .unwrap_err();
+    let StoreError::Decode { path, .. } = &error else {
+        panic!("a Decode expected, got {error:?}");
+    };
+    assert!(path.contains("11") || path.contains("attempts"), "{error}");
+    assert!(!error.is_transient(), "{error:?}");
+}

@@ -36,8 +36,22 @@ mod schema;
 use schema::Schema;
 
 impl From<sqlx::Error> for StoreError {
+    /// A column that does not decode into its type is a `Decode` naming the column (ST-22),
+    /// not a transient failure to retry; every other driver error is `Unavailable`.
     fn from(error: sqlx::Error) -> Self {
-        StoreError::unavailable(error)
+        let column = match &error {
+            sqlx::Error::ColumnDecode { index, .. } => index.clone(),
+            sqlx::Error::ColumnNotFound(name) => name.clone(),
+            sqlx::Error::ColumnIndexOutOfBounds { index, .. } => index.to_string(),
+            sqlx::Error::Decode(_) => "?".to_owned(),
+            _ => return StoreError::unavailable(error),
+        };
+        StoreError::Decode {
+            what: "row",
+            id: "?".to_owned(),
+            path: column,
+            message: error.to_string(),
+        }
     }
 }
 
