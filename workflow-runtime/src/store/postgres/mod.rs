@@ -55,6 +55,9 @@ impl From<sqlx::Error> for StoreError {
     }
 }
 
+/// How long a pooled connection may sit idle before it is pinged on its next use.
+const IDLE_BEFORE_PING: Duration = Duration::from_millis(250);
+
 /// Options of [`PostgresStore::connect_with`] and [`PostgresStore::from_pool`].
 ///
 /// Lease and claim durations are not store options: the runtime passes them with each call
@@ -193,9 +196,22 @@ impl PostgresStore {
                 what: "database url",
                 reason: e.to_string(),
             })?;
+        // A connection is pinged before use only after it sat idle for a while, not before
+        // every operation (a round trip each): a busy store's connections were in use a
+        // moment ago, and one the server closed since fails its statement as `Unavailable`
+        // (transient: the caller retries and the pool replaces it).
         let pool = PgPoolOptions::new()
             .max_connections(options.max_connections.max(2))
             .acquire_timeout(options.acquire_timeout)
+            .test_before_acquire(false)
+            .before_acquire(|conn, meta| {
+                Box::pin(async move {
+                    if meta.idle_for > IDLE_BEFORE_PING {
+                        sqlx::Connection::ping(conn).await?;
+                    }
+                    Ok(true)
+                })
+            })
             .connect_with(connect)
             .await?;
         Self::from_pool(pool, options).await
@@ -286,9 +302,31 @@ impl PostgresStore {
     }
 
     async fn begin(&self) -> StoreResult<Transaction<'static, Postgres>> {
+        self.count_transaction();
+        Ok(self.pool.begin().await?)
+    }
+
+    /// A pooled connection that answers a ping; the ones that do not are closed.
+    async fn live_connection(&self) -> StoreResult<sqlx::pool::PoolConnection<Postgres>> {
+        let mut tries = self.pool.size() + 1;
+        loop {
+            let mut conn = self.pool.acquire().await?;
+            match sqlx::Connection::ping(&mut *conn).await {
+                Ok(()) => return Ok(conn),
+                Err(error) if tries == 0 => return Err(error.into()),
+                Err(_) => {
+                    tries -= 1;
+                    conn.close_on_drop();
+                }
+            }
+        }
+    }
+
+    /// Counts a write in its own transaction: an explicit one ([`PostgresStore::begin`]) or
+    /// the implicit one of a single statement.
+    fn count_transaction(&self) {
         self.counters.write_requests.fetch_add(1, Ordering::Relaxed);
         self.counters.transactions.fetch_add(1, Ordering::Relaxed);
-        Ok(self.pool.begin().await?)
     }
 
     /// Ends a write: on success sends `hints` to the other processes inside the transaction
@@ -335,12 +373,38 @@ macro_rules! write_tx {
     }};
 }
 
-/// Runs `$body` on a pooled connection `$c`, outside any explicit transaction.
-macro_rules! read {
+/// Runs `$body`, one write statement, on a pooled connection `$c` in the statement's own
+/// implicit transaction: one round trip. A failure is returned as is (the write may or may
+/// not have been applied when the connection was lost: the caller's version and token tell).
+macro_rules! single {
     ($self:ident, |$c:ident| $body:expr) => {{
+        $self.count_transaction();
         let mut conn = $self.pool.acquire().await?;
         let $c: &mut PgConnection = &mut conn;
         $body.await
+    }};
+}
+
+/// Runs `$body`, a read, on a pooled connection `$c`, outside any explicit transaction. A
+/// read that fails as `Unavailable` runs once more on a connection that answers a ping: the
+/// pool does not ping a connection used a moment ago, so after the server dropped its
+/// connections (a restart) the first use of each fails, and a read is safe to run again.
+macro_rules! read {
+    ($self:ident, |$c:ident| $body:expr) => {{
+        let mut conn = $self.pool.acquire().await?;
+        let first = {
+            let $c: &mut PgConnection = &mut conn;
+            $body.await
+        };
+        match first {
+            Err(StoreError::Unavailable { .. }) => {
+                drop(conn);
+                let mut conn = $self.live_connection().await?;
+                let $c: &mut PgConnection = &mut conn;
+                $body.await
+            }
+            other => other,
+        }
     }};
 }
 
@@ -387,27 +451,31 @@ impl Store for PostgresStore {
     ) -> BoxFuture<'_, StoreResult<ClaimedRecord<String>>> {
         let id = instance_id.to_owned();
         Box::pin(async move {
-            write_tx!(self, [], |c| async {
-                let lease = match claim.token {
-                    None => {
-                        ops::acquire_lease(c, &self.schema, &id, &claim.owner, claim.now, claim.ttl)
-                            .await?
-                    }
-                    Some(token) => {
-                        ops::renew_lease(c, &self.schema, &id, token, claim.now, claim.ttl)
-                            .await?
-                            .lease
-                    }
-                };
-                let record = ops::load_instance(c, &self.schema, &id).await?;
-                Ok(ClaimedRecord { lease, record })
-            })
+            single!(self, |c| ops::claim_instance(c, &self.schema, &id, &claim))
         })
     }
 
     fn commit(&self, commit: Commit<String>) -> BoxFuture<'_, StoreResult<u64>> {
         let hints = WakeUp::of_commit(&commit);
-        Box::pin(async move { write_tx!(self, hints, |c| ops::commit(c, &self.schema, &commit)) })
+        Box::pin(async move {
+            // The commit function sends the notification itself, in the commit's transaction.
+            let notification = (!hints.is_empty())
+                .then(|| (self.schema.channel(), notify::payload(&self.origin, &hints)));
+            if ops::commit_needs_transaction(&commit) {
+                return write_tx!(self, [], |c| ops::commit(
+                    c,
+                    &self.schema,
+                    &commit,
+                    &notification
+                ));
+            }
+            single!(self, |c| ops::commit(
+                c,
+                &self.schema,
+                &commit,
+                &notification
+            ))
+        })
     }
 
     fn request_control(
