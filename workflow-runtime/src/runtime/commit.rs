@@ -178,6 +178,7 @@ impl RunCommits<'_> {
                 state.sub_status,
             );
             commit.correlation_id = state.correlation_id.clone();
+            commit.listing = super::list::listing_text(state);
             commit.release_lease = release;
             commit.bookmarks_added = state
                 .bookmarks

@@ -20,13 +20,14 @@ use tokio::sync::broadcast;
 use tokio::task::JoinHandle;
 
 use super::{
-    BookmarkRow, BookmarkSelect, BoxFuture, Capabilities, ChildWaitIndex, ClaimedInstance,
-    ClaimedRecord, Commit, ControlRequest, DeadLetter, DeadLetterFilter, DefinitionRecord,
-    DefinitionStore, DueTimers, Enqueue, IdempotencyRecord, IncidentQuery, IncidentRecord,
-    InstanceFilter, InstanceRecord, InstanceStatus, JournalRecord, Lease, LeaseClaim, LeaseKey,
-    ListedInstance, Micros, MigrateMode, NewIncident, NewInstance, PurgeTarget, QueueItem,
-    RemoteHints, Renewal, Schedule, ScheduleFiring, Settled, Settlement, Store, StoreError,
-    StoreResult, StoreStats, TimerRow, TimerScope, TriggerRow, TriggerSelect, TriggerWrite, WakeUp,
+    BookmarkQuery, BookmarkRow, BookmarkSelect, BoxFuture, Capabilities, ChildWaitIndex,
+    ClaimedInstance, ClaimedRecord, Commit, ControlRequest, DeadLetter, DeadLetterFilter,
+    DefinitionRecord, DefinitionStore, DueTimers, Enqueue, IdempotencyRecord, IncidentQuery,
+    IncidentRecord, InstanceFilter, InstanceRecord, InstanceStatus, JournalRecord, Lease,
+    LeaseClaim, LeaseKey, ListedInstance, Micros, MigrateMode, NewIncident, NewInstance,
+    PurgeTarget, QueueItem, RemoteHints, Renewal, Schedule, ScheduleFiring, Settled, Settlement,
+    Store, StoreError, StoreResult, StoreStats, TimerRow, TimerScope, TriggerRow, TriggerSelect,
+    TriggerWrite, WakeUp,
 };
 
 mod notify;
@@ -450,9 +451,9 @@ impl Store for PostgresStore {
         claim: LeaseClaim,
     ) -> BoxFuture<'_, StoreResult<ClaimedRecord<String>>> {
         let id = instance_id.to_owned();
-        Box::pin(async move {
-            single!(self, |c| ops::claim_instance(c, &self.schema, &id, &claim))
-        })
+        Box::pin(
+            async move { single!(self, |c| ops::claim_instance(c, &self.schema, &id, &claim)) },
+        )
     }
 
     fn commit(&self, commit: Commit<String>) -> BoxFuture<'_, StoreResult<u64>> {
@@ -680,6 +681,21 @@ impl Store for PostgresStore {
                     BookmarkSelect::Instance(id) => ops::list_bookmarks(c, &self.schema, id).await,
                 }
             })
+        })
+    }
+
+    fn find_routes(
+        &self,
+        hashes: Vec<String>,
+        bookmarks: BookmarkQuery,
+    ) -> BoxFuture<'_, StoreResult<(Vec<TriggerRow>, Vec<BookmarkRow>)>> {
+        Box::pin(async move {
+            read!(self, |c| ops::find_routes(
+                c,
+                &self.schema,
+                &hashes,
+                &bookmarks
+            ))
         })
     }
 

@@ -6,13 +6,13 @@ use sqlx::postgres::PgRow;
 use sqlx::{PgConnection, Row};
 
 use super::super::{
-    BookmarkQuery, BookmarkRow, ClaimedInstance, ClaimedRecord, Commit, LeaseClaim, ControlRequest, DeadLetter,
+    BookmarkQuery, BookmarkRow, ClaimedInstance, ClaimedRecord, Commit, ControlRequest, DeadLetter,
     DeadLetterFilter, DeadLetterReason, DefinitionRecord, EncodedQueueItem, IdempotencyRecord,
     IncidentQuery, IncidentRecord, InstanceFilter, InstanceRecord, InstanceStatus,
-    InstanceSubStatus, InstanceSummary, JournalRecord, Lease, LeaseKey, ListedInstance, Micros,
-    NewIncident, NewInstance, QueueItem, Renewal, Schedule, ScheduleFiring,
-    Settled, Settlement, StoreError, StoreResult, StoredInstance, TimerRow, TriggerRow,
-    TriggerWrite, decode_control_request, decode_instance_status,
+    InstanceSubStatus, InstanceSummary, JournalRecord, Lease, LeaseClaim, LeaseKey, ListedInstance,
+    Micros, NewIncident, NewInstance, QueueItem, Renewal, Schedule, ScheduleFiring, Settled,
+    Settlement, StoreError, StoreResult, StoredInstance, TimerRow, TriggerRow, TriggerWrite,
+    decode_control_request, decode_instance_status,
 };
 use super::schema::Schema;
 use crate::store::CHILD_WAIT;
@@ -40,12 +40,12 @@ fn is_unique_violation(error: &sqlx::Error) -> bool {
 
 const INSTANCE_COLS: &str = "instance_id, definition_name, definition_version, status, \
     sub_status, correlation_id, version, lease_owner, lease_token, lease_expires_at, \
-    control_request, origin_at, created_at, updated_at, finished_at, state";
+    control_request, origin_at, created_at, updated_at, finished_at, listing, state";
 
-/// Decodes one instance row with its state text (column 15), left encoded.
+/// Decodes one instance row with its state text (column 16), left encoded.
 fn instance_from_row(id: &str, row: &PgRow) -> StoreResult<InstanceRecord<String>> {
     let summary = summary_from_row(id, row)?;
-    let state: String = row.try_get(15).map_err(|e| StoreError::Decode {
+    let state: String = row.try_get(16).map_err(|e| StoreError::Decode {
         what: "instance",
         id: id.to_owned(),
         path: "state".to_owned(),
@@ -77,6 +77,7 @@ fn summary_from_row(id: &str, row: &PgRow) -> StoreResult<InstanceSummary> {
         created_at: row.try_get(12).map_err(col)?,
         updated_at: row.try_get(13).map_err(col)?,
         finished_at: row.try_get(14).map_err(col)?,
+        listing: row.try_get(15).map_err(col)?,
     }
     .decode(id)
 }
@@ -85,18 +86,23 @@ const BOOKMARK_COLS: &str = "bookmark_id, instance_id, hash, name, node_id, cont
     correlation_id, definition_name, definition_version, look_back, created_at";
 
 fn bookmark_from_row(row: &PgRow) -> Result<BookmarkRow, sqlx::Error> {
+    bookmark_from_row_at(row, 0)
+}
+
+/// Reads `BOOKMARK_COLS` starting at column `at`.
+fn bookmark_from_row_at(row: &PgRow, at: usize) -> Result<BookmarkRow, sqlx::Error> {
     Ok(BookmarkRow {
-        bookmark_id: row.try_get(0)?,
-        instance_id: row.try_get(1)?,
-        hash: row.try_get(2)?,
-        name: row.try_get(3)?,
-        node_id: row.try_get(4)?,
-        context_id: to_u64(row.try_get(5)?),
-        correlation_id: row.try_get(6)?,
-        definition_name: row.try_get(7)?,
-        definition_version: row.try_get(8)?,
-        look_back: row.try_get(9)?,
-        created_at: row.try_get(10)?,
+        bookmark_id: row.try_get(at)?,
+        instance_id: row.try_get(at + 1)?,
+        hash: row.try_get(at + 2)?,
+        name: row.try_get(at + 3)?,
+        node_id: row.try_get(at + 4)?,
+        context_id: to_u64(row.try_get(at + 5)?),
+        correlation_id: row.try_get(at + 6)?,
+        definition_name: row.try_get(at + 7)?,
+        definition_version: row.try_get(at + 8)?,
+        look_back: row.try_get(at + 9)?,
+        created_at: row.try_get(at + 10)?,
     })
 }
 
@@ -196,8 +202,8 @@ pub(super) async fn insert_instance(
     let inserted = sqlx::query(&s.sql(
         "INSERT INTO @wf_instances (instance_id, definition_name, definition_version,
             status, sub_status, correlation_id, version, lease_token, origin_at,
-            created_at, updated_at, finished_at, state, state_size, activation_scope)
-         VALUES ($1, $2, $3, $4, $5, $6, 1, 0, $7, $8, $8, $9, $10, $11, $12)
+            created_at, updated_at, finished_at, state, state_size, activation_scope, listing)
+         VALUES ($1, $2, $3, $4, $5, $6, 1, 0, $7, $8, $8, $9, $10, $11, $12, $13)
          ON CONFLICT (instance_id) DO NOTHING",
     ))
     .bind(&i.instance_id)
@@ -212,6 +218,7 @@ pub(super) async fn insert_instance(
     .bind(state)
     .bind(limit_i64(state.len()))
     .bind(&i.activation_scope)
+    .bind(&i.listing)
     .execute(&mut *c)
     .await?;
     if inserted.rows_affected() == 0 {
@@ -281,7 +288,7 @@ pub(super) async fn commit(
         "SELECT new_version, definition FROM @wf_commit($1, $2, $3, $4, $5, $6, $7, $8, $9,
             $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23, $24, $25,
             $26, $27, $28, $29, $30, $31, $32, $33, $34, $35, $36, $37, $38, $39, $40, $41,
-            $42, $43, $44, $45)",
+            $42, $43, $44, $45, $46)",
     ))
     .bind(id)
     .bind(to_i64(commit.expected_version))
@@ -296,15 +303,30 @@ pub(super) async fn commit(
     .bind(commit.release_lease)
     .bind(&commit.receipts)
     .bind(&commit.bookmarks_removed)
-    .bind(added.iter().map(|b| b.bookmark_id.as_str()).collect::<Vec<_>>())
+    .bind(
+        added
+            .iter()
+            .map(|b| b.bookmark_id.as_str())
+            .collect::<Vec<_>>(),
+    )
     .bind(added.iter().map(|b| b.hash.as_str()).collect::<Vec<_>>())
     .bind(added.iter().map(|b| b.name.as_str()).collect::<Vec<_>>())
     .bind(added.iter().map(|b| b.node_id.as_str()).collect::<Vec<_>>())
-    .bind(added.iter().map(|b| to_i64(b.context_id)).collect::<Vec<_>>())
+    .bind(
+        added
+            .iter()
+            .map(|b| to_i64(b.context_id))
+            .collect::<Vec<_>>(),
+    )
     .bind(added.iter().map(|b| b.look_back).collect::<Vec<_>>())
     .bind(added.iter().map(|b| b.created_at).collect::<Vec<_>>())
     .bind(&commit.timers_removed)
-    .bind(timers.iter().map(|t| t.timer_id.as_str()).collect::<Vec<_>>())
+    .bind(
+        timers
+            .iter()
+            .map(|t| t.timer_id.as_str())
+            .collect::<Vec<_>>(),
+    )
     .bind(timers.iter().map(|t| t.kind.as_str()).collect::<Vec<_>>())
     .bind(timers.iter().map(|t| t.due_at).collect::<Vec<_>>())
     .bind(commit.timers_parked)
@@ -329,13 +351,19 @@ pub(super) async fn commit(
             .map(|e| e.node_id.as_deref())
             .collect::<Vec<_>>(),
     )
-    .bind(journal.iter().map(|e| e.detail.as_str()).collect::<Vec<_>>())
+    .bind(
+        journal
+            .iter()
+            .map(|e| e.detail.as_str())
+            .collect::<Vec<_>>(),
+    )
     .bind(commit.max_journal_entries.map(to_i64))
     .bind(&commit.consumed_queue_items)
     .bind(control_targets)
     .bind(control_texts)
     .bind(resolved_ids)
     .bind(resolutions)
+    .bind(&commit.listing)
     .bind(notification.as_ref().map(|(channel, _)| channel.as_str()))
     .bind(notification.as_ref().map(|(_, payload)| payload.as_str()))
     .fetch_one(&mut *c)
@@ -945,23 +973,83 @@ const TRIGGER_COLS: &str = "definition_name, node_id, hash, definition_version, 
     key_display, payload, activation, registered_at";
 
 fn trigger_from_row(row: &PgRow) -> StoreResult<TriggerRow> {
-    let definition_name: String = row.try_get(0)?;
-    let node_id: String = row.try_get(1)?;
-    let hash: String = row.try_get(2)?;
+    trigger_from_row_at(row, 0)
+}
+
+/// Reads `TRIGGER_COLS` starting at column `at`.
+fn trigger_from_row_at(row: &PgRow, at: usize) -> StoreResult<TriggerRow> {
+    let definition_name: String = row.try_get(at)?;
+    let node_id: String = row.try_get(at + 1)?;
+    let hash: String = row.try_get(at + 2)?;
     let id = format!("{definition_name}/{node_id}/{hash}");
-    let payload: String = row.try_get(6)?;
-    let activation: String = row.try_get(7)?;
+    let payload: String = row.try_get(at + 6)?;
+    let activation: String = row.try_get(at + 7)?;
     Ok(TriggerRow {
         payload: decode_json("trigger", &id, "payload", &payload)?,
         activation: decode_json("trigger", &id, "activation", &activation)?,
-        definition_version: row.try_get(3)?,
-        name: row.try_get(4)?,
-        key_display: row.try_get(5)?,
-        registered_at: row.try_get(8)?,
+        definition_version: row.try_get(at + 3)?,
+        name: row.try_get(at + 4)?,
+        key_display: row.try_get(at + 5)?,
+        registered_at: row.try_get(at + 8)?,
         definition_name,
         node_id,
         hash,
     })
+}
+
+/// A send's routing reads in one statement (RT-15, RT-17): the trigger rows with any of
+/// `hashes` and the first page of bookmarks matching `query`, as one `UNION ALL` whose rows
+/// say which they are (column 0) and carry the trigger columns (from 1) or the bookmark
+/// columns (from 10), the others `NULL`.
+pub(super) async fn find_routes(
+    c: &mut Conn,
+    s: &Schema,
+    hashes: &[String],
+    query: &BookmarkQuery,
+) -> StoreResult<(Vec<TriggerRow>, Vec<BookmarkRow>)> {
+    const NO_TRIGGER: &str = "NULL::TEXT, NULL::TEXT, NULL::TEXT, NULL::TEXT, NULL::TEXT, \
+        NULL::TEXT, NULL::TEXT, NULL::TEXT, NULL::BIGINT";
+    const NO_BOOKMARK: &str = "NULL::TEXT, NULL::TEXT, NULL::TEXT, NULL::TEXT, NULL::TEXT, \
+        NULL::BIGINT, NULL::TEXT, NULL::TEXT, NULL::TEXT, NULL::BIGINT, NULL::BIGINT";
+    let (after_at, after_id) = match &query.after {
+        Some((at, id)) => (Some(*at), Some(id.as_str())),
+        None => (None, None),
+    };
+    let rows = sqlx::query(&s.sql(&format!(
+        "SELECT 0, {TRIGGER_COLS}, {NO_BOOKMARK} FROM @wf_triggers WHERE hash = ANY($1)
+         UNION ALL
+         (SELECT 1, {NO_TRIGGER}, {BOOKMARK_COLS} FROM @wf_bookmarks
+          WHERE hash = $2
+            AND ($3::text IS NULL OR instance_id = $3)
+            AND ($4::text IS NULL OR correlation_id = $4)
+            AND ($5::text IS NULL OR bookmark_id = $5)
+            AND ($6::bigint IS NULL OR (created_at, bookmark_id) > ($6, $7))
+          ORDER BY created_at, bookmark_id LIMIT $8)"
+    )))
+    .bind(hashes)
+    .bind(&query.hash)
+    .bind(&query.instance_id)
+    .bind(&query.correlation_id)
+    .bind(&query.bookmark_id)
+    .bind(after_at)
+    .bind(after_id)
+    .bind(limit_i64(query.limit))
+    .fetch_all(&mut *c)
+    .await?;
+    let (mut triggers, mut bookmarks) = (Vec::new(), Vec::new());
+    for row in &rows {
+        if row.try_get::<i32, _>(0)? == 0 {
+            triggers.push(trigger_from_row_at(row, 1)?);
+        } else {
+            bookmarks.push(bookmark_from_row_at(row, 10)?);
+        }
+    }
+    // The orders of `find_triggers` and `find_bookmarks` (text keys collate as bytes).
+    triggers.sort_by(|a, b| {
+        (&a.definition_name, &a.node_id, &a.hash).cmp(&(&b.definition_name, &b.node_id, &b.hash))
+    });
+    bookmarks.sort_by(|a, b| (a.created_at, &a.bookmark_id).cmp(&(b.created_at, &b.bookmark_id)));
+    Ok((triggers, bookmarks))
 }
 
 /// Writes a definition's trigger changes (ST-7), under an advisory lock on the definition so

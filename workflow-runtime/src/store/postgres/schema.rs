@@ -80,7 +80,14 @@ pub(super) const MIGRATIONS: &[(u32, &str, &str)] = &[
 /// * `WFBK0` / `WFTM0`: a bookmark / timer id exists (message: the id).
 ///
 /// It returns the new version and the definition name (for the incidents a commit opens).
+///
+/// The migration also adds the instance row's `listing` column: what a listing shows of an
+/// instance (where it is, what it waits for), written by every commit and creation, so a
+/// listing reads no state document (`NULL` for rows written before it: a listing then reads
+/// their document).
 const MIGRATION_0003: &str = r#"
+ALTER TABLE @wf_instances ADD COLUMN listing TEXT;
+
 CREATE FUNCTION @wf_commit(
     p_id TEXT, p_expected BIGINT, p_token BIGINT, p_now BIGINT, p_state TEXT,
     p_status TEXT, p_sub_status TEXT, p_correlation TEXT, p_finished_at BIGINT,
@@ -96,7 +103,7 @@ CREATE FUNCTION @wf_commit(
     p_jn_details TEXT[], p_max_journal BIGINT, p_consumed TEXT[],
     p_control_targets TEXT[], p_control_texts TEXT[],
     p_resolved_ids TEXT[], p_resolutions TEXT[],
-    p_channel TEXT, p_payload TEXT
+    p_listing TEXT, p_channel TEXT, p_payload TEXT
 ) RETURNS TABLE (new_version BIGINT, definition TEXT)
 LANGUAGE plpgsql AS $body$
 DECLARE
@@ -212,7 +219,7 @@ BEGIN
     UPDATE @wf_instances SET
         version = version + 1, state = p_state, state_size = octet_length(p_state),
         status = p_status, sub_status = p_sub_status, correlation_id = p_correlation,
-        updated_at = p_now, finished_at = p_finished_at,
+        updated_at = p_now, finished_at = p_finished_at, listing = p_listing,
         control_request = CASE WHEN p_clear_control THEN NULL ELSE control_request END,
         lease_owner = CASE WHEN p_release THEN NULL ELSE lease_owner END,
         lease_expires_at = CASE WHEN p_release THEN NULL ELSE lease_expires_at END
