@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::{PgConnection, PgPool, Postgres, Transaction};
-use tokio::sync::broadcast;
+use tokio::sync::{broadcast, mpsc};
 use tokio::task::JoinHandle;
 
 use super::{
@@ -135,8 +135,9 @@ pub struct PostgresStore {
     /// The hints heard from other processes, forwarded to the [`Storage`](super::Storage)
     /// over this store ([`RemoteHints`]).
     hints: broadcast::Sender<WakeUp>,
-    /// This store's id in notification payloads, so it ignores its own.
-    origin: String,
+    /// The hints of committed writes, for the other processes: sent by the notifier task
+    /// (see `notify.rs`).
+    notifier: mpsc::UnboundedSender<Vec<WakeUp>>,
     counters: Arc<Counters>,
     migrations_applied: Vec<u32>,
     listener: Option<JoinHandle<()>>,
@@ -231,6 +232,13 @@ impl PostgresStore {
         let migrations_applied = schema::migrate(&pool, &schema, options.migrate).await?;
         let (hints, _) = broadcast::channel(1024);
         let origin = new_origin();
+        let (notifier, outgoing) = mpsc::unbounded_channel();
+        tokio::spawn(notify::send(
+            pool.clone(),
+            schema.channel(),
+            origin.clone(),
+            outgoing,
+        ));
         let listener = options.listen.then(|| {
             tokio::spawn(notify::listen(
                 pool.clone(),
@@ -249,7 +257,7 @@ impl PostgresStore {
             pool,
             schema,
             hints,
-            origin,
+            notifier,
             counters: Arc::new(Counters::default()),
             migrations_applied,
             listener,
@@ -307,6 +315,14 @@ impl PostgresStore {
         Ok(self.pool.begin().await?)
     }
 
+    /// Hands the hints of a committed write to the notifier (see `notify.rs`).
+    fn announce(&self, hints: &[WakeUp]) {
+        if !hints.is_empty() {
+            // The notifier ends only with the store: a closed channel loses nothing.
+            let _ = self.notifier.send(hints.to_vec());
+        }
+    }
+
     /// A pooled connection that answers a ping; the ones that do not are closed.
     async fn live_connection(&self) -> StoreResult<sqlx::pool::PoolConnection<Postgres>> {
         let mut tries = self.pool.size() + 1;
@@ -330,25 +346,19 @@ impl PostgresStore {
         self.counters.transactions.fetch_add(1, Ordering::Relaxed);
     }
 
-    /// Ends a write: on success sends `hints` to the other processes inside the transaction
-    /// (`NOTIFY` is delivered only if it commits) and commits; on failure rolls back, so
-    /// nothing is written. (This process's own hints are sent by [`Storage`](super::Storage).)
+    /// Ends a write: on success commits, then hands `hints` to the notifier for the other
+    /// processes (only a committed write sends any); on failure rolls back, so nothing is
+    /// written. (This process's own hints are sent by [`Storage`](super::Storage).)
     async fn finish<T>(
         &self,
-        mut tx: Transaction<'static, Postgres>,
+        tx: Transaction<'static, Postgres>,
         result: StoreResult<T>,
         hints: &[WakeUp],
     ) -> StoreResult<T> {
         match result {
             Ok(value) => {
-                if !hints.is_empty() {
-                    sqlx::query("SELECT pg_notify($1, $2)")
-                        .bind(self.schema.channel())
-                        .bind(notify::payload(&self.origin, hints))
-                        .execute(&mut *tx)
-                        .await?;
-                }
                 tx.commit().await?;
+                self.announce(hints);
                 Ok(value)
             }
             Err(error) => {
@@ -459,23 +469,12 @@ impl Store for PostgresStore {
     fn commit(&self, commit: Commit<String>) -> BoxFuture<'_, StoreResult<u64>> {
         let hints = WakeUp::of_commit(&commit);
         Box::pin(async move {
-            // The commit function sends the notification itself, in the commit's transaction.
-            let notification = (!hints.is_empty())
-                .then(|| (self.schema.channel(), notify::payload(&self.origin, &hints)));
             if ops::commit_needs_transaction(&commit) {
-                return write_tx!(self, [], |c| ops::commit(
-                    c,
-                    &self.schema,
-                    &commit,
-                    &notification
-                ));
+                return write_tx!(self, hints, |c| ops::commit(c, &self.schema, &commit));
             }
-            single!(self, |c| ops::commit(
-                c,
-                &self.schema,
-                &commit,
-                &notification
-            ))
+            let version = single!(self, |c| ops::commit(c, &self.schema, &commit))?;
+            self.announce(&hints);
+            Ok(version)
         })
     }
 

@@ -247,10 +247,6 @@ pub(super) async fn insert_instance(
     Ok(())
 }
 
-/// The commit's notification: the channel and payload the commit function sends, or
-/// `None` when it has no hints.
-pub(super) type Notification = Option<(String, String)>;
-
 /// Applies a commit (ST-16) in one call of the schema's commit function (migration 3),
 /// which locks the instance row first (`FOR UPDATE`), so the version and token checks and
 /// every write see the one current row: a concurrent commit waits, then finds the new
@@ -261,12 +257,7 @@ pub(super) type Notification = Option<(String, String)>;
 /// queue items, incidents opened, an idempotency record) follows in the same transaction
 /// (`c` is then a transaction: see [`commit_needs_transaction`]). Any failure rolls the
 /// whole transaction back.
-pub(super) async fn commit(
-    c: &mut Conn,
-    s: &Schema,
-    commit: &Commit<String>,
-    notification: &Notification,
-) -> StoreResult<u64> {
+pub(super) async fn commit(c: &mut Conn, s: &Schema, commit: &Commit<String>) -> StoreResult<u64> {
     let id = commit.instance_id.as_str();
     let state = commit.state.as_str();
     let added = &commit.bookmarks_added;
@@ -288,7 +279,7 @@ pub(super) async fn commit(
         "SELECT new_version, definition FROM @wf_commit($1, $2, $3, $4, $5, $6, $7, $8, $9,
             $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23, $24, $25,
             $26, $27, $28, $29, $30, $31, $32, $33, $34, $35, $36, $37, $38, $39, $40, $41,
-            $42, $43, $44, $45, $46)",
+            $42, $43, $44)",
     ))
     .bind(id)
     .bind(to_i64(commit.expected_version))
@@ -364,8 +355,6 @@ pub(super) async fn commit(
     .bind(resolved_ids)
     .bind(resolutions)
     .bind(&commit.listing)
-    .bind(notification.as_ref().map(|(channel, _)| channel.as_str()))
-    .bind(notification.as_ref().map(|(_, payload)| payload.as_str()))
     .fetch_one(&mut *c)
     .await
     .map_err(|e| commit_error(commit, e))?;

@@ -69,7 +69,7 @@ pub(super) const MIGRATIONS: &[(u32, &str, &str)] = &[
 /// of a statement per row (ST-16): it locks the instance row, checks the expected version and
 /// the lease token (ST-13, ST-14), and writes receipts, the bookmark and timer diffs, the
 /// journal (with its cap, ENG-42), the consumed queue items, control requests for other
-/// instances, resolved incidents and the instance row, and sends the commit's notification.
+/// instances, resolved incidents and the instance row.
 /// Every row set arrives as arrays expanded with `unnest`, every value as a parameter. A
 /// refused commit raises an error with one of the `WF` SQL states below, naming what refused
 /// it in the message, so nothing of it is written:
@@ -103,7 +103,7 @@ CREATE FUNCTION @wf_commit(
     p_jn_details TEXT[], p_max_journal BIGINT, p_consumed TEXT[],
     p_control_targets TEXT[], p_control_texts TEXT[],
     p_resolved_ids TEXT[], p_resolutions TEXT[],
-    p_listing TEXT, p_channel TEXT, p_payload TEXT
+    p_listing TEXT
 ) RETURNS TABLE (new_version BIGINT, definition TEXT)
 LANGUAGE plpgsql AS $body$
 DECLARE
@@ -224,9 +224,6 @@ BEGIN
         lease_owner = CASE WHEN p_release THEN NULL ELSE lease_owner END,
         lease_expires_at = CASE WHEN p_release THEN NULL ELSE lease_expires_at END
      WHERE instance_id = p_id;
-    IF p_channel IS NOT NULL THEN
-        PERFORM pg_notify(p_channel, p_payload);
-    END IF;
     new_version := cur.version + 1;
     definition := cur.definition_name;
     RETURN NEXT;
