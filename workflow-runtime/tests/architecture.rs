@@ -321,15 +321,15 @@ fn uses_in(
     found
 }
 
-/// The layers `architecture.md` documents, top first: the lines of the fenced block between
-/// its `layers: begin` and `layers: end` markers, each a list of module names.
+/// The layers `docs/reference/architecture.md` documents, top first: the lines of the fenced
+/// block between its `layers: begin` and `layers: end` markers, each a list of module names.
 fn documented_layers(page: &str) -> Vec<Vec<String>> {
     let begin = page
         .find("<!-- layers: begin -->")
-        .expect("architecture.md has a `<!-- layers: begin -->` marker");
+        .expect("docs/reference/architecture.md has a `<!-- layers: begin -->` marker");
     let end = page
         .find("<!-- layers: end -->")
-        .expect("architecture.md has a `<!-- layers: end -->` marker");
+        .expect("docs/reference/architecture.md has a `<!-- layers: end -->` marker");
     page[begin..end]
         .lines()
         .skip(1)

@@ -155,8 +155,8 @@ impl Stimulus {
         self
     }
 
-    /// With a typed payload. One that does not serialize makes [`Runtime::send`] fail with
-    /// [`SendError::Payload`].
+    /// With a typed payload. One that does not serialize makes
+    /// [`Runtime::send`](crate::Runtime::send) fail with [`SendError::Payload`].
     #[must_use]
     pub fn payload(mut self, payload: impl Serialize) -> Self {
         match serde_json::to_value(payload) {
@@ -323,7 +323,7 @@ impl Rejection {
     }
 }
 
-/// What [`Runtime::send`] did (RT-23).
+/// What [`Runtime::send`](crate::Runtime::send) did (RT-23).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SendReport {
     /// The stimulus id (derived from the idempotency key when one was given).
