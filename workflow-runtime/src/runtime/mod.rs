@@ -1989,7 +1989,7 @@ impl Runtime {
                 instance_id: instance_id.to_owned(),
                 token: guard.token(),
                 version: record.version,
-                bookmarks: state.bookmarks.clone(),
+                bookmarks: commit::committed_bookmarks(&state.bookmarks),
                 incidents: state
                     .incidents
                     .iter()
