@@ -1360,14 +1360,11 @@ where
 
     /// Appends a journal entry (kept if the journal level keeps its kind).
     pub(crate) fn record(&mut self, kind: JournalKind, context: Option<ContextId>, detail: Value) {
-        let node = context.and_then(|id| self.state.context(id).map(|c| (id, c.node_id.clone())));
         let now = self.now;
-        self.state.journal.record(
-            kind,
-            node.as_ref().map(|(id, n)| (*id, n.as_str())),
-            detail,
-            now,
-        );
+        // The node id is borrowed from the context, not cloned: the journal copies it once.
+        let state = &mut self.state;
+        let node = context.and_then(|id| state.contexts.get(&id).map(|c| (id, c.node_id.as_str())));
+        state.journal.record(kind, node, detail, now);
     }
 
     pub(crate) fn publish(&mut self, kind: EventKind) {

@@ -146,6 +146,9 @@ pub(super) struct Tracker {
     pub(super) unpark: bool,
     /// The next commit clears the instance's control request: it honours it (C-29).
     pub(super) clear_control: bool,
+    /// The document of the last commit, when it released the lease of a live instance: the
+    /// run may keep its state (ENG-53).
+    pub(super) last_document: Option<String>,
 }
 
 /// The commits of one leased run: inside it (ENG-32) and at its end (ENG-31).
@@ -172,8 +175,10 @@ impl RunCommits<'_> {
         queue_items: Vec<crate::store::QueueItem>,
     ) -> Result<(), RunError> {
         let commit = {
-            let tracker = lock(&self.tracker);
+            let mut tracker = lock(&self.tracker);
             let document = encode_document(state)?;
+            tracker.last_document =
+                (release && !state.status.is_final()).then(|| document.0.clone());
             let mut commit = Commit::new(
                 tracker.instance_id.clone(),
                 tracker.version,
