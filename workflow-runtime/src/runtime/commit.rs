@@ -122,7 +122,7 @@ fn look_back_instant(payload: &Value, created_at: Micros) -> Option<Micros> {
 pub(super) fn committed_bookmarks(bookmarks: &[Bookmark]) -> Vec<(String, bool)> {
     bookmarks
         .iter()
-        .map(|b| (b.id.clone(), crate::timers::timer_of(b).is_some()))
+        .map(|b| (b.id.clone(), crate::engine::names::timer_of(b).is_some()))
         .collect()
 }
 
@@ -210,7 +210,7 @@ impl RunCommits<'_> {
                 .bookmarks
                 .iter()
                 .filter(|b| !committed(b))
-                .filter_map(crate::timers::timer_of)
+                .filter_map(crate::engine::names::timer_of)
                 .collect();
             let removed: Vec<&(String, bool)> = tracker
                 .bookmarks
