@@ -50,28 +50,32 @@ pub(crate) fn new_ulid() -> String {
 
 // ---- time ------------------------------------------------------------------------------
 //
-// One unit per layer, one conversion: the store and the [`Clock`](crate::Clock) count
-// [`Micros`] (UTC microseconds since the Unix epoch, ST-23); the engine's state document
-// counts milliseconds ([`Millis`], the unit of the definition model's durations). Every
-// conversion between them goes through [`ms_to_micros`] and [`micros_to_ms`], which saturate
-// instead of overflowing.
+// One unit: the engine, its state document, the runtime, the timers, the store and the
+// [`Clock`](crate::Clock) count [`Micros`] (UTC microseconds since the Unix epoch, ST-23).
+// Durations users write in milliseconds (a delay, an attempt timeout, a schedule's interval, a
+// look-back window, a delay's or start's instant given in ms) are inputs, converted once where
+// they are read by [`ms_to_micros`], which saturates instead of overflowing.
 
 /// A UTC instant as integer microseconds since the Unix epoch (ST-23), or a duration in
 /// microseconds where a parameter says so (`ttl`).
 pub type Micros = i64;
 
-/// A UTC instant as milliseconds since the Unix epoch, or a duration in milliseconds: the
-/// engine's unit (the state document, the model's durations).
-pub(crate) type Millis = u64;
-
-/// Milliseconds to microseconds, saturating at `Micros::MAX`.
-pub(crate) fn ms_to_micros(ms: Millis) -> Micros {
+/// A user-written millisecond duration or instant to microseconds, saturating at
+/// `Micros::MAX`: the one input boundary of time.
+pub(crate) fn ms_to_micros(ms: u64) -> Micros {
     i64::try_from(ms).unwrap_or(i64::MAX).saturating_mul(1000)
 }
 
-/// Microseconds to milliseconds; an instant before the epoch is 0.
-pub(crate) fn micros_to_ms(micros: Micros) -> Millis {
-    u64::try_from(micros / 1000).unwrap_or(0)
+/// Whole seconds since the epoch (a cron occurrence) to microseconds, saturating.
+pub(crate) fn secs_to_micros(seconds: u64) -> Micros {
+    i64::try_from(seconds)
+        .unwrap_or(i64::MAX)
+        .saturating_mul(1_000_000)
+}
+
+/// An instant in microseconds to whole seconds since the epoch (for cron); 0 before it.
+pub(crate) fn micros_to_secs(at: Micros) -> u64 {
+    u64::try_from(at.div_euclid(1_000_000)).unwrap_or(0)
 }
 
 /// The wall clock in µs since the epoch (ST-23).

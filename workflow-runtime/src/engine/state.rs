@@ -9,8 +9,14 @@ use std::collections::{BTreeMap, VecDeque};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
+use crate::base::Micros;
+
 /// The format version of the persisted [`WorkflowState`] document.
-pub const FORMAT_VERSION: u32 = 1;
+pub const FORMAT_VERSION: u32 = 2;
+
+/// The previous document format, whose instants were milliseconds since the epoch: still read,
+/// and converted to this format by [`WorkflowState::upgrade_stored`] (ST-19).
+pub const FORMAT_VERSION_MS: u32 = 1;
 
 /// An activity context id: from a per-instance counter, never reused (ENG-3).
 pub type ContextId = u64;
@@ -82,12 +88,12 @@ pub struct ActivityContext {
     pub payload: Option<Value>,
     /// How many times an entry point of it ran.
     pub execution_count: u32,
-    /// When it first ran (ms since the epoch).
+    /// When it first ran (µs since the epoch).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub started_at: Option<u64>,
-    /// When it became final.
+    pub started_at: Option<Micros>,
+    /// When it became final (µs since the epoch).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub completed_at: Option<u64>,
+    pub completed_at: Option<Micros>,
     /// Its result once completed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub result: Option<Value>,
@@ -196,8 +202,8 @@ pub struct Bookmark {
     /// The callback run on resume; with none the context completes with the payload.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub callback: Option<String>,
-    /// When it was created (ms since the epoch).
-    pub created_at: u64,
+    /// When it was created (µs since the epoch).
+    pub created_at: Micros,
 }
 
 /// A failure for good recorded against the instance (ENG-17, FLT-6).
@@ -211,8 +217,8 @@ pub struct Incident {
     pub node_id: String,
     /// What happened.
     pub fault: FaultRecord,
-    /// When (ms since the epoch).
-    pub at: u64,
+    /// When (µs since the epoch).
+    pub at: Micros,
     /// `open` until the instance is retried or cancelled.
     pub resolution: Option<String>,
     /// What kind of failure faulted the instance (FLT-6). Incidents stored before kinds
@@ -287,8 +293,8 @@ pub enum JournalKind {
 pub struct JournalEntry {
     /// Per-instance sequence number.
     pub seq: u64,
-    /// Time (ms since the epoch).
-    pub at: u64,
+    /// Time (µs since the epoch).
+    pub at: Micros,
     /// The kind.
     pub kind: JournalKind,
     /// The context concerned.
@@ -370,7 +376,7 @@ impl Journal {
         kind: JournalKind,
         context: Option<(ContextId, &str)>,
         detail: Value,
-        now: u64,
+        now: Micros,
     ) {
         if self.level == JournalLevel::Off || kind.level() > self.level {
             return;
@@ -483,10 +489,10 @@ pub struct WorkflowState {
     /// (FC-6 step 1, ACT-7).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) trigger: Option<TriggerStart>,
-    /// When it was created (ms since the epoch).
-    pub(crate) created_at: u64,
-    /// When it last changed.
-    pub(crate) updated_at: u64,
+    /// When it was created (µs since the epoch).
+    pub(crate) created_at: Micros,
+    /// When it last changed (µs since the epoch).
+    pub(crate) updated_at: Micros,
     /// The status.
     pub(crate) status: WorkflowStatus,
     /// The sub-status, for `Running` and `Suspended`.
@@ -538,7 +544,7 @@ impl WorkflowState {
         input: Value,
         data: Value,
         journal: Journal,
-        now: u64,
+        now: Micros,
     ) -> Self {
         Self {
             format_version: FORMAT_VERSION,
@@ -599,13 +605,13 @@ impl WorkflowState {
         self.trigger.as_ref()
     }
 
-    /// When it was created (ms since the epoch).
-    pub fn created_at(&self) -> u64 {
+    /// When it was created, in µs since the epoch (ST-23).
+    pub fn created_at_micros(&self) -> Micros {
         self.created_at
     }
 
-    /// When it last changed.
-    pub fn updated_at(&self) -> u64 {
+    /// When it last changed, in µs since the epoch (ST-23).
+    pub fn updated_at_micros(&self) -> Micros {
         self.updated_at
     }
 
@@ -758,6 +764,60 @@ impl WorkflowState {
         Ok(())
     }
 
+    /// Brings a document of an earlier format read from the store to [`FORMAT_VERSION`]
+    /// (ST-19): a format-1 document counted every instant in milliseconds since the epoch;
+    /// each one it holds becomes microseconds. The instants are the instance's `created_at`
+    /// and `updated_at`, each context's `started_at` and `completed_at`, each bookmark's
+    /// `created_at`, each incident's `at`, and what the built-in activities keep: a Timer's
+    /// `anchor` property, the `started_at` and `ended_at` of each entry of a task's `attempts`
+    /// property, the `due_at` and `fired_at` of a timer-backed bookmark's payload (`wf.delay`,
+    /// `wf.timer`, `wf.start_at`, `wf.cron`, `wf.deadline`, `wf.retry`) and of a queued
+    /// resume of one. Results of contexts already completed are outputs handed on as they
+    /// were, and stay untouched. A document of this format is left as it is.
+    pub(crate) fn upgrade_stored(&mut self) {
+        if self.format_version != FORMAT_VERSION_MS {
+            return;
+        }
+        let ms = |at: Micros| at.saturating_mul(1000);
+        self.created_at = ms(self.created_at);
+        self.updated_at = ms(self.updated_at);
+        let timer_bookmarks: Vec<String> = self
+            .bookmarks
+            .iter()
+            .filter(|b| is_timer_name(&b.name))
+            .map(|b| b.id.clone())
+            .collect();
+        for context in self.contexts.values_mut() {
+            context.started_at = context.started_at.map(ms);
+            context.completed_at = context.completed_at.map(ms);
+            if let Some(anchor) = context.properties.get_mut("anchor") {
+                scale_instant(anchor);
+            }
+            if let Some(Value::Array(attempts)) = context.properties.get_mut("attempts") {
+                for attempt in attempts {
+                    scale_fields(attempt, &["started_at", "ended_at"]);
+                }
+            }
+        }
+        for bookmark in &mut self.bookmarks {
+            bookmark.created_at = ms(bookmark.created_at);
+            if is_timer_name(&bookmark.name) {
+                scale_fields(&mut bookmark.payload, &["due_at", "fired_at"]);
+            }
+        }
+        for item in &mut self.queue {
+            if let EntryPoint::Resume { bookmark, payload } = &mut item.entry
+                && timer_bookmarks.contains(bookmark)
+            {
+                scale_fields(payload, &["due_at", "fired_at"]);
+            }
+        }
+        for incident in &mut self.incidents {
+            incident.at = ms(incident.at);
+        }
+        self.format_version = FORMAT_VERSION;
+    }
+
     /// Removes final contexts that are not the root (ENG-7): their owner was signalled when
     /// they became final, and their descendants are final too.
     pub(crate) fn prune(&mut self) {
@@ -774,6 +834,30 @@ impl WorkflowState {
     }
 }
 
+/// Whether a bookmark name is one of the timer-backed reserved names, whose payload holds
+/// `due_at` (TM-3).
+fn is_timer_name(name: &str) -> bool {
+    crate::engine::names::Reserved::from_name(name).is_some_and(|r| r.timer_kind().is_some())
+}
+
+/// A millisecond instant (a JSON integer) made microseconds; anything else is left alone.
+fn scale_instant(value: &mut Value) {
+    if let Some(at) = value.as_i64() {
+        *value = Value::from(at.saturating_mul(1000));
+    }
+}
+
+/// [`scale_instant`] on the named fields of a JSON object.
+fn scale_fields(value: &mut Value, fields: &[&str]) {
+    if let Value::Object(map) = value {
+        for field in fields {
+            if let Some(at) = map.get_mut(*field) {
+                scale_instant(at);
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -782,7 +866,7 @@ mod tests {
     fn eng42_journal_compacts_oldest_entries_into_one() {
         let mut journal = Journal::new(JournalLevel::Verbose, 10);
         for i in 0..25 {
-            journal.record(JournalKind::Completed, Some((i, "root:a")), Value::Null, i);
+            journal.record(JournalKind::Completed, Some((i, "root:a")), Value::Null, i64::try_from(i).unwrap_or(0));
             journal.compact();
         }
         assert_eq!(journal.entries.len(), 10);
