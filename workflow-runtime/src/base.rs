@@ -15,8 +15,9 @@ pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
 const CROCKFORD: &[u8; 32] = b"0123456789ABCDEFGHJKMNPQRSTVWXYZ";
 
-/// Milliseconds since the Unix epoch (0 if the clock is before it).
-pub(crate) fn now_ms() -> u64 {
+/// Milliseconds since the Unix epoch (0 if the clock is before it): the time field of a ULID,
+/// which its format fixes in ms; not workflow time.
+pub(crate) fn ulid_now_ms() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
@@ -31,12 +32,12 @@ pub(crate) fn new_ulid() -> String {
     static COUNTER: AtomicU64 = AtomicU64::new(0);
     let seed = *SEED.get_or_init(|| {
         let mut hasher = RandomState::new().build_hasher();
-        hasher.write_u64(now_ms());
+        hasher.write_u64(ulid_now_ms());
         hasher.write_u32(std::process::id());
         hasher.finish()
     });
     let count = COUNTER.fetch_add(1, Ordering::Relaxed);
-    let time = u128::from(now_ms() & 0xFFFF_FFFF_FFFF);
+    let time = u128::from(ulid_now_ms() & 0xFFFF_FFFF_FFFF);
     // 16 bits of seed, then 64 bits of (seed + counter): unique per process, varied across.
     let random = (u128::from(seed >> 48) << 64) | u128::from(seed.wrapping_add(count));
     let value = (time << 80) | random;

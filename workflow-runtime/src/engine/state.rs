@@ -866,7 +866,12 @@ mod tests {
     fn eng42_journal_compacts_oldest_entries_into_one() {
         let mut journal = Journal::new(JournalLevel::Verbose, 10);
         for i in 0..25 {
-            journal.record(JournalKind::Completed, Some((i, "root:a")), Value::Null, i64::try_from(i).unwrap_or(0));
+            journal.record(
+                JournalKind::Completed,
+                Some((i, "root:a")),
+                Value::Null,
+                i64::try_from(i).unwrap_or(0),
+            );
             journal.compact();
         }
         assert_eq!(journal.entries.len(), 10);
@@ -875,6 +880,86 @@ mod tests {
         assert_eq!(first.detail["from_seq"], 1);
         assert_eq!(first.detail["kinds"]["Completed"], 16);
         assert_eq!(journal.entries[1].seq, 17);
+    }
+
+    // ST-19: every instant a format-1 document holds (ms) is µs after the upgrade; counts,
+    // user data and the non-timer bookmarks' payloads are left as they were.
+    #[test]
+    fn st19_a_format_1_document_has_every_instant_made_micros() {
+        let old = serde_json::json!({
+            "format": 1, "instance_id": "i", "definition": {"name": "D", "version": "v"},
+            "created_at": 1_000, "updated_at": 2_000, "status": "Suspended",
+            "sub_status": "Waiting",
+            "contexts": {
+                "1": {"id": 1, "node_id": "root", "parent": null, "status": "Running",
+                      "is_executing": false, "execution_count": 1, "started_at": 1_000,
+                      "properties": {"anchor": 1_000, "ticks": 3, "grid": 3}},
+                "2": {"id": 2, "node_id": "root:t", "parent": 1, "status": "Running",
+                      "is_executing": false, "execution_count": 2, "started_at": 1_100,
+                      "completed_at": 1_900,
+                      "properties": {"attempt": 2, "attempts": [
+                          {"attempt": 1, "started_at": 1_100, "ended_at": 1_200,
+                           "error": "e", "code": null}]}}
+            },
+            "root": 1, "next_context_id": 3,
+            "queue": [{"context": 1, "entry": "resume", "bookmark": "tick",
+                       "payload": {"due_at": 4_000, "fired_at": 4_100}}],
+            "callbacks": [],
+            "bookmarks": [
+                {"id": "tick", "name": "wf.timer", "hash": "h", "node_id": "root",
+                 "context_id": 1, "payload": {"due_at": 4_000, "tick": 4, "missed": 0},
+                 "auto_burn": true, "callback": "tick", "created_at": 3_000},
+                {"id": "retry", "name": "wf.retry", "hash": "h", "node_id": "root:t",
+                 "context_id": 2, "payload": {"attempt": 2, "due_at": 5_000},
+                 "auto_burn": true, "created_at": 1_200},
+                {"id": "go", "name": "go", "hash": "h", "node_id": "root:t",
+                 "context_id": 2, "payload": {"due_at": 7}, "auto_burn": true,
+                 "created_at": 1_300}
+            ],
+            "data": {"at": 9}, "input": {}, "completion_seq": 1,
+            "incidents": [{"id": "x", "context_id": 2, "node_id": "root:t",
+                           "fault": {"kind": "Error", "message": "m", "attempt": 1},
+                           "at": 1_500, "resolution": null}],
+            "event_seq": 0,
+            "journal": {"level": "Activities", "max_entries": 10, "next_seq": 1}
+        });
+        let mut state: WorkflowState = serde_json::from_value(old).unwrap();
+        state.upgrade_stored();
+        assert_eq!(state.format_version, FORMAT_VERSION);
+        assert_eq!((state.created_at, state.updated_at), (1_000_000, 2_000_000));
+        let root = &state.contexts[&1];
+        assert_eq!(root.started_at, Some(1_000_000));
+        assert_eq!(root.properties["anchor"], 1_000_000);
+        assert_eq!(root.properties["ticks"], 3);
+        let task = &state.contexts[&2];
+        assert_eq!(task.completed_at, Some(1_900_000));
+        assert_eq!(task.properties["attempt"], 2);
+        assert_eq!(task.properties["attempts"][0]["started_at"], 1_100_000);
+        assert_eq!(task.properties["attempts"][0]["ended_at"], 1_200_000);
+        assert_eq!(state.bookmarks[0].created_at, 3_000_000);
+        assert_eq!(
+            state.bookmarks[0].payload,
+            serde_json::json!({"due_at": 4_000_000, "tick": 4, "missed": 0})
+        );
+        assert_eq!(state.bookmarks[1].payload["due_at"], 5_000_000);
+        assert_eq!(state.bookmarks[1].payload["attempt"], 2);
+        assert_eq!(state.bookmarks[2].created_at, 1_300_000);
+        assert_eq!(
+            state.bookmarks[2].payload["due_at"], 7,
+            "a user event's payload"
+        );
+        let EntryPoint::Resume { payload, .. } = &state.queue[0].entry else {
+            panic!("a queued resume: {:?}", state.queue[0]);
+        };
+        assert_eq!(payload["due_at"], 4_000_000);
+        assert_eq!(payload["fired_at"], 4_100_000);
+        assert_eq!(state.incidents[0].at, 1_500_000);
+        assert_eq!(state.data["at"], 9);
+
+        // A document of this format is left alone.
+        let before = state.clone();
+        state.upgrade_stored();
+        assert_eq!(state, before);
     }
 
     #[test]

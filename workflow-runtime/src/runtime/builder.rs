@@ -11,8 +11,8 @@ use tokio::sync::broadcast;
 use workflow_model::{Activation, Definition};
 
 use super::{BuildError, Inner, Runtime};
-use crate::base::{BoxFuture, Micros};
 use crate::base::new_ulid;
+use crate::base::{BoxFuture, Micros};
 use crate::clock::{Clock, SystemClock};
 use crate::engine::events::LifecycleEvent;
 use crate::engine::executor::{

@@ -2043,8 +2043,7 @@ impl Runtime {
             }
             Some(request) if request.kind == ControlKind::Suspend && !resume => {
                 commits.clear_control_next();
-                let output =
-                    workflow.pause(state, &self.inner.middleware, self.inner.clock.now());
+                let output = workflow.pause(state, &self.inner.middleware, self.inner.clock.now());
                 let (_, started) = self.commit_and_publish(&commits, output, true).await?;
                 return if targeted {
                     Err(RunError::Paused {
