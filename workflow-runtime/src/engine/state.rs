@@ -16,7 +16,7 @@ pub const FORMAT_VERSION: u32 = 2;
 
 /// The previous document format, whose instants were milliseconds since the epoch: still read,
 /// and converted to this format by [`WorkflowState::upgrade_stored`] (ST-19).
-pub const FORMAT_VERSION_MS: u32 = 1;
+pub(crate) const FORMAT_VERSION_MS: u32 = 1;
 
 /// An activity context id: from a per-instance counter, never reused (ENG-3).
 pub type ContextId = u64;
