@@ -306,21 +306,30 @@ fn leaf_step(allow_toggle: bool) -> impl Strategy<Value = Step> {
     ]
 }
 
-/// Steps nested at most two levels deep; no `toggle` inside a loop body.
-fn steps(depth: u32, allow_toggle: bool) -> BoxedStrategy<Vec<Step>> {
+/// Steps nested at most two levels deep; no `toggle` inside a loop body, and no `while` where
+/// it could run concurrently with another (in a `parallel` branch or a `parallel_for_each`
+/// body, `allow_loop` false): two such loops sharing `flag` and stepping in lockstep each undo
+/// the other's `toggle` (`flag` true -> false -> true) and so loop forever, which is the
+/// definition's doing, not the engine's.
+fn steps(depth: u32, allow_toggle: bool, allow_loop: bool) -> BoxedStrategy<Vec<Step>> {
     if depth == 0 {
         return prop::collection::vec(leaf_step(allow_toggle), 1..3).boxed();
     }
-    let inner = move |toggle: bool| steps(depth - 1, toggle);
-    let step = prop_oneof![
+    let inner = move |toggle: bool, loops: bool| steps(depth - 1, toggle, loops);
+    let branching = prop_oneof![
         4 => leaf_step(allow_toggle),
-        1 => (inner(allow_toggle), prop::option::of(inner(allow_toggle)))
+        1 => (inner(allow_toggle, allow_loop), prop::option::of(inner(allow_toggle, allow_loop)))
             .prop_map(|(then, other)| Step::If(then, other)),
-        1 => inner(false).prop_map(Step::While),
-        1 => (inner(false), any::<bool>()).prop_map(|(body, parallel)| Step::ForEach(body, parallel)),
-        1 => (prop::collection::vec(inner(allow_toggle), 1..3), any::<bool>())
+        1 => inner(false, allow_loop).prop_map(|body| Step::ForEach(body, false)),
+        1 => inner(false, false).prop_map(|body| Step::ForEach(body, true)),
+        1 => (prop::collection::vec(inner(allow_toggle, false), 1..3), any::<bool>())
             .prop_map(|(branches, all)| Step::Parallel(branches, all)),
     ];
+    let step = if allow_loop {
+        prop_oneof![7 => branching, 1 => inner(false, true).prop_map(Step::While)].boxed()
+    } else {
+        branching.boxed()
+    };
     prop::collection::vec(step, 1..4).boxed()
 }
 
@@ -529,7 +538,7 @@ proptest! {
 
     #[test]
     fn generated_structured_sequences_finish_or_wait_cleanly(
-        root in steps(2, true),
+        root in steps(2, true, true),
         ops in prop::collection::vec(op(), 0..16),
     ) {
         run(sequence_json(&root), &ops)?;
