@@ -516,9 +516,11 @@ pub(crate) struct Inner {
     /// each.
     /// The token of the lease the sweep handed back.
     pub(crate) fresh: Mutex<HashMap<String, (std::time::Instant, u64)>>,
-    /// The pending idempotency records of direct sends in progress, by stimulus id: the
-    /// first commit delivering the stimulus writes it (RT-19), the send completes it.
-    pub(crate) pending_records: Mutex<HashMap<String, crate::store::IdempotencyRecord>>,
+    /// The pending idempotency records of direct sends in progress, by stimulus id, with the
+    /// number of sends of that stimulus in progress (concurrent sends with one key share the
+    /// first one's): the first commit delivering the stimulus, or creating an instance for
+    /// it, writes it (RT-19); the send completes it.
+    pub(crate) pending_records: Mutex<HashMap<String, (crate::store::IdempotencyRecord, usize)>>,
     /// Serializes queue passes (the worker and [`Runtime::deliver_queued`]), and holds the
     /// items this process has put back undelivered and announced once (RT-27): put back
     /// again, they are not announced again.
@@ -821,6 +823,7 @@ impl Runtime {
             receipt,
             consumed_queue_item: None,
             activation_scope: None,
+            idempotency: None,
         })
     }
 
@@ -2076,9 +2079,11 @@ impl Runtime {
         {
             let mut tracker = lock(&commits.tracker);
             // RT-19: the commit delivering a direct send's stimulus writes its record.
-            tracker.idempotency = stimulus_id
-                .as_ref()
-                .and_then(|id| lock(&self.inner.pending_records).get(id).cloned());
+            tracker.idempotency = stimulus_id.as_ref().and_then(|id| {
+                lock(&self.inner.pending_records)
+                    .get(id)
+                    .map(|(record, _)| record.clone())
+            });
             tracker.receipts.extend(stimulus_id);
         }
         // ENG-32: the run decides per task whether to commit (the node's setting, the

@@ -104,6 +104,11 @@ pub struct NewInstance<S = Value> {
     /// non-final instance has the same scope. The scope is an opaque key chosen by the
     /// runtime (`singleton:<definition>`, `correlation:<id>` to span definitions, ...).
     pub activation_scope: Option<String>,
+    /// The idempotency record of the send that starts this instance, written in the same
+    /// operation unless its key has one already (the first writer's record stays, RT-19): a
+    /// send retried after a crash that followed the creation finds it instead of starting the
+    /// instance's run again or queueing a copy.
+    pub idempotency: Option<IdempotencyRecord>,
 }
 
 /// An instance as loaded: its columns and its state document, from one snapshot (ST-13).

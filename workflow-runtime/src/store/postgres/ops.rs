@@ -237,6 +237,10 @@ pub(super) async fn insert_instance(
             .execute(&mut *c)
             .await?;
     }
+    if let Some(record) = &i.idempotency {
+        // The first writer's record stays (RT-19).
+        put_idempotency_record(c, s, record, false).await?;
+    }
     Ok(())
 }
 
