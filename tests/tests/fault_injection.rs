@@ -831,6 +831,98 @@ fn a_deferred_send_failing_after_its_enqueue_is_a_duplicate_when_retried() {
     }
 }
 
+/// The calls of the backend that write (a transaction on a database).
+const WRITES: [Op; 18] = [
+    Op::CreateInstance,
+    Op::ClaimInstance,
+    Op::Commit,
+    Op::RequestControl,
+    Op::ClaimRunnable,
+    Op::Purge,
+    Op::AcquireLease,
+    Op::RenewLease,
+    Op::ReleaseLease,
+    Op::WriteTriggers,
+    Op::ClaimDueTimers,
+    Op::PutSchedule,
+    Op::FireSchedule,
+    Op::Enqueue,
+    Op::ClaimQueuePage,
+    Op::SettleQueueItem,
+    Op::ReplayDeadLetter,
+    Op::InsertIncident,
+];
+
+/// How many writing calls of each kind were made so far (the kinds with any).
+fn writes(store: &FaultyStore) -> Vec<(Op, usize)> {
+    WRITES
+        .iter()
+        .map(|op| (*op, store.calls(*op)))
+        .filter(|(_, n)| *n > 0)
+        .collect()
+}
+
+// RT-26: a stimulus held for a paused instance costs nothing while nothing changes for it:
+// after a pass that finds it undeliverable again, the worker's sweeps write nothing (before,
+// every sweep claimed the item, leased the instance to find it paused, released both). The
+// resume still delivers it.
+#[test]
+fn held_items_cost_no_writes_while_nothing_changes() {
+    for (label, backend, _dir) in stores() {
+        block_on(async {
+            let store = FaultyStore::new(backend);
+            let queue_only: Arc<dyn Store> = store.clone();
+            // Only the queue worker in the background: the recovery sweep and the timer
+            // driver have periodic claims of their own.
+            let rt = Runtime::builder()
+                .store(queue_only)
+                .register::<Twice>()
+                .queue_sweep(Duration::from_millis(100))
+                .recovery_sweep(None)
+                .timer_driver(false)
+                .build()
+                .unwrap();
+            rt.start_workers().await.unwrap();
+            rt.start_with::<Twice>(tally("h-1"), with_id("h-1"))
+                .await
+                .unwrap();
+            rt.suspend("h-1").await.unwrap();
+            let report = rt.send(Stimulus::new("one").key("h-1")).await.unwrap();
+            assert_eq!(report.deferred, ["h-1"], "{label}: held: {report:?}");
+
+            // Some sweeps (100 ms each) to find the item undeliverable twice; then windows of
+            // five sweeps until one passes without a write. Before, none ever did.
+            let mut quiet_window = None;
+            for _ in 0..10 {
+                let before = writes(&store);
+                tokio::time::sleep(Duration::from_millis(500)).await;
+                let after = writes(&store);
+                if before == after {
+                    quiet_window = Some(after);
+                    break;
+                }
+            }
+            assert!(
+                quiet_window.is_some(),
+                "{label}: every window of five sweeps wrote: {:?}",
+                writes(&store)
+            );
+
+            rt.resume("h-1").await.unwrap();
+            let mut seen = Vec::new();
+            for _ in 0..100 {
+                seen = data(&rt, "h-1").await.seen;
+                if !seen.is_empty() {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            assert_eq!(seen, ["one"], "{label}: the resume delivered it");
+            rt.shutdown(Duration::from_secs(1)).await;
+        });
+    }
+}
+
 // TM-6: a timer whose firing run cannot commit keeps its bookmark; the claim expires and the
 // timer fires again.
 #[test]
