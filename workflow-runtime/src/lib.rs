@@ -4,13 +4,12 @@ mod base;
 mod cancel;
 pub mod clock;
 mod engine;
-mod events;
+mod identity;
 pub mod routing;
 mod runtime;
 mod status;
 pub mod store;
 pub mod testing;
-mod timers;
 mod workflow;
 
 /// The persisted instance ([`WorkflowState`] and what it holds).
@@ -25,6 +24,7 @@ pub use workflow_model as model;
 pub use base::BoxFuture;
 pub use cancel::CancellationToken;
 pub use clock::{Clock, ClockError, ManualClock, SystemClock};
+pub use engine::events::{ActivityRef, EventKind, EventStream, LifecycleEvent, RecvError};
 pub use engine::executor::{
     ActivityInfo, ActivityMiddleware, CommitStrategy, DEFAULT_MAX_STEPS_PER_RUN, Flow, RunError,
     RunInfo, WorkflowMiddleware,
@@ -36,7 +36,6 @@ pub use engine::state::{
     JournalLevel, SubStatus, WorkflowState, WorkflowStatus,
 };
 pub use engine::task::{IntoTaskResult, Outcome, TaskContext, TaskError, TaskResult};
-pub use events::{ActivityRef, EventKind, EventStream, LifecycleEvent, RecvError};
 pub use routing::RoutingError;
 pub use runtime::{
     AwaitError, BuildError, CancelError, Completion, Control, ControlError, InstanceQuery,

@@ -101,3 +101,16 @@ pub enum SubStatus {
     /// Unfinished activities, no bookmark, no queued work: no stimulus can wake it.
     Stalled,
 }
+
+/// What [`Runtime::start`](crate::Runtime::start) returns once the first run committed, and
+/// what a send reports for each instance it started, resumed or found finished: an instance
+/// id and the status it was left in.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Started {
+    /// The new instance's id.
+    pub instance_id: String,
+    /// Its status after the first run.
+    pub status: WorkflowStatus,
+    /// Its sub-status.
+    pub sub_status: Option<SubStatus>,
+}

@@ -14,6 +14,7 @@ use tracing::Instrument;
 
 use crate::base::BoxFuture;
 use crate::base::{new_ulid, now_ms};
+use crate::engine::events::{ActivityRef, EventKind, LifecycleEvent};
 use crate::engine::graph::{Graph, NodeIndex, NodeKind};
 use crate::engine::guard::panic_message;
 use crate::engine::registry::Registry;
@@ -21,7 +22,6 @@ use crate::engine::state::{
     ActivityContext, ActivityStatus, Bookmark, CallbackEntry, ContextId, EntryPoint, FaultKind,
     FaultRecord, Incident, JournalKind, SubStatus, WorkItem, WorkflowState, WorkflowStatus,
 };
-use crate::events::{ActivityRef, EventKind, LifecycleEvent};
 
 /// The default step budget of one run (ENG-10).
 pub const DEFAULT_MAX_STEPS_PER_RUN: usize = 10_000;
@@ -666,7 +666,7 @@ where
                         });
                     }
                     found += 1;
-                    if let Some(timer) = crate::timers::timer_of(bookmark) {
+                    if let Some(timer) = crate::engine::names::timer_of(bookmark) {
                         // TM-8: a due timer's resume carries when it fired.
                         let fired_at = payload.get("fired_at").and_then(Value::as_u64);
                         let late_ms = fired_at.map_or(0, |f| {

@@ -11,7 +11,7 @@ use crate::engine::executor::{Executor, StepError, engine_fault};
 use crate::engine::names::{ON_RETRY, Reserved};
 use crate::engine::state::{ActivityContext, ContextId};
 use crate::engine::task::TaskError;
-use crate::routing::stimulus_hash;
+use crate::identity::stimulus_hash;
 
 /// The context property holding the number of the next attempt.
 const ATTEMPT: &str = "attempt";

@@ -1,7 +1,8 @@
 //! The engine: one run of one instance over its graph (ENG-9).
 //!
 //! - [`executor`]: the run loop, contexts and scheduling, completion, cancellation, the
-//!   journal and lifecycle events;
+//!   journal and the lifecycle events it emits;
+//! - [`events`]: those lifecycle events and the stream that delivers them (ENG-40);
 //! - [`task`] and [`attempt`]: what a task sees, and how one attempt runs (timeouts,
 //!   cancellation, the panic guard);
 //! - [`middleware`]: the activity and workflow middleware chains (ENG-34);
@@ -13,6 +14,7 @@
 pub(crate) mod activities;
 pub(crate) mod attempt;
 pub(crate) mod data;
+pub(crate) mod events;
 pub(crate) mod executor;
 pub(crate) mod faults;
 pub(crate) mod graph;

@@ -47,12 +47,10 @@
 //! encoding depends on no serializer formatting, map order, endianness or type name (RT-6); a
 //! change would need a new prefix and a store migration, never a silent edit.
 
-mod dead_letters;
-pub(crate) mod delivery;
-mod hash;
-pub(crate) mod queue;
-mod triggers;
+mod stimulus;
 
-pub use delivery::{Refusal, Rejection, SendError, SendReport, Stimulus};
-pub use hash::{RoutingError, check_correlation_id, check_name, stimulus_hash};
-pub(crate) use hash::{set_at_path, sha_hex, value_at_path};
+pub use crate::identity::{RoutingError, check_correlation_id, check_name, stimulus_hash};
+pub(crate) use stimulus::{
+    BOOKMARK_PAGE, DEFAULT_QUEUE_TTL, MAX_PAYLOAD_BYTES, Targets, child_result_item, to_micros,
+};
+pub use stimulus::{Refusal, Rejection, SendError, SendReport, Stimulus};

@@ -14,6 +14,7 @@ use super::{BuildError, Inner, Runtime};
 use crate::base::BoxFuture;
 use crate::base::new_ulid;
 use crate::clock::{Clock, SystemClock};
+use crate::engine::events::LifecycleEvent;
 use crate::engine::executor::{
     ActivityMiddleware, AttemptSettings, Checkpoint, CommitStrategy, Executor, Link, Middleware,
     RunEnd, RunError, RunTarget, WorkflowMiddleware,
@@ -21,7 +22,6 @@ use crate::engine::executor::{
 use crate::engine::graph::{Graph, GraphError, NamedRefs};
 use crate::engine::registry::Registry;
 use crate::engine::state::{JournalLevel, WorkflowState};
-use crate::events::LifecycleEvent;
 use crate::store::{MemoryStore, Storage};
 use crate::workflow::Workflow;
 

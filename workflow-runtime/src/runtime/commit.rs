@@ -198,7 +198,7 @@ impl RunCommits<'_> {
                 .bookmarks
                 .iter()
                 .filter(|b| !tracker.bookmarks.iter().any(|a| a.id == b.id))
-                .filter_map(crate::timers::timer_of)
+                .filter_map(crate::engine::names::timer_of)
                 .collect();
             let removed: Vec<&Bookmark> = tracker
                 .bookmarks
@@ -207,7 +207,7 @@ impl RunCommits<'_> {
                 .collect();
             commit.timers_removed = removed
                 .iter()
-                .filter(|a| crate::timers::timer_of(a).is_some())
+                .filter(|a| crate::engine::names::timer_of(a).is_some())
                 .map(|a| a.id.clone())
                 .collect();
             commit.bookmarks_removed = removed.iter().map(|a| a.id.clone()).collect();

@@ -357,16 +357,19 @@ impl Runtime {
             "instance faulted: its state is over the size limit (state_too_large)"
         );
         if self.inner.events.receiver_count() > 0 {
-            let _ = self.inner.events.send(crate::events::LifecycleEvent {
-                instance_id: instance_id.clone(),
-                definition: state.definition.name.clone(),
-                correlation_id: state.correlation_id.clone(),
-                at: now,
-                seq: state.event_seq,
-                kind: crate::events::EventKind::WorkflowFaulted {
-                    incident: incident.clone(),
-                },
-            });
+            let _ = self
+                .inner
+                .events
+                .send(crate::engine::events::LifecycleEvent {
+                    instance_id: instance_id.clone(),
+                    definition: state.definition.name.clone(),
+                    correlation_id: state.correlation_id.clone(),
+                    at: now,
+                    seq: state.event_seq,
+                    kind: crate::engine::events::EventKind::WorkflowFaulted {
+                        incident: incident.clone(),
+                    },
+                });
         }
         if let Some(watch) = super::lock(&self.inner.watches).get(&instance_id) {
             watch.send_modify(|n| *n += 1);

@@ -103,14 +103,14 @@ impl Runtime {
     fn spawn_missing(&self, background: &mut Background, handle: &tokio::runtime::Handle) {
         let weak = std::sync::Arc::downgrade(&self.inner);
         if self.inner.timer_driver && !Background::live(background.timers.as_ref()) {
-            background.timers = Some(handle.spawn(crate::timers::drive_timers(
+            background.timers = Some(handle.spawn(super::timers::drive_timers(
                 weak.clone(),
                 self.inner.store.subscribe(),
                 self.inner.stop.subscribe(),
             )));
         }
         if self.inner.queue_worker && !Background::live(background.queue.as_ref()) {
-            background.queue = Some(handle.spawn(crate::routing::queue::worker(
+            background.queue = Some(handle.spawn(super::router::queue::worker(
                 weak.clone(),
                 std::sync::Arc::clone(&self.inner.doorbell),
                 self.inner.stop.subscribe(),

@@ -24,6 +24,7 @@ use tokio::sync::{broadcast, watch};
 use workflow_model::Diagnostics;
 
 use crate::base::new_ulid;
+use crate::engine::events::{EventStream, LifecycleEvent};
 use crate::engine::executor::{
     Checkpoint, CommitStrategy, DEFAULT_MAX_STEPS_PER_RUN, Link, Middleware, RunEnd, RunError,
     RunTarget,
@@ -32,7 +33,6 @@ use crate::engine::state::{
     DefinitionRef, Incident, Journal, JournalEntry, JournalLevel, ParentLink, SubStatus,
     TriggerStart, WorkflowState, WorkflowStatus,
 };
-use crate::events::{EventStream, LifecycleEvent};
 use crate::store::{
     Commit, InstanceFilter, InstanceStatus, InstanceSubStatus, Micros, NewInstance, PurgeFilter,
     Storage, StoreError,
@@ -48,10 +48,12 @@ mod lifecycle;
 mod list;
 mod report;
 mod retention;
+mod router;
+mod timers;
 
 pub(crate) use crate::base::now_micros;
 pub use crate::routing::{Refusal, Rejection, SendError, SendReport, Stimulus};
-pub use crate::timers::TimerFiring;
+pub use crate::status::Started;
 pub use builder::RuntimeBuilder;
 use builder::{ErasedWorkflow, RunOutput};
 use commit::{
@@ -65,6 +67,7 @@ use lease::{LeaseGuard, LeaseSettings, NamedLease};
 pub use lifecycle::LifecycleError;
 pub use list::{InstanceQuery, InstanceSummary};
 pub use retention::{Retention, RetentionReport};
+pub use timers::TimerFiring;
 
 // ---- errors, one enum per operation family ---------------------------------------------
 
@@ -402,17 +405,6 @@ pub enum PurgeError {
 
 // ---- results ---------------------------------------------------------------------------
 
-/// What [`Runtime::start`] returns once the first run committed.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct Started {
-    /// The new instance's id.
-    pub instance_id: String,
-    /// Its status after the first run.
-    pub status: WorkflowStatus,
-    /// Its sub-status.
-    pub sub_status: Option<SubStatus>,
-}
-
 /// Options of a start.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct StartOptions {
@@ -705,10 +697,10 @@ impl Runtime {
             recovery_sweep: Some(lifecycle::DEFAULT_RECOVERY_SWEEP),
             retention: Retention::default(),
             owner: None,
-            queue_ttl: crate::routing::delivery::DEFAULT_QUEUE_TTL,
-            queue_sweep: crate::routing::queue::DEFAULT_SWEEP,
+            queue_ttl: crate::routing::DEFAULT_QUEUE_TTL,
+            queue_sweep: router::queue::DEFAULT_SWEEP,
             clock: None,
-            sweep_interval: Some(crate::timers::DEFAULT_SWEEP),
+            sweep_interval: Some(timers::DEFAULT_SWEEP),
             timer_driver: true,
             cancel_grace: crate::engine::executor::DEFAULT_CANCEL_GRACE,
         }
@@ -2151,7 +2143,7 @@ impl Runtime {
             "status": state.status.to_string(),
             "output": state.output,
         });
-        let item = crate::routing::delivery::child_result_item(
+        let item = crate::routing::child_result_item(
             &parent.instance_id,
             bookmark,
             &state.instance_id,

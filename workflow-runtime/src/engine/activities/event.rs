@@ -8,7 +8,7 @@ use crate::engine::executor::{Executor, RunError, StepError, engine_fault};
 use crate::engine::graph::{NodeIndex, NodeKind};
 use crate::engine::names::{ON_DEADLINE, Reserved};
 use crate::engine::state::{ActivityStatus, ContextId, FaultKind, FaultRecord};
-use crate::routing::{stimulus_hash, value_at_path};
+use crate::identity::{stimulus_hash, value_at_path};
 
 /// The outcome of a wait whose deadline passed (TM-14).
 const TIMEOUT: &str = "timeout";
@@ -154,7 +154,7 @@ where
         match assign {
             workflow_model::PayloadAssign::Field(path) => {
                 let mut json = self.state.data.clone();
-                if !crate::routing::set_at_path(&mut json, path, payload.clone()) {
+                if !crate::identity::set_at_path(&mut json, path, payload.clone()) {
                     return Err(reject(
                         self,
                         path,

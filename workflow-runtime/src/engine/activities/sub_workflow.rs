@@ -56,7 +56,7 @@ where
             return self.complete(id, Some(json!(child)), done());
         }
         let scope = id.to_string();
-        let hash = crate::routing::stimulus_hash(
+        let hash = crate::identity::stimulus_hash(
             Reserved::SubWorkflow.name(),
             None,
             Some((self.state.instance_id.as_str(), scope.as_str())),

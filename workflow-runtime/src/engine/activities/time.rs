@@ -8,7 +8,7 @@ use crate::engine::executor::{Executor, StepError, engine_fault};
 use crate::engine::graph::NodeIndex;
 use crate::engine::names::{ON_BODY, ON_TICK, Reserved};
 use crate::engine::state::ContextId;
-use crate::routing::stimulus_hash;
+use crate::identity::stimulus_hash;
 
 /// A Timer's anchor (ms), the moment it started (TM-11).
 const ANCHOR: &str = "anchor";

@@ -6,10 +6,10 @@
 use serde_json::Value;
 use workflow_model::Activation;
 
-use super::delivery::{Refusal, SendError, SendReport, Stimulus};
-use super::sha_hex;
 use crate::engine::state::TriggerStart;
-use crate::routing::stimulus_hash;
+use crate::identity::sha_hex;
+use crate::identity::stimulus_hash;
+use crate::routing::{Refusal, SendError, SendReport, Stimulus};
 use crate::runtime::{Runtime, StartOptions, lock, now_micros};
 use crate::store::{DefinitionRecord, Micros, StoreError, TriggerRow};
 

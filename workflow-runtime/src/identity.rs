@@ -1,4 +1,6 @@
-//! Stimulus names, keys and hashes (RT-1 to RT-8); see the module docs of [`crate::routing`].
+//! The identity of a stimulus: names, keys and their hash (RT-1 to RT-8), at the bottom of the
+//! crate because the engine hashes the bookmarks it creates and routing the stimuli it sends;
+//! the encoding is described in the module docs of [`crate::routing`], which re-exports it.
 
 use serde_json::Value;
 use sha2::{Digest, Sha256};

@@ -6,7 +6,7 @@ use serde_json::json;
 use crate::base::ms_to_micros;
 use crate::engine::graph::TimeTrigger;
 use crate::engine::state::TriggerStart;
-use crate::routing::sha_hex;
+use crate::identity::sha_hex;
 use crate::runtime::{Runtime, StartOptions};
 use crate::store::{Schedule, ScheduleFiring, StoreError, TimerRow};
 

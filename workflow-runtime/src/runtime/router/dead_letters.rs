@@ -3,8 +3,8 @@
 
 use serde_json::Value;
 
-use super::delivery::{Rejection, Targets};
 use crate::base::new_ulid;
+use crate::routing::{Rejection, Targets};
 use crate::runtime::{Runtime, now_micros};
 use crate::store::{DeadLetter, DeadLetterFilter, DeadLetterReason, QueueItem, StoreError};
 

@@ -15,8 +15,8 @@ use std::time::Duration;
 
 use tokio::sync::{Notify, watch};
 
-use super::delivery::{BOOKMARK_PAGE, Rejection, Stimulus, Targets};
 use crate::engine::executor::{RunError, RunTarget};
+use crate::routing::{BOOKMARK_PAGE, Rejection, Stimulus, Targets};
 use crate::runtime::{Inner, Runtime, lock, now_micros};
 use crate::store::{BookmarkQuery, DeadLetterReason, QueueItem, StoreError, WakeUp};
 
@@ -176,8 +176,8 @@ impl Runtime {
                     }
                     Err(error) => {
                         let transient = match &error {
-                            super::delivery::SendError::Store(error)
-                            | super::delivery::SendError::Run(RunError::Store { error, .. }) => {
+                            crate::routing::SendError::Store(error)
+                            | crate::routing::SendError::Run(RunError::Store { error, .. }) => {
                                 transient(error)
                             }
                             _ => false,

@@ -1,0 +1,449 @@
+//! The vocabulary of delivery (RT-14 to RT-24): the [`Stimulus`] a caller sends, the
+//! [`SendReport`] it gets back, the errors and per-instance outcomes, and the queue item's
+//! targets. The delivery itself, [`Runtime::send`](crate::Runtime::send), is the runtime's router.
+
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::base::{new_ulid, now_micros};
+use crate::engine::executor::RunError;
+use crate::identity::{RoutingError, sha_hex};
+use crate::status::Started;
+use crate::store::{InstanceStatus, Micros, QueueItem, StoreError};
+use workflow_model::Activation;
+
+/// The default queue TTL (RT-28): 10 minutes.
+pub(crate) const DEFAULT_QUEUE_TTL: Duration = Duration::from_secs(600);
+/// The largest payload a send accepts (RT-8): 1 MiB.
+pub(crate) const MAX_PAYLOAD_BYTES: usize = 1 << 20;
+/// Bookmarks read per page.
+pub(crate) const BOOKMARK_PAGE: usize = 500;
+
+/// A stimulus (RT-1): a name, an optional key, a JSON payload, and the send
+/// options (target instance, correlation id, bookmark id, idempotency key, queue TTL,
+/// queueing).
+///
+/// # Examples
+///
+/// A payment for order `o-42`, sent once even if the caller retries:
+///
+/// ```
+/// use workflow_runtime::{Runtime, Stimulus};
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let runtime = Runtime::builder().build()?;
+/// let payment = Stimulus::new("payment")
+///     .key("o-42")
+///     .payload(serde_json::json!({ "amount": 100 }))
+///     .idempotency_key("payment-o-42");
+///
+/// let report = runtime.send(payment.clone()).await?;
+/// // Nothing waits for it yet: it is kept until a matching wait appears.
+/// assert!(report.queued.is_some());
+///
+/// // The retry returns the first report instead of queueing twice.
+/// assert!(runtime.send(payment).await?.duplicate);
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Debug, Clone, PartialEq)]
+pub struct Stimulus {
+    /// The event name.
+    pub name: String,
+    /// The key (RT-3); `None` is the unit key.
+    pub key: Option<Value>,
+    /// Restrict delivery to this instance (RT-34); no trigger runs.
+    pub instance_id: Option<String>,
+    /// The payload, decoded by the waiting activity (RT-8).
+    pub payload: Value,
+    /// Only bookmarks of instances with this correlation id; given to started instances
+    /// (RT-33).
+    pub correlation_id: Option<String>,
+    /// Exactly this bookmark (RT-34); no trigger runs.
+    pub bookmark_id: Option<String>,
+    /// Makes a retried send a no-op returning the first report (RT-19).
+    pub idempotency_key: Option<String>,
+    /// How long an unmatched stimulus waits in the queue (RT-28); the runtime's default
+    /// otherwise.
+    pub ttl: Option<Duration>,
+    /// Whether an unmatched stimulus is queued (default) or reported `unmatched` (RT-21).
+    pub queue: bool,
+    /// Mode `Enqueue` (RT-23): only write the stimulus to the queue and return; the queue
+    /// worker routes it as an inline send would (for large fan-outs).
+    pub enqueue: bool,
+    /// Why the key or payload given to the builder methods did not serialize.
+    pub(crate) invalid: Option<String>,
+}
+
+impl Stimulus {
+    /// A stimulus named `name` with a `null` payload.
+    pub fn new(name: impl Into<String>) -> Self {
+        Self {
+            name: name.into(),
+            key: None,
+            instance_id: None,
+            payload: Value::Null,
+            correlation_id: None,
+            bookmark_id: None,
+            idempotency_key: None,
+            ttl: None,
+            queue: true,
+            enqueue: false,
+            invalid: None,
+        }
+    }
+
+    /// With a key (any `Serialize` value; RT-3).
+    #[must_use]
+    pub fn key(mut self, key: impl Serialize) -> Self {
+        match serde_json::to_value(key) {
+            Ok(key) => self.key = Some(key),
+            Err(e) => self.invalid = Some(format!("key does not serialize: {e}")),
+        }
+        self
+    }
+
+    /// Addressed to one instance (RT-34).
+    #[must_use]
+    pub fn instance(mut self, instance_id: impl Into<String>) -> Self {
+        self.instance_id = Some(instance_id.into());
+        self
+    }
+
+    /// With a correlation id (RT-33).
+    #[must_use]
+    pub fn correlation(mut self, correlation_id: impl Into<String>) -> Self {
+        self.correlation_id = Some(correlation_id.into());
+        self
+    }
+
+    /// Addressed to one bookmark (RT-34).
+    #[must_use]
+    pub fn bookmark(mut self, bookmark_id: impl Into<String>) -> Self {
+        self.bookmark_id = Some(bookmark_id.into());
+        self
+    }
+
+    /// With an idempotency key (RT-19).
+    #[must_use]
+    pub fn idempotency_key(mut self, key: impl Into<String>) -> Self {
+        self.idempotency_key = Some(key.into());
+        self
+    }
+
+    /// With a queue TTL for this send (RT-28).
+    #[must_use]
+    pub fn ttl(mut self, ttl: Duration) -> Self {
+        self.ttl = Some(ttl);
+        self
+    }
+
+    /// Whether an unmatched stimulus is queued (RT-21; default `true`).
+    #[must_use]
+    pub fn queue(mut self, queue: bool) -> Self {
+        self.queue = queue;
+        self
+    }
+
+    /// In mode `Enqueue` (RT-23): see [`Stimulus::enqueue`](Self#structfield.enqueue).
+    #[must_use]
+    pub fn enqueued(mut self) -> Self {
+        self.enqueue = true;
+        self
+    }
+
+    /// With a typed payload. One that does not serialize makes
+    /// [`Runtime::send`](crate::Runtime::send) fail with [`SendError::Payload`].
+    #[must_use]
+    pub fn payload(mut self, payload: impl Serialize) -> Self {
+        match serde_json::to_value(payload) {
+            Ok(payload) => self.payload = payload,
+            Err(e) => self.invalid = Some(format!("payload does not serialize: {e}")),
+        }
+        self
+    }
+}
+
+/// Why a send failed; nothing was written (RT-14), unless said otherwise.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SendError {
+    /// The name, key or correlation id cannot be routed (RT-2, RT-3, RT-33).
+    #[error(transparent)]
+    Routing(#[from] RoutingError),
+    /// The key or payload given to [`Stimulus`] did not serialize.
+    #[error("{message}")]
+    Payload {
+        /// Why.
+        message: String,
+    },
+    /// The payload is larger than the limit (RT-8).
+    #[error("payload of {size} bytes exceeds the limit of {limit}")]
+    PayloadTooLarge {
+        /// Its size.
+        size: usize,
+        /// The limit.
+        limit: usize,
+    },
+    /// The idempotency key was used by a send with another hash or payload (RT-19).
+    #[error("idempotency key `{key}` was used by a different send")]
+    IdempotencyKeyReused {
+        /// The key.
+        key: String,
+    },
+    /// The targeted instance does not exist (RT-34).
+    #[error("instance `{instance}` not found")]
+    InstanceNotFound {
+        /// The id.
+        instance: String,
+    },
+    /// The targeted instance is final (RT-34).
+    #[error("instance `{instance}` is {status}")]
+    InstanceTerminal {
+        /// The id.
+        instance: String,
+        /// Its final status.
+        status: InstanceStatus,
+    },
+    /// The targeted bookmark waits for another stimulus (RT-34); detected when the send also
+    /// names the bookmark's instance.
+    #[error("bookmark `{bookmark}` waits for hash {expected}, not {got}")]
+    BookmarkStimulusMismatch {
+        /// The bookmark.
+        bookmark: String,
+        /// Its hash.
+        expected: String,
+        /// The stimulus hash.
+        got: String,
+    },
+    /// The targeted bookmark does not exist any more (RT-34).
+    #[error("bookmark `{bookmark}` not found")]
+    BookmarkNotFound {
+        /// The id.
+        bookmark: String,
+    },
+    /// The store failed; whatever was committed stays, a retry with the same idempotency key
+    /// is safe.
+    #[error("store: {0}")]
+    Store(StoreError),
+    /// A run failed; that instance is unchanged.
+    #[error(transparent)]
+    Run(#[from] RunError),
+}
+
+/// Why a trigger started nothing (RT-12, RT-16).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Refusal {
+    /// The activation strategy forbids a second instance; `existing` holds the scope.
+    ActivationRefused {
+        /// The strategy.
+        strategy: Activation,
+        /// The non-final instance holding the activation scope.
+        existing: String,
+    },
+    /// `Correlation` and `CorrelatedSingleton` need a correlation id.
+    MissingCorrelationId {
+        /// The definition.
+        definition: String,
+    },
+    /// The trigger row belongs to a version this process has not registered.
+    VersionNotRegistered {
+        /// The definition.
+        definition: String,
+        /// The row's version.
+        version: String,
+    },
+    /// The payload does not decode into the definition's data (RT-13).
+    Rejected {
+        /// The definition.
+        definition: String,
+        /// Why.
+        message: String,
+    },
+}
+
+/// Why a stimulus was rejected for one instance (RT-22): the stimulus was not consumed and was
+/// written to the dead letters with reason `Rejected`. The instance and its bookmark are
+/// unchanged, but for [`Rejection::StateTooLarge`], which faulted it at its last commit.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Rejection {
+    /// The payload does not decode into the type the waiting activity reads.
+    PayloadDecode {
+        /// The instance.
+        instance: String,
+        /// The bookmark the stimulus reached.
+        bookmark: String,
+        /// The waiting node.
+        node: String,
+        /// The type the payload should decode into.
+        payload_type: String,
+        /// The decoder's message.
+        message: String,
+    },
+    /// The run the stimulus started grew the instance's state over the store's size limit
+    /// (ST-24): the instance was faulted from its last committed state (incident
+    /// `state_too_large`) and the stimulus, not consumed, was dead-lettered. Replay it after
+    /// the instance is retried.
+    StateTooLarge {
+        /// The instance.
+        instance: String,
+        /// The bookmark the stimulus reached.
+        bookmark: String,
+        /// The size of the refused document, in bytes.
+        size: usize,
+        /// The store's limit, in bytes.
+        limit: usize,
+        /// The incident that faulted the instance.
+        incident: String,
+    },
+}
+
+impl Rejection {
+    /// The rejection of a stimulus whose run faulted the instance as too large (ST-24), from
+    /// the run's error; `None` for another error or when the stimulus was consumed.
+    pub(crate) fn too_large(error: &RunError, bookmark: &str) -> Option<Self> {
+        match error {
+            RunError::StateTooLarge {
+                instance,
+                size,
+                limit,
+                incident,
+                stimulus_id: Some(_),
+            } => Some(Self::StateTooLarge {
+                instance: instance.clone(),
+                bookmark: bookmark.to_owned(),
+                size: *size,
+                limit: *limit,
+                incident: incident.clone(),
+            }),
+            _ => None,
+        }
+    }
+}
+
+/// What [`Runtime::send`](crate::Runtime::send) did (RT-23).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SendReport {
+    /// The stimulus id (derived from the idempotency key when one was given).
+    pub stimulus_id: String,
+    /// The stimulus hash (RT-5).
+    pub hash: String,
+    /// Instances started by triggers, with their status after their first run.
+    pub started: Vec<Started>,
+    /// Instances resumed, in delivery order, with their status after the run.
+    pub resumed: Vec<Started>,
+    /// Triggers that started nothing, and why.
+    pub refused: Vec<Refusal>,
+    /// Instances busy in another process (their lease is held), faulted, paused, or pinned to
+    /// a version this process does not run: the stimulus was queued targeted at each (held,
+    /// not expiring, for a faulted or paused one), for the worker to deliver once the lease is
+    /// released or the instance runs again (RT-18, ENG-50), or for a process that runs its
+    /// version (RT-24).
+    pub deferred: Vec<String>,
+    /// Instances the stimulus was rejected for (RT-22): each is unchanged and the stimulus
+    /// was dead-lettered as `Rejected` for it.
+    #[serde(default)]
+    pub rejected: Vec<Rejection>,
+    /// Instances the stimulus was for that are finished or cancelled: one that ended while
+    /// the send reached it, or, for a send with a correlation id that matched nothing, the
+    /// final instances of that correlation id when none is live. Nothing was delivered to them,
+    /// and the stimulus was not queued for them: a stimulus sent too late says so.
+    #[serde(default)]
+    pub finished: Vec<Started>,
+    /// The queue item id when the stimulus matched nothing and was queued (RT-21).
+    pub queued: Option<String>,
+    /// Nothing matched and queueing was off.
+    pub unmatched: bool,
+    /// This is the stored report of an earlier send with the same idempotency key.
+    pub duplicate: bool,
+    /// Matching instances that could not run (not runnable, the store failing for them): the
+    /// stimulus was not delivered to them. Not stored with the idempotency record.
+    #[serde(skip)]
+    pub not_delivered: Vec<RunError>,
+}
+
+impl SendReport {
+    pub(crate) fn empty(stimulus_id: String, hash: String) -> Self {
+        Self {
+            stimulus_id,
+            hash,
+            started: Vec::new(),
+            resumed: Vec::new(),
+            refused: Vec::new(),
+            deferred: Vec::new(),
+            rejected: Vec::new(),
+            finished: Vec::new(),
+            queued: None,
+            unmatched: false,
+            duplicate: false,
+            not_delivered: Vec::new(),
+        }
+    }
+}
+
+/// A queue item's targets (RT-25), as stored in its `targets` column.
+#[derive(Debug, Default, Serialize, Deserialize)]
+pub(crate) struct Targets {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) instance_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) bookmark_id: Option<String>,
+    /// Written by a send in mode `Enqueue` (RT-23): the worker routes it as a send would.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub(crate) route: bool,
+    /// The key itself, for `route` items (the item's key column is for display).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) key: Option<Value>,
+    /// A child's result for its parent (ACT-24): delivered to the bookmark named by id,
+    /// whatever its hash; one whose bookmark is gone is done with.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub(crate) child_result: bool,
+}
+
+/// The queue item of a final child's result for its parent's `wf.sub_workflow` bookmark
+/// (ACT-24), written by the child's final commit. Its stimulus id is derived from the child,
+/// so the parent's receipt makes a second delivery a no-op.
+pub(crate) fn child_result_item(
+    parent: &str,
+    bookmark: &str,
+    child: &str,
+    payload: Value,
+    ttl: Micros,
+) -> Option<QueueItem> {
+    let targets = Targets {
+        instance_id: Some(parent.to_owned()),
+        bookmark_id: Some(bookmark.to_owned()),
+        child_result: true,
+        ..Targets::default()
+    };
+    let now = now_micros();
+    Some(QueueItem {
+        item_id: new_ulid(),
+        stimulus_id: format!(
+            "child-{}",
+            sha_hex(&["wf-child-result/1", child]).get(..40)?
+        ),
+        name: crate::engine::names::Reserved::SubWorkflow
+            .name()
+            .to_owned(),
+        hash: sha_hex(&["wf-child-result/1", parent, bookmark]),
+        key_display: None,
+        payload,
+        correlation_id: None,
+        targets: serde_json::to_value(&targets).ok()?,
+        sent_at: now,
+        enqueued_at: now,
+        expires_at: now.saturating_add(ttl),
+        attempts: 0,
+        last_error: None,
+        last_attempt_at: None,
+        held: false,
+        idempotency_key: None,
+    })
+}
+
+pub(crate) fn to_micros(d: Duration) -> Micros {
+    i64::try_from(d.as_micros()).unwrap_or(i64::MAX)
+}
