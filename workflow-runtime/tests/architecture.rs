@@ -17,11 +17,14 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
 use std::path::{Path, PathBuf};
 
-/// One use of another top-level module: who, where, which path.
+/// One use of a module: who (the top-level module and the file), where, which path, and the
+/// module it reaches (`to` its top-level module, `target` up to two segments of its path:
+/// `engine::executor`).
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 struct Use {
     from: String,
     to: String,
+    target: String,
     file: String,
     line: usize,
     path: String,
@@ -139,51 +142,67 @@ fn is_ident(c: char) -> bool {
     c.is_alphanumeric() || c == '_'
 }
 
-/// The first identifiers of the path that starts at byte `at` of `text`: one for `engine::x`,
-/// one per item for `{engine::x, store::{y, z}}`.
-fn first_segments(text: &str, at: usize) -> Vec<String> {
-    let rest = &text[at..];
-    let rest_trimmed = rest.trim_start();
-    if let Some(group) = rest_trimmed.strip_prefix('{') {
-        let mut items = Vec::new();
-        let mut depth = 1usize;
-        let mut current = String::new();
-        for c in group.chars() {
-            match c {
-                '{' => {
-                    depth += 1;
-                    current.push(c);
+/// The leading segments (two at most) of every path of the use tree that starts at byte `at`
+/// of `text`: `[engine, executor]` for `engine::executor::X`, one per leaf for
+/// `{engine::x, store::{y, z}}`.
+fn use_paths(text: &str, at: usize) -> Vec<Vec<String>> {
+    let mut out = Vec::new();
+    let chars: Vec<char> = text[at..].chars().collect();
+    let mut i = 0;
+    tree(&chars, &mut i, Vec::new(), &mut out);
+    out
+}
+
+/// Parses one use tree at `chars[*i]` under `prefix`, pushing its leaf paths onto `out`.
+fn tree(chars: &[char], i: &mut usize, prefix: Vec<String>, out: &mut Vec<Vec<String>>) {
+    let skip_space = |i: &mut usize| {
+        while chars.get(*i).is_some_and(|c| c.is_whitespace()) {
+            *i += 1;
+        }
+    };
+    skip_space(i);
+    if chars.get(*i) == Some(&'{') {
+        *i += 1;
+        loop {
+            skip_space(i);
+            match chars.get(*i) {
+                None => return,
+                Some('}') => {
+                    *i += 1;
+                    return;
                 }
-                '}' => {
-                    depth -= 1;
-                    if depth == 0 {
-                        items.push(std::mem::take(&mut current));
-                        break;
+                Some(',') => *i += 1,
+                Some(_) => {
+                    let before = *i;
+                    tree(chars, i, prefix.clone(), out);
+                    if *i == before {
+                        *i += 1;
                     }
-                    current.push(c);
                 }
-                ',' if depth == 1 => items.push(std::mem::take(&mut current)),
-                _ => current.push(c),
             }
         }
-        items
-            .iter()
-            .filter_map(|item| {
-                let ident: String = item
-                    .trim_start()
-                    .chars()
-                    .take_while(|&c| is_ident(c))
-                    .collect();
-                (!ident.is_empty()).then_some(ident)
-            })
-            .collect()
-    } else {
-        let ident: String = rest_trimmed.chars().take_while(|&c| is_ident(c)).collect();
-        if ident.is_empty() {
-            Vec::new()
-        } else {
-            vec![ident]
+    }
+    let start = *i;
+    while chars.get(*i).is_some_and(|&c| is_ident(c)) {
+        *i += 1;
+    }
+    let ident: String = chars[start..*i].iter().collect();
+    if ident.is_empty() {
+        if !prefix.is_empty() {
+            out.push(prefix);
         }
+        return;
+    }
+    let mut path = prefix;
+    if path.len() < 2 {
+        path.push(ident);
+    }
+    if chars.get(*i) == Some(&':') && chars.get(*i + 1) == Some(&':') {
+        *i += 2;
+        tree(chars, i, path, out);
+    } else {
+        // `as alias`, `;`, `(`, ...: the path ends here.
+        out.push(path);
     }
 }
 
@@ -251,8 +270,31 @@ fn uses_in(
         }
     };
     let mut found = Vec::new();
+    let mut push = |base: &[String], leaf: Vec<String>, line: usize, written: String| {
+        let mut path: Vec<String> = base.iter().cloned().chain(leaf).collect();
+        let Some(first) = path.first() else { return };
+        // The crate root's own items stand for the module that defines them.
+        let to = if base.is_empty() {
+            resolve(first)
+        } else {
+            Some(first.clone())
+        };
+        let Some(to) = to else { return };
+        if base.is_empty() && !modules.contains(first) {
+            path = vec![to.clone()];
+        }
+        path.truncate(2);
+        found.push(Use {
+            from: from.clone(),
+            to,
+            target: path.join("::"),
+            file: relative.to_owned(),
+            line,
+            path: written,
+        });
+    };
     // Inline modules (`mod tests { ... }`) deepen the path `super::` climbs from.
-    let mut inline: Vec<usize> = Vec::new();
+    let mut inline: Vec<(usize, String)> = Vec::new();
     let mut depth = 0usize;
     let mut line = 1usize;
     let bytes = text.as_bytes();
@@ -267,27 +309,20 @@ fn uses_in(
             depth += 1;
         } else if b == b'}' {
             depth = depth.saturating_sub(1);
-            while inline.last().is_some_and(|&d| d > depth) {
+            while inline.last().is_some_and(|(d, _)| *d > depth) {
                 inline.pop();
             }
         } else if boundary && here_text.starts_with("mod ") {
             let after = &here_text[4..];
             let name_end = after.find(|c: char| !is_ident(c)).unwrap_or(after.len());
             if after[name_end..].trim_start().starts_with('{') {
-                inline.push(depth + 1);
+                inline.push((depth + 1, after[..name_end].to_owned()));
             }
         } else if boundary && here_text.starts_with("crate::") {
             let at = i + "crate::".len();
-            for ident in first_segments(&text, at) {
-                if let Some(to) = resolve(&ident) {
-                    found.push(Use {
-                        from: from.clone(),
-                        to,
-                        file: relative.to_owned(),
-                        line,
-                        path: format!("crate::{ident}"),
-                    });
-                }
+            for leaf in use_paths(&text, at) {
+                let written = format!("crate::{}", leaf.join("::"));
+                push(&[], leaf, line, written);
             }
             i = at;
             continue;
@@ -298,26 +333,23 @@ fn uses_in(
                 climbs += 1;
                 at += "super::".len();
             }
-            let here = file_path.len() + inline.len();
-            if climbs >= here {
-                for ident in first_segments(&text, at) {
-                    if let Some(to) = resolve(&ident) {
-                        found.push(Use {
-                            from: from.clone(),
-                            to,
-                            file: relative.to_owned(),
-                            line,
-                            path: format!("{}{ident}", "super::".repeat(climbs)),
-                        });
-                    }
-                }
+            let here: Vec<String> = file_path
+                .iter()
+                .cloned()
+                .chain(inline.iter().map(|(_, name)| name.clone()))
+                .collect();
+            let base = &here[..here.len().saturating_sub(climbs)];
+            for leaf in use_paths(&text, at) {
+                let written = format!("{}{}", "super::".repeat(climbs), leaf.join("::"));
+                push(base, leaf, line, written);
             }
             i = at;
             continue;
         }
         i += 1;
     }
-    found.retain(|u| u.to != u.from);
+    found.sort();
+    found.dedup();
     found
 }
 
@@ -372,7 +404,7 @@ fn top_level_modules(files: &[String]) -> BTreeSet<String> {
 /// module, the shortest way back to it, if any.
 fn cycles(uses: &[Use]) -> BTreeSet<String> {
     let mut graph: BTreeMap<&str, BTreeSet<&str>> = BTreeMap::new();
-    for u in uses {
+    for u in uses.iter().filter(|u| u.to != u.from) {
         graph.entry(&u.from).or_default().insert(&u.to);
     }
     let mut found = BTreeSet::new();
@@ -436,7 +468,7 @@ fn violations(uses: &[Use], layers: &[Vec<String>], modules: &BTreeSet<String>) 
             ));
         }
     }
-    for u in uses {
+    for u in uses.iter().filter(|u| u.to != u.from) {
         let (Some(&from), Some(&to)) = (height.get(u.from.as_str()), height.get(u.to.as_str()))
         else {
             continue;
@@ -455,6 +487,28 @@ fn violations(uses: &[Use], layers: &[Vec<String>], modules: &BTreeSet<String>) 
     }
     for cycle in cycles(uses) {
         problems.push(format!("import cycle: {cycle}"));
+    }
+    problems
+}
+
+/// The rules inside a module: the files under the first path (relative to `src/`) do not use
+/// the module of the second. The activities talk to their scope, not to the executor that
+/// implements it (`docs/reference/architecture.md`).
+const INSIDE: &[(&str, &str)] = &[("engine/activities/", "engine::executor")];
+
+/// The uses that break a rule of [`INSIDE`], one line each.
+fn inside_violations(uses: &[Use]) -> Vec<String> {
+    let mut problems = Vec::new();
+    for (files, forbidden) in INSIDE {
+        for u in uses
+            .iter()
+            .filter(|u| u.file.starts_with(files) && u.target == *forbidden)
+        {
+            problems.push(format!(
+                "`{files}` uses `{forbidden}`: src/{}:{} `{}`",
+                u.file, u.line, u.path
+            ));
+        }
     }
     problems
 }
@@ -496,7 +550,13 @@ fn every_top_level_module_uses_only_the_layers_below_it() {
         uses.iter().any(|u| u.from == "runtime" && u.to == "engine"),
         "the scan sees the runtime's uses of the engine"
     );
-    let problems = violations(&uses, &layers, &modules);
+    assert!(
+        uses.iter()
+            .any(|u| u.file.starts_with("engine/activities/") && u.target == "engine::graph"),
+        "the scan sees the activities' uses of the graph"
+    );
+    let mut problems = violations(&uses, &layers, &modules);
+    problems.extend(inside_violations(&uses));
     assert!(
         problems.is_empty(),
         "the module layering is broken:\n  {}",
@@ -552,30 +612,74 @@ fn comments_strings_and_doc_links_are_not_uses() {
     assert_eq!(uses, Vec::<Use>::new());
 }
 
+/// The uses of `source` (the file `relative`) that leave its top-level module.
+fn outward(relative: &str, source: &str, modules: &BTreeSet<String>) -> Vec<(String, usize)> {
+    uses_in(relative, source, modules, &BTreeMap::new())
+        .into_iter()
+        .filter(|u| u.to != u.from)
+        .map(|u| (u.to, u.line))
+        .collect()
+}
+
 #[test]
-fn super_paths_count_only_when_they_climb_to_the_crate_root() {
+fn super_paths_leave_the_module_only_when_they_climb_to_the_crate_root() {
     let modules = names(&["engine", "routing", "runtime"]);
     // In engine/activities/event.rs, `super::super` is `crate::engine`: inside the module.
     let inside = "use super::super::executor::Executor;\n";
-    assert!(
-        uses_in(
-            "engine/activities/event.rs",
-            inside,
-            &modules,
-            &BTreeMap::new()
-        )
-        .is_empty()
-    );
+    assert_eq!(outward("engine/activities/event.rs", inside, &modules), []);
     // From a top-level file, `super::` is the crate root.
     let up = "use super::routing::Stimulus;\n";
-    let uses = uses_in("workflow.rs", up, &modules, &BTreeMap::new());
-    assert_eq!(uses.len(), 1);
-    assert_eq!((uses[0].to.as_str(), uses[0].line), ("routing", 1));
+    assert_eq!(
+        outward("workflow.rs", up, &modules),
+        [("routing".to_owned(), 1)]
+    );
     // Inside an inline `mod tests`, one more `super` is needed to leave the file.
     let nested = "mod tests {\n    use super::*;\n    use super::super::runtime::Runtime;\n}\n";
-    let uses = uses_in("engine/mod.rs", nested, &modules, &BTreeMap::new());
-    assert_eq!(uses.len(), 1);
-    assert_eq!((uses[0].to.as_str(), uses[0].line), ("runtime", 3));
+    assert_eq!(
+        outward("engine/mod.rs", nested, &modules),
+        [("runtime".to_owned(), 3)]
+    );
+}
+
+#[test]
+fn an_activity_that_reaches_the_executor_breaks_the_rule_inside_the_engine() {
+    let modules = names(&["engine"]);
+    let through_super = "use super::super::executor::Executor;\n";
+    let through_crate =
+        "fn f() {}\nuse crate::engine::{graph::Graph, executor::{RunError, Executor}};\n";
+    let through_scope = "use super::scope::Scope;\nuse crate::engine::graph::Graph;\n";
+    let mut uses = uses_in(
+        "engine/activities/event.rs",
+        through_super,
+        &modules,
+        &BTreeMap::new(),
+    );
+    uses.extend(uses_in(
+        "engine/activities/time.rs",
+        through_crate,
+        &modules,
+        &BTreeMap::new(),
+    ));
+    uses.extend(uses_in(
+        "engine/activities/loops.rs",
+        through_scope,
+        &modules,
+        &BTreeMap::new(),
+    ));
+    // The executor itself may use what it likes of the engine.
+    uses.extend(uses_in(
+        "engine/executor.rs",
+        through_crate,
+        &modules,
+        &BTreeMap::new(),
+    ));
+    assert_eq!(
+        inside_violations(&uses),
+        [
+            "`engine/activities/` uses `engine::executor`: src/engine/activities/event.rs:1 `super::super::executor::Executor`",
+            "`engine/activities/` uses `engine::executor`: src/engine/activities/time.rs:2 `crate::engine::executor`",
+        ]
+    );
 }
 
 #[test]
@@ -593,7 +697,7 @@ fn a_module_the_layering_does_not_place_fails_and_so_does_one_of_a_single_layer(
         problems,
         [
             "module `fresh` is not placed in the layering of docs/reference/architecture.md",
-            "`clock` uses `engine` (in its own layer): src/clock.rs:1 `crate::engine`",
+            "`clock` uses `engine` (in its own layer): src/clock.rs:1 `crate::engine::x`",
         ]
     );
 }

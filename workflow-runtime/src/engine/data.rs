@@ -3,30 +3,16 @@
 
 use serde_json::Value;
 
-use crate::engine::executor::{Executor, StepError, engine_fault};
+use crate::engine::activities::scope::user_result;
+use crate::engine::executor::{Executor, StepError, UserFailure, engine_fault};
 use crate::engine::graph::NodeKind;
-use crate::engine::state::{ContextId, FaultKind, FaultRecord};
+use crate::engine::state::ContextId;
 use crate::engine::task::Outcome;
-use workflow_model::DONE;
 
 impl<D> Executor<'_, D>
 where
     D: serde::Serialize + serde::de::DeserializeOwned + Send + Sync + 'static,
 {
-    pub(crate) fn prop(&self, id: ContextId, key: &str) -> Option<&Value> {
-        self.state.context(id).and_then(|c| c.properties.get(key))
-    }
-
-    pub(crate) fn prop_u64(&self, id: ContextId, key: &str) -> u64 {
-        self.prop(id, key).and_then(Value::as_u64).unwrap_or(0)
-    }
-
-    pub(crate) fn set_prop(&mut self, id: ContextId, key: &str, value: Value) {
-        if let Some(c) = self.state.context_mut(id) {
-            c.properties.insert(key.to_owned(), value);
-        }
-    }
-
     /// The variables visible from context `id` (ACT-8): its own, then its ancestors', nearest
     /// first, then the workflow-level ones.
     pub(crate) fn variables_in_scope(&self, id: ContextId) -> serde_json::Map<String, Value> {
@@ -95,47 +81,36 @@ where
         let data: &D = self.data_mut()?;
         user_result(owner, "items fn", name, || f(data))
     }
-}
 
-pub(crate) fn done() -> Vec<String> {
-    vec![DONE.to_owned()]
-}
-
-pub(crate) fn permanent(context: ContextId, message: String) -> StepError {
-    StepError::Fault {
-        context,
-        record: FaultRecord {
-            kind: FaultKind::Error,
-            message,
-            attempt: 1,
-        },
-    }
-}
-
-/// Runs side-effect-free user code for `owner`: an error or a panic faults `owner` (ACT-6).
-pub(crate) fn user_result<T>(
-    owner: ContextId,
-    what: &str,
-    name: &str,
-    f: impl FnOnce() -> Result<T, crate::TaskError>,
-) -> Result<T, StepError> {
-    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)) {
-        Ok(Ok(value)) => Ok(value),
-        Ok(Err(error)) => Err(StepError::Fault {
-            context: owner,
-            record: FaultRecord {
-                kind: FaultKind::Error,
-                message: format!("{what} `{name}` failed: {error}"),
-                attempt: 1,
-            },
-        }),
-        Err(_) => Err(StepError::Fault {
-            context: owner,
-            record: FaultRecord {
-                kind: FaultKind::Panicked,
-                message: format!("{what} `{name}` panicked"),
-                attempt: 1,
-            },
-        }),
+    /// Runs the registered assign fn `name` on the data with `value` (the scope's
+    /// `call_assign`): the data changes only when it succeeds (FLT-4).
+    pub(crate) fn call_assign(
+        &mut self,
+        owner: ContextId,
+        name: &str,
+        value: &Value,
+    ) -> Result<Result<(), UserFailure>, StepError> {
+        let registry = self.registry;
+        let Some(f) = registry.assigns.get(name) else {
+            return Err(engine_fault(
+                owner,
+                format!("no assign fn is registered under `{name}`"),
+            ));
+        };
+        self.data_mut()?;
+        let mut data = self
+            .data
+            .take()
+            .ok_or_else(|| engine_fault(owner, "data unavailable"))?;
+        match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(&mut data, value))) {
+            Ok(Ok(())) => {
+                self.state.data = serde_json::to_value(&data)
+                    .map_err(|e| engine_fault(owner, format!("data does not serialize: {e}")))?;
+                self.data = Some(data);
+                Ok(Ok(()))
+            }
+            Ok(Err(error)) => Ok(Err(UserFailure::Failed(error))),
+            Err(_) => Ok(Err(UserFailure::Panicked)),
+        }
     }
 }

@@ -14,6 +14,11 @@ use tracing::Instrument;
 
 use crate::base::BoxFuture;
 use crate::base::{new_ulid, now_ms};
+pub(crate) use crate::engine::activities::scope::{
+    ChildInfo, Link, Scope, StepError, UserFailure, engine_fault,
+};
+use crate::engine::activities::{Activities, EventActivity, Execution};
+pub use crate::engine::error::RunError;
 use crate::engine::events::{ActivityRef, EventKind, LifecycleEvent};
 use crate::engine::graph::{Graph, NodeIndex, NodeKind};
 use crate::engine::guard::panic_message;
@@ -25,159 +30,6 @@ use crate::engine::state::{
 
 /// The default step budget of one run (ENG-10).
 pub const DEFAULT_MAX_STEPS_PER_RUN: usize = 10_000;
-
-/// An engine failure that aborts a run: nothing of the run is committed (ENG-38).
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum RunError {
-    /// The persisted state breaks an invariant of ENG-3.
-    #[error("state of instance `{instance}` is corrupt: {reason}")]
-    StateCorrupt {
-        /// The instance.
-        instance: String,
-        /// Which invariant.
-        reason: String,
-    },
-    /// The stored data no longer decodes into the workflow's data type (ENG-43).
-    #[error("data of instance `{instance}` does not decode: {message}")]
-    DataDecode {
-        /// The instance.
-        instance: String,
-        /// The decoder's message.
-        message: String,
-    },
-    /// A persisted callback name is not in its kind's table (ENG-12).
-    #[error("unknown callback `{callback}` for node `{node}` of kind `{kind}`")]
-    UnknownCallback {
-        /// The owner's node.
-        node: String,
-        /// The owner's kind.
-        kind: &'static str,
-        /// The callback name.
-        callback: String,
-    },
-    /// None of the targeted bookmarks exists any more (ENG-25).
-    #[error("no targeted bookmark exists in instance `{instance}`")]
-    BookmarkNotFound {
-        /// The instance.
-        instance: String,
-    },
-    /// A bookmark's owning context is missing (ENG-25).
-    #[error("bookmark `{bookmark}` belongs to missing context {context}")]
-    BookmarkOrphaned {
-        /// The bookmark.
-        bookmark: String,
-        /// The missing context.
-        context: ContextId,
-    },
-    /// The run was abandoned because the instance is being cancelled while a task ran
-    /// (FLT-15, FLT-16): nothing of it was committed; the cancel follows.
-    #[error("the run of instance `{instance}` was interrupted by its cancellation")]
-    Interrupted {
-        /// The instance.
-        instance: String,
-    },
-    /// The instance is final or faulted: nothing runs (ENG-2). Its stimuli are not delivered.
-    #[error("instance `{instance}` is {status:?}: nothing runs")]
-    NotRunnable {
-        /// The instance.
-        instance: String,
-        /// Its status.
-        status: WorkflowStatus,
-    },
-    /// The instance is paused by an operator (`Suspended/Paused`, ENG-50): nothing runs until
-    /// it is resumed. A stimulus for it stays queued, held, and is delivered after the resume.
-    #[error("instance `{instance}` is paused: nothing runs until it is resumed")]
-    Paused {
-        /// The instance.
-        instance: String,
-    },
-    /// The targeted context does not exist (ENG-25).
-    #[error("context {context} not found")]
-    ContextNotFound {
-        /// The context.
-        context: ContextId,
-    },
-    /// A context names a node the pinned graph does not have (ENG-3).
-    #[error("node `{node}` is not in the definition")]
-    NodeNotFound {
-        /// The node id.
-        node: String,
-    },
-    /// The instance is pinned to a definition version this runtime does not hold (ENG-46):
-    /// nothing was modified and no other version was substituted.
-    #[error(
-        "instance `{instance}` runs `{name}` version `{version}`, which is not registered (registered: {})",
-        registered.as_deref().unwrap_or("none")
-    )]
-    VersionNotRegistered {
-        /// The instance.
-        instance: String,
-        /// The definition name.
-        name: String,
-        /// The fingerprint the instance is pinned to.
-        version: String,
-        /// The fingerprint registered under `name`, if any.
-        registered: Option<String>,
-    },
-    /// The store refused or failed the run's load, lease or commit (ENG-29): the in-memory
-    /// state of the run was discarded and the instance continues from its last commit.
-    /// [`RunError::is_conflict`] tells another run moved the instance on.
-    #[error("instance `{instance}`: {error}")]
-    Store {
-        /// The instance.
-        instance: String,
-        /// The store's error (`Conflict`, `Fenced`, `LeaseHeld`, `Unavailable`, ...).
-        error: crate::store::StoreError,
-    },
-    /// The payload resuming a bookmark does not decode into the type the waiting activity
-    /// reads (its outcome mapping, a condition over the payload, or a task of the run reading
-    /// it with `ctx.payload()` or `ctx.input()` before the run committed) (RT-22): the
-    /// run was discarded, the bookmark and the instance are unchanged; routing dead-letters
-    /// the stimulus as `Rejected`.
-    #[error(
-        "instance `{instance}`: the payload for bookmark `{bookmark}` of node `{node}` does not decode into `{payload_type}`: {message}"
-    )]
-    PayloadDecode {
-        /// The instance.
-        instance: String,
-        /// The bookmark the stimulus resumed.
-        bookmark: String,
-        /// The waiting node.
-        node: String,
-        /// The type the payload should decode into.
-        payload_type: String,
-        /// The decoder's message.
-        message: String,
-    },
-    /// The run's state document exceeded the store's size limit (ST-24). Nothing of the run
-    /// was committed past its last commit; the instance was faulted from that commit with an
-    /// incident of kind `state_too_large`.
-    #[error(
-        "state of instance `{instance}` is too large: {size} bytes, limit {limit}; the instance is faulted (incident `{incident}`)"
-    )]
-    StateTooLarge {
-        /// The instance.
-        instance: String,
-        /// The size of the refused document, in bytes.
-        size: usize,
-        /// The store's limit, in bytes.
-        limit: usize,
-        /// The incident recorded.
-        incident: String,
-        /// The stimulus the run was delivering, when it was not consumed (no earlier commit
-        /// of the run wrote its receipt): the caller dead-letters it.
-        stimulus_id: Option<String>,
-    },
-}
-
-impl RunError {
-    /// Whether another run moved the instance on: a commit answered `Conflict`,
-    /// `ReceiptExists` or `Fenced` (ENG-29).
-    pub fn is_conflict(&self) -> bool {
-        matches!(self, RunError::Store { error, .. }
-            if error.is_conflict() || matches!(error, crate::store::StoreError::Fenced { .. }))
-    }
-}
 
 /// When a run commits besides its mandatory commits (ENG-31, ENG-32), runtime-wide.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -331,67 +183,6 @@ impl std::fmt::Debug for Middleware {
             .field("workflow", &self.workflow.len())
             .finish()
     }
-}
-
-/// Why a step failed: an activity failing for good (recorded, ENG-17) or an engine problem
-/// that aborts the run (nothing committed).
-#[derive(Debug)]
-pub(crate) enum StepError {
-    Fault {
-        context: ContextId,
-        record: FaultRecord,
-    },
-    Abort(RunError),
-}
-
-impl From<RunError> for StepError {
-    fn from(value: RunError) -> Self {
-        StepError::Abort(value)
-    }
-}
-
-pub(crate) fn engine_fault(context: ContextId, message: impl Into<String>) -> StepError {
-    StepError::Fault {
-        context,
-        record: FaultRecord {
-            kind: FaultKind::Engine,
-            message: message.into(),
-            attempt: 1,
-        },
-    }
-}
-
-/// Work between instances that a run asks of the runtime, performed after its commit
-/// (ACT-24): in memory, "in the same commit" means queued by the commit and carried out
-/// before the runtime call that caused it returns.
-#[derive(Debug, Clone, PartialEq)]
-pub(crate) enum Link {
-    /// Start a child instance of `workflow` with `input`.
-    Start {
-        workflow: String,
-        instance_id: String,
-        input: Value,
-        parent: crate::engine::state::ParentLink,
-    },
-    /// Cancel a child instance: its waiting SubWorkflow was cancelled.
-    Cancel { instance_id: String },
-    /// Resume a parent's `wf.sub_workflow` bookmark with a child's final status and output.
-    Resume {
-        instance_id: String,
-        bookmark_id: String,
-        payload: Value,
-    },
-}
-
-/// What an owner's callback learns about its child (ENG-15).
-#[derive(Debug, Clone)]
-pub(crate) struct ChildInfo {
-    pub(crate) id: ContextId,
-    pub(crate) node_id: String,
-    pub(crate) status: ActivityStatus,
-    pub(crate) result: Option<Value>,
-    pub(crate) tag: Option<String>,
-    pub(crate) payload: Option<Value>,
 }
 
 /// One run of one instance.
@@ -867,7 +658,15 @@ where
         self.record(JournalKind::Started, Some(id), Value::Null);
         self.activity_event(id, ActivityRef::executing);
         let result = match entry {
-            EntryPoint::Execute => self.execute(id, node).await,
+            EntryPoint::Execute => match self.execute(id, node) {
+                Ok(Execution::Task {
+                    function,
+                    retry,
+                    attempt_timeout_ms,
+                }) => self.run_task(id, function, retry, attempt_timeout_ms).await,
+                Ok(Execution::Settled) => Ok(()),
+                Err(error) => Err(error),
+            },
             EntryPoint::Resume { bookmark, payload } => self.resume(id, node, &bookmark, payload),
             EntryPoint::Continue {
                 callback,
@@ -1444,6 +1243,131 @@ where
         });
         self.state.journal.compact();
         self.state.updated_at = self.now;
+    }
+}
+
+/// The executor is the scope its activities run in: each call is the executor's own.
+impl<'a, D> Scope<'a> for Executor<'a, D>
+where
+    D: serde::Serialize + serde::de::DeserializeOwned + Send + Sync + 'static,
+{
+    fn graph(&self) -> &'a Graph {
+        self.graph
+    }
+
+    fn state(&self) -> &WorkflowState {
+        &self.state
+    }
+
+    fn state_mut(&mut self) -> &mut WorkflowState {
+        &mut self.state
+    }
+
+    fn now(&self) -> u64 {
+        self.now
+    }
+
+    fn schedule_child(
+        &mut self,
+        owner: ContextId,
+        node: NodeIndex,
+        tag: Option<String>,
+        callback: Option<&str>,
+        payload: Option<Value>,
+    ) -> Result<ContextId, StepError> {
+        Executor::schedule_child(self, owner, node, tag, callback, payload)
+    }
+
+    fn schedule_continuation(
+        &mut self,
+        owner: ContextId,
+        callback: &str,
+        tag: &str,
+        payload: Option<Value>,
+    ) {
+        Executor::schedule_continuation(self, owner, callback, tag, payload);
+    }
+
+    fn complete(
+        &mut self,
+        id: ContextId,
+        result: Option<Value>,
+        outcomes: Vec<String>,
+    ) -> Result<(), StepError> {
+        Executor::complete(self, id, result, outcomes)
+    }
+
+    fn cancel(&mut self, id: ContextId) -> Result<(), StepError> {
+        Executor::cancel(self, id)
+    }
+
+    fn cancel_silently(&mut self, child: ContextId) -> Result<(), StepError> {
+        Executor::cancel_silently(self, child)
+    }
+
+    fn cancel_child_instances(&mut self, which: &dyn Fn(&Bookmark) -> bool) {
+        Executor::cancel_child_instances(self, which);
+    }
+
+    fn create_bookmark(
+        &mut self,
+        id: ContextId,
+        name: &str,
+        hash: String,
+        payload: Value,
+        callback: Option<&str>,
+    ) -> Result<String, StepError> {
+        Executor::create_bookmark(self, id, name, hash, payload, callback)
+    }
+
+    fn record(&mut self, kind: JournalKind, context: Option<ContextId>, detail: Value) {
+        Executor::record(self, kind, context, detail);
+    }
+
+    fn link(&mut self, link: Link) {
+        self.links.push(link);
+    }
+
+    fn payload_rejection(&self, error: &crate::engine::task::TaskError) -> Option<StepError> {
+        Executor::payload_rejection(self, error)
+    }
+
+    fn condition(
+        &mut self,
+        owner: ContextId,
+        name: Option<&str>,
+        payload: Option<&Value>,
+    ) -> Result<bool, StepError> {
+        Executor::condition(self, owner, name, payload)
+    }
+
+    fn value_fn(&mut self, owner: ContextId, name: &str) -> Result<Value, StepError> {
+        Executor::value_fn(self, owner, name)
+    }
+
+    fn items_fn(&mut self, owner: ContextId, name: &str) -> Result<Vec<Value>, StepError> {
+        Executor::items_fn(self, owner, name)
+    }
+
+    fn call_assign(
+        &mut self,
+        owner: ContextId,
+        name: &str,
+        value: &Value,
+    ) -> Result<Result<(), UserFailure>, StepError> {
+        Executor::call_assign(self, owner, name, value)
+    }
+
+    fn replace_data(&mut self, json: Value) -> Result<(), String> {
+        let data = serde_json::from_value::<D>(json.clone()).map_err(|e| e.to_string())?;
+        self.state.data = json;
+        self.data = Some(data);
+        Ok(())
+    }
+
+    fn outcome_fn(&self, payload_type: &str) -> Option<&'a crate::engine::registry::OutcomeFn> {
+        let registry: &'a Registry<D> = self.registry;
+        registry.outcomes.get(payload_type)
     }
 }
 

@@ -9,11 +9,14 @@
 //! - [`faults`]: retry policies (FLT-2 to FLT-4); [`saga`]: compensation (FLT-10 to FLT-13);
 //! - [`graph`]: the indexed definition; [`state`]: the persisted instance;
 //!   [`registry`]: the user code registered by name;
-//! - [`activities`]: the built-in activities, one family per file.
+//! - [`activities`]: the built-in activities, one family per file, written against the narrow
+//!   [`activities::scope::Scope`] the executor implements, never against the executor;
+//! - [`error`]: the error that aborts a run.
 
 pub(crate) mod activities;
 pub(crate) mod attempt;
 pub(crate) mod data;
+pub(crate) mod error;
 pub(crate) mod events;
 pub(crate) mod executor;
 pub(crate) mod faults;

@@ -631,13 +631,13 @@ fn s16_sm4_duplicate_names_resolve_against_current_state_first() {
     let crate::engine::graph::NodeKind::StateMachine(m) = &graph.nodes[0].kind else {
         unreachable!()
     };
-    type Ex = crate::engine::executor::Executor<'static, Log>;
+    use crate::engine::activities::state_machine::resolve;
     assert_eq!(
-        Ex::resolve_for_tests(m, "B", Some("1:go")).map(|t| t.from.as_str()),
+        resolve(m, "B", Some("1:go")).map(|t| t.from.as_str()),
         Some("B")
     );
     assert_eq!(
-        Ex::resolve_for_tests(m, "C", Some("0:go")).map(|t| t.from.as_str()),
+        resolve(m, "C", Some("0:go")).map(|t| t.from.as_str()),
         Some("A")
     );
 }

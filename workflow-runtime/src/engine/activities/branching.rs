@@ -2,18 +2,16 @@
 
 use serde_json::json;
 
-use crate::engine::data::done;
-use crate::engine::executor::{ChildInfo, Executor, StepError};
+use super::scope::done;
+use super::scope::{ChildInfo, Scope, StepError};
 use crate::engine::graph::{NodeIndex, NodeKind, SwitchNode};
 use crate::engine::names::{ON_BRANCH, PENDING, VALUE};
 use crate::engine::state::ContextId;
 
-impl<D> Executor<'_, D>
-where
-    D: serde::Serialize + serde::de::DeserializeOwned + Send + Sync + 'static,
-{
+/// The If, Switch and Parallel activities, for any [`Scope`].
+pub(crate) trait BranchingActivity<'g>: Scope<'g> {
     // ---- If (ACT-13) --------------------------------------------------------------------
-    pub(crate) fn if_execute(
+    fn if_execute(
         &mut self,
         id: ContextId,
         condition: &str,
@@ -42,11 +40,7 @@ where
     }
 
     // ---- Switch (ACT-14) ----------------------------------------------------------------
-    pub(crate) fn switch_execute(
-        &mut self,
-        id: ContextId,
-        s: &SwitchNode,
-    ) -> Result<(), StepError> {
+    fn switch_execute(&mut self, id: ContextId, s: &SwitchNode) -> Result<(), StepError> {
         let mut matched: Vec<usize> = Vec::new();
         for (i, (_, condition, _)) in s.cases.iter().enumerate() {
             if self.condition(id, Some(condition), None)? {
@@ -91,7 +85,7 @@ where
     }
 
     /// A branch of If, Switch or Parallel completed (or was cancelled).
-    pub(crate) fn branch_completed(
+    fn branch_completed(
         &mut self,
         id: ContextId,
         kind: &NodeKind,
@@ -115,11 +109,7 @@ where
     }
 
     // ---- Parallel (ACT-18) --------------------------------------------------------------
-    pub(crate) fn parallel_execute(
-        &mut self,
-        id: ContextId,
-        branches: &[NodeIndex],
-    ) -> Result<(), StepError> {
+    fn parallel_execute(&mut self, id: ContextId, branches: &[NodeIndex]) -> Result<(), StepError> {
         if branches.is_empty() {
             return self.complete(id, None, done());
         }
@@ -130,3 +120,5 @@ where
         Ok(())
     }
 }
+
+impl<'g, S: Scope<'g> + ?Sized> BranchingActivity<'g> for S {}

@@ -3,8 +3,8 @@
 
 use serde_json::{Value, json};
 
-use crate::engine::data::permanent;
-use crate::engine::executor::{Executor, RunError, StepError, engine_fault};
+use super::scope::permanent;
+use super::scope::{Scope, StepError, UserFailure, engine_fault};
 use crate::engine::graph::{NodeIndex, NodeKind};
 use crate::engine::names::{ON_DEADLINE, Reserved};
 use crate::engine::state::{ActivityStatus, ContextId, FaultKind, FaultRecord};
@@ -13,14 +13,12 @@ use crate::identity::{stimulus_hash, value_at_path};
 /// The outcome of a wait whose deadline passed (TM-14).
 const TIMEOUT: &str = "timeout";
 
-impl<D> Executor<'_, D>
-where
-    D: serde::Serialize + serde::de::DeserializeOwned + Send + Sync + 'static,
-{
+/// The Event activity and the deadlines of waits, for any [`Scope`].
+pub(crate) trait EventActivity<'g>: Scope<'g> {
     // ---- Event (ACT-19) and Delay (ACT-20) ----------------------------------------------
     /// Creates a bookmark named after the event, hashed over its name and the key read from
     /// the data (ACT-3, RT-5); resuming it completes the event with the payload (ENG-21).
-    pub(crate) fn execute_event(
+    fn execute_event(
         &mut self,
         id: ContextId,
         event: &str,
@@ -29,7 +27,7 @@ where
     ) -> Result<(), StepError> {
         let key_value = match key {
             None => None,
-            Some(path) => match value_at_path(&self.state.data, path) {
+            Some(path) => match value_at_path(&self.state().data, path) {
                 Some(value) => Some(value.clone()),
                 None => {
                     return Err(engine_fault(
@@ -55,13 +53,13 @@ where
     /// registered under its payload type ([`crate::Registry::outcome`], ACT-19); an outcome
     /// it did not declare fails it for good (FC-4). Other kinds complete with no outcome
     /// (`done`, FC-2).
-    pub(crate) fn bookmark_completed(
+    fn bookmark_completed(
         &mut self,
         id: ContextId,
         node: NodeIndex,
         payload: Value,
     ) -> Result<(), StepError> {
-        let graph = self.graph;
+        let graph = self.graph();
         let Some(NodeKind::Event {
             event,
             choice: Some(choice),
@@ -76,7 +74,7 @@ where
             .map(|n| n.id.rsplit(':').next().unwrap_or(&n.id).to_owned())
             .unwrap_or_default();
         let payload_type = choice.payload.as_deref().unwrap_or_default();
-        let Some(mapping) = self.registry.outcomes.get(payload_type) else {
+        let Some(mapping) = self.outcome_fn(payload_type) else {
             // Checked at build (ACT-V8): only a registry changed behind the runtime's back.
             return Err(permanent(
                 id,
@@ -123,13 +121,13 @@ where
     /// data's JSON form, or a registered assign fn), before the event completes. A payload
     /// that does not fit rejects the stimulus for this instance while it resumes the event
     /// (RT-22): nothing changes; otherwise (a trigger's payload) the event fails for good.
-    pub(crate) fn event_assign(
+    fn event_assign(
         &mut self,
         id: ContextId,
         node: NodeIndex,
         payload: &Value,
     ) -> Result<(), StepError> {
-        let graph = self.graph;
+        let graph = self.graph();
         let Some(graph_node) = graph.node(node) else {
             return Ok(());
         };
@@ -153,7 +151,7 @@ where
         };
         match assign {
             workflow_model::PayloadAssign::Field(path) => {
-                let mut json = self.state.data.clone();
+                let mut json = self.state().data.clone();
                 if !crate::identity::set_at_path(&mut json, path, payload.clone()) {
                     return Err(reject(
                         self,
@@ -161,12 +159,8 @@ where
                         format!("event `{local}`: assign field `{path}` is not in the data"),
                     ));
                 }
-                match serde_json::from_value::<D>(json.clone()) {
-                    Ok(data) => {
-                        self.state.data = json;
-                        self.data = Some(data);
-                        Ok(())
-                    }
+                match self.replace_data(json) {
+                    Ok(()) => Ok(()),
                     Err(e) => Err(reject(
                         self,
                         path,
@@ -177,40 +171,15 @@ where
                 }
             }
             workflow_model::PayloadAssign::Function(name) => {
-                let registry = self.registry;
-                let Some(f) = registry.assigns.get(name) else {
-                    return Err(engine_fault(
-                        id,
-                        format!("no assign fn is registered under `{name}`"),
-                    ));
-                };
-                let mut data = match self.data.take() {
-                    Some(d) => d,
-                    None => serde_json::from_value::<D>(self.state.data.clone()).map_err(|e| {
-                        StepError::Abort(RunError::DataDecode {
-                            instance: self.state.instance_id.clone(),
-                            message: e.to_string(),
-                        })
-                    })?,
-                };
-                let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                    f(&mut data, payload)
-                }));
-                match result {
-                    Ok(Ok(())) => {
-                        self.state.data = serde_json::to_value(&data).map_err(|e| {
-                            engine_fault(id, format!("data does not serialize: {e}"))
-                        })?;
-                        self.data = Some(data);
-                        Ok(())
-                    }
+                match self.call_assign(id, name, payload)? {
+                    Ok(()) => Ok(()),
                     // The last good data stays (FLT-4).
-                    Ok(Err(error)) => Err(reject(
+                    Err(UserFailure::Failed(error)) => Err(reject(
                         self,
                         name,
                         format!("event `{local}`: {}", error.message()),
                     )),
-                    Err(_) => Err(StepError::Fault {
+                    Err(UserFailure::Panicked) => Err(StepError::Fault {
                         context: id,
                         record: FaultRecord {
                             kind: FaultKind::Panicked,
@@ -227,16 +196,12 @@ where
     /// A `wf.deadline` bookmark beside the wait's own, in the same context, so both are
     /// written in one commit with the deadline's timer row (TM-3). Whichever is resumed first
     /// wins: the context's completion removes the other bookmark and its timer.
-    pub(crate) fn arm_deadline(
-        &mut self,
-        id: ContextId,
-        deadline_ms: Option<u64>,
-    ) -> Result<(), StepError> {
+    fn arm_deadline(&mut self, id: ContextId, deadline_ms: Option<u64>) -> Result<(), StepError> {
         let Some(deadline_ms) = deadline_ms else {
             return Ok(());
         };
         if self
-            .state
+            .state()
             .context(id)
             .is_none_or(|c| c.status != ActivityStatus::Running)
         {
@@ -247,10 +212,10 @@ where
         let hash = stimulus_hash(
             Reserved::Deadline.name(),
             None,
-            Some((self.state.instance_id.as_str(), scope_context.as_str())),
+            Some((self.state().instance_id.as_str(), scope_context.as_str())),
         )
         .map_err(|e| engine_fault(id, e.to_string()))?;
-        let due_at = self.now.saturating_add(deadline_ms);
+        let due_at = self.now().saturating_add(deadline_ms);
         self.create_bookmark(
             id,
             Reserved::Deadline.name(),
@@ -264,9 +229,9 @@ where
     /// TM-14: the deadline's timer won. The wait completes with outcome `timeout` and a timeout
     /// marker as output (TM-15); its own bookmark goes with the completion, and a SubWorkflow
     /// cancels its child.
-    pub(crate) fn deadline_reached(&mut self, id: ContextId) -> Result<(), StepError> {
-        self.cancel_child_instances(|b| b.context_id == id);
-        let now = self.now;
+    fn deadline_reached(&mut self, id: ContextId) -> Result<(), StepError> {
+        self.cancel_child_instances(&|b| b.context_id == id);
+        let now = self.now();
         self.complete(
             id,
             Some(json!({ "timeout": true, "fired_at": now })),
@@ -274,3 +239,5 @@ where
         )
     }
 }
+
+impl<'g, S: Scope<'g> + ?Sized> EventActivity<'g> for S {}

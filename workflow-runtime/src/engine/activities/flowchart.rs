@@ -23,7 +23,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use workflow_model::DONE;
 
-use crate::engine::executor::{ChildInfo, Executor, StepError, engine_fault};
+use super::scope::{ChildInfo, Scope, StepError, engine_fault};
 use crate::engine::graph::{FlowchartNode, NodeKind};
 use crate::engine::names::ON_NODE;
 use crate::engine::state::{ActivityStatus, ContextId, JournalKind};
@@ -41,7 +41,7 @@ const KEYS: [&str; 7] = [
 
 /// The run state of one flowchart run (FC-10), as kept in its context's properties.
 #[derive(Debug, Default, Serialize, Deserialize)]
-struct RunState {
+pub(crate) struct RunState {
     /// `visits[node]`: times the node settled in forward flow.
     #[serde(default)]
     visits: BTreeMap<String, u64>,
@@ -69,7 +69,7 @@ struct RunState {
 
 /// One step of a settlement.
 #[derive(Debug)]
-enum Work {
+pub(crate) enum Work {
     /// A node settled: completed with `outcomes`, or skipped or cancelled with none (FC-11,
     /// FC-13, FC-23).
     Settle {
@@ -85,12 +85,10 @@ enum Work {
     Check { node: usize, input: Option<Value> },
 }
 
-impl<D> Executor<'_, D>
-where
-    D: Serialize + serde::de::DeserializeOwned + Send + Sync + 'static,
-{
+/// The Flowchart activity, for any [`Scope`].
+pub(crate) trait FlowchartActivity<'g>: Scope<'g> {
     fn flow_load(&self, id: ContextId) -> RunState {
-        let Some(c) = self.state.context(id) else {
+        let Some(c) = self.state().context(id) else {
             return RunState::default();
         };
         let mut map = serde_json::Map::new();
@@ -106,7 +104,7 @@ where
         let Ok(Value::Object(map)) = serde_json::to_value(rs) else {
             return;
         };
-        let Some(c) = self.state.context_mut(id) else {
+        let Some(c) = self.state_mut().context_mut(id) else {
             return;
         };
         for (key, value) in map {
@@ -122,19 +120,15 @@ where
     /// FC-6 step 1: the triggering node, when the instance was created by a trigger that is
     /// a node of this flowchart (RT-13) and has not consumed its payload yet.
     fn flow_triggering_node(&self, _id: ContextId, fc: &FlowchartNode) -> Option<usize> {
-        let trigger = self.state.trigger.as_ref()?;
+        let trigger = self.state().trigger.as_ref()?;
         let local = *fc.local.get(&trigger.node_id)?;
         fc.triggers.contains(&local).then_some(local)
     }
 
     /// Runs a flowchart (FC-6 to FC-8).
-    pub(crate) fn flowchart_execute(
-        &mut self,
-        id: ContextId,
-        fc: &FlowchartNode,
-    ) -> Result<(), StepError> {
+    fn flowchart_execute(&mut self, id: ContextId, fc: &FlowchartNode) -> Result<(), StepError> {
         // FC-8: every run starts with empty run state.
-        if let Some(c) = self.state.context_mut(id) {
+        if let Some(c) = self.state_mut().context_mut(id) {
             for key in KEYS {
                 c.properties.remove(key);
             }
@@ -165,14 +159,14 @@ where
         }
         self.flow_propagate(id, fc, &mut rs, work)?;
         // ACT-5: the start node's input is the flowchart's own.
-        let input = self.state.context(id).and_then(|c| c.input.clone());
+        let input = self.state().context(id).and_then(|c| c.input.clone());
         self.flow_schedule(id, fc, &mut rs, start, input, false)?;
         self.flow_save(id, &rs);
         Ok(())
     }
 
     /// The callback of every node (FC-11, FC-23).
-    pub(crate) fn flowchart_settled(
+    fn flowchart_settled(
         &mut self,
         id: ContextId,
         fc: &FlowchartNode,
@@ -180,7 +174,7 @@ where
     ) -> Result<(), StepError> {
         let local = fc.local_of(&child.node_id);
         let running = self
-            .state
+            .state()
             .context(id)
             .is_some_and(|c| c.status == ActivityStatus::Running);
         let Some(local) = local.filter(|_| running) else {
@@ -200,7 +194,7 @@ where
         let completed = child.status == ActivityStatus::Completed;
         let kind = fc
             .child(local)
-            .and_then(|n| self.graph.node(n))
+            .and_then(|n| self.graph().node(n))
             .map(|n| &n.kind);
         // FC-20: `end` completes the flowchart, which cancels its other live children.
         if completed && matches!(kind, Some(NodeKind::End)) {
@@ -209,7 +203,7 @@ where
         }
         let outcomes = if completed {
             let outcomes = self
-                .state
+                .state()
                 .context(child.id)
                 .map(|c| c.outcomes.clone())
                 .unwrap_or_default();
@@ -252,8 +246,8 @@ where
             *rs.visits.entry(name.clone()).or_default() += 1;
         }
         let path = fc.child(node).map(|n| self.node_id(n)).unwrap_or_default();
-        let now = self.now;
-        self.state.journal.record(
+        let now = self.now();
+        self.state_mut().journal.record(
             JournalKind::Skipped,
             Some((id, path)),
             json!({"reason": reason}),
@@ -272,7 +266,7 @@ where
         let analysis = &fc.analysis;
         while let Some(item) = work.pop_front() {
             if self
-                .state
+                .state()
                 .context(id)
                 .is_none_or(|c| c.status != ActivityStatus::Running)
             {
@@ -407,7 +401,7 @@ where
         let followed = |rs: &RunState, key: &str| rs.followed.get(key).copied().unwrap_or(false);
         let kind = fc
             .child(node)
-            .and_then(|n| self.graph.node(n))
+            .and_then(|n| self.graph().node(n))
             .map(|n| &n.kind);
         if let Some(NodeKind::Join { any: true }) = kind {
             // FC-17 any: the first followed arrival of the round runs the join, then FC-18.
@@ -473,7 +467,7 @@ where
             return Ok(());
         };
         let child = self.schedule_child(id, graph_node, Some(name.clone()), Some(ON_NODE), None)?;
-        if let Some(c) = self.state.context_mut(child) {
+        if let Some(c) = self.state_mut().context_mut(child) {
             c.input = input;
         }
         rs.live.insert(name.clone(), child);
@@ -587,12 +581,12 @@ where
         }
         self.flow_save(id, &rs);
         let running = self
-            .state
+            .state()
             .context(id)
             .is_some_and(|c| c.status == ActivityStatus::Running);
         if running && rs.live.is_empty() {
             // FC-21: no live (or faulted) child and no queued work of its own.
-            let queued = self.state.queue.iter().any(|w| w.context == id);
+            let queued = self.state().queue.iter().any(|w| w.context == id);
             if !queued {
                 return self.complete(id, None, vec![DONE.to_owned()]);
             }
@@ -600,6 +594,8 @@ where
         Ok(())
     }
 }
+
+impl<'g, S: Scope<'g> + ?Sized> FlowchartActivity<'g> for S {}
 
 /// FC-16: whether the settling node, with `outcomes`, follows a forward connection to a node
 /// of loop `l`: then the loop goes on even though none of its nodes is live yet (a decision

@@ -5,8 +5,9 @@
 
 use serde_json::{Value, json};
 
-use crate::engine::data::done;
-use crate::engine::executor::{ChildInfo, Executor, StepError};
+use super::scope::done;
+use super::scope::{ChildInfo, Scope, StepError};
+use super::time::TimeActivity;
 use crate::engine::graph::{NodeIndex, NodeKind};
 use crate::engine::names::ON_BODY;
 use crate::engine::state::ContextId;
@@ -19,12 +20,10 @@ const DONE_COUNT: &str = "done";
 /// The variable name of a loop's current item (ACT-8).
 const ITEMS_VAR: &str = "item";
 
-impl<D> Executor<'_, D>
-where
-    D: serde::Serialize + serde::de::DeserializeOwned + Send + Sync + 'static,
-{
+/// The While, ForEach and ParallelForEach activities, for any [`Scope`].
+pub(crate) trait LoopActivity<'g>: Scope<'g> {
     // ---- While (ACT-15) -----------------------------------------------------------------
-    pub(crate) fn while_next(
+    fn while_next(
         &mut self,
         id: ContextId,
         condition: &str,
@@ -41,21 +40,21 @@ where
 
     // ---- ForEach (ACT-16) and ParallelForEach (ACT-17) ----------------------------------
     /// Takes the snapshot of the items once, at start (ACT-16).
-    pub(crate) fn loop_snapshot(&mut self, id: ContextId, items: &str) -> Result<usize, StepError> {
+    fn loop_snapshot(&mut self, id: ContextId, items: &str) -> Result<usize, StepError> {
         let list = self.items_fn(id, items)?;
         let len = list.len();
         self.set_prop(id, ITEMS, Value::Array(list));
         Ok(len)
     }
 
-    pub(crate) fn loop_item(&self, id: ContextId, index: usize) -> Option<Value> {
+    fn loop_item(&self, id: ContextId, index: usize) -> Option<Value> {
         self.prop(id, ITEMS)
             .and_then(Value::as_array)
             .and_then(|a| a.get(index))
             .cloned()
     }
 
-    pub(crate) fn loop_len(&self, id: ContextId) -> usize {
+    fn loop_len(&self, id: ContextId) -> usize {
         self.prop(id, ITEMS)
             .and_then(Value::as_array)
             .map_or(0, Vec::len)
@@ -63,7 +62,7 @@ where
 
     /// Schedules the body for item `index`: the item is its input (ACT-5) and the variables
     /// `item` and `index` are declared on the body context (ACT-8).
-    pub(crate) fn loop_schedule_body(
+    fn loop_schedule_body(
         &mut self,
         id: ContextId,
         body: NodeIndex,
@@ -71,7 +70,7 @@ where
     ) -> Result<(), StepError> {
         let item = self.loop_item(id, index).unwrap_or(Value::Null);
         let child = self.schedule_child(id, body, Some(index.to_string()), Some(ON_BODY), None)?;
-        if let Some(c) = self.state.context_mut(child) {
+        if let Some(c) = self.state_mut().context_mut(child) {
             c.input = Some(item.clone());
             c.variables.insert(ITEMS_VAR.to_owned(), item);
             c.variables.insert(INDEX.to_owned(), json!(index));
@@ -79,7 +78,7 @@ where
         Ok(())
     }
 
-    pub(crate) fn for_each_execute(
+    fn for_each_execute(
         &mut self,
         id: ContextId,
         items: &str,
@@ -89,7 +88,7 @@ where
         self.for_each_next(id, body, 0)
     }
 
-    pub(crate) fn for_each_next(
+    fn for_each_next(
         &mut self,
         id: ContextId,
         body: NodeIndex,
@@ -102,7 +101,7 @@ where
         self.loop_schedule_body(id, body, index)
     }
 
-    pub(crate) fn parallel_for_each_execute(
+    fn parallel_for_each_execute(
         &mut self,
         id: ContextId,
         items: &str,
@@ -122,11 +121,7 @@ where
         Ok(())
     }
 
-    pub(crate) fn parallel_for_each_one(
-        &mut self,
-        id: ContextId,
-        body: NodeIndex,
-    ) -> Result<(), StepError> {
+    fn parallel_for_each_one(&mut self, id: ContextId, body: NodeIndex) -> Result<(), StepError> {
         let next = usize::try_from(self.prop_u64(id, NEXT)).unwrap_or(usize::MAX);
         if next >= self.loop_len(id) {
             return Ok(());
@@ -136,7 +131,7 @@ where
     }
 
     /// A loop body completed (or was cancelled).
-    pub(crate) fn body_completed(
+    fn body_completed(
         &mut self,
         id: ContextId,
         kind: &NodeKind,
@@ -166,3 +161,5 @@ where
         }
     }
 }
+
+impl<'g, S: Scope<'g> + ?Sized> LoopActivity<'g> for S {}

@@ -1,7 +1,7 @@
 //! The built-in activities, one family per module: [`sequence`], [`task`], [`event`],
 //! [`state_machine`], [`flowchart`], [`time`], [`branching`], [`loops`], [`control`],
-//! [`sub_workflow`] and [`saga`]; and here the dispatch of every kind's `execute` entry point
-//! and callbacks.
+//! [`sub_workflow`] and [`saga`]; [`scope`], what they may ask of the engine; and here the
+//! dispatch of every kind's `execute` entry point and callbacks.
 //!
 //! Each kind has an `execute` entry point and a table of callbacks by name (ENG-12); the
 //! executor resolves a persisted callback name here and fails the run with `UnknownCallback`
@@ -13,31 +13,55 @@ mod event;
 pub(crate) mod flowchart;
 mod loops;
 mod saga;
+pub(crate) mod scope;
 mod sequence;
-mod state_machine;
+pub(crate) mod state_machine;
 mod sub_workflow;
 mod task;
 mod time;
 
-use crate::engine::executor::{ChildInfo, Executor, RunError, StepError};
+use crate::engine::error::RunError;
 use crate::engine::graph::{NodeIndex, NodeKind};
 use crate::engine::names::{
     ON_ACTION, ON_BODY, ON_BRANCH, ON_CHILD_DONE, ON_CONTINUE, ON_DEADLINE, ON_ENTRY, ON_EXIT,
     ON_NODE, ON_RETRY, ON_SAGA_BODY, ON_STEP, ON_TICK, ON_TRIGGER,
 };
 use crate::engine::state::ContextId;
+use branching::BranchingActivity;
+use control::ControlActivity;
+pub(crate) use event::EventActivity;
+use flowchart::FlowchartActivity;
+use loops::LoopActivity;
+use saga::SagaActivity;
+use scope::{ChildInfo, Scope, StepError};
+use sequence::SequenceActivity;
+use state_machine::StateMachineActivity;
+use sub_workflow::SubWorkflowActivity;
+use task::TaskActivity;
+use time::TimeActivity;
+use workflow_model::RetryPolicy;
 
-impl<D> Executor<'_, D>
-where
-    D: serde::Serialize + serde::de::DeserializeOwned + Send + Sync + 'static,
-{
-    /// The `execute` entry point of every kind.
-    pub(crate) async fn execute(
-        &mut self,
-        id: ContextId,
-        node: NodeIndex,
-    ) -> Result<(), StepError> {
-        let graph = self.graph;
+/// What the `execute` entry point left to do: nothing, or a task attempt, which the executor
+/// runs (it is the one asynchronous step: ENG-35, FLT-16).
+#[derive(Debug)]
+pub(crate) enum Execution<'g> {
+    /// The activity did what it does on `execute`.
+    Settled,
+    /// Run the registered task fn `function` for the context, with its retry policy and
+    /// attempt timeout (ACT-11).
+    Task {
+        function: &'g str,
+        retry: Option<&'g RetryPolicy>,
+        attempt_timeout_ms: Option<u64>,
+    },
+}
+
+/// The entry points of every built-in activity, dispatched by kind (ENG-12), for any
+/// [`Scope`].
+pub(crate) trait Activities<'g>: Scope<'g> {
+    /// The `execute` entry point of every kind; a task's attempt is left to the caller.
+    fn execute(&mut self, id: ContextId, node: NodeIndex) -> Result<Execution<'g>, StepError> {
+        let graph = self.graph();
         let Some(node) = graph.node(node) else {
             return Err(RunError::NodeNotFound {
                 node: format!("#{node}"),
@@ -50,23 +74,28 @@ where
             node.kind,
             NodeKind::Timer { .. } | NodeKind::StartAt { .. } | NodeKind::Cron { .. }
         ) && self
-            .state
+            .state()
             .trigger
             .as_ref()
             .is_some_and(|t| t.node_id == node.id)
-            && let Some(trigger) = self.state.trigger.take()
+            && let Some(trigger) = self.state_mut().trigger.take()
         {
-            return self.complete(id, Some(trigger.payload), Vec::new());
+            return self
+                .complete(id, Some(trigger.payload), Vec::new())
+                .map(|()| Execution::Settled);
         }
-        match &node.kind {
+        let settled = match &node.kind {
             NodeKind::Task {
                 function,
                 retry,
                 attempt_timeout_ms,
                 ..
             } => {
-                self.run_task(id, function, retry.as_ref(), *attempt_timeout_ms)
-                    .await
+                return Ok(Execution::Task {
+                    function,
+                    retry: retry.as_ref(),
+                    attempt_timeout_ms: *attempt_timeout_ms,
+                });
             }
             NodeKind::Event {
                 event,
@@ -78,14 +107,16 @@ where
                 // RT-13, ACT-7: the trigger that created the instance completes at once with
                 // the stimulus payload instead of waiting.
                 if self
-                    .state
+                    .state()
                     .trigger
                     .as_ref()
                     .is_some_and(|t| t.node_id == node.id)
-                    && let Some(trigger) = self.state.trigger.take()
+                    && let Some(trigger) = self.state_mut().trigger.take()
                 {
                     let index = graph.index_of(&node.id).unwrap_or_default();
-                    return self.bookmark_completed(id, index, trigger.payload);
+                    return self
+                        .bookmark_completed(id, index, trigger.payload)
+                        .map(|()| Execution::Settled);
                 }
                 self.execute_event(id, event, key.as_deref(), *look_back)?;
                 self.arm_deadline(id, *deadline_ms)
@@ -103,7 +134,7 @@ where
                 offset_seconds,
             } => self.execute_cron(id, expression, schedule, *offset_seconds),
             NodeKind::Sequence { steps } => {
-                let input = self.state.context(id).and_then(|c| c.input.clone());
+                let input = self.state().context(id).and_then(|c| c.input.clone());
                 self.sequence_next(id, steps, 0, input)
             }
             NodeKind::Saga { body, .. } => self.saga_execute(id, *body),
@@ -146,19 +177,20 @@ where
                 // A detached child with a deadline is refused at build.
                 self.arm_deadline(id, *deadline_ms)
             }
-        }
+        };
+        settled.map(|()| Execution::Settled)
     }
 
     /// Runs the owner's callback `callback` for a child's completion or a continuation.
-    pub(crate) fn on_child(
+    fn on_child(
         &mut self,
         owner: ContextId,
         callback: &str,
         child: ChildInfo,
     ) -> Result<(), StepError> {
-        let graph = self.graph;
+        let graph = self.graph();
         let node_id = self
-            .state
+            .state()
             .context(owner)
             .map(|c| c.node_id.clone())
             .unwrap_or_default();
@@ -214,3 +246,5 @@ where
         }
     }
 }
+
+impl<'g, S: Scope<'g> + ?Sized> Activities<'g> for S {}

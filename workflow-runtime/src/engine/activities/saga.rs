@@ -1,23 +1,23 @@
 //! The saga scope as an activity (FLT-10): it runs its body and completes with `done`; what
 //! happens when something inside fails is compensation, in the engine's `saga` module.
 
-use crate::engine::executor::{Executor, StepError};
+use super::scope::{Scope, StepError};
 use crate::engine::graph::NodeIndex;
 use crate::engine::names::ON_SAGA_BODY;
 use crate::engine::state::ContextId;
 
-impl<D> Executor<'_, D>
-where
-    D: serde::Serialize + serde::de::DeserializeOwned + Send + Sync + 'static,
-{
+/// The saga scope activity, for any [`Scope`].
+pub(crate) trait SagaActivity<'g>: Scope<'g> {
     /// Runs the scope's body.
-    pub(crate) fn saga_execute(&mut self, id: ContextId, body: NodeIndex) -> Result<(), StepError> {
+    fn saga_execute(&mut self, id: ContextId, body: NodeIndex) -> Result<(), StepError> {
         self.schedule_child(id, body, None, Some(ON_SAGA_BODY), None)?;
         Ok(())
     }
 
     /// The body completed: so does the scope, with `done`.
-    pub(crate) fn saga_body_completed(&mut self, id: ContextId) -> Result<(), StepError> {
+    fn saga_body_completed(&mut self, id: ContextId) -> Result<(), StepError> {
         self.complete(id, None, vec![workflow_model::DONE.to_owned()])
     }
 }
+
+impl<'g, S: Scope<'g> + ?Sized> SagaActivity<'g> for S {}

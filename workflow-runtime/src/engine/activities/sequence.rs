@@ -2,7 +2,7 @@
 
 use serde_json::{Value, json};
 
-use crate::engine::executor::{ChildInfo, Executor, StepError};
+use super::scope::{ChildInfo, Scope, StepError};
 use crate::engine::graph::NodeIndex;
 use crate::engine::names::ON_STEP;
 use crate::engine::state::{ContextId, JournalKind};
@@ -10,14 +10,12 @@ use crate::engine::state::{ContextId, JournalKind};
 /// The property holding a sequence's current index (ACT-12).
 const INDEX: &str = "index";
 
-impl<D> Executor<'_, D>
-where
-    D: serde::Serialize + serde::de::DeserializeOwned + Send + Sync + 'static,
-{
+/// The Sequence activity, for any [`Scope`].
+pub(crate) trait SequenceActivity<'g>: Scope<'g> {
     /// Schedules the step at `index` with `input` as its input (ACT-5): the sequence's own
     /// input for the first step, the previous step's output for the next ones (an event's
     /// payload, read by the next task with `TaskContext::input`, as in a flowchart).
-    pub(crate) fn sequence_next(
+    fn sequence_next(
         &mut self,
         id: ContextId,
         steps: &[NodeIndex],
@@ -27,24 +25,24 @@ where
         let Some(&step) = steps.get(index) else {
             return self.complete(id, None, Vec::new());
         };
-        if let Some(c) = self.state.context_mut(id) {
+        if let Some(c) = self.state_mut().context_mut(id) {
             c.properties.insert(INDEX.to_owned(), json!(index));
         }
         let child = self.schedule_child(id, step, Some(index.to_string()), Some(ON_STEP), None)?;
-        if let Some(c) = self.state.context_mut(child) {
+        if let Some(c) = self.state_mut().context_mut(child) {
             c.input = input;
         }
         Ok(())
     }
 
-    pub(crate) fn sequence_step_completed(
+    fn sequence_step_completed(
         &mut self,
         id: ContextId,
         steps: &[NodeIndex],
         child: &ChildInfo,
     ) -> Result<(), StepError> {
         let index = self
-            .state
+            .state()
             .context(id)
             .and_then(|c| c.properties.get(INDEX))
             .and_then(Value::as_u64)
@@ -58,3 +56,5 @@ where
         self.sequence_next(id, steps, index + 1, child.result.clone())
     }
 }
+
+impl<'g, S: Scope<'g> + ?Sized> SequenceActivity<'g> for S {}

@@ -3,7 +3,7 @@
 
 use serde_json::{Value, json};
 
-use crate::engine::executor::{ChildInfo, Executor, StepError};
+use super::scope::{ChildInfo, Scope, StepError};
 use crate::engine::graph::{MachineNode, TransitionNode};
 use crate::engine::names::{
     CURRENT_STATE, ON_ACTION, ON_CONTINUE, ON_ENTRY, ON_EXIT, ON_TRIGGER, TAG_CONTINUING,
@@ -11,31 +11,25 @@ use crate::engine::names::{
 };
 use crate::engine::state::{ActivityStatus, ContextId, JournalKind};
 
-impl<D> Executor<'_, D>
-where
-    D: serde::Serialize + serde::de::DeserializeOwned + Send + Sync + 'static,
-{
+/// The StateMachine activity, for any [`Scope`].
+pub(crate) trait StateMachineActivity<'g>: Scope<'g> {
     // ---- StateMachine (SM-1 to SM-8) --------------------------------------------------
-    pub(crate) fn current_state(&self, id: ContextId) -> Option<String> {
-        self.state
+    fn current_state(&self, id: ContextId) -> Option<String> {
+        self.state()
             .context(id)
             .and_then(|c| c.properties.get(CURRENT_STATE))
             .and_then(Value::as_str)
             .map(str::to_owned)
     }
 
-    pub(crate) fn set_current_state(&mut self, id: ContextId, state: &str) {
-        if let Some(c) = self.state.context_mut(id) {
+    fn set_current_state(&mut self, id: ContextId, state: &str) {
+        if let Some(c) = self.state_mut().context_mut(id) {
             c.properties.insert(CURRENT_STATE.to_owned(), json!(state));
         }
     }
 
     /// SM-1: `current_state := current_state ?? initial`, then enter it (no yield).
-    pub(crate) fn machine_execute(
-        &mut self,
-        id: ContextId,
-        m: &MachineNode,
-    ) -> Result<(), StepError> {
+    fn machine_execute(&mut self, id: ContextId, m: &MachineNode) -> Result<(), StepError> {
         let current = self.current_state(id).unwrap_or_else(|| m.initial.clone());
         self.set_current_state(id, &current);
         if m.state(&current).is_none() {
@@ -55,7 +49,7 @@ where
     }
 
     /// SM-2: schedule the entry (tag `entering`), or run the outbound step at once.
-    pub(crate) fn machine_enter(
+    fn machine_enter(
         &mut self,
         id: ContextId,
         m: &MachineNode,
@@ -85,7 +79,7 @@ where
         }
     }
 
-    pub(crate) fn machine_on_entry(
+    fn machine_on_entry(
         &mut self,
         id: ContextId,
         m: &MachineNode,
@@ -109,7 +103,7 @@ where
 
     /// SM-3: terminal -> complete; first true automatic transition -> take it; else arm every
     /// trigger (tag = transition key); none -> stay Running with nothing pending.
-    pub(crate) fn machine_outbound(
+    fn machine_outbound(
         &mut self,
         id: ContextId,
         m: &MachineNode,
@@ -145,38 +139,15 @@ where
         Ok(())
     }
 
-    /// Resolves a transition from a tag: first among the current state's outbound
-    /// transitions, else among all (SM-4).
-    pub(crate) fn resolve<'m>(
-        m: &'m MachineNode,
-        current: &str,
-        tag: Option<&str>,
-    ) -> Option<&'m TransitionNode> {
-        let tag = tag?;
-        m.transitions
-            .iter()
-            .find(|t| t.from == current && t.key == tag)
-            .or_else(|| m.transitions.iter().find(|t| t.key == tag))
-    }
-
-    #[cfg(test)]
-    pub(crate) fn resolve_for_tests<'m>(
-        m: &'m MachineNode,
-        current: &str,
-        tag: Option<&str>,
-    ) -> Option<&'m TransitionNode> {
-        Self::resolve(m, current, tag)
-    }
-
     /// SM-4: a trigger completed.
-    pub(crate) fn machine_on_trigger(
+    fn machine_on_trigger(
         &mut self,
         id: ContextId,
         m: &MachineNode,
         child: ChildInfo,
     ) -> Result<(), StepError> {
         let current = self.current_state(id).unwrap_or_default();
-        let transition = Self::resolve(m, &current, child.tag.as_deref());
+        let transition = resolve(m, &current, child.tag.as_deref());
         let Some(t) = transition.filter(|t| {
             child.status == ActivityStatus::Completed
                 && t.from == current
@@ -206,7 +177,7 @@ where
     }
 
     /// SM-5: cancel competitors, exit, action, set the state, enter the target.
-    pub(crate) fn machine_take(
+    fn machine_take(
         &mut self,
         id: ContextId,
         m: &MachineNode,
@@ -214,7 +185,7 @@ where
         payload: Option<Value>,
     ) -> Result<(), StepError> {
         let competitors: Vec<ContextId> = self
-            .state
+            .state()
             .callbacks
             .iter()
             .filter(|e| e.owner == id && e.callback == ON_TRIGGER)
@@ -232,7 +203,7 @@ where
         }
     }
 
-    pub(crate) fn machine_after_exit(
+    fn machine_after_exit(
         &mut self,
         id: ContextId,
         m: &MachineNode,
@@ -249,14 +220,14 @@ where
     }
 
     /// The transition an exit or action completion belongs to, unless stale (SM-5.3).
-    pub(crate) fn live_transition<'m>(
+    fn live_transition<'m>(
         &mut self,
         id: ContextId,
         m: &'m MachineNode,
         child: &ChildInfo,
     ) -> Option<&'m TransitionNode> {
         let current = self.current_state(id).unwrap_or_default();
-        let found = Self::resolve(m, &current, child.tag.as_deref())
+        let found = resolve(m, &current, child.tag.as_deref())
             .filter(|t| child.status == ActivityStatus::Completed && t.from == current);
         if found.is_none() {
             self.record(
@@ -268,7 +239,7 @@ where
         found
     }
 
-    pub(crate) fn machine_on_exit(
+    fn machine_on_exit(
         &mut self,
         id: ContextId,
         m: &MachineNode,
@@ -280,7 +251,7 @@ where
         }
     }
 
-    pub(crate) fn machine_on_action(
+    fn machine_on_action(
         &mut self,
         id: ContextId,
         m: &MachineNode,
@@ -294,7 +265,7 @@ where
 
     /// SM-5.4 and SM-5.5: the only moment the state changes; then enter the target, through
     /// a continuation work item when it can reach itself automatically (SM-6).
-    pub(crate) fn machine_arrive(
+    fn machine_arrive(
         &mut self,
         id: ContextId,
         m: &MachineNode,
@@ -316,7 +287,7 @@ where
         self.machine_enter(id, m, &t.to, payload)
     }
 
-    pub(crate) fn machine_on_continue(
+    fn machine_on_continue(
         &mut self,
         id: ContextId,
         m: &MachineNode,
@@ -333,4 +304,20 @@ where
         let current = self.current_state(id).unwrap_or_default();
         self.machine_enter(id, m, &current, child.payload)
     }
+}
+
+impl<'g, S: Scope<'g> + ?Sized> StateMachineActivity<'g> for S {}
+
+/// Resolves a transition from a tag: first among the current state's outbound transitions,
+/// else among all (SM-4).
+pub(crate) fn resolve<'m>(
+    m: &'m MachineNode,
+    current: &str,
+    tag: Option<&str>,
+) -> Option<&'m TransitionNode> {
+    let tag = tag?;
+    m.transitions
+        .iter()
+        .find(|t| t.from == current && t.key == tag)
+        .or_else(|| m.transitions.iter().find(|t| t.key == tag))
 }

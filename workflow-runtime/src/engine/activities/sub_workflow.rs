@@ -3,31 +3,29 @@
 
 use serde_json::{Value, json};
 
-use crate::engine::data::{done, permanent, user_result};
-use crate::engine::executor::{ChildInfo, Executor, Link, StepError, engine_fault};
+use super::scope::{ChildInfo, Link, Scope, StepError, UserFailure, done, engine_fault, permanent};
 use crate::engine::graph::NodeKind;
 use crate::engine::names::{ON_CHILD_DONE, Reserved};
 use crate::engine::state::{ContextId, ParentLink};
+use crate::engine::state::{FaultKind, FaultRecord};
 
 /// The default nesting limit of sub-workflows (ACT-24).
 const MAX_DEPTH: u32 = 32;
 
-impl<D> Executor<'_, D>
-where
-    D: serde::Serialize + serde::de::DeserializeOwned + Send + Sync + 'static,
-{
+/// The SubWorkflow activity, for any [`Scope`].
+pub(crate) trait SubWorkflowActivity<'g>: Scope<'g> {
     // ---- SubWorkflow (ACT-24), in memory ------------------------------------------------
     /// Starts a child instance (queued as a [`Link`] and carried out once this run commits)
     /// and, in `wait` mode, waits on a `wf.sub_workflow` bookmark that the child's final
     /// commit resumes; `detach` completes at once with the child id.
-    pub(crate) fn sub_workflow_execute(
+    fn sub_workflow_execute(
         &mut self,
         id: ContextId,
         workflow: &str,
         input: Option<&str>,
         detach: bool,
     ) -> Result<(), StepError> {
-        let depth = self.state.parent.as_ref().map_or(0, |p| p.depth) + 1;
+        let depth = self.state().parent.as_ref().map_or(0, |p| p.depth) + 1;
         if depth > MAX_DEPTH {
             return Err(permanent(
                 id,
@@ -39,7 +37,7 @@ where
             None => Value::Null,
         };
         let child = crate::base::new_ulid();
-        let parent_id = self.state.instance_id.clone();
+        let parent_id = self.state().instance_id.clone();
         let parent = move |bookmark_id| ParentLink {
             instance_id: parent_id.clone(),
             bookmark_id,
@@ -52,14 +50,14 @@ where
                 input: child_input,
                 parent: parent(None),
             };
-            self.links.push(link);
+            self.link(link);
             return self.complete(id, Some(json!(child)), done());
         }
         let scope = id.to_string();
         let hash = crate::identity::stimulus_hash(
             Reserved::SubWorkflow.name(),
             None,
-            Some((self.state.instance_id.as_str(), scope.as_str())),
+            Some((self.state().instance_id.as_str(), scope.as_str())),
         )
         .map_err(|e| engine_fault(id, e.to_string()))?;
         let bookmark = self.create_bookmark(
@@ -75,14 +73,14 @@ where
             input: child_input,
             parent: parent(Some(bookmark)),
         };
-        self.links.push(link);
+        self.link(link);
         Ok(())
     }
 
     /// The child's final commit resumed the bookmark with `{status, output}`: `Finished`
     /// assigns the output and completes with `done`; `Cancelled` takes the `cancelled` port
     /// when it is connected, else fails for good (ACT-24).
-    pub(crate) fn sub_workflow_done(
+    fn sub_workflow_done(
         &mut self,
         id: ContextId,
         workflow: &str,
@@ -125,14 +123,14 @@ where
     }
 
     /// Whether the flowchart owning context `id` connects its `cancelled` port.
-    pub(crate) fn cancelled_port_connected(&self, id: ContextId) -> bool {
-        let Some(c) = self.state.context(id) else {
+    fn cancelled_port_connected(&self, id: ContextId) -> bool {
+        let Some(c) = self.state().context(id) else {
             return false;
         };
-        let graph = self.graph;
+        let graph = self.graph();
         let Some(owner) = c
             .parent
-            .and_then(|p| self.state.context(p))
+            .and_then(|p| self.state().context(p))
             .and_then(|p| graph.index_of(&p.node_id))
             .and_then(|n| graph.node(n))
         else {
@@ -149,38 +147,28 @@ where
             .any(|conn| conn.port == "cancelled" && conn.endpoints.is_some_and(|e| e.0 == local))
     }
 
-    /// Runs the registered assign fn `name` on the data (ACT-24's `assign`).
-    pub(crate) fn assign_fn(
-        &mut self,
-        owner: ContextId,
-        name: &str,
-        value: &Value,
-    ) -> Result<(), StepError> {
-        let registry = self.registry;
-        let Some(f) = registry.assigns.get(name) else {
-            return Err(engine_fault(
-                owner,
-                format!("no assign fn is registered under `{name}`"),
-            ));
-        };
-        let mut data = match self.data.take() {
-            Some(d) => d,
-            None => {
-                self.data_mut()?;
-                self.data
-                    .take()
-                    .ok_or_else(|| engine_fault(owner, "data unavailable"))?
+    /// Runs the registered assign fn `name` on the data (ACT-24's `assign`): an error or a
+    /// panic faults `owner`, and the last good data stays (FLT-4).
+    fn assign_fn(&mut self, owner: ContextId, name: &str, value: &Value) -> Result<(), StepError> {
+        let (kind, message) = match self.call_assign(owner, name, value)? {
+            Ok(()) => return Ok(()),
+            Err(UserFailure::Failed(error)) => (
+                FaultKind::Error,
+                format!("assign fn `{name}` failed: {error}"),
+            ),
+            Err(UserFailure::Panicked) => {
+                (FaultKind::Panicked, format!("assign fn `{name}` panicked"))
             }
         };
-        let result = user_result(owner, "assign fn", name, || f(&mut data, value));
-        if result.is_err() {
-            // The last good data stays (FLT-4).
-            self.data = None;
-            return result;
-        }
-        self.state.data = serde_json::to_value(&data)
-            .map_err(|e| engine_fault(owner, format!("data does not serialize: {e}")))?;
-        self.data = Some(data);
-        Ok(())
+        Err(StepError::Fault {
+            context: owner,
+            record: FaultRecord {
+                kind,
+                message,
+                attempt: 1,
+            },
+        })
     }
 }
+
+impl<'g, S: Scope<'g> + ?Sized> SubWorkflowActivity<'g> for S {}

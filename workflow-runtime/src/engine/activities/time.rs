@@ -3,8 +3,8 @@
 
 use serde_json::{Value, json};
 
-use crate::engine::data::{done, permanent};
-use crate::engine::executor::{Executor, StepError, engine_fault};
+use super::scope::{Scope, StepError, engine_fault};
+use super::scope::{done, permanent};
 use crate::engine::graph::NodeIndex;
 use crate::engine::names::{ON_BODY, ON_TICK, Reserved};
 use crate::engine::state::ContextId;
@@ -17,22 +17,20 @@ const TICKS: &str = "ticks";
 /// The grid index `k` of a Timer's armed tick (`anchor + k × interval`).
 const GRID: &str = "grid";
 
-impl<D> Executor<'_, D>
-where
-    D: serde::Serialize + serde::de::DeserializeOwned + Send + Sync + 'static,
-{
+/// The Delay, Timer, StartAt and Cron activities, for any [`Scope`].
+pub(crate) trait TimeActivity<'g>: Scope<'g> {
     /// A `wf.delay` bookmark scoped to this context (RT-7) with its due time as payload; the
     /// commit writes its timer row (TM-3) and the timer driver resumes it when due (TM-9):
     /// `due_at` is computed once, here. With `until`, the value fn gives the instant (ms since
     /// the Unix epoch); one not in the future completes at once (ACT-20).
-    pub(crate) fn execute_delay(
+    fn execute_delay(
         &mut self,
         id: ContextId,
         duration_ms: Option<u64>,
         until: Option<&str>,
     ) -> Result<(), StepError> {
         let due_at = match (duration_ms, until) {
-            (Some(duration_ms), _) => self.now.saturating_add(duration_ms),
+            (Some(duration_ms), _) => self.now().saturating_add(duration_ms),
             (None, Some(until)) => {
                 let value = self.value_fn(id, until)?;
                 let Some(at) = value.as_u64() else {
@@ -49,8 +47,8 @@ where
                 return Err(engine_fault(id, "delay without a duration or an instant"));
             }
         };
-        if due_at <= self.now {
-            let now = self.now;
+        if due_at <= self.now() {
+            let now = self.now();
             return self.complete(
                 id,
                 Some(json!({ "due_at": due_at, "fired_at": now })),
@@ -61,7 +59,7 @@ where
         let hash = stimulus_hash(
             Reserved::Delay.name(),
             None,
-            Some((self.state.instance_id.as_str(), scope_context.as_str())),
+            Some((self.state().instance_id.as_str(), scope_context.as_str())),
         )
         .map_err(|e| engine_fault(id, e.to_string()))?;
         self.create_bookmark(
@@ -77,7 +75,7 @@ where
     /// ACT-22 (TM-3): a `wf.start_at` bookmark with payload `{due_at}` and its timer; the
     /// instant is a constant or a value fn's result (ms since the epoch). One not in the
     /// future completes at once, with no bookmark.
-    pub(crate) fn execute_start_at(
+    fn execute_start_at(
         &mut self,
         id: ContextId,
         at_ms: Option<u64>,
@@ -116,14 +114,14 @@ where
 
     /// ACT-23 not as trigger (TM-12): a `wf.cron` bookmark with payload `{due_at, expression}`
     /// due at the first occurrence strictly after now; when it fires, the node completes.
-    pub(crate) fn execute_cron(
+    fn execute_cron(
         &mut self,
         id: ContextId,
         expression: &str,
         schedule: &workflow_model::cron::Schedule,
         offset_seconds: i32,
     ) -> Result<(), StepError> {
-        let now_seconds = self.now / 1000;
+        let now_seconds = self.now() / 1000;
         let Some(next) = schedule.next_after_with_offset(now_seconds, offset_seconds) else {
             return Err(permanent(
                 id,
@@ -141,15 +139,15 @@ where
 
     /// A timer bookmark scoped to this context (RT-7, TM-3), or completion at once when
     /// `due_at` is not in the future.
-    pub(crate) fn timer_wait(
+    fn timer_wait(
         &mut self,
         id: ContextId,
         name: &str,
         due_at: u64,
         payload: Value,
     ) -> Result<(), StepError> {
-        if due_at <= self.now {
-            let now = self.now;
+        if due_at <= self.now() {
+            let now = self.now();
             return self.complete(
                 id,
                 Some(json!({ "due_at": due_at, "fired_at": now })),
@@ -160,7 +158,7 @@ where
         let hash = stimulus_hash(
             name,
             None,
-            Some((self.state.instance_id.as_str(), scope_context.as_str())),
+            Some((self.state().instance_id.as_str(), scope_context.as_str())),
         )
         .map_err(|e| engine_fault(id, e.to_string()))?;
         self.create_bookmark(id, name, hash, payload, None)?;
@@ -169,12 +167,8 @@ where
 
     // ---- Timer (ACT-21, TM-11) ----------------------------------------------------------
     /// The anchor is now; the first tick is armed one interval later.
-    pub(crate) fn timer_execute(
-        &mut self,
-        id: ContextId,
-        interval_ms: u64,
-    ) -> Result<(), StepError> {
-        let now = self.now;
+    fn timer_execute(&mut self, id: ContextId, interval_ms: u64) -> Result<(), StepError> {
+        let now = self.now();
         self.set_prop(id, ANCHOR, json!(now));
         self.set_prop(id, TICKS, json!(0));
         self.set_prop(id, GRID, json!(0));
@@ -183,11 +177,11 @@ where
 
     /// Arms the next tick at the first grid point `anchor + k × interval` strictly after now
     /// (TM-11): missed grid points are coalesced, and the tick's bookmark counts them.
-    pub(crate) fn timer_arm(&mut self, id: ContextId, interval_ms: u64) -> Result<(), StepError> {
+    fn timer_arm(&mut self, id: ContextId, interval_ms: u64) -> Result<(), StepError> {
         let interval = interval_ms.max(1);
         let anchor = self.prop_u64(id, ANCHOR);
         let previous = self.prop_u64(id, GRID);
-        let k = self.now.saturating_sub(anchor) / interval + 1;
+        let k = self.now().saturating_sub(anchor) / interval + 1;
         let k = k.max(previous + 1);
         let missed = k - previous - 1;
         self.set_prop(id, GRID, json!(k));
@@ -197,7 +191,7 @@ where
         let hash = stimulus_hash(
             Reserved::Timer.name(),
             None,
-            Some((self.state.instance_id.as_str(), scope_context.as_str())),
+            Some((self.state().instance_id.as_str(), scope_context.as_str())),
         )
         .map_err(|e| engine_fault(id, e.to_string()))?;
         self.create_bookmark(
@@ -211,7 +205,7 @@ where
     }
 
     /// A tick fired: the body runs, if there is one, then the timer decides whether to stop.
-    pub(crate) fn timer_ticked(
+    fn timer_ticked(
         &mut self,
         id: ContextId,
         interval_ms: u64,
@@ -232,7 +226,7 @@ where
 
     /// After a tick's body: `until` or `max_ticks` may stop the timer; otherwise the next
     /// tick is armed (ACT-21).
-    pub(crate) fn timer_after_tick(
+    fn timer_after_tick(
         &mut self,
         id: ContextId,
         interval_ms: u64,
@@ -248,3 +242,5 @@ where
         self.timer_arm(id, interval_ms)
     }
 }
+
+impl<'g, S: Scope<'g> + ?Sized> TimeActivity<'g> for S {}
