@@ -245,9 +245,10 @@ pub enum StartError {
         /// Why.
         refusal: Refusal,
     },
-    /// The new instance's state document, as created or after its first run, is larger than
-    /// the store's limit ([`Storage::with_max_state_bytes`], ST-24). Nothing was kept: the
-    /// caller still has the input, so the start is refused rather than left faulted.
+    /// The new instance's state document, as created or at its first run's first commit, is
+    /// larger than the store's limit ([`Storage::with_max_state_bytes`], ST-24). Nothing was
+    /// kept: the caller still has the input, so the start is refused rather than left
+    /// faulted.
     #[error(
         "the state of new instance `{instance}` is too large: {size} bytes, limit {limit}; nothing was kept"
     )]
@@ -259,7 +260,10 @@ pub enum StartError {
         /// The store's limit, in bytes.
         limit: usize,
     },
-    /// The first run failed; nothing was kept.
+    /// The first run failed; nothing was kept. Except [`RunError::StateTooLarge`]: a first
+    /// run that had committed before its state grew over the limit may have done what
+    /// others see (children started, stimuli sent), so its instance stays, faulted with a
+    /// `state_too_large` incident (ST-24).
     #[error(transparent)]
     Run(#[from] RunError),
 }
@@ -889,6 +893,9 @@ impl Runtime {
                     id: instance_id,
                 },
             })),
+            // ST-24: the first run grew over the limit after it had committed; the instance
+            // stays, faulted with a `state_too_large` incident.
+            Err(error @ RunError::StateTooLarge { .. }) => Err(StartError::Run(error)),
             Err(error) => {
                 // Nothing is kept of a start whose first run failed (unless the store is
                 // unreachable: then recovery runs it later).
@@ -1936,7 +1943,9 @@ impl Runtime {
                 })
             }
             // ST-24: refused as too large, nothing of it written: the instance is faulted
-            // from its last commit, so it does not loop.
+            // from its last commit, so it does not loop. A caller's start is refused instead,
+            // unless its first run has committed already: others may see what those commits
+            // did (children started, stimuli sent), so the instance stays to own it.
             (
                 Err(
                     error @ RunError::Store {
@@ -1945,7 +1954,11 @@ impl Runtime {
                     },
                 ),
                 None,
-            ) if fault_too_large => {
+            ) => {
+                if !fault_too_large && !self.committed_since_creation(&instance_id).await {
+                    guard.release().await;
+                    return Err(error);
+                }
                 match self.fault_too_large(&guard, size, limit, delivering).await {
                     Ok(faulted) => {
                         guard.released_by_commit();
@@ -1963,6 +1976,16 @@ impl Runtime {
                 Err(error)
             }
         }
+    }
+
+    /// Whether the instance has a commit after its creation (version 1); when that cannot be
+    /// read, it is taken to have one, so nothing is removed on a guess.
+    async fn committed_since_creation(&self, instance_id: &str) -> bool {
+        self.inner
+            .store
+            .load_instance_text(instance_id)
+            .await
+            .map_or(true, |record| record.version > 1)
     }
 
     /// Loads the instance for a run holding `guard`'s lease.
