@@ -534,40 +534,22 @@ impl Runtime {
                     message,
                 }) => {
                     let rejection = Rejection::PayloadDecode {
-                        instance: instance.clone(),
-                        bookmark: bookmark.clone(),
+                        instance,
+                        bookmark,
                         node,
                         payload_type,
                         message,
                     };
-                    let base = self.queue_item(
-                        stimulus,
-                        hash,
-                        stimulus_id,
-                        now_micros(),
-                        &Targets::default(),
-                    );
-                    self.reject(base, &instance, &bookmark, &rejection)
-                        .await
-                        .map_err(SendError::Store)?;
-                    report.rejected.push(rejection);
+                    self.reject_for_send(stimulus, hash, stimulus_id, rejection, report)
+                        .await?;
                 }
                 // ST-24: the instance faulted at its last commit; the stimulus it did not
                 // consume is dead-lettered for it, not lost.
                 Err(error @ RunError::StateTooLarge { .. }) => {
                     match Rejection::too_large(&error, &first_bookmark) {
                         Some(rejection) => {
-                            let base = self.queue_item(
-                                stimulus,
-                                hash,
-                                stimulus_id,
-                                now_micros(),
-                                &Targets::default(),
-                            );
-                            self.reject(base, &instance, &first_bookmark, &rejection)
-                                .await
-                                .map_err(SendError::Store)?;
-                            report.rejected.push(rejection);
+                            self.reject_for_send(stimulus, hash, stimulus_id, rejection, report)
+                                .await?;
                         }
                         // An earlier commit of the run consumed it.
                         None => report.resumed.push(Started {
@@ -584,6 +566,31 @@ impl Runtime {
             }
         }
         Ok(busy)
+    }
+
+    /// RT-22, ST-24: dead-letters the stimulus for the instance and bookmark `rejection`
+    /// names, and lists the rejection in the send's report.
+    async fn reject_for_send(
+        &self,
+        stimulus: &Stimulus,
+        hash: &str,
+        stimulus_id: &str,
+        rejection: Rejection,
+        report: &mut SendReport,
+    ) -> Result<(), SendError> {
+        let base = self.queue_item(
+            stimulus,
+            hash,
+            stimulus_id,
+            now_micros(),
+            &Targets::default(),
+        );
+        let (instance, bookmark) = rejection.target();
+        self.reject(base, instance, bookmark, &rejection)
+            .await
+            .map_err(SendError::Store)?;
+        report.rejected.push(rejection);
+        Ok(())
     }
 
     /// The bookmark query of a stimulus's bookmark phase, first page (RT-17).
