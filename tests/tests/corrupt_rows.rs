@@ -2,7 +2,9 @@
 //! wrong type is a typed `Decode` naming that row and column, never a transient failure naming
 //! nothing (a queue row, met by a claim, becomes a `Rejected` dead letter with that error, so
 //! the rest of the queue is delivered); a journal row whose detail does not decode keeps its place with an
-//! `{"undecodable": ...}` marker, and the rest of the instance stays readable.
+//! `{"undecodable": ...}` marker, and the rest of the instance stays readable. A state document
+//! rewritten in place (same version) is what the next run resumes, never the state the runtime
+//! kept from its own commit (ENG-53).
 #![allow(clippy::unwrap_used)]
 
 mod common;
@@ -257,5 +259,34 @@ fn st22_a_journal_row_whose_detail_does_not_decode_is_marked_and_the_instance_re
         assert_eq!(snapshot.data::<Notes>().unwrap().notes, ["head"]);
         let report = rt.send(Stimulus::new("go")).await.unwrap();
         assert_eq!(report.resumed.len(), 1, "{report:?}");
+    });
+}
+
+#[test]
+fn eng53_a_state_edited_in_the_file_at_the_same_version_is_what_the_next_run_resumes() {
+    let dir = tempfile::tempdir().unwrap();
+    let (path, store) = opened(&dir);
+    block_on(async {
+        let rt = runtime(&store);
+        let id = start(&rt, "Waiter").await;
+        let version = store.load_instance(&id).await.unwrap().version;
+        // A tool rewrites the document in place: same version, other text. The runtime
+        // ran this instance last and kept its state; the edit must not be shadowed by it.
+        corrupt(
+            &path,
+            "UPDATE wf_instances SET state = json_set(state, '$.data.notes[#]', 'edited')
+               WHERE instance_id = ?1",
+            &id,
+        );
+        assert_eq!(store.load_instance(&id).await.unwrap().version, version);
+        let edited = rt.get_state(&id).await.unwrap().unwrap();
+        assert_eq!(edited.data::<Notes>().unwrap().notes, ["head", "edited"]);
+        let report = rt.send(Stimulus::new("go")).await.unwrap();
+        assert_eq!(report.resumed.len(), 1, "{report:?}");
+        let done = rt.get_state(&id).await.unwrap().unwrap();
+        assert_eq!(
+            done.data::<Notes>().unwrap().notes,
+            ["head", "edited", "tail"]
+        );
     });
 }

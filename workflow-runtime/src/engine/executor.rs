@@ -93,12 +93,31 @@ pub(crate) enum RunEnd {
     Budget,
 }
 
-/// `Running/Executing`, or `Finished` without a sub-status.
+/// `Running/Executing`, or `Finished` without a sub-status (the `Display` forms, joined
+/// without the formatting machinery: a run writes two of them per status change).
 fn status_name(status: WorkflowStatus, sub: Option<SubStatus>) -> String {
-    match sub {
-        Some(sub) => format!("{status}/{sub}"),
-        None => status.to_string(),
-    }
+    let status = match status {
+        WorkflowStatus::Running => "Running",
+        WorkflowStatus::Suspended => "Suspended",
+        WorkflowStatus::Faulted => "Faulted",
+        WorkflowStatus::Finished => "Finished",
+        WorkflowStatus::Cancelled => "Cancelled",
+    };
+    let Some(sub) = sub else {
+        return status.to_owned();
+    };
+    let sub = match sub {
+        SubStatus::Pending => "Pending",
+        SubStatus::Executing => "Executing",
+        SubStatus::Waiting => "Waiting",
+        SubStatus::Paused => "Paused",
+        SubStatus::Stalled => "Stalled",
+    };
+    let mut name = String::with_capacity(status.len() + 1 + sub.len());
+    name.push_str(status);
+    name.push('/');
+    name.push_str(sub);
+    name
 }
 
 /// What an activity middleware layer decides before the activity runs (ENG-34, ENG-37).
@@ -562,15 +581,16 @@ where
         if (self.state.status, self.state.sub_status) == (status, sub) {
             return;
         }
-        // Stored names only, no Rust debug forms (ST-20).
-        let detail = json!({
-            "from": status_name(self.state.status, self.state.sub_status),
-            "to": status_name(status, sub),
-        });
+        let from = (self.state.status, self.state.sub_status);
         self.state.status = status;
         self.state.sub_status = sub;
         // Executing is transient inside a run; journal only what a commit can show.
         if sub != Some(SubStatus::Executing) {
+            // Stored names only, no Rust debug forms (ST-20).
+            let detail = json!({
+                "from": status_name(from.0, from.1),
+                "to": status_name(status, sub),
+            });
             self.record(JournalKind::StatusChanged, None, detail);
         }
     }
@@ -1159,14 +1179,11 @@ where
 
     /// Appends a journal entry (kept if the journal level keeps its kind).
     pub(crate) fn record(&mut self, kind: JournalKind, context: Option<ContextId>, detail: Value) {
-        let node = context.and_then(|id| self.state.context(id).map(|c| (id, c.node_id.clone())));
         let now = self.now;
-        self.state.journal.record(
-            kind,
-            node.as_ref().map(|(id, n)| (*id, n.as_str())),
-            detail,
-            now,
-        );
+        // The node id is borrowed from the context, not cloned: the journal copies it once.
+        let state = &mut self.state;
+        let node = context.and_then(|id| state.contexts.get(&id).map(|c| (id, c.node_id.as_str())));
+        state.journal.record(kind, node, detail, now);
     }
 
     pub(crate) fn publish(&mut self, kind: EventKind) {
@@ -1446,5 +1463,22 @@ fn run_info(s: &WorkflowState) -> RunInfo<'_> {
         status: s.status,
         sub_status: s.sub_status,
         queued: s.queue.len(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{SubStatus, WorkflowStatus, status_name};
+
+    #[test]
+    fn a_status_name_is_the_display_form_with_its_sub_status() {
+        use SubStatus::*;
+        use WorkflowStatus::*;
+        for status in [Running, Suspended, Faulted, Finished, Cancelled] {
+            assert_eq!(status_name(status, None), status.to_string());
+            for sub in [Pending, Executing, Waiting, Paused, Stalled] {
+                assert_eq!(status_name(status, Some(sub)), format!("{status}/{sub}"));
+            }
+        }
     }
 }

@@ -317,6 +317,26 @@ pub enum JournalLevel {
 }
 
 impl JournalKind {
+    /// The stored name: the variant's serde name (`Completed`, `StateChanged`...).
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            JournalKind::Scheduled => "Scheduled",
+            JournalKind::Started => "Started",
+            JournalKind::Completed => "Completed",
+            JournalKind::Faulted => "Faulted",
+            JournalKind::Canceled => "Canceled",
+            JournalKind::BookmarkCreated => "BookmarkCreated",
+            JournalKind::BookmarkResumed => "BookmarkResumed",
+            JournalKind::BookmarkBurned => "BookmarkBurned",
+            JournalKind::StimulusConsumed => "StimulusConsumed",
+            JournalKind::StatusChanged => "StatusChanged",
+            JournalKind::Declined => "Declined",
+            JournalKind::Compacted => "Compacted",
+            JournalKind::StateChanged => "StateChanged",
+            JournalKind::Skipped => "Skipped",
+        }
+    }
+
     fn level(self) -> JournalLevel {
         match self {
             JournalKind::StatusChanged | JournalKind::StateChanged | JournalKind::Compacted => {
@@ -791,6 +811,29 @@ mod tests {
         assert_eq!(first.detail["from_seq"], 1);
         assert_eq!(first.detail["kinds"]["Completed"], 16);
         assert_eq!(journal.entries[1].seq, 17);
+    }
+
+    #[test]
+    fn a_journal_kind_is_stored_under_its_serde_name() {
+        use JournalKind::*;
+        for kind in [
+            Scheduled,
+            Started,
+            Completed,
+            Faulted,
+            Canceled,
+            BookmarkCreated,
+            BookmarkResumed,
+            BookmarkBurned,
+            StimulusConsumed,
+            StatusChanged,
+            Declined,
+            Compacted,
+            StateChanged,
+            Skipped,
+        ] {
+            assert_eq!(serde_json::to_value(kind).unwrap(), kind.as_str());
+        }
     }
 
     #[test]

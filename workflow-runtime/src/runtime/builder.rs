@@ -645,6 +645,7 @@ impl RuntimeBuilder {
                 lease: super::LeaseSettings::new(self.lease_ttl, self.lease_renewal),
                 commit_strategy: self.commit_strategy,
                 locks: Mutex::new(HashMap::new()),
+                states: super::cache::StateCache::default(),
                 watches: Mutex::new(HashMap::new()),
                 created: Mutex::new(std::collections::HashSet::new()),
                 events,

@@ -71,10 +71,7 @@ pub(super) fn decode_loaded(instance_id: &str, text: &str) -> Result<WorkflowSta
 pub(super) fn journal_record(entry: JournalEntry) -> NewJournalRecord {
     NewJournalRecord {
         at: ms_to_micros(entry.at),
-        kind: serde_json::to_value(entry.kind)
-            .ok()
-            .and_then(|v| v.as_str().map(str::to_owned))
-            .unwrap_or_default(),
+        kind: entry.kind.as_str().to_owned(),
         context_id: entry.context_id,
         node_id: entry.node_id,
         detail: entry.detail,
@@ -121,13 +118,22 @@ fn look_back_instant(payload: &Value, created_at: Micros) -> Option<Micros> {
     }
 }
 
+/// The tracker's view of committed bookmarks: each id, and whether it has a timer row.
+pub(super) fn committed_bookmarks(bookmarks: &[Bookmark]) -> Vec<(String, bool)> {
+    bookmarks
+        .iter()
+        .map(|b| (b.id.clone(), crate::engine::names::timer_of(b).is_some()))
+        .collect()
+}
+
 /// What the store holds of a run's instance, kept in step with each commit.
 pub(super) struct Tracker {
     pub(super) instance_id: String,
     pub(super) token: u64,
     pub(super) version: u64,
-    /// The bookmarks as last committed, for the diff (ENG-23, ST-6).
-    pub(super) bookmarks: Vec<Bookmark>,
+    /// The bookmarks as last committed, for the diff (ENG-23, ST-6): each id, and whether it
+    /// has a timer row (TM-3).
+    pub(super) bookmarks: Vec<(String, bool)>,
     /// The incidents as last committed (id, resolution), for the incident table's diff
     /// (FLT-6, ST-12).
     pub(super) incidents: Vec<(String, Option<String>)>,
@@ -140,6 +146,9 @@ pub(super) struct Tracker {
     pub(super) unpark: bool,
     /// The next commit clears the instance's control request: it honours it (C-29).
     pub(super) clear_control: bool,
+    /// The document of the last commit, when it released the lease of a live instance: the
+    /// run may keep its state (ENG-53).
+    pub(super) last_document: Option<String>,
 }
 
 /// The commits of one leased run: inside it (ENG-32) and at its end (ENG-31).
@@ -166,8 +175,10 @@ impl RunCommits<'_> {
         queue_items: Vec<crate::store::QueueItem>,
     ) -> Result<(), RunError> {
         let commit = {
-            let tracker = lock(&self.tracker);
+            let mut tracker = lock(&self.tracker);
             let document = encode_document(state)?;
+            tracker.last_document =
+                (release && !state.status.is_final()).then(|| document.0.clone());
             let mut commit = Commit::new(
                 tracker.instance_id.clone(),
                 tracker.version,
@@ -179,10 +190,11 @@ impl RunCommits<'_> {
             );
             commit.correlation_id = state.correlation_id.clone();
             commit.release_lease = release;
+            let committed = |b: &Bookmark| tracker.bookmarks.iter().any(|(id, _)| *id == b.id);
             commit.bookmarks_added = state
                 .bookmarks
                 .iter()
-                .filter(|b| !tracker.bookmarks.iter().any(|a| a.id == b.id))
+                .filter(|b| !committed(b))
                 .map(|b| NewBookmark {
                     bookmark_id: b.id.clone(),
                     hash: b.hash.clone(),
@@ -197,20 +209,20 @@ impl RunCommits<'_> {
             commit.timers_added = state
                 .bookmarks
                 .iter()
-                .filter(|b| !tracker.bookmarks.iter().any(|a| a.id == b.id))
+                .filter(|b| !committed(b))
                 .filter_map(crate::engine::names::timer_of)
                 .collect();
-            let removed: Vec<&Bookmark> = tracker
+            let removed: Vec<&(String, bool)> = tracker
                 .bookmarks
                 .iter()
-                .filter(|a| !state.bookmarks.iter().any(|b| b.id == a.id))
+                .filter(|(id, _)| !state.bookmarks.iter().any(|b| b.id == *id))
                 .collect();
             commit.timers_removed = removed
                 .iter()
-                .filter(|a| crate::engine::names::timer_of(a).is_some())
-                .map(|a| a.id.clone())
+                .filter(|(_, timer)| *timer)
+                .map(|(id, _)| id.clone())
                 .collect();
-            commit.bookmarks_removed = removed.iter().map(|a| a.id.clone()).collect();
+            commit.bookmarks_removed = removed.iter().map(|(id, _)| id.clone()).collect();
             // TM-10: the commit that faults or pauses the instance parks its timers.
             if state.status == WorkflowStatus::Faulted
                 || state.sub_status == Some(crate::engine::state::SubStatus::Paused)
@@ -246,11 +258,10 @@ impl RunCommits<'_> {
             // A request left on a final instance could never be honoured: its final commit
             // clears it.
             commit.clear_control_request = tracker.clear_control || state.status.is_final();
-            commit.journal = state
-                .journal
-                .entries
-                .iter()
-                .cloned()
+            // Moved, not cloned: a commit that fails discards the run (ENG-29), and with it
+            // the entries it recorded.
+            commit.journal = std::mem::take(&mut state.journal.entries)
+                .into_iter()
                 .map(journal_record)
                 .collect();
             commit
@@ -262,10 +273,9 @@ impl RunCommits<'_> {
             .commit(commit)
             .await
             .map_err(|error| run_store_error(&instance_id, error))?;
-        state.journal.entries.clear();
         let mut tracker = lock(&self.tracker);
         tracker.version = version;
-        tracker.bookmarks = state.bookmarks.clone();
+        tracker.bookmarks = committed_bookmarks(&state.bookmarks);
         tracker.incidents = state
             .incidents
             .iter()

@@ -40,6 +40,7 @@ use crate::store::{
 use crate::workflow::{StateMachineWorkflow, Workflow};
 
 mod builder;
+mod cache;
 mod commit;
 mod control;
 mod faults;
@@ -475,6 +476,8 @@ pub(crate) struct Inner {
     /// Serializes this process's runs of one instance, so they queue instead of meeting each
     /// other's lease (the lease still fences other processes, ST-14).
     pub(crate) locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+    /// The decoded states of instances whose run this runtime ended last (ENG-53).
+    pub(crate) states: cache::StateCache,
     /// Children created by their parent's commit whose first run is still to do (ACT-24).
     pub(crate) created: Mutex<std::collections::HashSet<String>>,
     /// Wakes awaiters after each commit of this process (ENG-48).
@@ -778,6 +781,25 @@ impl Runtime {
         parent: Option<ParentLink>,
         trigger: Option<TriggerStart>,
     ) -> Result<NewInstance<crate::store::policy::SerializedState>, StartError> {
+        self.build_instance(name, input, options, parent, trigger)
+            .map(|(instance, _)| instance)
+    }
+
+    /// [`Runtime::new_instance`], with the state its document encodes.
+    fn build_instance(
+        &self,
+        name: &str,
+        input: Value,
+        options: StartOptions,
+        parent: Option<ParentLink>,
+        trigger: Option<TriggerStart>,
+    ) -> Result<
+        (
+            NewInstance<crate::store::policy::SerializedState>,
+            WorkflowState,
+        ),
+        StartError,
+    > {
         let workflow =
             self.inner
                 .workflows
@@ -806,7 +828,7 @@ impl Runtime {
         let receipt = trigger.as_ref().map(|t| t.stimulus_id.clone());
         state.trigger = trigger;
         let document = encode_document(&state)?;
-        Ok(NewInstance {
+        let instance = NewInstance {
             instance_id,
             definition_name: name.to_owned(),
             definition_version: workflow.version().to_owned(),
@@ -820,7 +842,8 @@ impl Runtime {
             consumed_queue_item: None,
             activation_scope: None,
             idempotency: None,
-        })
+        };
+        Ok((instance, state))
     }
 
     /// Creates the instance in the store (`Running/Pending`, version 1) and runs its first
@@ -833,7 +856,7 @@ impl Runtime {
         parent: Option<ParentLink>,
     ) -> Result<Started, StartError> {
         let correlation = options.correlation_id.clone();
-        let mut new = self.new_instance(name, input, options, parent.clone(), None)?;
+        let (mut new, state) = self.build_instance(name, input, options, parent.clone(), None)?;
         if parent.is_none() {
             // RT-16: `start` applies the activation strategy too.
             new.activation_scope = self
@@ -844,9 +867,11 @@ impl Runtime {
         // Held from the creation through the first run: this process's recovery sweep leaves
         // the new instance to it.
         let local = self.local_run(&instance_id).await;
+        let document = new.state.0.clone();
         let created = self.inner.store.create_instance(new).await;
         match created {
-            Ok(_) => {}
+            // ENG-53: its first run, just below, starts from this state.
+            Ok(version) => self.inner.states.keep(version, document, state),
             Err(StoreError::AlreadyExists { .. }) => {
                 return Err(StartError::InstanceExists {
                     instance: instance_id,
@@ -2000,14 +2025,22 @@ impl Runtime {
         }
         .map_err(|error| run_store_error(instance_id, error))?;
         guard.set_definition(&record.definition_name);
-        let state = decode_loaded(instance_id, &record.state)?;
+        // ENG-53: the state this runtime committed last, if the record is still that commit.
+        let state = match self
+            .inner
+            .states
+            .take(instance_id, record.version, &record.state)
+        {
+            Some(state) => state,
+            None => decode_loaded(instance_id, &record.state)?,
+        };
         let commits = RunCommits {
             store: &self.inner.store,
             tracker: Mutex::new(Tracker {
                 instance_id: instance_id.to_owned(),
                 token: guard.token(),
                 version: record.version,
-                bookmarks: state.bookmarks.clone(),
+                bookmarks: commit::committed_bookmarks(&state.bookmarks),
                 incidents: state
                     .incidents
                     .iter()
@@ -2017,6 +2050,7 @@ impl Runtime {
                 idempotency: None,
                 unpark: false,
                 clear_control: false,
+                last_document: None,
             }),
             control: record.control_request,
         };
@@ -2141,6 +2175,14 @@ impl Runtime {
                     .commit_and_publish(&commits, output, end != RunEnd::Budget)
                     .await?;
                 if end != RunEnd::Budget {
+                    // ENG-53: the next run of a live instance starts from this state.
+                    let kept = {
+                        let mut tracker = lock(&commits.tracker);
+                        tracker.last_document.take().map(|d| (tracker.version, d))
+                    };
+                    if let Some((version, document)) = kept {
+                        self.inner.states.keep(version, document, next);
+                    }
                     return Ok(started);
                 }
                 state = next;

@@ -1,6 +1,6 @@
 //! `MemoryStore`: every rule of the store contract except durability (ST-25).
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::future::ready;
 use std::sync::{Mutex, MutexGuard};
 
@@ -84,9 +84,10 @@ pub(super) struct Inner {
     pub(super) queue: BTreeMap<String, Claimed<QueueItem>>,
     pub(super) dead_letters: BTreeMap<String, DeadLetter>,
     pub(super) timers: BTreeMap<String, Claimed<TimerRow>>,
-    pub(super) journal: BTreeMap<(String, u64), JournalRecord<String>>,
-    /// How many journal entries each instance has: the cap (ENG-42) without counting them.
-    pub(super) journal_counts: BTreeMap<String, usize>,
+    /// Each instance's journal, oldest first (ascending `seq`): a commit appends its entries
+    /// at the back and the cap (ENG-42) drops the excess from the front, without a B-tree
+    /// insert per entry.
+    pub(super) journal: BTreeMap<String, VecDeque<JournalRecord<String>>>,
     /// `(instance_id, stimulus_id)` to the receipt's time.
     pub(super) receipts: BTreeMap<(String, String), i64>,
     pub(super) named_leases: BTreeMap<String, NamedLease>,

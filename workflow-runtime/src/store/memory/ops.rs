@@ -668,12 +668,12 @@ impl Store for MemoryStore {
     ) -> BoxFuture<'_, StoreResult<Vec<JournalRecord<String>>>> {
         let id = instance_id.to_owned();
         self.read(move |inner| {
-            Ok(inner
-                .journal
-                .range((id.clone(), from_seq)..=(id.clone(), u64::MAX))
-                .take(limit)
-                .map(|(_, e)| e.clone())
-                .collect())
+            let Some(entries) = inner.journal.get(&id) else {
+                return Ok(Vec::new());
+            };
+            // Ascending `seq`: the first entry at or after `from_seq` by binary search.
+            let start = entries.partition_point(|e| e.seq < from_seq);
+            Ok(entries.range(start..).take(limit).cloned().collect())
         })
     }
 

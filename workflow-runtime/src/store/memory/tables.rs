@@ -144,8 +144,7 @@ impl Inner {
         self.timers
             .retain(|_, t| t.row.instance_id.as_deref() != Some(instance_id));
         if !keep_journal {
-            self.journal.retain(|(id, _), _| id != instance_id);
-            self.journal_counts.remove(instance_id);
+            self.journal.remove(instance_id);
             self.receipts.retain(|(id, _), _| id != instance_id);
             self.incidents.retain(|_, i| i.instance_id != instance_id);
         }
@@ -387,51 +386,30 @@ impl Inner {
         if c.clear_waits {
             self.remove_dependents(&id, true);
         }
-        if let Some(compaction) = c.journal_compaction {
-            let through = compaction.through_seq;
-            self.journal
-                .retain(|(entry_id, seq), _| !(*entry_id == id && *seq <= through));
-            self.journal.insert(
-                (id.clone(), through),
-                journal_row(through, compaction.summary),
-            );
-            let count = self
-                .journal
-                .range((id.clone(), 0)..=(id.clone(), u64::MAX))
-                .count();
-            self.journal_counts.insert(id.clone(), count);
-        }
-        let mut seq = self
-            .journal
-            .range((id.clone(), 0)..=(id.clone(), u64::MAX))
-            .next_back()
-            .map_or(0, |((_, seq), _)| *seq);
-        let mut added = 0;
-        for entry in c.journal {
-            seq += 1;
-            if self
-                .journal
-                .insert((id.clone(), seq), journal_row(seq, entry))
-                .is_none()
-            {
-                added += 1;
+        let touches_journal = c.journal_compaction.is_some() || !c.journal.is_empty();
+        let entries = if touches_journal {
+            Some(self.journal.entry(id.clone()).or_default())
+        } else {
+            self.journal.get_mut(&id)
+        };
+        if let Some(entries) = entries {
+            if let Some(compaction) = c.journal_compaction {
+                let through = compaction.through_seq;
+                entries.retain(|entry| entry.seq > through);
+                // Every entry left is newer than `through`: the summary goes first.
+                entries.push_front(journal_row(through, compaction.summary));
             }
-        }
-        let count = self.journal_counts.entry(id.clone()).or_default();
-        *count += added;
-        if let Some(max) = c.max_journal_entries {
-            let excess = count.saturating_sub(usize::try_from(max).unwrap_or(usize::MAX));
-            if excess > 0 {
-                *count -= excess;
-                let keys: Vec<(String, u64)> = self
-                    .journal
-                    .range((id.clone(), 0)..=(id.clone(), u64::MAX))
-                    .take(excess)
-                    .map(|(key, _)| key.clone())
-                    .collect();
-                for key in keys {
-                    self.journal.remove(&key);
-                }
+            let mut seq = entries.back().map_or(0, |entry| entry.seq);
+            entries.reserve(c.journal.len());
+            for entry in c.journal {
+                seq += 1;
+                entries.push_back(journal_row(seq, entry));
+            }
+            if let Some(max) = c.max_journal_entries {
+                let excess = entries
+                    .len()
+                    .saturating_sub(usize::try_from(max).unwrap_or(usize::MAX));
+                entries.drain(..excess);
             }
         }
         for stimulus in c.receipts {
