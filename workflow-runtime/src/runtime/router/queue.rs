@@ -526,9 +526,6 @@ pub(crate) async fn worker(
     let shared = inner
         .upgrade()
         .is_some_and(|inner| inner.store.hears_other_processes());
-    // A claim taken before this worker started (by a process that died, this one's earlier
-    // run included) hides its item from a pass until it expires, without a wake-up.
-    let started = now_micros();
     loop {
         if *stop.borrow() {
             return;
@@ -609,21 +606,8 @@ pub(crate) async fn worker(
             Ok(pass) => {
                 own_hints = pass.put_back;
                 if pass.quiet {
-                    // RT-29: an item under another claim when this pass ran is seen once that
-                    // claim has expired: of a live claimer, settled by it; of a dead one,
-                    // by the pass then. Only claims older than this worker (or, in a store
-                    // shared with other processes, any) can be of a dead claimer.
-                    let now = now_micros();
-                    let claim_ttl = runtime.inner.lease.ttl_micros();
-                    let claims_end = now.saturating_add(claim_ttl);
-                    let foreign =
-                        (shared || now < started.saturating_add(claim_ttl)).then_some(claims_end);
-                    let wake_at = match (pass.wake_at, foreign) {
-                        (Some(a), Some(b)) => Some(a.min(b)),
-                        (a, b) => a.or(b),
-                    };
                     quiet = Some(Quiet {
-                        wake_at,
+                        wake_at: pass.wake_at,
                         watched: pass.watched,
                         dirty: false,
                         sweeps: 0,
