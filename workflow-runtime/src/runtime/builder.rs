@@ -526,9 +526,7 @@ impl RuntimeBuilder {
         self
     }
 
-    /// The queue worker's periodic sweep (RT-26; default 10 s). After a pass that found every
-    /// item waiting for an instance's resume or retry, or for a process that runs its
-    /// version, sweeps leave the queue alone until something changes.
+    /// The queue worker's periodic sweep (RT-26; default 10 s).
     #[must_use]
     pub fn queue_sweep(mut self, every: Duration) -> Self {
         self.queue_sweep = every.max(Duration::from_millis(1));

@@ -161,8 +161,6 @@ impl Runtime {
         match (result, guard.lost()) {
             (Ok(started), _) => {
                 guard.released_by_commit();
-                // The stimuli held while it was faulted (RT-18, RT-26).
-                self.inner.doorbell.notify_one();
                 Ok(started)
             }
             (Err(RetryError::Run(RunError::Interrupted { .. })), Some(lost)) => {

@@ -186,12 +186,6 @@ impl Storage {
         }
     }
 
-    /// Whether the backend hears of other processes' changes ([`RemoteHints`]): one that does
-    /// not is written by this process only, whose own hints tell of every change.
-    pub(crate) fn hears_other_processes(&self) -> bool {
-        self.store.capabilities().remote_hints.is_some()
-    }
-
     /// Refuses state documents larger than `max_state_bytes` encoded (ST-24) with
     /// [`StoreError::TooLarge`], writing nothing.
     #[must_use]

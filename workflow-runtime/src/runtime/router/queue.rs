@@ -25,11 +25,6 @@ pub(crate) const DEFAULT_SWEEP: Duration = Duration::from_secs(10);
 /// Queue items claimed per page (RT-27).
 const QUEUE_PAGE: usize = 50;
 
-/// A shared store (one that hears of other processes' changes) still gets a full pass every
-/// this many sweeps while the queue is quiet: a claim of a process that died expires without
-/// a wake-up (RT-26).
-const QUIET_FALLBACK_SWEEPS: u32 = 6;
-
 /// What one queue pass did.
 #[derive(Debug, Default)]
 pub(crate) struct QueuePass {
@@ -38,16 +33,6 @@ pub(crate) struct QueuePass {
     /// Items put back in the queue (released, or a failed attempt recorded): each such write
     /// is a `QueueChanged` hint of the store that this pass, not a new bookmark, caused.
     pub(crate) put_back: usize,
-    /// Nothing expired and every item claimed was put back silently, undeliverable again for
-    /// a reason that stays until a wake-up announces its change (its instance faulted or
-    /// paused, or pinned to a version this process does not run): the next pass would do the
-    /// same (RT-26).
-    pub(crate) quiet: bool,
-    /// The earliest expiry among the items put back silently that can expire (not held).
-    pub(crate) wake_at: Option<crate::store::Micros>,
-    /// The instances the items put back silently are for: a wake-up about one of them
-    /// (runnable again, final) may make its item deliverable or dead.
-    pub(crate) watched: std::collections::HashSet<String>,
 }
 
 /// Why a queued item could not be delivered this time: recorded as a failed attempt (RT-28).
@@ -95,10 +80,8 @@ impl Runtime {
         let store = &self.inner.store;
         let now = now_micros();
         let claim_ttl = self.inner.lease.ttl_micros();
-        let mut expired_total = 0;
         loop {
             let expired = store.expire_queue(now, 500).await?;
-            expired_total += expired;
             if expired > 0 {
                 // RT-28: nothing waited for them within their time to live.
                 tracing::warn!(
@@ -112,7 +95,6 @@ impl Runtime {
             }
         }
         let mut pass = QueuePass::default();
-        let mut quiet_items = 0usize;
         let mut claimed = Vec::new();
         loop {
             let page = store
@@ -130,8 +112,6 @@ impl Runtime {
         let ids: std::collections::HashSet<&str> =
             claimed.iter().map(|i| i.item_id.as_str()).collect();
         parked.retain(|id| ids.contains(id.as_str()));
-        let claimed_count = claimed.len();
-        let expired_none = expired_total == 0;
         for item in claimed {
             if self.stopping() {
                 store
@@ -229,8 +209,7 @@ impl Runtime {
                 }
             }
             let first = !parked.contains(&item.item_id);
-            let mut settled = false;
-            match self.deliver_item(&item, first, &mut settled).await {
+            match self.deliver_item(&item, first).await {
                 Ok(true) => {
                     parked.remove(&item.item_id);
                     store.ack_queue_item(&item.item_id).await?;
@@ -254,18 +233,6 @@ impl Runtime {
                     store
                         .park_queue_item(&item.item_id, &self.inner.owner)
                         .await?;
-                    if settled {
-                        quiet_items += 1;
-                        if !item.held {
-                            pass.wake_at = Some(
-                                pass.wake_at
-                                    .map_or(item.expires_at, |at| at.min(item.expires_at)),
-                            );
-                        }
-                        if let Some(instance) = targets.instance_id.clone() {
-                            pass.watched.insert(instance);
-                        }
-                    }
                 }
                 Err(error) if error.is_transient() => {
                     tracing::warn!(item = %item.item_id, %error, "queue: delivery failed for a transient reason; the item waits for the next pass");
@@ -287,7 +254,6 @@ impl Runtime {
         if pass.delivered > 0 {
             self.process_links().await;
         }
-        pass.quiet = expired_none && quiet_items == claimed_count;
         Ok(pass)
     }
 
@@ -297,19 +263,7 @@ impl Runtime {
     /// this process does not run (ENG-46) keep the item for later; a transient store failure
     /// puts it back without counting an attempt; another run error counts a failed attempt
     /// (RT-28), unless another instance took the item.
-    ///
-    /// `settled` is set when the item was not delivered only for reasons that stay until
-    /// something announces their change (RT-26): an instance it would go to is faulted or
-    /// paused (a retry or resume rings the doorbell) or pinned to a version this process does
-    /// not run (the process that runs it delivers it), and none is busy or changed meanwhile.
-    async fn deliver_item(
-        &self,
-        item: &QueueItem,
-        first: bool,
-        settled: &mut bool,
-    ) -> Result<bool, DeliveryError> {
-        let mut waits_for_change = false;
-        let mut waits_for_time = false;
+    async fn deliver_item(&self, item: &QueueItem, first: bool) -> Result<bool, DeliveryError> {
         let store = &self.inner.store;
         let targets: Targets = serde_json::from_value(item.targets.clone()).unwrap_or_default();
         let mut query = BookmarkQuery::by_hash(item.hash.clone(), BOOKMARK_PAGE);
@@ -357,15 +311,6 @@ impl Runtime {
             if ids.is_empty() {
                 continue;
             }
-            // RT-18: a faulted or paused instance takes nothing until it is retried or
-            // resumed (which rings the doorbell): it is not leased just to find that out.
-            if record.status == crate::store::InstanceStatus::Faulted
-                || record.sub_status == Some(crate::store::InstanceSubStatus::Paused)
-            {
-                tracing::debug!(%instance, status = %record.status, "queue: instance faulted or paused; the item waits");
-                waits_for_change = true;
-                continue;
-            }
             // RT-24, ENG-46: pinned to a version this process does not run, the instance is
             // not claimed here at all; the item waits for a process that runs it.
             let registered = self.inner.workflows.get(&record.definition_name);
@@ -381,7 +326,6 @@ impl Runtime {
                 } else {
                     tracing::debug!(%instance, %error, "queue: the instance's version is not registered here; the item still waits");
                 }
-                waits_for_change = true;
                 continue;
             }
             let first_bookmark = ids.first().cloned().unwrap_or_default();
@@ -424,7 +368,7 @@ impl Runtime {
                     any = true;
                 }
                 // Gone or consumed meanwhile: nothing to deliver to it.
-                Ok(None) | Err(RunError::BookmarkNotFound { .. }) => waits_for_time = true,
+                Ok(None) | Err(RunError::BookmarkNotFound { .. }) => {}
                 Err(
                     error @ RunError::Store {
                         error: StoreError::LeaseHeld { .. },
@@ -432,15 +376,12 @@ impl Runtime {
                     },
                 ) => {
                     tracing::debug!(%instance, %error, "queue: instance busy; the item waits for its lease");
-                    waits_for_time = true;
                 }
                 Err(error @ (RunError::NotRunnable { .. } | RunError::Paused { .. })) => {
                     tracing::debug!(%instance, %error, "queue: instance not runnable; the item waits");
-                    waits_for_time = true;
                 }
                 Err(error @ RunError::VersionNotRegistered { .. }) => {
                     tracing::warn!(%instance, %error, "queue: the instance's version is not registered here; the item waits for a process that runs it");
-                    waits_for_change = true;
                 }
                 Err(error) => {
                     tracing::warn!(%instance, %error, "queue: delivering to an instance failed");
@@ -448,7 +389,6 @@ impl Runtime {
                 }
             }
         }
-        *settled = waits_for_change && !waits_for_time;
         match failure {
             Some(error) if !any => Err(DeliveryError::Run(error)),
             _ => Ok(any),
@@ -520,27 +460,18 @@ pub(crate) async fn worker(
     let mut control_due = true;
     // RT-26: the periodic sweep runs on a fixed schedule, whatever hints come meanwhile.
     let mut next_sweep = tokio::time::Instant::now() + sweep;
-    // RT-26: after a quiet pass, what would make the next one differ; until then a sweep
-    // passes without touching the queue.
-    let mut quiet: Option<Quiet> = None;
-    let shared = inner
-        .upgrade()
-        .is_some_and(|inner| inner.store.hears_other_processes());
     loop {
         if *stop.borrow() {
             return;
         }
-        let swept = tokio::select! {
+        tokio::select! {
             changed = stop.changed() => {
                 if changed.is_err() || *stop.borrow() {
                     return;
                 }
                 continue;
             }
-            () = doorbell.notified() => {
-                own_hints = 0;
-                false
-            }
+            () = doorbell.notified() => own_hints = 0,
             hint = hints.recv() => match hint {
                 // ENG-50, FLT-15: a control request recorded in this process is honoured at
                 // once (one from another process is found by the periodic pass).
@@ -553,30 +484,16 @@ pub(crate) async fn worker(
                     own_hints -= 1;
                     continue;
                 }
-                Ok(WakeUp::QueueChanged) | Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => false,
-                // An instance an item waits for became runnable or final: the next sweep
-                // looks at the queue again.
-                Ok(WakeUp::InstanceRunnable { id } | WakeUp::InstanceTerminal { id }) => {
-                    if let Some(quiet) = &mut quiet
-                        && quiet.watched.contains(&id)
-                    {
-                        quiet.dirty = true;
-                    }
-                    continue;
-                }
-                Ok(WakeUp::TimersChanged { .. }) => continue,
+                Ok(WakeUp::QueueChanged) | Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {}
+                Ok(_) => continue,
                 Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
             },
             () = tokio::time::sleep_until(next_sweep) => {
                 own_hints = 0;
                 control_due = true;
-                true
             }
-        };
-        next_sweep = tokio::time::Instant::now() + sweep;
-        if !swept {
-            quiet = None;
         }
+        next_sweep = tokio::time::Instant::now() + sweep;
         // RT-26: coalesce a burst of rings into one pass.
         tokio::time::sleep(Duration::from_millis(20)).await;
         while hints.try_recv().is_ok() {}
@@ -588,48 +505,16 @@ pub(crate) async fn worker(
             control_due = false;
             runtime.control_pass().await;
         }
-        if let Some(state) = &mut quiet {
-            state.sweeps = state.sweeps.saturating_add(1);
-            let expiry_due = state.wake_at.is_some_and(|at| at <= now_micros());
-            let fallback = shared && state.sweeps.is_multiple_of(QUIET_FALLBACK_SWEEPS);
-            if !state.dirty && !expiry_due && !fallback {
-                continue;
-            }
-        }
-        quiet = None;
         match runtime.queue_pass().await {
             // RT-27: the items this pass put back hint `QueueChanged` themselves; those hints
             // announce nothing new, so they do not start another pass (else an undeliverable
             // item would make the worker spin). A pass that delivered may have added
             // bookmarks: it is followed by another one at once.
             Ok(pass) if pass.delivered > 0 => doorbell.notify_one(),
-            Ok(pass) => {
-                own_hints = pass.put_back;
-                if pass.quiet {
-                    quiet = Some(Quiet {
-                        wake_at: pass.wake_at,
-                        watched: pass.watched,
-                        dirty: false,
-                        sweeps: 0,
-                    });
-                }
-            }
+            Ok(pass) => own_hints = pass.put_back,
             Err(error) => tracing::warn!(%error, "bookmark queue pass failed"),
         }
     }
-}
-
-/// What the worker knows after a quiet pass (RT-26): the same pass again would claim the
-/// same items and put them back for the same reasons, writing each time, so a sweep skips
-/// it until a wake-up (an enqueue, a new bookmark, a resume or retry, a registration, another
-/// process's change), a wake-up about an instance an item waits for (`dirty`), or an item's
-/// expiry. A store shared with other processes still gets a pass every few sweeps.
-#[derive(Debug)]
-struct Quiet {
-    wake_at: Option<crate::store::Micros>,
-    watched: std::collections::HashSet<String>,
-    dirty: bool,
-    sweeps: u32,
 }
 
 #[cfg(test)]
