@@ -126,6 +126,17 @@ impl FaultyStore {
         });
     }
 
+    /// The `times` calls of `op` after the next `after` ones get `fault`.
+    fn inject_after(&self, op: Op, after: usize, times: usize, fault: Fault) {
+        let seen = self.calls(op);
+        self.rules.lock().unwrap().push(Rule {
+            op,
+            skip: seen + after,
+            times,
+            fault,
+        });
+    }
+
     /// Random failures of every op but `spared` from now on (`None` stops them).
     fn chaos(&self, chaos: Option<(Vec<Op>, u64, u64)>) {
         *self.chaos.lock().unwrap() = chaos.map(|(spared, percent, seed)| Chaos {
@@ -561,6 +572,18 @@ workflow! {
 }
 
 workflow! {
+    /// Started by an `opened` event (its trigger), counts it, then waits for `two`.
+    pub workflow Opened(Tally) {
+        opened = event::<Tally>("opened").trigger();
+        one = task(count_one);
+        two = event("two").key(id);
+        counted = task(count_two);
+
+        opened -> one -> two -> counted;
+    }
+}
+
+workflow! {
     /// A short durable nap, then a task.
     pub workflow Nap(Tally) = sequence [after(millis(50)), task(after_nap)];
 }
@@ -580,6 +603,7 @@ fn runtime(store: &Arc<FaultyStore>) -> Runtime {
         .store(backend)
         .register::<Twice>()
         .register::<Nap>()
+        .register::<Opened>()
         .lease_ttl(Duration::from_millis(400))
         .lease_renewal(Duration::from_millis(100))
         .recovery_sweep(Some(Duration::from_millis(100)))
@@ -707,6 +731,101 @@ fn a_direct_send_failing_after_its_commit_is_a_duplicate_when_retried() {
             assert_eq!(again.queued, None, "{label}: no stray copy queued");
             assert_eq!(rt.deliver_queued().await.unwrap(), 0, "{label}");
             assert_eq!(data(&rt, "t-4").await.seen, ["one"], "{label}");
+            rt.shutdown(Duration::from_secs(1)).await;
+        });
+    }
+}
+
+/// The ids of the queue items now in `store`, claimed for a microsecond (so the claim has
+/// lapsed when the runtime looks).
+async fn queued_items(store: &FaultyStore) -> Vec<QueueItem> {
+    let now = i64::try_from(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_micros(),
+    )
+    .unwrap();
+    store
+        .inner
+        .claim_queue_page("inspector", now, 1, 100)
+        .await
+        .unwrap()
+}
+
+// RT-19: a send whose trigger starts an instance writes its idempotency record with the
+// creation, so a send failing after that (its record's completion lost) is a duplicate when
+// retried: no second run, no stray copy queued for a wait that could take it later.
+#[test]
+fn a_trigger_start_failing_after_its_creation_is_a_duplicate_when_retried() {
+    for (label, backend, _dir) in stores() {
+        block_on(async {
+            let store = FaultyStore::new(backend);
+            let rt = runtime(&store);
+            let send = || {
+                Stimulus::new("opened")
+                    .payload(serde_json::json!({ "id": "o-1", "seen": [] }))
+                    .idempotency_key("o-1/opened")
+            };
+            // The send's first lookup of its record passes; the one completing it fails.
+            store.inject_after(Op::FindIdempotencyRecord, 1, 1, Fault::Fail);
+            let failed = rt.send(send()).await;
+            assert!(
+                matches!(failed, Err(SendError::Store(_))),
+                "{label}: {failed:?}"
+            );
+            let again = rt.send(send()).await.unwrap();
+            assert!(again.duplicate, "{label}: {again:?}");
+            assert_eq!(again.queued, None, "{label}: no stray copy queued");
+            assert!(again.started.is_empty(), "{label}: {again:?}");
+            let instances = rt
+                .list_instances(workflow_runtime::InstanceQuery {
+                    definition: Some("Opened".to_owned()),
+                    ..workflow_runtime::InstanceQuery::default()
+                })
+                .await
+                .unwrap();
+            assert_eq!(instances.len(), 1, "{label}: one instance: {instances:?}");
+            assert!(queued_items(&store).await.is_empty(), "{label}");
+            assert_eq!(data(&rt, &instances[0].instance_id).await.seen, ["one"]);
+            rt.shutdown(Duration::from_secs(1)).await;
+        });
+    }
+}
+
+// RT-18, RT-19: a send deferred for a paused instance writes its held item with its
+// idempotency record, so a send failing after that is a duplicate when retried, and the
+// instance finds one item, not two, when it is resumed.
+#[test]
+fn a_deferred_send_failing_after_its_enqueue_is_a_duplicate_when_retried() {
+    for (label, backend, _dir) in stores() {
+        block_on(async {
+            let store = FaultyStore::new(backend);
+            let rt = runtime(&store);
+            rt.start_with::<Twice>(tally("t-5"), with_id("t-5"))
+                .await
+                .unwrap();
+            rt.suspend("t-5").await.unwrap();
+            let send = || Stimulus::new("one").key("t-5").idempotency_key("t-5/one");
+            store.inject_after(Op::FindIdempotencyRecord, 1, 1, Fault::Fail);
+            let failed = rt.send(send()).await;
+            assert!(
+                matches!(failed, Err(SendError::Store(_))),
+                "{label}: {failed:?}"
+            );
+            let again = rt.send(send()).await.unwrap();
+            assert!(again.duplicate, "{label}: {again:?}");
+            assert_eq!(
+                again.deferred,
+                ["t-5"],
+                "{label}: the first report: {again:?}"
+            );
+            let items = queued_items(&store).await;
+            assert_eq!(items.len(), 1, "{label}: one held item: {items:?}");
+            rt.resume("t-5").await.unwrap();
+            rt.deliver_queued().await.unwrap();
+            assert_eq!(data(&rt, "t-5").await.seen, ["one"], "{label}");
+            assert!(queued_items(&store).await.is_empty(), "{label}");
             rt.shutdown(Duration::from_secs(1)).await;
         });
     }

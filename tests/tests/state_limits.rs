@@ -1,7 +1,8 @@
 //! The state size limit (ST-24) end to end: a run whose state grows over the store's limit
 //! faults its instance from the last committed state with a `state_too_large` incident, and
 //! the stimulus that led there is dead-lettered, not lost; a start whose first run is too
-//! large is refused to the caller and leaves nothing behind. Every scenario runs on the
+//! large before it committed anything is refused to the caller and leaves nothing behind,
+//! one that had committed stays faulted. Every scenario runs on the
 //! `MemoryStore` and on a `SqliteStore` in a temporary file.
 #![allow(clippy::unwrap_used)]
 
@@ -16,8 +17,8 @@ use workflow_runtime::store::{
     DeadLetterFilter, DeadLetterReason, InstanceFilter, MemoryStore, SqliteStore, Storage,
 };
 use workflow_runtime::{
-    IncidentKind, Outcome, Registry, Rejection, Runtime, StartError, StartOptions, Stimulus,
-    TaskContext, WorkflowStatus,
+    IncidentKind, Outcome, Registry, Rejection, RunError, Runtime, StartError, StartOptions,
+    Stimulus, TaskContext, WorkflowStatus,
 };
 
 /// The store's limit in these tests; a `grow` adds three times as much to the data.
@@ -293,6 +294,72 @@ fn st24_a_start_with_an_input_over_the_limit_is_refused() {
                 .await
                 .unwrap();
             assert!(left.is_empty(), "{label}: {left:?}");
+        });
+    }
+}
+
+/// `head` -> `tail` -> `grow` (adds 24 KB to the data). With a small step budget, its first
+/// run commits in slices (ENG-10) before it grows too large.
+const COMMITS_FIRST: &str = r#"{
+  "name": "CommitsFirst",
+  "root": {
+    "kind": "flowchart",
+    "id": "root",
+    "start": "head",
+    "nodes": [
+      { "kind": "task", "id": "head", "function": "head" },
+      { "kind": "task", "id": "tail", "function": "tail" },
+      { "kind": "task", "id": "grow", "function": "grow" }
+    ],
+    "connections": [
+      { "source": "head", "target": "tail" },
+      { "source": "tail", "target": "grow" }
+    ]
+  }
+}"#;
+
+/// ST-24 for a start whose first run committed before it grew too large: what it committed
+/// has been seen (its state, anything that commit wrote), so the start is not undone; the
+/// instance stays, faulted from its last commit with a `state_too_large` incident, and the
+/// caller is told so. (Before, the instance was deleted after its commits.)
+#[test]
+fn st24_a_start_that_committed_before_growing_too_large_stays_faulted() {
+    for (label, store, _dir) in stores() {
+        block_on(async {
+            let rt = Runtime::builder()
+                .store(store.clone().with_max_state_bytes(LIMIT))
+                .register_definition(Definition::from_json(COMMITS_FIRST).unwrap(), registry())
+                .max_steps_per_run(2)
+                .queue_worker(false)
+                .timer_driver(false)
+                .recovery_sweep(None)
+                .build()
+                .unwrap();
+            let options = StartOptions {
+                instance_id: Some("early-1".to_owned()),
+                ..StartOptions::default()
+            };
+            let error = rt
+                .start_by_name("CommitsFirst", serde_json::json!({}), options)
+                .await
+                .unwrap_err();
+            let StartError::Run(RunError::StateTooLarge {
+                instance, limit, ..
+            }) = &error
+            else {
+                panic!("{label}: a faulted instance expected, got {error:?}");
+            };
+            assert_eq!(instance, "early-1", "{label}");
+            assert_eq!(*limit, LIMIT, "{label}");
+            let snapshot = rt.get_state("early-1").await.unwrap();
+            let snapshot = snapshot.unwrap_or_else(|| panic!("{label}: the instance was removed"));
+            assert_eq!(snapshot.status(), WorkflowStatus::Faulted, "{label}");
+            let notes = snapshot.data::<Notes>().unwrap().notes;
+            assert!(notes.contains(&"head".to_owned()), "{label}: {notes:?}");
+            assert!(notes.iter().all(|n| n.len() < LIMIT), "{label}: {notes:?}");
+            let incidents = rt.incidents("early-1").await.unwrap().unwrap();
+            assert_eq!(incidents.len(), 1, "{label}: {incidents:?}");
+            assert_eq!(incidents[0].kind, IncidentKind::StateTooLarge, "{label}");
         });
     }
 }

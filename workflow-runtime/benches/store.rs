@@ -124,6 +124,7 @@ async fn store_commits(
                 consumed_queue_item: None,
                 activation_scope: None,
                 listing: None,
+                idempotency: None,
             })
             .await
             .unwrap();

@@ -301,6 +301,18 @@ pub enum Rejection {
 }
 
 impl Rejection {
+    /// The instance and the bookmark the stimulus was rejected for.
+    pub(crate) fn target(&self) -> (&str, &str) {
+        match self {
+            Self::PayloadDecode {
+                instance, bookmark, ..
+            }
+            | Self::StateTooLarge {
+                instance, bookmark, ..
+            } => (instance, bookmark),
+        }
+    }
+
     /// The rejection of a stimulus whose run faulted the instance as too large (ST-24), from
     /// the run's error; `None` for another error or when the stimulus was consumed.
     pub(crate) fn too_large(error: &RunError, bookmark: &str) -> Option<Self> {

@@ -246,9 +246,10 @@ pub enum StartError {
         /// Why.
         refusal: Refusal,
     },
-    /// The new instance's state document, as created or after its first run, is larger than
-    /// the store's limit ([`Storage::with_max_state_bytes`], ST-24). Nothing was kept: the
-    /// caller still has the input, so the start is refused rather than left faulted.
+    /// The new instance's state document, as created or at its first run's first commit, is
+    /// larger than the store's limit ([`Storage::with_max_state_bytes`], ST-24). Nothing was
+    /// kept: the caller still has the input, so the start is refused rather than left
+    /// faulted.
     #[error(
         "the state of new instance `{instance}` is too large: {size} bytes, limit {limit}; nothing was kept"
     )]
@@ -260,7 +261,10 @@ pub enum StartError {
         /// The store's limit, in bytes.
         limit: usize,
     },
-    /// The first run failed; nothing was kept.
+    /// The first run failed; nothing was kept. Except [`RunError::StateTooLarge`]: a first
+    /// run that had committed before its state grew over the limit may have done what
+    /// others see (children started, stimuli sent), so its instance stays, faulted with a
+    /// `state_too_large` incident (ST-24).
     #[error(transparent)]
     Run(#[from] RunError),
 }
@@ -511,9 +515,11 @@ pub(crate) struct Inner {
     /// each.
     /// The token of the lease the sweep handed back.
     pub(crate) fresh: Mutex<HashMap<String, (std::time::Instant, u64)>>,
-    /// The pending idempotency records of direct sends in progress, by stimulus id: the
-    /// first commit delivering the stimulus writes it (RT-19), the send completes it.
-    pub(crate) pending_records: Mutex<HashMap<String, crate::store::IdempotencyRecord>>,
+    /// The pending idempotency records of direct sends in progress, by stimulus id, with the
+    /// number of sends of that stimulus in progress (concurrent sends with one key share the
+    /// first one's): the first commit delivering the stimulus, or creating an instance for
+    /// it, writes it (RT-19); the send completes it.
+    pub(crate) pending_records: Mutex<HashMap<String, (crate::store::IdempotencyRecord, usize)>>,
     /// Serializes queue passes (the worker and [`Runtime::deliver_queued`]), and holds the
     /// items this process has put back undelivered and announced once (RT-27): put back
     /// again, they are not announced again.
@@ -836,6 +842,7 @@ impl Runtime {
             consumed_queue_item: None,
             activation_scope: None,
             listing: list::listing_text(&state),
+            idempotency: None,
         };
         Ok((instance, state))
     }
@@ -912,6 +919,9 @@ impl Runtime {
                     id: instance_id,
                 },
             })),
+            // ST-24: the first run grew over the limit after it had committed; the instance
+            // stays, faulted with a `state_too_large` incident.
+            Err(error @ RunError::StateTooLarge { .. }) => Err(StartError::Run(error)),
             Err(error) => {
                 // Nothing is kept of a start whose first run failed (unless the store is
                 // unreachable: then recovery runs it later).
@@ -1959,7 +1969,9 @@ impl Runtime {
                 })
             }
             // ST-24: refused as too large, nothing of it written: the instance is faulted
-            // from its last commit, so it does not loop.
+            // from its last commit, so it does not loop. A caller's start is refused instead,
+            // unless its first run has committed already: others may see what those commits
+            // did (children started, stimuli sent), so the instance stays to own it.
             (
                 Err(
                     error @ RunError::Store {
@@ -1968,7 +1980,11 @@ impl Runtime {
                     },
                 ),
                 None,
-            ) if fault_too_large => {
+            ) => {
+                if !fault_too_large && !self.committed_since_creation(&instance_id).await {
+                    guard.release().await;
+                    return Err(error);
+                }
                 match self.fault_too_large(&guard, size, limit, delivering).await {
                     Ok(faulted) => {
                         guard.released_by_commit();
@@ -1986,6 +2002,16 @@ impl Runtime {
                 Err(error)
             }
         }
+    }
+
+    /// Whether the instance has a commit after its creation (version 1); when that cannot be
+    /// read, it is taken to have one, so nothing is removed on a guess.
+    async fn committed_since_creation(&self, instance_id: &str) -> bool {
+        self.inner
+            .store
+            .load_instance_text(instance_id)
+            .await
+            .map_or(true, |record| record.version > 1)
     }
 
     /// Loads the instance for a run holding `guard`'s lease.
@@ -2102,9 +2128,11 @@ impl Runtime {
         {
             let mut tracker = lock(&commits.tracker);
             // RT-19: the commit delivering a direct send's stimulus writes its record.
-            tracker.idempotency = stimulus_id
-                .as_ref()
-                .and_then(|id| lock(&self.inner.pending_records).get(id).cloned());
+            tracker.idempotency = stimulus_id.as_ref().and_then(|id| {
+                lock(&self.inner.pending_records)
+                    .get(id)
+                    .map(|(record, _)| record.clone())
+            });
             tracker.receipts.extend(stimulus_id);
         }
         // ENG-32: the run decides per task whether to commit (the node's setting, the

@@ -96,6 +96,7 @@ pub enum WakeUp {
 ///     consumed_queue_item: None,
 ///     activation_scope: None,
 ///     listing: None,
+///     idempotency: None,
 /// }).await?;
 /// let claim = LeaseClaim { owner: "node-a".into(), token: None, now, ttl: 30_000_000 };
 /// let claimed = storage.claim_instance("order-1", claim).await?;
@@ -863,6 +864,32 @@ impl Storage {
         Ok(existing)
     }
 
+    /// Writes a send's queue items and replaces its idempotency record with `record` in one
+    /// operation (RT-19): a send queueing items after one of its own commits wrote its
+    /// record pending ([`Commit::idempotency`], [`NewInstance::idempotency`]).
+    ///
+    /// # Errors
+    ///
+    /// `AlreadyExists` for an existing item id (nothing is written), the backend's.
+    pub async fn enqueue_completing(
+        &self,
+        items: Vec<QueueItem>,
+        record: IdempotencyRecord,
+    ) -> StoreResult<()> {
+        let queued = !items.is_empty();
+        self.store
+            .enqueue(Enqueue {
+                items,
+                idempotency: Some(record),
+                replace_record: true,
+            })
+            .await?;
+        if queued {
+            self.notify(WakeUp::QueueChanged);
+        }
+        Ok(())
+    }
+
     /// Stores an idempotency record unless its key exists; returns the existing record in
     /// that case (C-20).
     ///
@@ -1266,6 +1293,7 @@ impl Storage {
             consumed_queue_item: instance.consumed_queue_item,
             activation_scope: instance.activation_scope,
             listing: instance.listing,
+            idempotency: instance.idempotency,
         })
     }
 

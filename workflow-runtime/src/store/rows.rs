@@ -108,6 +108,11 @@ pub struct NewInstance<S = Value> {
     /// JSON text kept in the instance row beside the state, so a listing reads no state
     /// document (ENG-51). `None` when the writer has none.
     pub listing: Option<String>,
+    /// The idempotency record of the send that starts this instance, written in the same
+    /// operation unless its key has one already (the first writer's record stays, RT-19): a
+    /// send retried after a crash that followed the creation finds it instead of starting the
+    /// instance's run again or queueing a copy.
+    pub idempotency: Option<IdempotencyRecord>,
 }
 
 /// An instance as loaded: its columns and its state document, from one snapshot (ST-13).

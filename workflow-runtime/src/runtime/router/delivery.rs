@@ -127,7 +127,7 @@ impl Runtime {
                 Err(error) => return Err(SendError::Store(error)),
             }
         }
-        let report = if stimulus.enqueue {
+        let (report, own) = if stimulus.enqueue {
             // RT-23 `Enqueue`: written to the queue untargeted; the worker routes it.
             let targets = Targets {
                 instance_id: stimulus.instance_id.clone(),
@@ -163,71 +163,119 @@ impl Runtime {
             self.inner.doorbell.notify_one();
             return Ok(report);
         } else {
-            // RT-19: the first commit delivering the stimulus (or the item queued when
-            // nothing matched) writes the send's record, pending, in its transaction, so a
-            // send retried after a crash finds it; the send completes it below.
-            let key = stimulus.idempotency_key.as_ref();
-            if let Some(key) = key {
-                let pending = IdempotencyRecord {
+            // RT-19: the first write of the send's effects (the commit delivering the
+            // stimulus, the instance a trigger creates, or the items it queues) writes the
+            // send's record, pending, in its transaction, so a send retried after a crash
+            // finds it; the send completes it below. `own` carries this send's mark, so it
+            // knows a record its own writes made from one of a concurrent send with the key.
+            let own = stimulus
+                .idempotency_key
+                .as_ref()
+                .map(|key| IdempotencyRecord {
                     key: key.clone(),
                     hash: hash.clone(),
                     payload_digest: payload_digest.clone(),
-                    report: pending_report(&stimulus_id, &hash),
+                    report: pending_report(&stimulus_id, &hash, &new_ulid()),
                     created_at: now_micros(),
-                };
-                lock(&self.inner.pending_records).insert(stimulus_id.clone(), pending);
+                });
+            if let Some(own) = &own {
+                lock(&self.inner.pending_records)
+                    .entry(stimulus_id.clone())
+                    .or_insert_with(|| (own.clone(), 0))
+                    .1 += 1;
             }
             // A send without an idempotency key made its stimulus id just now: only instances
             // this send starts can have consumed it (RT-19).
-            let fresh = key.is_none();
+            let fresh = own.is_none();
             let routed = self
-                .route(&stimulus, &hash, &stimulus_id, sent_at, fresh)
+                .route(&stimulus, &hash, &stimulus_id, sent_at, fresh, own.as_ref())
                 .await;
-            if key.is_some() {
-                lock(&self.inner.pending_records).remove(&stimulus_id);
+            if own.is_some() {
+                let mut pending = lock(&self.inner.pending_records);
+                if let Some(entry) = pending.get_mut(&stimulus_id) {
+                    entry.1 = entry.1.saturating_sub(1);
+                    if entry.1 == 0 {
+                        pending.remove(&stimulus_id);
+                    }
+                }
             }
-            routed?
+            (routed?, own)
         };
         if report.duplicate {
             return Ok(report);
         }
-        if let Some(key) = &stimulus.idempotency_key {
-            let record = IdempotencyRecord {
-                key: key.clone(),
-                hash: hash.clone(),
-                payload_digest: payload_digest.clone(),
-                report: serde_json::to_value(&report).unwrap_or(Value::Null),
-                created_at: now_micros(),
-            };
+        if let Some(own) = &own {
+            let record = own.with_report(&report);
             match store
-                .find_idempotency_record(key)
+                .find_idempotency_record(&own.key)
                 .await
                 .map_err(SendError::Store)?
             {
-                // Written by this send's delivery: completed with the full report.
+                // Written complete with the items this send queued.
+                Some(existing) if existing.report == record.report => {}
+                // Written pending by this send's delivery: completed with the full report.
                 Some(existing)
                     if existing.hash == hash
                         && existing.payload_digest == payload_digest
-                        && (is_pending(&existing.report) || existing.report == record.report) =>
+                        && is_pending(&existing.report) =>
                 {
                     store
                         .replace_idempotency_record(record)
                         .await
                         .map_err(SendError::Store)?;
                 }
-                Some(existing) => return duplicate(existing, key, &hash, &payload_digest),
+                Some(existing) => return duplicate(existing, &own.key, &hash, &payload_digest),
                 None => {
                     if let Some(existing) = store
                         .put_idempotency_record(record)
                         .await
                         .map_err(SendError::Store)?
                     {
-                        return duplicate(existing, key, &hash, &payload_digest);
+                        return duplicate(existing, &own.key, &hash, &payload_digest);
                     }
                 }
             }
         }
         Ok(report)
+    }
+
+    /// Writes `items` (queued by a send) in one operation with the send's idempotency record
+    /// `own` completed with `report` (RT-19). When the key has a record already, written by
+    /// one of this send's own writes (it bears this send's mark), the items are written and
+    /// the record completed, in one operation; a record of another send means that send
+    /// delivers the stimulus: nothing is written and its report is returned, a duplicate.
+    async fn enqueue_for_send(
+        &self,
+        items: Vec<QueueItem>,
+        own: Option<&IdempotencyRecord>,
+        report: &SendReport,
+    ) -> Result<Option<SendReport>, SendError> {
+        let store = &self.inner.store;
+        let Some(own) = own else {
+            store
+                .enqueue_send(items, None)
+                .await
+                .map_err(SendError::Store)?;
+            return Ok(None);
+        };
+        let record = own.with_report(report);
+        match store
+            .enqueue_send(items.clone(), Some(record.clone()))
+            .await
+            .map_err(SendError::Store)?
+        {
+            None => Ok(None),
+            Some(existing) if sent_by(&existing, own) => {
+                store
+                    .enqueue_completing(items, record)
+                    .await
+                    .map_err(SendError::Store)?;
+                Ok(None)
+            }
+            Some(existing) => {
+                duplicate(existing, &own.key, &own.hash, &own.payload_digest).map(Some)
+            }
+        }
     }
 
     /// RT-15 to RT-21 for one stimulus: triggers, bookmarks, deferrals, then the queue.
@@ -240,8 +288,8 @@ impl Runtime {
         stimulus_id: &str,
         sent_at: Micros,
         fresh: bool,
+        own: Option<&IdempotencyRecord>,
     ) -> Result<SendReport, SendError> {
-        let store = &self.inner.store;
         let mut report = SendReport::empty(stimulus_id.to_owned(), hash.to_owned());
         let mut created = false;
         let mut prefetched = None;
@@ -251,7 +299,9 @@ impl Runtime {
             // could have added a bookmark since.
             let query = self.bookmark_query(stimulus, hash);
             let hashes = self.trigger_hashes(stimulus, hash).await?;
-            let (rows, page) = store
+            let (rows, page) = self
+                .inner
+                .store
                 .find_routes(hashes, query)
                 .await
                 .map_err(SendError::Store)?;
@@ -272,20 +322,24 @@ impl Runtime {
                 &mut report,
             )
             .await?;
-        for (instance, held) in busy {
-            let targets = Targets {
-                instance_id: Some(instance.clone()),
-                bookmark_id: stimulus.bookmark_id.clone(),
-                ..Targets::default()
-            };
-            let mut item = self.queue_item(stimulus, hash, stimulus_id, sent_at, &targets);
-            item.held = held;
-            self.inner
-                .store
-                .enqueue(item)
-                .await
-                .map_err(SendError::Store)?;
-            report.deferred.push(instance);
+        if !busy.is_empty() {
+            let mut items = Vec::with_capacity(busy.len());
+            for (instance, held) in busy {
+                let targets = Targets {
+                    instance_id: Some(instance.clone()),
+                    bookmark_id: stimulus.bookmark_id.clone(),
+                    ..Targets::default()
+                };
+                let mut item = self.queue_item(stimulus, hash, stimulus_id, sent_at, &targets);
+                item.held = held;
+                items.push(item);
+                report.deferred.push(instance);
+            }
+            // RT-19: the deferred items are written with the send's record, so a send
+            // retried after a crash finds it instead of deferring (or delivering) again.
+            if let Some(duplicate) = self.enqueue_for_send(items, own, &report).await? {
+                return Ok(duplicate);
+            }
         }
         let delivered =
             !report.started.is_empty() || !report.resumed.is_empty() || !report.deferred.is_empty();
@@ -322,20 +376,8 @@ impl Runtime {
                 let item = self.queue_item(stimulus, hash, stimulus_id, sent_at, &targets);
                 report.queued = Some(item.item_id.clone());
                 // RT-19: a direct send's record is written with the item it queues.
-                let record = lock(&self.inner.pending_records)
-                    .get(stimulus_id)
-                    .cloned()
-                    .map(|mut record| {
-                        record.report = serde_json::to_value(&report).unwrap_or(Value::Null);
-                        record
-                    });
-                if let Some(existing) = store
-                    .enqueue_send(vec![item], record.clone())
-                    .await
-                    .map_err(SendError::Store)?
-                    && let Some(record) = record
-                {
-                    return duplicate(existing, &record.key, hash, &record.payload_digest);
+                if let Some(duplicate) = self.enqueue_for_send(vec![item], own, &report).await? {
+                    return Ok(duplicate);
                 }
                 self.inner.doorbell.notify_one();
             } else {
@@ -495,40 +537,22 @@ impl Runtime {
                     message,
                 }) => {
                     let rejection = Rejection::PayloadDecode {
-                        instance: instance.clone(),
-                        bookmark: bookmark.clone(),
+                        instance,
+                        bookmark,
                         node,
                         payload_type,
                         message,
                     };
-                    let base = self.queue_item(
-                        stimulus,
-                        hash,
-                        stimulus_id,
-                        now_micros(),
-                        &Targets::default(),
-                    );
-                    self.reject(base, &instance, &bookmark, &rejection)
-                        .await
-                        .map_err(SendError::Store)?;
-                    report.rejected.push(rejection);
+                    self.reject_for_send(stimulus, hash, stimulus_id, rejection, report)
+                        .await?;
                 }
                 // ST-24: the instance faulted at its last commit; the stimulus it did not
                 // consume is dead-lettered for it, not lost.
                 Err(error @ RunError::StateTooLarge { .. }) => {
                     match Rejection::too_large(&error, &first_bookmark) {
                         Some(rejection) => {
-                            let base = self.queue_item(
-                                stimulus,
-                                hash,
-                                stimulus_id,
-                                now_micros(),
-                                &Targets::default(),
-                            );
-                            self.reject(base, &instance, &first_bookmark, &rejection)
-                                .await
-                                .map_err(SendError::Store)?;
-                            report.rejected.push(rejection);
+                            self.reject_for_send(stimulus, hash, stimulus_id, rejection, report)
+                                .await?;
                         }
                         // An earlier commit of the run consumed it.
                         None => report.resumed.push(Started {
@@ -545,6 +569,31 @@ impl Runtime {
             }
         }
         Ok(busy)
+    }
+
+    /// RT-22, ST-24: dead-letters the stimulus for the instance and bookmark `rejection`
+    /// names, and lists the rejection in the send's report.
+    async fn reject_for_send(
+        &self,
+        stimulus: &Stimulus,
+        hash: &str,
+        stimulus_id: &str,
+        rejection: Rejection,
+        report: &mut SendReport,
+    ) -> Result<(), SendError> {
+        let base = self.queue_item(
+            stimulus,
+            hash,
+            stimulus_id,
+            now_micros(),
+            &Targets::default(),
+        );
+        let (instance, bookmark) = rejection.target();
+        self.reject(base, instance, bookmark, &rejection)
+            .await
+            .map_err(SendError::Store)?;
+        report.rejected.push(rejection);
+        Ok(())
     }
 
     /// The bookmark query of a stimulus's bookmark phase, first page (RT-17).
@@ -637,14 +686,42 @@ impl Runtime {
 
 /// The report a direct send's record holds until the send completes it (RT-19): what a send
 /// retried after a crash in between returns, marked `pending`.
-fn pending_report(stimulus_id: &str, hash: &str) -> Value {
+fn pending_report(stimulus_id: &str, hash: &str, mark: &str) -> Value {
     let mut report =
         serde_json::to_value(SendReport::empty(stimulus_id.to_owned(), hash.to_owned()))
             .unwrap_or(Value::Null);
     if let Some(fields) = report.as_object_mut() {
         fields.insert("pending".to_owned(), Value::Bool(true));
+        fields.insert(SEND_MARK.to_owned(), Value::String(mark.to_owned()));
     }
     report
+}
+
+/// The field of a stored report naming the send call that wrote it (a fresh id per call),
+/// so a send tells the record its own writes made from a concurrent one's with the key.
+const SEND_MARK: &str = "send";
+
+/// Whether `record` was written by the send whose pending record is `own`.
+fn sent_by(record: &IdempotencyRecord, own: &IdempotencyRecord) -> bool {
+    record.hash == own.hash
+        && record.payload_digest == own.payload_digest
+        && record.report.get(SEND_MARK).is_some()
+        && record.report.get(SEND_MARK) == own.report.get(SEND_MARK)
+}
+
+impl IdempotencyRecord {
+    /// This send's record with its full `report`, keeping the send's mark.
+    fn with_report(&self, report: &SendReport) -> Self {
+        let mut full = serde_json::to_value(report).unwrap_or(Value::Null);
+        if let (Some(fields), Some(mark)) = (full.as_object_mut(), self.report.get(SEND_MARK)) {
+            fields.insert(SEND_MARK.to_owned(), mark.clone());
+        }
+        Self {
+            report: full,
+            created_at: now_micros(),
+            ..self.clone()
+        }
+    }
 }
 
 /// Whether a stored report is a pending one ([`pending_report`]).

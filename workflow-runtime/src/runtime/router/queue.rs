@@ -146,6 +146,7 @@ impl Runtime {
                         &item.stimulus_id,
                         item.sent_at,
                         false,
+                        None,
                     )
                     .await
                 {

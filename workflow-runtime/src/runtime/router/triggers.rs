@@ -10,7 +10,7 @@ use crate::engine::state::TriggerStart;
 use crate::identity::sha_hex;
 use crate::identity::stimulus_hash;
 use crate::routing::{Refusal, SendError, SendReport, Stimulus};
-use crate::runtime::{Runtime, StartOptions, now_micros};
+use crate::runtime::{Runtime, StartOptions, lock, now_micros};
 use crate::store::{DefinitionRecord, Micros, StoreError, TriggerRow};
 
 impl Runtime {
@@ -216,6 +216,11 @@ impl Runtime {
             };
             new.activation_scope = scope;
             new.origin_at = sent_at;
+            // RT-19: a direct send's record is written with the instance it starts, so a
+            // send retried after a crash finds it and neither starts nor queues anything.
+            new.idempotency = lock(&self.inner.pending_records)
+                .get(stimulus_id)
+                .map(|(record, _)| record.clone());
             match self.inner.store.create_instance(new).await {
                 // A retried send (RT-19) finds the instance it started.
                 Ok(_) | Err(StoreError::AlreadyExists { .. }) => created = true,

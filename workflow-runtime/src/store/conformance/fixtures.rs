@@ -35,6 +35,7 @@ pub fn new_instance(id: &str) -> NewInstance {
         consumed_queue_item: None,
         activation_scope: None,
         listing: None,
+        idempotency: None,
     }
 }
 

@@ -64,7 +64,8 @@ pub use leases::{
 };
 pub use queue::{
     c14_queue_pages, c15_queue_ttl, c16_queue_attempts, c20_idempotency_record_in_commit,
-    c20_idempotency_records, retention_of_receipts_and_idempotency_records,
+    c20_idempotency_record_in_creation, c20_idempotency_record_with_items, c20_idempotency_records,
+    retention_of_receipts_and_idempotency_records,
 };
 pub use timers::c12_timers;
 pub use triggers::{c11_triggers, trigger_schedules};
@@ -120,6 +121,8 @@ macro_rules! store_conformance_tests {
             c18_dead_letters,
             c20_idempotency_records,
             c20_idempotency_record_in_commit,
+            c20_idempotency_record_in_creation,
+            c20_idempotency_record_with_items,
             c21_activation_guard,
             incidents,
             retention_of_receipts_and_idempotency_records,

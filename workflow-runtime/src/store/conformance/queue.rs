@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use serde_json::{Value, json};
 
-use super::fixtures::{SEC, T0, TTL, create_leased, queue_item, waiting};
+use super::fixtures::{SEC, T0, TTL, create_leased, new_instance, queue_item, waiting};
 use super::harness::{Harness, TestBackend};
 use crate::store::{
     DeadLetterFilter, DeadLetterReason, IdempotencyRecord, QueueFailure, QueueItem, StoreError,
@@ -251,6 +251,146 @@ pub async fn c20_idempotency_record_in_commit(backend: Arc<dyn TestBackend>) {
     assert_eq!(
         store.find_idempotency_record("k-1").await.unwrap(),
         Some(record("k-1", json!({ "n": 3 })))
+    );
+}
+
+/// C-20, RT-19: an instance created for a send carries the send's idempotency record,
+/// written in the same operation: a creation refused (the id exists, the activation scope is
+/// taken) writes none, a creation that succeeds writes it, and an existing record with the key
+/// stays as it was. An instance created by a commit (a child) carries one the same way.
+pub async fn c20_idempotency_record_in_creation(backend: Arc<dyn TestBackend>) {
+    let store = Harness::new(backend);
+    let record = |key: &str, n: i64| IdempotencyRecord {
+        key: key.to_owned(),
+        hash: "h1".to_owned(),
+        payload_digest: "d1".to_owned(),
+        report: json!({ "n": n }),
+        created_at: T0,
+    };
+    let mut first = new_instance("wf-1");
+    first.idempotency = Some(record("k-1", 1));
+    store.create_instance(first).await.unwrap();
+    assert_eq!(
+        store.find_idempotency_record("k-1").await.unwrap(),
+        Some(record("k-1", 1))
+    );
+
+    // The id exists: refused, no record.
+    let mut again = new_instance("wf-1");
+    again.idempotency = Some(record("k-again", 2));
+    assert!(matches!(
+        store.create_instance(again).await,
+        Err(StoreError::AlreadyExists { .. })
+    ));
+    assert_eq!(
+        store.find_idempotency_record("k-again").await.unwrap(),
+        None
+    );
+
+    // The activation scope is taken: refused, no record.
+    let mut holder = new_instance("wf-2");
+    holder.activation_scope = Some("singleton:order".to_owned());
+    store.create_instance(holder).await.unwrap();
+    let mut rival = new_instance("wf-3");
+    rival.activation_scope = Some("singleton:order".to_owned());
+    rival.idempotency = Some(record("k-rival", 3));
+    assert!(matches!(
+        store.create_instance(rival).await,
+        Err(StoreError::ActivationConflict { .. })
+    ));
+    assert_eq!(
+        store.find_idempotency_record("k-rival").await.unwrap(),
+        None
+    );
+
+    // An existing key: the instance is created, the first record stays.
+    let mut later = new_instance("wf-4");
+    later.idempotency = Some(record("k-1", 4));
+    store.create_instance(later).await.unwrap();
+    assert_eq!(
+        store.find_idempotency_record("k-1").await.unwrap(),
+        Some(record("k-1", 1))
+    );
+
+    // A child created by a commit writes its record with the commit.
+    let lease = create_leased(&store, "parent").await;
+    let mut child = new_instance("child");
+    child.idempotency = Some(record("k-child", 5));
+    let mut c = waiting("parent", 1, lease.token, 1);
+    c.instances_created = vec![child];
+    store.commit(c).await.unwrap();
+    assert_eq!(
+        store.find_idempotency_record("k-child").await.unwrap(),
+        Some(record("k-child", 5))
+    );
+}
+
+/// The ids of every queue item, claimed at `at` for a microsecond.
+async fn claim_all(store: &Harness, at: i64) -> Vec<String> {
+    let page = store
+        .claim_queue_page("inspector", at, 1, 100)
+        .await
+        .unwrap();
+    let mut ids: Vec<String> = page.into_iter().map(|q| q.item_id).collect();
+    ids.sort();
+    ids
+}
+
+/// C-20, RT-19: a send's queue items and its idempotency record are written in one
+/// operation: when the key has a record, nothing at all is written and the record is
+/// returned; a send completing its own record writes its items and replaces the record
+/// together; an item id that exists writes neither.
+pub async fn c20_idempotency_record_with_items(backend: Arc<dyn TestBackend>) {
+    let store = Harness::new(backend);
+    let record = |n: i64| IdempotencyRecord {
+        key: "send-1".to_owned(),
+        hash: "h1".to_owned(),
+        payload_digest: "d1".to_owned(),
+        report: json!({ "n": n }),
+        created_at: T0,
+    };
+    assert_eq!(
+        store
+            .enqueue_send(vec![queue_item("q1", T0)], Some(record(1)))
+            .await
+            .unwrap(),
+        None
+    );
+    assert_eq!(
+        store.find_idempotency_record("send-1").await.unwrap(),
+        Some(record(1))
+    );
+    // The key is taken: the item is not written, the first record is returned.
+    assert_eq!(
+        store
+            .enqueue_send(vec![queue_item("q2", T0)], Some(record(2)))
+            .await
+            .unwrap(),
+        Some(record(1))
+    );
+    assert_eq!(claim_all(&store, T0 + SEC).await, ["q1"]);
+
+    // Completing: the items and the replaced record together.
+    store
+        .enqueue_completing(vec![queue_item("q3", T0)], record(3))
+        .await
+        .unwrap();
+    assert_eq!(
+        store.find_idempotency_record("send-1").await.unwrap(),
+        Some(record(3))
+    );
+    assert_eq!(claim_all(&store, T0 + 2 * SEC).await, ["q1", "q3"]);
+
+    // An item id that exists: neither the item nor the record is written.
+    assert!(matches!(
+        store
+            .enqueue_completing(vec![queue_item("q1", T0)], record(4))
+            .await,
+        Err(StoreError::AlreadyExists { .. })
+    ));
+    assert_eq!(
+        store.find_idempotency_record("send-1").await.unwrap(),
+        Some(record(3))
     );
 }
 

@@ -63,8 +63,8 @@ pub(super) fn lease_live(row: &MemInstance, now: i64) -> bool {
 }
 
 impl Inner {
-    /// Inserts a new instance at version 1 with its receipt and consumed queue item; an
-    /// existing id gives `AlreadyExists` and changes nothing.
+    /// Inserts a new instance at version 1 with its receipt, consumed queue item and
+    /// idempotency record; an existing id gives `AlreadyExists` and changes nothing.
     pub(super) fn insert_instance(&mut self, instance: NewInstance<String>) -> StoreResult<()> {
         if self.instances.contains_key(&instance.instance_id) {
             return Err(StoreError::AlreadyExists {
@@ -89,6 +89,10 @@ impl Inner {
         }
         if let Some(item) = instance.consumed_queue_item {
             self.queue.remove(&item);
+        }
+        if let Some(record) = instance.idempotency {
+            // The first writer's record stays (RT-19).
+            self.idempotency.entry(record.key.clone()).or_insert(record);
         }
         self.instances.insert(
             id,

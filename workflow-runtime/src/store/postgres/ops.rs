@@ -54,69 +54,124 @@ fn instance_from_row(id: &str, row: &PgRow) -> StoreResult<InstanceRecord<String
     Ok(summary.with_state(state))
 }
 
-/// Decodes one instance row's columns; any failure is a `Decode` naming the instance (ST-22).
+/// Decodes one instance row's columns; any failure is a `Decode` naming the instance and
+/// the column (ST-22).
 fn summary_from_row(id: &str, row: &PgRow) -> StoreResult<InstanceSummary> {
-    let col = |e: sqlx::Error| StoreError::Decode {
-        what: "instance",
-        id: id.to_owned(),
-        path: "row".to_owned(),
-        message: e.to_string(),
-    };
+    let c = Cols::named(row, "instance", id.to_owned());
     StoredInstance {
-        definition_name: row.try_get(1).map_err(col)?,
-        definition_version: row.try_get(2).map_err(col)?,
-        status: row.try_get(3).map_err(col)?,
-        sub_status: row.try_get(4).map_err(col)?,
-        correlation_id: row.try_get(5).map_err(col)?,
-        version: row.try_get(6).map_err(col)?,
-        lease_owner: row.try_get(7).map_err(col)?,
-        lease_token: row.try_get(8).map_err(col)?,
-        lease_expires_at: row.try_get(9).map_err(col)?,
-        control_request: row.try_get(10).map_err(col)?,
-        origin_at: row.try_get(11).map_err(col)?,
-        created_at: row.try_get(12).map_err(col)?,
-        updated_at: row.try_get(13).map_err(col)?,
-        finished_at: row.try_get(14).map_err(col)?,
-        listing: row.try_get(15).map_err(col)?,
+        definition_name: c.get(1)?,
+        definition_version: c.get(2)?,
+        status: c.get(3)?,
+        sub_status: c.get(4)?,
+        correlation_id: c.get(5)?,
+        version: c.get(6)?,
+        lease_owner: c.get(7)?,
+        lease_token: c.get(8)?,
+        lease_expires_at: c.get(9)?,
+        control_request: c.get(10)?,
+        origin_at: c.get(11)?,
+        created_at: c.get(12)?,
+        updated_at: c.get(13)?,
+        finished_at: c.get(14)?,
+        listing: c.get(15)?,
     }
     .decode(id)
+}
+
+/// Reads the columns of one row; a column of the wrong type is a `Decode` naming the row (its
+/// kind, its id, and its instance when it has one) and the column (ST-22), as the SQLite
+/// backend does, not a transient failure.
+struct Cols<'r> {
+    row: &'r PgRow,
+    what: &'static str,
+    id: String,
+}
+
+impl<'r> Cols<'r> {
+    /// `id` is the column of the row's id, `instance` that of its instance, if any.
+    fn new(row: &'r PgRow, what: &'static str, id: usize, instance: Option<usize>) -> Self {
+        let mut name = rendered(row, id);
+        if let Some(instance) =
+            instance.and_then(|i| row.try_get::<Option<String>, _>(i).ok().flatten())
+        {
+            name = format!("{name} (instance {instance})");
+        }
+        Self::named(row, what, name)
+    }
+
+    /// A row whose name is known already.
+    fn named(row: &'r PgRow, what: &'static str, id: String) -> Self {
+        Self { row, what, id }
+    }
+
+    fn get<T>(&self, idx: usize) -> StoreResult<T>
+    where
+        T: for<'a> sqlx::Decode<'a, sqlx::Postgres> + sqlx::Type<sqlx::Postgres>,
+    {
+        self.row
+            .try_get(idx)
+            .map_err(|e| match StoreError::from(e) {
+                StoreError::Decode { message, .. } => StoreError::Decode {
+                    what: self.what,
+                    id: self.id.clone(),
+                    path: self
+                        .row
+                        .columns()
+                        .get(idx)
+                        .map_or_else(|| idx.to_string(), |c| sqlx::Column::name(c).to_owned()),
+                    message,
+                },
+                other => other,
+            })
+    }
+}
+
+/// A text column's value, to name a row whose other columns do not decode (`?` when it is
+/// not text either).
+fn rendered(row: &PgRow, idx: usize) -> String {
+    row.try_get::<Option<String>, _>(idx)
+        .ok()
+        .flatten()
+        .unwrap_or_else(|| "?".to_owned())
 }
 
 const BOOKMARK_COLS: &str = "bookmark_id, instance_id, hash, name, node_id, context_id, \
     correlation_id, definition_name, definition_version, look_back, created_at";
 
-fn bookmark_from_row(row: &PgRow) -> Result<BookmarkRow, sqlx::Error> {
+fn bookmark_from_row(row: &PgRow) -> StoreResult<BookmarkRow> {
     bookmark_from_row_at(row, 0)
 }
 
 /// Reads `BOOKMARK_COLS` starting at column `at`.
-fn bookmark_from_row_at(row: &PgRow, at: usize) -> Result<BookmarkRow, sqlx::Error> {
+fn bookmark_from_row_at(row: &PgRow, at: usize) -> StoreResult<BookmarkRow> {
+    let c = Cols::new(row, "bookmark", at, Some(at + 1));
     Ok(BookmarkRow {
-        bookmark_id: row.try_get(at)?,
-        instance_id: row.try_get(at + 1)?,
-        hash: row.try_get(at + 2)?,
-        name: row.try_get(at + 3)?,
-        node_id: row.try_get(at + 4)?,
-        context_id: to_u64(row.try_get(at + 5)?),
-        correlation_id: row.try_get(at + 6)?,
-        definition_name: row.try_get(at + 7)?,
-        definition_version: row.try_get(at + 8)?,
-        look_back: row.try_get(at + 9)?,
-        created_at: row.try_get(at + 10)?,
+        bookmark_id: c.get(at)?,
+        instance_id: c.get(at + 1)?,
+        hash: c.get(at + 2)?,
+        name: c.get(at + 3)?,
+        node_id: c.get(at + 4)?,
+        context_id: to_u64(c.get(at + 5)?),
+        correlation_id: c.get(at + 6)?,
+        definition_name: c.get(at + 7)?,
+        definition_version: c.get(at + 8)?,
+        look_back: c.get(at + 9)?,
+        created_at: c.get(at + 10)?,
     })
 }
 
 const TIMER_COLS: &str = "timer_id, instance_id, kind, due_at, parked, definition_name, node_id";
 
-fn timer_from_row(row: &PgRow) -> Result<TimerRow, sqlx::Error> {
+fn timer_from_row(row: &PgRow) -> StoreResult<TimerRow> {
+    let c = Cols::new(row, "timer", 0, Some(1));
     Ok(TimerRow {
-        timer_id: row.try_get(0)?,
-        instance_id: row.try_get(1)?,
-        kind: row.try_get(2)?,
-        due_at: row.try_get(3)?,
-        parked: row.try_get(4)?,
-        definition_name: row.try_get(5)?,
-        node_id: row.try_get(6)?,
+        timer_id: c.get(0)?,
+        instance_id: c.get(1)?,
+        kind: c.get(2)?,
+        due_at: c.get(3)?,
+        parked: c.get(4)?,
+        definition_name: c.get(5)?,
+        node_id: c.get(6)?,
     })
 }
 
@@ -125,29 +180,30 @@ const QUEUE_COLS: &str = "stimulus_id, name, hash, key_display, payload, correla
     targets, sent_at, enqueued_at, expires_at, attempts, last_error, last_attempt_at, held, \
     idempotency_key";
 
-/// Reads `id, QUEUE_COLS...` starting at column 0.
-fn queue_from_row(row: &PgRow) -> Result<EncodedQueueItem, sqlx::Error> {
+/// Reads `id, QUEUE_COLS...` starting at column 0; `what` names the row in errors.
+fn queue_from_row(row: &PgRow, what: &'static str) -> StoreResult<EncodedQueueItem> {
+    let c = Cols::new(row, what, 0, None);
     Ok(EncodedQueueItem {
         item: QueueItem {
-            item_id: row.try_get(0)?,
-            stimulus_id: row.try_get(1)?,
-            name: row.try_get(2)?,
-            hash: row.try_get(3)?,
-            key_display: row.try_get(4)?,
+            item_id: c.get(0)?,
+            stimulus_id: c.get(1)?,
+            name: c.get(2)?,
+            hash: c.get(3)?,
+            key_display: c.get(4)?,
             payload: Value::Null,
-            correlation_id: row.try_get(6)?,
+            correlation_id: c.get(6)?,
             targets: Value::Null,
-            sent_at: row.try_get(8)?,
-            enqueued_at: row.try_get(9)?,
-            expires_at: row.try_get(10)?,
-            attempts: u32::try_from(row.try_get::<i64, _>(11)?).unwrap_or(u32::MAX),
-            last_error: row.try_get(12)?,
-            last_attempt_at: row.try_get(13)?,
-            held: row.try_get(14)?,
-            idempotency_key: row.try_get(15)?,
+            sent_at: c.get(8)?,
+            enqueued_at: c.get(9)?,
+            expires_at: c.get(10)?,
+            attempts: u32::try_from(c.get::<i64>(11)?).unwrap_or(u32::MAX),
+            last_error: c.get(12)?,
+            last_attempt_at: c.get(13)?,
+            held: c.get(14)?,
+            idempotency_key: c.get(15)?,
         },
-        payload: row.try_get(5)?,
-        targets: row.try_get(7)?,
+        payload: c.get(5)?,
+        targets: c.get(7)?,
     })
 }
 
@@ -243,6 +299,10 @@ pub(super) async fn insert_instance(
             .bind(item)
             .execute(&mut *c)
             .await?;
+    }
+    if let Some(record) = &i.idempotency {
+        // The first writer's record stays (RT-19).
+        put_idempotency_record(c, s, record, false).await?;
     }
     Ok(())
 }
@@ -894,10 +954,7 @@ pub(super) async fn find_bookmarks(
     .bind(limit_i64(query.limit))
     .fetch_all(&mut *c)
     .await?;
-    Ok(rows
-        .iter()
-        .map(bookmark_from_row)
-        .collect::<Result<_, _>>()?)
+    rows.iter().map(bookmark_from_row).collect()
 }
 
 pub(super) async fn list_bookmarks(
@@ -912,10 +969,7 @@ pub(super) async fn list_bookmarks(
     .bind(id)
     .fetch_all(&mut *c)
     .await?;
-    Ok(rows
-        .iter()
-        .map(bookmark_from_row)
-        .collect::<Result<_, _>>()?)
+    rows.iter().map(bookmark_from_row).collect()
 }
 
 /// The bookmarks of parents waiting on a child (ACT-24) after `after`, in bookmark-id
@@ -936,10 +990,7 @@ pub(super) async fn find_child_waits(
     .bind(limit_i64(limit))
     .fetch_all(&mut *c)
     .await?;
-    Ok(rows
-        .iter()
-        .map(bookmark_from_row)
-        .collect::<Result<_, _>>()?)
+    rows.iter().map(bookmark_from_row).collect()
 }
 
 pub(super) async fn has_receipt(
@@ -967,22 +1018,25 @@ fn trigger_from_row(row: &PgRow) -> StoreResult<TriggerRow> {
 
 /// Reads `TRIGGER_COLS` starting at column `at`.
 fn trigger_from_row_at(row: &PgRow, at: usize) -> StoreResult<TriggerRow> {
-    let definition_name: String = row.try_get(at)?;
-    let node_id: String = row.try_get(at + 1)?;
-    let hash: String = row.try_get(at + 2)?;
-    let id = format!("{definition_name}/{node_id}/{hash}");
-    let payload: String = row.try_get(at + 6)?;
-    let activation: String = row.try_get(at + 7)?;
+    let id = format!(
+        "{}/{}/{}",
+        rendered(row, at),
+        rendered(row, at + 1),
+        rendered(row, at + 2)
+    );
+    let c = Cols::named(row, "trigger", id.clone());
+    let payload: String = c.get(at + 6)?;
+    let activation: String = c.get(at + 7)?;
     Ok(TriggerRow {
         payload: decode_json("trigger", &id, "payload", &payload)?,
         activation: decode_json("trigger", &id, "activation", &activation)?,
-        definition_version: row.try_get(at + 3)?,
-        name: row.try_get(at + 4)?,
-        key_display: row.try_get(at + 5)?,
-        registered_at: row.try_get(at + 8)?,
-        definition_name,
-        node_id,
-        hash,
+        definition_version: c.get(at + 3)?,
+        name: c.get(at + 4)?,
+        key_display: c.get(at + 5)?,
+        registered_at: c.get(at + 8)?,
+        definition_name: c.get(at)?,
+        node_id: c.get(at + 1)?,
+        hash: c.get(at + 2)?,
     })
 }
 
@@ -1216,7 +1270,7 @@ pub(super) async fn list_schedule_rows(
     .bind(name)
     .fetch_all(&mut *c)
     .await?;
-    Ok(rows.iter().map(timer_from_row).collect::<Result<_, _>>()?)
+    rows.iter().map(timer_from_row).collect()
 }
 
 /// Fires one occurrence (TM-11 to TM-13): the schedule row is locked, so of several
@@ -1262,7 +1316,7 @@ pub(super) async fn list_timers(c: &mut Conn, s: &Schema, id: &str) -> StoreResu
     .bind(id)
     .fetch_all(&mut *c)
     .await?;
-    Ok(rows.iter().map(timer_from_row).collect::<Result<_, _>>()?)
+    rows.iter().map(timer_from_row).collect()
 }
 
 // ----- journal -----
@@ -1378,7 +1432,7 @@ pub(super) async fn claim_queue_page(
     .await?;
     let mut raw = rows
         .iter()
-        .map(queue_from_row)
+        .map(|row| queue_from_row(row, "queue item"))
         .collect::<Result<Vec<_>, _>>()?;
     raw.sort_by(|a, b| (a.item.sent_at, &a.item.item_id).cmp(&(b.item.sent_at, &b.item.item_id)));
     let mut items = Vec::with_capacity(raw.len());
@@ -1541,7 +1595,7 @@ pub(super) async fn replay_dead_letter(
     .fetch_optional(&mut *c)
     .await?
     .ok_or_else(|| not_found("dead letter", id))?;
-    let item = queue_from_row(&row)?
+    let item = queue_from_row(&row, "dead letter")?
         .decode("dead letter")?
         .replayed(now, ttl);
     enqueue(c, s, &item).await?;
@@ -1604,7 +1658,7 @@ pub(super) async fn list_dead_letters(
     .await?;
     let mut letters = Vec::with_capacity(rows.len());
     for row in &rows {
-        let item = queue_from_row(row)?.decode("dead letter")?;
+        let item = queue_from_row(row, "dead letter")?.decode("dead letter")?;
         let reason_text: String = row.try_get(16)?;
         let reason = DeadLetterReason::decode(&item.item_id, &reason_text)?;
         letters.push(DeadLetter {
@@ -1670,17 +1724,18 @@ const INCIDENT_COLS: &str = "incident_id, instance_id, definition_name, kind, cr
     resolved_at, resolution, record";
 
 fn incident_from_row(row: &PgRow) -> StoreResult<IncidentRecord> {
-    let incident_id: String = row.try_get(0)?;
-    let record: String = row.try_get(7)?;
+    let c = Cols::new(row, "incident", 0, Some(1));
+    let incident_id: String = c.get(0)?;
+    let record: String = c.get(7)?;
     Ok(IncidentRecord {
         record: decode_json("incident", &incident_id, "record", &record)?,
         incident_id,
-        instance_id: row.try_get(1)?,
-        definition_name: row.try_get(2)?,
-        kind: row.try_get(3)?,
-        created_at: row.try_get(4)?,
-        resolved_at: row.try_get(5)?,
-        resolution: row.try_get(6)?,
+        instance_id: c.get(1)?,
+        definition_name: c.get(2)?,
+        kind: c.get(3)?,
+        created_at: c.get(4)?,
+        resolved_at: c.get(5)?,
+        resolution: c.get(6)?,
     })
 }
 
@@ -1780,7 +1835,12 @@ pub(super) async fn queued(c: &mut Conn, s: &Schema, limit: usize) -> StoreResul
     .await?;
     Ok(rows
         .iter()
-        .filter_map(|row| queue_from_row(row).ok()?.decode("queue item").ok())
+        .filter_map(|row| {
+            queue_from_row(row, "queue item")
+                .ok()?
+                .decode("queue item")
+                .ok()
+        })
         .collect())
 }
 

@@ -317,6 +317,10 @@ fn insert_instance_tx(c: &Connection, i: &NewInstance<String>) -> StoreResult<()
         c.prepare_cached("DELETE FROM wf_queue WHERE item_id = ?1")?
             .execute([item])?;
     }
+    if let Some(record) = &i.idempotency {
+        // The first writer's record stays (RT-19).
+        put_idempotency_tx(c, record, false)?;
+    }
     Ok(())
 }
 
