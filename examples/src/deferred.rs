@@ -67,16 +67,20 @@ fn registry(say: &Say) -> Registry<Greeting> {
         })
 }
 
-/// Milliseconds since the epoch, now.
-fn now_ms() -> u64 {
+/// Microseconds since the epoch, now: the unit of the runtime's instants.
+fn now_micros() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+        .map_or(0, |d| i64::try_from(d.as_micros()).unwrap_or(i64::MAX))
 }
 
-/// `3.2 s` from milliseconds.
-fn seconds_text(ms: u64) -> String {
-    format!("{}.{} s", ms / 1000, (ms % 1000) / 100)
+/// `3.2 s` from microseconds.
+fn seconds_text(micros: i64) -> String {
+    format!(
+        "{}.{} s",
+        micros / 1_000_000,
+        (micros % 1_000_000) / 100_000
+    )
 }
 
 /// The file of the example: the first argument, else `DEFERRED_EXAMPLE_DB`, else
@@ -149,8 +153,8 @@ pub async fn run(path: &Path, seconds: u64, say: Say) -> Result<(), Box<dyn Erro
                 .bookmarks()
                 .iter()
                 .find(|b| b.name == "wf.delay")
-                .and_then(|b| b.payload["due_at"].as_u64());
-            let now = now_ms();
+                .and_then(|b| b.payload["due_at"].as_i64());
+            let now = now_micros();
             match due {
                 Some(due) if due <= now => say(format!(
                     "{INSTANCE} is sleeping; its sleep fell due {} ago while no process ran: \
@@ -185,8 +189,8 @@ pub async fn run(path: &Path, seconds: u64, say: Say) -> Result<(), Box<dyn Erro
                 .journal
                 .iter()
                 .find_map(|e| {
-                    let due = e.detail.get("due_at")?.as_u64()?;
-                    let fired = e.detail.get("fired_at")?.as_u64()?;
+                    let due = e.detail.get("due_at")?.as_i64()?;
+                    let fired = e.detail.get("fired_at")?.as_i64()?;
                     Some(fired.saturating_sub(due))
                 })
                 .map_or_else(String::new, |late| {

@@ -437,7 +437,7 @@ fn renaming_the_rust_types_does_not_break_stored_instances() {
             .unwrap();
         let record = runtime.store().load_instance("greet-1").await.unwrap();
         let text = record.state.to_string();
-        assert_eq!(record.state["format"], 1, "ST-19: a top-level format");
+        assert_eq!(record.state["format"], 2, "ST-19: a top-level format");
         for rust_name in ["CustomerRecordV1", "GreeterV1", "before_rename", "Some("] {
             assert!(!text.contains(rust_name), "{rust_name} stored in {text}");
         }

@@ -357,7 +357,7 @@ fn a_delay_bookmark_can_be_resumed_by_id_and_takes_its_transition() {
             .iter()
             .find(|b| b.name == "wf.delay")
             .unwrap();
-        assert!(delay.payload["due_at"].as_u64().unwrap() > snapshot.state.created_at());
+        assert!(delay.payload["due_at"].as_i64().unwrap() > snapshot.state.created_at_micros());
         let done = rt
             .resume_bookmark(&id, &delay.id.clone(), serde_json::Value::Null)
             .await

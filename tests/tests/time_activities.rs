@@ -17,6 +17,8 @@ use workflow_runtime::{BuildError, Registry, Runtime, StartOptions, TaskContext,
 
 /// 2026-01-01T00:00:00Z, where the manual clock starts ([`workflow_runtime::ManualClock`]).
 const START_MS: u64 = 1_767_225_600_000;
+/// The same instant in µs, the unit of instants in bookmark payloads and timer rows.
+const START_US: i64 = 1_767_225_600_000_000;
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
@@ -91,8 +93,8 @@ async fn one_timer(test: &TestRuntime, id: &str) -> (String, Value) {
     let timers = test.store().list_timers(id).await.unwrap();
     assert_eq!(timers.len(), 1);
     assert_eq!(timers[0].timer_id, bookmark.id);
-    let due_ms = bookmark.payload["due_at"].as_u64().unwrap();
-    assert_eq!(timers[0].due_at, i64::try_from(due_ms).unwrap() * 1000);
+    let due = bookmark.payload["due_at"].as_i64().unwrap();
+    assert_eq!(timers[0].due_at, due);
     (bookmark.name.clone(), bookmark.payload.clone())
 }
 
@@ -107,7 +109,7 @@ fn act22_start_at_waits_for_a_constant_instant() {
         assert_eq!(status, WorkflowStatus::Suspended);
         let (name, payload) = one_timer(&test, &id).await;
         assert_eq!(name, "wf.start_at");
-        assert_eq!(payload, json!({ "due_at": START_MS + 7_200_000 }));
+        assert_eq!(payload, json!({ "due_at": START_US + 7_200_000_000 }));
 
         test.advance(Duration::from_secs(2 * 3600 - 1))
             .await
@@ -141,7 +143,7 @@ fn act22_start_at_in_the_past_completes_at_once_and_offsets_count() {
 
         let (id, _) = start(&test, "Offset", Steps::default()).await;
         let (_, payload) = one_timer(&test, &id).await;
-        assert_eq!(payload["due_at"], json!(START_MS + 5_400_000));
+        assert_eq!(payload["due_at"], json!(START_US + 5_400_000_000));
     });
 }
 
@@ -187,11 +189,11 @@ fn act23_cron_waits_for_the_next_occurrence_then_completes() {
         assert_eq!(name, "wf.cron");
         assert_eq!(
             payload,
-            json!({ "due_at": START_MS + 34_200_000, "expression": "30 9 * * *" })
+            json!({ "due_at": START_US + 34_200_000_000, "expression": "30 9 * * *" })
         );
         let (east_id, _) = start(&test, "East", Steps::default()).await;
         let (_, payload) = one_timer(&test, &east_id).await;
-        assert_eq!(payload["due_at"], json!(START_MS + 27_000_000));
+        assert_eq!(payload["due_at"], json!(START_US + 27_000_000_000));
 
         test.advance(Duration::from_secs(7 * 3600 + 30 * 60))
             .await
@@ -214,7 +216,7 @@ fn act23_cron_at_an_occurrence_waits_for_the_next() {
         let test = runtime(vec![definition("Hourly", hourly)]).unwrap();
         let (id, _) = start(&test, "Hourly", Steps::default()).await;
         let (_, payload) = one_timer(&test, &id).await;
-        assert_eq!(payload["due_at"], json!(START_MS + 3_600_000));
+        assert_eq!(payload["due_at"], json!(START_US + 3_600_000_000));
     });
 }
 
@@ -329,13 +331,13 @@ fn act21_a_timer_ticks_on_its_grid_until_max_ticks() {
         assert_eq!(name, "wf.timer");
         assert_eq!(
             payload,
-            json!({ "due_at": START_MS + 3_600_000, "tick": 1, "missed": 0 })
+            json!({ "due_at": START_US + 3_600_000_000, "tick": 1, "missed": 0 })
         );
         test.advance(Duration::from_secs(3600)).await.unwrap();
         let (_, payload) = one_timer(&test, &id).await;
         assert_eq!(
             payload,
-            json!({ "due_at": START_MS + 7_200_000, "tick": 2, "missed": 0 })
+            json!({ "due_at": START_US + 7_200_000_000, "tick": 2, "missed": 0 })
         );
         test.advance(Duration::from_secs(3600)).await.unwrap();
         assert_eq!(log_of(&test, &id).await.0, WorkflowStatus::Suspended);

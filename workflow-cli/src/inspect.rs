@@ -364,13 +364,19 @@ pub(crate) fn state_incidents(
     let Some(list) = record.state.get("incidents").and_then(Value::as_array) else {
         return Vec::new();
     };
+    // A document of format 1 (the previous release) counted instants in milliseconds; later
+    // formats count microseconds, like the store.
+    let per_unit: i64 = match record.state.get("format").and_then(Value::as_u64) {
+        Some(1) => 1000,
+        _ => 1,
+    };
     list.iter()
         .filter_map(|i| {
             let id = i.get("id").and_then(Value::as_str)?;
             if known.iter().any(|k| k.incident_id == id) {
                 return None;
             }
-            let at_ms = i.get("at").and_then(Value::as_i64).unwrap_or(0);
+            let at = i.get("at").and_then(Value::as_i64).unwrap_or(0);
             Some(IncidentView {
                 incident_id: id.to_owned(),
                 instance_id: record.instance_id.clone(),
@@ -388,7 +394,7 @@ pub(crate) fn state_incidents(
                     .pointer("/fault/message")
                     .and_then(Value::as_str)
                     .map(str::to_owned),
-                created_at: at_ms.saturating_mul(1000),
+                created_at: at.saturating_mul(per_unit),
                 resolution: i
                     .get("resolution")
                     .and_then(Value::as_str)

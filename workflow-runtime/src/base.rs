@@ -15,8 +15,9 @@ pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
 const CROCKFORD: &[u8; 32] = b"0123456789ABCDEFGHJKMNPQRSTVWXYZ";
 
-/// Milliseconds since the Unix epoch (0 if the clock is before it).
-pub(crate) fn now_ms() -> u64 {
+/// Milliseconds since the Unix epoch (0 if the clock is before it): the time field of a ULID,
+/// which its format fixes in ms; not workflow time.
+pub(crate) fn ulid_now_ms() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
@@ -31,12 +32,12 @@ pub(crate) fn new_ulid() -> String {
     static COUNTER: AtomicU64 = AtomicU64::new(0);
     let seed = *SEED.get_or_init(|| {
         let mut hasher = RandomState::new().build_hasher();
-        hasher.write_u64(now_ms());
+        hasher.write_u64(ulid_now_ms());
         hasher.write_u32(std::process::id());
         hasher.finish()
     });
     let count = COUNTER.fetch_add(1, Ordering::Relaxed);
-    let time = u128::from(now_ms() & 0xFFFF_FFFF_FFFF);
+    let time = u128::from(ulid_now_ms() & 0xFFFF_FFFF_FFFF);
     // 16 bits of seed, then 64 bits of (seed + counter): unique per process, varied across.
     let random = (u128::from(seed >> 48) << 64) | u128::from(seed.wrapping_add(count));
     let value = (time << 80) | random;
@@ -50,28 +51,32 @@ pub(crate) fn new_ulid() -> String {
 
 // ---- time ------------------------------------------------------------------------------
 //
-// One unit per layer, one conversion: the store and the [`Clock`](crate::Clock) count
-// [`Micros`] (UTC microseconds since the Unix epoch, ST-23); the engine's state document
-// counts milliseconds ([`Millis`], the unit of the definition model's durations). Every
-// conversion between them goes through [`ms_to_micros`] and [`micros_to_ms`], which saturate
-// instead of overflowing.
+// One unit: the engine, its state document, the runtime, the timers, the store and the
+// [`Clock`](crate::Clock) count [`Micros`] (UTC microseconds since the Unix epoch, ST-23).
+// Durations users write in milliseconds (a delay, an attempt timeout, a schedule's interval, a
+// look-back window, a delay's or start's instant given in ms) are inputs, converted once where
+// they are read by [`ms_to_micros`], which saturates instead of overflowing.
 
 /// A UTC instant as integer microseconds since the Unix epoch (ST-23), or a duration in
 /// microseconds where a parameter says so (`ttl`).
 pub type Micros = i64;
 
-/// A UTC instant as milliseconds since the Unix epoch, or a duration in milliseconds: the
-/// engine's unit (the state document, the model's durations).
-pub(crate) type Millis = u64;
-
-/// Milliseconds to microseconds, saturating at `Micros::MAX`.
-pub(crate) fn ms_to_micros(ms: Millis) -> Micros {
+/// A user-written millisecond duration or instant to microseconds, saturating at
+/// `Micros::MAX`: the one input boundary of time.
+pub(crate) fn ms_to_micros(ms: u64) -> Micros {
     i64::try_from(ms).unwrap_or(i64::MAX).saturating_mul(1000)
 }
 
-/// Microseconds to milliseconds; an instant before the epoch is 0.
-pub(crate) fn micros_to_ms(micros: Micros) -> Millis {
-    u64::try_from(micros / 1000).unwrap_or(0)
+/// Whole seconds since the epoch (a cron occurrence) to microseconds, saturating.
+pub(crate) fn secs_to_micros(seconds: u64) -> Micros {
+    i64::try_from(seconds)
+        .unwrap_or(i64::MAX)
+        .saturating_mul(1_000_000)
+}
+
+/// An instant in microseconds to whole seconds since the epoch (for cron); 0 before it.
+pub(crate) fn micros_to_secs(at: Micros) -> u64 {
+    u64::try_from(at.div_euclid(1_000_000)).unwrap_or(0)
 }
 
 /// The wall clock in µs since the epoch (ST-23).

@@ -10,7 +10,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use tokio::sync::watch;
 
-use crate::base::{BoxFuture, Micros, micros_to_ms};
+use crate::base::{BoxFuture, Micros};
 
 /// One source of workflow time (TM-1): "now" as UTC microseconds since the Unix epoch, and
 /// "wait until an instant".
@@ -20,11 +20,6 @@ pub trait Clock: Send + Sync + fmt::Debug + 'static {
 
     /// Completes once [`Clock::now`] is at or after `at`.
     fn sleep_until(&self, at: Micros) -> BoxFuture<'static, ()>;
-
-    /// Now, in milliseconds since the Unix epoch (the precision of the state document).
-    fn now_ms(&self) -> u64 {
-        micros_to_ms(self.now())
-    }
 }
 
 /// The wall clock, the default (TM-1). Waits are tokio timers (millisecond precision).
@@ -156,7 +151,6 @@ mod tests {
                 requested: 4_000
             })
         );
-        assert_eq!(clock.now_ms(), 5);
     }
 
     #[tokio::test]

@@ -19,8 +19,8 @@ pub struct LifecycleEvent {
     pub definition: String,
     /// Its correlation id.
     pub correlation_id: Option<String>,
-    /// When (ms since the epoch).
-    pub at: u64,
+    /// When, in µs since the epoch (ST-23).
+    pub at_micros: crate::base::Micros,
     /// Per-instance sequence number: one instance's events arrive in this order.
     pub seq: u64,
     /// What happened.

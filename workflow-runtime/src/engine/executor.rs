@@ -13,7 +13,7 @@ use serde_json::{Value, json};
 use tracing::Instrument;
 
 use crate::base::BoxFuture;
-use crate::base::{new_ulid, now_ms};
+use crate::base::{Micros, new_ulid, now_micros};
 pub(crate) use crate::engine::activities::scope::{
     ChildInfo, Link, Scope, StepError, UserFailure, engine_fault,
 };
@@ -216,7 +216,7 @@ pub(crate) struct Executor<'a, D> {
     /// and never persisted, ENG-40).
     pub(crate) emit_events: bool,
     middleware: &'a Middleware,
-    pub(crate) now: u64,
+    pub(crate) now: Micros,
     faulted: bool,
     /// Child instances to start or cancel once this run commits (ACT-24).
     pub(crate) links: Vec<Link>,
@@ -264,7 +264,7 @@ where
             events: Vec::new(),
             emit_events: true,
             middleware,
-            now: now_ms(),
+            now: now_micros(),
             faulted: false,
             links: Vec::new(),
             checkpoint: None,
@@ -478,10 +478,9 @@ where
                     found += 1;
                     if let Some(timer) = crate::engine::names::timer_of(bookmark) {
                         // TM-8: a due timer's resume carries when it fired.
-                        let fired_at = payload.get("fired_at").and_then(Value::as_u64);
-                        let late_ms = fired_at.map_or(0, |f| {
-                            f.saturating_sub(u64::try_from(timer.due_at / 1000).unwrap_or(0))
-                        });
+                        let fired_at = payload.get("fired_at").and_then(Value::as_i64);
+                        let late_ms =
+                            fired_at.map_or(0, |f| f.saturating_sub(timer.due_at).max(0) / 1000);
                         tracing::info!(
                             definition = self.state.definition.name.as_str(),
                             instance = self.state.instance_id.as_str(),
@@ -1195,7 +1194,7 @@ where
             instance_id: self.state.instance_id.clone(),
             definition: self.state.definition.name.clone(),
             correlation_id: self.state.correlation_id.clone(),
-            at: self.now,
+            at_micros: self.now,
             seq: self.state.event_seq,
             kind,
         });
@@ -1280,7 +1279,7 @@ where
         &mut self.state
     }
 
-    fn now(&self) -> u64 {
+    fn now(&self) -> Micros {
         self.now
     }
 

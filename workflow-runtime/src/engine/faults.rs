@@ -94,7 +94,7 @@ pub(crate) fn retry_after_failure<D>(
     id: ContextId,
     policy: Option<&RetryPolicy>,
     attempt: u32,
-    started_at: u64,
+    started_at: crate::base::Micros,
     error: &TaskError,
 ) -> Result<bool, StepError>
 where
@@ -129,7 +129,9 @@ where
         return Ok(false);
     }
     let r = jitter_random(&executor.state.instance_id, id, attempt);
-    let due_at = now.saturating_add(backoff_ms(policy, attempt, r));
+    // The policy's delays are the user's milliseconds, converted here.
+    let delay_ms = backoff_ms(policy, attempt, r);
+    let due_at = now.saturating_add(crate::base::ms_to_micros(delay_ms));
     if let Some(c) = executor.state.context_mut(id) {
         c.properties.insert(ATTEMPT.to_owned(), json!(attempt + 1));
     }
@@ -151,7 +153,7 @@ where
         node = node.as_str(),
         attempt,
         next_attempt = attempt + 1,
-        delay_ms = due_at.saturating_sub(now),
+        delay_ms,
         error = %error.message(),
         "attempt failed; retry scheduled"
     );

@@ -68,7 +68,7 @@ impl Reserved {
 }
 
 /// The timer row a bookmark owns (TM-3): `None` for a bookmark of no timer-backed reserved
-/// name, or one without a `due_at` (milliseconds, converted to the store's microseconds).
+/// name, or one without a `due_at` (µs since the epoch, the store's unit).
 pub(crate) fn timer_of(
     bookmark: &crate::engine::state::Bookmark,
 ) -> Option<crate::store::NewTimer> {
@@ -76,11 +76,11 @@ pub(crate) fn timer_of(
     let due_at = bookmark
         .payload
         .get("due_at")
-        .and_then(serde_json::Value::as_u64)?;
+        .and_then(serde_json::Value::as_i64)?;
     Some(crate::store::NewTimer {
         timer_id: bookmark.id.clone(),
         kind: kind.to_owned(),
-        due_at: crate::base::ms_to_micros(due_at),
+        due_at,
     })
 }
 

@@ -9,8 +9,14 @@ use std::collections::{BTreeMap, VecDeque};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
+use crate::base::Micros;
+
 /// The format version of the persisted [`WorkflowState`] document.
-pub const FORMAT_VERSION: u32 = 1;
+pub const FORMAT_VERSION: u32 = 2;
+
+/// The previous document format, whose instants were milliseconds since the epoch: still read,
+/// and converted to this format by [`WorkflowState::upgrade_stored`] (ST-19).
+pub(crate) const FORMAT_VERSION_MS: u32 = 1;
 
 /// An activity context id: from a per-instance counter, never reused (ENG-3).
 pub type ContextId = u64;
@@ -82,12 +88,12 @@ pub struct ActivityContext {
     pub payload: Option<Value>,
     /// How many times an entry point of it ran.
     pub execution_count: u32,
-    /// When it first ran (ms since the epoch).
+    /// When it first ran (µs since the epoch).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub started_at: Option<u64>,
-    /// When it became final.
+    pub started_at: Option<Micros>,
+    /// When it became final (µs since the epoch).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub completed_at: Option<u64>,
+    pub completed_at: Option<Micros>,
     /// Its result once completed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub result: Option<Value>,
@@ -196,8 +202,8 @@ pub struct Bookmark {
     /// The callback run on resume; with none the context completes with the payload.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub callback: Option<String>,
-    /// When it was created (ms since the epoch).
-    pub created_at: u64,
+    /// When it was created (µs since the epoch).
+    pub created_at: Micros,
 }
 
 /// A failure for good recorded against the instance (ENG-17, FLT-6).
@@ -211,8 +217,8 @@ pub struct Incident {
     pub node_id: String,
     /// What happened.
     pub fault: FaultRecord,
-    /// When (ms since the epoch).
-    pub at: u64,
+    /// When (µs since the epoch).
+    pub at: Micros,
     /// `open` until the instance is retried or cancelled.
     pub resolution: Option<String>,
     /// What kind of failure faulted the instance (FLT-6). Incidents stored before kinds
@@ -287,8 +293,8 @@ pub enum JournalKind {
 pub struct JournalEntry {
     /// Per-instance sequence number.
     pub seq: u64,
-    /// Time (ms since the epoch).
-    pub at: u64,
+    /// Time (µs since the epoch).
+    pub at: Micros,
     /// The kind.
     pub kind: JournalKind,
     /// The context concerned.
@@ -390,7 +396,7 @@ impl Journal {
         kind: JournalKind,
         context: Option<(ContextId, &str)>,
         detail: Value,
-        now: u64,
+        now: Micros,
     ) {
         if self.level == JournalLevel::Off || kind.level() > self.level {
             return;
@@ -503,10 +509,10 @@ pub struct WorkflowState {
     /// (FC-6 step 1, ACT-7).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) trigger: Option<TriggerStart>,
-    /// When it was created (ms since the epoch).
-    pub(crate) created_at: u64,
-    /// When it last changed.
-    pub(crate) updated_at: u64,
+    /// When it was created (µs since the epoch).
+    pub(crate) created_at: Micros,
+    /// When it last changed (µs since the epoch).
+    pub(crate) updated_at: Micros,
     /// The status.
     pub(crate) status: WorkflowStatus,
     /// The sub-status, for `Running` and `Suspended`.
@@ -558,7 +564,7 @@ impl WorkflowState {
         input: Value,
         data: Value,
         journal: Journal,
-        now: u64,
+        now: Micros,
     ) -> Self {
         Self {
             format_version: FORMAT_VERSION,
@@ -619,13 +625,13 @@ impl WorkflowState {
         self.trigger.as_ref()
     }
 
-    /// When it was created (ms since the epoch).
-    pub fn created_at(&self) -> u64 {
+    /// When it was created, in µs since the epoch (ST-23).
+    pub fn created_at_micros(&self) -> Micros {
         self.created_at
     }
 
-    /// When it last changed.
-    pub fn updated_at(&self) -> u64 {
+    /// When it last changed, in µs since the epoch (ST-23).
+    pub fn updated_at_micros(&self) -> Micros {
         self.updated_at
     }
 
@@ -778,6 +784,60 @@ impl WorkflowState {
         Ok(())
     }
 
+    /// Brings a document of an earlier format read from the store to [`FORMAT_VERSION`]
+    /// (ST-19): a format-1 document counted every instant in milliseconds since the epoch;
+    /// each one it holds becomes microseconds. The instants are the instance's `created_at`
+    /// and `updated_at`, each context's `started_at` and `completed_at`, each bookmark's
+    /// `created_at`, each incident's `at`, and what the built-in activities keep: a Timer's
+    /// `anchor` property, the `started_at` and `ended_at` of each entry of a task's `attempts`
+    /// property, the `due_at` and `fired_at` of a timer-backed bookmark's payload (`wf.delay`,
+    /// `wf.timer`, `wf.start_at`, `wf.cron`, `wf.deadline`, `wf.retry`) and of a queued
+    /// resume of one. Results of contexts already completed are outputs handed on as they
+    /// were, and stay untouched. A document of this format is left as it is.
+    pub(crate) fn upgrade_stored(&mut self) {
+        if self.format_version != FORMAT_VERSION_MS {
+            return;
+        }
+        let ms = |at: Micros| at.saturating_mul(1000);
+        self.created_at = ms(self.created_at);
+        self.updated_at = ms(self.updated_at);
+        let timer_bookmarks: Vec<String> = self
+            .bookmarks
+            .iter()
+            .filter(|b| is_timer_name(&b.name))
+            .map(|b| b.id.clone())
+            .collect();
+        for context in self.contexts.values_mut() {
+            context.started_at = context.started_at.map(ms);
+            context.completed_at = context.completed_at.map(ms);
+            if let Some(anchor) = context.properties.get_mut("anchor") {
+                scale_instant(anchor);
+            }
+            if let Some(Value::Array(attempts)) = context.properties.get_mut("attempts") {
+                for attempt in attempts {
+                    scale_fields(attempt, &["started_at", "ended_at"]);
+                }
+            }
+        }
+        for bookmark in &mut self.bookmarks {
+            bookmark.created_at = ms(bookmark.created_at);
+            if is_timer_name(&bookmark.name) {
+                scale_fields(&mut bookmark.payload, &["due_at", "fired_at"]);
+            }
+        }
+        for item in &mut self.queue {
+            if let EntryPoint::Resume { bookmark, payload } = &mut item.entry
+                && timer_bookmarks.contains(bookmark)
+            {
+                scale_fields(payload, &["due_at", "fired_at"]);
+            }
+        }
+        for incident in &mut self.incidents {
+            incident.at = ms(incident.at);
+        }
+        self.format_version = FORMAT_VERSION;
+    }
+
     /// Removes final contexts that are not the root (ENG-7): their owner was signalled when
     /// they became final, and their descendants are final too.
     pub(crate) fn prune(&mut self) {
@@ -794,6 +854,30 @@ impl WorkflowState {
     }
 }
 
+/// Whether a bookmark name is one of the timer-backed reserved names, whose payload holds
+/// `due_at` (TM-3).
+fn is_timer_name(name: &str) -> bool {
+    crate::engine::names::Reserved::from_name(name).is_some_and(|r| r.timer_kind().is_some())
+}
+
+/// A millisecond instant (a JSON integer) made microseconds; anything else is left alone.
+fn scale_instant(value: &mut Value) {
+    if let Some(at) = value.as_i64() {
+        *value = Value::from(at.saturating_mul(1000));
+    }
+}
+
+/// [`scale_instant`] on the named fields of a JSON object.
+fn scale_fields(value: &mut Value, fields: &[&str]) {
+    if let Value::Object(map) = value {
+        for field in fields {
+            if let Some(at) = map.get_mut(*field) {
+                scale_instant(at);
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -802,7 +886,12 @@ mod tests {
     fn eng42_journal_compacts_oldest_entries_into_one() {
         let mut journal = Journal::new(JournalLevel::Verbose, 10);
         for i in 0..25 {
-            journal.record(JournalKind::Completed, Some((i, "root:a")), Value::Null, i);
+            journal.record(
+                JournalKind::Completed,
+                Some((i, "root:a")),
+                Value::Null,
+                i64::try_from(i).unwrap_or(0),
+            );
             journal.compact();
         }
         assert_eq!(journal.entries.len(), 10);
@@ -811,6 +900,86 @@ mod tests {
         assert_eq!(first.detail["from_seq"], 1);
         assert_eq!(first.detail["kinds"]["Completed"], 16);
         assert_eq!(journal.entries[1].seq, 17);
+    }
+
+    // ST-19: every instant a format-1 document holds (ms) is µs after the upgrade; counts,
+    // user data and the non-timer bookmarks' payloads are left as they were.
+    #[test]
+    fn st19_a_format_1_document_has_every_instant_made_micros() {
+        let old = serde_json::json!({
+            "format": 1, "instance_id": "i", "definition": {"name": "D", "version": "v"},
+            "created_at": 1_000, "updated_at": 2_000, "status": "Suspended",
+            "sub_status": "Waiting",
+            "contexts": {
+                "1": {"id": 1, "node_id": "root", "parent": null, "status": "Running",
+                      "is_executing": false, "execution_count": 1, "started_at": 1_000,
+                      "properties": {"anchor": 1_000, "ticks": 3, "grid": 3}},
+                "2": {"id": 2, "node_id": "root:t", "parent": 1, "status": "Running",
+                      "is_executing": false, "execution_count": 2, "started_at": 1_100,
+                      "completed_at": 1_900,
+                      "properties": {"attempt": 2, "attempts": [
+                          {"attempt": 1, "started_at": 1_100, "ended_at": 1_200,
+                           "error": "e", "code": null}]}}
+            },
+            "root": 1, "next_context_id": 3,
+            "queue": [{"context": 1, "entry": "resume", "bookmark": "tick",
+                       "payload": {"due_at": 4_000, "fired_at": 4_100}}],
+            "callbacks": [],
+            "bookmarks": [
+                {"id": "tick", "name": "wf.timer", "hash": "h", "node_id": "root",
+                 "context_id": 1, "payload": {"due_at": 4_000, "tick": 4, "missed": 0},
+                 "auto_burn": true, "callback": "tick", "created_at": 3_000},
+                {"id": "retry", "name": "wf.retry", "hash": "h", "node_id": "root:t",
+                 "context_id": 2, "payload": {"attempt": 2, "due_at": 5_000},
+                 "auto_burn": true, "created_at": 1_200},
+                {"id": "go", "name": "go", "hash": "h", "node_id": "root:t",
+                 "context_id": 2, "payload": {"due_at": 7}, "auto_burn": true,
+                 "created_at": 1_300}
+            ],
+            "data": {"at": 9}, "input": {}, "completion_seq": 1,
+            "incidents": [{"id": "x", "context_id": 2, "node_id": "root:t",
+                           "fault": {"kind": "Error", "message": "m", "attempt": 1},
+                           "at": 1_500, "resolution": null}],
+            "event_seq": 0,
+            "journal": {"level": "Activities", "max_entries": 10, "next_seq": 1}
+        });
+        let mut state: WorkflowState = serde_json::from_value(old).unwrap();
+        state.upgrade_stored();
+        assert_eq!(state.format_version, FORMAT_VERSION);
+        assert_eq!((state.created_at, state.updated_at), (1_000_000, 2_000_000));
+        let root = &state.contexts[&1];
+        assert_eq!(root.started_at, Some(1_000_000));
+        assert_eq!(root.properties["anchor"], 1_000_000);
+        assert_eq!(root.properties["ticks"], 3);
+        let task = &state.contexts[&2];
+        assert_eq!(task.completed_at, Some(1_900_000));
+        assert_eq!(task.properties["attempt"], 2);
+        assert_eq!(task.properties["attempts"][0]["started_at"], 1_100_000);
+        assert_eq!(task.properties["attempts"][0]["ended_at"], 1_200_000);
+        assert_eq!(state.bookmarks[0].created_at, 3_000_000);
+        assert_eq!(
+            state.bookmarks[0].payload,
+            serde_json::json!({"due_at": 4_000_000, "tick": 4, "missed": 0})
+        );
+        assert_eq!(state.bookmarks[1].payload["due_at"], 5_000_000);
+        assert_eq!(state.bookmarks[1].payload["attempt"], 2);
+        assert_eq!(state.bookmarks[2].created_at, 1_300_000);
+        assert_eq!(
+            state.bookmarks[2].payload["due_at"], 7,
+            "a user event's payload"
+        );
+        let EntryPoint::Resume { payload, .. } = &state.queue[0].entry else {
+            panic!("a queued resume: {:?}", state.queue[0]);
+        };
+        assert_eq!(payload["due_at"], 4_000_000);
+        assert_eq!(payload["fired_at"], 4_100_000);
+        assert_eq!(state.incidents[0].at, 1_500_000);
+        assert_eq!(state.data["at"], 9);
+
+        // A document of this format is left alone.
+        let before = state.clone();
+        state.upgrade_stored();
+        assert_eq!(state, before);
     }
 
     #[test]

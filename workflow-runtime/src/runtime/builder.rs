@@ -11,8 +11,8 @@ use tokio::sync::broadcast;
 use workflow_model::{Activation, Definition};
 
 use super::{BuildError, Inner, Runtime};
-use crate::base::BoxFuture;
 use crate::base::new_ulid;
+use crate::base::{BoxFuture, Micros};
 use crate::clock::{Clock, SystemClock};
 use crate::engine::events::LifecycleEvent;
 use crate::engine::executor::{
@@ -45,7 +45,7 @@ pub(crate) struct RunOptions {
     /// Whether lifecycle events are collected (someone subscribed).
     pub(super) emit_events: bool,
     /// The run's time, from the runtime's clock (TM-1).
-    pub(super) now_ms: u64,
+    pub(super) now: Micros,
 }
 
 /// A registered definition with its user code, its data type erased.
@@ -69,10 +69,10 @@ pub(crate) trait ErasedWorkflow: Send + Sync {
         state: WorkflowState,
         reason: Option<String>,
         middleware: &Middleware,
-        now_ms: u64,
+        now: Micros,
     ) -> Result<RunOutput, RunError>;
     /// Pauses the instance (ENG-50): `Suspended/Paused`, everything else kept.
-    fn pause(&self, state: WorkflowState, middleware: &Middleware, now_ms: u64) -> RunOutput;
+    fn pause(&self, state: WorkflowState, middleware: &Middleware, now: Micros) -> RunOutput;
     /// `(node id, workflow name)` of every SubWorkflow node, for ACT-V10 at build.
     fn sub_workflows(&self) -> Vec<(String, String)>;
     /// The event trigger nodes (ACT-7): `(node path id, event name)`, in graph order.
@@ -124,7 +124,7 @@ where
     ) -> BoxFuture<'a, Result<RunOutput, RunError>> {
         Box::pin(async move {
             let mut executor = Executor::new(&self.graph, &self.registry, state, middleware);
-            executor.now = options.now_ms;
+            executor.now = options.now;
             executor.attempts = options.attempts;
             executor.emit_events = options.emit_events;
             executor.checkpoint = checkpoint;
@@ -143,10 +143,10 @@ where
         state: WorkflowState,
         reason: Option<String>,
         middleware: &Middleware,
-        now_ms: u64,
+        now: Micros,
     ) -> Result<RunOutput, RunError> {
         let mut executor = Executor::new(&self.graph, &self.registry, state, middleware);
-        executor.now = now_ms;
+        executor.now = now;
         executor.cancel_instance(reason)?;
         Ok(RunOutput {
             state: executor.state,
@@ -156,9 +156,9 @@ where
         })
     }
 
-    fn pause(&self, state: WorkflowState, middleware: &Middleware, now_ms: u64) -> RunOutput {
+    fn pause(&self, state: WorkflowState, middleware: &Middleware, now: Micros) -> RunOutput {
         let mut executor = Executor::new(&self.graph, &self.registry, state, middleware);
-        executor.now = now_ms;
+        executor.now = now;
         executor.pause_instance();
         RunOutput {
             state: executor.state,

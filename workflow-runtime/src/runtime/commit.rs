@@ -15,7 +15,7 @@ use crate::store::{
     Storage, StoreError,
 };
 
-pub(super) use crate::base::{micros_to_ms, ms_to_micros, now_micros};
+pub(super) use crate::base::now_micros;
 
 /// The state document as stored: serde names only, a top-level `"format"` (ST-19, ST-20).
 /// Serialized straight to its text: no `Value` tree on the way (the store checks the text).
@@ -34,10 +34,14 @@ pub(super) fn decode_document(
     instance_id: &str,
     document: &str,
 ) -> Result<WorkflowState, StateError> {
-    serde_json::from_str(document).map_err(|e| StateError::Decode {
-        instance: instance_id.to_owned(),
-        message: e.to_string(),
-    })
+    let mut state: WorkflowState =
+        serde_json::from_str(document).map_err(|e| StateError::Decode {
+            instance: instance_id.to_owned(),
+            message: e.to_string(),
+        })?;
+    // ST-19: a document of the previous format (instants in ms) is read in this one (µs).
+    state.upgrade_stored();
+    Ok(state)
 }
 
 /// The state of a loaded record, decoded straight from its text: the store's own format
@@ -70,7 +74,7 @@ pub(super) fn decode_loaded(instance_id: &str, text: &str) -> Result<WorkflowSta
 
 pub(super) fn journal_record(entry: JournalEntry) -> NewJournalRecord {
     NewJournalRecord {
-        at: ms_to_micros(entry.at),
+        at: entry.at,
         kind: entry.kind.as_str().to_owned(),
         context_id: entry.context_id,
         node_id: entry.node_id,
@@ -81,7 +85,7 @@ pub(super) fn journal_record(entry: JournalEntry) -> NewJournalRecord {
 pub(super) fn journal_entry(record: JournalRecord) -> Option<JournalEntry> {
     Some(JournalEntry {
         seq: record.seq,
-        at: micros_to_ms(record.at),
+        at: record.at,
         kind: serde_json::from_value(Value::String(record.kind)).ok()?,
         context_id: record.context_id,
         node_id: record.node_id,
@@ -111,9 +115,10 @@ fn look_back_instant(payload: &Value, created_at: Micros) -> Option<Micros> {
     match look_back {
         workflow_model::LookBack::None => Some(created_at),
         workflow_model::LookBack::SinceOrigin => None,
-        workflow_model::LookBack::Window { ms } => Some(
-            created_at.saturating_sub(i64::try_from(ms.saturating_mul(1000)).unwrap_or(i64::MAX)),
-        ),
+        // A user-written duration in ms, converted at the boundary.
+        workflow_model::LookBack::Window { ms } => {
+            Some(created_at.saturating_sub(crate::base::ms_to_micros(ms)))
+        }
         workflow_model::LookBack::Any => Some(i64::MIN),
     }
 }
@@ -201,8 +206,8 @@ impl RunCommits<'_> {
                     name: b.name.clone(),
                     node_id: b.node_id.clone(),
                     context_id: b.context_id,
-                    look_back: look_back_instant(&b.payload, ms_to_micros(b.created_at)),
-                    created_at: ms_to_micros(b.created_at),
+                    look_back: look_back_instant(&b.payload, b.created_at),
+                    created_at: b.created_at,
                 })
                 .collect();
             // TM-3: a timer bookmark's row is written with it and deleted with it.
@@ -238,7 +243,7 @@ impl RunCommits<'_> {
                     None => commit.incidents_opened.push(NewIncident {
                         incident_id: incident.id.clone(),
                         kind: incident.kind.as_str().to_owned(),
-                        created_at: ms_to_micros(incident.at),
+                        created_at: incident.at,
                         record: serde_json::to_value(incident).unwrap_or(Value::Null),
                     }),
                     Some((_, None)) => {

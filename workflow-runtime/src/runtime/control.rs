@@ -374,7 +374,7 @@ impl Runtime {
         if requested {
             commits.clear_control_next();
         }
-        let output = workflow.pause(state, &self.inner.middleware, self.inner.clock.now_ms());
+        let output = workflow.pause(state, &self.inner.middleware, self.inner.clock.now());
         let (_, started) = self.commit_and_publish(&commits, output, true).await?;
         Ok(Some(started))
     }

@@ -321,7 +321,7 @@ impl Runtime {
                 "; stimulus `{stimulus}` was not consumed and is dead-lettered"
             ));
         }
-        let now = self.inner.clock.now_ms();
+        let now = self.inner.clock.now();
         let incident = Incident {
             id: crate::base::new_ulid(),
             context_id,
@@ -362,7 +362,7 @@ impl Runtime {
                     instance_id: instance_id.clone(),
                     definition: state.definition.name.clone(),
                     correlation_id: state.correlation_id.clone(),
-                    at: now,
+                    at_micros: now,
                     seq: state.event_seq,
                     kind: crate::engine::events::EventKind::WorkflowFaulted {
                         incident: incident.clone(),

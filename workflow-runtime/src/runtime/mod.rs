@@ -59,7 +59,7 @@ pub use builder::RuntimeBuilder;
 use builder::{ErasedWorkflow, RunOutput};
 use commit::{
     RunCommits, Tracker, decode_document, decode_loaded, encode_document, journal_entry,
-    ms_to_micros, run_store_error,
+    run_store_error,
 };
 pub use control::{Control, ControlError};
 use control::{RunHandle, RunSignals};
@@ -805,7 +805,7 @@ impl Runtime {
             .check_data(&input)
             .map_err(|(path, message)| StartError::Input { path, message })?;
         let instance_id = options.instance_id.unwrap_or_else(new_ulid);
-        let now = self.inner.clock.now_ms();
+        let now = self.inner.clock.now();
         let mut state = WorkflowState::new(
             instance_id.clone(),
             DefinitionRef {
@@ -829,8 +829,8 @@ impl Runtime {
             status: InstanceStatus::Running,
             sub_status: Some(InstanceSubStatus::Pending),
             correlation_id: state.correlation_id.clone(),
-            origin_at: ms_to_micros(now),
-            created_at: ms_to_micros(now),
+            origin_at: now,
+            created_at: now,
             state: document,
             receipt,
             consumed_queue_item: None,
@@ -1488,7 +1488,7 @@ impl Runtime {
             state,
             reason,
             &self.inner.middleware,
-            self.inner.clock.now_ms(),
+            self.inner.clock.now(),
         )?;
         let (_, started) = self.commit_and_publish(commits, output, true).await?;
         Ok(started)
@@ -1702,7 +1702,7 @@ impl Runtime {
             // writes none below `warn`).
             emit_events: self.inner.events.receiver_count() > 0
                 || tracing::enabled!(target: "workflow_runtime::events", tracing::Level::WARN),
-            now_ms: self.inner.clock.now_ms(),
+            now: self.inner.clock.now(),
         }
     }
 
@@ -2077,8 +2077,7 @@ impl Runtime {
             }
             Some(request) if request.kind == ControlKind::Suspend && !resume => {
                 commits.clear_control_next();
-                let output =
-                    workflow.pause(state, &self.inner.middleware, self.inner.clock.now_ms());
+                let output = workflow.pause(state, &self.inner.middleware, self.inner.clock.now());
                 let (_, started) = self.commit_and_publish(&commits, output, true).await?;
                 return if targeted {
                     Err(RunError::Paused {
@@ -2130,7 +2129,7 @@ impl Runtime {
                         let paused = workflow.pause(
                             output.state,
                             &self.inner.middleware,
-                            self.inner.clock.now_ms(),
+                            self.inner.clock.now(),
                         );
                         output.state = paused.state;
                         output.events.extend(paused.events);

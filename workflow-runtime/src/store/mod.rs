@@ -80,8 +80,9 @@ pub enum MigrateMode {
 
 pub use crate::base::{BoxFuture, Micros};
 
-/// The state-document format this library writes and the newest it reads (ST-19).
-pub const STATE_FORMAT: u64 = 1;
+/// The state-document format this library writes and the newest it reads (ST-19); format 1
+/// (instants in milliseconds) is still read and converted by the runtime.
+pub const STATE_FORMAT: u64 = 2;
 
 /// The default limit on an encoded state document: 16 MiB (ST-24).
 pub const DEFAULT_MAX_STATE_BYTES: usize = 16 * 1024 * 1024;

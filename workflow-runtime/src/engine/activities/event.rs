@@ -215,7 +215,9 @@ pub(crate) trait EventActivity<'g>: Scope<'g> {
             Some((self.state().instance_id.as_str(), scope_context.as_str())),
         )
         .map_err(|e| engine_fault(id, e.to_string()))?;
-        let due_at = self.now().saturating_add(deadline_ms);
+        let due_at = self
+            .now()
+            .saturating_add(crate::base::ms_to_micros(deadline_ms));
         self.create_bookmark(
             id,
             Reserved::Deadline.name(),

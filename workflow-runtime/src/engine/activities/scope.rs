@@ -99,8 +99,8 @@ pub(crate) trait Scope<'g> {
     /// The instance's state, to change what only the activity owns (its properties, its
     /// queue items, its variables).
     fn state_mut(&mut self) -> &mut WorkflowState;
-    /// The run's time, in milliseconds since the epoch (read once per run).
-    fn now(&self) -> u64;
+    /// The run's time, in microseconds since the epoch (read once per run).
+    fn now(&self) -> crate::base::Micros;
 
     /// ENG-11: schedules `node`, a direct child of the owner's node, with a completion tag and
     /// a callback name; returns the child's context id.
@@ -193,6 +193,11 @@ pub(crate) trait Scope<'g> {
     /// The property `key` of context `id` as a number, 0 when absent.
     fn prop_u64(&self, id: ContextId, key: &str) -> u64 {
         self.prop(id, key).and_then(Value::as_u64).unwrap_or(0)
+    }
+
+    /// The instant property `key` of context `id` (µs since the epoch), 0 when absent.
+    fn prop_instant(&self, id: ContextId, key: &str) -> crate::base::Micros {
+        self.prop(id, key).and_then(Value::as_i64).unwrap_or(0)
     }
 
     /// Sets the property `key` of context `id`.

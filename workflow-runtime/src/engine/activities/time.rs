@@ -5,12 +5,13 @@ use serde_json::{Value, json};
 
 use super::scope::{Scope, StepError, engine_fault};
 use super::scope::{done, permanent};
+use crate::base::{Micros, ms_to_micros};
 use crate::engine::graph::NodeIndex;
 use crate::engine::names::{ON_BODY, ON_TICK, Reserved};
 use crate::engine::state::ContextId;
 use crate::identity::stimulus_hash;
 
-/// A Timer's anchor (ms), the moment it started (TM-11).
+/// A Timer's anchor (µs since the epoch), the moment it started (TM-11).
 const ANCHOR: &str = "anchor";
 /// A Timer's ticks so far.
 const TICKS: &str = "ticks";
@@ -21,8 +22,9 @@ const GRID: &str = "grid";
 pub(crate) trait TimeActivity<'g>: Scope<'g> {
     /// A `wf.delay` bookmark scoped to this context (RT-7) with its due time as payload; the
     /// commit writes its timer row (TM-3) and the timer driver resumes it when due (TM-9):
-    /// `due_at` is computed once, here. With `until`, the value fn gives the instant (ms since
-    /// the Unix epoch); one not in the future completes at once (ACT-20).
+    /// `due_at` (µs since the epoch) is computed once, here. The duration is the user's
+    /// milliseconds; with `until`, the value fn gives the instant in ms since the Unix epoch
+    /// (user input, converted here); one not in the future completes at once (ACT-20).
     fn execute_delay(
         &mut self,
         id: ContextId,
@@ -30,7 +32,7 @@ pub(crate) trait TimeActivity<'g>: Scope<'g> {
         until: Option<&str>,
     ) -> Result<(), StepError> {
         let due_at = match (duration_ms, until) {
-            (Some(duration_ms), _) => self.now().saturating_add(duration_ms),
+            (Some(duration_ms), _) => self.now().saturating_add(ms_to_micros(duration_ms)),
             (None, Some(until)) => {
                 let value = self.value_fn(id, until)?;
                 let Some(at) = value.as_u64() else {
@@ -41,7 +43,7 @@ pub(crate) trait TimeActivity<'g>: Scope<'g> {
                         ),
                     ));
                 };
-                at
+                ms_to_micros(at)
             }
             (None, None) => {
                 return Err(engine_fault(id, "delay without a duration or an instant"));
@@ -72,9 +74,9 @@ pub(crate) trait TimeActivity<'g>: Scope<'g> {
         Ok(())
     }
 
-    /// ACT-22 (TM-3): a `wf.start_at` bookmark with payload `{due_at}` and its timer; the
-    /// instant is a constant or a value fn's result (ms since the epoch). One not in the
-    /// future completes at once, with no bookmark.
+    /// ACT-22 (TM-3): a `wf.start_at` bookmark with payload `{due_at}` (µs) and its timer;
+    /// the instant is a constant or a value fn's result (user input: ms since the epoch or
+    /// RFC 3339, converted here). One not in the future completes at once, with no bookmark.
     fn execute_start_at(
         &mut self,
         id: ContextId,
@@ -82,7 +84,7 @@ pub(crate) trait TimeActivity<'g>: Scope<'g> {
         at_fn: Option<&str>,
     ) -> Result<(), StepError> {
         let due_at = match (at_ms, at_fn) {
-            (Some(at), _) => at,
+            (Some(at), _) => ms_to_micros(at),
             (None, Some(at_fn)) => {
                 let value = self.value_fn(id, at_fn)?;
                 let instant = match &value {
@@ -98,7 +100,7 @@ pub(crate) trait TimeActivity<'g>: Scope<'g> {
                         ),
                     ));
                 };
-                at
+                ms_to_micros(at)
             }
             (None, None) => {
                 return Err(engine_fault(id, "start_at without an instant"));
@@ -121,14 +123,14 @@ pub(crate) trait TimeActivity<'g>: Scope<'g> {
         schedule: &workflow_model::cron::Schedule,
         offset_seconds: i32,
     ) -> Result<(), StepError> {
-        let now_seconds = self.now() / 1000;
+        let now_seconds = crate::base::micros_to_secs(self.now());
         let Some(next) = schedule.next_after_with_offset(now_seconds, offset_seconds) else {
             return Err(permanent(
                 id,
                 format!("cron `{expression}` has no occurrence within 5 years"),
             ));
         };
-        let due_at = next.saturating_mul(1000);
+        let due_at = crate::base::secs_to_micros(next);
         self.timer_wait(
             id,
             Reserved::Cron.name(),
@@ -143,7 +145,7 @@ pub(crate) trait TimeActivity<'g>: Scope<'g> {
         &mut self,
         id: ContextId,
         name: &str,
-        due_at: u64,
+        due_at: Micros,
         payload: Value,
     ) -> Result<(), StepError> {
         if due_at <= self.now() {
@@ -178,14 +180,18 @@ pub(crate) trait TimeActivity<'g>: Scope<'g> {
     /// Arms the next tick at the first grid point `anchor + k × interval` strictly after now
     /// (TM-11): missed grid points are coalesced, and the tick's bookmark counts them.
     fn timer_arm(&mut self, id: ContextId, interval_ms: u64) -> Result<(), StepError> {
-        let interval = interval_ms.max(1);
-        let anchor = self.prop_u64(id, ANCHOR);
+        let interval = ms_to_micros(interval_ms.max(1));
+        let anchor = self.prop_instant(id, ANCHOR);
         let previous = self.prop_u64(id, GRID);
-        let k = self.now().saturating_sub(anchor) / interval + 1;
+        let elapsed = u64::try_from(self.now().saturating_sub(anchor)).unwrap_or(0);
+        let k = elapsed / interval.unsigned_abs() + 1;
         let k = k.max(previous + 1);
         let missed = k - previous - 1;
         self.set_prop(id, GRID, json!(k));
-        let due_at = anchor.saturating_add(k.saturating_mul(interval));
+        let offset = i64::try_from(k)
+            .unwrap_or(i64::MAX)
+            .saturating_mul(interval);
+        let due_at = anchor.saturating_add(offset);
         let tick = self.prop_u64(id, TICKS) + 1;
         let scope_context = id.to_string();
         let hash = stimulus_hash(

@@ -37,7 +37,7 @@ pub struct TimerFiring {
 impl Runtime {
     /// Claims the timers due at the clock's now (TM-6) and resumes each one's bookmark through
     /// the normal resume path, the time triggers' schedules first, then the instances' timers
-    /// in due order, a few at once: the resume payload is `{ "due_at", "fired_at" }` (ms),
+    /// in due order, a few at once: the resume payload is `{ "due_at", "fired_at" }` (µs),
     /// which the Delay completes with and journals (TM-8).
     /// The timer driver calls it; call it yourself on a runtime built without one.
     pub async fn fire_due_timers(&self) -> Result<TimerFiring, StoreError> {
@@ -127,8 +127,8 @@ impl Runtime {
     async fn fire_timer(&self, timer: &crate::store::TimerRow) -> bool {
         let instance_id = timer.instance_id.as_deref().unwrap_or_default();
         let payload = json!({
-            "due_at": timer.due_at / 1000,
-            "fired_at": self.inner.clock.now_ms(),
+            "due_at": timer.due_at,
+            "fired_at": self.inner.clock.now(),
         });
         match self
             .resume_bookmark(instance_id, &timer.timer_id, payload)

@@ -3,7 +3,7 @@
 
 use serde_json::json;
 
-use crate::base::ms_to_micros;
+use crate::base::{micros_to_secs, ms_to_micros, secs_to_micros};
 use crate::engine::graph::TimeTrigger;
 use crate::engine::state::TriggerStart;
 use crate::identity::sha_hex;
@@ -51,7 +51,7 @@ impl Runtime {
                         schedule,
                         offset_seconds,
                     } => {
-                        let now_s = u64::try_from(now / 1_000_000).unwrap_or(0);
+                        let now_s = micros_to_secs(now);
                         let Some(next) = schedule.next_after_with_offset(now_s, *offset_seconds)
                         else {
                             continue;
@@ -59,7 +59,7 @@ impl Runtime {
                         (
                             "cron",
                             format!("cron:{expression}:{offset_seconds}"),
-                            ms_to_micros(next.saturating_mul(1000)),
+                            secs_to_micros(next),
                         )
                     }
                 };
@@ -118,18 +118,18 @@ impl Runtime {
                 let interval = ms_to_micros(interval_ms.max(1));
                 let k = now.saturating_sub(due).max(0) / interval + 1;
                 (
-                    json!({ "due_at": due / 1000, "missed": k - 1 }),
+                    json!({ "due_at": due, "missed": k - 1 }),
                     Some(due.saturating_add(k.saturating_mul(interval))),
                 )
             }
-            TimeTrigger::StartAt { .. } => (json!({ "due_at": due / 1000 }), None),
+            TimeTrigger::StartAt { .. } => (json!({ "due_at": due }), None),
             TimeTrigger::Cron {
                 schedule,
                 offset_seconds,
                 ..
             } => {
-                let now_s = u64::try_from(now / 1_000_000).unwrap_or(0);
-                let mut latest = u64::try_from(due / 1_000_000).unwrap_or(0);
+                let now_s = micros_to_secs(now);
+                let mut latest = micros_to_secs(due);
                 let mut missed = 0u64;
                 while missed < 10_000 {
                     match schedule.next_after_with_offset(latest, offset_seconds) {
@@ -142,9 +142,9 @@ impl Runtime {
                 }
                 let next = schedule
                     .next_after_with_offset(latest.max(now_s), offset_seconds)
-                    .map(|s| ms_to_micros(s.saturating_mul(1000)));
+                    .map(secs_to_micros);
                 (
-                    json!({ "occurrence": latest.saturating_mul(1000), "missed": missed }),
+                    json!({ "occurrence": secs_to_micros(latest), "missed": missed }),
                     next,
                 )
             }

@@ -59,14 +59,15 @@ pub async fn c25_decode_error(backend: Arc<dyn TestBackend>) {
 pub async fn c26_format_too_new(backend: Arc<dyn TestBackend>) {
     let store = Harness::new(backend);
     store.create_instance(new_instance("wf-1")).await.unwrap();
-    let raw = "{\"format\":2,\"future\":[1,2,3]}";
-    store.write_raw_state("wf-1", raw).await.unwrap();
+    let newer = crate::store::STATE_FORMAT + 1;
+    let raw = format!("{{\"format\":{newer},\"future\":[1,2,3]}}");
+    store.write_raw_state("wf-1", &raw).await.unwrap();
     assert_eq!(
         store.load_instance("wf-1").await.unwrap_err(),
         StoreError::FormatTooNew {
             what: "instance",
             id: "wf-1".to_owned(),
-            found: 2,
+            found: newer,
             supported: crate::store::STATE_FORMAT
         }
     );
@@ -78,7 +79,7 @@ pub async fn c26_format_too_new(backend: Arc<dyn TestBackend>) {
     assert_eq!(store.read_raw_state("wf-1").await.unwrap(), raw);
     // Writing a newer format is refused.
     let mut new = new_instance("wf-2");
-    new.state = json!({ "format": 2 });
+    new.state = json!({ "format": newer });
     assert!(matches!(
         store.create_instance(new).await,
         Err(StoreError::Invalid { what: "state", .. })
