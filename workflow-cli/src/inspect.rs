@@ -7,8 +7,8 @@ use serde::Serialize;
 use serde_json::Value;
 use workflow_model::Definition;
 use workflow_runtime::store::{
-    BookmarkRow, IncidentRecord, InstanceFilter, InstanceRecord, InstanceStatus, JournalRecord,
-    Micros, Storage, StoreError, TimerRow,
+    BookmarkRow, IncidentRecord, InstanceFilter, InstanceListing, InstanceRecord, InstanceStatus,
+    InstanceSummary, JournalRecord, Micros, Storage, StoreError, TimerRow,
 };
 
 use crate::explain::{self, Place};
@@ -61,13 +61,26 @@ pub(crate) async fn list(store: &Storage, filter: &ListFilter) -> Result<Vec<Sum
         let Some(last) = page.last() else { break };
         after = Some(last.instance_id.clone());
         for listed in page {
-            let loaded = match listed.summary {
-                // The position is read from the document.
-                Ok(_) => store.load_instance(&listed.instance_id).await,
-                Err(error) => Err(error),
+            // The position is the row's stored listing, or read from the document of a row
+            // written without one.
+            let stored = match &listed.summary {
+                Ok(row) => row
+                    .listing
+                    .as_deref()
+                    .and_then(InstanceListing::decode)
+                    .map(|listing| from_listing(row, listing)),
+                Err(_) => None,
+            };
+            let loaded = match (stored, listed.summary) {
+                (Some(summary), _) => Ok(summary),
+                (None, Ok(_)) => store
+                    .load_instance(&listed.instance_id)
+                    .await
+                    .map(|record| summary(&record)),
+                (None, Err(error)) => Err(error),
             };
             let summary = match loaded {
-                Ok(record) => summary(&record),
+                Ok(summary) => summary,
                 Err(error) => Summary {
                     instance_id: listed.instance_id,
                     definition: String::new(),
@@ -91,6 +104,21 @@ pub(crate) async fn list(store: &Storage, filter: &ListFilter) -> Result<Vec<Sum
         }
     }
     Ok(out)
+}
+
+/// The summary of a listed row from its stored listing.
+fn from_listing(row: &InstanceSummary, listing: InstanceListing) -> Summary {
+    Summary {
+        instance_id: row.instance_id.clone(),
+        definition: row.definition_name.clone(),
+        status: row.status.as_str().to_owned(),
+        sub_status: row.sub_status.map(|s| s.as_str().to_owned()),
+        at: listing.at,
+        correlation_id: row.correlation_id.clone(),
+        created_at: row.created_at,
+        updated_at: row.updated_at,
+        error: None,
+    }
 }
 
 fn summary(record: &InstanceRecord) -> Summary {

@@ -123,6 +123,7 @@ async fn store_commits(
                 receipt: None,
                 consumed_queue_item: None,
                 activation_scope: None,
+                listing: None,
             })
             .await
             .unwrap();

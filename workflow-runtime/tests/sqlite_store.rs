@@ -16,9 +16,10 @@ use workflow_runtime::store::{
     MigrateMode, NewJournalRecord, NewTimer, SqliteOptions, SqliteStore, Storage, Store,
     StoreError, TriggerRow,
 };
+use workflow_runtime::{InstanceQuery, Runtime, TaskContext, workflow};
 
-/// The newest schema version (6 at the time of writing: 0006 records definitions).
-const LATEST: u32 = 7;
+/// The newest schema version (8 at the time of writing: 0008 keeps each instance's listing).
+const LATEST: u32 = 8;
 
 fn all_migrations() -> Vec<u32> {
     assert_eq!(SqliteStore::schema_version(), LATEST);
@@ -270,6 +271,75 @@ async fn hand_edited_rows_fail_alone() {
     // fails, above), the row whose status column is corrupt is an error item.
     let ok: Vec<bool> = listed.iter().map(|l| l.summary.is_ok()).collect();
     assert_eq!(ok, [true, true, false]);
+}
+
+/// The data of [`Notes`].
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct Note {
+    text: String,
+}
+
+async fn noop(_ctx: &mut TaskContext<Note>) {}
+
+workflow! {
+    /// A task, then a wait for `read`.
+    pub workflow Notes(Note) = sequence [task(noop), wait = event("read")];
+}
+
+/// ENG-51: a listing shows where each instance is from its row (the listing its last commit
+/// stored), reading no state document: with every document overwritten by text that is not
+/// JSON, the listing is what it was. A row without a listing (written by an older version)
+/// has its document read, and is listed as unreadable here.
+#[tokio::test]
+async fn a_listing_reads_where_each_instance_is_from_its_row_not_its_document() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("store.db");
+    let sqlite = Arc::new(SqliteStore::open(&path).unwrap());
+    let runtime = Runtime::builder()
+        .store(sqlite.clone())
+        .register::<Notes>()
+        .build()
+        .unwrap();
+    let mut ids = Vec::new();
+    for _ in 0..3 {
+        let started = runtime.start::<Notes>(Note::default()).await.unwrap();
+        ids.push(started.instance_id);
+    }
+    ids.sort();
+    let before = runtime
+        .list_instances(InstanceQuery::default())
+        .await
+        .unwrap();
+    assert_eq!(before.len(), 3);
+    for summary in &before {
+        assert_eq!(summary.waiting_for, ["read"]);
+        assert!(!summary.at.is_empty(), "{summary:?}");
+        assert_eq!(summary.unreadable, None);
+    }
+    for id in &ids {
+        sqlite.write_raw_state(id, "not a document").await.unwrap();
+    }
+    let after = runtime
+        .list_instances(InstanceQuery::default())
+        .await
+        .unwrap();
+    assert_eq!(after, before);
+
+    // The row of the last one loses its listing, as a row an older version wrote.
+    let db = rusqlite::Connection::open(&path).unwrap();
+    db.busy_timeout(std::time::Duration::from_secs(5)).unwrap();
+    db.execute(
+        "UPDATE wf_instances SET listing = NULL WHERE instance_id = ?1",
+        [&ids[2]],
+    )
+    .unwrap();
+    let listed = runtime
+        .list_instances(InstanceQuery::default())
+        .await
+        .unwrap();
+    assert_eq!(listed[..2], before[..2]);
+    assert_eq!(listed[2].instance_id, ids[2]);
+    assert!(listed[2].unreadable.is_some(), "{:?}", listed[2]);
 }
 
 /// C-30: fresh database, re-run is a no-op, concurrent migrators, newer schema refused,

@@ -194,6 +194,7 @@ impl RunCommits<'_> {
                 state.sub_status,
             );
             commit.correlation_id = state.correlation_id.clone();
+            commit.listing = super::list::listing_text(state);
             commit.release_lease = release;
             let committed = |b: &Bookmark| tracker.bookmarks.iter().any(|(id, _)| *id == b.id);
             commit.bookmarks_added = state

@@ -5,7 +5,9 @@ use std::time::Duration;
 
 use super::{Runtime, commit::decode_document, now_micros};
 use crate::engine::state::{ActivityStatus, SubStatus, WorkflowState, WorkflowStatus};
-use crate::store::{ControlKind, InstanceFilter, InstanceRecord, Micros, StoreError};
+use crate::store::{
+    ControlKind, InstanceFilter, InstanceListing, InstanceRecord, Micros, StoreError,
+};
 
 /// What [`Runtime::list_instances`] lists. The default lists every instance, 100 at most.
 ///
@@ -78,6 +80,25 @@ pub struct InstanceSummary {
     pub unreadable: Option<String>,
 }
 
+/// What a listing shows of `state`, stored in the instance row with each commit and
+/// creation ([`crate::store::Commit::listing`]), so a listing reads no document.
+pub(super) fn listing_of(state: &WorkflowState) -> InstanceListing {
+    InstanceListing {
+        at: position(state),
+        waiting_for: state.bookmarks.iter().map(|b| b.name.clone()).collect(),
+        open_incidents: state
+            .incidents
+            .iter()
+            .filter(|i| i.resolution.is_none())
+            .count(),
+    }
+}
+
+/// The listing text of `state` ([`listing_of`]).
+pub(super) fn listing_text(state: &WorkflowState) -> Option<String> {
+    Some(listing_of(state).encode())
+}
+
 impl Runtime {
     /// Lists the store's instances matching `query`, in id order, at most `query.limit`; pass
     /// the last id as [`InstanceQuery::after`] for the next page. An instance whose stored
@@ -142,18 +163,29 @@ impl Runtime {
             let Some(last) = page.last() else { break };
             filter.after = Some(last.instance_id.clone());
             for listed in page {
-                // The summary's position and waits come from the document.
-                let loaded = match listed.summary {
-                    Ok(_) => {
-                        self.inner
-                            .store
-                            .load_instance_text(&listed.instance_id)
-                            .await
-                    }
-                    Err(error) => Err(error),
+                // The summary's position and waits come from the row's listing, or from the
+                // document for a row written without one.
+                let stored = match &listed.summary {
+                    Ok(row) => row
+                        .listing
+                        .as_deref()
+                        .and_then(InstanceListing::decode)
+                        .map(|listing| from_listing(row, listing)),
+                    Err(_) => None,
+                };
+                let loaded = match (stored, listed.summary) {
+                    (Some(summary), _) => Ok(Ok(summary)),
+                    (None, Ok(_)) => self
+                        .inner
+                        .store
+                        .load_instance_text(&listed.instance_id)
+                        .await
+                        .map(Err),
+                    (None, Err(error)) => Err(error),
                 };
                 let summary = match loaded {
-                    Ok(record) => summary(record),
+                    Ok(Ok(summary)) => summary,
+                    Ok(Err(record)) => summary(record),
                     Err(error) => {
                         // The row itself does not decode: listed, never skipped (ST-22).
                         InstanceSummary {
@@ -192,6 +224,25 @@ impl Runtime {
     }
 }
 
+/// The summary of a row whose listing was stored with it.
+fn from_listing(row: &crate::store::InstanceSummary, listing: InstanceListing) -> InstanceSummary {
+    InstanceSummary {
+        instance_id: row.instance_id.clone(),
+        definition: row.definition_name.clone(),
+        version: row.definition_version.clone(),
+        status: row.status,
+        sub_status: row.sub_status,
+        at: listing.at,
+        waiting_for: listing.waiting_for,
+        correlation_id: row.correlation_id.clone(),
+        open_incidents: listing.open_incidents,
+        control_request: row.control_request.as_ref().map(|r| r.kind),
+        created_at: row.created_at,
+        updated_at: row.updated_at,
+        unreadable: None,
+    }
+}
+
 fn summary(record: InstanceRecord<String>) -> InstanceSummary {
     let mut summary = InstanceSummary {
         instance_id: record.instance_id.clone(),
@@ -210,13 +261,10 @@ fn summary(record: InstanceRecord<String>) -> InstanceSummary {
     };
     match decode_document(&record.instance_id, &record.state) {
         Ok(state) => {
-            summary.at = position(&state);
-            summary.waiting_for = state.bookmarks.iter().map(|b| b.name.clone()).collect();
-            summary.open_incidents = state
-                .incidents
-                .iter()
-                .filter(|i| i.resolution.is_none())
-                .count();
+            let listing = listing_of(&state);
+            summary.at = listing.at;
+            summary.waiting_for = listing.waiting_for;
+            summary.open_incidents = listing.open_incidents;
         }
         Err(error) => summary.unreadable = Some(error.to_string()),
     }

@@ -835,6 +835,7 @@ impl Runtime {
             receipt,
             consumed_queue_item: None,
             activation_scope: None,
+            listing: list::listing_text(&state),
         };
         Ok((instance, state))
     }

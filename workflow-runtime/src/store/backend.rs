@@ -489,6 +489,31 @@ pub trait Store: Send + Sync + 'static {
         select: BookmarkSelect,
     ) -> BoxFuture<'_, StoreResult<Vec<BookmarkRow>>>;
 
+    /// What a send routes by, read together (RT-15, RT-17): the trigger rows with any of
+    /// `hashes` (none when it is empty) and the first page of bookmark rows matching
+    /// `bookmarks`, as [`Store::find_triggers`] and [`Store::find_bookmarks`] return them.
+    /// The default runs both reads at once; a backend can answer them in one round trip.
+    fn find_routes(
+        &self,
+        hashes: Vec<String>,
+        bookmarks: BookmarkQuery,
+    ) -> BoxFuture<'_, StoreResult<(Vec<TriggerRow>, Vec<BookmarkRow>)>> {
+        Box::pin(async move {
+            let triggers = async {
+                if hashes.is_empty() {
+                    Ok(Vec::new())
+                } else {
+                    self.find_triggers(TriggerSelect::Hashes(hashes)).await
+                }
+            };
+            let (triggers, rows) = tokio::join!(
+                triggers,
+                self.find_bookmarks(BookmarkSelect::Hash(bookmarks))
+            );
+            Ok((triggers?, rows?))
+        })
+    }
+
     /// Whether the instance has consumed the stimulus (RT-19).
     fn has_receipt(&self, instance_id: &str, stimulus_id: &str)
     -> BoxFuture<'_, StoreResult<bool>>;

@@ -95,6 +95,7 @@ pub enum WakeUp {
 ///     receipt: None,
 ///     consumed_queue_item: None,
 ///     activation_scope: None,
+///     listing: None,
 /// }).await?;
 /// let claim = LeaseClaim { owner: "node-a".into(), token: None, now, ttl: 30_000_000 };
 /// let claimed = storage.claim_instance("order-1", claim).await?;
@@ -510,6 +511,21 @@ impl Storage {
     pub async fn find_bookmarks(&self, mut query: BookmarkQuery) -> StoreResult<Vec<BookmarkRow>> {
         query.limit = page(query.limit, DEFAULT_PAGE);
         self.store.find_bookmarks(BookmarkSelect::Hash(query)).await
+    }
+
+    /// What a send routes by, read together: the trigger rows with any of `hashes` and the
+    /// first page of bookmarks matching `query` (a limit of 0 means 100).
+    ///
+    /// # Errors
+    ///
+    /// The backend's.
+    pub async fn find_routes(
+        &self,
+        hashes: Vec<String>,
+        mut query: BookmarkQuery,
+    ) -> StoreResult<(Vec<TriggerRow>, Vec<BookmarkRow>)> {
+        query.limit = page(query.limit, DEFAULT_PAGE);
+        self.store.find_routes(hashes, query).await
     }
 
     /// Bookmarks of parents waiting on a child workflow, in bookmark-id order after `after`
@@ -1249,6 +1265,7 @@ impl Storage {
             receipt: instance.receipt,
             consumed_queue_item: instance.consumed_queue_item,
             activation_scope: instance.activation_scope,
+            listing: instance.listing,
         })
     }
 
@@ -1291,6 +1308,7 @@ impl Storage {
             // ENG-22: a final instance waits for nothing.
             clear_waits: c.clear_waits || c.status.is_final(),
             idempotency: c.idempotency,
+            listing: c.listing,
         })
     }
 }

@@ -104,6 +104,10 @@ pub struct NewInstance<S = Value> {
     /// non-final instance has the same scope. The scope is an opaque key chosen by the
     /// runtime (`singleton:<definition>`, `correlation:<id>` to span definitions, ...).
     pub activation_scope: Option<String>,
+    /// What a listing shows of the instance (where it is, what it waits for), as opaque
+    /// JSON text kept in the instance row beside the state, so a listing reads no state
+    /// document (ENG-51). `None` when the writer has none.
+    pub listing: Option<String>,
 }
 
 /// An instance as loaded: its columns and its state document, from one snapshot (ST-13).
@@ -184,6 +188,7 @@ impl<S> InstanceRecord<S> {
             created_at: self.created_at,
             updated_at: self.updated_at,
             finished_at: self.finished_at,
+            listing: None,
         }
     }
 }
@@ -218,6 +223,49 @@ pub struct InstanceSummary {
     pub updated_at: Micros,
     /// When it became final.
     pub finished_at: Option<Micros>,
+    /// The listing text the last commit or the creation stored ([`Commit::listing`]);
+    /// `None` for a row written without one.
+    pub listing: Option<String>,
+}
+
+/// What a listing shows of an instance that only its state document knows, stored as JSON
+/// text in the instance row ([`Commit::listing`], [`NewInstance::listing`],
+/// [`InstanceSummary::listing`]) so a listing reads no document (ENG-51). Backends store the
+/// text as is.
+///
+/// # Examples
+///
+/// ```
+/// use workflow_runtime::store::InstanceListing;
+///
+/// let listing = InstanceListing {
+///     at: vec!["Review".to_owned()],
+///     waiting_for: vec!["approve".to_owned()],
+///     open_incidents: 0,
+/// };
+/// assert_eq!(InstanceListing::decode(&listing.encode()), Some(listing));
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+pub struct InstanceListing {
+    /// Where it is: the current state of a root state machine, else the innermost nodes
+    /// still running (empty once final).
+    pub at: Vec<String>,
+    /// The names of the events and timers it waits for.
+    pub waiting_for: Vec<String>,
+    /// Its open incidents.
+    pub open_incidents: usize,
+}
+
+impl InstanceListing {
+    /// The stored text.
+    pub fn encode(&self) -> String {
+        serde_json::to_string(self).unwrap_or_default()
+    }
+
+    /// The listing of a stored text; `None` when it is not one.
+    pub fn decode(text: &str) -> Option<Self> {
+        serde_json::from_str(text).ok()
+    }
 }
 
 /// A bookmark to index, as carried by a commit (ENG-19, ST-6).
@@ -462,6 +510,10 @@ pub struct Commit<S = Value, D = S> {
     /// its version or fencing token writes no record, and a send retried after a crash
     /// finds the record of the delivery it made.
     pub idempotency: Option<IdempotencyRecord>,
+    /// What a listing shows of the instance after this commit (where it is, what it waits
+    /// for), opaque JSON text stored in the instance row so a listing reads no state
+    /// document (ENG-51); `None` stores none (a listing then reads the document).
+    pub listing: Option<String>,
 }
 
 /// An incident to record (FLT-6, ST-12).
@@ -548,6 +600,7 @@ impl<S, D> Commit<S, D> {
             max_journal_entries: None,
             clear_waits: false,
             idempotency: None,
+            listing: None,
         }
     }
 }
@@ -877,6 +930,8 @@ pub struct StoredInstance {
     pub updated_at: Micros,
     /// When it became final.
     pub finished_at: Option<Micros>,
+    /// The listing text ([`Commit::listing`]).
+    pub listing: Option<String>,
 }
 
 impl StoredInstance {
@@ -925,6 +980,7 @@ impl StoredInstance {
             created_at: self.created_at,
             updated_at: self.updated_at,
             finished_at: self.finished_at,
+            listing: self.listing,
         })
     }
 }

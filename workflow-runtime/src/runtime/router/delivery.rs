@@ -246,19 +246,20 @@ impl Runtime {
         let mut created = false;
         let mut prefetched = None;
         if stimulus.instance_id.is_none() && stimulus.bookmark_id.is_none() {
-            // The trigger rows and the first page of bookmarks are read together (two reads
-            // in flight, not one after the other); the page is used only when the trigger
-            // phase created nothing that could have added a bookmark since.
+            // The trigger rows and the first page of bookmarks are read together (one store
+            // operation); the page is used only when the trigger phase created nothing that
+            // could have added a bookmark since.
             let query = self.bookmark_query(stimulus, hash);
-            let (rows, page) = tokio::join!(
-                self.trigger_rows(stimulus, hash),
-                self.inner.store.find_bookmarks(query)
-            );
+            let hashes = self.trigger_hashes(stimulus, hash).await?;
+            let (rows, page) = store
+                .find_routes(hashes, query)
+                .await
+                .map_err(SendError::Store)?;
             created = self
-                .trigger_phase(rows?, stimulus, stimulus_id, sent_at, &mut report)
+                .trigger_phase(rows, stimulus, stimulus_id, sent_at, &mut report)
                 .await?;
             if !created {
-                prefetched = Some(page.map_err(SendError::Store)?);
+                prefetched = Some(page);
             }
         }
         let busy = self

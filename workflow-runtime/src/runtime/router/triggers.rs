@@ -119,27 +119,23 @@ impl Runtime {
             .await
     }
 
-    /// The trigger rows a stimulus matches: by its hash and, with a key, by its keyless hash
-    /// (RT-9).
-    pub(crate) async fn trigger_rows(
+    /// The trigger hashes a stimulus can start by (its own and, with a key, its name's
+    /// alone, RT-9), once this runtime's triggers are in the store.
+    pub(crate) async fn trigger_hashes(
         &self,
         stimulus: &Stimulus,
         hash: &str,
-    ) -> Result<Vec<TriggerRow>, SendError> {
+    ) -> Result<Vec<String>, SendError> {
         self.ensure_triggers().await.map_err(SendError::Store)?;
         let mut hashes = vec![hash.to_owned()];
         if stimulus.key.is_some() {
             hashes.push(stimulus_hash(&stimulus.name, None, None)?);
         }
-        self.inner
-            .store
-            .find_triggers(&hashes)
-            .await
-            .map_err(SendError::Store)
+        Ok(hashes)
     }
 
     /// RT-15, RT-16, RT-13: starts the definitions whose trigger matches (`rows`, from
-    /// [`Runtime::trigger_rows`]).
+    /// [`Store::find_routes`](crate::store::Store::find_routes)).
     /// Returns whether an instance was created for it (or found created by an earlier try):
     /// such an instance holds the stimulus's receipt.
     pub(crate) async fn trigger_phase(

@@ -34,6 +34,7 @@ pub fn new_instance(id: &str) -> NewInstance {
         receipt: None,
         consumed_queue_item: None,
         activation_scope: None,
+        listing: None,
     }
 }
 

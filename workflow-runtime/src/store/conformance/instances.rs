@@ -398,6 +398,48 @@ pub async fn c23_list_instances(backend: Arc<dyn TestBackend>) {
     );
 }
 
+/// C-23: the listing text a creation or a commit carries is stored in the instance row and
+/// listed with it, as is; a commit without one stores none.
+pub async fn c23_listing_text(backend: Arc<dyn TestBackend>) {
+    let store = Harness::new(backend);
+    let mut new = new_instance("wf-1");
+    new.listing = Some(r#"{"at":["Draft"]}"#.to_owned());
+    store.create_instance(new).await.unwrap();
+    store.create_instance(new_instance("wf-2")).await.unwrap();
+    let listings = || {
+        let store = store.storage().clone();
+        async move {
+            store
+                .list_instances(InstanceFilter::default())
+                .await
+                .unwrap()
+                .into_iter()
+                .map(|l| l.summary.unwrap().listing)
+                .collect::<Vec<_>>()
+        }
+    };
+    assert_eq!(
+        listings().await,
+        [Some(r#"{"at":["Draft"]}"#.to_owned()), None]
+    );
+    let lease = store
+        .acquire_lease(&LeaseKey::instance("wf-1"), "node-a", T0, TTL)
+        .await
+        .unwrap();
+    let mut commit = waiting("wf-1", 1, lease.token, 1);
+    commit.listing = Some(r#"{"at":["Review"]}"#.to_owned());
+    store.commit(commit).await.unwrap();
+    assert_eq!(
+        listings().await,
+        [Some(r#"{"at":["Review"]}"#.to_owned()), None]
+    );
+    store
+        .commit(waiting("wf-1", 2, lease.token, 2))
+        .await
+        .unwrap();
+    assert_eq!(listings().await, [None, None]);
+}
+
 /// C-24: purge removes only final instances finished before the cut-off, with their
 /// dependent rows, in batches; a live target gives `NotTerminal`.
 pub async fn c24_purge(backend: Arc<dyn TestBackend>) {

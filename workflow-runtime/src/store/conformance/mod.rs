@@ -55,8 +55,8 @@ pub use incidents::incidents;
 pub use instances::{
     c01_round_trip, c02_create_existing, c03_commit_increments_version,
     c04_stale_version_writes_nothing, c05_concurrent_commits_one_wins,
-    c16_commit_writes_other_instances, c21_activation_guard, c23_list_instances, c24_purge,
-    final_status_clears_bookmarks_and_timers,
+    c16_commit_writes_other_instances, c21_activation_guard, c23_list_instances, c23_listing_text,
+    c24_purge, final_status_clears_bookmarks_and_timers,
 };
 pub use journal::{c22_journal, c22_journal_compaction};
 pub use leases::{
@@ -106,6 +106,7 @@ macro_rules! store_conformance_tests {
             c19_receipts,
             c22_journal,
             c23_list_instances,
+            c23_listing_text,
             c24_purge,
             c25_decode_error,
             c26_format_too_new,

@@ -42,6 +42,7 @@ pub(super) struct MemInstance {
     pub(super) finished_at: Option<i64>,
     pub(super) activation_scope: Option<String>,
     pub(super) state: String,
+    pub(super) listing: Option<String>,
 }
 
 #[derive(Debug, Clone)]

@@ -13,8 +13,9 @@ use crate::store::backend::{
 use crate::store::{
     BookmarkRow, BoxFuture, ClaimedInstance, Commit, ControlRequest, DeadLetter, DeadLetterFilter,
     DeadLetterReason, IdempotencyRecord, IncidentRecord, InstanceFilter, InstanceRecord,
-    InstanceStatus, JournalRecord, Lease, ListedInstance, NewIncident, NewInstance, QueueItem,
-    Renewal, Schedule, ScheduleFiring, StoreError, StoreResult, StoreStats, TimerRow, TriggerRow,
+    InstanceStatus, InstanceSummary, JournalRecord, Lease, ListedInstance, NewIncident,
+    NewInstance, QueueItem, Renewal, Schedule, ScheduleFiring, StoreError, StoreResult, StoreStats,
+    TimerRow, TriggerRow,
 };
 
 impl Inner {
@@ -391,7 +392,10 @@ impl Store for MemoryStore {
                 .take(filter.limit)
                 .map(|(id, row)| ListedInstance {
                     instance_id: id.clone(),
-                    summary: Ok(record(id, row).summary()),
+                    summary: Ok(InstanceSummary {
+                        listing: row.listing.clone(),
+                        ..record(id, row).summary()
+                    }),
                 })
                 .collect())
         })

@@ -109,6 +109,7 @@ impl Inner {
                 finished_at: instance.status.is_final().then_some(instance.created_at),
                 activation_scope: instance.activation_scope,
                 state: instance.state,
+                listing: instance.listing,
             },
         );
         Ok(())
@@ -291,6 +292,7 @@ impl Inner {
             let correlation_changed = row.correlation_id != c.correlation_id;
             row.version += 1;
             row.state = c.state;
+            row.listing = c.listing;
             row.status = c.status;
             row.sub_status = c.sub_status;
             row.correlation_id.clone_from(&c.correlation_id);

@@ -16,17 +16,18 @@ use std::time::Duration;
 
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::{PgConnection, PgPool, Postgres, Transaction};
-use tokio::sync::broadcast;
+use tokio::sync::{broadcast, mpsc};
 use tokio::task::JoinHandle;
 
 use super::{
-    BookmarkRow, BookmarkSelect, BoxFuture, Capabilities, ChildWaitIndex, ClaimedInstance,
-    ClaimedRecord, Commit, ControlRequest, DeadLetter, DeadLetterFilter, DefinitionRecord,
-    DefinitionStore, DueTimers, Enqueue, IdempotencyRecord, IncidentQuery, IncidentRecord,
-    InstanceFilter, InstanceRecord, InstanceStatus, JournalRecord, Lease, LeaseClaim, LeaseKey,
-    ListedInstance, Micros, MigrateMode, NewIncident, NewInstance, PurgeTarget, QueueItem,
-    RemoteHints, Renewal, Schedule, ScheduleFiring, Settled, Settlement, Store, StoreError,
-    StoreResult, StoreStats, TimerRow, TimerScope, TriggerRow, TriggerSelect, TriggerWrite, WakeUp,
+    BookmarkQuery, BookmarkRow, BookmarkSelect, BoxFuture, Capabilities, ChildWaitIndex,
+    ClaimedInstance, ClaimedRecord, Commit, ControlRequest, DeadLetter, DeadLetterFilter,
+    DefinitionRecord, DefinitionStore, DueTimers, Enqueue, IdempotencyRecord, IncidentQuery,
+    IncidentRecord, InstanceFilter, InstanceRecord, InstanceStatus, JournalRecord, Lease,
+    LeaseClaim, LeaseKey, ListedInstance, Micros, MigrateMode, NewIncident, NewInstance,
+    PurgeTarget, QueueItem, RemoteHints, Renewal, Schedule, ScheduleFiring, Settled, Settlement,
+    Store, StoreError, StoreResult, StoreStats, TimerRow, TimerScope, TriggerRow, TriggerSelect,
+    TriggerWrite, WakeUp,
 };
 
 mod notify;
@@ -54,6 +55,9 @@ impl From<sqlx::Error> for StoreError {
         }
     }
 }
+
+/// How long a pooled connection may sit idle before it is pinged on its next use.
+const IDLE_BEFORE_PING: Duration = Duration::from_millis(250);
 
 /// Options of [`PostgresStore::connect_with`] and [`PostgresStore::from_pool`].
 ///
@@ -131,8 +135,9 @@ pub struct PostgresStore {
     /// The hints heard from other processes, forwarded to the [`Storage`](super::Storage)
     /// over this store ([`RemoteHints`]).
     hints: broadcast::Sender<WakeUp>,
-    /// This store's id in notification payloads, so it ignores its own.
-    origin: String,
+    /// The hints of committed writes, for the other processes: sent by the notifier task
+    /// (see `notify.rs`).
+    notifier: mpsc::UnboundedSender<Vec<WakeUp>>,
     counters: Arc<Counters>,
     migrations_applied: Vec<u32>,
     listener: Option<JoinHandle<()>>,
@@ -193,9 +198,22 @@ impl PostgresStore {
                 what: "database url",
                 reason: e.to_string(),
             })?;
+        // A connection is pinged before use only after it sat idle for a while, not before
+        // every operation (a round trip each): a busy store's connections were in use a
+        // moment ago, and one the server closed since fails its statement as `Unavailable`
+        // (transient: the caller retries and the pool replaces it).
         let pool = PgPoolOptions::new()
             .max_connections(options.max_connections.max(2))
             .acquire_timeout(options.acquire_timeout)
+            .test_before_acquire(false)
+            .before_acquire(|conn, meta| {
+                Box::pin(async move {
+                    if meta.idle_for > IDLE_BEFORE_PING {
+                        sqlx::Connection::ping(conn).await?;
+                    }
+                    Ok(true)
+                })
+            })
             .connect_with(connect)
             .await?;
         Self::from_pool(pool, options).await
@@ -214,6 +232,13 @@ impl PostgresStore {
         let migrations_applied = schema::migrate(&pool, &schema, options.migrate).await?;
         let (hints, _) = broadcast::channel(1024);
         let origin = new_origin();
+        let (notifier, outgoing) = mpsc::unbounded_channel();
+        tokio::spawn(notify::send(
+            pool.clone(),
+            schema.channel(),
+            origin.clone(),
+            outgoing,
+        ));
         let listener = options.listen.then(|| {
             tokio::spawn(notify::listen(
                 pool.clone(),
@@ -232,7 +257,7 @@ impl PostgresStore {
             pool,
             schema,
             hints,
-            origin,
+            notifier,
             counters: Arc::new(Counters::default()),
             migrations_applied,
             listener,
@@ -286,30 +311,54 @@ impl PostgresStore {
     }
 
     async fn begin(&self) -> StoreResult<Transaction<'static, Postgres>> {
-        self.counters.write_requests.fetch_add(1, Ordering::Relaxed);
-        self.counters.transactions.fetch_add(1, Ordering::Relaxed);
+        self.count_transaction();
         Ok(self.pool.begin().await?)
     }
 
-    /// Ends a write: on success sends `hints` to the other processes inside the transaction
-    /// (`NOTIFY` is delivered only if it commits) and commits; on failure rolls back, so
-    /// nothing is written. (This process's own hints are sent by [`Storage`](super::Storage).)
+    /// Hands the hints of a committed write to the notifier (see `notify.rs`).
+    fn announce(&self, hints: &[WakeUp]) {
+        if !hints.is_empty() {
+            // The notifier ends only with the store: a closed channel loses nothing.
+            let _ = self.notifier.send(hints.to_vec());
+        }
+    }
+
+    /// A pooled connection that answers a ping; the ones that do not are closed.
+    async fn live_connection(&self) -> StoreResult<sqlx::pool::PoolConnection<Postgres>> {
+        let mut tries = self.pool.size() + 1;
+        loop {
+            let mut conn = self.pool.acquire().await?;
+            match sqlx::Connection::ping(&mut *conn).await {
+                Ok(()) => return Ok(conn),
+                Err(error) if tries == 0 => return Err(error.into()),
+                Err(_) => {
+                    tries -= 1;
+                    conn.close_on_drop();
+                }
+            }
+        }
+    }
+
+    /// Counts a write in its own transaction: an explicit one ([`PostgresStore::begin`]) or
+    /// the implicit one of a single statement.
+    fn count_transaction(&self) {
+        self.counters.write_requests.fetch_add(1, Ordering::Relaxed);
+        self.counters.transactions.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Ends a write: on success commits, then hands `hints` to the notifier for the other
+    /// processes (only a committed write sends any); on failure rolls back, so nothing is
+    /// written. (This process's own hints are sent by [`Storage`](super::Storage).)
     async fn finish<T>(
         &self,
-        mut tx: Transaction<'static, Postgres>,
+        tx: Transaction<'static, Postgres>,
         result: StoreResult<T>,
         hints: &[WakeUp],
     ) -> StoreResult<T> {
         match result {
             Ok(value) => {
-                if !hints.is_empty() {
-                    sqlx::query("SELECT pg_notify($1, $2)")
-                        .bind(self.schema.channel())
-                        .bind(notify::payload(&self.origin, hints))
-                        .execute(&mut *tx)
-                        .await?;
-                }
                 tx.commit().await?;
+                self.announce(hints);
                 Ok(value)
             }
             Err(error) => {
@@ -335,12 +384,38 @@ macro_rules! write_tx {
     }};
 }
 
-/// Runs `$body` on a pooled connection `$c`, outside any explicit transaction.
-macro_rules! read {
+/// Runs `$body`, one write statement, on a pooled connection `$c` in the statement's own
+/// implicit transaction: one round trip. A failure is returned as is (the write may or may
+/// not have been applied when the connection was lost: the caller's version and token tell).
+macro_rules! single {
     ($self:ident, |$c:ident| $body:expr) => {{
+        $self.count_transaction();
         let mut conn = $self.pool.acquire().await?;
         let $c: &mut PgConnection = &mut conn;
         $body.await
+    }};
+}
+
+/// Runs `$body`, a read, on a pooled connection `$c`, outside any explicit transaction. A
+/// read that fails as `Unavailable` runs once more on a connection that answers a ping: the
+/// pool does not ping a connection used a moment ago, so after the server dropped its
+/// connections (a restart) the first use of each fails, and a read is safe to run again.
+macro_rules! read {
+    ($self:ident, |$c:ident| $body:expr) => {{
+        let mut conn = $self.pool.acquire().await?;
+        let first = {
+            let $c: &mut PgConnection = &mut conn;
+            $body.await
+        };
+        match first {
+            Err(StoreError::Unavailable { .. }) => {
+                drop(conn);
+                let mut conn = $self.live_connection().await?;
+                let $c: &mut PgConnection = &mut conn;
+                $body.await
+            }
+            other => other,
+        }
     }};
 }
 
@@ -386,28 +461,21 @@ impl Store for PostgresStore {
         claim: LeaseClaim,
     ) -> BoxFuture<'_, StoreResult<ClaimedRecord<String>>> {
         let id = instance_id.to_owned();
-        Box::pin(async move {
-            write_tx!(self, [], |c| async {
-                let lease = match claim.token {
-                    None => {
-                        ops::acquire_lease(c, &self.schema, &id, &claim.owner, claim.now, claim.ttl)
-                            .await?
-                    }
-                    Some(token) => {
-                        ops::renew_lease(c, &self.schema, &id, token, claim.now, claim.ttl)
-                            .await?
-                            .lease
-                    }
-                };
-                let record = ops::load_instance(c, &self.schema, &id).await?;
-                Ok(ClaimedRecord { lease, record })
-            })
-        })
+        Box::pin(
+            async move { single!(self, |c| ops::claim_instance(c, &self.schema, &id, &claim)) },
+        )
     }
 
     fn commit(&self, commit: Commit<String>) -> BoxFuture<'_, StoreResult<u64>> {
         let hints = WakeUp::of_commit(&commit);
-        Box::pin(async move { write_tx!(self, hints, |c| ops::commit(c, &self.schema, &commit)) })
+        Box::pin(async move {
+            if ops::commit_needs_transaction(&commit) {
+                return write_tx!(self, hints, |c| ops::commit(c, &self.schema, &commit));
+            }
+            let version = single!(self, |c| ops::commit(c, &self.schema, &commit))?;
+            self.announce(&hints);
+            Ok(version)
+        })
     }
 
     fn request_control(
@@ -612,6 +680,21 @@ impl Store for PostgresStore {
                     BookmarkSelect::Instance(id) => ops::list_bookmarks(c, &self.schema, id).await,
                 }
             })
+        })
+    }
+
+    fn find_routes(
+        &self,
+        hashes: Vec<String>,
+        bookmarks: BookmarkQuery,
+    ) -> BoxFuture<'_, StoreResult<(Vec<TriggerRow>, Vec<BookmarkRow>)>> {
+        Box::pin(async move {
+            read!(self, |c| ops::find_routes(
+                c,
+                &self.schema,
+                &hashes,
+                &bookmarks
+            ))
         })
     }
 

@@ -1,7 +1,14 @@
 //! Wake-ups across processes (ST-18, ST-27): hints travel as `NOTIFY` payloads on the
-//! schema's channel, issued inside the committing transaction (so they are delivered only if
-//! it commits), and a listener task turns them back into [`WakeUp`]s on this store's
+//! schema's channel, and a listener task turns them back into [`WakeUp`]s on this store's
 //! broadcast.
+//!
+//! The hints of a write are handed to a sender task once the write has committed (so a
+//! write rolled back sends none), which sends what has gathered meanwhile as one `NOTIFY`
+//! in its own statement. Not inside the committing transaction: PostgreSQL serialises the
+//! commits of transactions that notified (one global lock, held through the commit's WAL
+//! flush), which would make every commit wait for the others' flushes instead of sharing
+//! them. A hint is advisory: one lost to a crash between a commit and its `NOTIFY` leaves
+//! the work to the other processes' sweeps.
 //!
 //! A payload is lines: the sending store's origin (so a store ignores its own hints, which it
 //! has already sent locally), then one hint per line: `q`, `t [<earliest µs>]`, `r <id>`,
@@ -13,7 +20,7 @@ use std::time::Duration;
 
 use sqlx::PgPool;
 use sqlx::postgres::PgListener;
-use tokio::sync::broadcast;
+use tokio::sync::{broadcast, mpsc};
 
 use super::super::{Micros, WakeUp};
 
@@ -65,6 +72,42 @@ pub(super) fn parse(own_origin: &str, payload: &str) -> Option<Vec<WakeUp>> {
         hints.push(hint);
     }
     Some(hints)
+}
+
+/// The most hints in one payload (each line at most ~130 bytes: far below the limit).
+const HINTS_PER_PAYLOAD: usize = 40;
+
+/// The sender task: sends the hints handed to it, what gathered while the previous `NOTIFY`
+/// was in flight as one, until the store (holding the other end) is dropped. A failed
+/// `NOTIFY` is logged and dropped (hints are advisory).
+pub(super) async fn send(
+    pool: PgPool,
+    channel: String,
+    origin: String,
+    mut hints: mpsc::UnboundedReceiver<Vec<WakeUp>>,
+) {
+    while let Some(first) = hints.recv().await {
+        let mut batch = first;
+        while let Ok(more) = hints.try_recv() {
+            batch.extend(more);
+        }
+        let mut unique: Vec<WakeUp> = Vec::with_capacity(batch.len());
+        for hint in batch {
+            if !unique.contains(&hint) {
+                unique.push(hint);
+            }
+        }
+        for chunk in unique.chunks(HINTS_PER_PAYLOAD) {
+            let sent = sqlx::query("SELECT pg_notify($1, $2)")
+                .bind(&channel)
+                .bind(payload(&origin, chunk))
+                .execute(&pool)
+                .await;
+            if let Err(error) = sent {
+                tracing::debug!(%error, "postgres store: a wake-up notification was not sent");
+            }
+        }
+    }
 }
 
 fn sweep(sender: &broadcast::Sender<WakeUp>) {

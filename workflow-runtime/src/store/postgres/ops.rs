@@ -6,13 +6,13 @@ use sqlx::postgres::PgRow;
 use sqlx::{PgConnection, Row};
 
 use super::super::{
-    BookmarkQuery, BookmarkRow, ClaimedInstance, Commit, ControlRequest, DeadLetter,
+    BookmarkQuery, BookmarkRow, ClaimedInstance, ClaimedRecord, Commit, ControlRequest, DeadLetter,
     DeadLetterFilter, DeadLetterReason, DefinitionRecord, EncodedQueueItem, IdempotencyRecord,
     IncidentQuery, IncidentRecord, InstanceFilter, InstanceRecord, InstanceStatus,
-    InstanceSubStatus, InstanceSummary, JournalRecord, Lease, LeaseKey, ListedInstance, Micros,
-    NewIncident, NewInstance, NewJournalRecord, QueueItem, Renewal, Schedule, ScheduleFiring,
-    Settled, Settlement, StoreError, StoreResult, StoredInstance, TimerRow, TriggerRow,
-    TriggerWrite, decode_control_request, decode_instance_status,
+    InstanceSubStatus, InstanceSummary, JournalRecord, Lease, LeaseClaim, LeaseKey, ListedInstance,
+    Micros, NewIncident, NewInstance, QueueItem, Renewal, Schedule, ScheduleFiring, Settled,
+    Settlement, StoreError, StoreResult, StoredInstance, TimerRow, TriggerRow, TriggerWrite,
+    decode_control_request, decode_instance_status,
 };
 use super::schema::Schema;
 use crate::store::CHILD_WAIT;
@@ -40,12 +40,12 @@ fn is_unique_violation(error: &sqlx::Error) -> bool {
 
 const INSTANCE_COLS: &str = "instance_id, definition_name, definition_version, status, \
     sub_status, correlation_id, version, lease_owner, lease_token, lease_expires_at, \
-    control_request, origin_at, created_at, updated_at, finished_at, state";
+    control_request, origin_at, created_at, updated_at, finished_at, listing, state";
 
-/// Decodes one instance row with its state text (column 15), left encoded.
+/// Decodes one instance row with its state text (column 16), left encoded.
 fn instance_from_row(id: &str, row: &PgRow) -> StoreResult<InstanceRecord<String>> {
     let summary = summary_from_row(id, row)?;
-    let state: String = row.try_get(15).map_err(|e| StoreError::Decode {
+    let state: String = row.try_get(16).map_err(|e| StoreError::Decode {
         what: "instance",
         id: id.to_owned(),
         path: "state".to_owned(),
@@ -77,6 +77,7 @@ fn summary_from_row(id: &str, row: &PgRow) -> StoreResult<InstanceSummary> {
         created_at: row.try_get(12).map_err(col)?,
         updated_at: row.try_get(13).map_err(col)?,
         finished_at: row.try_get(14).map_err(col)?,
+        listing: row.try_get(15).map_err(col)?,
     }
     .decode(id)
 }
@@ -85,18 +86,23 @@ const BOOKMARK_COLS: &str = "bookmark_id, instance_id, hash, name, node_id, cont
     correlation_id, definition_name, definition_version, look_back, created_at";
 
 fn bookmark_from_row(row: &PgRow) -> Result<BookmarkRow, sqlx::Error> {
+    bookmark_from_row_at(row, 0)
+}
+
+/// Reads `BOOKMARK_COLS` starting at column `at`.
+fn bookmark_from_row_at(row: &PgRow, at: usize) -> Result<BookmarkRow, sqlx::Error> {
     Ok(BookmarkRow {
-        bookmark_id: row.try_get(0)?,
-        instance_id: row.try_get(1)?,
-        hash: row.try_get(2)?,
-        name: row.try_get(3)?,
-        node_id: row.try_get(4)?,
-        context_id: to_u64(row.try_get(5)?),
-        correlation_id: row.try_get(6)?,
-        definition_name: row.try_get(7)?,
-        definition_version: row.try_get(8)?,
-        look_back: row.try_get(9)?,
-        created_at: row.try_get(10)?,
+        bookmark_id: row.try_get(at)?,
+        instance_id: row.try_get(at + 1)?,
+        hash: row.try_get(at + 2)?,
+        name: row.try_get(at + 3)?,
+        node_id: row.try_get(at + 4)?,
+        context_id: to_u64(row.try_get(at + 5)?),
+        correlation_id: row.try_get(at + 6)?,
+        definition_name: row.try_get(at + 7)?,
+        definition_version: row.try_get(at + 8)?,
+        look_back: row.try_get(at + 9)?,
+        created_at: row.try_get(at + 10)?,
     })
 }
 
@@ -196,8 +202,8 @@ pub(super) async fn insert_instance(
     let inserted = sqlx::query(&s.sql(
         "INSERT INTO @wf_instances (instance_id, definition_name, definition_version,
             status, sub_status, correlation_id, version, lease_token, origin_at,
-            created_at, updated_at, finished_at, state, state_size, activation_scope)
-         VALUES ($1, $2, $3, $4, $5, $6, 1, 0, $7, $8, $8, $9, $10, $11, $12)
+            created_at, updated_at, finished_at, state, state_size, activation_scope, listing)
+         VALUES ($1, $2, $3, $4, $5, $6, 1, 0, $7, $8, $8, $9, $10, $11, $12, $13)
          ON CONFLICT (instance_id) DO NOTHING",
     ))
     .bind(&i.instance_id)
@@ -212,6 +218,7 @@ pub(super) async fn insert_instance(
     .bind(state)
     .bind(limit_i64(state.len()))
     .bind(&i.activation_scope)
+    .bind(&i.listing)
     .execute(&mut *c)
     .await?;
     if inserted.rows_affected() == 0 {
@@ -240,188 +247,119 @@ pub(super) async fn insert_instance(
     Ok(())
 }
 
-/// Applies a commit (ST-16). The instance row is locked first (`FOR UPDATE`), so the version
-/// and token checks and every write below see the one current row: a concurrent commit waits,
-/// then finds the new version and reports `Conflict`; a commit under a superseded token
-/// reports `Fenced` (ST-27). Any failure rolls the whole transaction back.
+/// Applies a commit (ST-16) in one call of the schema's commit function (migration 3),
+/// which locks the instance row first (`FOR UPDATE`), so the version and token checks and
+/// every write see the one current row: a concurrent commit waits, then finds the new
+/// version and reports `Conflict`; a commit under a superseded token reports `Fenced`
+/// (ST-27). The rows a run writes on every transition (receipts, bookmarks, timers,
+/// journal, queue acknowledgements, the instance) go to the function as arrays, so a
+/// transition's commit is one round trip. What only some commits carry (instances created,
+/// queue items, incidents opened, an idempotency record) follows in the same transaction
+/// (`c` is then a transaction: see [`commit_needs_transaction`]). Any failure rolls the
+/// whole transaction back.
 pub(super) async fn commit(c: &mut Conn, s: &Schema, commit: &Commit<String>) -> StoreResult<u64> {
     let id = commit.instance_id.as_str();
     let state = commit.state.as_str();
+    let added = &commit.bookmarks_added;
+    let timers = &commit.timers_added;
+    let journal = &commit.journal;
+    let compaction = commit.journal_compaction.as_ref();
+    let mut control_targets = Vec::with_capacity(commit.control_requests.len());
+    let mut control_texts = Vec::with_capacity(commit.control_requests.len());
+    for (target, request) in &commit.control_requests {
+        control_targets.push(target.as_str());
+        control_texts.push(serde_json::to_string(request).map_err(StoreError::unavailable)?);
+    }
+    let (resolved_ids, resolutions): (Vec<&str>, Vec<&str>) = commit
+        .incidents_resolved
+        .iter()
+        .map(|(id, resolution)| (id.as_str(), resolution.as_str()))
+        .unzip();
     let row = sqlx::query(&s.sql(
-        "SELECT version, lease_owner, lease_token, definition_name, definition_version,
-            correlation_id
-         FROM @wf_instances WHERE instance_id = $1 FOR UPDATE",
+        "SELECT new_version, definition FROM @wf_commit($1, $2, $3, $4, $5, $6, $7, $8, $9,
+            $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23, $24, $25,
+            $26, $27, $28, $29, $30, $31, $32, $33, $34, $35, $36, $37, $38, $39, $40, $41,
+            $42, $43, $44)",
     ))
     .bind(id)
-    .fetch_optional(&mut *c)
-    .await?
-    .ok_or_else(|| not_found("instance", id))?;
+    .bind(to_i64(commit.expected_version))
+    .bind(to_i64(commit.lease_token))
+    .bind(commit.now)
+    .bind(state)
+    .bind(commit.status.as_str())
+    .bind(commit.sub_status.map(InstanceSubStatus::as_str))
+    .bind(&commit.correlation_id)
+    .bind(commit.status.is_final().then_some(commit.now))
+    .bind(commit.clear_control_request)
+    .bind(commit.release_lease)
+    .bind(&commit.receipts)
+    .bind(&commit.bookmarks_removed)
+    .bind(
+        added
+            .iter()
+            .map(|b| b.bookmark_id.as_str())
+            .collect::<Vec<_>>(),
+    )
+    .bind(added.iter().map(|b| b.hash.as_str()).collect::<Vec<_>>())
+    .bind(added.iter().map(|b| b.name.as_str()).collect::<Vec<_>>())
+    .bind(added.iter().map(|b| b.node_id.as_str()).collect::<Vec<_>>())
+    .bind(
+        added
+            .iter()
+            .map(|b| to_i64(b.context_id))
+            .collect::<Vec<_>>(),
+    )
+    .bind(added.iter().map(|b| b.look_back).collect::<Vec<_>>())
+    .bind(added.iter().map(|b| b.created_at).collect::<Vec<_>>())
+    .bind(&commit.timers_removed)
+    .bind(
+        timers
+            .iter()
+            .map(|t| t.timer_id.as_str())
+            .collect::<Vec<_>>(),
+    )
+    .bind(timers.iter().map(|t| t.kind.as_str()).collect::<Vec<_>>())
+    .bind(timers.iter().map(|t| t.due_at).collect::<Vec<_>>())
+    .bind(commit.timers_parked)
+    .bind(commit.clear_waits)
+    .bind(compaction.map(|c| to_i64(c.through_seq)))
+    .bind(compaction.map(|c| c.summary.at))
+    .bind(compaction.map(|c| c.summary.kind.as_str()))
+    .bind(compaction.and_then(|c| c.summary.context_id.map(to_i64)))
+    .bind(compaction.and_then(|c| c.summary.node_id.as_deref()))
+    .bind(compaction.map(|c| c.summary.detail.as_str()))
+    .bind(journal.iter().map(|e| e.at).collect::<Vec<_>>())
+    .bind(journal.iter().map(|e| e.kind.as_str()).collect::<Vec<_>>())
+    .bind(
+        journal
+            .iter()
+            .map(|e| e.context_id.map(to_i64))
+            .collect::<Vec<_>>(),
+    )
+    .bind(
+        journal
+            .iter()
+            .map(|e| e.node_id.as_deref())
+            .collect::<Vec<_>>(),
+    )
+    .bind(
+        journal
+            .iter()
+            .map(|e| e.detail.as_str())
+            .collect::<Vec<_>>(),
+    )
+    .bind(commit.max_journal_entries.map(to_i64))
+    .bind(&commit.consumed_queue_items)
+    .bind(control_targets)
+    .bind(control_texts)
+    .bind(resolved_ids)
+    .bind(resolutions)
+    .bind(&commit.listing)
+    .fetch_one(&mut *c)
+    .await
+    .map_err(|e| commit_error(commit, e))?;
     let version = to_u64(row.try_get(0)?);
-    let lease_owner: Option<String> = row.try_get(1)?;
-    let lease_token = to_u64(row.try_get(2)?);
-    let definition_name: String = row.try_get(3)?;
-    let definition_version: String = row.try_get(4)?;
-    let correlation: Option<String> = row.try_get(5)?;
-    if version != commit.expected_version {
-        return Err(StoreError::Conflict {
-            instance: id.to_owned(),
-            expected: commit.expected_version,
-            actual: version,
-        });
-    }
-    if lease_owner.is_none() || lease_token != commit.lease_token {
-        return Err(StoreError::Fenced {
-            resource: instance_resource(id),
-            token: commit.lease_token,
-            current: lease_token,
-        });
-    }
-    for stimulus in &commit.receipts {
-        let done = sqlx::query(&s.sql(
-            "INSERT INTO @wf_receipts (instance_id, stimulus_id, at) VALUES ($1, $2, $3)
-             ON CONFLICT DO NOTHING",
-        ))
-        .bind(id)
-        .bind(stimulus)
-        .bind(commit.now)
-        .execute(&mut *c)
-        .await?;
-        if done.rows_affected() == 0 {
-            return Err(StoreError::ReceiptExists {
-                instance: id.to_owned(),
-                stimulus_id: stimulus.clone(),
-            });
-        }
-    }
-    if !commit.bookmarks_removed.is_empty() {
-        sqlx::query(
-            &s.sql("DELETE FROM @wf_bookmarks WHERE instance_id = $1 AND bookmark_id = ANY($2)"),
-        )
-        .bind(id)
-        .bind(&commit.bookmarks_removed)
-        .execute(&mut *c)
-        .await?;
-    }
-    for b in &commit.bookmarks_added {
-        let done = sqlx::query(&s.sql(
-            "INSERT INTO @wf_bookmarks (bookmark_id, instance_id, hash, name, node_id,
-                context_id, correlation_id, definition_name, definition_version, look_back,
-                created_at)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
-             ON CONFLICT (bookmark_id) DO NOTHING",
-        ))
-        .bind(&b.bookmark_id)
-        .bind(id)
-        .bind(&b.hash)
-        .bind(&b.name)
-        .bind(&b.node_id)
-        .bind(to_i64(b.context_id))
-        .bind(&commit.correlation_id)
-        .bind(&definition_name)
-        .bind(&definition_version)
-        .bind(b.look_back)
-        .bind(b.created_at)
-        .execute(&mut *c)
-        .await?;
-        if done.rows_affected() == 0 {
-            return Err(StoreError::AlreadyExists {
-                what: "bookmark",
-                id: b.bookmark_id.clone(),
-            });
-        }
-    }
-    if correlation != commit.correlation_id {
-        // C-10: the bookmark rows follow the instance's correlation id.
-        sqlx::query(&s.sql(
-            "UPDATE @wf_bookmarks SET correlation_id = $1
-             WHERE instance_id = $2 AND correlation_id IS DISTINCT FROM $1",
-        ))
-        .bind(&commit.correlation_id)
-        .bind(id)
-        .execute(&mut *c)
-        .await?;
-    }
-    if !commit.timers_removed.is_empty() {
-        sqlx::query(&s.sql("DELETE FROM @wf_timers WHERE instance_id = $1 AND timer_id = ANY($2)"))
-            .bind(id)
-            .bind(&commit.timers_removed)
-            .execute(&mut *c)
-            .await?;
-    }
-    for t in &commit.timers_added {
-        let done = sqlx::query(&s.sql(
-            "INSERT INTO @wf_timers (timer_id, instance_id, kind, due_at, parked)
-             VALUES ($1, $2, $3, $4, FALSE) ON CONFLICT (timer_id) DO NOTHING",
-        ))
-        .bind(&t.timer_id)
-        .bind(id)
-        .bind(&t.kind)
-        .bind(t.due_at)
-        .execute(&mut *c)
-        .await?;
-        if done.rows_affected() == 0 {
-            return Err(StoreError::AlreadyExists {
-                what: "timer",
-                id: t.timer_id.clone(),
-            });
-        }
-    }
-    if let Some(parked) = commit.timers_parked {
-        sqlx::query(&s.sql("UPDATE @wf_timers SET parked = $1 WHERE instance_id = $2"))
-            .bind(parked)
-            .bind(id)
-            .execute(&mut *c)
-            .await?;
-    }
-    if commit.clear_waits {
-        // ENG-22: a final instance has no bookmarks or timers.
-        sqlx::query(&s.sql("DELETE FROM @wf_bookmarks WHERE instance_id = $1"))
-            .bind(id)
-            .execute(&mut *c)
-            .await?;
-        sqlx::query(&s.sql("DELETE FROM @wf_timers WHERE instance_id = $1"))
-            .bind(id)
-            .execute(&mut *c)
-            .await?;
-    }
-    if let Some(compaction) = &commit.journal_compaction {
-        let through = to_i64(compaction.through_seq);
-        sqlx::query(&s.sql("DELETE FROM @wf_journal WHERE instance_id = $1 AND seq <= $2"))
-            .bind(id)
-            .bind(through)
-            .execute(&mut *c)
-            .await?;
-        insert_journal(c, s, id, through, &compaction.summary).await?;
-    }
-    if !commit.journal.is_empty() {
-        let last: i64 = sqlx::query_scalar(
-            &s.sql("SELECT COALESCE(MAX(seq), 0) FROM @wf_journal WHERE instance_id = $1"),
-        )
-        .bind(id)
-        .fetch_one(&mut *c)
-        .await?;
-        for (seq, entry) in (last + 1..).zip(&commit.journal) {
-            insert_journal(c, s, id, seq, entry).await?;
-        }
-    }
-    if let Some(max) = commit.max_journal_entries {
-        // ENG-42: the stored journal keeps the newest `max` entries.
-        sqlx::query(&s.sql(
-            "DELETE FROM @wf_journal WHERE instance_id = $1 AND seq <= (
-                SELECT seq FROM @wf_journal WHERE instance_id = $1
-                ORDER BY seq DESC LIMIT 1 OFFSET $2)",
-        ))
-        .bind(id)
-        .bind(to_i64(max))
-        .execute(&mut *c)
-        .await?;
-    }
-    if !commit.consumed_queue_items.is_empty() {
-        sqlx::query(&s.sql("DELETE FROM @wf_queue WHERE item_id = ANY($1)"))
-            .bind(&commit.consumed_queue_items)
-            .execute(&mut *c)
-            .await?;
-    }
+    let definition_name: String = row.try_get(1)?;
     for instance in &commit.instances_created {
         insert_instance(c, s, instance).await?;
     }
@@ -431,79 +369,58 @@ pub(super) async fn commit(c: &mut Conn, s: &Schema, commit: &Commit<String>) ->
     for opened in &commit.incidents_opened {
         insert_incident_row(c, s, id, &definition_name, opened).await?;
     }
-    for (incident_id, resolution) in &commit.incidents_resolved {
-        sqlx::query(&s.sql(
-            "UPDATE @wf_incidents SET resolved_at = $1, resolution = $2
-             WHERE incident_id = $3 AND instance_id = $4 AND resolved_at IS NULL",
-        ))
-        .bind(commit.now)
-        .bind(resolution)
-        .bind(incident_id)
-        .bind(id)
-        .execute(&mut *c)
-        .await?;
-    }
     if let Some(record) = &commit.idempotency {
         // The first writer's record stays (RT-19).
         put_idempotency_record(c, s, record, false).await?;
     }
-    for (target, request) in &commit.control_requests {
-        let text = serde_json::to_string(request).map_err(StoreError::unavailable)?;
-        sqlx::query(&s.sql(
-            "UPDATE @wf_instances SET control_request = $1
-             WHERE instance_id = $2 AND status NOT IN ('finished', 'cancelled')",
-        ))
-        .bind(text)
-        .bind(target)
-        .execute(&mut *c)
-        .await?;
-    }
-    sqlx::query(&s.sql(
-        "UPDATE @wf_instances SET
-            version = version + 1, state = $1, state_size = $2, status = $3, sub_status = $4,
-            correlation_id = $5, updated_at = $6, finished_at = $7,
-            control_request = CASE WHEN $8 THEN NULL ELSE control_request END,
-            lease_owner = CASE WHEN $9 THEN NULL ELSE lease_owner END,
-            lease_expires_at = CASE WHEN $9 THEN NULL ELSE lease_expires_at END
-         WHERE instance_id = $10",
-    ))
-    .bind(state)
-    .bind(limit_i64(state.len()))
-    .bind(commit.status.as_str())
-    .bind(commit.sub_status.map(InstanceSubStatus::as_str))
-    .bind(&commit.correlation_id)
-    .bind(commit.now)
-    .bind(commit.status.is_final().then_some(commit.now))
-    .bind(commit.clear_control_request)
-    .bind(commit.release_lease)
-    .bind(id)
-    .execute(&mut *c)
-    .await?;
-    Ok(version + 1)
+    Ok(version)
 }
 
-async fn insert_journal(
-    c: &mut Conn,
-    s: &Schema,
-    id: &str,
-    seq: i64,
-    entry: &NewJournalRecord<String>,
-) -> StoreResult<()> {
-    let detail = entry.detail.as_str();
-    sqlx::query(&s.sql(
-        "INSERT INTO @wf_journal (instance_id, seq, at, kind, context_id, node_id, detail)
-         VALUES ($1, $2, $3, $4, $5, $6, $7)",
-    ))
-    .bind(id)
-    .bind(seq)
-    .bind(entry.at)
-    .bind(&entry.kind)
-    .bind(entry.context_id.map(to_i64))
-    .bind(&entry.node_id)
-    .bind(detail)
-    .execute(&mut *c)
-    .await?;
-    Ok(())
+/// Whether a commit writes more than the commit function does, so its statements must run
+/// in one explicit transaction; a commit without them is the function's call alone, one
+/// round trip in its own implicit transaction.
+pub(super) fn commit_needs_transaction(commit: &Commit<String>) -> bool {
+    !commit.instances_created.is_empty()
+        || !commit.queue_items.is_empty()
+        || !commit.incidents_opened.is_empty()
+        || commit.idempotency.is_some()
+}
+
+/// The typed error of a commit the function refused (its `WF` SQL states), else the
+/// driver's error as is.
+fn commit_error(commit: &Commit<String>, error: sqlx::Error) -> StoreError {
+    let id = commit.instance_id.as_str();
+    let Some(db) = error.as_database_error() else {
+        return error.into();
+    };
+    let message = db.message().to_owned();
+    let number = || message.parse::<u64>().unwrap_or(0);
+    match db.code().as_deref() {
+        Some("WFNF0") => not_found("instance", id),
+        Some("WFCF0") => StoreError::Conflict {
+            instance: id.to_owned(),
+            expected: commit.expected_version,
+            actual: number(),
+        },
+        Some("WFFN0") => StoreError::Fenced {
+            resource: instance_resource(id),
+            token: commit.lease_token,
+            current: number(),
+        },
+        Some("WFRX0") => StoreError::ReceiptExists {
+            instance: id.to_owned(),
+            stimulus_id: message,
+        },
+        Some("WFBK0") => StoreError::AlreadyExists {
+            what: "bookmark",
+            id: message,
+        },
+        Some("WFTM0") => StoreError::AlreadyExists {
+            what: "timer",
+            id: message,
+        },
+        _ => error.into(),
+    }
 }
 
 pub(super) async fn request_control(
@@ -712,6 +629,80 @@ pub(super) async fn acquire_lease(
         resource: instance_resource(id),
         holder: row.try_get::<Option<String>, _>(0)?.unwrap_or_default(),
         until: row.try_get::<Option<i64>, _>(1)?.unwrap_or_default(),
+    })
+}
+
+/// Takes (or, with `token`, refreshes) an instance's lease and reads the instance in one
+/// statement (ST-14): an `UPDATE .. RETURNING` of the instance row, state included, so a
+/// run's claim is one round trip in its own implicit transaction. The `WHERE` re-checks the
+/// lease once the row is locked, so two processes can never both get it. Only when nothing
+/// was updated does a second read tell `NotFound` from `LeaseHeld` (or `Fenced`).
+pub(super) async fn claim_instance(
+    c: &mut Conn,
+    s: &Schema,
+    id: &str,
+    claim: &LeaseClaim,
+) -> StoreResult<ClaimedRecord<String>> {
+    let expires_at = claim.now.saturating_add(claim.ttl);
+    let row = match claim.token {
+        None => {
+            sqlx::query(&s.sql(&format!(
+                "UPDATE @wf_instances SET lease_token = lease_token + 1, lease_owner = $2,
+                    lease_expires_at = $3
+                 WHERE instance_id = $1
+                   AND (lease_owner IS NULL OR lease_expires_at IS NULL OR lease_expires_at <= $4)
+                 RETURNING {INSTANCE_COLS}"
+            )))
+            .bind(id)
+            .bind(&claim.owner)
+            .bind(expires_at)
+            .bind(claim.now)
+            .fetch_optional(&mut *c)
+            .await?
+        }
+        Some(token) => {
+            sqlx::query(&s.sql(&format!(
+                "UPDATE @wf_instances SET lease_expires_at = $2
+                 WHERE instance_id = $1 AND lease_owner IS NOT NULL AND lease_token = $3
+                 RETURNING {INSTANCE_COLS}"
+            )))
+            .bind(id)
+            .bind(expires_at)
+            .bind(to_i64(token))
+            .fetch_optional(&mut *c)
+            .await?
+        }
+    };
+    if let Some(row) = row {
+        let record = instance_from_row(id, &row)?;
+        let token: i64 = row.try_get(8)?;
+        return Ok(ClaimedRecord {
+            lease: Lease {
+                token: to_u64(token),
+                expires_at,
+            },
+            record,
+        });
+    }
+    let row = sqlx::query(&s.sql(
+        "SELECT lease_owner, lease_expires_at, lease_token FROM @wf_instances
+         WHERE instance_id = $1",
+    ))
+    .bind(id)
+    .fetch_optional(&mut *c)
+    .await?
+    .ok_or_else(|| not_found("instance", id))?;
+    Err(match claim.token {
+        None => StoreError::LeaseHeld {
+            resource: instance_resource(id),
+            holder: row.try_get::<Option<String>, _>(0)?.unwrap_or_default(),
+            until: row.try_get::<Option<i64>, _>(1)?.unwrap_or_default(),
+        },
+        Some(token) => StoreError::Fenced {
+            resource: instance_resource(id),
+            token,
+            current: to_u64(row.try_get(2)?),
+        },
     })
 }
 
@@ -971,23 +962,83 @@ const TRIGGER_COLS: &str = "definition_name, node_id, hash, definition_version, 
     key_display, payload, activation, registered_at";
 
 fn trigger_from_row(row: &PgRow) -> StoreResult<TriggerRow> {
-    let definition_name: String = row.try_get(0)?;
-    let node_id: String = row.try_get(1)?;
-    let hash: String = row.try_get(2)?;
+    trigger_from_row_at(row, 0)
+}
+
+/// Reads `TRIGGER_COLS` starting at column `at`.
+fn trigger_from_row_at(row: &PgRow, at: usize) -> StoreResult<TriggerRow> {
+    let definition_name: String = row.try_get(at)?;
+    let node_id: String = row.try_get(at + 1)?;
+    let hash: String = row.try_get(at + 2)?;
     let id = format!("{definition_name}/{node_id}/{hash}");
-    let payload: String = row.try_get(6)?;
-    let activation: String = row.try_get(7)?;
+    let payload: String = row.try_get(at + 6)?;
+    let activation: String = row.try_get(at + 7)?;
     Ok(TriggerRow {
         payload: decode_json("trigger", &id, "payload", &payload)?,
         activation: decode_json("trigger", &id, "activation", &activation)?,
-        definition_version: row.try_get(3)?,
-        name: row.try_get(4)?,
-        key_display: row.try_get(5)?,
-        registered_at: row.try_get(8)?,
+        definition_version: row.try_get(at + 3)?,
+        name: row.try_get(at + 4)?,
+        key_display: row.try_get(at + 5)?,
+        registered_at: row.try_get(at + 8)?,
         definition_name,
         node_id,
         hash,
     })
+}
+
+/// A send's routing reads in one statement (RT-15, RT-17): the trigger rows with any of
+/// `hashes` and the first page of bookmarks matching `query`, as one `UNION ALL` whose rows
+/// say which they are (column 0) and carry the trigger columns (from 1) or the bookmark
+/// columns (from 10), the others `NULL`.
+pub(super) async fn find_routes(
+    c: &mut Conn,
+    s: &Schema,
+    hashes: &[String],
+    query: &BookmarkQuery,
+) -> StoreResult<(Vec<TriggerRow>, Vec<BookmarkRow>)> {
+    const NO_TRIGGER: &str = "NULL::TEXT, NULL::TEXT, NULL::TEXT, NULL::TEXT, NULL::TEXT, \
+        NULL::TEXT, NULL::TEXT, NULL::TEXT, NULL::BIGINT";
+    const NO_BOOKMARK: &str = "NULL::TEXT, NULL::TEXT, NULL::TEXT, NULL::TEXT, NULL::TEXT, \
+        NULL::BIGINT, NULL::TEXT, NULL::TEXT, NULL::TEXT, NULL::BIGINT, NULL::BIGINT";
+    let (after_at, after_id) = match &query.after {
+        Some((at, id)) => (Some(*at), Some(id.as_str())),
+        None => (None, None),
+    };
+    let rows = sqlx::query(&s.sql(&format!(
+        "SELECT 0, {TRIGGER_COLS}, {NO_BOOKMARK} FROM @wf_triggers WHERE hash = ANY($1)
+         UNION ALL
+         (SELECT 1, {NO_TRIGGER}, {BOOKMARK_COLS} FROM @wf_bookmarks
+          WHERE hash = $2
+            AND ($3::text IS NULL OR instance_id = $3)
+            AND ($4::text IS NULL OR correlation_id = $4)
+            AND ($5::text IS NULL OR bookmark_id = $5)
+            AND ($6::bigint IS NULL OR (created_at, bookmark_id) > ($6, $7))
+          ORDER BY created_at, bookmark_id LIMIT $8)"
+    )))
+    .bind(hashes)
+    .bind(&query.hash)
+    .bind(&query.instance_id)
+    .bind(&query.correlation_id)
+    .bind(&query.bookmark_id)
+    .bind(after_at)
+    .bind(after_id)
+    .bind(limit_i64(query.limit))
+    .fetch_all(&mut *c)
+    .await?;
+    let (mut triggers, mut bookmarks) = (Vec::new(), Vec::new());
+    for row in &rows {
+        if row.try_get::<i32, _>(0)? == 0 {
+            triggers.push(trigger_from_row_at(row, 1)?);
+        } else {
+            bookmarks.push(bookmark_from_row_at(row, 10)?);
+        }
+    }
+    // The orders of `find_triggers` and `find_bookmarks` (text keys collate as bytes).
+    triggers.sort_by(|a, b| {
+        (&a.definition_name, &a.node_id, &a.hash).cmp(&(&b.definition_name, &b.node_id, &b.hash))
+    });
+    bookmarks.sort_by(|a, b| (a.created_at, &a.bookmark_id).cmp(&(b.created_at, &b.bookmark_id)));
+    Ok((triggers, bookmarks))
 }
 
 /// Writes a definition's trigger changes (ST-7), under an advisory lock on the definition so

@@ -62,7 +62,174 @@ impl Schema {
 pub(super) const MIGRATIONS: &[(u32, &str, &str)] = &[
     (1, "0001_init", MIGRATION_0001),
     (2, "0002_definitions", MIGRATION_0002),
+    (3, "0003_commit_function", MIGRATION_0003),
 ];
+
+/// The commit of a run as one server-side function, so a commit is one round trip instead
+/// of a statement per row (ST-16): it locks the instance row, checks the expected version and
+/// the lease token (ST-13, ST-14), and writes receipts, the bookmark and timer diffs, the
+/// journal (with its cap, ENG-42), the consumed queue items, control requests for other
+/// instances, resolved incidents and the instance row.
+/// Every row set arrives as arrays expanded with `unnest`, every value as a parameter. A
+/// refused commit raises an error with one of the `WF` SQL states below, naming what refused
+/// it in the message, so nothing of it is written:
+///
+/// * `WFNF0`: unknown instance; `WFCF0`: stale version (message: the current version);
+/// * `WFFN0`: superseded or released token (message: the current token);
+/// * `WFRX0`: receipt exists (message: the stimulus id);
+/// * `WFBK0` / `WFTM0`: a bookmark / timer id exists (message: the id).
+///
+/// It returns the new version and the definition name (for the incidents a commit opens).
+///
+/// The migration also adds the instance row's `listing` column: what a listing shows of an
+/// instance (where it is, what it waits for), written by every commit and creation, so a
+/// listing reads no state document (`NULL` for rows written before it: a listing then reads
+/// their document).
+const MIGRATION_0003: &str = r#"
+ALTER TABLE @wf_instances ADD COLUMN listing TEXT;
+
+CREATE FUNCTION @wf_commit(
+    p_id TEXT, p_expected BIGINT, p_token BIGINT, p_now BIGINT, p_state TEXT,
+    p_status TEXT, p_sub_status TEXT, p_correlation TEXT, p_finished_at BIGINT,
+    p_clear_control BOOLEAN, p_release BOOLEAN,
+    p_receipts TEXT[], p_bookmarks_removed TEXT[],
+    p_bm_ids TEXT[], p_bm_hashes TEXT[], p_bm_names TEXT[], p_bm_nodes TEXT[],
+    p_bm_contexts BIGINT[], p_bm_look_backs BIGINT[], p_bm_created BIGINT[],
+    p_timers_removed TEXT[], p_tm_ids TEXT[], p_tm_kinds TEXT[], p_tm_due BIGINT[],
+    p_timers_parked BOOLEAN, p_clear_waits BOOLEAN,
+    p_compact_through BIGINT, p_compact_at BIGINT, p_compact_kind TEXT,
+    p_compact_context BIGINT, p_compact_node TEXT, p_compact_detail TEXT,
+    p_jn_at BIGINT[], p_jn_kinds TEXT[], p_jn_contexts BIGINT[], p_jn_nodes TEXT[],
+    p_jn_details TEXT[], p_max_journal BIGINT, p_consumed TEXT[],
+    p_control_targets TEXT[], p_control_texts TEXT[],
+    p_resolved_ids TEXT[], p_resolutions TEXT[],
+    p_listing TEXT
+) RETURNS TABLE (new_version BIGINT, definition TEXT)
+LANGUAGE plpgsql AS $body$
+DECLARE
+    cur RECORD;
+    taken TEXT;
+    last_seq BIGINT;
+BEGIN
+    SELECT i.version, i.lease_owner, i.lease_token, i.definition_name,
+           i.definition_version, i.correlation_id
+      INTO cur FROM @wf_instances i WHERE i.instance_id = p_id FOR UPDATE;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION USING ERRCODE = 'WFNF0', MESSAGE = p_id;
+    END IF;
+    IF cur.version <> p_expected THEN
+        RAISE EXCEPTION USING ERRCODE = 'WFCF0', MESSAGE = cur.version::TEXT;
+    END IF;
+    IF cur.lease_owner IS NULL OR cur.lease_token <> p_token THEN
+        RAISE EXCEPTION USING ERRCODE = 'WFFN0', MESSAGE = cur.lease_token::TEXT;
+    END IF;
+    IF cardinality(p_receipts) > 0 THEN
+        SELECT r.s INTO taken FROM unnest(p_receipts) WITH ORDINALITY AS r(s, n)
+         WHERE EXISTS (SELECT 1 FROM @wf_receipts x
+                       WHERE x.instance_id = p_id AND x.stimulus_id = r.s)
+            OR EXISTS (SELECT 1 FROM unnest(p_receipts) WITH ORDINALITY AS d(s, n)
+                       WHERE d.s = r.s AND d.n < r.n)
+         ORDER BY r.n LIMIT 1;
+        IF taken IS NOT NULL THEN
+            RAISE EXCEPTION USING ERRCODE = 'WFRX0', MESSAGE = taken;
+        END IF;
+        INSERT INTO @wf_receipts (instance_id, stimulus_id, at)
+        SELECT p_id, r.s, p_now FROM unnest(p_receipts) AS r(s);
+    END IF;
+    IF cardinality(p_bookmarks_removed) > 0 THEN
+        DELETE FROM @wf_bookmarks
+         WHERE instance_id = p_id AND bookmark_id = ANY(p_bookmarks_removed);
+    END IF;
+    IF cardinality(p_bm_ids) > 0 THEN
+        SELECT b.id INTO taken FROM unnest(p_bm_ids) WITH ORDINALITY AS b(id, n)
+         WHERE EXISTS (SELECT 1 FROM @wf_bookmarks x WHERE x.bookmark_id = b.id)
+            OR EXISTS (SELECT 1 FROM unnest(p_bm_ids) WITH ORDINALITY AS d(id, n)
+                       WHERE d.id = b.id AND d.n < b.n)
+         ORDER BY b.n LIMIT 1;
+        IF taken IS NOT NULL THEN
+            RAISE EXCEPTION USING ERRCODE = 'WFBK0', MESSAGE = taken;
+        END IF;
+        INSERT INTO @wf_bookmarks (bookmark_id, instance_id, hash, name, node_id, context_id,
+            correlation_id, definition_name, definition_version, look_back, created_at)
+        SELECT b.id, p_id, b.hash, b.name, b.node, b.context, p_correlation,
+               cur.definition_name, cur.definition_version, b.look_back, b.created
+          FROM unnest(p_bm_ids, p_bm_hashes, p_bm_names, p_bm_nodes, p_bm_contexts,
+                      p_bm_look_backs, p_bm_created)
+               AS b(id, hash, name, node, context, look_back, created);
+    END IF;
+    IF cur.correlation_id IS DISTINCT FROM p_correlation THEN
+        UPDATE @wf_bookmarks SET correlation_id = p_correlation
+         WHERE instance_id = p_id AND correlation_id IS DISTINCT FROM p_correlation;
+    END IF;
+    IF cardinality(p_timers_removed) > 0 THEN
+        DELETE FROM @wf_timers WHERE instance_id = p_id AND timer_id = ANY(p_timers_removed);
+    END IF;
+    IF cardinality(p_tm_ids) > 0 THEN
+        SELECT t.id INTO taken FROM unnest(p_tm_ids) WITH ORDINALITY AS t(id, n)
+         WHERE EXISTS (SELECT 1 FROM @wf_timers x WHERE x.timer_id = t.id)
+            OR EXISTS (SELECT 1 FROM unnest(p_tm_ids) WITH ORDINALITY AS d(id, n)
+                       WHERE d.id = t.id AND d.n < t.n)
+         ORDER BY t.n LIMIT 1;
+        IF taken IS NOT NULL THEN
+            RAISE EXCEPTION USING ERRCODE = 'WFTM0', MESSAGE = taken;
+        END IF;
+        INSERT INTO @wf_timers (timer_id, instance_id, kind, due_at, parked)
+        SELECT t.id, p_id, t.kind, t.due, FALSE
+          FROM unnest(p_tm_ids, p_tm_kinds, p_tm_due) AS t(id, kind, due);
+    END IF;
+    IF p_timers_parked IS NOT NULL THEN
+        UPDATE @wf_timers SET parked = p_timers_parked WHERE instance_id = p_id;
+    END IF;
+    IF p_clear_waits THEN
+        DELETE FROM @wf_bookmarks WHERE instance_id = p_id;
+        DELETE FROM @wf_timers WHERE instance_id = p_id;
+    END IF;
+    IF p_compact_through IS NOT NULL THEN
+        DELETE FROM @wf_journal WHERE instance_id = p_id AND seq <= p_compact_through;
+        INSERT INTO @wf_journal (instance_id, seq, at, kind, context_id, node_id, detail)
+        VALUES (p_id, p_compact_through, p_compact_at, p_compact_kind, p_compact_context,
+                p_compact_node, p_compact_detail);
+    END IF;
+    IF cardinality(p_jn_at) > 0 THEN
+        SELECT COALESCE(MAX(j.seq), 0) INTO last_seq FROM @wf_journal j
+         WHERE j.instance_id = p_id;
+        INSERT INTO @wf_journal (instance_id, seq, at, kind, context_id, node_id, detail)
+        SELECT p_id, last_seq + e.n, e.at, e.kind, e.context, e.node, e.detail
+          FROM unnest(p_jn_at, p_jn_kinds, p_jn_contexts, p_jn_nodes, p_jn_details)
+               WITH ORDINALITY AS e(at, kind, context, node, detail, n);
+    END IF;
+    IF p_max_journal IS NOT NULL THEN
+        DELETE FROM @wf_journal WHERE instance_id = p_id AND seq <= (
+            SELECT j.seq FROM @wf_journal j WHERE j.instance_id = p_id
+             ORDER BY j.seq DESC LIMIT 1 OFFSET p_max_journal);
+    END IF;
+    IF cardinality(p_consumed) > 0 THEN
+        DELETE FROM @wf_queue WHERE item_id = ANY(p_consumed);
+    END IF;
+    IF cardinality(p_resolved_ids) > 0 THEN
+        UPDATE @wf_incidents x SET resolved_at = p_now, resolution = r.resolution
+          FROM unnest(p_resolved_ids, p_resolutions) AS r(id, resolution)
+         WHERE x.incident_id = r.id AND x.instance_id = p_id AND x.resolved_at IS NULL;
+    END IF;
+    IF cardinality(p_control_targets) > 0 THEN
+        UPDATE @wf_instances x SET control_request = c.request
+          FROM unnest(p_control_targets, p_control_texts) AS c(target, request)
+         WHERE x.instance_id = c.target AND x.status NOT IN ('finished', 'cancelled');
+    END IF;
+    UPDATE @wf_instances SET
+        version = version + 1, state = p_state, state_size = octet_length(p_state),
+        status = p_status, sub_status = p_sub_status, correlation_id = p_correlation,
+        updated_at = p_now, finished_at = p_finished_at, listing = p_listing,
+        control_request = CASE WHEN p_clear_control THEN NULL ELSE control_request END,
+        lease_owner = CASE WHEN p_release THEN NULL ELSE lease_owner END,
+        lease_expires_at = CASE WHEN p_release THEN NULL ELSE lease_expires_at END
+     WHERE instance_id = p_id;
+    new_version := cur.version + 1;
+    definition := cur.definition_name;
+    RETURN NEXT;
+END
+$body$
+"#;
 
 /// Recorded definitions: each registered version's JSON form and fingerprint, so tools (the
 /// `workflow` command) can draw and explain an instance without the application's code.
@@ -305,13 +472,36 @@ async fn migrate_inner(pool: &PgPool, schema: &Schema, mode: MigrateMode) -> Sto
     }
 }
 
-/// Runs a migration script statement by statement (the texts have no `;` but between
-/// statements).
+/// Runs a migration script statement by statement: the texts have no `;` but between
+/// statements, except inside a `$body$`-quoted function body, which stays whole.
 async fn execute_script(c: &mut PgConnection, script: &str) -> StoreResult<()> {
-    for statement in script.split(';').map(str::trim).filter(|s| !s.is_empty()) {
+    for statement in split_script(script) {
         sqlx::query(statement).execute(&mut *c).await?;
     }
     Ok(())
+}
+
+/// The statements of a migration script: split at each `;` outside `$body$` quotes.
+fn split_script(script: &str) -> Vec<&str> {
+    const QUOTE: &str = "$body$";
+    let mut statements = Vec::new();
+    let (mut start, mut at, mut quoted) = (0, 0, false);
+    while at < script.len() {
+        let rest = &script[at..];
+        if rest.starts_with(QUOTE) {
+            quoted = !quoted;
+            at += QUOTE.len();
+        } else if !quoted && rest.starts_with(';') {
+            statements.push(script[start..at].trim());
+            at += 1;
+            start = at;
+        } else {
+            at += rest.chars().next().map_or(1, char::len_utf8);
+        }
+    }
+    statements.push(script[start..].trim());
+    statements.retain(|s| !s.is_empty());
+    statements
 }
 
 /// One step of [`migrate`], inside its transaction: takes the lock, checks what is applied,

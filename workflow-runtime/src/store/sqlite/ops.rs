@@ -233,7 +233,8 @@ fn commit_tx(c: &Connection, commit: &Commit<String>) -> StoreResult<u64> {
             correlation_id = ?5, updated_at = ?6, finished_at = ?7,
             control_request = CASE WHEN ?8 THEN NULL ELSE control_request END,
             lease_owner = CASE WHEN ?9 THEN NULL ELSE lease_owner END,
-            lease_expires_at = CASE WHEN ?9 THEN NULL ELSE lease_expires_at END
+            lease_expires_at = CASE WHEN ?9 THEN NULL ELSE lease_expires_at END,
+            listing = ?11
          WHERE instance_id = ?10",
     )?
     .execute(rusqlite::params![
@@ -247,6 +248,7 @@ fn commit_tx(c: &Connection, commit: &Commit<String>) -> StoreResult<u64> {
         commit.clear_control_request,
         commit.release_lease,
         id,
+        commit.listing,
     ])?;
     Ok(version + 1)
 }
@@ -275,8 +277,9 @@ fn insert_instance_tx(c: &Connection, i: &NewInstance<String>) -> StoreResult<()
         .prepare_cached(
             "INSERT INTO wf_instances (instance_id, definition_name, definition_version,
                 status, sub_status, correlation_id, version, lease_token, origin_at,
-                created_at, updated_at, finished_at, state, state_size, activation_scope)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, 1, 0, ?7, ?8, ?8, ?9, ?10, ?11, ?12)",
+                created_at, updated_at, finished_at, state, state_size, activation_scope,
+                listing)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, 1, 0, ?7, ?8, ?8, ?9, ?10, ?11, ?12, ?13)",
         )?
         .execute(rusqlite::params![
             i.instance_id,
@@ -291,6 +294,7 @@ fn insert_instance_tx(c: &Connection, i: &NewInstance<String>) -> StoreResult<()
             state,
             limit_i64(state.len()),
             i.activation_scope,
+            i.listing,
         ]);
     match inserted {
         Ok(_) => {}

@@ -13,12 +13,12 @@ use crate::store::{
 
 pub(super) const INSTANCE_COLS: &str = "instance_id, definition_name, definition_version, status, \
     sub_status, correlation_id, version, lease_owner, lease_token, lease_expires_at, \
-    control_request, origin_at, created_at, updated_at, finished_at";
+    control_request, origin_at, created_at, updated_at, finished_at, listing";
 
-/// Decodes one instance row with its state (column 15) as stored (ST-22).
+/// Decodes one instance row with its state (column 16) as stored (ST-22).
 pub(super) fn instance_from_row(id: &str, row: &Row<'_>) -> StoreResult<InstanceRecord<String>> {
     let summary = summary_from_row(id, row)?;
-    let state: String = row.get(15).map_err(|e| StoreError::Decode {
+    let state: String = row.get(16).map_err(|e| StoreError::Decode {
         what: "instance",
         id: id.to_owned(),
         path: "state".to_owned(),
@@ -51,6 +51,7 @@ pub(super) fn summary_from_row(id: &str, row: &Row<'_>) -> StoreResult<InstanceS
         created_at: row.get(12).map_err(col)?,
         updated_at: row.get(13).map_err(col)?,
         finished_at: row.get(14).map_err(col)?,
+        listing: row.get(15).map_err(col)?,
     }
     .decode(id)
 }

@@ -19,6 +19,7 @@ const MIGRATIONS: &[(u32, &str, &str)] = &[
     (5, "0005_trigger_schedules", MIGRATION_0005),
     (6, "0006_definitions", MIGRATION_0006),
     (7, "0007_child_waits", MIGRATION_0007),
+    (8, "0008_instance_listing", MIGRATION_0008),
 ];
 
 /// Recorded definitions: each registered version's JSON form, so tools can show a
@@ -39,6 +40,13 @@ CREATE TABLE wf_definitions (
 const MIGRATION_0007: &str = r"
 CREATE INDEX wf_bookmarks_child_waits ON wf_bookmarks (bookmark_id)
     WHERE name = 'wf.sub_workflow';
+";
+
+/// What a listing shows of an instance (where it is, what it waits for), written by every
+/// commit and creation beside the state, so a listing reads no state document (`NULL` for
+/// rows written before: a listing reads their document).
+const MIGRATION_0008: &str = r"
+ALTER TABLE wf_instances ADD COLUMN listing TEXT;
 ";
 
 const MIGRATION_0001: &str = r"
