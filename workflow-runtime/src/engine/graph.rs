@@ -2,11 +2,41 @@
 //! per-kind data the activities need, built once per registered definition.
 
 use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
 
 use workflow_model::{
     Activity, Definition, Flowchart, FlowchartAnalysis, JoinMode, ParallelMode, RetryPolicy,
     SagaOnFailure, StateMachine, SubWorkflowMode, SwitchMode, analyze_flowchart,
 };
+
+/// A map keyed by node ids. A run looks a node up by its id at nearly every step; the ids are
+/// short strings of the definition, which the program registers, so FNV-1a serves them (a
+/// fraction of SipHash's cost per lookup) without the keyed hash's protection against chosen
+/// collisions, which keys a program chose itself do not need.
+pub(crate) type NodeIds<V> = HashMap<String, V, BuildHasherDefault<NodeIdHasher>>;
+
+/// FNV-1a over the bytes written (64 bits).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct NodeIdHasher(u64);
+
+impl Default for NodeIdHasher {
+    fn default() -> Self {
+        Self(0xcbf2_9ce4_8422_2325)
+    }
+}
+
+impl Hasher for NodeIdHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        for byte in bytes {
+            self.0 ^= u64::from(*byte);
+            self.0 = self.0.wrapping_mul(0x0100_0000_01b3);
+        }
+    }
+
+    fn finish(&self) -> u64 {
+        self.0
+    }
+}
 
 /// Index of a node in [`Graph::nodes`].
 pub(crate) type NodeIndex = usize;
@@ -18,7 +48,7 @@ pub(crate) type NamedRefs<'a> = Vec<(&'a str, &'a str)>;
 #[derive(Debug)]
 pub(crate) struct Graph {
     pub(crate) nodes: Vec<Node>,
-    by_id: HashMap<String, NodeIndex>,
+    by_id: NodeIds<NodeIndex>,
     /// The workflow's retry policy, which a task's own overrides field by field (FLT-2).
     default_retry: Option<RetryPolicy>,
     /// The definition's commit strategy (ENG-32); `None`: the runtime's.
@@ -186,7 +216,7 @@ pub(crate) struct FlowchartNode {
     /// Local id of each node (`review`), by local index: the keys of its run state (FC-10).
     pub(crate) names: Vec<String>,
     /// Local index by the node's full path id.
-    pub(crate) local: HashMap<String, usize>,
+    pub(crate) local: NodeIds<usize>,
     /// Each connection, in declaration order (same indexes as the analysis).
     pub(crate) connections: Vec<FlowConnection>,
     /// The validator's analysis (start, forward/backward split, loops).
@@ -337,7 +367,7 @@ impl Graph {
     pub(crate) fn build(definition: &Definition) -> Result<Self, GraphError> {
         let mut graph = Graph {
             nodes: Vec::new(),
-            by_id: HashMap::new(),
+            by_id: NodeIds::default(),
             default_retry: definition.retry.clone(),
             commit_strategy: definition.commit_strategy,
         };
@@ -718,7 +748,7 @@ impl Graph {
     /// indexes, and the validator's analysis computed once (FC-5, FC-6, FC-16).
     fn flowchart(&mut self, f: &Flowchart, index: NodeIndex) -> Result<FlowchartNode, GraphError> {
         let mut children = Vec::with_capacity(f.nodes.len());
-        let mut local = HashMap::new();
+        let mut local = NodeIds::default();
         let mut triggers = Vec::new();
         let names = f.nodes.iter().map(|n| n.id().to_owned()).collect();
         for (i, node) in f.nodes.iter().enumerate() {

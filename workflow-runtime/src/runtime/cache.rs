@@ -52,7 +52,7 @@ impl StateCache {
         // state the normalization above does not bring to its decoded form.
         #[cfg(debug_assertions)]
         {
-            let decoded = serde_json::from_str::<WorkflowState>(&document);
+            let decoded = super::commit::decode_document(&state.instance_id, &document);
             debug_assert!(
                 decoded.as_ref().is_ok_and(|decoded| *decoded == state),
                 "a kept state differs from its decoded document: {decoded:?} != {state:?}"
