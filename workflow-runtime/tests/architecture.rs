@@ -701,3 +701,61 @@ fn a_module_the_layering_does_not_place_fails_and_so_does_one_of_a_single_layer(
         ]
     );
 }
+
+/// The methods a backend implements: the `fn` items of `pub trait Store`'s body (its
+/// comments stripped), whether or not they have a default body.
+fn store_trait_methods(source: &str) -> Vec<String> {
+    let text = strip(source);
+    let Some(start) = text.find("pub trait Store:") else {
+        return Vec::new();
+    };
+    let body = &text[start..];
+    let Some(open) = body.find('{') else {
+        return Vec::new();
+    };
+    let mut depth = 0usize;
+    let mut methods = Vec::new();
+    let chars: Vec<char> = body[open..].chars().collect();
+    let mut i = 0;
+    while i < chars.len() {
+        match chars[i] {
+            '{' => depth += 1,
+            '}' => {
+                depth -= 1;
+                if depth == 0 {
+                    break;
+                }
+            }
+            'f' if depth == 1
+                && chars[i..].starts_with(&['f', 'n', ' '])
+                && (i == 0 || !is_ident(chars[i - 1])) =>
+            {
+                let name: String = chars[i + 3..]
+                    .iter()
+                    .take_while(|c| is_ident(**c))
+                    .collect();
+                methods.push(name);
+            }
+            _ => {}
+        }
+        i += 1;
+    }
+    methods
+}
+
+#[test]
+fn the_store_trait_has_at_most_thirty_methods() {
+    let path = crate_root().join("src/store/backend.rs");
+    let source = fs::read_to_string(&path).expect("src/store/backend.rs reads");
+    let methods = store_trait_methods(&source);
+    assert!(
+        methods.len() >= 20,
+        "the count found too few methods to be the trait's: {methods:?}"
+    );
+    assert!(
+        methods.len() <= 30,
+        "`Store` has {} methods, more than the thirty a backend should have to write \
+         (an optional operation belongs in a capability trait): {methods:?}",
+        methods.len()
+    );
+}

@@ -316,6 +316,21 @@ pub trait ChildWaitIndex: Send + Sync {
     ) -> BoxFuture<'_, StoreResult<Vec<BookmarkRow>>>;
 }
 
+/// The optional capability of answering a send's routing reads in one round trip (offered
+/// through [`Store::capabilities`]): the trigger rows with any of `hashes` (none when it is
+/// empty) and the first page of bookmark rows matching `bookmarks`, exactly as
+/// [`Store::find_triggers`] and [`Store::find_bookmarks`] return them (RT-15, RT-17).
+/// Without it, [`Storage`](super::Storage) runs the two reads at once; a backend whose reads
+/// are round trips to a server offers it to save one.
+pub trait RouteReads: Send + Sync {
+    /// The trigger rows and the first bookmark page a send routes by, read together.
+    fn find_routes(
+        &self,
+        hashes: Vec<String>,
+        bookmarks: BookmarkQuery,
+    ) -> BoxFuture<'_, StoreResult<(Vec<TriggerRow>, Vec<BookmarkRow>)>>;
+}
+
 /// The optional capability of hearing of changes made by other processes (a database
 /// notification, say; offered through [`Store::capabilities`]). [`Storage`](super::Storage)
 /// forwards the hints to its own subscribers (ST-18). A backend only this process writes
@@ -351,6 +366,8 @@ pub struct Capabilities<'a> {
     pub child_waits: Option<&'a dyn ChildWaitIndex>,
     /// Hearing of other processes' changes.
     pub remote_hints: Option<&'a dyn RemoteHints>,
+    /// Reading a send's routes in one round trip.
+    pub routes: Option<&'a dyn RouteReads>,
 }
 
 impl<'a> Capabilities<'a> {
@@ -365,6 +382,13 @@ impl<'a> Capabilities<'a> {
     #[must_use]
     pub fn with_child_waits(mut self, child_waits: &'a dyn ChildWaitIndex) -> Self {
         self.child_waits = Some(child_waits);
+        self
+    }
+
+    /// With the combined routing reads.
+    #[must_use]
+    pub fn with_routes(mut self, routes: &'a dyn RouteReads) -> Self {
+        self.routes = Some(routes);
         self
     }
 
@@ -488,31 +512,6 @@ pub trait Store: Send + Sync + 'static {
         &self,
         select: BookmarkSelect,
     ) -> BoxFuture<'_, StoreResult<Vec<BookmarkRow>>>;
-
-    /// What a send routes by, read together (RT-15, RT-17): the trigger rows with any of
-    /// `hashes` (none when it is empty) and the first page of bookmark rows matching
-    /// `bookmarks`, as [`Store::find_triggers`] and [`Store::find_bookmarks`] return them.
-    /// The default runs both reads at once; a backend can answer them in one round trip.
-    fn find_routes(
-        &self,
-        hashes: Vec<String>,
-        bookmarks: BookmarkQuery,
-    ) -> BoxFuture<'_, StoreResult<(Vec<TriggerRow>, Vec<BookmarkRow>)>> {
-        Box::pin(async move {
-            let triggers = async {
-                if hashes.is_empty() {
-                    Ok(Vec::new())
-                } else {
-                    self.find_triggers(TriggerSelect::Hashes(hashes)).await
-                }
-            };
-            let (triggers, rows) = tokio::join!(
-                triggers,
-                self.find_bookmarks(BookmarkSelect::Hash(bookmarks))
-            );
-            Ok((triggers?, rows?))
-        })
-    }
 
     /// Whether the instance has consumed the stimulus (RT-19).
     fn has_receipt(&self, instance_id: &str, stimulus_id: &str)

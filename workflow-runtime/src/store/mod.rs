@@ -57,7 +57,7 @@ pub mod conformance;
 pub use backend::{
     BookmarkSelect, CHILD_WAIT, Capabilities, ChildWaitIndex, ClaimedRecord, DefinitionRecord,
     DefinitionStore, DueTimers, Enqueue, IncidentQuery, LeaseClaim, LeaseKey, PurgeTarget,
-    RemoteHints, Settled, Settlement, Store, TimerScope, TriggerSelect, TriggerWrite,
+    RemoteHints, RouteReads, Settled, Settlement, Store, TimerScope, TriggerSelect, TriggerWrite,
 };
 pub use error::{StoreError, StoreResult};
 pub use memory::MemoryStore;

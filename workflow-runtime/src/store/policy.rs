@@ -526,7 +526,23 @@ impl Storage {
         mut query: BookmarkQuery,
     ) -> StoreResult<(Vec<TriggerRow>, Vec<BookmarkRow>)> {
         query.limit = page(query.limit, DEFAULT_PAGE);
-        self.store.find_routes(hashes, query).await
+        if let Some(routes) = self.store.capabilities().routes {
+            return routes.find_routes(hashes, query).await;
+        }
+        let triggers = async {
+            if hashes.is_empty() {
+                Ok(Vec::new())
+            } else {
+                self.store
+                    .find_triggers(TriggerSelect::Hashes(hashes))
+                    .await
+            }
+        };
+        let (triggers, rows) = tokio::join!(
+            triggers,
+            self.store.find_bookmarks(BookmarkSelect::Hash(query))
+        );
+        Ok((triggers?, rows?))
     }
 
     /// Bookmarks of parents waiting on a child workflow, in bookmark-id order after `after`

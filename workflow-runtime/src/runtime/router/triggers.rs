@@ -135,7 +135,7 @@ impl Runtime {
     }
 
     /// RT-15, RT-16, RT-13: starts the definitions whose trigger matches (`rows`, from
-    /// [`Store::find_routes`](crate::store::Store::find_routes)).
+    /// [`Storage::find_routes`](crate::store::Storage::find_routes)).
     /// Returns whether an instance was created for it (or found created by an earlier try):
     /// such an instance holds the stimulus's receipt.
     pub(crate) async fn trigger_phase(

@@ -25,9 +25,9 @@ use super::{
     DefinitionRecord, DefinitionStore, DueTimers, Enqueue, IdempotencyRecord, IncidentQuery,
     IncidentRecord, InstanceFilter, InstanceRecord, InstanceStatus, JournalRecord, Lease,
     LeaseClaim, LeaseKey, ListedInstance, Micros, MigrateMode, NewIncident, NewInstance,
-    PurgeTarget, QueueItem, RemoteHints, Renewal, Schedule, ScheduleFiring, Settled, Settlement,
-    Store, StoreError, StoreResult, StoreStats, TimerRow, TimerScope, TriggerRow, TriggerSelect,
-    TriggerWrite, WakeUp,
+    PurgeTarget, QueueItem, RemoteHints, Renewal, RouteReads, Schedule, ScheduleFiring, Settled,
+    Settlement, Store, StoreError, StoreResult, StoreStats, TimerRow, TimerScope, TriggerRow,
+    TriggerSelect, TriggerWrite, WakeUp,
 };
 
 mod notify;
@@ -683,21 +683,6 @@ impl Store for PostgresStore {
         })
     }
 
-    fn find_routes(
-        &self,
-        hashes: Vec<String>,
-        bookmarks: BookmarkQuery,
-    ) -> BoxFuture<'_, StoreResult<(Vec<TriggerRow>, Vec<BookmarkRow>)>> {
-        Box::pin(async move {
-            read!(self, |c| ops::find_routes(
-                c,
-                &self.schema,
-                &hashes,
-                &bookmarks
-            ))
-        })
-    }
-
     fn has_receipt(
         &self,
         instance_id: &str,
@@ -971,6 +956,7 @@ impl Store for PostgresStore {
             .with_remote_hints(self)
             .with_definitions(self)
             .with_child_waits(self)
+            .with_routes(self)
     }
 }
 
@@ -986,6 +972,23 @@ impl ChildWaitIndex for PostgresStore {
                 &self.schema,
                 after.as_deref(),
                 limit
+            ))
+        })
+    }
+}
+
+impl RouteReads for PostgresStore {
+    fn find_routes(
+        &self,
+        hashes: Vec<String>,
+        bookmarks: BookmarkQuery,
+    ) -> BoxFuture<'_, StoreResult<(Vec<TriggerRow>, Vec<BookmarkRow>)>> {
+        Box::pin(async move {
+            read!(self, |c| ops::find_routes(
+                c,
+                &self.schema,
+                &hashes,
+                &bookmarks
             ))
         })
     }
