@@ -1,5 +1,7 @@
 //! Small conversions the backends share: integer columns, JSON columns, `NotFound`, and the
 //! check of a store's recorded migrations against the embedded ones.
+// Built without either SQL backend (`default-features = false`), only `not_found` is used.
+#![cfg_attr(not(any(feature = "sqlite", feature = "postgres")), allow(dead_code))]
 
 use serde_json::Value;
 
