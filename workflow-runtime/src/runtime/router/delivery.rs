@@ -111,21 +111,7 @@ impl Runtime {
         {
             // RT-34: a send to one instance says at once that it is gone or final, queued or
             // not (its status alone: the document is not decoded).
-            match store.instance_status(instance).await {
-                Ok((status, _)) if status.is_final() => {
-                    return Err(SendError::InstanceTerminal {
-                        instance: instance.clone(),
-                        status,
-                    });
-                }
-                Ok(_) => {}
-                Err(StoreError::NotFound { .. }) => {
-                    return Err(SendError::InstanceNotFound {
-                        instance: instance.clone(),
-                    });
-                }
-                Err(error) => return Err(SendError::Store(error)),
-            }
+            self.refuse_gone_or_final(instance).await?;
         }
         let (report, own) = if stimulus.enqueue {
             // RT-23 `Enqueue`: written to the queue untargeted; the worker routes it.
@@ -417,6 +403,22 @@ impl Runtime {
         }
     }
 
+    /// RT-34: a send aimed at one instance is refused at once when the instance is gone or
+    /// final (its status alone: the document is not decoded).
+    async fn refuse_gone_or_final(&self, instance: &str) -> Result<(), SendError> {
+        match self.inner.store.instance_status(instance).await {
+            Ok((status, _)) if status.is_final() => Err(SendError::InstanceTerminal {
+                instance: instance.to_owned(),
+                status,
+            }),
+            Ok(_) => Ok(()),
+            Err(StoreError::NotFound { .. }) => Err(SendError::InstanceNotFound {
+                instance: instance.to_owned(),
+            }),
+            Err(error) => Err(SendError::Store(error)),
+        }
+    }
+
     /// RT-17 to RT-20: resumes every matching bookmark, one run per instance. Returns the
     /// instances to defer (RT-18): busy in another process or pinned to a version this process
     /// does not run (`false`, RT-24), or faulted or paused (`true`: the item is held, it does
@@ -435,21 +437,7 @@ impl Runtime {
     ) -> Result<Vec<(String, bool)>, SendError> {
         let store = &self.inner.store;
         if let Some(instance) = &stimulus.instance_id {
-            match store.instance_status(instance).await {
-                Ok((status, _)) if status.is_final() => {
-                    return Err(SendError::InstanceTerminal {
-                        instance: instance.clone(),
-                        status,
-                    });
-                }
-                Ok(_) => {}
-                Err(StoreError::NotFound { .. }) => {
-                    return Err(SendError::InstanceNotFound {
-                        instance: instance.clone(),
-                    });
-                }
-                Err(error) => return Err(SendError::Store(error)),
-            }
+            self.refuse_gone_or_final(instance).await?;
         }
         let query = self.bookmark_query(stimulus, hash);
         let targets = self

@@ -932,29 +932,47 @@ pub(super) async fn find_bookmarks(
     s: &Schema,
     query: &BookmarkQuery,
 ) -> StoreResult<Vec<BookmarkRow>> {
+    let sql = s.sql(&format!(
+        "SELECT {BOOKMARK_COLS} FROM @wf_bookmarks {}",
+        bookmark_page_filter(1)
+    ));
+    let rows = bind_bookmark_page(sqlx::query(&sql), query)
+        .fetch_all(&mut *c)
+        .await?;
+    rows.iter().map(bookmark_from_row).collect()
+}
+
+/// The `WHERE .. ORDER BY .. LIMIT` of a page of bookmarks matching a [`BookmarkQuery`],
+/// its seven parameters numbered from `$first`, bound by [`bind_bookmark_page`] in order.
+fn bookmark_page_filter(first: usize) -> String {
+    let (hash, instance, correlation, bookmark) = (first, first + 1, first + 2, first + 3);
+    let (after_at, after_id, limit) = (first + 4, first + 5, first + 6);
+    format!(
+        "WHERE hash = ${hash}
+           AND (${instance}::text IS NULL OR instance_id = ${instance})
+           AND (${correlation}::text IS NULL OR correlation_id = ${correlation})
+           AND (${bookmark}::text IS NULL OR bookmark_id = ${bookmark})
+           AND (${after_at}::bigint IS NULL OR (created_at, bookmark_id) > (${after_at}, ${after_id}))
+         ORDER BY created_at, bookmark_id LIMIT ${limit}"
+    )
+}
+
+/// Binds the parameters of [`bookmark_page_filter`], after those already bound.
+fn bind_bookmark_page<'q>(
+    q: sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments>,
+    query: &'q BookmarkQuery,
+) -> sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments> {
     let (after_at, after_id) = match &query.after {
         Some((at, id)) => (Some(*at), Some(id.as_str())),
         None => (None, None),
     };
-    let rows = sqlx::query(&s.sql(&format!(
-        "SELECT {BOOKMARK_COLS} FROM @wf_bookmarks
-         WHERE hash = $1
-           AND ($2::text IS NULL OR instance_id = $2)
-           AND ($3::text IS NULL OR correlation_id = $3)
-           AND ($4::text IS NULL OR bookmark_id = $4)
-           AND ($5::bigint IS NULL OR (created_at, bookmark_id) > ($5, $6))
-         ORDER BY created_at, bookmark_id LIMIT $7"
-    )))
-    .bind(&query.hash)
-    .bind(&query.instance_id)
-    .bind(&query.correlation_id)
-    .bind(&query.bookmark_id)
-    .bind(after_at)
-    .bind(after_id)
-    .bind(limit_i64(query.limit))
-    .fetch_all(&mut *c)
-    .await?;
-    rows.iter().map(bookmark_from_row).collect()
+    q.bind(&query.hash)
+        .bind(&query.instance_id)
+        .bind(&query.correlation_id)
+        .bind(&query.bookmark_id)
+        .bind(after_at)
+        .bind(after_id)
+        .bind(limit_i64(query.limit))
 }
 
 pub(super) async fn list_bookmarks(
@@ -1054,31 +1072,15 @@ pub(super) async fn find_routes(
         NULL::TEXT, NULL::TEXT, NULL::TEXT, NULL::BIGINT";
     const NO_BOOKMARK: &str = "NULL::TEXT, NULL::TEXT, NULL::TEXT, NULL::TEXT, NULL::TEXT, \
         NULL::BIGINT, NULL::TEXT, NULL::TEXT, NULL::TEXT, NULL::BIGINT, NULL::BIGINT";
-    let (after_at, after_id) = match &query.after {
-        Some((at, id)) => (Some(*at), Some(id.as_str())),
-        None => (None, None),
-    };
-    let rows = sqlx::query(&s.sql(&format!(
+    let sql = s.sql(&format!(
         "SELECT 0, {TRIGGER_COLS}, {NO_BOOKMARK} FROM @wf_triggers WHERE hash = ANY($1)
          UNION ALL
-         (SELECT 1, {NO_TRIGGER}, {BOOKMARK_COLS} FROM @wf_bookmarks
-          WHERE hash = $2
-            AND ($3::text IS NULL OR instance_id = $3)
-            AND ($4::text IS NULL OR correlation_id = $4)
-            AND ($5::text IS NULL OR bookmark_id = $5)
-            AND ($6::bigint IS NULL OR (created_at, bookmark_id) > ($6, $7))
-          ORDER BY created_at, bookmark_id LIMIT $8)"
-    )))
-    .bind(hashes)
-    .bind(&query.hash)
-    .bind(&query.instance_id)
-    .bind(&query.correlation_id)
-    .bind(&query.bookmark_id)
-    .bind(after_at)
-    .bind(after_id)
-    .bind(limit_i64(query.limit))
-    .fetch_all(&mut *c)
-    .await?;
+         (SELECT 1, {NO_TRIGGER}, {BOOKMARK_COLS} FROM @wf_bookmarks {})",
+        bookmark_page_filter(2)
+    ));
+    let rows = bind_bookmark_page(sqlx::query(&sql).bind(hashes), query)
+        .fetch_all(&mut *c)
+        .await?;
     let (mut triggers, mut bookmarks) = (Vec::new(), Vec::new());
     for row in &rows {
         if row.try_get::<i32, _>(0)? == 0 {
