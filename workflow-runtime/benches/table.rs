@@ -602,7 +602,11 @@ fn process_usage() -> (f64, u64) {
         .ok()
         .and_then(|stat| {
             // The fields after the command name (which may hold spaces) in parentheses.
-            let rest = stat.rsplit_once(')')?.1.split_whitespace().collect::<Vec<_>>();
+            let rest = stat
+                .rsplit_once(')')?
+                .1
+                .split_whitespace()
+                .collect::<Vec<_>>();
             let ticks = rest.get(11)?.parse::<f64>().ok()? + rest.get(12)?.parse::<f64>().ok()?;
             Some(ticks / 100.0)
         })

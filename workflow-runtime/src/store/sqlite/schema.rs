@@ -328,7 +328,10 @@ pub(super) fn configure(conn: &Connection, options: &SqliteOptions) -> StoreResu
 /// read, tens of microseconds each.
 pub(super) fn tune(conn: &Connection) -> StoreResult<()> {
     conn.set_prepared_statement_cache_capacity(64);
-    conn.set_db_config(rusqlite::config::DbConfig::SQLITE_DBCONFIG_ENABLE_QPSG, true)?;
+    conn.set_db_config(
+        rusqlite::config::DbConfig::SQLITE_DBCONFIG_ENABLE_QPSG,
+        true,
+    )?;
     Ok(())
 }
 
