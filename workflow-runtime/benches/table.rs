@@ -225,9 +225,9 @@ fn print_table(rows: &[Row], reps: usize) {
 
 /// A comma-separated list of numbers from `name`, or `default` when unset or empty; `0`s are
 /// dropped (so `0` alone means none).
-fn env_counts<T: std::str::FromStr + PartialEq + From<u8>>(name: &str, default: &[T]) -> Vec<T>
+fn env_counts<T>(name: &str, default: &[T]) -> Vec<T>
 where
-    T: Clone,
+    T: std::str::FromStr + PartialEq + From<u8> + Clone,
 {
     match std::env::var(name) {
         Ok(v) if !v.trim().is_empty() => v
