@@ -755,3 +755,69 @@ async fn a_column_of_the_wrong_type_is_a_decode_error_naming_it_not_a_transient_
     assert_eq!(path, "attempts", "{error}");
     assert!(!error.is_transient(), "{error:?}");
 }
+
+/// ST-22 for the queue on the server, as on SQLite: a hand-edited, undecodable queue item
+/// fails alone: the claimed page holds the other items, and the bad one becomes a `Rejected`
+/// dead letter that names it and keeps its raw text.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_undecodable_queue_item_does_not_block_the_queue() {
+    let Some(mut conn) = server().await else {
+        return;
+    };
+    let (url, schema) = (database_url(), fresh_schema_name());
+    let _guard = SchemaGuard::new(url.clone(), schema.clone());
+    let store = storage(&url, &schema).await;
+    for (id, at) in [("q1", 1), ("q2", 2), ("q3", 3), ("q4", 4)] {
+        store
+            .enqueue(workflow_runtime::store::conformance::queue_item(
+                id,
+                T0 + at,
+            ))
+            .await
+            .unwrap();
+    }
+    sqlx::query(&format!(
+        "UPDATE \"{schema}\".wf_queue SET payload = '{{broken' WHERE item_id = 'q2'"
+    ))
+    .execute(&mut conn)
+    .await
+    .unwrap();
+    sqlx::query(&format!(
+        "UPDATE \"{schema}\".wf_queue SET targets = 'not json' WHERE item_id = 'q3'"
+    ))
+    .execute(&mut conn)
+    .await
+    .unwrap();
+    let page = store.claim_queue_page("n", T0, TTL, 10).await.unwrap();
+    let ids: Vec<&str> = page.iter().map(|q| q.item_id.as_str()).collect();
+    assert_eq!(ids, ["q1", "q4"]);
+    let dead = store
+        .list_dead_letters(workflow_runtime::store::DeadLetterFilter::all(10))
+        .await
+        .unwrap();
+    let dead_ids: Vec<&str> = dead.iter().map(|d| d.item.item_id.as_str()).collect();
+    assert_eq!(dead_ids.len(), 2, "{dead:?}");
+    assert!(
+        dead_ids.contains(&"q2") && dead_ids.contains(&"q3"),
+        "{dead_ids:?}"
+    );
+    for letter in &dead {
+        assert_eq!(
+            letter.reason,
+            workflow_runtime::store::DeadLetterReason::Rejected
+        );
+        let error = letter.error.as_deref().unwrap_or_default();
+        assert!(error.contains(&letter.item.item_id), "{error}");
+    }
+    let q2 = dead.iter().find(|d| d.item.item_id == "q2").unwrap();
+    assert_eq!(
+        q2.item.payload,
+        serde_json::json!({ "undecodable": "{broken" })
+    );
+    // Gone from the queue: the next claim does not meet them again.
+    let again = store
+        .claim_queue_page("m", T0 + TTL, TTL, 10)
+        .await
+        .unwrap();
+    assert!(again.iter().all(|q| q.item_id != "q2" && q.item_id != "q3"));
+}
