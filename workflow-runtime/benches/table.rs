@@ -535,7 +535,7 @@ async fn durable_rate_prefixed(
     instances: usize,
     duration: Duration,
 ) -> f64 {
-    let runtime = sqlite_runtime(store);
+    let runtime = sqlite_runtime(store.clone());
     for i in 0..instances {
         let id = format!("{prefix}{i}");
         let data = Counter {
@@ -548,6 +548,7 @@ async fn durable_rate_prefixed(
         };
         runtime.start_with::<PingPong>(data, options).await.unwrap();
     }
+    let before = (store.stats().await.unwrap(), process_usage());
     let start = Instant::now();
     let deadline = start + duration;
     let mut tasks = Vec::new();
@@ -569,6 +570,18 @@ async fn durable_rate_prefixed(
         total += task.await.unwrap();
     }
     let secs = start.elapsed().as_secs_f64();
+    if std::env::var_os("TABLE_STATS").is_some() {
+        // Write requests and store transactions per transition (a profile aid).
+        let after = (store.stats().await.unwrap(), process_usage());
+        let per = |n: u64| n as f64 / total.max(1) as f64;
+        eprintln!(
+            "table: {instances} instance(s): {total} transitions; per transition: {:.2} write requests, {:.2} transactions, {:.0} µs of CPU (process), {:.1} context switches",
+            per(after.0.write_requests - before.0.write_requests),
+            per(after.0.transactions - before.0.transactions),
+            (after.1.0 - before.1.0) * 1e6 / total.max(1) as f64,
+            per(after.1.1.saturating_sub(before.1.1)),
+        );
+    }
     let mut counted = 0;
     for i in 0..instances {
         let snapshot = runtime
@@ -580,6 +593,38 @@ async fn durable_rate_prefixed(
     }
     assert_eq!(counted, total, "every transition committed");
     total as f64 / secs
+}
+
+/// The CPU seconds this process used so far (all threads) and the context switches of its
+/// live threads, from `/proc` (zero where it cannot be read): a profile aid of `TABLE_STATS`.
+fn process_usage() -> (f64, u64) {
+    let cpu = std::fs::read_to_string("/proc/self/stat")
+        .ok()
+        .and_then(|stat| {
+            // The fields after the command name (which may hold spaces) in parentheses.
+            let rest = stat
+                .rsplit_once(')')?
+                .1
+                .split_whitespace()
+                .collect::<Vec<_>>();
+            let ticks = rest.get(11)?.parse::<f64>().ok()? + rest.get(12)?.parse::<f64>().ok()?;
+            Some(ticks / 100.0)
+        })
+        .unwrap_or(0.0);
+    let mut switches = 0;
+    if let Ok(tasks) = std::fs::read_dir("/proc/self/task") {
+        for task in tasks.flatten() {
+            let status = std::fs::read_to_string(task.path().join("status")).unwrap_or_default();
+            for line in status.lines() {
+                if let Some((name, n)) = line.split_once(':')
+                    && name.ends_with("ctxt_switches")
+                {
+                    switches += n.trim().parse::<u64>().unwrap_or(0);
+                }
+            }
+        }
+    }
+    (cpu, switches)
 }
 
 fn sqlite_rows(dir: &Path, reps: usize, secs: f64) -> Vec<Row> {

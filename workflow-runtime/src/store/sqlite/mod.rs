@@ -47,7 +47,7 @@ use rows::QUEUE_COLS;
 use schema::migrate_to;
 use schema::{
     check_tables, configure, latest_schema_version, migrate, naming_file, require_current_schema,
-    take_over_dead_claims, take_owner_lock,
+    take_over_dead_claims, take_owner_lock, tune,
 };
 use worker::{reader_loop, writer_loop};
 
@@ -320,7 +320,7 @@ impl SqliteStore {
                 OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
             )?;
             conn.busy_timeout(options.busy_timeout)?;
-            conn.set_prepared_statement_cache_capacity(64);
+            tune(&conn)?;
             Ok(conn)
         };
         let inline = (0..options.readers.max(1))
