@@ -54,6 +54,8 @@
 //! - `TABLE_MACRO` [1]: `0` skips the macro rows.
 //! - `TABLE_ONLY` [all]: a comma-separated subset of `memory,sqlite,routing,recover,timers,macro`.
 //! - `TABLE_SYNC` [full,normal] and `TABLE_INSTANCES` [1,16,64]: a subset of the SQLite rows.
+//! - `TABLE_PG_CLIENTS` [1,8] and `TABLE_PG_PROCESSES` [1,2,4] (`0` for none): a subset of the
+//!   PostgreSQL rows.
 //! - `TABLE_DIR` [a temporary directory]: where the database files and the generated crate go.
 //! - `WORKFLOW_PG_URL`: when set, the table says where the PostgreSQL rows are measured.
 #![allow(
@@ -220,6 +222,22 @@ fn print_table(rows: &[Row], reps: usize) {
 
 // ---------------------------------------------------------------------------------------------
 // Helpers
+
+/// A comma-separated list of numbers from `name`, or `default` when unset or empty; `0`s are
+/// dropped (so `0` alone means none).
+fn env_counts<T>(name: &str, default: &[T]) -> Vec<T>
+where
+    T: std::str::FromStr + PartialEq + From<u8> + Clone,
+{
+    match std::env::var(name) {
+        Ok(v) if !v.trim().is_empty() => v
+            .split(',')
+            .filter_map(|n| n.trim().parse().ok())
+            .filter(|n: &T| *n != T::from(0))
+            .collect(),
+        _ => default.to_vec(),
+    }
+}
 
 fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
     std::env::var(name)
@@ -796,7 +814,7 @@ fn postgres_rows(reps: usize, secs: f64) -> Vec<Row> {
         eprintln!("table: PostgreSQL rows skipped: no server reachable at {url}: {e}");
         return Vec::new();
     }
-    let clients = [1u32, 8];
+    let clients = env_counts("TABLE_PG_CLIENTS", &[1u32, 8]);
     let mut raw: Vec<Vec<f64>> = vec![Vec::new(); clients.len()];
     let mut durable: Vec<Vec<f64>> = vec![Vec::new(); clients.len()];
     for _ in 0..reps {
@@ -818,7 +836,7 @@ fn postgres_rows(reps: usize, secs: f64) -> Vec<Row> {
             )));
         }
     }
-    let processes = [1usize, 2, 4];
+    let processes = env_counts("TABLE_PG_PROCESSES", &[1usize, 2, 4]);
     let mut spread: Vec<Vec<f64>> = vec![Vec::new(); processes.len()];
     for _ in 0..reps {
         for (slot, &n) in processes.iter().enumerate() {
@@ -856,7 +874,9 @@ fn postgres_rows(reps: usize, secs: f64) -> Vec<Row> {
         let ratio = row.median() / raw_median;
         rows.push(row.note(format!("{ratio:.2}x raw ({n} client(s))")));
     }
-    let one = Row::new("postgres", "", "/s", spread[0].clone()).median();
+    let one = spread
+        .first()
+        .map_or(0.0, |s| Row::new("postgres", "", "/s", s.clone()).median());
     for (slot, &n) in processes.iter().enumerate() {
         let row = Row::new(
             "postgres",
