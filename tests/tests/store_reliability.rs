@@ -166,7 +166,7 @@ async fn one_key_one_start(store: Storage) {
         results.iter().any(|r| r
             .as_ref()
             .is_ok_and(|r| !r.duplicate && r.started.len() == 1)),
-        "one send reports the start"
+        "one send reports the start: {results:?}"
     );
     let queued = store
         .claim_queue_page("inspector", now_micros(), 1, 1000)

@@ -201,9 +201,13 @@ impl Runtime {
                     .or_insert_with(|| (own.clone(), 0))
                     .1 += 1;
             }
-            // A send without an idempotency key made its stimulus id just now: only instances
-            // this send starts can have consumed it (RT-19).
-            let fresh = own.is_none();
+            let origin = if own.is_none() {
+                Origin::NewId
+            } else if carried.is_some() {
+                Origin::CarriedOn
+            } else {
+                Origin::Stable
+            };
             let carrying = carried.is_some().then(|| Stimulus {
                 queue: false,
                 ..stimulus.clone()
@@ -214,7 +218,7 @@ impl Runtime {
                     &hash,
                     &stimulus_id,
                     sent_at,
-                    fresh,
+                    origin,
                     own.as_ref(),
                 )
                 .await;
@@ -315,16 +319,15 @@ impl Runtime {
         }
     }
 
-    /// RT-15 to RT-21 for one stimulus: triggers, bookmarks, deferrals, then the queue.
-    /// `fresh`: the stimulus id was made by this send, so no instance it did not start has
-    /// a receipt for it (RT-19) and the bookmark phase need not look receipts up.
+    /// RT-15 to RT-21 for one stimulus: triggers, bookmarks, deferrals, then the queue;
+    /// `origin` says who may have seen the stimulus id before.
     pub(crate) async fn route(
         &self,
         stimulus: &Stimulus,
         hash: &str,
         stimulus_id: &str,
         sent_at: Micros,
-        fresh: bool,
+        origin: Origin,
         own: Option<&IdempotencyRecord>,
     ) -> Result<SendReport, SendError> {
         let mut report = SendReport::empty(stimulus_id.to_owned(), hash.to_owned());
@@ -345,7 +348,7 @@ impl Runtime {
                 .await
                 .map_err(SendError::Store)?;
             (created, found) = self
-                .trigger_phase(rows, stimulus, stimulus_id, sent_at, &mut report)
+                .trigger_phase(rows, stimulus, stimulus_id, sent_at, origin, &mut report)
                 .await?;
             if !created {
                 prefetched = Some(page);
@@ -356,7 +359,7 @@ impl Runtime {
                 stimulus,
                 hash,
                 stimulus_id,
-                fresh && !created,
+                origin == Origin::NewId && !created,
                 prefetched,
                 &mut report,
             )
@@ -738,6 +741,22 @@ fn pending_report(stimulus_id: &str, hash: &str, mark: &str) -> Value {
         fields.insert(SEND_MARK.to_owned(), Value::String(mark.to_owned()));
     }
     report
+}
+
+/// Who may have seen a stimulus id before this routing of it (RT-19).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Origin {
+    /// The id was made by this send (no idempotency key): no instance this send did not
+    /// start has a receipt for it, so the bookmark phase need not look receipts up.
+    NewId,
+    /// The id is stable (an idempotency key, a queued item): an earlier try or a concurrent
+    /// send with the key may have delivered it; an instance found already created by its
+    /// trigger is reported as started, as the send that created it reports it.
+    Stable,
+    /// This send carries on an earlier try that stopped after its first delivery: what that
+    /// try delivered is not this send's doing, so an instance it created is not reported as
+    /// started, and finding nothing new makes this send the duplicate it is.
+    CarriedOn,
 }
 
 /// The field of a stored report naming the send call that wrote it (a fresh id per call),

@@ -15,6 +15,7 @@ use std::time::Duration;
 
 use tokio::sync::{Notify, watch};
 
+use super::delivery::Origin;
 use crate::engine::executor::{RunError, RunTarget};
 use crate::routing::{BOOKMARK_PAGE, Rejection, Stimulus, Targets};
 use crate::runtime::{Inner, Runtime, lock, now_micros};
@@ -164,7 +165,7 @@ impl Runtime {
                         &item.hash,
                         &item.stimulus_id,
                         item.sent_at,
-                        false,
+                        Origin::Stable,
                         None,
                     )
                     .await

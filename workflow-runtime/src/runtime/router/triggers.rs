@@ -6,6 +6,7 @@
 use serde_json::Value;
 use workflow_model::Activation;
 
+use super::delivery::Origin;
 use crate::engine::state::TriggerStart;
 use crate::identity::sha_hex;
 use crate::identity::stimulus_hash;
@@ -145,6 +146,7 @@ impl Runtime {
         stimulus: &Stimulus,
         stimulus_id: &str,
         sent_at: Micros,
+        origin: Origin,
         report: &mut SendReport,
     ) -> Result<(bool, bool), SendError> {
         let mut created = false;
@@ -225,8 +227,9 @@ impl Runtime {
                 .map(|(record, _)| record.clone());
             let existed = match self.inner.store.create_instance(new).await {
                 Ok(_) => false,
-                // A retried send (RT-19) finds the instance it started: it is run if its
-                // first run did not happen, but it is not this send's start.
+                // A concurrent send with the key, or an earlier try of this send (RT-19),
+                // created it: it is run if its first run did not happen, and reported as
+                // started unless this send carries on that earlier try (`Origin`).
                 Err(StoreError::AlreadyExists { .. }) => true,
                 Err(StoreError::ActivationConflict { existing, .. }) => {
                     report.refused.push(Refusal::ActivationRefused {
@@ -240,7 +243,9 @@ impl Runtime {
             created = true;
             found |= existed;
             match self.drive_first(&instance_id).await {
-                Ok(Some(started)) if !existed => report.started.push(started),
+                Ok(Some(started)) if !existed || origin != Origin::CarriedOn => {
+                    report.started.push(started);
+                }
                 Ok(_) => {}
                 Err(error) => report.not_delivered.push(error),
             }
