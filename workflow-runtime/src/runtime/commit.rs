@@ -297,13 +297,12 @@ impl RunCommits<'_> {
                 .collect();
             commit
         };
-        let instance_id = commit.instance_id.clone();
         // ENG-29: a `Conflict` or `Fenced` answer discards the run; the caller gets it typed.
         let version = self
             .store
             .commit(commit)
             .await
-            .map_err(|error| run_store_error(&instance_id, error))?;
+            .map_err(|error| run_store_error(&state.instance_id, error))?;
         let mut tracker = lock(&self.tracker);
         tracker.version = version;
         tracker.bookmarks = committed_bookmarks(&state.bookmarks);
