@@ -584,6 +584,11 @@ workflow! {
 }
 
 workflow! {
+    /// Waits for an `all` event (no key: every waiting instance takes it), then counts it.
+    pub workflow Everyone(Tally) = sequence [event("all"), task(count_one)];
+}
+
+workflow! {
     /// A short durable nap, then a task.
     pub workflow Nap(Tally) = sequence [after(millis(50)), task(after_nap)];
 }
@@ -604,6 +609,7 @@ fn runtime(store: &Arc<FaultyStore>) -> Runtime {
         .register::<Twice>()
         .register::<Nap>()
         .register::<Opened>()
+        .register::<Everyone>()
         .lease_ttl(Duration::from_millis(400))
         .lease_renewal(Duration::from_millis(100))
         .recovery_sweep(Some(Duration::from_millis(100)))
@@ -677,6 +683,70 @@ fn a_failed_commit_leaves_the_state_intact_and_the_retried_send_applies_once() {
             let again = rt.send(send()).await.unwrap();
             assert!(again.duplicate, "{label}: {again:?}");
             assert_eq!(data(&rt, "t-1").await.seen, ["one"], "{label}");
+            rt.shutdown(Duration::from_secs(1)).await;
+        });
+    }
+}
+
+// RT-19: a send to several instances that stops after its first delivery's commit (the next
+// delivery cannot commit, and the send's own last write fails: as if the process died there)
+// is carried on by its retry: the instances not yet delivered get it, the one delivered does
+// not get it twice, and only then is the send answered as a duplicate.
+#[test]
+fn a_send_stopped_after_its_first_delivery_is_carried_on_by_its_retry() {
+    for (label, backend, _dir) in stores() {
+        block_on(async {
+            let store = FaultyStore::new(backend);
+            let rt = runtime(&store);
+            // How many commits one delivery makes.
+            rt.start_with::<Everyone>(tally("e-0"), with_id("e-0"))
+                .await
+                .unwrap();
+            let commits = store.calls(Op::Commit);
+            rt.send(Stimulus::new("all")).await.unwrap();
+            let per_delivery = store.calls(Op::Commit) - commits;
+            assert_eq!(data(&rt, "e-0").await.seen, ["one"], "{label}");
+
+            for id in ["e-1", "e-2"] {
+                rt.start_with::<Everyone>(tally(id), with_id(id))
+                    .await
+                    .unwrap();
+            }
+            store.inject_after(Op::Commit, per_delivery, 100, Fault::Fail);
+            store.inject(Op::Enqueue, 1, Fault::Fail);
+            let send = || Stimulus::new("all").idempotency_key("all/1");
+            let stopped = rt.send(send()).await;
+            assert!(stopped.is_err(), "{label}: {stopped:?}");
+            store.clear();
+            let delivered: Vec<&str> = {
+                let mut delivered = Vec::new();
+                for id in ["e-1", "e-2"] {
+                    if data(&rt, id).await.seen == ["one"] {
+                        delivered.push(id);
+                    }
+                }
+                delivered
+            };
+            assert_eq!(
+                delivered.len(),
+                1,
+                "{label}: one delivery committed: {delivered:?}"
+            );
+
+            let retried = rt.send(send()).await.unwrap();
+            assert!(!retried.duplicate, "{label}: {retried:?}");
+            assert_eq!(retried.resumed.len(), 1, "{label}: {retried:?}");
+            for id in ["e-1", "e-2"] {
+                assert_eq!(data(&rt, id).await.seen, ["one"], "{label}: {id}");
+                assert_eq!(
+                    rt.get_state(id).await.unwrap().unwrap().status(),
+                    WorkflowStatus::Finished,
+                    "{label}: {id}"
+                );
+            }
+            let again = rt.send(send()).await.unwrap();
+            assert!(again.duplicate, "{label}: {again:?}");
+            assert_eq!(again.resumed, retried.resumed, "{label}");
             rt.shutdown(Duration::from_secs(1)).await;
         });
     }

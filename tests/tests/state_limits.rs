@@ -73,12 +73,14 @@ fn registry() -> Registry<Notes> {
             })
         });
     }
-    registry.task("grow", |cx: &mut TaskContext<Notes>| {
-        Box::pin(async move {
-            cx.data_mut().notes.push("x".repeat(3 * LIMIT));
-            Ok(Outcome::done())
+    registry
+        .task("grow", |cx: &mut TaskContext<Notes>| {
+            Box::pin(async move {
+                cx.data_mut().notes.push("x".repeat(3 * LIMIT));
+                Ok(Outcome::done())
+            })
         })
-    })
+        .value("leaf_input", |_: &Notes| Notes::default())
 }
 
 /// Both stores; the temporary directory lives as long as the store is used.
@@ -298,8 +300,9 @@ fn st24_a_start_with_an_input_over_the_limit_is_refused() {
     }
 }
 
-/// `head` -> `tail` -> `grow` (adds 24 KB to the data). With a small step budget, its first
-/// run commits in slices (ENG-10) before it grows too large.
+/// `head` -> starts a `Leaf` child (detached) -> `tail` -> `grow` (adds 24 KB to the data).
+/// With a small step budget, its first run commits in slices (ENG-10), the child with the
+/// first, before it grows too large.
 const COMMITS_FIRST: &str = r#"{
   "name": "CommitsFirst",
   "root": {
@@ -308,13 +311,28 @@ const COMMITS_FIRST: &str = r#"{
     "start": "head",
     "nodes": [
       { "kind": "task", "id": "head", "function": "head" },
+      { "kind": "sub_workflow", "id": "child", "workflow": "Leaf", "mode": "detach",
+        "input": "leaf_input" },
       { "kind": "task", "id": "tail", "function": "tail" },
       { "kind": "task", "id": "grow", "function": "grow" }
     ],
     "connections": [
-      { "source": "head", "target": "tail" },
+      { "source": "head", "target": "child" },
+      { "source": "child", "target": "tail" },
       { "source": "tail", "target": "grow" }
     ]
+  }
+}"#;
+
+/// The child: one task.
+const LEAF: &str = r#"{
+  "name": "Leaf",
+  "root": {
+    "kind": "flowchart",
+    "id": "root",
+    "start": "tail",
+    "nodes": [ { "kind": "task", "id": "tail", "function": "tail" } ],
+    "connections": []
   }
 }"#;
 
@@ -329,6 +347,7 @@ fn st24_a_start_that_committed_before_growing_too_large_stays_faulted() {
             let rt = Runtime::builder()
                 .store(store.clone().with_max_state_bytes(LIMIT))
                 .register_definition(Definition::from_json(COMMITS_FIRST).unwrap(), registry())
+                .register_definition(Definition::from_json(LEAF).unwrap(), registry())
                 .max_steps_per_run(2)
                 .queue_worker(false)
                 .timer_driver(false)
@@ -360,6 +379,19 @@ fn st24_a_start_that_committed_before_growing_too_large_stays_faulted() {
             let incidents = rt.incidents("early-1").await.unwrap().unwrap();
             assert_eq!(incidents.len(), 1, "{label}: {incidents:?}");
             assert_eq!(incidents[0].kind, IncidentKind::StateTooLarge, "{label}");
+            // The child its first commit started is kept with it.
+            let children = store
+                .list_instances(InstanceFilter {
+                    definition_name: Some("Leaf".to_owned()),
+                    ..InstanceFilter::default()
+                })
+                .await
+                .unwrap();
+            assert_eq!(
+                children.len(),
+                1,
+                "{label}: the child was removed: {children:?}"
+            );
         });
     }
 }

@@ -54,6 +54,8 @@
 //! - `TABLE_MACRO` [1]: `0` skips the macro rows.
 //! - `TABLE_ONLY` [all]: a comma-separated subset of `memory,sqlite,routing,recover,timers,macro`.
 //! - `TABLE_SYNC` [full,normal] and `TABLE_INSTANCES` [1,16,64]: a subset of the SQLite rows.
+//! - `TABLE_PG_CLIENTS` [1,8] and `TABLE_PG_PROCESSES` [1,2,4] (`0` for none): a subset of the
+//!   PostgreSQL rows.
 //! - `TABLE_DIR` [a temporary directory]: where the database files and the generated crate go.
 //! - `WORKFLOW_PG_URL`: when set, the table says where the PostgreSQL rows are measured.
 #![allow(
@@ -220,6 +222,22 @@ fn print_table(rows: &[Row], reps: usize) {
 
 // ---------------------------------------------------------------------------------------------
 // Helpers
+
+/// A comma-separated list of numbers from `name`, or `default` when unset or empty; `0`s are
+/// dropped (so `0` alone means none).
+fn env_counts<T>(name: &str, default: &[T]) -> Vec<T>
+where
+    T: std::str::FromStr + PartialEq + From<u8> + Clone,
+{
+    match std::env::var(name) {
+        Ok(v) if !v.trim().is_empty() => v
+            .split(',')
+            .filter_map(|n| n.trim().parse().ok())
+            .filter(|n: &T| *n != T::from(0))
+            .collect(),
+        _ => default.to_vec(),
+    }
+}
 
 fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
     std::env::var(name)
@@ -535,7 +553,7 @@ async fn durable_rate_prefixed(
     instances: usize,
     duration: Duration,
 ) -> f64 {
-    let runtime = sqlite_runtime(store);
+    let runtime = sqlite_runtime(store.clone());
     for i in 0..instances {
         let id = format!("{prefix}{i}");
         let data = Counter {
@@ -548,6 +566,7 @@ async fn durable_rate_prefixed(
         };
         runtime.start_with::<PingPong>(data, options).await.unwrap();
     }
+    let before = (store.stats().await.unwrap(), process_usage());
     let start = Instant::now();
     let deadline = start + duration;
     let mut tasks = Vec::new();
@@ -569,6 +588,18 @@ async fn durable_rate_prefixed(
         total += task.await.unwrap();
     }
     let secs = start.elapsed().as_secs_f64();
+    if std::env::var_os("TABLE_STATS").is_some() {
+        // Write requests and store transactions per transition (a profile aid).
+        let after = (store.stats().await.unwrap(), process_usage());
+        let per = |n: u64| n as f64 / total.max(1) as f64;
+        eprintln!(
+            "table: {instances} instance(s): {total} transitions; per transition: {:.2} write requests, {:.2} transactions, {:.0} µs of CPU (process), {:.1} context switches",
+            per(after.0.write_requests - before.0.write_requests),
+            per(after.0.transactions - before.0.transactions),
+            (after.1.0 - before.1.0) * 1e6 / total.max(1) as f64,
+            per(after.1.1.saturating_sub(before.1.1)),
+        );
+    }
     let mut counted = 0;
     for i in 0..instances {
         let snapshot = runtime
@@ -580,6 +611,38 @@ async fn durable_rate_prefixed(
     }
     assert_eq!(counted, total, "every transition committed");
     total as f64 / secs
+}
+
+/// The CPU seconds this process used so far (all threads) and the context switches of its
+/// live threads, from `/proc` (zero where it cannot be read): a profile aid of `TABLE_STATS`.
+fn process_usage() -> (f64, u64) {
+    let cpu = std::fs::read_to_string("/proc/self/stat")
+        .ok()
+        .and_then(|stat| {
+            // The fields after the command name (which may hold spaces) in parentheses.
+            let rest = stat
+                .rsplit_once(')')?
+                .1
+                .split_whitespace()
+                .collect::<Vec<_>>();
+            let ticks = rest.get(11)?.parse::<f64>().ok()? + rest.get(12)?.parse::<f64>().ok()?;
+            Some(ticks / 100.0)
+        })
+        .unwrap_or(0.0);
+    let mut switches = 0;
+    if let Ok(tasks) = std::fs::read_dir("/proc/self/task") {
+        for task in tasks.flatten() {
+            let status = std::fs::read_to_string(task.path().join("status")).unwrap_or_default();
+            for line in status.lines() {
+                if let Some((name, n)) = line.split_once(':')
+                    && name.ends_with("ctxt_switches")
+                {
+                    switches += n.trim().parse::<u64>().unwrap_or(0);
+                }
+            }
+        }
+    }
+    (cpu, switches)
 }
 
 fn sqlite_rows(dir: &Path, reps: usize, secs: f64) -> Vec<Row> {
@@ -751,7 +814,7 @@ fn postgres_rows(reps: usize, secs: f64) -> Vec<Row> {
         eprintln!("table: PostgreSQL rows skipped: no server reachable at {url}: {e}");
         return Vec::new();
     }
-    let clients = [1u32, 8];
+    let clients = env_counts("TABLE_PG_CLIENTS", &[1u32, 8]);
     let mut raw: Vec<Vec<f64>> = vec![Vec::new(); clients.len()];
     let mut durable: Vec<Vec<f64>> = vec![Vec::new(); clients.len()];
     for _ in 0..reps {
@@ -773,7 +836,7 @@ fn postgres_rows(reps: usize, secs: f64) -> Vec<Row> {
             )));
         }
     }
-    let processes = [1usize, 2, 4];
+    let processes = env_counts("TABLE_PG_PROCESSES", &[1usize, 2, 4]);
     let mut spread: Vec<Vec<f64>> = vec![Vec::new(); processes.len()];
     for _ in 0..reps {
         for (slot, &n) in processes.iter().enumerate() {
@@ -811,7 +874,9 @@ fn postgres_rows(reps: usize, secs: f64) -> Vec<Row> {
         let ratio = row.median() / raw_median;
         rows.push(row.note(format!("{ratio:.2}x raw ({n} client(s))")));
     }
-    let one = Row::new("postgres", "", "/s", spread[0].clone()).median();
+    let one = spread
+        .first()
+        .map_or(0.0, |s| Row::new("postgres", "", "/s", s.clone()).median());
     for (slot, &n) in processes.iter().enumerate() {
         let row = Row::new(
             "postgres",

@@ -22,7 +22,7 @@ use workflow_runtime::store::conformance::{
     SEC, T0, TTL, create_leased, doc, new_instance, waiting,
 };
 use workflow_runtime::store::{
-    LeaseKey, PostgresOptions, PostgresStore, Storage, StoreError, WakeUp,
+    LeaseClaim, LeaseKey, PostgresOptions, PostgresStore, Storage, StoreError, WakeUp,
 };
 use workflow_runtime::{Completion, Runtime, TaskContext, workflow};
 
@@ -192,6 +192,111 @@ async fn a_commit_under_a_stale_fencing_token_writes_nothing() {
             .unwrap(),
         2
     );
+}
+
+/// Forgets the lease claim of `id` as a server crash before its WAL flush would (ST-35): the
+/// row's lease columns back to what they were before the claim.
+async fn lose_claim(admin: &mut PgConnection, schema: &str, id: &str, token_before: i64) {
+    sqlx::query(&format!(
+        "UPDATE \"{schema}\".wf_instances SET lease_token = $2, lease_owner = NULL,
+            lease_expires_at = NULL, lease_nonce = NULL WHERE instance_id = $1"
+    ))
+    .bind(id)
+    .bind(token_before)
+    .execute(admin)
+    .await
+    .unwrap();
+}
+
+fn claim(owner: &str, token: Option<u64>, now: i64) -> LeaseClaim {
+    LeaseClaim {
+        owner: owner.to_owned(),
+        token,
+        now,
+        ttl: TTL,
+    }
+}
+
+/// ST-35: a run's claim is not flushed, so a server crash can lose it after it was answered,
+/// and the token it gave can then be given again. The holder of the lost claim is fenced,
+/// whether the token went to another process (the nonce differs) or to the same store (it
+/// never takes a token it was given before), and the new holder commits.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_holder_of_a_claim_lost_to_a_server_crash_is_fenced() {
+    let Some(mut admin) = server().await else {
+        return;
+    };
+    let Some((first, guard)) = fresh_store().await else {
+        return;
+    };
+    let schema = guard.schema().to_owned();
+    let second = storage(&database_url(), &schema).await;
+    let first = Storage::new(first);
+    first.create_instance(new_instance("wf-1")).await.unwrap();
+
+    // Another process is given the lost claim's token again.
+    let lost = first
+        .claim_instance("wf-1", claim("node-a", None, T0))
+        .await
+        .unwrap();
+    lose_claim(&mut admin, &schema, "wf-1", 0).await;
+    let current = second
+        .claim_instance("wf-1", claim("node-b", None, T0 + SEC))
+        .await
+        .unwrap();
+    assert_eq!(
+        current.lease.token, lost.lease.token,
+        "the token is issued again"
+    );
+    let err = first
+        .commit(waiting("wf-1", 1, lost.lease.token, 7))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, StoreError::Fenced { .. }), "{err:?}");
+    let renewal = first
+        .renew_lease(&LeaseKey::instance("wf-1"), lost.lease.token, T0 + SEC, TTL)
+        .await;
+    assert!(
+        matches!(renewal, Err(StoreError::Fenced { .. })),
+        "{renewal:?}"
+    );
+    let refresh = first
+        .claim_instance("wf-1", claim("node-a", Some(lost.lease.token), T0 + SEC))
+        .await;
+    assert!(
+        matches!(refresh, Err(StoreError::Fenced { .. })),
+        "{refresh:?}"
+    );
+    assert_eq!(first.load_instance("wf-1").await.unwrap().state, doc(0));
+    let mut done = waiting("wf-1", 1, current.lease.token, 8);
+    done.release_lease = true;
+    assert_eq!(second.commit(done).await.unwrap(), 2);
+
+    // The same store claims again after losing its claim: a token it was not given before.
+    let lost = first
+        .claim_instance("wf-1", claim("node-a", None, T0 + 2 * SEC))
+        .await
+        .unwrap();
+    let before = i64::try_from(lost.lease.token).unwrap() - 1;
+    lose_claim(&mut admin, &schema, "wf-1", before).await;
+    let again = first
+        .claim_instance("wf-1", claim("node-a", None, T0 + 3 * SEC))
+        .await
+        .unwrap();
+    assert!(again.lease.token > lost.lease.token);
+    let err = first
+        .commit(waiting("wf-1", 2, lost.lease.token, 9))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, StoreError::Fenced { .. }), "{err:?}");
+    assert_eq!(
+        first
+            .commit(waiting("wf-1", 2, again.lease.token, 10))
+            .await
+            .unwrap(),
+        3
+    );
+    assert_eq!(first.load_instance("wf-1").await.unwrap().state, doc(10));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -649,4 +754,70 @@ async fn a_column_of_the_wrong_type_is_a_decode_error_naming_it_not_a_transient_
     assert_eq!(id, "q-1", "{error}");
     assert_eq!(path, "attempts", "{error}");
     assert!(!error.is_transient(), "{error:?}");
+}
+
+/// ST-22 for the queue on the server, as on SQLite: a hand-edited, undecodable queue item
+/// fails alone: the claimed page holds the other items, and the bad one becomes a `Rejected`
+/// dead letter that names it and keeps its raw text.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_undecodable_queue_item_does_not_block_the_queue() {
+    let Some(mut conn) = server().await else {
+        return;
+    };
+    let (url, schema) = (database_url(), fresh_schema_name());
+    let _guard = SchemaGuard::new(url.clone(), schema.clone());
+    let store = storage(&url, &schema).await;
+    for (id, at) in [("q1", 1), ("q2", 2), ("q3", 3), ("q4", 4)] {
+        store
+            .enqueue(workflow_runtime::store::conformance::queue_item(
+                id,
+                T0 + at,
+            ))
+            .await
+            .unwrap();
+    }
+    sqlx::query(&format!(
+        "UPDATE \"{schema}\".wf_queue SET payload = '{{broken' WHERE item_id = 'q2'"
+    ))
+    .execute(&mut conn)
+    .await
+    .unwrap();
+    sqlx::query(&format!(
+        "UPDATE \"{schema}\".wf_queue SET targets = 'not json' WHERE item_id = 'q3'"
+    ))
+    .execute(&mut conn)
+    .await
+    .unwrap();
+    let page = store.claim_queue_page("n", T0, TTL, 10).await.unwrap();
+    let ids: Vec<&str> = page.iter().map(|q| q.item_id.as_str()).collect();
+    assert_eq!(ids, ["q1", "q4"]);
+    let dead = store
+        .list_dead_letters(workflow_runtime::store::DeadLetterFilter::all(10))
+        .await
+        .unwrap();
+    let dead_ids: Vec<&str> = dead.iter().map(|d| d.item.item_id.as_str()).collect();
+    assert_eq!(dead_ids.len(), 2, "{dead:?}");
+    assert!(
+        dead_ids.contains(&"q2") && dead_ids.contains(&"q3"),
+        "{dead_ids:?}"
+    );
+    for letter in &dead {
+        assert_eq!(
+            letter.reason,
+            workflow_runtime::store::DeadLetterReason::Rejected
+        );
+        let error = letter.error.as_deref().unwrap_or_default();
+        assert!(error.contains(&letter.item.item_id), "{error}");
+    }
+    let q2 = dead.iter().find(|d| d.item.item_id == "q2").unwrap();
+    assert_eq!(
+        q2.item.payload,
+        serde_json::json!({ "undecodable": "{broken" })
+    );
+    // Gone from the queue: the next claim does not meet them again.
+    let again = store
+        .claim_queue_page("m", T0 + TTL, TTL, 10)
+        .await
+        .unwrap();
+    assert!(again.iter().all(|q| q.item_id != "q2" && q.item_id != "q3"));
 }

@@ -1047,6 +1047,9 @@ impl Runtime {
         const PAGE: usize = 16;
         let _pass = self.inner.recovery.lock().await;
         let store = &self.inner.store;
+        if sweeping && !self.any_runnable().await? {
+            return Ok(());
+        }
         let mut seen = std::collections::HashSet::new();
         loop {
             let claimed =
@@ -1100,6 +1103,29 @@ impl Runtime {
             }
         }
         Ok(())
+    }
+
+    /// Whether a recovery sweep may find work (ENG-25): a `Running` instance whose lease is
+    /// absent or expired. One read of the first page of `Running` instances, so that a sweep
+    /// with nothing to recover writes nothing (claiming is a write, even of no rows); a full
+    /// page, or a row that does not decode, is left to the claim to sort out.
+    async fn any_runnable(&self) -> Result<bool, StoreError> {
+        const PROBE: usize = 100;
+        let page = self
+            .inner
+            .store
+            .list_instances(InstanceFilter {
+                status: Some(InstanceStatus::Running),
+                limit: PROBE,
+                ..InstanceFilter::default()
+            })
+            .await?;
+        let now = now_micros();
+        Ok(page.len() >= PROBE
+            || page.iter().any(|listed| match &listed.summary {
+                Ok(summary) => summary.lease.as_ref().is_none_or(|l| l.expires_at <= now),
+                Err(_) => true,
+            }))
     }
 
     /// ACT-24 after a crash: a child whose final commit was written but whose parent was not

@@ -338,6 +338,14 @@ pub trait RouteReads: Send + Sync {
 pub trait RemoteHints: Send + Sync {
     /// A new subscription to the hints heard from other processes.
     fn subscribe(&self) -> tokio::sync::broadcast::Receiver<super::WakeUp>;
+
+    /// Whether other live processes claim queue items in this store, so that a claim of one
+    /// that died expires without a change anyone hears of (RT-27): the queue worker then
+    /// looks at the queue once per claim TTL even when nothing changed. `true` unless the
+    /// backend knows that only one process claims (one owner per file, ST-26).
+    fn others_claim(&self) -> bool {
+        true
+    }
 }
 
 /// The optional capabilities of a backend, returned by [`Store::capabilities`]: each is a

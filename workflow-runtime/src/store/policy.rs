@@ -2,6 +2,7 @@
 //! backend (ST-1, ST-18, ST-19, ST-22 to ST-24, ENG-22, ENG-42).
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use serde_json::Value;
 use tokio::sync::broadcast;
@@ -124,6 +125,9 @@ pub struct Storage {
     max_state_bytes: usize,
     max_journal_entries: Option<u64>,
     hints: broadcast::Sender<WakeUp>,
+    /// Counts the changes that may make held work possible (RT-27): every commit, every hint
+    /// sent here, every hint heard from another process.
+    changes: Arc<AtomicU64>,
 }
 
 impl std::fmt::Debug for Storage {
@@ -147,6 +151,11 @@ impl<T: Store> From<Arc<T>> for Storage {
     }
 }
 
+tokio::task_local! {
+    /// Set while the queue worker's pass runs (see [`Storage::uncounted`]).
+    static UNCOUNTED: ();
+}
+
 impl Storage {
     /// The policy layer over `store`, with the default state size limit (16 MiB) and no
     /// journal cap.
@@ -156,6 +165,7 @@ impl Storage {
     /// outside one: the runtime's periodic sweeps then find that work).
     pub fn new(store: Arc<dyn Store>) -> Self {
         let hints = broadcast::Sender::new(WAKE_UP_CAPACITY);
+        let changes = Arc::new(AtomicU64::new(0));
         if let Some(mut remote) = store
             .capabilities()
             .remote_hints
@@ -163,9 +173,14 @@ impl Storage {
             && let Ok(handle) = tokio::runtime::Handle::try_current()
         {
             let forward = hints.clone();
+            let heard = Arc::clone(&changes);
             handle.spawn(async move {
                 loop {
-                    match remote.recv().await {
+                    let hint = remote.recv().await;
+                    if !matches!(hint, Err(broadcast::error::RecvError::Closed)) {
+                        heard.fetch_add(1, Ordering::Release);
+                    }
+                    match hint {
                         Ok(hint) => {
                             // No subscriber is not an error: hints are advisory (ST-18).
                             let _ = forward.send(hint);
@@ -184,6 +199,7 @@ impl Storage {
             max_state_bytes: DEFAULT_MAX_STATE_BYTES,
             max_journal_entries: None,
             hints,
+            changes,
         }
     }
 
@@ -226,8 +242,40 @@ impl Storage {
     /// Sends a hint to the subscribers: for a backend that learns of changes made by other
     /// processes (a database notification, say).
     pub fn notify(&self, hint: WakeUp) {
+        self.count_change();
         // No subscriber is not an error: hints are advisory (ST-18).
         let _ = self.hints.send(hint);
+    }
+
+    /// How many changes that may make held work possible this layer has seen (RT-27): it
+    /// moves with every commit, every hint sent through this layer and every hint heard from
+    /// another process. A worker that found nothing it could do compares it with the count
+    /// it saw then, and looks again only when it moved: an idle runtime writes nothing.
+    pub fn changes(&self) -> u64 {
+        self.changes.load(Ordering::Acquire)
+    }
+
+    /// Runs `work` without counting its changes in [`Storage::changes`]: the queue worker's
+    /// own pass (RT-27), whose claims, put-backs and attempts announce nothing that pass did
+    /// not see (its deliveries start another pass by themselves).
+    pub(crate) async fn uncounted<F: Future>(work: F) -> F::Output {
+        UNCOUNTED.scope((), work).await
+    }
+
+    /// Awaits a write whose failure may hide that it was applied (an answer lost after the
+    /// commit): a failure counts as a change too (RT-27), so a worker looks again.
+    async fn counted<T>(&self, write: impl Future<Output = StoreResult<T>>) -> StoreResult<T> {
+        let result = write.await;
+        if result.is_err() {
+            self.count_change();
+        }
+        result
+    }
+
+    fn count_change(&self) {
+        if UNCOUNTED.try_with(|()| ()).is_err() {
+            self.changes.fetch_add(1, Ordering::Release);
+        }
     }
 
     fn notify_all(&self, hints: Vec<WakeUp>) {
@@ -251,7 +299,7 @@ impl Storage {
     ) -> StoreResult<u64> {
         let hint = WakeUp::of_creation(&instance);
         let encoded = self.encode_instance(instance)?;
-        let version = self.store.create_instance(encoded).await?;
+        let version = self.counted(self.store.create_instance(encoded)).await?;
         self.notify_all(hint.into_iter().collect());
         Ok(version)
     }
@@ -346,7 +394,8 @@ impl Storage {
     pub async fn commit<S: StateDocument>(&self, commit: Commit<S, Value>) -> StoreResult<u64> {
         let hints = WakeUp::of_commit(&commit);
         let encoded = self.encode_commit(commit)?;
-        let version = self.store.commit(encoded).await?;
+        let version = self.counted(self.store.commit(encoded)).await?;
+        self.count_change();
         self.notify_all(hints);
         Ok(version)
     }
@@ -363,7 +412,9 @@ impl Storage {
     ) -> StoreResult<()> {
         // The backend records the request only on a live instance (atomically with reading
         // its status); a final one refuses it (ST-13).
-        let status = self.store.request_control(instance_id, request).await?;
+        let status = self
+            .counted(self.store.request_control(instance_id, request))
+            .await?;
         if status.is_final() {
             return Err(StoreError::Invalid {
                 what: "control request",
@@ -494,7 +545,7 @@ impl Storage {
     ///
     /// `Fenced` when `token` is not current, the backend's.
     pub async fn release_lease(&self, key: &LeaseKey, token: u64) -> StoreResult<()> {
-        self.store.release_lease(key, token).await?;
+        self.counted(self.store.release_lease(key, token)).await?;
         if let LeaseKey::Instance(id) = key {
             self.notify(WakeUp::InstanceRunnable { id: id.clone() });
         }
@@ -867,12 +918,11 @@ impl Storage {
     ) -> StoreResult<Option<IdempotencyRecord>> {
         let queued = !items.is_empty();
         let existing = self
-            .store
-            .enqueue(Enqueue {
+            .counted(self.store.enqueue(Enqueue {
                 items,
                 idempotency,
                 replace_record: false,
-            })
+            }))
             .await?;
         if queued && existing.is_none() {
             self.notify(WakeUp::QueueChanged);
@@ -893,13 +943,12 @@ impl Storage {
         record: IdempotencyRecord,
     ) -> StoreResult<()> {
         let queued = !items.is_empty();
-        self.store
-            .enqueue(Enqueue {
-                items,
-                idempotency: Some(record),
-                replace_record: true,
-            })
-            .await?;
+        self.counted(self.store.enqueue(Enqueue {
+            items,
+            idempotency: Some(record),
+            replace_record: true,
+        }))
+        .await?;
         if queued {
             self.notify(WakeUp::QueueChanged);
         }

@@ -87,21 +87,44 @@ impl Runtime {
         } else {
             String::new()
         };
+        // RT-19: a pending record that no send of this process is completing was left by a
+        // send that stopped after its first delivery (a crash, a store failure): this send
+        // carries it on under the same mark, to the targets not yet delivered (their receipts
+        // tell the others), instead of answering its empty report. What it finds nothing new
+        // for is not queued (the stimulus was taken: a copy queued now could reach a wait
+        // that never was its target), and it is then answered as the duplicate it is.
+        let mut carried: Option<IdempotencyRecord> = None;
         let stimulus_id = match &stimulus.idempotency_key {
             Some(key) => {
+                let stimulus_id = format!(
+                    "idem-{}",
+                    sha_hex(&["wf-idempotency/1", key])
+                        .get(..40)
+                        .unwrap_or_default()
+                );
                 if let Some(record) = store
                     .find_idempotency_record(key)
                     .await
                     .map_err(SendError::Store)?
                 {
-                    return duplicate(record, key, &hash, &payload_digest);
+                    let in_progress = lock(&self.inner.pending_records).contains_key(&stimulus_id);
+                    let carry_on = !in_progress
+                        && !stimulus.enqueue
+                        && is_pending(&record.report)
+                        && record.report.get(SEND_MARK).is_some()
+                        && record.hash == hash
+                        && record.payload_digest == payload_digest;
+                    if !carry_on {
+                        return duplicate(record, key, &hash, &payload_digest);
+                    }
+                    tracing::info!(
+                        key = key.as_str(),
+                        stimulus = stimulus_id.as_str(),
+                        "send: carrying on a send with this idempotency key that stopped after its first delivery"
+                    );
+                    carried = Some(record);
                 }
-                format!(
-                    "idem-{}",
-                    sha_hex(&["wf-idempotency/1", key])
-                        .get(..40)
-                        .unwrap_or_default()
-                )
+                stimulus_id
             }
             None => new_ulid(),
         };
@@ -161,7 +184,15 @@ impl Runtime {
                     key: key.clone(),
                     hash: hash.clone(),
                     payload_digest: payload_digest.clone(),
-                    report: pending_report(&stimulus_id, &hash, &new_ulid()),
+                    report: pending_report(
+                        &stimulus_id,
+                        &hash,
+                        &carried
+                            .as_ref()
+                            .and_then(|r| r.report.get(SEND_MARK))
+                            .and_then(Value::as_str)
+                            .map_or_else(new_ulid, str::to_owned),
+                    ),
                     created_at: now_micros(),
                 });
             if let Some(own) = &own {
@@ -173,8 +204,19 @@ impl Runtime {
             // A send without an idempotency key made its stimulus id just now: only instances
             // this send starts can have consumed it (RT-19).
             let fresh = own.is_none();
+            let carrying = carried.is_some().then(|| Stimulus {
+                queue: false,
+                ..stimulus.clone()
+            });
             let routed = self
-                .route(&stimulus, &hash, &stimulus_id, sent_at, fresh, own.as_ref())
+                .route(
+                    carrying.as_ref().unwrap_or(&stimulus),
+                    &hash,
+                    &stimulus_id,
+                    sent_at,
+                    fresh,
+                    own.as_ref(),
+                )
                 .await;
             if own.is_some() {
                 let mut pending = lock(&self.inner.pending_records);
@@ -189,6 +231,15 @@ impl Runtime {
         };
         if report.duplicate {
             return Ok(report);
+        }
+        if let Some(record) = carried
+            && report.started.is_empty()
+            && report.resumed.is_empty()
+            && report.deferred.is_empty()
+            && report.rejected.is_empty()
+        {
+            let key = stimulus.idempotency_key.as_deref().unwrap_or_default();
+            return duplicate(record, key, &hash, &payload_digest);
         }
         if let Some(own) = &own {
             let record = own.with_report(&report);
@@ -278,6 +329,8 @@ impl Runtime {
     ) -> Result<SendReport, SendError> {
         let mut report = SendReport::empty(stimulus_id.to_owned(), hash.to_owned());
         let mut created = false;
+        // An instance an earlier try of this stimulus started (RT-19): delivered then.
+        let mut found = false;
         let mut prefetched = None;
         if stimulus.instance_id.is_none() && stimulus.bookmark_id.is_none() {
             // The trigger rows and the first page of bookmarks are read together (one store
@@ -291,7 +344,7 @@ impl Runtime {
                 .find_routes(hashes, query)
                 .await
                 .map_err(SendError::Store)?;
-            created = self
+            (created, found) = self
                 .trigger_phase(rows, stimulus, stimulus_id, sent_at, &mut report)
                 .await?;
             if !created {
@@ -327,8 +380,10 @@ impl Runtime {
                 return Ok(duplicate);
             }
         }
-        let delivered =
-            !report.started.is_empty() || !report.resumed.is_empty() || !report.deferred.is_empty();
+        let delivered = found
+            || !report.started.is_empty()
+            || !report.resumed.is_empty()
+            || !report.deferred.is_empty();
         if !delivered
             && report.finished.is_empty()
             && let Some(correlation) = &stimulus.correlation_id

@@ -33,6 +33,25 @@ pub(crate) struct QueuePass {
     /// Items put back in the queue (released, or a failed attempt recorded): each such write
     /// is a `QueueChanged` hint of the store that this pass, not a new bookmark, caused.
     pub(crate) put_back: usize,
+    /// The earliest `expires_at` of the items this pass left in the queue that are not held
+    /// (RT-28): when they are to be dead-lettered, whatever happens meanwhile.
+    pub(crate) expires_at: Option<crate::store::Micros>,
+    /// An item was left for a reason that may pass without a change anyone is told of (a
+    /// transient failure, a failed attempt, an instance busy in a run that may yet fail): the
+    /// next sweep looks again.
+    pub(crate) retry: bool,
+}
+
+impl QueuePass {
+    /// Notes an item this pass left in the queue.
+    fn left(&mut self, item: &QueueItem) {
+        if !item.held {
+            self.expires_at = Some(
+                self.expires_at
+                    .map_or(item.expires_at, |at| at.min(item.expires_at)),
+            );
+        }
+    }
 }
 
 /// Why a queued item could not be delivered this time: recorded as a failed attempt (RT-28).
@@ -164,10 +183,13 @@ impl Runtime {
                         };
                         if transient {
                             tracing::warn!(item = %item.item_id, %error, "queue: routing an enqueued stimulus failed for a transient reason; the item waits for the next pass");
+                            pass.left(&item);
+                            pass.retry = true;
                             store
                                 .release_queue_item(&item.item_id, &self.inner.owner)
                                 .await?;
                         } else {
+                            pass.retry = true;
                             tracing::warn!(item = %item.item_id, %error, "queue: routing an enqueued stimulus failed");
                             store
                                 .record_queue_failure(&item.item_id, &error.to_string(), now, 3)
@@ -209,7 +231,7 @@ impl Runtime {
                 }
             }
             let first = !parked.contains(&item.item_id);
-            match self.deliver_item(&item, first).await {
+            match self.deliver_item(&item, first, &mut pass.retry).await {
                 Ok(true) => {
                     parked.remove(&item.item_id);
                     store.ack_queue_item(&item.item_id).await?;
@@ -223,6 +245,7 @@ impl Runtime {
                 // itself (a commit adding bookmarks, a resume, a registration), and the
                 // periodic sweep finds it anyway.
                 Ok(false) if first => {
+                    pass.left(&item);
                     parked.insert(item.item_id.clone());
                     store
                         .release_queue_item(&item.item_id, &self.inner.owner)
@@ -230,18 +253,22 @@ impl Runtime {
                     pass.put_back += 1;
                 }
                 Ok(false) => {
+                    pass.left(&item);
                     store
                         .park_queue_item(&item.item_id, &self.inner.owner)
                         .await?;
                 }
                 Err(error) if error.is_transient() => {
                     tracing::warn!(item = %item.item_id, %error, "queue: delivery failed for a transient reason; the item waits for the next pass");
+                    pass.left(&item);
+                    pass.retry = true;
                     store
                         .release_queue_item(&item.item_id, &self.inner.owner)
                         .await?;
                     pass.put_back += 1;
                 }
                 Err(error) => {
+                    pass.retry = true;
                     tracing::warn!(item = %item.item_id, %error, "queue: delivery failed; the attempt is counted");
                     store
                         .record_queue_failure(&item.item_id, &error.to_string(), now, 3)
@@ -263,7 +290,14 @@ impl Runtime {
     /// this process does not run (ENG-46) keep the item for later; a transient store failure
     /// puts it back without counting an attempt; another run error counts a failed attempt
     /// (RT-28), unless another instance took the item.
-    async fn deliver_item(&self, item: &QueueItem, first: bool) -> Result<bool, DeliveryError> {
+    ///
+    /// `busy` is set when an instance was busy (its lease held by a run that may yet fail).
+    async fn deliver_item(
+        &self,
+        item: &QueueItem,
+        first: bool,
+        busy: &mut bool,
+    ) -> Result<bool, DeliveryError> {
         let store = &self.inner.store;
         let targets: Targets = serde_json::from_value(item.targets.clone()).unwrap_or_default();
         let mut query = BookmarkQuery::by_hash(item.hash.clone(), BOOKMARK_PAGE);
@@ -375,6 +409,7 @@ impl Runtime {
                         ..
                     },
                 ) => {
+                    *busy = true;
                     tracing::debug!(%instance, %error, "queue: instance busy; the item waits for its lease");
                 }
                 Err(error @ (RunError::NotRunnable { .. } | RunError::Paused { .. })) => {
@@ -439,7 +474,9 @@ fn failed_for_good(item: &QueueItem, failure: &crate::store::QueueFailure, error
     }
 }
 
-/// The queue worker (RT-26, RT-27): one pass per doorbell ring, store hint or sweep.
+/// The queue worker (RT-26, RT-27): one pass per doorbell ring or store hint, and a sweep
+/// that passes only when something may have changed since the last pass (see
+/// [`Quiet`]).
 pub(crate) async fn worker(
     inner: Weak<Inner>,
     doorbell: Arc<Notify>,
@@ -458,12 +495,16 @@ pub(crate) async fn worker(
     let mut own_hints = 0usize;
     // ENG-50: control requests recorded while no worker ran are honoured first.
     let mut control_due = true;
+    let mut quiet = Quiet::default();
+    // When the claims of a failed pass lapse.
+    let mut lapse: Option<tokio::time::Instant> = None;
     // RT-26: the periodic sweep runs on a fixed schedule, whatever hints come meanwhile.
     let mut next_sweep = tokio::time::Instant::now() + sweep;
     loop {
         if *stop.borrow() {
             return;
         }
+        let mut sweeping = false;
         tokio::select! {
             changed = stop.changed() => {
                 if changed.is_err() || *stop.borrow() {
@@ -491,9 +532,26 @@ pub(crate) async fn worker(
             () = tokio::time::sleep_until(next_sweep) => {
                 own_hints = 0;
                 control_due = true;
+                sweeping = true;
             }
         }
         next_sweep = tokio::time::Instant::now() + sweep;
+        let Some(strong) = inner.upgrade() else {
+            return;
+        };
+        let runtime = Runtime { inner: strong };
+        if sweeping && quiet.still(&runtime) {
+            // RT-27: nothing changed since a pass that left only items it cannot deliver:
+            // a sweep now would claim and put back the same items (two writes each).
+            if control_due {
+                control_due = false;
+                runtime.control_pass().await;
+            }
+            if quiet.still(&runtime) {
+                continue;
+            }
+        }
+        drop(runtime);
         // RT-26: coalesce a burst of rings into one pass.
         tokio::time::sleep(Duration::from_millis(20)).await;
         while hints.try_recv().is_ok() {}
@@ -505,15 +563,95 @@ pub(crate) async fn worker(
             control_due = false;
             runtime.control_pass().await;
         }
-        match runtime.queue_pass().await {
+        let changes = runtime.inner.store.changes();
+        let began = tokio::time::Instant::now();
+        let passed = crate::store::Storage::uncounted(runtime.queue_pass()).await;
+        // The claims of a failed pass are seen by a pass that began after they lapsed.
+        if lapse.is_some_and(|at| began >= at) {
+            lapse = None;
+        }
+        match passed {
             // RT-27: the items this pass put back hint `QueueChanged` themselves; those hints
             // announce nothing new, so they do not start another pass (else an undeliverable
             // item would make the worker spin). A pass that delivered may have added
             // bookmarks: it is followed by another one at once.
-            Ok(pass) if pass.delivered > 0 => doorbell.notify_one(),
-            Ok(pass) => own_hints = pass.put_back,
-            Err(error) => tracing::warn!(%error, "bookmark queue pass failed"),
+            Ok(pass) if pass.delivered > 0 => {
+                quiet = Quiet::default();
+                doorbell.notify_one();
+            }
+            Ok(pass) => {
+                own_hints = pass.put_back;
+                quiet = Quiet::after(&runtime, changes, &pass, lapse);
+            }
+            Err(error) => {
+                // The items it had claimed and not settled come back when their claims
+                // lapse: a pass looks then, whatever else happens.
+                quiet = Quiet::default();
+                lapse = Some(tokio::time::Instant::now() + runtime.inner.lease.ttl);
+                tracing::warn!(%error, "bookmark queue pass failed");
+            }
         }
+    }
+}
+
+/// What the queue worker knows after a pass that delivered nothing (RT-27): the store's
+/// change count when it began ([`Storage::changes`](crate::store::Storage::changes)), and
+/// the instant by which it must look again anyway. Until the count moves (a commit, a
+/// local hint such as an enqueue or a lease release, a hint from another process) or that
+/// instant comes, a sweep has nothing to find: the items left are held or wait for
+/// something that announces itself, so the sweep does not claim them again.
+#[derive(Debug, Default)]
+struct Quiet {
+    /// The change count the last pass began at; `None`: the next sweep passes.
+    changes: Option<u64>,
+    /// The next sweep passes from this instant on: the first expiry among the items left
+    /// (RT-28), and, when other processes claim items in the store, one claim TTL after the
+    /// pass (a claim of a process that died expires without a change anyone hears of).
+    until: Option<tokio::time::Instant>,
+}
+
+impl Quiet {
+    /// After a pass that began at change count `changes` and delivered nothing. A store
+    /// that cannot tell of other processes' writes (no [`RemoteHints`], like the in-memory
+    /// store several runtimes of one process may share) is swept every time, as the
+    /// others' changes reach no count here.
+    ///
+    /// [`RemoteHints`]: crate::store::RemoteHints
+    /// `lapse`: when the claims a failed pass before it left lapse (those items are claimed
+    /// still, no pass sees them until then).
+    fn after(
+        runtime: &Runtime,
+        changes: u64,
+        pass: &QueuePass,
+        lapse: Option<tokio::time::Instant>,
+    ) -> Self {
+        let Some(remote) = runtime.inner.store.backend().capabilities().remote_hints else {
+            return Self::default();
+        };
+        if pass.retry || std::env::var_os("NOQUIET").is_some() {
+            return Self::default();
+        }
+        let now = tokio::time::Instant::now();
+        let expiry = pass.expires_at.map(|at| {
+            let wait = u64::try_from(at.saturating_sub(now_micros())).unwrap_or(0);
+            now + Duration::from_micros(wait)
+        });
+        let others = remote.others_claim().then(|| now + runtime.inner.lease.ttl);
+        Self {
+            changes: Some(changes),
+            until: [expiry, others, lapse.filter(|at| *at > now)]
+                .into_iter()
+                .flatten()
+                .min(),
+        }
+    }
+
+    /// Whether nothing changed since the last pass, and nothing is due.
+    fn still(&self, runtime: &Runtime) -> bool {
+        self.changes == Some(runtime.inner.store.changes())
+            && self
+                .until
+                .is_none_or(|until| tokio::time::Instant::now() < until)
     }
 }
 

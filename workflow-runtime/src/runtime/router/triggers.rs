@@ -137,7 +137,8 @@ impl Runtime {
     /// RT-15, RT-16, RT-13: starts the definitions whose trigger matches (`rows`, from
     /// [`Storage::find_routes`](crate::store::Storage::find_routes)).
     /// Returns whether an instance was created for it (or found created by an earlier try):
-    /// such an instance holds the stimulus's receipt.
+    /// such an instance holds the stimulus's receipt; and whether one was found created by an
+    /// earlier try (the stimulus was delivered then, it is not listed as started now).
     pub(crate) async fn trigger_phase(
         &self,
         rows: Vec<TriggerRow>,
@@ -145,8 +146,9 @@ impl Runtime {
         stimulus_id: &str,
         sent_at: Micros,
         report: &mut SendReport,
-    ) -> Result<bool, SendError> {
+    ) -> Result<(bool, bool), SendError> {
         let mut created = false;
+        let mut found = false;
         for row in rows {
             let registered = self.inner.workflows.get(&row.definition_name);
             if registered.is_none_or(|w| w.version() != row.definition_version) {
@@ -221,9 +223,11 @@ impl Runtime {
             new.idempotency = lock(&self.inner.pending_records)
                 .get(stimulus_id)
                 .map(|(record, _)| record.clone());
-            match self.inner.store.create_instance(new).await {
-                // A retried send (RT-19) finds the instance it started.
-                Ok(_) | Err(StoreError::AlreadyExists { .. }) => created = true,
+            let existed = match self.inner.store.create_instance(new).await {
+                Ok(_) => false,
+                // A retried send (RT-19) finds the instance it started: it is run if its
+                // first run did not happen, but it is not this send's start.
+                Err(StoreError::AlreadyExists { .. }) => true,
                 Err(StoreError::ActivationConflict { existing, .. }) => {
                     report.refused.push(Refusal::ActivationRefused {
                         strategy: self.activation_of(&row.definition_name),
@@ -232,14 +236,16 @@ impl Runtime {
                     continue;
                 }
                 Err(error) => return Err(SendError::Store(error)),
-            }
+            };
+            created = true;
+            found |= existed;
             match self.drive_first(&instance_id).await {
-                Ok(Some(started)) => report.started.push(started),
-                Ok(None) => {}
+                Ok(Some(started)) if !existed => report.started.push(started),
+                Ok(_) => {}
                 Err(error) => report.not_delivered.push(error),
             }
         }
-        Ok(created)
+        Ok((created, found))
     }
 
     /// Removes the trigger rows of a definition no process registers any more (RT-11).

@@ -45,6 +45,17 @@ impl Runtime {
         let mut report = TimerFiring::default();
         loop {
             let now = self.inner.clock.now();
+            // TM-5: nothing due, nothing claimed: a read, so an idle driver writes nothing
+            // (a claim of no rows is still a write transaction).
+            if self
+                .inner
+                .store
+                .earliest_timer(now)
+                .await?
+                .is_none_or(|at| at > now)
+            {
+                return Ok(report);
+            }
             let claimed = self
                 .inner
                 .store

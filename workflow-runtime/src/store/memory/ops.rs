@@ -581,6 +581,15 @@ impl Store for MemoryStore {
         limit: usize,
     ) -> BoxFuture<'_, StoreResult<DueTimers>> {
         let owner = owner.to_owned();
+        if limit == 0 {
+            // Nothing to claim: a read.
+            return self.read(move |inner| {
+                Ok(DueTimers {
+                    claimed: Vec::new(),
+                    next_due: inner.earliest_timer(now),
+                })
+            });
+        }
         self.write(move |inner| {
             let mut due: Vec<(i64, String)> = inner
                 .timers

@@ -9,9 +9,11 @@
 //! expected version and the current lease token (fencing, ST-14). Wake-ups reach the other
 //! processes through `LISTEN`/`NOTIFY` (see `notify.rs`). Every statement is parameterized.
 
+use std::collections::HashMap;
 use std::fmt;
-use std::sync::Arc;
+use std::hash::{BuildHasher, Hasher};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
@@ -104,6 +106,79 @@ impl PostgresOptions {
     }
 }
 
+/// A lease this store claimed without waiting for the claim's flush (see
+/// `ops::claim_instance`): the nonce its commits and renewals name.
+#[derive(Debug, Clone, Copy)]
+struct HeldClaim {
+    token: u64,
+    nonce: i64,
+    expires_at: Micros,
+}
+
+/// The nonces of the leases this store claimed, by instance. An entry goes when its lease
+/// is released (by a commit or a release) or taken by a durable claim; past
+/// [`HeldClaims::KEEP`] entries, the expired ones go.
+#[derive(Debug, Default)]
+struct HeldClaims(Mutex<HashMap<String, HeldClaim>>);
+
+impl HeldClaims {
+    const KEEP: usize = 4096;
+
+    fn map(&self) -> std::sync::MutexGuard<'_, HashMap<String, HeldClaim>> {
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// A fresh nonce: unique within the process (a counter), random across processes and
+    /// runs (hashed under a key drawn once per process).
+    fn new_nonce() -> i64 {
+        static KEY: OnceLock<std::collections::hash_map::RandomState> = OnceLock::new();
+        static NEXT: AtomicU64 = AtomicU64::new(0);
+        let mut hasher = KEY.get_or_init(Default::default).build_hasher();
+        hasher.write_u64(NEXT.fetch_add(1, Ordering::Relaxed));
+        i64::from_ne_bytes(hasher.finish().to_ne_bytes())
+    }
+
+    /// The token of the lease this store holds on `id` (0 for none).
+    fn token(&self, id: &str) -> u64 {
+        self.map().get(id).map_or(0, |held| held.token)
+    }
+
+    /// The nonce of the lease of `id` under `token`, if this store claimed it so.
+    fn nonce(&self, id: &str, token: u64) -> Option<i64> {
+        self.map()
+            .get(id)
+            .filter(|held| held.token == token)
+            .map(|held| held.nonce)
+    }
+
+    fn insert(&self, id: &str, held: HeldClaim, now: Micros) {
+        let mut map = self.map();
+        map.insert(id.to_owned(), held);
+        if map.len() > Self::KEEP {
+            map.retain(|_, held| held.expires_at > now);
+        }
+    }
+
+    fn refreshed(&self, id: &str, token: u64, expires_at: Micros) {
+        if let Some(held) = self.map().get_mut(id).filter(|held| held.token == token) {
+            held.expires_at = expires_at;
+        }
+    }
+
+    /// Forgets the lease of `id` (under `token`, or any).
+    fn remove(&self, id: &str, token: Option<u64>) {
+        let mut map = self.map();
+        if map
+            .get(id)
+            .is_some_and(|held| token.is_none_or(|t| held.token == t))
+        {
+            map.remove(id);
+        }
+    }
+}
+
 #[derive(Debug, Default)]
 struct Counters {
     write_requests: AtomicU64,
@@ -139,6 +214,7 @@ pub struct PostgresStore {
     /// (see `notify.rs`).
     notifier: mpsc::UnboundedSender<Vec<WakeUp>>,
     counters: Arc<Counters>,
+    claims: HeldClaims,
     migrations_applied: Vec<u32>,
     listener: Option<JoinHandle<()>>,
 }
@@ -259,6 +335,7 @@ impl PostgresStore {
             hints,
             notifier,
             counters: Arc::new(Counters::default()),
+            claims: HeldClaims::default(),
             migrations_applied,
             listener,
         })
@@ -461,19 +538,57 @@ impl Store for PostgresStore {
         claim: LeaseClaim,
     ) -> BoxFuture<'_, StoreResult<ClaimedRecord<String>>> {
         let id = instance_id.to_owned();
-        Box::pin(
-            async move { single!(self, |c| ops::claim_instance(c, &self.schema, &id, &claim)) },
-        )
+        Box::pin(async move {
+            let nonce = match claim.token {
+                None => Some(HeldClaims::new_nonce()),
+                Some(token) => self.claims.nonce(&id, token),
+            };
+            let known = self.claims.token(&id);
+            let claimed = single!(self, |c| ops::claim_instance(
+                c,
+                &self.schema,
+                &id,
+                &claim,
+                nonce,
+                known
+            ))?;
+            let lease = claimed.lease;
+            match (claim.token, nonce) {
+                (None, Some(nonce)) => self.claims.insert(
+                    &id,
+                    HeldClaim {
+                        token: lease.token,
+                        nonce,
+                        expires_at: lease.expires_at,
+                    },
+                    claim.now,
+                ),
+                _ => self.claims.refreshed(&id, lease.token, lease.expires_at),
+            }
+            Ok(claimed)
+        })
     }
 
     fn commit(&self, commit: Commit<String>) -> BoxFuture<'_, StoreResult<u64>> {
         let hints = WakeUp::of_commit(&commit);
         Box::pin(async move {
-            if ops::commit_needs_transaction(&commit) {
-                return write_tx!(self, hints, |c| ops::commit(c, &self.schema, &commit));
+            let (id, token) = (commit.instance_id.as_str(), commit.lease_token);
+            let nonce = self.claims.nonce(id, token);
+            let version = if ops::commit_needs_transaction(&commit) {
+                write_tx!(self, hints, |c| ops::commit(
+                    c,
+                    &self.schema,
+                    &commit,
+                    nonce
+                ))?
+            } else {
+                let version = single!(self, |c| ops::commit(c, &self.schema, &commit, nonce))?;
+                self.announce(&hints);
+                version
+            };
+            if commit.release_lease || commit.status.is_final() {
+                self.claims.remove(id, Some(token));
             }
-            let version = single!(self, |c| ops::commit(c, &self.schema, &commit))?;
-            self.announce(&hints);
             Ok(version)
         })
     }
@@ -511,14 +626,18 @@ impl Store for PostgresStore {
     ) -> BoxFuture<'_, StoreResult<Vec<ClaimedInstance>>> {
         let owner = owner.to_owned();
         Box::pin(async move {
-            write_tx!(self, [], |c| ops::claim_runnable(
+            let claimed = write_tx!(self, [], |c| ops::claim_runnable(
                 c,
                 &self.schema,
                 &owner,
                 now,
                 ttl,
                 limit
-            ))
+            ))?;
+            for instance in &claimed {
+                self.claims.remove(&instance.instance_id, None);
+            }
+            Ok(claimed)
         })
     }
 
@@ -615,7 +734,11 @@ impl Store for PostgresStore {
             write_tx!(self, [], |c| async {
                 match &key {
                     LeaseKey::Instance(id) => {
-                        ops::acquire_lease(c, &self.schema, id, &owner, now, ttl).await
+                        let lease = ops::acquire_lease(c, &self.schema, id, &owner, now, ttl).await;
+                        if lease.is_ok() {
+                            self.claims.remove(id, None);
+                        }
+                        lease
                     }
                     LeaseKey::Named(name) => {
                         ops::acquire_named_lease(c, &self.schema, name, &owner, now, ttl).await
@@ -637,7 +760,8 @@ impl Store for PostgresStore {
             write_tx!(self, [], |c| async {
                 match &key {
                     LeaseKey::Instance(id) => {
-                        ops::renew_lease(c, &self.schema, id, token, now, ttl).await
+                        let nonce = self.claims.nonce(id, token);
+                        ops::renew_lease(c, &self.schema, id, token, now, ttl, nonce).await
                     }
                     LeaseKey::Named(name) => Ok(Renewal {
                         lease: ops::renew_named_lease(c, &self.schema, name, token, now, ttl)
@@ -658,7 +782,12 @@ impl Store for PostgresStore {
         Box::pin(async move {
             write_tx!(self, hints, |c| async {
                 match &key {
-                    LeaseKey::Instance(id) => ops::release_lease(c, &self.schema, id, token).await,
+                    LeaseKey::Instance(id) => {
+                        let nonce = self.claims.nonce(id, token);
+                        ops::release_lease(c, &self.schema, id, token, nonce).await?;
+                        self.claims.remove(id, Some(token));
+                        Ok(())
+                    }
                     LeaseKey::Named(name) => {
                         ops::release_named_lease(c, &self.schema, name, token).await
                     }

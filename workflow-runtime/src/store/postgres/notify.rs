@@ -4,7 +4,8 @@
 //!
 //! The hints of a write are handed to a sender task once the write has committed (so a
 //! write rolled back sends none), which sends what has gathered meanwhile as one `NOTIFY`
-//! in its own statement. Not inside the committing transaction: PostgreSQL serialises the
+//! in its own statement, committed without waiting for a WAL flush (a hint promises no
+//! durability). Not inside the committing transaction: PostgreSQL serialises the
 //! commits of transactions that notified (one global lock, held through the commit's WAL
 //! flush), which would make every commit wait for the others' flushes instead of sharing
 //! them. A hint is advisory: one lost to a crash between a commit and its `NOTIFY` leaves
@@ -98,11 +99,15 @@ pub(super) async fn send(
             }
         }
         for chunk in unique.chunks(HINTS_PER_PAYLOAD) {
-            let sent = sqlx::query("SELECT pg_notify($1, $2)")
-                .bind(&channel)
-                .bind(payload(&origin, chunk))
-                .execute(&pool)
-                .await;
+            // A transaction that notified is given a transaction id, so its commit waits
+            // for a WAL flush; a hint promises no durability (ST-18), so it does not wait.
+            let sent = sqlx::query(
+                "SELECT pg_notify($1, $2), set_config('synchronous_commit', 'off', true)",
+            )
+            .bind(&channel)
+            .bind(payload(&origin, chunk))
+            .execute(&pool)
+            .await;
             if let Err(error) = sent {
                 tracing::debug!(%error, "postgres store: a wake-up notification was not sent");
             }

@@ -317,7 +317,15 @@ pub(super) async fn insert_instance(
 /// queue items, incidents opened, an idempotency record) follows in the same transaction
 /// (`c` is then a transaction: see [`commit_needs_transaction`]). Any failure rolls the
 /// whole transaction back.
-pub(super) async fn commit(c: &mut Conn, s: &Schema, commit: &Commit<String>) -> StoreResult<u64> {
+///
+/// `nonce` is the nonce of the lease claim the commit's token comes from, `None` for a lease
+/// taken by a durable claim (see [`claim_instance`]).
+pub(super) async fn commit(
+    c: &mut Conn,
+    s: &Schema,
+    commit: &Commit<String>,
+    nonce: Option<i64>,
+) -> StoreResult<u64> {
     let id = commit.instance_id.as_str();
     let state = commit.state.as_str();
     let added = &commit.bookmarks_added;
@@ -339,11 +347,12 @@ pub(super) async fn commit(c: &mut Conn, s: &Schema, commit: &Commit<String>) ->
         "SELECT new_version, definition FROM @wf_commit($1, $2, $3, $4, $5, $6, $7, $8, $9,
             $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23, $24, $25,
             $26, $27, $28, $29, $30, $31, $32, $33, $34, $35, $36, $37, $38, $39, $40, $41,
-            $42, $43, $44)",
+            $42, $43, $44, $45)",
     ))
     .bind(id)
     .bind(to_i64(commit.expected_version))
     .bind(to_i64(commit.lease_token))
+    .bind(nonce)
     .bind(commit.now)
     .bind(state)
     .bind(commit.status.as_str())
@@ -557,7 +566,7 @@ pub(super) async fn claim_runnable(
             ORDER BY updated_at, instance_id LIMIT $2
             FOR UPDATE SKIP LOCKED)
          UPDATE @wf_instances i SET lease_token = i.lease_token + 1, lease_owner = $3,
-            lease_expires_at = $4
+            lease_expires_at = $4, lease_nonce = NULL
          FROM picked WHERE i.instance_id = picked.instance_id
          RETURNING i.instance_id, i.sub_status, i.lease_token, i.updated_at",
     ))
@@ -661,7 +670,7 @@ pub(super) async fn acquire_lease(
     let expires_at = now.saturating_add(ttl);
     let token: Option<i64> = sqlx::query_scalar(&s.sql(
         "UPDATE @wf_instances SET lease_token = lease_token + 1, lease_owner = $2,
-            lease_expires_at = $3
+            lease_expires_at = $3, lease_nonce = NULL
          WHERE instance_id = $1
            AND (lease_owner IS NULL OR lease_expires_at IS NULL OR lease_expires_at <= $4)
          RETURNING lease_token",
@@ -697,18 +706,31 @@ pub(super) async fn acquire_lease(
 /// run's claim is one round trip in its own implicit transaction. The `WHERE` re-checks the
 /// lease once the row is locked, so two processes can never both get it. Only when nothing
 /// was updated does a second read tell `NotFound` from `LeaseHeld` (or `Fenced`).
+///
+/// The claim's transaction commits without waiting for its WAL flush
+/// (`synchronous_commit = off` for it alone, ST-35): the commit under its token, which
+/// does wait, flushes the WAL past it, so a durable commit implies a durable claim, and a
+/// claim lost to a server crash has no durable commit. Such a lost claim's token may be
+/// issued again after the restart, so a new claim writes `nonce`, random, which the commits
+/// and renewals under the lease must name, and takes a token above `known_token`, the
+/// highest this store was given for the instance (so it is never given one twice); a refresh
+/// (`claim.token`) names the lease's nonce in `nonce` (`None` for a lease taken by a durable
+/// claim).
 pub(super) async fn claim_instance(
     c: &mut Conn,
     s: &Schema,
     id: &str,
     claim: &LeaseClaim,
+    nonce: Option<i64>,
+    known_token: u64,
 ) -> StoreResult<ClaimedRecord<String>> {
     let expires_at = claim.now.saturating_add(claim.ttl);
     let row = match claim.token {
         None => {
             sqlx::query(&s.sql(&format!(
-                "UPDATE @wf_instances SET lease_token = lease_token + 1, lease_owner = $2,
-                    lease_expires_at = $3
+                "UPDATE @wf_instances SET lease_token = GREATEST(lease_token, $6) + 1,
+                    lease_owner = $2, lease_expires_at = $3, lease_nonce = $5
+                 FROM (SELECT set_config('synchronous_commit', 'off', true)) AS unflushed(s)
                  WHERE instance_id = $1
                    AND (lease_owner IS NULL OR lease_expires_at IS NULL OR lease_expires_at <= $4)
                  RETURNING {INSTANCE_COLS}"
@@ -717,18 +739,23 @@ pub(super) async fn claim_instance(
             .bind(&claim.owner)
             .bind(expires_at)
             .bind(claim.now)
+            .bind(nonce)
+            .bind(to_i64(known_token))
             .fetch_optional(&mut *c)
             .await?
         }
         Some(token) => {
             sqlx::query(&s.sql(&format!(
                 "UPDATE @wf_instances SET lease_expires_at = $2
+                 FROM (SELECT set_config('synchronous_commit', 'off', true)) AS unflushed(s)
                  WHERE instance_id = $1 AND lease_owner IS NOT NULL AND lease_token = $3
+                   AND lease_nonce IS NOT DISTINCT FROM $4
                  RETURNING {INSTANCE_COLS}"
             )))
             .bind(id)
             .bind(expires_at)
             .bind(to_i64(token))
+            .bind(nonce)
             .fetch_optional(&mut *c)
             .await?
         }
@@ -766,10 +793,18 @@ pub(super) async fn claim_instance(
     })
 }
 
-/// Checks that `token` is the current, held token of an instance lease, locking the row.
-async fn check_instance_token(c: &mut Conn, s: &Schema, id: &str, token: u64) -> StoreResult<()> {
+/// Checks that `token` (with the claim's `nonce`, see [`claim_instance`]) is the current,
+/// held token of an instance lease, locking the row.
+async fn check_instance_token(
+    c: &mut Conn,
+    s: &Schema,
+    id: &str,
+    token: u64,
+    nonce: Option<i64>,
+) -> StoreResult<()> {
     let row = sqlx::query(&s.sql(
-        "SELECT lease_owner, lease_token FROM @wf_instances WHERE instance_id = $1 FOR UPDATE",
+        "SELECT lease_owner, lease_token, lease_nonce FROM @wf_instances
+         WHERE instance_id = $1 FOR UPDATE",
     ))
     .bind(id)
     .fetch_optional(&mut *c)
@@ -777,7 +812,8 @@ async fn check_instance_token(c: &mut Conn, s: &Schema, id: &str, token: u64) ->
     .ok_or_else(|| not_found("instance", id))?;
     let owner: Option<String> = row.try_get(0)?;
     let current = to_u64(row.try_get(1)?);
-    if owner.is_none() || current != token {
+    let held: Option<i64> = row.try_get(2)?;
+    if owner.is_none() || current != token || held != nonce {
         return Err(StoreError::Fenced {
             resource: instance_resource(id),
             token,
@@ -794,8 +830,9 @@ pub(super) async fn renew_lease(
     token: u64,
     now: Micros,
     ttl: Micros,
+    nonce: Option<i64>,
 ) -> StoreResult<Renewal> {
-    check_instance_token(c, s, id, token).await?;
+    check_instance_token(c, s, id, token, nonce).await?;
     let expires_at = now.saturating_add(ttl);
     let control: Option<String> = sqlx::query_scalar(&s.sql(
         "UPDATE @wf_instances SET lease_expires_at = $2 WHERE instance_id = $1
@@ -818,10 +855,11 @@ pub(super) async fn release_lease(
     s: &Schema,
     id: &str,
     token: u64,
+    nonce: Option<i64>,
 ) -> StoreResult<()> {
-    check_instance_token(c, s, id, token).await?;
+    check_instance_token(c, s, id, token, nonce).await?;
     sqlx::query(&s.sql(
-        "UPDATE @wf_instances SET lease_owner = NULL, lease_expires_at = NULL
+        "UPDATE @wf_instances SET lease_owner = NULL, lease_expires_at = NULL, lease_nonce = NULL
          WHERE instance_id = $1",
     ))
     .bind(id)

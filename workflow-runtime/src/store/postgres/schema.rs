@@ -63,7 +63,218 @@ pub(super) const MIGRATIONS: &[(u32, &str, &str)] = &[
     (1, "0001_init", MIGRATION_0001),
     (2, "0002_definitions", MIGRATION_0002),
     (3, "0003_commit_function", MIGRATION_0003),
+    (4, "0004_commit_cost", MIGRATION_0004),
 ];
+
+/// The commit function again, its cost bounded by what the commit writes, not by what the
+/// instance (or the store) holds, and the claim that needs no flush of its own:
+///
+/// * Receipts, bookmarks and timers are inserted with `ON CONFLICT DO NOTHING` and the rows
+///   inserted counted: the arbiter index answers each row, where the `EXISTS` checks of
+///   migration 3 were planned as a hash of every receipt of the instance and of every
+///   bookmark of the store. Only a commit that inserted fewer rows than it carries looks for
+///   the first id that was taken or repeated, to raise its error (which undoes the whole
+///   commit, the inserted rows included).
+/// * The journal cap (ENG-42) counts the instance's journal rows in `journal_rows`
+///   (maintained by this function, the only writer of journal rows; counted once when
+///   `NULL`, for rows written before this migration) and deletes only the excess, oldest
+///   first, found from the front of the primary key, instead of reading the `max` newest
+///   rows on every commit.
+/// * `lease_nonce` is a random number that a lease claim answered before its own flush
+///   writes with its token (ST-35: such a claim lost to a server crash may have its token
+///   issued again, but never its nonce); a commit must name it too, `NULL` for a lease taken
+///   otherwise, and a refusal is `WFFN0` as for a superseded token.
+const MIGRATION_0004: &str = r#"
+ALTER TABLE @wf_instances ADD COLUMN lease_nonce BIGINT;
+
+ALTER TABLE @wf_instances ADD COLUMN journal_rows BIGINT;
+
+DROP FUNCTION @wf_commit(
+    TEXT, BIGINT, BIGINT, BIGINT, TEXT, TEXT, TEXT, TEXT, BIGINT, BOOLEAN, BOOLEAN,
+    TEXT[], TEXT[], TEXT[], TEXT[], TEXT[], TEXT[], BIGINT[], BIGINT[], BIGINT[],
+    TEXT[], TEXT[], TEXT[], BIGINT[], BOOLEAN, BOOLEAN, BIGINT, BIGINT, TEXT, BIGINT, TEXT,
+    TEXT, BIGINT[], TEXT[], BIGINT[], TEXT[], TEXT[], BIGINT, TEXT[], TEXT[], TEXT[], TEXT[],
+    TEXT[], TEXT);
+
+CREATE FUNCTION @wf_commit(
+    p_id TEXT, p_expected BIGINT, p_token BIGINT, p_nonce BIGINT, p_now BIGINT, p_state TEXT,
+    p_status TEXT, p_sub_status TEXT, p_correlation TEXT, p_finished_at BIGINT,
+    p_clear_control BOOLEAN, p_release BOOLEAN,
+    p_receipts TEXT[], p_bookmarks_removed TEXT[],
+    p_bm_ids TEXT[], p_bm_hashes TEXT[], p_bm_names TEXT[], p_bm_nodes TEXT[],
+    p_bm_contexts BIGINT[], p_bm_look_backs BIGINT[], p_bm_created BIGINT[],
+    p_timers_removed TEXT[], p_tm_ids TEXT[], p_tm_kinds TEXT[], p_tm_due BIGINT[],
+    p_timers_parked BOOLEAN, p_clear_waits BOOLEAN,
+    p_compact_through BIGINT, p_compact_at BIGINT, p_compact_kind TEXT,
+    p_compact_context BIGINT, p_compact_node TEXT, p_compact_detail TEXT,
+    p_jn_at BIGINT[], p_jn_kinds TEXT[], p_jn_contexts BIGINT[], p_jn_nodes TEXT[],
+    p_jn_details TEXT[], p_max_journal BIGINT, p_consumed TEXT[],
+    p_control_targets TEXT[], p_control_texts TEXT[],
+    p_resolved_ids TEXT[], p_resolutions TEXT[],
+    p_listing TEXT
+) RETURNS TABLE (new_version BIGINT, definition TEXT)
+LANGUAGE plpgsql AS $body$
+DECLARE
+    cur RECORD;
+    taken TEXT;
+    fresh TEXT[];
+    last_seq BIGINT;
+    first_seq BIGINT;
+    done BIGINT;
+    jrows BIGINT;
+    excess BIGINT;
+BEGIN
+    SELECT i.version, i.lease_owner, i.lease_token, i.lease_nonce, i.definition_name,
+           i.definition_version, i.correlation_id, i.journal_rows
+      INTO cur FROM @wf_instances i WHERE i.instance_id = p_id FOR UPDATE;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION USING ERRCODE = 'WFNF0', MESSAGE = p_id;
+    END IF;
+    IF cur.version <> p_expected THEN
+        RAISE EXCEPTION USING ERRCODE = 'WFCF0', MESSAGE = cur.version::TEXT;
+    END IF;
+    IF cur.lease_owner IS NULL OR cur.lease_token <> p_token
+       OR cur.lease_nonce IS DISTINCT FROM p_nonce THEN
+        RAISE EXCEPTION USING ERRCODE = 'WFFN0', MESSAGE = cur.lease_token::TEXT;
+    END IF;
+    IF cardinality(p_receipts) > 0 THEN
+        WITH ins AS (
+            INSERT INTO @wf_receipts (instance_id, stimulus_id, at)
+            SELECT p_id, r.s, p_now FROM unnest(p_receipts) AS r(s)
+            ON CONFLICT (instance_id, stimulus_id) DO NOTHING
+            RETURNING stimulus_id)
+        SELECT array_agg(ins.stimulus_id) INTO fresh FROM ins;
+        IF cardinality(fresh) IS DISTINCT FROM cardinality(p_receipts) THEN
+            SELECT r.s INTO taken FROM unnest(p_receipts) WITH ORDINALITY AS r(s, n)
+             WHERE fresh IS NULL OR NOT (r.s = ANY(fresh))
+                OR EXISTS (SELECT 1 FROM unnest(p_receipts) WITH ORDINALITY AS d(s, n)
+                           WHERE d.s = r.s AND d.n < r.n)
+             ORDER BY r.n LIMIT 1;
+            RAISE EXCEPTION USING ERRCODE = 'WFRX0', MESSAGE = taken;
+        END IF;
+    END IF;
+    IF cardinality(p_bookmarks_removed) > 0 THEN
+        DELETE FROM @wf_bookmarks
+         WHERE instance_id = p_id AND bookmark_id = ANY(p_bookmarks_removed);
+    END IF;
+    IF cardinality(p_bm_ids) > 0 THEN
+        WITH ins AS (
+            INSERT INTO @wf_bookmarks (bookmark_id, instance_id, hash, name, node_id,
+                context_id, correlation_id, definition_name, definition_version, look_back,
+                created_at)
+            SELECT b.id, p_id, b.hash, b.name, b.node, b.context, p_correlation,
+                   cur.definition_name, cur.definition_version, b.look_back, b.created
+              FROM unnest(p_bm_ids, p_bm_hashes, p_bm_names, p_bm_nodes, p_bm_contexts,
+                          p_bm_look_backs, p_bm_created)
+                   AS b(id, hash, name, node, context, look_back, created)
+            ON CONFLICT (bookmark_id) DO NOTHING
+            RETURNING bookmark_id)
+        SELECT array_agg(ins.bookmark_id) INTO fresh FROM ins;
+        IF cardinality(fresh) IS DISTINCT FROM cardinality(p_bm_ids) THEN
+            SELECT b.id INTO taken FROM unnest(p_bm_ids) WITH ORDINALITY AS b(id, n)
+             WHERE fresh IS NULL OR NOT (b.id = ANY(fresh))
+                OR EXISTS (SELECT 1 FROM unnest(p_bm_ids) WITH ORDINALITY AS d(id, n)
+                           WHERE d.id = b.id AND d.n < b.n)
+             ORDER BY b.n LIMIT 1;
+            RAISE EXCEPTION USING ERRCODE = 'WFBK0', MESSAGE = taken;
+        END IF;
+    END IF;
+    IF cur.correlation_id IS DISTINCT FROM p_correlation THEN
+        UPDATE @wf_bookmarks SET correlation_id = p_correlation
+         WHERE instance_id = p_id AND correlation_id IS DISTINCT FROM p_correlation;
+    END IF;
+    IF cardinality(p_timers_removed) > 0 THEN
+        DELETE FROM @wf_timers WHERE instance_id = p_id AND timer_id = ANY(p_timers_removed);
+    END IF;
+    IF cardinality(p_tm_ids) > 0 THEN
+        WITH ins AS (
+            INSERT INTO @wf_timers (timer_id, instance_id, kind, due_at, parked)
+            SELECT t.id, p_id, t.kind, t.due, FALSE
+              FROM unnest(p_tm_ids, p_tm_kinds, p_tm_due) AS t(id, kind, due)
+            ON CONFLICT (timer_id) DO NOTHING
+            RETURNING timer_id)
+        SELECT array_agg(ins.timer_id) INTO fresh FROM ins;
+        IF cardinality(fresh) IS DISTINCT FROM cardinality(p_tm_ids) THEN
+            SELECT t.id INTO taken FROM unnest(p_tm_ids) WITH ORDINALITY AS t(id, n)
+             WHERE fresh IS NULL OR NOT (t.id = ANY(fresh))
+                OR EXISTS (SELECT 1 FROM unnest(p_tm_ids) WITH ORDINALITY AS d(id, n)
+                           WHERE d.id = t.id AND d.n < t.n)
+             ORDER BY t.n LIMIT 1;
+            RAISE EXCEPTION USING ERRCODE = 'WFTM0', MESSAGE = taken;
+        END IF;
+    END IF;
+    IF p_timers_parked IS NOT NULL THEN
+        UPDATE @wf_timers SET parked = p_timers_parked WHERE instance_id = p_id;
+    END IF;
+    IF p_clear_waits THEN
+        DELETE FROM @wf_bookmarks WHERE instance_id = p_id;
+        DELETE FROM @wf_timers WHERE instance_id = p_id;
+    END IF;
+    jrows := cur.journal_rows;
+    IF jrows IS NULL AND (p_compact_through IS NOT NULL OR cardinality(p_jn_at) > 0
+                          OR p_max_journal IS NOT NULL) THEN
+        SELECT count(*) INTO jrows FROM @wf_journal j WHERE j.instance_id = p_id;
+    END IF;
+    IF p_compact_through IS NOT NULL THEN
+        DELETE FROM @wf_journal WHERE instance_id = p_id AND seq <= p_compact_through;
+        GET DIAGNOSTICS done = ROW_COUNT;
+        INSERT INTO @wf_journal (instance_id, seq, at, kind, context_id, node_id, detail)
+        VALUES (p_id, p_compact_through, p_compact_at, p_compact_kind, p_compact_context,
+                p_compact_node, p_compact_detail);
+        jrows := jrows - done + 1;
+    END IF;
+    IF cardinality(p_jn_at) > 0 THEN
+        SELECT COALESCE(MAX(j.seq), 0) INTO last_seq FROM @wf_journal j
+         WHERE j.instance_id = p_id;
+        INSERT INTO @wf_journal (instance_id, seq, at, kind, context_id, node_id, detail)
+        SELECT p_id, last_seq + e.n, e.at, e.kind, e.context, e.node, e.detail
+          FROM unnest(p_jn_at, p_jn_kinds, p_jn_contexts, p_jn_nodes, p_jn_details)
+               WITH ORDINALITY AS e(at, kind, context, node, detail, n);
+        jrows := jrows + cardinality(p_jn_at);
+    END IF;
+    IF p_max_journal IS NOT NULL AND jrows > p_max_journal THEN
+        -- The oldest rows first: [first, first + excess) holds at most `excess` rows; the
+        -- loop goes on only past a gap in the sequence numbers.
+        excess := jrows - p_max_journal;
+        LOOP
+            SELECT MIN(j.seq) INTO first_seq FROM @wf_journal j WHERE j.instance_id = p_id;
+            EXIT WHEN first_seq IS NULL;
+            DELETE FROM @wf_journal WHERE instance_id = p_id AND seq < first_seq + excess;
+            GET DIAGNOSTICS done = ROW_COUNT;
+            jrows := jrows - done;
+            excess := excess - done;
+            EXIT WHEN excess <= 0;
+        END LOOP;
+    END IF;
+    IF cardinality(p_consumed) > 0 THEN
+        DELETE FROM @wf_queue WHERE item_id = ANY(p_consumed);
+    END IF;
+    IF cardinality(p_resolved_ids) > 0 THEN
+        UPDATE @wf_incidents x SET resolved_at = p_now, resolution = r.resolution
+          FROM unnest(p_resolved_ids, p_resolutions) AS r(id, resolution)
+         WHERE x.incident_id = r.id AND x.instance_id = p_id AND x.resolved_at IS NULL;
+    END IF;
+    IF cardinality(p_control_targets) > 0 THEN
+        UPDATE @wf_instances x SET control_request = c.request
+          FROM unnest(p_control_targets, p_control_texts) AS c(target, request)
+         WHERE x.instance_id = c.target AND x.status NOT IN ('finished', 'cancelled');
+    END IF;
+    UPDATE @wf_instances SET
+        version = version + 1, state = p_state, state_size = octet_length(p_state),
+        status = p_status, sub_status = p_sub_status, correlation_id = p_correlation,
+        updated_at = p_now, finished_at = p_finished_at, listing = p_listing,
+        journal_rows = jrows,
+        control_request = CASE WHEN p_clear_control THEN NULL ELSE control_request END,
+        lease_owner = CASE WHEN p_release THEN NULL ELSE lease_owner END,
+        lease_expires_at = CASE WHEN p_release THEN NULL ELSE lease_expires_at END,
+        lease_nonce = CASE WHEN p_release THEN NULL ELSE lease_nonce END
+     WHERE instance_id = p_id;
+    new_version := cur.version + 1;
+    definition := cur.definition_name;
+    RETURN NEXT;
+END
+$body$
+"#;
 
 /// The commit of a run as one server-side function, so a commit is one round trip instead
 /// of a statement per row (ST-16): it locks the instance row, checks the expected version and

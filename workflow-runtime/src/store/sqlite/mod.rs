@@ -33,6 +33,7 @@ use tokio::sync::oneshot;
 
 use super::{BoxFuture, StoreError, StoreResult};
 
+mod changes;
 mod ops;
 mod options;
 mod rows;
@@ -46,7 +47,7 @@ use rows::QUEUE_COLS;
 use schema::migrate_to;
 use schema::{
     check_tables, configure, latest_schema_version, migrate, naming_file, require_current_schema,
-    take_over_dead_claims, take_owner_lock,
+    take_over_dead_claims, take_owner_lock, tune,
 };
 use worker::{reader_loop, writer_loop};
 
@@ -117,6 +118,8 @@ pub struct SqliteStore {
     counters: Arc<Counters>,
     path: PathBuf,
     migrations_applied: Vec<u32>,
+    /// Other processes' commits, heard by the writer (`changes.rs`).
+    remote: tokio::sync::broadcast::Sender<crate::store::WakeUp>,
     /// Holds the exclusive lock on the `-owner` side file while the store is open (ST-26).
     /// Declared last: released after the threads have stopped.
     _owner_lock: Option<Mutex<Connection>>,
@@ -290,17 +293,19 @@ impl SqliteStore {
         owner_lock: Option<Connection>,
     ) -> StoreResult<Self> {
         let counters = Arc::new(Counters::default());
+        let remote = tokio::sync::broadcast::Sender::new(16);
         let mut threads = Vec::new();
         let write_tx = match writer {
             Some(conn) => {
                 let (write_tx, write_rx) = mpsc::channel::<WriteRequest>();
                 let writer_counters = Arc::clone(&counters);
+                let mut watch = changes::Watch::new(remote.clone());
                 let limits = (options.max_batch.max(1), options.max_batch_bytes.max(1));
                 threads.push(
                     std::thread::Builder::new()
                         .name("wf-sqlite-writer".to_owned())
                         .spawn(move || {
-                            writer_loop(&conn, &write_rx, limits, &writer_counters);
+                            writer_loop(&conn, &write_rx, limits, &writer_counters, &mut watch);
                         })
                         .map_err(StoreError::unavailable)?,
                 );
@@ -315,7 +320,7 @@ impl SqliteStore {
                 OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
             )?;
             conn.busy_timeout(options.busy_timeout)?;
-            conn.set_prepared_statement_cache_capacity(64);
+            tune(&conn)?;
             Ok(conn)
         };
         let inline = (0..options.readers.max(1))
@@ -342,6 +347,7 @@ impl SqliteStore {
             counters,
             path,
             migrations_applied,
+            remote,
             _owner_lock: owner_lock.map(Mutex::new),
         })
     }

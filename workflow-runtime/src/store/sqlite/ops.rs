@@ -15,15 +15,15 @@ use super::{
 };
 use crate::store::backend::{
     BookmarkSelect, Capabilities, ChildWaitIndex, ClaimedRecord, DefinitionRecord, DefinitionStore,
-    DueTimers, Enqueue, IncidentQuery, LeaseClaim, LeaseKey, PurgeTarget, Settled, Settlement,
-    Store, TimerScope, TriggerSelect, TriggerWrite,
+    DueTimers, Enqueue, IncidentQuery, LeaseClaim, LeaseKey, PurgeTarget, RemoteHints, Settled,
+    Settlement, Store, TimerScope, TriggerSelect, TriggerWrite,
 };
 use crate::store::{
     BookmarkRow, BoxFuture, ClaimedInstance, Commit, ControlRequest, DeadLetter, DeadLetterFilter,
     DeadLetterReason, EncodedQueueItem, IdempotencyRecord, IncidentRecord, InstanceFilter,
     InstanceRecord, InstanceStatus, InstanceSubStatus, JournalRecord, Lease, ListedInstance,
     NewIncident, NewInstance, NewJournalRecord, QueueItem, Renewal, Schedule, ScheduleFiring,
-    StoreError, StoreResult, StoreStats, TimerRow, TriggerRow, decode_control_request,
+    StoreError, StoreResult, StoreStats, TimerRow, TriggerRow, WakeUp, decode_control_request,
     decode_instance_status,
 };
 
@@ -1601,6 +1601,19 @@ impl Store for SqliteStore {
         Capabilities::default()
             .with_definitions(self)
             .with_child_waits(self)
+            .with_remote_hints(self)
+    }
+}
+
+/// Other processes' commits to the file, heard by the writer (ST-18). Only this process
+/// claims in it (one owner per file, ST-26; a dead owner's claims are taken over at open).
+impl RemoteHints for SqliteStore {
+    fn subscribe(&self) -> tokio::sync::broadcast::Receiver<WakeUp> {
+        self.remote.subscribe()
+    }
+
+    fn others_claim(&self) -> bool {
+        false
     }
 }
 

@@ -17,6 +17,7 @@ use std::time::{Duration, Instant};
 
 use rusqlite::Connection;
 
+use super::changes::Watch;
 use super::{Counters, Kind, ReadJob, Responder, WriteRequest};
 use crate::store::StoreError;
 
@@ -26,15 +27,28 @@ use crate::store::StoreError;
 const LINGER: Duration = Duration::from_millis(5);
 
 /// Runs transactions until the store is dropped (ST-26).
+/// Between transactions, and when idle at least every [`POLL`](super::changes::POLL), it
+/// looks for other processes' commits (`watch`).
 pub(super) fn writer_loop(
     conn: &Connection,
     rx: &mpsc::Receiver<WriteRequest>,
     limits: (usize, usize),
     counters: &Counters,
+    watch: &mut Watch,
 ) {
-    while let Ok(first) = rx.recv() {
-        if !run_transaction(conn, rx, first, limits, counters) {
-            return;
+    watch.check(conn);
+    loop {
+        match rx.recv_timeout(watch.due_in()) {
+            Ok(first) => {
+                if !run_transaction(conn, rx, first, limits, counters) {
+                    return;
+                }
+            }
+            Err(mpsc::RecvTimeoutError::Timeout) => {}
+            Err(mpsc::RecvTimeoutError::Disconnected) => return,
+        }
+        if watch.due_in().is_zero() {
+            watch.check(conn);
         }
     }
 }

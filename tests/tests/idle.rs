@@ -1,0 +1,148 @@
+//! An idle runtime writes nothing (RT-27, ENG-25, TM-5): with stimuli held in its queue (one
+//! for a paused instance, one nobody waits for yet), a pending timer and its sweeps running
+//! every 100 ms, the store sees no write request for seconds; yet what may release a held
+//! stimulus (a resume here, an event written by another process) still has it delivered.
+#![allow(clippy::unwrap_used, clippy::print_stderr)]
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use workflow_runtime::store::{SqliteStore, Storage, StoreStats};
+use workflow_runtime::{Runtime, Stimulus, SubStatus, TaskContext, WorkflowStatus, workflow};
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Steps {
+    log: Vec<String>,
+}
+
+async fn step(ctx: &mut TaskContext<Steps>) {
+    ctx.data_mut().log.push("step".to_owned());
+}
+
+workflow! {
+    /// A task, then an event, then the task again.
+    pub workflow Waits(Steps) = sequence [
+        task(step),
+        paid = event("paid"),
+        again = task(step),
+    ];
+}
+
+workflow! {
+    /// A task, an hour's delay, a task: a timer that stays pending.
+    pub workflow Sleeps(Steps) = sequence [
+        task(step),
+        wait = after(hours(1)),
+        later = task(step),
+    ];
+}
+
+/// The application: every background sweep every 100 ms.
+fn application(store: &Storage) -> Runtime {
+    Runtime::builder()
+        .store(store.clone())
+        .register::<Waits>()
+        .register::<Sleeps>()
+        .queue_sweep(Duration::from_millis(100))
+        .recovery_sweep(Some(Duration::from_millis(100)))
+        .sweep_interval(Some(Duration::from_millis(100)))
+        .build()
+        .unwrap()
+}
+
+async fn stats(store: &Storage) -> StoreStats {
+    store.stats().await.unwrap()
+}
+
+async fn status_of(rt: &Runtime, id: &str) -> (WorkflowStatus, Option<SubStatus>) {
+    let snapshot = rt.get_state(id).await.unwrap().unwrap();
+    (snapshot.status(), snapshot.sub_status())
+}
+
+/// Polls until `done` holds, at most 5 s.
+async fn eventually<F: std::future::Future<Output = bool>>(mut done: impl FnMut() -> F) -> bool {
+    for _ in 0..100 {
+        if done().await {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    false
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_runtime_with_held_stimuli_writes_nothing_until_something_changes() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("app.db");
+    let store = Storage::new(Arc::new(SqliteStore::open(&path).unwrap()));
+    let app = application(&store);
+    app.run_background().unwrap();
+
+    let paused = app
+        .start::<Waits>(Steps::default())
+        .await
+        .unwrap()
+        .instance_id;
+    app.suspend(&paused).await.unwrap();
+    let held = app.send(Stimulus::new("paid")).await.unwrap();
+    assert_eq!(held.deferred, std::slice::from_ref(&paused), "{held:?}");
+    let queued = app.send(Stimulus::new("nobody-waits")).await.unwrap();
+    assert!(queued.queued.is_some(), "{queued:?}");
+    let sleeping = app.start::<Sleeps>(Steps::default()).await.unwrap();
+    assert_eq!(sleeping.status, WorkflowStatus::Suspended);
+
+    // The sweeps settle: each item is looked at, put back, then left alone.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let before = stats(&store).await;
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let after = stats(&store).await;
+    eprintln!(
+        "idle for 5 s with two queued stimuli and a pending timer: {} write requests, {} transactions",
+        after.write_requests - before.write_requests,
+        after.transactions - before.transactions
+    );
+    assert_eq!(
+        after.write_requests, before.write_requests,
+        "an idle runtime sent write requests to its store"
+    );
+
+    // A change here releases the held stimulus: the resume delivers it.
+    app.resume(&paused).await.unwrap();
+    assert!(
+        eventually(|| async { status_of(&app, &paused).await.0 == WorkflowStatus::Finished }).await,
+        "the held stimulus was not delivered after the resume: {:?}",
+        status_of(&app, &paused).await
+    );
+
+    // Another process's write to the file is heard: its event is delivered by the worker.
+    let waiting = app
+        .start::<Waits>(Steps::default())
+        .await
+        .unwrap()
+        .instance_id;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    {
+        let other = Storage::new(Arc::new(SqliteStore::open_operator(&path).unwrap()));
+        let operator = Runtime::builder()
+            .store(other)
+            .queue_worker(false)
+            .timer_driver(false)
+            .recovery_sweep(None)
+            .build()
+            .unwrap();
+        let sent = operator
+            .send(Stimulus::new("paid").enqueued())
+            .await
+            .unwrap();
+        assert!(sent.queued.is_some(), "{sent:?}");
+        operator.shutdown(Duration::ZERO).await;
+    }
+    assert!(
+        eventually(|| async { status_of(&app, &waiting).await.0 == WorkflowStatus::Finished })
+            .await,
+        "another process's event was not delivered: {:?}",
+        status_of(&app, &waiting).await
+    );
+    app.shutdown(Duration::from_secs(1)).await;
+}
