@@ -823,6 +823,53 @@ async fn queued_items(store: &FaultyStore) -> Vec<QueueItem> {
         .unwrap()
 }
 
+// RT-19, RT-27: a queued stimulus for one instance is deleted by the commit that delivers it,
+// so a worker stopped between that commit and its acknowledgement (here the acknowledgement
+// fails) leaves nothing queued: the stimulus is applied once, nothing is delivered again, and
+// no dead letter claims it was lost.
+#[test]
+fn a_delivered_queue_item_goes_with_its_commit_when_its_acknowledgement_is_lost() {
+    for (label, backend, _dir) in stores() {
+        block_on(async {
+            let store = FaultyStore::new(backend);
+            let faulty: Arc<dyn Store> = store.clone();
+            let rt = Runtime::builder()
+                .store(faulty)
+                .register::<Twice>()
+                .lease_ttl(Duration::from_millis(300))
+                .queue_worker(false)
+                .timer_driver(false)
+                .recovery_sweep(None)
+                .build()
+                .unwrap();
+            rt.start_with::<Twice>(tally("h-1"), with_id("h-1"))
+                .await
+                .unwrap();
+            rt.suspend("h-1").await.unwrap();
+            let held = rt.send(Stimulus::new("one").key("h-1")).await.unwrap();
+            assert_eq!(held.deferred, ["h-1"], "{label}: {held:?}");
+            rt.resume("h-1").await.unwrap();
+            assert_eq!(data(&rt, "h-1").await.seen, Vec::<String>::new(), "{label}");
+
+            store.inject(Op::SettleQueueItem, 1, Fault::Fail);
+            let stopped = rt.deliver_queued().await;
+            assert!(stopped.is_err(), "{label}: {stopped:?}");
+            assert_eq!(data(&rt, "h-1").await.seen, ["one"], "{label}");
+            // The worker's claim on what it did not settle lapses.
+            tokio::time::sleep(Duration::from_millis(400)).await;
+            assert!(
+                queued_items(&store).await.is_empty(),
+                "{label}: the delivered item is still queued"
+            );
+            assert_eq!(rt.deliver_queued().await.unwrap(), 0, "{label}");
+            assert_eq!(data(&rt, "h-1").await.seen, ["one"], "{label}");
+            let dead = rt.dead_letters(DeadLetterFilter::all(10)).await.unwrap();
+            assert!(dead.is_empty(), "{label}: {dead:?}");
+            rt.shutdown(Duration::from_secs(1)).await;
+        });
+    }
+}
+
 // RT-19: a send whose trigger starts an instance writes its idempotency record with the
 // creation, so a send failing after that (its record's completion lost) is a duplicate when
 // retried: no second run, no stray copy queued for a wait that could take it later.

@@ -664,6 +664,7 @@ impl RuntimeBuilder {
                 child_results: Mutex::new(HashMap::new()),
                 fresh: Mutex::new(HashMap::new()),
                 pending_records: Mutex::new(HashMap::new()),
+                consuming: Mutex::new(HashMap::new()),
                 retention: self.retention,
                 idle: tokio::sync::Notify::new(),
                 queue_ttl: i64::try_from(self.queue_ttl.as_micros()).unwrap_or(i64::MAX),

@@ -144,6 +144,8 @@ pub(super) struct Tracker {
     pub(super) incidents: Vec<(String, Option<String>)>,
     /// Stimulus ids consumed by this run, written as receipts with its first commit (RT-19).
     pub(super) receipts: Vec<String>,
+    /// Queue items this run consumes, deleted with its first commit (RT-19).
+    pub(super) consumed: Vec<String>,
     /// The idempotency record of the direct send this run delivers, written with its first
     /// commit (RT-19).
     pub(super) idempotency: Option<crate::store::IdempotencyRecord>,
@@ -260,6 +262,7 @@ impl RunCommits<'_> {
             commit.instances_created = children;
             commit.queue_items = queue_items;
             commit.receipts.clone_from(&tracker.receipts);
+            commit.consumed_queue_items.clone_from(&tracker.consumed);
             commit.idempotency.clone_from(&tracker.idempotency);
             // A request left on a final instance could never be honoured: its final commit
             // clears it.
@@ -288,6 +291,7 @@ impl RunCommits<'_> {
             .map(|i| (i.id.clone(), i.resolution.clone()))
             .collect();
         tracker.receipts.clear();
+        tracker.consumed.clear();
         tracker.idempotency = None;
         tracker.unpark = false;
         tracker.clear_control = false;

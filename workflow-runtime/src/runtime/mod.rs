@@ -520,6 +520,10 @@ pub(crate) struct Inner {
     /// first one's): the first commit delivering the stimulus, or creating an instance for
     /// it, writes it (RT-19); the send completes it.
     pub(crate) pending_records: Mutex<HashMap<String, (crate::store::IdempotencyRecord, usize)>>,
+    /// The queue items the queue worker is delivering to one instance, by `(instance id,
+    /// stimulus id)`: the run's first commit deletes the item with the receipt it writes
+    /// (RT-19), so a worker stopped before its acknowledgement leaves nothing to redeliver.
+    pub(crate) consuming: Mutex<HashMap<(String, String), String>>,
     /// Serializes queue passes (the worker and [`Runtime::deliver_queued`]), and holds the
     /// items this process has put back undelivered and announced once (RT-27): put back
     /// again, they are not announced again.
@@ -1669,9 +1673,13 @@ impl Runtime {
                         let _ = self.drive(&instance_id, target).await;
                         continue;
                     };
+                    // RT-19: the parent's commit deletes the item with its receipt.
+                    let key = (instance_id.clone(), stimulus_id.clone());
+                    lock(&self.inner.consuming).insert(key.clone(), item_id.clone());
                     let delivered = self
                         .drive_consuming(&instance_id, target, Some(stimulus_id))
                         .await;
+                    lock(&self.inner.consuming).remove(&key);
                     if matches!(
                         delivered,
                         Ok(_)
@@ -2074,6 +2082,7 @@ impl Runtime {
                     .map(|i| (i.id.clone(), i.resolution.clone()))
                     .collect(),
                 receipts: Vec::new(),
+                consumed: Vec::new(),
                 idempotency: None,
                 unpark: false,
                 clear_control: false,
@@ -2159,6 +2168,13 @@ impl Runtime {
                     .get(id)
                     .map(|(record, _)| record.clone())
             });
+            if let Some(id) = &stimulus_id
+                && let Some(item) = lock(&self.inner.consuming)
+                    .get(&(instance_id.to_owned(), id.clone()))
+                    .cloned()
+            {
+                tracker.consumed.push(item);
+            }
             tracker.receipts.extend(stimulus_id);
         }
         // ENG-32: the run decides per task whether to commit (the node's setting, the

@@ -339,12 +339,13 @@ pub trait RemoteHints: Send + Sync {
     /// A new subscription to the hints heard from other processes.
     fn subscribe(&self) -> tokio::sync::broadcast::Receiver<super::WakeUp>;
 
-    /// Whether other live processes claim queue items in this store, so that a claim of one
-    /// that died expires without a change anyone hears of (RT-27): the queue worker then
-    /// looks at the queue once per claim TTL even when nothing changed. `true` unless the
-    /// backend knows that only one process claims (one owner per file, ST-26).
-    fn others_claim(&self) -> bool {
-        true
+    /// Whether every change another process makes that could make queued work deliverable
+    /// is heard (RT-27): then the queue worker's sweep passes only when something changed.
+    /// `false` (the default) when a hint can be lost (a notification sent after its commit
+    /// by a task the process may not live to run) or a claim of a process that died expires
+    /// unannounced: the sweep then passes every time.
+    fn hears_every_change(&self) -> bool {
+        false
     }
 }
 

@@ -328,6 +328,9 @@ impl Runtime {
         };
         for (instance, rows) in targeted {
             if store.has_receipt(&instance, &item.stimulus_id).await? {
+                // RT-19: consumed already (by a delivery whose acknowledgement was lost): an
+                // item for this instance alone is done with.
+                any |= targets.instance_id.is_some();
                 continue;
             }
             let record = match store.load_instance_text(&instance).await {
@@ -367,10 +370,20 @@ impl Runtime {
                 ids,
                 payload: item.payload.clone(),
             };
-            match self
+            // RT-19: an item for this one instance is deleted by the commit delivering it, so
+            // a worker stopped before its acknowledgement leaves nothing to deliver again.
+            let consumes = targets.instance_id.as_deref() == Some(instance.as_str());
+            let key = (instance.clone(), item.stimulus_id.clone());
+            if consumes {
+                lock(&self.inner.consuming).insert(key.clone(), item.item_id.clone());
+            }
+            let delivered = self
                 .drive_consuming(&instance, target, Some(item.stimulus_id.clone()))
-                .await
-            {
+                .await;
+            if consumes {
+                lock(&self.inner.consuming).remove(&key);
+            }
+            match delivered {
                 Ok(Some(_)) => any = true,
                 // ST-24: the instance faulted at its last commit; the item, not consumed,
                 // is dead-lettered for it (consumed by an earlier commit, it is done with).
@@ -605,30 +618,32 @@ struct Quiet {
     /// The change count the last pass began at; `None`: the next sweep passes.
     changes: Option<u64>,
     /// The next sweep passes from this instant on: the first expiry among the items left
-    /// (RT-28), and, when other processes claim items in the store, one claim TTL after the
-    /// pass (a claim of a process that died expires without a change anyone hears of).
+    /// (RT-28), or when the claims of a failed pass lapse.
     until: Option<tokio::time::Instant>,
 }
 
 impl Quiet {
     /// After a pass that began at change count `changes` and delivered nothing. A store
-    /// that cannot tell of other processes' writes (no [`RemoteHints`], like the in-memory
-    /// store several runtimes of one process may share) is swept every time, as the
-    /// others' changes reach no count here.
+    /// whose hints may miss another process's change ([`RemoteHints::hears_every_change`]:
+    /// PostgreSQL, whose notification of a commit can be lost, or the in-memory store,
+    /// which several runtimes of one process may share and which tells none of them of the
+    /// others' writes) is swept every time.
     ///
-    /// [`RemoteHints`]: crate::store::RemoteHints
-    /// `lapse`: when the claims a failed pass before it left lapse (those items are claimed
-    /// still, no pass sees them until then).
+    /// [`RemoteHints::hears_every_change`]: crate::store::RemoteHints::hears_every_change
     fn after(
         runtime: &Runtime,
         changes: u64,
         pass: &QueuePass,
         lapse: Option<tokio::time::Instant>,
     ) -> Self {
-        let Some(remote) = runtime.inner.store.backend().capabilities().remote_hints else {
-            return Self::default();
-        };
-        if pass.retry || std::env::var_os("NOQUIET").is_some() {
+        let hears = runtime
+            .inner
+            .store
+            .backend()
+            .capabilities()
+            .remote_hints
+            .is_some_and(crate::store::RemoteHints::hears_every_change);
+        if pass.retry || !hears {
             return Self::default();
         }
         let now = tokio::time::Instant::now();
@@ -636,10 +651,9 @@ impl Quiet {
             let wait = u64::try_from(at.saturating_sub(now_micros())).unwrap_or(0);
             now + Duration::from_micros(wait)
         });
-        let others = remote.others_claim().then(|| now + runtime.inner.lease.ttl);
         Self {
             changes: Some(changes),
-            until: [expiry, others, lapse.filter(|at| *at > now)]
+            until: [expiry, lapse.filter(|at| *at > now)]
                 .into_iter()
                 .flatten()
                 .min(),

@@ -1605,15 +1605,16 @@ impl Store for SqliteStore {
     }
 }
 
-/// Other processes' commits to the file, heard by the writer (ST-18). Only this process
-/// claims in it (one owner per file, ST-26; a dead owner's claims are taken over at open).
+/// Other processes' commits to the file, heard by the writer (ST-18): every one of them, as
+/// `data_version` compares states, it cannot miss one. Only this process claims in the file
+/// (one owner per file, ST-26; a dead owner's claims are taken over at open).
 impl RemoteHints for SqliteStore {
     fn subscribe(&self) -> tokio::sync::broadcast::Receiver<WakeUp> {
         self.remote.subscribe()
     }
 
-    fn others_claim(&self) -> bool {
-        false
+    fn hears_every_change(&self) -> bool {
+        true
     }
 }
 
