@@ -89,3 +89,66 @@ pub async fn c22_journal_compaction(backend: Arc<dyn TestBackend>) {
         ]
     );
 }
+
+/// C-22: the cap keeps the newest entries (ENG-42), a compaction summary included, also when
+/// the summary lies below entries the cap removed before.
+pub async fn c22_journal_cap(backend: Arc<dyn TestBackend>) {
+    let store = Harness::new(backend);
+    let lease = create_leased(&store, "wf-1").await;
+    let entry = |n: u64| NewJournalRecord {
+        at: T0 + n as Micros,
+        kind: format!("k{n}"),
+        context_id: None,
+        node_id: None,
+        detail: json!(n),
+    };
+    let kept = |journal: Vec<crate::store::JournalRecord>| -> Vec<u64> {
+        journal.iter().map(|e| e.seq).collect()
+    };
+    let mut version = 1;
+    let mut commit = |entries: std::ops::RangeInclusive<u64>, max: u64| {
+        let mut c = waiting("wf-1", version, lease.token, version as i64);
+        version += 1;
+        c.journal = entries.map(entry).collect();
+        c.max_journal_entries = Some(max);
+        c
+    };
+    store.commit(commit(1..=5, 3)).await.unwrap();
+    assert_eq!(
+        kept(store.read_journal("wf-1", 0, 100).await.unwrap()),
+        [3, 4, 5]
+    );
+    store.commit(commit(6..=7, 3)).await.unwrap();
+    assert_eq!(
+        kept(store.read_journal("wf-1", 0, 100).await.unwrap()),
+        [5, 6, 7]
+    );
+    // A summary of entries the cap removed already lies below the oldest entry kept.
+    let mut c = commit(8..=8, 5);
+    c.journal_compaction = Some(JournalCompaction {
+        through_seq: 2,
+        summary: NewJournalRecord {
+            at: T0 + 2,
+            kind: "compacted".to_owned(),
+            context_id: None,
+            node_id: None,
+            detail: json!({ "entries": 2 }),
+        },
+    });
+    store.commit(c).await.unwrap();
+    assert_eq!(
+        kept(store.read_journal("wf-1", 0, 100).await.unwrap()),
+        [2, 5, 6, 7, 8]
+    );
+    // Over the cap by three: the summary and the two oldest entries after it go.
+    store.commit(commit(9..=10, 4)).await.unwrap();
+    assert_eq!(
+        kept(store.read_journal("wf-1", 0, 100).await.unwrap()),
+        [7, 8, 9, 10]
+    );
+    store.commit(commit(11..=11, 4)).await.unwrap();
+    assert_eq!(
+        kept(store.read_journal("wf-1", 0, 100).await.unwrap()),
+        [8, 9, 10, 11]
+    );
+}

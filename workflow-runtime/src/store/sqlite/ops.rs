@@ -30,8 +30,17 @@ use crate::store::{
 // ----- write operations (run on the writer thread, inside a savepoint) -----
 
 /// What a commit reads first: version, lease owner and token, definition name and version,
-/// correlation id.
-type CommitGuard = (i64, Option<String>, i64, String, String, Option<String>);
+/// correlation id, status, finish time.
+type CommitGuard = (
+    i64,
+    Option<String>,
+    i64,
+    String,
+    String,
+    Option<String>,
+    String,
+    Option<i64>,
+);
 
 fn commit_tx(c: &Connection, commit: &Commit<String>) -> StoreResult<u64> {
     let state = commit.state.as_str();
@@ -39,7 +48,7 @@ fn commit_tx(c: &Connection, commit: &Commit<String>) -> StoreResult<u64> {
     let row: Option<CommitGuard> = c
         .prepare_cached(
             "SELECT version, lease_owner, lease_token, definition_name, definition_version,
-                correlation_id
+                correlation_id, status, finished_at
              FROM wf_instances WHERE instance_id = ?1",
         )?
         .query_row([id], |r| {
@@ -50,11 +59,21 @@ fn commit_tx(c: &Connection, commit: &Commit<String>) -> StoreResult<u64> {
                 r.get(3)?,
                 r.get(4)?,
                 r.get(5)?,
+                r.get(6)?,
+                r.get(7)?,
             ))
         })
         .optional()?;
-    let (version, lease_owner, lease_token, definition_name, definition_version, correlation) =
-        row.ok_or_else(|| not_found("instance", id))?;
+    let (
+        version,
+        lease_owner,
+        lease_token,
+        definition_name,
+        definition_version,
+        correlation,
+        stored_status,
+        stored_finished_at,
+    ) = row.ok_or_else(|| not_found("instance", id))?;
     let version = to_u64(version);
     if version != commit.expected_version {
         return Err(StoreError::Conflict {
@@ -185,13 +204,7 @@ fn commit_tx(c: &Connection, commit: &Commit<String>) -> StoreResult<u64> {
         }
     }
     if let Some(max) = commit.max_journal_entries {
-        // ENG-42: the stored journal keeps the newest `max` entries.
-        c.prepare_cached(
-            "DELETE FROM wf_journal WHERE instance_id = ?1 AND seq <= (
-                SELECT seq FROM wf_journal WHERE instance_id = ?1
-                ORDER BY seq DESC LIMIT 1 OFFSET ?2)",
-        )?
-        .execute(rusqlite::params![id, to_i64(max)])?;
+        cap_journal(c, id, max)?;
     }
     {
         let mut stmt = c.prepare_cached("DELETE FROM wf_queue WHERE item_id = ?1")?;
@@ -227,30 +240,71 @@ fn commit_tx(c: &Connection, commit: &Commit<String>) -> StoreResult<u64> {
         )?
         .execute([&text, target])?;
     }
-    c.prepare_cached(
-        "UPDATE wf_instances SET
-            version = version + 1, state = ?1, state_size = ?2, status = ?3, sub_status = ?4,
-            correlation_id = ?5, updated_at = ?6, finished_at = ?7,
-            control_request = CASE WHEN ?8 THEN NULL ELSE control_request END,
-            lease_owner = CASE WHEN ?9 THEN NULL ELSE lease_owner END,
-            lease_expires_at = CASE WHEN ?9 THEN NULL ELSE lease_expires_at END,
-            listing = ?11
-         WHERE instance_id = ?10",
-    )?
-    .execute(rusqlite::params![
-        state,
-        limit_i64(state.len()),
-        commit.status.as_str(),
-        commit.sub_status.map(InstanceSubStatus::as_str),
-        commit.correlation_id,
-        commit.now,
-        commit.status.is_final().then_some(commit.now),
-        commit.clear_control_request,
-        commit.release_lease,
-        id,
-        commit.listing,
-    ])?;
+    let finished_at = commit.status.is_final().then_some(commit.now);
+    let changed = Changed {
+        status: stored_status != commit.status.as_str(),
+        correlation: correlation != commit.correlation_id,
+        finished_at: stored_finished_at != finished_at,
+        lease: commit.release_lease,
+    };
+    c.prepare_cached(&changed.instance_update())?
+        .execute(rusqlite::params![
+            state,
+            limit_i64(state.len()),
+            commit.status.as_str(),
+            commit.sub_status.map(InstanceSubStatus::as_str),
+            commit.correlation_id,
+            commit.now,
+            finished_at,
+            commit.clear_control_request,
+            commit.release_lease,
+            id,
+            commit.listing,
+        ])?;
     Ok(version + 1)
+}
+
+/// Which indexed columns of an instance row a commit changes. Its `UPDATE` sets only those
+/// (and the unindexed ones): SQLite rewrites the entries of every index over a column an
+/// `UPDATE` sets, changed or not, and a transition usually changes none of them but the
+/// lease's expiry.
+struct Changed {
+    /// `status` (the recovery, definition and activation indexes).
+    status: bool,
+    /// `correlation_id` (its index).
+    correlation: bool,
+    /// `finished_at` (its index).
+    finished_at: bool,
+    /// The lease is released: owner and expiry cleared (the recovery index).
+    lease: bool,
+}
+
+impl Changed {
+    /// The statement, with the parameters of [`commit_tx`]'s final `UPDATE` (those of the
+    /// columns it leaves alone bound but unused); one text per combination, so each is
+    /// parsed once and kept in the statement cache.
+    fn instance_update(&self) -> String {
+        let mut sql = String::from(
+            "UPDATE wf_instances SET
+                version = version + 1, state = ?1, state_size = ?2, sub_status = ?4,
+                updated_at = ?6, listing = ?11,
+                control_request = CASE WHEN ?8 THEN NULL ELSE control_request END",
+        );
+        if self.status {
+            sql.push_str(", status = ?3");
+        }
+        if self.correlation {
+            sql.push_str(", correlation_id = ?5");
+        }
+        if self.finished_at {
+            sql.push_str(", finished_at = ?7");
+        }
+        if self.lease {
+            sql.push_str(", lease_owner = NULL, lease_expires_at = NULL");
+        }
+        sql.push_str(" WHERE instance_id = ?10");
+        sql
+    }
 }
 
 /// Inserts a new instance at version 1 with its receipt and consumed queue item (ST-17).
@@ -366,6 +420,43 @@ fn enqueue_tx(c: &Connection, item: &QueueItem) -> StoreResult<()> {
         Err(e) if is_constraint(&e) => Err(exists("queue item")),
         Err(e) => Err(e.into()),
     }
+}
+
+/// ENG-42: the stored journal keeps the newest `max` entries, found without walking them.
+///
+/// This store numbers an instance's entries so that they form one contiguous run, preceded
+/// at most by one compaction summary below a gap: entries are appended at `MAX(seq) + 1`, a
+/// compaction replaces the entries up to its `through_seq` by one summary at that seq (below
+/// the oldest entry when the cap had removed them already: the gap), and the cap removes the
+/// oldest. So the number of entries follows from three index probes (the two oldest seqs and
+/// the newest), and the excess is a range of the oldest, deleted as one. (Counting them, or
+/// an `OFFSET max` walk, reads `max` rows on every commit of an instance at its cap.)
+fn cap_journal(c: &Connection, id: &str, max: u64) -> StoreResult<()> {
+    let oldest: Vec<i64> = {
+        let mut stmt = c.prepare_cached(
+            "SELECT seq FROM wf_journal WHERE instance_id = ?1 ORDER BY seq LIMIT 2",
+        )?;
+        stmt.query_map([id], |r| r.get(0))?
+            .collect::<Result<_, _>>()?
+    };
+    let Some(&first) = oldest.first() else {
+        return Ok(());
+    };
+    let newest: i64 = c
+        .prepare_cached("SELECT MAX(seq) FROM wf_journal WHERE instance_id = ?1")?
+        .query_row([id], |r| r.get(0))?;
+    // A summary below a gap, then the run from the second oldest on; or one run.
+    let (entries, cut_from) = match oldest.get(1) {
+        Some(&second) if second > first.saturating_add(1) => (newest - second + 2, second - 1),
+        _ => (newest - first + 1, first),
+    };
+    let excess = entries.saturating_sub(to_i64(max));
+    if excess > 0 {
+        // The `excess` oldest: the summary (if any) and the start of the run.
+        c.prepare_cached("DELETE FROM wf_journal WHERE instance_id = ?1 AND seq <= ?2")?
+            .execute(rusqlite::params![id, cut_from + excess - 1])?;
+    }
+    Ok(())
 }
 
 fn insert_journal(
