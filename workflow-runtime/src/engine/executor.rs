@@ -229,13 +229,13 @@ pub(crate) struct Executor<'a, D> {
     /// The bookmark and node being resumed by an outside stimulus (not one of the engine's
     /// reserved `wf.` stimuli), while its entry point runs: a payload that does not decode
     /// then rejects the run (RT-22) instead of faulting.
-    resuming: Option<(String, String)>,
+    resuming: Option<(String, &'a str)>,
     /// The bookmark, node and payload of the stimulus (an event, not one of the engine's
     /// reserved `wf.` stimuli) this run resumed, until the run first commits: a task of this
     /// run that cannot read that payload with `ctx.payload()` or `ctx.input()` rejects the run
     /// (RT-22), since nothing of it is stored yet. After a commit inside the run the bookmark
     /// is consumed in the store, so the failure faults the task as any permanent error.
-    stimulus: Option<(String, String, Value)>,
+    stimulus: Option<(String, &'a str, Value)>,
 }
 
 impl<D> std::fmt::Debug for Executor<'_, D> {
@@ -286,7 +286,7 @@ where
         Some(StepError::Abort(RunError::PayloadDecode {
             instance: self.state.instance_id.clone(),
             bookmark,
-            node,
+            node: node.to_owned(),
             payload_type: payload_type.to_owned(),
             message: error.message().to_owned(),
         }))
@@ -311,7 +311,7 @@ where
         Some(StepError::Abort(RunError::PayloadDecode {
             instance: self.state.instance_id.clone(),
             bookmark: bookmark.clone(),
-            node: node.clone(),
+            node: (*node).to_owned(),
             payload_type: payload_type.to_owned(),
             message: error.message().to_owned(),
         }))
@@ -608,23 +608,29 @@ where
             // Withdrawn work cannot be here; stay robust to a hand-edited queue.
             return Ok(());
         }
-        let node_id = context.node_id.clone();
         let node = self
             .graph
-            .index_of(&node_id)
+            .index_of(&context.node_id)
             .ok_or_else(|| RunError::NodeNotFound {
-                node: node_id.clone(),
+                node: context.node_id.clone(),
             })?;
+        // The graph's id of the node, the context's own (no copy: it borrows the graph).
+        let node_id = self.node_id(node);
         let entry_name = match item.entry {
             EntryPoint::Execute => "execute",
             EntryPoint::Resume { .. } => "resume",
             EntryPoint::Continue { .. } => "continue",
         };
         let middleware = self.middleware;
-        let instance_id = self.state.instance_id.clone();
+        // Copied only for the middleware, whose `after` runs once the item changed the state.
+        let instance_id = if middleware.activity.is_empty() {
+            String::new()
+        } else {
+            self.state.instance_id.clone()
+        };
         let info = ActivityInfo {
             instance_id: &instance_id,
-            node_id: &node_id,
+            node_id,
             context_id: item.context,
             entry: entry_name,
         };
@@ -640,7 +646,7 @@ where
         }
         let span = tracing::info_span!(
             "workflow.activity",
-            instance = %instance_id,
+            instance = %self.state.instance_id,
             node = %node_id,
             context = item.context,
             entry = entry_name
@@ -736,13 +742,10 @@ where
         // RT-22 rejects outside stimuli only: the engine's own (`wf.` timers, a child's
         // result) would be fired again for ever, so their decode failures fault.
         let outside = !bookmark.name.starts_with("wf.");
-        self.resuming = outside.then(|| (bookmark.id.clone(), self.node_id(node).to_owned()));
+        // The node's id borrows the graph: no copy.
+        self.resuming = outside.then(|| (bookmark.id.clone(), self.node_id(node)));
         if self.stimulus.is_none() && outside {
-            self.stimulus = Some((
-                bookmark.id.clone(),
-                self.node_id(node).to_owned(),
-                payload.clone(),
-            ));
+            self.stimulus = Some((bookmark.id.clone(), self.node_id(node), payload.clone()));
         }
         let result = match &bookmark.callback {
             Some(callback) => {

@@ -20,12 +20,34 @@ pub(super) use crate::base::now_micros;
 /// The state document as stored: serde names only, a top-level `"format"` (ST-19, ST-20).
 /// Serialized straight to its text: no `Value` tree on the way (the store checks the text).
 pub(super) fn encode_document(state: &WorkflowState) -> Result<SerializedState, RunError> {
-    serde_json::to_string(state)
+    encode_document_sized(state, 0)
+}
+
+/// [`encode_document`] into a buffer of `capacity` bytes: the length of the instance's last
+/// document and a little more, so a run's commit writes its text into one allocation instead
+/// of growing a small buffer by doubling (each step a copy, the last ones above the size
+/// from which the allocator consolidates its free lists).
+pub(super) fn encode_document_sized(
+    state: &WorkflowState,
+    capacity: usize,
+) -> Result<SerializedState, RunError> {
+    let corrupt = |reason: String| RunError::StateCorrupt {
+        instance: state.instance_id.clone(),
+        reason,
+    };
+    let mut buffer = Vec::with_capacity(capacity.max(128));
+    serde_json::to_writer(&mut buffer, state)
+        .map_err(|e| corrupt(format!("state does not serialize: {e}")))?;
+    // serde_json writes UTF-8; the check only keeps this free of `unsafe`.
+    String::from_utf8(buffer)
         .map(SerializedState)
-        .map_err(|e| RunError::StateCorrupt {
-            instance: state.instance_id.clone(),
-            reason: format!("state does not serialize: {e}"),
-        })
+        .map_err(|e| corrupt(format!("state does not serialize to UTF-8: {e}")))
+}
+
+/// The buffer a commit encodes its document into: the last document's length with room for
+/// a transition's growth (a few ids and counters); a larger change grows it once.
+fn document_capacity(last_len: usize) -> usize {
+    last_len + last_len / 8 + 64
 }
 
 /// The state decoded straight from its stored text (format already checked by
@@ -156,6 +178,8 @@ pub(super) struct Tracker {
     /// The document of the last commit, when it released the lease of a live instance: the
     /// run may keep its state (ENG-53).
     pub(super) last_document: Option<String>,
+    /// The length of the document last loaded or committed, to size the next one's buffer.
+    pub(super) document_len: usize,
 }
 
 /// The commits of one leased run: inside it (ENG-32) and at its end (ENG-31).
@@ -183,7 +207,8 @@ impl RunCommits<'_> {
     ) -> Result<(), RunError> {
         let commit = {
             let mut tracker = lock(&self.tracker);
-            let document = encode_document(state)?;
+            let document = encode_document_sized(state, document_capacity(tracker.document_len))?;
+            tracker.document_len = document.0.len();
             tracker.last_document =
                 (release && !state.status.is_final()).then(|| document.0.clone());
             let mut commit = Commit::new(
@@ -275,13 +300,12 @@ impl RunCommits<'_> {
                 .collect();
             commit
         };
-        let instance_id = commit.instance_id.clone();
         // ENG-29: a `Conflict` or `Fenced` answer discards the run; the caller gets it typed.
         let version = self
             .store
             .commit(commit)
             .await
-            .map_err(|error| run_store_error(&instance_id, error))?;
+            .map_err(|error| run_store_error(&state.instance_id, error))?;
         let mut tracker = lock(&self.tracker);
         tracker.version = version;
         tracker.bookmarks = committed_bookmarks(&state.bookmarks);

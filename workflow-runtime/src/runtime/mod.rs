@@ -2087,6 +2087,7 @@ impl Runtime {
                 unpark: false,
                 clear_control: false,
                 last_document: None,
+                document_len: record.state.len(),
             }),
             control: record.control_request,
         };

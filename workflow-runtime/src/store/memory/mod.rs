@@ -43,6 +43,10 @@ pub(super) struct MemInstance {
     pub(super) activation_scope: Option<String>,
     pub(super) state: String,
     pub(super) listing: Option<String>,
+    /// The instance's journal, oldest first (ascending `seq`): a commit appends its entries
+    /// at the back and the cap (ENG-42) drops the excess from the front, without a B-tree
+    /// insert per entry. It goes with the instance when that is purged.
+    pub(super) journal: VecDeque<JournalRecord<String>>,
 }
 
 #[derive(Debug, Clone)]
@@ -85,12 +89,9 @@ pub(super) struct Inner {
     pub(super) queue: BTreeMap<String, Claimed<QueueItem>>,
     pub(super) dead_letters: BTreeMap<String, DeadLetter>,
     pub(super) timers: BTreeMap<String, Claimed<TimerRow>>,
-    /// Each instance's journal, oldest first (ascending `seq`): a commit appends its entries
-    /// at the back and the cap (ENG-42) drops the excess from the front, without a B-tree
-    /// insert per entry.
-    pub(super) journal: BTreeMap<String, VecDeque<JournalRecord<String>>>,
-    /// `(instance_id, stimulus_id)` to the receipt's time.
-    pub(super) receipts: BTreeMap<(String, String), i64>,
+    /// Each instance's receipts: stimulus id to the receipt's time. Nested by instance, so a
+    /// commit checks and writes them without building an owned `(instance, stimulus)` key.
+    pub(super) receipts: BTreeMap<String, BTreeMap<String, i64>>,
     pub(super) named_leases: BTreeMap<String, NamedLease>,
     pub(super) idempotency: BTreeMap<String, IdempotencyRecord>,
     pub(super) incidents: BTreeMap<String, IncidentRecord>,

@@ -188,12 +188,21 @@ impl Inner {
                 let doomed: Vec<(String, String)> = self
                     .receipts
                     .iter()
-                    .filter(|(_, at)| **at < before)
+                    .flat_map(|(instance, receipts)| {
+                        receipts
+                            .iter()
+                            .filter(|(_, at)| **at < before)
+                            .map(move |(stimulus, _)| (instance.clone(), stimulus.clone()))
+                    })
                     .take(limit)
-                    .map(|(key, _)| key.clone())
                     .collect();
-                for key in &doomed {
-                    self.receipts.remove(key);
+                for (instance, stimulus) in &doomed {
+                    if let Some(receipts) = self.receipts.get_mut(instance) {
+                        receipts.remove(stimulus);
+                        if receipts.is_empty() {
+                            self.receipts.remove(instance);
+                        }
+                    }
                 }
                 Ok(doomed.len() as u64)
             }
@@ -516,8 +525,12 @@ impl Store for MemoryStore {
         instance_id: &str,
         stimulus_id: &str,
     ) -> BoxFuture<'_, StoreResult<bool>> {
-        let key = (instance_id.to_owned(), stimulus_id.to_owned());
-        self.read(move |inner| Ok(inner.receipts.contains_key(&key)))
+        self.read(move |inner| {
+            Ok(inner
+                .receipts
+                .get(instance_id)
+                .is_some_and(|receipts| receipts.contains_key(stimulus_id)))
+        })
     }
 
     fn find_triggers(&self, select: TriggerSelect) -> BoxFuture<'_, StoreResult<Vec<TriggerRow>>> {
@@ -681,7 +694,7 @@ impl Store for MemoryStore {
     ) -> BoxFuture<'_, StoreResult<Vec<JournalRecord<String>>>> {
         let id = instance_id.to_owned();
         self.read(move |inner| {
-            let Some(entries) = inner.journal.get(&id) else {
+            let Some(entries) = inner.instances.get(&id).map(|row| &row.journal) else {
                 return Ok(Vec::new());
             };
             // Ascending `seq`: the first entry at or after `from_seq` by binary search.

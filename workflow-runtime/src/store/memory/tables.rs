@@ -1,14 +1,14 @@
 //! The memory store's tables and the atomic operations over several of them (a commit, a
 //! creation with its activation guard, moving an item to the dead letters).
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use super::{Claimed, Inner, MemInstance};
 pub(super) use crate::store::convert::not_found;
 use crate::store::{
     BookmarkRow, Commit, DeadLetter, DeadLetterReason, IncidentRecord, InstanceRecord,
-    JournalRecord, LeaseState, NewIncident, NewInstance, NewJournalRecord, StoreError, StoreResult,
-    TimerRow,
+    JournalCompaction, JournalRecord, LeaseState, NewIncident, NewInstance, NewJournalRecord,
+    StoreError, StoreResult, TimerRow,
 };
 
 pub(super) fn record(id: &str, row: &MemInstance) -> InstanceRecord<String> {
@@ -84,8 +84,7 @@ impl Inner {
         }
         let id = instance.instance_id;
         if let Some(stimulus) = instance.receipt {
-            self.receipts
-                .insert((id.clone(), stimulus), instance.created_at);
+            self.add_receipt(&id, stimulus, instance.created_at);
         }
         if let Some(item) = instance.consumed_queue_item {
             self.queue.remove(&item);
@@ -114,9 +113,23 @@ impl Inner {
                 activation_scope: instance.activation_scope,
                 state: instance.state,
                 listing: instance.listing,
+                journal: VecDeque::new(),
             },
         );
         Ok(())
+    }
+
+    /// Records that `instance_id` consumed `stimulus_id` at `at` (RT-19).
+    pub(super) fn add_receipt(&mut self, instance_id: &str, stimulus_id: String, at: i64) {
+        match self.receipts.get_mut(instance_id) {
+            Some(receipts) => {
+                receipts.insert(stimulus_id, at);
+            }
+            None => {
+                self.receipts
+                    .insert(instance_id.to_owned(), BTreeMap::from([(stimulus_id, at)]));
+            }
+        }
     }
 
     fn remove_bookmark(&mut self, bookmark_id: &str) {
@@ -145,8 +158,7 @@ impl Inner {
         self.timers
             .retain(|_, t| t.row.instance_id.as_deref() != Some(instance_id));
         if !keep_journal {
-            self.journal.remove(instance_id);
-            self.receipts.retain(|(id, _), _| id != instance_id);
+            self.receipts.remove(instance_id);
             self.incidents.retain(|_, i| i.instance_id != instance_id);
         }
     }
@@ -196,12 +208,9 @@ impl Inner {
             });
         }
         let mut seen = BTreeSet::new();
+        let receipts = self.receipts.get(&c.instance_id);
         for stimulus in &c.receipts {
-            if !seen.insert(stimulus)
-                || self
-                    .receipts
-                    .contains_key(&(c.instance_id.clone(), stimulus.clone()))
-            {
+            if !seen.insert(stimulus) || receipts.is_some_and(|r| r.contains_key(stimulus)) {
                 return Err(StoreError::ReceiptExists {
                     instance: c.instance_id,
                     stimulus_id: stimulus.clone(),
@@ -287,7 +296,7 @@ impl Inner {
         }
 
         // Every check passed: apply everything (ST-16).
-        let id = c.instance_id.clone();
+        let id = c.instance_id;
         let (definition_name, definition_version, new_version, correlation_changed) = {
             let row = self
                 .instances
@@ -309,12 +318,20 @@ impl Inner {
                 row.lease_owner = None;
                 row.lease_expires_at = None;
             }
-            (
-                row.definition_name.clone(),
-                row.definition_version.clone(),
-                row.version,
-                correlation_changed,
-            )
+            append_journal(
+                &mut row.journal,
+                c.journal_compaction,
+                c.journal,
+                c.max_journal_entries,
+            );
+            // The names go into the bookmark and incident rows this commit adds (none, in
+            // most commits: no copies then).
+            let names = if c.bookmarks_added.is_empty() && c.incidents_opened.is_empty() {
+                (String::new(), String::new())
+            } else {
+                (row.definition_name.clone(), row.definition_version.clone())
+            };
+            (names.0, names.1, row.version, correlation_changed)
         };
         for bookmark_id in &c.bookmarks_removed {
             if self
@@ -388,34 +405,8 @@ impl Inner {
         if c.clear_waits {
             self.remove_dependents(&id, true);
         }
-        let touches_journal = c.journal_compaction.is_some() || !c.journal.is_empty();
-        let entries = if touches_journal {
-            Some(self.journal.entry(id.clone()).or_default())
-        } else {
-            self.journal.get_mut(&id)
-        };
-        if let Some(entries) = entries {
-            if let Some(compaction) = c.journal_compaction {
-                let through = compaction.through_seq;
-                entries.retain(|entry| entry.seq > through);
-                // Every entry left is newer than `through`: the summary goes first.
-                entries.push_front(journal_row(through, compaction.summary));
-            }
-            let mut seq = entries.back().map_or(0, |entry| entry.seq);
-            entries.reserve(c.journal.len());
-            for entry in c.journal {
-                seq += 1;
-                entries.push_back(journal_row(seq, entry));
-            }
-            if let Some(max) = c.max_journal_entries {
-                let excess = entries
-                    .len()
-                    .saturating_sub(usize::try_from(max).unwrap_or(usize::MAX));
-                entries.drain(..excess);
-            }
-        }
         for stimulus in c.receipts {
-            self.receipts.insert((id.clone(), stimulus), c.now);
+            self.add_receipt(&id, stimulus, c.now);
         }
         for item in &c.consumed_queue_items {
             self.queue.remove(item);
@@ -452,6 +443,34 @@ impl Inner {
             self.idempotency.entry(record.key.clone()).or_insert(record);
         }
         Ok(new_version)
+    }
+}
+
+/// Appends a commit's journal entries to an instance's journal, after its compaction, and
+/// drops the oldest rows over the cap (ENG-42).
+fn append_journal(
+    entries: &mut VecDeque<JournalRecord<String>>,
+    compaction: Option<JournalCompaction<String>>,
+    journal: Vec<NewJournalRecord<String>>,
+    max_entries: Option<u64>,
+) {
+    if let Some(compaction) = compaction {
+        let through = compaction.through_seq;
+        entries.retain(|entry| entry.seq > through);
+        // Every entry left is newer than `through`: the summary goes first.
+        entries.push_front(journal_row(through, compaction.summary));
+    }
+    let mut seq = entries.back().map_or(0, |entry| entry.seq);
+    entries.reserve(journal.len());
+    for entry in journal {
+        seq += 1;
+        entries.push_back(journal_row(seq, entry));
+    }
+    if let Some(max) = max_entries {
+        let excess = entries
+            .len()
+            .saturating_sub(usize::try_from(max).unwrap_or(usize::MAX));
+        entries.drain(..excess);
     }
 }
 
