@@ -194,6 +194,67 @@ async fn a_commit_under_a_stale_fencing_token_writes_nothing() {
     );
 }
 
+/// ST-27: a commit adding a bookmark tells the other processes `QueueChanged` only when
+/// something waits in the queue; its own process hears of it either way.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn other_processes_hear_of_a_new_bookmark_only_when_something_is_queued() {
+    let Some(_conn) = server().await else { return };
+    let Some((a, guard)) = fresh_store().await else {
+        return;
+    };
+    let a = Storage::new(a);
+    let b = storage(&database_url(), guard.schema()).await;
+    let mut heard = b.subscribe();
+    // The listener of `b` may still be connecting: mark instances runnable until it hears.
+    let mut n = 0;
+    tokio::time::timeout(Duration::from_secs(10), async {
+        loop {
+            n += 1;
+            a.create_instance(new_instance(&format!("wf-{n}")))
+                .await
+                .unwrap();
+            let wait = tokio::time::timeout(Duration::from_millis(300), heard.recv()).await;
+            if let Ok(Ok(_)) = wait {
+                return;
+            }
+        }
+    })
+    .await
+    .expect("the other store heard nothing within 10 s");
+    let bookmarked = |version: u64, token: u64, id: &str| {
+        let mut commit = waiting("wf-1", version, token, 1);
+        commit.bookmarks_added = vec![workflow_runtime::store::conformance::bookmark(id, "h", T0)];
+        commit
+    };
+    let lease = a
+        .acquire_lease(&LeaseKey::instance("wf-1"), "node-a", T0, TTL)
+        .await
+        .unwrap();
+    let mut own = a.subscribe();
+    a.commit(bookmarked(1, lease.token, "b1")).await.unwrap();
+    assert!(
+        own.try_recv()
+            .is_ok_and(|hint| hint == WakeUp::QueueChanged)
+    );
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    while let Ok(hint) = heard.try_recv() {
+        assert_ne!(
+            hint,
+            WakeUp::QueueChanged,
+            "nothing is queued: no hint to others"
+        );
+    }
+
+    a.enqueue(workflow_runtime::store::conformance::queue_item("q1", T0))
+        .await
+        .unwrap();
+    let got = tokio::time::timeout(Duration::from_secs(5), heard.recv()).await;
+    assert!(matches!(got, Ok(Ok(WakeUp::QueueChanged))), "{got:?}");
+    a.commit(bookmarked(2, lease.token, "b2")).await.unwrap();
+    let got = tokio::time::timeout(Duration::from_secs(5), heard.recv()).await;
+    assert!(matches!(got, Ok(Ok(WakeUp::QueueChanged))), "{got:?}");
+}
+
 /// Forgets the lease claim of `id` as a server crash before its WAL flush would (ST-35): the
 /// row's lease columns back to what they were before the claim.
 async fn lose_claim(admin: &mut PgConnection, schema: &str, id: &str, token_before: i64) {

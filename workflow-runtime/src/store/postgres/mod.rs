@@ -570,26 +570,27 @@ impl Store for PostgresStore {
     }
 
     fn commit(&self, commit: Commit<String>) -> BoxFuture<'_, StoreResult<u64>> {
-        let hints = WakeUp::of_commit(&commit);
+        let mut hints = WakeUp::of_commit(&commit);
         Box::pin(async move {
             let (id, token) = (commit.instance_id.as_str(), commit.lease_token);
             let nonce = self.claims.nonce(id, token);
-            let version = if ops::commit_needs_transaction(&commit) {
-                write_tx!(self, hints, |c| ops::commit(
-                    c,
-                    &self.schema,
-                    &commit,
-                    nonce
-                ))?
+            let committed = if ops::commit_needs_transaction(&commit) {
+                let mut tx = self.begin().await?;
+                let result = ops::commit(&mut tx, &self.schema, &commit, nonce).await;
+                self.finish(tx, result, &[]).await?
             } else {
-                let version = single!(self, |c| ops::commit(c, &self.schema, &commit, nonce))?;
-                self.announce(&hints);
-                version
+                single!(self, |c| ops::commit(c, &self.schema, &commit, nonce))?
             };
+            // ST-18: the other processes hear of new bookmarks only when something waits in
+            // the queue for them (this process's own worker hears of them from `Storage`).
+            if !committed.queue_waiting {
+                hints.retain(|hint| *hint != WakeUp::QueueChanged);
+            }
+            self.announce(&hints);
             if commit.release_lease || commit.status.is_final() {
                 self.claims.remove(id, Some(token));
             }
-            Ok(version)
+            Ok(committed.version)
         })
     }
 

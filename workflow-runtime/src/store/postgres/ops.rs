@@ -319,13 +319,14 @@ pub(super) async fn insert_instance(
 /// whole transaction back.
 ///
 /// `nonce` is the nonce of the lease claim the commit's token comes from, `None` for a lease
-/// taken by a durable claim (see [`claim_instance`]).
+/// taken by a durable claim (see [`claim_instance`]). Returns the new version and whether
+/// the queue may hold items (see [`Committed`]).
 pub(super) async fn commit(
     c: &mut Conn,
     s: &Schema,
     commit: &Commit<String>,
     nonce: Option<i64>,
-) -> StoreResult<u64> {
+) -> StoreResult<Committed> {
     let id = commit.instance_id.as_str();
     let state = commit.state.as_str();
     let added = &commit.bookmarks_added;
@@ -343,12 +344,19 @@ pub(super) async fn commit(
         .iter()
         .map(|(id, resolution)| (id.as_str(), resolution.as_str()))
         .unzip();
-    let row = sqlx::query(&s.sql(
-        "SELECT new_version, definition FROM @wf_commit($1, $2, $3, $4, $5, $6, $7, $8, $9,
-            $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23, $24, $25,
-            $26, $27, $28, $29, $30, $31, $32, $33, $34, $35, $36, $37, $38, $39, $40, $41,
-            $42, $43, $44, $45)",
-    ))
+    // Whether the queue holds items, asked only of a commit adding bookmarks; read in the
+    // statement's snapshot, so an item the commit consumes still counts (a hint too many).
+    let queue = if added.is_empty() {
+        "FALSE"
+    } else {
+        "EXISTS (SELECT 1 FROM @wf_queue)"
+    };
+    let row = sqlx::query(&s.sql(&format!(
+        "SELECT new_version, definition, {queue} FROM @wf_commit($1, $2, $3, $4, $5, $6, $7,
+            $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23, $24,
+            $25, $26, $27, $28, $29, $30, $31, $32, $33, $34, $35, $36, $37, $38, $39, $40,
+            $41, $42, $43, $44, $45)",
+    )))
     .bind(id)
     .bind(to_i64(commit.expected_version))
     .bind(to_i64(commit.lease_token))
@@ -429,6 +437,7 @@ pub(super) async fn commit(
     .map_err(|e| commit_error(commit, e))?;
     let version = to_u64(row.try_get(0)?);
     let definition_name: String = row.try_get(1)?;
+    let queue_waiting: bool = row.try_get(2)?;
     for instance in &commit.instances_created {
         insert_instance(c, s, instance).await?;
     }
@@ -442,7 +451,20 @@ pub(super) async fn commit(
         // The first writer's record stays (RT-19).
         put_idempotency_record(c, s, record, false).await?;
     }
-    Ok(version)
+    Ok(Committed {
+        version,
+        queue_waiting: queue_waiting || !commit.queue_items.is_empty(),
+    })
+}
+
+/// What a commit answered.
+pub(super) struct Committed {
+    /// The instance's new version.
+    pub(super) version: u64,
+    /// Whether the queue may hold items after the commit (asked only of a commit that added
+    /// bookmarks): without any, its `QueueChanged` hint can wake no other process's queue
+    /// worker to anything, so they are not sent it.
+    pub(super) queue_waiting: bool,
 }
 
 /// Whether a commit writes more than the commit function does, so its statements must run
