@@ -523,3 +523,82 @@ fn a_lost_lease_is_logged_with_its_definition_and_node() {
             assert!(!lost.field("error").is_empty(), "{lost:?}");
         });
 }
+
+/// The data of a child that needs a field its parent does not give it.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Strict {
+    required: u64,
+}
+
+/// `hand_off` starts a detached `Strict` child with an input it cannot decode, then `close`.
+const DETACHING: &str = r#"{
+  "name": "Detaching",
+  "root": {
+    "kind": "flowchart",
+    "id": "root",
+    "start": "hand_off",
+    "nodes": [
+      { "kind": "sub_workflow", "id": "hand_off", "workflow": "Strict", "mode": "detach",
+        "input": "wrong_input" },
+      { "kind": "task", "id": "close", "function": "close" }
+    ],
+    "connections": [ { "source": "hand_off", "target": "close" } ]
+  }
+}"#;
+
+const STRICT: &str = r#"{
+  "name": "Strict",
+  "root": {
+    "kind": "flowchart",
+    "id": "root",
+    "start": "close",
+    "nodes": [ { "kind": "task", "id": "close", "function": "close" } ],
+    "connections": []
+  }
+}"#;
+
+/// ACT-24: a detached child that cannot start has no parent waiting to learn of it; the
+/// failure is a warning naming the parent, the child and the error, not silence.
+#[test]
+fn a_detached_child_that_cannot_start_is_logged() {
+    use workflow_runtime::Registry;
+    use workflow_runtime::model::Definition;
+    let capture = Capture::global();
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(async {
+            let parent: Registry<Ticket> = Registry::new()
+                .task("close", |_: &mut TaskContext<Ticket>| {
+                    Box::pin(async { Ok(workflow_runtime::Outcome::done()) })
+                })
+                .value(
+                    "wrong_input",
+                    |_: &Ticket| serde_json::json!({ "id": "t-9" }),
+                );
+            let child: Registry<Strict> =
+                Registry::new().task("close", |_: &mut TaskContext<Strict>| {
+                    Box::pin(async { Ok(workflow_runtime::Outcome::done()) })
+                });
+            let rt = Runtime::builder()
+                .register_definition(Definition::from_json(DETACHING).unwrap(), parent)
+                .register_definition(Definition::from_json(STRICT).unwrap(), child)
+                .build()
+                .unwrap();
+            let started = rt
+                .start_by_name(
+                    "Detaching",
+                    serde_json::json!({ "id": "t-9" }),
+                    Default::default(),
+                )
+                .await
+                .unwrap();
+            assert_eq!(started.status, WorkflowStatus::Finished, "{started:?}");
+            let warned = capture.find("a detached child could not start", &started.instance_id);
+            assert_eq!(warned.level, Level::WARN);
+            assert_eq!(warned.field("definition"), "Strict");
+            assert!(!warned.field("child").is_empty(), "{warned:?}");
+            assert!(warned.field("error").contains("required"), "{warned:?}");
+        });
+}

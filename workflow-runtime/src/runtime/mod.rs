@@ -1635,17 +1635,28 @@ impl Runtime {
                         self.start_inner(&workflow, input, options, Some(parent))
                             .await
                     };
-                    if let (Err(error), Some(bookmark_id)) = (started, bookmark) {
+                    match (started, bookmark) {
                         // The parent learns that its child could not run (ACT-24).
-                        lock(&self.inner.links).push_back(Link::Resume {
-                            instance_id: parent_id,
-                            bookmark_id,
-                            payload: serde_json::json!({
-                                "child_instance_id": instance_id,
-                                "status": "Failed",
-                                "error": error.to_string(),
-                            }),
-                        });
+                        (Err(error), Some(bookmark_id)) => {
+                            lock(&self.inner.links).push_back(Link::Resume {
+                                instance_id: parent_id,
+                                bookmark_id,
+                                payload: serde_json::json!({
+                                    "child_instance_id": instance_id,
+                                    "status": "Failed",
+                                    "error": error.to_string(),
+                                }),
+                            });
+                        }
+                        // A detached child has no parent waiting for it: the operator is told.
+                        (Err(error), None) => tracing::warn!(
+                            instance = parent_id.as_str(),
+                            child = instance_id.as_str(),
+                            definition = workflow.as_str(),
+                            %error,
+                            "a detached child could not start"
+                        ),
+                        (Ok(_), _) => {}
                     }
                 }
                 Link::Cancel { instance_id } => {
