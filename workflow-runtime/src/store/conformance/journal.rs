@@ -50,15 +50,8 @@ pub async fn c22_journal(backend: Arc<dyn TestBackend>) {
 pub async fn c22_journal_compaction(backend: Arc<dyn TestBackend>) {
     let store = Harness::new(backend);
     let lease = create_leased(&store, "wf-1").await;
-    let entry = |n: u64| NewJournalRecord {
-        at: T0 + n as Micros,
-        kind: format!("k{n}"),
-        context_id: None,
-        node_id: None,
-        detail: json!(n),
-    };
     let mut c = waiting("wf-1", 1, lease.token, 1);
-    c.journal = (1..=5).map(entry).collect();
+    c.journal = (1..=5).map(plain_entry).collect();
     store.commit(c).await.unwrap();
     let mut c = waiting("wf-1", 2, lease.token, 2);
     c.journal_compaction = Some(JournalCompaction {
@@ -71,7 +64,7 @@ pub async fn c22_journal_compaction(backend: Arc<dyn TestBackend>) {
             detail: json!({ "entries": 4 }),
         },
     });
-    c.journal = vec![entry(6)];
+    c.journal = vec![plain_entry(6)];
     // A rejected compaction changes nothing.
     let mut stale = c.clone();
     stale.expected_version = 1;
@@ -95,13 +88,6 @@ pub async fn c22_journal_compaction(backend: Arc<dyn TestBackend>) {
 pub async fn c22_journal_cap(backend: Arc<dyn TestBackend>) {
     let store = Harness::new(backend);
     let lease = create_leased(&store, "wf-1").await;
-    let entry = |n: u64| NewJournalRecord {
-        at: T0 + n as Micros,
-        kind: format!("k{n}"),
-        context_id: None,
-        node_id: None,
-        detail: json!(n),
-    };
     let kept = |journal: Vec<crate::store::JournalRecord>| -> Vec<u64> {
         journal.iter().map(|e| e.seq).collect()
     };
@@ -109,7 +95,7 @@ pub async fn c22_journal_cap(backend: Arc<dyn TestBackend>) {
     let mut commit = |entries: std::ops::RangeInclusive<u64>, max: u64| {
         let mut c = waiting("wf-1", version, lease.token, version as i64);
         version += 1;
-        c.journal = entries.map(entry).collect();
+        c.journal = entries.map(plain_entry).collect();
         c.max_journal_entries = Some(max);
         c
     };
@@ -151,4 +137,15 @@ pub async fn c22_journal_cap(backend: Arc<dyn TestBackend>) {
         kept(store.read_journal("wf-1", 0, 100).await.unwrap()),
         [8, 9, 10, 11]
     );
+}
+
+/// Journal entry `n` of the compaction and cap cases: kind `k{n}`, at `T0 + n`, no context.
+fn plain_entry(n: u64) -> NewJournalRecord {
+    NewJournalRecord {
+        at: T0 + n as Micros,
+        kind: format!("k{n}"),
+        context_id: None,
+        node_id: None,
+        detail: json!(n),
+    }
 }
