@@ -106,20 +106,33 @@ pub(crate) fn page(
     instance: &str,
     from_seq: i64,
     limit: usize,
-    mut next: impl FnMut() -> StoreResult<Option<StoredRow>>,
+    next: impl FnMut() -> StoreResult<Option<StoredRow>>,
 ) -> StoreResult<Vec<JournalRecord<String>>> {
     let mut out = Vec::new();
+    page_into(instance, from_seq, limit, &mut out, next)?;
+    Ok(out)
+}
+
+/// [`page`] appending to `out` (already part of the same page): `true` when `next` ran out
+/// with the page not yet full, so a caller reading the rows in parts may read on.
+pub(crate) fn page_into(
+    instance: &str,
+    from_seq: i64,
+    limit: usize,
+    out: &mut Vec<JournalRecord<String>>,
+    mut next: impl FnMut() -> StoreResult<Option<StoredRow>>,
+) -> StoreResult<bool> {
     while out.len() < limit {
-        let Some(row) = next()? else { break };
-        if let Err(error) = decode_into(instance, &row, from_seq, limit, &mut out) {
+        let Some(row) = next()? else { return Ok(true) };
+        if let Err(error) = decode_into(instance, &row, from_seq, limit, out) {
             if out.is_empty() {
                 return Err(error);
             }
             tracing::warn!(instance, %error, "journal row does not decode; the page ends before it");
-            break;
+            return Ok(false);
         }
     }
-    Ok(out)
+    Ok(false)
 }
 
 #[cfg(test)]
