@@ -890,16 +890,31 @@ pub(super) fn migrate<'a>(
     schema: &'a Schema,
     mode: MigrateMode,
 ) -> BoxFuture<'a, StoreResult<Vec<u32>>> {
-    Box::pin(migrate_inner(pool, schema, mode))
+    Box::pin(migrate_inner(pool, schema, mode, latest_schema_version()))
 }
 
-async fn migrate_inner(pool: &PgPool, schema: &Schema, mode: MigrateMode) -> StoreResult<Vec<u32>> {
+/// [`migrate`] up to `target` only (test fixtures of older schemas, ST-29).
+#[cfg(feature = "test-support")]
+pub(super) fn migrate_to<'a>(
+    pool: &'a PgPool,
+    schema: &'a Schema,
+    target: u32,
+) -> BoxFuture<'a, StoreResult<Vec<u32>>> {
+    Box::pin(migrate_inner(pool, schema, MigrateMode::Apply, target))
+}
+
+async fn migrate_inner(
+    pool: &PgPool,
+    schema: &Schema,
+    mode: MigrateMode,
+    target: u32,
+) -> StoreResult<Vec<u32>> {
     let mut done = Vec::new();
     loop {
         let mut tx = pool.begin().await?;
         let step = {
             let c: &mut PgConnection = &mut tx;
-            migrate_one(c, schema, mode).await
+            migrate_one(c, schema, mode, target).await
         };
         match step {
             Ok(Some(version)) => {
@@ -951,11 +966,12 @@ fn split_script(script: &str) -> Vec<&str> {
 }
 
 /// One step of [`migrate`], inside its transaction: takes the lock, checks what is applied,
-/// applies the next pending migration; `None` when there is none.
+/// applies the next pending migration up to `target`; `None` when there is none.
 async fn migrate_one(
     c: &mut PgConnection,
     schema: &Schema,
     mode: MigrateMode,
+    target: u32,
 ) -> StoreResult<Option<u32>> {
     let latest = latest_schema_version();
     sqlx::query("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))")
@@ -983,7 +999,7 @@ async fn migrate_one(
     let found = crate::store::convert::check_recorded_migrations(&applied, MIGRATIONS, checksum)?;
     let Some((version, name, sql)) = MIGRATIONS
         .iter()
-        .find(|(v, _, _)| !applied.iter().any(|(a, _)| *a == i64::from(*v)))
+        .find(|(v, _, _)| *v <= target && !applied.iter().any(|(a, _)| *a == i64::from(*v)))
     else {
         return Ok(None);
     };
