@@ -676,7 +676,9 @@ async fn journal_entries_of_schema_8_read_the_same_after_the_upgrade() {
     let store = open(&path);
     assert_eq!(store.migrations_applied(), &[9]);
     let all = store.read_journal("wf-1", 0, 100).await.unwrap();
-    let got: Vec<(u64, i64, &str, Option<u64>, Option<&str>)> = all
+    // seq, at, kind, context, node.
+    type Seen<'a> = (u64, i64, &'a str, Option<u64>, Option<&'a str>);
+    let got: Vec<Seen<'_>> = all
         .iter()
         .map(|e| {
             (

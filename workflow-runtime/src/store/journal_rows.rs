@@ -20,9 +20,12 @@ use crate::base::Micros;
 /// One stored entry: `[at, kind, context_id, node_id, detail]`.
 type Stored = (Micros, String, Option<u64>, Option<String>, String);
 
+/// [`Stored`] borrowed from the entry it is written from.
+type StoredRef<'a> = (Micros, &'a str, Option<u64>, Option<&'a str>, &'a str);
+
 /// The `entries` text of a row holding `entries`, in order.
 pub(crate) fn encode(entries: &[NewJournalRecord<String>]) -> String {
-    let stored: Vec<(Micros, &str, Option<u64>, Option<&str>, &str)> = entries
+    let stored: Vec<StoredRef<'_>> = entries
         .iter()
         .map(|e| {
             (
@@ -149,8 +152,8 @@ mod tests {
         }
     }
 
-    fn rows(list: &[(i64, i64, String)]) -> impl FnMut() -> StoreResult<Option<StoredRow>> {
-        let mut rows = list.to_vec().into_iter();
+    fn rows(list: Vec<(i64, i64, String)>) -> impl FnMut() -> StoreResult<Option<StoredRow>> {
+        let mut rows = list.into_iter();
         move || {
             Ok(rows.next().map(|(first_seq, last_seq, entries)| StoredRow {
                 first_seq,
@@ -164,14 +167,14 @@ mod tests {
     fn a_row_reads_from_its_first_kept_entry_numbered_from_its_end() {
         let text = encode(&(1..=4).map(entry).collect::<Vec<_>>());
         // Entries 7..=10, the two oldest dropped.
-        let got = page("wf", 0, 10, rows(&[(9, 10, text.clone())])).unwrap();
+        let got = page("wf", 0, 10, rows(vec![(9, 10, text.clone())])).unwrap();
         let seqs: Vec<u64> = got.iter().map(|e| e.seq).collect();
         assert_eq!(seqs, [9, 10]);
         assert_eq!(got[0].kind, "k3");
         assert_eq!(got[0].detail, "{\"n\":3}");
         assert_eq!(got[1].node_id.as_deref(), Some("root"));
         // Paging into the middle and a limit.
-        let got = page("wf", 8, 1, rows(&[(7, 10, text)])).unwrap();
+        let got = page("wf", 8, 1, rows(vec![(7, 10, text)])).unwrap();
         assert_eq!(got.len(), 1);
         assert_eq!((got[0].seq, got[0].kind.as_str()), (8, "k2"));
     }
@@ -183,7 +186,7 @@ mod tests {
             "wf",
             0,
             10,
-            rows(&[
+            rows(vec![
                 (1, 1, good.clone()),
                 (2, 3, "[[1,".to_owned()),
                 (4, 4, good),
@@ -191,12 +194,12 @@ mod tests {
         )
         .unwrap();
         assert_eq!(got.len(), 1, "the page ends before the damaged row");
-        let error = page("wf", 2, 10, rows(&[(2, 3, "[[1,".to_owned())])).unwrap_err();
+        let error = page("wf", 2, 10, rows(vec![(2, 3, "[[1,".to_owned())])).unwrap_err();
         assert!(!error.is_transient());
         let text = error.to_string();
         assert!(text.contains("wf (entries 2 to 3)"), "{text}");
         // A row claiming more entries than it holds is damaged too.
         let short = encode(&[entry(1)]);
-        assert!(page("wf", 0, 10, rows(&[(2, 3, short)])).is_err());
+        assert!(page("wf", 0, 10, rows(vec![(2, 3, short)])).is_err());
     }
 }

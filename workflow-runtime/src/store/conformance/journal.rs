@@ -176,10 +176,8 @@ pub async fn c22_journal_pages(backend: Arc<dyn TestBackend>) {
     let store = Harness::new(backend);
     let lease = create_leased(&store, "wf-1").await;
     let mut model: Vec<(u64, String)> = Vec::new();
-    let mut version = 1;
-    for (n, step) in steps.iter().enumerate() {
+    for (version, (n, step)) in (1..).zip(steps.iter().enumerate()) {
         let mut c = waiting("wf-1", version, lease.token, version as i64);
-        version += 1;
         let next = model.last().map_or(1, |(seq, _)| seq + 1);
         if let Some(through) = step.compact {
             model.retain(|(seq, _)| *seq > through);
