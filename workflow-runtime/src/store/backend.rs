@@ -373,9 +373,11 @@ pub trait RemoteHints: Send + Sync {
 /// (offered through [`Store::capabilities`]): the in-process store, which several runtimes
 /// of one process may share, each with its own [`Storage`](super::Storage). The count moves
 /// with every write that may make held work deliverable (a commit, a creation, an enqueue,
-/// a control request, a released lease, an item put back with an announcement or after a
-/// failed attempt, a replayed dead letter, a registration's triggers), and with nothing
-/// else: claims, renewals and an item put back silently leave it as it is. `Storage` adds it
+/// a control request, an item put back with an announcement or after a failed attempt, a
+/// replayed dead letter, a registration's triggers), and with nothing the queue worker's own
+/// pass does to an item it cannot deliver: claims, renewals, lease releases (an item left
+/// for a busy instance is looked at by every sweep anyway) and an item put back silently
+/// leave it as it is. `Storage` adds it
 /// to its own count ([`Storage::changes`](super::Storage::changes)), so a runtime's queue
 /// worker hears the writes of the others sharing the store (RT-27).
 pub trait ChangeCount: Send + Sync {
