@@ -533,23 +533,6 @@ async fn writes_during(store: &PostgresStore, window: Duration) -> u64 {
     store.stats().await.unwrap().transactions - before
 }
 
-/// The rows of the queue table the server saw inserted, updated or deleted (as its
-/// statistics, reported with a delay, have them).
-async fn queue_row_writes(admin: &mut PgConnection, schema: &str) -> i64 {
-    sqlx::query("SELECT pg_stat_clear_snapshot()")
-        .execute(&mut *admin)
-        .await
-        .unwrap();
-    sqlx::query_scalar(
-        "SELECT coalesce(sum(n_tup_ins + n_tup_upd + n_tup_del), 0)::bigint
-         FROM pg_stat_user_tables WHERE schemaname = $1 AND relname = 'wf_queue'",
-    )
-    .bind(schema)
-    .fetch_one(&mut *admin)
-    .await
-    .unwrap()
-}
-
 /// Polls `runtime` until instance `id` is finished, at most 10 s.
 async fn finishes(runtime: &Runtime, id: &str) -> bool {
     for _ in 0..200 {
@@ -568,9 +551,9 @@ async fn finishes(runtime: &Runtime, id: &str) -> bool {
 /// enqueue, a resume) is heard through `NOTIFY`, and the stimuli are delivered at once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_idle_process_with_held_stimuli_writes_nothing_yet_hears_the_others() {
-    let Some(mut admin) = server().await else {
+    if server().await.is_none() {
         return;
-    };
+    }
     let schema = fresh_schema_name();
     let url = url_named(&schema);
     let _guard = SchemaGuard::new(database_url(), schema.clone());
@@ -609,12 +592,10 @@ async fn an_idle_process_with_held_stimuli_writes_nothing_yet_hears_the_others()
 
     // The sweeps settle: each item is looked at, put back, then left alone.
     tokio::time::sleep(Duration::from_secs(1)).await;
-    let rows_before = queue_row_writes(&mut admin, &schema).await;
     let writes = writes_during(&store, Duration::from_secs(5)).await;
-    let rows = queue_row_writes(&mut admin, &schema).await - rows_before;
     eprintln!(
         "postgres: idle for 5 s with two queued stimuli, sweeps every 100 ms: {writes} write \
-         transactions ({rows} queue rows written, as the server's statistics have them)"
+         transactions"
     );
     assert_eq!(writes, 0, "an idle process wrote to its store");
 

@@ -466,7 +466,7 @@ impl PostgresStore {
     ) -> StoreResult<T> {
         let result = match result {
             Ok(value) if !hints.is_empty() => {
-                notify::notify_in(&mut *tx, &self.schema.channel(), &self.origin, hints)
+                notify::notify_in(&mut tx, &self.schema.channel(), &self.origin, hints)
                     .await
                     .map(|()| value)
                     .map_err(StoreError::from)
