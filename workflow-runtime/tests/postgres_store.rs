@@ -650,6 +650,41 @@ async fn an_idle_process_with_held_stimuli_writes_nothing_yet_hears_the_others()
     app.shutdown(Duration::from_secs(1)).await;
 }
 
+/// RT-27: on PostgreSQL a wake-up can be lost to a crash, so an idle process looks at its
+/// held items once per lease TTL anyway, and no more often.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_process_looks_at_its_held_items_once_per_lease_ttl() {
+    if server().await.is_none() {
+        return;
+    }
+    let schema = fresh_schema_name();
+    let url = url_named(&schema);
+    let _guard = SchemaGuard::new(database_url(), schema.clone());
+    let store = Arc::new(open(&url, &schema).await);
+    let app = Runtime::builder()
+        .store(Arc::clone(&store))
+        .lease_ttl(Duration::from_secs(1))
+        .queue_sweep(Duration::from_millis(100))
+        .build()
+        .unwrap();
+    app.run_background().unwrap();
+    let queued = app
+        .send(workflow_runtime::Stimulus::new("late"))
+        .await
+        .unwrap();
+    assert!(queued.queued.is_some(), "{queued:?}");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    // Each look claims the item and puts it back: two or three writes. Sweeping every
+    // 100 ms, it would be some sixty over these 4 s; once per second, a dozen at most.
+    let writes = writes_during(&store, Duration::from_secs(4)).await;
+    eprintln!("postgres: idle for 4 s with a 1 s lease TTL: {writes} write transactions");
+    assert!(
+        (3..=16).contains(&writes),
+        "expected a look per lease TTL, {writes} write transactions in 4 s"
+    );
+    app.shutdown(Duration::from_secs(1)).await;
+}
+
 /// RT-27, ST-27: a listener that lost its connection may have missed notifications; once it
 /// listens again, the queue worker looks at its held items once, then is idle again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

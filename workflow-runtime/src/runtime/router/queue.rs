@@ -554,6 +554,7 @@ pub(crate) async fn worker(
             return;
         };
         let runtime = Runtime { inner: strong };
+        let unchanged = quiet.changes == Some(runtime.inner.store.changes());
         if sweeping && quiet.still(&runtime) {
             // RT-27: nothing changed since a pass that left only items it cannot deliver:
             // a sweep now would claim and put back the same items (two writes each).
@@ -564,8 +565,7 @@ pub(crate) async fn worker(
             if quiet.still(&runtime) {
                 continue;
             }
-        } else if sweeping && quiet.fallback && quiet.changes == Some(runtime.inner.store.changes())
-        {
+        } else if sweeping && quiet.fallback && unchanged {
             // RT-27: nothing heard for a lease TTL; a hint lost to a crash, or the claims of
             // a process that died lapsing, would leave items here only until now.
             tracing::debug!(
