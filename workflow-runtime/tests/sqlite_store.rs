@@ -118,7 +118,8 @@ async fn reopening_the_file_keeps_everything() {
     assert_eq!(loaded.state, doc(7));
     assert_eq!(loaded.status, InstanceStatus::Suspended);
     assert_eq!(loaded.correlation_id.as_deref(), Some("order-7"));
-    assert_eq!(loaded.lease.map(|l| l.token), Some(token));
+    // The instance lease was held in the closed store's memory (ST-14, ST-26): gone with it.
+    assert_eq!(loaded.lease, None);
     let found = store
         .find_bookmarks(BookmarkQuery::by_hash("h", 10))
         .await
@@ -149,8 +150,21 @@ async fn reopening_the_file_keeps_everything() {
             .await,
         Err(StoreError::LeaseHeld { .. })
     ));
-    // The instance resumes where it was: the same lease token still commits.
-    assert_eq!(store.commit(waiting("wf-1", 2, token, 8)).await.unwrap(), 3);
+    // The closed store's lease holder died with it: its token is fenced, and the instance
+    // is claimable at once with a higher token, which commits.
+    assert!(matches!(
+        store.commit(waiting("wf-1", 2, token, 8)).await,
+        Err(StoreError::Fenced { .. })
+    ));
+    let again = store
+        .acquire_lease(&LeaseKey::instance("wf-1"), "node-b", T0 + SEC, TTL)
+        .await
+        .unwrap();
+    assert!(again.token > token);
+    assert_eq!(
+        store.commit(waiting("wf-1", 2, again.token, 8)).await.unwrap(),
+        3
+    );
 }
 
 /// C-32: many concurrent commits land in fewer transactions than commits, each with its own

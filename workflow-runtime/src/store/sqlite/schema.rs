@@ -412,13 +412,15 @@ fn canonical(path: &Path) -> PathBuf {
 
 /// ST-14, ST-26: a file is written by one store at a time, so once its owner lock is taken
 /// every instance lease, timer claim and queue claim recorded in it belongs to a store that
-/// is gone (a killed process, a dropped store). They are expired at once, keeping their
-/// fencing tokens, so the new owner recovers interrupted instances and fires overdue timers
-/// without waiting for the dead owner's TTLs; a late commit of the old owner stays fenced.
+/// is gone (a killed process, a dropped store). They are cleared at once, keeping the
+/// instances' fencing tokens, so the new owner recovers interrupted instances and fires
+/// overdue timers without waiting for the dead owner's TTLs. (An instance lease is kept in
+/// the owner's memory and never written to its row, `leases.rs`: only a file last written by
+/// an older version has one to clear.)
 pub(super) fn take_over_dead_claims(conn: &Connection) -> StoreResult<()> {
     let taken = conn.execute(
-        "UPDATE wf_instances SET lease_expires_at = 0
-         WHERE lease_owner IS NOT NULL AND lease_expires_at > 0",
+        "UPDATE wf_instances SET lease_owner = NULL, lease_expires_at = NULL
+         WHERE lease_owner IS NOT NULL OR lease_expires_at IS NOT NULL",
         [],
     )?;
     let timers = conn.execute(
