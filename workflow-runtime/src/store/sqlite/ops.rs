@@ -7,11 +7,12 @@ use std::sync::atomic::Ordering;
 use rusqlite::{Connection, OptionalExtension};
 use serde_json::Value;
 
-use super::rows::{
-    BOOKMARK_COLS, INSTANCE_COLS, INSTANCE_TOKEN_COL, QUEUE_COLS, TIMER_COLS, bookmark_from_row, decode_error,
-    instance_from_row, journal_from_row, queue_from_row, summary_from_row, timer_from_row,
-};
 use super::leases::{InstanceLeases, Known};
+use super::rows::{
+    BOOKMARK_COLS, INSTANCE_COLS, INSTANCE_TOKEN_COL, QUEUE_COLS, TIMER_COLS, bookmark_from_row,
+    decode_error, instance_from_row, journal_from_row, queue_from_row, summary_from_row,
+    timer_from_row,
+};
 use super::{
     SqliteStore, decode_json, is_constraint, json_text, limit_i64, not_found, read_only, to_i64,
     to_u64,
@@ -896,12 +897,14 @@ fn load_stored(c: &Connection, id: &str) -> StoreResult<(InstanceRecord<String>,
     match rows.next()? {
         Some(row) => {
             let record = instance_from_row(id, row)?;
-            let token: i64 = row.get(INSTANCE_TOKEN_COL).map_err(|e| StoreError::Decode {
-                what: "instance",
-                id: id.to_owned(),
-                path: "lease_token".to_owned(),
-                message: e.to_string(),
-            })?;
+            let token: i64 = row
+                .get(INSTANCE_TOKEN_COL)
+                .map_err(|e| StoreError::Decode {
+                    what: "instance",
+                    id: id.to_owned(),
+                    path: "lease_token".to_owned(),
+                    message: e.to_string(),
+                })?;
             Ok((record, to_u64(token)))
         }
         None => Err(not_found("instance", id)),
