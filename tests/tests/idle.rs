@@ -1,14 +1,16 @@
 //! An idle runtime writes nothing (RT-27, ENG-25, TM-5): with stimuli held in its queue (one
 //! for a paused instance, one nobody waits for yet), a pending timer and its sweeps running
 //! every 100 ms, the store sees no write request for seconds; yet what may release a held
-//! stimulus (a resume here, an event written by another process) still has it delivered.
+//! stimulus (a resume here, an event written by another process) still has it delivered. The
+//! same holds for runtimes of one process sharing one in-memory store, each through its own
+//! `Storage`: each hears the others' writes through the store's change count.
 #![allow(clippy::unwrap_used, clippy::print_stderr)]
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
-use workflow_runtime::store::{SqliteStore, Storage, StoreStats};
+use workflow_runtime::store::{MemoryStore, SqliteStore, Storage, StoreStats};
 use workflow_runtime::{Runtime, Stimulus, SubStatus, TaskContext, WorkflowStatus, workflow};
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -38,12 +40,23 @@ workflow! {
     ];
 }
 
+workflow! {
+    /// A task, the event `first`, the event `late`, the task again.
+    pub workflow Late(Steps) = sequence [
+        task(step),
+        first = event("first"),
+        late = event("late"),
+        again = task(step),
+    ];
+}
+
 /// The application: every background sweep every 100 ms.
 fn application(store: &Storage) -> Runtime {
     Runtime::builder()
         .store(store.clone())
         .register::<Waits>()
         .register::<Sleeps>()
+        .register::<Late>()
         .queue_sweep(Duration::from_millis(100))
         .recovery_sweep(Some(Duration::from_millis(100)))
         .sweep_interval(Some(Duration::from_millis(100)))
@@ -144,5 +157,99 @@ async fn an_idle_runtime_with_held_stimuli_writes_nothing_until_something_change
         "another process's event was not delivered: {:?}",
         status_of(&app, &waiting).await
     );
+    app.shutdown(Duration::from_secs(1)).await;
+}
+
+/// RT-27 on the in-memory store shared by two runtimes of one process, each through its own
+/// `Storage`: the one with the queue worker holds a stimulus for a paused instance and one no
+/// bookmark takes yet, and writes nothing while idle; the other, without a queue worker,
+/// makes a bookmark appear that takes the second, enqueues, and resumes the paused instance:
+/// each is heard through the store's change count, and the stimuli are delivered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn runtimes_sharing_an_in_memory_store_stay_idle_and_hear_each_other() {
+    let shared = Arc::new(MemoryStore::new());
+    let store = Storage::new(shared.clone());
+    let app = application(&store);
+    app.run_background().unwrap();
+    let other = Runtime::builder()
+        .store(Storage::new(shared.clone()))
+        .register::<Late>()
+        .queue_worker(false)
+        .timer_driver(false)
+        .recovery_sweep(None)
+        .build()
+        .unwrap();
+    let paused = app
+        .start::<Waits>(Steps::default())
+        .await
+        .unwrap()
+        .instance_id;
+    app.suspend(&paused).await.unwrap();
+    let held = app.send(Stimulus::new("paid")).await.unwrap();
+    assert_eq!(held.deferred, std::slice::from_ref(&paused), "{held:?}");
+    // An instance of the other runtime waits for `first`; `late` comes before its bookmark.
+    let late = other
+        .start::<Late>(Steps::default())
+        .await
+        .unwrap()
+        .instance_id;
+    let queued = app.send(Stimulus::new("late")).await.unwrap();
+    assert!(queued.queued.is_some(), "{queued:?}");
+
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let before = stats(&store).await;
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let after = stats(&store).await;
+    eprintln!(
+        "memory: idle for 5 s with two queued stimuli, sweeps every 100 ms: {} write requests",
+        after.write_requests - before.write_requests
+    );
+    assert_eq!(
+        after.write_requests, before.write_requests,
+        "an idle runtime sent write requests to its store"
+    );
+
+    // The other runtime delivers `first` itself: the commit adding the bookmark for `late`
+    // is heard, and the first runtime's worker delivers the queued `late`.
+    let first = other
+        .send(Stimulus::new("first").instance(late.clone()))
+        .await
+        .unwrap();
+    assert!(
+        first.resumed.iter().any(|r| r.instance_id == late),
+        "{first:?}"
+    );
+    assert!(
+        eventually(|| async { status_of(&other, &late).await.0 == WorkflowStatus::Finished }).await,
+        "the stimulus waiting for another runtime's bookmark was not delivered: {:?}",
+        status_of(&other, &late).await
+    );
+    // Events the other runtime enqueues for an instance of the first one are delivered.
+    let mine = app
+        .start::<Late>(Steps::default())
+        .await
+        .unwrap()
+        .instance_id;
+    for event in ["first", "late"] {
+        let sent = other
+            .send(Stimulus::new(event).instance(mine.clone()).enqueued())
+            .await
+            .unwrap();
+        assert!(sent.queued.is_some(), "{sent:?}");
+    }
+    assert!(
+        eventually(|| async { status_of(&app, &mine).await.0 == WorkflowStatus::Finished }).await,
+        "another runtime's enqueued events were not delivered: {:?}",
+        status_of(&app, &mine).await
+    );
+    // The other runtime, which does not run `Waits`, resumes the paused instance: its
+    // request is honoured, and the stimulus held for it delivered.
+    other.resume(&paused).await.unwrap();
+    assert!(
+        eventually(|| async { status_of(&app, &paused).await.0 == WorkflowStatus::Finished }).await,
+        "the held stimulus was not delivered after the other runtime's resume: {:?}",
+        status_of(&app, &paused).await
+    );
+    other.shutdown(Duration::ZERO).await;
     app.shutdown(Duration::from_secs(1)).await;
 }

@@ -171,7 +171,10 @@ pub(crate) async fn run(
             let report = runtime
                 .send(stimulus)
                 .await
-                .map_err(|e| CliError::Send(format!("the send was refused: {e}")))?;
+                .map_err(|e| CliError::Send(format!("the send was refused: {e}")));
+            // The running processes hear of what this one wrote before it exits.
+            store.flush_hints().await;
+            let report = report?;
             Ok(match report.queued {
                 Some(item) => format!(
                     "queued `{name}` as {item}: the process running its workflows delivers it\n"
@@ -251,24 +254,10 @@ async fn control(
             CliError::Input(format!("cannot {verb} `{id}`: {message}"))
         }
     };
-    let done = match operation {
-        Operation::Cancel(reason) => runtime
-            .cancel(id, reason)
-            .await
-            .map_err(|e| refused(e.to_string()))?,
-        Operation::Suspend => runtime
-            .suspend(id)
-            .await
-            .map_err(|e| refused(e.to_string()))?,
-        Operation::Resume => runtime
-            .resume(id)
-            .await
-            .map_err(|e| refused(e.to_string()))?,
-        Operation::Retry => runtime
-            .retry(id)
-            .await
-            .map_err(|e| refused(e.to_string()))?,
-    };
+    let done = control_once(&runtime, id, operation).await;
+    // The running processes hear of what this one wrote before it exits.
+    store.flush_hints().await;
+    let done = done.map_err(refused)?;
     if let Control::Applied(started) = done {
         return Ok(format!("{verb}: {}\n", Control::Applied(started)));
     }
@@ -305,6 +294,20 @@ async fn control(
 /// A runtime with no workflows of its own: it only writes what an operator asks for, through
 /// the same code paths as the application's runtime. It runs no background work: the
 /// application's runtime does that.
+/// Applies or requests `operation` on `id`; the error as text.
+async fn control_once(
+    runtime: &Runtime,
+    id: &str,
+    operation: Operation,
+) -> Result<Control, String> {
+    match operation {
+        Operation::Cancel(reason) => runtime.cancel(id, reason).await.map_err(|e| e.to_string()),
+        Operation::Suspend => runtime.suspend(id).await.map_err(|e| e.to_string()),
+        Operation::Resume => runtime.resume(id).await.map_err(|e| e.to_string()),
+        Operation::Retry => runtime.retry(id).await.map_err(|e| e.to_string()),
+    }
+}
+
 fn operator_runtime(store: Storage) -> Result<Runtime, CliError> {
     Runtime::builder()
         .store(store)

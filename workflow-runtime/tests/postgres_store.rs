@@ -490,6 +490,258 @@ async fn a_waiting_runtime_survives_its_connections_being_dropped() {
     runtime.shutdown(Duration::from_secs(1)).await;
 }
 
+workflow! {
+    /// A task, the event `paid`, a task.
+    pub workflow Paid(Steps) = sequence [
+        task(a),
+        paid = event("paid"),
+        task(b),
+    ];
+}
+
+workflow! {
+    /// A task, the event `first`, the event `late`, a task.
+    pub workflow Late(Steps) = sequence [
+        task(a),
+        first = event("first"),
+        late = event("late"),
+        task(b),
+    ];
+}
+
+/// A process with its queue worker and every sweep every 100 ms, on its own store.
+async fn sweeping_process(url: &str, schema: &str) -> (Runtime, Arc<PostgresStore>) {
+    let store = Arc::new(open(url, schema).await);
+    let runtime = Runtime::builder()
+        .store(Arc::clone(&store))
+        .register::<Paid>()
+        .register::<Late>()
+        .queue_sweep(Duration::from_millis(100))
+        .recovery_sweep(Some(Duration::from_millis(100)))
+        .sweep_interval(Some(Duration::from_millis(100)))
+        .build()
+        .unwrap();
+    runtime.run_background().unwrap();
+    (runtime, store)
+}
+
+/// The write transactions `store` began during `window`.
+async fn writes_during(store: &PostgresStore, window: Duration) -> u64 {
+    use workflow_runtime::store::Store;
+    let before = store.stats().await.unwrap().transactions;
+    tokio::time::sleep(window).await;
+    store.stats().await.unwrap().transactions - before
+}
+
+/// Polls `runtime` until instance `id` is finished, at most 10 s.
+async fn finishes(runtime: &Runtime, id: &str) -> bool {
+    for _ in 0..200 {
+        let snapshot = runtime.get_state(id).await.unwrap().unwrap();
+        if snapshot.status() == workflow_runtime::WorkflowStatus::Finished {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    false
+}
+
+/// RT-27 on PostgreSQL: a process whose queue holds a stimulus for a paused instance and one
+/// no bookmark takes yet writes nothing while idle, its sweeps running every 100 ms; yet
+/// what another process does that makes them deliverable (a commit adding the bookmark, an
+/// enqueue, a resume) is heard through `NOTIFY`, and the stimuli are delivered at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_process_with_held_stimuli_writes_nothing_yet_hears_the_others() {
+    if server().await.is_none() {
+        return;
+    }
+    let schema = fresh_schema_name();
+    let url = url_named(&schema);
+    let _guard = SchemaGuard::new(database_url(), schema.clone());
+    let (app, store) = sweeping_process(&url, &schema).await;
+    // Another process, without a queue worker of its own, running `Late` only.
+    let other = Runtime::builder()
+        .store(Arc::new(open(&url, &schema).await))
+        .register::<Late>()
+        .queue_worker(false)
+        .timer_driver(false)
+        .recovery_sweep(None)
+        .build()
+        .unwrap();
+    let paused = app
+        .start::<Paid>(Steps::default())
+        .await
+        .unwrap()
+        .instance_id;
+    app.suspend(&paused).await.unwrap();
+    let held = app
+        .send(workflow_runtime::Stimulus::new("paid"))
+        .await
+        .unwrap();
+    assert_eq!(held.deferred, std::slice::from_ref(&paused), "{held:?}");
+    // An instance of the other process waits for `first`; `late` comes before its bookmark.
+    let late = other
+        .start::<Late>(Steps::default())
+        .await
+        .unwrap()
+        .instance_id;
+    let queued = app
+        .send(workflow_runtime::Stimulus::new("late"))
+        .await
+        .unwrap();
+    assert!(queued.queued.is_some(), "{queued:?}");
+
+    // The sweeps settle: each item is looked at, put back, then left alone.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let writes = writes_during(&store, Duration::from_secs(5)).await;
+    eprintln!(
+        "postgres: idle for 5 s with two queued stimuli, sweeps every 100 ms: {writes} write \
+         transactions"
+    );
+    assert_eq!(writes, 0, "an idle process wrote to its store");
+
+    // The other process delivers `first` itself: its commit adding the bookmark for `late`
+    // is heard, and this process's worker delivers the queued `late`.
+    let first = other
+        .send(workflow_runtime::Stimulus::new("first").instance(late.clone()))
+        .await
+        .unwrap();
+    assert!(
+        first.resumed.iter().any(|r| r.instance_id == late),
+        "{first:?}"
+    );
+    assert!(
+        finishes(&app, &late).await,
+        "the stimulus waiting for another process's bookmark was not delivered"
+    );
+    // Events the other process enqueues for an instance of this one are delivered.
+    let mine = app
+        .start::<Late>(Steps::default())
+        .await
+        .unwrap()
+        .instance_id;
+    for event in ["first", "late"] {
+        let sent = other
+            .send(
+                workflow_runtime::Stimulus::new(event)
+                    .instance(mine.clone())
+                    .enqueued(),
+            )
+            .await
+            .unwrap();
+        assert!(sent.queued.is_some(), "{sent:?}");
+    }
+    assert!(
+        finishes(&app, &mine).await,
+        "another process's enqueued events were not delivered"
+    );
+    // It resumes the paused instance, which it does not run: the request is heard, and
+    // this process resumes it and delivers the stimulus held for it.
+    let resumed = other.resume(&paused).await.unwrap();
+    assert!(
+        matches!(resumed, workflow_runtime::Control::Requested),
+        "{resumed:?}"
+    );
+    assert!(
+        finishes(&app, &paused).await,
+        "the stimulus held for a paused instance was not delivered after another process \
+         resumed it"
+    );
+    other.shutdown(Duration::from_secs(1)).await;
+    app.shutdown(Duration::from_secs(1)).await;
+}
+
+/// RT-27: on PostgreSQL a wake-up can be lost to a crash, so an idle process looks at its
+/// held items once per lease TTL anyway, and no more often.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_process_looks_at_its_held_items_once_per_lease_ttl() {
+    if server().await.is_none() {
+        return;
+    }
+    let schema = fresh_schema_name();
+    let url = url_named(&schema);
+    let _guard = SchemaGuard::new(database_url(), schema.clone());
+    let store = Arc::new(open(&url, &schema).await);
+    let app = Runtime::builder()
+        .store(Arc::clone(&store))
+        .lease_ttl(Duration::from_secs(1))
+        .queue_sweep(Duration::from_millis(100))
+        .build()
+        .unwrap();
+    app.run_background().unwrap();
+    let queued = app
+        .send(workflow_runtime::Stimulus::new("late"))
+        .await
+        .unwrap();
+    assert!(queued.queued.is_some(), "{queued:?}");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    // Each look claims the item and puts it back: two or three writes. Sweeping every
+    // 100 ms, it would be some sixty over these 4 s; once per second, a dozen at most.
+    let writes = writes_during(&store, Duration::from_secs(4)).await;
+    eprintln!("postgres: idle for 4 s with a 1 s lease TTL: {writes} write transactions");
+    assert!(
+        (3..=16).contains(&writes),
+        "expected a look per lease TTL, {writes} write transactions in 4 s"
+    );
+    app.shutdown(Duration::from_secs(1)).await;
+}
+
+/// RT-27, ST-27: a listener that lost its connection may have missed notifications; once it
+/// listens again, the queue worker looks at its held items once, then is idle again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reconnected_listener_makes_the_idle_queue_worker_look_once() {
+    let Some(mut admin) = server().await else {
+        return;
+    };
+    let schema = fresh_schema_name();
+    let url = url_named(&schema);
+    let _guard = SchemaGuard::new(database_url(), schema.clone());
+    let (app, store) = sweeping_process(&url, &schema).await;
+    let queued = app
+        .send(workflow_runtime::Stimulus::new("late"))
+        .await
+        .unwrap();
+    assert!(queued.queued.is_some(), "{queued:?}");
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(writes_during(&store, Duration::from_secs(1)).await, 0);
+
+    let before = {
+        use workflow_runtime::store::Store;
+        store.stats().await.unwrap().transactions
+    };
+    let dropped: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM (SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+         WHERE application_name = $1 AND query LIKE 'LISTEN%') t",
+    )
+    .bind(&schema)
+    .fetch_one(&mut admin)
+    .await
+    .unwrap();
+    assert_eq!(dropped, 1, "the listener's connection was not found");
+    let mut looked = false;
+    for _ in 0..100 {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let now = {
+            use workflow_runtime::store::Store;
+            store.stats().await.unwrap().transactions
+        };
+        if now > before {
+            looked = true;
+            break;
+        }
+    }
+    assert!(
+        looked,
+        "the queue worker did not look after the listener reconnected"
+    );
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(
+        writes_during(&store, Duration::from_secs(2)).await,
+        0,
+        "the queue worker kept passing after the reconnection"
+    );
+    app.shutdown(Duration::from_secs(1)).await;
+}
+
 /// The data of [`versioned`]'s instances.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct Ticket {

@@ -151,7 +151,9 @@ impl Runtime {
     /// and without counting an attempt, so the instances continue from their last commit in
     /// the next process (its recovery sweep runs them). A task that ignores its token is
     /// dropped after [`RuntimeBuilder::cancel_grace`](super::RuntimeBuilder::cancel_grace).
-    /// Build a new runtime to run again (or call [`Runtime::run_background`]).
+    /// Build a new runtime to run again (or call [`Runtime::run_background`]). Last, the
+    /// store's wake-ups for other processes still waiting to be sent are sent
+    /// ([`Storage::flush_hints`](crate::store::Storage::flush_hints), at most 2 s).
     pub async fn shutdown(&self, grace: Duration) {
         lock(&self.inner.background).shut_down = true;
         self.inner.stop.send_replace(true);
@@ -179,6 +181,13 @@ impl Runtime {
             // A task of a tokio runtime that is gone was cancelled with it.
             let _ = handle.await;
         }
+        // RT-27: the other processes hear of this one's last writes (the items its worker
+        // put back, its last commits) before it goes; a store that cannot send them within
+        // the bound does not hold the shutdown (the others' sweeps find the work).
+        let flushed = tokio::time::timeout(FLUSH_BOUND, self.inner.store.flush_hints()).await;
+        if flushed.is_err() {
+            tracing::warn!(bound = ?FLUSH_BOUND, "shutdown: the store's last wake-ups for other processes were not sent in time");
+        }
     }
 
     /// Waits until this process runs no task, at most until `deadline`.
@@ -194,6 +203,9 @@ impl Runtime {
         }
     }
 }
+
+/// How long [`Runtime::shutdown`] waits for the store's last wake-ups to be sent.
+const FLUSH_BOUND: Duration = Duration::from_secs(2);
 
 /// The recovery sweep (ENG-25, ENG-26): one pass at once, then one every `every`, each
 /// running again the `Running` instances whose lease is free or expired (a process died

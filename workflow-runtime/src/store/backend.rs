@@ -333,20 +333,56 @@ pub trait RouteReads: Send + Sync {
 
 /// The optional capability of hearing of changes made by other processes (a database
 /// notification, say; offered through [`Store::capabilities`]). [`Storage`](super::Storage)
-/// forwards the hints to its own subscribers (ST-18). A backend only this process writes
-/// does not need it.
+/// forwards the hints to its own subscribers (ST-18) and counts each as a change (RT-27). A
+/// backend only this process writes does not need it.
 pub trait RemoteHints: Send + Sync {
     /// A new subscription to the hints heard from other processes.
     fn subscribe(&self) -> tokio::sync::broadcast::Receiver<super::WakeUp>;
 
     /// Whether every change another process makes that could make queued work deliverable
-    /// is heard (RT-27): then the queue worker's sweep passes only when something changed.
-    /// `false` (the default) when a hint can be lost (a notification sent after its commit
-    /// by a task the process may not live to run) or a claim of a process that died expires
-    /// unannounced: the sweep then passes every time.
+    /// is heard now (RT-27): then the queue worker's sweep passes only when something
+    /// changed. `false` (the default) while a hint can be missed unnoticed (no listener, or
+    /// one that is not connected): the sweep then passes every time. A backend whose
+    /// listener lost its connection says so with a hint once it listens again (the sweep
+    /// hints, counted as a change), so hints missed meanwhile cost one pass, not a stuck
+    /// item.
     fn hears_every_change(&self) -> bool {
         false
     }
+
+    /// Whether a change can go unheard even while [`RemoteHints::hears_every_change`] holds:
+    /// a hint sent after its commit, lost to a crash of its process in between, or a claim
+    /// of a process that died lapsing unannounced. The queue worker then still passes at
+    /// least once per lease TTL (RT-27). `true` by default; a backend that compares states
+    /// rather than relaying messages (SQLite's `data_version`, with one claiming process per
+    /// file) says `false`.
+    fn can_miss_a_crash(&self) -> bool {
+        true
+    }
+
+    /// Sends the hints of this store's committed writes that still wait to be sent, and
+    /// returns once they are (or failed: hints are advisory). A process about to exit awaits
+    /// it (see [`Storage::flush_hints`](super::Storage::flush_hints)); by default there is
+    /// nothing to send.
+    fn flush(&self) -> BoxFuture<'_, ()> {
+        Box::pin(std::future::ready(()))
+    }
+}
+
+/// The optional capability of counting every change made to the store, by whoever shares it
+/// (offered through [`Store::capabilities`]): the in-process store, which several runtimes
+/// of one process may share, each with its own [`Storage`](super::Storage). The count moves
+/// with every write that may make held work deliverable (a commit, a creation, an enqueue,
+/// a control request, an item put back with an announcement or after a failed attempt, a
+/// replayed dead letter, a registration's triggers), and with nothing the queue worker's own
+/// pass does to an item it cannot deliver: claims, renewals, lease releases (an item left
+/// for a busy instance is looked at by every sweep anyway) and an item put back silently
+/// leave it as it is. `Storage` adds it
+/// to its own count ([`Storage::changes`](super::Storage::changes)), so a runtime's queue
+/// worker hears the writes of the others sharing the store (RT-27).
+pub trait ChangeCount: Send + Sync {
+    /// The count: it only grows.
+    fn changes(&self) -> u64;
 }
 
 /// The optional capabilities of a backend, returned by [`Store::capabilities`]: each is a
@@ -377,6 +413,8 @@ pub struct Capabilities<'a> {
     pub remote_hints: Option<&'a dyn RemoteHints>,
     /// Reading a send's routes in one round trip.
     pub routes: Option<&'a dyn RouteReads>,
+    /// Counting the changes of everyone sharing the store.
+    pub change_count: Option<&'a dyn ChangeCount>,
 }
 
 impl<'a> Capabilities<'a> {
@@ -407,6 +445,13 @@ impl<'a> Capabilities<'a> {
         self.remote_hints = Some(remote_hints);
         self
     }
+
+    /// With the store-wide change count.
+    #[must_use]
+    pub fn with_change_count(mut self, change_count: &'a dyn ChangeCount) -> Self {
+        self.change_count = Some(change_count);
+        self
+    }
 }
 
 impl std::fmt::Debug for Capabilities<'_> {
@@ -415,6 +460,8 @@ impl std::fmt::Debug for Capabilities<'_> {
             .field("definitions", &self.definitions.is_some())
             .field("child_waits", &self.child_waits.is_some())
             .field("remote_hints", &self.remote_hints.is_some())
+            .field("routes", &self.routes.is_some())
+            .field("change_count", &self.change_count.is_some())
             .finish()
     }
 }

@@ -248,11 +248,50 @@ impl Storage {
     }
 
     /// How many changes that may make held work possible this layer has seen (RT-27): it
-    /// moves with every commit, every hint sent through this layer and every hint heard from
-    /// another process. A worker that found nothing it could do compares it with the count
-    /// it saw then, and looks again only when it moved: an idle runtime writes nothing.
+    /// moves with every commit, every hint sent through this layer, every hint heard from
+    /// another process, and, over a backend that counts the changes of everyone sharing it
+    /// ([`ChangeCount`](super::ChangeCount): the in-process store), with that count. A worker
+    /// that found nothing it could do compares it with the count it saw then, and looks again
+    /// only when it moved: an idle runtime writes nothing.
     pub fn changes(&self) -> u64 {
-        self.changes.load(Ordering::Acquire)
+        let own = self.changes.load(Ordering::Acquire);
+        match self.store.capabilities().change_count {
+            Some(count) => own.wrapping_add(count.changes()),
+            None => own,
+        }
+    }
+
+    /// Whether [`Storage::changes`] now moves with every change anyone makes that could make
+    /// held work deliverable (RT-27): the backend counts every change itself
+    /// ([`ChangeCount`](super::ChangeCount)), or hears every other process's change
+    /// ([`RemoteHints::hears_every_change`]).
+    pub(crate) fn hears_every_change(&self) -> bool {
+        let capabilities = self.store.capabilities();
+        capabilities.change_count.is_some()
+            || capabilities
+                .remote_hints
+                .is_some_and(RemoteHints::hears_every_change)
+    }
+
+    /// Whether a change may go unheard even when [`Storage::hears_every_change`] holds (a hint
+    /// lost to a crash, a dead process's claim lapsing: [`RemoteHints::can_miss_a_crash`]):
+    /// the queue worker then looks at least once per lease TTL anyway (RT-27).
+    pub(crate) fn can_miss_a_crash(&self) -> bool {
+        self.store
+            .capabilities()
+            .remote_hints
+            .is_some_and(RemoteHints::can_miss_a_crash)
+    }
+
+    /// Sends the hints of this store's committed writes that still wait to be sent to the
+    /// other processes ([`RemoteHints::flush`]; PostgreSQL sends a commit's after it), and
+    /// returns once they are: a process about to exit (a command-line tool, a runtime
+    /// shutting down) awaits it, so its last writes are heard. Nothing to do for a backend
+    /// without remote hints.
+    pub async fn flush_hints(&self) {
+        if let Some(remote) = self.store.capabilities().remote_hints {
+            remote.flush().await;
+        }
     }
 
     /// Runs `work` without counting its changes in [`Storage::changes`]: the queue worker's

@@ -554,6 +554,7 @@ pub(crate) async fn worker(
             return;
         };
         let runtime = Runtime { inner: strong };
+        let unchanged = quiet.changes == Some(runtime.inner.store.changes());
         if sweeping && quiet.still(&runtime) {
             // RT-27: nothing changed since a pass that left only items it cannot deliver:
             // a sweep now would claim and put back the same items (two writes each).
@@ -564,6 +565,13 @@ pub(crate) async fn worker(
             if quiet.still(&runtime) {
                 continue;
             }
+        } else if sweeping && quiet.fallback && unchanged {
+            // RT-27: nothing heard for a lease TTL; a hint lost to a crash, or the claims of
+            // a process that died lapsing, would leave items here only until now.
+            tracing::debug!(
+                ttl = ?runtime.inner.lease.ttl,
+                "queue: nothing heard for a lease TTL; sweeping the held items anyway"
+            );
         }
         drop(runtime);
         // RT-26: coalesce a burst of rings into one pass.
@@ -577,6 +585,9 @@ pub(crate) async fn worker(
             control_due = false;
             runtime.control_pass().await;
         }
+        // Read before the pass: a listener that begins to listen during it does not make
+        // what it missed before count as heard.
+        let hears = runtime.inner.store.hears_every_change();
         let changes = runtime.inner.store.changes();
         let began = tokio::time::Instant::now();
         let passed = crate::store::Storage::uncounted(runtime.queue_pass()).await;
@@ -595,7 +606,7 @@ pub(crate) async fn worker(
             }
             Ok(pass) => {
                 own_hints = pass.put_back;
-                quiet = Quiet::after(&runtime, changes, &pass, lapse);
+                quiet = Quiet::after(&runtime, hears, changes, &pass, lapse);
             }
             Err(error) => {
                 // The items it had claimed and not settled come back when their claims
@@ -611,39 +622,40 @@ pub(crate) async fn worker(
 /// What the queue worker knows after a pass that delivered nothing (RT-27): the store's
 /// change count when it began ([`Storage::changes`](crate::store::Storage::changes)), and
 /// the instant by which it must look again anyway. Until the count moves (a commit, a
-/// local hint such as an enqueue or a lease release, a hint from another process) or that
-/// instant comes, a sweep has nothing to find: the items left are held or wait for
-/// something that announces itself, so the sweep does not claim them again.
+/// local hint such as an enqueue or a lease release, a hint from another process, a write
+/// of another runtime sharing the in-process store, a reconnected listener) or that instant
+/// comes, a sweep has nothing to find: the items left are held or wait for something that
+/// announces itself, so the sweep does not claim them again.
 #[derive(Debug, Default)]
 struct Quiet {
     /// The change count the last pass began at; `None`: the next sweep passes.
     changes: Option<u64>,
     /// The next sweep passes from this instant on: the first expiry among the items left
-    /// (RT-28), or when the claims of a failed pass lapse.
+    /// (RT-28), when the claims of a failed pass lapse, or, on a store whose hints a crash
+    /// can lose, one lease TTL after the pass.
     until: Option<tokio::time::Instant>,
+    /// Whether `until` is that last one: the sweep then passes though nothing was heard.
+    fallback: bool,
 }
 
 impl Quiet {
-    /// After a pass that began at change count `changes` and delivered nothing. A store
-    /// whose hints may miss another process's change ([`RemoteHints::hears_every_change`]:
-    /// PostgreSQL, whose notification of a commit can be lost, or the in-memory store,
-    /// which several runtimes of one process may share and which tells none of them of the
-    /// others' writes) is swept every time.
+    /// After a pass that began at change count `changes` and delivered nothing, on a store
+    /// that heard every change when it began (`hears`). A store that does not
+    /// ([`Storage::hears_every_change`]: no listener, or one not listening then) is swept
+    /// every time. One whose hints a crash can lose
+    /// ([`Storage::can_miss_a_crash`]: PostgreSQL, whose notification of a commit is sent
+    /// after it, and where a claim of a process that died lapses unannounced) is swept at
+    /// least once per lease TTL, which bounds how long such a loss can hold an item.
     ///
-    /// [`RemoteHints::hears_every_change`]: crate::store::RemoteHints::hears_every_change
+    /// [`Storage::hears_every_change`]: crate::store::Storage::hears_every_change
+    /// [`Storage::can_miss_a_crash`]: crate::store::Storage::can_miss_a_crash
     fn after(
         runtime: &Runtime,
+        hears: bool,
         changes: u64,
         pass: &QueuePass,
         lapse: Option<tokio::time::Instant>,
     ) -> Self {
-        let hears = runtime
-            .inner
-            .store
-            .backend()
-            .capabilities()
-            .remote_hints
-            .is_some_and(crate::store::RemoteHints::hears_every_change);
         if pass.retry || !hears {
             return Self::default();
         }
@@ -652,12 +664,20 @@ impl Quiet {
             let wait = u64::try_from(at.saturating_sub(now_micros())).unwrap_or(0);
             now + Duration::from_micros(wait)
         });
+        let due = [expiry, lapse.filter(|at| *at > now)]
+            .into_iter()
+            .flatten()
+            .min();
+        let fallback = runtime
+            .inner
+            .store
+            .can_miss_a_crash()
+            .then(|| now + runtime.inner.lease.ttl)
+            .filter(|at| due.is_none_or(|due| *at < due));
         Self {
             changes: Some(changes),
-            until: [expiry, lapse.filter(|at| *at > now)]
-                .into_iter()
-                .flatten()
-                .min(),
+            until: fallback.or(due),
+            fallback: fallback.is_some(),
         }
     }
 

@@ -2,6 +2,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::future::ready;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
 use super::{
@@ -19,9 +20,16 @@ mod tables;
 /// except durability. State documents are kept encoded as JSON text, so loads exercise
 /// decoding and cannot alias engine memory. Purge frees everything it removes, so a
 /// long-running process does not grow without bound.
+///
+/// Several runtimes of one process may share one store, each through its own
+/// [`Storage`](super::Storage): the store counts every write that may make held work
+/// deliverable, whoever made it ([`ChangeCount`](super::ChangeCount)), so each runtime's
+/// queue worker hears the others' writes (RT-27).
 #[derive(Debug)]
 pub struct MemoryStore {
     inner: Mutex<Inner>,
+    /// The store-wide change count ([`ChangeCount`](super::ChangeCount)).
+    changes: AtomicU64,
 }
 
 #[derive(Debug, Clone)]
@@ -115,6 +123,7 @@ impl MemoryStore {
     pub fn new() -> Self {
         Self {
             inner: Mutex::new(Inner::default()),
+            changes: AtomicU64::new(0),
         }
     }
 
@@ -196,6 +205,23 @@ impl MemoryStore {
             f(&mut inner)
         });
         Box::pin(ready(result))
+    }
+
+    /// [`MemoryStore::write`], counted as a change ([`ChangeCount`](super::ChangeCount))
+    /// when it succeeds and `counts` says its result may make held work deliverable. The
+    /// count moves before the lock is released, so a reader that saw it move sees the write.
+    fn write_changing<T: Send + 'static>(
+        &self,
+        counts: impl FnOnce(&T) -> bool,
+        f: impl FnOnce(&mut Inner) -> StoreResult<T>,
+    ) -> BoxFuture<'_, StoreResult<T>> {
+        self.write(|inner| {
+            let result = f(inner)?;
+            if counts(&result) {
+                self.changes.fetch_add(1, Ordering::Release);
+            }
+            Ok(result)
+        })
     }
 
     /// Runs one read operation under the lock.

@@ -6,9 +6,9 @@ use std::ops::Bound;
 use super::tables::{incident, lease_live, not_found, record, sort_incidents};
 use super::{Claimed, Inner, MemoryStore};
 use crate::store::backend::{
-    BookmarkSelect, Capabilities, ChildWaitIndex, ClaimedRecord, DefinitionRecord, DefinitionStore,
-    DueTimers, Enqueue, IncidentQuery, LeaseClaim, LeaseKey, PurgeTarget, Settled, Settlement,
-    Store, TimerScope, TriggerSelect, TriggerWrite,
+    BookmarkSelect, Capabilities, ChangeCount, ChildWaitIndex, ClaimedRecord, DefinitionRecord,
+    DefinitionStore, DueTimers, Enqueue, IncidentQuery, LeaseClaim, LeaseKey, PurgeTarget, Settled,
+    Settlement, Store, TimerScope, TriggerSelect, TriggerWrite,
 };
 use crate::store::{
     BookmarkRow, BoxFuture, ClaimedInstance, Commit, ControlRequest, DeadLetter, DeadLetterFilter,
@@ -300,7 +300,7 @@ impl Inner {
 
 impl Store for MemoryStore {
     fn create_instance(&self, instance: NewInstance<String>) -> BoxFuture<'_, StoreResult<u64>> {
-        self.write(move |inner| {
+        self.write_changing(always, move |inner| {
             inner.insert_instance(instance)?;
             Ok(1)
         })
@@ -344,7 +344,7 @@ impl Store for MemoryStore {
     }
 
     fn commit(&self, commit: Commit<String>) -> BoxFuture<'_, StoreResult<u64>> {
-        self.write(move |inner| {
+        self.write_changing(always, move |inner| {
             if inner.fail_commits > 0 {
                 inner.fail_commits -= 1;
                 return Err(StoreError::unavailable(
@@ -361,7 +361,7 @@ impl Store for MemoryStore {
         request: ControlRequest,
     ) -> BoxFuture<'_, StoreResult<InstanceStatus>> {
         let id = instance_id.to_owned();
-        self.write(move |inner| {
+        self.write_changing(always, move |inner| {
             let row = inner
                 .instances
                 .get_mut(&id)
@@ -469,6 +469,9 @@ impl Store for MemoryStore {
 
     fn release_lease(&self, key: &LeaseKey, token: u64) -> BoxFuture<'_, StoreResult<()>> {
         let key = key.clone();
+        // Not a change (RT-27): an item left because its instance was busy is looked at
+        // again by every sweep anyway, and the queue worker's own deliveries claim and
+        // release instances that cannot take an item (paused, say).
         self.write(move |inner| inner.release(&key, token))
     }
 
@@ -561,7 +564,7 @@ impl Store for MemoryStore {
         write: TriggerWrite,
     ) -> BoxFuture<'_, StoreResult<()>> {
         let name = definition_name.to_owned();
-        self.write(move |inner| {
+        self.write_changing(always, move |inner| {
             for (node, hash) in write.deletes {
                 inner.triggers.remove(&(name.clone(), node, hash));
             }
@@ -664,26 +667,29 @@ impl Store for MemoryStore {
         next_due: Option<i64>,
     ) -> BoxFuture<'_, StoreResult<ScheduleFiring>> {
         let id = schedule_id.to_owned();
-        self.write(move |inner| {
-            let current = inner
-                .timers
-                .get(&id)
-                .filter(|t| t.row.instance_id.is_none() && !t.row.parked)
-                .map(|t| t.row.due_at);
-            if current != Some(expected_due_at) {
-                return Ok(ScheduleFiring::Stale);
-            }
-            let firing = ScheduleFiring::of_creation(inner.insert_instance(instance))?;
-            if let Some(t) = inner.timers.get_mut(&id) {
-                t.claim_owner = None;
-                t.claim_expires_at = None;
-                match next_due {
-                    Some(due) => t.row.due_at = due,
-                    None => t.row.parked = true,
+        self.write_changing(
+            |firing| *firing != ScheduleFiring::Stale,
+            move |inner| {
+                let current = inner
+                    .timers
+                    .get(&id)
+                    .filter(|t| t.row.instance_id.is_none() && !t.row.parked)
+                    .map(|t| t.row.due_at);
+                if current != Some(expected_due_at) {
+                    return Ok(ScheduleFiring::Stale);
                 }
-            }
-            Ok(firing)
-        })
+                let firing = ScheduleFiring::of_creation(inner.insert_instance(instance))?;
+                if let Some(t) = inner.timers.get_mut(&id) {
+                    t.claim_owner = None;
+                    t.claim_expires_at = None;
+                    match next_due {
+                        Some(due) => t.row.due_at = due,
+                        None => t.row.parked = true,
+                    }
+                }
+                Ok(firing)
+            },
+        )
     }
 
     fn read_journal(
@@ -704,33 +710,37 @@ impl Store for MemoryStore {
     }
 
     fn enqueue(&self, send: Enqueue) -> BoxFuture<'_, StoreResult<Option<IdempotencyRecord>>> {
-        self.write(move |inner| {
-            if let Some(record) = &send.idempotency
-                && !send.replace_record
-                && let Some(existing) = inner.idempotency.get(&record.key)
-            {
-                return Ok(Some(existing.clone()));
-            }
-            let mut ids = BTreeSet::new();
-            for item in &send.items {
-                if inner.queue.contains_key(&item.item_id)
-                    || inner.dead_letters.contains_key(&item.item_id)
-                    || !ids.insert(&item.item_id)
+        let queues = !send.items.is_empty();
+        self.write_changing(
+            move |existing: &Option<IdempotencyRecord>| queues && existing.is_none(),
+            move |inner| {
+                if let Some(record) = &send.idempotency
+                    && !send.replace_record
+                    && let Some(existing) = inner.idempotency.get(&record.key)
                 {
-                    return Err(StoreError::AlreadyExists {
-                        what: "queue item",
-                        id: item.item_id.clone(),
-                    });
+                    return Ok(Some(existing.clone()));
                 }
-            }
-            for item in send.items {
-                inner.queue.insert(item.item_id.clone(), Claimed::new(item));
-            }
-            if let Some(record) = send.idempotency {
-                inner.idempotency.insert(record.key.clone(), record);
-            }
-            Ok(None)
-        })
+                let mut ids = BTreeSet::new();
+                for item in &send.items {
+                    if inner.queue.contains_key(&item.item_id)
+                        || inner.dead_letters.contains_key(&item.item_id)
+                        || !ids.insert(&item.item_id)
+                    {
+                        return Err(StoreError::AlreadyExists {
+                            what: "queue item",
+                            id: item.item_id.clone(),
+                        });
+                    }
+                }
+                for item in send.items {
+                    inner.queue.insert(item.item_id.clone(), Claimed::new(item));
+                }
+                if let Some(record) = send.idempotency {
+                    inner.idempotency.insert(record.key.clone(), record);
+                }
+                Ok(None)
+            },
+        )
     }
 
     fn claim_queue_page(
@@ -768,7 +778,13 @@ impl Store for MemoryStore {
         settlement: Settlement,
     ) -> BoxFuture<'_, StoreResult<Settled>> {
         let id = item_id.to_owned();
-        self.write(move |inner| inner.settle(&id, settlement))
+        // RT-27: an item put back announced, or after a failed attempt, is one another
+        // runtime may deliver; one put back silently, acknowledged or dead-lettered is not.
+        let counts = matches!(
+            settlement,
+            Settlement::Release { announce: true, .. } | Settlement::Fail { .. }
+        );
+        self.write_changing(move |_| counts, move |inner| inner.settle(&id, settlement))
     }
 
     fn replay_dead_letter(
@@ -778,7 +794,7 @@ impl Store for MemoryStore {
         ttl: i64,
     ) -> BoxFuture<'_, StoreResult<QueueItem>> {
         let id = item_id.to_owned();
-        self.write(move |inner| {
+        self.write_changing(always, move |inner| {
             if !inner.dead_letters.contains_key(&id) {
                 return Err(not_found("dead letter", &id));
             }
@@ -893,7 +909,20 @@ impl Store for MemoryStore {
         Capabilities::default()
             .with_definitions(self)
             .with_child_waits(self)
+            .with_change_count(self)
     }
+}
+
+/// Every write that may make held work deliverable, by any runtime sharing the store (RT-27).
+impl ChangeCount for MemoryStore {
+    fn changes(&self) -> u64 {
+        self.changes.load(std::sync::atomic::Ordering::Acquire)
+    }
+}
+
+/// Every successful write of its kind counts as a change.
+fn always<T>(_: &T) -> bool {
+    true
 }
 
 impl ChildWaitIndex for MemoryStore {

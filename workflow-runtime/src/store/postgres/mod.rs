@@ -12,7 +12,7 @@
 use std::collections::HashMap;
 use std::fmt;
 use std::hash::{BuildHasher, Hasher};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
@@ -212,7 +212,11 @@ pub struct PostgresStore {
     hints: broadcast::Sender<WakeUp>,
     /// The hints of committed writes, for the other processes: sent by the notifier task
     /// (see `notify.rs`).
-    notifier: mpsc::UnboundedSender<Vec<WakeUp>>,
+    notifier: mpsc::UnboundedSender<notify::Outgoing>,
+    /// This store's origin in the payloads (see `notify.rs`).
+    origin: String,
+    /// Whether the listener listens now (see `notify.rs`).
+    listening: Arc<AtomicBool>,
     counters: Arc<Counters>,
     claims: HeldClaims,
     migrations_applied: Vec<u32>,
@@ -315,12 +319,14 @@ impl PostgresStore {
             origin.clone(),
             outgoing,
         ));
+        let listening = Arc::new(AtomicBool::new(false));
         let listener = options.listen.then(|| {
             tokio::spawn(notify::listen(
                 pool.clone(),
                 schema.channel(),
                 origin.clone(),
                 hints.clone(),
+                Arc::clone(&listening),
                 options.poll_interval.max(Duration::from_millis(10)),
             ))
         });
@@ -334,6 +340,8 @@ impl PostgresStore {
             schema,
             hints,
             notifier,
+            origin,
+            listening,
             counters: Arc::new(Counters::default()),
             claims: HeldClaims::default(),
             migrations_applied,
@@ -396,7 +404,7 @@ impl PostgresStore {
     fn announce(&self, hints: &[WakeUp]) {
         if !hints.is_empty() {
             // The notifier ends only with the store: a closed channel loses nothing.
-            let _ = self.notifier.send(hints.to_vec());
+            let _ = self.notifier.send(notify::Outgoing::Hints(hints.to_vec()));
         }
     }
 
@@ -446,6 +454,27 @@ impl PostgresStore {
             }
         }
     }
+
+    /// [`PostgresStore::finish`] for a write the other processes must hear of (see
+    /// `notify.rs`): `hints` are notified inside its transaction, so they are sent exactly
+    /// when it commits, by a process that exits at once too.
+    async fn finish_notified<T>(
+        &self,
+        mut tx: Transaction<'static, Postgres>,
+        result: StoreResult<T>,
+        hints: &[WakeUp],
+    ) -> StoreResult<T> {
+        let result = match result {
+            Ok(value) if !hints.is_empty() => {
+                notify::notify_in(&mut tx, &self.schema.channel(), &self.origin, hints)
+                    .await
+                    .map(|()| value)
+                    .map_err(StoreError::from)
+            }
+            other => other,
+        };
+        self.finish(tx, result, &[]).await
+    }
 }
 
 /// Runs `$body` (an expression using the connection `$c`) in a write transaction of
@@ -458,6 +487,19 @@ macro_rules! write_tx {
             $body.await
         };
         $self.finish(tx, result, &$hints).await
+    }};
+}
+
+/// [`write_tx!`] whose `$hints` are notified inside the transaction (see
+/// [`PostgresStore::finish_notified`]).
+macro_rules! write_tx_notified {
+    ($self:ident, $hints:expr, |$c:ident| $body:expr) => {{
+        let mut tx = $self.begin().await?;
+        let result = {
+            let $c: &mut PgConnection = &mut tx;
+            $body.await
+        };
+        $self.finish_notified(tx, result, &$hints).await
     }};
 }
 
@@ -602,7 +644,7 @@ impl Store for PostgresStore {
         let id = instance_id.to_owned();
         let hints = [WakeUp::ControlRequested { id: id.clone() }];
         Box::pin(async move {
-            write_tx!(self, hints, |c| ops::request_control(
+            write_tx_notified!(self, hints, |c| ops::request_control(
                 c,
                 &self.schema,
                 &id,
@@ -950,7 +992,7 @@ impl Store for PostgresStore {
             vec![WakeUp::QueueChanged]
         };
         Box::pin(async move {
-            write_tx!(self, hints, |c| async {
+            write_tx_notified!(self, hints, |c| async {
                 if let Some(record) = &send.idempotency
                     && let Some(existing) =
                         ops::put_idempotency_record(c, &self.schema, record, send.replace_record)
@@ -1020,7 +1062,7 @@ impl Store for PostgresStore {
     ) -> BoxFuture<'_, StoreResult<QueueItem>> {
         let id = item_id.to_owned();
         Box::pin(async move {
-            write_tx!(self, [WakeUp::QueueChanged], |c| ops::replay_dead_letter(
+            write_tx_notified!(self, [WakeUp::QueueChanged], |c| ops::replay_dead_letter(
                 c,
                 &self.schema,
                 &id,
@@ -1124,9 +1166,28 @@ impl RouteReads for PostgresStore {
     }
 }
 
+/// The other processes' notifications (ST-27, RT-27): every one sent while the listener
+/// listens is heard, and a reconnection is announced as a change. A hint sent after its
+/// commit can still be lost to a crash in between, and a dead process's claims lapse
+/// unannounced: [`RemoteHints::can_miss_a_crash`] keeps its default.
 impl RemoteHints for PostgresStore {
     fn subscribe(&self) -> broadcast::Receiver<WakeUp> {
         self.hints.subscribe()
+    }
+
+    fn hears_every_change(&self) -> bool {
+        self.listening.load(Ordering::Acquire)
+    }
+
+    fn flush(&self) -> BoxFuture<'_, ()> {
+        let (done, sent) = tokio::sync::oneshot::channel();
+        let queued = self.notifier.send(notify::Outgoing::Flush(done)).is_ok();
+        Box::pin(async move {
+            if queued {
+                // The sender ends only with the store: then there is nothing left to wait for.
+                let _ = sent.await;
+            }
+        })
     }
 }
 

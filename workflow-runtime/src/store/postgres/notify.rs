@@ -2,26 +2,34 @@
 //! schema's channel, and a listener task turns them back into [`WakeUp`]s on this store's
 //! broadcast.
 //!
-//! The hints of a write are handed to a sender task once the write has committed (so a
-//! write rolled back sends none), which sends what has gathered meanwhile as one `NOTIFY`
-//! in its own statement, committed without waiting for a WAL flush (a hint promises no
-//! durability). Not inside the committing transaction: PostgreSQL serialises the
-//! commits of transactions that notified (one global lock, held through the commit's WAL
-//! flush), which would make every commit wait for the others' flushes instead of sharing
-//! them. A hint is advisory: one lost to a crash between a commit and its `NOTIFY` leaves
-//! the work to the other processes' sweeps.
+//! The hints of a commit are handed to a sender task once it has committed (so a write
+//! rolled back sends none), which sends what has gathered meanwhile as one `NOTIFY` in its
+//! own statement, committed without waiting for a WAL flush (a hint promises no
+//! durability). Not inside the committing transaction: PostgreSQL serialises the commits of
+//! transactions that notified (one global lock, held through the commit's WAL flush), which
+//! would make every commit wait for the others' flushes instead of sharing them. A process
+//! about to exit flushes the sender ([`Outgoing::Flush`]); a hint lost to a crash between a
+//! commit and its `NOTIFY` is found by the queue worker's sweep, which passes at least once
+//! per lease TTL on this store (RT-27). The rare writes another process must hear of to
+//! deliver held work (an enqueue, a control request, a replayed dead letter) notify inside
+//! their own transaction instead ([`notify_in`]): their hint is sent if and only if they
+//! commit, even by a command that exits at once.
 //!
 //! A payload is lines: the sending store's origin (so a store ignores its own hints, which it
 //! has already sent locally), then one hint per line: `q`, `t [<earliest µs>]`, `r <id>`,
 //! `x <id>` or `c <id>`. Notifications may be missed while the listener reconnects, so each
-//! (re)connection sends the sweep hints (queue and timers changed); while the listener cannot
-//! connect it sends them every poll interval instead.
+//! reconnection sends the sweep hints (queue and timers changed: a change, RT-27) once it
+//! listens again; while the listener cannot connect it sends them every poll interval
+//! instead. Whether it listens now is the store's
+//! [`RemoteHints::hears_every_change`](crate::store::RemoteHints::hears_every_change).
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use sqlx::PgPool;
 use sqlx::postgres::PgListener;
-use tokio::sync::{broadcast, mpsc};
+use sqlx::{PgConnection, PgPool};
+use tokio::sync::{broadcast, mpsc, oneshot};
 
 use super::super::{Micros, WakeUp};
 
@@ -78,27 +86,65 @@ pub(super) fn parse(own_origin: &str, payload: &str) -> Option<Vec<WakeUp>> {
 /// The most hints in one payload (each line at most ~130 bytes: far below the limit).
 const HINTS_PER_PAYLOAD: usize = 40;
 
+/// What the store hands its sender task.
+#[derive(Debug)]
+pub(super) enum Outgoing {
+    /// The hints of a committed write.
+    Hints(Vec<WakeUp>),
+    /// Answered once every hint handed over before it was sent (or failed).
+    Flush(oneshot::Sender<()>),
+}
+
+/// The hints without repeats, in their order.
+fn unique(hints: Vec<WakeUp>) -> Vec<WakeUp> {
+    let mut unique: Vec<WakeUp> = Vec::with_capacity(hints.len());
+    for hint in hints {
+        if !unique.contains(&hint) {
+            unique.push(hint);
+        }
+    }
+    unique
+}
+
+/// Notifies `hints` inside the transaction of `conn`: PostgreSQL delivers them when, and
+/// only when, it commits.
+pub(super) async fn notify_in(
+    conn: &mut PgConnection,
+    channel: &str,
+    origin: &str,
+    hints: &[WakeUp],
+) -> Result<(), sqlx::Error> {
+    for chunk in unique(hints.to_vec()).chunks(HINTS_PER_PAYLOAD) {
+        sqlx::query("SELECT pg_notify($1, $2)")
+            .bind(channel)
+            .bind(payload(origin, chunk))
+            .execute(&mut *conn)
+            .await?;
+    }
+    Ok(())
+}
+
 /// The sender task: sends the hints handed to it, what gathered while the previous `NOTIFY`
-/// was in flight as one, until the store (holding the other end) is dropped. A failed
-/// `NOTIFY` is logged and dropped (hints are advisory).
+/// was in flight as one, until the store (holding the other end) is dropped, and answers
+/// each flush once what came before it was sent. A failed `NOTIFY` is logged and dropped
+/// (hints are advisory).
 pub(super) async fn send(
     pool: PgPool,
     channel: String,
     origin: String,
-    mut hints: mpsc::UnboundedReceiver<Vec<WakeUp>>,
+    mut outgoing: mpsc::UnboundedReceiver<Outgoing>,
 ) {
-    while let Some(first) = hints.recv().await {
-        let mut batch = first;
-        while let Ok(more) = hints.try_recv() {
-            batch.extend(more);
-        }
-        let mut unique: Vec<WakeUp> = Vec::with_capacity(batch.len());
-        for hint in batch {
-            if !unique.contains(&hint) {
-                unique.push(hint);
+    while let Some(first) = outgoing.recv().await {
+        let mut batch = Vec::new();
+        let mut flushes = Vec::new();
+        let mut next = Some(first);
+        while let Some(message) = next.take().or_else(|| outgoing.try_recv().ok()) {
+            match message {
+                Outgoing::Hints(hints) => batch.extend(hints),
+                Outgoing::Flush(done) => flushes.push(done),
             }
         }
-        for chunk in unique.chunks(HINTS_PER_PAYLOAD) {
+        for chunk in unique(batch).chunks(HINTS_PER_PAYLOAD) {
             // A transaction that notified is given a transaction id, so its commit waits
             // for a WAL flush; a hint promises no durability (ST-18), so it does not wait.
             let sent = sqlx::query(
@@ -112,6 +158,10 @@ pub(super) async fn send(
                 tracing::debug!(%error, "postgres store: a wake-up notification was not sent");
             }
         }
+        for done in flushes {
+            // A flusher that stopped waiting is not an error.
+            let _ = done.send(());
+        }
     }
 }
 
@@ -121,16 +171,22 @@ fn sweep(sender: &broadcast::Sender<WakeUp>) {
     let _ = sender.send(WakeUp::TimersChanged { earliest: None });
 }
 
-/// The listener task: runs until the store is dropped (it is aborted then).
+/// The listener task: runs until the store is dropped (it is aborted then). `listening` is
+/// set while its `LISTEN` is known to hold. A lost connection is replaced by a new one;
+/// once that one listens, the sweep hints tell the workers that notifications may have
+/// been missed meanwhile (the first connection needs none: nothing was heard before it, and
+/// a worker's pass that began before it listened does not count on hearing, RT-27).
 pub(super) async fn listen(
     pool: PgPool,
     channel: String,
     origin: String,
     sender: broadcast::Sender<WakeUp>,
+    listening: Arc<AtomicBool>,
     poll_interval: Duration,
 ) {
     let mut connected_once = false;
     loop {
+        listening.store(false, Ordering::Release);
         let mut listener = match PgListener::connect_with(&pool).await {
             Ok(listener) => listener,
             Err(error) => {
@@ -146,9 +202,12 @@ pub(super) async fn listen(
             tokio::time::sleep(poll_interval).await;
             continue;
         }
+        listening.store(true, Ordering::Release);
         if connected_once {
-            tracing::info!(%channel, "postgres store: the notification listener reconnected; sweeping");
+            tracing::info!(%channel, "postgres store: the notification listener reconnected; the next queue and timer passes look at everything");
             sweep(&sender);
+        } else {
+            tracing::debug!(%channel, "postgres store: listening for other processes' wake-ups");
         }
         connected_once = true;
         loop {
@@ -158,13 +217,15 @@ pub(super) async fn listen(
                         let _ = sender.send(hint);
                     }
                 }
-                // The connection was lost and has been re-established: notifications sent
-                // meanwhile are lost, so sweep.
+                // The connection was lost: notifications sent until a new one listens are
+                // lost. Connect again here (not in `try_recv`), so the sweep hints follow
+                // the new `LISTEN`.
                 Ok(None) => {
-                    tracing::info!(%channel, "postgres store: the notification listener reconnected; sweeping");
-                    sweep(&sender);
+                    tracing::info!(%channel, "postgres store: the notification listener lost its connection; reconnecting");
+                    break;
                 }
                 Err(error) => {
+                    listening.store(false, Ordering::Release);
                     tracing::warn!(%error, ?poll_interval, "postgres store: the notification listener failed; polling until it reconnects");
                     sweep(&sender);
                     tokio::time::sleep(poll_interval).await;

@@ -1843,6 +1843,12 @@ impl RemoteHints for SqliteStore {
     fn hears_every_change(&self) -> bool {
         true
     }
+
+    /// `data_version` compares states: no message to lose, and no other process's claim
+    /// to lapse.
+    fn can_miss_a_crash(&self) -> bool {
+        false
+    }
 }
 
 impl ChildWaitIndex for SqliteStore {
