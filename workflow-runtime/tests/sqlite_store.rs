@@ -968,9 +968,9 @@ async fn in_memory_leases_are_shared_by_everyone_using_the_store() {
     assert_eq!(next.token, token + 1);
 }
 
-/// ST-14, ST-26: a closed store's instance leases died with it. Reopened, the file's
-/// instances are claimable at once, and the new tokens are above every token a committed
-/// row carries and above those the closed store issued (it is the same process).
+/// ST-14, ST-26: a closed store's instance leases died with it (their holders held the
+/// store). Reopened, the file's instances are claimable at once, the new tokens are above
+/// every token a committed row carries, and the closed store's tokens are fenced.
 #[tokio::test]
 async fn a_reopened_file_has_no_stale_instance_lease() {
     let dir = tempfile::tempdir().unwrap();
@@ -1004,12 +1004,25 @@ async fn a_reopened_file_has_no_stale_instance_lease() {
             unused.token + 1,
             "a released token is not reissued"
         );
+        // Created (Running) but never run: its creator dies with the store.
+        store.create_instance(new_instance("wf-2")).await.unwrap();
         (lease.token, held.token)
     };
     assert!(issued > committed);
 
     let store = open(&path);
     assert_eq!(store.load_instance("wf-1").await.unwrap().lease, None);
+    // A running instance's token was advanced by the open: the previous owner may have
+    // leased it, so recovery's first token is not 1 (which says only sweeps ever did).
+    let recovered = store
+        .claim_runnable("node-b", T0 + SEC, TTL, 10)
+        .await
+        .unwrap();
+    assert_eq!(recovered.len(), 1);
+    assert_eq!(
+        (recovered[0].instance_id.as_str(), recovered[0].lease.token),
+        ("wf-2", 2)
+    );
     // Claimable at once: before the closed store's lease would have expired.
     let claimed = store
         .claim_instance("wf-1", claim("node-b", T0 + SEC))
