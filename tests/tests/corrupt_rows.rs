@@ -1,8 +1,10 @@
 //! Corrupt rows in a SQLite file (ST-22): a bookmark, timer or queue row with a column of the
 //! wrong type is a typed `Decode` naming that row and column, never a transient failure naming
 //! nothing (a queue row, met by a claim, becomes a `Rejected` dead letter with that error, so
-//! the rest of the queue is delivered); a journal row whose detail does not decode keeps its place with an
-//! `{"undecodable": ...}` marker, and the rest of the instance stays readable. A state document
+//! the rest of the queue is delivered); a journal entry whose detail does not decode keeps its place with an
+//! `{"undecodable": ...}` marker, and the rest of the instance stays readable; a journal row
+//! (one commit's entries, ST-10) that does not decode is a `Decode` naming the instance and
+//! the entries it holds, and hides no other row's entries. A state document
 //! rewritten in place (same version) is what the next run resumes, never the state the runtime
 //! kept from its own commit (ENG-53).
 #![allow(clippy::unwrap_used)]
@@ -240,8 +242,9 @@ fn st22_a_journal_row_whose_detail_does_not_decode_is_marked_and_the_instance_re
         assert!(before.len() > 1, "{before:?}");
         corrupt(
             &path,
-            "UPDATE wf_journal SET detail = '{not json' WHERE instance_id = ?1
-               AND seq = (SELECT MIN(seq) FROM wf_journal WHERE instance_id = ?1)",
+            "UPDATE wf_journal SET entries = json_set(entries, '$[0][4]', '{not json')
+             WHERE instance_id = ?1
+               AND last_seq = (SELECT MIN(last_seq) FROM wf_journal WHERE instance_id = ?1)",
             &id,
         );
         let after = store.read_journal(&id, 0, 0).await.unwrap();
@@ -259,6 +262,51 @@ fn st22_a_journal_row_whose_detail_does_not_decode_is_marked_and_the_instance_re
         assert_eq!(snapshot.data::<Notes>().unwrap().notes, ["head"]);
         let report = rt.send(Stimulus::new("go")).await.unwrap();
         assert_eq!(report.resumed.len(), 1, "{report:?}");
+    });
+}
+
+#[test]
+fn st22_a_journal_row_that_does_not_decode_is_a_decode_error_naming_it_and_hides_no_other_row() {
+    let dir = tempfile::tempdir().unwrap();
+    let (path, store) = opened(&dir);
+    block_on(async {
+        let rt = runtime(&store);
+        let id = start(&rt, "Waiter").await;
+        let first = store.read_journal(&id, 0, 0).await.unwrap();
+        let report = rt.send(Stimulus::new("go")).await.unwrap();
+        assert_eq!(report.resumed.len(), 1, "{report:?}");
+        let before = store.read_journal(&id, 0, 0).await.unwrap();
+        assert!(before.len() > first.len(), "{before:?}");
+        // The start's row is damaged: the page from its first entry is its error, naming it.
+        corrupt(
+            &path,
+            "UPDATE wf_journal SET entries = '[[1, \"half' WHERE instance_id = ?1
+               AND last_seq = (SELECT MIN(last_seq) FROM wf_journal WHERE instance_id = ?1)",
+            &id,
+        );
+        let error = store.read_journal(&id, 0, 0).await.unwrap_err();
+        assert!(!error.is_transient(), "{error}");
+        let StoreError::Decode { what, id: row, .. } = &error else {
+            panic!("{error:?}")
+        };
+        assert_eq!(*what, "journal row");
+        let last = first.last().unwrap().seq;
+        assert_eq!(
+            *row,
+            format!("{id} (entries {} to {last})", first[0].seq),
+            "{error}"
+        );
+        // The entries after it read, paging on from past it.
+        let after = store.read_journal(&id, last + 1, 0).await.unwrap();
+        assert_eq!(after[..], before[first.len()..]);
+        // Damaging the newer row instead: the older row's entries read, the page ends there.
+        corrupt(
+            &path,
+            "UPDATE wf_journal SET entries = '{}' WHERE instance_id = ?1
+               AND last_seq = (SELECT MAX(last_seq) FROM wf_journal WHERE instance_id = ?1)",
+            &id,
+        );
+        assert!(store.read_journal(&id, last + 1, 0).await.is_err());
     });
 }
 

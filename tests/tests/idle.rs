@@ -160,19 +160,21 @@ async fn an_idle_runtime_with_held_stimuli_writes_nothing_until_something_change
     app.shutdown(Duration::from_secs(1)).await;
 }
 
-/// RT-27 on the in-memory store shared by two runtimes of one process, each through its own
+/// RT-27 on one store value shared by two runtimes of one process, each through its own
 /// `Storage`: the one with the queue worker holds a stimulus for a paused instance and one no
 /// bookmark takes yet, and writes nothing while idle; the other, without a queue worker,
 /// makes a bookmark appear that takes the second, enqueues, and resumes the paused instance:
-/// each is heard through the store's change count, and the stimuli are delivered.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn runtimes_sharing_an_in_memory_store_stay_idle_and_hear_each_other() {
-    let shared = Arc::new(MemoryStore::new());
-    let store = Storage::new(shared.clone());
+/// each is heard (through the change count of the store value), and the stimuli are
+/// delivered.
+async fn runtimes_sharing_a_store_stay_idle_and_hear_each_other(
+    store: Storage,
+    second: Storage,
+    label: &str,
+) {
     let app = application(&store);
     app.run_background().unwrap();
     let other = Runtime::builder()
-        .store(Storage::new(shared.clone()))
+        .store(second)
         .register::<Late>()
         .queue_worker(false)
         .timer_driver(false)
@@ -201,7 +203,7 @@ async fn runtimes_sharing_an_in_memory_store_stay_idle_and_hear_each_other() {
     tokio::time::sleep(Duration::from_secs(5)).await;
     let after = stats(&store).await;
     eprintln!(
-        "memory: idle for 5 s with two queued stimuli, sweeps every 100 ms: {} write requests",
+        "{label}: idle for 5 s with two queued stimuli, sweeps every 100 ms: {} write requests",
         after.write_requests - before.write_requests
     );
     assert_eq!(
@@ -252,4 +254,27 @@ async fn runtimes_sharing_an_in_memory_store_stay_idle_and_hear_each_other() {
     );
     other.shutdown(Duration::ZERO).await;
     app.shutdown(Duration::from_secs(1)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn runtimes_sharing_an_in_memory_store_stay_idle_and_hear_each_other() {
+    let shared = Arc::new(MemoryStore::new());
+    runtimes_sharing_a_store_stay_idle_and_hear_each_other(
+        Storage::new(shared.clone()),
+        Storage::new(shared),
+        "memory",
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn runtimes_sharing_a_sqlite_store_stay_idle_and_hear_each_other() {
+    let dir = tempfile::tempdir().unwrap();
+    let shared = Arc::new(SqliteStore::open(dir.path().join("app.db")).unwrap());
+    runtimes_sharing_a_store_stay_idle_and_hear_each_other(
+        Storage::new(shared.clone()),
+        Storage::new(shared),
+        "sqlite",
+    )
+    .await;
 }

@@ -1,7 +1,8 @@
 //! An instance stored by the previous release keeps working (ST-19): its state document is
 //! of format 1, whose instants were milliseconds since the epoch, while this release counts
 //! microseconds everywhere. The runtime reads the old document, converts every instant it
-//! holds, and the instance's timer fires when it was due.
+//! holds, and the instance's timer fires when it was due. A journal the previous schema kept
+//! one row per entry reads the same once the file is migrated to one row per commit.
 
 #![allow(clippy::unwrap_used)]
 
@@ -139,5 +140,96 @@ fn st19_an_instance_stored_in_the_previous_format_resumes_with_its_times_convert
         let record = test.store().load_instance("old-1").await.unwrap();
         assert_eq!(record.state["format"], STATE_FORMAT);
         assert_eq!(record.state["created_at"], T0_US);
+    });
+}
+
+/// What the previous release's schema (8) kept of a journal: one row per entry. Rewrites the
+/// file's journal into that form, entry for entry, and forgets migration 9, as a file the
+/// previous release left.
+const JOURNAL_OF_SCHEMA_8: &str = "
+CREATE TABLE wf_journal_entries (
+    instance_id TEXT NOT NULL,
+    seq         INTEGER NOT NULL,
+    at          INTEGER NOT NULL,
+    kind        TEXT NOT NULL,
+    context_id  INTEGER,
+    node_id     TEXT,
+    detail      TEXT NOT NULL,
+    PRIMARY KEY (instance_id, seq)
+) WITHOUT ROWID;
+INSERT INTO wf_journal_entries
+SELECT j.instance_id, j.last_seq - json_array_length(j.entries) + 1 + e.key,
+       json_extract(e.value, '$[0]'), json_extract(e.value, '$[1]'),
+       json_extract(e.value, '$[2]'), json_extract(e.value, '$[3]'),
+       json_extract(e.value, '$[4]')
+  FROM wf_journal j, json_each(j.entries) e
+ WHERE j.last_seq - json_array_length(j.entries) + 1 + e.key >= j.first_seq;
+DROP TABLE wf_journal;
+ALTER TABLE wf_journal_entries RENAME TO wf_journal;
+DELETE FROM wf_schema_migrations WHERE version = 9;
+";
+
+// ST-10, ST-29: a file whose journal the previous release wrote one row per entry opens
+// (migration 9 turns its rows into the per-commit form), shows the same journal, and the
+// instance resumes, its next entries numbered after the old ones.
+#[test]
+fn st10_a_journal_of_the_previous_schema_reads_the_same_and_grows_after_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("previous.db");
+    let before = block_on(async {
+        let old = runtime_at(&path, T0_US);
+        old.start_by_name(
+            "Later",
+            serde_json::json!({ "log": [] }),
+            StartOptions {
+                instance_id: Some("old-1".to_owned()),
+                ..StartOptions::default()
+            },
+        )
+        .await
+        .unwrap();
+        old.store().read_journal("old-1", 0, 0).await.unwrap()
+    });
+    assert!(!before.is_empty());
+    let conn = rusqlite::Connection::open(&path).unwrap();
+    conn.busy_timeout(Duration::from_secs(5)).unwrap();
+    conn.execute_batch(JOURNAL_OF_SCHEMA_8).unwrap();
+    let rows: usize = conn
+        .query_row("SELECT count(*) FROM wf_journal", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(
+        rows,
+        before.len(),
+        "one row per entry, as schema 8 kept them"
+    );
+    drop(conn);
+
+    block_on(async {
+        let test = runtime_at(&path, T0_US + 10_000_000);
+        let after = test.store().read_journal("old-1", 0, 0).await.unwrap();
+        assert_eq!(after, before);
+        let from_second: Vec<u64> = test
+            .store()
+            .read_journal("old-1", before[1].seq, 0)
+            .await
+            .unwrap()
+            .iter()
+            .map(|e| e.seq)
+            .collect();
+        assert_eq!(
+            from_second,
+            before[1..].iter().map(|e| e.seq).collect::<Vec<_>>()
+        );
+        // The delay fires and the instance finishes; its new entries follow the old ones.
+        let fired = test.advance(Duration::from_secs(50)).await.unwrap();
+        assert_eq!(fired.fired.len(), 1, "{fired:?}");
+        let done = test.get_state("old-1").await.unwrap().unwrap();
+        assert_eq!(done.status(), WorkflowStatus::Finished);
+        let all = test.store().read_journal("old-1", 0, 0).await.unwrap();
+        assert_eq!(all[..before.len()], before[..]);
+        assert!(all.len() > before.len(), "{all:?}");
+        let seqs: Vec<u64> = all.iter().map(|e| e.seq).collect();
+        let expected: Vec<u64> = (before[0].seq..).take(all.len()).collect();
+        assert_eq!(seqs, expected, "numbered on without a gap");
     });
 }

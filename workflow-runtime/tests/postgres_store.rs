@@ -100,6 +100,141 @@ async fn processes_starting_at_once_migrate_the_schema_once() {
     assert_eq!(err, StoreError::MigrationChecksumMismatch { version: 1 });
 }
 
+/// ST-10, ST-29: journal entries written one row each by schema 4 read the same after
+/// migration 5 (one row per commit): seqs, values, a summary below a gap; the next commit
+/// numbers its entries after them and the cap (ENG-42) counts them as before.
+#[tokio::test]
+async fn journal_entries_of_schema_4_read_the_same_after_the_upgrade() {
+    let Some(mut conn) = server().await else {
+        return;
+    };
+    let (url, schema) = (database_url(), fresh_schema_name());
+    let _guard = SchemaGuard::new(url.clone(), schema.clone());
+    PostgresStore::create_at_schema(&url, &schema, 4)
+        .await
+        .unwrap();
+    for (seq, kind, context, node, detail) in [
+        (2_i64, "compacted", None, None, "{\"entries\":2}"),
+        (5, "k5", Some(5_i64), Some("root"), "5"),
+        (6, "k6", None, Some("root:a"), "{not json"),
+        (7, "k7", Some(7), None, "\"seven\""),
+    ] {
+        sqlx::query(&format!(
+            "INSERT INTO \"{schema}\".wf_journal
+                (instance_id, seq, at, kind, context_id, node_id, detail)
+             VALUES ('wf-1', $1, $2, $3, $4, $5, $6)"
+        ))
+        .bind(seq)
+        .bind(T0 + seq)
+        .bind(kind)
+        .bind(context)
+        .bind(node)
+        .bind(detail)
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    }
+    let store = storage(&url, &schema).await;
+    let all = store.read_journal("wf-1", 0, 100).await.unwrap();
+    // seq, at, kind, context, node.
+    type Seen<'a> = (u64, i64, &'a str, Option<u64>, Option<&'a str>);
+    let got: Vec<Seen<'_>> = all
+        .iter()
+        .map(|e| {
+            (
+                e.seq,
+                e.at,
+                e.kind.as_str(),
+                e.context_id,
+                e.node_id.as_deref(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        got,
+        [
+            (2, T0 + 2, "compacted", None, None),
+            (5, T0 + 5, "k5", Some(5), Some("root")),
+            (6, T0 + 6, "k6", None, Some("root:a")),
+            (7, T0 + 7, "k7", Some(7), None),
+        ]
+    );
+    assert_eq!(all[0].detail, serde_json::json!({ "entries": 2 }));
+    assert!(all[2].detail.get("undecodable").is_some(), "{:?}", all[2]);
+    assert_eq!(all[3].detail, serde_json::json!("seven"));
+    let lease = create_leased(&store, "wf-1").await;
+    let mut c = waiting("wf-1", 1, lease.token, 1);
+    c.journal = (0..2)
+        .map(|n| workflow_runtime::store::NewJournalRecord {
+            at: T0 + 8 + n,
+            kind: format!("new{n}"),
+            context_id: None,
+            node_id: None,
+            detail: serde_json::json!(n),
+        })
+        .collect();
+    c.max_journal_entries = Some(4);
+    store.commit(c).await.unwrap();
+    let kept: Vec<(u64, String)> = store
+        .read_journal("wf-1", 0, 100)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|e| (e.seq, e.kind))
+        .collect();
+    assert_eq!(
+        kept,
+        [
+            (6, "k6".to_owned()),
+            (7, "k7".to_owned()),
+            (8, "new0".to_owned()),
+            (9, "new1".to_owned())
+        ]
+    );
+}
+
+/// ST-10, ST-22: a journal row whose entries do not decode is a `Decode` naming the instance
+/// and its entries; the rows after it read.
+#[tokio::test]
+async fn a_journal_row_that_does_not_decode_names_itself_and_hides_no_other_row() {
+    let Some(mut conn) = server().await else {
+        return;
+    };
+    let (url, schema) = (database_url(), fresh_schema_name());
+    let _guard = SchemaGuard::new(url.clone(), schema.clone());
+    let store = storage(&url, &schema).await;
+    let lease = create_leased(&store, "wf-1").await;
+    for version in 1..=3_u64 {
+        let mut c = waiting("wf-1", version, lease.token, version as i64);
+        c.journal = (0..3)
+            .map(|n| workflow_runtime::store::NewJournalRecord {
+                at: T0,
+                kind: format!("v{version}.{n}"),
+                context_id: None,
+                node_id: None,
+                detail: serde_json::json!(n),
+            })
+            .collect();
+        store.commit(c).await.unwrap();
+    }
+    sqlx::query(&format!(
+        "UPDATE \"{schema}\".wf_journal SET entries = '[[1,' WHERE last_seq = 6"
+    ))
+    .execute(&mut conn)
+    .await
+    .unwrap();
+    let page = store.read_journal("wf-1", 0, 100).await.unwrap();
+    assert_eq!(page.iter().map(|e| e.seq).collect::<Vec<_>>(), [1, 2, 3]);
+    let error = store.read_journal("wf-1", 5, 100).await.unwrap_err();
+    assert!(!error.is_transient(), "{error}");
+    assert!(
+        error.to_string().contains("wf-1 (entries 4 to 6)"),
+        "{error}"
+    );
+    let after = store.read_journal("wf-1", 7, 100).await.unwrap();
+    assert_eq!(after.iter().map(|e| e.seq).collect::<Vec<_>>(), [7, 8, 9]);
+}
+
 #[tokio::test]
 async fn a_bad_schema_name_is_refused_before_connecting() {
     let err = PostgresStore::connect_with(

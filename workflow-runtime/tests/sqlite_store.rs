@@ -18,8 +18,9 @@ use workflow_runtime::store::{
 };
 use workflow_runtime::{InstanceQuery, Runtime, TaskContext, workflow};
 
-/// The newest schema version (8 at the time of writing: 0008 keeps each instance's listing).
-const LATEST: u32 = 8;
+/// The newest schema version (9 at the time of writing: 0009 stores the journal as one row
+/// per commit).
+const LATEST: u32 = 9;
 
 fn all_migrations() -> Vec<u32> {
     assert_eq!(SqliteStore::schema_version(), LATEST);
@@ -660,6 +661,103 @@ async fn an_older_schema_is_migrated_forward() {
         .unwrap();
     assert_eq!(lease.token, 3);
     assert_eq!(store.commit(waiting("old-1", 4, 3, 5)).await.unwrap(), 5);
+}
+
+/// ST-10, ST-28: journal entries written one row each by schema 8 read the same after the
+/// upgrade to one row per commit: their seqs, values and a summary below a gap; a detail that
+/// did not decode still marks its entry alone; the next commit appends after them and the
+/// cap (ENG-42) counts them as before.
+#[tokio::test]
+async fn journal_entries_of_schema_8_read_the_same_after_the_upgrade() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("old.db");
+    SqliteStore::create_at_schema(&path, 8).unwrap();
+    {
+        let raw = rusqlite::Connection::open(&path).unwrap();
+        // A summary at 2 below entries 5 to 7, the cap having removed 3 and 4; 6's detail
+        // damaged.
+        for (seq, kind, context, node, detail) in [
+            (2, "compacted", None, None, "{\"entries\":2}"),
+            (5, "k5", Some(5), Some("root"), "5"),
+            (6, "k6", None, Some("root:a"), "{not json"),
+            (7, "k7", Some(7), None, "\"seven\""),
+        ] {
+            raw.execute(
+                "INSERT INTO wf_journal (instance_id, seq, at, kind, context_id, node_id, detail)
+                 VALUES ('wf-1', ?1, ?2, ?3, ?4, ?5, ?6)",
+                rusqlite::params![seq, T0 + seq, kind, context, node, detail],
+            )
+            .unwrap();
+        }
+    }
+    let store = open(&path);
+    assert_eq!(store.migrations_applied(), &[9]);
+    let all = store.read_journal("wf-1", 0, 100).await.unwrap();
+    // seq, at, kind, context, node.
+    type Seen<'a> = (u64, i64, &'a str, Option<u64>, Option<&'a str>);
+    let got: Vec<Seen<'_>> = all
+        .iter()
+        .map(|e| {
+            (
+                e.seq,
+                e.at,
+                e.kind.as_str(),
+                e.context_id,
+                e.node_id.as_deref(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        got,
+        [
+            (2, T0 + 2, "compacted", None, None),
+            (5, T0 + 5, "k5", Some(5), Some("root")),
+            (6, T0 + 6, "k6", None, Some("root:a")),
+            (7, T0 + 7, "k7", Some(7), None),
+        ]
+    );
+    assert_eq!(all[0].detail, json!({ "entries": 2 }));
+    assert_eq!(all[1].detail, json!(5));
+    assert!(all[2].detail.get("undecodable").is_some(), "{:?}", all[2]);
+    assert_eq!(all[3].detail, json!("seven"));
+    let page: Vec<u64> = store
+        .read_journal("wf-1", 3, 2)
+        .await
+        .unwrap()
+        .iter()
+        .map(|e| e.seq)
+        .collect();
+    assert_eq!(page, [5, 6]);
+    // The instance goes on: entries after 7, the cap of 4 taking the summary and 5.
+    let lease = create_leased(&store, "wf-1").await;
+    let mut c = waiting("wf-1", 1, lease.token, 1);
+    c.journal = (0..2)
+        .map(|n| NewJournalRecord {
+            at: T0 + 8 + n,
+            kind: format!("new{n}"),
+            context_id: None,
+            node_id: None,
+            detail: json!(n),
+        })
+        .collect();
+    c.max_journal_entries = Some(4);
+    store.commit(c).await.unwrap();
+    let kept: Vec<(u64, String)> = store
+        .read_journal("wf-1", 0, 100)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|e| (e.seq, e.kind))
+        .collect();
+    assert_eq!(
+        kept,
+        [
+            (6, "k6".to_owned()),
+            (7, "k7".to_owned()),
+            (8, "new0".to_owned()),
+            (9, "new1".to_owned())
+        ]
+    );
 }
 
 /// C-33: a second writing open gives `InUse` naming the holder; a read-only open works and

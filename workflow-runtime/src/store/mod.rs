@@ -43,6 +43,8 @@
 pub mod backend;
 mod convert;
 mod error;
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+mod journal_rows;
 mod memory;
 pub(crate) mod policy;
 #[cfg(feature = "postgres")]

@@ -126,7 +126,8 @@ pub struct Storage {
     max_journal_entries: Option<u64>,
     hints: broadcast::Sender<WakeUp>,
     /// Counts the changes that may make held work possible (RT-27): every commit, every hint
-    /// sent here, every hint heard from another process.
+    /// sent here, every hint heard from another process. Shared by every `Storage` over the
+    /// same backend value ([`shared_count`]).
     changes: Arc<AtomicU64>,
 }
 
@@ -151,6 +152,32 @@ impl<T: Store> From<Arc<T>> for Storage {
     }
 }
 
+/// The change count of the [`Storage`]s over `store` (RT-27): one per backend value, so
+/// runtimes of one process built over one store value (clones of one `Arc`), each with its
+/// own `Storage`, hear each other's writes, which the backend does not tell itself (a
+/// notification's own origin is ignored, SQLite's `data_version` does not move for its own
+/// connection). An entry lives as long as a `Storage` holds its count: a backend value's
+/// address is not reused meanwhile, since that `Storage` holds the backend.
+fn shared_count(store: &Arc<dyn Store>) -> Arc<AtomicU64> {
+    static COUNTS: std::sync::Mutex<Vec<(usize, std::sync::Weak<AtomicU64>)>> =
+        std::sync::Mutex::new(Vec::new());
+    let key = Arc::as_ptr(store).cast::<()>().addr();
+    let mut counts = COUNTS
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    counts.retain(|(_, count)| count.strong_count() > 0);
+    if let Some(count) = counts
+        .iter()
+        .find(|(at, _)| *at == key)
+        .and_then(|(_, count)| count.upgrade())
+    {
+        return count;
+    }
+    let count = Arc::new(AtomicU64::new(0));
+    counts.push((key, Arc::downgrade(&count)));
+    count
+}
+
 tokio::task_local! {
     /// Set while the queue worker's pass runs (see [`Storage::uncounted`]).
     static UNCOUNTED: ();
@@ -165,7 +192,7 @@ impl Storage {
     /// outside one: the runtime's periodic sweeps then find that work).
     pub fn new(store: Arc<dyn Store>) -> Self {
         let hints = broadcast::Sender::new(WAKE_UP_CAPACITY);
-        let changes = Arc::new(AtomicU64::new(0));
+        let changes = shared_count(&store);
         if let Some(mut remote) = store
             .capabilities()
             .remote_hints
@@ -248,8 +275,10 @@ impl Storage {
     }
 
     /// How many changes that may make held work possible this layer has seen (RT-27): it
-    /// moves with every commit, every hint sent through this layer, every hint heard from
-    /// another process, and, over a backend that counts the changes of everyone sharing it
+    /// moves with every commit, every hint sent through this layer or through another
+    /// `Storage` over the same backend value, every item a queue worker put back for another
+    /// runtime to try, every hint heard from another process, and, over a backend that counts
+    /// the changes of everyone sharing it
     /// ([`ChangeCount`](super::ChangeCount): the in-process store), with that count. A worker
     /// that found nothing it could do compares it with the count it saw then, and looks again
     /// only when it moved: an idle runtime writes nothing.
@@ -315,6 +344,13 @@ impl Storage {
         if UNCOUNTED.try_with(|()| ()).is_err() {
             self.changes.fetch_add(1, Ordering::Release);
         }
+    }
+
+    /// Counts a change even inside the queue worker's own pass: an item it put back for
+    /// another runtime to try (RT-27). Another runtime over the same backend value hears of
+    /// it through the shared count; this one's next sweep passes once more for it.
+    fn count_announced(&self) {
+        self.changes.fetch_add(1, Ordering::Release);
     }
 
     fn notify_all(&self, hints: Vec<WakeUp>) {
@@ -1069,6 +1105,7 @@ impl Storage {
                 },
             )
             .await?;
+        self.count_announced();
         self.notify(WakeUp::QueueChanged);
         Ok(())
     }
@@ -1131,6 +1168,7 @@ impl Storage {
                 },
             )
             .await?;
+        self.count_announced();
         self.notify(WakeUp::QueueChanged);
         Ok(match settled {
             Settled::Retry { attempts } => QueueFailure::Retry { attempts },

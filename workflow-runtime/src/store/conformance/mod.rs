@@ -58,7 +58,7 @@ pub use instances::{
     c16_commit_writes_other_instances, c21_activation_guard, c23_list_instances, c23_listing_text,
     c24_purge, final_status_clears_bookmarks_and_timers,
 };
-pub use journal::{c22_journal, c22_journal_cap, c22_journal_compaction};
+pub use journal::{c22_journal, c22_journal_cap, c22_journal_compaction, c22_journal_pages};
 pub use leases::{
     c06_fencing, c07_leases, c07_named_leases, c13_claim_runnable, c29_control_requests, c34_clock,
 };
@@ -118,6 +118,7 @@ macro_rules! store_conformance_tests {
             c16_commit_writes_other_instances,
             c22_journal_compaction,
             c22_journal_cap,
+            c22_journal_pages,
             c28_wake_ups,
             c18_dead_letters,
             c20_idempotency_records,

@@ -299,6 +299,22 @@ impl PostgresStore {
         Self::from_pool(pool, options).await
     }
 
+    /// Creates the schema `schema` with the migrations up to `version` only: a fixture of an
+    /// older schema for upgrade tests (ST-29).
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::Invalid`] for a bad schema name, [`StoreError::Unavailable`] when the
+    /// database cannot be reached or migrated.
+    #[cfg(feature = "test-support")]
+    pub async fn create_at_schema(url: &str, schema: &str, version: u32) -> StoreResult<()> {
+        let schema = Schema::new(schema)?;
+        let pool = PgPoolOptions::new().max_connections(1).connect(url).await?;
+        let migrated = schema::migrate_to(&pool, &schema, version).await;
+        pool.close().await;
+        migrated.map(|_| ())
+    }
+
     /// Uses the application's pool: migrates the schema (under an advisory lock, ST-28) and
     /// starts the notification listener, which holds one connection of the pool.
     ///

@@ -17,6 +17,7 @@ use super::super::{
 use super::schema::Schema;
 use crate::store::CHILD_WAIT;
 use crate::store::convert::{decode_json, json_text, limit_i64, not_found, to_i64, to_u64};
+use crate::store::journal_rows;
 
 pub(super) type Conn = PgConnection;
 
@@ -354,8 +355,7 @@ pub(super) async fn commit(
     let row = sqlx::query(&s.sql(&format!(
         "SELECT new_version, definition, {queue} FROM @wf_commit($1, $2, $3, $4, $5, $6, $7,
             $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23, $24,
-            $25, $26, $27, $28, $29, $30, $31, $32, $33, $34, $35, $36, $37, $38, $39, $40,
-            $41, $42, $43, $44, $45)",
+            $25, $26, $27, $28, $29, $30, $31, $32, $33, $34, $35, $36, $37, $38)",
     )))
     .bind(id)
     .bind(to_i64(commit.expected_version))
@@ -400,31 +400,9 @@ pub(super) async fn commit(
     .bind(commit.timers_parked)
     .bind(commit.clear_waits)
     .bind(compaction.map(|c| to_i64(c.through_seq)))
-    .bind(compaction.map(|c| c.summary.at))
-    .bind(compaction.map(|c| c.summary.kind.as_str()))
-    .bind(compaction.and_then(|c| c.summary.context_id.map(to_i64)))
-    .bind(compaction.and_then(|c| c.summary.node_id.as_deref()))
-    .bind(compaction.map(|c| c.summary.detail.as_str()))
-    .bind(journal.iter().map(|e| e.at).collect::<Vec<_>>())
-    .bind(journal.iter().map(|e| e.kind.as_str()).collect::<Vec<_>>())
-    .bind(
-        journal
-            .iter()
-            .map(|e| e.context_id.map(to_i64))
-            .collect::<Vec<_>>(),
-    )
-    .bind(
-        journal
-            .iter()
-            .map(|e| e.node_id.as_deref())
-            .collect::<Vec<_>>(),
-    )
-    .bind(
-        journal
-            .iter()
-            .map(|e| e.detail.as_str())
-            .collect::<Vec<_>>(),
-    )
+    .bind(compaction.map(|c| journal_rows::encode(std::slice::from_ref(&c.summary))))
+    .bind(i64::try_from(journal.len()).unwrap_or(i64::MAX))
+    .bind((!journal.is_empty()).then(|| journal_rows::encode(journal)))
     .bind(commit.max_journal_entries.map(to_i64))
     .bind(&commit.consumed_queue_items)
     .bind(control_targets)
@@ -1390,26 +1368,43 @@ pub(super) async fn read_journal(
     from_seq: u64,
     limit: usize,
 ) -> StoreResult<Vec<JournalRecord<String>>> {
-    let rows = sqlx::query(&s.sql(
-        "SELECT seq, at, kind, context_id, node_id, detail FROM @wf_journal
-         WHERE instance_id = $1 AND seq >= $2 ORDER BY seq LIMIT $3",
-    ))
-    .bind(id)
-    .bind(to_i64(from_seq))
-    .bind(limit_i64(limit))
-    .fetch_all(&mut *c)
-    .await?;
-    let mut entries = Vec::with_capacity(rows.len());
-    for row in &rows {
-        let detail: String = row.try_get(5)?;
-        entries.push(JournalRecord {
-            seq: to_u64(row.try_get(0)?),
-            at: row.try_get(1)?,
-            kind: row.try_get(2)?,
-            context_id: row.try_get::<Option<i64>, _>(3)?.map(to_u64),
-            node_id: row.try_get(4)?,
-            detail,
-        });
+    // The rows that can hold the page's entries: from the first row with entries at or after
+    // `from`, whose first such entry is `start`, up to the one holding `start + need - 1`
+    // (entries are numbered without gaps, but for a compaction's summary below the oldest
+    // entries: a page that comes out short reads on after its last row).
+    let from_seq = to_i64(from_seq);
+    let mut from = from_seq;
+    let mut entries = Vec::new();
+    while entries.len() < limit {
+        let need = limit - entries.len();
+        let rows = sqlx::query(&s.sql(
+            "SELECT first_seq, last_seq, entries FROM @wf_journal
+             WHERE instance_id = $1 AND last_seq >= $2 AND first_seq < $3 + GREATEST($2, (
+                 SELECT j.first_seq FROM @wf_journal j WHERE j.instance_id = $1
+                    AND j.last_seq >= $2 ORDER BY j.last_seq LIMIT 1))
+             ORDER BY last_seq",
+        ))
+        .bind(id)
+        .bind(from)
+        .bind(limit_i64(need))
+        .fetch_all(&mut *c)
+        .await?;
+        let Some(last) = rows.last() else { break };
+        from = last.try_get::<i64, _>(1)?.saturating_add(1);
+        let mut rows = rows.iter();
+        let more = journal_rows::page_into(id, from_seq, limit, &mut entries, || {
+            let Some(row) = rows.next() else {
+                return Ok(None);
+            };
+            Ok(Some(journal_rows::StoredRow {
+                first_seq: row.try_get(0)?,
+                last_seq: row.try_get(1)?,
+                entries: row.try_get(2)?,
+            }))
+        })?;
+        if !more {
+            break;
+        }
     }
     Ok(entries)
 }

@@ -5,13 +5,14 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use rusqlite::{Connection, OptionalExtension};
+
+use crate::store::journal_rows;
 use serde_json::Value;
 
 use super::leases::{InstanceLeases, Known};
 use super::rows::{
     BOOKMARK_COLS, INSTANCE_COLS, INSTANCE_TOKEN_COL, QUEUE_COLS, TIMER_COLS, bookmark_from_row,
-    decode_error, instance_from_row, journal_from_row, queue_from_row, summary_from_row,
-    timer_from_row,
+    decode_error, instance_from_row, queue_from_row, summary_from_row, timer_from_row,
 };
 use super::{
     SqliteStore, decode_json, is_constraint, json_text, limit_i64, not_found, read_only, to_i64,
@@ -189,18 +190,22 @@ fn commit_tx(c: &Connection, commit: &Commit<String>, leases: &InstanceLeases) -
             .execute([id])?;
     }
     if let Some(compaction) = &commit.journal_compaction {
-        let through = to_i64(compaction.through_seq);
-        c.prepare_cached("DELETE FROM wf_journal WHERE instance_id = ?1 AND seq <= ?2")?
-            .execute(rusqlite::params![id, through])?;
-        insert_journal(c, id, through, &compaction.summary)?;
+        compact_journal(c, id, to_i64(compaction.through_seq), &compaction.summary)?;
     }
     if !commit.journal.is_empty() {
         let last: i64 = c
-            .prepare_cached("SELECT COALESCE(MAX(seq), 0) FROM wf_journal WHERE instance_id = ?1")?
+            .prepare_cached(
+                "SELECT COALESCE(MAX(last_seq), 0) FROM wf_journal WHERE instance_id = ?1",
+            )?
             .query_row([id], |r| r.get(0))?;
-        for (seq, entry) in (last + 1..).zip(&commit.journal) {
-            insert_journal(c, id, seq, entry)?;
-        }
+        let count = i64::try_from(commit.journal.len()).unwrap_or(i64::MAX);
+        insert_journal_row(
+            c,
+            id,
+            last + 1,
+            last.saturating_add(count),
+            &journal_rows::encode(&commit.journal),
+        )?;
     }
     if let Some(max) = commit.max_journal_entries {
         cap_journal(c, id, max)?;
@@ -420,60 +425,91 @@ fn enqueue_tx(c: &Connection, item: &QueueItem) -> StoreResult<()> {
 /// ENG-42: the stored journal keeps the newest `max` entries, found without walking them.
 ///
 /// This store numbers an instance's entries so that they form one contiguous run, preceded
-/// at most by one compaction summary below a gap: entries are appended at `MAX(seq) + 1`, a
-/// compaction replaces the entries up to its `through_seq` by one summary at that seq (below
-/// the oldest entry when the cap had removed them already: the gap), and the cap removes the
-/// oldest. So the number of entries follows from three index probes (the two oldest seqs and
-/// the newest), and the excess is a range of the oldest, deleted as one. (Counting them, or
-/// an `OFFSET max` walk, reads `max` rows on every commit of an instance at its cap.)
+/// at most by one compaction summary below a gap: a commit's entries are appended as one row
+/// from `MAX(last_seq) + 1`, a compaction replaces the entries up to its `through_seq` by a
+/// row of one summary at that seq (below the oldest entry when the cap had removed them
+/// already: the gap), and the cap removes the oldest. So the number of entries follows from
+/// three index probes (the two oldest rows and the newest seq), and the excess is a range of
+/// the oldest: the rows wholly in it are deleted as one range, and the row it cuts through
+/// keeps its newer entries (its `first_seq` raised, ST-10). (Counting them, or an `OFFSET
+/// max` walk, reads every kept row on every commit of an instance at its cap.)
 fn cap_journal(c: &Connection, id: &str, max: u64) -> StoreResult<()> {
-    let oldest: Vec<i64> = {
+    let oldest: Vec<(i64, i64)> = {
         let mut stmt = c.prepare_cached(
-            "SELECT seq FROM wf_journal WHERE instance_id = ?1 ORDER BY seq LIMIT 2",
+            "SELECT first_seq, last_seq FROM wf_journal WHERE instance_id = ?1
+             ORDER BY last_seq LIMIT 2",
         )?;
-        stmt.query_map([id], |r| r.get(0))?
+        stmt.query_map([id], |r| Ok((r.get(0)?, r.get(1)?)))?
             .collect::<Result<_, _>>()?
     };
-    let Some(&first) = oldest.first() else {
+    let Some(&(first, first_last)) = oldest.first() else {
         return Ok(());
     };
     let newest: i64 = c
-        .prepare_cached("SELECT MAX(seq) FROM wf_journal WHERE instance_id = ?1")?
+        .prepare_cached("SELECT MAX(last_seq) FROM wf_journal WHERE instance_id = ?1")?
         .query_row([id], |r| r.get(0))?;
-    // A summary below a gap, then the run from the second oldest on; or one run.
+    // A summary below a gap, then the run from the second oldest row on; or one run.
     let (entries, cut_from) = match oldest.get(1) {
-        Some(&second) if second > first.saturating_add(1) => (newest - second + 2, second - 1),
+        Some(&(second, _)) if first == first_last && second > first.saturating_add(1) => {
+            (newest - second + 2, second - 1)
+        }
         _ => (newest - first + 1, first),
     };
     let excess = entries.saturating_sub(to_i64(max));
     if excess > 0 {
-        // The `excess` oldest: the summary (if any) and the start of the run.
-        c.prepare_cached("DELETE FROM wf_journal WHERE instance_id = ?1 AND seq <= ?2")?
-            .execute(rusqlite::params![id, cut_from + excess - 1])?;
+        // The `excess` oldest: the summary (if any) and the start of the run; the oldest
+        // entry kept is `keep`.
+        let keep = cut_from + excess;
+        c.prepare_cached("DELETE FROM wf_journal WHERE instance_id = ?1 AND last_seq < ?2")?
+            .execute(rusqlite::params![id, keep])?;
+        trim_journal_row(c, id, keep)?;
     }
     Ok(())
 }
 
-fn insert_journal(
+/// The row holding `keep` keeps its entries from `keep` on (ST-10): the oldest row left.
+fn trim_journal_row(c: &Connection, id: &str, keep: i64) -> StoreResult<()> {
+    c.prepare_cached(
+        "UPDATE wf_journal SET first_seq = ?2
+         WHERE instance_id = ?1 AND first_seq < ?2 AND last_seq = (
+             SELECT MIN(last_seq) FROM wf_journal WHERE instance_id = ?1 AND last_seq >= ?2)",
+    )?
+    .execute(rusqlite::params![id, keep])?;
+    Ok(())
+}
+
+/// C-22: the entries up to `through` are replaced by `summary` at that seq: the rows wholly
+/// up to it deleted, the row it cuts through trimmed, the summary a row of its own.
+fn compact_journal(
     c: &Connection,
     id: &str,
-    seq: i64,
-    entry: &NewJournalRecord<String>,
+    through: i64,
+    summary: &NewJournalRecord<String>,
 ) -> StoreResult<()> {
-    let detail = entry.detail.as_str();
-    c.prepare_cached(
-        "INSERT INTO wf_journal (instance_id, seq, at, kind, context_id, node_id, detail)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
-    )?
-    .execute(rusqlite::params![
+    c.prepare_cached("DELETE FROM wf_journal WHERE instance_id = ?1 AND last_seq <= ?2")?
+        .execute(rusqlite::params![id, through])?;
+    trim_journal_row(c, id, through.saturating_add(1))?;
+    insert_journal_row(
+        c,
         id,
-        seq,
-        entry.at,
-        entry.kind,
-        entry.context_id.map(to_i64),
-        entry.node_id,
-        detail,
-    ])?;
+        through,
+        through,
+        &journal_rows::encode(std::slice::from_ref(summary)),
+    )
+}
+
+fn insert_journal_row(
+    c: &Connection,
+    id: &str,
+    first_seq: i64,
+    last_seq: i64,
+    entries: &str,
+) -> StoreResult<()> {
+    c.prepare_cached(
+        "INSERT INTO wf_journal (instance_id, last_seq, first_seq, entries)
+         VALUES (?1, ?2, ?3, ?4)",
+    )?
+    .execute(rusqlite::params![id, last_seq, first_seq, entries])?;
     Ok(())
 }
 
@@ -1589,23 +1625,21 @@ impl Store for SqliteStore {
         let id = instance_id.to_owned();
         self.read(move |c| {
             let mut stmt = c.prepare_cached(
-                "SELECT seq, at, kind, context_id, node_id, detail FROM wf_journal
-                 WHERE instance_id = ?1 AND seq >= ?2 ORDER BY seq LIMIT ?3",
+                "SELECT first_seq, last_seq, entries FROM wf_journal
+                 WHERE instance_id = ?1 AND last_seq >= ?2 ORDER BY last_seq",
             )?;
-            let rows = stmt.query_map(
-                rusqlite::params![id, to_i64(from_seq), limit_i64(limit)],
-                journal_from_row,
-            )?;
-            Ok(rows.filter_map(|row| match row {
-                Ok(entry) => Some(entry),
-                // ST-22: a row whose columns do not decode is left out, logged, so the
-                // instance's other entries still read.
-                Err(error) => {
-                    tracing::warn!(instance = %id, %error, "journal row does not decode; skipped");
-                    None
-                }
+            let mut rows = stmt.query(rusqlite::params![id, to_i64(from_seq)])?;
+            // Rows are read one by one, as far as the page needs.
+            journal_rows::page(&id, to_i64(from_seq), limit, || {
+                let Some(row) = rows.next()? else {
+                    return Ok(None);
+                };
+                Ok(Some(journal_rows::StoredRow {
+                    first_seq: row.get(0)?,
+                    last_seq: row.get(1)?,
+                    entries: row.get(2)?,
+                }))
             })
-            .collect())
         })
     }
 

@@ -5,8 +5,8 @@ use serde_json::Value;
 
 use super::to_u64;
 use crate::store::{
-    BookmarkRow, EncodedQueueItem, InstanceRecord, InstanceSummary, JournalRecord, QueueItem,
-    StoreError, StoreResult, StoredInstance, TimerRow,
+    BookmarkRow, EncodedQueueItem, InstanceRecord, InstanceSummary, QueueItem, StoreError,
+    StoreResult, StoredInstance, TimerRow,
 };
 
 // ----- row decoding -----
@@ -200,16 +200,4 @@ pub(super) fn queue_from_row(
             targets: c.get(7)?,
         })
     })())
-}
-
-/// One journal row, its detail as stored.
-pub(super) fn journal_from_row(r: &Row<'_>) -> rusqlite::Result<JournalRecord<String>> {
-    Ok(JournalRecord {
-        seq: to_u64(r.get::<_, i64>(0)?),
-        at: r.get(1)?,
-        kind: r.get(2)?,
-        context_id: r.get::<_, Option<i64>>(3)?.map(to_u64),
-        node_id: r.get(4)?,
-        detail: r.get(5)?,
-    })
 }

@@ -20,6 +20,7 @@ const MIGRATIONS: &[(u32, &str, &str)] = &[
     (6, "0006_definitions", MIGRATION_0006),
     (7, "0007_child_waits", MIGRATION_0007),
     (8, "0008_instance_listing", MIGRATION_0008),
+    (9, "0009_journal_rows_per_commit", MIGRATION_0009),
 ];
 
 /// Recorded definitions: each registered version's JSON form, so tools can show a
@@ -47,6 +48,26 @@ CREATE INDEX wf_bookmarks_child_waits ON wf_bookmarks (bookmark_id)
 /// rows written before: a listing reads their document).
 const MIGRATION_0008: &str = r"
 ALTER TABLE wf_instances ADD COLUMN listing TEXT;
+";
+
+/// The journal as one row per commit (ST-10): keyed by (instance, `last_seq`), the row holds
+/// the commit's entries as one JSON array and `first_seq`, its oldest entry still kept (see
+/// `store::journal_rows`). Each row of the previous form becomes a row of one entry, its
+/// values unchanged (a detail that did not decode still does not, and still marks its entry
+/// alone).
+const MIGRATION_0009: &str = r"
+ALTER TABLE wf_journal RENAME TO wf_journal_entries;
+CREATE TABLE wf_journal (
+    instance_id TEXT NOT NULL,
+    last_seq    INTEGER NOT NULL,
+    first_seq   INTEGER NOT NULL,
+    entries     TEXT NOT NULL,
+    PRIMARY KEY (instance_id, last_seq)
+);
+INSERT INTO wf_journal (instance_id, last_seq, first_seq, entries)
+SELECT instance_id, seq, seq, json_array(json_array(at, kind, context_id, node_id, detail))
+  FROM wf_journal_entries;
+DROP TABLE wf_journal_entries;
 ";
 
 const MIGRATION_0001: &str = r"
