@@ -12,8 +12,8 @@ use workflow_runtime::store::conformance::{
     SEC, T0, TTL, bookmark, create_leased, doc, new_instance, queue_item, waiting,
 };
 use workflow_runtime::store::{
-    BookmarkQuery, DeadLetterFilter, DeadLetterReason, InstanceFilter, InstanceStatus, LeaseKey,
-    MigrateMode, NewJournalRecord, NewTimer, SqliteOptions, SqliteStore, Storage, Store,
+    BookmarkQuery, DeadLetterFilter, DeadLetterReason, InstanceFilter, InstanceStatus, LeaseClaim,
+    LeaseKey, MigrateMode, NewJournalRecord, NewTimer, SqliteOptions, SqliteStore, Storage, Store,
     StoreError, TriggerRow,
 };
 use workflow_runtime::{InstanceQuery, Runtime, TaskContext, workflow};
@@ -119,7 +119,8 @@ async fn reopening_the_file_keeps_everything() {
     assert_eq!(loaded.state, doc(7));
     assert_eq!(loaded.status, InstanceStatus::Suspended);
     assert_eq!(loaded.correlation_id.as_deref(), Some("order-7"));
-    assert_eq!(loaded.lease.map(|l| l.token), Some(token));
+    // The instance lease was held in the closed store's memory (ST-14, ST-26): gone with it.
+    assert_eq!(loaded.lease, None);
     let found = store
         .find_bookmarks(BookmarkQuery::by_hash("h", 10))
         .await
@@ -150,8 +151,24 @@ async fn reopening_the_file_keeps_everything() {
             .await,
         Err(StoreError::LeaseHeld { .. })
     ));
-    // The instance resumes where it was: the same lease token still commits.
-    assert_eq!(store.commit(waiting("wf-1", 2, token, 8)).await.unwrap(), 3);
+    // The closed store's lease holder died with it: its token is fenced, and the instance
+    // is claimable at once with a higher token, which commits.
+    assert!(matches!(
+        store.commit(waiting("wf-1", 2, token, 8)).await,
+        Err(StoreError::Fenced { .. })
+    ));
+    let again = store
+        .acquire_lease(&LeaseKey::instance("wf-1"), "node-b", T0 + SEC, TTL)
+        .await
+        .unwrap();
+    assert!(again.token > token);
+    assert_eq!(
+        store
+            .commit(waiting("wf-1", 2, again.token, 8))
+            .await
+            .unwrap(),
+        3
+    );
 }
 
 /// C-32: many concurrent commits land in fewer transactions than commits, each with its own
@@ -937,4 +954,196 @@ async fn an_undecodable_queue_item_does_not_block_the_queue() {
     assert_eq!(dead[0].reason, DeadLetterReason::Rejected);
     assert_eq!(dead[0].item.payload, json!({ "undecodable": "{broken" }));
     assert!(dead[0].error.as_deref().unwrap().contains("payload"));
+}
+
+fn claim(owner: &str, now: i64) -> LeaseClaim {
+    LeaseClaim {
+        owner: owner.to_owned(),
+        token: None,
+        now,
+        ttl: TTL,
+    }
+}
+
+/// ST-14, ST-26: the instance leases live in the owning store's memory. Two runtimes sharing
+/// one `SqliteStore` (two `Storage` handles over it) see each other's leases: the second
+/// cannot claim what the first holds, its recovery does not take it, a superseded token is
+/// fenced, and every reader (loads, listings) sees the lease held now.
+#[tokio::test]
+async fn in_memory_leases_are_shared_by_everyone_using_the_store() {
+    let dir = tempfile::tempdir().unwrap();
+    let sqlite = Arc::new(SqliteStore::open(dir.path().join("store.db")).unwrap());
+    let first = Storage::new(sqlite.clone());
+    let second = Storage::new(sqlite.clone());
+    first.create_instance(new_instance("wf-1")).await.unwrap();
+
+    let held = first
+        .claim_instance("wf-1", claim("node-a", T0))
+        .await
+        .unwrap();
+    assert_eq!(held.record.version, 1);
+    assert_eq!(
+        held.record
+            .lease
+            .as_ref()
+            .map(|l| (l.owner.as_str(), l.token)),
+        Some(("node-a", held.lease.token))
+    );
+    assert!(matches!(
+        second.claim_instance("wf-1", claim("node-b", T0 + SEC)).await,
+        Err(StoreError::LeaseHeld { holder, until, .. }) if holder == "node-a" && until == T0 + TTL
+    ));
+    // Recovery does not steal a live lease: the instance is Running but leased.
+    assert!(
+        second
+            .claim_runnable("node-b", T0 + SEC, TTL, 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    // Loads and listings show the lease held in memory.
+    let listed = second
+        .list_instances(InstanceFilter::default())
+        .await
+        .unwrap();
+    let summary = listed[0].summary.as_ref().unwrap();
+    assert_eq!(
+        summary.lease.as_ref().map(|l| l.token),
+        Some(held.lease.token)
+    );
+    assert_eq!(
+        second
+            .load_instance("wf-1")
+            .await
+            .unwrap()
+            .lease
+            .map(|l| l.owner),
+        Some("node-a".to_owned())
+    );
+
+    // The first holder commits (the row now carries its token) and keeps the lease.
+    let mut running = waiting("wf-1", 1, held.lease.token, 1);
+    running.status = InstanceStatus::Running;
+    running.sub_status = Some(workflow_runtime::store::InstanceSubStatus::Executing);
+    assert_eq!(first.commit(running).await.unwrap(), 2);
+
+    // Expired: recovery takes it over with a higher token, and reads the first's commit.
+    let later = T0 + TTL + SEC;
+    let recovered = second
+        .claim_runnable("node-b", later, TTL, 10)
+        .await
+        .unwrap();
+    assert_eq!(recovered.len(), 1);
+    let token = recovered[0].lease.token;
+    assert!(token > held.lease.token);
+    // The superseded holder is fenced, whether it commits, renews or releases.
+    assert!(matches!(
+        first.commit(waiting("wf-1", 2, held.lease.token, 2)).await,
+        Err(StoreError::Fenced { current, .. }) if current == token
+    ));
+    assert!(matches!(
+        first
+            .renew_lease(&LeaseKey::instance("wf-1"), held.lease.token, later, TTL)
+            .await,
+        Err(StoreError::Fenced { .. })
+    ));
+    // The recovery claim refreshes the lease it took and loads what the first committed.
+    let mut refresh = claim("node-b", later);
+    refresh.token = Some(token);
+    let resumed = second.claim_instance("wf-1", refresh).await.unwrap();
+    assert_eq!(resumed.lease.token, token);
+    assert_eq!(resumed.record.version, 2);
+    assert_eq!(resumed.record.state, doc(1));
+    // A final commit releases it: at once claimable again, with a higher token.
+    let mut end = waiting("wf-1", 2, token, 3);
+    end.release_lease = true;
+    second.commit(end).await.unwrap();
+    assert_eq!(second.load_instance("wf-1").await.unwrap().lease, None);
+    let next = first
+        .acquire_lease(&LeaseKey::instance("wf-1"), "node-a", later, TTL)
+        .await
+        .unwrap();
+    assert_eq!(next.token, token + 1);
+}
+
+/// ST-14, ST-26: a closed store's instance leases died with it (their holders held the
+/// store). Reopened, the file's instances are claimable at once, the new tokens are above
+/// every token a committed row carries, and the closed store's tokens are fenced.
+#[tokio::test]
+async fn a_reopened_file_has_no_stale_instance_lease() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("store.db");
+    let (committed, issued) = {
+        let store = open(&path);
+        let lease = create_leased(&store, "wf-1").await;
+        store
+            .commit(waiting("wf-1", 1, lease.token, 1))
+            .await
+            .unwrap();
+        store
+            .release_lease(&LeaseKey::instance("wf-1"), lease.token)
+            .await
+            .unwrap();
+        // Claimed, released without a commit, claimed again and left held.
+        let unused = store
+            .acquire_lease(&LeaseKey::instance("wf-1"), "node-a", T0, TTL)
+            .await
+            .unwrap();
+        store
+            .release_lease(&LeaseKey::instance("wf-1"), unused.token)
+            .await
+            .unwrap();
+        let held = store
+            .acquire_lease(&LeaseKey::instance("wf-1"), "node-a", T0, TTL)
+            .await
+            .unwrap();
+        assert_eq!(
+            held.token,
+            unused.token + 1,
+            "a released token is not reissued"
+        );
+        // Created (Running) but never run: its creator dies with the store.
+        store.create_instance(new_instance("wf-2")).await.unwrap();
+        (lease.token, held.token)
+    };
+    assert!(issued > committed);
+
+    let store = open(&path);
+    assert_eq!(store.load_instance("wf-1").await.unwrap().lease, None);
+    // A running instance's token was advanced by the open: the previous owner may have
+    // leased it, so recovery's first token is not 1 (which says only sweeps ever did).
+    let recovered = store
+        .claim_runnable("node-b", T0 + SEC, TTL, 10)
+        .await
+        .unwrap();
+    assert_eq!(recovered.len(), 1);
+    assert_eq!(
+        (recovered[0].instance_id.as_str(), recovered[0].lease.token),
+        ("wf-2", 2)
+    );
+    // Claimable at once: before the closed store's lease would have expired.
+    let claimed = store
+        .claim_instance("wf-1", claim("node-b", T0 + SEC))
+        .await
+        .unwrap();
+    assert!(claimed.lease.token > committed);
+    assert_eq!(claimed.record.version, 2);
+    // The closed store's holder is fenced.
+    assert!(matches!(
+        store.commit(waiting("wf-1", 2, issued, 2)).await,
+        Err(StoreError::Fenced { .. })
+    ));
+    assert_eq!(
+        store
+            .commit(waiting("wf-1", 2, claimed.lease.token, 2))
+            .await
+            .unwrap(),
+        3
+    );
+
+    // A read-only open from elsewhere sees no live instance lease (they live in the owner's
+    // memory) but every committed row.
+    let inspect = Storage::new(Arc::new(SqliteStore::open_read_only(&path).unwrap()));
+    let seen = inspect.load_instance("wf-1").await.unwrap();
+    assert_eq!((seen.version, seen.lease), (3, None));
 }

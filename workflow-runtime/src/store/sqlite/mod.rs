@@ -23,7 +23,7 @@
 
 use std::fmt;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::AtomicU64;
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -34,6 +34,7 @@ use tokio::sync::oneshot;
 use super::{BoxFuture, StoreError, StoreResult};
 
 mod changes;
+mod leases;
 mod ops;
 mod options;
 mod rows;
@@ -69,12 +70,9 @@ pub(super) struct WriteRequest {
 pub(super) enum Kind {
     /// Answered once its transaction is committed (synced under `synchronous = FULL`).
     Durable,
-    /// A lease claim, renewal or release: no durability promised (see
+    /// A named lease's claim or renewal: no durability promised (see
     /// `SqliteStore::write_volatile`), answered as soon as it has run.
     Volatile,
-    /// A read that must see the volatile writes answered already but not yet committed: run
-    /// by the writer inside its open transaction, writing nothing.
-    Read,
 }
 /// One read request.
 pub(super) type ReadJob = Box<dyn FnOnce(&Connection) + Send>;
@@ -83,10 +81,6 @@ pub(super) type ReadJob = Box<dyn FnOnce(&Connection) + Send>;
 pub(super) struct Counters {
     pub(super) write_requests: AtomicU64,
     pub(super) transactions: AtomicU64,
-    /// The writer's open transaction holds volatile writes it has answered: reads go to the
-    /// writer (as [`Kind::Read`]) until it commits, so a caller reads what it was told it
-    /// wrote.
-    pub(super) uncommitted: AtomicBool,
 }
 
 /// The embedded SQLite store (ST-26). Wrap it in an `Arc` to share it
@@ -116,6 +110,8 @@ pub struct SqliteStore {
     inline: Vec<Mutex<Connection>>,
     threads: Vec<JoinHandle<()>>,
     counters: Arc<Counters>,
+    /// The instance leases, kept in memory: this process owns the file (`leases.rs`).
+    leases: Arc<leases::InstanceLeases>,
     path: PathBuf,
     migrations_applied: Vec<u32>,
     /// Other processes' commits, heard by the writer (`changes.rs`).
@@ -167,6 +163,14 @@ impl From<rusqlite::Error> for StoreError {
 
 pub(super) fn closed() -> StoreError {
     StoreError::unavailable("the store is closed")
+}
+
+/// The error of a write on a store opened with [`SqliteStore::open_read_only`].
+pub(super) fn read_only() -> StoreError {
+    StoreError::Invalid {
+        what: "operation",
+        reason: "the store was opened read-only".to_owned(),
+    }
 }
 
 pub(super) fn is_constraint(error: &rusqlite::Error) -> bool {
@@ -345,6 +349,7 @@ impl SqliteStore {
             inline,
             threads,
             counters,
+            leases: Arc::default(),
             path,
             migrations_applied,
             remote,
@@ -470,27 +475,32 @@ impl SqliteStore {
         bytes: usize,
         f: impl FnOnce(&Connection) -> StoreResult<T> + Send + 'static,
     ) -> BoxFuture<'static, StoreResult<T>> {
-        self.write_request(bytes, Kind::Durable, f)
+        self.write_request(bytes, Kind::Durable, f, |_| {})
     }
 
     /// Sends one write request that is answered as soon as it has run, before its
-    /// transaction commits: lease claims, renewals and releases (ST-14). One process owns the
-    /// file (ST-26), so only this store's own requests see the lease before it is committed
-    /// (its reads go to the writer meanwhile, `Kind::Read`), and a crash before the commit
-    /// loses only leases of the process that crashed, whose holders died with it (a token is
-    /// only ever presented by a commit, which commits the claim that issued it). The writer
-    /// keeps such a transaction open for a moment, so the commit that follows a run's claim
-    /// joins it: a transition is one synced write transaction.
+    /// transaction commits: a named lease's claim or renewal (ST-11, ST-14). One process owns
+    /// the file (ST-26) and no read outside the writer reads those rows, so only this store's
+    /// own later requests see the lease before it is committed, and a crash before the commit
+    /// loses only leases of the process that crashed, whose holders died with it. (Instance
+    /// leases do not go to the writer at all: `leases.rs`.)
     fn write_volatile<T: Send + 'static>(
         &self,
         f: impl FnOnce(&Connection) -> StoreResult<T> + Send + 'static,
     ) -> BoxFuture<'static, StoreResult<T>> {
-        self.write_request(0, Kind::Volatile, f)
+        self.write_request(0, Kind::Volatile, f, |_| {})
     }
 
-    /// Whether reads must go to the writer now (see [`Counters::uncommitted`]).
-    fn read_on_writer(&self) -> bool {
-        self.writer.is_some() && self.counters.uncommitted.load(Ordering::Acquire)
+    /// Sends one durable write request and runs `then` with its result once it is known
+    /// (after the commit, or with the failure), on the writer thread, before the caller is
+    /// answered: what the caller learns has already been applied.
+    fn write_then<T: Send + 'static>(
+        &self,
+        bytes: usize,
+        f: impl FnOnce(&Connection) -> StoreResult<T> + Send + 'static,
+        then: impl FnOnce(&StoreResult<T>) + Send + 'static,
+    ) -> BoxFuture<'static, StoreResult<T>> {
+        self.write_request(bytes, Kind::Durable, f, then)
     }
 
     fn write_request<T: Send + 'static>(
@@ -498,6 +508,7 @@ impl SqliteStore {
         bytes: usize,
         kind: Kind,
         f: impl FnOnce(&Connection) -> StoreResult<T> + Send + 'static,
+        then: impl FnOnce(&StoreResult<T>) + Send + 'static,
     ) -> BoxFuture<'static, StoreResult<T>> {
         let (tx, rx) = oneshot::channel::<StoreResult<T>>();
         let job: WriteJob = Box::new(move |conn| {
@@ -507,18 +518,17 @@ impl SqliteStore {
             };
             let ok = result.is_ok();
             let responder: Responder = Box::new(move |failure| {
-                let _ = tx.send(match failure {
+                let result = match failure {
                     None => result,
                     Some(e) => Err(e),
-                });
+                };
+                then(&result);
+                let _ = tx.send(result);
             });
             (ok, responder)
         });
         let Some(writer) = &self.writer else {
-            return Box::pin(std::future::ready(Err(StoreError::Invalid {
-                what: "operation",
-                reason: "the store was opened read-only".to_owned(),
-            })));
+            return Box::pin(std::future::ready(Err(read_only())));
         };
         let sent = writer.send(WriteRequest { bytes, kind, job }).is_ok();
         Box::pin(async move {
@@ -532,17 +542,13 @@ impl SqliteStore {
     /// Runs a point read (one indexed lookup) on the calling thread, on a free read
     /// connection of the store, and returns a ready future: no thread hop for what takes
     /// microseconds. When every such connection is in use by another caller, the read goes to
-    /// the reader pool. `leases`: the read sees lease columns (the instance rows), so while
-    /// the writer holds answered lease writes it runs there instead (`Kind::Read`); the other
-    /// tables are never written by a volatile request.
+    /// the reader pool. Every write a caller was answered for is committed (the writer answers
+    /// a durable request only after its commit, and no read outside the writer reads a row a
+    /// volatile request writes), so the read sees it (ST-26).
     fn read_point<T: Send + 'static>(
         &self,
-        leases: bool,
         f: impl FnOnce(&Connection) -> StoreResult<T> + Send + 'static,
     ) -> BoxFuture<'static, StoreResult<T>> {
-        if leases && self.read_on_writer() {
-            return self.write_request(0, Kind::Read, f);
-        }
         for slot in &self.inline {
             if let Ok(conn) = slot.try_lock() {
                 let result = f(&conn);
@@ -557,9 +563,6 @@ impl SqliteStore {
         &self,
         f: impl FnOnce(&Connection) -> StoreResult<T> + Send + 'static,
     ) -> BoxFuture<'static, StoreResult<T>> {
-        if self.read_on_writer() {
-            return self.write_request(0, Kind::Read, f);
-        }
         let (tx, rx) = oneshot::channel::<StoreResult<T>>();
         let job: ReadJob = Box::new(move |conn| {
             let _ = tx.send(f(conn));

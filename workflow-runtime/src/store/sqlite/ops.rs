@@ -1,6 +1,7 @@
 //! The SQLite operations: transactions run on the writer thread inside a savepoint, reads
 //! on the reader pool.
 
+use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use rusqlite::{Connection, OptionalExtension};
@@ -8,12 +9,14 @@ use rusqlite::{Connection, OptionalExtension};
 use crate::store::journal_rows;
 use serde_json::Value;
 
+use super::leases::{InstanceLeases, Known};
 use super::rows::{
-    BOOKMARK_COLS, INSTANCE_COLS, QUEUE_COLS, TIMER_COLS, bookmark_from_row, decode_error,
-    instance_from_row, queue_from_row, summary_from_row, timer_from_row,
+    BOOKMARK_COLS, INSTANCE_COLS, INSTANCE_TOKEN_COL, QUEUE_COLS, TIMER_COLS, bookmark_from_row,
+    decode_error, instance_from_row, queue_from_row, summary_from_row, timer_from_row,
 };
 use super::{
-    SqliteStore, decode_json, is_constraint, json_text, limit_i64, not_found, to_i64, to_u64,
+    SqliteStore, decode_json, is_constraint, json_text, limit_i64, not_found, read_only, to_i64,
+    to_u64,
 };
 use crate::store::backend::{
     BookmarkSelect, Capabilities, ChildWaitIndex, ClaimedRecord, DefinitionRecord, DefinitionStore,
@@ -44,7 +47,8 @@ type CommitGuard = (
     Option<i64>,
 );
 
-fn commit_tx(c: &Connection, commit: &Commit<String>) -> StoreResult<u64> {
+/// Applies a commit; `leases` fences it (ST-14: its token must be the held one).
+fn commit_tx(c: &Connection, commit: &Commit<String>, leases: &InstanceLeases) -> StoreResult<u64> {
     let state = commit.state.as_str();
     let id = commit.instance_id.as_str();
     let row: Option<CommitGuard> = c
@@ -68,8 +72,8 @@ fn commit_tx(c: &Connection, commit: &Commit<String>) -> StoreResult<u64> {
         .optional()?;
     let (
         version,
-        lease_owner,
-        lease_token,
+        _stored_owner,
+        stored_token,
         definition_name,
         definition_version,
         correlation,
@@ -84,14 +88,8 @@ fn commit_tx(c: &Connection, commit: &Commit<String>) -> StoreResult<u64> {
             actual: version,
         });
     }
-    let lease_token = to_u64(lease_token);
-    if lease_owner.is_none() || lease_token != commit.lease_token {
-        return Err(StoreError::Fenced {
-            resource: LeaseKey::instance(id).resource(),
-            token: commit.lease_token,
-            current: lease_token,
-        });
-    }
+    // The lease is held in memory (`leases.rs`); the row carries the last committed token.
+    leases.check(id, commit.lease_token, to_u64(stored_token))?;
     {
         let mut stmt = c.prepare_cached(
             "INSERT INTO wf_receipts (instance_id, stimulus_id, at) VALUES (?1, ?2, ?3)",
@@ -251,7 +249,6 @@ fn commit_tx(c: &Connection, commit: &Commit<String>) -> StoreResult<u64> {
         status: stored_status != commit.status.as_str(),
         correlation: correlation != commit.correlation_id,
         finished_at: stored_finished_at != finished_at,
-        lease: commit.release_lease,
     };
     c.prepare_cached(&changed.instance_update())?
         .execute(rusqlite::params![
@@ -266,14 +263,16 @@ fn commit_tx(c: &Connection, commit: &Commit<String>) -> StoreResult<u64> {
             commit.release_lease,
             id,
             commit.listing,
+            to_i64(commit.lease_token),
         ])?;
     Ok(version + 1)
 }
 
 /// Which indexed columns of an instance row a commit changes. Its `UPDATE` sets only those
-/// (and the unindexed ones): SQLite rewrites the entries of every index over a column an
-/// `UPDATE` sets, changed or not, and a transition usually changes none of them but the
-/// lease's expiry.
+/// (and the unindexed ones, the lease token among them): SQLite rewrites the entries of every
+/// index over a column an `UPDATE` sets, changed or not, and a transition usually changes
+/// none of them. (The lease's owner and expiry are not written: the lease is kept in memory,
+/// `leases.rs`.)
 struct Changed {
     /// `status` (the recovery, definition and activation indexes).
     status: bool,
@@ -281,8 +280,6 @@ struct Changed {
     correlation: bool,
     /// `finished_at` (its index).
     finished_at: bool,
-    /// The lease is released: owner and expiry cleared (the recovery index).
-    lease: bool,
 }
 
 impl Changed {
@@ -293,7 +290,7 @@ impl Changed {
         let mut sql = String::from(
             "UPDATE wf_instances SET
                 version = version + 1, state = ?1, state_size = ?2, sub_status = ?4,
-                updated_at = ?6, listing = ?11,
+                updated_at = ?6, listing = ?11, lease_token = ?12,
                 control_request = CASE WHEN ?8 THEN NULL ELSE control_request END",
         );
         if self.status {
@@ -304,9 +301,6 @@ impl Changed {
         }
         if self.finished_at {
             sql.push_str(", finished_at = ?7");
-        }
-        if self.lease {
-            sql.push_str(", lease_owner = NULL, lease_expires_at = NULL");
         }
         sql.push_str(" WHERE instance_id = ?10");
         sql
@@ -716,60 +710,6 @@ fn delete_dependents(c: &Connection, id: &str) -> StoreResult<()> {
     Ok(())
 }
 
-fn acquire_instance_lease(
-    c: &Connection,
-    id: &str,
-    owner: &str,
-    now: i64,
-    ttl: i64,
-) -> StoreResult<Lease> {
-    let row: Option<(Option<String>, Option<i64>)> = c
-        .prepare_cached(
-            "SELECT lease_owner, lease_expires_at FROM wf_instances WHERE instance_id = ?1",
-        )?
-        .query_row([id], |r| Ok((r.get(0)?, r.get(1)?)))
-        .optional()?;
-    let (holder, until) = row.ok_or_else(|| not_found("instance", id))?;
-    if let (Some(holder), Some(until)) = (holder, until)
-        && until > now
-    {
-        return Err(StoreError::LeaseHeld {
-            resource: LeaseKey::instance(id).resource(),
-            holder,
-            until,
-        });
-    }
-    let expires_at = now.saturating_add(ttl);
-    let token: i64 = c
-        .prepare_cached(
-            "UPDATE wf_instances SET lease_token = lease_token + 1, lease_owner = ?2,
-                lease_expires_at = ?3
-             WHERE instance_id = ?1 RETURNING lease_token",
-        )?
-        .query_row(rusqlite::params![id, owner, expires_at], |r| r.get(0))?;
-    Ok(Lease {
-        token: to_u64(token),
-        expires_at,
-    })
-}
-
-/// Checks that `token` is the current, held token of an instance lease.
-fn check_instance_token(c: &Connection, id: &str, token: u64) -> StoreResult<()> {
-    let row: Option<(Option<String>, i64)> = c
-        .prepare_cached("SELECT lease_owner, lease_token FROM wf_instances WHERE instance_id = ?1")?
-        .query_row([id], |r| Ok((r.get(0)?, r.get(1)?)))
-        .optional()?;
-    let (owner, current) = row.ok_or_else(|| not_found("instance", id))?;
-    if owner.is_none() || to_u64(current) != token {
-        return Err(StoreError::Fenced {
-            resource: LeaseKey::instance(id).resource(),
-            token,
-            current: to_u64(current),
-        });
-    }
-    Ok(())
-}
-
 fn check_named_token(c: &Connection, name: &str, token: u64) -> StoreResult<()> {
     let row: Option<(Option<String>, i64)> = c
         .prepare_cached("SELECT owner, token FROM wf_named_leases WHERE name = ?1")?
@@ -785,85 +725,58 @@ fn check_named_token(c: &Connection, name: &str, token: u64) -> StoreResult<()> 
     }
 }
 
-impl SqliteStore {
-    fn acquire_tx(
-        c: &Connection,
-        key: &LeaseKey,
-        owner: &str,
-        now: i64,
-        ttl: i64,
-    ) -> StoreResult<Lease> {
-        match key {
-            LeaseKey::Instance(id) => acquire_instance_lease(c, id, owner, now, ttl),
-            LeaseKey::Named(name) => {
-                let row: Option<(Option<String>, Option<i64>)> = c
-                    .prepare_cached(
-                        "SELECT owner, expires_at FROM wf_named_leases WHERE name = ?1",
-                    )?
-                    .query_row([name], |r| Ok((r.get(0)?, r.get(1)?)))
-                    .optional()?;
-                if let Some((Some(holder), Some(until))) = row
-                    && until > now
-                {
-                    return Err(StoreError::LeaseHeld {
-                        resource: key.resource(),
-                        holder,
-                        until,
-                    });
-                }
-                let expires_at = now.saturating_add(ttl);
-                let token: i64 = c
-                    .prepare_cached(
-                        "INSERT INTO wf_named_leases (name, owner, token, expires_at)
-                         VALUES (?1, ?2, 1, ?3)
-                         ON CONFLICT (name) DO UPDATE SET owner = ?2, token = token + 1,
-                            expires_at = ?3
-                         RETURNING token",
-                    )?
-                    .query_row(rusqlite::params![name, owner, expires_at], |r| r.get(0))?;
-                Ok(Lease {
-                    token: to_u64(token),
-                    expires_at,
-                })
-            }
-        }
+/// Acquires a named lease if none is live at `now` (ST-11, ST-14).
+fn acquire_named_tx(
+    c: &Connection,
+    name: &str,
+    owner: &str,
+    now: i64,
+    ttl: i64,
+) -> StoreResult<Lease> {
+    let row: Option<(Option<String>, Option<i64>)> = c
+        .prepare_cached("SELECT owner, expires_at FROM wf_named_leases WHERE name = ?1")?
+        .query_row([name], |r| Ok((r.get(0)?, r.get(1)?)))
+        .optional()?;
+    if let Some((Some(holder), Some(until))) = row
+        && until > now
+    {
+        return Err(StoreError::LeaseHeld {
+            resource: LeaseKey::named(name).resource(),
+            holder,
+            until,
+        });
     }
+    let expires_at = now.saturating_add(ttl);
+    let token: i64 = c
+        .prepare_cached(
+            "INSERT INTO wf_named_leases (name, owner, token, expires_at)
+             VALUES (?1, ?2, 1, ?3)
+             ON CONFLICT (name) DO UPDATE SET owner = ?2, token = token + 1, expires_at = ?3
+             RETURNING token",
+        )?
+        .query_row(rusqlite::params![name, owner, expires_at], |r| r.get(0))?;
+    Ok(Lease {
+        token: to_u64(token),
+        expires_at,
+    })
+}
 
-    fn renew_tx(
-        c: &Connection,
-        key: &LeaseKey,
-        token: u64,
-        now: i64,
-        ttl: i64,
-    ) -> StoreResult<Renewal> {
-        let expires_at = now.saturating_add(ttl);
-        match key {
-            LeaseKey::Instance(id) => {
-                check_instance_token(c, id, token)?;
-                let control: Option<String> = c
-                    .prepare_cached(
-                        "UPDATE wf_instances SET lease_expires_at = ?2 WHERE instance_id = ?1
-                         RETURNING control_request",
-                    )?
-                    .query_row(rusqlite::params![id, expires_at], |r| r.get(0))?;
-                Ok(Renewal {
-                    lease: Lease { token, expires_at },
-                    control_request: control
-                        .map(|text| decode_control_request(id, &text))
-                        .transpose()?,
-                })
-            }
-            LeaseKey::Named(name) => {
-                check_named_token(c, name, token)?;
-                c.prepare_cached("UPDATE wf_named_leases SET expires_at = ?2 WHERE name = ?1")?
-                    .execute(rusqlite::params![name, expires_at])?;
-                Ok(Renewal {
-                    lease: Lease { token, expires_at },
-                    control_request: None,
-                })
-            }
-        }
-    }
+/// Extends a named lease if `token` is current (ST-14).
+fn renew_named_tx(
+    c: &Connection,
+    name: &str,
+    token: u64,
+    now: i64,
+    ttl: i64,
+) -> StoreResult<Renewal> {
+    let expires_at = now.saturating_add(ttl);
+    check_named_token(c, name, token)?;
+    c.prepare_cached("UPDATE wf_named_leases SET expires_at = ?2 WHERE name = ?1")?
+        .execute(rusqlite::params![name, expires_at])?;
+    Ok(Renewal {
+        lease: Lease { token, expires_at },
+        control_request: None,
+    })
 }
 
 fn purge_tx(c: &Connection, target: &PurgeTarget) -> StoreResult<u64> {
@@ -1011,15 +924,36 @@ fn settle_tx(c: &Connection, id: &str, settlement: &Settlement) -> StoreResult<S
     }
 }
 
-fn load_tx(c: &Connection, id: &str) -> StoreResult<InstanceRecord<String>> {
+/// Loads an instance with the lease token its row carries (the last one committed).
+fn load_stored(c: &Connection, id: &str) -> StoreResult<(InstanceRecord<String>, u64)> {
     let mut stmt = c.prepare_cached(&format!(
         "SELECT {INSTANCE_COLS}, state FROM wf_instances WHERE instance_id = ?1"
     ))?;
     let mut rows = stmt.query([id])?;
     match rows.next()? {
-        Some(row) => instance_from_row(id, row),
+        Some(row) => {
+            let record = instance_from_row(id, row)?;
+            let token: i64 = row
+                .get(INSTANCE_TOKEN_COL)
+                .map_err(|e| StoreError::Decode {
+                    what: "instance",
+                    id: id.to_owned(),
+                    path: "lease_token".to_owned(),
+                    message: e.to_string(),
+                })?;
+            Ok((record, to_u64(token)))
+        }
         None => Err(not_found("instance", id)),
     }
+}
+
+/// The stored lease token of an instance (`NotFound` without its row).
+fn stored_token(c: &Connection, id: &str) -> StoreResult<u64> {
+    let token: Option<i64> = c
+        .prepare_cached("SELECT lease_token FROM wf_instances WHERE instance_id = ?1")?
+        .query_row([id], |r| r.get(0))
+        .optional()?;
+    token.map(to_u64).ok_or_else(|| not_found("instance", id))
 }
 
 fn earliest_tx(c: &Connection, now: i64) -> StoreResult<Option<i64>> {
@@ -1031,6 +965,127 @@ fn earliest_tx(c: &Connection, now: i64) -> StoreResult<Option<i64>> {
         .query_row([now], |r| r.get(0))
         .map_err(|e| decode_error("timer", "*", "due_at", &e))?;
     Ok(due)
+}
+
+fn instance_fenced(id: &str, token: u64, current: u64) -> StoreError {
+    StoreError::Fenced {
+        resource: LeaseKey::instance(id).resource(),
+        token,
+        current,
+    }
+}
+
+/// The instance leases: kept in memory (`leases.rs`), the rows read on the calling thread.
+impl SqliteStore {
+    /// Loads an instance (with the token its row carries), showing its lease as held now.
+    fn load_leased(
+        &self,
+        id: String,
+    ) -> BoxFuture<'static, StoreResult<(InstanceRecord<String>, u64)>> {
+        let leases = Arc::clone(&self.leases);
+        self.read_point(move |c| {
+            let (mut record, token) = load_stored(c, &id)?;
+            leases.overlay(&id, &mut record.lease);
+            Ok((record, token))
+        })
+    }
+
+    /// Acquires an instance's lease (ST-14): from its slot when the table has one, else
+    /// above the token its row carries. `NotFound` for an unknown instance.
+    async fn acquire_instance(
+        &self,
+        id: String,
+        owner: String,
+        now: i64,
+        ttl: i64,
+    ) -> StoreResult<Lease> {
+        if self.writer.is_none() {
+            return Err(read_only());
+        }
+        if let Known::Decided(taken) = self.leases.acquire_known(&id, &owner, now, ttl) {
+            return taken;
+        }
+        let stored = self
+            .read_point({
+                let id = id.clone();
+                move |c| stored_token(c, &id)
+            })
+            .await?;
+        self.leases.acquire_stored(&id, stored, &owner, now, ttl).0
+    }
+
+    /// Extends a held instance lease when `token` is current, else `Fenced` (`NotFound` for
+    /// an unknown instance without a lease).
+    async fn renew_instance(&self, id: &str, token: u64, now: i64, ttl: i64) -> StoreResult<Lease> {
+        if self.writer.is_none() {
+            return Err(read_only());
+        }
+        if let Some(renewed) = self.leases.renew(id, token, now, ttl) {
+            return renewed;
+        }
+        let stored = self
+            .read_point({
+                let id = id.to_owned();
+                move |c| stored_token(c, &id)
+            })
+            .await?;
+        Err(instance_fenced(id, token, stored))
+    }
+
+    /// `claim_instance`: the lease taken (or refreshed) in memory, then the row read on the
+    /// calling thread; no write, no trip to the writer. The row is read after the lease is
+    /// taken, so it holds every commit made under an earlier lease (a commit is answered only
+    /// once committed, and only the lease's holder commits).
+    async fn claim_leased(
+        &self,
+        id: String,
+        claim: LeaseClaim,
+    ) -> StoreResult<ClaimedRecord<String>> {
+        let (lease, taken) = match claim.token {
+            Some(token) => (
+                self.renew_instance(&id, token, claim.now, claim.ttl)
+                    .await?,
+                false,
+            ),
+            None => match self
+                .leases
+                .acquire_known(&id, &claim.owner, claim.now, claim.ttl)
+            {
+                Known::Decided(taken) => (taken?, true),
+                Known::Unknown => {
+                    if self.writer.is_none() {
+                        return Err(read_only());
+                    }
+                    // The row's token is needed first; it was read before the lease was
+                    // taken, which is enough unless another claim took the lease meanwhile.
+                    let (mut record, stored) = self.load_leased(id.clone()).await?;
+                    let (taken, raced) =
+                        self.leases
+                            .acquire_stored(&id, stored, &claim.owner, claim.now, claim.ttl);
+                    let lease = taken?;
+                    if !raced {
+                        self.leases.overlay(&id, &mut record.lease);
+                        return Ok(ClaimedRecord { lease, record });
+                    }
+                    (lease, true)
+                }
+            },
+        };
+        match self.load_leased(id.clone()).await {
+            Ok((record, _)) => Ok(ClaimedRecord { lease, record }),
+            Err(e) => {
+                // A claim that fails writes nothing: the lease it took is given back.
+                if taken {
+                    if matches!(e, StoreError::NotFound { .. }) {
+                        self.leases.forget(&id);
+                    } else {
+                        let _ = self.leases.release(&id, lease.token);
+                    }
+                }
+                Err(e)
+            }
+        }
+    }
 }
 
 impl Store for SqliteStore {
@@ -1045,8 +1100,8 @@ impl Store for SqliteStore {
         &self,
         instance_id: &str,
     ) -> BoxFuture<'_, StoreResult<InstanceRecord<String>>> {
-        let id = instance_id.to_owned();
-        self.read_point(true, move |c| load_tx(c, &id))
+        let load = self.load_leased(instance_id.to_owned());
+        Box::pin(async move { load.await.map(|(record, _)| record) })
     }
 
     fn claim_instance(
@@ -1054,18 +1109,7 @@ impl Store for SqliteStore {
         instance_id: &str,
         claim: LeaseClaim,
     ) -> BoxFuture<'_, StoreResult<ClaimedRecord<String>>> {
-        let id = instance_id.to_owned();
-        self.write_volatile(move |c| {
-            let key = LeaseKey::Instance(id.clone());
-            let lease = match claim.token {
-                None => Self::acquire_tx(c, &key, &claim.owner, claim.now, claim.ttl)?,
-                Some(token) => Self::renew_tx(c, &key, token, claim.now, claim.ttl)?.lease,
-            };
-            Ok(ClaimedRecord {
-                lease,
-                record: load_tx(c, &id)?,
-            })
-        })
+        Box::pin(self.claim_leased(instance_id.to_owned(), claim))
     }
 
     fn commit(&self, commit: Commit<String>) -> BoxFuture<'_, StoreResult<u64>> {
@@ -1073,7 +1117,23 @@ impl Store for SqliteStore {
             .instances_created
             .iter()
             .fold(commit.state.len(), |n, i| n.saturating_add(i.state.len()));
-        self.write_sized(bytes, move |c| commit_tx(c, &commit))
+        let (leases, after) = (Arc::clone(&self.leases), Arc::clone(&self.leases));
+        let (id, token, release) = (
+            commit.instance_id.clone(),
+            commit.lease_token,
+            commit.release_lease,
+        );
+        self.write_then(
+            bytes,
+            move |c| commit_tx(c, &commit, &leases),
+            // Committed: the row carries the token now; a released lease is free before the
+            // caller hears of the commit.
+            move |result| {
+                if result.is_ok() {
+                    after.committed(&id, token, release);
+                }
+            },
+        )
     }
 
     fn request_control(
@@ -1104,6 +1164,7 @@ impl Store for SqliteStore {
         &self,
         filter: InstanceFilter,
     ) -> BoxFuture<'_, StoreResult<Vec<ListedInstance>>> {
+        let leases = Arc::clone(&self.leases);
         self.read(move |c| {
             let mut stmt = c.prepare_cached(&format!(
                 "SELECT {INSTANCE_COLS} FROM wf_instances
@@ -1127,7 +1188,11 @@ impl Store for SqliteStore {
             let mut listed = Vec::new();
             while let Some(row) = rows.next()? {
                 let id: String = row.get(0)?;
-                let summary = summary_from_row(&id, row);
+                let mut summary = summary_from_row(&id, row);
+                if let Ok(summary) = &mut summary {
+                    // The leases live in memory (`leases.rs`), not in the rows.
+                    leases.overlay(&id, &mut summary.lease);
+                }
                 listed.push(ListedInstance {
                     instance_id: id,
                     summary,
@@ -1144,29 +1209,54 @@ impl Store for SqliteStore {
         ttl: i64,
         limit: usize,
     ) -> BoxFuture<'_, StoreResult<Vec<ClaimedInstance>>> {
+        if self.writer.is_none() {
+            return Box::pin(std::future::ready(Err(read_only())));
+        }
         let owner = owner.to_owned();
-        self.write(move |c| {
-            let candidates: Vec<(String, Option<String>)> = {
-                let mut stmt = c.prepare_cached(
-                    "SELECT instance_id, sub_status FROM wf_instances
-                     WHERE status = 'running'
-                       AND (lease_owner IS NULL OR lease_expires_at IS NULL
-                            OR lease_expires_at <= ?1)
-                     ORDER BY updated_at, instance_id LIMIT ?2",
-                )?;
-                let rows = stmt.query_map(rusqlite::params![now, limit_i64(limit)], |r| {
-                    Ok((r.get(0)?, r.get(1)?))
+        let leases = Arc::clone(&self.leases);
+        // No write: the leases are taken in memory (`leases.rs`); the rows are read in pages,
+        // skipping those under a live lease, until `limit` are claimed.
+        self.read(move |c| {
+            let page = limit.saturating_mul(2).max(64);
+            let mut stmt = c.prepare_cached(
+                "SELECT instance_id, sub_status, lease_token, updated_at FROM wf_instances
+                 WHERE status = 'running'
+                   AND (?1 IS NULL OR (updated_at, instance_id) > (?1, ?2))
+                 ORDER BY updated_at, instance_id LIMIT ?3",
+            )?;
+            let mut claimed = Vec::with_capacity(limit);
+            let mut after: Option<(i64, String)> = None;
+            while claimed.len() < limit {
+                let (at, id) = match &after {
+                    Some((at, id)) => (Some(*at), Some(id.clone())),
+                    None => (None, None),
+                };
+                let rows = stmt.query_map(rusqlite::params![at, id, limit_i64(page)], |r| {
+                    Ok((
+                        r.get::<_, String>(0)?,
+                        r.get::<_, Option<String>>(1)?,
+                        r.get::<_, i64>(2)?,
+                        r.get::<_, i64>(3)?,
+                    ))
                 })?;
-                rows.collect::<Result<_, _>>()?
-            };
-            let mut claimed = Vec::with_capacity(candidates.len());
-            for (id, sub_status) in candidates {
-                let lease = acquire_instance_lease(c, &id, &owner, now, ttl)?;
-                claimed.push(ClaimedInstance {
-                    instance_id: id,
-                    sub_status: sub_status.as_deref().and_then(InstanceSubStatus::parse),
-                    lease,
-                });
+                let rows: Vec<_> = rows.collect::<Result<_, _>>()?;
+                let full = rows.len() >= page;
+                for (id, sub_status, stored, updated_at) in rows {
+                    if claimed.len() < limit
+                        && let Some(lease) =
+                            leases.take_runnable(&id, to_u64(stored), &owner, now, ttl)
+                    {
+                        claimed.push(ClaimedInstance {
+                            instance_id: id.clone(),
+                            sub_status: sub_status.as_deref().and_then(InstanceSubStatus::parse),
+                            lease,
+                        });
+                    }
+                    after = Some((updated_at, id));
+                }
+                if !full {
+                    break;
+                }
             }
             Ok(claimed)
         })
@@ -1198,8 +1288,15 @@ impl Store for SqliteStore {
         now: i64,
         ttl: i64,
     ) -> BoxFuture<'_, StoreResult<Lease>> {
-        let (key, owner) = (key.clone(), owner.to_owned());
-        self.write_volatile(move |c| Self::acquire_tx(c, &key, &owner, now, ttl))
+        match key {
+            LeaseKey::Instance(id) => {
+                Box::pin(self.acquire_instance(id.clone(), owner.to_owned(), now, ttl))
+            }
+            LeaseKey::Named(name) => {
+                let (name, owner) = (name.clone(), owner.to_owned());
+                self.write_volatile(move |c| acquire_named_tx(c, &name, &owner, now, ttl))
+            }
+        }
     }
 
     fn renew_lease(
@@ -1209,39 +1306,77 @@ impl Store for SqliteStore {
         now: i64,
         ttl: i64,
     ) -> BoxFuture<'_, StoreResult<Renewal>> {
-        let key = key.clone();
-        self.write_volatile(move |c| Self::renew_tx(c, &key, token, now, ttl))
+        match key {
+            LeaseKey::Instance(id) => {
+                let id = id.clone();
+                Box::pin(async move {
+                    let lease = self.renew_instance(&id, token, now, ttl).await?;
+                    let control: Option<Option<String>> = self
+                        .read_point({
+                            let id = id.clone();
+                            move |c| {
+                                c.prepare_cached(
+                                    "SELECT control_request FROM wf_instances
+                                     WHERE instance_id = ?1",
+                                )?
+                                .query_row([&id], |r| r.get(0))
+                                .optional()
+                                .map_err(StoreError::from)
+                            }
+                        })
+                        .await?;
+                    let control = control.ok_or_else(|| not_found("instance", &id))?;
+                    Ok(Renewal {
+                        lease,
+                        control_request: control
+                            .map(|text| decode_control_request(&id, &text))
+                            .transpose()?,
+                    })
+                })
+            }
+            LeaseKey::Named(name) => {
+                let name = name.clone();
+                self.write_volatile(move |c| renew_named_tx(c, &name, token, now, ttl))
+            }
+        }
     }
 
     fn release_lease(&self, key: &LeaseKey, token: u64) -> BoxFuture<'_, StoreResult<()>> {
-        let key = key.clone();
-        self.write(move |c| {
-            match &key {
-                LeaseKey::Instance(id) => {
-                    check_instance_token(c, id, token)?;
-                    c.prepare_cached(
-                        "UPDATE wf_instances SET lease_owner = NULL, lease_expires_at = NULL
-                         WHERE instance_id = ?1",
-                    )?
-                    .execute([id])?;
+        match key {
+            LeaseKey::Instance(id) => {
+                if self.writer.is_none() {
+                    return Box::pin(std::future::ready(Err(read_only())));
                 }
-                LeaseKey::Named(name) => {
-                    check_named_token(c, name, token)?;
+                if let Some(released) = self.leases.release(id, token) {
+                    return Box::pin(std::future::ready(released));
+                }
+                // No lease is held: fenced (or unknown), as the row says.
+                let id = id.clone();
+                let stored = self.read_point({
+                    let id = id.clone();
+                    move |c| stored_token(c, &id)
+                });
+                Box::pin(async move { Err(instance_fenced(&id, token, stored.await?)) })
+            }
+            LeaseKey::Named(name) => {
+                let name = name.clone();
+                self.write(move |c| {
+                    check_named_token(c, &name, token)?;
                     c.prepare_cached(
                         "UPDATE wf_named_leases SET owner = NULL, expires_at = NULL WHERE name = ?1",
                     )?
-                    .execute([name])?;
-                }
+                    .execute([&name])?;
+                    Ok(())
+                })
             }
-            Ok(())
-        })
+        }
     }
 
     fn find_bookmarks(
         &self,
         select: BookmarkSelect,
     ) -> BoxFuture<'_, StoreResult<Vec<BookmarkRow>>> {
-        self.read_point(false, move |c| match select {
+        self.read_point(move |c| match select {
             BookmarkSelect::Hash(query) => {
                 let (after_at, after_id) = match &query.after {
                     Some((at, id)) => (Some(*at), Some(id.as_str())),
@@ -1287,7 +1422,7 @@ impl Store for SqliteStore {
         stimulus_id: &str,
     ) -> BoxFuture<'_, StoreResult<bool>> {
         let (id, stimulus) = (instance_id.to_owned(), stimulus_id.to_owned());
-        self.read_point(false, move |c| {
+        self.read_point(move |c| {
             Ok(c.prepare_cached(
                 "SELECT 1 FROM wf_receipts WHERE instance_id = ?1 AND stimulus_id = ?2",
             )?
@@ -1298,7 +1433,7 @@ impl Store for SqliteStore {
     }
 
     fn find_triggers(&self, select: TriggerSelect) -> BoxFuture<'_, StoreResult<Vec<TriggerRow>>> {
-        self.read_point(false, move |c| match select {
+        self.read_point(move |c| match select {
             TriggerSelect::Definition(name) => {
                 select_triggers(c, "WHERE definition_name = ?1", rusqlite::params![name])
             }
@@ -1712,7 +1847,7 @@ impl Store for SqliteStore {
         key: &str,
     ) -> BoxFuture<'_, StoreResult<Option<IdempotencyRecord>>> {
         let key = key.to_owned();
-        self.read_point(false, move |c| find_idempotency(c, &key))
+        self.read_point(move |c| find_idempotency(c, &key))
     }
 
     fn stats(&self) -> BoxFuture<'_, StoreResult<StoreStats>> {

@@ -15,6 +15,9 @@ pub(super) const INSTANCE_COLS: &str = "instance_id, definition_name, definition
     sub_status, correlation_id, version, lease_owner, lease_token, lease_expires_at, \
     control_request, origin_at, created_at, updated_at, finished_at, listing";
 
+/// The column of [`INSTANCE_COLS`] holding the lease token the row carries.
+pub(super) const INSTANCE_TOKEN_COL: usize = 8;
+
 /// Decodes one instance row with its state (column 16) as stored (ST-22).
 pub(super) fn instance_from_row(id: &str, row: &Row<'_>) -> StoreResult<InstanceRecord<String>> {
     let summary = summary_from_row(id, row)?;

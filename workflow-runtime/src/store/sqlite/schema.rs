@@ -433,15 +433,27 @@ fn canonical(path: &Path) -> PathBuf {
 
 /// ST-14, ST-26: a file is written by one store at a time, so once its owner lock is taken
 /// every instance lease, timer claim and queue claim recorded in it belongs to a store that
-/// is gone (a killed process, a dropped store). They are expired at once, keeping their
-/// fencing tokens, so the new owner recovers interrupted instances and fires overdue timers
-/// without waiting for the dead owner's TTLs; a late commit of the old owner stays fenced.
+/// is gone (a killed process, a dropped store). They are cleared at once, the fencing tokens
+/// of running instances advanced, so the new owner recovers interrupted instances and fires
+/// overdue timers without waiting for the dead owner's TTLs. (An instance lease is kept in
+/// the owner's memory and never written to its row, `leases.rs`: only a file last written by
+/// an older version has one to clear.)
 pub(super) fn take_over_dead_claims(conn: &Connection) -> StoreResult<()> {
-    let taken = conn.execute(
-        "UPDATE wf_instances SET lease_expires_at = 0
-         WHERE lease_owner IS NOT NULL AND lease_expires_at > 0",
+    let cleared = conn.execute(
+        "UPDATE wf_instances SET lease_owner = NULL, lease_expires_at = NULL
+         WHERE lease_owner IS NOT NULL OR lease_expires_at IS NOT NULL",
         [],
     )?;
+    // The previous owner may have held the lease of any running instance, and the tokens it
+    // issued were in its memory: each such row's token is advanced past one it may have used,
+    // so a first token (1) still means that no process but this one's sweeps ever leased
+    // the instance, which the runtime's recovery relies on (it leaves such an instance to its
+    // creator for a while; the creator of one created before this open is gone).
+    let taken = conn.execute(
+        "UPDATE wf_instances SET lease_token = lease_token + 1 WHERE status = 'running'",
+        [],
+    )?;
+    let taken = taken.max(cleared);
     let timers = conn.execute(
         "UPDATE wf_timers SET claim_owner = NULL, claim_expires_at = NULL
          WHERE claim_owner IS NOT NULL",

@@ -2,14 +2,14 @@
 //! ST-26) and the reader threads.
 //!
 //! A batch takes every pending request up to the batch limits, without waiting for more. A
-//! *volatile* request (a lease claim, renewal or release: see `SqliteStore::write_volatile`)
+//! *volatile* request (a named lease's claim or renewal: see `SqliteStore::write_volatile`)
 //! promises no durability, so it is answered as soon as it has run, while its transaction is
 //! still open, as long as no durable request ran before it in that transaction (what it read
 //! is then committed state). A transaction holding only volatile requests stays open for a
-//! moment (`LINGER`) for the next request: the commit that follows a run's claim then joins
-//! the claim's transaction, and a transition is **one** write transaction, one sync. Durable
-//! requests are answered only after the transaction has committed; a transaction is never
-//! kept open once it holds one.
+//! moment (`LINGER`) for the next request, which then shares its sync. Durable requests are
+//! answered only after the transaction has committed; a transaction is never kept open once
+//! it holds one. (An instance's lease never comes here: it is kept in memory, `leases.rs`,
+//! so a transition is one write request, its commit.)
 
 use std::sync::atomic::Ordering;
 use std::sync::{Mutex, mpsc};
@@ -22,8 +22,8 @@ use super::{Counters, Kind, ReadJob, Responder, WriteRequest};
 use crate::store::StoreError;
 
 /// The longest a transaction holding only volatile requests waits for more before it
-/// commits: longer than a run between its claim and its commit usually takes, short enough
-/// that the lease rows reach the other connections (and processes) at once for a person.
+/// commits: short enough that the lease rows reach the other connections (and processes) at
+/// once for a person.
 const LINGER: Duration = Duration::from_millis(5);
 
 /// Runs transactions until the store is dropped (ST-26).
@@ -71,7 +71,7 @@ impl Open {
     /// it at once when it may be (no durable request ran before it), else after the commit.
     fn admit(&mut self, conn: &Connection, request: WriteRequest, counters: &Counters) {
         self.count += 1;
-        count_request(request.kind, counters);
+        count_request(counters);
         self.bytes = self.bytes.saturating_add(request.bytes);
         let answer_now = !self.durable && request.kind != Kind::Durable;
         let kind = request.kind;
@@ -80,19 +80,15 @@ impl Open {
             return;
         };
         if answer_now && self.failure.is_none() {
-            self.answer_now(kind, responder, counters);
+            self.answer_now(responder);
         } else {
             self.waiting.push(responder);
         }
     }
 
-    /// Answers a volatile request or a read before the commit.
-    fn answer_now(&mut self, kind: Kind, responder: Responder, counters: &Counters) {
-        if kind == Kind::Volatile {
-            self.volatile = true;
-            // Before the answer: the caller's next read must see what it was told it wrote.
-            counters.uncommitted.store(true, Ordering::Release);
-        }
+    /// Answers a volatile request before the commit.
+    fn answer_now(&mut self, responder: Responder) {
+        self.volatile = true;
         responder(None);
     }
 }
@@ -108,7 +104,7 @@ fn run_transaction(
     counters: &Counters,
 ) -> bool {
     let began = Instant::now();
-    count_request(first.kind, counters);
+    count_request(counters);
     if let Err(e) = exec(conn, "BEGIN IMMEDIATE") {
         let (_, responder) = (first.job)(None);
         responder(Some(e.into()));
@@ -138,7 +134,7 @@ fn run_transaction(
     if open.durable {
         open.waiting.push(responder);
     } else {
-        open.answer_now(kind, responder, counters);
+        open.answer_now(responder);
     }
     let mut connected = true;
     loop {
@@ -175,7 +171,6 @@ fn run_transaction(
         // and fencing refuses whatever its holder commits.)
         let _ = exec(conn, "ROLLBACK");
     }
-    counters.uncommitted.store(false, Ordering::Release);
     counters.transactions.fetch_add(1, Ordering::Relaxed);
     for responder in open.waiting {
         responder(failure.clone());
@@ -183,11 +178,9 @@ fn run_transaction(
     connected
 }
 
-/// Counts a write request as it is taken, before it is answered (a read is not one).
-fn count_request(kind: Kind, counters: &Counters) {
-    if kind != Kind::Read {
-        counters.write_requests.fetch_add(1, Ordering::Relaxed);
-    }
+/// Counts a write request as it is taken, before it is answered.
+fn count_request(counters: &Counters) {
+    counters.write_requests.fetch_add(1, Ordering::Relaxed);
 }
 
 /// Runs one request inside its own savepoint, released when it succeeded and rolled back
