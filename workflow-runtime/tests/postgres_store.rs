@@ -329,6 +329,43 @@ async fn a_commit_under_a_stale_fencing_token_writes_nothing() {
     );
 }
 
+/// ST-27: a transaction left open on one of the store's connections, as a store operation
+/// whose future was dropped between two statements leaves it, holding the lock of an
+/// instance's row: the server ends that session after the store's idle-in-transaction
+/// bound, so the instance's next commit waits for it, not for ever.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_transaction_abandoned_on_a_pooled_connection_holds_no_commit_for_ever() {
+    let Some(_conn) = server().await else { return };
+    let Some((store, guard)) = fresh_store().await else {
+        return;
+    };
+    let storage = Storage::new(Arc::clone(&store) as Arc<dyn workflow_runtime::store::Store>);
+    let lease = create_leased(&storage, "wf-1").await;
+    let mut abandoned = store.pool().begin().await.unwrap();
+    sqlx::query(&format!(
+        "SELECT 1 FROM \"{}\".wf_instances WHERE instance_id = 'wf-1' FOR UPDATE",
+        guard.schema()
+    ))
+    .execute(&mut *abandoned)
+    .await
+    .unwrap();
+    // Never committed, rolled back nor given back to the pool: its client went quiet.
+    std::mem::forget(abandoned);
+    let began = std::time::Instant::now();
+    let committed = tokio::time::timeout(
+        Duration::from_secs(60),
+        storage.commit(waiting("wf-1", 1, lease.token, 7)),
+    )
+    .await
+    .expect("the commit still waits for the abandoned transaction's row lock");
+    assert_eq!(committed.unwrap(), 2);
+    assert!(
+        began.elapsed() >= Duration::from_secs(5),
+        "the commit did not wait for the lock: {:?}",
+        began.elapsed()
+    );
+}
+
 /// ST-27: a commit adding a bookmark tells the other processes `QueueChanged` only when
 /// something waits in the queue; its own process hears of it either way.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -14,8 +14,8 @@ use std::time::Duration;
 
 use crate::cancel::CancellationToken;
 use crate::store::{
-    ClaimedRecord, InstanceRecord, InstanceSubStatus, LeaseClaim, LeaseKey, Micros, Storage,
-    StoreError,
+    ClaimedRecord, InstanceRecord, InstanceSubStatus, LeaseClaim, LeaseKey, Micros, Renewal,
+    Storage, StoreError, StoreResult,
 };
 
 use super::control::RunSignals;
@@ -258,16 +258,7 @@ impl<'s> LeaseGuard<'s> {
         loop {
             tokio::time::sleep(self.settings.renew_every).await;
             let now = now_micros();
-            match self
-                .store
-                .renew_lease(
-                    &LeaseKey::instance(self.instance_id.as_str()),
-                    self.token,
-                    now,
-                    self.settings.ttl_micros(),
-                )
-                .await
-            {
+            match self.renew_once(now).await {
                 Ok(renewal) => {
                     expires_at = renewal.lease.expires_at;
                     if let (Some(signals), Some(request)) = (signals, &renewal.control_request) {
@@ -300,6 +291,24 @@ impl<'s> LeaseGuard<'s> {
                 }
             }
         }
+    }
+
+    /// One renewal, on a task of its own: the run ending drops [`LeaseGuard::hold`]'s
+    /// renewal loop at whatever point it is, and a renewal cut off inside its store operation
+    /// could leave that operation's transaction open on a pooled connection, holding the
+    /// instance row's lock until the connection is used again (ST-27). On its own task it
+    /// runs to its end, and only its answer is dropped.
+    async fn renew_once(&self, now: Micros) -> StoreResult<Renewal> {
+        let store = self.store.clone();
+        let key = LeaseKey::instance(self.instance_id.as_str());
+        let (token, ttl) = (self.token, self.settings.ttl_micros());
+        tokio::spawn(async move { store.renew_lease(&key, token, now, ttl).await })
+            .await
+            .unwrap_or_else(|error| {
+                Err(StoreError::unavailable(format_args!(
+                    "the lease renewal did not finish: {error}"
+                )))
+            })
     }
 
     /// Releases the lease (after a run that did not commit its release). Failing to release

@@ -106,6 +106,12 @@ impl PostgresOptions {
     }
 }
 
+/// How long a connection of a pool this store opened may sit idle inside a transaction
+/// before the server ends its session (ST-27). The store's own transactions never wait for
+/// anything but their next statement, so only a transaction whose future was dropped half
+/// way reaches it.
+const IDLE_IN_TRANSACTION: Duration = Duration::from_secs(10);
+
 /// A lease this store claimed without waiting for the claim's flush (see
 /// `ops::claim_instance`): the nonce its commits and renewals name.
 #[derive(Debug, Clone, Copy)]
@@ -264,7 +270,9 @@ impl PostgresStore {
         Self::connect_with(url, &PostgresOptions::default()).await
     }
 
-    /// Opens a pool on `url` with `options`, then migrates and starts the listener.
+    /// Opens a pool on `url` with `options`, then migrates and starts the listener. Its
+    /// connections ask the server to end a session that sits idle inside a transaction for
+    /// 10 s (ST-27): a store operation dropped between two statements holds no lock longer.
     ///
     /// # Errors
     ///
@@ -278,6 +286,13 @@ impl PostgresStore {
                 what: "database url",
                 reason: e.to_string(),
             })?;
+        // ST-27: a transaction whose client stops sending (its future dropped between two
+        // statements by a caller's timeout, say) is ended by the server, so its row locks
+        // cannot hold other processes' commits for longer than this.
+        let connect = connect.options([(
+            "idle_in_transaction_session_timeout",
+            format!("{}ms", IDLE_IN_TRANSACTION.as_millis()),
+        )]);
         // A connection is pinged before use only after it sat idle for a while, not before
         // every operation (a round trip each): a busy store's connections were in use a
         // moment ago, and one the server closed since fails its statement as `Unavailable`
@@ -316,7 +331,10 @@ impl PostgresStore {
     }
 
     /// Uses the application's pool: migrates the schema (under an advisory lock, ST-28) and
-    /// starts the notification listener, which holds one connection of the pool.
+    /// starts the notification listener, which holds one connection of the pool. The pool
+    /// keeps its own connection settings: give it `idle_in_transaction_session_timeout` as
+    /// [`PostgresStore::connect_with`] does (ST-27), or a store operation whose future is
+    /// dropped half way can leave a transaction holding row locks on a pooled connection.
     ///
     /// # Errors
     ///
