@@ -78,7 +78,8 @@ impl Slot {
     }
 }
 
-fn fenced(id: &str, token: u64, current: u64) -> StoreError {
+/// `Fenced` for an instance lease: `token` presented, `current` the one in force.
+pub(super) fn fenced(id: &str, token: u64, current: u64) -> StoreError {
     StoreError::Fenced {
         resource: LeaseKey::instance(id).resource(),
         token,

@@ -9,7 +9,7 @@ use rusqlite::{Connection, OptionalExtension};
 use crate::store::journal_rows;
 use serde_json::Value;
 
-use super::leases::{InstanceLeases, Known};
+use super::leases::{InstanceLeases, Known, fenced};
 use super::rows::{
     BOOKMARK_COLS, INSTANCE_COLS, INSTANCE_TOKEN_COL, QUEUE_COLS, TIMER_COLS, bookmark_from_row,
     decode_error, instance_from_row, queue_from_row, summary_from_row, timer_from_row,
@@ -967,14 +967,6 @@ fn earliest_tx(c: &Connection, now: i64) -> StoreResult<Option<i64>> {
     Ok(due)
 }
 
-fn instance_fenced(id: &str, token: u64, current: u64) -> StoreError {
-    StoreError::Fenced {
-        resource: LeaseKey::instance(id).resource(),
-        token,
-        current,
-    }
-}
-
 /// The instance leases: kept in memory (`leases.rs`), the rows read on the calling thread.
 impl SqliteStore {
     /// Loads an instance (with the token its row carries), showing its lease as held now.
@@ -1005,12 +997,7 @@ impl SqliteStore {
         if let Known::Decided(taken) = self.leases.acquire_known(&id, &owner, now, ttl) {
             return taken;
         }
-        let stored = self
-            .read_point({
-                let id = id.clone();
-                move |c| stored_token(c, &id)
-            })
-            .await?;
+        let stored = self.read_stored_token(id.clone()).await?;
         self.leases.acquire_stored(&id, stored, &owner, now, ttl).0
     }
 
@@ -1023,13 +1010,16 @@ impl SqliteStore {
         if let Some(renewed) = self.leases.renew(id, token, now, ttl) {
             return renewed;
         }
-        let stored = self
-            .read_point({
-                let id = id.to_owned();
-                move |c| stored_token(c, &id)
-            })
-            .await?;
-        Err(instance_fenced(id, token, stored))
+        Err(fenced(
+            id,
+            token,
+            self.read_stored_token(id.to_owned()).await?,
+        ))
+    }
+
+    /// The lease token an instance's row carries, read on the calling thread.
+    fn read_stored_token(&self, id: String) -> BoxFuture<'static, StoreResult<u64>> {
+        self.read_point(move |c| stored_token(c, &id))
     }
 
     /// `claim_instance`: the lease taken (or refreshed) in memory, then the row read on the
@@ -1352,11 +1342,8 @@ impl Store for SqliteStore {
                 }
                 // No lease is held: fenced (or unknown), as the row says.
                 let id = id.clone();
-                let stored = self.read_point({
-                    let id = id.clone();
-                    move |c| stored_token(c, &id)
-                });
-                Box::pin(async move { Err(instance_fenced(&id, token, stored.await?)) })
+                let stored = self.read_stored_token(id.clone());
+                Box::pin(async move { Err(fenced(&id, token, stored.await?)) })
             }
             LeaseKey::Named(name) => {
                 let name = name.clone();
