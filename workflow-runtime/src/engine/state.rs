@@ -495,9 +495,18 @@ impl DetailObject {
     }
 
     fn string(&mut self, value: &str) {
-        // serde_json's own escaping, into the buffer: the same bytes as its `Value` encoding.
-        if serde_json::to_writer(&mut self.text, value).is_err() {
-            self.text.extend_from_slice(b"null");
+        // serde_json escapes `"`, `\` and the control characters only; a string without
+        // them (ids, node paths, state names) is copied as is, any other goes through
+        // serde_json's own escaping: the same bytes as its `Value` encoding either way.
+        if value.bytes().any(|b| b < 0x20 || b == b'"' || b == b'\\') {
+            if serde_json::to_writer(&mut self.text, value).is_err() {
+                self.text.extend_from_slice(b"null");
+            }
+        } else {
+            self.text.reserve(value.len() + 2);
+            self.text.push(b'"');
+            self.text.extend_from_slice(value.as_bytes());
+            self.text.push(b'"');
         }
     }
 
@@ -1225,6 +1234,7 @@ mod tests {
             .value("fired_at", &serde_json::json!({"b": [1, 2.5], "a": null}))
             .opt_str("name", None)
             .opt_str("tag", Some("1:go"))
+            .str("to", "état ✓ \u{7f}")
             .finish();
         let value = serde_json::json!({
             "bookmark": odd,
@@ -1232,6 +1242,7 @@ mod tests {
             "fired_at": {"b": [1, 2.5], "a": null},
             "name": null,
             "tag": "1:go",
+            "to": "état ✓ \u{7f}",
         });
         assert_eq!(text.as_str(), serde_json::to_string(&value).unwrap());
         assert_eq!(text.to_value(), value);
