@@ -442,8 +442,8 @@ impl Detail {
 
     /// An object written member by member: see [`DetailObject`].
     pub(crate) fn object() -> DetailObject {
-        let mut text = Vec::with_capacity(96);
-        text.push(b'{');
+        let mut text = String::with_capacity(96);
+        text.push('{');
         DetailObject {
             text,
             #[cfg(debug_assertions)]
@@ -472,7 +472,7 @@ impl Detail {
 /// A JSON object detail written straight to text. Members must be added in ascending key
 /// order, the order serde_json writes a `Value` object in (checked in debug builds).
 pub(crate) struct DetailObject {
-    text: Vec<u8>,
+    text: String,
     #[cfg(debug_assertions)]
     last_key: Option<&'static str>,
 }
@@ -488,10 +488,10 @@ impl DetailObject {
             self.last_key = Some(key);
         }
         if self.text.len() > 1 {
-            self.text.push(b',');
+            self.text.push(',');
         }
         self.string(key);
-        self.text.push(b':');
+        self.text.push(':');
     }
 
     fn string(&mut self, value: &str) {
@@ -499,14 +499,21 @@ impl DetailObject {
         // them (ids, node paths, state names) is copied as is, any other goes through
         // serde_json's own escaping: the same bytes as its `Value` encoding either way.
         if value.bytes().any(|b| b < 0x20 || b == b'"' || b == b'\\') {
-            if serde_json::to_writer(&mut self.text, value).is_err() {
-                self.text.extend_from_slice(b"null");
-            }
+            self.json(&value);
         } else {
             self.text.reserve(value.len() + 2);
-            self.text.push(b'"');
-            self.text.extend_from_slice(value.as_bytes());
-            self.text.push(b'"');
+            self.text.push('"');
+            self.text.push_str(value);
+            self.text.push('"');
+        }
+    }
+
+    /// serde_json's encoding of `value`, appended (`null` should it fail, which a string or
+    /// a `Value` cannot).
+    fn json<T: Serialize + ?Sized>(&mut self, value: &T) {
+        match serde_json::to_string(value) {
+            Ok(text) => self.text.push_str(&text),
+            Err(_) => self.text.push_str("null"),
         }
     }
 
@@ -522,7 +529,7 @@ impl DetailObject {
         self.key(key);
         match value {
             Some(value) => self.string(value),
-            None => self.text.extend_from_slice(b"null"),
+            None => self.text.push_str("null"),
         }
         self
     }
@@ -530,18 +537,14 @@ impl DetailObject {
     /// Adds a member holding any serializable value.
     pub(crate) fn value(mut self, key: &'static str, value: &Value) -> Self {
         self.key(key);
-        if serde_json::to_writer(&mut self.text, value).is_err() {
-            self.text.extend_from_slice(b"null");
-        }
+        self.json(value);
         self
     }
 
     /// The object's text.
     pub(crate) fn finish(mut self) -> Detail {
-        self.text.push(b'}');
-        // serde_json writes UTF-8 and the rest is ASCII; the check keeps this free of
-        // `unsafe`.
-        Detail(String::from_utf8(self.text).unwrap_or_else(|_| "null".to_owned()))
+        self.text.push('}');
+        Detail(self.text)
     }
 }
 
