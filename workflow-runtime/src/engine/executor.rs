@@ -683,7 +683,9 @@ where
             }
             c.execution_count += 1;
         }
-        self.record_detail(JournalKind::Started, Some(id), Detail::null());
+        if self.state.journal.keeps(JournalKind::Started) {
+            self.record_detail(JournalKind::Started, Some(id), Detail::null());
+        }
         self.activity_event(id, ActivityRef::executing);
         let result = match entry {
             EntryPoint::Execute => match self.execute(id, node) {
