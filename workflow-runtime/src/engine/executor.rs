@@ -401,7 +401,7 @@ where
         let middleware = self.middleware;
         for layer in &middleware.workflow {
             if layer.before_run(&run_info(&self.state)) == Flow::Decline {
-                self.record(JournalKind::Declined, None, json!({"run": "declined"}));
+                self.record(JournalKind::Declined, None, &json!({"run": "declined"}));
                 return Ok(self.end_for_idle());
             }
         }
@@ -642,7 +642,7 @@ where
                 self.record(
                     JournalKind::Declined,
                     Some(item.context),
-                    json!({"entry": entry_name}),
+                    &json!({"entry": entry_name}),
                 );
                 return Ok(());
             }
@@ -1074,7 +1074,7 @@ where
             kind: crate::engine::state::IncidentKind::ActivityFailed,
             stimulus_id: None,
         });
-        self.record(JournalKind::Faulted, Some(id), detail);
+        self.record(JournalKind::Faulted, Some(id), &detail);
         self.activity_event(id, ActivityRef::faulted);
         self.faulted = true;
     }
@@ -1201,7 +1201,7 @@ where
     // ---- journal and events -------------------------------------------------------------
 
     /// Appends a journal entry (kept if the journal level keeps its kind).
-    pub(crate) fn record(&mut self, kind: JournalKind, context: Option<ContextId>, detail: Value) {
+    pub(crate) fn record(&mut self, kind: JournalKind, context: Option<ContextId>, detail: &Value) {
         let now = self.now;
         // The node id is borrowed from the context, not cloned: the journal copies it once.
         let state = &mut self.state;
@@ -1374,7 +1374,7 @@ where
     }
 
     fn record(&mut self, kind: JournalKind, context: Option<ContextId>, detail: Value) {
-        Executor::record(self, kind, context, detail);
+        Executor::record(self, kind, context, &detail);
     }
 
     fn record_detail(&mut self, kind: JournalKind, context: Option<ContextId>, detail: Detail) {

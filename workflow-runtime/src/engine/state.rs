@@ -569,11 +569,11 @@ impl Journal {
         &mut self,
         kind: JournalKind,
         context: Option<(ContextId, &str)>,
-        detail: Value,
+        detail: &Value,
         now: Micros,
     ) {
         if self.keeps(kind) {
-            self.push(kind, context, Detail::of_value(&detail), now);
+            self.push(kind, context, Detail::of_value(detail), now);
         }
     }
 
@@ -1104,7 +1104,7 @@ mod tests {
             journal.record(
                 JournalKind::Completed,
                 Some((i, "root:a")),
-                Value::Null,
+                &Value::Null,
                 i64::try_from(i).unwrap_or(0),
             );
             journal.compact();
@@ -1260,8 +1260,8 @@ mod tests {
     #[test]
     fn journal_level_filters_kinds() {
         let mut journal = Journal::new(JournalLevel::Lifecycle, 10);
-        journal.record(JournalKind::Completed, None, Value::Null, 0);
-        journal.record(JournalKind::StatusChanged, None, Value::Null, 0);
+        journal.record(JournalKind::Completed, None, &Value::Null, 0);
+        journal.record(JournalKind::StatusChanged, None, &Value::Null, 0);
         assert_eq!(journal.entries.len(), 1);
     }
 }

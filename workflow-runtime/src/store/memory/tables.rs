@@ -216,7 +216,7 @@ impl Inner {
         // scan the entries before each one instead of building a set per commit.
         let receipts = self.receipts.get(&c.instance_id);
         for (i, stimulus) in c.receipts.iter().enumerate() {
-            if c.receipts[..i].contains(stimulus)
+            if c.receipts.iter().take(i).any(|earlier| earlier == stimulus)
                 || receipts.is_some_and(|r| r.contains_key(stimulus))
             {
                 return Err(StoreError::ReceiptExists {
@@ -229,8 +229,10 @@ impl Inner {
             let exists = self.bookmarks.get(&b.bookmark_id).is_some_and(|old| {
                 old.instance_id != c.instance_id || !c.bookmarks_removed.contains(&b.bookmark_id)
             });
-            let doubled = c.bookmarks_added[..i]
+            let doubled = c
+                .bookmarks_added
                 .iter()
+                .take(i)
                 .any(|other| other.bookmark_id == b.bookmark_id);
             if exists || doubled {
                 return Err(StoreError::AlreadyExists {
