@@ -32,6 +32,7 @@ use super::{
     TriggerSelect, TriggerWrite, WakeUp,
 };
 
+mod kept;
 mod notify;
 mod ops;
 mod schema;
@@ -227,6 +228,8 @@ pub struct PostgresStore {
     claims: HeldClaims,
     migrations_applied: Vec<u32>,
     listener: Option<JoinHandle<()>>,
+    /// Connections kept between single statements (see `kept.rs`).
+    kept: kept::Kept,
 }
 
 impl fmt::Debug for PostgresStore {
@@ -242,6 +245,7 @@ impl Drop for PostgresStore {
         if let Some(listener) = self.listener.take() {
             listener.abort();
         }
+        self.kept.clear();
     }
 }
 
@@ -344,6 +348,7 @@ impl PostgresStore {
     pub async fn from_pool(pool: PgPool, options: &PostgresOptions) -> StoreResult<Self> {
         let schema = Schema::new(&options.schema)?;
         let migrations_applied = schema::migrate(&pool, &schema, options.migrate).await?;
+        let kept = kept::Kept::new(&pool);
         let (hints, _) = broadcast::channel(1024);
         let origin = new_origin();
         let (notifier, outgoing) = mpsc::unbounded_channel();
@@ -380,6 +385,7 @@ impl PostgresStore {
             claims: HeldClaims::default(),
             migrations_applied,
             listener,
+            kept,
         })
     }
 
@@ -543,9 +549,15 @@ macro_rules! write_tx_notified {
 macro_rules! single {
     ($self:ident, |$c:ident| $body:expr) => {{
         $self.count_transaction();
-        let mut conn = $self.pool.acquire().await?;
-        let $c: &mut PgConnection = &mut conn;
-        $body.await
+        let mut conn = $self.kept.take(&$self.pool).await?;
+        let result = {
+            let $c: &mut PgConnection = &mut conn;
+            $body.await
+        };
+        if result.is_ok() {
+            $self.kept.keep(conn);
+        }
+        result
     }};
 }
 
@@ -555,7 +567,7 @@ macro_rules! single {
 /// connections (a restart) the first use of each fails, and a read is safe to run again.
 macro_rules! read {
     ($self:ident, |$c:ident| $body:expr) => {{
-        let mut conn = $self.pool.acquire().await?;
+        let mut conn = $self.kept.take(&$self.pool).await?;
         let first = {
             let $c: &mut PgConnection = &mut conn;
             $body.await
@@ -564,10 +576,21 @@ macro_rules! read {
             Err(StoreError::Unavailable { .. }) => {
                 drop(conn);
                 let mut conn = $self.live_connection().await?;
-                let $c: &mut PgConnection = &mut conn;
-                $body.await
+                let second = {
+                    let $c: &mut PgConnection = &mut conn;
+                    $body.await
+                };
+                if second.is_ok() {
+                    $self.kept.keep(conn);
+                }
+                second
             }
-            other => other,
+            other => {
+                if other.is_ok() {
+                    $self.kept.keep(conn);
+                }
+                other
+            }
         }
     }};
 }

@@ -1,0 +1,103 @@
+//! Connections kept between the store's single statements, not given back to the pool.
+//!
+//! sqlx pings every connection given back to its pool (a `Sync` message and the server's
+//! answer: a round trip that wakes the server's backend) from a task it spawns for the
+//! purpose. The store's one-statement operations (the routing read, the claim, the commit
+//! function's call) gave their connection back after every statement, so a transition
+//! cost three such pings on top of its three statements. A connection whose statement
+//! completed is in a known state (the driver waits for the server's `ReadyForQuery` before
+//! its next statement), so the store keeps it here for its next operation instead. A
+//! connection whose operation failed, or whose future was dropped half way, is never kept:
+//! it goes back through the pool's own checks.
+
+use std::collections::VecDeque;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use sqlx::pool::PoolConnection;
+use sqlx::{PgPool, Postgres};
+
+use super::IDLE_BEFORE_PING;
+use crate::store::StoreResult;
+
+/// A kept connection idle for longer than this goes back to the pool (which closes
+/// connections idle past its own timeout and past their lifetime) instead of being used.
+const KEEP_IDLE: Duration = Duration::from_secs(5);
+
+/// The connections kept, the most recently used last.
+#[derive(Debug)]
+pub(super) struct Kept {
+    connections: Mutex<VecDeque<(PoolConnection<Postgres>, Instant)>>,
+    /// At most this many are kept: three fewer than the pool's size, so that the listener's
+    /// connection, and the transactions and the notifier taking theirs from the pool, always
+    /// find one there (of the connections in use outside this list, at least two go back
+    /// to the pool when they are done).
+    limit: usize,
+}
+
+impl Kept {
+    pub(super) fn new(pool: &PgPool) -> Self {
+        let size = usize::try_from(pool.options().get_max_connections()).unwrap_or(0);
+        Self {
+            connections: Mutex::new(VecDeque::new()),
+            limit: size.saturating_sub(3),
+        }
+    }
+
+    /// A kept connection, or one from the pool. One that sat idle for a while is pinged
+    /// first (as the pool pings its own), and one idle for long goes back to the pool.
+    pub(super) async fn take(&self, pool: &PgPool) -> StoreResult<PoolConnection<Postgres>> {
+        loop {
+            let kept = {
+                let mut connections = self
+                    .connections
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner);
+                while connections
+                    .front()
+                    .is_some_and(|(_, since)| since.elapsed() > KEEP_IDLE)
+                {
+                    // Dropped: back to the pool, through its checks.
+                    connections.pop_front();
+                }
+                connections.pop_back()
+            };
+            let Some((mut conn, since)) = kept else {
+                return Ok(pool.acquire().await?);
+            };
+            if pool.is_closed() {
+                drop(conn);
+                continue;
+            }
+            if since.elapsed() <= IDLE_BEFORE_PING
+                || sqlx::Connection::ping(&mut *conn).await.is_ok()
+            {
+                return Ok(conn);
+            }
+            conn.close_on_drop();
+        }
+    }
+
+    /// Keeps `conn`, whose operation completed, for the next one (or gives it back to the
+    /// pool when enough are kept).
+    pub(super) fn keep(&self, conn: PoolConnection<Postgres>) {
+        let mut connections = self
+            .connections
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if connections.len() < self.limit {
+            connections.push_back((conn, Instant::now()));
+        }
+    }
+
+    /// Gives every kept connection back to the pool.
+    pub(super) fn clear(&self) {
+        let drained: Vec<_> = self
+            .connections
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .drain(..)
+            .collect();
+        drop(drained);
+    }
+}
