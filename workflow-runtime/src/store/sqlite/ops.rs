@@ -20,16 +20,16 @@ use super::{
 };
 use crate::store::backend::{
     BookmarkSelect, Capabilities, ChildWaitIndex, ClaimedRecord, DefinitionRecord, DefinitionStore,
-    DueTimers, Enqueue, IncidentQuery, LeaseClaim, LeaseKey, PurgeTarget, RemoteHints, Settled,
-    Settlement, Store, TimerScope, TriggerSelect, TriggerWrite,
+    DueTimers, Enqueue, IncidentQuery, LeaseClaim, LeaseKey, PurgeTarget, RemoteHints, RouteReads,
+    Settled, Settlement, Store, TimerScope, TriggerSelect, TriggerWrite,
 };
 use crate::store::{
-    BookmarkRow, BoxFuture, ClaimedInstance, Commit, ControlRequest, DeadLetter, DeadLetterFilter,
-    DeadLetterReason, EncodedQueueItem, IdempotencyRecord, IncidentRecord, InstanceFilter,
-    InstanceRecord, InstanceStatus, InstanceSubStatus, JournalRecord, Lease, ListedInstance,
-    NewIncident, NewInstance, NewJournalRecord, QueueItem, Renewal, Schedule, ScheduleFiring,
-    StoreError, StoreResult, StoreStats, TimerRow, TriggerRow, WakeUp, decode_control_request,
-    decode_instance_status,
+    BookmarkQuery, BookmarkRow, BoxFuture, ClaimedInstance, Commit, ControlRequest, DeadLetter,
+    DeadLetterFilter, DeadLetterReason, EncodedQueueItem, IdempotencyRecord, IncidentRecord,
+    InstanceFilter, InstanceRecord, InstanceStatus, InstanceSubStatus, JournalRecord, Lease,
+    ListedInstance, NewIncident, NewInstance, NewJournalRecord, QueueItem, Renewal, Schedule,
+    ScheduleFiring, StoreError, StoreResult, StoreStats, TimerRow, TriggerRow, WakeUp,
+    decode_control_request, decode_instance_status,
 };
 
 // ----- write operations (run on the writer thread, inside a savepoint) -----
@@ -192,6 +192,8 @@ fn commit_tx(c: &Connection, commit: &Commit<String>, leases: &InstanceLeases) -
     if let Some(compaction) = &commit.journal_compaction {
         compact_journal(c, id, to_i64(compaction.through_seq), &compaction.summary)?;
     }
+    // The newest seq after this commit's entries, when it appends any.
+    let mut newest = None;
     if !commit.journal.is_empty() {
         let last: i64 = c
             .prepare_cached(
@@ -199,16 +201,18 @@ fn commit_tx(c: &Connection, commit: &Commit<String>, leases: &InstanceLeases) -
             )?
             .query_row([id], |r| r.get(0))?;
         let count = i64::try_from(commit.journal.len()).unwrap_or(i64::MAX);
+        let through = last.saturating_add(count);
         insert_journal_row(
             c,
             id,
             last + 1,
-            last.saturating_add(count),
+            through,
             &journal_rows::encode(&commit.journal),
         )?;
+        newest = Some(through);
     }
     if let Some(max) = commit.max_journal_entries {
-        cap_journal(c, id, max)?;
+        cap_journal(c, id, max, newest)?;
     }
     {
         let mut stmt = c.prepare_cached("DELETE FROM wf_queue WHERE item_id = ?1")?;
@@ -429,11 +433,12 @@ fn enqueue_tx(c: &Connection, item: &QueueItem) -> StoreResult<()> {
 /// from `MAX(last_seq) + 1`, a compaction replaces the entries up to its `through_seq` by a
 /// row of one summary at that seq (below the oldest entry when the cap had removed them
 /// already: the gap), and the cap removes the oldest. So the number of entries follows from
-/// three index probes (the two oldest rows and the newest seq), and the excess is a range of
+/// three index probes (the two oldest rows and the newest seq: `newest`, when the commit
+/// just appended its row and so knows it), and the excess is a range of
 /// the oldest: the rows wholly in it are deleted as one range, and the row it cuts through
 /// keeps its newer entries (its `first_seq` raised, ST-10). (Counting them, or an `OFFSET
 /// max` walk, reads every kept row on every commit of an instance at its cap.)
-fn cap_journal(c: &Connection, id: &str, max: u64) -> StoreResult<()> {
+fn cap_journal(c: &Connection, id: &str, max: u64, newest: Option<i64>) -> StoreResult<()> {
     let oldest: Vec<(i64, i64)> = {
         let mut stmt = c.prepare_cached(
             "SELECT first_seq, last_seq FROM wf_journal WHERE instance_id = ?1
@@ -445,9 +450,12 @@ fn cap_journal(c: &Connection, id: &str, max: u64) -> StoreResult<()> {
     let Some(&(first, first_last)) = oldest.first() else {
         return Ok(());
     };
-    let newest: i64 = c
-        .prepare_cached("SELECT MAX(last_seq) FROM wf_journal WHERE instance_id = ?1")?
-        .query_row([id], |r| r.get(0))?;
+    let newest: i64 = match newest {
+        Some(newest) => newest,
+        None => c
+            .prepare_cached("SELECT MAX(last_seq) FROM wf_journal WHERE instance_id = ?1")?
+            .query_row([id], |r| r.get(0))?,
+    };
     // A summary below a gap, then the run from the second oldest row on; or one run.
     let (entries, cut_from) = match oldest.get(1) {
         Some(&(second, _)) if first == first_last && second > first.saturating_add(1) => {
@@ -1364,34 +1372,7 @@ impl Store for SqliteStore {
         select: BookmarkSelect,
     ) -> BoxFuture<'_, StoreResult<Vec<BookmarkRow>>> {
         self.read_point(move |c| match select {
-            BookmarkSelect::Hash(query) => {
-                let (after_at, after_id) = match &query.after {
-                    Some((at, id)) => (Some(*at), Some(id.as_str())),
-                    None => (None, None),
-                };
-                let mut stmt = c.prepare_cached(&format!(
-                    "SELECT {BOOKMARK_COLS} FROM wf_bookmarks
-                     WHERE hash = ?1
-                       AND (?2 IS NULL OR instance_id = ?2)
-                       AND (?3 IS NULL OR correlation_id = ?3)
-                       AND (?4 IS NULL OR bookmark_id = ?4)
-                       AND (?5 IS NULL OR (created_at, bookmark_id) > (?5, ?6))
-                     ORDER BY created_at, bookmark_id LIMIT ?7"
-                ))?;
-                let rows = stmt.query_map(
-                    rusqlite::params![
-                        query.hash,
-                        query.instance_id,
-                        query.correlation_id,
-                        query.bookmark_id,
-                        after_at,
-                        after_id,
-                        limit_i64(query.limit),
-                    ],
-                    bookmark_from_row,
-                )?;
-                collect_named(rows, "bookmark")
-            }
+            BookmarkSelect::Hash(query) => bookmarks_by_hash(c, &query),
             BookmarkSelect::Instance(id) => {
                 let mut stmt = c.prepare_cached(&format!(
                     "SELECT {BOOKMARK_COLS} FROM wf_bookmarks WHERE instance_id = ?1
@@ -1424,29 +1405,7 @@ impl Store for SqliteStore {
             TriggerSelect::Definition(name) => {
                 select_triggers(c, "WHERE definition_name = ?1", rusqlite::params![name])
             }
-            TriggerSelect::Hashes(hashes) => {
-                let mut found = Vec::new();
-                for hash in &hashes {
-                    found.extend(select_triggers(
-                        c,
-                        "WHERE hash = ?1",
-                        rusqlite::params![hash],
-                    )?);
-                }
-                found.sort_by(|a, b| {
-                    (&a.definition_name, &a.node_id, &a.hash).cmp(&(
-                        &b.definition_name,
-                        &b.node_id,
-                        &b.hash,
-                    ))
-                });
-                found.dedup_by(|a, b| {
-                    a.definition_name == b.definition_name
-                        && a.node_id == b.node_id
-                        && a.hash == b.hash
-                });
-                Ok(found)
-            }
+            TriggerSelect::Hashes(hashes) => read_snapshot(c, |c| triggers_by_hashes(c, &hashes)),
         })
     }
 
@@ -1850,6 +1809,26 @@ impl Store for SqliteStore {
             .with_definitions(self)
             .with_child_waits(self)
             .with_remote_hints(self)
+            .with_routes(self)
+    }
+}
+
+/// A send's routing reads (the trigger rows of its hashes and its first bookmark page) in
+/// one read transaction on the calling thread, instead of a transaction per statement.
+impl RouteReads for SqliteStore {
+    fn find_routes(
+        &self,
+        hashes: Vec<String>,
+        bookmarks: BookmarkQuery,
+    ) -> BoxFuture<'_, StoreResult<(Vec<TriggerRow>, Vec<BookmarkRow>)>> {
+        self.read_point(move |c| {
+            read_snapshot(c, |c| {
+                Ok((
+                    triggers_by_hashes(c, &hashes)?,
+                    bookmarks_by_hash(c, &bookmarks)?,
+                ))
+            })
+        })
     }
 }
 
@@ -1944,6 +1923,77 @@ fn collect_rows<T>(
 ) -> StoreResult<Vec<T>> {
     rows.map(|row| row.map_err(|e| decode_error(what, "?", "row", &e)))
         .collect()
+}
+
+/// Bookmark rows by stimulus hash with the query's filters and keyset page (ST-6, C-8).
+fn bookmarks_by_hash(c: &Connection, query: &BookmarkQuery) -> StoreResult<Vec<BookmarkRow>> {
+    let (after_at, after_id) = match &query.after {
+        Some((at, id)) => (Some(*at), Some(id.as_str())),
+        None => (None, None),
+    };
+    let mut stmt = c.prepare_cached(&format!(
+        "SELECT {BOOKMARK_COLS} FROM wf_bookmarks
+         WHERE hash = ?1
+           AND (?2 IS NULL OR instance_id = ?2)
+           AND (?3 IS NULL OR correlation_id = ?3)
+           AND (?4 IS NULL OR bookmark_id = ?4)
+           AND (?5 IS NULL OR (created_at, bookmark_id) > (?5, ?6))
+         ORDER BY created_at, bookmark_id LIMIT ?7"
+    ))?;
+    let rows = stmt.query_map(
+        rusqlite::params![
+            query.hash,
+            query.instance_id,
+            query.correlation_id,
+            query.bookmark_id,
+            after_at,
+            after_id,
+            limit_i64(query.limit),
+        ],
+        bookmark_from_row,
+    )?;
+    collect_named(rows, "bookmark")
+}
+
+/// Trigger rows with any of `hashes`, by `(definition_name, node_id, hash)`.
+fn triggers_by_hashes(c: &Connection, hashes: &[String]) -> StoreResult<Vec<TriggerRow>> {
+    let mut found = Vec::new();
+    for hash in hashes {
+        found.extend(select_triggers(
+            c,
+            "WHERE hash = ?1",
+            rusqlite::params![hash],
+        )?);
+    }
+    found.sort_by(|a, b| {
+        (&a.definition_name, &a.node_id, &a.hash).cmp(&(&b.definition_name, &b.node_id, &b.hash))
+    });
+    found.dedup_by(|a, b| {
+        a.definition_name == b.definition_name && a.node_id == b.node_id && a.hash == b.hash
+    });
+    Ok(found)
+}
+
+/// Runs `f`'s statements in one read transaction: one snapshot, one shared-memory lock taken
+/// and released, and the pages read by one statement still cached for the next (SQLite
+/// empties a connection's page cache when it begins a read transaction after another
+/// connection committed, so statements run one transaction each read every page again).
+fn read_snapshot<T>(
+    c: &Connection,
+    f: impl FnOnce(&Connection) -> StoreResult<T>,
+) -> StoreResult<T> {
+    let exec = |sql: &str| c.prepare_cached(sql).and_then(|mut s| s.raw_execute());
+    exec("BEGIN")?;
+    let result = f(c);
+    // A read transaction holds no change: ending it loses nothing. It must end, though, or
+    // the connection would keep this snapshot for every later read.
+    let mut end = exec("COMMIT").map(drop);
+    if !c.is_autocommit() {
+        end = exec("ROLLBACK").map(drop);
+    }
+    let value = result?;
+    end?;
+    Ok(value)
 }
 
 /// Collects rows whose mapper names the row in its own `Decode` (ST-22).
