@@ -193,6 +193,180 @@ async fn journal_entries_of_schema_4_read_the_same_after_the_upgrade() {
     );
 }
 
+/// ST-15, ST-10, ST-29: a database at schema 5 upgrades to the instance row updated in place
+/// (migration 6) and the amortised journal cap (migration 7): running instances are still
+/// claimed oldest `updated_at` first, the journal reads the same, the cap keeps exactly the
+/// newest entries while the rows below it go in batches, not on every commit, and the
+/// commits of a waiting instance update its row in place (HOT updates).
+#[tokio::test]
+async fn a_schema_5_database_upgrades_to_commits_in_place_and_an_amortised_cap() {
+    let Some(mut conn) = server().await else {
+        return;
+    };
+    let (url, schema) = (database_url(), fresh_schema_name());
+    let _guard = SchemaGuard::new(url.clone(), schema.clone());
+    PostgresStore::create_at_schema(&url, &schema, 5)
+        .await
+        .unwrap();
+    // Rows as schema 5 wrote them: three running instances and a waiting one whose journal
+    // the cap cut through (entries 2 to 6 kept, counted in `journal_rows`).
+    for (id, status, sub_status, updated_at, journal_rows) in [
+        ("r1", "running", "pending", T0 + 3, None),
+        ("r2", "running", "pending", T0 + 1, None),
+        ("r3", "running", "executing", T0 + 2, None),
+        ("wf-1", "suspended", "waiting", T0, Some(5_i64)),
+    ] {
+        sqlx::query(&format!(
+            "INSERT INTO \"{schema}\".wf_instances (instance_id, definition_name,
+                definition_version, status, sub_status, version, origin_at, created_at,
+                updated_at, state, state_size, journal_rows)
+             VALUES ($1, 'order', 'v1', $2, $3, 1, $4, $4, $4, '{{\"n\":0}}', 7, $5)"
+        ))
+        .bind(id)
+        .bind(status)
+        .bind(sub_status)
+        .bind(updated_at)
+        .bind(journal_rows)
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    }
+    let entry = |n: i64| format!("[{},\"k{n}\",null,null,\"{n}\"]", T0 + n);
+    for (last, first, entries) in [(3_i64, 2_i64, 1..=3_i64), (6, 4, 4..=6)] {
+        let text = format!("[{}]", entries.map(entry).collect::<Vec<_>>().join(","));
+        sqlx::query(&format!(
+            "INSERT INTO \"{schema}\".wf_journal (instance_id, last_seq, first_seq, entries)
+             VALUES ('wf-1', $1, $2, $3)"
+        ))
+        .bind(last)
+        .bind(first)
+        .bind(text)
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    }
+    let raw = Arc::new(open(&url, &schema).await);
+    assert_eq!(raw.migrations_applied(), [6, 7]);
+    let store = Storage::new(raw);
+    // The runnable index no longer holds `updated_at`, which every commit changes.
+    let runnable: String = sqlx::query_scalar(
+        "SELECT indexdef FROM pg_indexes WHERE schemaname = $1
+            AND indexname = 'wf_instances_runnable'",
+    )
+    .bind(&schema)
+    .fetch_one(&mut conn)
+    .await
+    .unwrap();
+    assert!(
+        runnable.contains("(runnable_at, instance_id)") && !runnable.contains("updated_at"),
+        "{runnable}"
+    );
+    let claimed: Vec<String> = store
+        .claim_runnable("node-a", T0 + SEC, TTL, 10)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|c| c.instance_id)
+        .collect();
+    assert_eq!(claimed, ["r2", "r3", "r1"], "oldest updated_at first");
+    let seqs = |journal: Vec<workflow_runtime::store::JournalRecord>| -> Vec<u64> {
+        journal.iter().map(|e| e.seq).collect()
+    };
+    let journal = store.read_journal("wf-1", 0, 100).await.unwrap();
+    assert_eq!(seqs(journal.clone()), [2, 3, 4, 5, 6]);
+    assert_eq!(journal[0].kind, "k2");
+    assert_eq!(journal[4].detail, serde_json::json!(6));
+    // Commits of three entries each under a cap of ten.
+    let lease = store
+        .acquire_lease(&LeaseKey::instance("wf-1"), "node-a", T0, TTL)
+        .await
+        .unwrap();
+    let (mut rows_before, mut grew, mut shrank, mut most) =
+        (journal_stored(&mut conn, &schema).await.0, 0, 0, 0);
+    let commits = 60_u64;
+    for version in 1..=commits {
+        let mut c = waiting("wf-1", version, lease.token, version as i64);
+        c.now = T0 + SEC + version as i64;
+        let next = 7 + 3 * (version - 1);
+        c.journal = (next..next + 3)
+            .map(|n| workflow_runtime::store::NewJournalRecord {
+                at: T0 + n as i64,
+                kind: format!("k{n}"),
+                context_id: None,
+                node_id: None,
+                detail: serde_json::json!(n),
+            })
+            .collect();
+        c.max_journal_entries = Some(10);
+        store.commit(c).await.unwrap();
+        let newest = next + 2;
+        let want: Vec<u64> = ((newest - 9).max(2)..=newest).collect();
+        assert_eq!(
+            seqs(store.read_journal("wf-1", 0, 100).await.unwrap()),
+            want,
+            "after commit {version}"
+        );
+        let page = store
+            .read_journal("wf-1", newest.saturating_sub(12), 2)
+            .await
+            .unwrap();
+        assert_eq!(seqs(page), want[..2], "a page from below the cap");
+        let (rows, entries) = journal_stored(&mut conn, &schema).await;
+        assert!(
+            entries < 10 + 64 + 3,
+            "{entries} entries stored after {version}"
+        );
+        most = most.max(entries);
+        if rows > rows_before {
+            grew += 1;
+        } else {
+            shrank += 1;
+        }
+        rows_before = rows;
+    }
+    assert!(
+        most > 40,
+        "the rows below the cap wait for a batch ({most} stored at most)"
+    );
+    assert!(
+        shrank >= 1 && grew > commits * 3 / 4,
+        "rows went in batches: {grew} commits added a row, {shrank} deleted some"
+    );
+    // Every commit above (the instance stays suspended) updated its row in place. The
+    // server's statistics arrive from the store's connections within seconds.
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let (updates, hot) = loop {
+        let (updates, hot): (i64, i64) = sqlx::query_as(
+            "SELECT n_tup_upd, n_tup_hot_upd FROM pg_stat_user_tables
+             WHERE schemaname = $1 AND relname = 'wf_instances'",
+        )
+        .bind(&schema)
+        .fetch_one(&mut conn)
+        .await
+        .unwrap();
+        if updates >= commits as i64 + 4 || std::time::Instant::now() > deadline {
+            break (updates, hot);
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    assert!(
+        hot >= commits as i64,
+        "{hot} of {updates} updates of the instances were HOT"
+    );
+}
+
+/// The journal rows of `wf-1` in `schema` and the entries they hold, those below the floor
+/// included.
+async fn journal_stored(conn: &mut PgConnection, schema: &str) -> (i64, i64) {
+    sqlx::query_as(&format!(
+        "SELECT count(*), COALESCE(sum(last_seq - first_seq + 1), 0)::BIGINT
+           FROM \"{schema}\".wf_journal WHERE instance_id = 'wf-1'"
+    ))
+    .fetch_one(conn)
+    .await
+    .unwrap()
+}
+
 /// ST-10, ST-22: a journal row whose entries do not decode is a `Decode` naming the instance
 /// and its entries; the rows after it read.
 #[tokio::test]

@@ -549,7 +549,9 @@ pub(super) async fn list_instances(
 
 /// Claims runnable instances with `FOR UPDATE SKIP LOCKED` (ST-15, ST-27): rows another
 /// process is claiming or committing are skipped, not waited for, and each claimed row gets
-/// a new fencing token in the same statement.
+/// a new fencing token in the same statement. `runnable_at` is `updated_at` of a running
+/// instance and `NULL` otherwise (migration 6), so the index it keys orders the claims
+/// oldest `updated_at` first without a commit of a waiting instance touching it.
 pub(super) async fn claim_runnable(
     c: &mut Conn,
     s: &Schema,
@@ -561,9 +563,9 @@ pub(super) async fn claim_runnable(
     let rows = sqlx::query(&s.sql(
         "WITH picked AS (
             SELECT instance_id FROM @wf_instances
-            WHERE status = 'running'
+            WHERE runnable_at IS NOT NULL
               AND (lease_owner IS NULL OR lease_expires_at IS NULL OR lease_expires_at <= $1)
-            ORDER BY updated_at, instance_id LIMIT $2
+            ORDER BY runnable_at, instance_id LIMIT $2
             FOR UPDATE SKIP LOCKED)
          UPDATE @wf_instances i SET lease_token = i.lease_token + 1, lease_owner = $3,
             lease_expires_at = $4, lease_nonce = NULL
@@ -1377,12 +1379,18 @@ pub(super) async fn read_journal(
     let mut entries = Vec::new();
     while entries.len() < limit {
         let need = limit - entries.len();
+        // Nothing below the instance's journal floor is read: the cap raised it past those
+        // entries, whose rows are deleted later (migration 7).
         let rows = sqlx::query(&s.sql(
-            "SELECT first_seq, last_seq, entries FROM @wf_journal
-             WHERE instance_id = $1 AND last_seq >= $2 AND first_seq < $3 + GREATEST($2, (
-                 SELECT j.first_seq FROM @wf_journal j WHERE j.instance_id = $1
-                    AND j.last_seq >= $2 ORDER BY j.last_seq LIMIT 1))
-             ORDER BY last_seq",
+            "WITH floor AS (SELECT COALESCE((SELECT i.journal_first FROM @wf_instances i
+                     WHERE i.instance_id = $1), 0) AS f)
+             SELECT GREATEST(j.first_seq, floor.f), j.last_seq, j.entries
+               FROM @wf_journal j, floor
+             WHERE j.instance_id = $1 AND j.last_seq >= GREATEST($2, floor.f)
+               AND j.first_seq < $3 + GREATEST($2, floor.f, (
+                 SELECT k.first_seq FROM @wf_journal k WHERE k.instance_id = $1
+                    AND k.last_seq >= GREATEST($2, floor.f) ORDER BY k.last_seq LIMIT 1))
+             ORDER BY j.last_seq",
         ))
         .bind(id)
         .bind(from)
