@@ -910,6 +910,64 @@ async fn bookmarks_and_journal_of_schema_9_read_the_same_after_the_upgrade() {
     assert_eq!(seqs, [2, 3, 4, 5]);
 }
 
+/// ENG-42, ST-26: at its cap, an instance's journal shows exactly the newest `max` entries
+/// after every commit, while the rows below them are deleted in batches: the file never holds
+/// more than the cap plus a batch (64 entries here), and less than everything written.
+#[tokio::test]
+async fn the_journal_cap_shows_the_newest_entries_and_deletes_the_rest_in_batches() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("cap.db");
+    let store = open(&path);
+    let lease = create_leased(&store, "wf-1").await;
+    let raw = rusqlite::Connection::open(&path).unwrap();
+    let stored = || -> i64 {
+        raw.query_row(
+            "SELECT COALESCE(SUM(last_seq - first_seq + 1), 0) FROM wf_journal
+             WHERE instance_id = 'wf-1'",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap()
+    };
+    let mut most = 0;
+    for version in 1..=200u64 {
+        let mut c = waiting("wf-1", version, lease.token, 1);
+        c.journal = vec![NewJournalRecord {
+            at: T0 + i64::try_from(version).unwrap(),
+            kind: format!("e{version}"),
+            context_id: None,
+            node_id: None,
+            detail: json!(version),
+        }];
+        c.max_journal_entries = Some(10);
+        store.commit(c).await.unwrap();
+        let shown: Vec<u64> = store
+            .read_journal("wf-1", 0, 100)
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|e| e.seq)
+            .collect();
+        let expected: Vec<u64> = (version.saturating_sub(9).max(1)..=version).collect();
+        assert_eq!(shown, expected, "after commit {version}");
+        let from_middle: Vec<u64> = store
+            .read_journal("wf-1", version.saturating_sub(4), 2)
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|e| e.seq)
+            .collect();
+        assert_eq!(from_middle.len(), 2.min(usize::try_from(version).unwrap()));
+        most = most.max(stored());
+    }
+    assert!(most <= 10 + 64, "{most} entries stored at most");
+    assert!(
+        stored() < 200 - 64,
+        "{} entries stored at the end",
+        stored()
+    );
+}
+
 /// C-33: a second writing open gives `InUse` naming the holder; a read-only open works and
 /// refuses writes; once the owner is dropped the file opens again.
 #[tokio::test]

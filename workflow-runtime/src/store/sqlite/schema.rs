@@ -75,7 +75,9 @@ DROP TABLE wf_journal_entries;
 /// a row and its key are one B-tree entry instead of a table row plus an index entry, so a
 /// transition's commit (one journal row appended, the oldest one deleted by the cap, a
 /// bookmark replaced) writes one page fewer for each, and its probes by key read one tree
-/// instead of two. Rows, columns, keys and the other indexes are the same as before.
+/// instead of two. Rows, columns, keys and the other indexes are the same as before. The
+/// instance row keeps its journal's floor, the oldest entry shown (0: every entry stored is
+/// shown): the cap raises it and deletes the rows below it in batches (`ops::cap_journal`).
 const MIGRATION_0010: &str = r"
 CREATE TABLE wf_journal_clustered (
     instance_id TEXT NOT NULL,
@@ -113,6 +115,8 @@ CREATE INDEX wf_bookmarks_hash ON wf_bookmarks (hash, created_at, bookmark_id);
 CREATE INDEX wf_bookmarks_instance ON wf_bookmarks (instance_id);
 CREATE INDEX wf_bookmarks_child_waits ON wf_bookmarks (bookmark_id)
     WHERE name = 'wf.sub_workflow';
+
+ALTER TABLE wf_instances ADD COLUMN journal_floor INTEGER NOT NULL DEFAULT 0;
 ";
 
 const MIGRATION_0001: &str = r"
