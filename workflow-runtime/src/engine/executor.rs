@@ -24,8 +24,9 @@ use crate::engine::graph::{Graph, NodeIndex, NodeKind};
 use crate::engine::guard::panic_message;
 use crate::engine::registry::Registry;
 use crate::engine::state::{
-    ActivityContext, ActivityStatus, Bookmark, CallbackEntry, ContextId, EntryPoint, FaultKind,
-    FaultRecord, Incident, JournalKind, SubStatus, WorkItem, WorkflowState, WorkflowStatus,
+    ActivityContext, ActivityStatus, Bookmark, CallbackEntry, ContextId, Detail, EntryPoint,
+    FaultKind, FaultRecord, Incident, JournalKind, SubStatus, WorkItem, WorkflowState,
+    WorkflowStatus,
 };
 
 /// The default step budget of one run (ENG-10).
@@ -400,7 +401,7 @@ where
         let middleware = self.middleware;
         for layer in &middleware.workflow {
             if layer.before_run(&run_info(&self.state)) == Flow::Decline {
-                self.record(JournalKind::Declined, None, json!({"run": "declined"}));
+                self.record(JournalKind::Declined, None, &json!({"run": "declined"}));
                 return Ok(self.end_for_idle());
             }
         }
@@ -586,11 +587,13 @@ where
         // Executing is transient inside a run; journal only what a commit can show.
         if sub != Some(SubStatus::Executing) {
             // Stored names only, no Rust debug forms (ST-20).
-            let detail = json!({
-                "from": status_name(from.0, from.1),
-                "to": status_name(status, sub),
-            });
-            self.record(JournalKind::StatusChanged, None, detail);
+            if self.state.journal.keeps(JournalKind::StatusChanged) {
+                let detail = Detail::object()
+                    .str("from", &status_name(from.0, from.1))
+                    .str("to", &status_name(status, sub))
+                    .finish();
+                self.record_detail(JournalKind::StatusChanged, None, detail);
+            }
         }
     }
 
@@ -639,7 +642,7 @@ where
                 self.record(
                     JournalKind::Declined,
                     Some(item.context),
-                    json!({"entry": entry_name}),
+                    &json!({"entry": entry_name}),
                 );
                 return Ok(());
             }
@@ -680,7 +683,9 @@ where
             }
             c.execution_count += 1;
         }
-        self.record(JournalKind::Started, Some(id), Value::Null);
+        if self.state.journal.keeps(JournalKind::Started) {
+            self.record_detail(JournalKind::Started, Some(id), Detail::null());
+        }
         self.activity_event(id, ActivityRef::executing);
         let result = match entry {
             EntryPoint::Execute => match self.execute(id, node) {
@@ -731,14 +736,18 @@ where
             return Ok(());
         };
         let bookmark = self.state.bookmarks.remove(position);
-        let mut detail = json!({"bookmark": bookmark.id, "name": bookmark.name});
-        // TM-8: a timer journals when it was due and when it fired.
-        if let (Some(due_at), Some(map)) = (bookmark.payload.get("due_at"), detail.as_object_mut())
-        {
-            map.insert("due_at".to_owned(), due_at.clone());
-            map.insert("fired_at".to_owned(), json!(self.now));
+        if self.state.journal.keeps(JournalKind::BookmarkResumed) {
+            // Keys in order: `bookmark`, `due_at`, `fired_at`, `name`.
+            let mut detail = Detail::object().str("bookmark", &bookmark.id);
+            // TM-8: a timer journals when it was due and when it fired.
+            if let Some(due_at) = bookmark.payload.get("due_at") {
+                detail = detail
+                    .value("due_at", due_at)
+                    .value("fired_at", &json!(self.now));
+            }
+            let detail = detail.str("name", &bookmark.name).finish();
+            self.record_detail(JournalKind::BookmarkResumed, Some(id), detail);
         }
-        self.record(JournalKind::BookmarkResumed, Some(id), detail);
         // RT-22 rejects outside stimuli only: the engine's own (`wf.` timers, a child's
         // result) would be fired again for ever, so their decode failures fault.
         let outside = !bookmark.name.starts_with("wf.");
@@ -785,11 +794,12 @@ where
                         .insert(position.min(self.state.bookmarks.len()), bookmark);
                 }
             }
-            _ => self.record(
-                JournalKind::BookmarkBurned,
-                Some(id),
-                json!({"bookmark": bookmark.id}),
-            ),
+            _ => {
+                if self.state.journal.keeps(JournalKind::BookmarkBurned) {
+                    let detail = Detail::object().str("bookmark", &bookmark.id).finish();
+                    self.record_detail(JournalKind::BookmarkBurned, Some(id), detail);
+                }
+            }
         }
         result
     }
@@ -867,7 +877,11 @@ where
                 ),
             ));
         }
-        let detail = json!({ "tag": tag });
+        let detail = self
+            .state
+            .journal
+            .keeps(JournalKind::Scheduled)
+            .then(|| Detail::object().opt_str("tag", tag.as_deref()).finish());
         let entry_tag = if callback.is_some() {
             tag.clone()
         } else {
@@ -886,7 +900,9 @@ where
                 tag: entry_tag,
             });
         }
-        self.record(JournalKind::Scheduled, Some(child), detail);
+        if let Some(detail) = detail {
+            self.record_detail(JournalKind::Scheduled, Some(child), detail);
+        }
         Ok(child)
     }
 
@@ -906,7 +922,10 @@ where
                 payload,
             },
         });
-        self.record(JournalKind::Scheduled, Some(owner), json!({ "tag": tag }));
+        if self.state.journal.keeps(JournalKind::Scheduled) {
+            let detail = Detail::object().str("tag", tag).finish();
+            self.record_detail(JournalKind::Scheduled, Some(owner), detail);
+        }
     }
 
     /// ENG-14: completes a `Running` context (a no-op otherwise) and signals its owner.
@@ -937,7 +956,7 @@ where
             c.completion_seq = Some(seq);
             c.variables.clear();
         }
-        self.record(JournalKind::Completed, Some(id), Value::Null);
+        self.record_detail(JournalKind::Completed, Some(id), Detail::null());
         self.activity_event(id, ActivityRef::completed);
         self.signal_owner(id)
     }
@@ -964,7 +983,7 @@ where
             c.completed_at = Some(now);
             c.variables.clear();
         }
-        self.record(JournalKind::Canceled, Some(id), Value::Null);
+        self.record_detail(JournalKind::Canceled, Some(id), Detail::null());
         self.activity_event(id, ActivityRef::canceled);
         self.signal_owner(id)
     }
@@ -1055,7 +1074,7 @@ where
             kind: crate::engine::state::IncidentKind::ActivityFailed,
             stimulus_id: None,
         });
-        self.record(JournalKind::Faulted, Some(id), detail);
+        self.record(JournalKind::Faulted, Some(id), &detail);
         self.activity_event(id, ActivityRef::faulted);
         self.faulted = true;
     }
@@ -1100,11 +1119,13 @@ where
             created_at: self.now,
         };
         let bookmark_id = bookmark.id.clone();
-        self.record(
-            JournalKind::BookmarkCreated,
-            Some(id),
-            json!({"bookmark": bookmark_id, "name": name}),
-        );
+        if self.state.journal.keeps(JournalKind::BookmarkCreated) {
+            let detail = Detail::object()
+                .str("bookmark", &bookmark_id)
+                .str("name", name)
+                .finish();
+            self.record_detail(JournalKind::BookmarkCreated, Some(id), detail);
+        }
         self.state.bookmarks.push(bookmark);
         Ok(bookmark_id)
     }
@@ -1180,12 +1201,25 @@ where
     // ---- journal and events -------------------------------------------------------------
 
     /// Appends a journal entry (kept if the journal level keeps its kind).
-    pub(crate) fn record(&mut self, kind: JournalKind, context: Option<ContextId>, detail: Value) {
+    pub(crate) fn record(&mut self, kind: JournalKind, context: Option<ContextId>, detail: &Value) {
         let now = self.now;
         // The node id is borrowed from the context, not cloned: the journal copies it once.
         let state = &mut self.state;
         let node = context.and_then(|id| state.contexts.get(&id).map(|c| (id, c.node_id.as_str())));
         state.journal.record(kind, node, detail, now);
+    }
+
+    /// [`Executor::record`] with a detail already written as its stored text.
+    pub(crate) fn record_detail(
+        &mut self,
+        kind: JournalKind,
+        context: Option<ContextId>,
+        detail: Detail,
+    ) {
+        let now = self.now;
+        let state = &mut self.state;
+        let node = context.and_then(|id| state.contexts.get(&id).map(|c| (id, c.node_id.as_str())));
+        state.journal.record_detail(kind, node, detail, now);
     }
 
     pub(crate) fn publish(&mut self, kind: EventKind) {
@@ -1340,7 +1374,15 @@ where
     }
 
     fn record(&mut self, kind: JournalKind, context: Option<ContextId>, detail: Value) {
-        Executor::record(self, kind, context, detail);
+        Executor::record(self, kind, context, &detail);
+    }
+
+    fn record_detail(&mut self, kind: JournalKind, context: Option<ContextId>, detail: Detail) {
+        Executor::record_detail(self, kind, context, detail);
+    }
+
+    fn journal_keeps(&self, kind: JournalKind) -> bool {
+        self.state.journal.keeps(kind)
     }
 
     fn link(&mut self, link: Link) {

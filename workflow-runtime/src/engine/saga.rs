@@ -138,7 +138,7 @@ where
             self.record(
                 JournalKind::Faulted,
                 Some(saga),
-                json!({ "message": record.message, "compensated": ran }),
+                &json!({ "message": record.message, "compensated": ran }),
             );
             if continue_after {
                 // FLT-12 `continue`: the scope takes `compensated`; no incident stays open.
@@ -212,7 +212,7 @@ where
                 self.record(
                     JournalKind::Completed,
                     Some(saga),
-                    json!({ "compensated": node, "compensation": function }),
+                    &json!({ "compensated": node, "compensation": function }),
                 );
                 Ok(())
             }

@@ -376,7 +376,176 @@ pub struct Journal {
     /// document: a commit moves them to the journal stored apart from the state, which is
     /// never read to execute (ENG-41), so the document stays small.
     #[serde(skip)]
-    pub entries: Vec<JournalEntry>,
+    pub(crate) entries: Vec<PendingEntry>,
+}
+
+/// A journal entry recorded by a run and not yet committed: its detail is already the JSON
+/// text the store keeps (ENG-41), written at once for the entries every run records, so no
+/// `serde_json::Value` map is built only to be encoded at the commit.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct PendingEntry {
+    /// Per-instance sequence number.
+    pub(crate) seq: u64,
+    /// Time (µs since the epoch).
+    pub(crate) at: Micros,
+    /// The kind.
+    pub(crate) kind: JournalKind,
+    /// The context concerned.
+    pub(crate) context_id: Option<ContextId>,
+    /// Its node.
+    pub(crate) node_id: Option<String>,
+    /// The detail as JSON text.
+    pub(crate) detail: Detail,
+}
+
+impl PendingEntry {
+    /// The entry with its detail decoded, as a snapshot shows it.
+    pub(crate) fn to_entry(&self) -> JournalEntry {
+        JournalEntry {
+            seq: self.seq,
+            at: self.at,
+            kind: self.kind,
+            context_id: self.context_id,
+            node_id: self.node_id.clone(),
+            detail: self.detail.to_value(),
+        }
+    }
+
+    fn of_entry(entry: JournalEntry) -> Self {
+        Self {
+            seq: entry.seq,
+            at: entry.at,
+            kind: entry.kind,
+            context_id: entry.context_id,
+            node_id: entry.node_id,
+            detail: Detail::of_value(&entry.detail),
+        }
+    }
+}
+
+/// A journal entry's detail as the JSON text it is stored as: the same bytes
+/// `serde_json::to_string` gives for the `Value` it stands for (object members in key
+/// order, serde_json's string escapes), so rows written either way read the same.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Detail(String);
+
+impl Detail {
+    /// `null`: no detail.
+    pub(crate) fn null() -> Self {
+        Self("null".to_owned())
+    }
+
+    /// The text of a `Value`.
+    pub(crate) fn of_value(value: &Value) -> Self {
+        Self(serde_json::to_string(value).unwrap_or_else(|_| "null".to_owned()))
+    }
+
+    /// An object written member by member: see [`DetailObject`].
+    pub(crate) fn object() -> DetailObject {
+        let mut text = String::with_capacity(96);
+        text.push('{');
+        DetailObject {
+            text,
+            #[cfg(debug_assertions)]
+            last_key: None,
+        }
+    }
+
+    /// The JSON text.
+    #[cfg(test)]
+    pub(crate) fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// The JSON text, owned.
+    pub(crate) fn into_text(self) -> String {
+        self.0
+    }
+
+    /// The detail decoded (`null` for text that does not decode, which this type never
+    /// holds).
+    pub(crate) fn to_value(&self) -> Value {
+        serde_json::from_str(&self.0).unwrap_or(Value::Null)
+    }
+}
+
+/// A JSON object detail written straight to text. Members must be added in ascending key
+/// order, the order serde_json writes a `Value` object in (checked in debug builds).
+pub(crate) struct DetailObject {
+    text: String,
+    #[cfg(debug_assertions)]
+    last_key: Option<&'static str>,
+}
+
+impl DetailObject {
+    fn key(&mut self, key: &'static str) {
+        #[cfg(debug_assertions)]
+        {
+            debug_assert!(
+                self.last_key.is_none_or(|last| last < key),
+                "detail keys out of order: {key}"
+            );
+            self.last_key = Some(key);
+        }
+        if self.text.len() > 1 {
+            self.text.push(',');
+        }
+        self.string(key);
+        self.text.push(':');
+    }
+
+    fn string(&mut self, value: &str) {
+        // serde_json escapes `"`, `\` and the control characters only; a string without
+        // them (ids, node paths, state names) is copied as is, any other goes through
+        // serde_json's own escaping: the same bytes as its `Value` encoding either way.
+        if value.bytes().any(|b| b < 0x20 || b == b'"' || b == b'\\') {
+            self.json(&value);
+        } else {
+            self.text.reserve(value.len() + 2);
+            self.text.push('"');
+            self.text.push_str(value);
+            self.text.push('"');
+        }
+    }
+
+    /// serde_json's encoding of `value`, appended (`null` should it fail, which a string or
+    /// a `Value` cannot).
+    fn json<T: Serialize + ?Sized>(&mut self, value: &T) {
+        match serde_json::to_string(value) {
+            Ok(text) => self.text.push_str(&text),
+            Err(_) => self.text.push_str("null"),
+        }
+    }
+
+    /// Adds a string member.
+    pub(crate) fn str(mut self, key: &'static str, value: &str) -> Self {
+        self.key(key);
+        self.string(value);
+        self
+    }
+
+    /// Adds a member holding a string or `null`.
+    pub(crate) fn opt_str(mut self, key: &'static str, value: Option<&str>) -> Self {
+        self.key(key);
+        match value {
+            Some(value) => self.string(value),
+            None => self.text.push_str("null"),
+        }
+        self
+    }
+
+    /// Adds a member holding any serializable value.
+    pub(crate) fn value(mut self, key: &'static str, value: &Value) -> Self {
+        self.key(key);
+        self.json(value);
+        self
+    }
+
+    /// The object's text.
+    pub(crate) fn finish(mut self) -> Detail {
+        self.text.push('}');
+        Detail(self.text)
+    }
 }
 
 impl Journal {
@@ -390,20 +559,47 @@ impl Journal {
         }
     }
 
+    /// Whether the level keeps entries of this kind.
+    pub(crate) fn keeps(&self, kind: JournalKind) -> bool {
+        self.level != JournalLevel::Off && kind.level() <= self.level
+    }
+
     /// Appends an entry if the level keeps its kind.
     pub(crate) fn record(
         &mut self,
         kind: JournalKind,
         context: Option<(ContextId, &str)>,
-        detail: Value,
+        detail: &Value,
         now: Micros,
     ) {
-        if self.level == JournalLevel::Off || kind.level() > self.level {
-            return;
+        if self.keeps(kind) {
+            self.push(kind, context, Detail::of_value(detail), now);
         }
+    }
+
+    /// [`Journal::record`] with a detail already written as text.
+    pub(crate) fn record_detail(
+        &mut self,
+        kind: JournalKind,
+        context: Option<(ContextId, &str)>,
+        detail: Detail,
+        now: Micros,
+    ) {
+        if self.keeps(kind) {
+            self.push(kind, context, detail, now);
+        }
+    }
+
+    fn push(
+        &mut self,
+        kind: JournalKind,
+        context: Option<(ContextId, &str)>,
+        detail: Detail,
+        now: Micros,
+    ) {
         let seq = self.next_seq;
         self.next_seq += 1;
-        self.entries.push(JournalEntry {
+        self.entries.push(PendingEntry {
             seq,
             at: now,
             kind,
@@ -418,49 +614,68 @@ impl Journal {
         if self.entries.len() <= self.max_entries {
             return;
         }
-        let excess = self.entries.len() - self.max_entries + 1;
-        let removed: Vec<JournalEntry> = self.entries.drain(..excess).collect();
-        let mut kinds: BTreeMap<String, u64> = BTreeMap::new();
-        let mut nodes: BTreeMap<String, u64> = BTreeMap::new();
-        for entry in &removed {
-            if entry.kind == JournalKind::Compacted {
-                // Fold an earlier compaction's counts into this one.
-                for (map, field) in [(&mut kinds, "kinds"), (&mut nodes, "nodes")] {
-                    if let Some(Value::Object(counts)) = entry.detail.get(field) {
-                        for (k, v) in counts {
-                            *map.entry(k.clone()).or_default() += v.as_u64().unwrap_or(0);
-                        }
+        // Rare (more entries in one run than the journal keeps): the details are decoded
+        // for the summary's counts.
+        let entries: Vec<JournalEntry> = self.entries.iter().map(PendingEntry::to_entry).collect();
+        self.entries = compact_entries(entries, self.max_entries)
+            .into_iter()
+            .map(PendingEntry::of_entry)
+            .collect();
+    }
+}
+
+/// Replaces the oldest of `entries` with one `Compacted` entry when there are more than
+/// `max_entries` (ENG-42).
+pub(crate) fn compact_entries(
+    mut entries: Vec<JournalEntry>,
+    max_entries: usize,
+) -> Vec<JournalEntry> {
+    if entries.len() <= max_entries {
+        return entries;
+    }
+    let excess = entries.len() - max_entries + 1;
+    let removed: Vec<JournalEntry> = entries.drain(..excess).collect();
+    let mut kinds: BTreeMap<String, u64> = BTreeMap::new();
+    let mut nodes: BTreeMap<String, u64> = BTreeMap::new();
+    for entry in &removed {
+        if entry.kind == JournalKind::Compacted {
+            // Fold an earlier compaction's counts into this one.
+            for (map, field) in [(&mut kinds, "kinds"), (&mut nodes, "nodes")] {
+                if let Some(Value::Object(counts)) = entry.detail.get(field) {
+                    for (k, v) in counts {
+                        *map.entry(k.clone()).or_default() += v.as_u64().unwrap_or(0);
                     }
                 }
-                continue;
             }
-            *kinds.entry(format!("{:?}", entry.kind)).or_default() += 1;
-            if let Some(node) = &entry.node_id {
-                *nodes.entry(node.clone()).or_default() += 1;
-            }
+            continue;
         }
-        let first = removed.first();
-        let last = removed.last();
-        let from_seq = first
-            .and_then(|e| e.detail.get("from_seq").and_then(Value::as_u64))
-            .or(first.map(|e| e.seq));
-        let compacted = JournalEntry {
-            seq: last.map_or(0, |e| e.seq),
-            at: last.map_or(0, |e| e.at),
-            kind: JournalKind::Compacted,
-            context_id: None,
-            node_id: None,
-            detail: serde_json::json!({
-                "from_seq": from_seq,
-                "to_seq": last.map(|e| e.seq),
-                "first_at": first.map(|e| e.at),
-                "last_at": last.map(|e| e.at),
-                "kinds": kinds,
-                "nodes": nodes,
-            }),
-        };
-        self.entries.insert(0, compacted);
+        *kinds.entry(format!("{:?}", entry.kind)).or_default() += 1;
+        if let Some(node) = &entry.node_id {
+            *nodes.entry(node.clone()).or_default() += 1;
+        }
     }
+    let first = removed.first();
+    let last = removed.last();
+    let from_seq = first
+        .and_then(|e| e.detail.get("from_seq").and_then(Value::as_u64))
+        .or(first.map(|e| e.seq));
+    let compacted = JournalEntry {
+        seq: last.map_or(0, |e| e.seq),
+        at: last.map_or(0, |e| e.at),
+        kind: JournalKind::Compacted,
+        context_id: None,
+        node_id: None,
+        detail: serde_json::json!({
+            "from_seq": from_seq,
+            "to_seq": last.map(|e| e.seq),
+            "first_at": first.map(|e| e.at),
+            "last_at": last.map(|e| e.at),
+            "kinds": kinds,
+            "nodes": nodes,
+        }),
+    };
+    entries.insert(0, compacted);
+    entries
 }
 
 /// The trigger an instance was created by (RT-13): its first run begins at `node`
@@ -889,13 +1104,13 @@ mod tests {
             journal.record(
                 JournalKind::Completed,
                 Some((i, "root:a")),
-                Value::Null,
+                &Value::Null,
                 i64::try_from(i).unwrap_or(0),
             );
             journal.compact();
         }
         assert_eq!(journal.entries.len(), 10);
-        let first = &journal.entries[0];
+        let first = journal.entries[0].to_entry();
         assert_eq!(first.kind, JournalKind::Compacted);
         assert_eq!(first.detail["from_seq"], 1);
         assert_eq!(first.detail["kinds"]["Completed"], 16);
@@ -1011,11 +1226,42 @@ mod tests {
         }
     }
 
+    // ENG-41: a detail written as text is byte for byte what the `Value` it stands for
+    // encodes to, so rows written before and after read the same.
+    #[test]
+    fn eng41_a_detail_written_as_text_is_the_encoding_of_its_value() {
+        let odd = "quote \" backslash \\ newline \n tab \t bell \u{7} nul \u{0} é ✓ \u{1F600}";
+        let text = Detail::object()
+            .str("bookmark", odd)
+            .value("due_at", &serde_json::json!(-12))
+            .value("fired_at", &serde_json::json!({"b": [1, 2.5], "a": null}))
+            .opt_str("name", None)
+            .opt_str("tag", Some("1:go"))
+            .str("to", "état ✓ \u{7f}")
+            .finish();
+        let value = serde_json::json!({
+            "bookmark": odd,
+            "due_at": -12,
+            "fired_at": {"b": [1, 2.5], "a": null},
+            "name": null,
+            "tag": "1:go",
+            "to": "état ✓ \u{7f}",
+        });
+        assert_eq!(text.as_str(), serde_json::to_string(&value).unwrap());
+        assert_eq!(text.to_value(), value);
+        assert_eq!(Detail::object().finish().as_str(), "{}");
+        assert_eq!(
+            Detail::null().as_str(),
+            serde_json::to_string(&Value::Null).unwrap()
+        );
+        assert_eq!(Detail::of_value(&value), text);
+    }
+
     #[test]
     fn journal_level_filters_kinds() {
         let mut journal = Journal::new(JournalLevel::Lifecycle, 10);
-        journal.record(JournalKind::Completed, None, Value::Null, 0);
-        journal.record(JournalKind::StatusChanged, None, Value::Null, 0);
+        journal.record(JournalKind::Completed, None, &Value::Null, 0);
+        journal.record(JournalKind::StatusChanged, None, &Value::Null, 0);
         assert_eq!(journal.entries.len(), 1);
     }
 }

@@ -8,7 +8,7 @@ use serde_json::Value;
 use super::{StateError, lock};
 use crate::base::BoxFuture;
 use crate::engine::executor::{Checkpoint, RunError};
-use crate::engine::state::{Bookmark, JournalEntry, WorkflowState, WorkflowStatus};
+use crate::engine::state::{Bookmark, JournalEntry, PendingEntry, WorkflowState, WorkflowStatus};
 use crate::store::policy::{SerializedState, check_stored_format};
 use crate::store::{
     Commit, JournalRecord, Micros, NewBookmark, NewIncident, NewInstance, NewJournalRecord,
@@ -94,13 +94,14 @@ pub(super) fn decode_loaded(instance_id: &str, text: &str) -> Result<WorkflowSta
     })
 }
 
-pub(super) fn journal_record(entry: JournalEntry) -> NewJournalRecord {
+/// A recorded entry as the commit carries it: its detail is already the stored text.
+pub(super) fn journal_record(entry: PendingEntry) -> NewJournalRecord<String> {
     NewJournalRecord {
         at: entry.at,
         kind: entry.kind.as_str().to_owned(),
         context_id: entry.context_id,
         node_id: entry.node_id,
-        detail: entry.detail,
+        detail: entry.detail.into_text(),
     }
 }
 
@@ -303,7 +304,7 @@ impl RunCommits<'_> {
         // ENG-29: a `Conflict` or `Fenced` answer discards the run; the caller gets it typed.
         let version = self
             .store
-            .commit(commit)
+            .commit_text_details(commit)
             .await
             .map_err(|error| run_store_error(&state.instance_id, error))?;
         let mut tracker = lock(&self.tracker);

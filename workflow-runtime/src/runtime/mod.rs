@@ -1260,13 +1260,9 @@ impl Runtime {
             entries.extend(page.into_iter().filter_map(journal_entry));
         }
         // ENG-42: the journal shown is bounded like the instance's.
-        let mut journal = Journal::new(state.journal.level, state.journal.max_entries);
-        journal.entries = entries;
-        journal.compact();
-        Ok(Some(InstanceSnapshot {
-            state,
-            journal: journal.entries,
-        }))
+        let journal =
+            crate::engine::state::compact_entries(entries, state.journal.max_entries.max(2));
+        Ok(Some(InstanceSnapshot { state, journal }))
     }
 
     /// The stored state document alone (no journal), or `None` for an unknown id.

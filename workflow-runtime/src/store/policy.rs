@@ -467,6 +467,22 @@ impl Storage {
     /// `Conflict`, `Fenced`, `ReceiptExists`, `TooLarge` (nothing written), `Invalid` for a
     /// bad state or created id, the backend's errors.
     pub async fn commit<S: StateDocument>(&self, commit: Commit<S, Value>) -> StoreResult<u64> {
+        self.commit_detailed(commit).await
+    }
+
+    /// [`Storage::commit`] with the journal details already JSON text (the runtime writes
+    /// them as text at once): the same checks, the same 64 KiB bound (ST-10).
+    pub(crate) async fn commit_text_details<S: StateDocument>(
+        &self,
+        commit: Commit<S, String>,
+    ) -> StoreResult<u64> {
+        self.commit_detailed(commit).await
+    }
+
+    async fn commit_detailed<S: StateDocument, D: JournalDetail>(
+        &self,
+        commit: Commit<S, D>,
+    ) -> StoreResult<u64> {
         let hints = WakeUp::of_commit(&commit);
         let encoded = self.encode_commit(commit)?;
         let version = self.counted(self.store.commit(encoded)).await?;
@@ -1439,7 +1455,10 @@ impl Storage {
         })
     }
 
-    fn encode_commit<S: StateDocument>(&self, c: Commit<S, Value>) -> StoreResult<Commit<String>> {
+    fn encode_commit<S: StateDocument, D: JournalDetail>(
+        &self,
+        c: Commit<S, D>,
+    ) -> StoreResult<Commit<String>> {
         let state = c.state.into_text(self.max_state_bytes)?;
         let instances_created = c
             .instances_created
@@ -1483,10 +1502,27 @@ impl Storage {
     }
 }
 
+/// A journal detail a commit carries: a [`Value`], or its JSON text.
+trait JournalDetail: Send {
+    fn into_text(self) -> String;
+}
+
+impl JournalDetail for Value {
+    fn into_text(self) -> String {
+        serde_json::to_string(&self).unwrap_or_else(|_| "null".to_owned())
+    }
+}
+
+impl JournalDetail for String {
+    fn into_text(self) -> String {
+        self
+    }
+}
+
 /// A journal entry as stored: its detail as JSON text, at most 64 KiB, else a truncation
 /// marker (ST-10).
-fn encode_journal(entry: NewJournalRecord) -> NewJournalRecord<String> {
-    let text = serde_json::to_string(&entry.detail).unwrap_or_else(|_| "null".to_owned());
+fn encode_journal<D: JournalDetail>(entry: NewJournalRecord<D>) -> NewJournalRecord<String> {
+    let text = entry.detail.into_text();
     let detail = if text.len() <= MAX_JOURNAL_DETAIL_BYTES {
         text
     } else {

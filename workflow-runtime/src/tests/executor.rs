@@ -331,7 +331,7 @@ fn sm1_missing_current_state_completes_the_machine_and_journals_why() {
         .find(|e| e.kind == crate::engine::state::JournalKind::Declined)
         .unwrap();
     assert!(
-        declined.detail["reason"]
+        declined.detail.to_value()["reason"]
             .as_str()
             .unwrap()
             .contains("`Gone`")

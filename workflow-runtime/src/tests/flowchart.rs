@@ -169,7 +169,10 @@ fn fc_scenario2_decision_diamond_implicit_join_and_skip() {
         .iter()
         .find(|e| e.kind == JournalKind::Skipped)
         .unwrap();
-    assert_eq!(skip.detail["reason"], "no inbound connection was followed");
+    assert_eq!(
+        skip.detail.to_value()["reason"],
+        "no inbound connection was followed"
+    );
     // The decision node's output is the bool (ACT-13).
     assert_eq!(h.exec.state.status, WorkflowStatus::Finished);
 }

@@ -570,7 +570,7 @@ fn s15_sm4_unnamed_transitions_with_same_endpoints_are_told_apart_by_keys() {
         .rev()
         .find(|e| e.kind == JournalKind::StateChanged)
         .unwrap();
-    assert_eq!(changed.detail["transition"], "1:New->Paid");
+    assert_eq!(changed.detail.to_value()["transition"], "1:New->Paid");
 }
 
 // Scenario 16 (SM-4): transitions sharing a name are resolved against the current state first.
@@ -621,6 +621,7 @@ fn s16_sm4_duplicate_names_resolve_against_current_state_first() {
         .filter(|e| e.kind == JournalKind::StateChanged)
         .filter_map(|e| {
             e.detail
+                .to_value()
                 .get("transition")
                 .map(|t| t.as_str().unwrap().to_owned())
         })

@@ -250,7 +250,7 @@ pub(crate) trait FlowchartActivity<'g>: Scope<'g> {
         self.state_mut().journal.record(
             JournalKind::Skipped,
             Some((id, path)),
-            json!({"reason": reason}),
+            &json!({"reason": reason}),
             now,
         );
     }

@@ -13,7 +13,7 @@ use crate::engine::error::RunError;
 use crate::engine::graph::{Graph, NodeIndex};
 use crate::engine::registry::OutcomeFn;
 use crate::engine::state::{
-    ActivityStatus, Bookmark, ContextId, FaultKind, FaultRecord, JournalKind, ParentLink,
+    ActivityStatus, Bookmark, ContextId, Detail, FaultKind, FaultRecord, JournalKind, ParentLink,
     WorkflowState,
 };
 use crate::engine::task::TaskError;
@@ -146,6 +146,10 @@ pub(crate) trait Scope<'g> {
     ) -> Result<String, StepError>;
     /// Appends a journal entry (kept if the journal level keeps its kind).
     fn record(&mut self, kind: JournalKind, context: Option<ContextId>, detail: Value);
+    /// [`Scope::record`] with a detail already written as its stored text.
+    fn record_detail(&mut self, kind: JournalKind, context: Option<ContextId>, detail: Detail);
+    /// Whether the journal keeps entries of this kind (a detail not kept is not built).
+    fn journal_keeps(&self, kind: JournalKind) -> bool;
     /// Asks for work between instances once this run commits (ACT-24).
     fn link(&mut self, link: Link);
 

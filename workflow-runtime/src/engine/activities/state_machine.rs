@@ -9,7 +9,7 @@ use crate::engine::names::{
     CURRENT_STATE, ON_ACTION, ON_CONTINUE, ON_ENTRY, ON_EXIT, ON_TRIGGER, TAG_CONTINUING,
     TAG_ENTERING,
 };
-use crate::engine::state::{ActivityStatus, ContextId, JournalKind};
+use crate::engine::state::{ActivityStatus, ContextId, Detail, JournalKind};
 
 /// The StateMachine activity, for any [`Scope`].
 pub(crate) trait StateMachineActivity<'g>: Scope<'g> {
@@ -24,7 +24,14 @@ pub(crate) trait StateMachineActivity<'g>: Scope<'g> {
 
     fn set_current_state(&mut self, id: ContextId, state: &str) {
         if let Some(c) = self.state_mut().context_mut(id) {
-            c.properties.insert(CURRENT_STATE.to_owned(), json!(state));
+            // Written over in place once set: no new key and value per transition.
+            match c.properties.get_mut(CURRENT_STATE) {
+                Some(Value::String(current)) => state.clone_into(current),
+                _ => {
+                    c.properties
+                        .insert(CURRENT_STATE.to_owned(), Value::String(state.to_owned()));
+                }
+            }
         }
     }
 
@@ -273,11 +280,14 @@ pub(crate) trait StateMachineActivity<'g>: Scope<'g> {
         payload: Option<Value>,
     ) -> Result<(), StepError> {
         self.set_current_state(id, &t.to);
-        self.record(
-            JournalKind::StateChanged,
-            Some(id),
-            json!({"from": t.from, "to": t.to, "transition": t.key}),
-        );
+        if self.journal_keeps(JournalKind::StateChanged) {
+            let detail = Detail::object()
+                .str("from", &t.from)
+                .str("to", &t.to)
+                .str("transition", &t.key)
+                .finish();
+            self.record_detail(JournalKind::StateChanged, Some(id), detail);
+        }
         if m.state(&t.to)
             .is_some_and(|s| s.reaches_itself_automatically)
         {

@@ -134,10 +134,15 @@ impl Inner {
 
     fn remove_bookmark(&mut self, bookmark_id: &str) {
         if let Some(row) = self.bookmarks.remove(bookmark_id) {
-            self.instance_bookmarks
-                .remove(&(row.instance_id, row.bookmark_id.clone()));
-            self.bookmark_index
-                .remove(&(row.hash, row.created_at, row.bookmark_id));
+            // The index gives its own copy of the id back for the second key: no clone.
+            let id = match self
+                .bookmark_index
+                .take(&(row.hash, row.created_at, row.bookmark_id))
+            {
+                Some((_, _, id)) => id,
+                None => bookmark_id.to_owned(),
+            };
+            self.instance_bookmarks.remove(&(row.instance_id, id));
         }
     }
 
@@ -207,23 +212,29 @@ impl Inner {
                 current: row.lease_token,
             });
         }
-        let mut seen = BTreeSet::new();
+        // A commit's lists are short (a receipt, a bookmark or two): the duplicate checks
+        // scan the entries before each one instead of building a set per commit.
         let receipts = self.receipts.get(&c.instance_id);
-        for stimulus in &c.receipts {
-            if !seen.insert(stimulus) || receipts.is_some_and(|r| r.contains_key(stimulus)) {
+        for (i, stimulus) in c.receipts.iter().enumerate() {
+            if c.receipts.iter().take(i).any(|earlier| earlier == stimulus)
+                || receipts.is_some_and(|r| r.contains_key(stimulus))
+            {
                 return Err(StoreError::ReceiptExists {
                     instance: c.instance_id,
                     stimulus_id: stimulus.clone(),
                 });
             }
         }
-        let removed_bookmarks: BTreeSet<&String> = c.bookmarks_removed.iter().collect();
-        let mut new_ids = BTreeSet::new();
-        for b in &c.bookmarks_added {
+        for (i, b) in c.bookmarks_added.iter().enumerate() {
             let exists = self.bookmarks.get(&b.bookmark_id).is_some_and(|old| {
-                old.instance_id != c.instance_id || !removed_bookmarks.contains(&b.bookmark_id)
+                old.instance_id != c.instance_id || !c.bookmarks_removed.contains(&b.bookmark_id)
             });
-            if exists || !new_ids.insert(&b.bookmark_id) {
+            let doubled = c
+                .bookmarks_added
+                .iter()
+                .take(i)
+                .any(|other| other.bookmark_id == b.bookmark_id);
+            if exists || doubled {
                 return Err(StoreError::AlreadyExists {
                     what: "bookmark",
                     id: b.bookmark_id.clone(),
