@@ -23,10 +23,11 @@ use crate::engine::state::{EntryPoint, WorkflowState};
 /// text and decoded). Past it, an arbitrary entry makes room: a miss only costs a decode.
 const CAPACITY: usize = 256;
 
-struct Cached {
-    version: u64,
-    document: String,
-    state: WorkflowState,
+/// A kept state with the version and the text it was committed as.
+pub(crate) struct Cached {
+    pub(crate) version: u64,
+    pub(crate) document: String,
+    pub(crate) state: WorkflowState,
 }
 
 /// The cache of decoded states, by instance id.
@@ -73,6 +74,12 @@ impl StateCache {
                 state,
             },
         );
+    }
+
+    /// The entry of `instance_id`, removed: for a run that claims the instance with it, so
+    /// that the store compares the text it holds instead of copying it out.
+    pub(crate) fn take_entry(&self, instance_id: &str) -> Option<Cached> {
+        lock(&self.entries).remove(instance_id)
     }
 
     /// The state of `instance_id` if the record loaded is the one kept: the same version and

@@ -496,6 +496,34 @@ pub trait Store: Send + Sync + 'static {
         claim: LeaseClaim,
     ) -> BoxFuture<'_, StoreResult<ClaimedRecord<String>>>;
 
+    /// [`Store::claim_instance`] for a caller that kept the document it committed last
+    /// (ENG-53): the record's state is `None` when the stored row has `known_version` and,
+    /// byte for byte, `known_text`, so a backend that holds the text need not copy it out;
+    /// the stored text otherwise. The default claims and compares.
+    fn claim_instance_known<'a>(
+        &'a self,
+        instance_id: &'a str,
+        claim: LeaseClaim,
+        known_version: u64,
+        known_text: &'a str,
+    ) -> BoxFuture<'a, StoreResult<ClaimedRecord<Option<String>>>> {
+        Box::pin(async move {
+            let claimed = self.claim_instance(instance_id, claim).await?;
+            let unchanged =
+                claimed.record.version == known_version && claimed.record.state == known_text;
+            let record = claimed
+                .record
+                .try_map_state(|_, state| {
+                    Ok::<_, std::convert::Infallible>((!unchanged).then_some(state))
+                })
+                .unwrap_or_else(|never| match never {});
+            Ok(ClaimedRecord {
+                lease: claimed.lease,
+                record,
+            })
+        })
+    }
+
     /// Applies a commit atomically (ST-16) and returns the new version: the instance row,
     /// bookmark diff (and the commit's correlation id on all the instance's bookmark rows),
     /// timers, journal (with [`Commit::max_journal_entries`] enforced), receipts, the

@@ -431,6 +431,21 @@ impl Storage {
         self.store.claim_instance(instance_id, claim).await
     }
 
+    /// [`Storage::claim_instance_raw`] for a runtime that kept the document it committed at
+    /// `known_version` (ENG-53): the state is `None` when the stored record is still that
+    /// very text (see [`Store::claim_instance_known`]).
+    pub(crate) async fn claim_instance_raw_known(
+        &self,
+        instance_id: &str,
+        claim: LeaseClaim,
+        known_version: u64,
+        known_text: &str,
+    ) -> StoreResult<ClaimedRecord<Option<String>>> {
+        self.store
+            .claim_instance_known(instance_id, claim, known_version, known_text)
+            .await
+    }
+
     /// The runtime's load: the record with its stored text unchecked (see
     /// [`Storage::claim_instance_raw`]).
     pub(crate) async fn load_instance_raw(
