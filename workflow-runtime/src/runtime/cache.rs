@@ -33,7 +33,9 @@ pub(crate) struct Cached {
 /// The cache of decoded states, by instance id.
 #[derive(Default)]
 pub(crate) struct StateCache {
-    entries: Mutex<HashMap<String, Cached>>,
+    /// Boxed: an entry travels with the claim of a run (ENG-53) through its futures, which
+    /// move it as a pointer.
+    entries: Mutex<HashMap<String, Box<Cached>>>,
 }
 
 impl std::fmt::Debug for StateCache {
@@ -68,17 +70,17 @@ impl StateCache {
         }
         entries.insert(
             state.instance_id.clone(),
-            Cached {
+            Box::new(Cached {
                 version,
                 document,
                 state,
-            },
+            }),
         );
     }
 
     /// The entry of `instance_id`, removed: for a run that claims the instance with it, so
     /// that the store compares the text it holds instead of copying it out.
-    pub(crate) fn take_entry(&self, instance_id: &str) -> Option<Cached> {
+    pub(crate) fn take_entry(&self, instance_id: &str) -> Option<Box<Cached>> {
         lock(&self.entries).remove(instance_id)
     }
 

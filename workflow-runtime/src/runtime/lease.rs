@@ -68,8 +68,8 @@ impl LeaseSettings {
 /// state, taken out of `kept`.
 fn with_kept(
     claimed: ClaimedRecord<Option<String>>,
-    kept: &mut Option<Cached>,
-) -> (ClaimedRecord<String>, Option<WorkflowState>) {
+    kept: &mut Option<Box<Cached>>,
+) -> (ClaimedRecord<String>, Option<Box<Cached>>) {
     let mut kept_state = None;
     let record = claimed
         .record
@@ -77,9 +77,10 @@ fn with_kept(
             Ok::<_, std::convert::Infallible>(match state {
                 Some(text) => text,
                 None => match kept.take() {
-                    Some(known) => {
-                        kept_state = Some(known.state);
-                        known.document
+                    Some(mut known) => {
+                        let document = std::mem::take(&mut known.document);
+                        kept_state = Some(known);
+                        document
                     }
                     // Not reached: a state of `None` answers a claim made with a kept state.
                     None => String::new(),
@@ -113,7 +114,7 @@ pub(crate) struct LeaseGuard<'s> {
     loaded: Mutex<Option<Result<InstanceRecord<String>, StoreError>>>,
     /// The state this runtime kept of the instance (ENG-53), when the claim found the stored
     /// record to be the very commit it was kept from, until the run takes it.
-    kept: Mutex<Option<WorkflowState>>,
+    kept: Mutex<Option<Box<Cached>>>,
     /// The instance's definition, once the run loaded it: a field of the lease-lost event.
     definition: Mutex<Option<String>>,
     /// The node of the task attempt in progress under this lease, which the engine keeps
@@ -157,7 +158,7 @@ impl<'s> LeaseGuard<'s> {
         owner: &str,
         instance_id: &str,
         settings: LeaseSettings,
-        kept: Option<Cached>,
+        kept: Option<Box<Cached>>,
     ) -> Result<Self, StoreError> {
         Self::acquire_waiting(store, owner, instance_id, settings, false, kept).await
     }
@@ -180,7 +181,7 @@ impl<'s> LeaseGuard<'s> {
         instance_id: &str,
         settings: LeaseSettings,
         any_holder: bool,
-        mut kept: Option<Cached>,
+        mut kept: Option<Box<Cached>>,
     ) -> Result<Self, StoreError> {
         let give_up = std::time::Instant::now() + OWN_LEASE_WAIT;
         let mut pause = Duration::from_millis(1);
@@ -278,7 +279,7 @@ impl<'s> LeaseGuard<'s> {
     /// The kept state of the instance, once, when the claim found its record unchanged
     /// ([`LeaseGuard::acquire_kept`]).
     pub(crate) fn take_kept(&self) -> Option<WorkflowState> {
-        lock(&self.kept).take()
+        lock(&self.kept).take().map(|kept| kept.state)
     }
 
     /// Records the instance's definition, as the run loaded it.
