@@ -20,8 +20,8 @@ use crate::store::{
 
 use super::cache::Cached;
 use super::control::RunSignals;
-use crate::engine::state::WorkflowState;
 use super::{lock, now_micros};
+use crate::engine::state::WorkflowState;
 
 /// The default lease TTL (ST-14): 30 s.
 pub(crate) const DEFAULT_TTL: Duration = Duration::from_secs(30);
