@@ -589,6 +589,15 @@ workflow! {
 }
 
 workflow! {
+    /// Waits for `go`, then takes two `all` events (no key) in turn, counting each.
+    pub workflow Gated(Tally) = sequence [
+        event("go").key(id),
+        event("all"), task(count_one),
+        event("all"), task(count_two),
+    ];
+}
+
+workflow! {
     /// A short durable nap, then a task.
     pub workflow Nap(Tally) = sequence [after(millis(50)), task(after_nap)];
 }
@@ -865,6 +874,82 @@ fn a_delivered_queue_item_goes_with_its_commit_when_its_acknowledgement_is_lost(
             assert_eq!(data(&rt, "h-1").await.seen, ["one"], "{label}");
             let dead = rt.dead_letters(DeadLetterFilter::all(10)).await.unwrap();
             assert!(dead.is_empty(), "{label}: {dead:?}");
+            rt.shutdown(Duration::from_secs(1)).await;
+        });
+    }
+}
+
+// RT-19, RT-21: a stimulus sent (without an idempotency key) before anyone waits for it is
+// queued under the send's stimulus id and offered to every instance that waits for it later.
+// Its delivery writes each instance's receipt, so when the worker stops between those
+// commits and the item's acknowledgement (here the acknowledgement fails), the item found
+// again is not applied a second time: each instance counts it once, although each now waits
+// for the same event again. A direct send reaching an instance at once writes no receipt:
+// its id is its own, and it reaches each instance once.
+#[test]
+fn a_queued_stimulus_redelivered_after_a_lost_acknowledgement_is_applied_once() {
+    for (label, backend, _dir) in stores() {
+        block_on(async {
+            let store = FaultyStore::new(backend);
+            let faulty: Arc<dyn Store> = store.clone();
+            let rt = Runtime::builder()
+                .store(faulty)
+                .register::<Gated>()
+                .lease_ttl(Duration::from_millis(300))
+                .queue_worker(false)
+                .timer_driver(false)
+                .recovery_sweep(None)
+                .build()
+                .unwrap();
+            for id in ["g-1", "g-2"] {
+                rt.start_with::<Gated>(tally(id), with_id(id))
+                    .await
+                    .unwrap();
+            }
+            let early = rt.send(Stimulus::new("all")).await.unwrap();
+            assert!(early.queued.is_some(), "{label}: {early:?}");
+            for id in ["g-1", "g-2"] {
+                let go = rt.send(Stimulus::new("go").key(id)).await.unwrap();
+                assert_eq!(go.resumed.len(), 1, "{label}: {go:?}");
+                assert!(
+                    !store.inner.has_receipt(id, &go.stimulus_id).await.unwrap(),
+                    "{label}: a direct send without a key writes no receipt"
+                );
+            }
+
+            store.inject(Op::SettleQueueItem, 1, Fault::Fail);
+            let stopped = rt.deliver_queued().await;
+            assert!(stopped.is_err(), "{label}: {stopped:?}");
+            for id in ["g-1", "g-2"] {
+                assert_eq!(data(&rt, id).await.seen, ["one"], "{label}: {id}");
+                assert!(
+                    store
+                        .inner
+                        .has_receipt(id, &early.stimulus_id)
+                        .await
+                        .unwrap(),
+                    "{label}: {id} holds the queued stimulus's receipt"
+                );
+            }
+            // The worker's claim on the item it did not acknowledge lapses; the item is
+            // found again, and each instance waits for `all` again.
+            tokio::time::sleep(Duration::from_millis(400)).await;
+            assert_eq!(queued_items(&store).await.len(), 1, "{label}");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            rt.deliver_queued().await.unwrap();
+            for id in ["g-1", "g-2"] {
+                assert_eq!(
+                    data(&rt, id).await.seen,
+                    ["one"],
+                    "{label}: {id} applied the redelivered stimulus twice"
+                );
+            }
+            // A new stimulus still reaches both.
+            let next = rt.send(Stimulus::new("all")).await.unwrap();
+            assert_eq!(next.resumed.len(), 2, "{label}: {next:?}");
+            for id in ["g-1", "g-2"] {
+                assert_eq!(data(&rt, id).await.seen, ["one", "two"], "{label}: {id}");
+            }
             rt.shutdown(Duration::from_secs(1)).await;
         });
     }

@@ -565,8 +565,13 @@ fn retention_purges_in_the_background() {
         let done = runtime.start::<Quick>(Job::default()).await.unwrap();
         assert_eq!(done.status, WorkflowStatus::Finished);
         let live = runtime.start::<PingPong>(Job::default()).await.unwrap();
+        // With an idempotency key, so its delivery writes a receipt (RT-19).
         let ping = runtime
-            .send(Stimulus::new("ping").instance(&live.instance_id))
+            .send(
+                Stimulus::new("ping")
+                    .instance(&live.instance_id)
+                    .idempotency_key("ping-1"),
+            )
             .await
             .unwrap();
         assert!(

@@ -395,3 +395,85 @@ fn st24_a_start_that_committed_before_growing_too_large_stays_faulted() {
         });
     }
 }
+
+/// `head` -> waits for `grow` -> three `tail` tasks -> `grow` (adds 24 KB to the data). With
+/// a small step budget, the run the event resumes commits a slice (consuming the event)
+/// before it grows too large.
+const LATE_GROWER: &str = r#"{
+  "name": "LateGrower",
+  "root": {
+    "kind": "flowchart",
+    "id": "root",
+    "start": "head",
+    "nodes": [
+      { "kind": "task", "id": "head", "function": "head" },
+      { "kind": "event", "id": "wait", "event": "grow" },
+      { "kind": "task", "id": "t1", "function": "tail" },
+      { "kind": "task", "id": "t2", "function": "tail" },
+      { "kind": "task", "id": "t3", "function": "tail" },
+      { "kind": "task", "id": "grow", "function": "grow" }
+    ],
+    "connections": [
+      { "source": "head", "target": "wait" },
+      { "source": "wait", "target": "t1" },
+      { "source": "t1", "target": "t2" },
+      { "source": "t2", "target": "t3" },
+      { "source": "t3", "target": "grow" }
+    ]
+  }
+}"#;
+
+/// ST-24, RT-19: a stimulus that an earlier commit of its run consumed is not dead-lettered
+/// when the run then grows too large: replaying it would apply it twice. So whether the send
+/// wrote a receipt (with an idempotency key) or not (without one, the send's own id), the
+/// instance faults with an incident that names no stimulus, and no dead letter is left.
+#[test]
+fn st24_a_stimulus_consumed_before_its_run_grew_too_large_is_not_dead_lettered() {
+    for (label, store, _dir) in stores() {
+        for keyed in [false, true] {
+            block_on(async {
+                let rt = Runtime::builder()
+                    .store(store.clone().with_max_state_bytes(LIMIT))
+                    .register_definition(Definition::from_json(LATE_GROWER).unwrap(), registry())
+                    .max_steps_per_run(2)
+                    .queue_worker(false)
+                    .timer_driver(false)
+                    .recovery_sweep(None)
+                    .build()
+                    .unwrap();
+                let id = rt
+                    .start_by_name("LateGrower", serde_json::json!({}), StartOptions::default())
+                    .await
+                    .unwrap()
+                    .instance_id;
+                let mut stimulus = Stimulus::new("grow").instance(&id);
+                if keyed {
+                    stimulus = stimulus.idempotency_key(format!("{id}/grow"));
+                }
+                let report = rt.send(stimulus).await.unwrap();
+                assert!(report.rejected.is_empty(), "{label}, {keyed}: {report:?}");
+                assert_eq!(report.resumed.len(), 1, "{label}, {keyed}: {report:?}");
+                assert_eq!(
+                    report.resumed[0].status,
+                    WorkflowStatus::Faulted,
+                    "{label}, {keyed}"
+                );
+                let notes = notes(&rt, &id).await;
+                assert!(
+                    notes.contains(&"tail".to_owned()),
+                    "{label}, {keyed}: the slice before the growth was committed: {notes:?}"
+                );
+                let incidents = rt.incidents(&id).await.unwrap().unwrap();
+                assert_eq!(incidents.len(), 1, "{label}, {keyed}: {incidents:?}");
+                assert_eq!(incidents[0].kind, IncidentKind::StateTooLarge);
+                assert_eq!(incidents[0].stimulus_id, None, "{label}, {keyed}");
+                let letters = rt.dead_letters(DeadLetterFilter::default()).await.unwrap();
+                let for_it: Vec<_> = letters
+                    .iter()
+                    .filter(|l| l.item.stimulus_id == report.stimulus_id)
+                    .collect();
+                assert!(for_it.is_empty(), "{label}, {keyed}: {for_it:?}");
+            });
+        }
+    }
+}

@@ -18,9 +18,9 @@ use workflow_runtime::store::{
 };
 use workflow_runtime::{InstanceQuery, Runtime, TaskContext, workflow};
 
-/// The newest schema version (9 at the time of writing: 0009 stores the journal as one row
-/// per commit).
-const LATEST: u32 = 9;
+/// The newest schema version (10 at the time of writing: 0010 stores the journal and the
+/// bookmarks in their key's order).
+const LATEST: u32 = 10;
 
 fn all_migrations() -> Vec<u32> {
     assert_eq!(SqliteStore::schema_version(), LATEST);
@@ -691,7 +691,7 @@ async fn journal_entries_of_schema_8_read_the_same_after_the_upgrade() {
         }
     }
     let store = open(&path);
-    assert_eq!(store.migrations_applied(), &[9]);
+    assert_eq!(store.migrations_applied(), &[9, 10]);
     let all = store.read_journal("wf-1", 0, 100).await.unwrap();
     // seq, at, kind, context, node.
     type Seen<'a> = (u64, i64, &'a str, Option<u64>, Option<&'a str>);
@@ -757,6 +757,214 @@ async fn journal_entries_of_schema_8_read_the_same_after_the_upgrade() {
             (8, "new0".to_owned()),
             (9, "new1".to_owned())
         ]
+    );
+}
+
+/// ST-28, ST-29: the bookmarks and the journal of schema 9 read the same after migration 10
+/// stores them in their key's order: every column of every bookmark row, by hash, by
+/// instance and as a child wait; the journal's entries by seq; and a commit replaces a
+/// bookmark and appends entries after them as before.
+#[tokio::test]
+async fn bookmarks_and_journal_of_schema_9_read_the_same_after_the_upgrade() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("old.db");
+    SqliteStore::create_at_schema(&path, 9).unwrap();
+    {
+        let raw = rusqlite::Connection::open(&path).unwrap();
+        raw.execute(
+            "INSERT INTO wf_instances (instance_id, definition_name, definition_version, status,
+                sub_status, version, lease_token, origin_at, created_at, updated_at, state,
+                state_size)
+             VALUES ('wf-1', 'order', 'v1', 'suspended', 'waiting', 3, 2, 0, 0, 0,
+                '{\"format\":1,\"n\":3}', 20)",
+            [],
+        )
+        .unwrap();
+        for (id, hash, name, correlation, look_back, created_at) in [
+            ("b-1", "h-1", "approved", None, None, T0),
+            (
+                "b-2",
+                "h-2",
+                "wf.sub_workflow",
+                Some("c-1"),
+                Some(T0 - SEC),
+                T0 + 1,
+            ),
+        ] {
+            raw.execute(
+                "INSERT INTO wf_bookmarks (bookmark_id, instance_id, hash, name, node_id,
+                    context_id, correlation_id, definition_name, definition_version, look_back,
+                    created_at)
+                 VALUES (?1, 'wf-1', ?2, ?3, 'root:wait', 2, ?4, 'order', 'v1', ?5, ?6)",
+                rusqlite::params![id, hash, name, correlation, look_back, created_at],
+            )
+            .unwrap();
+        }
+        raw.execute(
+            "INSERT INTO wf_journal (instance_id, last_seq, first_seq, entries)
+             VALUES ('wf-1', 3, 2, ?1)",
+            [format!(
+                "[[{}, \"k1\", null, null, \"1\"], [{}, \"k2\", 4, \"root\", \"2\"], \
+                 [{}, \"k3\", null, null, \"3\"]]",
+                T0 + 1,
+                T0 + 2,
+                T0 + 3
+            )],
+        )
+        .unwrap();
+    }
+    let store = open(&path);
+    assert_eq!(store.migrations_applied(), &[10]);
+    let by_hash = store
+        .find_bookmarks(BookmarkQuery::by_hash("h-1", 10))
+        .await
+        .unwrap();
+    assert_eq!(by_hash.len(), 1, "{by_hash:?}");
+    let row = &by_hash[0];
+    assert_eq!(
+        (
+            row.bookmark_id.as_str(),
+            row.instance_id.as_str(),
+            row.name.as_str(),
+            row.node_id.as_str(),
+            row.context_id,
+            row.correlation_id.as_deref(),
+            row.definition_name.as_str(),
+            row.definition_version.as_str(),
+            row.look_back,
+            row.created_at
+        ),
+        (
+            "b-1",
+            "wf-1",
+            "approved",
+            "root:wait",
+            2,
+            None,
+            "order",
+            "v1",
+            None,
+            T0
+        )
+    );
+    let listed: Vec<String> = store
+        .list_bookmarks("wf-1")
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|b| b.bookmark_id)
+        .collect();
+    assert_eq!(listed, ["b-1", "b-2"]);
+    let waits = store.find_child_waits(None, 10).await.unwrap();
+    assert_eq!(waits.len(), 1, "{waits:?}");
+    assert_eq!(
+        (
+            waits[0].bookmark_id.as_str(),
+            waits[0].correlation_id.as_deref(),
+            waits[0].look_back
+        ),
+        ("b-2", Some("c-1"), Some(T0 - SEC))
+    );
+    let seqs: Vec<(u64, String)> = store
+        .read_journal("wf-1", 0, 10)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|e| (e.seq, e.kind))
+        .collect();
+    assert_eq!(seqs, [(2, "k2".to_owned()), (3, "k3".to_owned())]);
+
+    // The instance goes on: `b-1` replaced by `b-3`, two entries appended after 3.
+    let lease = store
+        .acquire_lease(&LeaseKey::instance("wf-1"), "n", T0, TTL)
+        .await
+        .unwrap();
+    let mut c = waiting("wf-1", 3, lease.token, 4);
+    c.bookmarks_removed = vec!["b-1".to_owned()];
+    c.bookmarks_added = vec![bookmark("b-3", "h-1", T0 + 2)];
+    c.journal = (0..2)
+        .map(|n| NewJournalRecord {
+            at: T0 + 4 + n,
+            kind: format!("new{n}"),
+            context_id: None,
+            node_id: None,
+            detail: json!(n),
+        })
+        .collect();
+    assert_eq!(store.commit(c).await.unwrap(), 4);
+    let by_hash: Vec<String> = store
+        .find_bookmarks(BookmarkQuery::by_hash("h-1", 10))
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|b| b.bookmark_id)
+        .collect();
+    assert_eq!(by_hash, ["b-3"]);
+    let seqs: Vec<u64> = store
+        .read_journal("wf-1", 0, 10)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|e| e.seq)
+        .collect();
+    assert_eq!(seqs, [2, 3, 4, 5]);
+}
+
+/// ENG-42, ST-26: at its cap, an instance's journal shows exactly the newest `max` entries
+/// after every commit, while the rows below them are deleted in batches: the file never holds
+/// more than the cap plus a batch (64 entries here), and less than everything written.
+#[tokio::test]
+async fn the_journal_cap_shows_the_newest_entries_and_deletes_the_rest_in_batches() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("cap.db");
+    let store = open(&path);
+    let lease = create_leased(&store, "wf-1").await;
+    let raw = rusqlite::Connection::open(&path).unwrap();
+    let stored = || -> i64 {
+        raw.query_row(
+            "SELECT COALESCE(SUM(last_seq - first_seq + 1), 0) FROM wf_journal
+             WHERE instance_id = 'wf-1'",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap()
+    };
+    let mut most = 0;
+    for version in 1..=200u64 {
+        let mut c = waiting("wf-1", version, lease.token, 1);
+        c.journal = vec![NewJournalRecord {
+            at: T0 + i64::try_from(version).unwrap(),
+            kind: format!("e{version}"),
+            context_id: None,
+            node_id: None,
+            detail: json!(version),
+        }];
+        c.max_journal_entries = Some(10);
+        store.commit(c).await.unwrap();
+        let shown: Vec<u64> = store
+            .read_journal("wf-1", 0, 100)
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|e| e.seq)
+            .collect();
+        let expected: Vec<u64> = (version.saturating_sub(9).max(1)..=version).collect();
+        assert_eq!(shown, expected, "after commit {version}");
+        let from_middle: Vec<u64> = store
+            .read_journal("wf-1", version.saturating_sub(4), 2)
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|e| e.seq)
+            .collect();
+        assert_eq!(from_middle.len(), 2.min(usize::try_from(version).unwrap()));
+        most = most.max(stored());
+    }
+    assert!(most <= 10 + 64, "{most} entries stored at most");
+    assert!(
+        stored() < 200 - 64,
+        "{} entries stored at the end",
+        stored()
     );
 }
 

@@ -19,7 +19,7 @@
 //! applies (a suspend for an instance that faulted meanwhile, a resume for one that is not
 //! paused) is cleared and logged.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use super::{Runtime, Started, lock, run_store_error};
@@ -133,6 +133,9 @@ pub(crate) struct RunSignals {
     cancel: Mutex<Option<Option<String>>>,
     /// This run resumes a paused instance.
     pub(crate) resume: AtomicBool,
+    /// The version the run loaded (0 until it has): a later version was committed by the
+    /// run itself, which holds the lease.
+    loaded_version: AtomicU64,
 }
 
 impl RunSignals {
@@ -155,6 +158,17 @@ impl RunSignals {
     /// Whether a pause was asked for.
     pub(crate) fn paused(&self) -> bool {
         self.pause.load(Ordering::SeqCst)
+    }
+
+    /// Records the version the run loaded.
+    pub(crate) fn loaded(&self, version: u64) {
+        self.loaded_version.store(version, Ordering::SeqCst);
+    }
+
+    /// Whether the run committed since it loaded the instance, now at `version`.
+    pub(crate) fn committed_by_now(&self, version: u64) -> bool {
+        let loaded = self.loaded_version.load(Ordering::SeqCst);
+        loaded != 0 && version > loaded
     }
 
     /// The cancel asked for, once.

@@ -290,20 +290,25 @@ impl Runtime {
         guard: &super::LeaseGuard<'_>,
         size: usize,
         limit: usize,
-        stimulus_id: Option<String>,
+        delivery: Option<super::Delivery>,
+        signals: &super::control::RunSignals,
     ) -> Result<RunError, RunError> {
         use crate::engine::state::{FaultKind, FaultRecord, IncidentKind};
         let instance_id = guard.instance_id().to_owned();
         let (mut state, commits) = self.load_for_run(guard).await?;
-        let pending = match stimulus_id {
-            Some(id) => {
-                let consumed = self
-                    .inner
-                    .store
-                    .has_receipt(&instance_id, &id)
-                    .await
-                    .map_err(|error| super::run_store_error(&instance_id, error))?;
-                (!consumed).then_some(id)
+        // RT-19: consumed when a commit of this run consumed it (the run's first commit does,
+        // and only the run commits under its lease), or an earlier delivery's receipt says so.
+        let pending = match delivery {
+            Some(delivery) => {
+                let consumed = signals.committed_by_now(super::lock(&commits.tracker).version)
+                    || (delivery.receipt
+                        && self
+                            .inner
+                            .store
+                            .has_receipt(&instance_id, &delivery.stimulus_id)
+                            .await
+                            .map_err(|error| super::run_store_error(&instance_id, error))?);
+                (!consumed).then_some(delivery.stimulus_id)
             }
             None => None,
         };

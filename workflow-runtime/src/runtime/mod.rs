@@ -597,6 +597,38 @@ impl std::fmt::Debug for Runtime {
     }
 }
 
+/// The stimulus a run delivers (RT-19): its id, and whether the run's first commit writes
+/// its receipt. Every delivery of an id that can reach the instance again keeps one (a queue
+/// item, which a crash before its acknowledgement or an expired claim presents again; a send
+/// with an idempotency key, which a retry presents again; a child's result). A send without
+/// an idempotency key made its id itself, and its routing runs each instance at most once,
+/// so its receipts would never be looked up: it writes none.
+#[derive(Debug, Clone)]
+pub(crate) struct Delivery {
+    /// The stimulus id.
+    pub(crate) stimulus_id: String,
+    /// The first commit writes the receipt (instance, stimulus id).
+    pub(crate) receipt: bool,
+}
+
+impl Delivery {
+    /// A delivery whose id can be presented to the instance again: its receipt is written.
+    pub(crate) fn kept(stimulus_id: String) -> Self {
+        Self {
+            stimulus_id,
+            receipt: true,
+        }
+    }
+
+    /// A delivery of an id no other delivery can present to the instance: no receipt.
+    pub(crate) fn once(stimulus_id: String) -> Self {
+        Self {
+            stimulus_id,
+            receipt: false,
+        }
+    }
+}
+
 /// This process's turn to run an instance (see [`Runtime::local_run`]).
 pub(crate) struct LocalRun<'r> {
     locks: &'r Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
@@ -1684,7 +1716,7 @@ impl Runtime {
                     let key = (instance_id.clone(), stimulus_id.clone());
                     lock(&self.inner.consuming).insert(key.clone(), item_id.clone());
                     let delivered = self
-                        .drive_consuming(&instance_id, target, Some(stimulus_id))
+                        .drive_consuming(&instance_id, target, Some(Delivery::kept(stimulus_id)))
                         .await;
                     lock(&self.inner.consuming).remove(&key);
                     if matches!(
@@ -1802,16 +1834,17 @@ impl Runtime {
         self.drive_consuming(instance_id, target, None).await
     }
 
-    /// [`Runtime::drive`] whose first commit also writes the receipt of `stimulus_id`
-    /// (RT-19): a stimulus already consumed by the instance fails the commit.
+    /// [`Runtime::drive`] delivering a stimulus: its first commit consumes it, writing its
+    /// receipt when the delivery keeps one (RT-19); a stimulus whose receipt the instance
+    /// holds already fails that commit.
     pub(crate) async fn drive_consuming(
         &self,
         instance_id: &str,
         target: RunTarget,
-        stimulus_id: Option<String>,
+        delivery: Option<Delivery>,
     ) -> Result<Option<Started>, RunError> {
         let local = self.local_run(instance_id).await;
-        self.drive_local(&local, instance_id, target, stimulus_id)
+        self.drive_local(&local, instance_id, target, delivery)
             .await
     }
 
@@ -1906,7 +1939,7 @@ impl Runtime {
         _local: &LocalRun<'_>,
         instance_id: &str,
         target: RunTarget,
-        stimulus_id: Option<String>,
+        delivery: Option<Delivery>,
     ) -> Result<Option<Started>, RunError> {
         // ENG-53: the kept state goes with the claim, which compares the stored record with
         // it where the store holds it.
@@ -1924,7 +1957,7 @@ impl Runtime {
             Err(StoreError::NotFound { .. }) => return Ok(None),
             Err(error) => return Err(run_store_error(instance_id, error)),
         };
-        self.run_leased(guard, target, stimulus_id).await.map(Some)
+        self.run_leased(guard, target, delivery).await.map(Some)
     }
 
     /// Runs under `guard` and settles the lease: released by the run's last commit, or here
@@ -1933,9 +1966,9 @@ impl Runtime {
         &self,
         guard: LeaseGuard<'_>,
         target: RunTarget,
-        stimulus_id: Option<String>,
+        delivery: Option<Delivery>,
     ) -> Result<Started, RunError> {
-        self.run_leased_as(guard, target, stimulus_id, false).await
+        self.run_leased_as(guard, target, delivery, false).await
     }
 
     /// [`Runtime::run_leased`]; with `resume`, the run resumes a paused instance (ENG-50).
@@ -1944,10 +1977,10 @@ impl Runtime {
         &self,
         guard: LeaseGuard<'_>,
         target: RunTarget,
-        stimulus_id: Option<String>,
+        delivery: Option<Delivery>,
         resume: bool,
     ) -> Result<Started, RunError> {
-        self.run_leased_faulting(guard, target, stimulus_id, resume, true)
+        self.run_leased_faulting(guard, target, delivery, resume, true)
             .await
     }
 
@@ -1958,19 +1991,17 @@ impl Runtime {
         &self,
         guard: LeaseGuard<'_>,
         target: RunTarget,
-        stimulus_id: Option<String>,
+        delivery: Option<Delivery>,
         resume: bool,
         fault_too_large: bool,
     ) -> Result<Started, RunError> {
         let instance_id = guard.instance_id().to_owned();
-        let delivering = stimulus_id.clone();
+        let delivering = delivery.clone();
         let signals = Arc::new(RunSignals::default());
         signals
             .resume
             .store(resume, std::sync::atomic::Ordering::SeqCst);
-        let result = self
-            .drive_leased(&guard, target, stimulus_id, &signals)
-            .await;
+        let result = self.drive_leased(&guard, target, delivery, &signals).await;
         let requested_cancel = signals.take_cancel();
         match (result, guard.lost()) {
             (Ok(started), _) => {
@@ -2037,7 +2068,10 @@ impl Runtime {
                     guard.release().await;
                     return Err(error);
                 }
-                match self.fault_too_large(&guard, size, limit, delivering).await {
+                match self
+                    .fault_too_large(&guard, size, limit, delivering, &signals)
+                    .await
+                {
                     Ok(faulted) => {
                         guard.released_by_commit();
                         Err(faulted)
@@ -2121,12 +2155,13 @@ impl Runtime {
         &self,
         guard: &LeaseGuard<'_>,
         target: RunTarget,
-        stimulus_id: Option<String>,
+        delivery: Option<Delivery>,
         signals: &Arc<RunSignals>,
     ) -> Result<Started, RunError> {
         use crate::store::ControlKind;
         let instance_id = guard.instance_id();
         let (mut state, commits) = self.load_for_run(guard).await?;
+        signals.loaded(lock(&commits.tracker).version);
         if state.status.is_final() || state.status == WorkflowStatus::Faulted {
             return Err(RunError::NotRunnable {
                 instance: instance_id.to_owned(),
@@ -2184,19 +2219,22 @@ impl Runtime {
         {
             let mut tracker = lock(&commits.tracker);
             // RT-19: the commit delivering a direct send's stimulus writes its record.
-            tracker.idempotency = stimulus_id.as_ref().and_then(|id| {
+            tracker.idempotency = delivery.as_ref().and_then(|d| {
                 lock(&self.inner.pending_records)
-                    .get(id)
+                    .get(&d.stimulus_id)
                     .map(|(record, _)| record.clone())
             });
-            if let Some(id) = &stimulus_id
+            if let Some(d) = &delivery
                 && let Some(item) = lock(&self.inner.consuming)
-                    .get(&(instance_id.to_owned(), id.clone()))
+                    .get(&(instance_id.to_owned(), d.stimulus_id.clone()))
                     .cloned()
             {
                 tracker.consumed.push(item);
             }
-            tracker.receipts.extend(stimulus_id);
+            // RT-19: the receipt, unless the stimulus id cannot reach this instance again.
+            tracker
+                .receipts
+                .extend(delivery.filter(|d| d.receipt).map(|d| d.stimulus_id));
         }
         // ENG-32: the run decides per task whether to commit (the node's setting, the
         // definition's strategy, then this runtime-wide one).

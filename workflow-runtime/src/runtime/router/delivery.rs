@@ -12,7 +12,7 @@ use crate::routing::{
     BOOKMARK_PAGE, MAX_PAYLOAD_BYTES, Rejection, SendError, SendReport, Stimulus, Targets,
     to_micros,
 };
-use crate::runtime::{Runtime, Started, lock};
+use crate::runtime::{Delivery, Runtime, Started, lock};
 use crate::store::{BookmarkQuery, BookmarkRow, IdempotencyRecord, Micros, QueueItem, StoreError};
 
 impl Runtime {
@@ -359,7 +359,7 @@ impl Runtime {
                 stimulus,
                 hash,
                 stimulus_id,
-                origin == Origin::NewId && !created,
+                Receipts::of(origin, created),
                 prefetched,
                 &mut report,
             )
@@ -482,14 +482,14 @@ impl Runtime {
     /// does not run (`false`, RT-24), or faulted or paused (`true`: the item is held, it does
     /// not expire).
     ///
-    /// `unconsumed`: no instance can hold a receipt for `stimulus_id` (a stimulus id this
-    /// send made, and no trigger of it created an instance), so receipts are not looked up.
+    /// `receipts`: which receipts of `stimulus_id` can exist, and whether its deliveries
+    /// write theirs.
     async fn bookmark_phase(
         &self,
         stimulus: &Stimulus,
         hash: &str,
         stimulus_id: &str,
-        unconsumed: bool,
+        receipts: Receipts,
         prefetched: Option<Vec<BookmarkRow>>,
         report: &mut SendReport,
     ) -> Result<Vec<(String, bool)>, SendError> {
@@ -527,7 +527,7 @@ impl Runtime {
         for (instance, ids) in targets {
             let first_bookmark = ids.first().cloned().unwrap_or_default();
             // RT-19: a retried send skips instances that already consumed it.
-            if !unconsumed
+            if receipts != Receipts::None
                 && store
                     .has_receipt(&instance, stimulus_id)
                     .await
@@ -539,8 +539,13 @@ impl Runtime {
                 ids,
                 payload: stimulus.payload.clone(),
             };
+            let delivery = if receipts == Receipts::Kept {
+                Delivery::kept(stimulus_id.to_owned())
+            } else {
+                Delivery::once(stimulus_id.to_owned())
+            };
             match self
-                .drive_consuming(&instance, target, Some(stimulus_id.to_owned()))
+                .drive_consuming(&instance, target, Some(delivery))
                 .await
             {
                 Ok(Some(started)) => report.resumed.push(started),
@@ -757,6 +762,35 @@ pub(crate) enum Origin {
     /// try delivered is not this send's doing, so an instance it created is not reported as
     /// started, and finding nothing new makes this send the duplicate it is.
     CarriedOn,
+}
+
+/// Which receipts of a stimulus id a bookmark phase can meet, and whether the deliveries it
+/// makes write theirs (RT-19).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Receipts {
+    /// An id this send made, and no trigger of it created an instance: no instance holds a
+    /// receipt for it, none is looked up.
+    None,
+    /// An id this send made, held by the instances its triggers created (their creation
+    /// wrote it): looked up, so those are skipped.
+    OfCreated,
+    /// A stable id (an idempotency key, a queued item): an earlier try or delivery may have
+    /// consumed it, so receipts are looked up, and each delivery writes its own.
+    Kept,
+}
+
+impl Receipts {
+    /// A delivery of an id this send made writes no receipt: the send reaches each instance
+    /// at most once (one run per instance, RT-18), and the copies it queues are only for the
+    /// instances it did not reach (deferred) or for when it reached none (RT-21); those
+    /// copies' deliveries write theirs.
+    fn of(origin: Origin, created: bool) -> Self {
+        match origin {
+            Origin::NewId if created => Self::OfCreated,
+            Origin::NewId => Self::None,
+            Origin::Stable | Origin::CarriedOn => Self::Kept,
+        }
+    }
 }
 
 /// The field of a stored report naming the send call that wrote it (a fresh id per call),

@@ -18,7 +18,7 @@ use tokio::sync::{Notify, watch};
 use super::delivery::Origin;
 use crate::engine::executor::{RunError, RunTarget};
 use crate::routing::{BOOKMARK_PAGE, Rejection, Stimulus, Targets};
-use crate::runtime::{Inner, Runtime, lock, now_micros};
+use crate::runtime::{Delivery, Inner, Runtime, lock, now_micros};
 use crate::store::{BookmarkQuery, DeadLetterReason, QueueItem, StoreError, WakeUp};
 
 /// The default periodic sweep of the queue worker (RT-26): 10 s.
@@ -379,7 +379,11 @@ impl Runtime {
                 lock(&self.inner.consuming).insert(key.clone(), item.item_id.clone());
             }
             let delivered = self
-                .drive_consuming(&instance, target, Some(item.stimulus_id.clone()))
+                .drive_consuming(
+                    &instance,
+                    target,
+                    Some(Delivery::kept(item.stimulus_id.clone())),
+                )
                 .await;
             if consumes {
                 lock(&self.inner.consuming).remove(&key);

@@ -80,7 +80,7 @@ pub(super) const MIGRATIONS: &[(u32, &str, &str)] = &[
 ///   of an instance that is not running (and stays so) changes no indexed value. The order
 ///   of the claims is the same, `runnable_at` being `updated_at` for every row the index
 ///   holds.
-/// * The table keeps a third of each page free (`fillfactor`), so the new version of an
+/// * The table keeps 30% of each page free (`fillfactor`), so the new version of an
 ///   updated row finds room on its own page; the generated column rewrites the table, so
 ///   the existing rows are laid out with that room too.
 const MIGRATION_0006: &str = r#"

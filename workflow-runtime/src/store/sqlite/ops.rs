@@ -20,22 +20,22 @@ use super::{
 };
 use crate::store::backend::{
     BookmarkSelect, Capabilities, ChildWaitIndex, ClaimedRecord, DefinitionRecord, DefinitionStore,
-    DueTimers, Enqueue, IncidentQuery, LeaseClaim, LeaseKey, PurgeTarget, RemoteHints, Settled,
-    Settlement, Store, TimerScope, TriggerSelect, TriggerWrite,
+    DueTimers, Enqueue, IncidentQuery, LeaseClaim, LeaseKey, PurgeTarget, RemoteHints, RouteReads,
+    Settled, Settlement, Store, TimerScope, TriggerSelect, TriggerWrite,
 };
 use crate::store::{
-    BookmarkRow, BoxFuture, ClaimedInstance, Commit, ControlRequest, DeadLetter, DeadLetterFilter,
-    DeadLetterReason, EncodedQueueItem, IdempotencyRecord, IncidentRecord, InstanceFilter,
-    InstanceRecord, InstanceStatus, InstanceSubStatus, JournalRecord, Lease, ListedInstance,
-    NewIncident, NewInstance, NewJournalRecord, QueueItem, Renewal, Schedule, ScheduleFiring,
-    StoreError, StoreResult, StoreStats, TimerRow, TriggerRow, WakeUp, decode_control_request,
-    decode_instance_status,
+    BookmarkQuery, BookmarkRow, BoxFuture, ClaimedInstance, Commit, ControlRequest, DeadLetter,
+    DeadLetterFilter, DeadLetterReason, EncodedQueueItem, IdempotencyRecord, IncidentRecord,
+    InstanceFilter, InstanceRecord, InstanceStatus, InstanceSubStatus, JournalRecord, Lease,
+    ListedInstance, NewIncident, NewInstance, NewJournalRecord, QueueItem, Renewal, Schedule,
+    ScheduleFiring, StoreError, StoreResult, StoreStats, TimerRow, TriggerRow, WakeUp,
+    decode_control_request, decode_instance_status,
 };
 
 // ----- write operations (run on the writer thread, inside a savepoint) -----
 
 /// What a commit reads first: version, lease owner and token, definition name and version,
-/// correlation id, status, finish time.
+/// correlation id, status, finish time, journal floor.
 type CommitGuard = (
     i64,
     Option<String>,
@@ -45,6 +45,7 @@ type CommitGuard = (
     Option<String>,
     String,
     Option<i64>,
+    i64,
 );
 
 /// Applies a commit; `leases` fences it (ST-14: its token must be the held one).
@@ -54,7 +55,7 @@ fn commit_tx(c: &Connection, commit: &Commit<String>, leases: &InstanceLeases) -
     let row: Option<CommitGuard> = c
         .prepare_cached(
             "SELECT version, lease_owner, lease_token, definition_name, definition_version,
-                correlation_id, status, finished_at
+                correlation_id, status, finished_at, journal_floor
              FROM wf_instances WHERE instance_id = ?1",
         )?
         .query_row([id], |r| {
@@ -67,6 +68,7 @@ fn commit_tx(c: &Connection, commit: &Commit<String>, leases: &InstanceLeases) -
                 r.get(5)?,
                 r.get(6)?,
                 r.get(7)?,
+                r.get(8)?,
             ))
         })
         .optional()?;
@@ -79,6 +81,7 @@ fn commit_tx(c: &Connection, commit: &Commit<String>, leases: &InstanceLeases) -
         correlation,
         stored_status,
         stored_finished_at,
+        mut floor,
     ) = row.ok_or_else(|| not_found("instance", id))?;
     let version = to_u64(version);
     if version != commit.expected_version {
@@ -190,8 +193,15 @@ fn commit_tx(c: &Connection, commit: &Commit<String>, leases: &InstanceLeases) -
             .execute([id])?;
     }
     if let Some(compaction) = &commit.journal_compaction {
+        // The entries the cap hid go first, so the summary is seen wherever it lands.
+        if floor > 0 {
+            drop_below_floor(c, id, floor)?;
+            floor = 0;
+        }
         compact_journal(c, id, to_i64(compaction.through_seq), &compaction.summary)?;
     }
+    // The newest seq after this commit's entries, when it appends any.
+    let mut newest = None;
     if !commit.journal.is_empty() {
         let last: i64 = c
             .prepare_cached(
@@ -199,16 +209,18 @@ fn commit_tx(c: &Connection, commit: &Commit<String>, leases: &InstanceLeases) -
             )?
             .query_row([id], |r| r.get(0))?;
         let count = i64::try_from(commit.journal.len()).unwrap_or(i64::MAX);
+        let through = last.saturating_add(count);
         insert_journal_row(
             c,
             id,
             last + 1,
-            last.saturating_add(count),
+            through,
             &journal_rows::encode(&commit.journal),
         )?;
+        newest = Some(through);
     }
     if let Some(max) = commit.max_journal_entries {
-        cap_journal(c, id, max)?;
+        floor = cap_journal(c, id, max, newest, floor)?;
     }
     {
         let mut stmt = c.prepare_cached("DELETE FROM wf_queue WHERE item_id = ?1")?;
@@ -264,6 +276,7 @@ fn commit_tx(c: &Connection, commit: &Commit<String>, leases: &InstanceLeases) -
             id,
             commit.listing,
             to_i64(commit.lease_token),
+            floor,
         ])?;
     Ok(version + 1)
 }
@@ -290,7 +303,7 @@ impl Changed {
         let mut sql = String::from(
             "UPDATE wf_instances SET
                 version = version + 1, state = ?1, state_size = ?2, sub_status = ?4,
-                updated_at = ?6, listing = ?11, lease_token = ?12,
+                updated_at = ?6, listing = ?11, lease_token = ?12, journal_floor = ?13,
                 control_request = CASE WHEN ?8 THEN NULL ELSE control_request END",
         );
         if self.status {
@@ -422,32 +435,47 @@ fn enqueue_tx(c: &Connection, item: &QueueItem) -> StoreResult<()> {
     }
 }
 
-/// ENG-42: the stored journal keeps the newest `max` entries, found without walking them.
+/// ENG-42: the journal shows the newest `max` entries, found without walking them; returns
+/// the instance's journal floor, the oldest entry shown (0: all of them).
 ///
 /// This store numbers an instance's entries so that they form one contiguous run, preceded
 /// at most by one compaction summary below a gap: a commit's entries are appended as one row
 /// from `MAX(last_seq) + 1`, a compaction replaces the entries up to its `through_seq` by a
 /// row of one summary at that seq (below the oldest entry when the cap had removed them
-/// already: the gap), and the cap removes the oldest. So the number of entries follows from
-/// three index probes (the two oldest rows and the newest seq), and the excess is a range of
-/// the oldest: the rows wholly in it are deleted as one range, and the row it cuts through
-/// keeps its newer entries (its `first_seq` raised, ST-10). (Counting them, or an `OFFSET
+/// already: the gap), and the cap removes the oldest. So the number of entries shown follows
+/// from three index probes (the two oldest rows at or above the floor and the newest seq:
+/// `newest`, when the commit just appended its row and so knows it), and the excess is a
+/// range of the oldest. The cap raises the floor past it, which the commit writes into the
+/// instance row it updates anyway, and readers start at the floor; the rows below it are
+/// deleted as one range, and the row the floor cuts through keeps its newer entries (its
+/// `first_seq` raised, ST-10), once they hold [`batch_below_floor`] entries: a commit at its
+/// cap then writes no journal page but its own row's. (Counting the entries, or an `OFFSET
 /// max` walk, reads every kept row on every commit of an instance at its cap.)
-fn cap_journal(c: &Connection, id: &str, max: u64) -> StoreResult<()> {
+fn cap_journal(
+    c: &Connection,
+    id: &str,
+    max: u64,
+    newest: Option<i64>,
+    floor: i64,
+) -> StoreResult<i64> {
     let oldest: Vec<(i64, i64)> = {
         let mut stmt = c.prepare_cached(
-            "SELECT first_seq, last_seq FROM wf_journal WHERE instance_id = ?1
+            "SELECT first_seq, last_seq FROM wf_journal WHERE instance_id = ?1 AND last_seq >= ?2
              ORDER BY last_seq LIMIT 2",
         )?;
-        stmt.query_map([id], |r| Ok((r.get(0)?, r.get(1)?)))?
+        stmt.query_map(rusqlite::params![id, floor], |r| Ok((r.get(0)?, r.get(1)?)))?
             .collect::<Result<_, _>>()?
     };
-    let Some(&(first, first_last)) = oldest.first() else {
-        return Ok(());
+    let Some(&(stored_first, first_last)) = oldest.first() else {
+        return Ok(floor);
     };
-    let newest: i64 = c
-        .prepare_cached("SELECT MAX(last_seq) FROM wf_journal WHERE instance_id = ?1")?
-        .query_row([id], |r| r.get(0))?;
+    let first = stored_first.max(floor);
+    let newest: i64 = match newest {
+        Some(newest) => newest,
+        None => c
+            .prepare_cached("SELECT MAX(last_seq) FROM wf_journal WHERE instance_id = ?1")?
+            .query_row([id], |r| r.get(0))?,
+    };
     // A summary below a gap, then the run from the second oldest row on; or one run.
     let (entries, cut_from) = match oldest.get(1) {
         Some(&(second, _)) if first == first_last && second > first.saturating_add(1) => {
@@ -456,15 +484,34 @@ fn cap_journal(c: &Connection, id: &str, max: u64) -> StoreResult<()> {
         _ => (newest - first + 1, first),
     };
     let excess = entries.saturating_sub(to_i64(max));
-    if excess > 0 {
-        // The `excess` oldest: the summary (if any) and the start of the run; the oldest
-        // entry kept is `keep`.
-        let keep = cut_from + excess;
-        c.prepare_cached("DELETE FROM wf_journal WHERE instance_id = ?1 AND last_seq < ?2")?
-            .execute(rusqlite::params![id, keep])?;
-        trim_journal_row(c, id, keep)?;
+    if excess <= 0 {
+        return Ok(floor);
     }
-    Ok(())
+    // The `excess` oldest: the summary (if any) and the start of the run; the oldest entry
+    // shown is now `keep`.
+    let keep = cut_from + excess;
+    let stored_from: i64 = c
+        .prepare_cached(
+            "SELECT first_seq FROM wf_journal WHERE instance_id = ?1 ORDER BY last_seq LIMIT 1",
+        )?
+        .query_row([id], |r| r.get(0))?;
+    if keep.saturating_sub(stored_from) >= batch_below_floor(max) {
+        drop_below_floor(c, id, keep)?;
+    }
+    Ok(keep)
+}
+
+/// How many entries the cap leaves below the floor before it deletes them as one range:
+/// `max(64, max / 4)`, so the stored journal of an instance stays under its cap plus that.
+fn batch_below_floor(max: u64) -> i64 {
+    to_i64((max / 4).max(64))
+}
+
+/// Deletes the journal rows wholly below `floor` and trims the row it cuts through.
+fn drop_below_floor(c: &Connection, id: &str, floor: i64) -> StoreResult<()> {
+    c.prepare_cached("DELETE FROM wf_journal WHERE instance_id = ?1 AND last_seq < ?2")?
+        .execute(rusqlite::params![id, floor])?;
+    trim_journal_row(c, id, floor)
 }
 
 /// The row holding `keep` keeps its entries from `keep` on (ST-10): the oldest row left.
@@ -1364,34 +1411,7 @@ impl Store for SqliteStore {
         select: BookmarkSelect,
     ) -> BoxFuture<'_, StoreResult<Vec<BookmarkRow>>> {
         self.read_point(move |c| match select {
-            BookmarkSelect::Hash(query) => {
-                let (after_at, after_id) = match &query.after {
-                    Some((at, id)) => (Some(*at), Some(id.as_str())),
-                    None => (None, None),
-                };
-                let mut stmt = c.prepare_cached(&format!(
-                    "SELECT {BOOKMARK_COLS} FROM wf_bookmarks
-                     WHERE hash = ?1
-                       AND (?2 IS NULL OR instance_id = ?2)
-                       AND (?3 IS NULL OR correlation_id = ?3)
-                       AND (?4 IS NULL OR bookmark_id = ?4)
-                       AND (?5 IS NULL OR (created_at, bookmark_id) > (?5, ?6))
-                     ORDER BY created_at, bookmark_id LIMIT ?7"
-                ))?;
-                let rows = stmt.query_map(
-                    rusqlite::params![
-                        query.hash,
-                        query.instance_id,
-                        query.correlation_id,
-                        query.bookmark_id,
-                        after_at,
-                        after_id,
-                        limit_i64(query.limit),
-                    ],
-                    bookmark_from_row,
-                )?;
-                collect_named(rows, "bookmark")
-            }
+            BookmarkSelect::Hash(query) => bookmarks_by_hash(c, &query),
             BookmarkSelect::Instance(id) => {
                 let mut stmt = c.prepare_cached(&format!(
                     "SELECT {BOOKMARK_COLS} FROM wf_bookmarks WHERE instance_id = ?1
@@ -1424,29 +1444,7 @@ impl Store for SqliteStore {
             TriggerSelect::Definition(name) => {
                 select_triggers(c, "WHERE definition_name = ?1", rusqlite::params![name])
             }
-            TriggerSelect::Hashes(hashes) => {
-                let mut found = Vec::new();
-                for hash in &hashes {
-                    found.extend(select_triggers(
-                        c,
-                        "WHERE hash = ?1",
-                        rusqlite::params![hash],
-                    )?);
-                }
-                found.sort_by(|a, b| {
-                    (&a.definition_name, &a.node_id, &a.hash).cmp(&(
-                        &b.definition_name,
-                        &b.node_id,
-                        &b.hash,
-                    ))
-                });
-                found.dedup_by(|a, b| {
-                    a.definition_name == b.definition_name
-                        && a.node_id == b.node_id
-                        && a.hash == b.hash
-                });
-                Ok(found)
-            }
+            TriggerSelect::Hashes(hashes) => read_snapshot(c, |c| triggers_by_hashes(c, &hashes)),
         })
     }
 
@@ -1611,21 +1609,32 @@ impl Store for SqliteStore {
     ) -> BoxFuture<'_, StoreResult<Vec<JournalRecord<String>>>> {
         let id = instance_id.to_owned();
         self.read(move |c| {
-            let mut stmt = c.prepare_cached(
-                "SELECT first_seq, last_seq, entries FROM wf_journal
-                 WHERE instance_id = ?1 AND last_seq >= ?2 ORDER BY last_seq",
-            )?;
-            let mut rows = stmt.query(rusqlite::params![id, to_i64(from_seq)])?;
-            // Rows are read one by one, as far as the page needs.
-            journal_rows::page(&id, to_i64(from_seq), limit, || {
-                let Some(row) = rows.next()? else {
-                    return Ok(None);
-                };
-                Ok(Some(journal_rows::StoredRow {
-                    first_seq: row.get(0)?,
-                    last_seq: row.get(1)?,
-                    entries: row.get(2)?,
-                }))
+            read_snapshot(c, |c| {
+                // Entries below the instance's journal floor were removed by the cap.
+                let floor: i64 = c
+                    .prepare_cached(
+                        "SELECT journal_floor FROM wf_instances WHERE instance_id = ?1",
+                    )?
+                    .query_row([&id], |r| r.get(0))
+                    .optional()?
+                    .unwrap_or(0);
+                let from = to_i64(from_seq).max(floor);
+                let mut stmt = c.prepare_cached(
+                    "SELECT first_seq, last_seq, entries FROM wf_journal
+                     WHERE instance_id = ?1 AND last_seq >= ?2 ORDER BY last_seq",
+                )?;
+                let mut rows = stmt.query(rusqlite::params![id, from])?;
+                // Rows are read one by one, as far as the page needs.
+                journal_rows::page(&id, from, limit, || {
+                    let Some(row) = rows.next()? else {
+                        return Ok(None);
+                    };
+                    Ok(Some(journal_rows::StoredRow {
+                        first_seq: row.get(0)?,
+                        last_seq: row.get(1)?,
+                        entries: row.get(2)?,
+                    }))
+                })
             })
         })
     }
@@ -1850,6 +1859,26 @@ impl Store for SqliteStore {
             .with_definitions(self)
             .with_child_waits(self)
             .with_remote_hints(self)
+            .with_routes(self)
+    }
+}
+
+/// A send's routing reads (the trigger rows of its hashes and its first bookmark page) in
+/// one read transaction on the calling thread, instead of a transaction per statement.
+impl RouteReads for SqliteStore {
+    fn find_routes(
+        &self,
+        hashes: Vec<String>,
+        bookmarks: BookmarkQuery,
+    ) -> BoxFuture<'_, StoreResult<(Vec<TriggerRow>, Vec<BookmarkRow>)>> {
+        self.read_point(move |c| {
+            read_snapshot(c, |c| {
+                Ok((
+                    triggers_by_hashes(c, &hashes)?,
+                    bookmarks_by_hash(c, &bookmarks)?,
+                ))
+            })
+        })
     }
 }
 
@@ -1944,6 +1973,77 @@ fn collect_rows<T>(
 ) -> StoreResult<Vec<T>> {
     rows.map(|row| row.map_err(|e| decode_error(what, "?", "row", &e)))
         .collect()
+}
+
+/// Bookmark rows by stimulus hash with the query's filters and keyset page (ST-6, C-8).
+fn bookmarks_by_hash(c: &Connection, query: &BookmarkQuery) -> StoreResult<Vec<BookmarkRow>> {
+    let (after_at, after_id) = match &query.after {
+        Some((at, id)) => (Some(*at), Some(id.as_str())),
+        None => (None, None),
+    };
+    let mut stmt = c.prepare_cached(&format!(
+        "SELECT {BOOKMARK_COLS} FROM wf_bookmarks
+         WHERE hash = ?1
+           AND (?2 IS NULL OR instance_id = ?2)
+           AND (?3 IS NULL OR correlation_id = ?3)
+           AND (?4 IS NULL OR bookmark_id = ?4)
+           AND (?5 IS NULL OR (created_at, bookmark_id) > (?5, ?6))
+         ORDER BY created_at, bookmark_id LIMIT ?7"
+    ))?;
+    let rows = stmt.query_map(
+        rusqlite::params![
+            query.hash,
+            query.instance_id,
+            query.correlation_id,
+            query.bookmark_id,
+            after_at,
+            after_id,
+            limit_i64(query.limit),
+        ],
+        bookmark_from_row,
+    )?;
+    collect_named(rows, "bookmark")
+}
+
+/// Trigger rows with any of `hashes`, by `(definition_name, node_id, hash)`.
+fn triggers_by_hashes(c: &Connection, hashes: &[String]) -> StoreResult<Vec<TriggerRow>> {
+    let mut found = Vec::new();
+    for hash in hashes {
+        found.extend(select_triggers(
+            c,
+            "WHERE hash = ?1",
+            rusqlite::params![hash],
+        )?);
+    }
+    found.sort_by(|a, b| {
+        (&a.definition_name, &a.node_id, &a.hash).cmp(&(&b.definition_name, &b.node_id, &b.hash))
+    });
+    found.dedup_by(|a, b| {
+        a.definition_name == b.definition_name && a.node_id == b.node_id && a.hash == b.hash
+    });
+    Ok(found)
+}
+
+/// Runs `f`'s statements in one read transaction: one snapshot, one shared-memory lock taken
+/// and released, and the pages read by one statement still cached for the next (SQLite
+/// empties a connection's page cache when it begins a read transaction after another
+/// connection committed, so statements run one transaction each read every page again).
+fn read_snapshot<T>(
+    c: &Connection,
+    f: impl FnOnce(&Connection) -> StoreResult<T>,
+) -> StoreResult<T> {
+    let exec = |sql: &str| c.prepare_cached(sql).and_then(|mut s| s.raw_execute());
+    exec("BEGIN")?;
+    let result = f(c);
+    // A read transaction holds no change: ending it loses nothing. It must end, though, or
+    // the connection would keep this snapshot for every later read.
+    let mut end = exec("COMMIT").map(drop);
+    if !c.is_autocommit() {
+        end = exec("ROLLBACK").map(drop);
+    }
+    let value = result?;
+    end?;
+    Ok(value)
 }
 
 /// Collects rows whose mapper names the row in its own `Decode` (ST-22).
