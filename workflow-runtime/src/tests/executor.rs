@@ -375,6 +375,10 @@ fn eng34_tracing_spans_name_the_run_and_each_activity() {
     let subscriber = std::sync::Arc::new(SpanNames::default());
     let def = seq(vec![log_task("a", "a")]);
     tracing::subscriber::with_default(subscriber.clone(), || {
+        // A callsite's interest is cached process-wide by the first thread to reach it: a
+        // test running at the same time without a subscriber caches "never" for the span
+        // callsites asserted here. Asked again with this thread's subscriber as the default.
+        tracing::callsite::rebuild_interest_cache();
         let mut h = Harness::new(&def, registry());
         assert_eq!(h.run(), RunEnd::Finished);
     });
