@@ -23,16 +23,19 @@ use crate::engine::state::{EntryPoint, WorkflowState};
 /// text and decoded). Past it, an arbitrary entry makes room: a miss only costs a decode.
 const CAPACITY: usize = 256;
 
-struct Cached {
-    version: u64,
-    document: String,
-    state: WorkflowState,
+/// A kept state with the version and the text it was committed as.
+pub(crate) struct Cached {
+    pub(crate) version: u64,
+    pub(crate) document: String,
+    pub(crate) state: WorkflowState,
 }
 
 /// The cache of decoded states, by instance id.
 #[derive(Default)]
 pub(crate) struct StateCache {
-    entries: Mutex<HashMap<String, Cached>>,
+    /// Boxed: an entry travels with the claim of a run (ENG-53) through its futures, which
+    /// move it as a pointer.
+    entries: Mutex<HashMap<String, Box<Cached>>>,
 }
 
 impl std::fmt::Debug for StateCache {
@@ -67,12 +70,18 @@ impl StateCache {
         }
         entries.insert(
             state.instance_id.clone(),
-            Cached {
+            Box::new(Cached {
                 version,
                 document,
                 state,
-            },
+            }),
         );
+    }
+
+    /// The entry of `instance_id`, removed: for a run that claims the instance with it, so
+    /// that the store compares the text it holds instead of copying it out.
+    pub(crate) fn take_entry(&self, instance_id: &str) -> Option<Box<Cached>> {
+        lock(&self.entries).remove(instance_id)
     }
 
     /// The state of `instance_id` if the record loaded is the one kept: the same version and

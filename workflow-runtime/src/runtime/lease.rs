@@ -18,8 +18,10 @@ use crate::store::{
     Storage, StoreError, StoreResult,
 };
 
+use super::cache::Cached;
 use super::control::RunSignals;
 use super::{lock, now_micros};
+use crate::engine::state::WorkflowState;
 
 /// The default lease TTL (ST-14): 30 s.
 pub(crate) const DEFAULT_TTL: Duration = Duration::from_secs(30);
@@ -61,6 +63,40 @@ impl LeaseSettings {
     }
 }
 
+/// A claim made with a kept state (ENG-53) as the record a run loads: the stored text, or,
+/// when the store found it unchanged, the kept text itself (the same bytes) with the kept
+/// state, taken out of `kept`.
+fn with_kept(
+    claimed: ClaimedRecord<Option<String>>,
+    kept: &mut Option<Box<Cached>>,
+) -> (ClaimedRecord<String>, Option<Box<Cached>>) {
+    let mut kept_state = None;
+    let record = claimed
+        .record
+        .try_map_state(|_, state| {
+            Ok::<_, std::convert::Infallible>(match state {
+                Some(text) => text,
+                None => match kept.take() {
+                    Some(mut known) => {
+                        let document = std::mem::take(&mut known.document);
+                        kept_state = Some(known);
+                        document
+                    }
+                    // Not reached: a state of `None` answers a claim made with a kept state.
+                    None => String::new(),
+                },
+            })
+        })
+        .unwrap_or_else(|never| match never {});
+    (
+        ClaimedRecord {
+            lease: claimed.lease,
+            record,
+        },
+        kept_state,
+    )
+}
+
 /// An instance lease held by this runtime (ST-14). Every store call about instance leases
 /// goes through it. Release it with [`LeaseGuard::release`] unless the run's last commit
 /// released it ([`LeaseGuard::released_by_commit`]); a guard dropped otherwise leaves the
@@ -76,6 +112,9 @@ pub(crate) struct LeaseGuard<'s> {
     /// The instance as the acquisition read it (one store operation takes the lease and
     /// loads the instance), until the run takes it.
     loaded: Mutex<Option<Result<InstanceRecord<String>, StoreError>>>,
+    /// The state this runtime kept of the instance (ENG-53), when the claim found the stored
+    /// record to be the very commit it was kept from, until the run takes it.
+    kept: Mutex<Option<Box<Cached>>>,
     /// The instance's definition, once the run loaded it: a field of the lease-lost event.
     definition: Mutex<Option<String>>,
     /// The node of the task attempt in progress under this lease, which the engine keeps
@@ -107,7 +146,21 @@ impl<'s> LeaseGuard<'s> {
         instance_id: &str,
         settings: LeaseSettings,
     ) -> Result<Self, StoreError> {
-        Self::acquire_waiting(store, owner, instance_id, settings, false).await
+        Self::acquire_waiting(store, owner, instance_id, settings, false, None).await
+    }
+
+    /// [`LeaseGuard::acquire`] with the state this runtime kept of the instance (ENG-53):
+    /// the claim compares the stored record with it in the store, and the run takes the
+    /// kept state ([`LeaseGuard::take_kept`]) when it is unchanged, with the kept text as the
+    /// record's: no copy of the stored one is made.
+    pub(crate) async fn acquire_kept(
+        store: &'s Storage,
+        owner: &str,
+        instance_id: &str,
+        settings: LeaseSettings,
+        kept: Option<Box<Cached>>,
+    ) -> Result<Self, StoreError> {
+        Self::acquire_waiting(store, owner, instance_id, settings, false, kept).await
     }
 
     /// [`LeaseGuard::acquire`] for the first run of an instance just created: nobody but a
@@ -119,7 +172,7 @@ impl<'s> LeaseGuard<'s> {
         instance_id: &str,
         settings: LeaseSettings,
     ) -> Result<Self, StoreError> {
-        Self::acquire_waiting(store, owner, instance_id, settings, true).await
+        Self::acquire_waiting(store, owner, instance_id, settings, true, None).await
     }
 
     async fn acquire_waiting(
@@ -128,6 +181,7 @@ impl<'s> LeaseGuard<'s> {
         instance_id: &str,
         settings: LeaseSettings,
         any_holder: bool,
+        mut kept: Option<Box<Cached>>,
     ) -> Result<Self, StoreError> {
         let give_up = std::time::Instant::now() + OWN_LEASE_WAIT;
         let mut pause = Duration::from_millis(1);
@@ -138,8 +192,18 @@ impl<'s> LeaseGuard<'s> {
                 now: now_micros(),
                 ttl: settings.ttl_micros(),
             };
-            match store.claim_instance_raw(instance_id, claim).await {
-                Ok(ClaimedRecord { lease, record }) => {
+            let claimed = match &kept {
+                None => store
+                    .claim_instance_raw(instance_id, claim)
+                    .await
+                    .map(|claimed| (claimed, None)),
+                Some(known) => store
+                    .claim_instance_raw_known(instance_id, claim, known.version, &known.document)
+                    .await
+                    .map(|claimed| with_kept(claimed, &mut kept)),
+            };
+            match claimed {
+                Ok((ClaimedRecord { lease, record }, kept_state)) => {
                     return Ok(Self {
                         store,
                         instance_id: instance_id.to_owned(),
@@ -149,6 +213,7 @@ impl<'s> LeaseGuard<'s> {
                         lost: Mutex::new(None),
                         definition: Mutex::new(Some(record.definition_name.clone())),
                         loaded: Mutex::new(Some(Ok(record))),
+                        kept: Mutex::new(kept_state),
                         executing: Arc::default(),
                     });
                 }
@@ -186,6 +251,7 @@ impl<'s> LeaseGuard<'s> {
                     settings,
                     lost: Mutex::new(None),
                     loaded: Mutex::new(None),
+                    kept: Mutex::new(None),
                     definition: Mutex::new(None),
                     executing: Arc::default(),
                 };
@@ -208,6 +274,12 @@ impl<'s> LeaseGuard<'s> {
     /// the lease (a recovery claim) or was taken already.
     pub(crate) fn take_loaded(&self) -> Option<Result<InstanceRecord<String>, StoreError>> {
         lock(&self.loaded).take()
+    }
+
+    /// The kept state of the instance, once, when the claim found its record unchanged
+    /// ([`LeaseGuard::acquire_kept`]).
+    pub(crate) fn take_kept(&self) -> Option<WorkflowState> {
+        lock(&self.kept).take().map(|kept| kept.state)
     }
 
     /// Records the instance's definition, as the run loaded it.

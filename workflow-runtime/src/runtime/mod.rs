@@ -1941,7 +1941,18 @@ impl Runtime {
         target: RunTarget,
         delivery: Option<Delivery>,
     ) -> Result<Option<Started>, RunError> {
-        let guard = match self.lease(instance_id).await {
+        // ENG-53: the kept state goes with the claim, which compares the stored record with
+        // it where the store holds it.
+        let kept = self.inner.states.take_entry(instance_id);
+        let guard = match LeaseGuard::acquire_kept(
+            &self.inner.store,
+            &self.inner.owner,
+            instance_id,
+            self.inner.lease,
+            kept,
+        )
+        .await
+        {
             Ok(guard) => guard,
             Err(StoreError::NotFound { .. }) => return Ok(None),
             Err(error) => return Err(run_store_error(instance_id, error)),
@@ -2101,12 +2112,14 @@ impl Runtime {
         }
         .map_err(|error| run_store_error(instance_id, error))?;
         guard.set_definition(&record.definition_name);
-        // ENG-53: the state this runtime committed last, if the record is still that commit.
-        let state = match self
-            .inner
-            .states
-            .take(instance_id, record.version, &record.state)
-        {
+        // ENG-53: the state this runtime committed last, if the record is still that commit
+        // (found so by the claim, or here).
+        let kept = guard.take_kept().or_else(|| {
+            self.inner
+                .states
+                .take(instance_id, record.version, &record.state)
+        });
+        let state = match kept {
             Some(state) => state,
             None => decode_loaded(instance_id, &record.state)?,
         };

@@ -369,6 +369,23 @@ pub trait RemoteHints: Send + Sync {
     }
 }
 
+/// The optional capability of claiming an instance for a caller that kept the document it
+/// committed last (ENG-53, offered through [`Store::capabilities`]): the comparison is made
+/// where the text is held, so it need not be copied out. Without it,
+/// [`Storage`](super::Storage) claims with [`Store::claim_instance`] and compares the text it
+/// read.
+pub trait ClaimKnown: Send + Sync {
+    /// [`Store::claim_instance`], the record's state `None` when the stored row has
+    /// `known_version` and, byte for byte, `known_text`; the stored text otherwise.
+    fn claim_instance_known<'a>(
+        &'a self,
+        instance_id: &'a str,
+        claim: LeaseClaim,
+        known_version: u64,
+        known_text: &'a str,
+    ) -> BoxFuture<'a, StoreResult<ClaimedRecord<Option<String>>>>;
+}
+
 /// The optional capability of counting every change made to the store, by whoever shares it
 /// (offered through [`Store::capabilities`]): the in-process store, which several runtimes
 /// of one process may share, each with its own [`Storage`](super::Storage). The count moves
@@ -415,6 +432,8 @@ pub struct Capabilities<'a> {
     pub routes: Option<&'a dyn RouteReads>,
     /// Counting the changes of everyone sharing the store.
     pub change_count: Option<&'a dyn ChangeCount>,
+    /// Claiming with a kept document, compared where it is held.
+    pub claim_known: Option<&'a dyn ClaimKnown>,
 }
 
 impl<'a> Capabilities<'a> {
@@ -452,6 +471,13 @@ impl<'a> Capabilities<'a> {
         self.change_count = Some(change_count);
         self
     }
+
+    /// With claims compared against a kept document where it is held.
+    #[must_use]
+    pub fn with_claim_known(mut self, claim_known: &'a dyn ClaimKnown) -> Self {
+        self.claim_known = Some(claim_known);
+        self
+    }
 }
 
 impl std::fmt::Debug for Capabilities<'_> {
@@ -462,6 +488,7 @@ impl std::fmt::Debug for Capabilities<'_> {
             .field("remote_hints", &self.remote_hints.is_some())
             .field("routes", &self.routes.is_some())
             .field("change_count", &self.change_count.is_some())
+            .field("claim_known", &self.claim_known.is_some())
             .finish()
     }
 }

@@ -57,10 +57,10 @@ mod sqlite;
 pub mod conformance;
 
 pub use backend::{
-    BookmarkSelect, CHILD_WAIT, Capabilities, ChangeCount, ChildWaitIndex, ClaimedRecord,
-    DefinitionRecord, DefinitionStore, DueTimers, Enqueue, IncidentQuery, LeaseClaim, LeaseKey,
-    PurgeTarget, RemoteHints, RouteReads, Settled, Settlement, Store, TimerScope, TriggerSelect,
-    TriggerWrite,
+    BookmarkSelect, CHILD_WAIT, Capabilities, ChangeCount, ChildWaitIndex, ClaimKnown,
+    ClaimedRecord, DefinitionRecord, DefinitionStore, DueTimers, Enqueue, IncidentQuery,
+    LeaseClaim, LeaseKey, PurgeTarget, RemoteHints, RouteReads, Settled, Settlement, Store,
+    TimerScope, TriggerSelect, TriggerWrite,
 };
 pub use error::{StoreError, StoreResult};
 pub use memory::MemoryStore;

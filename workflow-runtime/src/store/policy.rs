@@ -431,6 +431,37 @@ impl Storage {
         self.store.claim_instance(instance_id, claim).await
     }
 
+    /// [`Storage::claim_instance_raw`] for a runtime that kept the document it committed at
+    /// `known_version` (ENG-53): the state is `None` when the stored record is still that
+    /// very text (with the backend's [`ClaimKnown`](super::ClaimKnown) where it has one,
+    /// which compares where the text is held).
+    pub(crate) async fn claim_instance_raw_known(
+        &self,
+        instance_id: &str,
+        claim: LeaseClaim,
+        known_version: u64,
+        known_text: &str,
+    ) -> StoreResult<ClaimedRecord<Option<String>>> {
+        if let Some(claim_known) = self.store.capabilities().claim_known {
+            return claim_known
+                .claim_instance_known(instance_id, claim, known_version, known_text)
+                .await;
+        }
+        let claimed = self.store.claim_instance(instance_id, claim).await?;
+        let unchanged =
+            claimed.record.version == known_version && claimed.record.state == known_text;
+        let record = claimed
+            .record
+            .try_map_state(|_, state| {
+                Ok::<_, std::convert::Infallible>((!unchanged).then_some(state))
+            })
+            .unwrap_or_else(|never| match never {});
+        Ok(ClaimedRecord {
+            lease: claimed.lease,
+            record,
+        })
+    }
+
     /// The runtime's load: the record with its stored text unchecked (see
     /// [`Storage::claim_instance_raw`]).
     pub(crate) async fn load_instance_raw(

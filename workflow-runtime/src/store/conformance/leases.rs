@@ -9,6 +9,56 @@ use crate::store::{
     LeaseKey, Storage, StoreError,
 };
 
+/// C-37: a claim made with a kept document (ENG-53) answers no state exactly when the stored
+/// record has the kept version and, byte for byte, the kept text, and the stored text
+/// otherwise; the lease is taken (or refused) as by any claim.
+pub async fn c37_claim_known(backend: Arc<dyn TestBackend>) {
+    let store = Harness::new(backend);
+    store.create_instance(new_instance("wf-1")).await.unwrap();
+    let stored = store.load_instance_raw("wf-1").await.unwrap().state;
+    let claim = |owner: &str, now| crate::store::LeaseClaim {
+        owner: owner.to_owned(),
+        token: None,
+        now,
+        ttl: TTL,
+    };
+    let unchanged = store
+        .claim_instance_raw_known("wf-1", claim("node-a", T0), 1, &stored)
+        .await
+        .unwrap();
+    assert_eq!(unchanged.record.state, None);
+    assert_eq!(unchanged.record.version, 1);
+    assert_eq!(unchanged.record.instance_id, "wf-1");
+    // Held: another owner is refused, kept text or not.
+    assert!(matches!(
+        store
+            .claim_instance_raw_known("wf-1", claim("node-b", T0 + SEC), 1, &stored)
+            .await,
+        Err(StoreError::LeaseHeld { .. })
+    ));
+    let key = LeaseKey::instance("wf-1");
+    store
+        .release_lease(&key, unchanged.lease.token)
+        .await
+        .unwrap();
+    // Another text at the same version (a document edited in place), or the same text at
+    // another version: the stored text.
+    let mut edited = stored.clone();
+    edited.push(' ');
+    for (version, text) in [(1, edited.as_str()), (2, stored.as_str())] {
+        let claimed = store
+            .claim_instance_raw_known("wf-1", claim("node-a", T0 + 2 * SEC), version, text)
+            .await
+            .unwrap();
+        assert_eq!(claimed.record.state.as_deref(), Some(stored.as_str()));
+        assert!(claimed.lease.token > unchanged.lease.token);
+        store
+            .release_lease(&key, claimed.lease.token)
+            .await
+            .unwrap();
+    }
+}
+
 /// C-6: a superseded lease token is fenced even with the right version.
 pub async fn c06_fencing(backend: Arc<dyn TestBackend>) {
     let store = Harness::new(backend);

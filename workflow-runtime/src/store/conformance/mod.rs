@@ -61,6 +61,7 @@ pub use instances::{
 pub use journal::{c22_journal, c22_journal_cap, c22_journal_compaction, c22_journal_pages};
 pub use leases::{
     c06_fencing, c07_leases, c07_named_leases, c13_claim_runnable, c29_control_requests, c34_clock,
+    c37_claim_known,
 };
 pub use queue::{
     c14_queue_pages, c15_queue_ttl, c16_queue_attempts, c20_idempotency_record_in_commit,
@@ -131,6 +132,7 @@ macro_rules! store_conformance_tests {
             trigger_schedules,
             final_status_clears_bookmarks_and_timers,
             c36_definitions,
+            c37_claim_known,
         );
     };
     (@cases required $make:path; $($case:ident),* $(,)?) => {

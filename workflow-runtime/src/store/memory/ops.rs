@@ -3,12 +3,12 @@
 use std::collections::BTreeSet;
 use std::ops::Bound;
 
-use super::tables::{incident, lease_live, not_found, record, sort_incidents};
+use super::tables::{incident, lease_live, not_found, record, record_with, sort_incidents};
 use super::{Claimed, Inner, MemoryStore};
 use crate::store::backend::{
-    BookmarkSelect, Capabilities, ChangeCount, ChildWaitIndex, ClaimedRecord, DefinitionRecord,
-    DefinitionStore, DueTimers, Enqueue, IncidentQuery, LeaseClaim, LeaseKey, PurgeTarget, Settled,
-    Settlement, Store, TimerScope, TriggerSelect, TriggerWrite,
+    BookmarkSelect, Capabilities, ChangeCount, ChildWaitIndex, ClaimKnown, ClaimedRecord,
+    DefinitionRecord, DefinitionStore, DueTimers, Enqueue, IncidentQuery, LeaseClaim, LeaseKey,
+    PurgeTarget, Settled, Settlement, Store, TimerScope, TriggerSelect, TriggerWrite,
 };
 use crate::store::{
     BookmarkRow, BoxFuture, ClaimedInstance, Commit, ControlRequest, DeadLetter, DeadLetterFilter,
@@ -910,6 +910,37 @@ impl Store for MemoryStore {
             .with_definitions(self)
             .with_child_waits(self)
             .with_change_count(self)
+            .with_claim_known(self)
+    }
+}
+
+/// ENG-53: the kept document compared with the row's in place, copied out only when they
+/// differ.
+impl ClaimKnown for MemoryStore {
+    fn claim_instance_known<'a>(
+        &'a self,
+        instance_id: &'a str,
+        claim: LeaseClaim,
+        known_version: u64,
+        known_text: &'a str,
+    ) -> BoxFuture<'a, StoreResult<ClaimedRecord<Option<String>>>> {
+        self.write(move |inner| {
+            let key = LeaseKey::Instance(instance_id.to_owned());
+            let lease = match claim.token {
+                None => inner.acquire(&key, &claim.owner, claim.now, claim.ttl)?,
+                Some(token) => inner.renew(&key, token, claim.now, claim.ttl)?.lease,
+            };
+            let row = inner
+                .instances
+                .get(instance_id)
+                .ok_or_else(|| not_found("instance", instance_id))?;
+            // Compared in place: the document is copied out only when it is not the caller's.
+            let unchanged = row.version == known_version && row.state == known_text;
+            Ok(ClaimedRecord {
+                lease,
+                record: record_with(instance_id, row, (!unchanged).then(|| row.state.clone())),
+            })
+        })
     }
 }
 

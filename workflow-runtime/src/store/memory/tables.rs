@@ -12,6 +12,11 @@ use crate::store::{
 };
 
 pub(super) fn record(id: &str, row: &MemInstance) -> InstanceRecord<String> {
+    record_with(id, row, row.state.clone())
+}
+
+/// An instance row as a record, with `state` for its document.
+pub(super) fn record_with<S>(id: &str, row: &MemInstance, state: S) -> InstanceRecord<S> {
     InstanceRecord {
         instance_id: id.to_owned(),
         definition_name: row.definition_name.clone(),
@@ -33,7 +38,7 @@ pub(super) fn record(id: &str, row: &MemInstance) -> InstanceRecord<String> {
         created_at: row.created_at,
         updated_at: row.updated_at,
         finished_at: row.finished_at,
-        state: row.state.clone(),
+        state,
     }
 }
 
