@@ -1,7 +1,8 @@
 //! The PostgreSQL store beyond the conformance suite (ST-27, ST-28): several stores on one
 //! schema as separate processes would hold them: concurrent migrations, wake-ups through
 //! `LISTEN`/`NOTIFY`, fencing of a stale lease holder, a connection killed in the middle of a
-//! commit, and a runtime that survives its connections being dropped. Each test uses a fresh
+//! commit, a runtime that survives its connections being dropped, and connections kept between
+//! statements that leave a small pool's transactions a connection. Each test uses a fresh
 //! schema; without a reachable server (`WORKFLOW_PG_URL`) each is skipped, saying why.
 #![allow(
     clippy::unwrap_used,
@@ -1479,4 +1480,44 @@ async fn an_undecodable_queue_item_does_not_block_the_queue() {
         .await
         .unwrap();
     assert!(again.iter().all(|q| q.item_id != "q2" && q.item_id != "q3"));
+}
+
+/// A store on a small pool, several callers at once: its single statements keep their
+/// connections between operations (not each given back to the pool), yet the transactions
+/// (every start is one) always find a connection in the pool and none waits out its
+/// acquire timeout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kept_connections_leave_the_small_pools_transactions_a_connection() {
+    if server().await.is_none() {
+        return;
+    }
+    let schema = fresh_schema_name();
+    let url = url_named(&schema);
+    let _guard = SchemaGuard::new(database_url(), schema.clone());
+    let options = PostgresOptions {
+        max_connections: 5,
+        acquire_timeout: Duration::from_secs(3),
+        ..PostgresOptions::default().schema(schema.clone())
+    };
+    let store = Arc::new(PostgresStore::connect_with(&url, &options).await.unwrap());
+    let runtime = Runtime::builder()
+        .store(store)
+        .register::<Paid>()
+        .build()
+        .unwrap();
+    let mut callers = Vec::new();
+    for _ in 0..8 {
+        let runtime = runtime.clone();
+        callers.push(tokio::spawn(async move {
+            for _ in 0..5 {
+                let started = runtime.start::<Paid>(Steps::default()).await.unwrap();
+                let snapshot = runtime.get_state(&started.instance_id).await.unwrap();
+                assert!(snapshot.is_some(), "a started instance was not found");
+            }
+        }));
+    }
+    for caller in callers {
+        caller.await.unwrap();
+    }
+    runtime.shutdown(Duration::from_secs(1)).await;
 }
