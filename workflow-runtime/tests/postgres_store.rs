@@ -1521,3 +1521,56 @@ async fn kept_connections_leave_the_small_pools_transactions_a_connection() {
     }
     runtime.shutdown(Duration::from_secs(1)).await;
 }
+
+// The connections a burst left kept between statements go back to the pool once the store
+// has been idle for a few seconds, without another operation asking for one: an application
+// sharing its pool with the store gets them back, and the pool's own timeouts apply again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_idle_store_gives_its_kept_connections_back_to_the_pool() {
+    use workflow_runtime::store::Store;
+    if server().await.is_none() {
+        return;
+    }
+    let schema = fresh_schema_name();
+    let _guard = SchemaGuard::new(database_url(), schema.clone());
+    let pool = sqlx::postgres::PgPoolOptions::new()
+        .max_connections(10)
+        .connect(&database_url())
+        .await
+        .unwrap();
+    let options = PostgresOptions {
+        listen: false,
+        ..PostgresOptions::default().schema(schema.clone())
+    };
+    let store = Arc::new(
+        PostgresStore::from_pool(pool.clone(), &options)
+            .await
+            .unwrap(),
+    );
+    let mut readers = Vec::new();
+    for n in 0..8 {
+        let store = Arc::clone(&store);
+        readers.push(tokio::spawn(async move {
+            for _ in 0..20 {
+                let id = format!("no-such-instance-{n}");
+                assert!(!store.has_receipt(&id, "s").await.unwrap());
+            }
+        }));
+    }
+    for reader in readers {
+        reader.await.unwrap();
+    }
+    let in_use = pool.size() as usize - pool.num_idle();
+    assert!(in_use > 0, "the burst kept no connection: nothing to check");
+    let deadline = std::time::Instant::now() + Duration::from_secs(15);
+    while pool.size() as usize - pool.num_idle() > 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "an idle store still holds {} connections of the pool",
+            pool.size() as usize - pool.num_idle()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    drop(store);
+    pool.close().await;
+}

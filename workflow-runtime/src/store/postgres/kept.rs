@@ -11,8 +11,10 @@
 //! it goes back through the pool's own checks.
 
 use std::collections::VecDeque;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
+
+use tokio::sync::Notify;
 
 use sqlx::pool::PoolConnection;
 use sqlx::{PgPool, Postgres};
@@ -33,6 +35,8 @@ pub(super) struct Kept {
     /// find one there (of the connections in use outside this list, at least two go back
     /// to the pool when they are done).
     limit: usize,
+    /// Wakes [`give_back_idle`] when a connection is kept while none was.
+    wake: Arc<Notify>,
 }
 
 impl Kept {
@@ -41,7 +45,31 @@ impl Kept {
         Self {
             connections: Mutex::new(VecDeque::new()),
             limit: size.saturating_sub(3),
+            wake: Arc::new(Notify::new()),
         }
+    }
+
+    /// Gives back to the pool the kept connections idle for over `KEEP_IDLE`, and tells
+    /// when the oldest of those left will be (`None`: none is kept).
+    fn give_back_expired(&self) -> Option<Instant> {
+        let (expired, next) = {
+            let mut connections = self
+                .connections
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            let mut expired = Vec::new();
+            while connections
+                .front()
+                .is_some_and(|(_, since)| since.elapsed() > KEEP_IDLE)
+            {
+                expired.extend(connections.pop_front());
+            }
+            let next = connections.front().map(|(_, since)| *since + KEEP_IDLE);
+            (expired, next)
+        };
+        // Dropped outside the lock: each goes back to the pool through its checks.
+        drop(expired);
+        next
     }
 
     /// A kept connection, or one from the pool. One that sat idle for a while is pinged
@@ -87,6 +115,9 @@ impl Kept {
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         if connections.len() < self.limit {
             connections.push_back((conn, Instant::now()));
+            if connections.len() == 1 {
+                self.wake.notify_one();
+            }
         }
     }
 
@@ -99,5 +130,25 @@ impl Kept {
             .drain(..)
             .collect();
         drop(drained);
+    }
+}
+
+/// Gives kept connections idle for over `KEEP_IDLE` back to the pool while the store lives,
+/// so that a store gone idle holds none of them (a pool shared with the application gets
+/// them back) and the pool's idle timeout and lifetime apply to them again. It sleeps while
+/// nothing is kept, and ends with the store.
+pub(super) async fn give_back_idle(kept: Weak<Kept>) {
+    let Some(wake) = kept.upgrade().map(|k| Arc::clone(&k.wake)) else {
+        return;
+    };
+    loop {
+        let next = match kept.upgrade() {
+            Some(kept) => kept.give_back_expired(),
+            None => return,
+        };
+        match next {
+            Some(at) => tokio::time::sleep_until((at + Duration::from_millis(10)).into()).await,
+            None => wake.notified().await,
+        }
     }
 }

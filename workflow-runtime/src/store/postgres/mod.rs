@@ -229,7 +229,9 @@ pub struct PostgresStore {
     migrations_applied: Vec<u32>,
     listener: Option<JoinHandle<()>>,
     /// Connections kept between single statements (see `kept.rs`).
-    kept: kept::Kept,
+    kept: Arc<kept::Kept>,
+    /// Gives the kept connections that went idle back to the pool.
+    give_back: JoinHandle<()>,
 }
 
 impl fmt::Debug for PostgresStore {
@@ -245,6 +247,7 @@ impl Drop for PostgresStore {
         if let Some(listener) = self.listener.take() {
             listener.abort();
         }
+        self.give_back.abort();
         self.kept.clear();
     }
 }
@@ -348,7 +351,8 @@ impl PostgresStore {
     pub async fn from_pool(pool: PgPool, options: &PostgresOptions) -> StoreResult<Self> {
         let schema = Schema::new(&options.schema)?;
         let migrations_applied = schema::migrate(&pool, &schema, options.migrate).await?;
-        let kept = kept::Kept::new(&pool);
+        let kept = Arc::new(kept::Kept::new(&pool));
+        let give_back = tokio::spawn(kept::give_back_idle(Arc::downgrade(&kept)));
         let (hints, _) = broadcast::channel(1024);
         let origin = new_origin();
         let (notifier, outgoing) = mpsc::unbounded_channel();
@@ -386,6 +390,7 @@ impl PostgresStore {
             migrations_applied,
             listener,
             kept,
+            give_back,
         })
     }
 
