@@ -9,7 +9,8 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 use workflow_runtime::store::conformance::{
-    SEC, T0, TTL, bookmark, create_leased, doc, new_instance, queue_item, waiting,
+    JOURNAL_BEFORE_UPGRADE, SEC, T0, TTL, assert_journal_reads_as_before_the_upgrade, bookmark,
+    create_leased, doc, new_instance, queue_item, waiting,
 };
 use workflow_runtime::store::{
     BookmarkQuery, DeadLetterFilter, DeadLetterReason, InstanceFilter, InstanceStatus, LeaseClaim,
@@ -674,14 +675,7 @@ async fn journal_entries_of_schema_8_read_the_same_after_the_upgrade() {
     SqliteStore::create_at_schema(&path, 8).unwrap();
     {
         let raw = rusqlite::Connection::open(&path).unwrap();
-        // A summary at 2 below entries 5 to 7, the cap having removed 3 and 4; 6's detail
-        // damaged.
-        for (seq, kind, context, node, detail) in [
-            (2, "compacted", None, None, "{\"entries\":2}"),
-            (5, "k5", Some(5), Some("root"), "5"),
-            (6, "k6", None, Some("root:a"), "{not json"),
-            (7, "k7", Some(7), None, "\"seven\""),
-        ] {
+        for (seq, kind, context, node, detail) in JOURNAL_BEFORE_UPGRADE {
             raw.execute(
                 "INSERT INTO wf_journal (instance_id, seq, at, kind, context_id, node_id, detail)
                  VALUES ('wf-1', ?1, ?2, ?3, ?4, ?5, ?6)",
@@ -692,72 +686,7 @@ async fn journal_entries_of_schema_8_read_the_same_after_the_upgrade() {
     }
     let store = open(&path);
     assert_eq!(store.migrations_applied(), &[9, 10]);
-    let all = store.read_journal("wf-1", 0, 100).await.unwrap();
-    // seq, at, kind, context, node.
-    type Seen<'a> = (u64, i64, &'a str, Option<u64>, Option<&'a str>);
-    let got: Vec<Seen<'_>> = all
-        .iter()
-        .map(|e| {
-            (
-                e.seq,
-                e.at,
-                e.kind.as_str(),
-                e.context_id,
-                e.node_id.as_deref(),
-            )
-        })
-        .collect();
-    assert_eq!(
-        got,
-        [
-            (2, T0 + 2, "compacted", None, None),
-            (5, T0 + 5, "k5", Some(5), Some("root")),
-            (6, T0 + 6, "k6", None, Some("root:a")),
-            (7, T0 + 7, "k7", Some(7), None),
-        ]
-    );
-    assert_eq!(all[0].detail, json!({ "entries": 2 }));
-    assert_eq!(all[1].detail, json!(5));
-    assert!(all[2].detail.get("undecodable").is_some(), "{:?}", all[2]);
-    assert_eq!(all[3].detail, json!("seven"));
-    let page: Vec<u64> = store
-        .read_journal("wf-1", 3, 2)
-        .await
-        .unwrap()
-        .iter()
-        .map(|e| e.seq)
-        .collect();
-    assert_eq!(page, [5, 6]);
-    // The instance goes on: entries after 7, the cap of 4 taking the summary and 5.
-    let lease = create_leased(&store, "wf-1").await;
-    let mut c = waiting("wf-1", 1, lease.token, 1);
-    c.journal = (0..2)
-        .map(|n| NewJournalRecord {
-            at: T0 + 8 + n,
-            kind: format!("new{n}"),
-            context_id: None,
-            node_id: None,
-            detail: json!(n),
-        })
-        .collect();
-    c.max_journal_entries = Some(4);
-    store.commit(c).await.unwrap();
-    let kept: Vec<(u64, String)> = store
-        .read_journal("wf-1", 0, 100)
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|e| (e.seq, e.kind))
-        .collect();
-    assert_eq!(
-        kept,
-        [
-            (6, "k6".to_owned()),
-            (7, "k7".to_owned()),
-            (8, "new0".to_owned()),
-            (9, "new1".to_owned())
-        ]
-    );
+    assert_journal_reads_as_before_the_upgrade(&store).await;
 }
 
 /// ST-28, ST-29: the bookmarks and the journal of schema 9 read the same after migration 10

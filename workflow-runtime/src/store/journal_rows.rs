@@ -24,7 +24,12 @@ type Stored = (Micros, String, Option<u64>, Option<String>, String);
 type StoredRef<'a> = (Micros, &'a str, Option<u64>, Option<&'a str>, &'a str);
 
 /// The `entries` text of a row holding `entries`, in order.
-pub(crate) fn encode(entries: &[NewJournalRecord<String>]) -> String {
+///
+/// # Errors
+///
+/// [`StoreError::Invalid`] naming the journal if the entries do not serialise (a tuple of
+/// numbers and strings always does): nothing is written rather than an empty row.
+pub(crate) fn encode(entries: &[NewJournalRecord<String>]) -> StoreResult<String> {
     let stored: Vec<StoredRef<'_>> = entries
         .iter()
         .map(|e| {
@@ -37,8 +42,10 @@ pub(crate) fn encode(entries: &[NewJournalRecord<String>]) -> String {
             )
         })
         .collect();
-    // A tuple of numbers and strings always serialises.
-    serde_json::to_string(&stored).unwrap_or_else(|_| "[]".to_owned())
+    serde_json::to_string(&stored).map_err(|error| StoreError::Invalid {
+        what: "journal",
+        reason: format!("the journal entries do not serialise: {error}"),
+    })
 }
 
 /// One stored row as read: `first_seq`, `last_seq`, `entries`.
@@ -165,7 +172,7 @@ mod tests {
 
     #[test]
     fn a_row_reads_from_its_first_kept_entry_numbered_from_its_end() {
-        let text = encode(&(1..=4).map(entry).collect::<Vec<_>>());
+        let text = encode(&(1..=4).map(entry).collect::<Vec<_>>()).unwrap();
         // Entries 7..=10, the two oldest dropped.
         let got = page("wf", 0, 10, rows(vec![(9, 10, text.clone())])).unwrap();
         let seqs: Vec<u64> = got.iter().map(|e| e.seq).collect();
@@ -181,7 +188,7 @@ mod tests {
 
     #[test]
     fn a_damaged_row_fails_alone_and_names_its_range() {
-        let good = encode(&[entry(1)]);
+        let good = encode(&[entry(1)]).unwrap();
         let got = page(
             "wf",
             0,
@@ -199,7 +206,7 @@ mod tests {
         let text = error.to_string();
         assert!(text.contains("wf (entries 2 to 3)"), "{text}");
         // A row claiming more entries than it holds is damaged too.
-        let short = encode(&[entry(1)]);
+        let short = encode(&[entry(1)]).unwrap();
         assert!(page("wf", 0, 10, rows(vec![(2, 3, short)])).is_err());
     }
 }

@@ -4,7 +4,7 @@ use serde_json::{Value, json};
 
 use crate::store::{
     Commit, InstanceStatus, InstanceSubStatus, Lease, LeaseKey, Micros, NewBookmark, NewInstance,
-    NewTimer, QueueItem, Storage, TriggerRow, WakeUp,
+    NewJournalRecord, NewTimer, QueueItem, Storage, TriggerRow, WakeUp,
 };
 
 /// A fixed epoch for the suite's instants: 2023-11-14T22:13:20Z in µs.
@@ -138,4 +138,95 @@ pub(super) fn drain(rx: &mut tokio::sync::broadcast::Receiver<WakeUp>) -> Vec<Wa
         hints.push(hint);
     }
     hints
+}
+
+/// A journal entry as a row of its own: `(seq, kind, context id, node id, detail text)`.
+pub type OldJournalRow = (
+    i64,
+    &'static str,
+    Option<i64>,
+    Option<&'static str>,
+    &'static str,
+);
+
+/// The journal of `wf-1` as an older schema's upgrade test writes it, a row per entry, each
+/// at `T0 + seq`. A summary at 2 below entries 5
+/// to 7 (the cap removed 3 and 4), the detail of 6 damaged.
+pub const JOURNAL_BEFORE_UPGRADE: [OldJournalRow; 4] = [
+    (2, "compacted", None, None, "{\"entries\":2}"),
+    (5, "k5", Some(5), Some("root"), "5"),
+    (6, "k6", None, Some("root:a"), "{not json"),
+    (7, "k7", Some(7), None, "\"seven\""),
+];
+
+/// ST-10: the journal written as [`JOURNAL_BEFORE_UPGRADE`] reads the same after an upgrade
+/// (its seqs, instants, kinds, ids and values, a page from the middle, the damaged detail
+/// marking its entry alone), and `wf-1`, created then, goes on: a commit's entries are
+/// numbered after 7 and the cap of 4 (ENG-42) takes the summary and 5.
+pub async fn assert_journal_reads_as_before_the_upgrade(store: &Storage) {
+    let all = store.read_journal("wf-1", 0, 100).await.unwrap();
+    // seq, at, kind, context, node.
+    type Seen<'a> = (u64, Micros, &'a str, Option<u64>, Option<&'a str>);
+    let got: Vec<Seen<'_>> = all
+        .iter()
+        .map(|e| {
+            (
+                e.seq,
+                e.at,
+                e.kind.as_str(),
+                e.context_id,
+                e.node_id.as_deref(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        got,
+        [
+            (2, T0 + 2, "compacted", None, None),
+            (5, T0 + 5, "k5", Some(5), Some("root")),
+            (6, T0 + 6, "k6", None, Some("root:a")),
+            (7, T0 + 7, "k7", Some(7), None),
+        ]
+    );
+    assert_eq!(all[0].detail, json!({ "entries": 2 }));
+    assert_eq!(all[1].detail, json!(5));
+    assert!(all[2].detail.get("undecodable").is_some(), "{:?}", all[2]);
+    assert_eq!(all[3].detail, json!("seven"));
+    let page: Vec<u64> = store
+        .read_journal("wf-1", 3, 2)
+        .await
+        .unwrap()
+        .iter()
+        .map(|e| e.seq)
+        .collect();
+    assert_eq!(page, [5, 6]);
+    let lease = create_leased(store, "wf-1").await;
+    let mut c = waiting("wf-1", 1, lease.token, 1);
+    c.journal = (0..2)
+        .map(|n| NewJournalRecord {
+            at: T0 + 8 + n,
+            kind: format!("new{n}"),
+            context_id: None,
+            node_id: None,
+            detail: json!(n),
+        })
+        .collect();
+    c.max_journal_entries = Some(4);
+    store.commit(c).await.unwrap();
+    let kept: Vec<(u64, String)> = store
+        .read_journal("wf-1", 0, 100)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|e| (e.seq, e.kind))
+        .collect();
+    assert_eq!(
+        kept,
+        [
+            (6, "k6".to_owned()),
+            (7, "k7".to_owned()),
+            (8, "new0".to_owned()),
+            (9, "new1".to_owned())
+        ]
+    );
 }

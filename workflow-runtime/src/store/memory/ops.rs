@@ -4,7 +4,7 @@ use std::collections::BTreeSet;
 use std::ops::Bound;
 
 use super::tables::{incident, lease_live, not_found, record, record_with, sort_incidents};
-use super::{Claimed, Inner, MemoryStore};
+use super::{Claimed, Inner, MemInstance, MemoryStore};
 use crate::store::backend::{
     BookmarkSelect, Capabilities, ChangeCount, ChildWaitIndex, ClaimKnown, ClaimedRecord,
     DefinitionRecord, DefinitionStore, DueTimers, Enqueue, IncidentQuery, LeaseClaim, LeaseKey,
@@ -19,6 +19,21 @@ use crate::store::{
 };
 
 impl Inner {
+    /// Takes `id`'s lease for `claim` (or renews the one it holds) and finds its row: the
+    /// claim of [`Store::claim_instance`] and of [`ClaimKnown`].
+    fn claim(&mut self, id: &str, claim: &LeaseClaim) -> StoreResult<(Lease, &MemInstance)> {
+        let key = LeaseKey::Instance(id.to_owned());
+        let lease = match claim.token {
+            None => self.acquire(&key, &claim.owner, claim.now, claim.ttl)?,
+            Some(token) => self.renew(&key, token, claim.now, claim.ttl)?.lease,
+        };
+        let row = self
+            .instances
+            .get(id)
+            .ok_or_else(|| not_found("instance", id))?;
+        Ok((lease, row))
+    }
+
     fn acquire(&mut self, key: &LeaseKey, owner: &str, now: i64, ttl: i64) -> StoreResult<Lease> {
         let expires_at = now.saturating_add(ttl);
         match key {
@@ -325,20 +340,11 @@ impl Store for MemoryStore {
         instance_id: &str,
         claim: LeaseClaim,
     ) -> BoxFuture<'_, StoreResult<ClaimedRecord<String>>> {
-        let id = instance_id.to_owned();
         self.write(move |inner| {
-            let key = LeaseKey::Instance(id.clone());
-            let lease = match claim.token {
-                None => inner.acquire(&key, &claim.owner, claim.now, claim.ttl)?,
-                Some(token) => inner.renew(&key, token, claim.now, claim.ttl)?.lease,
-            };
-            let row = inner
-                .instances
-                .get(&id)
-                .ok_or_else(|| not_found("instance", &id))?;
+            let (lease, row) = inner.claim(instance_id, &claim)?;
             Ok(ClaimedRecord {
                 lease,
-                record: record(&id, row),
+                record: record(instance_id, row),
             })
         })
     }
@@ -925,15 +931,7 @@ impl ClaimKnown for MemoryStore {
         known_text: &'a str,
     ) -> BoxFuture<'a, StoreResult<ClaimedRecord<Option<String>>>> {
         self.write(move |inner| {
-            let key = LeaseKey::Instance(instance_id.to_owned());
-            let lease = match claim.token {
-                None => inner.acquire(&key, &claim.owner, claim.now, claim.ttl)?,
-                Some(token) => inner.renew(&key, token, claim.now, claim.ttl)?.lease,
-            };
-            let row = inner
-                .instances
-                .get(instance_id)
-                .ok_or_else(|| not_found("instance", instance_id))?;
+            let (lease, row) = inner.claim(instance_id, &claim)?;
             // Compared in place: the document is copied out only when it is not the caller's.
             let unchanged = row.version == known_version && row.state == known_text;
             Ok(ClaimedRecord {

@@ -11,7 +11,7 @@
 //! it goes back through the pool's own checks.
 
 use std::collections::VecDeque;
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::{Duration, Instant};
 
 use tokio::sync::Notify;
@@ -49,23 +49,22 @@ impl Kept {
         }
     }
 
+    fn connections(&self) -> MutexGuard<'_, VecDeque<(PoolConnection<Postgres>, Instant)>> {
+        self.connections
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
     /// Gives back to the pool the kept connections idle for over `KEEP_IDLE`, and tells
     /// when the oldest of those left will be (`None`: none is kept).
     fn give_back_expired(&self) -> Option<Instant> {
         let (expired, next) = {
-            let mut connections = self
-                .connections
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
-            let mut expired = Vec::new();
-            while connections
-                .front()
-                .is_some_and(|(_, since)| since.elapsed() > KEEP_IDLE)
-            {
-                expired.extend(connections.pop_front());
-            }
-            let next = connections.front().map(|(_, since)| *since + KEEP_IDLE);
-            (expired, next)
+            let mut connections = self.connections();
+            let expired = take_expired(&mut connections);
+            (
+                expired,
+                connections.front().map(|(_, since)| *since + KEEP_IDLE),
+            )
         };
         // Dropped outside the lock: each goes back to the pool through its checks.
         drop(expired);
@@ -76,20 +75,12 @@ impl Kept {
     /// first (as the pool pings its own), and one idle for long goes back to the pool.
     pub(super) async fn take(&self, pool: &PgPool) -> StoreResult<PoolConnection<Postgres>> {
         loop {
-            let kept = {
-                let mut connections = self
-                    .connections
-                    .lock()
-                    .unwrap_or_else(std::sync::PoisonError::into_inner);
-                while connections
-                    .front()
-                    .is_some_and(|(_, since)| since.elapsed() > KEEP_IDLE)
-                {
-                    // Dropped: back to the pool, through its checks.
-                    connections.pop_front();
-                }
-                connections.pop_back()
+            let (kept, expired) = {
+                let mut connections = self.connections();
+                let expired = take_expired(&mut connections);
+                (connections.pop_back(), expired)
             };
+            drop(expired);
             let Some((mut conn, since)) = kept else {
                 return Ok(pool.acquire().await?);
             };
@@ -109,10 +100,7 @@ impl Kept {
     /// Keeps `conn`, whose operation completed, for the next one (or gives it back to the
     /// pool when enough are kept).
     pub(super) fn keep(&self, conn: PoolConnection<Postgres>) {
-        let mut connections = self
-            .connections
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut connections = self.connections();
         if connections.len() < self.limit {
             connections.push_back((conn, Instant::now()));
             if connections.len() == 1 {
@@ -123,14 +111,21 @@ impl Kept {
 
     /// Gives every kept connection back to the pool.
     pub(super) fn clear(&self) {
-        let drained: Vec<_> = self
-            .connections
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .drain(..)
-            .collect();
+        let drained: Vec<_> = self.connections().drain(..).collect();
         drop(drained);
     }
+}
+
+/// Takes out of `connections` (the most recently used last) those idle for over `KEEP_IDLE`,
+/// for the caller to drop outside the lock.
+fn take_expired(
+    connections: &mut VecDeque<(PoolConnection<Postgres>, Instant)>,
+) -> Vec<(PoolConnection<Postgres>, Instant)> {
+    let fresh = connections
+        .iter()
+        .position(|(_, since)| since.elapsed() <= KEEP_IDLE)
+        .unwrap_or(connections.len());
+    connections.drain(..fresh).collect()
 }
 
 /// Gives kept connections idle for over `KEEP_IDLE` back to the pool while the store lives,

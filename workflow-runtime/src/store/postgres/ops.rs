@@ -334,6 +334,12 @@ pub(super) async fn commit(
     let timers = &commit.timers_added;
     let journal = &commit.journal;
     let compaction = commit.journal_compaction.as_ref();
+    let summary_text = compaction
+        .map(|c| journal_rows::encode(std::slice::from_ref(&c.summary)))
+        .transpose()?;
+    let journal_text = (!journal.is_empty())
+        .then(|| journal_rows::encode(journal))
+        .transpose()?;
     let mut control_targets = Vec::with_capacity(commit.control_requests.len());
     let mut control_texts = Vec::with_capacity(commit.control_requests.len());
     for (target, request) in &commit.control_requests {
@@ -400,9 +406,9 @@ pub(super) async fn commit(
     .bind(commit.timers_parked)
     .bind(commit.clear_waits)
     .bind(compaction.map(|c| to_i64(c.through_seq)))
-    .bind(compaction.map(|c| journal_rows::encode(std::slice::from_ref(&c.summary))))
+    .bind(summary_text)
     .bind(i64::try_from(journal.len()).unwrap_or(i64::MAX))
-    .bind((!journal.is_empty()).then(|| journal_rows::encode(journal)))
+    .bind(journal_text)
     .bind(commit.max_journal_entries.map(to_i64))
     .bind(&commit.consumed_queue_items)
     .bind(control_targets)

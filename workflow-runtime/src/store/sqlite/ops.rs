@@ -215,7 +215,7 @@ fn commit_tx(c: &Connection, commit: &Commit<String>, leases: &InstanceLeases) -
             id,
             last + 1,
             through,
-            &journal_rows::encode(&commit.journal),
+            &journal_rows::encode(&commit.journal)?,
         )?;
         newest = Some(through);
     }
@@ -541,7 +541,7 @@ fn compact_journal(
         id,
         through,
         through,
-        &journal_rows::encode(std::slice::from_ref(summary)),
+        &journal_rows::encode(std::slice::from_ref(summary))?,
     )
 }
 
