@@ -7,7 +7,8 @@
 //! own request — commits once (one sync), then answers each request with its own result. It
 //! never waits to fill a batch: a lone commit is written at once and batches form naturally
 //! under load (group commit). Reads run on a small pool of read-only connections on WAL
-//! snapshots and never block the writer.
+//! snapshots and never block the writer. The WAL's checkpoints run on a connection and a
+//! thread of their own, beside the writer's commits (`checkpoint.rs`).
 //!
 //! The futures returned are executor-agnostic: the blocking work runs on the store's own
 //! threads and results come back over `tokio::sync::oneshot` channels. The exception are the
@@ -34,6 +35,7 @@ use tokio::sync::oneshot;
 use super::{BoxFuture, StoreError, StoreResult};
 
 mod changes;
+mod checkpoint;
 mod leases;
 mod ops;
 mod options;
@@ -42,6 +44,7 @@ mod schema;
 mod worker;
 
 use crate::store::MigrateMode;
+use checkpoint::{Checkpoints, checkpointer_loop};
 pub use options::{SqliteOptions, Synchronous};
 use rows::QUEUE_COLS;
 #[cfg(feature = "test-support")]
@@ -119,6 +122,13 @@ pub struct SqliteStore {
     /// Holds the exclusive lock on the `-owner` side file while the store is open (ST-26).
     /// Declared last: released after the threads have stopped.
     _owner_lock: Option<Mutex<Connection>>,
+}
+
+/// The write connection a store starts its writer thread with.
+struct Writer {
+    conn: Connection,
+    /// Whether the WAL's checkpoints run on a connection of their own (`checkpoint.rs`).
+    checkpointer: bool,
 }
 
 impl fmt::Debug for SqliteStore {
@@ -230,7 +240,10 @@ impl SqliteStore {
         take_over_dead_claims(&conn)?;
         Self::start(
             path,
-            Some(conn),
+            Some(Writer {
+                conn,
+                checkpointer: true,
+            }),
             options,
             migrations_applied,
             Some(owner_lock),
@@ -285,13 +298,19 @@ impl SqliteStore {
         configure(&conn, &options)?;
         require_current_schema(&conn)?;
         check_tables(&conn)?;
-        Self::start(path, Some(conn), &options, Vec::new(), None)
+        // An operator's few writes leave the WAL's checkpoints to SQLite (inside its commits).
+        let writer = Writer {
+            conn,
+            checkpointer: false,
+        };
+        Self::start(path, Some(writer), &options, Vec::new(), None)
     }
 
-    /// Starts the writer (when given its connection) and the readers.
+    /// Starts the writer (when given its connection), its checkpointer (when asked) and the
+    /// readers.
     fn start(
         path: PathBuf,
-        writer: Option<Connection>,
+        writer: Option<Writer>,
         options: &SqliteOptions,
         migrations_applied: Vec<u32>,
         owner_lock: Option<Connection>,
@@ -300,7 +319,24 @@ impl SqliteStore {
         let remote = tokio::sync::broadcast::Sender::new(16);
         let mut threads = Vec::new();
         let write_tx = match writer {
-            Some(conn) => {
+            Some(Writer { conn, checkpointer }) => {
+                let checkpoints = if checkpointer {
+                    let (wake, woken) = mpsc::sync_channel::<()>(1);
+                    let own = Connection::open_with_flags(
+                        &path,
+                        OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+                    )?;
+                    configure(&own, options)?;
+                    threads.push(
+                        std::thread::Builder::new()
+                            .name("wf-sqlite-checkpointer".to_owned())
+                            .spawn(move || checkpointer_loop(&own, &woken))
+                            .map_err(StoreError::unavailable)?,
+                    );
+                    Some(Checkpoints::install(&conn, wake)?)
+                } else {
+                    None
+                };
                 let (write_tx, write_rx) = mpsc::channel::<WriteRequest>();
                 let writer_counters = Arc::clone(&counters);
                 let mut watch = changes::Watch::new(remote.clone());
@@ -309,7 +345,14 @@ impl SqliteStore {
                     std::thread::Builder::new()
                         .name("wf-sqlite-writer".to_owned())
                         .spawn(move || {
-                            writer_loop(&conn, &write_rx, limits, &writer_counters, &mut watch);
+                            writer_loop(
+                                &conn,
+                                &write_rx,
+                                limits,
+                                &writer_counters,
+                                &mut watch,
+                                checkpoints,
+                            );
                         })
                         .map_err(StoreError::unavailable)?,
                 );

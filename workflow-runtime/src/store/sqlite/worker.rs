@@ -18,6 +18,7 @@ use std::time::{Duration, Instant};
 use rusqlite::Connection;
 
 use super::changes::Watch;
+use super::checkpoint::Checkpoints;
 use super::{Counters, Kind, ReadJob, Responder, WriteRequest};
 use crate::store::StoreError;
 
@@ -28,19 +29,26 @@ const LINGER: Duration = Duration::from_millis(5);
 
 /// Runs transactions until the store is dropped (ST-26).
 /// Between transactions, and when idle at least every [`POLL`](super::changes::POLL), it
-/// looks for other processes' commits (`watch`).
+/// looks for other processes' commits (`watch`). After each transaction it hands the WAL's
+/// checkpoints on (`checkpoints`, `checkpoint.rs`); without them SQLite checkpoints inside
+/// the writer's commits.
 pub(super) fn writer_loop(
     conn: &Connection,
     rx: &mpsc::Receiver<WriteRequest>,
     limits: (usize, usize),
     counters: &Counters,
     watch: &mut Watch,
+    mut checkpoints: Option<Checkpoints>,
 ) {
     watch.check(conn);
     loop {
         match rx.recv_timeout(watch.due_in()) {
             Ok(first) => {
-                if !run_transaction(conn, rx, first, limits, counters) {
+                let connected = run_transaction(conn, rx, first, limits, counters);
+                if let Some(checkpoints) = &mut checkpoints {
+                    checkpoints.after_commit(conn);
+                }
+                if !connected {
                     return;
                 }
             }
