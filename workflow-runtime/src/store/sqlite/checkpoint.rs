@@ -65,27 +65,33 @@ impl Checkpoints {
         Ok(Self { wake, asked_at: 0 })
     }
 
-    /// Runs after each transaction of the writer, on its thread.
-    pub(super) fn after_commit(&mut self, conn: &Connection) {
+    /// Runs after each transaction of the writer, on its thread: asks the checkpointer when
+    /// it is time, and says whether the writer is to checkpoint itself now ([`LIMIT`]).
+    pub(super) fn after_commit(&mut self) -> bool {
         let frames = WAL_FRAMES.with(Cell::get);
         if frames < self.asked_at {
             // The WAL was rewound.
             self.asked_at = 0;
         }
         if frames >= LIMIT {
-            // Fails only while the checkpointer runs one (busy, reported in the row) or on an
-            // I/O error; the frames stay where every reader finds them, and the next commit
-            // tries again.
-            if let Err(error) = passive(conn) {
-                tracing::debug!(%error, "sqlite: the writer's checkpoint failed");
-            }
             self.asked_at = frames;
-            return;
+            return true;
         }
         if frames >= self.asked_at.saturating_add(STEP) {
             self.asked_at = frames;
             // Full: the checkpointer has a request pending already, which covers this one.
             let _ = self.wake.try_send(());
+        }
+        false
+    }
+
+    /// The writer's own checkpoint, between two of its transactions.
+    pub(super) fn checkpoint(conn: &Connection) {
+        // Fails only while the checkpointer runs one (busy, reported in the row) or on an
+        // I/O error; the frames stay where every reader finds them, and the next commit
+        // tries again.
+        if let Err(error) = passive(conn) {
+            tracing::debug!(%error, "sqlite: the writer's checkpoint failed");
         }
     }
 }

@@ -108,6 +108,9 @@ pub(super) struct Counters {
 /// ```
 pub struct SqliteStore {
     writer: Option<mpsc::Sender<WriteRequest>>,
+    /// The writer's connection, for the point reads run while the writer is between
+    /// transactions (`read_point`).
+    writer_conn: Option<Arc<Mutex<Connection>>>,
     readers: Option<mpsc::Sender<ReadJob>>,
     /// Read connections for the point reads run on the calling thread (`read_point`).
     inline: Vec<Mutex<Connection>>,
@@ -142,6 +145,7 @@ impl fmt::Debug for SqliteStore {
 impl Drop for SqliteStore {
     fn drop(&mut self) {
         self.writer = None;
+        self.writer_conn = None;
         self.readers = None;
         self.inline.clear();
         for thread in self.threads.drain(..) {
@@ -318,6 +322,7 @@ impl SqliteStore {
         let counters = Arc::new(Counters::default());
         let remote = tokio::sync::broadcast::Sender::new(16);
         let mut threads = Vec::new();
+        let mut writer_conn = None;
         let write_tx = match writer {
             Some(Writer { conn, checkpointer }) => {
                 let checkpoints = if checkpointer {
@@ -337,6 +342,10 @@ impl SqliteStore {
                 } else {
                     None
                 };
+                // The point reads' statements beside the writer's own.
+                conn.set_prepared_statement_cache_capacity(256);
+                let conn = Arc::new(Mutex::new(conn));
+                writer_conn = Some(Arc::clone(&conn));
                 let (write_tx, write_rx) = mpsc::channel::<WriteRequest>();
                 let writer_counters = Arc::clone(&counters);
                 let mut watch = changes::Watch::new(remote.clone());
@@ -388,6 +397,7 @@ impl SqliteStore {
 
         Ok(Self {
             writer: write_tx,
+            writer_conn,
             readers: Some(read_tx),
             inline,
             threads,
@@ -582,16 +592,28 @@ impl SqliteStore {
         })
     }
 
-    /// Runs a point read (one indexed lookup) on the calling thread, on a free read
-    /// connection of the store, and returns a ready future: no thread hop for what takes
-    /// microseconds. When every such connection is in use by another caller, the read goes to
-    /// the reader pool. Every write a caller was answered for is committed (the writer answers
-    /// a durable request only after its commit, and no read outside the writer reads a row a
-    /// volatile request writes), so the read sees it (ST-26).
+    /// Runs a point read (one indexed lookup) on the calling thread, on a free connection of
+    /// the store, and returns a ready future: no thread hop for what takes microseconds.
+    ///
+    /// The writer's connection first, when the writer is between transactions: SQLite keeps
+    /// a connection's page cache across its own commits but empties a read connection's at
+    /// its first read after another connection committed, so there the read finds the pages
+    /// it needs in memory instead of reading them again from the WAL. It holds no open
+    /// transaction then, so the read sees committed rows only. Else a read connection; when
+    /// every one is in use by another caller, the read goes to the reader pool. Every write a
+    /// caller was answered for is committed (the writer answers a durable request only after
+    /// its commit, and no read outside the writer's transactions reads a row a volatile
+    /// request writes), so the read sees it (ST-26).
     fn read_point<T: Send + 'static>(
         &self,
         f: impl FnOnce(&Connection) -> StoreResult<T> + Send + 'static,
     ) -> BoxFuture<'static, StoreResult<T>> {
+        if let Some(conn) = &self.writer_conn
+            && let Ok(conn) = conn.try_lock()
+        {
+            let result = f(&conn);
+            return Box::pin(std::future::ready(result));
+        }
         for slot in &self.inline {
             if let Ok(conn) = slot.try_lock() {
                 let result = f(&conn);

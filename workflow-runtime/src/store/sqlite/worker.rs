@@ -12,7 +12,7 @@
 //! so a transition is one write request, its commit.)
 
 use std::sync::atomic::Ordering;
-use std::sync::{Mutex, mpsc};
+use std::sync::{Mutex, MutexGuard, PoisonError, mpsc};
 use std::time::{Duration, Instant};
 
 use rusqlite::Connection;
@@ -32,23 +32,32 @@ const LINGER: Duration = Duration::from_millis(5);
 /// looks for other processes' commits (`watch`). After each transaction it hands the WAL's
 /// checkpoints on (`checkpoints`, `checkpoint.rs`); without them SQLite checkpoints inside
 /// the writer's commits.
+///
+/// The connection is locked for each transaction and unlocked between them, and the requests
+/// of a transaction are answered once it is unlocked: a point read finds it free then
+/// (`SqliteStore::read_point`), outside any transaction, and reads committed rows only.
 pub(super) fn writer_loop(
-    conn: &Connection,
+    conn: &Mutex<Connection>,
     rx: &mpsc::Receiver<WriteRequest>,
     limits: (usize, usize),
     counters: &Counters,
     watch: &mut Watch,
     mut checkpoints: Option<Checkpoints>,
 ) {
-    watch.check(conn);
+    watch.check(&lock(conn));
     loop {
         match rx.recv_timeout(watch.due_in()) {
             Ok(first) => {
-                let connected = run_transaction(conn, rx, first, limits, counters);
-                if let Some(checkpoints) = &mut checkpoints {
-                    checkpoints.after_commit(conn);
+                let guard = lock(conn);
+                let mut done = run_transaction(&guard, rx, first, limits, counters);
+                drop(guard);
+                done.answer();
+                if let Some(checkpoints) = &mut checkpoints
+                    && checkpoints.after_commit()
+                {
+                    Checkpoints::checkpoint(&lock(conn));
                 }
-                if !connected {
+                if !done.connected {
                     return;
                 }
             }
@@ -56,7 +65,37 @@ pub(super) fn writer_loop(
             Err(mpsc::RecvTimeoutError::Disconnected) => return,
         }
         if watch.due_in().is_zero() {
-            watch.check(conn);
+            watch.check(&lock(conn));
+        }
+    }
+}
+
+/// Locks the writer's connection. A poisoned lock (a panic inside a read on it) leaves the
+/// connection usable: every statement is reset when it is dropped.
+fn lock(conn: &Mutex<Connection>) -> MutexGuard<'_, Connection> {
+    conn.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// A finished transaction: the requests still to answer, with its failure if any.
+struct Done {
+    /// `false` when the channel closed meanwhile (the store is being dropped).
+    connected: bool,
+    waiting: Vec<Responder>,
+    failure: Option<StoreError>,
+}
+
+impl Done {
+    fn answered(connected: bool) -> Self {
+        Self {
+            connected,
+            waiting: Vec::new(),
+            failure: None,
+        }
+    }
+
+    fn answer(&mut self) {
+        for responder in self.waiting.drain(..) {
+            responder(self.failure.clone());
         }
     }
 }
@@ -102,22 +141,22 @@ impl Open {
 }
 
 /// One transaction: `first`, then what arrives while it is open, each request after the first
-/// in its own savepoint, so a refused request rolls back only itself. Returns `false` when
-/// the channel closed meanwhile (the store is being dropped).
+/// in its own savepoint, so a refused request rolls back only itself. Returns the requests
+/// still to answer.
 fn run_transaction(
     conn: &Connection,
     rx: &mpsc::Receiver<WriteRequest>,
     first: WriteRequest,
     (max_batch, max_bytes): (usize, usize),
     counters: &Counters,
-) -> bool {
+) -> Done {
     let began = Instant::now();
     count_request(counters);
     if let Err(e) = exec(conn, "BEGIN IMMEDIATE") {
         let (_, responder) = (first.job)(None);
         responder(Some(e.into()));
         counters.transactions.fetch_add(1, Ordering::Relaxed);
-        return true;
+        return Done::answered(true);
     }
     // The first request runs without a savepoint: if it fails, the transaction holds nothing
     // else and is rolled back whole.
@@ -127,9 +166,12 @@ fn run_transaction(
         // Nothing of this transaction was written: the rollback error, if any, changes
         // nothing for the request, which answers with its own error.
         let _ = exec(conn, "ROLLBACK");
-        responder(None);
         counters.transactions.fetch_add(1, Ordering::Relaxed);
-        return true;
+        return Done {
+            connected: true,
+            waiting: vec![responder],
+            failure: None,
+        };
     }
     let mut open = Open {
         count: 1,
@@ -180,10 +222,11 @@ fn run_transaction(
         let _ = exec(conn, "ROLLBACK");
     }
     counters.transactions.fetch_add(1, Ordering::Relaxed);
-    for responder in open.waiting {
-        responder(failure.clone());
+    Done {
+        connected,
+        waiting: open.waiting,
+        failure,
     }
-    connected
 }
 
 /// Counts a write request as it is taken, before it is answered.
