@@ -15,9 +15,10 @@
 //! point reads of routing and of a run (an instance, its bookmarks by hash, a receipt, the
 //! triggers of a hash, an idempotency record): one indexed lookup on a WAL snapshot, which
 //! never waits for the writer, takes microseconds, less than handing it to a reader thread
-//! and waking the caller again. They run on the calling thread, on one of the store's own
-//! read connections when one is free (on a reader thread otherwise), and the future they
-//! return is ready.
+//! and waking the caller again. They run on the calling thread, on the writer's connection
+//! while the writer is between transactions (its page cache outlives its own commits), else
+//! on one of the store's own read connections when one is free (on a reader thread
+//! otherwise), and the future they return is ready.
 //!
 //! Schema migrations are forward-only, numbered, checksummed and recorded in
 //! `wf_schema_migrations` (ST-28); every statement is parameterized (ST-1).
