@@ -4,14 +4,23 @@
 //! token fired is dropped at its next await (ENG-52).
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
-use tokio::sync::watch;
+use tokio::sync::Notify;
 
 /// A cancellation token (ENG-36). Cheap to clone; clones share the state. Once fired it stays
 /// fired.
 #[derive(Debug, Clone)]
 pub struct CancellationToken {
-    fired: Arc<watch::Sender<bool>>,
+    inner: Arc<Fired>,
+}
+
+/// A token's shared state: one allocation, and dropping it wakes nobody (a token that never
+/// fires, as nearly every run's, costs its allocation only).
+#[derive(Debug, Default)]
+struct Fired {
+    fired: AtomicBool,
+    waiters: Notify,
 }
 
 impl Default for CancellationToken {
@@ -23,27 +32,34 @@ impl Default for CancellationToken {
 impl CancellationToken {
     /// A token not fired yet.
     pub fn new() -> Self {
-        let (fired, _) = watch::channel(false);
         Self {
-            fired: Arc::new(fired),
+            inner: Arc::new(Fired::default()),
         }
     }
 
     /// Fires the token.
     pub fn cancel(&self) {
-        self.fired.send_replace(true);
+        self.inner.fired.store(true, Ordering::SeqCst);
+        self.inner.waiters.notify_waiters();
     }
 
     /// Whether the token fired.
     pub fn is_cancelled(&self) -> bool {
-        *self.fired.borrow()
+        self.inner.fired.load(Ordering::SeqCst)
     }
 
     /// Completes once the token fired.
     pub async fn cancelled(&self) {
-        let mut receiver = self.fired.subscribe();
-        // The sender lives in `self`: it cannot be dropped while we wait.
-        let _ = receiver.wait_for(|fired| *fired).await;
+        loop {
+            let notified = self.inner.waiters.notified();
+            let mut notified = std::pin::pin!(notified);
+            // Registered before the flag is read: a `cancel` after the read wakes it.
+            notified.as_mut().enable();
+            if self.is_cancelled() {
+                return;
+            }
+            notified.await;
+        }
     }
 }
 
@@ -75,5 +91,25 @@ mod tests {
         assert_eq!(human_ms(30_000), "30s");
         assert_eq!(human_ms(120_000), "2m");
         assert_eq!(human_ms(1_500), "1500ms");
+    }
+
+    #[tokio::test]
+    async fn a_token_fired_before_the_wait_completes_it_and_every_waiter_wakes() {
+        let token = CancellationToken::new();
+        let waiters: Vec<_> = (0..3)
+            .map(|_| {
+                let clone = token.clone();
+                tokio::spawn(async move { clone.cancelled().await })
+            })
+            .collect();
+        tokio::task::yield_now().await;
+        token.clone().cancel();
+        for waiter in waiters {
+            assert!(waiter.await.is_ok());
+        }
+        // Fired already: a wait started now returns at once, and the token stays fired.
+        token.cancelled().await;
+        assert!(token.is_cancelled());
+        assert!(!CancellationToken::new().is_cancelled());
     }
 }
