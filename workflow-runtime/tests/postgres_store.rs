@@ -21,7 +21,7 @@ use workflow_runtime::store::conformance::postgres::{
 };
 use workflow_runtime::store::conformance::{
     JOURNAL_BEFORE_UPGRADE, SEC, T0, TTL, assert_journal_reads_as_before_the_upgrade,
-    create_leased, doc, new_instance, waiting,
+    create_leased, doc, journal_entry, new_instance, waiting,
 };
 use workflow_runtime::store::{
     LeaseClaim, LeaseKey, PostgresOptions, PostgresStore, Storage, StoreError, WakeUp,
@@ -230,15 +230,7 @@ async fn a_schema_5_database_upgrades_to_commits_in_place_and_an_amortised_cap()
         let mut c = waiting("wf-1", version, lease.token, version as i64);
         c.now = T0 + SEC + version as i64;
         let next = 7 + 3 * (version - 1);
-        c.journal = (next..next + 3)
-            .map(|n| workflow_runtime::store::NewJournalRecord {
-                at: T0 + n as i64,
-                kind: format!("k{n}"),
-                context_id: None,
-                node_id: None,
-                detail: serde_json::json!(n),
-            })
-            .collect();
+        c.journal = (next..next + 3).map(journal_entry).collect();
         c.max_journal_entries = Some(10);
         store.commit(c).await.unwrap();
         let newest = next + 2;

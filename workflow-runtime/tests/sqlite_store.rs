@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::json;
 use workflow_runtime::store::conformance::{
     JOURNAL_BEFORE_UPGRADE, SEC, T0, TTL, assert_journal_reads_as_before_the_upgrade, bookmark,
-    create_leased, doc, new_instance, queue_item, waiting,
+    create_leased, doc, journal_entry, new_instance, queue_item, waiting,
 };
 use workflow_runtime::store::{
     BookmarkQuery, DeadLetterFilter, DeadLetterReason, InstanceFilter, InstanceStatus, LeaseClaim,
@@ -811,15 +811,7 @@ async fn bookmarks_and_journal_of_schema_9_read_the_same_after_the_upgrade() {
     let mut c = waiting("wf-1", 3, lease.token, 4);
     c.bookmarks_removed = vec!["b-1".to_owned()];
     c.bookmarks_added = vec![bookmark("b-3", "h-1", T0 + 2)];
-    c.journal = (0..2)
-        .map(|n| NewJournalRecord {
-            at: T0 + 4 + n,
-            kind: format!("new{n}"),
-            context_id: None,
-            node_id: None,
-            detail: json!(n),
-        })
-        .collect();
+    c.journal = (4..=5).map(journal_entry).collect();
     assert_eq!(store.commit(c).await.unwrap(), 4);
     let by_hash: Vec<String> = store
         .find_bookmarks(BookmarkQuery::by_hash("h-1", 10))

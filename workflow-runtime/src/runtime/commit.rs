@@ -302,10 +302,9 @@ impl RunCommits<'_> {
             commit
         };
         // ENG-29: a `Conflict` or `Fenced` answer discards the run; the caller gets it typed.
-        // Boxed: the store's future holds the whole commit, and unboxed it would be laid out
-        // (twice, with the temporary it is built in) in every future that awaits this one,
-        // up to the send's, each of them copied as it is built.
-        let version = Box::pin(self.store.commit_text_details(commit))
+        let version = self
+            .store
+            .commit_text_details(commit)
             .await
             .map_err(|error| run_store_error(&state.instance_id, error))?;
         let mut tracker = lock(&self.tracker);

@@ -14,6 +14,17 @@ pub const SEC: Micros = 1_000_000;
 /// The lease TTL the suite uses: 30 s.
 pub const TTL: Micros = 30 * SEC;
 
+/// Journal entry `n`: kind `k{n}`, at `T0 + n`, no context or node, detail `n`.
+pub fn journal_entry(n: u64) -> NewJournalRecord {
+    NewJournalRecord {
+        at: T0 + n as Micros,
+        kind: format!("k{n}"),
+        context_id: None,
+        node_id: None,
+        detail: json!(n),
+    }
+}
+
 /// A minimal state document of format 1.
 pub fn doc(n: i64) -> Value {
     json!({ "format": 1, "n": n })
@@ -202,15 +213,7 @@ pub async fn assert_journal_reads_as_before_the_upgrade(store: &Storage) {
     assert_eq!(page, [5, 6]);
     let lease = create_leased(store, "wf-1").await;
     let mut c = waiting("wf-1", 1, lease.token, 1);
-    c.journal = (0..2)
-        .map(|n| NewJournalRecord {
-            at: T0 + 8 + n,
-            kind: format!("new{n}"),
-            context_id: None,
-            node_id: None,
-            detail: json!(n),
-        })
-        .collect();
+    c.journal = (8..=9).map(journal_entry).collect();
     c.max_journal_entries = Some(4);
     store.commit(c).await.unwrap();
     let kept: Vec<(u64, String)> = store
@@ -225,8 +228,8 @@ pub async fn assert_journal_reads_as_before_the_upgrade(store: &Storage) {
         [
             (6, "k6".to_owned()),
             (7, "k7".to_owned()),
-            (8, "new0".to_owned()),
-            (9, "new1".to_owned())
+            (8, "k8".to_owned()),
+            (9, "k9".to_owned())
         ]
     );
 }

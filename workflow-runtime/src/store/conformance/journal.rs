@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use serde_json::json;
 
-use super::fixtures::{T0, create_leased, waiting};
+use super::fixtures::{T0, create_leased, journal_entry, waiting};
 use super::harness::{Harness, TestBackend};
 use crate::store::{JournalCompaction, Micros, NewJournalRecord};
 
@@ -51,7 +51,7 @@ pub async fn c22_journal_compaction(backend: Arc<dyn TestBackend>) {
     let store = Harness::new(backend);
     let lease = create_leased(&store, "wf-1").await;
     let mut c = waiting("wf-1", 1, lease.token, 1);
-    c.journal = (1..=5).map(plain_entry).collect();
+    c.journal = (1..=5).map(journal_entry).collect();
     store.commit(c).await.unwrap();
     let mut c = waiting("wf-1", 2, lease.token, 2);
     c.journal_compaction = Some(JournalCompaction {
@@ -64,7 +64,7 @@ pub async fn c22_journal_compaction(backend: Arc<dyn TestBackend>) {
             detail: json!({ "entries": 4 }),
         },
     });
-    c.journal = vec![plain_entry(6)];
+    c.journal = vec![journal_entry(6)];
     // A rejected compaction changes nothing.
     let mut stale = c.clone();
     stale.expected_version = 1;
@@ -95,7 +95,7 @@ pub async fn c22_journal_cap(backend: Arc<dyn TestBackend>) {
     let mut commit = |entries: std::ops::RangeInclusive<u64>, max: u64| {
         let mut c = waiting("wf-1", version, lease.token, version as i64);
         version += 1;
-        c.journal = entries.map(plain_entry).collect();
+        c.journal = entries.map(journal_entry).collect();
         c.max_journal_entries = Some(max);
         c
     };
@@ -198,7 +198,7 @@ pub async fn c22_journal_pages(backend: Arc<dyn TestBackend>) {
         } else {
             next
         };
-        c.journal = (0..step.append).map(|k| plain_entry(next + k)).collect();
+        c.journal = (0..step.append).map(|k| journal_entry(next + k)).collect();
         model.extend((0..step.append).map(|k| (next + k, format!("k{}", next + k))));
         if let Some(max) = step.cap {
             c.max_journal_entries = Some(max);
@@ -229,16 +229,5 @@ pub async fn c22_journal_pages(backend: Arc<dyn TestBackend>) {
                 assert_eq!(got, want, "step {n}: from {from}, limit {limit}");
             }
         }
-    }
-}
-
-/// Journal entry `n` of the compaction and cap cases: kind `k{n}`, at `T0 + n`, no context.
-fn plain_entry(n: u64) -> NewJournalRecord {
-    NewJournalRecord {
-        at: T0 + n as Micros,
-        kind: format!("k{n}"),
-        context_id: None,
-        node_id: None,
-        detail: json!(n),
     }
 }

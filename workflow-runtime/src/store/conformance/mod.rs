@@ -50,8 +50,8 @@ pub use definitions::c36_definitions;
 pub use documents::{c25_decode_error, c26_format_too_new, c27_too_large};
 pub use fixtures::{
     JOURNAL_BEFORE_UPGRADE, OldJournalRow, SEC, T0, TTL,
-    assert_journal_reads_as_before_the_upgrade, bookmark, create_leased, doc, new_instance,
-    queue_item, waiting,
+    assert_journal_reads_as_before_the_upgrade, bookmark, create_leased, doc, journal_entry,
+    new_instance, queue_item, waiting,
 };
 pub use harness::{Harness, TestBackend};
 pub use hints::c28_wake_ups;

@@ -49,15 +49,15 @@ pub(super) fn writer_loop(
         match rx.recv_timeout(watch.due_in()) {
             Ok(first) => {
                 let guard = lock(conn);
-                let mut done = run_transaction(&guard, rx, first, limits, counters);
+                let done = run_transaction(&guard, rx, first, limits, counters);
                 drop(guard);
-                done.answer();
+                let connected = done.answer();
                 if let Some(checkpoints) = &mut checkpoints
                     && checkpoints.after_commit()
                 {
                     Checkpoints::checkpoint(&lock(conn));
                 }
-                if !done.connected {
+                if !connected {
                     return;
                 }
             }
@@ -85,18 +85,12 @@ struct Done {
 }
 
 impl Done {
-    fn answered(connected: bool) -> Self {
-        Self {
-            connected,
-            waiting: Vec::new(),
-            failure: None,
-        }
-    }
-
-    fn answer(&mut self) {
-        for responder in self.waiting.drain(..) {
+    /// Answers every request; returns whether the channel is still connected.
+    fn answer(self) -> bool {
+        for responder in self.waiting {
             responder(self.failure.clone());
         }
+        self.connected
     }
 }
 
@@ -154,9 +148,12 @@ fn run_transaction(
     count_request(counters);
     if let Err(e) = exec(conn, "BEGIN IMMEDIATE") {
         let (_, responder) = (first.job)(None);
-        responder(Some(e.into()));
         counters.transactions.fetch_add(1, Ordering::Relaxed);
-        return Done::answered(true);
+        return Done {
+            connected: true,
+            waiting: vec![responder],
+            failure: Some(e.into()),
+        };
     }
     // The first request runs without a savepoint: if it fails, the transaction holds nothing
     // else and is rolled back whole.
