@@ -19,9 +19,9 @@ use workflow_runtime::store::{
 };
 use workflow_runtime::{InstanceQuery, Runtime, TaskContext, workflow};
 
-/// The newest schema version (10 at the time of writing: 0010 stores the journal and the
-/// bookmarks in their key's order).
-const LATEST: u32 = 10;
+/// The newest schema version (11 at the time of writing: 0011 keys the bookmarks by instance
+/// and bookmark id).
+const LATEST: u32 = 11;
 
 fn all_migrations() -> Vec<u32> {
     assert_eq!(SqliteStore::schema_version(), LATEST);
@@ -685,7 +685,7 @@ async fn journal_entries_of_schema_8_read_the_same_after_the_upgrade() {
         }
     }
     let store = open(&path);
-    assert_eq!(store.migrations_applied(), &[9, 10]);
+    assert_eq!(store.migrations_applied(), &[9, 10, 11]);
     assert_journal_reads_as_before_the_upgrade(&store).await;
 }
 
@@ -743,7 +743,7 @@ async fn bookmarks_and_journal_of_schema_9_read_the_same_after_the_upgrade() {
         .unwrap();
     }
     let store = open(&path);
-    assert_eq!(store.migrations_applied(), &[10]);
+    assert_eq!(store.migrations_applied(), &[10, 11]);
     let by_hash = store
         .find_bookmarks(BookmarkQuery::by_hash("h-1", 10))
         .await
@@ -829,6 +829,273 @@ async fn bookmarks_and_journal_of_schema_9_read_the_same_after_the_upgrade() {
         .map(|e| e.seq)
         .collect();
     assert_eq!(seqs, [2, 3, 4, 5]);
+}
+
+/// ST-6, ST-28, ST-29: the bookmarks of schema 10 read the same after migration 11 keys them
+/// by instance: every column of every row (two instances, a child wait among them), by hash,
+/// by instance and as a child wait; the indexes are the hash and child-wait ones only; and a
+/// commit replaces a bookmark, clears another instance's waits and rewrites a correlation id
+/// as before.
+#[tokio::test]
+async fn bookmarks_of_schema_10_read_the_same_after_migration_11() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("old.db");
+    SqliteStore::create_at_schema(&path, 10).unwrap();
+    let rows = [
+        ("b-1", "wf-1", "h-1", "approved", None, None, T0),
+        (
+            "b-2",
+            "wf-1",
+            "h-2",
+            "wf.sub_workflow",
+            Some("c-1"),
+            Some(T0 - SEC),
+            T0 + 1,
+        ),
+        ("b-0", "wf-2", "h-1", "approved", Some("c-2"), None, T0 + 2),
+    ];
+    {
+        let raw = rusqlite::Connection::open(&path).unwrap();
+        for (id, version) in [("wf-1", 3), ("wf-2", 1)] {
+            raw.execute(
+                "INSERT INTO wf_instances (instance_id, definition_name, definition_version,
+                    status, sub_status, version, lease_token, origin_at, created_at, updated_at,
+                    state, state_size)
+                 VALUES (?1, 'order', 'v1', 'suspended', 'waiting', ?2, 2, 0, 0, 0,
+                    '{\"format\":1,\"n\":3}', 20)",
+                rusqlite::params![id, version],
+            )
+            .unwrap();
+        }
+        for (id, instance, hash, name, correlation, look_back, created_at) in rows {
+            raw.execute(
+                "INSERT INTO wf_bookmarks (bookmark_id, instance_id, hash, name, node_id,
+                    context_id, correlation_id, definition_name, definition_version, look_back,
+                    created_at)
+                 VALUES (?1, ?2, ?3, ?4, 'root:wait', 2, ?5, 'order', 'v1', ?6, ?7)",
+                rusqlite::params![id, instance, hash, name, correlation, look_back, created_at],
+            )
+            .unwrap();
+        }
+    }
+    let store = open(&path);
+    assert_eq!(store.migrations_applied(), &[11]);
+    type Columns = (
+        String,
+        String,
+        String,
+        String,
+        String,
+        u64,
+        Option<String>,
+        String,
+        String,
+        Option<i64>,
+        i64,
+    );
+    let columns = |b: &workflow_runtime::store::BookmarkRow| -> Columns {
+        (
+            b.bookmark_id.clone(),
+            b.instance_id.clone(),
+            b.hash.clone(),
+            b.name.clone(),
+            b.node_id.clone(),
+            b.context_id,
+            b.correlation_id.clone(),
+            b.definition_name.clone(),
+            b.definition_version.clone(),
+            b.look_back,
+            b.created_at,
+        )
+    };
+    let expected = |i: usize| -> Columns {
+        let (id, instance, hash, name, correlation, look_back, created_at) = rows[i];
+        (
+            id.to_owned(),
+            instance.to_owned(),
+            hash.to_owned(),
+            name.to_owned(),
+            "root:wait".to_owned(),
+            2,
+            correlation.map(str::to_owned),
+            "order".to_owned(),
+            "v1".to_owned(),
+            look_back,
+            created_at,
+        )
+    };
+    let by_hash = |hash: &'static str| {
+        let store = &store;
+        async move {
+            store
+                .find_bookmarks(BookmarkQuery::by_hash(hash, 10))
+                .await
+                .unwrap()
+        }
+    };
+    let found: Vec<Columns> = by_hash("h-1").await.iter().map(columns).collect();
+    assert_eq!(found, [expected(0), expected(2)]);
+    let found: Vec<Columns> = by_hash("h-2").await.iter().map(columns).collect();
+    assert_eq!(found, [expected(1)]);
+    let listed: Vec<Columns> = store
+        .list_bookmarks("wf-1")
+        .await
+        .unwrap()
+        .iter()
+        .map(columns)
+        .collect();
+    assert_eq!(listed, [expected(0), expected(1)]);
+    let listed: Vec<Columns> = store
+        .list_bookmarks("wf-2")
+        .await
+        .unwrap()
+        .iter()
+        .map(columns)
+        .collect();
+    assert_eq!(listed, [expected(2)]);
+    let waits: Vec<Columns> = store
+        .find_child_waits(None, 10)
+        .await
+        .unwrap()
+        .iter()
+        .map(columns)
+        .collect();
+    assert_eq!(waits, [expected(1)]);
+    {
+        let raw = rusqlite::Connection::open(&path).unwrap();
+        let mut stmt = raw
+            .prepare(
+                "SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'wf_bookmarks'
+                 ORDER BY name",
+            )
+            .unwrap();
+        let indexes: Vec<String> = stmt
+            .query_map([], |r| r.get(0))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        // The table's own key is an automatic index of a `WITHOUT ROWID` table.
+        assert_eq!(
+            indexes,
+            [
+                "sqlite_autoindex_wf_bookmarks_1",
+                "wf_bookmarks_child_waits",
+                "wf_bookmarks_hash"
+            ]
+        );
+    }
+
+    // The instances go on: `b-1` replaced by `b-3` under a new correlation id, `wf-2`'s waits
+    // cleared.
+    let lease = store
+        .acquire_lease(&LeaseKey::instance("wf-1"), "n", T0, TTL)
+        .await
+        .unwrap();
+    let mut c = waiting("wf-1", 3, lease.token, 4);
+    c.correlation_id = Some("c-3".to_owned());
+    c.bookmarks_removed = vec!["b-1".to_owned()];
+    c.bookmarks_added = vec![bookmark("b-3", "h-1", T0 + 3)];
+    assert_eq!(store.commit(c).await.unwrap(), 4);
+    let lease = store
+        .acquire_lease(&LeaseKey::instance("wf-2"), "n", T0, TTL)
+        .await
+        .unwrap();
+    let mut c = waiting("wf-2", 1, lease.token, 2);
+    c.clear_waits = true;
+    assert_eq!(store.commit(c).await.unwrap(), 2);
+    let found: Vec<(String, Option<String>)> = by_hash("h-1")
+        .await
+        .into_iter()
+        .map(|b| (b.bookmark_id, b.correlation_id))
+        .collect();
+    assert_eq!(found, [("b-3".to_owned(), Some("c-3".to_owned()))]);
+    let listed: Vec<(String, Option<String>)> = store
+        .list_bookmarks("wf-1")
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|b| (b.bookmark_id, b.correlation_id))
+        .collect();
+    assert_eq!(
+        listed,
+        [
+            ("b-2".to_owned(), Some("c-3".to_owned())),
+            ("b-3".to_owned(), Some("c-3".to_owned()))
+        ]
+    );
+    assert!(store.list_bookmarks("wf-2").await.unwrap().is_empty());
+    let waits: Vec<String> = store
+        .find_child_waits(None, 10)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|b| b.bookmark_id)
+        .collect();
+    assert_eq!(waits, ["b-2"]);
+}
+
+/// ST-6: every statement on the bookmarks reads them by a key or an index, none by a scan of
+/// the table: one instance's by the table's key `(instance_id, bookmark_id)`, a stimulus's by
+/// the hash index, the child waits by their partial index.
+#[test]
+fn every_bookmark_statement_reads_by_a_key_or_an_index() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("plan.db");
+    SqliteStore::create_at_schema(&path, LATEST).unwrap();
+    let raw = rusqlite::Connection::open(&path).unwrap();
+    for (sql, uses) in [
+        (
+            "DELETE FROM wf_bookmarks WHERE bookmark_id = ?1 AND instance_id = ?2",
+            "PRIMARY KEY (instance_id=? AND bookmark_id=?)",
+        ),
+        (
+            "DELETE FROM wf_bookmarks WHERE instance_id = ?1",
+            "PRIMARY KEY (instance_id=?)",
+        ),
+        (
+            "UPDATE wf_bookmarks SET correlation_id = ?1
+             WHERE instance_id = ?2 AND correlation_id IS NOT ?1",
+            "PRIMARY KEY (instance_id=?)",
+        ),
+        (
+            "SELECT * FROM wf_bookmarks WHERE instance_id = ?1 ORDER BY created_at, bookmark_id",
+            "PRIMARY KEY (instance_id=?)",
+        ),
+        (
+            "SELECT * FROM wf_bookmarks
+             WHERE hash = ?1
+               AND (?2 IS NULL OR instance_id = ?2)
+               AND (?3 IS NULL OR correlation_id = ?3)
+               AND (?4 IS NULL OR bookmark_id = ?4)
+               AND (?5 IS NULL OR (created_at, bookmark_id) > (?5, ?6))
+             ORDER BY created_at, bookmark_id LIMIT ?7",
+            "INDEX wf_bookmarks_hash (hash=?)",
+        ),
+        (
+            "SELECT * FROM wf_bookmarks INDEXED BY wf_bookmarks_child_waits
+             WHERE name = 'wf.sub_workflow' AND (?1 IS NULL OR bookmark_id > ?1)
+             ORDER BY bookmark_id LIMIT ?2",
+            "INDEX wf_bookmarks_child_waits",
+        ),
+    ] {
+        let mut stmt = raw.prepare(&format!("EXPLAIN QUERY PLAN {sql}")).unwrap();
+        let n = stmt.parameter_count();
+        let plan: Vec<String> = stmt
+            .query_map(rusqlite::params_from_iter(vec![None::<i64>; n]), |r| {
+                r.get(3)
+            })
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        assert!(
+            plan.iter().any(|step| step.contains(uses)),
+            "{sql}: {plan:?}"
+        );
+        assert!(
+            !plan.iter().any(|step| step == "SCAN wf_bookmarks"),
+            "{sql}: {plan:?}"
+        );
+    }
 }
 
 /// ENG-42, ST-26: at its cap, an instance's journal shows exactly the newest `max` entries

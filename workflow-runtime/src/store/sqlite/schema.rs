@@ -22,6 +22,7 @@ const MIGRATIONS: &[(u32, &str, &str)] = &[
     (8, "0008_instance_listing", MIGRATION_0008),
     (9, "0009_journal_rows_per_commit", MIGRATION_0009),
     (10, "0010_clustered_journal_and_bookmarks", MIGRATION_0010),
+    (11, "0011_bookmarks_keyed_by_instance", MIGRATION_0011),
 ];
 
 /// Recorded definitions: each registered version's JSON form, so tools can show a
@@ -117,6 +118,42 @@ CREATE INDEX wf_bookmarks_child_waits ON wf_bookmarks (bookmark_id)
     WHERE name = 'wf.sub_workflow';
 
 ALTER TABLE wf_instances ADD COLUMN journal_floor INTEGER NOT NULL DEFAULT 0;
+";
+
+/// The bookmarks keyed by `(instance_id, bookmark_id)` (ST-6): the reads, deletes and
+/// correlation rewrites of one instance's bookmarks (a commit's removed bookmark, the waits
+/// cleared when it finishes, its listing, a purge) are ranges of the table's own key, so the
+/// index `wf_bookmarks_instance` goes: a commit replacing a bookmark writes the table and the
+/// hash index, two B-trees instead of three. A bookmark id is unique within its instance (the
+/// key, C-9); ids are ULIDs drawn by the engine, so no second index checks them across
+/// instances. Every row is copied as it is, and the hash and child-wait indexes are created
+/// again (an index entry of a `WITHOUT ROWID` table carries the key: `instance_id` is
+/// appended to each).
+const MIGRATION_0011: &str = r"
+CREATE TABLE wf_bookmarks_by_instance (
+    instance_id        TEXT NOT NULL,
+    bookmark_id        TEXT NOT NULL,
+    hash               TEXT NOT NULL,
+    name               TEXT NOT NULL,
+    node_id            TEXT NOT NULL,
+    context_id         INTEGER NOT NULL,
+    correlation_id     TEXT,
+    definition_name    TEXT NOT NULL,
+    definition_version TEXT NOT NULL,
+    look_back          INTEGER,
+    created_at         INTEGER NOT NULL,
+    PRIMARY KEY (instance_id, bookmark_id)
+) WITHOUT ROWID;
+INSERT INTO wf_bookmarks_by_instance (instance_id, bookmark_id, hash, name, node_id,
+    context_id, correlation_id, definition_name, definition_version, look_back, created_at)
+SELECT instance_id, bookmark_id, hash, name, node_id, context_id, correlation_id,
+    definition_name, definition_version, look_back, created_at
+  FROM wf_bookmarks;
+DROP TABLE wf_bookmarks;
+ALTER TABLE wf_bookmarks_by_instance RENAME TO wf_bookmarks;
+CREATE INDEX wf_bookmarks_hash ON wf_bookmarks (hash, created_at, bookmark_id);
+CREATE INDEX wf_bookmarks_child_waits ON wf_bookmarks (bookmark_id)
+    WHERE name = 'wf.sub_workflow';
 ";
 
 const MIGRATION_0001: &str = r"
