@@ -93,7 +93,9 @@ fn commit_tx(c: &Connection, commit: &Commit<String>, leases: &InstanceLeases) -
     }
     // The lease is held in memory (`leases.rs`); the row carries the last committed token.
     leases.check(id, commit.lease_token, to_u64(stored_token))?;
-    {
+    // A list left empty (most commits' receipts, timers and queue items) takes no statement
+    // from the cache: each lookup and return hashes the statement's text.
+    if !commit.receipts.is_empty() {
         let mut stmt = c.prepare_cached(
             "INSERT INTO wf_receipts (instance_id, stimulus_id, at) VALUES (?1, ?2, ?3)",
         )?;
@@ -110,7 +112,7 @@ fn commit_tx(c: &Connection, commit: &Commit<String>, leases: &InstanceLeases) -
             }
         }
     }
-    {
+    if !commit.bookmarks_removed.is_empty() {
         let mut stmt = c.prepare_cached(
             "DELETE FROM wf_bookmarks WHERE bookmark_id = ?1 AND instance_id = ?2",
         )?;
@@ -118,7 +120,7 @@ fn commit_tx(c: &Connection, commit: &Commit<String>, leases: &InstanceLeases) -
             stmt.execute([bookmark_id, id])?;
         }
     }
-    {
+    if !commit.bookmarks_added.is_empty() {
         let mut stmt = c.prepare_cached(
             "INSERT INTO wf_bookmarks (bookmark_id, instance_id, hash, name, node_id, context_id,
                 correlation_id, definition_name, definition_version, look_back, created_at)
@@ -157,14 +159,14 @@ fn commit_tx(c: &Connection, commit: &Commit<String>, leases: &InstanceLeases) -
         )?
         .execute(rusqlite::params![commit.correlation_id, id])?;
     }
-    {
+    if !commit.timers_removed.is_empty() {
         let mut stmt =
             c.prepare_cached("DELETE FROM wf_timers WHERE timer_id = ?1 AND instance_id = ?2")?;
         for timer_id in &commit.timers_removed {
             stmt.execute([timer_id, id])?;
         }
     }
-    {
+    if !commit.timers_added.is_empty() {
         let mut stmt = c.prepare_cached(
             "INSERT INTO wf_timers (timer_id, instance_id, kind, due_at, parked)
              VALUES (?1, ?2, ?3, ?4, 0)",
@@ -222,7 +224,7 @@ fn commit_tx(c: &Connection, commit: &Commit<String>, leases: &InstanceLeases) -
     if let Some(max) = commit.max_journal_entries {
         floor = cap_journal(c, id, max, newest, floor)?;
     }
-    {
+    if !commit.consumed_queue_items.is_empty() {
         let mut stmt = c.prepare_cached("DELETE FROM wf_queue WHERE item_id = ?1")?;
         for item in &commit.consumed_queue_items {
             stmt.execute([item])?;
