@@ -20,7 +20,7 @@ use workflow_runtime::store::conformance::postgres::{
     SchemaGuard, database_url, fresh_schema_name, fresh_store,
 };
 use workflow_runtime::store::conformance::{
-    JOURNAL_BEFORE_UPGRADE, SEC, T0, TTL, assert_journal_reads_as_before_the_upgrade, bookmark,
+    JOURNAL_BEFORE_UPGRADE, SEC, T0, TTL, assert_journal_reads_as_before_the_upgrade,
     create_leased, doc, journal_entry, new_instance, waiting,
 };
 use workflow_runtime::store::{
@@ -415,7 +415,9 @@ async fn a_commit_under_a_stale_fencing_token_writes_nothing() {
         .unwrap();
     assert!(current.token > stale.token);
     let mut late = waiting("wf-1", 1, stale.token, 7);
-    late.bookmarks_added = vec![bookmark("b1", "h", T0)];
+    late.bookmarks_added = vec![workflow_runtime::store::conformance::bookmark(
+        "b1", "h", T0,
+    )];
     late.journal = vec![];
     let err = first.commit(late).await.unwrap_err();
     assert!(
@@ -501,7 +503,7 @@ async fn other_processes_hear_of_a_new_bookmark_only_when_something_is_queued() 
     .expect("the other store heard nothing within 10 s");
     let bookmarked = |version: u64, token: u64, id: &str| {
         let mut commit = waiting("wf-1", version, token, 1);
-        commit.bookmarks_added = vec![bookmark(id, "h", T0)];
+        commit.bookmarks_added = vec![workflow_runtime::store::conformance::bookmark(id, "h", T0)];
         commit
     };
     let lease = a
@@ -1504,207 +1506,4 @@ async fn an_idle_store_gives_its_kept_connections_back_to_the_pool() {
     }
     drop(store);
     pool.close().await;
-}
-
-/// The lease columns of an instance row: token, owner.
-async fn lease_of(admin: &mut PgConnection, schema: &str, id: &str) -> (i64, Option<String>) {
-    sqlx::query_as(&format!(
-        "SELECT lease_token, lease_owner FROM \"{schema}\".wf_instances WHERE instance_id = $1"
-    ))
-    .bind(id)
-    .fetch_one(admin)
-    .await
-    .unwrap()
-}
-
-/// `wf-1` waiting on a bookmark with hash `h`, its lease free.
-async fn waiting_on_h(store: &Storage) {
-    let lease = create_leased(store, "wf-1").await;
-    let mut commit = waiting("wf-1", 1, lease.token, 1);
-    commit.bookmarks_added = vec![bookmark("bm-1", "h", T0)];
-    commit.release_lease = true;
-    assert_eq!(store.commit(commit).await.unwrap(), 2);
-}
-
-/// The routing read with the claim of the first routed instance (RT-17, ST-14), as a send
-/// makes it.
-async fn routes_claiming(
-    store: &PostgresStore,
-    owner: &str,
-    now: i64,
-) -> workflow_runtime::store::ClaimedRoutes {
-    use workflow_runtime::store::{BookmarkQuery, Store};
-    store
-        .capabilities()
-        .route_claims
-        .expect("the store claims with its routing reads")
-        .find_routes_claiming(
-            vec!["h".to_owned()],
-            BookmarkQuery::by_hash("h", 10),
-            claim(owner, None, now),
-        )
-        .await
-        .unwrap()
-}
-
-/// A send's routing read claims, in its statement, the instance of its first bookmark row,
-/// with the fencing of any claim: a lease given back is claimable by another process at
-/// once (not after its TTL), a held lease is not taken (nothing written, the reads
-/// unchanged), a trigger row matching makes no claim, and a token the store was given before
-/// (a claim lost to a server crash) is not used but given back.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_routing_read_claims_the_first_routed_instance_with_the_fencing_of_a_claim() {
-    let Some(mut admin) = server().await else {
-        return;
-    };
-    let Some((first, guard)) = fresh_store().await else {
-        return;
-    };
-    let schema = guard.schema().to_owned();
-    let other = open(&database_url(), &schema).await;
-    let storage = Storage::new(first.clone());
-    waiting_on_h(&storage).await;
-    let (token_before, _) = lease_of(&mut admin, &schema, "wf-1").await;
-
-    // Claimed with the read: the record as a claim loads it, the lease this store's.
-    let (triggers, rows, claimed) = routes_claiming(&first, "node-a", T0 + 2 * SEC).await;
-    assert!(triggers.is_empty());
-    assert_eq!(rows.len(), 1);
-    let claimed = claimed.expect("the free instance is claimed");
-    assert_eq!(claimed.record.instance_id, "wf-1");
-    assert_eq!(claimed.record.version, 2);
-    assert_eq!(
-        claimed.lease.token,
-        u64::try_from(token_before).unwrap() + 1
-    );
-    assert_eq!(
-        lease_of(&mut admin, &schema, "wf-1").await,
-        (token_before + 1, Some("node-a".to_owned()))
-    );
-
-    // Held: another process's read takes nothing and reads the same.
-    let (_, rows, none) = routes_claiming(&other, "node-b", T0 + 2 * SEC).await;
-    assert_eq!(rows.len(), 1);
-    assert!(none.is_none());
-    assert_eq!(
-        lease_of(&mut admin, &schema, "wf-1").await.0,
-        token_before + 1
-    );
-
-    // Given back unused: the other process claims it at once.
-    storage
-        .release_lease(&LeaseKey::instance("wf-1"), claimed.lease.token)
-        .await
-        .unwrap();
-    let (_, _, taken) = routes_claiming(&other, "node-b", T0 + 2 * SEC).await;
-    let taken = taken.expect("a lease given back is claimable at once");
-    assert_eq!(taken.lease.token, claimed.lease.token + 1);
-
-    // The claim made with the read is the one a commit presents.
-    let other_storage = Storage::new(Arc::new(other));
-    let mut done = waiting("wf-1", 2, taken.lease.token, 5);
-    done.release_lease = true;
-    assert_eq!(other_storage.commit(done).await.unwrap(), 3);
-
-    // A claim lost to a server crash: the token given again to this store is not used.
-    let (_, _, lost) = routes_claiming(&first, "node-a", T0 + 3 * SEC).await;
-    let lost = lost.unwrap();
-    lose_claim(
-        &mut admin,
-        &schema,
-        "wf-1",
-        i64::try_from(lost.lease.token).unwrap() - 1,
-    )
-    .await;
-    let (_, _, again) = routes_claiming(&first, "node-a", T0 + 4 * SEC).await;
-    assert!(again.is_none(), "a token given before is not used");
-    assert_eq!(lease_of(&mut admin, &schema, "wf-1").await.1, None);
-    let err = storage
-        .commit(waiting("wf-1", 3, lost.lease.token, 6))
-        .await
-        .unwrap_err();
-    assert!(matches!(err, StoreError::Fenced { .. }), "{err:?}");
-    let again = storage
-        .claim_instance("wf-1", claim("node-a", None, T0 + 4 * SEC))
-        .await
-        .unwrap();
-    assert!(again.lease.token > lost.lease.token);
-    assert_eq!(
-        storage
-            .commit(waiting("wf-1", 3, again.lease.token, 7))
-            .await
-            .unwrap(),
-        4
-    );
-}
-
-/// A send to a waiting instance runs it under the lease its routing read took: one claim
-/// (the token one above), one commit, the lease free after. With the lease held by another
-/// process, the read's claim fails harmlessly and the send defers the stimulus, which is
-/// delivered once the lease is given back.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_send_runs_the_instance_its_routing_read_claimed_and_defers_when_it_is_held() {
-    let Some(mut admin) = server().await else {
-        return;
-    };
-    let schema = fresh_schema_name();
-    let url = database_url();
-    let _guard = SchemaGuard::new(url.clone(), schema.clone());
-    let (runtime, _) = sweeping_process(&url, &schema).await;
-    let other = storage(&url, &schema).await;
-
-    let started = runtime.start::<Paid>(Steps::default()).await.unwrap();
-    let id = started.instance_id.clone();
-    let (token, owner) = lease_of(&mut admin, &schema, &id).await;
-    assert_eq!(owner, None);
-    let version = other.load_instance(&id).await.unwrap().version;
-    let report = runtime
-        .send(workflow_runtime::Stimulus::new("paid"))
-        .await
-        .unwrap();
-    assert_eq!(report.resumed.len(), 1, "{report:?}");
-    assert_eq!(lease_of(&mut admin, &schema, &id).await, (token + 1, None));
-    assert_eq!(
-        other.load_instance(&id).await.unwrap().version,
-        version + 1,
-        "one commit"
-    );
-    let snapshot = runtime.get_state(&id).await.unwrap().unwrap();
-    assert_eq!(snapshot.data::<Steps>().unwrap().log, ["a", "b"]);
-
-    // Held by another process: deferred, nothing of the instance changed.
-    let second = runtime.start::<Paid>(Steps::default()).await.unwrap();
-    let id = second.instance_id.clone();
-    let held = other
-        .claim_instance(&id, claim("node-b", None, workflow_now()))
-        .await
-        .unwrap();
-    let (token, _) = lease_of(&mut admin, &schema, &id).await;
-    let report = runtime
-        .send(workflow_runtime::Stimulus::new("paid"))
-        .await
-        .unwrap();
-    assert_eq!(report.deferred, vec![id.clone()], "{report:?}");
-    assert!(report.resumed.is_empty());
-    assert_eq!(
-        lease_of(&mut admin, &schema, &id).await,
-        (token, Some("node-b".to_owned()))
-    );
-    other
-        .release_lease(&LeaseKey::instance(id.as_str()), held.lease.token)
-        .await
-        .unwrap();
-    assert!(finishes(&runtime, &id).await, "delivered once given back");
-    runtime.shutdown(Duration::from_secs(1)).await;
-}
-
-/// Wall-clock now in µs, as the runtime's leases use it.
-fn workflow_now() -> i64 {
-    i64::try_from(
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_micros(),
-    )
-    .unwrap()
 }

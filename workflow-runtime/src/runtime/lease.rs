@@ -228,30 +228,6 @@ impl<'s> LeaseGuard<'s> {
         }
     }
 
-    /// The lease of a claim the store made with a send's routing reads
-    /// ([`Storage::find_routes_claiming`]), with the instance it loaded: the run that takes
-    /// it holds the lease as one [`LeaseGuard::acquire`] took, and a send that does not run
-    /// the instance releases it ([`LeaseGuard::release`]).
-    pub(crate) fn claimed(
-        store: &'s Storage,
-        claimed: ClaimedRecord<String>,
-        settings: LeaseSettings,
-    ) -> Self {
-        let ClaimedRecord { lease, record } = claimed;
-        Self {
-            store,
-            instance_id: record.instance_id.clone(),
-            token: lease.token,
-            expires_at: lease.expires_at,
-            settings,
-            lost: Mutex::new(None),
-            definition: Mutex::new(Some(record.definition_name.clone())),
-            loaded: Mutex::new(Some(Ok(record))),
-            kept: Mutex::new(None),
-            executing: Arc::default(),
-        }
-    }
-
     /// Claims up to `limit` `Running` instances whose lease is free or expired (ST-15): the
     /// instances a recovery pass runs again, with their sub-status (`Executing` means
     /// interrupted, ENG-2).

@@ -331,37 +331,6 @@ pub trait RouteReads: Send + Sync {
     ) -> BoxFuture<'_, StoreResult<(Vec<TriggerRow>, Vec<BookmarkRow>)>>;
 }
 
-/// What [`RouteClaims::find_routes_claiming`] returns: the routing reads of
-/// [`RouteReads::find_routes`], and the lease of the instance a send runs first when it could
-/// be taken.
-pub type ClaimedRoutes = (
-    Vec<TriggerRow>,
-    Vec<BookmarkRow>,
-    Option<ClaimedRecord<String>>,
-);
-
-/// The optional capability of claiming, in the round trip of a send's routing reads, the
-/// instance the send runs first (offered through [`Store::capabilities`]): a backend whose
-/// operations are round trips to a server offers it to save the run's claim.
-///
-/// The reads are exactly those of [`RouteReads::find_routes`]. With them, when no trigger row
-/// has any of `hashes` and the bookmark page is not empty, the instance of the page's first
-/// row (in `(created_at, bookmark_id)` order) is claimed as [`Store::claim_instance`] claims
-/// it with `claim` (its `token` is `None`: an acquire, with the same fencing), in the same
-/// atomic operation; the claim is `None` when its lease is held by anyone or the instance is
-/// gone, and then nothing was written. A lease taken so is the caller's: it runs the instance
-/// under it or releases it ([`Store::release_lease`]). Without the capability,
-/// [`Storage`](super::Storage) reads the routes alone and the run claims the instance itself.
-pub trait RouteClaims: Send + Sync {
-    /// The routing reads, with the claim of the instance of the first bookmark row.
-    fn find_routes_claiming(
-        &self,
-        hashes: Vec<String>,
-        bookmarks: BookmarkQuery,
-        claim: LeaseClaim,
-    ) -> BoxFuture<'_, StoreResult<ClaimedRoutes>>;
-}
-
 /// The optional capability of hearing of changes made by other processes (a database
 /// notification, say; offered through [`Store::capabilities`]). [`Storage`](super::Storage)
 /// forwards the hints to its own subscribers (ST-18) and counts each as a change (RT-27). A
@@ -461,8 +430,6 @@ pub struct Capabilities<'a> {
     pub remote_hints: Option<&'a dyn RemoteHints>,
     /// Reading a send's routes in one round trip.
     pub routes: Option<&'a dyn RouteReads>,
-    /// Claiming the instance a send runs first with its routing reads.
-    pub route_claims: Option<&'a dyn RouteClaims>,
     /// Counting the changes of everyone sharing the store.
     pub change_count: Option<&'a dyn ChangeCount>,
     /// Claiming with a kept document, compared where it is held.
@@ -488,13 +455,6 @@ impl<'a> Capabilities<'a> {
     #[must_use]
     pub fn with_routes(mut self, routes: &'a dyn RouteReads) -> Self {
         self.routes = Some(routes);
-        self
-    }
-
-    /// With the claim of the first routed instance made with the routing reads.
-    #[must_use]
-    pub fn with_route_claims(mut self, route_claims: &'a dyn RouteClaims) -> Self {
-        self.route_claims = Some(route_claims);
         self
     }
 
@@ -527,7 +487,6 @@ impl std::fmt::Debug for Capabilities<'_> {
             .field("child_waits", &self.child_waits.is_some())
             .field("remote_hints", &self.remote_hints.is_some())
             .field("routes", &self.routes.is_some())
-            .field("route_claims", &self.route_claims.is_some())
             .field("change_count", &self.change_count.is_some())
             .field("claim_known", &self.claim_known.is_some())
             .finish()

@@ -58,9 +58,9 @@ pub mod conformance;
 
 pub use backend::{
     BookmarkSelect, CHILD_WAIT, Capabilities, ChangeCount, ChildWaitIndex, ClaimKnown,
-    ClaimedRecord, ClaimedRoutes, DefinitionRecord, DefinitionStore, DueTimers, Enqueue,
-    IncidentQuery, LeaseClaim, LeaseKey, PurgeTarget, RemoteHints, RouteClaims, RouteReads,
-    Settled, Settlement, Store, TimerScope, TriggerSelect, TriggerWrite,
+    ClaimedRecord, DefinitionRecord, DefinitionStore, DueTimers, Enqueue, IncidentQuery,
+    LeaseClaim, LeaseKey, PurgeTarget, RemoteHints, RouteReads, Settled, Settlement, Store,
+    TimerScope, TriggerSelect, TriggerWrite,
 };
 pub use error::{StoreError, StoreResult};
 pub use memory::MemoryStore;

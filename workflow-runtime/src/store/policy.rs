@@ -718,31 +718,6 @@ impl Storage {
         Ok((triggers?, rows?))
     }
 
-    /// [`Storage::find_routes`] with, where the backend offers
-    /// [`RouteClaims`](super::RouteClaims), the claim of the instance of the first bookmark
-    /// row made in the same operation (its stored text unchecked, as
-    /// [`Storage::claim_instance_raw`] returns it). The lease, when taken, is the caller's to
-    /// run under or release. Without the capability the claim is `None`.
-    ///
-    /// # Errors
-    ///
-    /// The backend's.
-    pub(crate) async fn find_routes_claiming(
-        &self,
-        hashes: Vec<String>,
-        mut query: BookmarkQuery,
-        claim: LeaseClaim,
-    ) -> StoreResult<super::ClaimedRoutes> {
-        if let Some(route_claims) = self.store.capabilities().route_claims {
-            query.limit = page(query.limit, DEFAULT_PAGE);
-            return route_claims
-                .find_routes_claiming(hashes, query, claim)
-                .await;
-        }
-        let (triggers, rows) = self.find_routes(hashes, query).await?;
-        Ok((triggers, rows, None))
-    }
-
     /// Bookmarks of parents waiting on a child workflow, in bookmark-id order after `after`
     /// (ACT-24, read by start-up instead of every suspended instance).
     ///

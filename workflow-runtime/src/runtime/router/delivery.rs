@@ -12,11 +12,8 @@ use crate::routing::{
     BOOKMARK_PAGE, MAX_PAYLOAD_BYTES, Rejection, SendError, SendReport, Stimulus, Targets,
     to_micros,
 };
-use crate::runtime::lease::LeaseGuard;
 use crate::runtime::{Delivery, Runtime, Started, lock};
-use crate::store::{
-    BookmarkQuery, BookmarkRow, IdempotencyRecord, LeaseClaim, Micros, QueueItem, StoreError,
-};
+use crate::store::{BookmarkQuery, BookmarkRow, IdempotencyRecord, Micros, QueueItem, StoreError};
 
 impl Runtime {
     /// Sends a stimulus (RT-14 to RT-24): in one call, starts the definitions whose
@@ -338,44 +335,23 @@ impl Runtime {
         // An instance an earlier try of this stimulus started (RT-19): delivered then.
         let mut found = false;
         let mut prefetched = None;
-        let mut preclaimed = None;
         if stimulus.instance_id.is_none() && stimulus.bookmark_id.is_none() {
             // The trigger rows and the first page of bookmarks are read together (one store
             // operation); the page is used only when the trigger phase created nothing that
-            // could have added a bookmark since. Where the store can, the same operation
-            // claims the instance of the page's first row (when no trigger row matched): the
-            // bookmark phase runs that instance first, under this lease, or releases it.
+            // could have added a bookmark since.
             let query = self.bookmark_query(stimulus, hash);
             let hashes = self.trigger_hashes(stimulus, hash).await?;
-            let claim = LeaseClaim {
-                owner: self.inner.owner.clone(),
-                token: None,
-                now: now_micros(),
-                ttl: self.inner.lease.ttl_micros(),
-            };
-            let (rows, page, claimed) = self
+            let (rows, page) = self
                 .inner
                 .store
-                .find_routes_claiming(hashes, query, claim)
+                .find_routes(hashes, query)
                 .await
                 .map_err(SendError::Store)?;
-            let claimed =
-                claimed.map(|c| LeaseGuard::claimed(&self.inner.store, c, self.inner.lease));
-            match self
+            (created, found) = self
                 .trigger_phase(rows, stimulus, stimulus_id, sent_at, origin, &mut report)
-                .await
-            {
-                Ok(phase) => (created, found) = phase,
-                Err(error) => {
-                    release(claimed).await;
-                    return Err(error);
-                }
-            }
-            if created {
-                release(claimed).await;
-            } else {
+                .await?;
+            if !created {
                 prefetched = Some(page);
-                preclaimed = claimed;
             }
         }
         let busy = self
@@ -384,7 +360,7 @@ impl Runtime {
                 hash,
                 stimulus_id,
                 Receipts::of(origin, created),
-                (prefetched, preclaimed),
+                prefetched,
                 &mut report,
             )
             .await?;
@@ -507,43 +483,25 @@ impl Runtime {
     /// not expire).
     ///
     /// `receipts`: which receipts of `stimulus_id` can exist, and whether its deliveries
-    /// write theirs. `prefetched`: the first page of bookmarks, when it was read already,
-    /// and the lease of the instance of its first row, when it was claimed with it: that
-    /// instance runs first, under it, and the lease is released when it does not run here.
+    /// write theirs.
     async fn bookmark_phase(
         &self,
         stimulus: &Stimulus,
         hash: &str,
         stimulus_id: &str,
         receipts: Receipts,
-        prefetched: (Option<Vec<BookmarkRow>>, Option<LeaseGuard<'_>>),
+        prefetched: Option<Vec<BookmarkRow>>,
         report: &mut SendReport,
     ) -> Result<Vec<(String, bool)>, SendError> {
         let store = &self.inner.store;
-        let (prefetched, mut preclaimed) = prefetched;
-        if let Some(instance) = &stimulus.instance_id
-            && let Err(error) = self.refuse_gone_or_final(instance).await
-        {
-            release(preclaimed).await;
-            return Err(error);
+        if let Some(instance) = &stimulus.instance_id {
+            self.refuse_gone_or_final(instance).await?;
         }
         let query = self.bookmark_query(stimulus, hash);
-        let targets = match self.matching_from(query, prefetched).await {
-            Ok(targets) => targets,
-            Err(error) => {
-                release(preclaimed).await;
-                return Err(SendError::Store(error));
-            }
-        };
-        // The claim made with the routing read is of the first target's instance; anything
-        // else is not used.
-        if preclaimed.as_ref().is_some_and(|guard| {
-            targets
-                .first()
-                .is_none_or(|(instance, _)| instance != guard.instance_id())
-        }) {
-            release(preclaimed.take()).await;
-        }
+        let targets = self
+            .matching_from(query, prefetched)
+            .await
+            .map_err(SendError::Store)?;
         if let Some(bookmark) = &stimulus.bookmark_id
             && targets.is_empty()
         {
@@ -568,21 +526,14 @@ impl Runtime {
         let mut busy = Vec::new();
         for (instance, ids) in targets {
             let first_bookmark = ids.first().cloned().unwrap_or_default();
-            // Only the first target's: taken in its turn, released when it does not run.
-            let claimed = preclaimed.take();
             // RT-19: a retried send skips instances that already consumed it.
-            if receipts != Receipts::None {
-                match store.has_receipt(&instance, stimulus_id).await {
-                    Ok(false) => {}
-                    Ok(true) => {
-                        release(claimed).await;
-                        continue;
-                    }
-                    Err(error) => {
-                        release(claimed).await;
-                        return Err(SendError::Store(error));
-                    }
-                }
+            if receipts != Receipts::None
+                && store
+                    .has_receipt(&instance, stimulus_id)
+                    .await
+                    .map_err(SendError::Store)?
+            {
+                continue;
             }
             let target = RunTarget::Bookmarks {
                 ids,
@@ -593,14 +544,10 @@ impl Runtime {
             } else {
                 Delivery::once(stimulus_id.to_owned())
             };
-            let driven = match claimed {
-                Some(guard) => self.drive_claimed(guard, target, Some(delivery)).await,
-                None => {
-                    self.drive_consuming(&instance, target, Some(delivery))
-                        .await
-                }
-            };
-            match driven {
+            match self
+                .drive_consuming(&instance, target, Some(delivery))
+                .await
+            {
                 Ok(Some(started)) => report.resumed.push(started),
                 // Consumed elsewhere in the meantime: routing treats it as gone (ENG-25).
                 Ok(None) | Err(RunError::BookmarkNotFound { .. }) => {}
@@ -673,27 +620,6 @@ impl Runtime {
             }
         }
         Ok(busy)
-    }
-
-    /// [`Runtime::drive_consuming`] under a lease the routing read took already
-    /// ([`LeaseGuard::claimed`]): run in this process's turn for the instance, when no other
-    /// run of this process has it now; otherwise the lease is given back and the instance
-    /// runs as any other, in its turn (a run of this process waiting for that lease would
-    /// otherwise wait for this one, which waits for its turn).
-    async fn drive_claimed(
-        &self,
-        guard: LeaseGuard<'_>,
-        target: RunTarget,
-        delivery: Option<Delivery>,
-    ) -> Result<Option<Started>, RunError> {
-        let instance_id = guard.instance_id().to_owned();
-        let Some(local) = self.try_local_run(&instance_id) else {
-            guard.release().await;
-            return self.drive_consuming(&instance_id, target, delivery).await;
-        };
-        let driven = self.run_leased(guard, target, delivery).await.map(Some);
-        drop(local);
-        driven
     }
 
     /// RT-22, ST-24: dead-letters the stimulus for the instance and bookmark `rejection`
@@ -806,14 +732,6 @@ impl Runtime {
                 return Ok(targets);
             }
         }
-    }
-}
-
-/// Gives back the lease of a claim made with the routing read that the send does not run
-/// under (ST-14): at once, so that any process can claim the instance, not after its TTL.
-async fn release(claimed: Option<LeaseGuard<'_>>) {
-    if let Some(guard) = claimed {
-        guard.release().await;
     }
 }
 

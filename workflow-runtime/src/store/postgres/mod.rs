@@ -23,13 +23,13 @@ use tokio::task::JoinHandle;
 
 use super::{
     BookmarkQuery, BookmarkRow, BookmarkSelect, BoxFuture, Capabilities, ChildWaitIndex,
-    ClaimedInstance, ClaimedRecord, ClaimedRoutes, Commit, ControlRequest, DeadLetter,
-    DeadLetterFilter, DefinitionRecord, DefinitionStore, DueTimers, Enqueue, IdempotencyRecord,
-    IncidentQuery, IncidentRecord, InstanceFilter, InstanceRecord, InstanceStatus, JournalRecord,
-    Lease, LeaseClaim, LeaseKey, ListedInstance, Micros, MigrateMode, NewIncident, NewInstance,
-    PurgeTarget, QueueItem, RemoteHints, Renewal, RouteClaims, RouteReads, Schedule,
-    ScheduleFiring, Settled, Settlement, Store, StoreError, StoreResult, StoreStats, TimerRow,
-    TimerScope, TriggerRow, TriggerSelect, TriggerWrite, WakeUp,
+    ClaimedInstance, ClaimedRecord, Commit, ControlRequest, DeadLetter, DeadLetterFilter,
+    DefinitionRecord, DefinitionStore, DueTimers, Enqueue, IdempotencyRecord, IncidentQuery,
+    IncidentRecord, InstanceFilter, InstanceRecord, InstanceStatus, JournalRecord, Lease,
+    LeaseClaim, LeaseKey, ListedInstance, Micros, MigrateMode, NewIncident, NewInstance,
+    PurgeTarget, QueueItem, RemoteHints, Renewal, RouteReads, Schedule, ScheduleFiring, Settled,
+    Settlement, Store, StoreError, StoreResult, StoreStats, TimerRow, TimerScope, TriggerRow,
+    TriggerSelect, TriggerWrite, WakeUp,
 };
 
 mod kept;
@@ -1191,7 +1191,6 @@ impl Store for PostgresStore {
             .with_definitions(self)
             .with_child_waits(self)
             .with_routes(self)
-            .with_route_claims(self)
     }
 }
 
@@ -1225,76 +1224,6 @@ impl RouteReads for PostgresStore {
                 &hashes,
                 &bookmarks
             ))
-        })
-    }
-}
-
-/// The routing reads and the claim of the first routed instance in one statement (see
-/// `ops::find_routes_claiming`), one round trip in its own implicit transaction. The claim's
-/// nonce is recorded as a claim of [`Store::claim_instance`] records it. Its token is the
-/// row's next one, as the statement cannot know the highest this store was given for an
-/// instance it has not named yet: a token this store was given already (a claim lost to a
-/// server crash, see `ops::claim_instance`) is not used but released at once under the new
-/// nonce, so no commit under the old one can pass. A statement that fails as `Unavailable`
-/// (a connection the server dropped) is read again without the claim, as a read is.
-impl RouteClaims for PostgresStore {
-    fn find_routes_claiming(
-        &self,
-        hashes: Vec<String>,
-        bookmarks: BookmarkQuery,
-        claim: LeaseClaim,
-    ) -> BoxFuture<'_, StoreResult<ClaimedRoutes>> {
-        Box::pin(async move {
-            let nonce = HeldClaims::new_nonce();
-            let routed = single!(self, |c| ops::find_routes_claiming(
-                c,
-                &self.schema,
-                &hashes,
-                &bookmarks,
-                &claim,
-                nonce
-            ));
-            let (triggers, rows, claimed) = match routed {
-                Err(StoreError::Unavailable { .. }) => {
-                    let (triggers, rows) = read!(self, |c| ops::find_routes(
-                        c,
-                        &self.schema,
-                        &hashes,
-                        &bookmarks
-                    ))?;
-                    return Ok((triggers, rows, None));
-                }
-                other => other?,
-            };
-            let Some(claimed) = claimed else {
-                return Ok((triggers, rows, None));
-            };
-            let id = claimed.record.instance_id.clone();
-            let lease = claimed.lease;
-            if lease.token <= self.claims.token(&id) {
-                let hints = [WakeUp::InstanceRunnable { id: id.clone() }];
-                let released: StoreResult<()> = write_tx!(self, hints, |c| ops::release_lease(
-                    c,
-                    &self.schema,
-                    &id,
-                    lease.token,
-                    Some(nonce)
-                ));
-                if let Err(error) = released {
-                    tracing::debug!(instance = %id, %error, "a claim under a token given before was not released");
-                }
-                return Ok((triggers, rows, None));
-            }
-            self.claims.insert(
-                &id,
-                HeldClaim {
-                    token: lease.token,
-                    nonce,
-                    expires_at: lease.expires_at,
-                },
-                claim.now,
-            );
-            Ok((triggers, rows, Some(claimed)))
         })
     }
 }

@@ -45,13 +45,8 @@ const INSTANCE_COLS: &str = "instance_id, definition_name, definition_version, s
 
 /// Decodes one instance row with its state text (column 16), left encoded.
 fn instance_from_row(id: &str, row: &PgRow) -> StoreResult<InstanceRecord<String>> {
-    instance_from_row_at(id, row, 0)
-}
-
-/// [`instance_from_row`] for `INSTANCE_COLS` starting at column `at`.
-fn instance_from_row_at(id: &str, row: &PgRow, at: usize) -> StoreResult<InstanceRecord<String>> {
-    let summary = summary_from_row_at(id, row, at)?;
-    let state: String = row.try_get(at + 16).map_err(|e| StoreError::Decode {
+    let summary = summary_from_row(id, row)?;
+    let state: String = row.try_get(16).map_err(|e| StoreError::Decode {
         what: "instance",
         id: id.to_owned(),
         path: "state".to_owned(),
@@ -63,28 +58,23 @@ fn instance_from_row_at(id: &str, row: &PgRow, at: usize) -> StoreResult<Instanc
 /// Decodes one instance row's columns; any failure is a `Decode` naming the instance and
 /// the column (ST-22).
 fn summary_from_row(id: &str, row: &PgRow) -> StoreResult<InstanceSummary> {
-    summary_from_row_at(id, row, 0)
-}
-
-/// [`summary_from_row`] for `INSTANCE_COLS` starting at column `at`.
-fn summary_from_row_at(id: &str, row: &PgRow, at: usize) -> StoreResult<InstanceSummary> {
     let c = Cols::named(row, "instance", id.to_owned());
     StoredInstance {
-        definition_name: c.get(at + 1)?,
-        definition_version: c.get(at + 2)?,
-        status: c.get(at + 3)?,
-        sub_status: c.get(at + 4)?,
-        correlation_id: c.get(at + 5)?,
-        version: c.get(at + 6)?,
-        lease_owner: c.get(at + 7)?,
-        lease_token: c.get(at + 8)?,
-        lease_expires_at: c.get(at + 9)?,
-        control_request: c.get(at + 10)?,
-        origin_at: c.get(at + 11)?,
-        created_at: c.get(at + 12)?,
-        updated_at: c.get(at + 13)?,
-        finished_at: c.get(at + 14)?,
-        listing: c.get(at + 15)?,
+        definition_name: c.get(1)?,
+        definition_version: c.get(2)?,
+        status: c.get(3)?,
+        sub_status: c.get(4)?,
+        correlation_id: c.get(5)?,
+        version: c.get(6)?,
+        lease_owner: c.get(7)?,
+        lease_token: c.get(8)?,
+        lease_expires_at: c.get(9)?,
+        control_request: c.get(10)?,
+        origin_at: c.get(11)?,
+        created_at: c.get(12)?,
+        updated_at: c.get(13)?,
+        finished_at: c.get(14)?,
+        listing: c.get(15)?,
     }
     .decode(id)
 }
@@ -1151,88 +1141,6 @@ pub(super) async fn find_routes(
     });
     bookmarks.sort_by(|a, b| (a.created_at, &a.bookmark_id).cmp(&(b.created_at, &b.bookmark_id)));
     Ok((triggers, bookmarks))
-}
-
-/// [`find_routes`] with the claim of the instance of the first bookmark row, in one
-/// statement (RT-15, RT-17, ST-14): the reads are `WITH` parts, and a third, an `UPDATE ..
-/// RETURNING` of the instance row that page's first row names, takes its lease as
-/// [`claim_instance`] acquires one (a token above the row's, `nonce`, the transaction's
-/// commit not waiting for its WAL flush), only when no trigger row matched and the lease is
-/// free or expired. The rows say which they are (column 0: 0 trigger, 1 bookmark, 2 the
-/// claimed instance) and carry the trigger columns (from 1), the bookmark columns (from 10)
-/// or the instance columns (from 21), the others `NULL`. The claim takes the token above the
-/// row's alone: the caller compares it with the tokens it was given before (see
-/// [`claim_instance`]'s `known_token`).
-pub(super) async fn find_routes_claiming(
-    c: &mut Conn,
-    s: &Schema,
-    hashes: &[String],
-    query: &BookmarkQuery,
-    claim: &LeaseClaim,
-    nonce: i64,
-) -> StoreResult<(
-    Vec<TriggerRow>,
-    Vec<BookmarkRow>,
-    Option<ClaimedRecord<String>>,
-)> {
-    const NO_TRIGGER: &str = "NULL::TEXT, NULL::TEXT, NULL::TEXT, NULL::TEXT, NULL::TEXT, \
-        NULL::TEXT, NULL::TEXT, NULL::TEXT, NULL::BIGINT";
-    const NO_BOOKMARK: &str = "NULL::TEXT, NULL::TEXT, NULL::TEXT, NULL::TEXT, NULL::TEXT, \
-        NULL::BIGINT, NULL::TEXT, NULL::TEXT, NULL::TEXT, NULL::BIGINT, NULL::BIGINT";
-    const NO_INSTANCE: &str = "NULL::TEXT, NULL::TEXT, NULL::TEXT, NULL::TEXT, NULL::TEXT, \
-        NULL::TEXT, NULL::BIGINT, NULL::TEXT, NULL::BIGINT, NULL::BIGINT, NULL::TEXT, \
-        NULL::BIGINT, NULL::BIGINT, NULL::BIGINT, NULL::BIGINT, NULL::TEXT, NULL::TEXT";
-    let expires_at = claim.now.saturating_add(claim.ttl);
-    let sql = s.sql(&format!(
-        "WITH t AS (SELECT {TRIGGER_COLS} FROM @wf_triggers WHERE hash = ANY($1)),
-         b AS (SELECT {BOOKMARK_COLS} FROM @wf_bookmarks {}),
-         c AS (UPDATE @wf_instances SET lease_token = lease_token + 1,
-                  lease_owner = $9, lease_expires_at = $10, lease_nonce = $12
-               FROM (SELECT set_config('synchronous_commit', 'off', true)) AS unflushed(s)
-               WHERE instance_id =
-                     (SELECT b.instance_id FROM b ORDER BY b.created_at, b.bookmark_id LIMIT 1)
-                 AND NOT EXISTS (SELECT 1 FROM t)
-                 AND (lease_owner IS NULL OR lease_expires_at IS NULL OR lease_expires_at <= $11)
-               RETURNING {INSTANCE_COLS})
-         SELECT 0, {TRIGGER_COLS}, {NO_BOOKMARK}, {NO_INSTANCE} FROM t
-         UNION ALL
-         SELECT 1, {NO_TRIGGER}, {BOOKMARK_COLS}, {NO_INSTANCE} FROM b
-         UNION ALL
-         SELECT 2, {NO_TRIGGER}, {NO_BOOKMARK}, {INSTANCE_COLS} FROM c",
-        bookmark_page_filter(2)
-    ));
-    let rows = bind_bookmark_page(sqlx::query(&sql).bind(hashes), query)
-        .bind(&claim.owner)
-        .bind(expires_at)
-        .bind(claim.now)
-        .bind(nonce)
-        .fetch_all(&mut *c)
-        .await?;
-    let (mut triggers, mut bookmarks, mut claimed) = (Vec::new(), Vec::new(), None);
-    for row in &rows {
-        match row.try_get::<i32, _>(0)? {
-            0 => triggers.push(trigger_from_row_at(row, 1)?),
-            1 => bookmarks.push(bookmark_from_row_at(row, 10)?),
-            _ => {
-                let id: String = row.try_get(21)?;
-                let record = instance_from_row_at(&id, row, 21)?;
-                let token: i64 = row.try_get(21 + 8)?;
-                claimed = Some(ClaimedRecord {
-                    lease: Lease {
-                        token: to_u64(token),
-                        expires_at,
-                    },
-                    record,
-                });
-            }
-        }
-    }
-    // The orders of `find_triggers` and `find_bookmarks` (text keys collate as bytes).
-    triggers.sort_by(|a, b| {
-        (&a.definition_name, &a.node_id, &a.hash).cmp(&(&b.definition_name, &b.node_id, &b.hash))
-    });
-    bookmarks.sort_by(|a, b| (a.created_at, &a.bookmark_id).cmp(&(b.created_at, &b.bookmark_id)));
-    Ok((triggers, bookmarks, claimed))
 }
 
 /// Writes a definition's trigger changes (ST-7), under an advisory lock on the definition so
