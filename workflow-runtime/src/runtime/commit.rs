@@ -31,11 +31,20 @@ pub(super) fn encode_document_sized(
     state: &WorkflowState,
     capacity: usize,
 ) -> Result<SerializedState, RunError> {
+    encode_document_into(state, Vec::with_capacity(capacity.max(128)))
+}
+
+/// [`encode_document`] into `buffer` (emptied first): a commit reuses the text of the
+/// document its run loaded, when nothing else holds it, instead of a new allocation.
+fn encode_document_into(
+    state: &WorkflowState,
+    mut buffer: Vec<u8>,
+) -> Result<SerializedState, RunError> {
     let corrupt = |reason: String| RunError::StateCorrupt {
         instance: state.instance_id.clone(),
         reason,
     };
-    let mut buffer = Vec::with_capacity(capacity.max(128));
+    buffer.clear();
     serde_json::to_writer(&mut buffer, state)
         .map_err(|e| corrupt(format!("state does not serialize: {e}")))?;
     // serde_json writes UTF-8; the check only keeps this free of `unsafe`.
@@ -181,6 +190,10 @@ pub(super) struct Tracker {
     pub(super) last_document: Option<String>,
     /// The length of the document last loaded or committed, to size the next one's buffer.
     pub(super) document_len: usize,
+    /// The text the run loaded, when it owns it: the next commit encodes its document into
+    /// this allocation when it is large enough (the text of a kept state is, ENG-53: it is
+    /// the buffer its commit encoded into, with that commit's room for growth).
+    pub(super) spare: String,
 }
 
 /// The commits of one leased run: inside it (ENG-32) and at its end (ENG-31).
@@ -208,10 +221,23 @@ impl RunCommits<'_> {
     ) -> Result<(), RunError> {
         let commit = {
             let mut tracker = lock(&self.tracker);
-            let document = encode_document_sized(state, document_capacity(tracker.document_len))?;
+            let capacity = document_capacity(tracker.document_len);
+            let spare = std::mem::take(&mut tracker.spare);
+            let document = if spare.capacity() >= capacity {
+                encode_document_into(state, spare.into_bytes())?
+            } else {
+                encode_document_sized(state, capacity)?
+            };
             tracker.document_len = document.0.len();
-            tracker.last_document =
-                (release && !state.status.is_final()).then(|| document.0.clone());
+            // ENG-53: a live instance's state is kept with its text. The store is given a
+            // copy of exactly its length and the kept text is the buffer, so the next run's
+            // commit, which takes that text back with the state, encodes into it.
+            let (document, kept) = if release && !state.status.is_final() {
+                (SerializedState(document.0.clone()), Some(document.0))
+            } else {
+                (document, None)
+            };
+            tracker.last_document = kept;
             let mut commit = Commit::new(
                 tracker.instance_id.clone(),
                 tracker.version,

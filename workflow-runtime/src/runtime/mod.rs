@@ -1905,11 +1905,14 @@ impl Runtime {
         instance_id: &str,
         refuse_too_large: bool,
     ) -> Result<Option<Started>, RunError> {
+        // ENG-53: the state kept at the creation goes with the claim, as in `drive_local`.
+        let kept = self.inner.states.take_entry(instance_id);
         let guard = match LeaseGuard::acquire_first(
             &self.inner.store,
             &self.inner.owner,
             instance_id,
             self.inner.lease,
+            kept,
         )
         .await
         {
@@ -2123,6 +2126,7 @@ impl Runtime {
             Some(state) => state,
             None => decode_loaded(instance_id, &record.state)?,
         };
+        let document_len = record.state.len();
         let commits = RunCommits {
             store: &self.inner.store,
             tracker: Mutex::new(Tracker {
@@ -2141,7 +2145,8 @@ impl Runtime {
                 unpark: false,
                 clear_control: false,
                 last_document: None,
-                document_len: record.state.len(),
+                document_len,
+                spare: record.state,
             }),
             control: record.control_request,
         };
