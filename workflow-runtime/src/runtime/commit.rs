@@ -272,17 +272,35 @@ impl RunCommits<'_> {
                 .filter(|b| !committed(b))
                 .filter_map(crate::engine::names::timer_of)
                 .collect();
-            let removed: Vec<&(String, bool)> = tracker
-                .bookmarks
-                .iter()
-                .filter(|(id, _)| !state.bookmarks.iter().any(|b| b.id == *id))
-                .collect();
-            commit.timers_removed = removed
-                .iter()
-                .filter(|(_, timer)| *timer)
-                .map(|(id, _)| id.clone())
-                .collect();
-            commit.bookmarks_removed = removed.iter().map(|(id, _)| id.clone()).collect();
+            // The tracker follows the commit as it is built: the ids of removed bookmarks
+            // move into it and those of added ones are recorded. A commit that fails
+            // discards the run and its tracker (ENG-29; one faulted for its size loads a
+            // new one), so it is never left half-updated for a next commit.
+            let mut removed = Vec::new();
+            let mut timers_removed = Vec::new();
+            tracker.bookmarks.retain_mut(|(id, timer)| {
+                if state.bookmarks.iter().any(|b| b.id == *id) {
+                    return true;
+                }
+                if *timer {
+                    timers_removed.push(id.clone());
+                }
+                removed.push(std::mem::take(id));
+                false
+            });
+            commit.timers_removed = timers_removed;
+            commit.bookmarks_removed = removed;
+            tracker.bookmarks.extend(
+                commit
+                    .bookmarks_added
+                    .iter()
+                    .map(|b| (b.bookmark_id.clone(), false)),
+            );
+            for timer in &commit.timers_added {
+                if let Some(entry) = tracker.bookmarks.iter_mut().find(|(id, _)| *id == timer.timer_id) {
+                    entry.1 = true;
+                }
+            }
             // TM-10: the commit that faults or pauses the instance parks its timers.
             if state.status == WorkflowStatus::Faulted
                 || state.sub_status == Some(crate::engine::state::SubStatus::Paused)
@@ -313,9 +331,10 @@ impl RunCommits<'_> {
             }
             commit.instances_created = children;
             commit.queue_items = queue_items;
-            commit.receipts.clone_from(&tracker.receipts);
-            commit.consumed_queue_items.clone_from(&tracker.consumed);
-            commit.idempotency.clone_from(&tracker.idempotency);
+            // Moved, as the bookmark ids above: written once, with this commit.
+            commit.receipts = std::mem::take(&mut tracker.receipts);
+            commit.consumed_queue_items = std::mem::take(&mut tracker.consumed);
+            commit.idempotency = tracker.idempotency.take();
             // A request left on a final instance could never be honoured: its final commit
             // clears it.
             commit.clear_control_request = tracker.clear_control || state.status.is_final();
@@ -335,15 +354,11 @@ impl RunCommits<'_> {
             .map_err(|error| run_store_error(&state.instance_id, error))?;
         let mut tracker = lock(&self.tracker);
         tracker.version = version;
-        tracker.bookmarks = committed_bookmarks(&state.bookmarks);
         tracker.incidents = state
             .incidents
             .iter()
             .map(|i| (i.id.clone(), i.resolution.clone()))
             .collect();
-        tracker.receipts.clear();
-        tracker.consumed.clear();
-        tracker.idempotency = None;
         tracker.unpark = false;
         tracker.clear_control = false;
         Ok(())
