@@ -313,9 +313,8 @@ impl<'s> LeaseGuard<'s> {
         &self,
         cancel: &CancellationToken,
         signals: Option<&RunSignals>,
-        run: F,
+        run: std::pin::Pin<&mut F>,
     ) -> F::Output {
-        let run = std::pin::pin!(run);
         let renew = std::pin::pin!(self.renew(cancel, signals));
         match futures_select(run, renew).await {
             Ok(output) => output,

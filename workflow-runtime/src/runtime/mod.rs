@@ -2247,7 +2247,9 @@ impl Runtime {
             Some((&commits, self.inner.commit_strategy));
         let token = crate::cancel::CancellationToken::new();
         let _running = Running::new(&self.inner, instance_id, &token, signals);
-        let run = async {
+        // Pinned where it is built: the lease's hold polls it in place instead of taking it
+        // by value into a future of its own (a second copy of it, moved there).
+        let run = std::pin::pin!(async {
             let mut target = Some(target);
             loop {
                 let target = target.take().unwrap_or(RunTarget::None);
@@ -2294,7 +2296,7 @@ impl Runtime {
                 state = next;
                 YieldNow(false).await;
             }
-        };
+        });
         guard.hold(&token, Some(signals), run).await
     }
 
