@@ -1843,9 +1843,25 @@ impl Runtime {
         target: RunTarget,
         delivery: Option<Delivery>,
     ) -> Result<Option<Started>, RunError> {
-        let local = self.local_run(instance_id).await;
-        self.drive_local(&local, instance_id, target, delivery)
-            .await
+        // This process's turn, held through the run.
+        let _local = self.local_run(instance_id).await;
+        // ENG-53: the kept state goes with the claim, which compares the stored record with
+        // it where the store holds it.
+        let kept = self.inner.states.take_entry(instance_id);
+        let guard = match LeaseGuard::acquire_kept(
+            &self.inner.store,
+            &self.inner.owner,
+            instance_id,
+            self.inner.lease,
+            kept,
+        )
+        .await
+        {
+            Ok(guard) => guard,
+            Err(StoreError::NotFound { .. }) => return Ok(None),
+            Err(error) => return Err(run_store_error(instance_id, error)),
+        };
+        self.run_leased(guard, target, delivery).await.map(Some)
     }
 
     /// Whether a sweep leaves this claimed instance to the process that created it: never
@@ -1936,55 +1952,30 @@ impl Runtime {
         }
     }
 
-    /// [`Runtime::drive_consuming`] in this process's turn `_local`.
-    async fn drive_local(
-        &self,
-        _local: &LocalRun<'_>,
-        instance_id: &str,
-        target: RunTarget,
-        delivery: Option<Delivery>,
-    ) -> Result<Option<Started>, RunError> {
-        // ENG-53: the kept state goes with the claim, which compares the stored record with
-        // it where the store holds it.
-        let kept = self.inner.states.take_entry(instance_id);
-        let guard = match LeaseGuard::acquire_kept(
-            &self.inner.store,
-            &self.inner.owner,
-            instance_id,
-            self.inner.lease,
-            kept,
-        )
-        .await
-        {
-            Ok(guard) => guard,
-            Err(StoreError::NotFound { .. }) => return Ok(None),
-            Err(error) => return Err(run_store_error(instance_id, error)),
-        };
-        self.run_leased(guard, target, delivery).await.map(Some)
-    }
-
     /// Runs under `guard` and settles the lease: released by the run's last commit, or here
     /// when the run is abandoned (the instance continues from its last commit, ENG-29).
-    async fn run_leased(
-        &self,
-        guard: LeaseGuard<'_>,
+    ///
+    /// Not an `async fn`, nor is [`Runtime::run_leased_as`]: each returns the future of the
+    /// one it forwards to, so a run's future is not wrapped (and moved) once more per name.
+    fn run_leased<'a>(
+        &'a self,
+        guard: LeaseGuard<'a>,
         target: RunTarget,
         delivery: Option<Delivery>,
-    ) -> Result<Started, RunError> {
-        self.run_leased_as(guard, target, delivery, false).await
+    ) -> impl Future<Output = Result<Started, RunError>> + Send + 'a {
+        self.run_leased_as(guard, target, delivery, false)
     }
 
     /// [`Runtime::run_leased`]; with `resume`, the run resumes a paused instance (ENG-50).
     /// A cancel requested while it ran (FLT-15) is applied once it stops.
-    pub(crate) async fn run_leased_as(
-        &self,
-        guard: LeaseGuard<'_>,
+    pub(crate) fn run_leased_as<'a>(
+        &'a self,
+        guard: LeaseGuard<'a>,
         target: RunTarget,
         delivery: Option<Delivery>,
         resume: bool,
-    ) -> Result<Started, RunError> {
+    ) -> impl Future<Output = Result<Started, RunError>> + Send + 'a {
         self.run_leased_faulting(guard, target, delivery, resume, true)
-            .await
     }
 
     /// [`Runtime::run_leased_as`]; with `fault_too_large`, a run whose state grows over the
