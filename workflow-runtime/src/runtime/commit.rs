@@ -297,7 +297,11 @@ impl RunCommits<'_> {
                     .map(|b| (b.bookmark_id.clone(), false)),
             );
             for timer in &commit.timers_added {
-                if let Some(entry) = tracker.bookmarks.iter_mut().find(|(id, _)| *id == timer.timer_id) {
+                if let Some(entry) = tracker
+                    .bookmarks
+                    .iter_mut()
+                    .find(|(id, _)| *id == timer.timer_id)
+                {
                     entry.1 = true;
                 }
             }

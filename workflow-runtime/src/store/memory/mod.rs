@@ -6,9 +6,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
 use super::{
-    BoxFuture, ControlRequest, DeadLetter, DefinitionRecord, IdempotencyRecord,
-    IncidentRecord, InstanceStatus, InstanceSubStatus, JournalRecord, QueueItem, StoreError,
-    StoreResult, StoreStats, TimerRow, TriggerRow,
+    BoxFuture, ControlRequest, DeadLetter, DefinitionRecord, IdempotencyRecord, IncidentRecord,
+    InstanceStatus, InstanceSubStatus, JournalRecord, QueueItem, StoreError, StoreResult,
+    StoreStats, TimerRow, TriggerRow,
 };
 
 mod ops;

@@ -398,7 +398,11 @@ impl Inner {
                 );
             }
             for hash in emptied {
-                if self.bookmark_index.get(&hash).is_some_and(BTreeSet::is_empty) {
+                if self
+                    .bookmark_index
+                    .get(&hash)
+                    .is_some_and(BTreeSet::is_empty)
+                {
                     self.bookmark_index.remove(&hash);
                 }
             }
