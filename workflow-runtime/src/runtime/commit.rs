@@ -31,11 +31,20 @@ pub(super) fn encode_document_sized(
     state: &WorkflowState,
     capacity: usize,
 ) -> Result<SerializedState, RunError> {
+    encode_document_into(state, Vec::with_capacity(capacity.max(128)))
+}
+
+/// [`encode_document`] into `buffer` (emptied first): a commit reuses the text of the
+/// document its run loaded, when nothing else holds it, instead of a new allocation.
+fn encode_document_into(
+    state: &WorkflowState,
+    mut buffer: Vec<u8>,
+) -> Result<SerializedState, RunError> {
     let corrupt = |reason: String| RunError::StateCorrupt {
         instance: state.instance_id.clone(),
         reason,
     };
-    let mut buffer = Vec::with_capacity(capacity.max(128));
+    buffer.clear();
     serde_json::to_writer(&mut buffer, state)
         .map_err(|e| corrupt(format!("state does not serialize: {e}")))?;
     // serde_json writes UTF-8; the check only keeps this free of `unsafe`.
@@ -181,6 +190,10 @@ pub(super) struct Tracker {
     pub(super) last_document: Option<String>,
     /// The length of the document last loaded or committed, to size the next one's buffer.
     pub(super) document_len: usize,
+    /// The text the run loaded, when it owns it: the next commit encodes its document into
+    /// this allocation when it is large enough (the text of a kept state is, ENG-53: it is
+    /// the buffer its commit encoded into, with that commit's room for growth).
+    pub(super) spare: String,
 }
 
 /// The commits of one leased run: inside it (ENG-32) and at its end (ENG-31).
@@ -208,10 +221,23 @@ impl RunCommits<'_> {
     ) -> Result<(), RunError> {
         let commit = {
             let mut tracker = lock(&self.tracker);
-            let document = encode_document_sized(state, document_capacity(tracker.document_len))?;
+            let capacity = document_capacity(tracker.document_len);
+            let spare = std::mem::take(&mut tracker.spare);
+            let document = if spare.capacity() >= capacity {
+                encode_document_into(state, spare.into_bytes())?
+            } else {
+                encode_document_sized(state, capacity)?
+            };
             tracker.document_len = document.0.len();
-            tracker.last_document =
-                (release && !state.status.is_final()).then(|| document.0.clone());
+            // ENG-53: a live instance's state is kept with its text. The store is given a
+            // copy of exactly its length and the kept text is the buffer, so the next run's
+            // commit, which takes that text back with the state, encodes into it.
+            let (document, kept) = if release && !state.status.is_final() {
+                (SerializedState(document.0.clone()), Some(document.0))
+            } else {
+                (document, None)
+            };
+            tracker.last_document = kept;
             let mut commit = Commit::new(
                 tracker.instance_id.clone(),
                 tracker.version,
@@ -246,17 +272,39 @@ impl RunCommits<'_> {
                 .filter(|b| !committed(b))
                 .filter_map(crate::engine::names::timer_of)
                 .collect();
-            let removed: Vec<&(String, bool)> = tracker
-                .bookmarks
-                .iter()
-                .filter(|(id, _)| !state.bookmarks.iter().any(|b| b.id == *id))
-                .collect();
-            commit.timers_removed = removed
-                .iter()
-                .filter(|(_, timer)| *timer)
-                .map(|(id, _)| id.clone())
-                .collect();
-            commit.bookmarks_removed = removed.iter().map(|(id, _)| id.clone()).collect();
+            // The tracker follows the commit as it is built: the ids of removed bookmarks
+            // move into it and those of added ones are recorded. A commit that fails
+            // discards the run and its tracker (ENG-29; one faulted for its size loads a
+            // new one), so it is never left half-updated for a next commit.
+            let mut removed = Vec::new();
+            let mut timers_removed = Vec::new();
+            tracker.bookmarks.retain_mut(|(id, timer)| {
+                if state.bookmarks.iter().any(|b| b.id == *id) {
+                    return true;
+                }
+                if *timer {
+                    timers_removed.push(id.clone());
+                }
+                removed.push(std::mem::take(id));
+                false
+            });
+            commit.timers_removed = timers_removed;
+            commit.bookmarks_removed = removed;
+            tracker.bookmarks.extend(
+                commit
+                    .bookmarks_added
+                    .iter()
+                    .map(|b| (b.bookmark_id.clone(), false)),
+            );
+            for timer in &commit.timers_added {
+                if let Some(entry) = tracker
+                    .bookmarks
+                    .iter_mut()
+                    .find(|(id, _)| *id == timer.timer_id)
+                {
+                    entry.1 = true;
+                }
+            }
             // TM-10: the commit that faults or pauses the instance parks its timers.
             if state.status == WorkflowStatus::Faulted
                 || state.sub_status == Some(crate::engine::state::SubStatus::Paused)
@@ -287,9 +335,10 @@ impl RunCommits<'_> {
             }
             commit.instances_created = children;
             commit.queue_items = queue_items;
-            commit.receipts.clone_from(&tracker.receipts);
-            commit.consumed_queue_items.clone_from(&tracker.consumed);
-            commit.idempotency.clone_from(&tracker.idempotency);
+            // Moved, as the bookmark ids above: written once, with this commit.
+            commit.receipts = std::mem::take(&mut tracker.receipts);
+            commit.consumed_queue_items = std::mem::take(&mut tracker.consumed);
+            commit.idempotency = tracker.idempotency.take();
             // A request left on a final instance could never be honoured: its final commit
             // clears it.
             commit.clear_control_request = tracker.clear_control || state.status.is_final();
@@ -309,15 +358,11 @@ impl RunCommits<'_> {
             .map_err(|error| run_store_error(&state.instance_id, error))?;
         let mut tracker = lock(&self.tracker);
         tracker.version = version;
-        tracker.bookmarks = committed_bookmarks(&state.bookmarks);
         tracker.incidents = state
             .incidents
             .iter()
             .map(|i| (i.id.clone(), i.resolution.clone()))
             .collect();
-        tracker.receipts.clear();
-        tracker.consumed.clear();
-        tracker.idempotency = None;
         tracker.unpark = false;
         tracker.clear_control = false;
         Ok(())

@@ -156,7 +156,11 @@ impl Runtime {
         let instance_id = instance_id.as_str();
         let token = crate::cancel::CancellationToken::new();
         let result = guard
-            .hold(&token, None, self.retry_leased(&guard, &token))
+            .hold(
+                &token,
+                None,
+                std::pin::pin!(self.retry_leased(&guard, &token)),
+            )
             .await;
         match (result, guard.lost()) {
             (Ok(started), _) => {

@@ -166,13 +166,17 @@ impl<'s> LeaseGuard<'s> {
     /// [`LeaseGuard::acquire`] for the first run of an instance just created: nobody but a
     /// recovery sweep (of any process) can hold its lease, and a sweep hands the lease of a
     /// never-run instance back at once, so a lease held by anyone is waited for (briefly).
+    ///
+    /// With the state this runtime kept of it at its creation (ENG-53), claimed as
+    /// [`LeaseGuard::acquire_kept`] does: its stored text is not copied out.
     pub(crate) async fn acquire_first(
         store: &'s Storage,
         owner: &str,
         instance_id: &str,
         settings: LeaseSettings,
+        kept: Option<Box<Cached>>,
     ) -> Result<Self, StoreError> {
-        Self::acquire_waiting(store, owner, instance_id, settings, true, None).await
+        Self::acquire_waiting(store, owner, instance_id, settings, true, kept).await
     }
 
     async fn acquire_waiting(
@@ -284,7 +288,11 @@ impl<'s> LeaseGuard<'s> {
 
     /// Records the instance's definition, as the run loaded it.
     pub(crate) fn set_definition(&self, name: &str) {
-        *lock(&self.definition) = Some(name.to_owned());
+        let mut definition = lock(&self.definition);
+        // The claim recorded it already, in the common case: no second copy then.
+        if definition.as_deref() != Some(name) {
+            *definition = Some(name.to_owned());
+        }
     }
 
     /// Where the engine keeps the node of the task attempt it runs under this lease.
@@ -305,9 +313,8 @@ impl<'s> LeaseGuard<'s> {
         &self,
         cancel: &CancellationToken,
         signals: Option<&RunSignals>,
-        run: F,
+        run: std::pin::Pin<&mut F>,
     ) -> F::Output {
-        let run = std::pin::pin!(run);
         let renew = std::pin::pin!(self.renew(cancel, signals));
         match futures_select(run, renew).await {
             Ok(output) => output,

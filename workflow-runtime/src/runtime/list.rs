@@ -84,19 +84,51 @@ pub struct InstanceSummary {
 /// creation ([`crate::store::Commit::listing`]), so a listing reads no document.
 pub(super) fn listing_of(state: &WorkflowState) -> InstanceListing {
     InstanceListing {
-        at: position(state),
+        at: position(state).into_iter().map(str::to_owned).collect(),
         waiting_for: state.bookmarks.iter().map(|b| b.name.clone()).collect(),
-        open_incidents: state
-            .incidents
-            .iter()
-            .filter(|i| i.resolution.is_none())
-            .count(),
+        open_incidents: open_incidents(state),
     }
 }
 
-/// The listing text of `state` ([`listing_of`]).
+fn open_incidents(state: &WorkflowState) -> usize {
+    state
+        .incidents
+        .iter()
+        .filter(|i| i.resolution.is_none())
+        .count()
+}
+
+/// The listing text of `state`: the text [`InstanceListing::encode`] gives for
+/// [`listing_of`], written from the state's own strings (no listing built to be encoded).
 pub(super) fn listing_text(state: &WorkflowState) -> Option<String> {
-    Some(listing_of(state).encode())
+    fn strings<'a>(text: &mut Vec<u8>, items: impl Iterator<Item = &'a str>) {
+        text.push(b'[');
+        for (i, item) in items.enumerate() {
+            if i > 0 {
+                text.push(b',');
+            }
+            // A string always serializes; its escapes are serde_json's own.
+            if serde_json::to_writer(&mut *text, item).is_err() {
+                text.extend_from_slice(b"null");
+            }
+        }
+        text.push(b']');
+    }
+    let mut text = Vec::with_capacity(64);
+    text.extend_from_slice(b"{\"at\":");
+    strings(&mut text, position(state).into_iter());
+    text.extend_from_slice(b",\"waiting_for\":");
+    strings(&mut text, state.bookmarks.iter().map(|b| b.name.as_str()));
+    text.extend_from_slice(b",\"open_incidents\":");
+    if serde_json::to_writer(&mut text, &open_incidents(state)).is_err() {
+        text.push(b'0');
+    }
+    text.push(b'}');
+    let text = String::from_utf8(text).ok();
+    // Tests run in debug builds: there every listing is checked against the encoding of the
+    // listing it stands for.
+    debug_assert_eq!(text, Some(listing_of(state).encode()));
+    text
 }
 
 impl Runtime {
@@ -272,7 +304,7 @@ fn summary(record: InstanceRecord<String>) -> InstanceSummary {
 }
 
 /// The current state of a root state machine, else the innermost nodes not completed.
-fn position(state: &WorkflowState) -> Vec<String> {
+fn position(state: &WorkflowState) -> Vec<&str> {
     if state.status.is_final() {
         return Vec::new();
     }
@@ -284,7 +316,7 @@ fn position(state: &WorkflowState) -> Vec<String> {
         .and_then(|c| c.properties.get(crate::engine::names::CURRENT_STATE))
         .and_then(serde_json::Value::as_str)
     {
-        return vec![current.to_owned()];
+        return vec![current];
     }
     let open: Vec<&str> = state
         .contexts
@@ -298,8 +330,10 @@ fn position(state: &WorkflowState) -> Vec<String> {
         })
         .map(|c| c.node_id.as_str())
         .collect();
+    // The innermost: no other open node is under it (`<it>:...`).
+    let under = |m: &str, n: &str| m.strip_prefix(n).is_some_and(|rest| rest.starts_with(':'));
     open.iter()
-        .filter(|n| !open.iter().any(|m| m.starts_with(&format!("{n}:"))))
-        .map(|n| n.rsplit(':').next().unwrap_or(n).to_owned())
+        .filter(|n| !open.iter().any(|m| under(m, n)))
+        .map(|n| n.rsplit(':').next().unwrap_or(n))
         .collect()
 }

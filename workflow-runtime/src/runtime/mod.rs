@@ -1843,9 +1843,25 @@ impl Runtime {
         target: RunTarget,
         delivery: Option<Delivery>,
     ) -> Result<Option<Started>, RunError> {
-        let local = self.local_run(instance_id).await;
-        self.drive_local(&local, instance_id, target, delivery)
-            .await
+        // This process's turn, held through the run.
+        let _local = self.local_run(instance_id).await;
+        // ENG-53: the kept state goes with the claim, which compares the stored record with
+        // it where the store holds it.
+        let kept = self.inner.states.take_entry(instance_id);
+        let guard = match LeaseGuard::acquire_kept(
+            &self.inner.store,
+            &self.inner.owner,
+            instance_id,
+            self.inner.lease,
+            kept,
+        )
+        .await
+        {
+            Ok(guard) => guard,
+            Err(StoreError::NotFound { .. }) => return Ok(None),
+            Err(error) => return Err(run_store_error(instance_id, error)),
+        };
+        self.run_leased(guard, target, delivery).await.map(Some)
     }
 
     /// Whether a sweep leaves this claimed instance to the process that created it: never
@@ -1905,11 +1921,14 @@ impl Runtime {
         instance_id: &str,
         refuse_too_large: bool,
     ) -> Result<Option<Started>, RunError> {
+        // ENG-53: the state kept at the creation goes with the claim, as in `drive_local`.
+        let kept = self.inner.states.take_entry(instance_id);
         let guard = match LeaseGuard::acquire_first(
             &self.inner.store,
             &self.inner.owner,
             instance_id,
             self.inner.lease,
+            kept,
         )
         .await
         {
@@ -1933,55 +1952,30 @@ impl Runtime {
         }
     }
 
-    /// [`Runtime::drive_consuming`] in this process's turn `_local`.
-    async fn drive_local(
-        &self,
-        _local: &LocalRun<'_>,
-        instance_id: &str,
-        target: RunTarget,
-        delivery: Option<Delivery>,
-    ) -> Result<Option<Started>, RunError> {
-        // ENG-53: the kept state goes with the claim, which compares the stored record with
-        // it where the store holds it.
-        let kept = self.inner.states.take_entry(instance_id);
-        let guard = match LeaseGuard::acquire_kept(
-            &self.inner.store,
-            &self.inner.owner,
-            instance_id,
-            self.inner.lease,
-            kept,
-        )
-        .await
-        {
-            Ok(guard) => guard,
-            Err(StoreError::NotFound { .. }) => return Ok(None),
-            Err(error) => return Err(run_store_error(instance_id, error)),
-        };
-        self.run_leased(guard, target, delivery).await.map(Some)
-    }
-
     /// Runs under `guard` and settles the lease: released by the run's last commit, or here
     /// when the run is abandoned (the instance continues from its last commit, ENG-29).
-    async fn run_leased(
-        &self,
-        guard: LeaseGuard<'_>,
+    ///
+    /// Not an `async fn`, nor is [`Runtime::run_leased_as`]: each returns the future of the
+    /// one it forwards to, so a run's future is not wrapped (and moved) once more per name.
+    fn run_leased<'a>(
+        &'a self,
+        guard: LeaseGuard<'a>,
         target: RunTarget,
         delivery: Option<Delivery>,
-    ) -> Result<Started, RunError> {
-        self.run_leased_as(guard, target, delivery, false).await
+    ) -> impl Future<Output = Result<Started, RunError>> + Send + 'a {
+        self.run_leased_as(guard, target, delivery, false)
     }
 
     /// [`Runtime::run_leased`]; with `resume`, the run resumes a paused instance (ENG-50).
     /// A cancel requested while it ran (FLT-15) is applied once it stops.
-    pub(crate) async fn run_leased_as(
-        &self,
-        guard: LeaseGuard<'_>,
+    pub(crate) fn run_leased_as<'a>(
+        &'a self,
+        guard: LeaseGuard<'a>,
         target: RunTarget,
         delivery: Option<Delivery>,
         resume: bool,
-    ) -> Result<Started, RunError> {
+    ) -> impl Future<Output = Result<Started, RunError>> + Send + 'a {
         self.run_leased_faulting(guard, target, delivery, resume, true)
-            .await
     }
 
     /// [`Runtime::run_leased_as`]; with `fault_too_large`, a run whose state grows over the
@@ -2123,6 +2117,7 @@ impl Runtime {
             Some(state) => state,
             None => decode_loaded(instance_id, &record.state)?,
         };
+        let document_len = record.state.len();
         let commits = RunCommits {
             store: &self.inner.store,
             tracker: Mutex::new(Tracker {
@@ -2141,7 +2136,8 @@ impl Runtime {
                 unpark: false,
                 clear_control: false,
                 last_document: None,
-                document_len: record.state.len(),
+                document_len,
+                spare: record.state,
             }),
             control: record.control_request,
         };
@@ -2242,7 +2238,9 @@ impl Runtime {
             Some((&commits, self.inner.commit_strategy));
         let token = crate::cancel::CancellationToken::new();
         let _running = Running::new(&self.inner, instance_id, &token, signals);
-        let run = async {
+        // Pinned where it is built: the lease's hold polls it in place instead of taking it
+        // by value into a future of its own (a second copy of it, moved there).
+        let run = std::pin::pin!(async {
             let mut target = Some(target);
             loop {
                 let target = target.take().unwrap_or(RunTarget::None);
@@ -2289,7 +2287,7 @@ impl Runtime {
                 state = next;
                 YieldNow(false).await;
             }
-        };
+        });
         guard.hold(&token, Some(signals), run).await
     }
 

@@ -503,23 +503,32 @@ impl Storage {
 
     /// [`Storage::commit`] with the journal details already JSON text (the runtime writes
     /// them as text at once): the same checks, the same 64 KiB bound (ST-10).
-    pub(crate) async fn commit_text_details<S: StateDocument>(
+    ///
+    /// The commit is checked, encoded and handed to the backend when this is called; the
+    /// future returned holds only the backend's answer (and the wake-ups to send after it),
+    /// not the commit: a run's commit is not laid out, and moved, once more in each future
+    /// above it.
+    pub(crate) fn commit_text_details<S: StateDocument>(
         &self,
         commit: Commit<S, String>,
-    ) -> StoreResult<u64> {
-        self.commit_detailed(commit).await
+    ) -> impl Future<Output = StoreResult<u64>> + Send + '_ {
+        self.commit_detailed(commit)
     }
 
-    async fn commit_detailed<S: StateDocument, D: JournalDetail>(
+    fn commit_detailed<S: StateDocument, D: JournalDetail>(
         &self,
         commit: Commit<S, D>,
-    ) -> StoreResult<u64> {
+    ) -> impl Future<Output = StoreResult<u64>> + Send + '_ {
         let hints = WakeUp::of_commit(&commit);
-        let encoded = self.encode_commit(commit)?;
-        let version = self.counted(self.store.commit(encoded)).await?;
-        self.count_change();
-        self.notify_all(hints);
-        Ok(version)
+        let write = self
+            .encode_commit(commit)
+            .map(|encoded| self.store.commit(encoded));
+        async move {
+            let version = self.counted(write?).await?;
+            self.count_change();
+            self.notify_all(hints);
+            Ok(version)
+        }
     }
 
     /// Records a cancel or suspend request without changing the version (ST-13, C-29).

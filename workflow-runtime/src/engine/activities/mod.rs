@@ -189,20 +189,24 @@ pub(crate) trait Activities<'g>: Scope<'g> {
         child: ChildInfo,
     ) -> Result<(), StepError> {
         let graph = self.graph();
-        let node_id = self
+        // The node is found from the owner's node id where the state holds it: it borrows
+        // the graph, not the state, so the id is not copied (only an error names it).
+        let node = self
             .state()
             .context(owner)
-            .map(|c| c.node_id.clone())
-            .unwrap_or_default();
-        let node = graph
-            .index_of(&node_id)
-            .and_then(|i| graph.node(i))
-            .ok_or_else(|| RunError::NodeNotFound {
-                node: node_id.clone(),
-            })?;
+            .and_then(|c| graph.index_of(&c.node_id))
+            .and_then(|i| graph.node(i));
+        let Some(node) = node else {
+            let node_id = self
+                .state()
+                .context(owner)
+                .map(|c| c.node_id.clone())
+                .unwrap_or_default();
+            return Err(RunError::NodeNotFound { node: node_id }.into());
+        };
         let unknown = |kind: &'static str| {
             StepError::Abort(RunError::UnknownCallback {
-                node: node_id.clone(),
+                node: node.id.clone(),
                 kind,
                 callback: callback.to_owned(),
             })

@@ -6,9 +6,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
 use super::{
-    BookmarkRow, BoxFuture, ControlRequest, DeadLetter, DefinitionRecord, IdempotencyRecord,
-    IncidentRecord, InstanceStatus, InstanceSubStatus, JournalRecord, QueueItem, StoreError,
-    StoreResult, StoreStats, TimerRow, TriggerRow,
+    BoxFuture, ControlRequest, DeadLetter, DefinitionRecord, IdempotencyRecord, IncidentRecord,
+    InstanceStatus, InstanceSubStatus, JournalRecord, QueueItem, StoreError, StoreResult,
+    StoreStats, TimerRow, TriggerRow,
 };
 
 mod ops;
@@ -55,6 +55,25 @@ pub(super) struct MemInstance {
     /// at the back and the cap (ENG-42) drops the excess from the front, without a B-tree
     /// insert per entry. It goes with the instance when that is purged.
     pub(super) journal: VecDeque<JournalRecord<String>>,
+    /// The ids of the instance's bookmarks: its rows without scanning them all, and without
+    /// a second copy of its id per bookmark.
+    pub(super) bookmarks: Vec<String>,
+}
+
+/// A bookmark as the memory store keeps it: a [`BookmarkRow`](super::BookmarkRow) without
+/// its id, which is its key.
+#[derive(Debug, Clone)]
+pub(super) struct MemBookmark {
+    pub(super) instance_id: String,
+    pub(super) hash: String,
+    pub(super) name: String,
+    pub(super) node_id: String,
+    pub(super) context_id: u64,
+    pub(super) correlation_id: Option<String>,
+    pub(super) definition_name: String,
+    pub(super) definition_version: String,
+    pub(super) look_back: Option<i64>,
+    pub(super) created_at: i64,
 }
 
 #[derive(Debug, Clone)]
@@ -88,11 +107,11 @@ pub(super) struct NamedLease {
 #[derive(Debug, Default)]
 pub(super) struct Inner {
     pub(super) instances: BTreeMap<String, MemInstance>,
-    pub(super) bookmarks: BTreeMap<String, BookmarkRow>,
-    /// `(hash, created_at, bookmark_id)`: the lookup index of ST-6.
-    pub(super) bookmark_index: BTreeSet<(String, i64, String)>,
-    /// `(instance_id, bookmark_id)`: an instance's bookmarks without scanning them all.
-    pub(super) instance_bookmarks: BTreeSet<(String, String)>,
+    pub(super) bookmarks: BTreeMap<String, MemBookmark>,
+    /// hash to `(created_at, bookmark_id)`: the lookup index of ST-6. Keyed by the hash
+    /// alone, so a lookup borrows the query's hash and a bookmark added under a hash that
+    /// has others copies only its id.
+    pub(super) bookmark_index: BTreeMap<String, BTreeSet<(i64, String)>>,
     pub(super) triggers: BTreeMap<(String, String, String), TriggerRow>,
     pub(super) queue: BTreeMap<String, Claimed<QueueItem>>,
     pub(super) dead_letters: BTreeMap<String, DeadLetter>,

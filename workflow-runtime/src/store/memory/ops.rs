@@ -3,7 +3,9 @@
 use std::collections::BTreeSet;
 use std::ops::Bound;
 
-use super::tables::{incident, lease_live, not_found, record, record_with, sort_incidents};
+use super::tables::{
+    bookmark_row, incident, lease_live, not_found, record, record_with, sort_incidents,
+};
 use super::{Claimed, Inner, MemInstance, MemoryStore};
 use crate::store::backend::{
     BookmarkSelect, Capabilities, ChangeCount, ChildWaitIndex, ClaimKnown, ClaimedRecord,
@@ -145,8 +147,9 @@ impl Inner {
 
     fn remove_instances(&mut self, ids: &[String]) {
         for id in ids {
-            self.instances.remove(id);
+            // The instance's bookmarks are found from its row: removed before it.
             self.remove_dependents(id, false);
+            self.instances.remove(id);
         }
     }
 
@@ -487,39 +490,39 @@ impl Store for MemoryStore {
     ) -> BoxFuture<'_, StoreResult<Vec<BookmarkRow>>> {
         self.read(move |inner| match select {
             BookmarkSelect::Hash(query) => {
-                let start = match &query.after {
-                    Some((at, id)) => Bound::Excluded((query.hash.clone(), *at, id.clone())),
-                    None => Bound::Included((query.hash.clone(), i64::MIN, String::new())),
+                let Some(ids) = inner.bookmark_index.get(&query.hash) else {
+                    return Ok(Vec::new());
                 };
-                Ok(inner
-                    .bookmark_index
+                let start = match &query.after {
+                    Some((at, id)) => Bound::Excluded((*at, id.clone())),
+                    None => Bound::Unbounded,
+                };
+                Ok(ids
                     .range((start, Bound::Unbounded))
-                    .take_while(|(hash, _, _)| *hash == query.hash)
-                    .filter_map(|(_, _, id)| inner.bookmarks.get(id))
-                    .filter(|b| {
+                    .filter_map(|(_, id)| inner.bookmarks.get_key_value(id))
+                    .filter(|(id, b)| {
                         query
                             .instance_id
                             .as_ref()
                             .is_none_or(|i| *i == b.instance_id)
-                            && query
-                                .correlation_id
-                                .as_ref()
-                                .is_none_or(|c| b.correlation_id.as_ref() == Some(c))
-                            && query
-                                .bookmark_id
-                                .as_ref()
-                                .is_none_or(|i| *i == b.bookmark_id)
+                            && query.bookmark_id.as_ref().is_none_or(|i| i == *id)
+                    })
+                    .filter(|(_, b)| {
+                        query
+                            .correlation_id
+                            .as_ref()
+                            .is_none_or(|c| b.correlation_id.as_ref() == Some(c))
                     })
                     .take(query.limit)
-                    .cloned()
+                    .map(|(id, b)| bookmark_row(id, b))
                     .collect())
             }
             BookmarkSelect::Instance(id) => {
                 let mut rows: Vec<BookmarkRow> = inner
                     .bookmark_ids_of(&id)
                     .iter()
-                    .filter_map(|b| inner.bookmarks.get(b))
-                    .cloned()
+                    .filter_map(|b| inner.bookmarks.get_key_value(b))
+                    .map(|(id, b)| bookmark_row(id, b))
                     .collect();
                 rows.sort_by(|a, b| {
                     (a.created_at, &a.bookmark_id).cmp(&(b.created_at, &b.bookmark_id))
@@ -968,10 +971,9 @@ impl ChildWaitIndex for MemoryStore {
             Ok(inner
                 .bookmarks
                 .range((start, Bound::Unbounded))
-                .map(|(_, b)| b)
-                .filter(|b| b.name == crate::store::CHILD_WAIT)
+                .filter(|(_, b)| b.name == crate::store::CHILD_WAIT)
                 .take(limit)
-                .cloned()
+                .map(|(id, b)| bookmark_row(id, b))
                 .collect())
         })
     }

@@ -3,7 +3,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
-use super::{Claimed, Inner, MemInstance};
+use super::{Claimed, Inner, MemBookmark, MemInstance};
 pub(super) use crate::store::convert::not_found;
 use crate::store::{
     BookmarkRow, Commit, DeadLetter, DeadLetterReason, IncidentRecord, InstanceRecord,
@@ -119,6 +119,7 @@ impl Inner {
                 state: instance.state,
                 listing: instance.listing,
                 journal: VecDeque::new(),
+                bookmarks: Vec::new(),
             },
         );
         Ok(())
@@ -137,40 +138,38 @@ impl Inner {
         }
     }
 
-    fn remove_bookmark(&mut self, bookmark_id: &str) {
-        if let Some(row) = self.bookmarks.remove(bookmark_id) {
-            // The index gives its own copy of the id back for the second key: no clone.
-            let id = match self
-                .bookmark_index
-                .take(&(row.hash, row.created_at, row.bookmark_id))
-            {
-                Some((_, _, id)) => id,
-                None => bookmark_id.to_owned(),
-            };
-            self.instance_bookmarks.remove(&(row.instance_id, id));
-        }
-    }
-
-    /// The ids of an instance's bookmarks, from the per-instance index.
-    pub(super) fn bookmark_ids_of(&self, instance_id: &str) -> Vec<String> {
-        let start = (instance_id.to_owned(), String::new());
-        self.instance_bookmarks
-            .range(start..)
-            .take_while(|(instance, _)| instance == instance_id)
-            .map(|(_, id)| id.clone())
-            .collect()
+    /// The ids of an instance's bookmarks.
+    pub(super) fn bookmark_ids_of(&self, instance_id: &str) -> &[String] {
+        self.instances
+            .get(instance_id)
+            .map_or(&[], |row| row.bookmarks.as_slice())
     }
 
     pub(super) fn remove_dependents(&mut self, instance_id: &str, keep_journal: bool) {
-        for id in self.bookmark_ids_of(instance_id) {
-            self.remove_bookmark(&id);
-        }
-        self.timers
-            .retain(|_, t| t.row.instance_id.as_deref() != Some(instance_id));
+        let waits = self
+            .instances
+            .get_mut(instance_id)
+            .map(|row| std::mem::take(&mut row.bookmarks))
+            .unwrap_or_default();
+        self.remove_waits(instance_id, waits);
         if !keep_journal {
             self.receipts.remove(instance_id);
             self.incidents.retain(|_, i| i.instance_id != instance_id);
         }
+    }
+
+    /// Removes an instance's bookmarks (`bookmark_ids`, taken out of its row) and timers.
+    fn remove_waits(&mut self, instance_id: &str, bookmark_ids: Vec<String>) {
+        for bookmark_id in bookmark_ids {
+            unindex(
+                &mut self.bookmarks,
+                &mut self.bookmark_index,
+                &bookmark_id,
+                false,
+            );
+        }
+        self.timers
+            .retain(|_, t| t.row.instance_id.as_deref() != Some(instance_id));
     }
 
     pub(super) fn move_to_dead(
@@ -313,7 +312,7 @@ impl Inner {
 
         // Every check passed: apply everything (ST-16).
         let id = c.instance_id;
-        let (definition_name, definition_version, new_version, correlation_changed) = {
+        let (definition_name, new_version, waits) = {
             let row = self
                 .instances
                 .get_mut(&id)
@@ -340,54 +339,88 @@ impl Inner {
                 c.journal,
                 c.max_journal_entries,
             );
-            // The names go into the bookmark and incident rows this commit adds (none, in
-            // most commits: no copies then).
-            let names = if c.bookmarks_added.is_empty() && c.incidents_opened.is_empty() {
-                (String::new(), String::new())
-            } else {
-                (row.definition_name.clone(), row.definition_version.clone())
-            };
-            (names.0, names.1, row.version, correlation_changed)
-        };
-        for bookmark_id in &c.bookmarks_removed {
-            if self
-                .bookmarks
-                .get(bookmark_id)
-                .is_some_and(|b| b.instance_id == id)
-            {
-                self.remove_bookmark(bookmark_id);
-            }
-        }
-        if correlation_changed {
-            // C-10: the bookmark rows carry the instance's correlation id.
-            for bookmark_id in self.bookmark_ids_of(&id) {
-                if let Some(b) = self.bookmarks.get_mut(&bookmark_id) {
-                    b.correlation_id.clone_from(&c.correlation_id);
+            // The bookmark lists are updated with the instance row at hand: no second
+            // lookup of it. A hash whose last bookmark goes while this commit adds some
+            // keeps its entry until the adds are done, so one removed and added again (a
+            // wait taken and set again) is not copied.
+            let keep_hashes = !c.bookmarks_added.is_empty();
+            let mut emptied = Vec::new();
+            for bookmark_id in &c.bookmarks_removed {
+                if let Some(at) = row.bookmarks.iter().position(|b| b == bookmark_id)
+                    && let Some(b) = unindex(
+                        &mut self.bookmarks,
+                        &mut self.bookmark_index,
+                        bookmark_id,
+                        keep_hashes,
+                    )
+                {
+                    row.bookmarks.swap_remove(at);
+                    if keep_hashes {
+                        emptied.push(b.hash);
+                    }
                 }
             }
-        }
-        for b in c.bookmarks_added {
-            self.bookmark_index
-                .insert((b.hash.clone(), b.created_at, b.bookmark_id.clone()));
-            self.instance_bookmarks
-                .insert((id.clone(), b.bookmark_id.clone()));
-            self.bookmarks.insert(
-                b.bookmark_id.clone(),
-                BookmarkRow {
-                    bookmark_id: b.bookmark_id,
-                    instance_id: id.clone(),
-                    hash: b.hash,
-                    name: b.name,
-                    node_id: b.node_id,
-                    context_id: b.context_id,
-                    correlation_id: c.correlation_id.clone(),
-                    definition_name: definition_name.clone(),
-                    definition_version: definition_version.clone(),
-                    look_back: b.look_back,
-                    created_at: b.created_at,
-                },
-            );
-        }
+            if correlation_changed {
+                // C-10: the bookmark rows carry the instance's correlation id.
+                for bookmark_id in &row.bookmarks {
+                    if let Some(b) = self.bookmarks.get_mut(bookmark_id) {
+                        b.correlation_id.clone_from(&c.correlation_id);
+                    }
+                }
+            }
+            for b in c.bookmarks_added {
+                match self.bookmark_index.get_mut(&b.hash) {
+                    Some(ids) => {
+                        ids.insert((b.created_at, b.bookmark_id.clone()));
+                    }
+                    None => {
+                        self.bookmark_index.insert(
+                            b.hash.clone(),
+                            BTreeSet::from([(b.created_at, b.bookmark_id.clone())]),
+                        );
+                    }
+                }
+                row.bookmarks.push(b.bookmark_id.clone());
+                self.bookmarks.insert(
+                    b.bookmark_id,
+                    MemBookmark {
+                        instance_id: id.clone(),
+                        hash: b.hash,
+                        name: b.name,
+                        node_id: b.node_id,
+                        context_id: b.context_id,
+                        correlation_id: c.correlation_id.clone(),
+                        definition_name: row.definition_name.clone(),
+                        definition_version: row.definition_version.clone(),
+                        look_back: b.look_back,
+                        created_at: b.created_at,
+                    },
+                );
+            }
+            for hash in emptied {
+                if self
+                    .bookmark_index
+                    .get(&hash)
+                    .is_some_and(BTreeSet::is_empty)
+                {
+                    self.bookmark_index.remove(&hash);
+                }
+            }
+            // The name goes into the incident rows this commit opens (none, in most
+            // commits: no copy then).
+            let definition_name = if c.incidents_opened.is_empty() {
+                String::new()
+            } else {
+                row.definition_name.clone()
+            };
+            // Cleared below, after the timers, as every wait of the instance is.
+            let waits = if c.clear_waits {
+                std::mem::take(&mut row.bookmarks)
+            } else {
+                Vec::new()
+            };
+            (definition_name, row.version, waits)
+        };
         for timer_id in removed_timers {
             if self
                 .timers
@@ -419,7 +452,7 @@ impl Inner {
             }
         }
         if c.clear_waits {
-            self.remove_dependents(&id, true);
+            self.remove_waits(&id, waits);
         }
         for stimulus in c.receipts {
             self.add_receipt(&id, stimulus, c.now);
@@ -498,5 +531,40 @@ fn journal_row(seq: u64, entry: NewJournalRecord<String>) -> JournalRecord<Strin
         context_id: entry.context_id,
         node_id: entry.node_id,
         detail: entry.detail,
+    }
+}
+
+/// Removes a bookmark row and its entry of the hash index, whose entry for the hash goes
+/// with its last bookmark unless `keep_hash`; the instance's list is the caller's to update.
+fn unindex(
+    bookmarks: &mut BTreeMap<String, MemBookmark>,
+    index: &mut BTreeMap<String, BTreeSet<(i64, String)>>,
+    bookmark_id: &str,
+    keep_hash: bool,
+) -> Option<MemBookmark> {
+    let (id, row) = bookmarks.remove_entry(bookmark_id)?;
+    if let Some(ids) = index.get_mut(&row.hash) {
+        ids.remove(&(row.created_at, id));
+        if ids.is_empty() && !keep_hash {
+            index.remove(&row.hash);
+        }
+    }
+    Some(row)
+}
+
+/// A kept bookmark as its row.
+pub(super) fn bookmark_row(bookmark_id: &str, b: &MemBookmark) -> BookmarkRow {
+    BookmarkRow {
+        bookmark_id: bookmark_id.to_owned(),
+        instance_id: b.instance_id.clone(),
+        hash: b.hash.clone(),
+        name: b.name.clone(),
+        node_id: b.node_id.clone(),
+        context_id: b.context_id,
+        correlation_id: b.correlation_id.clone(),
+        definition_name: b.definition_name.clone(),
+        definition_version: b.definition_version.clone(),
+        look_back: b.look_back,
+        created_at: b.created_at,
     }
 }
