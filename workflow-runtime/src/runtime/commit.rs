@@ -290,21 +290,15 @@ impl RunCommits<'_> {
             });
             commit.timers_removed = timers_removed;
             commit.bookmarks_removed = removed;
-            tracker.bookmarks.extend(
-                commit
-                    .bookmarks_added
-                    .iter()
-                    .map(|b| (b.bookmark_id.clone(), false)),
-            );
-            for timer in &commit.timers_added {
-                if let Some(entry) = tracker
-                    .bookmarks
-                    .iter_mut()
-                    .find(|(id, _)| *id == timer.timer_id)
-                {
-                    entry.1 = true;
-                }
-            }
+            tracker
+                .bookmarks
+                .extend(commit.bookmarks_added.iter().map(|b| {
+                    let timer = commit
+                        .timers_added
+                        .iter()
+                        .any(|t| t.timer_id == b.bookmark_id);
+                    (b.bookmark_id.clone(), timer)
+                }));
             // TM-10: the commit that faults or pauses the instance parks its timers.
             if state.status == WorkflowStatus::Faulted
                 || state.sub_status == Some(crate::engine::state::SubStatus::Paused)

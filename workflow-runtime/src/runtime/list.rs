@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use super::{Runtime, commit::decode_document, now_micros};
-use crate::engine::state::{ActivityStatus, SubStatus, WorkflowState, WorkflowStatus};
+use crate::engine::state::{ActivityStatus, Bookmark, SubStatus, WorkflowState, WorkflowStatus};
 use crate::store::{
     ControlKind, InstanceFilter, InstanceListing, InstanceRecord, Micros, StoreError,
 };
@@ -99,32 +99,30 @@ fn open_incidents(state: &WorkflowState) -> usize {
 }
 
 /// The listing text of `state`: the text [`InstanceListing::encode`] gives for
-/// [`listing_of`], written from the state's own strings (no listing built to be encoded).
+/// [`listing_of`], serialized from the state's own strings (no owned listing built to be
+/// encoded).
 pub(super) fn listing_text(state: &WorkflowState) -> Option<String> {
-    fn strings<'a>(text: &mut Vec<u8>, items: impl Iterator<Item = &'a str>) {
-        text.push(b'[');
-        for (i, item) in items.enumerate() {
-            if i > 0 {
-                text.push(b',');
-            }
-            // A string always serializes; its escapes are serde_json's own.
-            if serde_json::to_writer(&mut *text, item).is_err() {
-                text.extend_from_slice(b"null");
-            }
-        }
-        text.push(b']');
+    /// [`InstanceListing`] borrowing its strings: the same fields in the same order, so the
+    /// same text.
+    #[derive(serde::Serialize)]
+    struct Borrowed<'a> {
+        at: Vec<&'a str>,
+        #[serde(serialize_with = "names")]
+        waiting_for: &'a [Bookmark],
+        open_incidents: usize,
     }
-    let mut text = Vec::with_capacity(64);
-    text.extend_from_slice(b"{\"at\":");
-    strings(&mut text, position(state).into_iter());
-    text.extend_from_slice(b",\"waiting_for\":");
-    strings(&mut text, state.bookmarks.iter().map(|b| b.name.as_str()));
-    text.extend_from_slice(b",\"open_incidents\":");
-    if serde_json::to_writer(&mut text, &open_incidents(state)).is_err() {
-        text.push(b'0');
+    fn names<S: serde::Serializer>(
+        bookmarks: &&[Bookmark],
+        serializer: S,
+    ) -> Result<S::Ok, S::Error> {
+        serializer.collect_seq(bookmarks.iter().map(|b| &b.name))
     }
-    text.push(b'}');
-    let text = String::from_utf8(text).ok();
+    let text = serde_json::to_string(&Borrowed {
+        at: position(state),
+        waiting_for: &state.bookmarks,
+        open_incidents: open_incidents(state),
+    })
+    .ok();
     // Tests run in debug builds: there every listing is checked against the encoding of the
     // listing it stands for.
     debug_assert_eq!(text, Some(listing_of(state).encode()));

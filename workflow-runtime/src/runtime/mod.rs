@@ -1845,23 +1845,33 @@ impl Runtime {
     ) -> Result<Option<Started>, RunError> {
         // This process's turn, held through the run.
         let _local = self.local_run(instance_id).await;
-        // ENG-53: the kept state goes with the claim, which compares the stored record with
-        // it where the store holds it.
-        let kept = self.inner.states.take_entry(instance_id);
-        let guard = match LeaseGuard::acquire_kept(
-            &self.inner.store,
-            &self.inner.owner,
-            instance_id,
-            self.inner.lease,
-            kept,
-        )
-        .await
-        {
-            Ok(guard) => guard,
-            Err(StoreError::NotFound { .. }) => return Ok(None),
-            Err(error) => return Err(run_store_error(instance_id, error)),
+        let Some(guard) = self.claim_to_run(instance_id, false).await? else {
+            return Ok(None);
         };
         self.run_leased(guard, target, delivery).await.map(Some)
+    }
+
+    /// The lease of a run of `instance_id`, `None` when the instance is gone. ENG-53: the
+    /// state this runtime kept of it goes with the claim, which compares the stored record
+    /// with it where the store holds it. A `first` run (of an instance just created) waits
+    /// briefly for a lease held by anyone ([`LeaseGuard::acquire_first`]).
+    async fn claim_to_run(
+        &self,
+        instance_id: &str,
+        first: bool,
+    ) -> Result<Option<LeaseGuard<'_>>, RunError> {
+        let kept = self.inner.states.take_entry(instance_id);
+        let (store, owner, lease) = (&self.inner.store, &self.inner.owner, self.inner.lease);
+        let claimed = if first {
+            LeaseGuard::acquire_first(store, owner, instance_id, lease, kept).await
+        } else {
+            LeaseGuard::acquire_kept(store, owner, instance_id, lease, kept).await
+        };
+        match claimed {
+            Ok(guard) => Ok(Some(guard)),
+            Err(StoreError::NotFound { .. }) => Ok(None),
+            Err(error) => Err(run_store_error(instance_id, error)),
+        }
     }
 
     /// Whether a sweep leaves this claimed instance to the process that created it: never
@@ -1921,20 +1931,8 @@ impl Runtime {
         instance_id: &str,
         refuse_too_large: bool,
     ) -> Result<Option<Started>, RunError> {
-        // ENG-53: the state kept at the creation goes with the claim, as in `drive_local`.
-        let kept = self.inner.states.take_entry(instance_id);
-        let guard = match LeaseGuard::acquire_first(
-            &self.inner.store,
-            &self.inner.owner,
-            instance_id,
-            self.inner.lease,
-            kept,
-        )
-        .await
-        {
-            Ok(guard) => guard,
-            Err(StoreError::NotFound { .. }) => return Ok(None),
-            Err(error) => return Err(run_store_error(instance_id, error)),
+        let Some(guard) = self.claim_to_run(instance_id, true).await? else {
+            return Ok(None);
         };
         match self
             .run_leased_faulting(guard, RunTarget::None, None, false, !refuse_too_large)
