@@ -111,6 +111,15 @@ pub(crate) fn neutral_type_name<T: ?Sized>() -> String {
     out
 }
 
+/// Locks `mutex`, taking the data of a poisoned one as it is: a panic elsewhere does not stop
+/// the runtime's bookkeeping.
+pub(crate) fn lock<T>(mutex: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    match mutex.lock() {
+        Ok(guard) => guard,
+        Err(poisoned) => poisoned.into_inner(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

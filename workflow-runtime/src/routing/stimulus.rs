@@ -459,3 +459,58 @@ pub(crate) fn child_result_item(
 pub(crate) fn to_micros(d: Duration) -> Micros {
     i64::try_from(d.as_micros()).unwrap_or(i64::MAX)
 }
+
+impl std::fmt::Display for SendReport {
+    /// One line saying what the send did, e.g. `payment: resumed 1 (o-1)` or
+    /// `payment: queued as 01J.. until an instance waits for it`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        fn ids(list: impl Iterator<Item = String>) -> String {
+            list.collect::<Vec<_>>().join(", ")
+        }
+        let mut parts = Vec::new();
+        if self.duplicate {
+            parts.push("a repeat of an earlier send with this idempotency key".to_owned());
+        }
+        if !self.started.is_empty() {
+            let list = ids(self.started.iter().map(|s| s.instance_id.clone()));
+            parts.push(format!("started {} ({list})", self.started.len()));
+        }
+        if !self.resumed.is_empty() {
+            let list = ids(self.resumed.iter().map(|s| s.instance_id.clone()));
+            parts.push(format!("resumed {} ({list})", self.resumed.len()));
+        }
+        if !self.deferred.is_empty() {
+            parts.push(format!(
+                "deferred for {} busy, faulted or paused ({})",
+                self.deferred.len(),
+                self.deferred.join(", ")
+            ));
+        }
+        if !self.rejected.is_empty() {
+            parts.push(format!("rejected for {}", self.rejected.len()));
+        }
+        if !self.refused.is_empty() {
+            parts.push(format!("{} trigger(s) refused", self.refused.len()));
+        }
+        if !self.not_delivered.is_empty() {
+            parts.push(format!("not delivered to {}", self.not_delivered.len()));
+        }
+        if !self.finished.is_empty() {
+            let list = ids(self
+                .finished
+                .iter()
+                .map(|s| format!("{} is {}", s.instance_id, s.status)));
+            parts.push(format!("too late: {list}"));
+        }
+        if let Some(item) = &self.queued {
+            parts.push(format!("queued as {item} until an instance waits for it"));
+        }
+        if self.unmatched {
+            parts.push("matched nothing (queueing was off)".to_owned());
+        }
+        if parts.is_empty() {
+            parts.push("did nothing".to_owned());
+        }
+        write!(f, "stimulus {}: {}", self.stimulus_id, parts.join("; "))
+    }
+}

@@ -1,195 +1,35 @@
 //! Registration and the builder: definitions checked at build (ENG-45, ENG-47).
 
-use std::collections::{HashMap, VecDeque};
-use std::sync::{Arc, Mutex};
+use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde::Serialize;
 use serde::de::DeserializeOwned;
-use serde_json::Value;
-use tokio::sync::broadcast;
-use workflow_model::{Activation, Definition};
+use workflow_model::Definition;
 
-use super::{BuildError, Inner, Runtime};
-use crate::base::new_ulid;
-use crate::base::{BoxFuture, Micros};
-use crate::clock::{Clock, SystemClock};
-use crate::engine::events::LifecycleEvent;
+use super::errors::BuildError;
+use super::lease;
+use super::lifecycle::{DEFAULT_RECOVERY_SWEEP, Retention};
+use super::registered::{ErasedWorkflow, Registered};
+use super::router::DEFAULT_QUEUE_SWEEP;
+use super::timers::DEFAULT_FALLBACK_SWEEP;
+use crate::clock::Clock;
 use crate::engine::executor::{
-    ActivityMiddleware, AttemptSettings, Checkpoint, CommitStrategy, Executor, Link, Middleware,
-    RunEnd, RunError, RunTarget, WorkflowMiddleware,
+    ActivityMiddleware, CommitStrategy, DEFAULT_CANCEL_GRACE, DEFAULT_MAX_STEPS_PER_RUN,
+    Middleware, WorkflowMiddleware,
 };
 use crate::engine::graph::{Graph, GraphError, NamedRefs};
 use crate::engine::registry::Registry;
-use crate::engine::state::{JournalLevel, WorkflowState};
+use crate::engine::state::JournalLevel;
 use crate::store::{MemoryStore, Storage};
 use crate::workflow::Workflow;
 
-// ---- the registered workflows ------------------------------------------------------------
-
-pub(crate) struct RunOutput {
-    pub(super) state: WorkflowState,
-    pub(super) events: Vec<LifecycleEvent>,
-    pub(super) end: RunEnd,
-    /// Child instances to start or cancel once committed (ACT-24).
-    pub(super) links: Vec<Link>,
-}
-
-/// The settings of one run.
-#[derive(Debug, Clone)]
-pub(crate) struct RunOptions {
-    /// Clock, grace and the instance's cancellation token for task attempts.
-    pub(super) attempts: AttemptSettings,
-    /// The step budget (ENG-10).
-    pub(super) max_steps: usize,
-    /// Whether lifecycle events are collected (someone subscribed).
-    pub(super) emit_events: bool,
-    /// The run's time, from the runtime's clock (TM-1).
-    pub(super) now: Micros,
-}
-
-/// A registered definition with its user code, its data type erased.
-pub(crate) trait ErasedWorkflow: Send + Sync {
-    fn version(&self) -> &str;
-    /// The definition's JSON form.
-    fn json(&self) -> &str;
-    /// Whether `data` decodes into the data type: on failure, the field path (when not
-    /// the root) and the message.
-    fn check_data(&self, data: &Value) -> Result<(), (Option<String>, String)>;
-    fn run<'a>(
-        &'a self,
-        state: WorkflowState,
-        target: RunTarget,
-        options: RunOptions,
-        middleware: &'a Middleware,
-        checkpoint: Option<(&'a dyn Checkpoint, CommitStrategy)>,
-    ) -> BoxFuture<'a, Result<RunOutput, RunError>>;
-    fn cancel(
-        &self,
-        state: WorkflowState,
-        reason: Option<String>,
-        middleware: &Middleware,
-        now: Micros,
-    ) -> Result<RunOutput, RunError>;
-    /// Pauses the instance (ENG-50): `Suspended/Paused`, everything else kept.
-    fn pause(&self, state: WorkflowState, middleware: &Middleware, now: Micros) -> RunOutput;
-    /// `(node id, workflow name)` of every SubWorkflow node, for ACT-V10 at build.
-    fn sub_workflows(&self) -> Vec<(String, String)>;
-    /// The event trigger nodes (ACT-7): `(node path id, event name)`, in graph order.
-    fn event_triggers(&self) -> Vec<(String, String)>;
-    /// The time trigger nodes (ACT-7, TM-11 to TM-13), in graph order.
-    fn time_triggers(&self) -> Vec<(String, crate::engine::graph::TimeTrigger)>;
-    /// The activation strategy (RT-15).
-    fn activation(&self) -> Activation;
-}
-
-pub(super) struct Registered<D> {
-    pub(super) version: String,
-    /// The definition's JSON form, recorded in the store for tools.
-    pub(super) json: String,
-    pub(super) graph: Graph,
-    pub(super) registry: Registry<D>,
-    pub(super) activation: Activation,
-}
-
-impl<D> ErasedWorkflow for Registered<D>
-where
-    D: Serialize + DeserializeOwned + Send + Sync + 'static,
-{
-    fn version(&self) -> &str {
-        &self.version
-    }
-
-    fn json(&self) -> &str {
-        &self.json
-    }
-
-    fn check_data(&self, data: &Value) -> Result<(), (Option<String>, String)> {
-        serde_path_to_error::deserialize::<_, D>(data.clone())
-            .map(drop)
-            .map_err(|e| {
-                let path = e.path().to_string();
-                let path = (path != ".").then_some(path);
-                (path, e.into_inner().to_string())
-            })
-    }
-
-    fn run<'a>(
-        &'a self,
-        state: WorkflowState,
-        target: RunTarget,
-        options: RunOptions,
-        middleware: &'a Middleware,
-        checkpoint: Option<(&'a dyn Checkpoint, CommitStrategy)>,
-    ) -> BoxFuture<'a, Result<RunOutput, RunError>> {
-        Box::pin(async move {
-            let mut executor = Executor::new(&self.graph, &self.registry, state, middleware);
-            executor.now = options.now;
-            executor.attempts = options.attempts;
-            executor.emit_events = options.emit_events;
-            executor.checkpoint = checkpoint;
-            let end = executor.run(target, options.max_steps).await?;
-            Ok(RunOutput {
-                state: executor.state,
-                events: executor.events,
-                end,
-                links: executor.links,
-            })
-        })
-    }
-
-    fn cancel(
-        &self,
-        state: WorkflowState,
-        reason: Option<String>,
-        middleware: &Middleware,
-        now: Micros,
-    ) -> Result<RunOutput, RunError> {
-        let mut executor = Executor::new(&self.graph, &self.registry, state, middleware);
-        executor.now = now;
-        executor.cancel_instance(reason)?;
-        Ok(RunOutput {
-            state: executor.state,
-            events: executor.events,
-            end: RunEnd::Finished,
-            links: executor.links,
-        })
-    }
-
-    fn pause(&self, state: WorkflowState, middleware: &Middleware, now: Micros) -> RunOutput {
-        let mut executor = Executor::new(&self.graph, &self.registry, state, middleware);
-        executor.now = now;
-        executor.pause_instance();
-        RunOutput {
-            state: executor.state,
-            events: executor.events,
-            end: RunEnd::Suspended(crate::engine::state::SubStatus::Paused),
-            links: executor.links,
-        }
-    }
-
-    fn sub_workflows(&self) -> Vec<(String, String)> {
-        self.graph.sub_workflows()
-    }
-
-    fn event_triggers(&self) -> Vec<(String, String)> {
-        self.graph.event_triggers()
-    }
-
-    fn time_triggers(&self) -> Vec<(String, crate::engine::graph::TimeTrigger)> {
-        self.graph.time_triggers()
-    }
-
-    fn activation(&self) -> Activation {
-        self.activation
-    }
-}
-
-pub(super) type Pending =
+pub(crate) type Pending =
     Box<dyn FnOnce() -> Result<(String, Arc<dyn ErasedWorkflow>), BuildError> + Send>;
 
-/// Builds a [`Runtime`]: register workflows, set limits, add middleware, then
-/// [`RuntimeBuilder::build`] checks everything (ENG-47).
+/// Builds a [`Runtime`](crate::Runtime): register workflows, set limits, add middleware, then
+/// [`RuntimeBuilder::build`](crate::RuntimeBuilder::build) checks everything (ENG-47).
 ///
 /// # Examples
 ///
@@ -225,26 +65,26 @@ pub(super) type Pending =
 /// # }
 /// ```
 pub struct RuntimeBuilder {
-    pub(super) pending: Vec<Pending>,
-    pub(super) max_steps_per_run: usize,
-    pub(super) journal_level: JournalLevel,
-    pub(super) max_journal_entries: usize,
-    pub(super) event_buffer: usize,
-    pub(super) middleware: Middleware,
-    pub(super) store: Option<Storage>,
-    pub(super) commit_strategy: CommitStrategy,
-    pub(super) lease_ttl: Duration,
-    pub(super) lease_renewal: Option<Duration>,
-    pub(super) queue_worker: bool,
-    pub(super) recovery_sweep: Option<Duration>,
-    pub(super) retention: super::Retention,
-    pub(super) owner: Option<String>,
-    pub(super) queue_ttl: Duration,
-    pub(super) queue_sweep: Duration,
-    pub(super) clock: Option<Arc<dyn Clock>>,
-    pub(super) sweep_interval: Option<Duration>,
-    pub(super) timer_driver: bool,
-    pub(super) cancel_grace: Duration,
+    pub(crate) pending: Vec<Pending>,
+    pub(crate) max_steps_per_run: usize,
+    pub(crate) journal_level: JournalLevel,
+    pub(crate) max_journal_entries: usize,
+    pub(crate) event_buffer: usize,
+    pub(crate) middleware: Middleware,
+    pub(crate) store: Option<Storage>,
+    pub(crate) commit_strategy: CommitStrategy,
+    pub(crate) lease_ttl: Duration,
+    pub(crate) lease_renewal: Option<Duration>,
+    pub(crate) queue_worker: bool,
+    pub(crate) recovery_sweep: Option<Duration>,
+    pub(crate) retention: Retention,
+    pub(crate) owner: Option<String>,
+    pub(crate) queue_ttl: Duration,
+    pub(crate) queue_sweep: Duration,
+    pub(crate) clock: Option<Arc<dyn Clock>>,
+    pub(crate) sweep_interval: Option<Duration>,
+    pub(crate) timer_driver: bool,
+    pub(crate) cancel_grace: Duration,
 }
 
 impl std::fmt::Debug for RuntimeBuilder {
@@ -257,9 +97,9 @@ impl std::fmt::Debug for RuntimeBuilder {
 }
 
 /// A `Registry::has_*` lookup.
-pub(super) type HasFn<D> = fn(&Registry<D>, &str) -> bool;
+pub(crate) type HasFn<D> = fn(&Registry<D>, &str) -> bool;
 
-pub(super) fn register_parts<D>(
+pub(crate) fn register_parts<D>(
     definition: &Definition,
     version: String,
     registry: Registry<D>,
@@ -364,6 +204,32 @@ fn refuse_unsupported_settings(definition: &Definition) -> Result<(), BuildError
 }
 
 impl RuntimeBuilder {
+    /// A builder with the default settings (what `Runtime::builder` gives).
+    pub(crate) fn new() -> Self {
+        Self {
+            pending: Vec::new(),
+            max_steps_per_run: DEFAULT_MAX_STEPS_PER_RUN,
+            journal_level: JournalLevel::default(),
+            max_journal_entries: 1000,
+            event_buffer: 1024,
+            middleware: Middleware::default(),
+            store: None,
+            commit_strategy: CommitStrategy::default(),
+            lease_ttl: lease::DEFAULT_TTL,
+            lease_renewal: None,
+            queue_worker: true,
+            recovery_sweep: Some(DEFAULT_RECOVERY_SWEEP),
+            retention: Retention::default(),
+            owner: None,
+            queue_ttl: crate::routing::DEFAULT_QUEUE_TTL,
+            queue_sweep: DEFAULT_QUEUE_SWEEP,
+            clock: None,
+            sweep_interval: Some(DEFAULT_FALLBACK_SWEEP),
+            timer_driver: true,
+            cancel_grace: DEFAULT_CANCEL_GRACE,
+        }
+    }
+
     /// Registers the workflow type `W` (macro-generated or written by hand).
     #[must_use]
     pub fn register<W: Workflow>(mut self) -> Self {
@@ -387,7 +253,7 @@ impl RuntimeBuilder {
     }
 
     /// Registers a JSON definition (the format of `workflow_model`'s crate docs), loaded and
-    /// validated at [`RuntimeBuilder::build`].
+    /// validated at [`RuntimeBuilder::build`](crate::RuntimeBuilder::build).
     #[must_use]
     pub fn register_json<D>(mut self, json: impl Into<String>, registry: Registry<D>) -> Self
     where
@@ -441,7 +307,7 @@ impl RuntimeBuilder {
     }
 
     /// The store instances live in (ENG-47; default: a fresh [`MemoryStore`], not durable):
-    /// a backend (`Arc<SqliteStore>`, `Arc<dyn Store>`) or a [`Storage`] configured around
+    /// a backend (`Arc<SqliteStore>`, `Arc<dyn Store>`) or a [`Storage`](crate::store::Storage) configured around
     /// one (its state size limit, say). Keep a clone of a `Storage` to share its wake-up
     /// hints with the runtime. For durability: `.store(Arc::new(SqliteStore::open(path)?))`.
     #[must_use]
@@ -459,9 +325,9 @@ impl RuntimeBuilder {
     }
 
     /// How long an instance lease lasts without renewal (ST-14; default 30 s). A run renews
-    /// its lease while it lasts ([`RuntimeBuilder::lease_renewal`]), so this bounds how long
+    /// its lease while it lasts ([`RuntimeBuilder::lease_renewal`](crate::RuntimeBuilder::lease_renewal)), so this bounds how long
     /// the instance of a process that died stays unrecovered: the recovery sweep
-    /// ([`RuntimeBuilder::recovery_sweep`]) runs it once the lease expired. (A SQLite file is
+    /// ([`RuntimeBuilder::recovery_sweep`](crate::RuntimeBuilder::recovery_sweep)) runs it once the lease expired. (A SQLite file is
     /// written by one process, so a store that opens it takes over the leases at once.)
     #[must_use]
     pub fn lease_ttl(mut self, ttl: Duration) -> Self {
@@ -481,7 +347,7 @@ impl RuntimeBuilder {
 
     /// The recovery sweep's interval (ENG-25, ENG-26; default 10 s): a background pass that
     /// runs again the `Running` instances whose lease is free or expired, once at start and
-    /// then at this interval. `None` disables it; [`Runtime::recover`] then recovers.
+    /// then at this interval. `None` disables it; [`Runtime::recover`](crate::Runtime::recover) then recovers.
     #[must_use]
     pub fn recovery_sweep(mut self, every: Option<Duration>) -> Self {
         self.recovery_sweep = every.map(|every| every.max(Duration::from_millis(1)));
@@ -489,11 +355,11 @@ impl RuntimeBuilder {
     }
 
     /// What the background retention purge removes, and how often (ST-30; default
-    /// [`Retention::default`](super::Retention): receipts and idempotency records after 8
+    /// [`Retention::default`]: receipts and idempotency records after 8
     /// days, dead letters after 7, finished instances never, hourly).
-    /// [`Runtime::purge_expired`] runs one pass by hand.
+    /// [`Runtime::purge_expired`](crate::Runtime::purge_expired) runs one pass by hand.
     #[must_use]
-    pub fn retention(mut self, retention: super::Retention) -> Self {
+    pub fn retention(mut self, retention: Retention) -> Self {
         self.retention = retention;
         self
     }
@@ -510,8 +376,8 @@ impl RuntimeBuilder {
     }
 
     /// Whether the queue worker (RT-26) runs in the background (default true). Without it,
-    /// queued stimuli are delivered by [`Runtime::deliver_queued`] (or after
-    /// [`Runtime::start_workers`]).
+    /// queued stimuli are delivered by [`Runtime::deliver_queued`](crate::Runtime::deliver_queued) (or after
+    /// [`Runtime::start_workers`](crate::Runtime::start_workers)).
     #[must_use]
     pub fn queue_worker(mut self, enabled: bool) -> Self {
         self.queue_worker = enabled;
@@ -540,7 +406,7 @@ impl RuntimeBuilder {
         self
     }
 
-    /// The source of workflow time (TM-1; default [`SystemClock`]): timestamps, due times of
+    /// The source of workflow time (TM-1; default [`SystemClock`](crate::SystemClock)): timestamps, due times of
     /// delays and timers. Leases stay on the wall clock. For tests, a
     /// [`ManualClock`](crate::ManualClock), or [`crate::testing::TestRuntime`].
     #[must_use]
@@ -560,7 +426,7 @@ impl RuntimeBuilder {
 
     /// Whether the in-process timer driver (TM-4) runs in the background (default true).
     /// Without it, due timers fire only through
-    /// [`Runtime::fire_due_timers`] (what [`crate::testing::TestRuntime`] does, step by step).
+    /// [`Runtime::fire_due_timers`](crate::Runtime::fire_due_timers) (what [`crate::testing::TestRuntime`] does, step by step).
     #[must_use]
     pub fn timer_driver(mut self, enabled: bool) -> Self {
         self.timer_driver = enabled;
@@ -575,20 +441,12 @@ impl RuntimeBuilder {
         self
     }
 
-    /// Checks every registration (validator, registry, supported kinds, versions) and builds
-    /// the runtime; the first problem is returned. Inside a tokio runtime, it starts the
-    /// background work: the timer driver, the queue worker and the recovery sweep, which runs
-    /// again the instances a crash interrupted (built outside tokio, the first operation
-    /// starts it, see [`Runtime::run_background`]). [`Runtime::shutdown`] stops it.
-    ///
-    /// # Errors
-    ///
-    /// A [`BuildError`] naming the first problem: an invalid definition (with every diagnostic),
-    /// a task, condition or other fn that is not registered, a setting or activity this runtime does
-    /// not run, or two current versions of one name.
-    pub fn build(self) -> Result<Runtime, BuildError> {
+    /// Checks every registration (validator, registry, supported kinds, versions) and the
+    /// settings; the first problem is returned. Gives the registered workflows and the store
+    /// the runtime is built on.
+    pub(crate) fn checked(&mut self) -> Result<Checked, BuildError> {
         let mut workflows: HashMap<String, Arc<dyn ErasedWorkflow>> = HashMap::new();
-        for pending in self.pending {
+        for pending in std::mem::take(&mut self.pending) {
             let (name, workflow) = pending()?;
             if let Some(existing) = workflows.get(&name) {
                 if existing.version() != workflow.version() {
@@ -624,6 +482,7 @@ impl RuntimeBuilder {
         }
         let store = self
             .store
+            .take()
             .unwrap_or_else(|| Storage::new(Arc::new(MemoryStore::new())));
         // ENG-42: the stored journal is bounded like the state's, unless the storage was
         // given its own cap.
@@ -633,50 +492,12 @@ impl RuntimeBuilder {
                 u64::try_from(self.max_journal_entries).unwrap_or(u64::MAX),
             )),
         };
-        let (events, _) = broadcast::channel(self.event_buffer);
-        let (stop, _) = tokio::sync::watch::channel(false);
-        let runtime = Runtime {
-            inner: Arc::new(Inner {
-                workflows,
-                store,
-                owner: self.owner.unwrap_or_else(new_ulid),
-                lease: super::LeaseSettings::new(self.lease_ttl, self.lease_renewal),
-                commit_strategy: self.commit_strategy,
-                locks: Mutex::new(HashMap::new()),
-                states: super::cache::StateCache::default(),
-                watches: Mutex::new(HashMap::new()),
-                created: Mutex::new(std::collections::HashSet::new()),
-                events,
-                max_steps_per_run: self.max_steps_per_run,
-                journal_level: self.journal_level,
-                max_journal_entries: self.max_journal_entries,
-                middleware: self.middleware,
-                links: Mutex::new(VecDeque::new()),
-                triggers_indexed: tokio::sync::OnceCell::new(),
-                schedules_written: tokio::sync::OnceCell::new(),
-                doorbell: Arc::new(tokio::sync::Notify::new()),
-                background: Mutex::new(super::lifecycle::Background::default()),
-                timer_driver: self.timer_driver,
-                queue_worker: self.queue_worker,
-                recovery_sweep: self.recovery_sweep,
-                recovery: tokio::sync::Mutex::new(()),
-                queue_passes: tokio::sync::Mutex::new(std::collections::HashSet::new()),
-                child_results: Mutex::new(HashMap::new()),
-                fresh: Mutex::new(HashMap::new()),
-                pending_records: Mutex::new(HashMap::new()),
-                consuming: Mutex::new(HashMap::new()),
-                retention: self.retention,
-                idle: tokio::sync::Notify::new(),
-                queue_ttl: i64::try_from(self.queue_ttl.as_micros()).unwrap_or(i64::MAX),
-                sweep: self.queue_sweep,
-                clock: self.clock.unwrap_or_else(|| Arc::new(SystemClock)),
-                sweep_interval: self.sweep_interval,
-                cancel_grace: self.cancel_grace,
-                running: Mutex::new(HashMap::new()),
-                stop,
-            }),
-        };
-        runtime.ensure_background();
-        Ok(runtime)
+        Ok(Checked { workflows, store })
     }
+}
+
+/// What a checked builder gives the runtime: the registered workflows and the store.
+pub(crate) struct Checked {
+    pub(crate) workflows: HashMap<String, Arc<dyn ErasedWorkflow>>,
+    pub(crate) store: Storage,
 }

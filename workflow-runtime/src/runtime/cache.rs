@@ -16,7 +16,8 @@ use std::sync::Mutex;
 
 use serde_json::Value;
 
-use super::lock;
+use super::document::decode_document;
+use crate::base::lock;
 use crate::engine::state::{EntryPoint, WorkflowState};
 
 /// How many instances' states are kept at most (each entry holds the document twice: as
@@ -55,7 +56,7 @@ impl StateCache {
         // state the normalization above does not bring to its decoded form.
         #[cfg(debug_assertions)]
         {
-            let decoded = super::commit::decode_document(&state.instance_id, &document);
+            let decoded = decode_document(&state.instance_id, &document);
             debug_assert!(
                 decoded.as_ref().is_ok_and(|decoded| *decoded == state),
                 "a kept state differs from its decoded document: {decoded:?} != {state:?}"

@@ -19,162 +19,34 @@
 //! applies (a suspend for an instance that faulted meanwhile, a resume for one that is not
 //! paused) is cleared and logged.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
 
-use super::{Runtime, Started, lock, run_store_error};
+use tokio::sync::{Notify, watch};
+
+use super::document::{load_state, run_store_error};
+use super::errors::{CancelError, ControlError, RetryError, StateError};
+use super::lease::LeaseGuard;
+use super::links::Links;
+use super::outcomes::Control;
+use super::run_path::{RunCommits, RunOptions, RunPath};
 use crate::cancel::CancellationToken;
 use crate::engine::executor::{RunEnd, RunError, RunTarget};
-use crate::engine::state::{SubStatus, WorkflowStatus};
-use crate::store::{ControlKind, ControlRequest, InstanceFilter, InstanceRecord, StoreError};
+use crate::engine::state::{
+    ActivityStatus, ContextId, EntryPoint, SubStatus, WorkItem, WorkflowState, WorkflowStatus,
+};
+use crate::status::Started;
+use crate::store::{ControlKind, InstanceFilter, InstanceRecord, StoreError};
 
-/// What a control call did: applied by this runtime, or recorded for the runtime that owns
-/// the instance (ENG-50). Either way it returned once the outcome is durable.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Control {
-    /// Applied by this call; the instance's status after it.
-    Applied(Started),
-    /// Recorded as a durable control request: the instance runs in another process (its
-    /// lease is held there) or on a definition version this runtime does not run. The
-    /// runtime owning it applies it at the instance's next step.
-    Requested,
-}
-
-impl Control {
-    /// The status after the call, when it was applied here.
-    pub fn applied(&self) -> Option<&Started> {
-        match self {
-            Self::Applied(started) => Some(started),
-            Self::Requested => None,
-        }
-    }
-
-    /// Whether the call was only recorded, for the owning runtime to apply.
-    pub fn is_requested(&self) -> bool {
-        matches!(self, Self::Requested)
-    }
-}
-
-impl std::fmt::Display for Control {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Self::Applied(started) => match started.sub_status {
-                Some(sub) => write!(
-                    f,
-                    "instance `{}` is now {}/{sub}",
-                    started.instance_id, started.status
-                ),
-                None => write!(
-                    f,
-                    "instance `{}` is now {}",
-                    started.instance_id, started.status
-                ),
-            },
-            Self::Requested => f.write_str(
-                "requested: the runtime that owns the instance applies it at its next step",
-            ),
-        }
-    }
-}
-
-/// Why [`Runtime::suspend`] or [`Runtime::resume`] failed; nothing changed (ENG-50).
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum ControlError {
-    /// Unknown id.
-    #[error("instance `{instance}` not found")]
-    InstanceNotFound {
-        /// The id.
-        instance: String,
-    },
-    /// Already `Finished` or `Cancelled`.
-    #[error("instance `{instance}` is already {status}")]
-    AlreadyTerminal {
-        /// The id.
-        instance: String,
-        /// Its final status.
-        status: WorkflowStatus,
-    },
-    /// Only a paused instance (`Suspended/Paused`) is resumed.
-    #[error("instance `{instance}` is {status}{}, not paused: there is nothing to resume", sub_status.map(|s| format!("/{s}")).unwrap_or_default())]
-    NotResumable {
-        /// The id.
-        instance: String,
-        /// Its status.
-        status: WorkflowStatus,
-        /// Its sub-status.
-        sub_status: Option<SubStatus>,
-    },
-    /// A faulted instance is not suspended: retry it or cancel it.
-    #[error("instance `{instance}` is Faulted: retry it or cancel it instead")]
-    NotSuspendable {
-        /// The id.
-        instance: String,
-    },
-    /// The store failed, or the change could not be committed.
-    #[error(transparent)]
-    Run(#[from] RunError),
-}
-
-/// The handle of a run in progress in this process: how operators reach it (FLT-15).
-pub(crate) struct RunHandle {
-    /// Fired to cancel the task the run is executing.
-    pub(crate) token: CancellationToken,
-    /// What operators asked of the run.
-    pub(crate) signals: Arc<RunSignals>,
-}
-
-/// Requests for a run in progress: set by a lease renewal that returned a control request, by
-/// the queue worker, or by [`Runtime::suspend`] in this process.
-#[derive(Debug, Default)]
-pub(crate) struct RunSignals {
-    /// Stop at the next item boundary and pause (ENG-50).
-    pub(crate) pause: Arc<AtomicBool>,
-    /// Cancel once the run stops, with this reason (FLT-15).
-    cancel: Mutex<Option<Option<String>>>,
-    /// This run resumes a paused instance.
-    pub(crate) resume: AtomicBool,
-    /// The version the run loaded (0 until it has): a later version was committed by the
-    /// run itself, which holds the lease.
-    loaded_version: AtomicU64,
-}
-
-impl RunSignals {
-    /// Passes a stored request on to the run: a cancel fires its token, a suspend asks it to
-    /// stop at the next item boundary. A resume or a retry does not concern a running run.
-    pub(crate) fn signal(&self, request: &ControlRequest, token: &CancellationToken) {
-        match request.kind {
-            ControlKind::Cancel => {
-                let mut cancel = lock(&self.cancel);
-                if cancel.is_none() {
-                    *cancel = Some(request.reason.clone());
-                    token.cancel();
-                }
-            }
-            ControlKind::Suspend => self.pause.store(true, Ordering::SeqCst),
-            ControlKind::Resume | ControlKind::Retry => {}
-        }
-    }
-
-    /// Whether a pause was asked for.
-    pub(crate) fn paused(&self) -> bool {
-        self.pause.load(Ordering::SeqCst)
-    }
-
-    /// Records the version the run loaded.
-    pub(crate) fn loaded(&self, version: u64) {
-        self.loaded_version.store(version, Ordering::SeqCst);
-    }
-
-    /// Whether the run committed since it loaded the instance, now at `version`.
-    pub(crate) fn committed_by_now(&self, version: u64) -> bool {
-        let loaded = self.loaded_version.load(Ordering::SeqCst);
-        loaded != 0 && version > loaded
-    }
-
-    /// The cancel asked for, once.
-    pub(crate) fn take_cancel(&self) -> Option<Option<String>> {
-        lock(&self.cancel).take()
-    }
+/// Operator control (see the module docs).
+pub(crate) struct Controller {
+    run_path: Arc<RunPath>,
+    /// Carries out the links a change queued (ACT-24).
+    links: Arc<Links>,
+    /// The queue worker's doorbell: a resumed instance takes the stimuli held for it.
+    doorbell: Arc<Notify>,
+    /// Set when the runtime shuts down: the control pass stops between instances.
+    stop: watch::Receiver<bool>,
 }
 
 /// What a requester found about the instance before acting.
@@ -185,112 +57,45 @@ enum Found {
     Elsewhere(InstanceRecord<String>),
 }
 
-impl Runtime {
-    /// Whether this runtime runs the record's definition version.
-    fn runs(&self, record: &InstanceRecord<String>) -> bool {
-        self.inner
-            .workflows
-            .get(&record.definition_name)
-            .is_some_and(|w| w.version() == record.definition_version)
+impl Controller {
+    pub(crate) fn new(
+        run_path: Arc<RunPath>,
+        links: Arc<Links>,
+        doorbell: Arc<Notify>,
+        stop: watch::Receiver<bool>,
+    ) -> Self {
+        Self {
+            run_path,
+            links,
+            doorbell,
+            stop,
+        }
     }
 
     /// Loads the instance a control call is about.
     async fn control_target(&self, instance_id: &str) -> Result<Option<Found>, RunError> {
-        match self.inner.store.load_instance_text(instance_id).await {
-            Ok(record) if self.runs(&record) => Ok(Some(Found::Here(record))),
+        match self.run_path.store().load_instance_text(instance_id).await {
+            Ok(record) if self.run_path.definitions().runs_record(&record) => {
+                Ok(Some(Found::Here(record)))
+            }
             Ok(record) => Ok(Some(Found::Elsewhere(record))),
             Err(StoreError::NotFound { .. }) => Ok(None),
             Err(error) => Err(run_store_error(instance_id, error)),
         }
     }
 
-    /// Records `kind` for the runtime that owns the instance (ENG-50, C-29).
-    pub(super) async fn request_control(
+    /// Cancels an instance (ENG-50): see `Runtime::cancel`. The run path applies it, as it
+    /// applies a cancel requested during a run (FLT-15).
+    pub(crate) async fn cancel(
         &self,
         instance_id: &str,
-        kind: ControlKind,
         reason: Option<String>,
-    ) -> Result<Control, RunError> {
-        self.inner
-            .store
-            .request_control(instance_id, ControlRequest { kind, reason })
-            .await
-            .map_err(|error| run_store_error(instance_id, error))?;
-        tracing::info!(
-            instance = instance_id,
-            request = kind.as_str(),
-            "control request recorded for the runtime that owns the instance"
-        );
-        Ok(Control::Requested)
+    ) -> Result<Control, CancelError> {
+        self.run_path.cancel(instance_id, reason).await
     }
 
-    /// Suspends (pauses) an instance (ENG-50): nothing of it runs until [`Runtime::resume`].
-    /// A task it is running finishes its current attempt (no cancellation token fires); the
-    /// run stops at the next item boundary, and the instance becomes `Suspended/Paused` with
-    /// its queue and bookmarks kept and its timers parked (TM-10). Stimuli sent to it meanwhile
-    /// are held in the queue and delivered after the resume. Suspending a paused instance
-    /// changes nothing.
-    ///
-    /// When the instance runs in another process, or on a definition version this runtime
-    /// does not run, the suspend is recorded durably and [`Control::Requested`] returned: the
-    /// runtime that owns it applies it at the instance's next step.
-    ///
-    /// # Errors
-    ///
-    /// [`ControlError::InstanceNotFound`] for an unknown id, [`ControlError::AlreadyTerminal`]
-    /// for a finished or cancelled instance, [`ControlError::NotSuspendable`] for a faulted one,
-    /// [`ControlError::Run`] when the store fails; nothing changes in each case.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use workflow_runtime::{Control, Runtime, SubStatus, TaskContext, workflow};
-    ///
-    /// #[derive(Default, serde::Serialize, serde::Deserialize)]
-    /// struct Invoice {
-    ///     paid: bool,
-    /// }
-    ///
-    /// async fn mark_paid(ctx: &mut TaskContext<Invoice>) {
-    ///     ctx.data_mut().paid = true;
-    /// }
-    ///
-    /// workflow! {
-    ///     workflow Billing(Invoice) = sequence [
-    ///         wait = event("paid"),
-    ///         task(mark_paid),
-    ///     ];
-    /// }
-    ///
-    /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    /// let runtime = Runtime::builder().register::<Billing>().build()?;
-    /// let id = runtime.start::<Billing>(Invoice::default()).await?.instance_id;
-    ///
-    /// let paused = runtime.suspend(&id).await?;
-    /// assert_eq!(paused.applied().and_then(|s| s.sub_status), Some(SubStatus::Paused));
-    ///
-    /// // While paused, the event is held instead of delivered.
-    /// let report = runtime.send(workflow_runtime::Stimulus::new("paid")).await?;
-    /// assert_eq!(report.deferred, vec![id.clone()]);
-    ///
-    /// runtime.resume(&id).await?;
-    /// runtime.deliver_queued().await?;
-    /// let snapshot = runtime.get_state(&id).await?.ok_or("gone")?;
-    /// assert!(snapshot.data::<Invoice>()?.paid);
-    /// # let _ = Duration::ZERO;
-    /// # Ok(())
-    /// # }
-    /// ```
-    pub async fn suspend(&self, instance_id: &str) -> Result<Control, ControlError> {
-        self.ensure_background();
-        let result = self.suspend_inner(instance_id).await;
-        self.process_links().await;
-        result
-    }
-
-    async fn suspend_inner(&self, instance_id: &str) -> Result<Control, ControlError> {
+    /// Suspends (pauses) an instance (ENG-50): see `Runtime::suspend`.
+    pub(crate) async fn suspend(&self, instance_id: &str) -> Result<Control, ControlError> {
         let record = match self.control_target(instance_id).await? {
             None => return Err(not_found(instance_id)),
             Some(Found::Elsewhere(record)) => {
@@ -299,6 +104,7 @@ impl Runtime {
                     return Ok(Control::Applied(started_of(&record)));
                 }
                 return Ok(self
+                    .run_path
                     .request_control(instance_id, ControlKind::Suspend, None)
                     .await?);
             }
@@ -306,21 +112,22 @@ impl Runtime {
         };
         check_suspendable(&record)?;
         // A run of this process stops at its next item boundary and pauses.
-        if let Some(run) = lock(&self.inner.running).get(instance_id) {
+        self.run_path.active().with(instance_id, |run| {
             run.signals.pause.store(true, Ordering::SeqCst);
-        }
-        let _local = self.local_run(instance_id).await;
-        let guard = match self.lease(instance_id).await {
+        });
+        let _turn = self.run_path.turn(instance_id).await;
+        let guard = match self.run_path.lease(instance_id).await {
             Ok(guard) => guard,
             Err(StoreError::NotFound { .. }) => return Err(not_found(instance_id)),
             Err(StoreError::LeaseHeld { .. }) => {
                 return Ok(self
+                    .run_path
                     .request_control(instance_id, ControlKind::Suspend, None)
                     .await?);
             }
             Err(error) => return Err(run_store_error(instance_id, error).into()),
         };
-        let result = self.pause_leased(&guard).await;
+        let result = self.pause_held(&guard).await;
         match result {
             Ok(Some(started)) => {
                 guard.released_by_commit();
@@ -328,8 +135,7 @@ impl Runtime {
             }
             Ok(None) => {
                 guard.release().await;
-                let state = self
-                    .load_state(instance_id)
+                let state = load_state(self.run_path.store(), instance_id)
                     .await
                     .map_err(|e| state_error(instance_id, &e))?
                     .ok_or_else(|| not_found(instance_id))?;
@@ -359,20 +165,16 @@ impl Runtime {
 
     /// Pauses the instance under `guard` (ENG-50); `None` when there is nothing to pause
     /// (final, faulted, or paused already), after clearing a suspend request left for it.
-    pub(super) async fn pause_leased(
-        &self,
-        guard: &super::LeaseGuard<'_>,
-    ) -> Result<Option<Started>, RunError> {
-        let (state, commits) = self.load_for_run(guard).await?;
+    async fn pause_held(&self, guard: &LeaseGuard<'_>) -> Result<Option<Started>, RunError> {
+        let (state, commits) = self.run_path.load(guard).await?;
         let requested = commits.control_kind() == Some(ControlKind::Suspend);
         if state.status.is_final() {
             return Ok(None);
         }
         if state.status == WorkflowStatus::Faulted || state.sub_status == Some(SubStatus::Paused) {
             if requested {
-                self.clear_request(state, &commits).await?;
-                return Ok(self
-                    .load_state(guard.instance_id())
+                clear_request(state, &commits).await?;
+                return Ok(load_state(self.run_path.store(), guard.instance_id())
                     .await
                     .ok()
                     .flatten()
@@ -384,77 +186,228 @@ impl Runtime {
             }
             return Ok(None);
         }
-        let workflow = self.workflow_for(&state)?;
+        let workflow = self.run_path.definitions().workflow_for(&state)?;
         if requested {
             commits.clear_control_next();
         }
-        let output = workflow.pause(state, &self.inner.middleware, self.inner.clock.now());
-        let (_, started) = self.commit_and_publish(&commits, output, true).await?;
+        let output = workflow.pause(state, self.run_path.middleware(), self.run_path.now());
+        let (_, started) = self
+            .run_path
+            .commit_and_publish(&commits, output, true)
+            .await?;
         Ok(Some(started))
     }
 
-    /// Commits the state unchanged but for its cleared control request, releasing the lease.
-    async fn clear_request(
-        &self,
-        mut state: crate::engine::state::WorkflowState,
-        commits: &super::RunCommits<'_>,
-    ) -> Result<(), RunError> {
-        commits.clear_control_next();
-        commits
-            .commit(&mut state, true, Vec::new(), Vec::new())
-            .await
-    }
-
-    /// Resumes a paused instance (ENG-50): its timers are unparked (those that fell due fire
-    /// at once, TM-10), its queued work runs on, and the stimuli held for it while it was
-    /// paused are delivered by the queue worker.
-    ///
-    /// When the instance runs in another process, or on a definition version this runtime
-    /// does not run, the resume is recorded durably and [`Control::Requested`] returned: the
-    /// runtime that owns it applies it.
-    ///
-    /// # Errors
-    ///
-    /// [`ControlError::InstanceNotFound`] for an unknown id, [`ControlError::AlreadyTerminal`]
-    /// for a finished or cancelled instance, [`ControlError::NotResumable`] for one that is not
-    /// paused, [`ControlError::Run`] when its run fails (nothing of it is committed).
-    pub async fn resume(&self, instance_id: &str) -> Result<Control, ControlError> {
-        self.ensure_background();
-        let result = self.resume_inner(instance_id).await;
-        self.process_links().await;
-        if matches!(result, Ok(Control::Applied(_))) {
-            // The stimuli held while it was paused.
-            self.inner.doorbell.notify_one();
-        }
-        result
-    }
-
-    async fn resume_inner(&self, instance_id: &str) -> Result<Control, ControlError> {
+    /// Resumes a paused instance (ENG-50): see `Runtime::resume`.
+    pub(crate) async fn resume(&self, instance_id: &str) -> Result<Control, ControlError> {
         let record = match self.control_target(instance_id).await? {
             None => return Err(not_found(instance_id)),
             Some(Found::Elsewhere(record)) => {
                 check_resumable(&record)?;
                 return Ok(self
+                    .run_path
                     .request_control(instance_id, ControlKind::Resume, None)
                     .await?);
             }
             Some(Found::Here(record)) => record,
         };
         check_resumable(&record)?;
-        let local = self.local_run(instance_id).await;
-        let guard = match self.lease(instance_id).await {
+        let turn = self.run_path.turn(instance_id).await;
+        let guard = match self.run_path.lease(instance_id).await {
             Ok(guard) => guard,
             Err(StoreError::NotFound { .. }) => return Err(not_found(instance_id)),
             Err(StoreError::LeaseHeld { .. }) => {
                 return Ok(self
+                    .run_path
                     .request_control(instance_id, ControlKind::Resume, None)
                     .await?);
             }
             Err(error) => return Err(run_store_error(instance_id, error).into()),
         };
-        let started = self.run_leased_as(guard, RunTarget::None, None, true).await;
-        drop(local);
+        let started = self.resume_held(instance_id, guard, &turn).await;
+        drop(turn);
         Ok(Control::Applied(started?))
+    }
+
+    /// Runs the paused instance under `guard` again (ENG-50).
+    async fn resume_held<'a>(
+        &'a self,
+        instance_id: &str,
+        guard: LeaseGuard<'a>,
+        turn: &'a super::run_path::Turn<'a>,
+    ) -> Result<Started, RunError> {
+        let mut options = RunOptions::to(RunTarget::None).under(guard, turn);
+        options.resume = true;
+        self.run_path
+            .run(instance_id, options)
+            .await
+            .map(|started| {
+                started.unwrap_or_else(|| Started {
+                    instance_id: instance_id.to_owned(),
+                    status: WorkflowStatus::Running,
+                    sub_status: Some(SubStatus::Pending),
+                })
+            })
+    }
+
+    /// Rings the queue worker's doorbell: the stimuli held while an instance was paused.
+    pub(crate) fn ring(&self) {
+        self.doorbell.notify_one();
+    }
+
+    /// The operator's retry (FLT-8, ENG-50) of a `Faulted` instance: see `Runtime::retry`.
+    pub(crate) async fn retry(&self, instance_id: &str) -> Result<Control, RetryError> {
+        let not_found = || RetryError::InstanceNotFound {
+            instance: instance_id.to_owned(),
+        };
+        let record = match self.run_path.store().load_instance_text(instance_id).await {
+            Ok(record) => record,
+            Err(StoreError::NotFound { .. }) => return Err(not_found()),
+            Err(error) => {
+                return Err(RetryError::Run(run_store_error(instance_id, error)));
+            }
+        };
+        if record.status != WorkflowStatus::Faulted {
+            return Err(RetryError::NotFaulted {
+                instance: instance_id.to_owned(),
+                status: record.status,
+            });
+        }
+        if !self.run_path.definitions().runs_record(&record) {
+            return Ok(self
+                .run_path
+                .request_control(instance_id, ControlKind::Retry, None)
+                .await?);
+        }
+        let _turn = self.run_path.turn(instance_id).await;
+        let guard = match self.run_path.lease(instance_id).await {
+            Ok(guard) => guard,
+            Err(StoreError::NotFound { .. }) => return Err(not_found()),
+            Err(StoreError::LeaseHeld { .. }) => {
+                return Ok(self
+                    .run_path
+                    .request_control(instance_id, ControlKind::Retry, None)
+                    .await?);
+            }
+            Err(error) => {
+                return Err(RetryError::Run(run_store_error(instance_id, error)));
+            }
+        };
+        self.retry_held(guard).await.map(Control::Applied)
+    }
+
+    /// The retry under `guard`, which it settles.
+    async fn retry_held(&self, guard: LeaseGuard<'_>) -> Result<Started, RetryError> {
+        let instance_id = guard.instance_id().to_owned();
+        let instance_id = instance_id.as_str();
+        let token = CancellationToken::new();
+        let result = guard
+            .hold(&token, None, std::pin::pin!(self.retry_run(&guard, &token)))
+            .await;
+        match (result, guard.lost()) {
+            (Ok(started), _) => {
+                guard.released_by_commit();
+                Ok(started)
+            }
+            (Err(RetryError::Run(RunError::Interrupted { .. })), Some(lost)) => {
+                Err(RetryError::Run(run_store_error(instance_id, lost)))
+            }
+            (Err(error), Some(_)) => Err(error),
+            (Err(error), None) => {
+                guard.release().await;
+                Err(error)
+            }
+        }
+    }
+
+    /// Reopens the faulted instance under `guard` and runs it on (FLT-8).
+    async fn retry_run(
+        &self,
+        guard: &LeaseGuard<'_>,
+        token: &CancellationToken,
+    ) -> Result<Started, RetryError> {
+        let instance_id = guard.instance_id();
+        let (mut state, commits) = self.run_path.load(guard).await?;
+        if state.status != WorkflowStatus::Faulted {
+            return Err(RetryError::NotFaulted {
+                instance: instance_id.to_owned(),
+                status: state.status,
+            });
+        }
+        let marked = |state: &WorkflowState, context: ContextId| {
+            state
+                .context(context)
+                .and_then(|c| c.properties.get(crate::engine::saga::COMPENSATED_FAILURE))
+                .cloned()
+        };
+        let open: Vec<(usize, ContextId)> = state
+            .incidents
+            .iter()
+            .enumerate()
+            .filter(|(_, i)| i.resolution.is_none())
+            .map(|(n, i)| (n, i.context_id))
+            .collect();
+        // A failed compensation (FLT-13): resuming its list is not implemented.
+        if open
+            .iter()
+            .any(|&(_, c)| marked(&state, c).is_some_and(|m| m.is_boolean()))
+        {
+            return Err(RetryError::CompensatedFailure {
+                instance: instance_id.to_owned(),
+            });
+        }
+        let workflow = self.run_path.definitions().workflow_for(&state)?;
+        if commits.control_kind() == Some(ControlKind::Retry) {
+            commits.clear_control_next();
+        }
+        // FLT-8: a compensated failure restarts the outermost compensated scope, whose work
+        // was undone; the failed activity itself stays behind, cancelled.
+        for (n, context) in open {
+            let Some(scope) = marked(&state, context).and_then(|m| m.as_u64()) else {
+                continue;
+            };
+            if let Some(incident) = state.incidents.get_mut(n) {
+                incident.resolution = Some("retried".to_owned());
+            }
+            if let Some(c) = state.context_mut(context) {
+                c.status = ActivityStatus::Canceled;
+                c.properties
+                    .remove(crate::engine::saga::COMPENSATED_FAILURE);
+            }
+            state.queue.push_back(WorkItem {
+                context: scope,
+                entry: EntryPoint::Execute,
+            });
+        }
+        reopen(&mut state);
+        let mut first = true;
+        loop {
+            let mut options = self.run_path.engine_settings(Some(token));
+            options.attempts.executing = Some(guard.executing());
+            let output = workflow
+                .run(
+                    state,
+                    RunTarget::None,
+                    options,
+                    self.run_path.middleware(),
+                    Some((&commits, self.run_path.commit_strategy())),
+                )
+                .await?;
+            let end = output.end;
+            if first {
+                // TM-10: the retry's commit unparks the instance's timers.
+                commits.unpark_next();
+                first = false;
+            }
+            let (next, started) = self
+                .run_path
+                .commit_and_publish(&commits, output, end != RunEnd::Budget)
+                .await?;
+            if end != RunEnd::Budget {
+                return Ok(started);
+            }
+            state = next;
+        }
     }
 
     // ---- the owning side ------------------------------------------------------------------
@@ -468,7 +421,7 @@ impl Runtime {
             ..InstanceFilter::default()
         };
         loop {
-            let page = match self.inner.store.list_instances(filter.clone()).await {
+            let page = match self.run_path.store().list_instances(filter.clone()).await {
                 Ok(page) => page,
                 Err(error) => {
                     tracing::warn!(%error, "control requests: listing them failed");
@@ -479,7 +432,7 @@ impl Runtime {
             filter.after = Some(last.instance_id.clone());
             let full = page.len() >= 100;
             for listed in page {
-                if self.stopping() {
+                if *self.stop.borrow() {
                     return;
                 }
                 self.honour(&listed.instance_id).await;
@@ -494,25 +447,29 @@ impl Runtime {
     /// progress here is signalled; an idle one is taken under its lease and changed. One whose
     /// lease another process holds is left to it (its lease renewal returns the request).
     pub(crate) async fn honour(&self, instance_id: &str) {
-        let Ok(record) = self.inner.store.load_instance_text(instance_id).await else {
+        let run_path = &*self.run_path;
+        let Ok(record) = run_path.store().load_instance_text(instance_id).await else {
             return;
         };
         let Some(request) = record.control_request.clone() else {
             return;
         };
-        if record.status.is_final() || !self.runs(&record) {
+        if record.status.is_final() || !run_path.definitions().runs_record(&record) {
             return;
         }
-        if let Some(run) = lock(&self.inner.running).get(instance_id) {
-            run.signals.signal(&request, &run.token);
+        if run_path
+            .active()
+            .with(instance_id, |run| run.signals.signal(&request, &run.token))
+            .is_some()
+        {
             return;
         }
         // Busy here: that run honours a cancel or a suspend as it starts; the next pass
         // takes the rest.
-        let Some(local) = self.try_local_run(instance_id) else {
+        let Some(turn) = run_path.try_turn(instance_id) else {
             return;
         };
-        let guard = match self.lease(instance_id).await {
+        let guard = match run_path.lease(instance_id).await {
             Ok(guard) => guard,
             Err(StoreError::LeaseHeld { .. } | StoreError::NotFound { .. }) => return,
             Err(error) => {
@@ -521,7 +478,8 @@ impl Runtime {
             }
         };
         let outcome = match request.kind {
-            ControlKind::Cancel => match self.cancel_leased(&guard, request.reason.clone()).await {
+            ControlKind::Cancel => match run_path.cancel_held(&guard, request.reason.clone()).await
+            {
                 Ok(started) => {
                     guard.released_by_commit();
                     Ok(Some(started))
@@ -531,7 +489,7 @@ impl Runtime {
                     Err(error.to_string())
                 }
             },
-            ControlKind::Suspend => match self.pause_leased(&guard).await {
+            ControlKind::Suspend => match self.pause_held(&guard).await {
                 Ok(Some(started)) => {
                     guard.released_by_commit();
                     Ok(Some(started))
@@ -546,19 +504,19 @@ impl Runtime {
                 }
             },
             ControlKind::Resume if record.sub_status == Some(SubStatus::Paused) => {
-                let result = self.run_leased_as(guard, RunTarget::None, None, true).await;
-                self.inner.doorbell.notify_one();
+                let result = self.resume_held(instance_id, guard, &turn).await;
+                self.doorbell.notify_one();
                 result.map(Some).map_err(|e| e.to_string())
             }
             ControlKind::Retry if record.status == WorkflowStatus::Faulted => self
-                .retry_with(guard)
+                .retry_held(guard)
                 .await
                 .map(Some)
                 .map_err(|e| e.to_string()),
             ControlKind::Resume | ControlKind::Retry => {
                 // No longer applies: cleared, and said so.
-                let cleared = match self.load_for_run(&guard).await {
-                    Ok((state, commits)) => self.clear_request(state, &commits).await,
+                let cleared = match run_path.load(&guard).await {
+                    Ok((state, commits)) => clear_request(state, &commits).await,
                     Err(error) => Err(error),
                 };
                 match cleared {
@@ -579,8 +537,8 @@ impl Runtime {
                 }
             }
         };
-        drop(local);
-        self.process_links().await;
+        drop(turn);
+        self.links.process().await;
         match outcome {
             Ok(Some(started)) => tracing::info!(
                 instance = instance_id,
@@ -597,33 +555,43 @@ impl Runtime {
             ),
         }
     }
+}
 
-    /// After a run that a requested cancel reached: the cancel, under a new lease (FLT-15).
-    /// `None` when it cannot be taken now; the request stays recorded for the next pass.
-    pub(super) async fn cancel_after_run(
-        &self,
-        instance_id: &str,
-        reason: Option<String>,
-    ) -> Option<Started> {
-        let guard = self.lease(instance_id).await.ok()?;
-        match self.cancel_leased(&guard, reason).await {
-            Ok(started) => {
-                guard.released_by_commit();
-                Some(started)
-            }
-            Err(error) => {
-                tracing::warn!(instance = instance_id, %error, "a requested cancel could not be applied; it stays recorded");
-                guard.release().await;
-                None
-            }
+/// Commits the state unchanged but for its cleared control request, releasing the lease.
+async fn clear_request(mut state: WorkflowState, commits: &RunCommits<'_>) -> Result<(), RunError> {
+    commits.clear_control_next();
+    commits
+        .commit(&mut state, true, Vec::new(), Vec::new())
+        .await
+}
+
+/// FLT-8: the open incidents resolved as `retried`, each faulted activity made `Running`
+/// again with a fresh attempt budget and queued to run from scratch.
+fn reopen(state: &mut WorkflowState) {
+    let mut contexts = Vec::new();
+    for incident in state
+        .incidents
+        .iter_mut()
+        .filter(|i| i.resolution.is_none())
+    {
+        incident.resolution = Some("retried".to_owned());
+        contexts.push(incident.context_id);
+    }
+    for id in contexts {
+        if let Some(c) = state.context_mut(id)
+            && c.status == ActivityStatus::Faulted
+        {
+            c.status = ActivityStatus::Running;
+            c.fault = None;
+            crate::engine::faults::reset_attempts(c);
+            state.queue.push_back(WorkItem {
+                context: id,
+                entry: EntryPoint::Execute,
+            });
         }
     }
-
-    /// Whether a run's output is paused instead of committed as it ended (ENG-50): the pause
-    /// applies to a run that stopped at a boundary or went idle.
-    pub(super) fn pauses(end: RunEnd) -> bool {
-        matches!(end, RunEnd::Budget | RunEnd::Suspended(_))
-    }
+    state.status = WorkflowStatus::Running;
+    state.sub_status = Some(SubStatus::Pending);
 }
 
 fn not_found(instance_id: &str) -> ControlError {
@@ -632,7 +600,7 @@ fn not_found(instance_id: &str) -> ControlError {
     }
 }
 
-fn state_error(instance_id: &str, error: &super::StateError) -> ControlError {
+fn state_error(instance_id: &str, error: &StateError) -> ControlError {
     ControlError::Run(RunError::StateCorrupt {
         instance: instance_id.to_owned(),
         reason: error.to_string(),

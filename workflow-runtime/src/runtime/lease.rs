@@ -19,8 +19,8 @@ use crate::store::{
 };
 
 use super::cache::Cached;
-use super::control::RunSignals;
-use super::{lock, now_micros};
+use super::signals::RunSignals;
+use crate::base::{lock, now_micros};
 use crate::engine::state::WorkflowState;
 
 /// The default lease TTL (ST-14): 30 s.

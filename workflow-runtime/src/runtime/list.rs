@@ -1,15 +1,17 @@
-//! Listing instances (ENG-51): [`Runtime::list_instances`] with filters, one summary per
+//! Listing instances (ENG-51): `Runtime::list_instances` with filters, one summary per
 //! instance, in id order with keyset paging.
 
 use std::time::Duration;
 
-use super::{Runtime, commit::decode_document, now_micros};
-use crate::engine::state::{ActivityStatus, Bookmark, SubStatus, WorkflowState, WorkflowStatus};
+use super::document::decode_document;
+use super::listing::listing_of;
+use crate::base::now_micros;
+use crate::engine::state::{SubStatus, WorkflowStatus};
 use crate::store::{
-    ControlKind, InstanceFilter, InstanceListing, InstanceRecord, Micros, StoreError,
+    ControlKind, InstanceFilter, InstanceListing, InstanceRecord, Micros, Storage, StoreError,
 };
 
-/// What [`Runtime::list_instances`] lists. The default lists every instance, 100 at most.
+/// What [`Runtime::list_instances`](crate::Runtime::list_instances) lists. The default lists every instance, 100 at most.
 ///
 /// # Examples
 ///
@@ -47,7 +49,7 @@ pub struct InstanceQuery {
     pub limit: usize,
 }
 
-/// One instance as [`Runtime::list_instances`] lists it.
+/// One instance as [`Runtime::list_instances`](crate::Runtime::list_instances) lists it.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct InstanceSummary {
     /// The instance id.
@@ -80,178 +82,83 @@ pub struct InstanceSummary {
     pub unreadable: Option<String>,
 }
 
-/// What a listing shows of `state`, stored in the instance row with each commit and
-/// creation ([`crate::store::Commit::listing`]), so a listing reads no document.
-pub(super) fn listing_of(state: &WorkflowState) -> InstanceListing {
-    InstanceListing {
-        at: position(state).into_iter().map(str::to_owned).collect(),
-        waiting_for: state.bookmarks.iter().map(|b| b.name.clone()).collect(),
-        open_incidents: open_incidents(state),
-    }
-}
-
-fn open_incidents(state: &WorkflowState) -> usize {
-    state
-        .incidents
-        .iter()
-        .filter(|i| i.resolution.is_none())
-        .count()
-}
-
-/// The listing text of `state`: the text [`InstanceListing::encode`] gives for
-/// [`listing_of`], serialized from the state's own strings (no owned listing built to be
-/// encoded).
-pub(super) fn listing_text(state: &WorkflowState) -> Option<String> {
-    /// [`InstanceListing`] borrowing its strings: the same fields in the same order, so the
-    /// same text.
-    #[derive(serde::Serialize)]
-    struct Borrowed<'a> {
-        at: Vec<&'a str>,
-        #[serde(serialize_with = "names")]
-        waiting_for: &'a [Bookmark],
-        open_incidents: usize,
-    }
-    fn names<S: serde::Serializer>(
-        bookmarks: &&[Bookmark],
-        serializer: S,
-    ) -> Result<S::Ok, S::Error> {
-        serializer.collect_seq(bookmarks.iter().map(|b| &b.name))
-    }
-    let text = serde_json::to_string(&Borrowed {
-        at: position(state),
-        waiting_for: &state.bookmarks,
-        open_incidents: open_incidents(state),
-    })
-    .ok();
-    // Tests run in debug builds: there every listing is checked against the encoding of the
-    // listing it stands for.
-    debug_assert_eq!(text, Some(listing_of(state).encode()));
-    text
-}
-
-impl Runtime {
-    /// Lists the store's instances matching `query`, in id order, at most `query.limit`; pass
-    /// the last id as [`InstanceQuery::after`] for the next page. An instance whose stored
-    /// state does not decode is listed with [`InstanceSummary::unreadable`], never skipped.
-    ///
-    /// # Errors
-    ///
-    /// A [`StoreError`] when the store fails.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use workflow_runtime::{InstanceQuery, Runtime, TaskContext, WorkflowStatus, workflow};
-    ///
-    /// #[derive(Default, serde::Serialize, serde::Deserialize)]
-    /// struct Note {
-    ///     text: String,
-    /// }
-    ///
-    /// async fn noop(_ctx: &mut TaskContext<Note>) {}
-    ///
-    /// workflow! {
-    ///     workflow Notes(Note) = sequence [task(noop), wait = event("read")];
-    /// }
-    ///
-    /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    /// let runtime = Runtime::builder().register::<Notes>().build()?;
-    /// runtime.start::<Notes>(Note::default()).await?;
-    ///
-    /// let waiting = runtime
-    ///     .list_instances(InstanceQuery {
-    ///         status: Some(WorkflowStatus::Suspended),
-    ///         ..InstanceQuery::default()
-    ///     })
-    ///     .await?;
-    /// assert_eq!(waiting.len(), 1);
-    /// assert_eq!(waiting[0].waiting_for, ["read"]);
-    /// # Ok(())
-    /// # }
-    /// ```
-    pub async fn list_instances(
-        &self,
-        query: InstanceQuery,
-    ) -> Result<Vec<InstanceSummary>, StoreError> {
-        let limit = if query.limit == 0 { 100 } else { query.limit };
-        let now = now_micros();
-        let micros = |d: Duration| Micros::try_from(d.as_micros()).unwrap_or(Micros::MAX);
-        let changed_before = query.unchanged_for.map(|d| now.saturating_sub(micros(d)));
-        let created_after = query.created_within.map(|d| now.saturating_sub(micros(d)));
-        let mut filter = InstanceFilter {
-            status: query.status,
-            definition_name: query.definition.clone(),
-            correlation_id: query.correlation_id.clone(),
-            after: query.after.clone(),
-            limit: limit.clamp(50, 500),
-            ..InstanceFilter::default()
-        };
-        let mut out = Vec::new();
-        loop {
-            let page = self.inner.store.list_instances(filter.clone()).await?;
-            let Some(last) = page.last() else { break };
-            filter.after = Some(last.instance_id.clone());
-            for listed in page {
-                // The summary's position and waits come from the row's listing, or from the
-                // document for a row written without one.
-                let stored = match &listed.summary {
-                    Ok(row) => row
-                        .listing
-                        .as_deref()
-                        .and_then(InstanceListing::decode)
-                        .map(|listing| from_listing(row, listing)),
-                    Err(_) => None,
-                };
-                let loaded = match (stored, listed.summary) {
-                    (Some(summary), _) => Ok(Ok(summary)),
-                    (None, Ok(_)) => self
-                        .inner
-                        .store
-                        .load_instance_text(&listed.instance_id)
-                        .await
-                        .map(Err),
-                    (None, Err(error)) => Err(error),
-                };
-                let summary = match loaded {
-                    Ok(Ok(summary)) => summary,
-                    Ok(Err(record)) => summary(record),
-                    Err(error) => {
-                        // The row itself does not decode: listed, never skipped (ST-22).
-                        InstanceSummary {
-                            instance_id: listed.instance_id,
-                            definition: query.definition.clone().unwrap_or_default(),
-                            version: String::new(),
-                            status: query.status.unwrap_or(WorkflowStatus::Running),
-                            sub_status: None,
-                            at: Vec::new(),
-                            waiting_for: Vec::new(),
-                            correlation_id: None,
-                            open_incidents: 0,
-                            control_request: None,
-                            created_at: 0,
-                            updated_at: 0,
-                            unreadable: Some(error.to_string()),
-                        }
+/// Lists the store's instances matching `query` (see `Runtime::list_instances`).
+pub(crate) async fn list_instances(
+    store: &Storage,
+    query: InstanceQuery,
+) -> Result<Vec<InstanceSummary>, StoreError> {
+    let limit = if query.limit == 0 { 100 } else { query.limit };
+    let now = now_micros();
+    let micros = |d: Duration| Micros::try_from(d.as_micros()).unwrap_or(Micros::MAX);
+    let changed_before = query.unchanged_for.map(|d| now.saturating_sub(micros(d)));
+    let created_after = query.created_within.map(|d| now.saturating_sub(micros(d)));
+    let mut filter = InstanceFilter {
+        status: query.status,
+        definition_name: query.definition.clone(),
+        correlation_id: query.correlation_id.clone(),
+        after: query.after.clone(),
+        limit: limit.clamp(50, 500),
+        ..InstanceFilter::default()
+    };
+    let mut out = Vec::new();
+    loop {
+        let page = store.list_instances(filter.clone()).await?;
+        let Some(last) = page.last() else { break };
+        filter.after = Some(last.instance_id.clone());
+        for listed in page {
+            // The summary's position and waits come from the row's listing, or from the
+            // document for a row written without one.
+            let stored = match &listed.summary {
+                Ok(row) => row
+                    .listing
+                    .as_deref()
+                    .and_then(InstanceListing::decode)
+                    .map(|listing| from_listing(row, listing)),
+                Err(_) => None,
+            };
+            let loaded = match (stored, listed.summary) {
+                (Some(summary), _) => Ok(Ok(summary)),
+                (None, Ok(_)) => store.load_instance_text(&listed.instance_id).await.map(Err),
+                (None, Err(error)) => Err(error),
+            };
+            let summary = match loaded {
+                Ok(Ok(summary)) => summary,
+                Ok(Err(record)) => summary(record),
+                Err(error) => {
+                    // The row itself does not decode: listed, never skipped (ST-22).
+                    InstanceSummary {
+                        instance_id: listed.instance_id,
+                        definition: query.definition.clone().unwrap_or_default(),
+                        version: String::new(),
+                        status: query.status.unwrap_or(WorkflowStatus::Running),
+                        sub_status: None,
+                        at: Vec::new(),
+                        waiting_for: Vec::new(),
+                        correlation_id: None,
+                        open_incidents: 0,
+                        control_request: None,
+                        created_at: 0,
+                        updated_at: 0,
+                        unreadable: Some(error.to_string()),
                     }
-                };
-                let unreadable = summary.unreadable.is_some();
-                let keep = unreadable
-                    || (query
-                        .sub_status
-                        .is_none_or(|s| summary.sub_status == Some(s))
-                        && changed_before.is_none_or(|t| summary.updated_at < t)
-                        && created_after.is_none_or(|t| summary.created_at > t));
-                if keep {
-                    out.push(summary);
-                    if out.len() >= limit {
-                        return Ok(out);
-                    }
+                }
+            };
+            let unreadable = summary.unreadable.is_some();
+            let keep = unreadable
+                || (query
+                    .sub_status
+                    .is_none_or(|s| summary.sub_status == Some(s))
+                    && changed_before.is_none_or(|t| summary.updated_at < t)
+                    && created_after.is_none_or(|t| summary.created_at > t));
+            if keep {
+                out.push(summary);
+                if out.len() >= limit {
+                    return Ok(out);
                 }
             }
         }
-        Ok(out)
     }
+    Ok(out)
 }
 
 /// The summary of a row whose listing was stored with it.
@@ -299,39 +206,4 @@ fn summary(record: InstanceRecord<String>) -> InstanceSummary {
         Err(error) => summary.unreadable = Some(error.to_string()),
     }
     summary
-}
-
-/// The current state of a root state machine, else the innermost nodes not completed.
-fn position(state: &WorkflowState) -> Vec<&str> {
-    if state.status.is_final() {
-        return Vec::new();
-    }
-    let Some(root) = state.root else {
-        return Vec::new();
-    };
-    if let Some(current) = state
-        .context(root)
-        .and_then(|c| c.properties.get(crate::engine::names::CURRENT_STATE))
-        .and_then(serde_json::Value::as_str)
-    {
-        return vec![current];
-    }
-    let open: Vec<&str> = state
-        .contexts
-        .values()
-        .filter(|c| c.id != root)
-        .filter(|c| {
-            matches!(
-                c.status,
-                ActivityStatus::Pending | ActivityStatus::Running | ActivityStatus::Faulted
-            )
-        })
-        .map(|c| c.node_id.as_str())
-        .collect();
-    // The innermost: no other open node is under it (`<it>:...`).
-    let under = |m: &str, n: &str| m.strip_prefix(n).is_some_and(|rest| rest.starts_with(':'));
-    open.iter()
-        .filter(|n| !open.iter().any(|m| under(m, n)))
-        .map(|n| n.rsplit(':').next().unwrap_or(n))
-        .collect()
 }

@@ -3,12 +3,13 @@
 
 use serde_json::Value;
 
+use super::Router;
 use crate::base::new_ulid;
+use crate::base::now_micros;
 use crate::routing::{Rejection, Targets};
-use crate::runtime::{Runtime, now_micros};
 use crate::store::{DeadLetter, DeadLetterFilter, DeadLetterReason, QueueItem, StoreError};
 
-impl Runtime {
+impl Router {
     /// RT-22 (and ST-24): writes the stimulus of `base` to the dead letters with reason
     /// `Rejected` and the typed error, targeted at `instance` and `bookmark` (so a replay after a fix reaches
     /// only them).
@@ -29,7 +30,7 @@ impl Runtime {
         base.attempts = 0;
         base.held = false;
         let error = serde_json::to_string(rejection).unwrap_or_default();
-        let store = &self.inner.store;
+        let store = &self.store;
         let item_id = base.item_id.clone();
         match rejection {
             Rejection::PayloadDecode {
@@ -77,21 +78,20 @@ impl Runtime {
 
     /// Re-enqueues a dead letter with a fresh TTL (the runtime's default), zero attempts and
     /// the same stimulus id, so receipts still prevent a double application (RT-28).
-    pub async fn replay_dead_letter(&self, item_id: &str) -> Result<QueueItem, StoreError> {
+    pub(crate) async fn replay_dead_letter(&self, item_id: &str) -> Result<QueueItem, StoreError> {
         let item = self
-            .inner
             .store
-            .replay_dead_letter(item_id, now_micros(), self.inner.queue_ttl)
+            .replay_dead_letter(item_id, now_micros(), self.queue_ttl)
             .await?;
-        self.inner.doorbell.notify_one();
+        self.doorbell.notify_one();
         Ok(item)
     }
 
     /// Dead letters (RT-28), oldest first.
-    pub async fn dead_letters(
+    pub(crate) async fn dead_letters(
         &self,
         filter: DeadLetterFilter,
     ) -> Result<Vec<DeadLetter>, StoreError> {
-        self.inner.store.list_dead_letters(filter).await
+        self.store.list_dead_letters(filter).await
     }
 }

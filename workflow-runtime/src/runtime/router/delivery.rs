@@ -1,9 +1,11 @@
-//! Delivery (RT-14 to RT-24): [`Runtime::send`] starts by trigger and resumes by
+//! Delivery (RT-14 to RT-24): a send starts by trigger and resumes by
 //! bookmark in one call, defers to the queue what cannot be delivered now, and answers a
 //! retried send from its idempotency record.
 
 use serde_json::Value;
 
+use super::Router;
+use crate::base::lock;
 use crate::base::{new_ulid, now_micros};
 use crate::engine::executor::{RunError, RunTarget};
 use crate::engine::state::WorkflowStatus;
@@ -12,35 +14,21 @@ use crate::routing::{
     BOOKMARK_PAGE, MAX_PAYLOAD_BYTES, Rejection, SendError, SendReport, Stimulus, Targets,
     to_micros,
 };
-use crate::runtime::{Delivery, Runtime, Started, lock};
+use crate::runtime::run_path::RunOptions;
+use crate::status::Started;
 use crate::store::{BookmarkQuery, BookmarkRow, IdempotencyRecord, Micros, QueueItem, StoreError};
 
-impl Runtime {
-    /// Sends a stimulus (RT-14 to RT-24): in one call, starts the definitions whose
-    /// event trigger matches (RT-15, subject to their activation strategy) and resumes every
-    /// bookmark waiting for its name and key (RT-17), narrowed by instance id, correlation id
-    /// or bookmark id, one run per instance; a stimulus that matched nothing is queued for a
-    /// bookmark that appears later (RT-21), unless [`Stimulus::queue`] is off. With an
-    /// idempotency key, a retried send returns the first report with `duplicate: true`.
-    ///
-    /// # Errors
-    ///
-    /// Before anything is written: [`SendError::Routing`] for a name, key or correlation id that
-    /// cannot be routed, [`SendError::Payload`] or [`SendError::PayloadTooLarge`] for the payload,
-    /// [`SendError::IdempotencyKeyReused`] for a key used by another send, and
-    /// [`SendError::InstanceNotFound`], [`SendError::InstanceTerminal`],
-    /// [`SendError::BookmarkNotFound`] or [`SendError::BookmarkStimulusMismatch`] for a target that
-    /// cannot take it. [`SendError::Store`] when the store fails (what was committed stays; a
-    /// retry with the same idempotency key is safe) and [`SendError::Run`] when a run fails (that
-    /// instance is unchanged).
-    pub async fn send(&self, stimulus: Stimulus) -> Result<SendReport, SendError> {
+impl Router {
+    /// Sends a stimulus (RT-14 to RT-24): see `Runtime::send`. The links its runs queued
+    /// are carried out before it returns, and the report's statuses read after them.
+    pub(crate) async fn send(&self, stimulus: Stimulus) -> Result<SendReport, SendError> {
         let mut result = self.send_inner(stimulus).await;
-        if self.process_links().await
+        if self.links.process().await
             && let Ok(report) = &mut result
             && !report.duplicate
         {
             for started in report.started.iter_mut().chain(&mut report.resumed) {
-                self.refresh(started).await;
+                self.links.refresh(started).await;
             }
         }
         result
@@ -63,7 +51,7 @@ impl Runtime {
                 limit: MAX_PAYLOAD_BYTES,
             });
         }
-        let store = &self.inner.store;
+        let store = &self.store;
         // RT-14: an instance and a bookmark of another instance exclude each other.
         if let (Some(instance), Some(bookmark)) = (&stimulus.instance_id, &stimulus.bookmark_id) {
             let mut query = BookmarkQuery::by_hash(hash.clone(), 1);
@@ -107,7 +95,7 @@ impl Runtime {
                     .await
                     .map_err(SendError::Store)?
                 {
-                    let in_progress = lock(&self.inner.pending_records).contains_key(&stimulus_id);
+                    let in_progress = lock(&self.pending_records).contains_key(&stimulus_id);
                     let carry_on = !in_progress
                         && !stimulus.enqueue
                         && is_pending(&record.report)
@@ -169,7 +157,7 @@ impl Runtime {
                 let key = stimulus.idempotency_key.as_deref().unwrap_or_default();
                 return duplicate(existing, key, &hash, &payload_digest);
             }
-            self.inner.doorbell.notify_one();
+            self.doorbell.notify_one();
             return Ok(report);
         } else {
             // RT-19: the first write of the send's effects (the commit delivering the
@@ -196,7 +184,7 @@ impl Runtime {
                     created_at: now_micros(),
                 });
             if let Some(own) = &own {
-                lock(&self.inner.pending_records)
+                lock(&self.pending_records)
                     .entry(stimulus_id.clone())
                     .or_insert_with(|| (own.clone(), 0))
                     .1 += 1;
@@ -223,7 +211,7 @@ impl Runtime {
                 )
                 .await;
             if own.is_some() {
-                let mut pending = lock(&self.inner.pending_records);
+                let mut pending = lock(&self.pending_records);
                 if let Some(entry) = pending.get_mut(&stimulus_id) {
                     entry.1 = entry.1.saturating_sub(1);
                     if entry.1 == 0 {
@@ -291,7 +279,7 @@ impl Runtime {
         own: Option<&IdempotencyRecord>,
         report: &SendReport,
     ) -> Result<Option<SendReport>, SendError> {
-        let store = &self.inner.store;
+        let store = &self.store;
         let Some(own) = own else {
             store
                 .enqueue_send(items, None)
@@ -342,7 +330,6 @@ impl Runtime {
             let query = self.bookmark_query(stimulus, hash);
             let hashes = self.trigger_hashes(stimulus, hash).await?;
             let (rows, page) = self
-                .inner
                 .store
                 .find_routes(hashes, query)
                 .await
@@ -423,7 +410,7 @@ impl Runtime {
                 if let Some(duplicate) = self.enqueue_for_send(vec![item], own, &report).await? {
                     return Ok(duplicate);
                 }
-                self.inner.doorbell.notify_one();
+                self.doorbell.notify_one();
             } else {
                 report.unmatched = true;
             }
@@ -440,7 +427,7 @@ impl Runtime {
         sent_at: Micros,
         targets: &Targets,
     ) -> QueueItem {
-        let ttl = stimulus.ttl.map_or(self.inner.queue_ttl, to_micros);
+        let ttl = stimulus.ttl.map_or(self.queue_ttl, to_micros);
         QueueItem {
             item_id: new_ulid(),
             stimulus_id: stimulus_id.to_owned(),
@@ -464,7 +451,7 @@ impl Runtime {
     /// RT-34: a send aimed at one instance is refused at once when the instance is gone or
     /// final (its status alone: the document is not decoded).
     async fn refuse_gone_or_final(&self, instance: &str) -> Result<(), SendError> {
-        match self.inner.store.instance_status(instance).await {
+        match self.store.instance_status(instance).await {
             Ok((status, _)) if status.is_final() => Err(SendError::InstanceTerminal {
                 instance: instance.to_owned(),
                 status,
@@ -493,7 +480,7 @@ impl Runtime {
         prefetched: Option<Vec<BookmarkRow>>,
         report: &mut SendReport,
     ) -> Result<Vec<(String, bool)>, SendError> {
-        let store = &self.inner.store;
+        let store = &self.store;
         if let Some(instance) = &stimulus.instance_id {
             self.refuse_gone_or_final(instance).await?;
         }
@@ -539,13 +526,10 @@ impl Runtime {
                 ids,
                 payload: stimulus.payload.clone(),
             };
-            let delivery = if receipts == Receipts::Kept {
-                Delivery::kept(stimulus_id.to_owned())
-            } else {
-                Delivery::once(stimulus_id.to_owned())
-            };
+            let delivery = self.delivery(stimulus_id, receipts == Receipts::Kept);
             match self
-                .drive_consuming(&instance, target, Some(delivery))
+                .run_path
+                .run(&instance, RunOptions::to(target).delivering(delivery))
                 .await
             {
                 Ok(Some(started)) => report.resumed.push(started),
@@ -660,7 +644,6 @@ impl Runtime {
     /// 20 listed); empty when one is live or there is none.
     async fn finished_correlation(&self, correlation: &str) -> Result<Vec<Started>, StoreError> {
         let page = self
-            .inner
             .store
             .list_instances(crate::store::InstanceFilter {
                 correlation_id: Some(correlation.to_owned()),
@@ -708,7 +691,7 @@ impl Runtime {
         self.matching_rows_from(query, None).await
     }
 
-    /// [`Runtime::matching_rows`] whose first page, when given, was read already.
+    /// [`Router::matching_rows`] whose first page, when given, was read already.
     async fn matching_rows_from(
         &self,
         mut query: BookmarkQuery,
@@ -718,7 +701,7 @@ impl Runtime {
         loop {
             let rows = match first.take() {
                 Some(rows) => rows,
-                None => self.inner.store.find_bookmarks(query.clone()).await?,
+                None => self.store.find_bookmarks(query.clone()).await?,
             };
             let full = rows.len() >= query.limit;
             query.after = rows.last().map(|r| (r.created_at, r.bookmark_id.clone()));

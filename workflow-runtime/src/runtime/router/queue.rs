@@ -1,28 +1,30 @@
 //! The bookmark queue and its worker (RT-25 to RT-31).
 //!
-//! [`Runtime::start_workers`] indexes the triggers (RT-9) and spawns one tokio task that
+//! `Runtime::start_workers` indexes the triggers (RT-9) and spawns one tokio task that
 //! delivers queued stimuli (RT-25 to RT-29). It is woken by a doorbell of capacity one (a
 //! [`tokio::sync::Notify`]: many rings before a pass cost one pass, RT-26), rung by every
 //! enqueue of this process and by the store's `QueueChanged` hints (a commit that added
 //! bookmarks, here or in another process), and by a periodic sweep
-//! ([`RuntimeBuilder::queue_sweep`](super::RuntimeBuilder::queue_sweep), default 10 s). It
-//! stops on [`Runtime::shutdown`], and is aborted when the last clone of the runtime is
+//! (`RuntimeBuilder::queue_sweep`, default 10 s). It
+//! stops on `Runtime::shutdown`, and is aborted when the last clone of the runtime is
 //! dropped (it holds only a weak reference between passes). Without `start_workers`, queued
-//! stimuli stay in the store until [`Runtime::deliver_queued`] is called.
+//! stimuli stay in the store until `Runtime::deliver_queued` is called.
 
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use tokio::sync::{Notify, watch};
 
+use super::Router;
 use super::delivery::Origin;
+use crate::base::now_micros;
 use crate::engine::executor::{RunError, RunTarget};
 use crate::routing::{BOOKMARK_PAGE, Rejection, Stimulus, Targets};
-use crate::runtime::{Delivery, Inner, Runtime, lock, now_micros};
+use crate::runtime::run_path::RunOptions;
 use crate::store::{BookmarkQuery, DeadLetterReason, QueueItem, StoreError, WakeUp};
 
 /// The default periodic sweep of the queue worker (RT-26): 10 s.
-pub(crate) const DEFAULT_SWEEP: Duration = Duration::from_secs(10);
+pub(crate) const DEFAULT_QUEUE_SWEEP: Duration = Duration::from_secs(10);
 /// Queue items claimed per page (RT-27).
 const QUEUE_PAGE: usize = 50;
 
@@ -82,24 +84,24 @@ impl DeliveryError {
     }
 }
 
-impl Runtime {
+impl Router {
     /// One pass of the bookmark queue (RT-27, RT-28): expired items become dead letters
     /// `Expired`; every other item is offered, oldest first, to the bookmarks its look-back
     /// admits (RT-31: sent at or after the instance's `origin_at`, `SinceOrigin`), and deleted
     /// once delivered. Each pending item is visited at most once per pass. Returns how many
     /// items were delivered. The worker calls it; tests and tools may too.
-    pub async fn deliver_queued(&self) -> Result<usize, StoreError> {
+    pub(crate) async fn deliver_queued(&self) -> Result<usize, StoreError> {
         Ok(self.queue_pass().await?.delivered)
     }
 
-    /// [`Runtime::deliver_queued`], with what the worker needs to know. Claims last as long
+    /// [`Router::deliver_queued`], with what the worker needs to know. Claims last as long
     /// as an instance lease (RT-29, ST-14). A shutdown stops the pass between items; the
     /// items left are put back. The passes of one runtime are serialized.
     pub(crate) async fn queue_pass(&self) -> Result<QueuePass, StoreError> {
-        let mut parked = self.inner.queue_passes.lock().await;
-        let store = &self.inner.store;
+        let mut parked = self.queue_passes.lock().await;
+        let store = &self.store;
         let now = now_micros();
-        let claim_ttl = self.inner.lease.ttl_micros();
+        let claim_ttl = self.run_path.lease_settings().ttl_micros();
         loop {
             let expired = store.expire_queue(now, 500).await?;
             if expired > 0 {
@@ -118,7 +120,7 @@ impl Runtime {
         let mut claimed = Vec::new();
         loop {
             let page = store
-                .claim_queue_page(&self.inner.owner, now, claim_ttl, QUEUE_PAGE)
+                .claim_queue_page(self.run_path.owner(), now, claim_ttl, QUEUE_PAGE)
                 .await?;
             let done = page.len() < QUEUE_PAGE;
             claimed.extend(page);
@@ -135,7 +137,7 @@ impl Runtime {
         for item in claimed {
             if self.stopping() {
                 store
-                    .release_queue_item(&item.item_id, &self.inner.owner)
+                    .release_queue_item(&item.item_id, self.run_path.owner())
                     .await?;
                 pass.put_back += 1;
                 continue;
@@ -187,7 +189,7 @@ impl Runtime {
                             pass.left(&item);
                             pass.retry = true;
                             store
-                                .release_queue_item(&item.item_id, &self.inner.owner)
+                                .release_queue_item(&item.item_id, self.run_path.owner())
                                 .await?;
                         } else {
                             pass.retry = true;
@@ -249,14 +251,14 @@ impl Runtime {
                     pass.left(&item);
                     parked.insert(item.item_id.clone());
                     store
-                        .release_queue_item(&item.item_id, &self.inner.owner)
+                        .release_queue_item(&item.item_id, self.run_path.owner())
                         .await?;
                     pass.put_back += 1;
                 }
                 Ok(false) => {
                     pass.left(&item);
                     store
-                        .park_queue_item(&item.item_id, &self.inner.owner)
+                        .park_queue_item(&item.item_id, self.run_path.owner())
                         .await?;
                 }
                 Err(error) if error.is_transient() => {
@@ -264,7 +266,7 @@ impl Runtime {
                     pass.left(&item);
                     pass.retry = true;
                     store
-                        .release_queue_item(&item.item_id, &self.inner.owner)
+                        .release_queue_item(&item.item_id, self.run_path.owner())
                         .await?;
                     pass.put_back += 1;
                 }
@@ -280,7 +282,7 @@ impl Runtime {
             }
         }
         if pass.delivered > 0 {
-            self.process_links().await;
+            self.links.process().await;
         }
         Ok(pass)
     }
@@ -299,7 +301,7 @@ impl Runtime {
         first: bool,
         busy: &mut bool,
     ) -> Result<bool, DeliveryError> {
-        let store = &self.inner.store;
+        let store = &self.store;
         let targets: Targets = serde_json::from_value(item.targets.clone()).unwrap_or_default();
         let mut query = BookmarkQuery::by_hash(item.hash.clone(), BOOKMARK_PAGE);
         query.instance_id.clone_from(&targets.instance_id);
@@ -351,7 +353,7 @@ impl Runtime {
             }
             // RT-24, ENG-46: pinned to a version this process does not run, the instance is
             // not claimed here at all; the item waits for a process that runs it.
-            let registered = self.inner.workflows.get(&record.definition_name);
+            let registered = self.definitions().get(&record.definition_name);
             if registered.is_none_or(|w| w.version() != record.definition_version) {
                 let error = RunError::VersionNotRegistered {
                     instance: instance.clone(),
@@ -374,20 +376,13 @@ impl Runtime {
             // RT-19: an item for this one instance is deleted by the commit delivering it, so
             // a worker stopped before its acknowledgement leaves nothing to deliver again.
             let consumes = targets.instance_id.as_deref() == Some(instance.as_str());
-            let key = (instance.clone(), item.stimulus_id.clone());
-            if consumes {
-                lock(&self.inner.consuming).insert(key.clone(), item.item_id.clone());
-            }
+            let delivery = self
+                .delivery(&item.stimulus_id, true)
+                .consuming(consumes.then(|| item.item_id.clone()));
             let delivered = self
-                .drive_consuming(
-                    &instance,
-                    target,
-                    Some(Delivery::kept(item.stimulus_id.clone())),
-                )
+                .run_path
+                .run(&instance, RunOptions::to(target).delivering(delivery))
                 .await;
-            if consumes {
-                lock(&self.inner.consuming).remove(&key);
-            }
             match delivered {
                 Ok(Some(_)) => any = true,
                 // ST-24: the instance faulted at its last commit; the item, not consumed,
@@ -447,36 +442,6 @@ impl Runtime {
             _ => Ok(any),
         }
     }
-
-    /// Indexes the triggers (RT-9) and starts the queue worker (RT-26, see the module docs)
-    /// on the current tokio runtime, unless it runs (even on a runtime built with
-    /// [`RuntimeBuilder::queue_worker`](crate::RuntimeBuilder::queue_worker) off). The
-    /// runtime starts it by itself (see [`Runtime::run_background`]).
-    ///
-    /// # Errors
-    ///
-    /// The store's, when indexing the triggers fails.
-    pub async fn start_workers(&self) -> Result<(), StoreError> {
-        self.ensure_triggers().await?;
-        let Ok(handle) = tokio::runtime::Handle::try_current() else {
-            return Ok(());
-        };
-        let mut background = lock(&self.inner.background);
-        if background.queue.as_ref().is_some_and(|h| !h.is_finished()) {
-            return Ok(());
-        }
-        self.inner.stop.send_replace(false);
-        background.queue = Some(handle.spawn(worker(
-            Arc::downgrade(&self.inner),
-            Arc::clone(&self.inner.doorbell),
-            self.inner.stop.subscribe(),
-            self.inner.store.subscribe(),
-            self.inner.sweep,
-        )));
-        // RT-26: a registration rings the doorbell.
-        self.inner.doorbell.notify_one();
-        Ok(())
-    }
 }
 
 /// Logs an item whose last delivery attempt made it a dead letter `Failed` (RT-28).
@@ -495,19 +460,18 @@ fn failed_for_good(item: &QueueItem, failure: &crate::store::QueueFailure, error
 /// The queue worker (RT-26, RT-27): one pass per doorbell ring or store hint, and a sweep
 /// that passes only when something may have changed since the last pass (see
 /// [`Quiet`]).
-pub(crate) async fn worker(
-    inner: Weak<Inner>,
+pub(crate) async fn queue_worker(
+    weak: Weak<Router>,
     doorbell: Arc<Notify>,
     mut stop: watch::Receiver<bool>,
     mut hints: tokio::sync::broadcast::Receiver<WakeUp>,
     sweep: Duration,
 ) {
     // RT-9: the triggers are indexed before the first pass.
-    if let Some(inner) = inner.upgrade() {
-        let runtime = Runtime { inner };
-        if let Err(error) = runtime.ensure_triggers().await {
-            tracing::warn!(%error, "queue worker: indexing the triggers failed");
-        }
+    if let Some(router) = weak.upgrade()
+        && let Err(error) = router.ensure_triggers().await
+    {
+        tracing::warn!(%error, "queue worker: indexing the triggers failed");
     }
     // Hints still to come from the last pass's own writes.
     let mut own_hints = 0usize;
@@ -535,8 +499,8 @@ pub(crate) async fn worker(
                 // ENG-50, FLT-15: a control request recorded in this process is honoured at
                 // once (one from another process is found by the periodic pass).
                 Ok(WakeUp::ControlRequested { id }) => {
-                    let Some(inner) = inner.upgrade() else { return };
-                    Runtime { inner }.honour(&id).await;
+                    let Some(router) = weak.upgrade() else { return };
+                    router.controller.honour(&id).await;
                     continue;
                 }
                 Ok(WakeUp::QueueChanged) if own_hints > 0 => {
@@ -554,47 +518,45 @@ pub(crate) async fn worker(
             }
         }
         next_sweep = tokio::time::Instant::now() + sweep;
-        let Some(strong) = inner.upgrade() else {
+        let Some(router) = weak.upgrade() else {
             return;
         };
-        let runtime = Runtime { inner: strong };
-        let unchanged = quiet.changes == Some(runtime.inner.store.changes());
-        if sweeping && quiet.still(&runtime) {
+        let unchanged = quiet.changes == Some(router.store.changes());
+        if sweeping && quiet.still(&router) {
             // RT-27: nothing changed since a pass that left only items it cannot deliver:
             // a sweep now would claim and put back the same items (two writes each).
             if control_due {
                 control_due = false;
-                runtime.control_pass().await;
+                router.controller.control_pass().await;
             }
-            if quiet.still(&runtime) {
+            if quiet.still(&router) {
                 continue;
             }
         } else if sweeping && quiet.fallback && unchanged {
             // RT-27: nothing heard for a lease TTL; a hint lost to a crash, or the claims of
             // a process that died lapsing, would leave items here only until now.
             tracing::debug!(
-                ttl = ?runtime.inner.lease.ttl,
+                ttl = ?router.run_path.lease_settings().ttl,
                 "queue: nothing heard for a lease TTL; sweeping the held items anyway"
             );
         }
-        drop(runtime);
+        drop(router);
         // RT-26: coalesce a burst of rings into one pass.
         tokio::time::sleep(Duration::from_millis(20)).await;
         while hints.try_recv().is_ok() {}
-        let Some(inner) = inner.upgrade() else {
+        let Some(router) = weak.upgrade() else {
             return;
         };
-        let runtime = Runtime { inner };
         if control_due {
             control_due = false;
-            runtime.control_pass().await;
+            router.controller.control_pass().await;
         }
         // Read before the pass: a listener that begins to listen during it does not make
         // what it missed before count as heard.
-        let hears = runtime.inner.store.hears_every_change();
-        let changes = runtime.inner.store.changes();
+        let hears = router.store.hears_every_change();
+        let changes = router.store.changes();
         let began = tokio::time::Instant::now();
-        let passed = crate::store::Storage::uncounted(runtime.queue_pass()).await;
+        let passed = crate::store::Storage::uncounted(router.queue_pass()).await;
         // The claims of a failed pass are seen by a pass that began after they lapsed.
         if lapse.is_some_and(|at| began >= at) {
             lapse = None;
@@ -610,13 +572,13 @@ pub(crate) async fn worker(
             }
             Ok(pass) => {
                 own_hints = pass.put_back;
-                quiet = Quiet::after(&runtime, hears, changes, &pass, lapse);
+                quiet = Quiet::after(&router, hears, changes, &pass, lapse);
             }
             Err(error) => {
                 // The items it had claimed and not settled come back when their claims
                 // lapse: a pass looks then, whatever else happens.
                 quiet = Quiet::default();
-                lapse = Some(tokio::time::Instant::now() + runtime.inner.lease.ttl);
+                lapse = Some(tokio::time::Instant::now() + router.run_path.lease_settings().ttl);
                 tracing::warn!(%error, "bookmark queue pass failed");
             }
         }
@@ -627,7 +589,7 @@ pub(crate) async fn worker(
 /// change count when it began ([`Storage::changes`](crate::store::Storage::changes)), and
 /// the instant by which it must look again anyway. Until the count moves (a commit, a
 /// local hint such as an enqueue or a lease release, a hint from another process, a write
-/// of another runtime sharing the in-process store, a reconnected listener) or that instant
+/// of another router sharing the in-process store, a reconnected listener) or that instant
 /// comes, a sweep has nothing to find: the items left are held or wait for something that
 /// announces itself, so the sweep does not claim them again.
 #[derive(Debug, Default)]
@@ -645,16 +607,16 @@ struct Quiet {
 impl Quiet {
     /// After a pass that began at change count `changes` and delivered nothing, on a store
     /// that heard every change when it began (`hears`). A store that does not
-    /// ([`Storage::hears_every_change`]: no listener, or one not listening then) is swept
+    /// ([`Storage::hears_every_change`](crate::store::Storage::hears_every_change): no listener, or one not listening then) is swept
     /// every time. One whose hints a crash can lose
-    /// ([`Storage::can_miss_a_crash`]: PostgreSQL, whose notification of a commit is sent
+    /// ([`Storage::can_miss_a_crash`](crate::store::Storage::can_miss_a_crash): PostgreSQL, whose notification of a commit is sent
     /// after it, and where a claim of a process that died lapses unannounced) is swept at
     /// least once per lease TTL, which bounds how long such a loss can hold an item.
     ///
-    /// [`Storage::hears_every_change`]: crate::store::Storage::hears_every_change
-    /// [`Storage::can_miss_a_crash`]: crate::store::Storage::can_miss_a_crash
+    /// [`Storage::hears_every_change`](crate::store::Storage::hears_every_change): crate::store::Storage::hears_every_change
+    /// [`Storage::can_miss_a_crash`](crate::store::Storage::can_miss_a_crash): crate::store::Storage::can_miss_a_crash
     fn after(
-        runtime: &Runtime,
+        router: &Router,
         hears: bool,
         changes: u64,
         pass: &QueuePass,
@@ -672,11 +634,10 @@ impl Quiet {
             .into_iter()
             .flatten()
             .min();
-        let fallback = runtime
-            .inner
+        let fallback = router
             .store
             .can_miss_a_crash()
-            .then(|| now + runtime.inner.lease.ttl)
+            .then(|| now + router.run_path.lease_settings().ttl)
             .filter(|at| due.is_none_or(|due| *at < due));
         Self {
             changes: Some(changes),
@@ -686,40 +647,10 @@ impl Quiet {
     }
 
     /// Whether nothing changed since the last pass, and nothing is due.
-    fn still(&self, runtime: &Runtime) -> bool {
-        self.changes == Some(runtime.inner.store.changes())
+    fn still(&self, router: &Router) -> bool {
+        self.changes == Some(router.store.changes())
             && self
                 .until
                 .is_none_or(|until| tokio::time::Instant::now() < until)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use std::sync::Arc;
-
-    use super::Runtime;
-
-    /// The worker holds only a weak reference: dropping the last runtime ends it, and
-    /// `shutdown` joins it.
-    #[test]
-    fn rt26_the_worker_stops_on_shutdown_and_on_drop() {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_time()
-            .build()
-            .ok();
-        let Some(rt) = rt else { return };
-        rt.block_on(async {
-            let runtime = Runtime::builder().build().ok();
-            let Some(runtime) = runtime else { return };
-            assert!(runtime.start_workers().await.is_ok());
-            runtime.shutdown(std::time::Duration::ZERO).await;
-            assert!(super::lock(&runtime.inner.background).queue.is_none());
-            assert!(runtime.start_workers().await.is_ok());
-            let weak = Arc::downgrade(&runtime.inner);
-            drop(runtime);
-            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-            assert!(weak.upgrade().is_none(), "the runtime state leaked");
-        });
     }
 }

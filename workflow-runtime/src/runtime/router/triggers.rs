@@ -6,62 +6,27 @@
 use serde_json::Value;
 use workflow_model::Activation;
 
+use super::Router;
 use super::delivery::Origin;
+use crate::base::{lock, now_micros};
 use crate::engine::state::TriggerStart;
 use crate::identity::sha_hex;
 use crate::identity::stimulus_hash;
 use crate::routing::{Refusal, SendError, SendReport, Stimulus};
-use crate::runtime::{Runtime, StartOptions, lock, now_micros};
+use crate::runtime::outcomes::StartOptions;
+use crate::runtime::run_path::RunOptions;
 use crate::store::{DefinitionRecord, Micros, StoreError, TriggerRow};
 
-impl Runtime {
-    /// The activation guard of a new instance of `name` (RT-15, RT-16), or why none may be
-    /// created. One scope per instance: `singleton:<name>`, `correlation:<id>` or
-    /// `correlated:<name>:<id>`. Instances of `Always` definitions hold none: a trigger of a
-    /// `Correlation` definition also looks them up before creating (not atomically), while
-    /// `Runtime::start` sees only instances of `Correlation` definitions.
-    pub(crate) fn activation_scope(
-        &self,
-        name: &str,
-        correlation_id: Option<&str>,
-    ) -> Result<Option<String>, Refusal> {
-        let missing = || Refusal::MissingCorrelationId {
-            definition: name.to_owned(),
-        };
-        Ok(match self.activation_of(name) {
-            Activation::Always => None,
-            Activation::Singleton => Some(format!("singleton:{name}")),
-            Activation::Correlation => Some(format!(
-                "correlation:{}",
-                correlation_id.ok_or_else(missing)?
-            )),
-            Activation::CorrelatedSingleton => Some(format!(
-                "correlated:{name}:{}",
-                correlation_id.ok_or_else(missing)?
-            )),
-        })
-    }
-
-    /// The activation strategy of the registered definition `name` (`Always` if unknown).
-    pub(crate) fn activation_of(&self, name: &str) -> Activation {
-        self.inner
-            .workflows
-            .get(name)
-            .map(|w| w.activation())
-            .unwrap_or_default()
-    }
-
+impl Router {
     /// Writes the event triggers of every registered definition to the store, each
     /// definition's set replaced by difference (RT-9 to RT-11): a definition registered
     /// without triggers has its rows removed. Done once per runtime, by
-    /// [`Runtime::start_workers`] or the first [`Runtime::send`]; call it again after
+    /// `Runtime::start_workers` or the first send; call it again after
     /// another process changed the index to re-assert this process's view.
-    pub async fn index_triggers(&self) -> Result<(), StoreError> {
+    pub(crate) async fn index_triggers(&self) -> Result<(), StoreError> {
         let now = now_micros();
-        let mut names: Vec<&String> = self.inner.workflows.keys().collect();
-        names.sort();
-        for name in names {
-            let Some(workflow) = self.inner.workflows.get(name) else {
+        for name in self.definitions().names() {
+            let Some(workflow) = self.definitions().get(name) else {
                 continue;
             };
             let mut rows = Vec::new();
@@ -83,11 +48,10 @@ impl Runtime {
                     registered_at: now,
                 });
             }
-            self.inner.store.replace_triggers(name, rows).await?;
+            self.store.replace_triggers(name, rows).await?;
             // Each registered version is recorded (JSON form and fingerprint), so tools can
             // show it without this application's code.
-            self.inner
-                .store
+            self.store
                 .put_definition(DefinitionRecord {
                     name: name.clone(),
                     version: workflow.version().to_owned(),
@@ -100,8 +64,7 @@ impl Runtime {
     }
 
     pub(crate) async fn ensure_triggers(&self) -> Result<(), StoreError> {
-        self.inner
-            .triggers_indexed
+        self.triggers_indexed
             .get_or_try_init(|| self.index_triggers())
             .await
             .map(drop)
@@ -114,10 +77,7 @@ impl Runtime {
         except: &str,
     ) -> Result<Option<String>, StoreError> {
         // One indexed query, not a walk over documents.
-        self.inner
-            .store
-            .live_with_correlation(cid, Some(except))
-            .await
+        self.store.live_with_correlation(cid, Some(except)).await
     }
 
     /// The trigger hashes a stimulus can start by (its own and, with a key, its name's
@@ -152,7 +112,7 @@ impl Runtime {
         let mut created = false;
         let mut found = false;
         for row in rows {
-            let registered = self.inner.workflows.get(&row.definition_name);
+            let registered = self.definitions().get(&row.definition_name);
             if registered.is_none_or(|w| w.version() != row.definition_version) {
                 report.refused.push(Refusal::VersionNotRegistered {
                     definition: row.definition_name,
@@ -161,6 +121,7 @@ impl Runtime {
                 continue;
             }
             let scope = match self
+                .definitions()
                 .activation_scope(&row.definition_name, stimulus.correlation_id.as_deref())
             {
                 Ok(scope) => scope,
@@ -189,7 +150,7 @@ impl Runtime {
             // correlation strategy hold no activation guard, so they are looked up first (not
             // atomic with the creation; instances of `Correlation` definitions are, RT-16).
             if let (Activation::Correlation, Some(cid)) = (
-                self.activation_of(&row.definition_name),
+                self.definitions().activation_of(&row.definition_name),
                 stimulus.correlation_id.as_deref(),
             ) && let Some(existing) = self
                 .live_with_correlation(cid, &instance_id)
@@ -202,7 +163,7 @@ impl Runtime {
                 });
                 continue;
             }
-            let mut new = match self.new_instance(
+            let mut new = match self.definitions().new_instance(
                 &row.definition_name,
                 stimulus.payload.clone(),
                 options,
@@ -222,10 +183,10 @@ impl Runtime {
             new.origin_at = sent_at;
             // RT-19: a direct send's record is written with the instance it starts, so a
             // send retried after a crash finds it and neither starts nor queues anything.
-            new.idempotency = lock(&self.inner.pending_records)
+            new.idempotency = lock(&self.pending_records)
                 .get(stimulus_id)
                 .map(|(record, _)| record.clone());
-            let existed = match self.inner.store.create_instance(new).await {
+            let existed = match self.store.create_instance(new).await {
                 Ok(_) => false,
                 // A concurrent send with the key, or an earlier try of this send (RT-19),
                 // created it: it is run if its first run did not happen, and reported as
@@ -233,7 +194,7 @@ impl Runtime {
                 Err(StoreError::AlreadyExists { .. }) => true,
                 Err(StoreError::ActivationConflict { existing, .. }) => {
                     report.refused.push(Refusal::ActivationRefused {
-                        strategy: self.activation_of(&row.definition_name),
+                        strategy: self.definitions().activation_of(&row.definition_name),
                         existing,
                     });
                     continue;
@@ -242,7 +203,7 @@ impl Runtime {
             };
             created = true;
             found |= existed;
-            match self.drive_first(&instance_id).await {
+            match self.run_path.run(&instance_id, RunOptions::first()).await {
                 Ok(Some(started)) if !existed || origin != Origin::CarriedOn => {
                     report.started.push(started);
                 }
@@ -254,9 +215,8 @@ impl Runtime {
     }
 
     /// Removes the trigger rows of a definition no process registers any more (RT-11).
-    pub async fn retire_definition(&self, name: &str) -> Result<(), StoreError> {
-        self.inner
-            .store
+    pub(crate) async fn retire_definition(&self, name: &str) -> Result<(), StoreError> {
+        self.store
             .replace_triggers(name, Vec::new())
             .await
             .map(drop)

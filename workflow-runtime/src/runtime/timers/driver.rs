@@ -8,7 +8,10 @@ use std::time::Duration;
 use serde_json::json;
 use tokio::sync::{broadcast, watch};
 
-use crate::runtime::{Inner, Runtime, lock};
+use super::Timers;
+use crate::engine::executor::RunTarget;
+use crate::runtime::errors::ResumeError;
+use crate::runtime::run_path::RunOptions;
 use crate::store::{StoreError, WakeUp};
 
 /// How many due timers one claim takes.
@@ -21,9 +24,9 @@ const CLAIM_PAGE: usize = 100;
 const FIRING_CONCURRENCY: usize = 8;
 
 /// The default sweep interval (TM-5).
-pub(crate) const DEFAULT_SWEEP: Duration = Duration::from_secs(30);
+pub(crate) const DEFAULT_FALLBACK_SWEEP: Duration = Duration::from_secs(30);
 
-/// What [`Runtime::fire_due_timers`] did.
+/// What [`Runtime::fire_due_timers`](crate::Runtime::fire_due_timers) did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct TimerFiring {
     /// Bookmarks resumed: `(instance id, timer id)`, in due order; for a time trigger's
@@ -34,21 +37,20 @@ pub struct TimerFiring {
     pub failed: Vec<(String, String)>,
 }
 
-impl Runtime {
+impl Timers {
     /// Claims the timers due at the clock's now (TM-6) and resumes each one's bookmark through
     /// the normal resume path, the time triggers' schedules first, then the instances' timers
     /// in due order, a few at once: the resume payload is `{ "due_at", "fired_at" }` (µs),
     /// which the Delay completes with and journals (TM-8).
     /// The timer driver calls it; call it yourself on a runtime built without one.
-    pub async fn fire_due_timers(&self) -> Result<TimerFiring, StoreError> {
+    pub(crate) async fn fire_due_timers(self: &Arc<Self>) -> Result<TimerFiring, StoreError> {
         self.schedule_triggers().await?;
         let mut report = TimerFiring::default();
         loop {
-            let now = self.inner.clock.now();
+            let now = self.clock.now();
             // TM-5: nothing due, nothing claimed: a read, so an idle driver writes nothing
             // (a claim of no rows is still a write transaction).
             if self
-                .inner
                 .store
                 .earliest_timer(now)
                 .await?
@@ -57,13 +59,12 @@ impl Runtime {
                 return Ok(report);
             }
             let claimed = self
-                .inner
                 .store
                 .claim_due_timers(
-                    &self.inner.owner,
+                    self.run_path.owner(),
                     now,
                     // TM-6: a claim lasts as long as an instance lease (ST-14).
-                    self.inner.lease.ttl_micros(),
+                    self.run_path.lease_settings().ttl_micros(),
                     CLAIM_PAGE,
                 )
                 .await?;
@@ -108,11 +109,11 @@ impl Runtime {
                         results.extend(joined(done));
                     }
                 }
-                let runtime = self.clone();
+                let timers = Arc::clone(self);
                 running.spawn(async move {
                     let mut fired = Vec::with_capacity(group.len());
                     for (index, timer) in group {
-                        let outcome = runtime.fire_timer(&timer).await;
+                        let outcome = timers.fire_timer(&timer).await;
                         fired.push((index, timer, outcome));
                     }
                     fired
@@ -139,12 +140,22 @@ impl Runtime {
         let instance_id = timer.instance_id.as_deref().unwrap_or_default();
         let payload = json!({
             "due_at": timer.due_at,
-            "fired_at": self.inner.clock.now(),
+            "fired_at": self.clock.now(),
         });
-        match self
-            .resume_bookmark(instance_id, &timer.timer_id, payload)
-            .await
-        {
+        let target = RunTarget::Bookmarks {
+            ids: vec![timer.timer_id.clone()],
+            payload,
+        };
+        let resumed = self.run_path.run(instance_id, RunOptions::to(target)).await;
+        self.links.process().await;
+        let resumed = match resumed {
+            Ok(Some(started)) => Ok(started),
+            Ok(None) => Err(ResumeError::InstanceNotFound {
+                instance: instance_id.to_owned(),
+            }),
+            Err(error) => Err(ResumeError::Run(error)),
+        };
+        match resumed {
             // The run logs `timer fired` with the definition and the node.
             Ok(_) => true,
             Err(error) => {
@@ -157,26 +168,6 @@ impl Runtime {
                 false
             }
         }
-    }
-
-    /// Starts the timer driver on the current tokio runtime, unless one already runs
-    /// (even on a runtime built with [`RuntimeBuilder::timer_driver`] off). The runtime starts
-    /// it by itself (see [`Runtime::run_background`]). Returns whether it started one.
-    ///
-    /// [`RuntimeBuilder::timer_driver`]: crate::RuntimeBuilder::timer_driver
-    pub fn start_timer_driver(&self) -> bool {
-        let Ok(handle) = tokio::runtime::Handle::try_current() else {
-            return false;
-        };
-        let mut background = lock(&self.inner.background);
-        if background.timers.as_ref().is_some_and(|h| !h.is_finished()) {
-            return false;
-        }
-        let weak = Arc::downgrade(&self.inner);
-        let hints = self.inner.store.subscribe();
-        let stop = self.inner.stop.subscribe();
-        background.timers = Some(handle.spawn(drive_timers(weak, hints, stop)));
-        true
     }
 }
 
@@ -197,31 +188,30 @@ fn joined(
 /// The driver (TM-4, TM-5): fire what is due, then wait through the clock until exactly the
 /// earliest due time, re-arming when a hint announces an earlier one; the sweep interval
 /// only bounds the wait as a fallback for lost hints and expired claims.
-pub(crate) async fn drive_timers(
-    weak: Weak<Inner>,
+pub(crate) async fn timer_driver(
+    weak: Weak<Timers>,
     mut hints: broadcast::Receiver<WakeUp>,
     mut stop: watch::Receiver<bool>,
 ) {
     loop {
-        let Some(inner) = weak.upgrade() else { return };
-        let runtime = Runtime { inner };
-        if runtime.stopping() {
+        let Some(timers) = weak.upgrade() else { return };
+        if *stop.borrow() {
             return;
         }
         // TM-5, TM-8: the first pass is the startup load; overdue timers fire at once.
-        if let Err(error) = runtime.fire_due_timers().await {
+        if let Err(error) = timers.fire_due_timers().await {
             tracing::warn!(%error, "timer driver: claiming due timers failed");
         }
-        let clock = runtime.inner.clock.clone();
-        let sweep = runtime.inner.sweep_interval;
-        let mut earliest = match runtime.inner.store.earliest_timer(clock.now()).await {
+        let clock = timers.clock.clone();
+        let sweep = timers.fallback_sweep;
+        let mut earliest = match timers.store.earliest_timer(clock.now()).await {
             Ok(earliest) => earliest,
             Err(error) => {
                 tracing::warn!(%error, "timer driver: reading the earliest timer failed");
                 None
             }
         };
-        drop(runtime);
+        drop(timers);
         // TM-5: the fallback sweep runs at a fixed time after this pass, however many hints
         // re-arm the precise wait meanwhile (a stream of hints must not postpone it for
         // ever: it is what fires a timer whose claim expired).

@@ -3,34 +3,37 @@
 
 use serde_json::json;
 
+use super::Timers;
 use crate::base::{micros_to_secs, ms_to_micros, secs_to_micros};
 use crate::engine::graph::TimeTrigger;
 use crate::engine::state::TriggerStart;
 use crate::identity::sha_hex;
-use crate::runtime::{Runtime, StartOptions};
+use crate::runtime::outcomes::StartOptions;
+use crate::runtime::run_path::RunOptions;
 use crate::store::{Schedule, ScheduleFiring, StoreError, TimerRow};
 
-impl Runtime {
+impl Timers {
+    fn definitions(&self) -> &crate::runtime::definitions::Definitions {
+        self.run_path.definitions()
+    }
+
     /// Writes the schedules of every registered definition's time triggers, once per
-    /// runtime (TM-11 to TM-13); the timer driver and [`crate::testing::TestRuntime`] do it
+    /// runtime (TM-11 to TM-13); the timer driver and `TestRuntime` do it
     /// before their first claim. A schedule's id is derived from the definition, the node and
     /// the trigger's settings: an unchanged trigger keeps its `next_due` (and a fired StartAt
     /// stays fired), a changed one gets a new schedule due from now and the old one is
     /// removed, as is the schedule of a removed trigger.
-    pub async fn schedule_triggers(&self) -> Result<(), StoreError> {
-        self.inner
-            .schedules_written
+    pub(crate) async fn schedule_triggers(&self) -> Result<(), StoreError> {
+        self.schedules_written
             .get_or_try_init(|| self.write_schedules())
             .await
             .map(|_| ())
     }
 
     async fn write_schedules(&self) -> Result<(), StoreError> {
-        let now = self.inner.clock.now();
-        let mut names: Vec<&String> = self.inner.workflows.keys().collect();
-        names.sort();
-        for name in names {
-            let Some(workflow) = self.inner.workflows.get(name) else {
+        let now = self.clock.now();
+        for name in self.definitions().names() {
+            let Some(workflow) = self.definitions().get(name) else {
                 continue;
             };
             let mut keep = Vec::new();
@@ -70,8 +73,7 @@ impl Runtime {
                         .unwrap_or_default()
                 );
                 keep.push(schedule_id.clone());
-                self.inner
-                    .store
+                self.store
                     .put_schedule(Schedule {
                         schedule_id,
                         definition_name: name.clone(),
@@ -82,9 +84,9 @@ impl Runtime {
                     })
                     .await?;
             }
-            for old in self.inner.store.list_schedules(name).await? {
+            for old in self.store.list_schedules(name).await? {
                 if !keep.contains(&old.schedule_id) {
-                    self.inner.store.delete_schedule(&old.schedule_id).await?;
+                    self.store.delete_schedule(&old.schedule_id).await?;
                 }
             }
         }
@@ -101,7 +103,7 @@ impl Runtime {
         let (Some(name), Some(node_id)) = (&timer.definition_name, &timer.node_id) else {
             return Ok(None);
         };
-        let Some(workflow) = self.inner.workflows.get(name) else {
+        let Some(workflow) = self.definitions().get(name) else {
             return Ok(None);
         };
         let Some((_, trigger)) = workflow
@@ -111,7 +113,7 @@ impl Runtime {
         else {
             return Ok(None);
         };
-        let now = self.inner.clock.now();
+        let now = self.clock.now();
         let due = timer.due_at;
         let (payload, next_due) = match trigger {
             TimeTrigger::Timer { interval_ms } => {
@@ -164,22 +166,31 @@ impl Runtime {
             instance_id: Some(instance_id.clone()),
             correlation_id: None,
         };
-        let mut new = match self.new_instance(name, payload, options, None, Some(trigger)) {
+        let mut new = match self.definitions().new_instance(
+            name,
+            payload,
+            options,
+            None,
+            Some(trigger),
+        ) {
             Ok(new) => new,
             Err(error) => {
                 tracing::warn!(definition = %name, %error, "a time trigger could not start an instance");
                 return Ok(None);
             }
         };
-        new.activation_scope = self.activation_scope(name, None).ok().flatten();
+        new.activation_scope = self
+            .definitions()
+            .activation_scope(name, None)
+            .ok()
+            .flatten();
         match self
-            .inner
             .store
             .fire_schedule(&timer.timer_id, due, new, next_due)
             .await?
         {
             ScheduleFiring::Started => {
-                if let Err(error) = self.drive_first(&instance_id).await {
+                if let Err(error) = self.run_path.run(&instance_id, RunOptions::first()).await {
                     tracing::warn!(instance = %instance_id, %error, "a triggered instance did not run; recover() runs it");
                 }
                 Ok(Some(instance_id))

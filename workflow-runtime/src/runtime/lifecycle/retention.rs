@@ -8,8 +8,9 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 
-use super::{Inner, Runtime, now_micros};
-use crate::store::{PurgeFilter, StoreError};
+use crate::base::now_micros;
+use crate::runtime::lease::NamedLease;
+use crate::store::{PurgeFilter, Storage, StoreError};
 
 /// Rows removed per store call.
 const BATCH: usize = 500;
@@ -91,7 +92,36 @@ fn cut_off(age: Duration) -> i64 {
     now_micros().saturating_sub(i64::try_from(age.as_micros()).unwrap_or(i64::MAX))
 }
 
-impl Runtime {
+/// The retention purge: what the background purge and `Runtime::purge_expired` run.
+pub(crate) struct RetentionPurge {
+    store: Storage,
+    /// This runtime's lease owner name: one process of a store purges at a time.
+    owner: String,
+    /// How long the retention lease lasts (ST-11).
+    lease_ttl: Duration,
+    retention: Retention,
+}
+
+impl RetentionPurge {
+    pub(crate) fn new(
+        store: Storage,
+        owner: String,
+        lease_ttl: Duration,
+        retention: Retention,
+    ) -> Self {
+        Self {
+            store,
+            owner,
+            lease_ttl,
+            retention,
+        }
+    }
+
+    /// How often the background purge runs; `None`: it does not.
+    pub(crate) fn every(&self) -> Option<Duration> {
+        self.retention.every
+    }
+
     /// One retention pass now (what the background purge does every
     /// [`Retention::every`]): removes what is older than the runtime's [`Retention`] ages,
     /// in batches. Returns `None` when another process holds the retention lease (it is
@@ -100,8 +130,12 @@ impl Runtime {
     /// # Errors
     ///
     /// The store's.
-    pub async fn purge_expired(&self) -> Result<Option<RetentionReport>, StoreError> {
-        let Some(lease) = self.named_lease("retention").await? else {
+    pub(crate) async fn purge_expired(&self) -> Result<Option<RetentionReport>, StoreError> {
+        // Long enough for a pass; a process that dies during one gives it up then.
+        let ttl = self.lease_ttl.max(Duration::from_secs(600));
+        let Some(lease) =
+            NamedLease::try_acquire(&self.store, &self.owner, "retention", ttl).await?
+        else {
             return Ok(None);
         };
         let result = self.purge_pass().await;
@@ -110,8 +144,8 @@ impl Runtime {
     }
 
     async fn purge_pass(&self) -> Result<RetentionReport, StoreError> {
-        let retention = &self.inner.retention;
-        let store = &self.inner.store;
+        let retention = &self.retention;
+        let store = &self.store;
         let mut report = RetentionReport::default();
         if let Some(age) = retention.finished {
             let mut filter = PurgeFilter::finished_before(cut_off(age));
@@ -147,15 +181,18 @@ impl Runtime {
 }
 
 /// The background purge: one pass at start, then one every `every`.
-pub(crate) async fn purge(weak: Weak<Inner>, mut stop: watch::Receiver<bool>, every: Duration) {
+pub(crate) async fn retention_purge(
+    weak: Weak<RetentionPurge>,
+    mut stop: watch::Receiver<bool>,
+    every: Duration,
+) {
     loop {
         {
-            let Some(inner) = weak.upgrade() else { return };
-            let runtime = Runtime { inner };
-            if runtime.stopping() {
+            let Some(purge) = weak.upgrade() else { return };
+            if *stop.borrow() {
                 return;
             }
-            match runtime.purge_expired().await {
+            match purge.purge_expired().await {
                 Ok(Some(report)) if report != RetentionReport::default() => {
                     tracing::info!(
                         instances = report.instances,

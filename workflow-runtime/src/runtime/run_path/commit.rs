@@ -1,141 +1,24 @@
-//! The store side of a run: status and journal conversions, and the commits of one leased
-//! run under version and fencing token (ENG-28 to ENG-32, ST-16, ST-19, ST-20).
+//! The commits of one leased run under version and fencing token (ENG-28 to ENG-32, ST-16,
+//! ST-19, ST-20): the document, status columns, bookmark and incident diffs and the journal.
 
 use std::sync::Mutex;
 
 use serde_json::Value;
 
-use super::{StateError, lock};
-use crate::base::BoxFuture;
+use crate::base::{BoxFuture, lock, now_micros};
 use crate::engine::executor::{Checkpoint, RunError};
-use crate::engine::state::{Bookmark, JournalEntry, PendingEntry, WorkflowState, WorkflowStatus};
-use crate::store::policy::{SerializedState, check_stored_format};
-use crate::store::{
-    Commit, JournalRecord, Micros, NewBookmark, NewIncident, NewInstance, NewJournalRecord,
-    Storage, StoreError,
+use crate::engine::state::{Bookmark, WorkflowState, WorkflowStatus};
+use crate::runtime::document::{
+    encode_document_into, encode_document_sized, journal_record, run_store_error,
 };
-
-pub(super) use crate::base::now_micros;
-
-/// The state document as stored: serde names only, a top-level `"format"` (ST-19, ST-20).
-/// Serialized straight to its text: no `Value` tree on the way (the store checks the text).
-pub(super) fn encode_document(state: &WorkflowState) -> Result<SerializedState, RunError> {
-    encode_document_sized(state, 0)
-}
-
-/// [`encode_document`] into a buffer of `capacity` bytes: the length of the instance's last
-/// document and a little more, so a run's commit writes its text into one allocation instead
-/// of growing a small buffer by doubling (each step a copy, the last ones above the size
-/// from which the allocator consolidates its free lists).
-pub(super) fn encode_document_sized(
-    state: &WorkflowState,
-    capacity: usize,
-) -> Result<SerializedState, RunError> {
-    encode_document_into(state, Vec::with_capacity(capacity.max(128)))
-}
-
-/// [`encode_document`] into `buffer` (emptied first): a commit reuses the text of the
-/// document its run loaded, when nothing else holds it, instead of a new allocation.
-fn encode_document_into(
-    state: &WorkflowState,
-    mut buffer: Vec<u8>,
-) -> Result<SerializedState, RunError> {
-    let corrupt = |reason: String| RunError::StateCorrupt {
-        instance: state.instance_id.clone(),
-        reason,
-    };
-    buffer.clear();
-    serde_json::to_writer(&mut buffer, state)
-        .map_err(|e| corrupt(format!("state does not serialize: {e}")))?;
-    // serde_json writes UTF-8; the check only keeps this free of `unsafe`.
-    String::from_utf8(buffer)
-        .map(SerializedState)
-        .map_err(|e| corrupt(format!("state does not serialize to UTF-8: {e}")))
-}
+use crate::runtime::listing::listing_text;
+use crate::store::policy::SerializedState;
+use crate::store::{Commit, Micros, NewBookmark, NewIncident, NewInstance, Storage};
 
 /// The buffer a commit encodes its document into: the last document's length with room for
 /// a transition's growth (a few ids and counters); a larger change grows it once.
 fn document_capacity(last_len: usize) -> usize {
     last_len + last_len / 8 + 64
-}
-
-/// The state decoded straight from its stored text (format already checked by
-/// [`Storage::load_instance_text`]).
-pub(super) fn decode_document(
-    instance_id: &str,
-    document: &str,
-) -> Result<WorkflowState, StateError> {
-    let mut state: WorkflowState =
-        serde_json::from_str(document).map_err(|e| StateError::Decode {
-            instance: instance_id.to_owned(),
-            message: e.to_string(),
-        })?;
-    // ST-19: a document of the previous format (instants in ms) is read in this one (µs).
-    state.upgrade_stored();
-    Ok(state)
-}
-
-/// The state of a loaded record, decoded straight from its text: the store's own format
-/// check runs only when that fails or finds a newer format, for its typed error (ST-19,
-/// ST-22), so a readable document is parsed once.
-pub(super) fn decode_loaded(instance_id: &str, text: &str) -> Result<WorkflowState, RunError> {
-    let decoded = match decode_document(instance_id, text) {
-        Ok(state) if u64::from(state.format_version()) <= crate::store::STATE_FORMAT => {
-            return Ok(state);
-        }
-        other => other,
-    };
-    check_stored_format(instance_id, text).map_err(|error| run_store_error(instance_id, error))?;
-    Err(match decoded {
-        Err(e) => RunError::StateCorrupt {
-            instance: instance_id.to_owned(),
-            reason: e.to_string(),
-        },
-        Ok(state) => run_store_error(
-            instance_id,
-            StoreError::FormatTooNew {
-                what: "instance",
-                id: instance_id.to_owned(),
-                found: u64::from(state.format_version()),
-                supported: crate::store::STATE_FORMAT,
-            },
-        ),
-    })
-}
-
-/// A recorded entry as the commit carries it: its detail is already the stored text.
-pub(super) fn journal_record(entry: PendingEntry) -> NewJournalRecord<String> {
-    NewJournalRecord {
-        at: entry.at,
-        kind: entry.kind.as_str().to_owned(),
-        context_id: entry.context_id,
-        node_id: entry.node_id,
-        detail: entry.detail.into_text(),
-    }
-}
-
-pub(super) fn journal_entry(record: JournalRecord) -> Option<JournalEntry> {
-    Some(JournalEntry {
-        seq: record.seq,
-        at: record.at,
-        kind: serde_json::from_value(Value::String(record.kind)).ok()?,
-        context_id: record.context_id,
-        node_id: record.node_id,
-        detail: record.detail,
-    })
-}
-
-pub(super) fn run_store_error(instance_id: &str, error: StoreError) -> RunError {
-    match error {
-        StoreError::Decode { message, .. } => RunError::StateCorrupt {
-            instance: instance_id.to_owned(),
-            reason: message,
-        },
-        error => RunError::Store {
-            instance: instance_id.to_owned(),
-            error,
-        },
-    }
 }
 
 /// The earliest `sent_at` a queued stimulus may have to be taken by a bookmark (RT-30,
@@ -156,7 +39,7 @@ fn look_back_instant(payload: &Value, created_at: Micros) -> Option<Micros> {
 }
 
 /// The tracker's view of committed bookmarks: each id, and whether it has a timer row.
-pub(super) fn committed_bookmarks(bookmarks: &[Bookmark]) -> Vec<(String, bool)> {
+pub(crate) fn committed_bookmarks(bookmarks: &[Bookmark]) -> Vec<(String, bool)> {
     bookmarks
         .iter()
         .map(|b| (b.id.clone(), crate::engine::names::timer_of(b).is_some()))
@@ -164,55 +47,55 @@ pub(super) fn committed_bookmarks(bookmarks: &[Bookmark]) -> Vec<(String, bool)>
 }
 
 /// What the store holds of a run's instance, kept in step with each commit.
-pub(super) struct Tracker {
-    pub(super) instance_id: String,
-    pub(super) token: u64,
-    pub(super) version: u64,
+pub(crate) struct Tracker {
+    pub(crate) instance_id: String,
+    pub(crate) token: u64,
+    pub(crate) version: u64,
     /// The bookmarks as last committed, for the diff (ENG-23, ST-6): each id, and whether it
     /// has a timer row (TM-3).
-    pub(super) bookmarks: Vec<(String, bool)>,
+    pub(crate) bookmarks: Vec<(String, bool)>,
     /// The incidents as last committed (id, resolution), for the incident table's diff
     /// (FLT-6, ST-12).
-    pub(super) incidents: Vec<(String, Option<String>)>,
+    pub(crate) incidents: Vec<(String, Option<String>)>,
     /// Stimulus ids consumed by this run, written as receipts with its first commit (RT-19).
-    pub(super) receipts: Vec<String>,
+    pub(crate) receipts: Vec<String>,
     /// Queue items this run consumes, deleted with its first commit (RT-19).
-    pub(super) consumed: Vec<String>,
+    pub(crate) consumed: Vec<String>,
     /// The idempotency record of the direct send this run delivers, written with its first
     /// commit (RT-19).
-    pub(super) idempotency: Option<crate::store::IdempotencyRecord>,
+    pub(crate) idempotency: Option<crate::store::IdempotencyRecord>,
     /// The next commit unparks the instance's timers (an operator's retry or resume, TM-10).
-    pub(super) unpark: bool,
+    pub(crate) unpark: bool,
     /// The next commit clears the instance's control request: it honours it (C-29).
-    pub(super) clear_control: bool,
+    pub(crate) clear_control: bool,
     /// The document of the last commit, when it released the lease of a live instance: the
     /// run may keep its state (ENG-53).
-    pub(super) last_document: Option<String>,
+    pub(crate) last_document: Option<String>,
     /// The length of the document last loaded or committed, to size the next one's buffer.
-    pub(super) document_len: usize,
+    pub(crate) document_len: usize,
     /// The text the run loaded, when it owns it: the next commit encodes its document into
     /// this allocation when it is large enough (the text of a kept state is, ENG-53: it is
     /// the buffer its commit encoded into, with that commit's room for growth).
-    pub(super) spare: String,
+    pub(crate) spare: String,
 }
 
 /// The commits of one leased run: inside it (ENG-32) and at its end (ENG-31).
-pub(super) struct RunCommits<'r> {
-    pub(super) store: &'r Storage,
-    pub(super) tracker: Mutex<Tracker>,
+pub(crate) struct RunCommits<'r> {
+    pub(crate) store: &'r Storage,
+    pub(crate) tracker: Mutex<Tracker>,
     /// The control request pending when the run loaded the instance (C-29).
-    pub(super) control: Option<crate::store::ControlRequest>,
+    pub(crate) control: Option<crate::store::ControlRequest>,
 }
 
 impl RunCommits<'_> {
     /// The kind of the control request pending when the run loaded the instance.
-    pub(super) fn control_kind(&self) -> Option<crate::store::ControlKind> {
+    pub(crate) fn control_kind(&self) -> Option<crate::store::ControlKind> {
         self.control.as_ref().map(|r| r.kind)
     }
 
     /// One commit of `state` under the tracked version and token (ENG-28): the document,
     /// status columns, bookmark diff and the journal entries recorded since the last commit.
-    pub(super) async fn commit(
+    pub(crate) async fn commit(
         &self,
         state: &mut WorkflowState,
         release: bool,
@@ -248,7 +131,7 @@ impl RunCommits<'_> {
                 state.sub_status,
             );
             commit.correlation_id = state.correlation_id.clone();
-            commit.listing = super::list::listing_text(state);
+            commit.listing = listing_text(state);
             commit.release_lease = release;
             let committed = |b: &Bookmark| tracker.bookmarks.iter().any(|(id, _)| *id == b.id);
             commit.bookmarks_added = state
@@ -363,12 +246,12 @@ impl RunCommits<'_> {
     }
 
     /// Makes the next commit unpark the instance's timers (TM-10).
-    pub(super) fn unpark_next(&self) {
+    pub(crate) fn unpark_next(&self) {
         lock(&self.tracker).unpark = true;
     }
 
     /// Makes the next commit clear the instance's control request (C-29).
-    pub(super) fn clear_control_next(&self) {
+    pub(crate) fn clear_control_next(&self) {
         lock(&self.tracker).clear_control = true;
     }
 }

@@ -1,0 +1,139 @@
+//! The runtime's core: its services, built from a checked builder and wired once. Each
+//! service owns its state; a service calls the services below it (ultimately the run path
+//! and the store), never the runtime itself:
+//!
+//! ```text
+//! lifecycle ──> router ──> control ──> links ──> starts ──> run path ──> definitions
+//!    │     └──> timers ─────────────────┘                      │
+//!    └──> recovery ─────────────────────┘                      └──> store, engine
+//! queries ──> run path
+//! ```
+
+use std::sync::Arc;
+
+use tokio::sync::{Notify, watch};
+
+use super::builder::{Checked, RuntimeBuilder};
+use super::control::Controller;
+use super::definitions::Definitions;
+use super::errors::BuildError;
+use super::lease::LeaseSettings;
+use super::lifecycle::{Lifecycle, LifecycleSettings, Recovery, RetentionPurge};
+use super::links::Links;
+use super::queries::Queries;
+use super::router::{Router, RouterSettings};
+use super::run_path::{RunPath, RunPathSettings};
+use super::starts::Starts;
+use super::timers::Timers;
+use crate::base::new_ulid;
+use crate::clock::SystemClock;
+use crate::store::Storage;
+
+/// The services of one runtime.
+pub(crate) struct Core {
+    pub(crate) store: Storage,
+    pub(crate) run_path: Arc<RunPath>,
+    pub(crate) starts: Arc<Starts>,
+    pub(crate) links: Arc<Links>,
+    pub(crate) controller: Arc<Controller>,
+    pub(crate) queries: Queries,
+    pub(crate) router: Arc<Router>,
+    pub(crate) timers: Arc<Timers>,
+    pub(crate) lifecycle: Lifecycle,
+}
+
+impl Core {
+    /// Checks `builder` and builds the services it describes.
+    pub(crate) fn build(mut builder: RuntimeBuilder) -> Result<Self, BuildError> {
+        let Checked { workflows, store } = builder.checked()?;
+        let clock = builder
+            .clock
+            .take()
+            .unwrap_or_else(|| Arc::new(SystemClock));
+        let owner = builder.owner.take().unwrap_or_else(new_ulid);
+        let lease = LeaseSettings::new(builder.lease_ttl, builder.lease_renewal);
+        let queue_ttl = i64::try_from(builder.queue_ttl.as_micros()).unwrap_or(i64::MAX);
+        let (stop, _) = watch::channel(false);
+        let doorbell = Arc::new(Notify::new());
+        let definitions = Arc::new(Definitions::new(
+            workflows,
+            Arc::clone(&clock),
+            builder.journal_level,
+            builder.max_journal_entries,
+        ));
+        let run_path = Arc::new(RunPath::new(RunPathSettings {
+            store: store.clone(),
+            owner: owner.clone(),
+            lease,
+            definitions,
+            clock: Arc::clone(&clock),
+            middleware: std::mem::take(&mut builder.middleware),
+            commit_strategy: builder.commit_strategy,
+            max_steps_per_run: builder.max_steps_per_run,
+            cancel_grace: builder.cancel_grace,
+            queue_ttl,
+            event_buffer: builder.event_buffer,
+        }));
+        let starts = Arc::new(Starts::new(Arc::clone(&run_path)));
+        let links = Arc::new(Links::new(Arc::clone(&run_path), Arc::clone(&starts)));
+        let controller = Arc::new(Controller::new(
+            Arc::clone(&run_path),
+            Arc::clone(&links),
+            Arc::clone(&doorbell),
+            stop.subscribe(),
+        ));
+        let router = Arc::new(Router::new(
+            Arc::clone(&run_path),
+            Arc::clone(&links),
+            Arc::clone(&controller),
+            RouterSettings {
+                queue_ttl,
+                queue_sweep: builder.queue_sweep,
+                doorbell,
+                stop: stop.subscribe(),
+            },
+        ));
+        let timers = Arc::new(Timers::new(
+            Arc::clone(&run_path),
+            Arc::clone(&links),
+            clock,
+            builder.sweep_interval,
+        ));
+        let recovery = Arc::new(Recovery::new(
+            Arc::clone(&run_path),
+            Arc::clone(&links),
+            stop.subscribe(),
+        ));
+        let retention = Arc::new(RetentionPurge::new(
+            store.clone(),
+            owner,
+            lease.ttl,
+            builder.retention.clone(),
+        ));
+        let lifecycle = Lifecycle::new(
+            Arc::clone(&run_path),
+            Arc::clone(&router),
+            Arc::clone(&timers),
+            recovery,
+            retention,
+            LifecycleSettings {
+                timer_driver: builder.timer_driver,
+                queue_worker: builder.queue_worker,
+                recovery_every: builder.recovery_sweep,
+                cancel_grace: builder.cancel_grace,
+                stop,
+            },
+        );
+        Ok(Self {
+            store,
+            queries: Queries::new(Arc::clone(&run_path)),
+            run_path,
+            starts,
+            links,
+            controller,
+            router,
+            timers,
+            lifecycle,
+        })
+    }
+}

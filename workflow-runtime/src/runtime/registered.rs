@@ -1,0 +1,175 @@
+//! The registered workflows: each definition with its graph and user code, its data type
+//! erased, and what one engine run of it takes and gives.
+
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+use workflow_model::Activation;
+
+use crate::base::{BoxFuture, Micros};
+use crate::engine::events::LifecycleEvent;
+use crate::engine::executor::{
+    AttemptSettings, Checkpoint, CommitStrategy, Executor, Link, Middleware, RunEnd, RunError,
+    RunTarget,
+};
+use crate::engine::graph::Graph;
+use crate::engine::registry::Registry;
+use crate::engine::state::WorkflowState;
+
+pub(crate) struct RunOutput {
+    pub(crate) state: WorkflowState,
+    pub(crate) events: Vec<LifecycleEvent>,
+    pub(crate) end: RunEnd,
+    /// Child instances to start or cancel once committed (ACT-24).
+    pub(crate) links: Vec<Link>,
+}
+
+/// The settings of one run.
+#[derive(Debug, Clone)]
+pub(crate) struct RunSettings {
+    /// Clock, grace and the instance's cancellation token for task attempts.
+    pub(crate) attempts: AttemptSettings,
+    /// The step budget (ENG-10).
+    pub(crate) max_steps: usize,
+    /// Whether lifecycle events are collected (someone subscribed).
+    pub(crate) emit_events: bool,
+    /// The run's time, from the runtime's clock (TM-1).
+    pub(crate) now: Micros,
+}
+
+/// A registered definition with its user code, its data type erased.
+pub(crate) trait ErasedWorkflow: Send + Sync {
+    fn version(&self) -> &str;
+    /// The definition's JSON form.
+    fn json(&self) -> &str;
+    /// Whether `data` decodes into the data type: on failure, the field path (when not
+    /// the root) and the message.
+    fn check_data(&self, data: &Value) -> Result<(), (Option<String>, String)>;
+    fn run<'a>(
+        &'a self,
+        state: WorkflowState,
+        target: RunTarget,
+        options: RunSettings,
+        middleware: &'a Middleware,
+        checkpoint: Option<(&'a dyn Checkpoint, CommitStrategy)>,
+    ) -> BoxFuture<'a, Result<RunOutput, RunError>>;
+    fn cancel(
+        &self,
+        state: WorkflowState,
+        reason: Option<String>,
+        middleware: &Middleware,
+        now: Micros,
+    ) -> Result<RunOutput, RunError>;
+    /// Pauses the instance (ENG-50): `Suspended/Paused`, everything else kept.
+    fn pause(&self, state: WorkflowState, middleware: &Middleware, now: Micros) -> RunOutput;
+    /// `(node id, workflow name)` of every SubWorkflow node, for ACT-V10 at build.
+    fn sub_workflows(&self) -> Vec<(String, String)>;
+    /// The event trigger nodes (ACT-7): `(node path id, event name)`, in graph order.
+    fn event_triggers(&self) -> Vec<(String, String)>;
+    /// The time trigger nodes (ACT-7, TM-11 to TM-13), in graph order.
+    fn time_triggers(&self) -> Vec<(String, crate::engine::graph::TimeTrigger)>;
+    /// The activation strategy (RT-15).
+    fn activation(&self) -> Activation;
+}
+
+pub(crate) struct Registered<D> {
+    pub(crate) version: String,
+    /// The definition's JSON form, recorded in the store for tools.
+    pub(crate) json: String,
+    pub(crate) graph: Graph,
+    pub(crate) registry: Registry<D>,
+    pub(crate) activation: Activation,
+}
+
+impl<D> ErasedWorkflow for Registered<D>
+where
+    D: Serialize + DeserializeOwned + Send + Sync + 'static,
+{
+    fn version(&self) -> &str {
+        &self.version
+    }
+
+    fn json(&self) -> &str {
+        &self.json
+    }
+
+    fn check_data(&self, data: &Value) -> Result<(), (Option<String>, String)> {
+        serde_path_to_error::deserialize::<_, D>(data.clone())
+            .map(drop)
+            .map_err(|e| {
+                let path = e.path().to_string();
+                let path = (path != ".").then_some(path);
+                (path, e.into_inner().to_string())
+            })
+    }
+
+    fn run<'a>(
+        &'a self,
+        state: WorkflowState,
+        target: RunTarget,
+        options: RunSettings,
+        middleware: &'a Middleware,
+        checkpoint: Option<(&'a dyn Checkpoint, CommitStrategy)>,
+    ) -> BoxFuture<'a, Result<RunOutput, RunError>> {
+        Box::pin(async move {
+            let mut executor = Executor::new(&self.graph, &self.registry, state, middleware);
+            executor.now = options.now;
+            executor.attempts = options.attempts;
+            executor.emit_events = options.emit_events;
+            executor.checkpoint = checkpoint;
+            let end = executor.run(target, options.max_steps).await?;
+            Ok(RunOutput {
+                state: executor.state,
+                events: executor.events,
+                end,
+                links: executor.links,
+            })
+        })
+    }
+
+    fn cancel(
+        &self,
+        state: WorkflowState,
+        reason: Option<String>,
+        middleware: &Middleware,
+        now: Micros,
+    ) -> Result<RunOutput, RunError> {
+        let mut executor = Executor::new(&self.graph, &self.registry, state, middleware);
+        executor.now = now;
+        executor.cancel_instance(reason)?;
+        Ok(RunOutput {
+            state: executor.state,
+            events: executor.events,
+            end: RunEnd::Finished,
+            links: executor.links,
+        })
+    }
+
+    fn pause(&self, state: WorkflowState, middleware: &Middleware, now: Micros) -> RunOutput {
+        let mut executor = Executor::new(&self.graph, &self.registry, state, middleware);
+        executor.now = now;
+        executor.pause_instance();
+        RunOutput {
+            state: executor.state,
+            events: executor.events,
+            end: RunEnd::Suspended(crate::engine::state::SubStatus::Paused),
+            links: executor.links,
+        }
+    }
+
+    fn sub_workflows(&self) -> Vec<(String, String)> {
+        self.graph.sub_workflows()
+    }
+
+    fn event_triggers(&self) -> Vec<(String, String)> {
+        self.graph.event_triggers()
+    }
+
+    fn time_triggers(&self) -> Vec<(String, crate::engine::graph::TimeTrigger)> {
+        self.graph.time_triggers()
+    }
+
+    fn activation(&self) -> Activation {
+        self.activation
+    }
+}
