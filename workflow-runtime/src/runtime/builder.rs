@@ -10,10 +10,8 @@ use workflow_model::Definition;
 
 use super::errors::BuildError;
 use super::lease;
-use super::lifecycle::{DEFAULT_RECOVERY_SWEEP, Retention};
 use super::registered::{ErasedWorkflow, Registered};
-use super::router::DEFAULT_QUEUE_SWEEP;
-use super::timers::DEFAULT_FALLBACK_SWEEP;
+use super::retention::Retention;
 use crate::clock::Clock;
 use crate::engine::executor::{
     ActivityMiddleware, CommitStrategy, DEFAULT_CANCEL_GRACE, DEFAULT_MAX_STEPS_PER_RUN,
@@ -24,6 +22,13 @@ use crate::engine::registry::Registry;
 use crate::engine::state::JournalLevel;
 use crate::store::{MemoryStore, Storage};
 use crate::workflow::Workflow;
+
+/// The default interval of the recovery sweep (ENG-25): 10 s.
+const DEFAULT_RECOVERY_SWEEP: Duration = Duration::from_secs(10);
+/// The default periodic sweep of the queue worker (RT-26): 10 s.
+const DEFAULT_QUEUE_SWEEP: Duration = Duration::from_secs(10);
+/// The default fallback sweep of the timer driver (TM-5): 30 s.
+const DEFAULT_FALLBACK_SWEEP: Duration = Duration::from_secs(30);
 
 pub(crate) type Pending =
     Box<dyn FnOnce() -> Result<(String, Arc<dyn ErasedWorkflow>), BuildError> + Send>;

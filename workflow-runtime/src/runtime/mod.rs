@@ -34,6 +34,7 @@ mod listing;
 mod outcomes;
 mod queries;
 mod registered;
+mod retention;
 mod router;
 mod run_path;
 mod signals;
@@ -48,9 +49,9 @@ pub use errors::{
     AwaitError, BuildError, CancelError, ControlError, LifecycleError, PurgeError, ResumeError,
     RetryError, StartError, StateError,
 };
-pub use lifecycle::{Retention, RetentionReport};
 pub use list::{InstanceQuery, InstanceSummary};
 pub use outcomes::{Completion, Control, InstanceSnapshot, RecoveryReport, StartOptions};
+pub use retention::{Retention, RetentionReport};
 pub use timers::TimerFiring;
 
 use self::core::Core;
@@ -764,5 +765,111 @@ mod tests {
             assert!(core.upgrade().is_none(), "the runtime state leaked");
             assert!(router.upgrade().is_none(), "the router leaked");
         });
+    }
+
+    /// The first segments of the paths that follow `prefix` in `code`: `a` for `prefix::a::B`,
+    /// and `a`, `b` for `prefix::{a::C, b}`.
+    fn first_segments(code: &str, prefix: &str) -> Vec<String> {
+        let mut found = Vec::new();
+        for (at, _) in code.match_indices(prefix) {
+            let rest = &code[at + prefix.len()..];
+            if let Some(group) = rest.strip_prefix('{') {
+                let mut depth = 0;
+                let mut item = String::new();
+                for c in group.chars() {
+                    match c {
+                        '{' => depth += 1,
+                        '}' if depth == 0 => break,
+                        '}' => depth -= 1,
+                        ',' if depth == 0 => {
+                            found.push(std::mem::take(&mut item));
+                            continue;
+                        }
+                        _ => {}
+                    }
+                    item.push(c);
+                }
+                found.push(item);
+            } else {
+                found.push(rest.to_owned());
+            }
+        }
+        found
+            .iter()
+            .map(|path| {
+                path.trim()
+                    .chars()
+                    .take_while(|c| c.is_alphanumeric() || *c == '_')
+                    .collect::<String>()
+            })
+            .filter(|segment| !segment.is_empty())
+            .collect()
+    }
+
+    /// The services of the runtime's folder call down, never back into the facade: no file
+    /// of the folder names an item of this file (only the modules it declares), and `impl
+    /// Runtime` is written here alone.
+    #[test]
+    fn nothing_in_the_runtime_folder_imports_the_facade() {
+        use std::path::{Path, PathBuf};
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/runtime");
+        let facade = std::fs::read_to_string(dir.join("mod.rs")).unwrap_or_default();
+        let modules: Vec<&str> = facade
+            .lines()
+            .filter_map(|line| line.strip_prefix("mod ")?.strip_suffix(';'))
+            .collect();
+        assert!(
+            modules.contains(&"run_path"),
+            "the facade's modules are read"
+        );
+        let mut files: Vec<PathBuf> = Vec::new();
+        let mut folders = vec![dir.clone()];
+        while let Some(folder) = folders.pop() {
+            for entry in std::fs::read_dir(&folder).into_iter().flatten().flatten() {
+                let path = entry.path();
+                if path.is_dir() {
+                    folders.push(path);
+                } else if path.extension().is_some_and(|e| e == "rs") && path != dir.join("mod.rs")
+                {
+                    files.push(path);
+                }
+            }
+        }
+        assert!(files.len() > 10, "the folder's files are read");
+        let mut up = Vec::new();
+        for file in &files {
+            let text = std::fs::read_to_string(file).unwrap_or_default();
+            // Comments and doc links are not imports.
+            let code: String = text
+                .lines()
+                .map(|line| line.split("//").next().unwrap_or_default())
+                .collect::<Vec<_>>()
+                .join("\n");
+            let depth = file
+                .strip_prefix(&dir)
+                .map(|p| p.components().count())
+                .unwrap_or(1);
+            let in_folder_mod = file.file_name().is_some_and(|n| n == "mod.rs");
+            // The path from this file to the facade.
+            let to_facade = match (depth, in_folder_mod) {
+                (1, _) | (2, true) => "super::",
+                _ => "super::super::",
+            };
+            let mut named = first_segments(&code, "crate::runtime::");
+            named.extend(
+                first_segments(&code, to_facade)
+                    .into_iter()
+                    .filter(|segment| segment != "super"),
+            );
+            for segment in named {
+                if !modules.contains(&segment.as_str()) {
+                    up.push(format!("{}: {segment}", file.display()));
+                }
+            }
+            if code.contains("impl Runtime {") || code.contains("impl Runtime{") {
+                up.push(format!("{}: impl Runtime", file.display()));
+            }
+        }
+        assert!(up.is_empty(), "the facade is reached from below: {up:#?}");
     }
 }

@@ -21,12 +21,11 @@ use super::run_path::RunPath;
 use super::timers::{Timers, timer_driver};
 use crate::base::lock;
 
+mod purge;
 mod recovery;
-mod retention;
 
-pub(crate) use recovery::{DEFAULT_RECOVERY_SWEEP, Recovery};
-pub(crate) use retention::RetentionPurge;
-pub use retention::{Retention, RetentionReport};
+pub(crate) use purge::RetentionPurge;
+pub(crate) use recovery::Recovery;
 
 /// The handles of the background tasks, and whether they should run.
 #[derive(Debug, Default)]
@@ -151,7 +150,7 @@ impl Lifecycle {
         if let Some(every) = self.retention.every()
             && !Background::live(background.retention.as_ref())
         {
-            background.retention = Some(handle.spawn(retention::retention_purge(
+            background.retention = Some(handle.spawn(purge::retention_purge(
                 Arc::downgrade(&self.retention),
                 self.settings.stop.subscribe(),
                 every.max(Duration::from_millis(1)),

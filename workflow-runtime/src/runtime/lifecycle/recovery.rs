@@ -18,9 +18,6 @@ use crate::runtime::outcomes::RecoveryReport;
 use crate::runtime::run_path::{RunOptions, RunPath};
 use crate::store::{InstanceFilter, InstanceStatus, InstanceSubStatus, StoreError};
 
-/// The default interval of the recovery sweep: 10 s.
-pub(crate) const DEFAULT_RECOVERY_SWEEP: Duration = Duration::from_secs(10);
-
 /// Recovery (see the module docs).
 pub(crate) struct Recovery {
     run_path: Arc<RunPath>,

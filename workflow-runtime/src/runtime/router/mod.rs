@@ -21,7 +21,7 @@ mod delivery;
 mod queue;
 mod triggers;
 
-pub(crate) use queue::{DEFAULT_QUEUE_SWEEP, queue_worker};
+pub(crate) use queue::queue_worker;
 
 /// What the router is built with.
 pub(crate) struct RouterSettings {

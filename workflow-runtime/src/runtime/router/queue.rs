@@ -23,8 +23,6 @@ use crate::routing::{BOOKMARK_PAGE, Rejection, Stimulus, Targets};
 use crate::runtime::run_path::RunOptions;
 use crate::store::{BookmarkQuery, DeadLetterReason, QueueItem, StoreError, WakeUp};
 
-/// The default periodic sweep of the queue worker (RT-26): 10 s.
-pub(crate) const DEFAULT_QUEUE_SWEEP: Duration = Duration::from_secs(10);
 /// Queue items claimed per page (RT-27).
 const QUEUE_PAGE: usize = 50;
 

@@ -3,7 +3,6 @@
 //! (TM-6).
 
 use std::sync::{Arc, Weak};
-use std::time::Duration;
 
 use serde_json::json;
 use tokio::sync::{broadcast, watch};
@@ -22,9 +21,6 @@ const CLAIM_PAGE: usize = 100;
 /// their claim, timers fell tens of seconds behind under load and a time trigger's
 /// occurrences, queued behind them, were coalesced.
 const FIRING_CONCURRENCY: usize = 8;
-
-/// The default sweep interval (TM-5).
-pub(crate) const DEFAULT_FALLBACK_SWEEP: Duration = Duration::from_secs(30);
 
 /// What [`Runtime::fire_due_timers`](crate::Runtime::fire_due_timers) did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

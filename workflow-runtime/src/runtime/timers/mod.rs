@@ -16,7 +16,7 @@ mod driver;
 mod schedules;
 
 pub use driver::TimerFiring;
-pub(crate) use driver::{DEFAULT_FALLBACK_SWEEP, timer_driver};
+pub(crate) use driver::timer_driver;
 
 /// The timers service (see the module docs).
 pub(crate) struct Timers {
