@@ -236,8 +236,9 @@ impl Controller {
         guard: LeaseGuard<'a>,
         turn: &'a super::run_path::Turn<'a>,
     ) -> Result<Started, RunError> {
-        let mut options = RunOptions::to(RunTarget::None).under(guard, turn);
-        options.resume = true;
+        let options = RunOptions::to(RunTarget::None)
+            .resuming()
+            .under(guard, turn);
         self.run_path
             .run(instance_id, options)
             .await

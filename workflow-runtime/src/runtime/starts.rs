@@ -93,8 +93,7 @@ impl Starts {
             }
             Err(error) => return Err(StartError::Run(run_store_error(&instance_id, error))),
         }
-        let mut first = RunOptions::first().in_turn(&turn);
-        first.refuse_too_large = true;
+        let first = RunOptions::first().refusing_too_large().in_turn(&turn);
         match run_path.run(&instance_id, first).await {
             Ok(Some(started)) => Ok(started),
             Ok(None) => Err(StartError::Run(RunError::Store {

@@ -59,15 +59,15 @@ use turns::Turns;
 #[derive(Debug, Clone)]
 pub(crate) struct Delivery {
     /// The stimulus id.
-    pub(crate) stimulus_id: String,
+    stimulus_id: String,
     /// The first commit writes the receipt (instance, stimulus id).
-    pub(crate) receipt: bool,
+    receipt: bool,
     /// The pending idempotency record of the direct send delivering it, written by the first
     /// commit (RT-19).
-    pub(crate) idempotency: Option<IdempotencyRecord>,
+    idempotency: Option<IdempotencyRecord>,
     /// The queue item carrying it, deleted by the first commit (RT-19): a worker stopped
     /// before its acknowledgement leaves nothing to redeliver.
-    pub(crate) queue_item: Option<String>,
+    queue_item: Option<String>,
 }
 
 impl Delivery {
@@ -115,22 +115,22 @@ impl Delivery {
 /// How [`RunPath::run`] runs an instance.
 pub(crate) struct RunOptions<'a> {
     /// What the run resumes: bookmarks with a payload, or nothing (its queued work).
-    pub(crate) target: RunTarget,
+    target: RunTarget,
     /// The stimulus it delivers, consumed by its first commit (RT-19).
-    pub(crate) delivery: Option<Delivery>,
+    delivery: Option<Delivery>,
     /// The first run of an instance just created (by a start, a trigger, a parent's commit or
     /// a schedule): its lease may only be held, briefly, by a recovery sweep, which is waited
     /// for; one that finds it run already by a sweep of another process reports its status.
-    pub(crate) first: bool,
+    first: bool,
     /// A caller's start: a first run over the state size limit returns its error instead of
     /// faulting the instance (ST-24).
-    pub(crate) refuse_too_large: bool,
+    refuse_too_large: bool,
     /// The run resumes a paused instance (ENG-50).
-    pub(crate) resume: bool,
+    resume: bool,
     /// This process's turn, when the caller holds it already (else the run waits for it).
-    pub(crate) turn: Option<&'a Turn<'a>>,
+    turn: Option<&'a Turn<'a>>,
     /// The instance's lease, when the caller holds it already (with the turn).
-    pub(crate) lease: Option<LeaseGuard<'a>>,
+    lease: Option<LeaseGuard<'a>>,
 }
 
 impl<'a> RunOptions<'a> {
@@ -158,6 +158,18 @@ impl<'a> RunOptions<'a> {
     /// Delivering `delivery`.
     pub(crate) fn delivering(mut self, delivery: Delivery) -> Self {
         self.delivery = Some(delivery);
+        self
+    }
+
+    /// A caller's start: over the state size limit, the first run's error is returned.
+    pub(crate) fn refusing_too_large(mut self) -> Self {
+        self.refuse_too_large = true;
+        self
+    }
+
+    /// Resuming a paused instance.
+    pub(crate) fn resuming(mut self) -> Self {
+        self.resume = true;
         self
     }
 
