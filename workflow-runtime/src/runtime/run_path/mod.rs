@@ -63,8 +63,8 @@ pub(crate) struct Delivery {
     /// The first commit writes the receipt (instance, stimulus id).
     receipt: bool,
     /// The pending idempotency record of the direct send delivering it, written by the first
-    /// commit (RT-19).
-    idempotency: Option<IdempotencyRecord>,
+    /// commit (RT-19). Boxed: a delivery travels through a run's futures, which move it.
+    idempotency: Option<Box<IdempotencyRecord>>,
     /// The queue item carrying it, deleted by the first commit (RT-19): a worker stopped
     /// before its acknowledgement leaves nothing to redeliver.
     queue_item: Option<String>,
@@ -91,7 +91,7 @@ impl Delivery {
 
     /// With the direct send's pending record, written by the first commit.
     pub(crate) fn with_record(mut self, record: Option<IdempotencyRecord>) -> Self {
-        self.idempotency = record;
+        self.idempotency = record.map(Box::new);
         self
     }
 
@@ -355,17 +355,19 @@ impl RunPath {
             turn,
             lease,
         } = options;
-        // This process's turn, held through the run.
-        let _turn = match turn {
-            Some(_) => None,
-            None => Some(self.turn(instance_id).await),
-        };
-        let guard = match lease {
-            Some(guard) => guard,
-            None => match self.claim(instance_id, first).await? {
-                Some(guard) => guard,
-                None => return Ok(None),
-            },
+        // This process's turn, held through the run (a caller holding the lease holds it).
+        let (guard, _turn) = match lease {
+            Some(guard) => (guard, None),
+            None => {
+                let turn = match turn {
+                    Some(_) => None,
+                    None => Some(self.turn(instance_id).await),
+                };
+                match self.claim(instance_id, first).await? {
+                    Some(guard) => (guard, turn),
+                    None => return Ok(None),
+                }
+            }
         };
         match self
             .run_held(guard, target, delivery, resume, !refuse_too_large)
@@ -661,7 +663,7 @@ impl RunPath {
             let mut tracker = lock(&commits.tracker);
             // RT-19: the commit delivering a direct send's stimulus writes its record, and
             // deletes the queue item that carried it.
-            tracker.idempotency = delivery.idempotency;
+            tracker.idempotency = delivery.idempotency.map(|record| *record);
             tracker.consumed.extend(delivery.queue_item);
             // RT-19: the receipt, unless the stimulus id cannot reach this instance again.
             if delivery.receipt {
