@@ -587,7 +587,7 @@ pub(super) async fn claim_runnable(
     let mut claimed = Vec::with_capacity(rows.len());
     for row in &rows {
         let sub_status: Option<String> = row.try_get(1)?;
-        let updated_at: i64 = row.try_get(3)?;
+        let updated_at: Micros = row.try_get(3)?;
         claimed.push((
             updated_at,
             ClaimedInstance {
@@ -705,7 +705,7 @@ pub(super) async fn acquire_lease(
     Err(StoreError::LeaseHeld {
         resource: instance_resource(id),
         holder: row.try_get::<Option<String>, _>(0)?.unwrap_or_default(),
-        until: row.try_get::<Option<i64>, _>(1)?.unwrap_or_default(),
+        until: row.try_get::<Option<Micros>, _>(1)?.unwrap_or_default(),
     })
 }
 
@@ -791,7 +791,7 @@ pub(super) async fn claim_instance(
         None => StoreError::LeaseHeld {
             resource: instance_resource(id),
             holder: row.try_get::<Option<String>, _>(0)?.unwrap_or_default(),
-            until: row.try_get::<Option<i64>, _>(1)?.unwrap_or_default(),
+            until: row.try_get::<Option<Micros>, _>(1)?.unwrap_or_default(),
         },
         Some(token) => StoreError::Fenced {
             resource: instance_resource(id),
@@ -912,7 +912,7 @@ pub(super) async fn acquire_named_lease(
     Err(StoreError::LeaseHeld {
         resource: named_resource(name),
         holder: row.try_get::<Option<String>, _>(0)?.unwrap_or_default(),
-        until: row.try_get::<Option<i64>, _>(1)?.unwrap_or_default(),
+        until: row.try_get::<Option<Micros>, _>(1)?.unwrap_or_default(),
     })
 }
 
@@ -1332,7 +1332,7 @@ pub(super) async fn fire_schedule(
     instance: &NewInstance<String>,
     next_due: Option<Micros>,
 ) -> StoreResult<ScheduleFiring> {
-    let current: Option<i64> = sqlx::query_scalar(&s.sql(
+    let current: Option<Micros> = sqlx::query_scalar(&s.sql(
         "SELECT due_at FROM @wf_timers
          WHERE timer_id = $1 AND instance_id IS NULL AND NOT parked FOR UPDATE",
     ))
