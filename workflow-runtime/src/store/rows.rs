@@ -65,6 +65,35 @@ pub struct LeaseState {
     pub expires_at: Micros,
 }
 
+impl LeaseState {
+    /// The lease an instance row's lease columns record: one only with both an owner and an
+    /// expiry (a released lease leaves its last token behind, without an owner).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use workflow_runtime::store::LeaseState;
+    ///
+    /// let held = LeaseState::from_columns(Some("worker-1".to_owned()), 3, Some(1_000));
+    /// assert_eq!(held.map(|lease| lease.token), Some(3));
+    /// assert_eq!(LeaseState::from_columns(None, 3, Some(1_000)), None);
+    /// ```
+    pub fn from_columns(
+        owner: Option<String>,
+        token: u64,
+        expires_at: Option<Micros>,
+    ) -> Option<Self> {
+        match (owner, expires_at) {
+            (Some(owner), Some(expires_at)) => Some(Self {
+                owner,
+                token,
+                expires_at,
+            }),
+            _ => None,
+        }
+    }
+}
+
 /// The result of a lease renewal: the extended lease and any pending control request (ST-14).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Renewal {
@@ -115,8 +144,10 @@ pub struct NewInstance<S = Value> {
     pub idempotency: Option<IdempotencyRecord>,
 }
 
-/// An instance as loaded: its columns and its state document, from one snapshot (ST-13).
-#[derive(Debug, Clone, PartialEq)]
+/// An instance row (ST-5): its columns and, as `S`, its state document, read from one
+/// snapshot (ST-13). The state is a [`Value`] above the policy layer, its encoded text in a
+/// backend, and `()` where the row is read without it ([`InstanceSummary`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct InstanceRecord<S = Value> {
     /// The instance id.
     pub instance_id: String,
@@ -144,7 +175,10 @@ pub struct InstanceRecord<S = Value> {
     pub updated_at: Micros,
     /// When it became final.
     pub finished_at: Option<Micros>,
-    /// The state document (its encoded text in a backend).
+    /// The listing text the last commit or the creation stored ([`Commit::listing`]);
+    /// `None` for a row written without one.
+    pub listing: Option<String>,
+    /// The state document (its encoded text in a backend; `()` when not read).
     pub state: S,
 }
 
@@ -173,8 +207,18 @@ impl<S> InstanceRecord<S> {
             created_at: self.created_at,
             updated_at: self.updated_at,
             finished_at: self.finished_at,
+            listing: self.listing,
             state,
         })
+    }
+
+    /// The record with the state document `state` in place of its own.
+    pub fn with_state<T>(self, state: T) -> InstanceRecord<T> {
+        let mapped = self.try_map_state(|_, _| Ok::<T, std::convert::Infallible>(state));
+        match mapped {
+            Ok(record) => record,
+            Err(never) => match never {},
+        }
     }
 
     /// The record's columns, without its state document.
@@ -193,49 +237,19 @@ impl<S> InstanceRecord<S> {
             created_at: self.created_at,
             updated_at: self.updated_at,
             finished_at: self.finished_at,
-            listing: None,
+            listing: self.listing.clone(),
+            state: (),
         }
     }
 }
 
 /// An instance's columns without its state document: one row of
 /// [`Storage::list_instances`](super::Storage::list_instances) (ST-5).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct InstanceSummary {
-    /// The instance id.
-    pub instance_id: String,
-    /// The definition's name.
-    pub definition_name: String,
-    /// The definition's version fingerprint.
-    pub definition_version: String,
-    /// Status.
-    pub status: InstanceStatus,
-    /// Sub-status.
-    pub sub_status: Option<InstanceSubStatus>,
-    /// Correlation id.
-    pub correlation_id: Option<String>,
-    /// Optimistic version.
-    pub version: u64,
-    /// The lease, if one is held (possibly expired).
-    pub lease: Option<LeaseState>,
-    /// A pending control request.
-    pub control_request: Option<ControlRequest>,
-    /// Origin time.
-    pub origin_at: Micros,
-    /// Creation time.
-    pub created_at: Micros,
-    /// Time of the last commit.
-    pub updated_at: Micros,
-    /// When it became final.
-    pub finished_at: Option<Micros>,
-    /// The listing text the last commit or the creation stored ([`Commit::listing`]);
-    /// `None` for a row written without one.
-    pub listing: Option<String>,
-}
+pub type InstanceSummary = InstanceRecord<()>;
 
 /// What a listing shows of an instance that only its state document knows, stored as JSON
 /// text in the instance row ([`Commit::listing`], [`NewInstance::listing`],
-/// [`InstanceSummary::listing`]) so a listing reads no document (ENG-51). Backends store the
+/// [`InstanceRecord::listing`]) so a listing reads no document (ENG-51). Backends store the
 /// text as is.
 ///
 /// # Examples
@@ -892,6 +906,23 @@ pub fn decode_instance_status(instance_id: &str, text: &str) -> StoreResult<Inst
     })
 }
 
+/// Decodes a stored instance sub-status; an unknown name is a `Decode` naming the instance
+/// (ST-22).
+///
+/// # Errors
+///
+/// `Decode` for a name no sub-status has.
+pub fn decode_instance_sub_status(instance_id: &str, text: &str) -> StoreResult<InstanceSubStatus> {
+    InstanceSubStatus::parse(text).ok_or_else(|| {
+        decode_error(
+            "instance",
+            instance_id,
+            "sub_status",
+            format!("unknown sub-status {text:?}"),
+        )
+    })
+}
+
 /// Decodes a stored control request (its JSON text) of instance `instance_id`.
 ///
 /// # Errors
@@ -900,116 +931,6 @@ pub fn decode_instance_status(instance_id: &str, text: &str) -> StoreResult<Inst
 pub fn decode_control_request(instance_id: &str, text: &str) -> StoreResult<ControlRequest> {
     serde_json::from_str(text)
         .map_err(|e| decode_error("instance", instance_id, "control_request", e.to_string()))
-}
-
-/// The columns of an instance row as a SQL backend stores them (the enums and the control
-/// request as text, counters as `i64`), decoded the one way every backend decodes them by
-/// [`StoredInstance::decode`].
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct StoredInstance {
-    /// The definition's name.
-    pub definition_name: String,
-    /// The definition's version fingerprint.
-    pub definition_version: String,
-    /// The status's name.
-    pub status: String,
-    /// The sub-status's name.
-    pub sub_status: Option<String>,
-    /// Correlation id.
-    pub correlation_id: Option<String>,
-    /// Optimistic version.
-    pub version: i64,
-    /// Lease owner.
-    pub lease_owner: Option<String>,
-    /// Lease token (the last issued, kept after release).
-    pub lease_token: i64,
-    /// Lease expiry.
-    pub lease_expires_at: Option<Micros>,
-    /// The pending control request as JSON text.
-    pub control_request: Option<String>,
-    /// Origin time.
-    pub origin_at: Micros,
-    /// Creation time.
-    pub created_at: Micros,
-    /// Time of the last commit.
-    pub updated_at: Micros,
-    /// When it became final.
-    pub finished_at: Option<Micros>,
-    /// The listing text ([`Commit::listing`]).
-    pub listing: Option<String>,
-}
-
-impl StoredInstance {
-    /// The summary of instance `instance_id`; a lease is present only with an owner and an
-    /// expiry.
-    ///
-    /// # Errors
-    ///
-    /// `Decode` naming the instance and the column (`status`, `sub_status`,
-    /// `control_request`) that does not decode (ST-22).
-    pub fn decode(self, instance_id: &str) -> StoreResult<InstanceSummary> {
-        let status = decode_instance_status(instance_id, &self.status)?;
-        let sub_status = match self.sub_status {
-            None => None,
-            Some(s) => Some(InstanceSubStatus::parse(&s).ok_or_else(|| {
-                decode_error(
-                    "instance",
-                    instance_id,
-                    "sub_status",
-                    format!("unknown sub-status {s:?}"),
-                )
-            })?),
-        };
-        let control_request = self
-            .control_request
-            .map(|text| decode_control_request(instance_id, &text))
-            .transpose()?;
-        Ok(InstanceSummary {
-            instance_id: instance_id.to_owned(),
-            definition_name: self.definition_name,
-            definition_version: self.definition_version,
-            status,
-            sub_status,
-            correlation_id: self.correlation_id,
-            version: u64::try_from(self.version).unwrap_or(0),
-            lease: match (self.lease_owner, self.lease_expires_at) {
-                (Some(owner), Some(expires_at)) => Some(LeaseState {
-                    owner,
-                    token: u64::try_from(self.lease_token).unwrap_or(0),
-                    expires_at,
-                }),
-                _ => None,
-            },
-            control_request,
-            origin_at: self.origin_at,
-            created_at: self.created_at,
-            updated_at: self.updated_at,
-            finished_at: self.finished_at,
-            listing: self.listing,
-        })
-    }
-}
-
-impl InstanceSummary {
-    /// The record of these columns with the state document `state`.
-    pub fn with_state<S>(self, state: S) -> InstanceRecord<S> {
-        InstanceRecord {
-            instance_id: self.instance_id,
-            definition_name: self.definition_name,
-            definition_version: self.definition_version,
-            status: self.status,
-            sub_status: self.sub_status,
-            correlation_id: self.correlation_id,
-            version: self.version,
-            lease: self.lease,
-            control_request: self.control_request,
-            origin_at: self.origin_at,
-            created_at: self.created_at,
-            updated_at: self.updated_at,
-            finished_at: self.finished_at,
-            state,
-        }
-    }
 }
 
 impl DeadLetterReason {

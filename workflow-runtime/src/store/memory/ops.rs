@@ -16,9 +16,8 @@ use crate::store::backend::{
 use crate::store::{
     BookmarkRow, BoxFuture, ClaimedInstance, Commit, ControlRequest, DeadLetter, DeadLetterFilter,
     DeadLetterReason, IdempotencyRecord, IncidentRecord, InstanceFilter, InstanceRecord,
-    InstanceStatus, InstanceSummary, JournalRecord, Lease, ListedInstance, NewIncident,
-    NewInstance, QueueItem, Renewal, Schedule, ScheduleFiring, StoreError, StoreResult, StoreStats,
-    TimerRow, TriggerRow,
+    InstanceStatus, JournalRecord, Lease, ListedInstance, NewIncident, NewInstance, QueueItem,
+    Renewal, Schedule, ScheduleFiring, StoreError, StoreResult, StoreStats, TimerRow, TriggerRow,
 };
 
 impl Inner {
@@ -423,10 +422,7 @@ impl Store for MemoryStore {
                 .take(filter.limit)
                 .map(|(id, row)| ListedInstance {
                     instance_id: id.clone(),
-                    summary: Ok(InstanceSummary {
-                        listing: row.listing.clone(),
-                        ..record(id, row).summary()
-                    }),
+                    summary: Ok(record_with(id, row, ())),
                 })
                 .collect())
         })

@@ -26,19 +26,17 @@ pub(super) fn record_with<S>(id: &str, row: &MemInstance, state: S) -> InstanceR
         sub_status: row.sub_status,
         correlation_id: row.correlation_id.clone(),
         version: row.version,
-        lease: match (&row.lease_owner, row.lease_expires_at) {
-            (Some(owner), Some(expires_at)) => Some(LeaseState {
-                owner: owner.clone(),
-                token: row.lease_token,
-                expires_at,
-            }),
-            _ => None,
-        },
+        lease: LeaseState::from_columns(
+            row.lease_owner.clone(),
+            row.lease_token,
+            row.lease_expires_at,
+        ),
         control_request: row.control_request.clone(),
         origin_at: row.origin_at,
         created_at: row.created_at,
         updated_at: row.updated_at,
         finished_at: row.finished_at,
+        listing: row.listing.clone(),
         state,
     }
 }

@@ -9,10 +9,10 @@ use super::super::{
     BookmarkQuery, BookmarkRow, ClaimedInstance, ClaimedRecord, Commit, ControlRequest, DeadLetter,
     DeadLetterFilter, DeadLetterReason, DefinitionRecord, EncodedQueueItem, IdempotencyRecord,
     IncidentQuery, IncidentRecord, InstanceFilter, InstanceRecord, InstanceStatus,
-    InstanceSubStatus, InstanceSummary, JournalRecord, Lease, LeaseClaim, LeaseKey, ListedInstance,
-    Micros, NewIncident, NewInstance, QueueItem, Renewal, Schedule, ScheduleFiring, Settled,
-    Settlement, StoreError, StoreResult, StoredInstance, TimerRow, TriggerRow, TriggerWrite,
-    decode_control_request, decode_instance_status,
+    InstanceSubStatus, InstanceSummary, JournalRecord, Lease, LeaseClaim, LeaseKey, LeaseState,
+    ListedInstance, Micros, NewIncident, NewInstance, QueueItem, Renewal, Schedule, ScheduleFiring,
+    Settled, Settlement, StoreError, StoreResult, TimerRow, TriggerRow, TriggerWrite,
+    decode_control_request, decode_instance_status, decode_instance_sub_status,
 };
 use super::schema::Schema;
 use crate::store::CHILD_WAIT;
@@ -59,24 +59,30 @@ fn instance_from_row(id: &str, row: &PgRow) -> StoreResult<InstanceRecord<String
 /// the column (ST-22).
 fn summary_from_row(id: &str, row: &PgRow) -> StoreResult<InstanceSummary> {
     let c = Cols::named(row, "instance", id.to_owned());
-    StoredInstance {
+    let status: String = c.get(3)?;
+    let sub_status: Option<String> = c.get(4)?;
+    let control_request: Option<String> = c.get(10)?;
+    Ok(InstanceRecord {
+        instance_id: id.to_owned(),
         definition_name: c.get(1)?,
         definition_version: c.get(2)?,
-        status: c.get(3)?,
-        sub_status: c.get(4)?,
         correlation_id: c.get(5)?,
-        version: c.get(6)?,
-        lease_owner: c.get(7)?,
-        lease_token: c.get(8)?,
-        lease_expires_at: c.get(9)?,
-        control_request: c.get(10)?,
+        version: to_u64(c.get(6)?),
+        lease: LeaseState::from_columns(c.get(7)?, to_u64(c.get(8)?), c.get(9)?),
         origin_at: c.get(11)?,
         created_at: c.get(12)?,
         updated_at: c.get(13)?,
         finished_at: c.get(14)?,
         listing: c.get(15)?,
-    }
-    .decode(id)
+        status: decode_instance_status(id, &status)?,
+        sub_status: sub_status
+            .map(|s| decode_instance_sub_status(id, &s))
+            .transpose()?,
+        control_request: control_request
+            .map(|text| decode_control_request(id, &text))
+            .transpose()?,
+        state: (),
+    })
 }
 
 /// Reads the columns of one row; a column of the wrong type is a `Decode` naming the row (its
