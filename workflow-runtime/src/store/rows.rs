@@ -906,21 +906,51 @@ pub fn decode_instance_status(instance_id: &str, text: &str) -> StoreResult<Inst
     })
 }
 
-/// Decodes a stored instance sub-status; an unknown name is a `Decode` naming the instance
-/// (ST-22).
+/// Decodes the columns of an instance row that a SQL backend stores as text: its status, its
+/// sub-status and its pending control request (ST-22).
 ///
 /// # Errors
 ///
-/// `Decode` for a name no sub-status has.
-pub fn decode_instance_sub_status(instance_id: &str, text: &str) -> StoreResult<InstanceSubStatus> {
-    InstanceSubStatus::parse(text).ok_or_else(|| {
-        decode_error(
-            "instance",
-            instance_id,
-            "sub_status",
-            format!("unknown sub-status {text:?}"),
-        )
-    })
+/// `Decode` naming the instance and the column (`status`, `sub_status`, `control_request`)
+/// that does not decode.
+///
+/// # Examples
+///
+/// ```
+/// use workflow_runtime::store::{InstanceStatus, decode_instance_text_columns};
+///
+/// let (status, sub_status, control) =
+///     decode_instance_text_columns("order-1", "running", None, None).unwrap();
+/// assert_eq!((status, sub_status, control), (InstanceStatus::Running, None, None));
+/// assert!(decode_instance_text_columns("order-1", "runing", None, None).is_err());
+/// ```
+pub fn decode_instance_text_columns(
+    instance_id: &str,
+    status: &str,
+    sub_status: Option<&str>,
+    control_request: Option<&str>,
+) -> StoreResult<(
+    InstanceStatus,
+    Option<InstanceSubStatus>,
+    Option<ControlRequest>,
+)> {
+    let status = decode_instance_status(instance_id, status)?;
+    let sub_status = sub_status
+        .map(|text| {
+            InstanceSubStatus::parse(text).ok_or_else(|| {
+                decode_error(
+                    "instance",
+                    instance_id,
+                    "sub_status",
+                    format!("unknown sub-status {text:?}"),
+                )
+            })
+        })
+        .transpose()?;
+    let control_request = control_request
+        .map(|text| decode_control_request(instance_id, text))
+        .transpose()?;
+    Ok((status, sub_status, control_request))
 }
 
 /// Decodes a stored control request (its JSON text) of instance `instance_id`.
@@ -986,5 +1016,66 @@ impl EncodedQueueItem {
             Ok(_) => raw.to_owned(),
             Err(_) => serde_json::json!({ "undecodable": raw }).to_string(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The column named by a `Decode` error.
+    fn column(error: StoreError) -> String {
+        match error {
+            StoreError::Decode { what, id, path, .. } => {
+                assert_eq!((what, id.as_str()), ("instance", "wf-1"));
+                path
+            }
+            other => panic!("not a decode error: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn st22_each_text_column_of_an_instance_row_that_does_not_decode_is_named() {
+        let decode = |status, sub_status, control_request| {
+            decode_instance_text_columns("wf-1", status, sub_status, control_request)
+        };
+        assert_eq!(
+            decode("suspended", Some("executing"), Some(r#"{"kind":"resume"}"#)).unwrap(),
+            (
+                InstanceStatus::Suspended,
+                Some(InstanceSubStatus::Executing),
+                Some(ControlRequest {
+                    kind: ControlKind::Resume,
+                    reason: None,
+                }),
+            )
+        );
+        assert_eq!(column(decode("paused", None, None).unwrap_err()), "status");
+        assert_eq!(
+            column(decode("running", Some("asleep"), None).unwrap_err()),
+            "sub_status"
+        );
+        assert_eq!(
+            column(decode("running", None, Some("{")).unwrap_err()),
+            "control_request"
+        );
+    }
+
+    #[test]
+    fn a_lease_is_read_from_its_columns_only_while_it_has_an_owner_and_an_expiry() {
+        let held = LeaseState::from_columns(Some("node-a".to_owned()), 4, Some(10));
+        assert_eq!(
+            held,
+            Some(LeaseState {
+                owner: "node-a".to_owned(),
+                token: 4,
+                expires_at: 10,
+            })
+        );
+        assert_eq!(LeaseState::from_columns(None, 4, Some(10)), None);
+        assert_eq!(
+            LeaseState::from_columns(Some("node-a".to_owned()), 4, None),
+            None
+        );
     }
 }

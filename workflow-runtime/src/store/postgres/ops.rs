@@ -12,7 +12,7 @@ use super::super::{
     InstanceSubStatus, InstanceSummary, JournalRecord, Lease, LeaseClaim, LeaseKey, LeaseState,
     ListedInstance, Micros, NewIncident, NewInstance, QueueItem, Renewal, Schedule, ScheduleFiring,
     Settled, Settlement, StoreError, StoreResult, TimerRow, TriggerRow, TriggerWrite,
-    decode_control_request, decode_instance_status, decode_instance_sub_status,
+    decode_control_request, decode_instance_status, decode_instance_text_columns,
 };
 use super::schema::Schema;
 use crate::store::CHILD_WAIT;
@@ -62,6 +62,12 @@ fn summary_from_row(id: &str, row: &PgRow) -> StoreResult<InstanceSummary> {
     let status: String = c.get(3)?;
     let sub_status: Option<String> = c.get(4)?;
     let control_request: Option<String> = c.get(10)?;
+    let (status, sub_status, control_request) = decode_instance_text_columns(
+        id,
+        &status,
+        sub_status.as_deref(),
+        control_request.as_deref(),
+    )?;
     Ok(InstanceRecord {
         instance_id: id.to_owned(),
         definition_name: c.get(1)?,
@@ -74,13 +80,9 @@ fn summary_from_row(id: &str, row: &PgRow) -> StoreResult<InstanceSummary> {
         updated_at: c.get(13)?,
         finished_at: c.get(14)?,
         listing: c.get(15)?,
-        status: decode_instance_status(id, &status)?,
-        sub_status: sub_status
-            .map(|s| decode_instance_sub_status(id, &s))
-            .transpose()?,
-        control_request: control_request
-            .map(|text| decode_control_request(id, &text))
-            .transpose()?,
+        status,
+        sub_status,
+        control_request,
         state: (),
     })
 }

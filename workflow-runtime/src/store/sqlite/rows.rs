@@ -6,8 +6,7 @@ use serde_json::Value;
 use super::to_u64;
 use crate::store::{
     BookmarkRow, EncodedQueueItem, InstanceRecord, InstanceSummary, LeaseState, QueueItem,
-    StoreError, StoreResult, TimerRow, decode_control_request, decode_instance_status,
-    decode_instance_sub_status,
+    StoreError, StoreResult, TimerRow, decode_instance_text_columns,
 };
 
 // ----- row decoding -----
@@ -43,6 +42,12 @@ pub(super) fn summary_from_row(id: &str, row: &Row<'_>) -> StoreResult<InstanceS
     let status: String = row.get(3).map_err(col)?;
     let sub_status: Option<String> = row.get(4).map_err(col)?;
     let control_request: Option<String> = row.get(10).map_err(col)?;
+    let (status, sub_status, control_request) = decode_instance_text_columns(
+        id,
+        &status,
+        sub_status.as_deref(),
+        control_request.as_deref(),
+    )?;
     Ok(InstanceRecord {
         instance_id: id.to_owned(),
         definition_name: row.get(1).map_err(col)?,
@@ -59,13 +64,9 @@ pub(super) fn summary_from_row(id: &str, row: &Row<'_>) -> StoreResult<InstanceS
         updated_at: row.get(13).map_err(col)?,
         finished_at: row.get(14).map_err(col)?,
         listing: row.get(15).map_err(col)?,
-        status: decode_instance_status(id, &status)?,
-        sub_status: sub_status
-            .map(|s| decode_instance_sub_status(id, &s))
-            .transpose()?,
-        control_request: control_request
-            .map(|text| decode_control_request(id, &text))
-            .transpose()?,
+        status,
+        sub_status,
+        control_request,
         state: (),
     })
 }
