@@ -50,11 +50,6 @@ impl Definition {
         self.activation = Some(activation);
         self
     }
-
-    /// The version fingerprint of this definition (ENG-44): see [`crate::fingerprint`].
-    pub fn fingerprint(&self) -> String {
-        crate::fingerprint::fingerprint(self)
-    }
 }
 
 /// The set of outcome ports an activity may complete with (FC-2).

@@ -49,6 +49,26 @@ pub fn fingerprint(definition: &Definition) -> String {
         .collect()
 }
 
+impl Definition {
+    /// The version fingerprint of this definition (ENG-44): [`fingerprint`] of it, 64
+    /// lowercase hex digits.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use workflow_model::{Definition, Task};
+    ///
+    /// let definition = Definition::new("Order", Task::new("root", "work"));
+    /// assert_eq!(
+    ///     definition.fingerprint(),
+    ///     workflow_model::fingerprint::fingerprint(&definition)
+    /// );
+    /// ```
+    pub fn fingerprint(&self) -> String {
+        fingerprint(self)
+    }
+}
+
 /// The canonical text the fingerprint hashes, for debugging a fingerprint change: the root's
 /// canonical JSON, then, only when the definition has workflow-level settings (the default
 /// retry policy, FLT-2, and the commit strategy, ENG-32), a line `settings:` with their

@@ -477,7 +477,7 @@ where
                         });
                     }
                     found += 1;
-                    if let Some(timer) = crate::engine::names::timer_of(bookmark) {
+                    if let Some(timer) = bookmark.timer() {
                         // TM-8: a due timer's resume carries when it fired.
                         let fired_at = payload.get("fired_at").and_then(Value::as_i64);
                         let late_ms =

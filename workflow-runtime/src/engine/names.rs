@@ -67,23 +67,6 @@ impl Reserved {
     }
 }
 
-/// The timer row a bookmark owns (TM-3): `None` for a bookmark of no timer-backed reserved
-/// name, or one without a `due_at` (µs since the epoch, the store's unit).
-pub(crate) fn timer_of(
-    bookmark: &crate::engine::state::Bookmark,
-) -> Option<crate::store::NewTimer> {
-    let kind = Reserved::from_name(&bookmark.name)?.timer_kind()?;
-    let due_at = bookmark
-        .payload
-        .get("due_at")
-        .and_then(serde_json::Value::as_i64)?;
-    Some(crate::store::NewTimer {
-        timer_id: bookmark.id.clone(),
-        kind: kind.to_owned(),
-        due_at,
-    })
-}
-
 pub(crate) const ON_STEP: &str = "step_completed";
 pub(crate) const ON_ENTRY: &str = "on_entry";
 pub(crate) const ON_TRIGGER: &str = "on_trigger";

@@ -10,6 +10,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use crate::base::Micros;
+use crate::engine::names::Reserved;
+use crate::store::NewTimer;
 
 /// The format version of the persisted [`WorkflowState`] document.
 pub const FORMAT_VERSION: u32 = 2;
@@ -204,6 +206,20 @@ pub struct Bookmark {
     pub callback: Option<String>,
     /// When it was created (µs since the epoch).
     pub created_at: Micros,
+}
+
+impl Bookmark {
+    /// The timer row this bookmark owns (TM-3): `None` for a bookmark of no timer-backed
+    /// reserved name, or one without a `due_at` (µs since the epoch, the store's unit).
+    pub(crate) fn timer(&self) -> Option<NewTimer> {
+        let kind = Reserved::from_name(&self.name)?.timer_kind()?;
+        let due_at = self.payload.get("due_at").and_then(Value::as_i64)?;
+        Some(NewTimer {
+            timer_id: self.id.clone(),
+            kind: kind.to_owned(),
+            due_at,
+        })
+    }
 }
 
 /// A failure for good recorded against the instance (ENG-17, FLT-6).
@@ -1072,7 +1088,7 @@ impl WorkflowState {
 /// Whether a bookmark name is one of the timer-backed reserved names, whose payload holds
 /// `due_at` (TM-3).
 fn is_timer_name(name: &str) -> bool {
-    crate::engine::names::Reserved::from_name(name).is_some_and(|r| r.timer_kind().is_some())
+    Reserved::from_name(name).is_some_and(|r| r.timer_kind().is_some())
 }
 
 /// A millisecond instant (a JSON integer) made microseconds; anything else is left alone.

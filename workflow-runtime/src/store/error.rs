@@ -2,8 +2,8 @@
 
 use std::fmt;
 
-use super::InstanceStatus;
 use crate::base::Micros;
+use crate::status::WorkflowStatus as InstanceStatus;
 
 /// The result of every store operation.
 pub type StoreResult<T> = Result<T, StoreError>;

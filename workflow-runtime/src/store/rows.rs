@@ -65,6 +65,35 @@ pub struct LeaseState {
     pub expires_at: Micros,
 }
 
+impl LeaseState {
+    /// The lease an instance row's lease columns record: one only with both an owner and an
+    /// expiry (a released lease leaves its last token behind, without an owner).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use workflow_runtime::store::LeaseState;
+    ///
+    /// let held = LeaseState::from_columns(Some("worker-1".to_owned()), 3, Some(1_000));
+    /// assert_eq!(held.map(|lease| lease.token), Some(3));
+    /// assert_eq!(LeaseState::from_columns(None, 3, Some(1_000)), None);
+    /// ```
+    pub fn from_columns(
+        owner: Option<String>,
+        token: u64,
+        expires_at: Option<Micros>,
+    ) -> Option<Self> {
+        match (owner, expires_at) {
+            (Some(owner), Some(expires_at)) => Some(Self {
+                owner,
+                token,
+                expires_at,
+            }),
+            _ => None,
+        }
+    }
+}
+
 /// The result of a lease renewal: the extended lease and any pending control request (ST-14).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Renewal {
@@ -115,8 +144,10 @@ pub struct NewInstance<S = Value> {
     pub idempotency: Option<IdempotencyRecord>,
 }
 
-/// An instance as loaded: its columns and its state document, from one snapshot (ST-13).
-#[derive(Debug, Clone, PartialEq)]
+/// An instance row (ST-5): its columns and, as `S`, its state document, read from one
+/// snapshot (ST-13). The state is a [`Value`] above the policy layer, its encoded text in a
+/// backend, and `()` where the row is read without it ([`InstanceSummary`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct InstanceRecord<S = Value> {
     /// The instance id.
     pub instance_id: String,
@@ -144,7 +175,10 @@ pub struct InstanceRecord<S = Value> {
     pub updated_at: Micros,
     /// When it became final.
     pub finished_at: Option<Micros>,
-    /// The state document (its encoded text in a backend).
+    /// The listing text the last commit or the creation stored ([`Commit::listing`]);
+    /// `None` for a row written without one.
+    pub listing: Option<String>,
+    /// The state document (its encoded text in a backend; `()` when not read).
     pub state: S,
 }
 
@@ -173,8 +207,18 @@ impl<S> InstanceRecord<S> {
             created_at: self.created_at,
             updated_at: self.updated_at,
             finished_at: self.finished_at,
+            listing: self.listing,
             state,
         })
+    }
+
+    /// The record with the state document `state` in place of its own.
+    pub fn with_state<T>(self, state: T) -> InstanceRecord<T> {
+        let mapped = self.try_map_state(|_, _| Ok::<T, std::convert::Infallible>(state));
+        match mapped {
+            Ok(record) => record,
+            Err(never) => match never {},
+        }
     }
 
     /// The record's columns, without its state document.
@@ -193,49 +237,19 @@ impl<S> InstanceRecord<S> {
             created_at: self.created_at,
             updated_at: self.updated_at,
             finished_at: self.finished_at,
-            listing: None,
+            listing: self.listing.clone(),
+            state: (),
         }
     }
 }
 
 /// An instance's columns without its state document: one row of
 /// [`Storage::list_instances`](super::Storage::list_instances) (ST-5).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct InstanceSummary {
-    /// The instance id.
-    pub instance_id: String,
-    /// The definition's name.
-    pub definition_name: String,
-    /// The definition's version fingerprint.
-    pub definition_version: String,
-    /// Status.
-    pub status: InstanceStatus,
-    /// Sub-status.
-    pub sub_status: Option<InstanceSubStatus>,
-    /// Correlation id.
-    pub correlation_id: Option<String>,
-    /// Optimistic version.
-    pub version: u64,
-    /// The lease, if one is held (possibly expired).
-    pub lease: Option<LeaseState>,
-    /// A pending control request.
-    pub control_request: Option<ControlRequest>,
-    /// Origin time.
-    pub origin_at: Micros,
-    /// Creation time.
-    pub created_at: Micros,
-    /// Time of the last commit.
-    pub updated_at: Micros,
-    /// When it became final.
-    pub finished_at: Option<Micros>,
-    /// The listing text the last commit or the creation stored ([`Commit::listing`]);
-    /// `None` for a row written without one.
-    pub listing: Option<String>,
-}
+pub type InstanceSummary = InstanceRecord<()>;
 
 /// What a listing shows of an instance that only its state document knows, stored as JSON
 /// text in the instance row ([`Commit::listing`], [`NewInstance::listing`],
-/// [`InstanceSummary::listing`]) so a listing reads no document (ENG-51). Backends store the
+/// [`InstanceRecord::listing`]) so a listing reads no document (ENG-51). Backends store the
 /// text as is.
 ///
 /// # Examples
@@ -892,6 +906,53 @@ pub fn decode_instance_status(instance_id: &str, text: &str) -> StoreResult<Inst
     })
 }
 
+/// Decodes the columns of an instance row that a SQL backend stores as text: its status, its
+/// sub-status and its pending control request (ST-22).
+///
+/// # Errors
+///
+/// `Decode` naming the instance and the column (`status`, `sub_status`, `control_request`)
+/// that does not decode.
+///
+/// # Examples
+///
+/// ```
+/// use workflow_runtime::store::{InstanceStatus, decode_instance_text_columns};
+///
+/// let (status, sub_status, control) =
+///     decode_instance_text_columns("order-1", "running", None, None).unwrap();
+/// assert_eq!((status, sub_status, control), (InstanceStatus::Running, None, None));
+/// assert!(decode_instance_text_columns("order-1", "runing", None, None).is_err());
+/// ```
+pub fn decode_instance_text_columns(
+    instance_id: &str,
+    status: &str,
+    sub_status: Option<&str>,
+    control_request: Option<&str>,
+) -> StoreResult<(
+    InstanceStatus,
+    Option<InstanceSubStatus>,
+    Option<ControlRequest>,
+)> {
+    let status = decode_instance_status(instance_id, status)?;
+    let sub_status = sub_status
+        .map(|text| {
+            InstanceSubStatus::parse(text).ok_or_else(|| {
+                decode_error(
+                    "instance",
+                    instance_id,
+                    "sub_status",
+                    format!("unknown sub-status {text:?}"),
+                )
+            })
+        })
+        .transpose()?;
+    let control_request = control_request
+        .map(|text| decode_control_request(instance_id, text))
+        .transpose()?;
+    Ok((status, sub_status, control_request))
+}
+
 /// Decodes a stored control request (its JSON text) of instance `instance_id`.
 ///
 /// # Errors
@@ -900,116 +961,6 @@ pub fn decode_instance_status(instance_id: &str, text: &str) -> StoreResult<Inst
 pub fn decode_control_request(instance_id: &str, text: &str) -> StoreResult<ControlRequest> {
     serde_json::from_str(text)
         .map_err(|e| decode_error("instance", instance_id, "control_request", e.to_string()))
-}
-
-/// The columns of an instance row as a SQL backend stores them (the enums and the control
-/// request as text, counters as `i64`), decoded the one way every backend decodes them by
-/// [`StoredInstance::decode`].
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct StoredInstance {
-    /// The definition's name.
-    pub definition_name: String,
-    /// The definition's version fingerprint.
-    pub definition_version: String,
-    /// The status's name.
-    pub status: String,
-    /// The sub-status's name.
-    pub sub_status: Option<String>,
-    /// Correlation id.
-    pub correlation_id: Option<String>,
-    /// Optimistic version.
-    pub version: i64,
-    /// Lease owner.
-    pub lease_owner: Option<String>,
-    /// Lease token (the last issued, kept after release).
-    pub lease_token: i64,
-    /// Lease expiry.
-    pub lease_expires_at: Option<Micros>,
-    /// The pending control request as JSON text.
-    pub control_request: Option<String>,
-    /// Origin time.
-    pub origin_at: Micros,
-    /// Creation time.
-    pub created_at: Micros,
-    /// Time of the last commit.
-    pub updated_at: Micros,
-    /// When it became final.
-    pub finished_at: Option<Micros>,
-    /// The listing text ([`Commit::listing`]).
-    pub listing: Option<String>,
-}
-
-impl StoredInstance {
-    /// The summary of instance `instance_id`; a lease is present only with an owner and an
-    /// expiry.
-    ///
-    /// # Errors
-    ///
-    /// `Decode` naming the instance and the column (`status`, `sub_status`,
-    /// `control_request`) that does not decode (ST-22).
-    pub fn decode(self, instance_id: &str) -> StoreResult<InstanceSummary> {
-        let status = decode_instance_status(instance_id, &self.status)?;
-        let sub_status = match self.sub_status {
-            None => None,
-            Some(s) => Some(InstanceSubStatus::parse(&s).ok_or_else(|| {
-                decode_error(
-                    "instance",
-                    instance_id,
-                    "sub_status",
-                    format!("unknown sub-status {s:?}"),
-                )
-            })?),
-        };
-        let control_request = self
-            .control_request
-            .map(|text| decode_control_request(instance_id, &text))
-            .transpose()?;
-        Ok(InstanceSummary {
-            instance_id: instance_id.to_owned(),
-            definition_name: self.definition_name,
-            definition_version: self.definition_version,
-            status,
-            sub_status,
-            correlation_id: self.correlation_id,
-            version: u64::try_from(self.version).unwrap_or(0),
-            lease: match (self.lease_owner, self.lease_expires_at) {
-                (Some(owner), Some(expires_at)) => Some(LeaseState {
-                    owner,
-                    token: u64::try_from(self.lease_token).unwrap_or(0),
-                    expires_at,
-                }),
-                _ => None,
-            },
-            control_request,
-            origin_at: self.origin_at,
-            created_at: self.created_at,
-            updated_at: self.updated_at,
-            finished_at: self.finished_at,
-            listing: self.listing,
-        })
-    }
-}
-
-impl InstanceSummary {
-    /// The record of these columns with the state document `state`.
-    pub fn with_state<S>(self, state: S) -> InstanceRecord<S> {
-        InstanceRecord {
-            instance_id: self.instance_id,
-            definition_name: self.definition_name,
-            definition_version: self.definition_version,
-            status: self.status,
-            sub_status: self.sub_status,
-            correlation_id: self.correlation_id,
-            version: self.version,
-            lease: self.lease,
-            control_request: self.control_request,
-            origin_at: self.origin_at,
-            created_at: self.created_at,
-            updated_at: self.updated_at,
-            finished_at: self.finished_at,
-            state,
-        }
-    }
 }
 
 impl DeadLetterReason {
@@ -1065,5 +1016,66 @@ impl EncodedQueueItem {
             Ok(_) => raw.to_owned(),
             Err(_) => serde_json::json!({ "undecodable": raw }).to_string(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The column named by a `Decode` error.
+    fn column(error: StoreError) -> String {
+        match error {
+            StoreError::Decode { what, id, path, .. } => {
+                assert_eq!((what, id.as_str()), ("instance", "wf-1"));
+                path
+            }
+            other => panic!("not a decode error: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn st22_each_text_column_of_an_instance_row_that_does_not_decode_is_named() {
+        let decode = |status, sub_status, control_request| {
+            decode_instance_text_columns("wf-1", status, sub_status, control_request)
+        };
+        assert_eq!(
+            decode("suspended", Some("executing"), Some(r#"{"kind":"resume"}"#)).unwrap(),
+            (
+                InstanceStatus::Suspended,
+                Some(InstanceSubStatus::Executing),
+                Some(ControlRequest {
+                    kind: ControlKind::Resume,
+                    reason: None,
+                }),
+            )
+        );
+        assert_eq!(column(decode("paused", None, None).unwrap_err()), "status");
+        assert_eq!(
+            column(decode("running", Some("asleep"), None).unwrap_err()),
+            "sub_status"
+        );
+        assert_eq!(
+            column(decode("running", None, Some("{")).unwrap_err()),
+            "control_request"
+        );
+    }
+
+    #[test]
+    fn a_lease_is_read_from_its_columns_only_while_it_has_an_owner_and_an_expiry() {
+        let held = LeaseState::from_columns(Some("node-a".to_owned()), 4, Some(10));
+        assert_eq!(
+            held,
+            Some(LeaseState {
+                owner: "node-a".to_owned(),
+                token: 4,
+                expires_at: 10,
+            })
+        );
+        assert_eq!(LeaseState::from_columns(None, 4, Some(10)), None);
+        assert_eq!(
+            LeaseState::from_columns(Some("node-a".to_owned()), 4, None),
+            None
+        );
     }
 }

@@ -42,7 +42,7 @@ fn look_back_instant(payload: &Value, created_at: Micros) -> Option<Micros> {
 pub(crate) fn committed_bookmarks(bookmarks: &[Bookmark]) -> Vec<(String, bool)> {
     bookmarks
         .iter()
-        .map(|b| (b.id.clone(), crate::engine::names::timer_of(b).is_some()))
+        .map(|b| (b.id.clone(), b.timer().is_some()))
         .collect()
 }
 
@@ -153,7 +153,7 @@ impl RunCommits<'_> {
                 .bookmarks
                 .iter()
                 .filter(|b| !committed(b))
-                .filter_map(crate::engine::names::timer_of)
+                .filter_map(Bookmark::timer)
                 .collect();
             // The tracker follows the commit as it is built: the ids of removed bookmarks
             // move into it and those of added ones are recorded. A commit that fails

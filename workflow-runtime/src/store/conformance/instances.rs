@@ -399,7 +399,7 @@ pub async fn c23_list_instances(backend: Arc<dyn TestBackend>) {
 }
 
 /// C-23: the listing text a creation or a commit carries is stored in the instance row and
-/// listed with it, as is; a commit without one stores none.
+/// listed with it, as is, and loaded with it; a commit without one stores none.
 pub async fn c23_listing_text(backend: Arc<dyn TestBackend>) {
     let store = Harness::new(backend);
     let mut new = new_instance("wf-1");
@@ -433,6 +433,17 @@ pub async fn c23_listing_text(backend: Arc<dyn TestBackend>) {
         listings().await,
         [Some(r#"{"at":["Review"]}"#.to_owned()), None]
     );
+    // One row, one type: the instance loaded is the row listed, with its document.
+    let listed = store
+        .list_instances(InstanceFilter::default())
+        .await
+        .unwrap()
+        .remove(0)
+        .summary
+        .unwrap();
+    let loaded = store.load_instance("wf-1").await.unwrap();
+    assert_eq!(loaded.summary(), listed);
+    assert_eq!(loaded.listing.as_deref(), Some(r#"{"at":["Review"]}"#));
     store
         .commit(waiting("wf-1", 2, lease.token, 2))
         .await

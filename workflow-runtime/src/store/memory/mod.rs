@@ -10,6 +10,7 @@ use super::{
     InstanceStatus, InstanceSubStatus, JournalRecord, QueueItem, StoreError, StoreResult,
     StoreStats, TimerRow, TriggerRow,
 };
+use crate::base::Micros;
 
 mod ops;
 mod tables;
@@ -42,12 +43,12 @@ pub(super) struct MemInstance {
     pub(super) version: u64,
     pub(super) lease_owner: Option<String>,
     pub(super) lease_token: u64,
-    pub(super) lease_expires_at: Option<i64>,
+    pub(super) lease_expires_at: Option<Micros>,
     pub(super) control_request: Option<ControlRequest>,
-    pub(super) origin_at: i64,
-    pub(super) created_at: i64,
-    pub(super) updated_at: i64,
-    pub(super) finished_at: Option<i64>,
+    pub(super) origin_at: Micros,
+    pub(super) created_at: Micros,
+    pub(super) updated_at: Micros,
+    pub(super) finished_at: Option<Micros>,
     pub(super) activation_scope: Option<String>,
     pub(super) state: String,
     pub(super) listing: Option<String>,
@@ -72,15 +73,15 @@ pub(super) struct MemBookmark {
     pub(super) correlation_id: Option<String>,
     pub(super) definition_name: String,
     pub(super) definition_version: String,
-    pub(super) look_back: Option<i64>,
-    pub(super) created_at: i64,
+    pub(super) look_back: Option<Micros>,
+    pub(super) created_at: Micros,
 }
 
 #[derive(Debug, Clone)]
 pub(super) struct Claimed<T> {
     pub(super) row: T,
     pub(super) claim_owner: Option<String>,
-    pub(super) claim_expires_at: Option<i64>,
+    pub(super) claim_expires_at: Option<Micros>,
 }
 
 impl<T> Claimed<T> {
@@ -92,7 +93,7 @@ impl<T> Claimed<T> {
         }
     }
 
-    fn claim_live(&self, now: i64) -> bool {
+    fn claim_live(&self, now: Micros) -> bool {
         self.claim_owner.is_some() && self.claim_expires_at.is_some_and(|at| at > now)
     }
 }
@@ -101,7 +102,7 @@ impl<T> Claimed<T> {
 pub(super) struct NamedLease {
     pub(super) owner: Option<String>,
     pub(super) token: u64,
-    pub(super) expires_at: i64,
+    pub(super) expires_at: Micros,
 }
 
 #[derive(Debug, Default)]
@@ -111,14 +112,14 @@ pub(super) struct Inner {
     /// hash to `(created_at, bookmark_id)`: the lookup index of ST-6. Keyed by the hash
     /// alone, so a lookup borrows the query's hash and a bookmark added under a hash that
     /// has others copies only its id.
-    pub(super) bookmark_index: BTreeMap<String, BTreeSet<(i64, String)>>,
+    pub(super) bookmark_index: BTreeMap<String, BTreeSet<(Micros, String)>>,
     pub(super) triggers: BTreeMap<(String, String, String), TriggerRow>,
     pub(super) queue: BTreeMap<String, Claimed<QueueItem>>,
     pub(super) dead_letters: BTreeMap<String, DeadLetter>,
     pub(super) timers: BTreeMap<String, Claimed<TimerRow>>,
     /// Each instance's receipts: stimulus id to the receipt's time. Nested by instance, so a
     /// commit checks and writes them without building an owned `(instance, stimulus)` key.
-    pub(super) receipts: BTreeMap<String, BTreeMap<String, i64>>,
+    pub(super) receipts: BTreeMap<String, BTreeMap<String, Micros>>,
     pub(super) named_leases: BTreeMap<String, NamedLease>,
     pub(super) idempotency: BTreeMap<String, IdempotencyRecord>,
     pub(super) incidents: BTreeMap<String, IncidentRecord>,

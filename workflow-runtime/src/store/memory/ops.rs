@@ -7,6 +7,7 @@ use super::tables::{
     bookmark_row, incident, lease_live, not_found, record, record_with, sort_incidents,
 };
 use super::{Claimed, Inner, MemInstance, MemoryStore};
+use crate::base::Micros;
 use crate::store::backend::{
     BookmarkSelect, Capabilities, ChangeCount, ChildWaitIndex, ClaimKnown, ClaimedRecord,
     DefinitionRecord, DefinitionStore, DueTimers, Enqueue, IncidentQuery, LeaseClaim, LeaseKey,
@@ -15,9 +16,8 @@ use crate::store::backend::{
 use crate::store::{
     BookmarkRow, BoxFuture, ClaimedInstance, Commit, ControlRequest, DeadLetter, DeadLetterFilter,
     DeadLetterReason, IdempotencyRecord, IncidentRecord, InstanceFilter, InstanceRecord,
-    InstanceStatus, InstanceSummary, JournalRecord, Lease, ListedInstance, NewIncident,
-    NewInstance, QueueItem, Renewal, Schedule, ScheduleFiring, StoreError, StoreResult, StoreStats,
-    TimerRow, TriggerRow,
+    InstanceStatus, JournalRecord, Lease, ListedInstance, NewIncident, NewInstance, QueueItem,
+    Renewal, Schedule, ScheduleFiring, StoreError, StoreResult, StoreStats, TimerRow, TriggerRow,
 };
 
 impl Inner {
@@ -36,7 +36,13 @@ impl Inner {
         Ok((lease, row))
     }
 
-    fn acquire(&mut self, key: &LeaseKey, owner: &str, now: i64, ttl: i64) -> StoreResult<Lease> {
+    fn acquire(
+        &mut self,
+        key: &LeaseKey,
+        owner: &str,
+        now: Micros,
+        ttl: Micros,
+    ) -> StoreResult<Lease> {
         let expires_at = now.saturating_add(ttl);
         match key {
             LeaseKey::Instance(id) => {
@@ -81,7 +87,13 @@ impl Inner {
         }
     }
 
-    fn renew(&mut self, key: &LeaseKey, token: u64, now: i64, ttl: i64) -> StoreResult<Renewal> {
+    fn renew(
+        &mut self,
+        key: &LeaseKey,
+        token: u64,
+        now: Micros,
+        ttl: Micros,
+    ) -> StoreResult<Renewal> {
         let expires_at = now.saturating_add(ttl);
         let fenced = |current: u64| StoreError::Fenced {
             resource: key.resource(),
@@ -238,7 +250,7 @@ impl Inner {
                 Ok(doomed.len() as u64)
             }
             PurgeTarget::ExpiredQueueItems { now, limit } => {
-                let mut expired: Vec<(i64, String)> = self
+                let mut expired: Vec<(Micros, String)> = self
                     .queue
                     .values()
                     .filter(|q| !q.row.held && q.row.expires_at <= now)
@@ -307,7 +319,7 @@ impl Inner {
         }
     }
 
-    fn earliest_timer(&self, now: i64) -> Option<i64> {
+    fn earliest_timer(&self, now: Micros) -> Option<Micros> {
         self.timers
             .values()
             .filter(|t| !t.row.parked && !t.claim_live(now))
@@ -410,10 +422,7 @@ impl Store for MemoryStore {
                 .take(filter.limit)
                 .map(|(id, row)| ListedInstance {
                     instance_id: id.clone(),
-                    summary: Ok(InstanceSummary {
-                        listing: row.listing.clone(),
-                        ..record(id, row).summary()
-                    }),
+                    summary: Ok(record_with(id, row, ())),
                 })
                 .collect())
         })
@@ -422,13 +431,13 @@ impl Store for MemoryStore {
     fn claim_runnable(
         &self,
         owner: &str,
-        now: i64,
-        ttl: i64,
+        now: Micros,
+        ttl: Micros,
         limit: usize,
     ) -> BoxFuture<'_, StoreResult<Vec<ClaimedInstance>>> {
         let owner = owner.to_owned();
         self.write(move |inner| {
-            let mut candidates: Vec<(i64, String)> = inner
+            let mut candidates: Vec<(Micros, String)> = inner
                 .instances
                 .iter()
                 .filter(|(_, row)| row.status == InstanceStatus::Running && !lease_live(row, now))
@@ -458,8 +467,8 @@ impl Store for MemoryStore {
         &self,
         key: &LeaseKey,
         owner: &str,
-        now: i64,
-        ttl: i64,
+        now: Micros,
+        ttl: Micros,
     ) -> BoxFuture<'_, StoreResult<Lease>> {
         let (key, owner) = (key.clone(), owner.to_owned());
         self.write(move |inner| inner.acquire(&key, &owner, now, ttl))
@@ -469,8 +478,8 @@ impl Store for MemoryStore {
         &self,
         key: &LeaseKey,
         token: u64,
-        now: i64,
-        ttl: i64,
+        now: Micros,
+        ttl: Micros,
     ) -> BoxFuture<'_, StoreResult<Renewal>> {
         let key = key.clone();
         self.write(move |inner| inner.renew(&key, token, now, ttl))
@@ -588,8 +597,8 @@ impl Store for MemoryStore {
     fn claim_due_timers(
         &self,
         owner: &str,
-        now: i64,
-        claim_ttl: i64,
+        now: Micros,
+        claim_ttl: Micros,
         limit: usize,
     ) -> BoxFuture<'_, StoreResult<DueTimers>> {
         let owner = owner.to_owned();
@@ -603,7 +612,7 @@ impl Store for MemoryStore {
             });
         }
         self.write(move |inner| {
-            let mut due: Vec<(i64, String)> = inner
+            let mut due: Vec<(Micros, String)> = inner
                 .timers
                 .values()
                 .filter(|t| !t.row.parked && t.row.due_at <= now && !t.claim_live(now))
@@ -671,9 +680,9 @@ impl Store for MemoryStore {
     fn fire_schedule(
         &self,
         schedule_id: &str,
-        expected_due_at: i64,
+        expected_due_at: Micros,
         instance: NewInstance<String>,
-        next_due: Option<i64>,
+        next_due: Option<Micros>,
     ) -> BoxFuture<'_, StoreResult<ScheduleFiring>> {
         let id = schedule_id.to_owned();
         self.write_changing(
@@ -755,13 +764,13 @@ impl Store for MemoryStore {
     fn claim_queue_page(
         &self,
         owner: &str,
-        now: i64,
-        claim_ttl: i64,
+        now: Micros,
+        claim_ttl: Micros,
         limit: usize,
     ) -> BoxFuture<'_, StoreResult<Vec<QueueItem>>> {
         let owner = owner.to_owned();
         self.write(move |inner| {
-            let mut ready: Vec<(i64, String)> = inner
+            let mut ready: Vec<(Micros, String)> = inner
                 .queue
                 .values()
                 .filter(|q| (q.row.held || q.row.expires_at > now) && !q.claim_live(now))
@@ -799,8 +808,8 @@ impl Store for MemoryStore {
     fn replay_dead_letter(
         &self,
         item_id: &str,
-        now: i64,
-        ttl: i64,
+        now: Micros,
+        ttl: Micros,
     ) -> BoxFuture<'_, StoreResult<QueueItem>> {
         let id = item_id.to_owned();
         self.write_changing(always, move |inner| {

@@ -4,6 +4,7 @@
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use super::{Claimed, Inner, MemBookmark, MemInstance};
+use crate::base::Micros;
 pub(super) use crate::store::convert::not_found;
 use crate::store::{
     BookmarkRow, Commit, DeadLetter, DeadLetterReason, IncidentRecord, InstanceRecord,
@@ -25,19 +26,17 @@ pub(super) fn record_with<S>(id: &str, row: &MemInstance, state: S) -> InstanceR
         sub_status: row.sub_status,
         correlation_id: row.correlation_id.clone(),
         version: row.version,
-        lease: match (&row.lease_owner, row.lease_expires_at) {
-            (Some(owner), Some(expires_at)) => Some(LeaseState {
-                owner: owner.clone(),
-                token: row.lease_token,
-                expires_at,
-            }),
-            _ => None,
-        },
+        lease: LeaseState::from_columns(
+            row.lease_owner.clone(),
+            row.lease_token,
+            row.lease_expires_at,
+        ),
         control_request: row.control_request.clone(),
         origin_at: row.origin_at,
         created_at: row.created_at,
         updated_at: row.updated_at,
         finished_at: row.finished_at,
+        listing: row.listing.clone(),
         state,
     }
 }
@@ -63,7 +62,7 @@ pub(super) fn sort_incidents(rows: &mut [IncidentRecord]) {
     rows.sort_by(|a, b| (a.created_at, &a.incident_id).cmp(&(b.created_at, &b.incident_id)));
 }
 
-pub(super) fn lease_live(row: &MemInstance, now: i64) -> bool {
+pub(super) fn lease_live(row: &MemInstance, now: Micros) -> bool {
     row.lease_owner.is_some() && row.lease_expires_at.is_some_and(|at| at > now)
 }
 
@@ -126,7 +125,7 @@ impl Inner {
     }
 
     /// Records that `instance_id` consumed `stimulus_id` at `at` (RT-19).
-    pub(super) fn add_receipt(&mut self, instance_id: &str, stimulus_id: String, at: i64) {
+    pub(super) fn add_receipt(&mut self, instance_id: &str, stimulus_id: String, at: Micros) {
         match self.receipts.get_mut(instance_id) {
             Some(receipts) => {
                 receipts.insert(stimulus_id, at);
@@ -177,7 +176,7 @@ impl Inner {
         item_id: &str,
         reason: DeadLetterReason,
         error: Option<String>,
-        now: i64,
+        now: Micros,
     ) -> bool {
         let Some(claimed) = self.queue.remove(item_id) else {
             return false;
@@ -538,7 +537,7 @@ fn journal_row(seq: u64, entry: NewJournalRecord<String>) -> JournalRecord<Strin
 /// with its last bookmark unless `keep_hash`; the instance's list is the caller's to update.
 fn unindex(
     bookmarks: &mut BTreeMap<String, MemBookmark>,
-    index: &mut BTreeMap<String, BTreeSet<(i64, String)>>,
+    index: &mut BTreeMap<String, BTreeSet<(Micros, String)>>,
     bookmark_id: &str,
     keep_hash: bool,
 ) -> Option<MemBookmark> {

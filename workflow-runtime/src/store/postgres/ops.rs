@@ -9,10 +9,10 @@ use super::super::{
     BookmarkQuery, BookmarkRow, ClaimedInstance, ClaimedRecord, Commit, ControlRequest, DeadLetter,
     DeadLetterFilter, DeadLetterReason, DefinitionRecord, EncodedQueueItem, IdempotencyRecord,
     IncidentQuery, IncidentRecord, InstanceFilter, InstanceRecord, InstanceStatus,
-    InstanceSubStatus, InstanceSummary, JournalRecord, Lease, LeaseClaim, LeaseKey, ListedInstance,
-    Micros, NewIncident, NewInstance, QueueItem, Renewal, Schedule, ScheduleFiring, Settled,
-    Settlement, StoreError, StoreResult, StoredInstance, TimerRow, TriggerRow, TriggerWrite,
-    decode_control_request, decode_instance_status,
+    InstanceSubStatus, InstanceSummary, JournalRecord, Lease, LeaseClaim, LeaseKey, LeaseState,
+    ListedInstance, Micros, NewIncident, NewInstance, QueueItem, Renewal, Schedule, ScheduleFiring,
+    Settled, Settlement, StoreError, StoreResult, TimerRow, TriggerRow, TriggerWrite,
+    decode_control_request, decode_instance_status, decode_instance_text_columns,
 };
 use super::schema::Schema;
 use crate::store::CHILD_WAIT;
@@ -59,24 +59,32 @@ fn instance_from_row(id: &str, row: &PgRow) -> StoreResult<InstanceRecord<String
 /// the column (ST-22).
 fn summary_from_row(id: &str, row: &PgRow) -> StoreResult<InstanceSummary> {
     let c = Cols::named(row, "instance", id.to_owned());
-    StoredInstance {
+    let status: String = c.get(3)?;
+    let sub_status: Option<String> = c.get(4)?;
+    let control_request: Option<String> = c.get(10)?;
+    let (status, sub_status, control_request) = decode_instance_text_columns(
+        id,
+        &status,
+        sub_status.as_deref(),
+        control_request.as_deref(),
+    )?;
+    Ok(InstanceRecord {
+        instance_id: id.to_owned(),
         definition_name: c.get(1)?,
         definition_version: c.get(2)?,
-        status: c.get(3)?,
-        sub_status: c.get(4)?,
         correlation_id: c.get(5)?,
-        version: c.get(6)?,
-        lease_owner: c.get(7)?,
-        lease_token: c.get(8)?,
-        lease_expires_at: c.get(9)?,
-        control_request: c.get(10)?,
+        version: to_u64(c.get(6)?),
+        lease: LeaseState::from_columns(c.get(7)?, to_u64(c.get(8)?), c.get(9)?),
         origin_at: c.get(11)?,
         created_at: c.get(12)?,
         updated_at: c.get(13)?,
         finished_at: c.get(14)?,
         listing: c.get(15)?,
-    }
-    .decode(id)
+        status,
+        sub_status,
+        control_request,
+        state: (),
+    })
 }
 
 /// Reads the columns of one row; a column of the wrong type is a `Decode` naming the row (its
@@ -587,7 +595,7 @@ pub(super) async fn claim_runnable(
     let mut claimed = Vec::with_capacity(rows.len());
     for row in &rows {
         let sub_status: Option<String> = row.try_get(1)?;
-        let updated_at: i64 = row.try_get(3)?;
+        let updated_at: Micros = row.try_get(3)?;
         claimed.push((
             updated_at,
             ClaimedInstance {
@@ -705,7 +713,7 @@ pub(super) async fn acquire_lease(
     Err(StoreError::LeaseHeld {
         resource: instance_resource(id),
         holder: row.try_get::<Option<String>, _>(0)?.unwrap_or_default(),
-        until: row.try_get::<Option<i64>, _>(1)?.unwrap_or_default(),
+        until: row.try_get::<Option<Micros>, _>(1)?.unwrap_or_default(),
     })
 }
 
@@ -791,7 +799,7 @@ pub(super) async fn claim_instance(
         None => StoreError::LeaseHeld {
             resource: instance_resource(id),
             holder: row.try_get::<Option<String>, _>(0)?.unwrap_or_default(),
-            until: row.try_get::<Option<i64>, _>(1)?.unwrap_or_default(),
+            until: row.try_get::<Option<Micros>, _>(1)?.unwrap_or_default(),
         },
         Some(token) => StoreError::Fenced {
             resource: instance_resource(id),
@@ -912,7 +920,7 @@ pub(super) async fn acquire_named_lease(
     Err(StoreError::LeaseHeld {
         resource: named_resource(name),
         holder: row.try_get::<Option<String>, _>(0)?.unwrap_or_default(),
-        until: row.try_get::<Option<i64>, _>(1)?.unwrap_or_default(),
+        until: row.try_get::<Option<Micros>, _>(1)?.unwrap_or_default(),
     })
 }
 
@@ -1332,7 +1340,7 @@ pub(super) async fn fire_schedule(
     instance: &NewInstance<String>,
     next_due: Option<Micros>,
 ) -> StoreResult<ScheduleFiring> {
-    let current: Option<i64> = sqlx::query_scalar(&s.sql(
+    let current: Option<Micros> = sqlx::query_scalar(&s.sql(
         "SELECT due_at FROM @wf_timers
          WHERE timer_id = $1 AND instance_id IS NULL AND NOT parked FOR UPDATE",
     ))

@@ -18,6 +18,7 @@ use super::{
     SqliteStore, decode_json, is_constraint, json_text, limit_i64, not_found, read_only, to_i64,
     to_u64,
 };
+use crate::base::Micros;
 use crate::store::backend::{
     BookmarkSelect, Capabilities, ChildWaitIndex, ClaimedRecord, DefinitionRecord, DefinitionStore,
     DueTimers, Enqueue, IncidentQuery, LeaseClaim, LeaseKey, PurgeTarget, RemoteHints, RouteReads,
@@ -44,7 +45,7 @@ type CommitGuard = (
     String,
     Option<String>,
     String,
-    Option<i64>,
+    Option<Micros>,
     i64,
 );
 
@@ -627,7 +628,7 @@ fn move_to_dead(
     item_id: &str,
     reason: DeadLetterReason,
     error: Option<&str>,
-    now: i64,
+    now: Micros,
 ) -> StoreResult<bool> {
     move_to_dead_as(c, item_id, QUEUE_COLS, reason, error, now)
 }
@@ -640,7 +641,7 @@ fn move_to_dead_as(
     columns: &str,
     reason: DeadLetterReason,
     error: Option<&str>,
-    now: i64,
+    now: Micros,
 ) -> StoreResult<bool> {
     let inserted = c
         .prepare_cached(&format!(
@@ -664,7 +665,7 @@ fn quarantine_corrupt_queue_row(
     c: &Connection,
     item_id: &str,
     error: &StoreError,
-    now: i64,
+    now: Micros,
 ) -> StoreResult<()> {
     // A blob is shown as its hex digits: cast to text, its bytes need not be UTF-8.
     let as_text = |column: &str| {
@@ -730,7 +731,7 @@ fn quarantine_queue_item(
     payload: &str,
     targets: &str,
     error: &StoreError,
-    now: i64,
+    now: Micros,
 ) -> StoreResult<()> {
     let wrap = EncodedQueueItem::quarantined_json;
     c.prepare_cached("UPDATE wf_queue SET payload = ?2, targets = ?3 WHERE item_id = ?1")?
@@ -779,10 +780,10 @@ fn acquire_named_tx(
     c: &Connection,
     name: &str,
     owner: &str,
-    now: i64,
-    ttl: i64,
+    now: Micros,
+    ttl: Micros,
 ) -> StoreResult<Lease> {
-    let row: Option<(Option<String>, Option<i64>)> = c
+    let row: Option<(Option<String>, Option<Micros>)> = c
         .prepare_cached("SELECT owner, expires_at FROM wf_named_leases WHERE name = ?1")?
         .query_row([name], |r| Ok((r.get(0)?, r.get(1)?)))
         .optional()?;
@@ -815,8 +816,8 @@ fn renew_named_tx(
     c: &Connection,
     name: &str,
     token: u64,
-    now: i64,
-    ttl: i64,
+    now: Micros,
+    ttl: Micros,
 ) -> StoreResult<Renewal> {
     let expires_at = now.saturating_add(ttl);
     check_named_token(c, name, token)?;
@@ -1005,8 +1006,8 @@ fn stored_token(c: &Connection, id: &str) -> StoreResult<u64> {
     token.map(to_u64).ok_or_else(|| not_found("instance", id))
 }
 
-fn earliest_tx(c: &Connection, now: i64) -> StoreResult<Option<i64>> {
-    let due: Option<i64> = c
+fn earliest_tx(c: &Connection, now: Micros) -> StoreResult<Option<Micros>> {
+    let due: Option<Micros> = c
         .prepare_cached(
             "SELECT MIN(due_at) FROM wf_timers WHERE parked = 0
                AND (claim_owner IS NULL OR claim_expires_at IS NULL OR claim_expires_at <= ?1)",
@@ -1037,8 +1038,8 @@ impl SqliteStore {
         &self,
         id: String,
         owner: String,
-        now: i64,
-        ttl: i64,
+        now: Micros,
+        ttl: Micros,
     ) -> StoreResult<Lease> {
         if self.writer.is_none() {
             return Err(read_only());
@@ -1052,7 +1053,13 @@ impl SqliteStore {
 
     /// Extends a held instance lease when `token` is current, else `Fenced` (`NotFound` for
     /// an unknown instance without a lease).
-    async fn renew_instance(&self, id: &str, token: u64, now: i64, ttl: i64) -> StoreResult<Lease> {
+    async fn renew_instance(
+        &self,
+        id: &str,
+        token: u64,
+        now: Micros,
+        ttl: Micros,
+    ) -> StoreResult<Lease> {
         if self.writer.is_none() {
             return Err(read_only());
         }
@@ -1244,8 +1251,8 @@ impl Store for SqliteStore {
     fn claim_runnable(
         &self,
         owner: &str,
-        now: i64,
-        ttl: i64,
+        now: Micros,
+        ttl: Micros,
         limit: usize,
     ) -> BoxFuture<'_, StoreResult<Vec<ClaimedInstance>>> {
         if self.writer.is_none() {
@@ -1264,7 +1271,7 @@ impl Store for SqliteStore {
                  ORDER BY updated_at, instance_id LIMIT ?3",
             )?;
             let mut claimed = Vec::with_capacity(limit);
-            let mut after: Option<(i64, String)> = None;
+            let mut after: Option<(Micros, String)> = None;
             while claimed.len() < limit {
                 let (at, id) = match &after {
                     Some((at, id)) => (Some(*at), Some(id.clone())),
@@ -1324,8 +1331,8 @@ impl Store for SqliteStore {
         &self,
         key: &LeaseKey,
         owner: &str,
-        now: i64,
-        ttl: i64,
+        now: Micros,
+        ttl: Micros,
     ) -> BoxFuture<'_, StoreResult<Lease>> {
         match key {
             LeaseKey::Instance(id) => {
@@ -1342,8 +1349,8 @@ impl Store for SqliteStore {
         &self,
         key: &LeaseKey,
         token: u64,
-        now: i64,
-        ttl: i64,
+        now: Micros,
+        ttl: Micros,
     ) -> BoxFuture<'_, StoreResult<Renewal>> {
         match key {
             LeaseKey::Instance(id) => {
@@ -1489,8 +1496,8 @@ impl Store for SqliteStore {
     fn claim_due_timers(
         &self,
         owner: &str,
-        now: i64,
-        claim_ttl: i64,
+        now: Micros,
+        claim_ttl: Micros,
         limit: usize,
     ) -> BoxFuture<'_, StoreResult<DueTimers>> {
         let owner = owner.to_owned();
@@ -1576,13 +1583,13 @@ impl Store for SqliteStore {
     fn fire_schedule(
         &self,
         schedule_id: &str,
-        expected_due_at: i64,
+        expected_due_at: Micros,
         instance: NewInstance<String>,
-        next_due: Option<i64>,
+        next_due: Option<Micros>,
     ) -> BoxFuture<'_, StoreResult<ScheduleFiring>> {
         let id = schedule_id.to_owned();
         self.write(move |c| {
-            let current: Option<i64> = c
+            let current: Option<Micros> = c
                 .prepare_cached(
                     "SELECT due_at FROM wf_timers
                      WHERE timer_id = ?1 AND instance_id IS NULL AND parked = 0",
@@ -1658,8 +1665,8 @@ impl Store for SqliteStore {
     fn claim_queue_page(
         &self,
         owner: &str,
-        now: i64,
-        claim_ttl: i64,
+        now: Micros,
+        claim_ttl: Micros,
         limit: usize,
     ) -> BoxFuture<'_, StoreResult<Vec<QueueItem>>> {
         let owner = owner.to_owned();
@@ -1721,8 +1728,8 @@ impl Store for SqliteStore {
     fn replay_dead_letter(
         &self,
         item_id: &str,
-        now: i64,
-        ttl: i64,
+        now: Micros,
+        ttl: Micros,
     ) -> BoxFuture<'_, StoreResult<QueueItem>> {
         let id = item_id.to_owned();
         self.write(move |c| {

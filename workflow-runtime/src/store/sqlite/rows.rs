@@ -5,8 +5,8 @@ use serde_json::Value;
 
 use super::to_u64;
 use crate::store::{
-    BookmarkRow, EncodedQueueItem, InstanceRecord, InstanceSummary, QueueItem, StoreError,
-    StoreResult, StoredInstance, TimerRow,
+    BookmarkRow, EncodedQueueItem, InstanceRecord, InstanceSummary, LeaseState, QueueItem,
+    StoreError, StoreResult, TimerRow, decode_instance_text_columns,
 };
 
 // ----- row decoding -----
@@ -39,24 +39,36 @@ pub(super) fn summary_from_row(id: &str, row: &Row<'_>) -> StoreResult<InstanceS
         path: "row".to_owned(),
         message: e.to_string(),
     };
-    StoredInstance {
+    let status: String = row.get(3).map_err(col)?;
+    let sub_status: Option<String> = row.get(4).map_err(col)?;
+    let control_request: Option<String> = row.get(10).map_err(col)?;
+    let (status, sub_status, control_request) = decode_instance_text_columns(
+        id,
+        &status,
+        sub_status.as_deref(),
+        control_request.as_deref(),
+    )?;
+    Ok(InstanceRecord {
+        instance_id: id.to_owned(),
         definition_name: row.get(1).map_err(col)?,
         definition_version: row.get(2).map_err(col)?,
-        status: row.get(3).map_err(col)?,
-        sub_status: row.get(4).map_err(col)?,
         correlation_id: row.get(5).map_err(col)?,
-        version: row.get(6).map_err(col)?,
-        lease_owner: row.get(7).map_err(col)?,
-        lease_token: row.get(8).map_err(col)?,
-        lease_expires_at: row.get(9).map_err(col)?,
-        control_request: row.get(10).map_err(col)?,
+        version: to_u64(row.get(6).map_err(col)?),
+        lease: LeaseState::from_columns(
+            row.get(7).map_err(col)?,
+            to_u64(row.get(8).map_err(col)?),
+            row.get(9).map_err(col)?,
+        ),
         origin_at: row.get(11).map_err(col)?,
         created_at: row.get(12).map_err(col)?,
         updated_at: row.get(13).map_err(col)?,
         finished_at: row.get(14).map_err(col)?,
         listing: row.get(15).map_err(col)?,
-    }
-    .decode(id)
+        status,
+        sub_status,
+        control_request,
+        state: (),
+    })
 }
 
 pub(super) const BOOKMARK_COLS: &str = "bookmark_id, instance_id, hash, name, node_id, context_id, \
