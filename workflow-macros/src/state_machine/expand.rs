@@ -114,13 +114,11 @@ pub(crate) fn expand(machine: &Machine, definition: Option<&Definition>) -> Toke
         .iter()
         .flat_map(|s| &s.transitions)
         .filter_map(|t| match &t.trigger {
-            Some(TriggerDecl::Event {
-                name, payload, key, ..
-            }) => Some(EventSend {
-                name,
-                payload: payload.as_deref(),
-                keyed: key.is_some(),
-                key_type: key.as_ref().and_then(|k| k.ty.as_deref()),
+            Some(TriggerDecl::Event { event, .. }) => Some(EventSend {
+                name: &event.name,
+                payload: event.payload.as_deref(),
+                keyed: event.key.is_some(),
+                key_type: event.key.as_ref().and_then(|k| k.ty.as_deref()),
             }),
             _ => None,
         })
@@ -320,21 +318,16 @@ fn registry(machine: &Machine) -> TokenStream {
                     tasks.extend(options.compensate.iter());
                     None
                 }
-                Some(TriggerDecl::Event {
-                    payload,
-                    key,
-                    assign,
-                    ..
-                }) => {
-                    keys.extend(key.as_ref());
-                    if let Some(ty) = payload.as_deref() {
-                        match assign {
+                Some(TriggerDecl::Event { event, .. }) => {
+                    keys.extend(event.key.as_ref());
+                    if let Some(ty) = event.payload.as_deref() {
+                        match &event.assign {
                             Some(AssignDecl::Field(path)) => assign_fields.push((path, ty)),
                             Some(AssignDecl::Function(f)) => assign_fns.push((f, ty)),
                             None => {}
                         }
                     }
-                    payload.as_deref()
+                    event.payload.as_deref()
                 }
                 _ => None,
             };

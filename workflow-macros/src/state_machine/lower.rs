@@ -18,7 +18,7 @@
 use quote::ToTokens;
 use syn::ext::IdentExt;
 use workflow_model::{
-    Activity, Definition, Delay, Event, Location, State, StateMachine, Task, Transition,
+    Activity, Definition, Delay, Location, State, StateMachine, Task, Transition,
 };
 
 use super::parse::{Machine, StateDecl, TransitionDecl, TriggerDecl};
@@ -188,29 +188,7 @@ fn lower_trigger(
     spans: &mut SpanTable,
 ) -> Activity {
     match trigger {
-        TriggerDecl::Event {
-            name,
-            key,
-            assign,
-            look_back,
-            ..
-        } => {
-            spans.insert(at.field("event"), name);
-            let mut event = Event::new(id, name.value());
-            if let Some(key) = key {
-                spans.insert(at.field("key"), &key.tokens);
-                event = event.with_key(key.text.clone());
-            }
-            if let Some(assign) = assign {
-                spans.insert(at.field("assign"), assign.tokens());
-                event.assign = Some(assign.model());
-            }
-            if let Some((look_back, tokens)) = look_back {
-                spans.insert(at.field("look_back"), tokens);
-                event.look_back = Some(*look_back);
-            }
-            event.into()
-        }
+        TriggerDecl::Event { event, .. } => event.lower(id, at, spans).into(),
         TriggerDecl::After { millis, .. } => Delay::new(id, *millis).into(),
         TriggerDecl::Task {
             function, options, ..

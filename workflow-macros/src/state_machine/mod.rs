@@ -96,6 +96,26 @@ mod tests {
     }
 
     #[test]
+    fn an_empty_event_name_is_the_validators_error() {
+        let output = state_machine(
+            quote!(data = Order, initial = New),
+            quote!(
+                enum Flow {
+                    #[on(go: event("") => Done)]
+                    New,
+                    Done,
+                }
+            ),
+        )
+        .to_string();
+        assert_eq!(output.matches("compile_error").count(), 1, "{output}");
+        assert!(
+            output.contains("event name is empty; a stimulus name has 1 to 256 bytes"),
+            "{output}"
+        );
+    }
+
+    #[test]
     fn not_an_enum_is_only_an_error() {
         let output = state_machine(
             quote!(data = D, initial = A),

@@ -217,7 +217,8 @@ impl<'a> Uses<'a> {
                 // A compensation runs as a task (FLT-11): registered like one.
                 self.tasks.extend(options.compensate.as_ref());
             }
-            KindDecl::Event(event) => {
+            KindDecl::Event(node) => {
+                let event: &'a crate::common::event::EventDecl = &node.event;
                 self.keys.extend(event.key.as_ref());
                 self.sends.push(EventSend {
                     name: &event.name,
@@ -226,7 +227,7 @@ impl<'a> Uses<'a> {
                     key_type: event.key.as_ref().and_then(|k| k.ty.as_deref()),
                 });
                 if let Some(ty) = &event.payload {
-                    if event.ports.is_some() {
+                    if node.ports.is_some() {
                         self.choosing.push((id, ty));
                     }
                     match &event.assign {
