@@ -53,6 +53,7 @@
 use std::fmt::Write as _;
 
 use crate::definition::{Activity, DONE, Definition, Flowchart, State, StateMachine, Transition};
+use crate::duration::duration;
 use crate::validate::analyze_flowchart;
 
 /// What to emphasize in a diagram: the current state of a state machine instance, or the
@@ -235,21 +236,6 @@ fn root_body(definition: &Definition) -> &Activity {
         Activity::Saga(saga) => &saga.body,
         other => other,
     }
-}
-
-/// `48h`, `5m`, `30s`, `1500ms`, `2d`: the largest unit that divides it.
-pub(crate) fn duration(ms: u64) -> String {
-    for (unit, size) in [
-        ("d", 86_400_000),
-        ("h", 3_600_000),
-        ("m", 60_000),
-        ("s", 1_000),
-    ] {
-        if ms >= size && ms.is_multiple_of(size) {
-            return format!("{}{unit}", ms / size);
-        }
-    }
-    format!("{ms}ms")
 }
 
 /// `review (task)`, `pay (task pay_out)`, `manager (event expense.decision)`,
@@ -652,8 +638,6 @@ mod tests {
             mermaid(&single),
             "flowchart LR\n    n0[\"root (task work)\"]\n"
         );
-        assert_eq!(duration(1_500), "1500ms");
-        assert_eq!(duration(300_000), "5m");
     }
 
     /// Every shape, a start marker, event names and ports: the expense approval flowchart.

@@ -6,7 +6,7 @@ use crate::definition::{
     Activity, COMPENSATED, Decimal, Definition, Flowchart, RetryPolicy, SagaOnFailure,
 };
 use crate::diagnostics::{Diagnostic, Diagnostics, Location, suggest};
-use crate::diagram::duration;
+use crate::duration::duration;
 
 /// The longest attempt timeout a task may declare (FLT-V4): 365 days, in milliseconds. Longer
 /// values would not fit the runtime's microsecond instants once added to "now".
