@@ -357,11 +357,18 @@ fn registry(machine: &Machine) -> TokenStream {
         // Spanned on the user's path, method included: a condition of the wrong type is one
         // error on `when = ..`, not a second one on the whole attribute.
         let path = &condition.path;
+        // Through the `__private` check named for what it checks: rustc's note on a fn of the
+        // wrong shape names it (`condition_takes_data_and_payload`), not the registry.
         calls.extend(match payload {
-            Some(ty) => {
-                quote_spanned!(path.span()=> .condition_with_payload::<#ty, _>(#name, #path))
-            }
-            None => quote_spanned!(path.span()=> .condition(#name, #path)),
+            Some(ty) => quote_spanned!(path.span()=>
+                .condition_with_payload::<#ty, _>(
+                    #name,
+                    ::workflow_runtime::__private::condition_takes_data_and_payload::<Self::Data, #ty>(#path),
+                )
+            ),
+            None => quote_spanned!(path.span()=>
+                .condition(#name, ::workflow_runtime::__private::condition_takes_data::<Self::Data>(#path))
+            ),
         });
     }
     let mut seen = HashSet::new();
@@ -369,7 +376,12 @@ fn registry(machine: &Machine) -> TokenStream {
         let name = f.name();
         if seen.insert(name.clone()) {
             let path = &f.path;
-            calls.extend(quote_spanned!(path.span()=> .assign::<#ty, _>(#name, #path)));
+            calls.extend(quote_spanned!(path.span()=>
+                .assign::<#ty, _>(
+                    #name,
+                    ::workflow_runtime::__private::assign_with_takes_data_and_payload::<Self::Data, #ty>(#path),
+                )
+            ));
         }
     }
     let checks = crate::common::expand::field_checks(&keys, &assign_fields);

@@ -156,7 +156,18 @@ pub(crate) fn lower(machine: &Machine) -> Lowered {
                 model.condition = Some(when.name());
             }
             if let Some(action) = &transition.action {
-                spans.insert(t_at.field("action"), &action.path);
+                let action_at = t_at.field("action");
+                spans.insert(action_at.clone(), &action.path);
+                // The action's id is derived from the base id the user wrote (`{base}_action`):
+                // a duplicate of it follows from a duplicate name or id, reported there once.
+                match (&transition.id, &transition.name, &transition.trigger) {
+                    (Some(_), _, Some(_)) => {
+                        spans.alias(action_at.field("id"), t_at.field("trigger").field("id"));
+                    }
+                    (Some(id), _, None) => spans.insert(action_at.field("id"), id),
+                    (None, Some(_), _) => spans.alias(action_at.field("id"), t_at.field("name")),
+                    (None, None, _) => {}
+                }
                 let mut task = Task::new(format!("{base}_action"), action.name());
                 transition
                     .action_options

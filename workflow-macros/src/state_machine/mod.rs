@@ -66,7 +66,7 @@ mod tests {
         assert!(output.contains(":: workflow_runtime :: __private :: Workflow for Flow"));
         assert!(output.contains("pub const TRIGGER_GO"));
         assert!(
-            output.contains(". condition (\"ready\" , ready)"),
+            output.contains(". condition (\"ready\" , :: workflow_runtime :: __private :: condition_takes_data :: < Self :: Data > (ready))"),
             "{output}"
         );
         // `Debug` is the user's: not derived twice.

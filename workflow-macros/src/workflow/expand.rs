@@ -356,28 +356,55 @@ fn registry(uses: &Uses<'_>) -> TokenStream {
             calls.extend(register_task(task));
         }
     }
-    let mut register = |fns: &[&FnRef], method: &str| {
+    // Each fn goes through the `__private` check named for what it checks (the check spanned
+    // on the user's path: a type error lands there, its note naming the check).
+    let mut register = |fns: &[&FnRef], method: &str, check: &str| {
         let mut seen = HashSet::new();
         for f in fns {
             let name = f.name();
             if seen.insert(name.clone()) {
                 let path = &f.path;
-                // The method spanned on the user's path too: a type error lands there only.
                 let method = syn::Ident::new(method, path.span());
-                calls.extend(quote_spanned!(path.span()=> .#method(#name, #path)));
+                let check = syn::Ident::new(check, path.span());
+                calls.extend(quote_spanned!(path.span()=>
+                    .#method(#name, ::workflow_runtime::__private::#check::<Self::Data>(#path))
+                ));
             }
         }
     };
-    register(&uses.conditions, "condition");
-    register(&uses.items, "items");
-    register(&uses.values, "value");
-    register(&uses.sub_assigns, "assign");
+    register(&uses.conditions, "condition", "condition_takes_data");
+    let mut register = |fns: &[&FnRef], method: &str, check: &str| {
+        let mut seen = HashSet::new();
+        for f in fns {
+            let name = f.name();
+            if seen.insert(name.clone()) {
+                let path = &f.path;
+                let method = syn::Ident::new(method, path.span());
+                let check = syn::Ident::new(check, path.span());
+                calls.extend(quote_spanned!(path.span()=>
+                    .#method(#name, ::workflow_runtime::__private::#check::<Self::Data, _>(#path))
+                ));
+            }
+        }
+    };
+    register(&uses.items, "items", "for_each_takes_data_returns_a_vec");
+    register(&uses.values, "value", "value_takes_data");
+    register(
+        &uses.sub_assigns,
+        "assign",
+        "assign_with_takes_data_and_child_output",
+    );
     let mut seen = HashSet::new();
     for (f, ty) in &uses.assign_fns {
         let name = f.name();
         if seen.insert(name.clone()) {
             let path = &f.path;
-            calls.extend(quote_spanned!(path.span()=> .assign::<#ty, _>(#name, #path)));
+            calls.extend(quote_spanned!(path.span()=>
+                .assign::<#ty, _>(
+                    #name,
+                    ::workflow_runtime::__private::assign_with_takes_data_and_payload::<Self::Data, #ty>(#path),
+                )
+            ));
         }
     }
     let mut seen = HashSet::new();
