@@ -114,21 +114,19 @@ pub(crate) fn expand(machine: &Machine, definition: Option<&Definition>) -> Toke
         .iter()
         .flat_map(|s| &s.transitions)
         .filter_map(|t| match &t.trigger {
-            Some(TriggerDecl::Event { event, .. }) => Some(EventSend {
-                name: &event.name,
-                payload: event.payload.as_deref(),
-                keyed: event.key.is_some(),
-                key_type: event.key.as_ref().and_then(|k| k.ty.as_deref()),
-            }),
+            Some(TriggerDecl::Event { event, .. }) => Some(EventSend::of(event)),
             _ => None,
         })
         .collect();
+    let payload_types = crate::common::expand::payload_type_checks(&sends);
     let sends = crate::common::expand::stimulus_constructors(&sends);
 
     quote! {
         #item
 
         #duration_types
+
+        #payload_types
 
         #[allow(dead_code)]
         impl #ident {

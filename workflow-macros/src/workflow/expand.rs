@@ -27,8 +27,8 @@ use workflow_model::{Definition, Flowchart};
 use super::lower::{step_id, workflow_name};
 use super::parse::{Body, KindDecl, StepDecl, SubWorkflowRef, WorkflowDecl};
 use crate::common::expand::{
-    EventSend, diagram_fns, field_checks, push_const, register_task, stimulus_constructors,
-    type_exists_checks,
+    EventSend, diagram_fns, field_checks, payload_type_checks, push_const, register_task,
+    stimulus_constructors, type_exists_checks,
 };
 use crate::common::parse::{AssignDecl, FieldPath, FnRef, existing_derives};
 
@@ -99,6 +99,7 @@ pub(crate) fn expand(decl: &WorkflowDecl, definition: Option<&Definition>) -> To
         }
     });
     let durations = type_exists_checks(uses.durations.iter().copied());
+    let payload_types = payload_type_checks(&uses.sends);
     let sends = stimulus_constructors(&uses.sends);
 
     quote! {
@@ -108,6 +109,7 @@ pub(crate) fn expand(decl: &WorkflowDecl, definition: Option<&Definition>) -> To
 
         #(#children)*
         #durations
+        #payload_types
 
         #[allow(dead_code)]
         impl #ident {
@@ -220,12 +222,7 @@ impl<'a> Uses<'a> {
             KindDecl::Event(node) => {
                 let event: &'a crate::common::event::EventDecl = &node.event;
                 self.keys.extend(event.key.as_ref());
-                self.sends.push(EventSend {
-                    name: &event.name,
-                    payload: event.payload.as_deref(),
-                    keyed: event.key.is_some(),
-                    key_type: event.key.as_ref().and_then(|k| k.ty.as_deref()),
-                });
+                self.sends.push(EventSend::of(event));
                 if let Some(ty) = &event.payload {
                     if node.ports.is_some() {
                         self.choosing.push((id, ty));
