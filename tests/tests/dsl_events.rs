@@ -171,39 +171,101 @@ fn a_payload_that_does_not_fit_the_assigned_field_is_rejected_for_the_instance()
     });
 }
 
-#[test]
-fn look_back_none_in_the_macro_ignores_a_stimulus_queued_before_the_wait() {
-    block_on(async {
-        let rt = Runtime::builder()
-            .register::<AssignedChart>()
-            .build()
-            .unwrap();
-        // Queued before the instance exists: `since_origin` would not take it either, so
-        // start first and queue the stimulus for a wait that does not exist yet.
-        let id = rt
-            .start::<AssignedChart>(order("o-4"))
-            .await
-            .unwrap()
-            .instance_id;
-        rt.send(
+// The same two waits three times, the second with another look-back (RT-30): a `payment`
+// sent while the instance waits for its `top_up` is queued before the `payment` wait exists,
+// and `none` means that such an early event is not delivered to the wait.
+workflow! {
+    pub workflow EarlyNone(Order) {
+        top = event::<Payment>("top_up").key(customer.id).assign_with(add_payment);
+        pay = event::<Payment>("payment").key(order_id).assign(payment).look_back(none);
+        send = task(ship);
+
+        start -> top -> pay -> send;
+    }
+}
+
+workflow! {
+    pub workflow EarlyWindow(Order) {
+        top = event::<Payment>("top_up").key(customer.id).assign_with(add_payment);
+        pay = event::<Payment>("payment").key(order_id).assign(payment)
+              .look_back(window(secs(60)));
+        send = task(ship);
+
+        start -> top -> pay -> send;
+    }
+}
+
+workflow! {
+    pub workflow EarlyDefault(Order) {
+        top = event::<Payment>("top_up").key(customer.id).assign_with(add_payment);
+        pay = event::<Payment>("payment").key(order_id).assign(payment);
+        send = task(ship);
+
+        start -> top -> pay -> send;
+    }
+}
+
+/// Starts `W` for `key`, sends a `payment` of 1 while it waits for its `top_up`, then the
+/// `top_up`, which moves it on to its `payment` wait: the instance's id.
+async fn early_payment<W: Workflow<Data = Order>>(rt: &Runtime, key: &str) -> String {
+    let id = rt.start::<W>(order(key)).await.unwrap().instance_id;
+    let early = rt
+        .send(
             Stimulus::new("payment")
-                .key("o-4")
+                .key(key)
                 .payload(Payment { amount: 1 }),
         )
         .await
         .unwrap();
-        // `more` waits with a 60 s window: a top-up sent before the wait exists is kept.
-        let early = rt
-            .send(
-                Stimulus::new("top_up")
-                    .key("c-o-4")
-                    .payload(Payment { amount: 2 }),
-            )
+    assert!(
+        early.resumed.is_empty(),
+        "nothing waits for it yet: {early:?}"
+    );
+    let top_up = rt
+        .send(
+            Stimulus::new("top_up")
+                .key(format!("c-{key}"))
+                .payload(Payment { amount: 2 }),
+        )
+        .await
+        .unwrap();
+    assert_eq!(top_up.resumed.len(), 1, "{top_up:?}");
+    id
+}
+
+#[test]
+fn look_back_none_does_not_deliver_an_event_sent_before_the_wait_exists() {
+    block_on(async {
+        let rt = Runtime::builder()
+            .register::<EarlyNone>()
+            .register::<EarlyWindow>()
+            .register::<EarlyDefault>()
+            .build()
+            .unwrap();
+        let none = early_payment::<EarlyNone>(&rt, "o-4").await;
+        // A 60 s window and the default (`since_origin`) deliver the early payment to the
+        // wait once it exists, and the instance finishes with it.
+        for (workflow, key) in [("EarlyWindow", "o-6"), ("EarlyDefault", "o-7")] {
+            let id = if workflow == "EarlyWindow" {
+                early_payment::<EarlyWindow>(&rt, key).await
+            } else {
+                early_payment::<EarlyDefault>(&rt, key).await
+            };
+            let data = finished(&rt, &id).await;
+            assert_eq!(data.payment, Some(Payment { amount: 1 }), "{workflow}");
+        }
+        // `none`: by then the early payment has not been delivered; the instance still waits.
+        let snapshot = rt.get_state(&none).await.unwrap().unwrap();
+        assert_eq!(snapshot.status(), WorkflowStatus::Suspended);
+        let data: Order = serde_json::from_value(snapshot.state.data().clone()).unwrap();
+        assert_eq!((data.paid, data.payment), (2, None));
+        // A payment sent now is delivered.
+        rt.send(EarlyNone::payment("o-4", Payment { amount: 5 }))
             .await
             .unwrap();
-        let _ = early;
-        let data = finished(&rt, &id).await;
-        assert_eq!(data.paid, 2);
+        let data = finished(&rt, &none).await;
+        assert_eq!(data.payment, Some(Payment { amount: 5 }));
+        assert_eq!(data.log, ["ship after 2"]);
     });
 }
 

@@ -53,6 +53,7 @@
 use std::fmt::Write as _;
 
 use crate::definition::{Activity, DONE, Definition, Flowchart, State, StateMachine, Transition};
+use crate::duration::duration;
 use crate::validate::analyze_flowchart;
 
 /// What to emphasize in a diagram: the current state of a state machine instance, or the
@@ -217,7 +218,7 @@ fn transition_label(transition: &Transition) -> String {
 }
 
 fn trigger_summary(trigger: &Activity) -> String {
-    match trigger {
+    let summary = match trigger {
         Activity::Event(e) => format!("event {}", e.event),
         Activity::Delay(d) => match (d.duration_ms, &d.until) {
             (Some(ms), _) => format!("after {}", duration(ms)),
@@ -226,6 +227,22 @@ fn trigger_summary(trigger: &Activity) -> String {
         },
         Activity::Task(t) => format!("task {}", t.function),
         other => other.kind_name().replace('_', " "),
+    };
+    with_timeout(trigger, summary)
+}
+
+/// `detail, timeout 30m` for an activity with a deadline (an event's or a sub-workflow's
+/// `.timeout(..)`) or a task with an attempt timeout, the duration as the DSL writes it.
+fn with_timeout(activity: &Activity, detail: String) -> String {
+    let timeout = match activity {
+        Activity::Event(e) => e.deadline_ms,
+        Activity::SubWorkflow(s) => s.deadline_ms,
+        Activity::Task(t) => t.attempt_timeout_ms,
+        _ => None,
+    };
+    match timeout {
+        Some(ms) => format!("{detail}, timeout {}", duration(ms)),
+        None => detail,
     }
 }
 
@@ -237,28 +254,16 @@ fn root_body(definition: &Definition) -> &Activity {
     }
 }
 
-/// `48h`, `5m`, `30s`, `1500ms`, `2d`: the largest unit that divides it.
-pub(crate) fn duration(ms: u64) -> String {
-    for (unit, size) in [
-        ("d", 86_400_000),
-        ("h", 3_600_000),
-        ("m", 60_000),
-        ("s", 1_000),
-    ] {
-        if ms >= size && ms.is_multiple_of(size) {
-            return format!("{}{unit}", ms / size);
-        }
-    }
-    format!("{ms}ms")
-}
-
 /// `review (task)`, `pay (task pay_out)`, `manager (event expense.decision)`,
-/// `remind (after 30m)`, `check (if is_large)`.
+/// `ack (event ticket.ack, timeout 30m)`, `remind (after 30m)`, `poll (every 5m)`,
+/// `check (if is_large)`.
 fn node_label(activity: &Activity) -> String {
     let id = activity.id();
     let detail = match activity {
+        Activity::Event(_) | Activity::Delay(_) => {
+            return format!("{id} ({})", trigger_summary(activity));
+        }
         Activity::Task(t) if t.function != t.id => format!("task {}", t.function),
-        Activity::Event(_) | Activity::Delay(_) => trigger_summary(activity),
         Activity::Timer(t) => format!("every {}", duration(t.interval_ms)),
         Activity::Cron(c) => format!("cron {}", c.expression),
         Activity::If(i) => format!("if {}", i.condition),
@@ -266,7 +271,7 @@ fn node_label(activity: &Activity) -> String {
         Activity::Fault(f) => format!("fault {}", f.code),
         other => other.kind_name().to_owned(),
     };
-    format!("{id} ({detail})")
+    format!("{id} ({})", with_timeout(activity, detail))
 }
 
 /// How a node is drawn, by kind.
@@ -562,7 +567,8 @@ fn dot_flowchart(chart: &Flowchart, highlight: &Highlight, out: &mut String) {
 mod tests {
     use super::*;
     use crate::definition::{
-        Connection, Delay, End, Event, Fault, Fork, If, Join, JoinMode, Sequence, State, Task,
+        Connection, Delay, End, Event, Fault, Fork, If, Join, JoinMode, Sequence, State,
+        SubWorkflow, SubWorkflowMode, Task, Timer,
     };
 
     fn order() -> Definition {
@@ -652,8 +658,6 @@ mod tests {
             mermaid(&single),
             "flowchart LR\n    n0[\"root (task work)\"]\n"
         );
-        assert_eq!(duration(1_500), "1500ms");
-        assert_eq!(duration(300_000), "5m");
     }
 
     /// Every shape, a start marker, event names and ports: the expense approval flowchart.
@@ -831,6 +835,80 @@ mod tests {
         let single = Definition::new("One", Task::new("root", "work"));
         assert!(
             mermaid_with(&single, &Highlight::new(["root"])).ends_with("    class n0 current\n")
+        );
+    }
+
+    /// An event's 30-minute deadline, a sub-workflow's deadline, a task's attempt timeout and a
+    /// repeating timer are drawn with their durations as written, in both formats; the
+    /// deadline's `timeout` outcome is a labelled arrow.
+    #[test]
+    fn deadlines_and_timers_are_drawn_with_their_durations() {
+        let mut ack = Event::new("ack", "ticket.ack");
+        ack.deadline_ms = Some(30 * 60_000);
+        let mut escalate = Task::new("escalate", "escalate");
+        escalate.attempt_timeout_ms = Some(45_000);
+        let child = SubWorkflow {
+            id: "review".into(),
+            workflow: "Review".into(),
+            input: None,
+            assign: None,
+            mode: SubWorkflowMode::Wait,
+            deadline_ms: Some(2 * 3_600_000),
+        };
+        let poll = Timer {
+            id: "poll".into(),
+            interval_ms: 5 * 60_000,
+            body: None,
+            until: None,
+            max_ticks: None,
+            trigger: false,
+        };
+        let chart = Flowchart {
+            id: "root".into(),
+            start: vec!["ack".into()],
+            nodes: vec![ack.into(), escalate.into(), child.into(), poll.into()],
+            connections: vec![
+                Connection::new("ack", DONE, "review"),
+                Connection::new("ack", "timeout", "escalate"),
+                Connection::new("escalate", DONE, "poll"),
+            ],
+        };
+        let definition = Definition::new("Escalation", chart);
+        let text = mermaid(&definition);
+        for line in [
+            "    n0([\"ack (event ticket.ack, timeout 30m)\"])\n",
+            "    n1[\"escalate (task, timeout 45s)\"]\n",
+            "    n2[[\"review (workflow Review, timeout 2h)\"]]\n",
+            "    n3([\"poll (every 5m)\"])\n",
+            "    n0 -->|\"timeout\"| n1\n",
+        ] {
+            assert!(text.contains(line), "{line} in {text}");
+        }
+        let text = dot(&definition);
+        for line in [
+            "    n0 [label=\"ack (event ticket.ack, timeout 30m)\", shape=ellipse];\n",
+            "    n1 [label=\"escalate (task, timeout 45s)\"];\n",
+            "    n2 [label=\"review (workflow Review, timeout 2h)\", shape=box3d];\n",
+            "    n0 -> n1 [label=\"timeout\"];\n",
+        ] {
+            assert!(text.contains(line), "{line} in {text}");
+        }
+        // A state machine's task trigger with an attempt timeout, on its transition.
+        let mut audit = Transition::new("New", "New");
+        audit.name = Some("audit".into());
+        let mut task = Task::new("audit", "run_audit");
+        task.attempt_timeout_ms = Some(90_000);
+        audit.trigger = Some(task.into());
+        let machine = StateMachine {
+            id: "root".into(),
+            initial: "New".into(),
+            states: vec![State::new("New")],
+            transitions: vec![audit],
+        };
+        let text = mermaid(&Definition::new("Audit", machine));
+        assert!(
+            text.contains("s0 --> s0 : audit (task run_audit, timeout 90s)"),
+            "{text}"
         );
     }
 }

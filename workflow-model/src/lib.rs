@@ -86,6 +86,7 @@ pub mod cron;
 mod definition;
 mod diagnostics;
 pub mod diagram;
+mod duration;
 pub mod fingerprint;
 mod json;
 mod validate;

@@ -115,4 +115,45 @@ pub mod __private {
     };
     pub use crate::runtime::Stimulus;
     pub use crate::workflow::{IsKey, IsPayload, StateMachineWorkflow, Workflow};
+
+    // The signature checks of the user fns the macros register, each named for what it checks
+    // in the words of the DSL: a fn of the wrong shape is rustc's error at the user's path with
+    // the note "function defined here: `condition_takes_data`", not a registry method's bound.
+    // Each takes the fn as a fn pointer (what a path names), which meets the registry's bound,
+    // so a mismatch is one error.
+
+    /// `when = f` (no payload), `decide(f)`, `if(f)`, `while(f)`, a switch case: `fn(&Data) -> bool`.
+    pub fn condition_takes_data<D>(condition: fn(&D) -> bool) -> fn(&D) -> bool {
+        condition
+    }
+
+    /// `when = f` on an event with a payload type: `fn(&Data, &Payload) -> bool`.
+    pub fn condition_takes_data_and_payload<D, P>(
+        condition: fn(&D, &P) -> bool,
+    ) -> fn(&D, &P) -> bool {
+        condition
+    }
+
+    /// `.assign_with(f)` on an event: `fn(&mut Data, Payload)`.
+    pub fn assign_with_takes_data_and_payload<D, P>(assign: fn(&mut D, P)) -> fn(&mut D, P) {
+        assign
+    }
+
+    /// `.assign_with(f)` on a sub-workflow: `fn(&mut Data, ChildOutput)`.
+    pub fn assign_with_takes_data_and_child_output<D, O>(assign: fn(&mut D, O)) -> fn(&mut D, O) {
+        assign
+    }
+
+    /// `for_each(f)`, `parallel_for_each(f)`: `fn(&Data) -> Vec<Item>`, the items serializable.
+    pub fn for_each_takes_data_returns_a_vec<D, T: serde::Serialize>(
+        items: fn(&D) -> Vec<T>,
+    ) -> fn(&D) -> Vec<T> {
+        items
+    }
+
+    /// `set(name, f)`, `correlate(f)`, `finish(f)`, a sub-workflow's `.input(f)`:
+    /// `fn(&Data) -> Value`, the value serializable.
+    pub fn value_takes_data<D, T: serde::Serialize>(value: fn(&D) -> T) -> fn(&D) -> T {
+        value
+    }
 }

@@ -173,30 +173,106 @@ const RESERVED_FNS: [&str; 9] = [
     "new",
 ];
 
+impl<'a> EventSend<'a> {
+    /// The event as its typed constructor needs it.
+    pub(crate) fn of(event: &'a super::event::EventDecl) -> Self {
+        EventSend {
+            name: &event.name,
+            payload: event.payload.as_deref(),
+            keyed: event.key.is_some(),
+            key_type: event.key.as_ref().and_then(|k| k.ty.as_deref()),
+        }
+    }
+}
+
+/// The type as written, without spaces (`crate::Payment`).
+fn type_text(ty: &syn::Type) -> String {
+    quote::ToTokens::to_token_stream(ty)
+        .to_string()
+        .replace(' ', "")
+}
+
+/// One event name carries one payload type: for each event declared again with a payload type
+/// written differently, a check that makes rustc compare the two types. The same type written
+/// two ways (`Payment`, `crate::Payment`) passes; two types are one error on the later one,
+/// naming the event and where the first is declared (a stimulus has one payload, and a wait
+/// that takes another type would reject it).
+pub(crate) fn payload_type_checks(events: &[EventSend<'_>]) -> TokenStream {
+    let mut first: Vec<(String, &syn::Type)> = Vec::new();
+    let mut out = TokenStream::new();
+    for event in events {
+        let Some(ty) = event.payload else {
+            continue;
+        };
+        let name = event.name.value();
+        let Some((_, earlier)) = first.iter().find(|(n, _)| *n == name) else {
+            first.push((name, ty));
+            continue;
+        };
+        if type_text(earlier) == type_text(ty) {
+            continue;
+        }
+        let mut message = format!(
+            "event `{name}` is declared with two payload types: `{}` here and `{}`",
+            type_text(ty),
+            type_text(earlier)
+        );
+        let start = earlier.span().start();
+        if start.line > 0 {
+            message.push_str(&format!(" at line {}", start.line));
+        }
+        let note = format!(
+            "a stimulus `{name}` carries one payload, so every wait for `{name}` takes the same type: use one type, or give the events different names"
+        );
+        let call = quote_spanned!(ty.span()=> one_payload_type_per_event::<#ty, #earlier>());
+        out.extend(quote! {
+            const _: () = {
+                #[diagnostic::on_unimplemented(
+                    message = #message,
+                    label = "another payload type for the same event",
+                    note = #note
+                )]
+                trait SamePayloadAs<T: ?::core::marker::Sized> {}
+                impl<T: ?::core::marker::Sized> SamePayloadAs<T> for T {}
+                fn one_payload_type_per_event<A, B>()
+                where
+                    A: SamePayloadAs<B> + ?::core::marker::Sized,
+                    B: ?::core::marker::Sized,
+                {
+                }
+                #[allow(dead_code)]
+                fn __check() {
+                    #call
+                }
+            };
+        });
+    }
+    out
+}
+
 /// The typed stimulus constructors: for each event name, `fn payment(key, payload: Payment)
 /// -> Stimulus` (without `key` for an event without one, without `payload` for one without a
 /// payload type), so that a sender's payload type is checked by rustc at the send site. The
 /// fn is the event name in snake case (`expense.decision` -> `expense_decision`). An event
-/// name used with different payload types or keys gets no constructor (it is ambiguous).
+/// name used with and without a payload type, or with different keys, gets no constructor (it
+/// is ambiguous); one used with two payload types takes the first, and
+/// [`payload_type_checks`] makes rustc check that the others are the same type.
 pub(crate) fn stimulus_constructors(events: &[EventSend<'_>]) -> TokenStream {
     let private = quote!(::workflow_runtime::__private);
     let mut out = TokenStream::new();
-    let mut seen: Vec<(String, String, bool, String)> = Vec::new();
+    let mut seen: Vec<(String, bool, bool, String)> = Vec::new();
     let mut ambiguous = HashSet::new();
-    let text = |ty: Option<&syn::Type>| {
-        ty.map(|ty| quote::ToTokens::to_token_stream(ty).to_string())
-            .unwrap_or_default()
-    };
+    let text = |ty: Option<&syn::Type>| ty.map(type_text).unwrap_or_default();
     for event in events {
         let name = event.name.value();
-        let ty = text(event.payload);
+        let has_payload = event.payload.is_some();
         let key_ty = text(event.key_type);
         match seen.iter().find(|(n, _, _, _)| *n == name) {
-            Some((_, t, k, kt)) if *t != ty || *k != event.keyed || *kt != key_ty => {
+            Some((_, p, k, kt)) if *p != has_payload || *k != event.keyed || *kt != key_ty => {
                 ambiguous.insert(name);
             }
             Some(_) => {}
-            None => seen.push((name, ty, event.keyed, key_ty)),
+            None => seen.push((name, has_payload, event.keyed, key_ty)),
         }
     }
     let mut emitted = HashSet::new();

@@ -1,8 +1,9 @@
 //! Machinery shared by `#[state_machine]` and `workflow!`: error collection, the span table
-//! and the validator's diagnostics as spanned errors, parsing helpers (fn paths, keys,
-//! constant durations), constant names and the debug switch.
+//! and the validator's diagnostics as spanned errors, the event trigger, parsing helpers (fn
+//! paths, keys, constant durations), constant names and the debug switch.
 
 pub(crate) mod errors;
+pub(crate) mod event;
 pub(crate) mod expand;
 pub(crate) mod faults;
 pub(crate) mod parse;

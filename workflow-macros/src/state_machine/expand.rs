@@ -114,23 +114,19 @@ pub(crate) fn expand(machine: &Machine, definition: Option<&Definition>) -> Toke
         .iter()
         .flat_map(|s| &s.transitions)
         .filter_map(|t| match &t.trigger {
-            Some(TriggerDecl::Event {
-                name, payload, key, ..
-            }) => Some(EventSend {
-                name,
-                payload: payload.as_deref(),
-                keyed: key.is_some(),
-                key_type: key.as_ref().and_then(|k| k.ty.as_deref()),
-            }),
+            Some(TriggerDecl::Event { event, .. }) => Some(EventSend::of(event)),
             _ => None,
         })
         .collect();
+    let payload_types = crate::common::expand::payload_type_checks(&sends);
     let sends = crate::common::expand::stimulus_constructors(&sends);
 
     quote! {
         #item
 
         #duration_types
+
+        #payload_types
 
         #[allow(dead_code)]
         impl #ident {
@@ -320,21 +316,16 @@ fn registry(machine: &Machine) -> TokenStream {
                     tasks.extend(options.compensate.iter());
                     None
                 }
-                Some(TriggerDecl::Event {
-                    payload,
-                    key,
-                    assign,
-                    ..
-                }) => {
-                    keys.extend(key.as_ref());
-                    if let Some(ty) = payload.as_deref() {
-                        match assign {
+                Some(TriggerDecl::Event { event, .. }) => {
+                    keys.extend(event.key.as_ref());
+                    if let Some(ty) = event.payload.as_deref() {
+                        match &event.assign {
                             Some(AssignDecl::Field(path)) => assign_fields.push((path, ty)),
                             Some(AssignDecl::Function(f)) => assign_fns.push((f, ty)),
                             None => {}
                         }
                     }
-                    payload.as_deref()
+                    event.payload.as_deref()
                 }
                 _ => None,
             };
@@ -364,11 +355,18 @@ fn registry(machine: &Machine) -> TokenStream {
         // Spanned on the user's path, method included: a condition of the wrong type is one
         // error on `when = ..`, not a second one on the whole attribute.
         let path = &condition.path;
+        // Through the `__private` check named for what it checks: rustc's note on a fn of the
+        // wrong shape names it (`condition_takes_data_and_payload`), not the registry.
         calls.extend(match payload {
-            Some(ty) => {
-                quote_spanned!(path.span()=> .condition_with_payload::<#ty, _>(#name, #path))
-            }
-            None => quote_spanned!(path.span()=> .condition(#name, #path)),
+            Some(ty) => quote_spanned!(path.span()=>
+                .condition_with_payload::<#ty, _>(
+                    #name,
+                    ::workflow_runtime::__private::condition_takes_data_and_payload::<Self::Data, #ty>(#path),
+                )
+            ),
+            None => quote_spanned!(path.span()=>
+                .condition(#name, ::workflow_runtime::__private::condition_takes_data::<Self::Data>(#path))
+            ),
         });
     }
     let mut seen = HashSet::new();
@@ -376,7 +374,12 @@ fn registry(machine: &Machine) -> TokenStream {
         let name = f.name();
         if seen.insert(name.clone()) {
             let path = &f.path;
-            calls.extend(quote_spanned!(path.span()=> .assign::<#ty, _>(#name, #path)));
+            calls.extend(quote_spanned!(path.span()=>
+                .assign::<#ty, _>(
+                    #name,
+                    ::workflow_runtime::__private::assign_with_takes_data_and_payload::<Self::Data, #ty>(#path),
+                )
+            ));
         }
     }
     let checks = crate::common::expand::field_checks(&keys, &assign_fields);

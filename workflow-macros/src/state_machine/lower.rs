@@ -18,7 +18,7 @@
 use quote::ToTokens;
 use syn::ext::IdentExt;
 use workflow_model::{
-    Activity, Definition, Delay, Event, Location, State, StateMachine, Task, Transition,
+    Activity, Definition, Delay, Location, State, StateMachine, Task, Transition,
 };
 
 use super::parse::{Machine, StateDecl, TransitionDecl, TriggerDecl};
@@ -156,7 +156,18 @@ pub(crate) fn lower(machine: &Machine) -> Lowered {
                 model.condition = Some(when.name());
             }
             if let Some(action) = &transition.action {
-                spans.insert(t_at.field("action"), &action.path);
+                let action_at = t_at.field("action");
+                spans.insert(action_at.clone(), &action.path);
+                // The action's id is derived from the base id the user wrote (`{base}_action`):
+                // a duplicate of it follows from a duplicate name or id, reported there once.
+                match (&transition.id, &transition.name, &transition.trigger) {
+                    (Some(_), _, Some(_)) => {
+                        spans.alias(action_at.field("id"), t_at.field("trigger").field("id"));
+                    }
+                    (Some(id), _, None) => spans.insert(action_at.field("id"), id),
+                    (None, Some(_), _) => spans.alias(action_at.field("id"), t_at.field("name")),
+                    (None, None, _) => {}
+                }
                 let mut task = Task::new(format!("{base}_action"), action.name());
                 transition
                     .action_options
@@ -188,29 +199,7 @@ fn lower_trigger(
     spans: &mut SpanTable,
 ) -> Activity {
     match trigger {
-        TriggerDecl::Event {
-            name,
-            key,
-            assign,
-            look_back,
-            ..
-        } => {
-            spans.insert(at.field("event"), name);
-            let mut event = Event::new(id, name.value());
-            if let Some(key) = key {
-                spans.insert(at.field("key"), &key.tokens);
-                event = event.with_key(key.text.clone());
-            }
-            if let Some(assign) = assign {
-                spans.insert(at.field("assign"), assign.tokens());
-                event.assign = Some(assign.model());
-            }
-            if let Some((look_back, tokens)) = look_back {
-                spans.insert(at.field("look_back"), tokens);
-                event.look_back = Some(*look_back);
-            }
-            event.into()
-        }
+        TriggerDecl::Event { event, .. } => event.lower(id, at, spans).into(),
         TriggerDecl::After { millis, .. } => Delay::new(id, *millis).into(),
         TriggerDecl::Task {
             function, options, ..

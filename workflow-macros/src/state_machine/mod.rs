@@ -66,7 +66,7 @@ mod tests {
         assert!(output.contains(":: workflow_runtime :: __private :: Workflow for Flow"));
         assert!(output.contains("pub const TRIGGER_GO"));
         assert!(
-            output.contains(". condition (\"ready\" , ready)"),
+            output.contains(". condition (\"ready\" , :: workflow_runtime :: __private :: condition_takes_data :: < Self :: Data > (ready))"),
             "{output}"
         );
         // `Debug` is the user's: not derived twice.
@@ -93,6 +93,26 @@ mod tests {
         // The stub registers nothing but still names the user's fns.
         assert!(!output.contains(". condition"));
         assert!(output.contains("let _ = (ready ,)"), "{output}");
+    }
+
+    #[test]
+    fn an_empty_event_name_is_the_validators_error() {
+        let output = state_machine(
+            quote!(data = Order, initial = New),
+            quote!(
+                enum Flow {
+                    #[on(go: event("") => Done)]
+                    New,
+                    Done,
+                }
+            ),
+        )
+        .to_string();
+        assert_eq!(output.matches("compile_error").count(), 1, "{output}");
+        assert!(
+            output.contains("event name is empty; a stimulus name has 1 to 256 bytes"),
+            "{output}"
+        );
     }
 
     #[test]

@@ -12,12 +12,9 @@ use syn::{Attribute, Fields, Ident, ItemEnum, LitStr, Path, Token, Type};
 use workflow_model::{backticked, did_you_mean};
 
 pub(crate) use crate::common::Errors;
+use crate::common::event::{EventDecl, STATE_MACHINE_EVENTS, parse_event};
 use crate::common::faults::{RetryDecl, TaskOptions, parse_retry};
-use crate::common::parse::{
-    AssignDecl, FieldPath, FnRef, fn_path, parse_assign, parse_duration, parse_key,
-    parse_look_back, tokens_between,
-};
-use workflow_model::LookBack;
+use crate::common::parse::{FnRef, fn_path, parse_duration, tokens_between};
 
 /// The options of `#[state_machine(...)]`.
 pub(crate) const MACHINE_OPTIONS: [&str; 4] = ["data", "initial", "name", "retry"];
@@ -83,13 +80,7 @@ pub(crate) enum TriggerDecl {
     /// `event::<Payload>("name").key(path)`.
     Event {
         tokens: TokenStream,
-        payload: Option<Box<Type>>,
-        name: LitStr,
-        key: Option<FieldPath>,
-        /// `.assign(field)` or `.assign_with(fn)` (ACT-19).
-        assign: Option<AssignDecl>,
-        /// `.look_back(..)` (RT-30).
-        look_back: Option<(LookBack, TokenStream)>,
+        event: Box<EventDecl>,
     },
     /// `after(secs(30))`: the duration in milliseconds, evaluated here; `duration_type` is
     /// the `Duration` of `Duration::from_secs(..)`, named in the expansion so that the user's
@@ -618,90 +609,10 @@ fn parse_trigger(input: ParseStream<'_>) -> syn::Result<TriggerDecl> {
     })?;
     let kind_name = kind.to_string();
     let trigger = match kind_name.as_str() {
-        "event" => {
-            let payload = if input.peek(Token![::]) {
-                input.parse::<Token![::]>()?;
-                input.parse::<Token![<]>()?;
-                let ty: Type = input.parse()?;
-                input.parse::<Token![>]>()?;
-                Some(Box::new(ty))
-            } else {
-                None
-            };
-            let content;
-            syn::parenthesized!(content in input);
-            let name: LitStr = content.parse().map_err(|e| {
-                syn::Error::new(
-                    e.span(),
-                    "malformed `event`: expected the event name as a string literal, as in `event(\"payment\")`",
-                )
-            })?;
-            if !content.is_empty() {
-                return Err(content.error("unexpected token after the event name"));
-            }
-            if name.value().is_empty() {
-                return Err(syn::Error::new(
-                    name.span(),
-                    "the event name cannot be empty",
-                ));
-            }
-            let mut key = None;
-            let mut assign = None;
-            let mut look_back = None;
-            while input.peek(Token![.]) {
-                input.parse::<Token![.]>()?;
-                let method: Ident = input.parse()?;
-                let method_name = method.to_string();
-                let content;
-                match method_name.as_str() {
-                    "key" if key.is_none() => {
-                        syn::parenthesized!(content in input);
-                        key = Some(parse_key(&content)?);
-                    }
-                    "assign" | "assign_with" if assign.is_none() => {
-                        syn::parenthesized!(content in input);
-                        if payload.is_none() {
-                            return Err(syn::Error::new(
-                                method.span(),
-                                format!(
-                                    "`.{method_name}(..)` needs the payload type, as in `event::<Payment>({:?})`",
-                                    name.value()
-                                ),
-                            ));
-                        }
-                        assign = Some(parse_assign(&method_name, &content)?);
-                    }
-                    "look_back" if look_back.is_none() => {
-                        syn::parenthesized!(content in input);
-                        look_back = Some(parse_look_back(&content)?);
-                    }
-                    "key" | "assign" | "assign_with" | "look_back" => {
-                        return Err(syn::Error::new(
-                            method.span(),
-                            format!("duplicate event option `.{method_name}`"),
-                        ));
-                    }
-                    other => {
-                        let (hint, _) =
-                            did_you_mean(other, ["key", "assign", "assign_with", "look_back"]);
-                        return Err(syn::Error::new(
-                            method.span(),
-                            format!(
-                                "unknown event option `.{method}`; expected one of `.key(field)`, `.assign(field)`, `.assign_with(fn)`, `.look_back(policy)`{hint}"
-                            ),
-                        ));
-                    }
-                }
-            }
-            TriggerDecl::Event {
-                tokens: TokenStream::new(),
-                payload,
-                name,
-                key,
-                assign,
-                look_back,
-            }
-        }
+        "event" => TriggerDecl::Event {
+            tokens: TokenStream::new(),
+            event: Box::new(parse_event(input, &STATE_MACHINE_EVENTS)?),
+        },
         "after" => {
             let content;
             syn::parenthesized!(content in input);
@@ -750,20 +661,9 @@ fn parse_trigger(input: ParseStream<'_>) -> syn::Result<TriggerDecl> {
 
 fn with_tokens(trigger: TriggerDecl, spanned: TokenStream) -> TriggerDecl {
     match trigger {
-        TriggerDecl::Event {
-            payload,
-            name,
-            key,
-            assign,
-            look_back,
-            ..
-        } => TriggerDecl::Event {
+        TriggerDecl::Event { event, .. } => TriggerDecl::Event {
             tokens: spanned,
-            payload,
-            name,
-            key,
-            assign,
-            look_back,
+            event,
         },
         TriggerDecl::After {
             millis,
@@ -840,15 +740,12 @@ mod tests {
         assert_eq!(pay.name.as_ref().unwrap().to_string(), "pay");
         assert_eq!(pay.target.to_string(), "Paid");
         assert_eq!(pay.id.as_ref().unwrap().value(), "pay_event");
-        let Some(TriggerDecl::Event {
-            payload, name, key, ..
-        }) = &pay.trigger
-        else {
+        let Some(TriggerDecl::Event { event, .. }) = &pay.trigger else {
             panic!("an event")
         };
-        assert!(payload.is_some());
-        assert_eq!(name.value(), "payment");
-        assert_eq!(key.as_ref().unwrap().text, "order_id");
+        assert!(event.payload.is_some());
+        assert_eq!(event.name.value(), "payment");
+        assert_eq!(event.key.as_ref().unwrap().text, "order_id");
         let Some(TriggerDecl::After { millis, .. }) = &new.transitions[1].trigger else {
             panic!("a delay")
         };

@@ -27,8 +27,8 @@ use workflow_model::{Definition, Flowchart};
 use super::lower::{step_id, workflow_name};
 use super::parse::{Body, KindDecl, StepDecl, SubWorkflowRef, WorkflowDecl};
 use crate::common::expand::{
-    EventSend, diagram_fns, field_checks, push_const, register_task, stimulus_constructors,
-    type_exists_checks,
+    EventSend, diagram_fns, field_checks, payload_type_checks, push_const, register_task,
+    stimulus_constructors, type_exists_checks,
 };
 use crate::common::parse::{AssignDecl, FieldPath, FnRef, existing_derives};
 
@@ -99,6 +99,7 @@ pub(crate) fn expand(decl: &WorkflowDecl, definition: Option<&Definition>) -> To
         }
     });
     let durations = type_exists_checks(uses.durations.iter().copied());
+    let payload_types = payload_type_checks(&uses.sends);
     let sends = stimulus_constructors(&uses.sends);
 
     quote! {
@@ -108,6 +109,7 @@ pub(crate) fn expand(decl: &WorkflowDecl, definition: Option<&Definition>) -> To
 
         #(#children)*
         #durations
+        #payload_types
 
         #[allow(dead_code)]
         impl #ident {
@@ -217,16 +219,12 @@ impl<'a> Uses<'a> {
                 // A compensation runs as a task (FLT-11): registered like one.
                 self.tasks.extend(options.compensate.as_ref());
             }
-            KindDecl::Event(event) => {
+            KindDecl::Event(node) => {
+                let event: &'a crate::common::event::EventDecl = &node.event;
                 self.keys.extend(event.key.as_ref());
-                self.sends.push(EventSend {
-                    name: &event.name,
-                    payload: event.payload.as_deref(),
-                    keyed: event.key.is_some(),
-                    key_type: event.key.as_ref().and_then(|k| k.ty.as_deref()),
-                });
+                self.sends.push(EventSend::of(event));
                 if let Some(ty) = &event.payload {
-                    if event.ports.is_some() {
+                    if node.ports.is_some() {
                         self.choosing.push((id, ty));
                     }
                     match &event.assign {
@@ -355,28 +353,55 @@ fn registry(uses: &Uses<'_>) -> TokenStream {
             calls.extend(register_task(task));
         }
     }
-    let mut register = |fns: &[&FnRef], method: &str| {
+    // Each fn goes through the `__private` check named for what it checks (the check spanned
+    // on the user's path: a type error lands there, its note naming the check).
+    let mut register = |fns: &[&FnRef], method: &str, check: &str| {
         let mut seen = HashSet::new();
         for f in fns {
             let name = f.name();
             if seen.insert(name.clone()) {
                 let path = &f.path;
-                // The method spanned on the user's path too: a type error lands there only.
                 let method = syn::Ident::new(method, path.span());
-                calls.extend(quote_spanned!(path.span()=> .#method(#name, #path)));
+                let check = syn::Ident::new(check, path.span());
+                calls.extend(quote_spanned!(path.span()=>
+                    .#method(#name, ::workflow_runtime::__private::#check::<Self::Data>(#path))
+                ));
             }
         }
     };
-    register(&uses.conditions, "condition");
-    register(&uses.items, "items");
-    register(&uses.values, "value");
-    register(&uses.sub_assigns, "assign");
+    register(&uses.conditions, "condition", "condition_takes_data");
+    let mut register = |fns: &[&FnRef], method: &str, check: &str| {
+        let mut seen = HashSet::new();
+        for f in fns {
+            let name = f.name();
+            if seen.insert(name.clone()) {
+                let path = &f.path;
+                let method = syn::Ident::new(method, path.span());
+                let check = syn::Ident::new(check, path.span());
+                calls.extend(quote_spanned!(path.span()=>
+                    .#method(#name, ::workflow_runtime::__private::#check::<Self::Data, _>(#path))
+                ));
+            }
+        }
+    };
+    register(&uses.items, "items", "for_each_takes_data_returns_a_vec");
+    register(&uses.values, "value", "value_takes_data");
+    register(
+        &uses.sub_assigns,
+        "assign",
+        "assign_with_takes_data_and_child_output",
+    );
     let mut seen = HashSet::new();
     for (f, ty) in &uses.assign_fns {
         let name = f.name();
         if seen.insert(name.clone()) {
             let path = &f.path;
-            calls.extend(quote_spanned!(path.span()=> .assign::<#ty, _>(#name, #path)));
+            calls.extend(quote_spanned!(path.span()=>
+                .assign::<#ty, _>(
+                    #name,
+                    ::workflow_runtime::__private::assign_with_takes_data_and_payload::<Self::Data, #ty>(#path),
+                )
+            ));
         }
     }
     let mut seen = HashSet::new();

@@ -19,12 +19,12 @@
 use quote::ToTokens;
 use syn::ext::IdentExt;
 use workflow_model::{
-    Activity, Break, Connection, Correlate, Cron, Definition, Delay, End, Event, Fault, Finish,
-    Flowchart, ForEach, Fork, If, Join, Location, Parallel, ParallelForEach, Saga, Sequence,
-    SetVariable, SubWorkflow, SubWorkflowMode, Switch, SwitchCase, Task, Timer, While,
+    Activity, Break, Connection, Correlate, Cron, Definition, Delay, End, Fault, Finish, Flowchart,
+    ForEach, Fork, If, Join, Location, Parallel, ParallelForEach, Saga, Sequence, SetVariable,
+    SubWorkflow, SubWorkflowMode, Switch, SwitchCase, Task, Timer, While,
 };
 
-use super::parse::{Body, EventDecl, KindDecl, StepDecl, WorkflowDecl};
+use super::parse::{Body, KindDecl, StepDecl, WorkflowDecl};
 use crate::common::SpanTable;
 use crate::common::parse::FnRef;
 
@@ -322,45 +322,19 @@ fn lower_kind(kind: &KindDecl, id: String, at: &Location, spans: &mut SpanTable)
             trigger: *trigger,
         }
         .into(),
-        KindDecl::Event(decl) => {
-            let EventDecl {
-                payload,
-                name,
-                key,
-                trigger,
-                timeout,
-                ports,
-                assign,
-                look_back,
-            } = &**decl;
-            spans.insert(at.field("event"), name);
-            let mut event = Event::new(id, name.value());
-            if let Some(key) = key {
-                spans.insert(at.field("key"), &key.tokens);
-                event.key = Some(key.text.clone());
-            }
-            event.payload = payload
+        KindDecl::Event(node) => {
+            let mut event = node.event.lower(id, at, spans);
+            event.payload = node
+                .event
+                .payload
                 .as_ref()
                 .map(|ty| ty.to_token_stream().to_string().replace(' ', ""));
-            event.trigger = *trigger;
-            if let Some((millis, tokens)) = timeout {
-                spans.insert(at.field("deadline_ms"), tokens);
-                event.deadline_ms = Some(*millis);
-            }
-            if let Some(list) = ports {
+            if let Some(list) = &node.ports {
                 spans.insert(at.field("ports"), &list.tokens);
                 for (j, port) in list.ports.iter().enumerate() {
                     spans.insert(at.field("ports").index(j), port);
                 }
                 event.ports = Some(idents(&list.ports));
-            }
-            if let Some(assign) = assign {
-                spans.insert(at.field("assign"), assign.tokens());
-                event.assign = Some(assign.model());
-            }
-            if let Some((look_back, tokens)) = look_back {
-                spans.insert(at.field("look_back"), tokens);
-                event.look_back = Some(*look_back);
             }
             event.into()
         }

@@ -73,7 +73,7 @@ mod tests {
         assert!(output.contains(":: workflow_runtime :: __private :: Workflow for Approval"));
         assert!(output.contains("pub const NODE_CHECK : & 'static str = \"check\""));
         assert!(
-            output.contains(". condition (\"is_large\" , is_large)"),
+            output.contains(". condition (\"is_large\" , :: workflow_runtime :: __private :: condition_takes_data :: < Self :: Data > (is_large))"),
             "{output}"
         );
         assert!(output.contains(". task (\"pay_out\""));

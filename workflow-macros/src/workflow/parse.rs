@@ -11,16 +11,14 @@ use syn::ext::IdentExt;
 use syn::parse::{Parse, ParseStream, Parser};
 use syn::{Attribute, Ident, LitStr, Path, Token, Type, Visibility};
 use workflow_model::{
-    Activation, CommitStrategy, JoinMode, LookBack, ParallelMode, SagaOnFailure, SwitchMode,
-    backticked, did_you_mean,
+    Activation, CommitStrategy, JoinMode, ParallelMode, SagaOnFailure, SwitchMode, backticked,
+    did_you_mean,
 };
 
 use crate::common::Errors;
+use crate::common::event::{EventDecl, WORKFLOW_EVENTS, parse_event};
 use crate::common::faults::{RetryDecl, TaskOptions, parse_retry};
-use crate::common::parse::{
-    AssignDecl, FieldPath, FnRef, fn_path, parse_assign, parse_duration, parse_key,
-    parse_look_back, tokens_between,
-};
+use crate::common::parse::{FnRef, fn_path, parse_duration, tokens_between};
 
 syn::custom_keyword!(workflow);
 
@@ -85,15 +83,6 @@ pub(crate) const COMMIT_STRATEGIES: [&str; 4] = [
     "before_each_activity",
     "after_each_activity",
     "periodic",
-];
-/// The methods after `event(...)`.
-pub(crate) const EVENT_OPTIONS: [&str; 6] = [
-    "key",
-    "trigger",
-    "timeout",
-    "assign",
-    "assign_with",
-    "look_back",
 ];
 /// The modes of `parallel(..)` (ACT-18).
 pub(crate) const PARALLEL_MODES: [&str; 2] = ["all", "any"];
@@ -210,7 +199,7 @@ pub(crate) enum KindDecl {
     /// `every(mins(5)).trigger()`: a repeating timer (ACT-21).
     Every { millis: u64, trigger: bool },
     /// `event::<Payload>("name").key(path).trigger().timeout(hours(1)) [-> [ports]]`.
-    Event(Box<EventDecl>),
+    Event(Box<EventNode>),
     /// `if(condition) [ steps ] else [ steps ]` (ACT-13, structured).
     If {
         condition: FnRef,
@@ -312,16 +301,10 @@ impl KindDecl {
     }
 }
 
-/// `event::<Payload>("name")` and its options (ACT-19).
-pub(crate) struct EventDecl {
-    pub(crate) payload: Option<Box<Type>>,
-    pub(crate) name: LitStr,
-    pub(crate) key: Option<FieldPath>,
-    pub(crate) trigger: bool,
-    pub(crate) timeout: Option<(u64, TokenStream)>,
+/// An `event` node: the event and the outcomes its payload chooses (ACT-19).
+pub(crate) struct EventNode {
+    pub(crate) event: EventDecl,
     pub(crate) ports: Option<PortList>,
-    pub(crate) assign: Option<AssignDecl>,
-    pub(crate) look_back: Option<(LookBack, TokenStream)>,
 }
 
 /// The options after `workflow(Child)` (ACT-24).
@@ -879,7 +862,7 @@ fn parse_kind(input: ParseStream<'_>, allowed: &[&str], place: &str) -> syn::Res
                 trigger: parse_trigger(input)?,
             }
         }
-        "event" => parse_event(input)?,
+        "event" => parse_event_node(input)?,
         "after" => {
             let content = parenthesized(input, "after", "after(hours(24))")?;
             let (millis, duration_type) = parse_duration(&content)?;
@@ -1386,120 +1369,20 @@ fn parse_ports(input: ParseStream<'_>) -> syn::Result<Option<PortList>> {
     }))
 }
 
-fn parse_event(input: ParseStream<'_>) -> syn::Result<KindDecl> {
-    let payload = if input.peek(Token![::]) {
-        input.parse::<Token![::]>()?;
-        input.parse::<Token![<]>()?;
-        let ty: Type = input.parse()?;
-        input.parse::<Token![>]>()?;
-        Some(Box::new(ty))
-    } else {
-        None
-    };
-    let content = parenthesized(input, "event", "event(\"expense.decision\")")?;
-    let name: LitStr = content.parse().map_err(|e| {
-        syn::Error::new(
-            e.span(),
-            "malformed `event`: expected the event name as a string, as in `event(\"expense.decision\")`",
-        )
-    })?;
-    if !content.is_empty() {
-        return Err(content.error("unexpected token after the event name"));
-    }
-    let mut key = None;
-    let mut trigger = false;
-    let mut timeout = None;
-    let mut assign = None;
-    let mut look_back = None;
-    while input.peek(Token![.]) {
-        input.parse::<Token![.]>()?;
-        let method: Ident = input.call(Ident::parse_any)?;
-        let method_name = method.to_string();
-        let content;
-        match method_name.as_str() {
-            "key" if key.is_none() => {
-                syn::parenthesized!(content in input);
-                key = Some(parse_key(&content)?);
-            }
-            "trigger" if !trigger => {
-                syn::parenthesized!(content in input);
-                if !content.is_empty() {
-                    return Err(content.error("`.trigger()` takes no argument"));
-                }
-                trigger = true;
-            }
-            "timeout" if timeout.is_none() => {
-                syn::parenthesized!(content in input);
-                let start = content.fork();
-                let (millis, _) = parse_duration(&content)?;
-                if !content.is_empty() {
-                    return Err(content.error("unexpected token after the duration"));
-                }
-                timeout = Some((millis, tokens_between(&start, &content)));
-            }
-            "assign" | "assign_with" if assign.is_none() => {
-                syn::parenthesized!(content in input);
-                if payload.is_none() {
-                    return Err(syn::Error::new(
-                        method.span(),
-                        format!(
-                            "`.{method_name}(..)` needs the payload type, as in `event::<Payment>({:?})`",
-                            name.value()
-                        ),
-                    ));
-                }
-                assign = Some(parse_assign(&method_name, &content)?);
-            }
-            "look_back" if look_back.is_none() => {
-                syn::parenthesized!(content in input);
-                look_back = Some(parse_look_back(&content)?);
-            }
-            "key" | "trigger" | "timeout" | "look_back" => {
-                return Err(syn::Error::new(
-                    method.span(),
-                    format!("duplicate event option `.{method_name}`"),
-                ));
-            }
-            "assign" | "assign_with" => {
-                return Err(syn::Error::new(
-                    method.span(),
-                    "an event folds its payload in once: `.assign(field)` or `.assign_with(fn)`, not both",
-                ));
-            }
-            _ => {
-                let hint = workflow_model::suggest(&method_name, EVENT_OPTIONS)
-                    .map(|found| format!("; did you mean `.{found}`?"))
-                    .unwrap_or_default();
-                return Err(syn::Error::new(
-                    method.span(),
-                    format!(
-                        "unknown event option `.{method_name}`; expected one of `.key(field)`, `.trigger()`, `.timeout(duration)`, `.assign(field)`, `.assign_with(fn)`, `.look_back(policy)`{hint}"
-                    ),
-                ));
-            }
-        }
-    }
+fn parse_event_node(input: ParseStream<'_>) -> syn::Result<KindDecl> {
+    let event = parse_event(input, &WORKFLOW_EVENTS)?;
     let ports = parse_ports(input)?;
-    if let (Some(list), None) = (&ports, &payload) {
+    if let (Some(list), None) = (&ports, &event.payload) {
         // ACT-19: declared outcomes are chosen by the payload type's outcome mapping.
         return Err(syn::Error::new_spanned(
             &list.tokens,
             format!(
                 "an event that declares its outcomes needs a payload type that chooses one, as in `event::<Decision>({:?})`",
-                name.value()
+                event.name.value()
             ),
         ));
     }
-    Ok(KindDecl::Event(Box::new(EventDecl {
-        payload,
-        name,
-        key,
-        trigger,
-        timeout,
-        ports,
-        assign,
-        look_back,
-    })))
+    Ok(KindDecl::Event(Box::new(EventNode { event, ports })))
 }
 
 /// `[ step, step, .. ]`.
@@ -1632,14 +1515,17 @@ mod tests {
         let Some(KindDecl::Event(event)) = nodes.get(2).map(|n| &n.kind) else {
             panic!("an event")
         };
-        let EventDecl {
-            payload,
-            name,
-            key,
-            trigger,
-            timeout,
+        let EventNode {
+            event:
+                EventDecl {
+                    payload,
+                    name,
+                    key,
+                    trigger,
+                    timeout,
+                    ..
+                },
             ports,
-            ..
         } = &**event;
         assert!(payload.is_some() && *trigger);
         assert_eq!(name.value(), "expense.decision");

@@ -6,7 +6,7 @@ use crate::definition::{
     Activity, COMPENSATED, Decimal, Definition, Flowchart, RetryPolicy, SagaOnFailure,
 };
 use crate::diagnostics::{Diagnostic, Diagnostics, Location, suggest};
-use crate::diagram::duration;
+use crate::duration::duration;
 
 /// The longest attempt timeout a task may declare (FLT-V4): 365 days, in milliseconds. Longer
 /// values would not fit the runtime's microsecond instants once added to "now".
@@ -96,6 +96,23 @@ fn check_activity(activity: &Activity, at: &Location, in_saga: bool, cx: &mut Di
     }
 }
 
+/// Whether a connection that FC-V2 or FC-V3 reports may have been meant to leave `node`: one
+/// from `node` through an outcome it does not have (`ack.timout`), or one from an unknown node
+/// whose closest match is `node` (`akc.timeout`). An outcome of `node` left unconnected beside
+/// such a mistake follows from it: one mistake, one error.
+fn misspelled_connection_from(chart: &Flowchart, node: &Activity) -> bool {
+    let ports = node.ports();
+    let known = |id: &str| chart.nodes.iter().any(|n| n.id() == id);
+    chart.connections.iter().any(|c| {
+        if c.source == node.id() {
+            !ports.contains(&c.port)
+        } else {
+            !known(&c.source)
+                && suggest(&c.source, chart.nodes.iter().map(Activity::id)) == Some(node.id())
+        }
+    })
+}
+
 /// TM-V4: a literal deadline that is zero.
 fn check_deadline(id: &str, deadline_ms: Option<u64>, at: &Location, cx: &mut Diagnostics) {
     if deadline_ms == Some(0) {
@@ -110,11 +127,12 @@ fn check_deadline(id: &str, deadline_ms: Option<u64>, at: &Location, cx: &mut Di
 /// TM-V3 (a deadline whose `timeout` is not connected) and FLT-V6 (a `continue` saga whose
 /// `compensated` is not connected), for the nodes of one flowchart.
 fn check_flowchart(chart: &Flowchart, at: &Location, cx: &mut Diagnostics) {
-    let connected = |id: &str, port: &str| {
+    let connected = |node: &Activity, port: &str| {
         chart
             .connections
             .iter()
-            .any(|c| c.source == id && c.port == port)
+            .any(|c| c.source == node.id() && c.port == port)
+            || misspelled_connection_from(chart, node)
     };
     for (i, node) in chart.nodes.iter().enumerate() {
         let node_at = at.field("nodes").index(i);
@@ -123,7 +141,7 @@ fn check_flowchart(chart: &Flowchart, at: &Location, cx: &mut Diagnostics) {
             Activity::SubWorkflow(s) => s.deadline_ms.is_some(),
             _ => false,
         };
-        if deadline && !connected(node.id(), "timeout") {
+        if deadline && !connected(node, "timeout") {
             cx.push(Diagnostic::new(
                 "TM-V3",
                 node_at.field("deadline_ms"),
@@ -135,7 +153,7 @@ fn check_flowchart(chart: &Flowchart, at: &Location, cx: &mut Diagnostics) {
         }
         if let Activity::Saga(saga) = node
             && saga.on_failure == SagaOnFailure::CompensateThenContinue
-            && !connected(&saga.id, COMPENSATED)
+            && !connected(node, COMPENSATED)
         {
             cx.push(Diagnostic::new(
                 "FLT-V6",
@@ -365,6 +383,46 @@ mod tests {
             )
         );
         assert_eq!(found(&event_chart(60_000, true)), vec![]);
+    }
+
+    /// `approval.timout` and `aproval.timeout` are each one mistake: the misspelled outcome or
+    /// node (FC-V3, FC-V2), not also a `timeout` outcome left unconnected.
+    #[test]
+    fn tm_v3_not_beside_a_misspelled_connection() {
+        for (source, port, rule, message) in [
+            (
+                "approval",
+                "timout",
+                "FC-V3",
+                "node `approval` has no outcome `timout`; did you mean `timeout`?",
+            ),
+            (
+                "aproval",
+                "timeout",
+                "FC-V2",
+                "unknown node `aproval`; did you mean `approval`?",
+            ),
+        ] {
+            let mut definition = event_chart(60_000, false);
+            let Activity::Flowchart(chart) = &mut definition.root else {
+                panic!("a flowchart")
+            };
+            chart
+                .connections
+                .push(Connection::new(source, port, "ship"));
+            let problems = found(&definition);
+            assert_eq!(problems.len(), 1, "{problems:?}");
+            assert_eq!((problems[0].0, problems[0].2.as_str()), (rule, message));
+        }
+        // A connection from an unrelated unknown node leaves TM-V3 reported.
+        let mut definition = event_chart(60_000, false);
+        let Activity::Flowchart(chart) = &mut definition.root else {
+            panic!("a flowchart")
+        };
+        chart
+            .connections
+            .push(Connection::new("audit", "done", "ship"));
+        assert!(found(&definition).iter().any(|p| p.0 == "TM-V3"));
     }
 
     #[test]
