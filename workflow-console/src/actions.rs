@@ -52,20 +52,23 @@ fn confirmed(fields: &Fields) -> bool {
 
 /// The confirmation page: `question`, and a form re-posting `fields` to `action` with
 /// `confirmed=yes`.
+#[allow(clippy::too_many_arguments)]
 fn confirmation(
     state: &Shared,
     base: &Base,
     action: &str,
     question: &str,
+    what_it_does: &str,
     button: &str,
     fields: &Fields,
     back: &str,
 ) -> Response {
     let mut body = format!(
-        "<h1>{}</h1><form class=\"action confirm\" method=\"post\" action=\"{}\">\
+        "<h1>{}</h1><p>{}</p><form class=\"action confirm\" method=\"post\" action=\"{}\">\
          <input type=\"hidden\" name=\"csrf\" value=\"{}\">\
          <input type=\"hidden\" name=\"confirmed\" value=\"yes\">",
         escape(question),
+        escape(what_it_does),
         escape(action),
         escape(&state.csrf)
     );
@@ -101,12 +104,29 @@ pub(crate) async fn instance_action(
     Form(fields): Form<Fields>,
 ) -> Result<Response, Failure> {
     allowed(&state, &base, &fields)?;
-    let label = match action.as_str() {
-        "retry" => "Retry",
-        "cancel" => "Cancel",
-        "suspend" => "Suspend",
-        "resume" => "Resume",
-        "purge" => "Purge",
+    let (label, what_it_does) = match action.as_str() {
+        "retry" => (
+            "Retry",
+            "The failed activity runs again with a fresh attempt budget.",
+        ),
+        "cancel" => (
+            "Cancel",
+            "The instance is cancelled at its next step (a running task has its cancellation \
+             token fired); it will not run again.",
+        ),
+        "suspend" => (
+            "Suspend",
+            "A running task finishes its attempt, then nothing of the instance runs until it \
+             is resumed; events sent to it meanwhile are held.",
+        ),
+        "resume" => (
+            "Resume",
+            "The instance goes on: its timers and held events are released.",
+        ),
+        "purge" => (
+            "Purge",
+            "The instance, its journal and its rows are removed from the store for good.",
+        ),
         other => {
             return Err(Failure::not_found(
                 &base,
@@ -134,7 +154,8 @@ pub(crate) async fn instance_action(
             &base,
             &format!("{back}/{action}"),
             &format!("{label} instance {id}?"),
-            &format!("Yes, {}", action),
+            what_it_does,
+            &format!("Yes, {action}"),
             &fields,
             &back,
         ));
@@ -255,6 +276,7 @@ pub(crate) async fn send(
             &base,
             &format!("{}/send", base.0),
             &format!("Send the event `{name}`{target}?"),
+            "It goes to the store's queue; the process running the workflows delivers it.",
             "Yes, send",
             &fields,
             &back,
@@ -346,6 +368,7 @@ pub(crate) async fn replay(
             &base,
             &format!("{back}/{}/replay", url_part(&item)),
             &format!("Replay the dead letter {item}?"),
+            "It goes back to the queue with a fresh time to live.",
             "Yes, replay",
             &fields,
             &back,

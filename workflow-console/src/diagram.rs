@@ -277,9 +277,22 @@ pub(crate) fn svg(definition: &Definition, marks: &Marks) -> String {
         }
     }
     let tallest = members.iter().map(Vec::len).max().unwrap_or(1);
+    // The gap after each column fits the labels of the edges that cross it.
+    let mut gaps = vec![GAP; columns];
+    for edge in &g.edges {
+        let (Some(&from), Some(&to)) = (layer.get(edge.from), layer.get(edge.to)) else {
+            continue;
+        };
+        if to == from + 1
+            && let Some(gap) = gaps.get_mut(from)
+        {
+            *gap = gap.max(text_width(&edge.label, 11.0) + 36.0);
+        }
+    }
     let mut pos = vec![(0.0, 0.0, 0.0); g.nodes.len()]; // x (left), y (centre), width
     let mut x = MARGIN;
-    for column in &members {
+    let mut last_gap = GAP;
+    for (c, column) in members.iter().enumerate() {
         let width = column
             .iter()
             .filter_map(|i| g.nodes.get(*i))
@@ -296,22 +309,23 @@ pub(crate) fn svg(definition: &Definition, marks: &Marks) -> String {
                 );
             }
         }
-        x += width + GAP;
+        last_gap = gaps.get(c).copied().unwrap_or(GAP);
+        x += width + last_gap;
     }
-    let width = x - GAP + MARGIN;
+    let width = x - last_gap + MARGIN;
     let loops = g
         .edges
         .iter()
         .filter(|e| layer.get(e.to) <= layer.get(e.from))
         .count();
-    let height = MARGIN * 2.0 + tallest as f64 * ROW + loops.min(4) as f64 * 18.0 + 20.0;
+    let height = MARGIN * 2.0 + tallest as f64 * ROW + loops.min(4) as f64 * 18.0;
     let mut out = String::new();
     let _ = write!(
         out,
         "<svg xmlns=\"http://www.w3.org/2000/svg\" class=\"workflow-diagram\" role=\"img\" \
          aria-label=\"diagram of {}\" width=\"{width:.0}\" height=\"{height:.0}\" \
          viewBox=\"0 0 {width:.0} {height:.0}\"><defs><marker id=\"arrow\" viewBox=\"0 0 10 10\" \
-         refX=\"10\" refY=\"5\" markerWidth=\"7\" markerHeight=\"7\" orient=\"auto-start-reverse\">\
+         refX=\"10\" refY=\"5\" markerWidth=\"9\" markerHeight=\"9\" markerUnits=\"userSpaceOnUse\" orient=\"auto-start-reverse\">\
          <path class=\"marker\" d=\"M0,0 L10,5 L0,10 z\"/></marker></defs>",
         escape(&definition.name)
     );

@@ -552,15 +552,30 @@ fn body(state: &Shared, base: &Base, detail: &Detail, outcome: Option<&Outcome>)
     for j in &detail.journal {
         let _ = write!(
             out,
-            "<li><span class=\"muted\">{}</span><span>{}</span><b>{}</b><span class=\"mono\">{}</span></li>",
+            "<li><span class=\"muted\">{}</span><span>{}</span><b>{}</b><span><span class=\"mono\">{}</span> \
+             <span class=\"muted mono\">{}</span></span></li>",
             j.seq,
             instant(j.at),
             escape(&j.kind),
-            escape(j.node_id.as_deref().unwrap_or(""))
+            escape(j.node_id.as_deref().unwrap_or("")),
+            escape(&journal_detail(&j.detail))
         );
     }
     out.push_str("</ol></div></div>");
     out
+}
+
+/// A journal entry's detail in one short line (`{"from":"New","to":"Paid"}`), cut at 160
+/// characters.
+fn journal_detail(detail: &Value) -> String {
+    if detail.is_null() || detail.as_object().is_some_and(serde_json::Map::is_empty) {
+        return String::new();
+    }
+    let text = detail.to_string();
+    match text.char_indices().nth(160) {
+        Some((cut, _)) => format!("{}…", &text[..cut]),
+        None => text,
+    }
 }
 
 /// The form sending an event to this instance, its waits offered as names.

@@ -25,7 +25,6 @@ pub(crate) async fn definitions(state: State, base: Base) -> Result<Html<String>
         .census()
         .await
         .map_err(|e| Failure::store(&base, &e))?;
-    let b = escape(&base.0);
     let mut body = String::from("<h1>Definitions</h1>");
     if recorded.is_empty() {
         body.push_str(

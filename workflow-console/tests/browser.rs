@@ -110,6 +110,16 @@ async fn snap(client: &Client, name: &str) {
     std::fs::write(screenshots().join(format!("{name}.png")), png).unwrap();
 }
 
+/// The element `css` finds, once the page shows it (10 s at most).
+async fn wait(client: &Client, css: &str) -> fantoccini::elements::Element {
+    client
+        .wait()
+        .at_most(Duration::from_secs(10))
+        .for_element(Locator::Css(css))
+        .await
+        .unwrap_or_else(|e| panic!("no `{css}` on the page within 10 s: {e}"))
+}
+
 async fn source(client: &Client) -> String {
     client.source().await.unwrap()
 }
@@ -148,10 +158,7 @@ async fn an_operator_retries_a_faulted_job_and_pays_an_order_in_chromium() {
 
     // The list: three instances, one faulted.
     client.goto(&base).await.unwrap();
-    client
-        .wait_for_find(Locator::Css("tr[data-id='job-1']"))
-        .await
-        .unwrap();
+    wait(&client, "tr[data-id='job-1']").await;
     snap(&client, "01-instances").await;
 
     // Filter to faulted.
@@ -169,10 +176,7 @@ async fn an_operator_retries_a_faulted_job_and_pays_an_order_in_chromium() {
         .click()
         .await
         .unwrap();
-    client
-        .wait_for_find(Locator::Css("a.count.faulted.selected"))
-        .await
-        .unwrap();
+    wait(&client, "a.count.faulted.selected").await;
     let listed = source(&client).await;
     assert!(listed.contains("data-id=\"job-1\""));
     assert!(!listed.contains("data-id=\"o-1\""));
@@ -186,10 +190,7 @@ async fn an_operator_retries_a_faulted_job_and_pays_an_order_in_chromium() {
         .click()
         .await
         .unwrap();
-    let current = client
-        .wait_for_find(Locator::Css("svg g.node.current[data-node='print']"))
-        .await
-        .unwrap();
+    let current = wait(&client, "svg g.node.current[data-node='print']").await;
     let fill = current
         .find(Locator::Css("rect"))
         .await
@@ -213,17 +214,11 @@ async fn an_operator_retries_a_faulted_job_and_pays_an_order_in_chromium() {
         .click()
         .await
         .unwrap();
-    let confirm = client
-        .wait_for_find(Locator::Css("form.confirm button[value='confirm']"))
-        .await
-        .unwrap();
+    let confirm = wait(&client, "form.confirm button[value='confirm']").await;
     assert!(source(&client).await.contains("Retry instance job-1?"));
     snap(&client, "04-confirm-retry").await;
     confirm.click().await.unwrap();
-    client
-        .wait_for_find(Locator::Css("h1 [data-status='finished']"))
-        .await
-        .unwrap();
+    wait(&client, "h1 [data-status='finished']").await;
     assert!(source(&client).await.contains("class=\"result\""));
     snap(&client, "05-retried").await;
     assert_eq!(
@@ -233,10 +228,7 @@ async fn an_operator_retries_a_faulted_job_and_pays_an_order_in_chromium() {
 
     // Send the payment of o-1 from its page's form.
     client.goto(&format!("{base}/instances/o-1")).await.unwrap();
-    client
-        .wait_for_find(Locator::Css("svg g.node.current[data-node='New']"))
-        .await
-        .unwrap();
+    wait(&client, "svg g.node.current[data-node='New']").await;
     let payload = client
         .find(Locator::Css("form.send textarea[name='payload']"))
         .await
@@ -251,32 +243,21 @@ async fn an_operator_retries_a_faulted_job_and_pays_an_order_in_chromium() {
         .click()
         .await
         .unwrap();
-    client
-        .wait_for_find(Locator::Css("form.confirm button[value='confirm']"))
+    wait(&client, "form.confirm button[value='confirm']")
         .await
-        .unwrap()
         .click()
         .await
         .unwrap();
-    client
-        .wait_for_find(Locator::Css("svg g.node.current[data-node='Paid']"))
-        .await
-        .unwrap();
+    wait(&client, "svg g.node.current[data-node='Paid']").await;
     assert!(source(&client).await.contains("queued `payment`"));
     snap(&client, "07-paid").await;
 
     // The other pages.
     client.goto(&format!("{base}/definitions")).await.unwrap();
-    client
-        .wait_for_find(Locator::Css("section.definition svg"))
-        .await
-        .unwrap();
+    wait(&client, "section.definition svg").await;
     snap(&client, "08-definitions").await;
     client.goto(&format!("{base}/dead-letters")).await.unwrap();
-    client
-        .wait_for_find(Locator::Css("table.dead-letters"))
-        .await
-        .unwrap();
+    wait(&client, "table.dead-letters").await;
     snap(&client, "09-dead-letters").await;
     client
         .goto(&format!("{base}/instances/nobody"))

@@ -492,3 +492,28 @@ async fn links_and_forms_work_under_the_applications_prefix() {
     assert!(missing.body.contains("href=\"/ops/workflows\">Back"));
     app.shutdown(std::time::Duration::from_secs(1)).await;
 }
+
+/// The census of an in-memory store counts as the SQL ones do.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_in_memory_store_is_counted_too() {
+    let app = application(Arc::new(workflow_runtime::store::MemoryStore::new()));
+    populate(&app, "memory-report").await;
+    let console = Console::new(app.clone()).router();
+    let list = get(&console, "/").await;
+    assert!(
+        list.body.contains("data-status=\"all\"><b>3</b>"),
+        "{}",
+        list.body
+    );
+    assert!(
+        list.body
+            .contains("data-status=\"faulted\"><b>1</b>faulted")
+    );
+    let text = get(&console, "/metrics").await.body;
+    assert!(
+        text.contains("workflow_instances{definition=\"ShopOrder\",status=\"suspended\"} 2"),
+        "{text}"
+    );
+    assert!(text.contains("workflow_stimuli_queued 0"), "{text}");
+    app.shutdown(std::time::Duration::from_secs(1)).await;
+}
