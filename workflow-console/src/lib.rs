@@ -40,8 +40,8 @@ use std::sync::Arc;
 
 use axum::Router;
 use axum::extract::{FromRequestParts, OriginalUri};
-use axum::http::StatusCode;
 use axum::http::request::Parts;
+use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{Html, IntoResponse, Response};
 use axum::routing::{get, post};
 use workflow_runtime::Runtime;
@@ -108,8 +108,34 @@ impl Console {
             .route("/dead-letters/{item}/replay", post(actions::replay))
             .route("/metrics", get(metrics::render))
             .fallback(not_found)
+            .layer(axum::middleware::map_response(guarded))
             .with_state(shared)
     }
+}
+
+/// Every response's headers against injected content and framing: no script runs on a
+/// console page, no other site frames it (its buttons cannot be clicked through a decoy), and
+/// forms post only to the console.
+async fn guarded(mut response: Response) -> Response {
+    let headers = response.headers_mut();
+    headers.insert(
+        header::CONTENT_SECURITY_POLICY,
+        HeaderValue::from_static(
+            "default-src 'none'; style-src 'unsafe-inline'; img-src 'self' data:; \
+             form-action 'self'; frame-ancestors 'none'; base-uri 'none'",
+        ),
+    );
+    headers.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
+    headers.insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        HeaderValue::from_static("nosniff"),
+    );
+    headers.insert(
+        header::REFERRER_POLICY,
+        HeaderValue::from_static("no-referrer"),
+    );
+    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    response
 }
 
 /// What every handler shares.

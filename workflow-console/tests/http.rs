@@ -52,6 +52,12 @@ async fn tour(app: &Runtime, job: &str) {
     }
     assert!(list.body.contains("<td>New</td><td>payment</td>"));
     assert!(!list.body.contains("<link") && !list.body.contains("http://"));
+    assert!(
+        list.policy.contains("default-src 'none'"),
+        "{}",
+        list.policy
+    );
+    assert!(list.policy.contains("frame-ancestors 'none'"));
 
     // Filters: status, definition, state, sub-status, version, time ranges, paging.
     let faulted = get(&console, "/?status=faulted").await;

@@ -125,6 +125,7 @@ pub struct Page {
     pub status: StatusCode,
     pub location: Option<String>,
     pub content_type: String,
+    pub policy: String,
     pub body: String,
 }
 
@@ -151,11 +152,16 @@ async fn call(router: &Router, request: Request<Body>) -> Page {
         .headers()
         .get(header::CONTENT_TYPE)
         .map_or_else(String::new, |v| v.to_str().unwrap().to_owned());
+    let policy = response
+        .headers()
+        .get(header::CONTENT_SECURITY_POLICY)
+        .map_or_else(String::new, |v| v.to_str().unwrap().to_owned());
     let bytes = response.into_body().collect().await.unwrap().to_bytes();
     Page {
         status,
         location,
         content_type,
+        policy,
         body: String::from_utf8(bytes.to_vec()).unwrap(),
     }
 }
