@@ -198,6 +198,11 @@ pub(crate) async fn run(
         Command::DeadLetters { action, json } => dead_letters(&target, action, json).await,
         Command::Incidents { all, json } => incidents(&target, all, json).await,
         Command::Diagram { what, format } => diagram(&target, &what, format).await,
+        Command::Console {
+            listen,
+            read_only,
+            allow_non_loopback,
+        } => crate::console::serve(&target, listen, read_only, allow_non_loopback).await,
     }
 }
 

@@ -9,6 +9,7 @@
 //! workflow --store sqlite:app.db suspend order-1
 //! workflow --store sqlite:app.db retry job-7
 //! workflow --store postgres://app@db:5432/app --schema orders list
+//! workflow --store sqlite:app.db console --listen 127.0.0.1:8080
 //! ```
 //!
 //! Reads never need the application's code and never block it: a SQLite file in use is read
@@ -26,6 +27,7 @@
 #![allow(clippy::print_stdout, clippy::print_stderr)]
 
 mod commands;
+mod console;
 mod explain;
 mod inspect;
 mod render;
@@ -179,6 +181,20 @@ pub(crate) enum Command {
         /// Mermaid or DOT.
         #[arg(long, value_enum, default_value_t = DiagramFormat::Mermaid)]
         format: DiagramFormat,
+    },
+    /// Serves the operator console (instances, diagrams, journal, actions, `/metrics`) in a
+    /// browser until Ctrl-C. It has no authentication of its own.
+    Console {
+        /// The address to listen on.
+        #[arg(long, default_value = "127.0.0.1:8080")]
+        listen: std::net::SocketAddr,
+        /// Shows only: the actions are hidden and refused.
+        #[arg(long)]
+        read_only: bool,
+        /// Allows listening on an address other than loopback (a warning is printed: the
+        /// console has no authentication of its own).
+        #[arg(long)]
+        allow_non_loopback: bool,
     },
 }
 

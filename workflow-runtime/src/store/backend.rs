@@ -31,11 +31,11 @@
 //!   `Unavailable`.
 
 use super::{
-    BookmarkQuery, BookmarkRow, ClaimedInstance, Commit, ControlRequest, DeadLetter,
-    DeadLetterFilter, DeadLetterReason, IdempotencyRecord, IncidentRecord, InstanceFilter,
-    InstanceRecord, InstanceStatus, JournalRecord, Lease, ListedInstance, NewIncident, NewInstance,
-    PurgeFilter, QueueItem, Renewal, Schedule, ScheduleFiring, StoreResult, StoreStats, TimerRow,
-    TriggerRow,
+    BookmarkQuery, BookmarkRow, Census, ClaimedInstance, Commit, ControlRequest, DeadLetter,
+    DeadLetterFilter, DeadLetterReason, IdempotencyRecord, IncidentRecord, InstanceCount,
+    InstanceFilter, InstanceRecord, InstanceStatus, InstanceSummary, JournalRecord, Lease,
+    ListedInstance, NewIncident, NewInstance, PurgeFilter, QueueItem, Renewal, Schedule,
+    ScheduleFiring, StoreResult, StoreStats, TimerRow, TriggerRow,
 };
 use crate::base::{BoxFuture, Micros};
 
@@ -720,9 +720,68 @@ pub trait Store: Send + Sync + 'static {
     /// Operation counters.
     fn stats(&self) -> BoxFuture<'_, StoreResult<StoreStats>>;
 
+    /// Counts instances by definition version, status and sub-status, the queued stimuli
+    /// and the dead letters, each with one aggregate query where the backend has one. The
+    /// default pages through [`list_instances`](Store::list_instances) and
+    /// [`list_dead_letters`](Store::list_dead_letters) and does not count the queue.
+    fn census(&self) -> BoxFuture<'_, StoreResult<Census>> {
+        Box::pin(async move {
+            let mut census = Census::default();
+            let mut after = None;
+            loop {
+                let page = self
+                    .list_instances(InstanceFilter {
+                        after: after.take(),
+                        limit: 1000,
+                        ..InstanceFilter::default()
+                    })
+                    .await?;
+                let Some(last) = page.last() else { break };
+                after = Some(last.instance_id.clone());
+                for summary in page.into_iter().filter_map(|listed| listed.summary.ok()) {
+                    count_instance(&mut census.instances, summary);
+                }
+            }
+            let mut after = None;
+            loop {
+                let page = self
+                    .list_dead_letters(DeadLetterFilter {
+                        after: after.take(),
+                        limit: 1000,
+                        ..DeadLetterFilter::default()
+                    })
+                    .await?;
+                let Some(last) = page.last() else { break };
+                after = Some((last.dead_at, last.item.item_id.clone()));
+                census.dead_letters += page.len() as u64;
+            }
+            Ok(census)
+        })
+    }
+
     /// The optional capabilities the backend offers (none by default): see
     /// [`Capabilities`].
     fn capabilities(&self) -> Capabilities<'_> {
         Capabilities::default()
+    }
+}
+
+/// Adds one instance to the counts of its group.
+fn count_instance(counts: &mut Vec<InstanceCount>, summary: InstanceSummary) {
+    let group = counts.iter_mut().find(|c| {
+        c.status == summary.status
+            && c.sub_status == summary.sub_status
+            && c.definition_version == summary.definition_version
+            && c.definition_name == summary.definition_name
+    });
+    match group {
+        Some(group) => group.count += 1,
+        None => counts.push(InstanceCount {
+            definition_name: summary.definition_name,
+            definition_version: summary.definition_version,
+            status: summary.status,
+            sub_status: summary.sub_status,
+            count: 1,
+        }),
     }
 }

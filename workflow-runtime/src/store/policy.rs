@@ -13,12 +13,12 @@ use super::backend::{
     TriggerSelect, TriggerWrite,
 };
 use super::{
-    BookmarkQuery, BookmarkRow, ClaimedInstance, Commit, ControlRequest, DEFAULT_MAX_STATE_BYTES,
-    DeadLetter, DeadLetterFilter, DeadLetterReason, IdempotencyRecord, IncidentRecord,
-    InstanceFilter, InstanceRecord, InstanceStatus, JournalCompaction, JournalRecord, Lease,
-    ListedInstance, MAX_JOURNAL_DETAIL_BYTES, NewIncident, NewInstance, NewJournalRecord,
-    PurgeFilter, QueueFailure, QueueItem, Renewal, STATE_FORMAT, Schedule, ScheduleFiring,
-    StoreError, StoreResult, StoreStats, TimerRow, TriggerDiff, TriggerRow,
+    BookmarkQuery, BookmarkRow, Census, ClaimedInstance, Commit, ControlRequest,
+    DEFAULT_MAX_STATE_BYTES, DeadLetter, DeadLetterFilter, DeadLetterReason, IdempotencyRecord,
+    IncidentRecord, InstanceFilter, InstanceRecord, InstanceStatus, JournalCompaction,
+    JournalRecord, Lease, ListedInstance, MAX_JOURNAL_DETAIL_BYTES, NewIncident, NewInstance,
+    NewJournalRecord, PurgeFilter, QueueFailure, QueueItem, Renewal, STATE_FORMAT, Schedule,
+    ScheduleFiring, StoreError, StoreResult, StoreStats, TimerRow, TriggerDiff, TriggerRow,
 };
 use crate::base::Micros;
 
@@ -1459,6 +1459,17 @@ impl Storage {
     }
 
     // ----- maintenance -----
+
+    /// Counts instances by definition version, status and sub-status, the queued stimuli
+    /// and the dead letters: one aggregate query per table on the SQL backends, for a
+    /// dashboard or a metrics scrape.
+    ///
+    /// # Errors
+    ///
+    /// The backend's.
+    pub async fn census(&self) -> StoreResult<Census> {
+        self.store.census().await
+    }
 
     /// The backend's operation counters.
     ///

@@ -877,6 +877,75 @@ pub struct StoreStats {
     pub transactions: u64,
 }
 
+/// What is in a store, counted at one moment by [`Storage::census`](super::Storage::census):
+/// instances by definition version and status, the stimuli waiting in the queue and the dead
+/// letters. Counts only, so a dashboard or a metrics scrape reads no row of its own.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Census {
+    /// One entry per definition version, status and sub-status that has instances.
+    pub instances: Vec<InstanceCount>,
+    /// The stimuli in the queue (claimed or not), or `None` when the backend cannot count
+    /// them.
+    pub queued: Option<u64>,
+    /// The dead letters.
+    pub dead_letters: u64,
+}
+
+/// How many instances of one definition version are in one status and sub-status: an
+/// entry of [`Census::instances`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InstanceCount {
+    /// The definition's name.
+    pub definition_name: String,
+    /// The definition's version fingerprint.
+    pub definition_version: String,
+    /// The status.
+    pub status: InstanceStatus,
+    /// The sub-status.
+    pub sub_status: Option<InstanceSubStatus>,
+    /// How many.
+    pub count: u64,
+}
+
+impl InstanceCount {
+    /// Decodes a counted group of stored columns; `Decode` for a status or sub-status no
+    /// instance can have.
+    ///
+    /// # Errors
+    ///
+    /// `Decode` naming the definition and the column.
+    pub fn decode(
+        definition_name: String,
+        definition_version: String,
+        status: &str,
+        sub_status: Option<&str>,
+        count: u64,
+    ) -> StoreResult<Self> {
+        let bad = |path: &str, text: &str| {
+            decode_error(
+                "instance count",
+                &definition_name,
+                path,
+                format!("unknown {path} {text:?}"),
+            )
+        };
+        let status = InstanceStatus::parse(status).ok_or_else(|| bad("status", status))?;
+        let sub_status = match sub_status {
+            Some(text) => {
+                Some(InstanceSubStatus::parse(text).ok_or_else(|| bad("sub_status", text))?)
+            }
+            None => None,
+        };
+        Ok(Self {
+            definition_name,
+            definition_version,
+            status,
+            sub_status,
+            count,
+        })
+    }
+}
+
 // ----- decoding stored columns (the backend kit) -----
 
 /// A `Decode` error naming the row, the column and why (ST-22).

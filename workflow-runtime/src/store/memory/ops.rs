@@ -14,10 +14,11 @@ use crate::store::backend::{
     PurgeTarget, Settled, Settlement, Store, TimerScope, TriggerSelect, TriggerWrite,
 };
 use crate::store::{
-    BookmarkRow, BoxFuture, ClaimedInstance, Commit, ControlRequest, DeadLetter, DeadLetterFilter,
-    DeadLetterReason, IdempotencyRecord, IncidentRecord, InstanceFilter, InstanceRecord,
-    InstanceStatus, JournalRecord, Lease, ListedInstance, NewIncident, NewInstance, QueueItem,
-    Renewal, Schedule, ScheduleFiring, StoreError, StoreResult, StoreStats, TimerRow, TriggerRow,
+    BookmarkRow, BoxFuture, Census, ClaimedInstance, Commit, ControlRequest, DeadLetter,
+    DeadLetterFilter, DeadLetterReason, IdempotencyRecord, IncidentRecord, InstanceCount,
+    InstanceFilter, InstanceRecord, InstanceStatus, InstanceSummary, JournalRecord, Lease,
+    ListedInstance, NewIncident, NewInstance, QueueItem, Renewal, Schedule, ScheduleFiring,
+    StoreError, StoreResult, StoreStats, TimerRow, TriggerRow,
 };
 
 impl Inner {
@@ -921,6 +922,35 @@ impl Store for MemoryStore {
 
     fn stats(&self) -> BoxFuture<'_, StoreResult<StoreStats>> {
         self.read(|inner| Ok(inner.stats))
+    }
+
+    fn census(&self) -> BoxFuture<'_, StoreResult<Census>> {
+        self.read(|inner| {
+            let mut instances: Vec<InstanceCount> = Vec::new();
+            for row in inner.instances.values() {
+                let group = instances.iter_mut().find(|c| {
+                    c.status == row.status
+                        && c.sub_status == row.sub_status
+                        && c.definition_version == row.definition_version
+                        && c.definition_name == row.definition_name
+                });
+                match group {
+                    Some(group) => group.count += 1,
+                    None => instances.push(InstanceCount {
+                        definition_name: row.definition_name.clone(),
+                        definition_version: row.definition_version.clone(),
+                        status: row.status,
+                        sub_status: row.sub_status,
+                        count: 1,
+                    }),
+                }
+            }
+            Ok(Census {
+                instances,
+                queued: Some(inner.queue.len() as u64),
+                dead_letters: inner.dead_letters.len() as u64,
+            })
+        })
     }
 
     fn capabilities(&self) -> Capabilities<'_> {

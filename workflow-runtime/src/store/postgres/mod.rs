@@ -22,7 +22,7 @@ use tokio::sync::{broadcast, mpsc};
 use tokio::task::JoinHandle;
 
 use super::{
-    BookmarkQuery, BookmarkRow, BookmarkSelect, BoxFuture, Capabilities, ChildWaitIndex,
+    BookmarkQuery, BookmarkRow, BookmarkSelect, BoxFuture, Capabilities, Census, ChildWaitIndex,
     ClaimedInstance, ClaimedRecord, Commit, ControlRequest, DeadLetter, DeadLetterFilter,
     DefinitionRecord, DefinitionStore, DueTimers, Enqueue, IdempotencyRecord, IncidentQuery,
     IncidentRecord, InstanceFilter, InstanceRecord, InstanceStatus, JournalRecord, Lease,
@@ -1176,6 +1176,10 @@ impl Store for PostgresStore {
                 &key
             ))
         })
+    }
+
+    fn census(&self) -> BoxFuture<'_, StoreResult<Census>> {
+        Box::pin(async move { read!(self, |c| ops::census(c, &self.schema)) })
     }
 
     fn stats(&self) -> BoxFuture<'_, StoreResult<StoreStats>> {

@@ -6,13 +6,14 @@ use sqlx::postgres::PgRow;
 use sqlx::{PgConnection, Row};
 
 use super::super::{
-    BookmarkQuery, BookmarkRow, ClaimedInstance, ClaimedRecord, Commit, ControlRequest, DeadLetter,
-    DeadLetterFilter, DeadLetterReason, DefinitionRecord, EncodedQueueItem, IdempotencyRecord,
-    IncidentQuery, IncidentRecord, InstanceFilter, InstanceRecord, InstanceStatus,
-    InstanceSubStatus, InstanceSummary, JournalRecord, Lease, LeaseClaim, LeaseKey, LeaseState,
-    ListedInstance, Micros, NewIncident, NewInstance, QueueItem, Renewal, Schedule, ScheduleFiring,
-    Settled, Settlement, StoreError, StoreResult, TimerRow, TriggerRow, TriggerWrite,
-    decode_control_request, decode_instance_status, decode_instance_text_columns,
+    BookmarkQuery, BookmarkRow, Census, ClaimedInstance, ClaimedRecord, Commit, ControlRequest,
+    DeadLetter, DeadLetterFilter, DeadLetterReason, DefinitionRecord, EncodedQueueItem,
+    IdempotencyRecord, IncidentQuery, IncidentRecord, InstanceCount, InstanceFilter,
+    InstanceRecord, InstanceStatus, InstanceSubStatus, InstanceSummary, JournalRecord, Lease,
+    LeaseClaim, LeaseKey, LeaseState, ListedInstance, Micros, NewIncident, NewInstance, QueueItem,
+    Renewal, Schedule, ScheduleFiring, Settled, Settlement, StoreError, StoreResult, TimerRow,
+    TriggerRow, TriggerWrite, decode_control_request, decode_instance_status,
+    decode_instance_text_columns,
 };
 use super::schema::Schema;
 use crate::store::CHILD_WAIT;
@@ -2003,4 +2004,39 @@ fn qualified(alias: &str, cols: &str) -> String {
         .map(|col| format!("{alias}.{col}"))
         .collect::<Vec<_>>()
         .join(", ")
+}
+
+/// Instances by definition version, status and sub-status, queued stimuli and dead letters:
+/// three aggregate queries.
+pub(super) async fn census(c: &mut Conn, s: &Schema) -> StoreResult<Census> {
+    let rows = sqlx::query(&s.sql(
+        "SELECT definition_name, definition_version, status, sub_status, COUNT(*)
+         FROM @wf_instances
+         GROUP BY definition_name, definition_version, status, sub_status
+         ORDER BY definition_name, definition_version, status, sub_status",
+    ))
+    .fetch_all(&mut *c)
+    .await?;
+    let mut instances = Vec::with_capacity(rows.len());
+    for row in &rows {
+        let sub_status: Option<String> = row.try_get(3)?;
+        instances.push(InstanceCount::decode(
+            row.try_get(0)?,
+            row.try_get(1)?,
+            row.try_get::<String, _>(2)?.as_str(),
+            sub_status.as_deref(),
+            to_u64(row.try_get::<i64, _>(4)?),
+        )?);
+    }
+    let queued: i64 = sqlx::query_scalar(&s.sql("SELECT COUNT(*) FROM @wf_queue"))
+        .fetch_one(&mut *c)
+        .await?;
+    let dead_letters: i64 = sqlx::query_scalar(&s.sql("SELECT COUNT(*) FROM @wf_dead_letters"))
+        .fetch_one(&mut *c)
+        .await?;
+    Ok(Census {
+        instances,
+        queued: Some(to_u64(queued)),
+        dead_letters: to_u64(dead_letters),
+    })
 }

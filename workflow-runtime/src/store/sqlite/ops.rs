@@ -25,12 +25,12 @@ use crate::store::backend::{
     Settled, Settlement, Store, TimerScope, TriggerSelect, TriggerWrite,
 };
 use crate::store::{
-    BookmarkQuery, BookmarkRow, BoxFuture, ClaimedInstance, Commit, ControlRequest, DeadLetter,
-    DeadLetterFilter, DeadLetterReason, EncodedQueueItem, IdempotencyRecord, IncidentRecord,
-    InstanceFilter, InstanceRecord, InstanceStatus, InstanceSubStatus, JournalRecord, Lease,
-    ListedInstance, NewIncident, NewInstance, NewJournalRecord, QueueItem, Renewal, Schedule,
-    ScheduleFiring, StoreError, StoreResult, StoreStats, TimerRow, TriggerRow, WakeUp,
-    decode_control_request, decode_instance_status,
+    BookmarkQuery, BookmarkRow, BoxFuture, Census, ClaimedInstance, Commit, ControlRequest,
+    DeadLetter, DeadLetterFilter, DeadLetterReason, EncodedQueueItem, IdempotencyRecord,
+    IncidentRecord, InstanceCount, InstanceFilter, InstanceRecord, InstanceStatus,
+    InstanceSubStatus, JournalRecord, Lease, ListedInstance, NewIncident, NewInstance,
+    NewJournalRecord, QueueItem, Renewal, Schedule, ScheduleFiring, StoreError, StoreResult,
+    StoreStats, TimerRow, TriggerRow, WakeUp, decode_control_request, decode_instance_status,
 };
 
 // ----- write operations (run on the writer thread, inside a savepoint) -----
@@ -1853,6 +1853,43 @@ impl Store for SqliteStore {
     ) -> BoxFuture<'_, StoreResult<Option<IdempotencyRecord>>> {
         let key = key.to_owned();
         self.read_point(move |c| find_idempotency(c, &key))
+    }
+
+    fn census(&self) -> BoxFuture<'_, StoreResult<Census>> {
+        self.read(|c| {
+            let mut stmt = c.prepare_cached(
+                "SELECT definition_name, definition_version, status, sub_status, COUNT(*)
+                 FROM wf_instances
+                 GROUP BY definition_name, definition_version, status, sub_status
+                 ORDER BY definition_name, definition_version, status, sub_status",
+            )?;
+            let groups = stmt
+                .query_map([], |r| {
+                    Ok((
+                        r.get::<_, String>(0)?,
+                        r.get::<_, String>(1)?,
+                        r.get::<_, String>(2)?,
+                        r.get::<_, Option<String>>(3)?,
+                        r.get::<_, i64>(4)?,
+                    ))
+                })?
+                .collect::<rusqlite::Result<Vec<_>>>()?;
+            let instances = groups
+                .into_iter()
+                .map(|(name, version, status, sub, count)| {
+                    InstanceCount::decode(name, version, &status, sub.as_deref(), to_u64(count))
+                })
+                .collect::<StoreResult<Vec<_>>>()?;
+            let count = |sql: &str| -> StoreResult<u64> {
+                let n: i64 = c.prepare_cached(sql)?.query_row([], |r| r.get(0))?;
+                Ok(to_u64(n))
+            };
+            Ok(Census {
+                instances,
+                queued: Some(count("SELECT COUNT(*) FROM wf_queue")?),
+                dead_letters: count("SELECT COUNT(*) FROM wf_dead_letters")?,
+            })
+        })
     }
 
     fn stats(&self) -> BoxFuture<'_, StoreResult<StoreStats>> {
