@@ -11,7 +11,9 @@ use workflow_runtime::store::{
     InstanceSummary, JournalRecord, Micros, Storage, StoreError, TimerRow,
 };
 
-use crate::explain::{self, Place};
+use crate::explain::{self, Place, short_node};
+// Where an instance is: decoded by `explain`, named here too for the commands.
+pub(crate) use crate::explain::{Position, locate};
 use crate::render::{duration, instant, relative};
 
 /// One line of `workflow list`.
@@ -135,57 +137,6 @@ fn summary(record: &InstanceRecord) -> Summary {
     }
 }
 
-/// Where an instance is, as its state document says.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum Position {
-    /// The current state of a root state machine.
-    State(String),
-    /// The node paths (`root:review`) of the contexts that have not completed, innermost
-    /// only.
-    Nodes(Vec<String>),
-    /// Neither (a finished instance, an unreadable document).
-    Nowhere,
-}
-
-/// Where an instance is: the current state of a root state machine, else the nodes of its
-/// contexts that have not completed (innermost only), else nowhere.
-pub(crate) fn locate(state: &Value) -> Position {
-    let contexts = state.get("contexts").and_then(Value::as_object);
-    let root = state.get("root").and_then(Value::as_u64);
-    let (Some(contexts), Some(root)) = (contexts, root) else {
-        return Position::Nowhere;
-    };
-    let current = contexts
-        .get(&root.to_string())
-        .and_then(|c| c.pointer("/properties/current_state"))
-        .and_then(Value::as_str);
-    if let Some(current) = current {
-        return Position::State(current.to_owned());
-    }
-    let mut open: Vec<(u64, String)> = contexts
-        .values()
-        .filter(|c| {
-            let status = c.get("status").and_then(Value::as_str);
-            matches!(status, Some("Running" | "Pending" | "Faulted"))
-        })
-        .filter(|c| c.get("id").and_then(Value::as_u64) != Some(root))
-        .filter_map(|c| {
-            let id = c.get("id").and_then(Value::as_u64)?;
-            let node = c.get("node_id").and_then(Value::as_str)?;
-            Some((id, node.to_owned()))
-        })
-        .collect();
-    open.sort();
-    // Only the innermost: drop a node that is the ancestor of another listed node.
-    let nodes: Vec<String> = open.into_iter().map(|(_, n)| n).collect();
-    let innermost: Vec<String> = nodes
-        .iter()
-        .filter(|n| !nodes.iter().any(|m| m.starts_with(&format!("{n}:"))))
-        .cloned()
-        .collect();
-    Position::Nodes(innermost)
-}
-
 /// Where an instance is, as people name it: its state, or its innermost nodes' ids.
 pub(crate) fn position(state: &Value) -> Vec<String> {
     match locate(state) {
@@ -193,11 +144,6 @@ pub(crate) fn position(state: &Value) -> Vec<String> {
         Position::Nodes(paths) => paths.iter().map(|p| short_node(p).to_owned()).collect(),
         Position::Nowhere => Vec::new(),
     }
-}
-
-/// `root:review` -> `review`: node ids are ancestor paths; people name the last part.
-pub(crate) fn short_node(node_id: &str) -> &str {
-    node_id.rsplit(':').next().unwrap_or(node_id)
 }
 
 /// Everything `workflow show` prints.
