@@ -64,12 +64,14 @@ pub(crate) async fn list(store: &Storage, filter: &ListFilter) -> Result<Vec<Sum
         after = Some(last.instance_id.clone());
         for listed in page {
             // The position is the row's stored listing, or read from the document of a row
-            // written without one.
+            // written without one. A finished or cancelled row's listing names no position:
+            // its document does, when the instance is a state machine (its final state).
             let stored = match &listed.summary {
                 Ok(row) => row
                     .listing
                     .as_deref()
                     .and_then(InstanceListing::decode)
+                    .filter(|listing| !(listing.at.is_empty() && row.status.is_final()))
                     .map(|listing| from_listing(row, listing)),
                 Err(_) => None,
             };
@@ -209,6 +211,9 @@ pub(crate) struct JournalView {
     pub(crate) at: Micros,
     pub(crate) kind: String,
     pub(crate) node: Option<String>,
+    /// What the entry records beyond its kind (`{"from": "New", "to": "Paid"}`), as stored.
+    #[serde(skip_serializing_if = "Value::is_null")]
+    pub(crate) detail: Value,
 }
 
 /// Reads one instance and its rows; `None` when there is no such instance.
@@ -227,7 +232,7 @@ pub(crate) async fn detail(store: &Storage, id: &str) -> Result<Option<Detail>, 
         .map(incident_view)
         .collect();
     incidents.extend(state_incidents(&record, &incidents));
-    let journal = store.read_journal(id, 0, 1000).await?;
+    let journal = whole_journal(store, id).await?;
     let position = locate(&record.state);
     let (places, definition_note) = match recorded_definition(store, &record).await? {
         Ok(definition) => (explain::places(&definition, &position), None),
@@ -258,6 +263,21 @@ pub(crate) async fn detail(store: &Storage, id: &str) -> Result<Option<Detail>, 
         places,
         definition_note,
     }))
+}
+
+/// Every journal entry the store keeps for `id`, oldest first, read a page at a time.
+async fn whole_journal(store: &Storage, id: &str) -> Result<Vec<JournalRecord>, StoreError> {
+    const PAGE: usize = 1000;
+    let mut entries: Vec<JournalRecord> = Vec::new();
+    loop {
+        let from = entries.last().map_or(0, |last| last.seq.saturating_add(1));
+        let page = store.read_journal(id, from, PAGE).await?;
+        let full = page.len() == PAGE;
+        entries.extend(page);
+        if !full {
+            return Ok(entries);
+        }
+    }
 }
 
 /// The definition version the instance runs, as the application recorded it in the store;
@@ -384,7 +404,28 @@ fn journal_view(row: &JournalRecord) -> JournalView {
         at: row.at,
         kind: row.kind.clone(),
         node: row.node_id.as_deref().map(|n| short_node(n).to_owned()),
+        detail: row.detail.clone(),
     }
+}
+
+/// A journal entry's detail on one line of `workflow show`: its JSON, cut after 120
+/// characters; `None` when it records nothing.
+pub(crate) fn journal_detail_words(detail: &Value) -> Option<String> {
+    const MAX: usize = 120;
+    let empty = match detail {
+        Value::Null => true,
+        Value::Object(map) => map.is_empty(),
+        _ => false,
+    };
+    if empty {
+        return None;
+    }
+    let text = detail.to_string();
+    if text.chars().count() <= MAX {
+        return Some(text);
+    }
+    let cut: String = text.chars().take(MAX).collect();
+    Some(format!("{cut}..."))
 }
 
 /// Why an instance is (not) moving, one sentence a line, most important first.
