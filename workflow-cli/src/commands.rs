@@ -116,16 +116,21 @@ pub(crate) async fn run(
             }
             Ok(table.render_or("no instances match"))
         }
-        Command::Show { id, json } => {
+        Command::Show { id, json, journal } => {
             let store = target.open_read().await?;
-            let detail = inspect::detail(&store, &id)
+            let mut detail = inspect::detail(&store, &id)
                 .await?
                 .ok_or(CliError::NotFound(id))?;
             if json {
+                if let Some(JournalShown::Last(n)) = journal {
+                    let skip = detail.journal.len().saturating_sub(n);
+                    detail.journal.drain(..skip);
+                }
                 let text = serde_json::to_string_pretty(&detail).unwrap_or_default();
                 return Ok(text + "\n");
             }
-            Ok(show(&detail, now()))
+            let journal = journal.unwrap_or(JournalShown::Last(SHOWN_JOURNAL_ENTRIES));
+            Ok(show(&detail, journal, now()))
         }
         Command::Why { id } => {
             let store = target.open_read().await?;
@@ -514,7 +519,30 @@ async fn diagram(target: &Target, what: &str, format: DiagramFormat) -> Result<S
     Ok(draw(&definition, &[]))
 }
 
-fn show(detail: &Detail, now: Micros) -> String {
+/// The journal entries `workflow show` prints without `--journal`.
+const SHOWN_JOURNAL_ENTRIES: usize = 20;
+
+/// How much of the journal `workflow show` prints (`--journal N` or `--journal all`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum JournalShown {
+    /// The newest N entries.
+    Last(usize),
+    /// Every entry the store keeps.
+    All,
+}
+
+/// `all`, or a number of entries.
+pub(crate) fn parse_journal_shown(text: &str) -> Result<JournalShown, String> {
+    let text = text.trim();
+    if text.eq_ignore_ascii_case("all") {
+        return Ok(JournalShown::All);
+    }
+    text.parse().map(JournalShown::Last).map_err(|_| {
+        format!("`{text}` is not a number of journal entries: expected e.g. `50` or `all`")
+    })
+}
+
+fn show(detail: &Detail, journal: JournalShown, now: Micros) -> String {
     let s = &detail.summary;
     let mut out = String::new();
     let _ = writeln!(out, "instance    {}", s.instance_id);
@@ -609,20 +637,31 @@ fn show(detail: &Detail, now: Micros) -> String {
                 .map_or_else(String::new, |r| format!(" [{r}]"))
         );
     }
-    let _ = writeln!(
-        out,
-        "\njournal ({} entries, newest last)",
-        detail.journal.len()
-    );
-    for j in detail.journal.iter().rev().take(20).rev() {
+    let total = detail.journal.len();
+    let shown = match journal {
+        JournalShown::Last(n) => n.min(total),
+        JournalShown::All => total,
+    };
+    if shown == total {
+        let _ = writeln!(out, "\njournal ({total} entries, newest last)");
+    } else {
         let _ = writeln!(
             out,
+            "\njournal (the last {shown} of {total} entries, newest last; `--journal all` prints every one)"
+        );
+    }
+    for j in detail.journal.iter().skip(total - shown) {
+        let mut line = format!(
             "  {:>4} {} {:<16} {}",
             j.seq,
             instant(j.at),
             j.kind,
             j.node.as_deref().unwrap_or("")
         );
+        if let Some(detail) = inspect::journal_detail_words(&j.detail) {
+            let _ = write!(line, " {detail}");
+        }
+        let _ = writeln!(out, "{}", line.trim_end());
     }
     out
 }

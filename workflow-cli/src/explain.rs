@@ -1,12 +1,69 @@
-//! What an instance's recorded definition says about where it is: its current state or nodes
-//! by name, what each does and where it goes next, read from the definition the application
-//! recorded in the store (none of the application's code is needed).
+//! Where an instance is, read from its state document, and what its recorded definition says
+//! about that place: its current state or nodes by name, what each does and where it goes
+//! next. The definition is the one the application recorded in the store, so none of the
+//! application's code is needed.
 
 use serde::Serialize;
+use serde_json::Value;
 use workflow_model::{Activity, Definition, Flowchart, StateMachine};
 
-use crate::inspect::{Position, short_node};
 use crate::render::duration;
+
+/// Where an instance is, as its state document says.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Position {
+    /// The current state of a root state machine.
+    State(String),
+    /// The node paths (`root:review`) of the contexts that have not completed, innermost
+    /// only.
+    Nodes(Vec<String>),
+    /// Neither (a finished instance, an unreadable document).
+    Nowhere,
+}
+
+/// Where an instance is: the current state of a root state machine, else the nodes of its
+/// contexts that have not completed (innermost only), else nowhere.
+pub(crate) fn locate(state: &Value) -> Position {
+    let contexts = state.get("contexts").and_then(Value::as_object);
+    let root = state.get("root").and_then(Value::as_u64);
+    let (Some(contexts), Some(root)) = (contexts, root) else {
+        return Position::Nowhere;
+    };
+    let current = contexts
+        .get(&root.to_string())
+        .and_then(|c| c.pointer("/properties/current_state"))
+        .and_then(Value::as_str);
+    if let Some(current) = current {
+        return Position::State(current.to_owned());
+    }
+    let mut open: Vec<(u64, String)> = contexts
+        .values()
+        .filter(|c| {
+            let status = c.get("status").and_then(Value::as_str);
+            matches!(status, Some("Running" | "Pending" | "Faulted"))
+        })
+        .filter(|c| c.get("id").and_then(Value::as_u64) != Some(root))
+        .filter_map(|c| {
+            let id = c.get("id").and_then(Value::as_u64)?;
+            let node = c.get("node_id").and_then(Value::as_str)?;
+            Some((id, node.to_owned()))
+        })
+        .collect();
+    open.sort();
+    // Only the innermost: drop a node that is the ancestor of another listed node.
+    let nodes: Vec<String> = open.into_iter().map(|(_, n)| n).collect();
+    let innermost: Vec<String> = nodes
+        .iter()
+        .filter(|n| !nodes.iter().any(|m| m.starts_with(&format!("{n}:"))))
+        .cloned()
+        .collect();
+    Position::Nodes(innermost)
+}
+
+/// `root:review` -> `review`: node ids are ancestor paths; people name the last part.
+pub(crate) fn short_node(node_id: &str) -> &str {
+    node_id.rsplit(':').next().unwrap_or(node_id)
+}
 
 /// One state or node an instance is at, as its definition describes it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]

@@ -11,7 +11,9 @@ use workflow_runtime::store::{
     InstanceSummary, JournalRecord, Micros, Storage, StoreError, TimerRow,
 };
 
-use crate::explain::{self, Place};
+use crate::explain::{self, Place, short_node};
+// Where an instance is: decoded by `explain`, named here too for the commands.
+pub(crate) use crate::explain::{Position, locate};
 use crate::render::{duration, instant, relative};
 
 /// One line of `workflow list`.
@@ -62,12 +64,14 @@ pub(crate) async fn list(store: &Storage, filter: &ListFilter) -> Result<Vec<Sum
         after = Some(last.instance_id.clone());
         for listed in page {
             // The position is the row's stored listing, or read from the document of a row
-            // written without one.
+            // written without one. A finished or cancelled row's listing names no position:
+            // its document does, when the instance is a state machine (its final state).
             let stored = match &listed.summary {
                 Ok(row) => row
                     .listing
                     .as_deref()
                     .and_then(InstanceListing::decode)
+                    .filter(|listing| !(listing.at.is_empty() && row.status.is_final()))
                     .map(|listing| from_listing(row, listing)),
                 Err(_) => None,
             };
@@ -135,57 +139,6 @@ fn summary(record: &InstanceRecord) -> Summary {
     }
 }
 
-/// Where an instance is, as its state document says.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum Position {
-    /// The current state of a root state machine.
-    State(String),
-    /// The node paths (`root:review`) of the contexts that have not completed, innermost
-    /// only.
-    Nodes(Vec<String>),
-    /// Neither (a finished instance, an unreadable document).
-    Nowhere,
-}
-
-/// Where an instance is: the current state of a root state machine, else the nodes of its
-/// contexts that have not completed (innermost only), else nowhere.
-pub(crate) fn locate(state: &Value) -> Position {
-    let contexts = state.get("contexts").and_then(Value::as_object);
-    let root = state.get("root").and_then(Value::as_u64);
-    let (Some(contexts), Some(root)) = (contexts, root) else {
-        return Position::Nowhere;
-    };
-    let current = contexts
-        .get(&root.to_string())
-        .and_then(|c| c.pointer("/properties/current_state"))
-        .and_then(Value::as_str);
-    if let Some(current) = current {
-        return Position::State(current.to_owned());
-    }
-    let mut open: Vec<(u64, String)> = contexts
-        .values()
-        .filter(|c| {
-            let status = c.get("status").and_then(Value::as_str);
-            matches!(status, Some("Running" | "Pending" | "Faulted"))
-        })
-        .filter(|c| c.get("id").and_then(Value::as_u64) != Some(root))
-        .filter_map(|c| {
-            let id = c.get("id").and_then(Value::as_u64)?;
-            let node = c.get("node_id").and_then(Value::as_str)?;
-            Some((id, node.to_owned()))
-        })
-        .collect();
-    open.sort();
-    // Only the innermost: drop a node that is the ancestor of another listed node.
-    let nodes: Vec<String> = open.into_iter().map(|(_, n)| n).collect();
-    let innermost: Vec<String> = nodes
-        .iter()
-        .filter(|n| !nodes.iter().any(|m| m.starts_with(&format!("{n}:"))))
-        .cloned()
-        .collect();
-    Position::Nodes(innermost)
-}
-
 /// Where an instance is, as people name it: its state, or its innermost nodes' ids.
 pub(crate) fn position(state: &Value) -> Vec<String> {
     match locate(state) {
@@ -193,11 +146,6 @@ pub(crate) fn position(state: &Value) -> Vec<String> {
         Position::Nodes(paths) => paths.iter().map(|p| short_node(p).to_owned()).collect(),
         Position::Nowhere => Vec::new(),
     }
-}
-
-/// `root:review` -> `review`: node ids are ancestor paths; people name the last part.
-pub(crate) fn short_node(node_id: &str) -> &str {
-    node_id.rsplit(':').next().unwrap_or(node_id)
 }
 
 /// Everything `workflow show` prints.
@@ -263,6 +211,9 @@ pub(crate) struct JournalView {
     pub(crate) at: Micros,
     pub(crate) kind: String,
     pub(crate) node: Option<String>,
+    /// What the entry records beyond its kind (`{"from": "New", "to": "Paid"}`), as stored.
+    #[serde(skip_serializing_if = "Value::is_null")]
+    pub(crate) detail: Value,
 }
 
 /// Reads one instance and its rows; `None` when there is no such instance.
@@ -281,7 +232,7 @@ pub(crate) async fn detail(store: &Storage, id: &str) -> Result<Option<Detail>, 
         .map(incident_view)
         .collect();
     incidents.extend(state_incidents(&record, &incidents));
-    let journal = store.read_journal(id, 0, 1000).await?;
+    let journal = whole_journal(store, id).await?;
     let position = locate(&record.state);
     let (places, definition_note) = match recorded_definition(store, &record).await? {
         Ok(definition) => (explain::places(&definition, &position), None),
@@ -312,6 +263,21 @@ pub(crate) async fn detail(store: &Storage, id: &str) -> Result<Option<Detail>, 
         places,
         definition_note,
     }))
+}
+
+/// Every journal entry the store keeps for `id`, oldest first, read a page at a time.
+async fn whole_journal(store: &Storage, id: &str) -> Result<Vec<JournalRecord>, StoreError> {
+    const PAGE: usize = 1000;
+    let mut entries: Vec<JournalRecord> = Vec::new();
+    loop {
+        let from = entries.last().map_or(0, |last| last.seq.saturating_add(1));
+        let page = store.read_journal(id, from, PAGE).await?;
+        let full = page.len() == PAGE;
+        entries.extend(page);
+        if !full {
+            return Ok(entries);
+        }
+    }
 }
 
 /// The definition version the instance runs, as the application recorded it in the store;
@@ -438,7 +404,28 @@ fn journal_view(row: &JournalRecord) -> JournalView {
         at: row.at,
         kind: row.kind.clone(),
         node: row.node_id.as_deref().map(|n| short_node(n).to_owned()),
+        detail: row.detail.clone(),
     }
+}
+
+/// A journal entry's detail on one line of `workflow show`: its JSON, cut after 120
+/// characters; `None` when it records nothing.
+pub(crate) fn journal_detail_words(detail: &Value) -> Option<String> {
+    const MAX: usize = 120;
+    let empty = match detail {
+        Value::Null => true,
+        Value::Object(map) => map.is_empty(),
+        _ => false,
+    };
+    if empty {
+        return None;
+    }
+    let text = detail.to_string();
+    if text.chars().count() <= MAX {
+        return Some(text);
+    }
+    let cut: String = text.chars().take(MAX).collect();
+    Some(format!("{cut}..."))
 }
 
 /// Why an instance is (not) moving, one sentence a line, most important first.

@@ -84,6 +84,10 @@ pub(crate) enum Command {
         /// JSON instead of text.
         #[arg(long)]
         json: bool,
+        /// The journal entries to print, newest last: the last N, or `all`. Without it, the
+        /// text shows the last 20 and the JSON every entry.
+        #[arg(long, value_name = "N|all", value_parser = commands::parse_journal_shown)]
+        journal: Option<commands::JournalShown>,
     },
     /// Explains why an instance is not moving.
     Why {

@@ -65,6 +65,114 @@ async fn list_shows_every_instance_with_where_it_is_and_filters_by_status() {
     assert_eq!(none.stdout, "no instances match\n");
 }
 
+/// `o-1` paid (finished in `Paid`), `o-2` cancelled while `New`, `job-1` faulted.
+async fn ended(path: &Path) {
+    let rt = runtime(path);
+    populate(&rt).await;
+    let paid = workflow_runtime::Stimulus::new("payment")
+        .key("o-1")
+        .payload(common::Payment { amount: 30 });
+    assert_eq!(rt.send(paid).await.unwrap().resumed.len(), 1);
+    rt.cancel("o-2", Some("the customer changed their mind".to_owned()))
+        .await
+        .unwrap();
+    rt.shutdown(std::time::Duration::from_secs(1)).await;
+}
+
+#[tokio::test]
+async fn list_shows_the_state_a_finished_or_cancelled_state_machine_ended_in() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("app.db");
+    ended(&db).await;
+
+    let all = workflow(&db, &["list"]);
+    assert!(all.ok, "{}", all.stderr);
+    let line = |id: &str| {
+        all.stdout
+            .lines()
+            .find(|l| l.starts_with(id))
+            .unwrap_or_else(|| panic!("no {id} in\n{}", all.stdout))
+            .split_whitespace()
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(line("o-1")[2..4], ["finished", "Paid"], "{}", all.stdout);
+    assert_eq!(line("o-2")[2..4], ["cancelled", "New"], "{}", all.stdout);
+    // A finished flowchart has no state to name.
+    assert_eq!(line("job-1")[2], "faulted", "{}", all.stdout);
+
+    let json = workflow(&db, &["list", "--status", "finished", "--json"]);
+    let row: Value = serde_json::from_str(json.stdout.lines().next().unwrap()).unwrap();
+    assert_eq!(row["at"], serde_json::json!(["Paid"]), "{}", json.stdout);
+}
+
+#[tokio::test]
+async fn show_prints_the_last_entries_of_the_journal_or_all_of_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("app.db");
+    ended(&db).await;
+
+    let entries = |out: &str| -> Vec<u64> {
+        let journal = out.split("\njournal (").nth(1).unwrap_or_default();
+        journal
+            .lines()
+            .skip(1)
+            .map(|l| l.split_whitespace().next().unwrap().parse().unwrap())
+            .collect()
+    };
+    let all = workflow(&db, &["show", "o-1", "--journal", "all"]);
+    assert!(all.ok, "{}", all.stderr);
+    let seqs = entries(&all.stdout);
+    let total = seqs.len();
+    assert!(total > 3, "{}", all.stdout);
+    assert_eq!(
+        seqs,
+        (1..=total as u64).collect::<Vec<_>>(),
+        "{}",
+        all.stdout
+    );
+    assert!(
+        all.stdout
+            .contains(&format!("journal ({total} entries, newest last)")),
+        "{}",
+        all.stdout
+    );
+    // Each entry says what it records beyond its kind.
+    assert!(
+        all.stdout
+            .lines()
+            .any(|l| l.contains("StateChanged") && l.contains(r#""to":"Paid""#)),
+        "{}",
+        all.stdout
+    );
+
+    let last = workflow(&db, &["show", "o-1", "--journal", "3"]);
+    assert!(last.ok, "{}", last.stderr);
+    let newest: Vec<u64> = (total as u64 - 2..=total as u64).collect();
+    assert_eq!(entries(&last.stdout), newest, "{}", last.stdout);
+    assert!(
+        last.stdout.contains(&format!(
+            "journal (the last 3 of {total} entries, newest last; `--journal all` prints every one)"
+        )),
+        "{}",
+        last.stdout
+    );
+
+    let json = workflow(&db, &["show", "o-1", "--json", "--journal", "2"]);
+    let detail: Value = serde_json::from_str(&json.stdout).unwrap();
+    let journal = detail["journal"].as_array().unwrap();
+    assert_eq!(journal.len(), 2, "{}", json.stdout);
+    assert_eq!(journal[1]["seq"], total as u64);
+
+    let bad = workflow(&db, &["show", "o-1", "--journal", "some"]);
+    assert!(!bad.ok);
+    assert!(
+        bad.stderr
+            .contains("`some` is not a number of journal entries"),
+        "{}",
+        bad.stderr
+    );
+}
+
 #[tokio::test]
 async fn show_and_why_explain_a_waiting_order_and_a_faulted_job() {
     let dir = tempfile::tempdir().unwrap();
