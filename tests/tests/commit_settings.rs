@@ -7,7 +7,8 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 use workflow_runtime::{
-    CommitStrategy, Runtime, StartOptions, TaskContext, Workflow, WorkflowStatus, workflow,
+    CommitStrategy, Runtime, StartOptions, TaskContext, Workflow, WorkflowStatus, state_machine,
+    workflow,
 };
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -60,6 +61,32 @@ workflow! {
 workflow! {
     #[workflow(commit = periodic(hours(1)))]
     pub workflow Rarely(Job) = sequence [task(one), task(two), task(three)];
+}
+
+/// Three states, each with an entry task, run through by automatic transitions in one run.
+#[state_machine(data = Job, initial = First, name = "Machine")]
+pub enum Machine {
+    #[entry(one)]
+    #[on(=> Second)]
+    First,
+    #[entry(two)]
+    #[on(=> Third)]
+    Second,
+    #[entry(three)]
+    Third,
+}
+
+/// The same machine, committing after each activity.
+#[state_machine(data = Job, initial = First, name = "MachineAfterEach", commit = after_each_activity)]
+pub enum MachineAfterEach {
+    #[entry(one)]
+    #[on(=> Second)]
+    First,
+    #[entry(two)]
+    #[on(=> Third)]
+    Second,
+    #[entry(three)]
+    Third,
 }
 
 fn block_on<F: std::future::Future>(future: F) -> F::Output {
@@ -120,4 +147,15 @@ fn eng32_periodic_commits_once_the_interval_has_passed() {
     assert_eq!(commits::<Periodic>(CommitStrategy::RunEnd), 4);
     // An hour never passes within the run: only the run's end.
     assert_eq!(commits::<Rarely>(CommitStrategy::RunEnd), 1);
+}
+
+#[test]
+fn eng32_a_state_machines_strategy_is_honoured() {
+    assert_eq!(
+        MachineAfterEach::definition().commit_strategy,
+        Some(workflow_runtime::model::CommitStrategy::AfterEachActivity)
+    );
+    assert_eq!(commits::<Machine>(CommitStrategy::RunEnd), 1);
+    // One commit after each of the three entries, then the run's end.
+    assert_eq!(commits::<MachineAfterEach>(CommitStrategy::RunEnd), 4);
 }

@@ -11,8 +11,9 @@
 //!
 //! A flowchart is drawn with a start marker (`start`) pointing at its entry points (the start
 //! node of FC-6 and every trigger), its nodes (`id (kind)`, with what an event waits for, a
-//! delay's duration or a decision's condition) in a shape by kind, and its connections
-//! labelled with their port unless it is `done`:
+//! delay's duration, a timer's interval or a decision's condition, and a deadline or attempt
+//! timeout as written: `ack (event ticket.ack, timeout 30m)`) in a shape by kind, and its
+//! connections labelled with their port unless it is `done`:
 //!
 //! | kind | Mermaid | DOT |
 //! | --- | --- | --- |

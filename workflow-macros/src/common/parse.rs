@@ -363,6 +363,47 @@ pub(crate) fn parse_assign(method: &str, content: ParseStream<'_>) -> syn::Resul
     Ok(AssignDecl::Function(FnRef { path }))
 }
 
+/// The definition-level commit strategies of `commit = ..` (ENG-32).
+pub(crate) const COMMIT_STRATEGIES: [&str; 4] = [
+    "run_end",
+    "before_each_activity",
+    "after_each_activity",
+    "periodic",
+];
+
+/// The value of `commit = ..` in `#[workflow(..)]` and `#[state_machine(..)]` (ENG-32):
+/// `run_end`, `before_each_activity`, `after_each_activity` or `periodic(duration)`, with the
+/// tokens written.
+pub(crate) fn parse_commit_strategy(
+    value: ParseStream<'_>,
+) -> syn::Result<(workflow_model::CommitStrategy, TokenStream)> {
+    use workflow_model::CommitStrategy;
+    let start = value.fork();
+    let mode: Ident = value.call(Ident::parse_any)?;
+    let strategy = match mode.to_string().as_str() {
+        "run_end" => CommitStrategy::RunEnd,
+        "before_each_activity" => CommitStrategy::BeforeEachActivity,
+        "after_each_activity" => CommitStrategy::AfterEachActivity,
+        "periodic" => {
+            let content;
+            syn::parenthesized!(content in value);
+            let (interval_ms, _) = parse_duration(&content)?;
+            CommitStrategy::Periodic { interval_ms }
+        }
+        other => {
+            let (hint, _) = workflow_model::did_you_mean(other, COMMIT_STRATEGIES);
+            return Err(syn::Error::new(
+                mode.span(),
+                format!(
+                    "unknown commit strategy `{other}`; expected one of {}{hint}",
+                    workflow_model::backticked(COMMIT_STRATEGIES)
+                ),
+            ));
+        }
+    };
+    Ok((strategy, tokens_between(&start, value)))
+}
+
 /// The look-back policies of `.look_back(..)` (RT-30).
 pub(crate) const LOOK_BACKS: [&str; 4] = ["none", "since_origin", "window", "any"];
 

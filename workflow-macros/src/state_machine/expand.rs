@@ -397,16 +397,37 @@ fn definition_tokens(definition: &Definition) -> TokenStream {
         Activity::StateMachine(machine) => machine_tokens(machine),
         other => activity_tokens(other),
     };
-    match &definition.retry {
-        Some(retry) => {
-            let retry = retry_tokens(retry);
-            quote!({
-                let mut definition = #model::Definition::new(#name, #root);
-                definition.retry = ::core::option::Option::Some(#retry);
-                definition
-            })
+    let mut settings = TokenStream::new();
+    if let Some(retry) = &definition.retry {
+        let retry = retry_tokens(retry);
+        settings.extend(quote!(definition.retry = ::core::option::Option::Some(#retry);));
+    }
+    if let Some(strategy) = &definition.commit_strategy {
+        let strategy = commit_strategy_tokens(*strategy);
+        settings.extend(quote!(
+            definition.commit_strategy = ::core::option::Option::Some(#strategy);
+        ));
+    }
+    if settings.is_empty() {
+        return quote!(#model::Definition::new(#name, #root));
+    }
+    quote!({
+        let mut definition = #model::Definition::new(#name, #root);
+        #settings
+        definition
+    })
+}
+
+fn commit_strategy_tokens(strategy: workflow_model::CommitStrategy) -> TokenStream {
+    use workflow_model::CommitStrategy;
+    let model = quote!(::workflow_runtime::__private::model);
+    match strategy {
+        CommitStrategy::RunEnd => quote!(#model::CommitStrategy::RunEnd),
+        CommitStrategy::BeforeEachActivity => quote!(#model::CommitStrategy::BeforeEachActivity),
+        CommitStrategy::AfterEachActivity => quote!(#model::CommitStrategy::AfterEachActivity),
+        CommitStrategy::Periodic { interval_ms } => {
+            quote!(#model::CommitStrategy::Periodic { interval_ms: #interval_ms })
         }
-        None => quote!(#model::Definition::new(#name, #root)),
     }
 }
 

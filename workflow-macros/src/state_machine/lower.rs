@@ -189,6 +189,10 @@ pub(crate) fn lower(machine: &Machine) -> Lowered {
         retry.record(&Location::root().field("retry"), &mut spans);
         definition.retry = Some(retry.policy());
     }
+    if let Some((strategy, tokens)) = &machine.options.commit {
+        spans.insert(Location::root().field("commit_strategy"), tokens);
+        definition.commit_strategy = Some(*strategy);
+    }
     Lowered { definition, spans }
 }
 

@@ -116,6 +116,36 @@ mod tests {
     }
 
     #[test]
+    fn the_machine_takes_a_commit_strategy() {
+        let machine = |commit| {
+            state_machine(
+                quote!(data = Order, initial = New, commit = #commit),
+                quote!(
+                    enum Flow {
+                        #[on(go: event("go") => Done)]
+                        New,
+                        Done,
+                    }
+                ),
+            )
+            .to_string()
+        };
+        let output = machine(quote!(periodic(secs(5))));
+        assert!(!output.contains("compile_error"), "{output}");
+        assert!(
+            output.contains(
+                "definition . commit_strategy = :: core :: option :: Option :: Some (:: workflow_runtime :: __private :: model :: CommitStrategy :: Periodic { interval_ms : 5000u64 })"
+            ),
+            "{output}"
+        );
+        let output = machine(quote!(after_each_activty));
+        assert!(
+            output.contains("unknown commit strategy `after_each_activty`; expected one of `run_end`, `before_each_activity`, `after_each_activity`, `periodic`; did you mean `after_each_activity`?"),
+            "{output}"
+        );
+    }
+
+    #[test]
     fn not_an_enum_is_only_an_error() {
         let output = state_machine(
             quote!(data = D, initial = A),

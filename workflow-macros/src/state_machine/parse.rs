@@ -14,10 +14,11 @@ use workflow_model::{backticked, did_you_mean};
 pub(crate) use crate::common::Errors;
 use crate::common::event::{EventDecl, STATE_MACHINE_EVENTS, parse_event};
 use crate::common::faults::{RetryDecl, TaskOptions, parse_retry};
-use crate::common::parse::{FnRef, fn_path, parse_duration, tokens_between};
+use crate::common::parse::{FnRef, fn_path, parse_commit_strategy, parse_duration, tokens_between};
+use workflow_model::CommitStrategy;
 
 /// The options of `#[state_machine(...)]`.
-pub(crate) const MACHINE_OPTIONS: [&str; 4] = ["data", "initial", "name", "retry"];
+pub(crate) const MACHINE_OPTIONS: [&str; 5] = ["data", "initial", "name", "retry", "commit"];
 /// The options after a transition's target.
 pub(crate) const TRANSITION_OPTIONS: [&str; 4] = ["when", "action", "display", "id"];
 /// The attributes the macro reads on a variant.
@@ -26,7 +27,7 @@ pub(crate) const STATE_ATTRIBUTES: [&str; 4] = ["entry", "exit", "on", "state"];
 pub(crate) const STATE_OPTIONS: [&str; 2] = ["name", "display"];
 /// The trigger kinds.
 pub(crate) const TRIGGERS: [&str; 3] = ["event", "after", "task"];
-/// `#[state_machine(data = Order, initial = New, name = "OrderFlow")]`.
+/// `#[state_machine(data = Order, initial = New, name = "OrderFlow", commit = ..)]`.
 #[derive(Default)]
 pub(crate) struct Options {
     pub(crate) data: Option<Type>,
@@ -34,6 +35,8 @@ pub(crate) struct Options {
     pub(crate) name: Option<LitStr>,
     /// `retry(..)`: the machine's default retry policy (FLT-2).
     pub(crate) retry: Option<RetryDecl>,
+    /// `commit = ..`: when a run commits (ENG-32), with the tokens written.
+    pub(crate) commit: Option<(CommitStrategy, TokenStream)>,
 }
 
 /// One variant of the enum: a state.
@@ -272,6 +275,10 @@ fn parse_options(args: TokenStream, errors: &mut Errors) -> Options {
                     }
                     options.name.get_or_insert(lit);
                 }
+                "commit" => {
+                    let commit = parse_commit_strategy(input)?;
+                    options.commit.get_or_insert(commit);
+                }
                 _ => {
                     let (hint, found) = did_you_mean(&key_name, MACHINE_OPTIONS);
                     misspelled.extend(found);
@@ -323,6 +330,7 @@ fn example(option: &str) -> &'static str {
         "display" => "display = \"Pay the order\"",
         "id" => "id = \"pay\"",
         "retry" => "retry(attempts = 5)",
+        "commit" => "commit = after_each_activity",
         _ => "option = value",
     }
 }
@@ -788,7 +796,7 @@ mod tests {
         assert_eq!(
             errors,
             [
-                "unknown state machine option `intial`; expected one of `data`, `initial`, `name`, `retry`; did you mean `initial`?",
+                "unknown state machine option `intial`; expected one of `data`, `initial`, `name`, `retry`, `commit`; did you mean `initial`?",
                 "duplicate state machine option `data`\n= note: first used here (line 1, column 1)",
             ]
         );

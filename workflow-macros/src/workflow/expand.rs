@@ -354,8 +354,9 @@ fn registry(uses: &Uses<'_>) -> TokenStream {
         }
     }
     // Each fn goes through the `__private` check named for what it checks (the check spanned
-    // on the user's path: a type error lands there, its note naming the check).
-    let mut register = |fns: &[&FnRef], method: &str, check: &str| {
+    // on the user's path: a type error lands there, its note naming the check); `typed` when
+    // the check is also generic over what the fn returns or takes besides the data.
+    let mut register = |fns: &[&FnRef], method: &str, check: &str, typed: bool| {
         let mut seen = HashSet::new();
         for f in fns {
             let name = f.name();
@@ -363,33 +364,30 @@ fn registry(uses: &Uses<'_>) -> TokenStream {
                 let path = &f.path;
                 let method = syn::Ident::new(method, path.span());
                 let check = syn::Ident::new(check, path.span());
+                let generics = if typed {
+                    quote_spanned!(path.span()=> ::<Self::Data, _>)
+                } else {
+                    quote_spanned!(path.span()=> ::<Self::Data>)
+                };
                 calls.extend(quote_spanned!(path.span()=>
-                    .#method(#name, ::workflow_runtime::__private::#check::<Self::Data>(#path))
+                    .#method(#name, ::workflow_runtime::__private::#check #generics(#path))
                 ));
             }
         }
     };
-    register(&uses.conditions, "condition", "condition_takes_data");
-    let mut register = |fns: &[&FnRef], method: &str, check: &str| {
-        let mut seen = HashSet::new();
-        for f in fns {
-            let name = f.name();
-            if seen.insert(name.clone()) {
-                let path = &f.path;
-                let method = syn::Ident::new(method, path.span());
-                let check = syn::Ident::new(check, path.span());
-                calls.extend(quote_spanned!(path.span()=>
-                    .#method(#name, ::workflow_runtime::__private::#check::<Self::Data, _>(#path))
-                ));
-            }
-        }
-    };
-    register(&uses.items, "items", "for_each_takes_data_returns_a_vec");
-    register(&uses.values, "value", "value_takes_data");
+    register(&uses.conditions, "condition", "condition_takes_data", false);
+    register(
+        &uses.items,
+        "items",
+        "for_each_takes_data_returns_a_vec",
+        true,
+    );
+    register(&uses.values, "value", "value_takes_data", true);
     register(
         &uses.sub_assigns,
         "assign",
         "assign_with_takes_data_and_child_output",
+        true,
     );
     let mut seen = HashSet::new();
     for (f, ty) in &uses.assign_fns {

@@ -18,7 +18,7 @@ use workflow_model::{
 use crate::common::Errors;
 use crate::common::event::{EventDecl, WORKFLOW_EVENTS, parse_event};
 use crate::common::faults::{RetryDecl, TaskOptions, parse_retry};
-use crate::common::parse::{FnRef, fn_path, parse_duration, tokens_between};
+use crate::common::parse::{FnRef, fn_path, parse_commit_strategy, parse_duration, tokens_between};
 
 syn::custom_keyword!(workflow);
 
@@ -77,13 +77,6 @@ pub(crate) const ACTIVATIONS: [&str; 4] =
     ["always", "singleton", "correlation", "correlated_singleton"];
 /// The modes of `saga(..)` (FLT-10).
 pub(crate) const SAGA_MODES: [&str; 2] = ["fault", "continue"];
-/// The workflow-level commit strategies of `#[workflow(commit = ..)]` (ENG-32).
-pub(crate) const COMMIT_STRATEGIES: [&str; 4] = [
-    "run_end",
-    "before_each_activity",
-    "after_each_activity",
-    "periodic",
-];
 /// The modes of `parallel(..)` (ACT-18).
 pub(crate) const PARALLEL_MODES: [&str; 2] = ["all", "any"];
 /// The modes of `switch(..)` (ACT-14).
@@ -507,32 +500,8 @@ fn parse_options(
                 }
             }
             "commit" => {
-                let value = meta.value()?;
-                let start = value.fork();
-                let mode: Ident = value.call(Ident::parse_any)?;
-                let strategy = match mode.to_string().as_str() {
-                    "run_end" => CommitStrategy::RunEnd,
-                    "before_each_activity" => CommitStrategy::BeforeEachActivity,
-                    "after_each_activity" => CommitStrategy::AfterEachActivity,
-                    "periodic" => {
-                        let content;
-                        syn::parenthesized!(content in value);
-                        let (interval_ms, _) = parse_duration(&content)?;
-                        CommitStrategy::Periodic { interval_ms }
-                    }
-                    other => {
-                        let (hint, _) = did_you_mean(other, COMMIT_STRATEGIES);
-                        return Err(syn::Error::new(
-                            mode.span(),
-                            format!(
-                                "unknown commit strategy `{other}`; expected one of {}{hint}",
-                                backticked(COMMIT_STRATEGIES)
-                            ),
-                        ));
-                    }
-                };
-                let tokens = tokens_between(&start, value);
-                if options.commit.replace((strategy, tokens)).is_some() {
+                let commit = parse_commit_strategy(meta.value()?)?;
+                if options.commit.replace(commit).is_some() {
                     errors.at(&meta.path, "duplicate workflow option `commit`");
                 }
             }
