@@ -16,7 +16,6 @@ use std::sync::Mutex;
 
 use serde_json::Value;
 
-use super::document::decode_document;
 use crate::base::lock;
 use crate::engine::state::{EntryPoint, WorkflowState};
 
@@ -56,7 +55,7 @@ impl StateCache {
         // state the normalization above does not bring to its decoded form.
         #[cfg(debug_assertions)]
         {
-            let decoded = decode_document(&state.instance_id, &document);
+            let decoded = super::document::decode_document(&state.instance_id, &document);
             debug_assert!(
                 decoded.as_ref().is_ok_and(|decoded| *decoded == state),
                 "a kept state differs from its decoded document: {decoded:?} != {state:?}"

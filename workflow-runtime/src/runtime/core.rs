@@ -31,15 +31,15 @@ use crate::store::Storage;
 
 /// The services of one runtime.
 pub(crate) struct Core {
-    pub(crate) store: Storage,
-    pub(crate) run_path: Arc<RunPath>,
-    pub(crate) starts: Arc<Starts>,
-    pub(crate) links: Arc<Links>,
-    pub(crate) controller: Arc<Controller>,
-    pub(crate) queries: Queries,
-    pub(crate) router: Arc<Router>,
-    pub(crate) timers: Arc<Timers>,
-    pub(crate) lifecycle: Lifecycle,
+    pub(super) store: Storage,
+    pub(super) run_path: Arc<RunPath>,
+    pub(super) starts: Arc<Starts>,
+    pub(super) links: Arc<Links>,
+    pub(super) controller: Arc<Controller>,
+    pub(super) queries: Queries,
+    pub(super) router: Arc<Router>,
+    pub(super) timers: Arc<Timers>,
+    pub(super) lifecycle: Lifecycle,
 }
 
 impl Core {
