@@ -5,8 +5,16 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::{InstanceStatus, InstanceSubStatus, StoreError, StoreResult};
+use super::error::{StoreError, StoreResult};
 use crate::base::Micros;
+
+/// An instance's status (ENG-2): the engine's [`WorkflowStatus`](crate::WorkflowStatus), stored
+/// as its lower-case name ([`InstanceStatus::as_str`]).
+pub use crate::status::WorkflowStatus as InstanceStatus;
+
+/// An instance's sub-status (ENG-2): the engine's [`SubStatus`](crate::SubStatus), stored as
+/// its lower-case name ([`InstanceSubStatus::as_str`]).
+pub use crate::status::SubStatus as InstanceSubStatus;
 
 /// A pending operator action on an instance (ST-5, C-29).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

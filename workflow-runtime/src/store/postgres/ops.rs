@@ -5,19 +5,24 @@ use serde_json::Value;
 use sqlx::postgres::PgRow;
 use sqlx::{PgConnection, Row};
 
-use super::super::{
-    BookmarkQuery, BookmarkRow, ClaimedInstance, ClaimedRecord, Commit, ControlRequest, DeadLetter,
-    DeadLetterFilter, DeadLetterReason, DefinitionRecord, EncodedQueueItem, IdempotencyRecord,
-    IncidentQuery, IncidentRecord, InstanceFilter, InstanceRecord, InstanceStatus,
-    InstanceSubStatus, InstanceSummary, JournalRecord, Lease, LeaseClaim, LeaseKey, LeaseState,
-    ListedInstance, Micros, NewIncident, NewInstance, QueueItem, Renewal, Schedule, ScheduleFiring,
-    Settled, Settlement, StoreError, StoreResult, TimerRow, TriggerRow, TriggerWrite,
-    decode_control_request, decode_instance_status, decode_instance_text_columns,
-};
 use super::schema::Schema;
-use crate::store::CHILD_WAIT;
+use crate::base::Micros;
+use crate::store::backend::CHILD_WAIT;
+use crate::store::backend::{
+    ClaimedRecord, DefinitionRecord, IncidentQuery, LeaseClaim, LeaseKey, Settled, Settlement,
+    TriggerWrite,
+};
 use crate::store::convert::{decode_json, json_text, limit_i64, not_found, to_i64, to_u64};
+use crate::store::error::{StoreError, StoreResult};
 use crate::store::journal_rows;
+use crate::store::rows::{
+    BookmarkQuery, BookmarkRow, ClaimedInstance, Commit, ControlRequest, DeadLetter,
+    DeadLetterFilter, DeadLetterReason, EncodedQueueItem, IdempotencyRecord, IncidentRecord,
+    InstanceFilter, InstanceRecord, InstanceStatus, InstanceSubStatus, InstanceSummary,
+    JournalRecord, Lease, LeaseState, ListedInstance, NewIncident, NewInstance, QueueItem, Renewal,
+    Schedule, ScheduleFiring, TimerRow, TriggerRow, decode_control_request, decode_instance_status,
+    decode_instance_text_columns,
+};
 
 pub(super) type Conn = PgConnection;
 

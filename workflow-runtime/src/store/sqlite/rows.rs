@@ -4,9 +4,10 @@ use rusqlite::Row;
 use serde_json::Value;
 
 use super::to_u64;
-use crate::store::{
+use crate::store::error::{StoreError, StoreResult};
+use crate::store::rows::{
     BookmarkRow, EncodedQueueItem, InstanceRecord, InstanceSummary, LeaseState, QueueItem,
-    StoreError, StoreResult, TimerRow, decode_instance_text_columns,
+    TimerRow, decode_instance_text_columns,
 };
 
 // ----- row decoding -----

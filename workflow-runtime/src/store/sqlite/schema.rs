@@ -6,7 +6,7 @@ use std::time::Duration;
 use rusqlite::{Connection, ErrorCode, OpenFlags, TransactionBehavior};
 
 use super::{MigrateMode, SqliteOptions, Synchronous};
-use crate::store::{StoreError, StoreResult};
+use crate::store::error::{StoreError, StoreResult};
 
 // ----- migrations (ST-28) -----
 
@@ -382,7 +382,8 @@ pub(super) fn migrate_to(
         rows.collect::<Result<_, _>>()?
     };
     let latest = latest_schema_version();
-    let found = crate::store::convert::check_recorded_migrations(&applied, MIGRATIONS, checksum)?;
+    let found =
+        crate::store::migrations::check_recorded_migrations(&applied, MIGRATIONS, checksum)?;
     let pending: Vec<&(u32, &str, &str)> = MIGRATIONS
         .iter()
         .filter(|(v, _, _)| *v <= target && !applied.iter().any(|(a, _)| *a == i64::from(*v)))
