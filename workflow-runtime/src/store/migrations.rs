@@ -26,9 +26,29 @@ pub(crate) fn check_recorded_migrations(
     checksum: impl Fn(&str) -> String,
 ) -> StoreResult<u32> {
     let latest = embedded.iter().map(|(v, _, _)| *v).max().unwrap_or(0);
+    let found = newest_recorded(recorded.iter().map(|(v, _)| *v), latest)?;
+    for (version, sum) in recorded {
+        let version = u32::try_from(*version).unwrap_or(u32::MAX);
+        let known = embedded.iter().find(|(v, _, _)| *v == version);
+        if known.is_none_or(|(_, _, sql)| checksum(sql) != *sum) {
+            return Err(StoreError::MigrationChecksumMismatch { version });
+        }
+    }
+    Ok(found)
+}
+
+/// The newest of the migration versions a store records (0 for none).
+///
+/// # Errors
+///
+/// `SchemaTooNew` when it is newer than `latest`, the newest this library embeds (ST-29).
+pub(crate) fn newest_recorded(
+    recorded: impl IntoIterator<Item = i64>,
+    latest: u32,
+) -> StoreResult<u32> {
     let found = recorded
-        .iter()
-        .map(|(v, _)| u32::try_from(*v).unwrap_or(u32::MAX))
+        .into_iter()
+        .map(|v| u32::try_from(v).unwrap_or(u32::MAX))
         .max()
         .unwrap_or(0);
     if found > latest {
@@ -36,13 +56,6 @@ pub(crate) fn check_recorded_migrations(
             found,
             supported: latest,
         });
-    }
-    for (version, sum) in recorded {
-        let version = u32::try_from(*version).unwrap_or(u32::MAX);
-        let known = embedded.iter().find(|(v, _, _)| *v == version);
-        if known.is_none_or(|(_, _, sql)| checksum(sql) != *sum) {
-            return Err(StoreError::MigrationChecksumMismatch { version });
-        }
     }
     Ok(found)
 }

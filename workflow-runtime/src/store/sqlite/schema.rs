@@ -452,17 +452,7 @@ pub(super) fn require_current_schema(conn: &Connection) -> StoreResult<()> {
         rows.collect::<Result<_, _>>()?
     };
     let latest = latest_schema_version();
-    let found = applied
-        .iter()
-        .map(|v| u32::try_from(*v).unwrap_or(u32::MAX))
-        .max()
-        .unwrap_or(0);
-    if found > latest {
-        return Err(StoreError::SchemaTooNew {
-            found,
-            supported: latest,
-        });
-    }
+    let found = crate::store::migrations::newest_recorded(applied, latest)?;
     if found < latest {
         return Err(StoreError::SchemaOutdated {
             found,
