@@ -220,7 +220,35 @@ impl<S> InstanceRecord<S> {
         })
     }
 
-    /// The record with the state document `state` in place of its own.
+    /// The record with the state document `state` in place of its own: a listed row
+    /// ([`InstanceSummary`], no document) made a loaded one, or the reverse with `()`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use workflow_runtime::store::{InstanceRecord, InstanceStatus, InstanceSummary};
+    ///
+    /// let row: InstanceSummary = InstanceRecord {
+    ///     instance_id: "order-1".to_owned(),
+    ///     definition_name: "Order".to_owned(),
+    ///     definition_version: "v1".to_owned(),
+    ///     status: InstanceStatus::Running,
+    ///     sub_status: None,
+    ///     correlation_id: None,
+    ///     version: 1,
+    ///     lease: None,
+    ///     control_request: None,
+    ///     origin_at: 0,
+    ///     created_at: 0,
+    ///     updated_at: 0,
+    ///     finished_at: None,
+    ///     listing: None,
+    ///     state: (),
+    /// };
+    /// let loaded = row.clone().with_state(serde_json::json!({"format": 2}));
+    /// assert_eq!(loaded.state["format"], 2);
+    /// assert_eq!(loaded.summary(), row);
+    /// ```
     pub fn with_state<T>(self, state: T) -> InstanceRecord<T> {
         let mapped = self.try_map_state(|_, _| Ok::<T, std::convert::Infallible>(state));
         match mapped {
