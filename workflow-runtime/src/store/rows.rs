@@ -956,24 +956,24 @@ pub fn decode_instance_status(instance_id: &str, text: &str) -> StoreResult<Inst
 /// use workflow_runtime::store::{InstanceStatus, decode_instance_text_columns};
 ///
 /// let (status, sub_status, control) =
-///     decode_instance_text_columns("order-1", "running", None, None).unwrap();
+///     decode_instance_text_columns("order-1", "running".to_owned(), None, None).unwrap();
 /// assert_eq!((status, sub_status, control), (InstanceStatus::Running, None, None));
-/// assert!(decode_instance_text_columns("order-1", "runing", None, None).is_err());
+/// assert!(decode_instance_text_columns("order-1", "runing".to_owned(), None, None).is_err());
 /// ```
 pub fn decode_instance_text_columns(
     instance_id: &str,
-    status: &str,
-    sub_status: Option<&str>,
-    control_request: Option<&str>,
+    status: String,
+    sub_status: Option<String>,
+    control_request: Option<String>,
 ) -> StoreResult<(
     InstanceStatus,
     Option<InstanceSubStatus>,
     Option<ControlRequest>,
 )> {
-    let status = decode_instance_status(instance_id, status)?;
+    let status = decode_instance_status(instance_id, &status)?;
     let sub_status = sub_status
         .map(|text| {
-            InstanceSubStatus::parse(text).ok_or_else(|| {
+            InstanceSubStatus::parse(&text).ok_or_else(|| {
                 decode_error(
                     "instance",
                     instance_id,
@@ -984,7 +984,7 @@ pub fn decode_instance_text_columns(
         })
         .transpose()?;
     let control_request = control_request
-        .map(|text| decode_control_request(instance_id, text))
+        .map(|text| decode_control_request(instance_id, &text))
         .transpose()?;
     Ok((status, sub_status, control_request))
 }
@@ -1072,8 +1072,13 @@ mod tests {
 
     #[test]
     fn st22_each_text_column_of_an_instance_row_that_does_not_decode_is_named() {
-        let decode = |status, sub_status, control_request| {
-            decode_instance_text_columns("wf-1", status, sub_status, control_request)
+        let decode = |status: &str, sub_status: Option<&str>, control_request: Option<&str>| {
+            decode_instance_text_columns(
+                "wf-1",
+                status.to_owned(),
+                sub_status.map(str::to_owned),
+                control_request.map(str::to_owned),
+            )
         };
         assert_eq!(
             decode("suspended", Some("executing"), Some(r#"{"kind":"resume"}"#)).unwrap(),

@@ -64,15 +64,8 @@ fn instance_from_row(id: &str, row: &PgRow) -> StoreResult<InstanceRecord<String
 /// the column (ST-22).
 fn summary_from_row(id: &str, row: &PgRow) -> StoreResult<InstanceSummary> {
     let c = Cols::named(row, "instance", id.to_owned());
-    let status: String = c.get(3)?;
-    let sub_status: Option<String> = c.get(4)?;
-    let control_request: Option<String> = c.get(10)?;
-    let (status, sub_status, control_request) = decode_instance_text_columns(
-        id,
-        &status,
-        sub_status.as_deref(),
-        control_request.as_deref(),
-    )?;
+    let (status, sub_status, control_request) =
+        decode_instance_text_columns(id, c.get(3)?, c.get(4)?, c.get(10)?)?;
     Ok(InstanceRecord {
         instance_id: id.to_owned(),
         definition_name: c.get(1)?,
