@@ -960,6 +960,7 @@ pub fn decode_instance_status(instance_id: &str, text: &str) -> StoreResult<Inst
 /// assert_eq!((status, sub_status, control), (InstanceStatus::Running, None, None));
 /// assert!(decode_instance_text_columns("order-1", "runing".to_owned(), None, None).is_err());
 /// ```
+#[allow(clippy::needless_pass_by_value)] // each column as a driver reads it, owned
 pub fn decode_instance_text_columns(
     instance_id: &str,
     status: String,
