@@ -13,7 +13,7 @@
 //! activation scope (ST-17). Everything it needs is public in [`crate::store`]: the rows
 //! ([`Commit<String>`](super::Commit), [`NewInstance<String>`](super::NewInstance),
 //! [`InstanceRecord<String>`](super::InstanceRecord), ...), the argument types of this
-//! module, [`StoreError`](super::StoreError), and the conformance suite
+//! module, [`StoreError`], and the conformance suite
 //! (`store::conformance`, feature `test-support`) with its
 //! `Harness`, so a backend can live outside this crate.
 //!
@@ -27,15 +27,16 @@
 //! * Limits of `0` never reach a backend: [`Storage`](super::Storage) replaces them by the
 //!   defaults.
 //! * Errors name their row (ST-4, ST-22): a row that cannot be decoded is
-//!   [`StoreError::Decode`](super::StoreError::Decode) for that row alone, never
+//!   [`StoreError::Decode`] for that row alone, never
 //!   `Unavailable`.
 
-use super::{
+use super::error::{StoreError, StoreResult};
+use super::rows::{
     BookmarkQuery, BookmarkRow, Census, ClaimedInstance, Commit, ControlRequest, DeadLetter,
     DeadLetterFilter, DeadLetterReason, IdempotencyRecord, IncidentRecord, InstanceCount,
     InstanceFilter, InstanceRecord, InstanceStatus, InstanceSummary, JournalRecord, Lease,
     ListedInstance, NewIncident, NewInstance, PurgeFilter, QueueItem, Renewal, Schedule,
-    ScheduleFiring, StoreResult, StoreStats, TimerRow, TriggerRow,
+    ScheduleFiring, StoreStats, TimerRow, TriggerRow,
 };
 use crate::base::{BoxFuture, Micros};
 
@@ -337,7 +338,7 @@ pub trait RouteReads: Send + Sync {
 /// backend only this process writes does not need it.
 pub trait RemoteHints: Send + Sync {
     /// A new subscription to the hints heard from other processes.
-    fn subscribe(&self) -> tokio::sync::broadcast::Receiver<super::WakeUp>;
+    fn subscribe(&self) -> tokio::sync::broadcast::Receiver<WakeUp>;
 
     /// Whether every change another process makes that could make queued work deliverable
     /// is heard now (RT-27): then the queue worker's sweep passes only when something
@@ -783,5 +784,107 @@ fn count_instance(counts: &mut Vec<InstanceCount>, summary: InstanceSummary) {
             sub_status: summary.sub_status,
             count: 1,
         }),
+    }
+}
+
+// ----- change hints and the decisions every backend makes alike (the backend kit) -----
+
+/// A change hint sent after the operation that caused it (ST-18). Hints may be lost,
+/// duplicated or coalesced; no rule may depend on them, every consumer also sweeps.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum WakeUp {
+    /// Queue items were added or became claimable, or bookmarks were added.
+    QueueChanged,
+    /// Timers were added or unparked; `earliest` is the earliest added due time, if known.
+    TimersChanged {
+        /// The earliest due time among the timers added.
+        earliest: Option<Micros>,
+    },
+    /// An instance may be runnable (created `Running`, or its lease was released).
+    InstanceRunnable {
+        /// The instance.
+        id: String,
+    },
+    /// An instance reached a final status.
+    InstanceTerminal {
+        /// The instance.
+        id: String,
+    },
+    /// A control request was recorded for an instance.
+    ControlRequested {
+        /// The instance.
+        id: String,
+    },
+}
+
+impl WakeUp {
+    /// The hints a successful commit produces (ST-18, C-28). [`Storage`](super::Storage) sends them to its
+    /// subscribers; a backend that tells other processes of its changes (a database
+    /// notification, see [`RemoteHints`]) sends the same ones.
+    pub fn of_commit<S, D>(c: &Commit<S, D>) -> Vec<Self> {
+        let mut hints = Vec::new();
+        if !c.bookmarks_added.is_empty() || !c.queue_items.is_empty() {
+            hints.push(Self::QueueChanged);
+        }
+        if !c.timers_added.is_empty() || c.timers_parked == Some(false) {
+            hints.push(Self::TimersChanged {
+                earliest: c.timers_added.iter().map(|t| t.due_at).min(),
+            });
+        }
+        if c.status.is_final() {
+            hints.push(Self::InstanceTerminal {
+                id: c.instance_id.clone(),
+            });
+        } else if c.status == InstanceStatus::Running && c.release_lease {
+            hints.push(Self::InstanceRunnable {
+                id: c.instance_id.clone(),
+            });
+        }
+        hints.extend(c.instances_created.iter().filter_map(Self::of_creation));
+        for (id, _) in &c.control_requests {
+            hints.push(Self::ControlRequested { id: id.clone() });
+        }
+        hints
+    }
+
+    /// The hint of a creation: a `Running` instance is runnable.
+    pub fn of_creation<S>(instance: &NewInstance<S>) -> Option<Self> {
+        (instance.status == InstanceStatus::Running).then(|| Self::InstanceRunnable {
+            id: instance.instance_id.clone(),
+        })
+    }
+}
+
+impl QueueItem {
+    /// What a replayed dead letter's item becomes (C-18), for a backend's
+    /// [`Store::replay_dead_letter`]: the same item and stimulus ids, enqueued at `now` with
+    /// a fresh TTL (`expires_at = now + ttl`), no attempts, no error. (A backend inserts it
+    /// unclaimed.)
+    #[must_use]
+    pub fn replayed(mut self, now: Micros, ttl: Micros) -> Self {
+        self.enqueued_at = now;
+        self.expires_at = now.saturating_add(ttl);
+        self.attempts = 0;
+        self.last_error = None;
+        self.last_attempt_at = None;
+        self
+    }
+}
+
+impl ScheduleFiring {
+    /// What a firing did, from the backend's attempt to create its instance inside
+    /// [`Store::fire_schedule`] (TM-11, RT-16): created is `Started`; a refusal by the
+    /// activation guard is `Refused` (the schedule advances anyway, the backend carries on);
+    /// any other error is the firing's error (the backend writes nothing).
+    ///
+    /// # Errors
+    ///
+    /// `created`'s error, unless it is `ActivationConflict`.
+    pub fn of_creation(created: StoreResult<()>) -> StoreResult<Self> {
+        match created {
+            Ok(()) => Ok(Self::Started),
+            Err(StoreError::ActivationConflict { existing, .. }) => Ok(Self::Refused { existing }),
+            Err(e) => Err(e),
+        }
     }
 }

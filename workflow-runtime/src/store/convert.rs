@@ -1,11 +1,10 @@
-//! Small conversions the backends share: integer columns, JSON columns, `NotFound`, and the
-//! check of a store's recorded migrations against the embedded ones.
+//! Small conversions the backends share: integer columns, JSON columns and `NotFound`.
 // Built without either SQL backend (`default-features = false`), only `not_found` is used.
 #![cfg_attr(not(any(feature = "sqlite", feature = "postgres")), allow(dead_code))]
 
 use serde_json::Value;
 
-use super::{StoreError, StoreResult};
+use super::error::{StoreError, StoreResult};
 
 /// A `u64` as a signed integer column (saturating).
 pub(crate) fn to_i64(value: u64) -> i64 {
@@ -51,36 +50,4 @@ pub(crate) fn decode_json(
         path: path.to_owned(),
         message: e.to_string(),
     })
-}
-
-/// Checks the migrations a store records, `(version, checksum)`, against the embedded ones,
-/// `(version, name, sql)`, whose checksums `checksum` computes (ST-27, ST-28): a version newer
-/// than the newest embedded one is `SchemaTooNew`; a recorded version that is not embedded or
-/// whose checksum differs is `MigrationChecksumMismatch`. Returns the newest recorded version
-/// (0 for none).
-pub(crate) fn check_recorded_migrations(
-    recorded: &[(i64, String)],
-    embedded: &[(u32, &str, &str)],
-    checksum: impl Fn(&str) -> String,
-) -> StoreResult<u32> {
-    let latest = embedded.iter().map(|(v, _, _)| *v).max().unwrap_or(0);
-    let found = recorded
-        .iter()
-        .map(|(v, _)| u32::try_from(*v).unwrap_or(u32::MAX))
-        .max()
-        .unwrap_or(0);
-    if found > latest {
-        return Err(StoreError::SchemaTooNew {
-            found,
-            supported: latest,
-        });
-    }
-    for (version, sum) in recorded {
-        let version = u32::try_from(*version).unwrap_or(u32::MAX);
-        let known = embedded.iter().find(|(v, _, _)| *v == version);
-        if known.is_none_or(|(_, _, sql)| checksum(sql) != *sum) {
-            return Err(StoreError::MigrationChecksumMismatch { version });
-        }
-    }
-    Ok(found)
 }

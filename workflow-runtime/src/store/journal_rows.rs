@@ -14,7 +14,8 @@
 //! instead of one per entry is most of what a durable commit writes, and the cap deletes a
 //! whole row where it deleted an entry's.
 
-use super::{JournalRecord, NewJournalRecord, StoreError, StoreResult};
+use super::error::{StoreError, StoreResult};
+use super::rows::{JournalRecord, NewJournalRecord};
 use crate::base::Micros;
 
 /// One stored entry: `[at, kind, context_id, node_id, detail]`.

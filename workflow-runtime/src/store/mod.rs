@@ -46,6 +46,7 @@ mod error;
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 mod journal_rows;
 mod memory;
+mod migrations;
 pub(crate) mod policy;
 #[cfg(feature = "postgres")]
 mod postgres;
@@ -60,43 +61,18 @@ pub use backend::{
     BookmarkSelect, CHILD_WAIT, Capabilities, ChangeCount, ChildWaitIndex, ClaimKnown,
     ClaimedRecord, DefinitionRecord, DefinitionStore, DueTimers, Enqueue, IncidentQuery,
     LeaseClaim, LeaseKey, PurgeTarget, RemoteHints, RouteReads, Settled, Settlement, Store,
-    TimerScope, TriggerSelect, TriggerWrite,
+    TimerScope, TriggerSelect, TriggerWrite, WakeUp,
 };
 pub use error::{StoreError, StoreResult};
 pub use memory::MemoryStore;
-pub use policy::{StateDocument, Storage, WakeUp};
+pub use migrations::MigrateMode;
+pub use policy::{
+    DEFAULT_MAX_STATE_BYTES, MAX_JOURNAL_DETAIL_BYTES, STATE_FORMAT, StateDocument, Storage,
+};
 #[cfg(feature = "postgres")]
 pub use postgres::{PostgresOptions, PostgresStore};
 pub use rows::*;
 #[cfg(feature = "sqlite")]
 pub use sqlite::{SqliteOptions, SqliteStore, Synchronous};
 
-/// What opening a SQL store does with pending migrations (ST-28).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum MigrateMode {
-    /// Apply pending migrations (the default).
-    #[default]
-    Apply,
-    /// Refuse to open with `SchemaOutdated` when migrations are pending.
-    CheckOnly,
-}
-
 pub use crate::base::{BoxFuture, Micros};
-
-/// The state-document format this library writes and the newest it reads (ST-19); format 1
-/// (instants in milliseconds) is still read and converted by the runtime.
-pub const STATE_FORMAT: u64 = 2;
-
-/// The default limit on an encoded state document: 16 MiB (ST-24).
-pub const DEFAULT_MAX_STATE_BYTES: usize = 16 * 1024 * 1024;
-
-/// The largest journal detail kept as is; longer ones are replaced by a marker (ST-10).
-pub const MAX_JOURNAL_DETAIL_BYTES: usize = 64 * 1024;
-
-/// An instance's status (ENG-2): the engine's [`WorkflowStatus`](crate::WorkflowStatus), stored
-/// as its lower-case name ([`InstanceStatus::as_str`]).
-pub use crate::status::WorkflowStatus as InstanceStatus;
-
-/// An instance's sub-status (ENG-2): the engine's [`SubStatus`](crate::SubStatus), stored as
-/// its lower-case name ([`InstanceSubStatus::as_str`]).
-pub use crate::status::SubStatus as InstanceSubStatus;

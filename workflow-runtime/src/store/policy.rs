@@ -10,17 +10,27 @@ use tokio::sync::broadcast;
 use super::backend::{
     BookmarkSelect, CHILD_WAIT, ClaimedRecord, DefinitionRecord, DueTimers, Enqueue, IncidentQuery,
     LeaseClaim, LeaseKey, PurgeTarget, RemoteHints, Settled, Settlement, Store, TimerScope,
-    TriggerSelect, TriggerWrite,
+    TriggerSelect, TriggerWrite, WakeUp,
 };
-use super::{
-    BookmarkQuery, BookmarkRow, Census, ClaimedInstance, Commit, ControlRequest,
-    DEFAULT_MAX_STATE_BYTES, DeadLetter, DeadLetterFilter, DeadLetterReason, IdempotencyRecord,
-    IncidentRecord, InstanceFilter, InstanceRecord, InstanceStatus, JournalCompaction,
-    JournalRecord, Lease, ListedInstance, MAX_JOURNAL_DETAIL_BYTES, NewIncident, NewInstance,
-    NewJournalRecord, PurgeFilter, QueueFailure, QueueItem, Renewal, STATE_FORMAT, Schedule,
-    ScheduleFiring, StoreError, StoreResult, StoreStats, TimerRow, TriggerDiff, TriggerRow,
+use super::error::{StoreError, StoreResult};
+use super::rows::{
+    BookmarkQuery, BookmarkRow, Census, ClaimedInstance, Commit, ControlRequest, DeadLetter,
+    DeadLetterFilter, DeadLetterReason, IdempotencyRecord, IncidentRecord, InstanceFilter,
+    InstanceRecord, InstanceStatus, JournalCompaction, JournalRecord, Lease, ListedInstance,
+    NewIncident, NewInstance, NewJournalRecord, PurgeFilter, QueueFailure, QueueItem, Renewal,
+    Schedule, ScheduleFiring, StoreStats, TimerRow, TriggerDiff, TriggerRow,
 };
 use crate::base::Micros;
+
+/// The state-document format this library writes and the newest it reads (ST-19); format 1
+/// (instants in milliseconds) is still read and converted by the runtime.
+pub const STATE_FORMAT: u64 = 2;
+
+/// The default limit on an encoded state document: 16 MiB (ST-24).
+pub const DEFAULT_MAX_STATE_BYTES: usize = 16 * 1024 * 1024;
+
+/// The largest journal detail kept as is; longer ones are replaced by a marker (ST-10).
+pub const MAX_JOURNAL_DETAIL_BYTES: usize = 64 * 1024;
 
 /// The default page size of listings whose limit is 0.
 const DEFAULT_PAGE: usize = 100;
@@ -28,34 +38,6 @@ const DEFAULT_PAGE: usize = 100;
 const DEFAULT_PURGE_BATCH: usize = 500;
 /// The capacity of the wake-up broadcast; a slow subscriber loses older hints.
 const WAKE_UP_CAPACITY: usize = 1024;
-
-/// A change hint sent after the operation that caused it (ST-18). Hints may be lost,
-/// duplicated or coalesced; no rule may depend on them, every consumer also sweeps.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum WakeUp {
-    /// Queue items were added or became claimable, or bookmarks were added.
-    QueueChanged,
-    /// Timers were added or unparked; `earliest` is the earliest added due time, if known.
-    TimersChanged {
-        /// The earliest due time among the timers added.
-        earliest: Option<Micros>,
-    },
-    /// An instance may be runnable (created `Running`, or its lease was released).
-    InstanceRunnable {
-        /// The instance.
-        id: String,
-    },
-    /// An instance reached a final status.
-    InstanceTerminal {
-        /// The instance.
-        id: String,
-    },
-    /// A control request was recorded for an instance.
-    ControlRequested {
-        /// The instance.
-        id: String,
-    },
-}
 
 /// The store as the runtime uses it: a cheap-to-clone policy layer around a backend
 /// (`Arc<dyn Store>`).
@@ -415,7 +397,10 @@ impl Storage {
     pub async fn instance_status(
         &self,
         instance_id: &str,
-    ) -> StoreResult<(InstanceStatus, Option<super::InstanceSubStatus>)> {
+    ) -> StoreResult<(
+        InstanceStatus,
+        Option<crate::store::rows::InstanceSubStatus>,
+    )> {
         let record = self.store.load_instance(instance_id).await?;
         Ok((record.status, record.sub_status))
     }
@@ -1835,78 +1820,4 @@ fn schedule_of(row: &TimerRow) -> Option<Schedule> {
         due_at: row.due_at,
         fired: row.parked,
     })
-}
-
-// ----- decisions every backend makes alike (the backend kit) -----
-
-impl WakeUp {
-    /// The hints a successful commit produces (ST-18, C-28). [`Storage`] sends them to its
-    /// subscribers; a backend that tells other processes of its changes (a database
-    /// notification, see [`RemoteHints`]) sends the same ones.
-    pub fn of_commit<S, D>(c: &Commit<S, D>) -> Vec<Self> {
-        let mut hints = Vec::new();
-        if !c.bookmarks_added.is_empty() || !c.queue_items.is_empty() {
-            hints.push(Self::QueueChanged);
-        }
-        if !c.timers_added.is_empty() || c.timers_parked == Some(false) {
-            hints.push(Self::TimersChanged {
-                earliest: c.timers_added.iter().map(|t| t.due_at).min(),
-            });
-        }
-        if c.status.is_final() {
-            hints.push(Self::InstanceTerminal {
-                id: c.instance_id.clone(),
-            });
-        } else if c.status == InstanceStatus::Running && c.release_lease {
-            hints.push(Self::InstanceRunnable {
-                id: c.instance_id.clone(),
-            });
-        }
-        hints.extend(c.instances_created.iter().filter_map(Self::of_creation));
-        for (id, _) in &c.control_requests {
-            hints.push(Self::ControlRequested { id: id.clone() });
-        }
-        hints
-    }
-
-    /// The hint of a creation: a `Running` instance is runnable.
-    pub fn of_creation<S>(instance: &NewInstance<S>) -> Option<Self> {
-        (instance.status == InstanceStatus::Running).then(|| Self::InstanceRunnable {
-            id: instance.instance_id.clone(),
-        })
-    }
-}
-
-impl QueueItem {
-    /// What a replayed dead letter's item becomes (C-18), for a backend's
-    /// [`Store::replay_dead_letter`]: the same item and stimulus ids, enqueued at `now` with
-    /// a fresh TTL (`expires_at = now + ttl`), no attempts, no error. (A backend inserts it
-    /// unclaimed.)
-    #[must_use]
-    pub fn replayed(mut self, now: Micros, ttl: Micros) -> Self {
-        self.enqueued_at = now;
-        self.expires_at = now.saturating_add(ttl);
-        self.attempts = 0;
-        self.last_error = None;
-        self.last_attempt_at = None;
-        self
-    }
-}
-
-impl ScheduleFiring {
-    /// What a firing did, from the backend's attempt to create its instance inside
-    /// [`Store::fire_schedule`] (TM-11, RT-16): created is `Started`; a refusal by the
-    /// activation guard is `Refused` (the schedule advances anyway, the backend carries on);
-    /// any other error is the firing's error (the backend writes nothing).
-    ///
-    /// # Errors
-    ///
-    /// `created`'s error, unless it is `ActivationConflict`.
-    pub fn of_creation(created: StoreResult<()>) -> StoreResult<Self> {
-        match created {
-            Ok(()) => Ok(Self::Started),
-            Err(StoreError::ActivationConflict { existing, .. }) => Ok(Self::Refused { existing }),
-            Err(e) => Err(e),
-        }
-    }
 }

@@ -5,8 +5,16 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::{InstanceStatus, InstanceSubStatus, StoreError, StoreResult};
+use super::error::{StoreError, StoreResult};
 use crate::base::Micros;
+
+/// An instance's status (ENG-2): the engine's [`WorkflowStatus`](crate::WorkflowStatus), stored
+/// as its lower-case name ([`InstanceStatus::as_str`]).
+pub use crate::status::WorkflowStatus as InstanceStatus;
+
+/// An instance's sub-status (ENG-2): the engine's [`SubStatus`](crate::SubStatus), stored as
+/// its lower-case name ([`InstanceSubStatus::as_str`]).
+pub use crate::status::SubStatus as InstanceSubStatus;
 
 /// A pending operator action on an instance (ST-5, C-29).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -212,7 +220,35 @@ impl<S> InstanceRecord<S> {
         })
     }
 
-    /// The record with the state document `state` in place of its own.
+    /// The record with the state document `state` in place of its own: a listed row
+    /// ([`InstanceSummary`], no document) made a loaded one, or the reverse with `()`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use workflow_runtime::store::{InstanceRecord, InstanceStatus, InstanceSummary};
+    ///
+    /// let row: InstanceSummary = InstanceRecord {
+    ///     instance_id: "order-1".to_owned(),
+    ///     definition_name: "Order".to_owned(),
+    ///     definition_version: "v1".to_owned(),
+    ///     status: InstanceStatus::Running,
+    ///     sub_status: None,
+    ///     correlation_id: None,
+    ///     version: 1,
+    ///     lease: None,
+    ///     control_request: None,
+    ///     origin_at: 0,
+    ///     created_at: 0,
+    ///     updated_at: 0,
+    ///     finished_at: None,
+    ///     listing: None,
+    ///     state: (),
+    /// };
+    /// let loaded = row.clone().with_state(serde_json::json!({"format": 2}));
+    /// assert_eq!(loaded.state["format"], 2);
+    /// assert_eq!(loaded.summary(), row);
+    /// ```
     pub fn with_state<T>(self, state: T) -> InstanceRecord<T> {
         let mapped = self.try_map_state(|_, _| Ok::<T, std::convert::Infallible>(state));
         match mapped {
@@ -989,24 +1025,25 @@ pub fn decode_instance_status(instance_id: &str, text: &str) -> StoreResult<Inst
 /// use workflow_runtime::store::{InstanceStatus, decode_instance_text_columns};
 ///
 /// let (status, sub_status, control) =
-///     decode_instance_text_columns("order-1", "running", None, None).unwrap();
+///     decode_instance_text_columns("order-1", "running".to_owned(), None, None).unwrap();
 /// assert_eq!((status, sub_status, control), (InstanceStatus::Running, None, None));
-/// assert!(decode_instance_text_columns("order-1", "runing", None, None).is_err());
+/// assert!(decode_instance_text_columns("order-1", "runing".to_owned(), None, None).is_err());
 /// ```
+#[allow(clippy::needless_pass_by_value)] // each column as a driver reads it, owned
 pub fn decode_instance_text_columns(
     instance_id: &str,
-    status: &str,
-    sub_status: Option<&str>,
-    control_request: Option<&str>,
+    status: String,
+    sub_status: Option<String>,
+    control_request: Option<String>,
 ) -> StoreResult<(
     InstanceStatus,
     Option<InstanceSubStatus>,
     Option<ControlRequest>,
 )> {
-    let status = decode_instance_status(instance_id, status)?;
+    let status = decode_instance_status(instance_id, &status)?;
     let sub_status = sub_status
         .map(|text| {
-            InstanceSubStatus::parse(text).ok_or_else(|| {
+            InstanceSubStatus::parse(&text).ok_or_else(|| {
                 decode_error(
                     "instance",
                     instance_id,
@@ -1017,7 +1054,7 @@ pub fn decode_instance_text_columns(
         })
         .transpose()?;
     let control_request = control_request
-        .map(|text| decode_control_request(instance_id, text))
+        .map(|text| decode_control_request(instance_id, &text))
         .transpose()?;
     Ok((status, sub_status, control_request))
 }
@@ -1105,8 +1142,13 @@ mod tests {
 
     #[test]
     fn st22_each_text_column_of_an_instance_row_that_does_not_decode_is_named() {
-        let decode = |status, sub_status, control_request| {
-            decode_instance_text_columns("wf-1", status, sub_status, control_request)
+        let decode = |status: &str, sub_status: Option<&str>, control_request: Option<&str>| {
+            decode_instance_text_columns(
+                "wf-1",
+                status.to_owned(),
+                sub_status.map(str::to_owned),
+                control_request.map(str::to_owned),
+            )
         };
         assert_eq!(
             decode("suspended", Some("executing"), Some(r#"{"kind":"resume"}"#)).unwrap(),

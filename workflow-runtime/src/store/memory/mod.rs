@@ -5,12 +5,14 @@ use std::future::ready;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
-use super::{
-    BoxFuture, ControlRequest, DeadLetter, DefinitionRecord, IdempotencyRecord, IncidentRecord,
-    InstanceStatus, InstanceSubStatus, JournalRecord, QueueItem, StoreError, StoreResult,
-    StoreStats, TimerRow, TriggerRow,
-};
+use crate::base::BoxFuture;
 use crate::base::Micros;
+use crate::store::backend::DefinitionRecord;
+use crate::store::error::{StoreError, StoreResult};
+use crate::store::rows::{
+    ControlRequest, DeadLetter, IdempotencyRecord, IncidentRecord, InstanceStatus,
+    InstanceSubStatus, JournalRecord, QueueItem, StoreStats, TimerRow, TriggerRow,
+};
 
 mod ops;
 mod tables;

@@ -7,18 +7,19 @@ use super::tables::{
     bookmark_row, incident, lease_live, not_found, record, record_with, sort_incidents,
 };
 use super::{Claimed, Inner, MemInstance, MemoryStore};
+use crate::base::BoxFuture;
 use crate::base::Micros;
 use crate::store::backend::{
     BookmarkSelect, Capabilities, ChangeCount, ChildWaitIndex, ClaimKnown, ClaimedRecord,
     DefinitionRecord, DefinitionStore, DueTimers, Enqueue, IncidentQuery, LeaseClaim, LeaseKey,
     PurgeTarget, Settled, Settlement, Store, TimerScope, TriggerSelect, TriggerWrite,
 };
-use crate::store::{
-    BookmarkRow, BoxFuture, Census, ClaimedInstance, Commit, ControlRequest, DeadLetter,
-    DeadLetterFilter, DeadLetterReason, IdempotencyRecord, IncidentRecord, InstanceCount,
-    InstanceFilter, InstanceRecord, InstanceStatus, InstanceSummary, JournalRecord, Lease,
-    ListedInstance, NewIncident, NewInstance, QueueItem, Renewal, Schedule, ScheduleFiring,
-    StoreError, StoreResult, StoreStats, TimerRow, TriggerRow,
+use crate::store::error::{StoreError, StoreResult};
+use crate::store::rows::{
+    BookmarkRow, Census, ClaimedInstance, Commit, ControlRequest, DeadLetter, DeadLetterFilter,
+    DeadLetterReason, IdempotencyRecord, IncidentRecord, InstanceCount, InstanceFilter,
+    InstanceRecord, InstanceStatus, JournalRecord, Lease, ListedInstance, NewIncident, NewInstance,
+    QueueItem, Renewal, Schedule, ScheduleFiring, StoreStats, TimerRow, TriggerRow,
 };
 
 impl Inner {
@@ -1010,7 +1011,7 @@ impl ChildWaitIndex for MemoryStore {
             Ok(inner
                 .bookmarks
                 .range((start, Bound::Unbounded))
-                .filter(|(_, b)| b.name == crate::store::CHILD_WAIT)
+                .filter(|(_, b)| b.name == crate::store::backend::CHILD_WAIT)
                 .take(limit)
                 .map(|(id, b)| bookmark_row(id, b))
                 .collect())

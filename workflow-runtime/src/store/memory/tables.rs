@@ -6,10 +6,11 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use super::{Claimed, Inner, MemBookmark, MemInstance};
 use crate::base::Micros;
 pub(super) use crate::store::convert::not_found;
-use crate::store::{
+use crate::store::error::{StoreError, StoreResult};
+use crate::store::rows::{
     BookmarkRow, Commit, DeadLetter, DeadLetterReason, IncidentRecord, InstanceRecord,
     JournalCompaction, JournalRecord, LeaseState, NewIncident, NewInstance, NewJournalRecord,
-    StoreError, StoreResult, TimerRow,
+    TimerRow,
 };
 
 pub(super) fn record(id: &str, row: &MemInstance) -> InstanceRecord<String> {
@@ -210,7 +211,8 @@ impl Inner {
         }
         if row.lease_owner.is_none() || row.lease_token != c.lease_token {
             return Err(StoreError::Fenced {
-                resource: crate::store::LeaseKey::instance(c.instance_id.as_str()).resource(),
+                resource: crate::store::backend::LeaseKey::instance(c.instance_id.as_str())
+                    .resource(),
                 token: c.lease_token,
                 current: row.lease_token,
             });

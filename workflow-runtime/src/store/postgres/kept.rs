@@ -20,7 +20,7 @@ use sqlx::pool::PoolConnection;
 use sqlx::{PgPool, Postgres};
 
 use super::IDLE_BEFORE_PING;
-use crate::store::StoreResult;
+use crate::store::error::StoreResult;
 
 /// A kept connection idle for longer than this goes back to the pool (which closes
 /// connections idle past its own timeout and past their lifetime) instead of being used.

@@ -21,15 +21,19 @@ use sqlx::{PgConnection, PgPool, Postgres, Transaction};
 use tokio::sync::{broadcast, mpsc};
 use tokio::task::JoinHandle;
 
-use super::{
-    BookmarkQuery, BookmarkRow, BookmarkSelect, BoxFuture, Capabilities, Census, ChildWaitIndex,
-    ClaimedInstance, ClaimedRecord, Commit, ControlRequest, DeadLetter, DeadLetterFilter,
-    DefinitionRecord, DefinitionStore, DueTimers, Enqueue, IdempotencyRecord, IncidentQuery,
-    IncidentRecord, InstanceFilter, InstanceRecord, InstanceStatus, JournalRecord, Lease,
-    LeaseClaim, LeaseKey, ListedInstance, Micros, MigrateMode, NewIncident, NewInstance,
-    PurgeTarget, QueueItem, RemoteHints, Renewal, RouteReads, Schedule, ScheduleFiring, Settled,
-    Settlement, Store, StoreError, StoreResult, StoreStats, TimerRow, TimerScope, TriggerRow,
-    TriggerSelect, TriggerWrite, WakeUp,
+use crate::base::{BoxFuture, Micros};
+use crate::store::backend::{
+    BookmarkSelect, Capabilities, ChildWaitIndex, ClaimedRecord, DefinitionRecord, DefinitionStore,
+    DueTimers, Enqueue, IncidentQuery, LeaseClaim, LeaseKey, PurgeTarget, RemoteHints, RouteReads,
+    Settled, Settlement, Store, TimerScope, TriggerSelect, TriggerWrite, WakeUp,
+};
+use crate::store::error::{StoreError, StoreResult};
+use crate::store::migrations::MigrateMode;
+use crate::store::rows::{
+    BookmarkQuery, BookmarkRow, Census, ClaimedInstance, Commit, ControlRequest, DeadLetter,
+    DeadLetterFilter, IdempotencyRecord, IncidentRecord, InstanceFilter, InstanceRecord,
+    InstanceStatus, JournalRecord, Lease, ListedInstance, NewIncident, NewInstance, QueueItem,
+    Renewal, Schedule, ScheduleFiring, StoreStats, TimerRow, TriggerRow,
 };
 
 mod kept;

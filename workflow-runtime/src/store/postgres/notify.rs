@@ -31,7 +31,8 @@ use sqlx::postgres::PgListener;
 use sqlx::{PgConnection, PgPool};
 use tokio::sync::{broadcast, mpsc, oneshot};
 
-use super::super::{Micros, WakeUp};
+use crate::base::Micros;
+use crate::store::backend::WakeUp;
 
 /// The largest payload sent; PostgreSQL's limit is 8000 bytes. A longer list of hints is
 /// sent as the sweep hints.

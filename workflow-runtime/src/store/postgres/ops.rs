@@ -5,20 +5,24 @@ use serde_json::Value;
 use sqlx::postgres::PgRow;
 use sqlx::{PgConnection, Row};
 
-use super::super::{
-    BookmarkQuery, BookmarkRow, Census, ClaimedInstance, ClaimedRecord, Commit, ControlRequest,
-    DeadLetter, DeadLetterFilter, DeadLetterReason, DefinitionRecord, EncodedQueueItem,
-    IdempotencyRecord, IncidentQuery, IncidentRecord, InstanceCount, InstanceFilter,
-    InstanceRecord, InstanceStatus, InstanceSubStatus, InstanceSummary, JournalRecord, Lease,
-    LeaseClaim, LeaseKey, LeaseState, ListedInstance, Micros, NewIncident, NewInstance, QueueItem,
-    Renewal, Schedule, ScheduleFiring, Settled, Settlement, StoreError, StoreResult, TimerRow,
-    TriggerRow, TriggerWrite, decode_control_request, decode_instance_status,
-    decode_instance_text_columns,
-};
 use super::schema::Schema;
-use crate::store::CHILD_WAIT;
+use crate::base::Micros;
+use crate::store::backend::CHILD_WAIT;
+use crate::store::backend::{
+    ClaimedRecord, DefinitionRecord, IncidentQuery, LeaseClaim, LeaseKey, Settled, Settlement,
+    TriggerWrite,
+};
 use crate::store::convert::{decode_json, json_text, limit_i64, not_found, to_i64, to_u64};
+use crate::store::error::{StoreError, StoreResult};
 use crate::store::journal_rows;
+use crate::store::rows::{
+    BookmarkQuery, BookmarkRow, Census, ClaimedInstance, Commit, ControlRequest, DeadLetter,
+    DeadLetterFilter, DeadLetterReason, EncodedQueueItem, IdempotencyRecord, IncidentRecord,
+    InstanceCount, InstanceFilter, InstanceRecord, InstanceStatus, InstanceSubStatus,
+    InstanceSummary, JournalRecord, Lease, LeaseState, ListedInstance, NewIncident, NewInstance,
+    QueueItem, Renewal, Schedule, ScheduleFiring, TimerRow, TriggerRow, decode_control_request,
+    decode_instance_status, decode_instance_text_columns,
+};
 
 pub(super) type Conn = PgConnection;
 
@@ -60,15 +64,8 @@ fn instance_from_row(id: &str, row: &PgRow) -> StoreResult<InstanceRecord<String
 /// the column (ST-22).
 fn summary_from_row(id: &str, row: &PgRow) -> StoreResult<InstanceSummary> {
     let c = Cols::named(row, "instance", id.to_owned());
-    let status: String = c.get(3)?;
-    let sub_status: Option<String> = c.get(4)?;
-    let control_request: Option<String> = c.get(10)?;
-    let (status, sub_status, control_request) = decode_instance_text_columns(
-        id,
-        &status,
-        sub_status.as_deref(),
-        control_request.as_deref(),
-    )?;
+    let (status, sub_status, control_request) =
+        decode_instance_text_columns(id, c.get(3)?, c.get(4)?, c.get(10)?)?;
     Ok(InstanceRecord {
         instance_id: id.to_owned(),
         definition_name: c.get(1)?,

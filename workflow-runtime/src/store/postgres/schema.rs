@@ -9,7 +9,9 @@
 use sha2::{Digest, Sha256};
 use sqlx::{PgConnection, PgPool, Row};
 
-use super::super::{BoxFuture, MigrateMode, StoreError, StoreResult};
+use crate::base::BoxFuture;
+use crate::store::error::{StoreError, StoreResult};
+use crate::store::migrations::MigrateMode;
 
 /// The configured schema: its validated name and the SQL qualifier derived from it.
 #[derive(Debug, Clone)]
@@ -1288,7 +1290,8 @@ async fn migrate_one(
             applied.push((row.try_get(0)?, row.try_get(1)?));
         }
     }
-    let found = crate::store::convert::check_recorded_migrations(&applied, MIGRATIONS, checksum)?;
+    let found =
+        crate::store::migrations::check_recorded_migrations(&applied, MIGRATIONS, checksum)?;
     let Some((version, name, sql)) = MIGRATIONS
         .iter()
         .find(|(v, _, _)| *v <= target && !applied.iter().any(|(a, _)| *a == i64::from(*v)))

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use rusqlite::Connection;
 use tokio::sync::broadcast;
 
-use crate::store::WakeUp;
+use crate::store::backend::WakeUp;
 
 /// How often an idle writer looks at `data_version`.
 pub(super) const POLL: Duration = Duration::from_millis(50);

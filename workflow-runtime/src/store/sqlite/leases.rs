@@ -19,7 +19,8 @@ use std::sync::Mutex;
 
 use crate::base::Micros;
 use crate::store::backend::LeaseKey;
-use crate::store::{Lease, LeaseState, StoreError, StoreResult};
+use crate::store::error::{StoreError, StoreResult};
+use crate::store::rows::{Lease, LeaseState};
 
 /// The holder of a lease.
 #[derive(Debug, Clone)]

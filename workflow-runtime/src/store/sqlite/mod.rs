@@ -33,7 +33,8 @@ use std::thread::JoinHandle;
 use rusqlite::{Connection, ErrorCode, OpenFlags};
 use tokio::sync::oneshot;
 
-use super::{BoxFuture, StoreError, StoreResult};
+use crate::base::BoxFuture;
+use crate::store::error::{StoreError, StoreResult};
 
 mod changes;
 mod checkpoint;
@@ -44,7 +45,7 @@ mod rows;
 mod schema;
 mod worker;
 
-use crate::store::MigrateMode;
+use crate::store::migrations::MigrateMode;
 use checkpoint::{Checkpoints, checkpointer_loop};
 pub use options::{SqliteOptions, Synchronous};
 use rows::QUEUE_COLS;
@@ -122,7 +123,7 @@ pub struct SqliteStore {
     path: PathBuf,
     migrations_applied: Vec<u32>,
     /// Other processes' commits, heard by the writer (`changes.rs`).
-    remote: tokio::sync::broadcast::Sender<crate::store::WakeUp>,
+    remote: tokio::sync::broadcast::Sender<crate::store::backend::WakeUp>,
     /// Holds the exclusive lock on the `-owner` side file while the store is open (ST-26).
     /// Declared last: released after the threads have stopped.
     _owner_lock: Option<Mutex<Connection>>,
@@ -496,7 +497,7 @@ impl SqliteStore {
     /// # Errors
     ///
     /// [`StoreError::Unavailable`] when the read fails.
-    pub async fn queued(&self, limit: usize) -> StoreResult<Vec<crate::store::QueueItem>> {
+    pub async fn queued(&self, limit: usize) -> StoreResult<Vec<crate::store::rows::QueueItem>> {
         self.read(move |c| {
             let mut stmt = c.prepare_cached(&format!(
                 "SELECT item_id, {QUEUE_COLS} FROM wf_queue ORDER BY sent_at, item_id LIMIT ?1"

@@ -18,19 +18,22 @@ use super::{
     SqliteStore, decode_json, is_constraint, json_text, limit_i64, not_found, read_only, to_i64,
     to_u64,
 };
+use crate::base::BoxFuture;
 use crate::base::Micros;
+use crate::store::backend::WakeUp;
 use crate::store::backend::{
     BookmarkSelect, Capabilities, ChildWaitIndex, ClaimedRecord, DefinitionRecord, DefinitionStore,
     DueTimers, Enqueue, IncidentQuery, LeaseClaim, LeaseKey, PurgeTarget, RemoteHints, RouteReads,
     Settled, Settlement, Store, TimerScope, TriggerSelect, TriggerWrite,
 };
-use crate::store::{
-    BookmarkQuery, BookmarkRow, BoxFuture, Census, ClaimedInstance, Commit, ControlRequest,
-    DeadLetter, DeadLetterFilter, DeadLetterReason, EncodedQueueItem, IdempotencyRecord,
-    IncidentRecord, InstanceCount, InstanceFilter, InstanceRecord, InstanceStatus,
-    InstanceSubStatus, JournalRecord, Lease, ListedInstance, NewIncident, NewInstance,
-    NewJournalRecord, QueueItem, Renewal, Schedule, ScheduleFiring, StoreError, StoreResult,
-    StoreStats, TimerRow, TriggerRow, WakeUp, decode_control_request, decode_instance_status,
+use crate::store::error::{StoreError, StoreResult};
+use crate::store::rows::{
+    BookmarkQuery, BookmarkRow, Census, ClaimedInstance, Commit, ControlRequest, DeadLetter,
+    DeadLetterFilter, DeadLetterReason, EncodedQueueItem, IdempotencyRecord, IncidentRecord,
+    InstanceCount, InstanceFilter, InstanceRecord, InstanceStatus, InstanceSubStatus,
+    JournalRecord, Lease, ListedInstance, NewIncident, NewInstance, NewJournalRecord, QueueItem,
+    Renewal, Schedule, ScheduleFiring, StoreStats, TimerRow, TriggerRow, decode_control_request,
+    decode_instance_status,
 };
 
 // ----- write operations (run on the writer thread, inside a savepoint) -----

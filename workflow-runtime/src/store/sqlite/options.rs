@@ -12,7 +12,7 @@ pub enum Synchronous {
     Normal,
 }
 
-use crate::store::MigrateMode;
+use crate::store::migrations::MigrateMode;
 
 /// Options of [`SqliteStore::open_with`](super::SqliteStore::open_with).
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -4,9 +4,10 @@ use rusqlite::Row;
 use serde_json::Value;
 
 use super::to_u64;
-use crate::store::{
+use crate::store::error::{StoreError, StoreResult};
+use crate::store::rows::{
     BookmarkRow, EncodedQueueItem, InstanceRecord, InstanceSummary, LeaseState, QueueItem,
-    StoreError, StoreResult, TimerRow, decode_instance_text_columns,
+    TimerRow, decode_instance_text_columns,
 };
 
 // ----- row decoding -----
@@ -39,14 +40,11 @@ pub(super) fn summary_from_row(id: &str, row: &Row<'_>) -> StoreResult<InstanceS
         path: "row".to_owned(),
         message: e.to_string(),
     };
-    let status: String = row.get(3).map_err(col)?;
-    let sub_status: Option<String> = row.get(4).map_err(col)?;
-    let control_request: Option<String> = row.get(10).map_err(col)?;
     let (status, sub_status, control_request) = decode_instance_text_columns(
         id,
-        &status,
-        sub_status.as_deref(),
-        control_request.as_deref(),
+        row.get(3).map_err(col)?,
+        row.get(4).map_err(col)?,
+        row.get(10).map_err(col)?,
     )?;
     Ok(InstanceRecord {
         instance_id: id.to_owned(),

@@ -6,7 +6,7 @@ use std::time::Duration;
 use rusqlite::{Connection, ErrorCode, OpenFlags, TransactionBehavior};
 
 use super::{MigrateMode, SqliteOptions, Synchronous};
-use crate::store::{StoreError, StoreResult};
+use crate::store::error::{StoreError, StoreResult};
 
 // ----- migrations (ST-28) -----
 
@@ -382,7 +382,8 @@ pub(super) fn migrate_to(
         rows.collect::<Result<_, _>>()?
     };
     let latest = latest_schema_version();
-    let found = crate::store::convert::check_recorded_migrations(&applied, MIGRATIONS, checksum)?;
+    let found =
+        crate::store::migrations::check_recorded_migrations(&applied, MIGRATIONS, checksum)?;
     let pending: Vec<&(u32, &str, &str)> = MIGRATIONS
         .iter()
         .filter(|(v, _, _)| *v <= target && !applied.iter().any(|(a, _)| *a == i64::from(*v)))
@@ -451,17 +452,7 @@ pub(super) fn require_current_schema(conn: &Connection) -> StoreResult<()> {
         rows.collect::<Result<_, _>>()?
     };
     let latest = latest_schema_version();
-    let found = applied
-        .iter()
-        .map(|v| u32::try_from(*v).unwrap_or(u32::MAX))
-        .max()
-        .unwrap_or(0);
-    if found > latest {
-        return Err(StoreError::SchemaTooNew {
-            found,
-            supported: latest,
-        });
-    }
+    let found = crate::store::migrations::newest_recorded(applied, latest)?;
     if found < latest {
         return Err(StoreError::SchemaOutdated {
             found,

@@ -20,7 +20,7 @@ use rusqlite::Connection;
 use super::changes::Watch;
 use super::checkpoint::Checkpoints;
 use super::{Counters, Kind, ReadJob, Responder, WriteRequest};
-use crate::store::StoreError;
+use crate::store::error::StoreError;
 
 /// The longest a transaction holding only volatile requests waits for more before it
 /// commits: short enough that the lease rows reach the other connections (and processes) at
