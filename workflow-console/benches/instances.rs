@@ -139,6 +139,18 @@ async fn measure(what: &str, store: Arc<dyn Store>, count: usize) {
     ];
     println!("\n{what}, {count} instances, {requests} requests a page");
     println!("| page | p50 ms | p99 ms |\n| --- | ---: | ---: |");
+    let mut census: Vec<Duration> = Vec::new();
+    for _ in 0..20 {
+        let started = Instant::now();
+        runtime.store().census().await.unwrap();
+        census.push(started.elapsed());
+    }
+    census.sort();
+    println!(
+        "| the census alone (`Storage::census`, 20 runs) | {:.1} | {:.1} |",
+        census[10].as_secs_f64() * 1000.0,
+        census[19].as_secs_f64() * 1000.0
+    );
     for (name, uri) in pages {
         render(&router, &uri).await; // warm the caches
         let mut times: Vec<Duration> = Vec::with_capacity(requests);

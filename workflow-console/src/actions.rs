@@ -176,6 +176,7 @@ pub(crate) async fn instance_action(
         _ => {
             return Ok(match runtime.purge(&id).await {
                 Ok(()) => {
+                    state.recount();
                     let body = format!(
                         "<h1>Purged</h1><div class=\"result\" role=\"status\">Instance {} and \
                          its journal were removed.</div><p><a href=\"{}\">Back to the \
@@ -197,6 +198,7 @@ pub(crate) async fn instance_action(
     };
     // The running processes hear of what this one wrote.
     runtime.store().flush_hints().await;
+    state.recount();
     let outcome = match done {
         Ok(Control::Requested) => Outcome {
             refused: false,
@@ -294,6 +296,7 @@ pub(crate) async fn send(
     }
     let sent = state.runtime.send(stimulus).await;
     state.runtime.store().flush_hints().await;
+    state.recount();
     let outcome = match sent {
         Ok(report) => Outcome {
             refused: false,

@@ -301,8 +301,8 @@ pub(crate) async fn page(
             Err(error) => Err(Failure::store(&base, &error)),
         };
     }
-    let census = store
-        .census()
+    let (counted, census) = state
+        .counts()
         .await
         .map_err(|e| Failure::store(&base, &e))?;
     let listed = list(store, &f)
@@ -356,7 +356,11 @@ pub(crate) async fn page(
              <b>{n}</b>{s}</a>"
         );
     }
-    body.push_str("</div>");
+    let _ = write!(
+        body,
+        "<span class=\"muted counted\">counted {} ago</span></div>",
+        html::duration(i64::try_from(counted.elapsed().as_micros()).unwrap_or(i64::MAX))
+    );
     filter_form(&mut body, &base, &f, &definitions);
     body.push_str(
         "<table class=\"instances\"><thead><tr><th>Instance</th><th>Definition</th>\

@@ -36,7 +36,9 @@ mod metrics;
 pub use metrics::record_census;
 
 use std::convert::Infallible;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use axum::Router;
 use axum::extract::{FromRequestParts, OriginalUri};
@@ -45,7 +47,7 @@ use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{Html, IntoResponse, Response};
 use axum::routing::{get, post};
 use workflow_runtime::Runtime;
-use workflow_runtime::store::{Micros, StoreError};
+use workflow_runtime::store::{Census, Micros, StoreError};
 
 /// The operator console over a runtime's store; [`Console::router`] serves it.
 ///
@@ -145,7 +147,15 @@ pub(crate) struct Shared {
     /// The token every action's form carries: a value only this console's pages hold.
     pub(crate) csrf: String,
     pub(crate) metrics: metrics::Exporter,
+    /// The last census the instances page showed, and when it was counted.
+    counts: Mutex<Option<(Instant, Arc<Census>)>>,
+    /// Whether a census is being counted in the background.
+    counting: AtomicBool,
 }
+
+/// How long the instances page shows a census before it has it counted again (in the
+/// background: the page never waits for a recount).
+const COUNTS_FRESH_FOR: Duration = Duration::from_secs(2);
 
 impl Shared {
     fn new(console: Console) -> Self {
@@ -154,7 +164,52 @@ impl Shared {
             read_only: console.read_only,
             csrf: csrf_token(),
             metrics: metrics::Exporter::new(),
+            counts: Mutex::new(None),
+            counting: AtomicBool::new(false),
         }
+    }
+
+    /// The instances by status for the instances page, with when they were counted: the
+    /// last census while it is fresh; once it is older than [`COUNTS_FRESH_FOR`], still that
+    /// one while a new one is counted in the background; a census counted now when there is
+    /// none yet. A count over 100,000 rows is a table scan: pages do not wait for one each.
+    pub(crate) async fn counts(self: &Arc<Self>) -> Result<(Instant, Arc<Census>), StoreError> {
+        let cached = self
+            .counts
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone();
+        let Some((at, census)) = cached else {
+            let census = Arc::new(self.runtime.store().census().await?);
+            let counted = (Instant::now(), census);
+            *self
+                .counts
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(counted.clone());
+            return Ok(counted);
+        };
+        if at.elapsed() >= COUNTS_FRESH_FOR && !self.counting.swap(true, Ordering::AcqRel) {
+            let shared = Arc::clone(self);
+            tokio::spawn(async move {
+                if let Ok(census) = shared.runtime.store().census().await {
+                    *shared
+                        .counts
+                        .lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner) =
+                        Some((Instant::now(), Arc::new(census)));
+                }
+                shared.counting.store(false, Ordering::Release);
+            });
+        }
+        Ok((at, census))
+    }
+
+    /// Forgets the last census: an action changed what it counted.
+    pub(crate) fn recount(&self) {
+        *self
+            .counts
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = None;
     }
 }
 

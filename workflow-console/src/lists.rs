@@ -32,48 +32,46 @@ pub(crate) async fn definitions(state: State, base: Base) -> Result<Html<String>
              the versions it runs when it starts.</p>",
         );
     }
+    let home = escape(&html::home(&base.0));
     let mut last_name = "";
     for record in &recorded {
+        let name = escape(&url_part(&record.name));
         if record.name != last_name {
+            // The instances of every version of the definition, by status.
             let _ = write!(
                 body,
-                "<h2 id=\"{}\">{}</h2>",
-                escape(&url_part(&record.name)),
+                "<h2 id=\"{name}\">{}</h2><div class=\"counts\" data-definition=\"{}\">",
+                escape(&record.name),
                 escape(&record.name)
             );
+            for status in STATUSES {
+                let n: u64 = census
+                    .instances
+                    .iter()
+                    .filter(|c| c.status == status && c.definition_name == record.name)
+                    .map(|c| c.count)
+                    .sum();
+                let s = status.as_str();
+                let _ = write!(
+                    body,
+                    "<a class=\"count {s}\" href=\"{home}?definition={name}&amp;status={s}\">\
+                     <b>{n}</b>{s}</a>"
+                );
+            }
+            body.push_str("</div>");
             last_name = &record.name;
         }
         let _ = write!(
             body,
             "<section class=\"definition\" data-definition=\"{}\" data-version=\"{}\"><p>Version \
-             <span class=\"mono\">{}</span>, recorded {}</p><div class=\"counts\">",
+             <span class=\"mono\">{}</span>, recorded {}: <a href=\"{home}?definition={name}&amp;version={}\">its \
+             instances</a></p>",
             escape(&record.name),
             escape(&record.version),
             escape(short_version(&record.version)),
-            instant(record.recorded_at)
+            instant(record.recorded_at),
+            escape(&url_part(short_version(&record.version)))
         );
-        for status in STATUSES {
-            let n: u64 = census
-                .instances
-                .iter()
-                .filter(|c| {
-                    c.status == status
-                        && c.definition_name == record.name
-                        && c.definition_version == record.version
-                })
-                .map(|c| c.count)
-                .sum();
-            let s = status.as_str();
-            let _ = write!(
-                body,
-                "<a class=\"count {s}\" href=\"{}?definition={}&amp;version={}&amp;status={s}\">\
-                 <b>{n}</b>{s}</a>",
-                escape(&html::home(&base.0)),
-                escape(&url_part(&record.name)),
-                escape(&url_part(short_version(&record.version)))
-            );
-        }
-        body.push_str("</div>");
         match Definition::from_json(&record.json) {
             Ok(definition) => {
                 let _ = write!(

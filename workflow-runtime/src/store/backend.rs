@@ -721,8 +721,8 @@ pub trait Store: Send + Sync + 'static {
     /// Operation counters.
     fn stats(&self) -> BoxFuture<'_, StoreResult<StoreStats>>;
 
-    /// Counts instances by definition version, status and sub-status, the queued stimuli
-    /// and the dead letters, each with one aggregate query where the backend has one. The
+    /// Counts instances by definition and status, the queued stimuli and the dead letters,
+    /// each with one aggregate query where the backend has one. The
     /// default pages through [`list_instances`](Store::list_instances) and
     /// [`list_dead_letters`](Store::list_dead_letters) and does not count the queue.
     fn census(&self) -> BoxFuture<'_, StoreResult<Census>> {
@@ -769,19 +769,14 @@ pub trait Store: Send + Sync + 'static {
 
 /// Adds one instance to the counts of its group.
 fn count_instance(counts: &mut Vec<InstanceCount>, summary: InstanceSummary) {
-    let group = counts.iter_mut().find(|c| {
-        c.status == summary.status
-            && c.sub_status == summary.sub_status
-            && c.definition_version == summary.definition_version
-            && c.definition_name == summary.definition_name
-    });
+    let group = counts
+        .iter_mut()
+        .find(|c| c.status == summary.status && c.definition_name == summary.definition_name);
     match group {
         Some(group) => group.count += 1,
         None => counts.push(InstanceCount {
             definition_name: summary.definition_name,
-            definition_version: summary.definition_version,
             status: summary.status,
-            sub_status: summary.sub_status,
             count: 1,
         }),
     }

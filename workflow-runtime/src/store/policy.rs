@@ -1445,9 +1445,9 @@ impl Storage {
 
     // ----- maintenance -----
 
-    /// Counts instances by definition version, status and sub-status, the queued stimuli
-    /// and the dead letters: one aggregate query per table on the SQL backends, for a
-    /// dashboard or a metrics scrape.
+    /// Counts instances by definition and status (from the index on both, on the SQL
+    /// backends), the queued stimuli and the dead letters: one aggregate query per table, for
+    /// a dashboard or a metrics scrape.
     ///
     /// # Errors
     ///

@@ -914,11 +914,12 @@ pub struct StoreStats {
 }
 
 /// What is in a store, counted at one moment by [`Storage::census`](super::Storage::census):
-/// instances by definition version and status, the stimuli waiting in the queue and the dead
-/// letters. Counts only, so a dashboard or a metrics scrape reads no row of its own.
+/// instances by definition and status, the stimuli waiting in the queue and the dead
+/// letters. Counts only, each from an index where the backend has one, so a dashboard or a
+/// metrics scrape reads no instance row.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Census {
-    /// One entry per definition version, status and sub-status that has instances.
+    /// One entry per definition and status that has instances.
     pub instances: Vec<InstanceCount>,
     /// The stimuli in the queue (claimed or not), or `None` when the backend cannot count
     /// them.
@@ -927,56 +928,37 @@ pub struct Census {
     pub dead_letters: u64,
 }
 
-/// How many instances of one definition version are in one status and sub-status: an
-/// entry of [`Census::instances`].
+/// How many instances of one definition are in one status: an entry of
+/// [`Census::instances`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct InstanceCount {
     /// The definition's name.
     pub definition_name: String,
-    /// The definition's version fingerprint.
-    pub definition_version: String,
     /// The status.
     pub status: InstanceStatus,
-    /// The sub-status.
-    pub sub_status: Option<InstanceSubStatus>,
     /// How many.
     pub count: u64,
 }
 
 impl InstanceCount {
-    /// Decodes a counted group of stored columns; `Decode` for a status or sub-status no
-    /// instance can have.
+    /// Decodes a counted group of stored columns; `Decode` for a status no instance can
+    /// have.
     ///
     /// # Errors
     ///
-    /// `Decode` naming the definition and the column.
-    pub fn decode(
-        definition_name: String,
-        definition_version: String,
-        status: &str,
-        sub_status: Option<&str>,
-        count: u64,
-    ) -> StoreResult<Self> {
-        let bad = |path: &str, text: &str| {
-            decode_error(
+    /// `Decode` naming the definition and the status.
+    pub fn decode(definition_name: String, status: &str, count: u64) -> StoreResult<Self> {
+        let Some(status) = InstanceStatus::parse(status) else {
+            return Err(decode_error(
                 "instance count",
                 &definition_name,
-                path,
-                format!("unknown {path} {text:?}"),
-            )
-        };
-        let status = InstanceStatus::parse(status).ok_or_else(|| bad("status", status))?;
-        let sub_status = match sub_status {
-            Some(text) => {
-                Some(InstanceSubStatus::parse(text).ok_or_else(|| bad("sub_status", text))?)
-            }
-            None => None,
+                "status",
+                format!("unknown status {status:?}"),
+            ));
         };
         Ok(Self {
             definition_name,
-            definition_version,
             status,
-            sub_status,
             count,
         })
     }

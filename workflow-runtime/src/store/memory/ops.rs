@@ -929,19 +929,14 @@ impl Store for MemoryStore {
         self.read(|inner| {
             let mut instances: Vec<InstanceCount> = Vec::new();
             for row in inner.instances.values() {
-                let group = instances.iter_mut().find(|c| {
-                    c.status == row.status
-                        && c.sub_status == row.sub_status
-                        && c.definition_version == row.definition_version
-                        && c.definition_name == row.definition_name
-                });
+                let group = instances
+                    .iter_mut()
+                    .find(|c| c.status == row.status && c.definition_name == row.definition_name);
                 match group {
                     Some(group) => group.count += 1,
                     None => instances.push(InstanceCount {
                         definition_name: row.definition_name.clone(),
-                        definition_version: row.definition_version.clone(),
                         status: row.status,
-                        sub_status: row.sub_status,
                         count: 1,
                     }),
                 }

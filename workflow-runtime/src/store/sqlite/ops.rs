@@ -1860,28 +1860,23 @@ impl Store for SqliteStore {
 
     fn census(&self) -> BoxFuture<'_, StoreResult<Census>> {
         self.read(|c| {
+            // The index on (definition_name, status) covers it: no row is read.
             let mut stmt = c.prepare_cached(
-                "SELECT definition_name, definition_version, status, sub_status, COUNT(*)
-                 FROM wf_instances
-                 GROUP BY definition_name, definition_version, status, sub_status
-                 ORDER BY definition_name, definition_version, status, sub_status",
+                "SELECT definition_name, status, COUNT(*) FROM wf_instances
+                 GROUP BY definition_name, status ORDER BY definition_name, status",
             )?;
             let groups = stmt
                 .query_map([], |r| {
                     Ok((
                         r.get::<_, String>(0)?,
                         r.get::<_, String>(1)?,
-                        r.get::<_, String>(2)?,
-                        r.get::<_, Option<String>>(3)?,
-                        r.get::<_, i64>(4)?,
+                        r.get::<_, i64>(2)?,
                     ))
                 })?
                 .collect::<rusqlite::Result<Vec<_>>>()?;
             let instances = groups
                 .into_iter()
-                .map(|(name, version, status, sub, count)| {
-                    InstanceCount::decode(name, version, &status, sub.as_deref(), to_u64(count))
-                })
+                .map(|(name, status, count)| InstanceCount::decode(name, &status, to_u64(count)))
                 .collect::<StoreResult<Vec<_>>>()?;
             let count = |sql: &str| -> StoreResult<u64> {
                 let n: i64 = c.prepare_cached(sql)?.query_row([], |r| r.get(0))?;
