@@ -275,13 +275,37 @@ impl Schedule {
     }
 }
 
+/// The time zones accepted before the runtime brings IANA names (TM-V2).
+pub const KNOWN_TIME_ZONES: &[&str] = &["UTC"];
+
+/// TM-V2: `UTC` or a fixed offset `+HH:MM` / `-HH:MM` (up to 14 hours). IANA names come with
+/// the runtime's time zone support.
+pub fn is_known_time_zone(zone: &str) -> bool {
+    if KNOWN_TIME_ZONES.contains(&zone) {
+        return true;
+    }
+    let bytes = zone.as_bytes();
+    if bytes.len() != 6
+        || !matches!(bytes.first(), Some(b'+' | b'-'))
+        || bytes.get(3) != Some(&b':')
+    {
+        return false;
+    }
+    let digits = |a: usize, b: usize| -> Option<u32> {
+        zone.get(a..b)
+            .filter(|s| s.bytes().all(|c| c.is_ascii_digit()))
+            .and_then(|s| s.parse().ok())
+    };
+    matches!((digits(1, 3), digits(4, 6)), (Some(h), Some(m)) if m < 60 && (h < 14 || (h == 14 && m == 0)))
+}
+
 /// The offset east of UTC in seconds of a zone the validator accepts without IANA data
 /// (TM-V2): `UTC` is 0, `+02:00` is 7200, `-05:30` is -19800; `None` for anything else.
 pub fn fixed_offset_seconds(zone: &str) -> Option<i32> {
     if zone == "UTC" {
         return Some(0);
     }
-    if !crate::is_known_time_zone(zone) {
+    if !is_known_time_zone(zone) {
         return None;
     }
     let sign = if zone.starts_with('-') { -1 } else { 1 };

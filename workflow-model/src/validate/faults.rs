@@ -1,7 +1,7 @@
 //! Timer and fault rules: TM-V1 to TM-V4 and FLT-V1 to FLT-V6.
 
 use super::children_with_locations;
-use crate::cron::Schedule;
+use crate::cron::{KNOWN_TIME_ZONES, Schedule, is_known_time_zone};
 use crate::definition::{
     Activity, COMPENSATED, Decimal, Definition, Flowchart, RetryPolicy, SagaOnFailure,
 };
@@ -11,9 +11,6 @@ use crate::duration::duration;
 /// The longest attempt timeout a task may declare (FLT-V4): 365 days, in milliseconds. Longer
 /// values would not fit the runtime's microsecond instants once added to "now".
 pub(crate) const MAX_ATTEMPT_TIMEOUT_MS: u64 = 365 * 24 * 60 * 60 * 1000;
-
-/// The time zones accepted before the runtime brings IANA names (TM-V2).
-pub const KNOWN_TIME_ZONES: &[&str] = &["UTC"];
 
 /// Checks the whole definition for the timer and fault rules.
 pub(super) fn check(definition: &Definition, cx: &mut Diagnostics) {
@@ -215,27 +212,6 @@ pub(super) fn check_retry(policy: &RetryPolicy, at: &Location, cx: &mut Diagnost
             "jitter must be between 0 and 1",
         ));
     }
-}
-
-/// TM-V2: `UTC` or a fixed offset `+HH:MM` / `-HH:MM` (up to 14 hours). IANA names come with
-/// the runtime's time zone support.
-pub fn is_known_time_zone(zone: &str) -> bool {
-    if KNOWN_TIME_ZONES.contains(&zone) {
-        return true;
-    }
-    let bytes = zone.as_bytes();
-    if bytes.len() != 6
-        || !matches!(bytes.first(), Some(b'+' | b'-'))
-        || bytes.get(3) != Some(&b':')
-    {
-        return false;
-    }
-    let digits = |a: usize, b: usize| -> Option<u32> {
-        zone.get(a..b)
-            .filter(|s| s.bytes().all(|c| c.is_ascii_digit()))
-            .and_then(|s| s.parse().ok())
-    };
-    matches!((digits(1, 3), digits(4, 6)), (Some(h), Some(m)) if m < 60 && (h < 14 || (h == 14 && m == 0)))
 }
 
 fn check_time_zone(zone: &str, at: &Location, cx: &mut Diagnostics) {

@@ -10,7 +10,7 @@ mod flowchart;
 pub mod limits;
 mod state_machine;
 
-pub use faults::{KNOWN_TIME_ZONES, is_known_time_zone};
+pub use crate::cron::{KNOWN_TIME_ZONES, is_known_time_zone};
 pub use flowchart::{FlowchartAnalysis, FlowchartLoop, analyze_flowchart};
 
 use crate::definition::{Activity, Definition};
