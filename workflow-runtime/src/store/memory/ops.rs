@@ -8,9 +8,10 @@ use super::tables::{
 };
 use super::{Claimed, Inner, MemInstance, MemoryStore};
 use crate::store::backend::{
-    BookmarkSelect, Capabilities, ChangeCount, ChildWaitIndex, ClaimKnown, ClaimedRecord,
-    DefinitionRecord, DefinitionStore, DueTimers, Enqueue, IncidentQuery, LeaseClaim, LeaseKey,
-    PurgeTarget, Settled, Settlement, Store, TimerScope, TriggerSelect, TriggerWrite,
+    BookmarkSelect, Capabilities, CensusCount, ChangeCount, ChildWaitIndex, ClaimKnown,
+    ClaimedRecord, DefinitionRecord, DefinitionStore, DueTimers, Enqueue, IncidentQuery,
+    LeaseClaim, LeaseKey, PurgeTarget, Settled, Settlement, Store, TimerScope, TriggerSelect,
+    TriggerWrite,
 };
 use crate::store::{
     BookmarkRow, BoxFuture, Census, ClaimedInstance, Commit, ControlRequest, DeadLetter,
@@ -914,6 +915,17 @@ impl Store for MemoryStore {
         self.read(|inner| Ok(inner.stats))
     }
 
+    fn capabilities(&self) -> Capabilities<'_> {
+        Capabilities::default()
+            .with_definitions(self)
+            .with_child_waits(self)
+            .with_change_count(self)
+            .with_claim_known(self)
+            .with_census(self)
+    }
+}
+
+impl CensusCount for MemoryStore {
     fn census(&self) -> BoxFuture<'_, StoreResult<Census>> {
         self.read(|inner| {
             let mut instances: Vec<InstanceCount> = Vec::new();
@@ -936,14 +948,6 @@ impl Store for MemoryStore {
                 dead_letters: inner.dead_letters.len() as u64,
             })
         })
-    }
-
-    fn capabilities(&self) -> Capabilities<'_> {
-        Capabilities::default()
-            .with_definitions(self)
-            .with_child_waits(self)
-            .with_change_count(self)
-            .with_claim_known(self)
     }
 }
 

@@ -22,11 +22,11 @@ use tokio::sync::{broadcast, mpsc};
 use tokio::task::JoinHandle;
 
 use super::{
-    BookmarkQuery, BookmarkRow, BookmarkSelect, BoxFuture, Capabilities, Census, ChildWaitIndex,
-    ClaimedInstance, ClaimedRecord, Commit, ControlRequest, DeadLetter, DeadLetterFilter,
-    DefinitionRecord, DefinitionStore, DueTimers, Enqueue, IdempotencyRecord, IncidentQuery,
-    IncidentRecord, InstanceFilter, InstanceRecord, InstanceStatus, JournalRecord, Lease,
-    LeaseClaim, LeaseKey, ListedInstance, Micros, MigrateMode, NewIncident, NewInstance,
+    BookmarkQuery, BookmarkRow, BookmarkSelect, BoxFuture, Capabilities, Census, CensusCount,
+    ChildWaitIndex, ClaimedInstance, ClaimedRecord, Commit, ControlRequest, DeadLetter,
+    DeadLetterFilter, DefinitionRecord, DefinitionStore, DueTimers, Enqueue, IdempotencyRecord,
+    IncidentQuery, IncidentRecord, InstanceFilter, InstanceRecord, InstanceStatus, JournalRecord,
+    Lease, LeaseClaim, LeaseKey, ListedInstance, Micros, MigrateMode, NewIncident, NewInstance,
     PurgeTarget, QueueItem, RemoteHints, Renewal, RouteReads, Schedule, ScheduleFiring, Settled,
     Settlement, Store, StoreError, StoreResult, StoreStats, TimerRow, TimerScope, TriggerRow,
     TriggerSelect, TriggerWrite, WakeUp,
@@ -1178,10 +1178,6 @@ impl Store for PostgresStore {
         })
     }
 
-    fn census(&self) -> BoxFuture<'_, StoreResult<Census>> {
-        Box::pin(async move { read!(self, |c| ops::census(c, &self.schema)) })
-    }
-
     fn stats(&self) -> BoxFuture<'_, StoreResult<StoreStats>> {
         ready(Ok(StoreStats {
             write_requests: self.counters.write_requests.load(Ordering::Relaxed),
@@ -1195,6 +1191,13 @@ impl Store for PostgresStore {
             .with_definitions(self)
             .with_child_waits(self)
             .with_routes(self)
+            .with_census(self)
+    }
+}
+
+impl CensusCount for PostgresStore {
+    fn census(&self) -> BoxFuture<'_, StoreResult<Census>> {
+        Box::pin(async move { read!(self, |c| ops::census(c, &self.schema)) })
     }
 }
 
