@@ -33,10 +33,9 @@
 use super::error::{StoreError, StoreResult};
 use super::rows::{
     BookmarkQuery, BookmarkRow, Census, ClaimedInstance, Commit, ControlRequest, DeadLetter,
-    DeadLetterFilter, DeadLetterReason, IdempotencyRecord, IncidentRecord, InstanceCount,
-    InstanceFilter, InstanceRecord, InstanceStatus, InstanceSummary, JournalRecord, Lease,
-    ListedInstance, NewIncident, NewInstance, PurgeFilter, QueueItem, Renewal, Schedule,
-    ScheduleFiring, StoreStats, TimerRow, TriggerRow,
+    DeadLetterFilter, DeadLetterReason, IdempotencyRecord, IncidentRecord, InstanceFilter,
+    InstanceRecord, InstanceStatus, JournalRecord, Lease, ListedInstance, NewIncident, NewInstance,
+    PurgeFilter, QueueItem, Renewal, Schedule, ScheduleFiring, StoreStats, TimerRow, TriggerRow,
 };
 use crate::base::{BoxFuture, Micros};
 
@@ -403,6 +402,14 @@ pub trait ChangeCount: Send + Sync {
     fn changes(&self) -> u64;
 }
 
+/// The optional capability of counting what a store holds in aggregate queries
+/// ([`Storage::census`](super::Storage::census) pages through the instances and dead letters
+/// of a backend without it, and cannot count its queue).
+pub trait CensusCount: Send + Sync {
+    /// Instances by definition and status, the queued stimuli and the dead letters.
+    fn census(&self) -> BoxFuture<'_, StoreResult<Census>>;
+}
+
 /// The optional capabilities of a backend, returned by [`Store::capabilities`]: each is a
 /// separate trait the backend may implement (usually on itself), so the [`Store`] trait
 /// stays the thin operations every backend needs.
@@ -435,6 +442,8 @@ pub struct Capabilities<'a> {
     pub change_count: Option<&'a dyn ChangeCount>,
     /// Claiming with a kept document, compared where it is held.
     pub claim_known: Option<&'a dyn ClaimKnown>,
+    /// Counting instances, queued stimuli and dead letters in aggregate queries.
+    pub census: Option<&'a dyn CensusCount>,
 }
 
 impl<'a> Capabilities<'a> {
@@ -479,6 +488,13 @@ impl<'a> Capabilities<'a> {
         self.claim_known = Some(claim_known);
         self
     }
+
+    /// With counts from aggregate queries.
+    #[must_use]
+    pub fn with_census(mut self, census: &'a dyn CensusCount) -> Self {
+        self.census = Some(census);
+        self
+    }
 }
 
 impl std::fmt::Debug for Capabilities<'_> {
@@ -490,6 +506,7 @@ impl std::fmt::Debug for Capabilities<'_> {
             .field("routes", &self.routes.is_some())
             .field("change_count", &self.change_count.is_some())
             .field("claim_known", &self.claim_known.is_some())
+            .field("census", &self.census.is_some())
             .finish()
     }
 }
@@ -721,64 +738,10 @@ pub trait Store: Send + Sync + 'static {
     /// Operation counters.
     fn stats(&self) -> BoxFuture<'_, StoreResult<StoreStats>>;
 
-    /// Counts instances by definition and status, the queued stimuli and the dead letters,
-    /// each with one aggregate query where the backend has one. The
-    /// default pages through [`list_instances`](Store::list_instances) and
-    /// [`list_dead_letters`](Store::list_dead_letters) and does not count the queue.
-    fn census(&self) -> BoxFuture<'_, StoreResult<Census>> {
-        Box::pin(async move {
-            let mut census = Census::default();
-            let mut after = None;
-            loop {
-                let page = self
-                    .list_instances(InstanceFilter {
-                        after: after.take(),
-                        limit: 1000,
-                        ..InstanceFilter::default()
-                    })
-                    .await?;
-                let Some(last) = page.last() else { break };
-                after = Some(last.instance_id.clone());
-                for summary in page.into_iter().filter_map(|listed| listed.summary.ok()) {
-                    count_instance(&mut census.instances, summary);
-                }
-            }
-            let mut after = None;
-            loop {
-                let page = self
-                    .list_dead_letters(DeadLetterFilter {
-                        after: after.take(),
-                        limit: 1000,
-                        ..DeadLetterFilter::default()
-                    })
-                    .await?;
-                let Some(last) = page.last() else { break };
-                after = Some((last.dead_at, last.item.item_id.clone()));
-                census.dead_letters += page.len() as u64;
-            }
-            Ok(census)
-        })
-    }
-
     /// The optional capabilities the backend offers (none by default): see
     /// [`Capabilities`].
     fn capabilities(&self) -> Capabilities<'_> {
         Capabilities::default()
-    }
-}
-
-/// Adds one instance to the counts of its group.
-fn count_instance(counts: &mut Vec<InstanceCount>, summary: InstanceSummary) {
-    let group = counts
-        .iter_mut()
-        .find(|c| c.status == summary.status && c.definition_name == summary.definition_name);
-    match group {
-        Some(group) => group.count += 1,
-        None => counts.push(InstanceCount {
-            definition_name: summary.definition_name,
-            status: summary.status,
-            count: 1,
-        }),
     }
 }
 

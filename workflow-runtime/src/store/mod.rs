@@ -58,7 +58,7 @@ mod sqlite;
 pub mod conformance;
 
 pub use backend::{
-    BookmarkSelect, CHILD_WAIT, Capabilities, ChangeCount, ChildWaitIndex, ClaimKnown,
+    BookmarkSelect, CHILD_WAIT, Capabilities, CensusCount, ChangeCount, ChildWaitIndex, ClaimKnown,
     ClaimedRecord, DefinitionRecord, DefinitionStore, DueTimers, Enqueue, IncidentQuery,
     LeaseClaim, LeaseKey, PurgeTarget, RemoteHints, RouteReads, Settled, Settlement, Store,
     TimerScope, TriggerSelect, TriggerWrite, WakeUp,

@@ -15,10 +15,11 @@ use super::backend::{
 use super::error::{StoreError, StoreResult};
 use super::rows::{
     BookmarkQuery, BookmarkRow, Census, ClaimedInstance, Commit, ControlRequest, DeadLetter,
-    DeadLetterFilter, DeadLetterReason, IdempotencyRecord, IncidentRecord, InstanceFilter,
-    InstanceRecord, InstanceStatus, JournalCompaction, JournalRecord, Lease, ListedInstance,
-    NewIncident, NewInstance, NewJournalRecord, PurgeFilter, QueueFailure, QueueItem, Renewal,
-    Schedule, ScheduleFiring, StoreStats, TimerRow, TriggerDiff, TriggerRow,
+    DeadLetterFilter, DeadLetterReason, IdempotencyRecord, IncidentRecord, InstanceCount,
+    InstanceFilter, InstanceRecord, InstanceStatus, InstanceSummary, JournalCompaction,
+    JournalRecord, Lease, ListedInstance, NewIncident, NewInstance, NewJournalRecord, PurgeFilter,
+    QueueFailure, QueueItem, Renewal, Schedule, ScheduleFiring, StoreStats, TimerRow, TriggerDiff,
+    TriggerRow,
 };
 use crate::base::Micros;
 
@@ -1453,7 +1454,42 @@ impl Storage {
     ///
     /// The backend's.
     pub async fn census(&self) -> StoreResult<Census> {
-        self.store.census().await
+        if let Some(census) = self.store.capabilities().census {
+            return census.census().await;
+        }
+        // A backend without aggregate queries: its pages, counted here.
+        let mut census = Census::default();
+        let mut after = None;
+        loop {
+            let page = self
+                .store
+                .list_instances(InstanceFilter {
+                    after: after.take(),
+                    limit: 1000,
+                    ..InstanceFilter::default()
+                })
+                .await?;
+            let Some(last) = page.last() else { break };
+            after = Some(last.instance_id.clone());
+            for summary in page.into_iter().filter_map(|listed| listed.summary.ok()) {
+                count_instance(&mut census.instances, summary);
+            }
+        }
+        let mut after = None;
+        loop {
+            let page = self
+                .store
+                .list_dead_letters(DeadLetterFilter {
+                    after: after.take(),
+                    limit: 1000,
+                    ..DeadLetterFilter::default()
+                })
+                .await?;
+            let Some(last) = page.last() else { break };
+            after = Some((last.dead_at, last.item.item_id.clone()));
+            census.dead_letters += page.len() as u64;
+        }
+        Ok(census)
     }
 
     /// The backend's operation counters.
@@ -1820,4 +1856,19 @@ fn schedule_of(row: &TimerRow) -> Option<Schedule> {
         due_at: row.due_at,
         fired: row.parked,
     })
+}
+
+/// Adds one instance to the counts of its group.
+fn count_instance(counts: &mut Vec<InstanceCount>, summary: InstanceSummary) {
+    let group = counts
+        .iter_mut()
+        .find(|c| c.status == summary.status && c.definition_name == summary.definition_name);
+    match group {
+        Some(group) => group.count += 1,
+        None => counts.push(InstanceCount {
+            definition_name: summary.definition_name,
+            status: summary.status,
+            count: 1,
+        }),
+    }
 }

@@ -10,9 +10,10 @@ use super::{Claimed, Inner, MemInstance, MemoryStore};
 use crate::base::BoxFuture;
 use crate::base::Micros;
 use crate::store::backend::{
-    BookmarkSelect, Capabilities, ChangeCount, ChildWaitIndex, ClaimKnown, ClaimedRecord,
-    DefinitionRecord, DefinitionStore, DueTimers, Enqueue, IncidentQuery, LeaseClaim, LeaseKey,
-    PurgeTarget, Settled, Settlement, Store, TimerScope, TriggerSelect, TriggerWrite,
+    BookmarkSelect, Capabilities, CensusCount, ChangeCount, ChildWaitIndex, ClaimKnown,
+    ClaimedRecord, DefinitionRecord, DefinitionStore, DueTimers, Enqueue, IncidentQuery,
+    LeaseClaim, LeaseKey, PurgeTarget, Settled, Settlement, Store, TimerScope, TriggerSelect,
+    TriggerWrite,
 };
 use crate::store::error::{StoreError, StoreResult};
 use crate::store::rows::{
@@ -925,6 +926,17 @@ impl Store for MemoryStore {
         self.read(|inner| Ok(inner.stats))
     }
 
+    fn capabilities(&self) -> Capabilities<'_> {
+        Capabilities::default()
+            .with_definitions(self)
+            .with_child_waits(self)
+            .with_change_count(self)
+            .with_claim_known(self)
+            .with_census(self)
+    }
+}
+
+impl CensusCount for MemoryStore {
     fn census(&self) -> BoxFuture<'_, StoreResult<Census>> {
         self.read(|inner| {
             let mut instances: Vec<InstanceCount> = Vec::new();
@@ -947,14 +959,6 @@ impl Store for MemoryStore {
                 dead_letters: inner.dead_letters.len() as u64,
             })
         })
-    }
-
-    fn capabilities(&self) -> Capabilities<'_> {
-        Capabilities::default()
-            .with_definitions(self)
-            .with_child_waits(self)
-            .with_change_count(self)
-            .with_claim_known(self)
     }
 }
 

@@ -23,9 +23,10 @@ use tokio::task::JoinHandle;
 
 use crate::base::{BoxFuture, Micros};
 use crate::store::backend::{
-    BookmarkSelect, Capabilities, ChildWaitIndex, ClaimedRecord, DefinitionRecord, DefinitionStore,
-    DueTimers, Enqueue, IncidentQuery, LeaseClaim, LeaseKey, PurgeTarget, RemoteHints, RouteReads,
-    Settled, Settlement, Store, TimerScope, TriggerSelect, TriggerWrite, WakeUp,
+    BookmarkSelect, Capabilities, CensusCount, ChildWaitIndex, ClaimedRecord, DefinitionRecord,
+    DefinitionStore, DueTimers, Enqueue, IncidentQuery, LeaseClaim, LeaseKey, PurgeTarget,
+    RemoteHints, RouteReads, Settled, Settlement, Store, TimerScope, TriggerSelect, TriggerWrite,
+    WakeUp,
 };
 use crate::store::error::{StoreError, StoreResult};
 use crate::store::migrations::MigrateMode;
@@ -1182,10 +1183,6 @@ impl Store for PostgresStore {
         })
     }
 
-    fn census(&self) -> BoxFuture<'_, StoreResult<Census>> {
-        Box::pin(async move { read!(self, |c| ops::census(c, &self.schema)) })
-    }
-
     fn stats(&self) -> BoxFuture<'_, StoreResult<StoreStats>> {
         ready(Ok(StoreStats {
             write_requests: self.counters.write_requests.load(Ordering::Relaxed),
@@ -1199,6 +1196,13 @@ impl Store for PostgresStore {
             .with_definitions(self)
             .with_child_waits(self)
             .with_routes(self)
+            .with_census(self)
+    }
+}
+
+impl CensusCount for PostgresStore {
+    fn census(&self) -> BoxFuture<'_, StoreResult<Census>> {
+        Box::pin(async move { read!(self, |c| ops::census(c, &self.schema)) })
     }
 }
 

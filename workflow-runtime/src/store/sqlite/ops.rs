@@ -22,9 +22,9 @@ use crate::base::BoxFuture;
 use crate::base::Micros;
 use crate::store::backend::WakeUp;
 use crate::store::backend::{
-    BookmarkSelect, Capabilities, ChildWaitIndex, ClaimedRecord, DefinitionRecord, DefinitionStore,
-    DueTimers, Enqueue, IncidentQuery, LeaseClaim, LeaseKey, PurgeTarget, RemoteHints, RouteReads,
-    Settled, Settlement, Store, TimerScope, TriggerSelect, TriggerWrite,
+    BookmarkSelect, Capabilities, CensusCount, ChildWaitIndex, ClaimedRecord, DefinitionRecord,
+    DefinitionStore, DueTimers, Enqueue, IncidentQuery, LeaseClaim, LeaseKey, PurgeTarget,
+    RemoteHints, RouteReads, Settled, Settlement, Store, TimerScope, TriggerSelect, TriggerWrite,
 };
 use crate::store::error::{StoreError, StoreResult};
 use crate::store::rows::{
@@ -1858,6 +1858,25 @@ impl Store for SqliteStore {
         self.read_point(move |c| find_idempotency(c, &key))
     }
 
+    fn stats(&self) -> BoxFuture<'_, StoreResult<StoreStats>> {
+        let stats = StoreStats {
+            write_requests: self.counters.write_requests.load(Ordering::Relaxed),
+            transactions: self.counters.transactions.load(Ordering::Relaxed),
+        };
+        Box::pin(std::future::ready(Ok(stats)))
+    }
+
+    fn capabilities(&self) -> Capabilities<'_> {
+        Capabilities::default()
+            .with_definitions(self)
+            .with_child_waits(self)
+            .with_remote_hints(self)
+            .with_routes(self)
+            .with_census(self)
+    }
+}
+
+impl CensusCount for SqliteStore {
     fn census(&self) -> BoxFuture<'_, StoreResult<Census>> {
         self.read(|c| {
             // The index on (definition_name, status) covers it: no row is read.
@@ -1888,22 +1907,6 @@ impl Store for SqliteStore {
                 dead_letters: count("SELECT COUNT(*) FROM wf_dead_letters")?,
             })
         })
-    }
-
-    fn stats(&self) -> BoxFuture<'_, StoreResult<StoreStats>> {
-        let stats = StoreStats {
-            write_requests: self.counters.write_requests.load(Ordering::Relaxed),
-            transactions: self.counters.transactions.load(Ordering::Relaxed),
-        };
-        Box::pin(std::future::ready(Ok(stats)))
-    }
-
-    fn capabilities(&self) -> Capabilities<'_> {
-        Capabilities::default()
-            .with_definitions(self)
-            .with_child_waits(self)
-            .with_remote_hints(self)
-            .with_routes(self)
     }
 }
 
