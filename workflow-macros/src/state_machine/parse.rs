@@ -20,7 +20,7 @@ use crate::common::parse::{
 use workflow_model::LookBack;
 
 /// The options of `#[state_machine(...)]`.
-pub(crate) const MACHINE_OPTIONS: [&str; 4] = ["data", "initial", "name", "retry"];
+pub(crate) const MACHINE_OPTIONS: [&str; 5] = ["data", "initial", "name", "retry", "look_back"];
 /// The options after a transition's target.
 pub(crate) const TRANSITION_OPTIONS: [&str; 4] = ["when", "action", "display", "id"];
 /// The attributes the macro reads on a variant.
@@ -37,6 +37,9 @@ pub(crate) struct Options {
     pub(crate) name: Option<LitStr>,
     /// `retry(..)`: the machine's default retry policy (FLT-2).
     pub(crate) retry: Option<RetryDecl>,
+    /// `look_back = ..`: the look-back of every event transition without its own
+    /// `.look_back(..)` (RT-30); absent, `since_entered`.
+    pub(crate) look_back: Option<(LookBack, TokenStream)>,
 }
 
 /// One variant of the enum: a state.
@@ -281,6 +284,10 @@ fn parse_options(args: TokenStream, errors: &mut Errors) -> Options {
                     }
                     options.name.get_or_insert(lit);
                 }
+                "look_back" => {
+                    let look_back = parse_look_back(input)?;
+                    options.look_back.get_or_insert(look_back);
+                }
                 _ => {
                     let (hint, found) = did_you_mean(&key_name, MACHINE_OPTIONS);
                     misspelled.extend(found);
@@ -327,6 +334,7 @@ fn example(option: &str) -> &'static str {
         "data" => "data = MyData",
         "initial" => "initial = FirstState",
         "name" => "name = \"OrderFlow\"",
+        "look_back" => "look_back = since_origin",
         "when" => "when = a_condition_fn",
         "action" => "action = an_async_fn",
         "display" => "display = \"Pay the order\"",

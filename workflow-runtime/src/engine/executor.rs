@@ -218,6 +218,10 @@ pub(crate) struct Executor<'a, D> {
     pub(crate) emit_events: bool,
     middleware: &'a Middleware,
     pub(crate) now: Micros,
+    /// What caused this run, when it delivers a stimulus (its send time) or fires a timer
+    /// (its due time): the instant a state machine's `since_entered` waits look back to
+    /// (RT-30).
+    pub(crate) caused_at: Option<Micros>,
     faulted: bool,
     /// Child instances to start or cancel once this run commits (ACT-24).
     pub(crate) links: Vec<Link>,
@@ -266,6 +270,7 @@ where
             emit_events: true,
             middleware,
             now: now_micros(),
+            caused_at: None,
             faulted: false,
             links: Vec::new(),
             checkpoint: None,
@@ -478,6 +483,7 @@ where
                     }
                     found += 1;
                     if let Some(timer) = crate::engine::names::timer_of(bookmark) {
+                        self.caused_at = Some(timer.due_at);
                         // TM-8: a due timer's resume carries when it fired.
                         let fired_at = payload.get("fired_at").and_then(Value::as_i64);
                         let late_ms =
@@ -1318,6 +1324,10 @@ where
 
     fn now(&self) -> Micros {
         self.now
+    }
+
+    fn caused_at(&self) -> Option<Micros> {
+        self.caused_at
     }
 
     fn schedule_child(

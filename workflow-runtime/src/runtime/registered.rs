@@ -35,6 +35,8 @@ pub(crate) struct RunSettings {
     pub(crate) emit_events: bool,
     /// The run's time, from the runtime's clock (TM-1).
     pub(crate) now: Micros,
+    /// When the stimulus this run delivers was sent, if it delivers one (RT-30).
+    pub(crate) caused_at: Option<Micros>,
 }
 
 /// A registered definition with its user code, its data type erased.
@@ -114,6 +116,7 @@ where
         Box::pin(async move {
             let mut executor = Executor::new(&self.graph, &self.registry, state, middleware);
             executor.now = options.now;
+            executor.caused_at = options.caused_at;
             executor.attempts = options.attempts;
             executor.emit_events = options.emit_events;
             executor.checkpoint = checkpoint;

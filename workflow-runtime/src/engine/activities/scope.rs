@@ -101,6 +101,9 @@ pub(crate) trait Scope<'g> {
     fn state_mut(&mut self) -> &mut WorkflowState;
     /// The run's time, in microseconds since the epoch (read once per run).
     fn now(&self) -> crate::base::Micros;
+    /// What caused the run: the send time of the stimulus it delivers, or the due time of
+    /// the timer it fires; `None` for a start, a recovery or a child's result (RT-30).
+    fn caused_at(&self) -> Option<crate::base::Micros>;
 
     /// ENG-11: schedules `node`, a direct child of the owner's node, with a completion tag and
     /// a callback name; returns the child's context id.

@@ -346,6 +346,7 @@ impl Router {
                 stimulus,
                 hash,
                 stimulus_id,
+                sent_at,
                 Receipts::of(origin, created),
                 prefetched,
                 &mut report,
@@ -476,6 +477,7 @@ impl Router {
         stimulus: &Stimulus,
         hash: &str,
         stimulus_id: &str,
+        sent_at: Micros,
         receipts: Receipts,
         prefetched: Option<Vec<BookmarkRow>>,
         report: &mut SendReport,
@@ -526,7 +528,9 @@ impl Router {
                 ids,
                 payload: stimulus.payload.clone(),
             };
-            let delivery = self.delivery(stimulus_id, receipts == Receipts::Kept);
+            let delivery = self
+                .delivery(stimulus_id, receipts == Receipts::Kept)
+                .sent_at(sent_at);
             match self
                 .run_path
                 .run(&instance, RunOptions::to(target).delivering(delivery))

@@ -68,6 +68,9 @@ pub(crate) struct Delivery {
     /// The queue item carrying it, deleted by the first commit (RT-19): a worker stopped
     /// before its acknowledgement leaves nothing to redeliver.
     queue_item: Option<String>,
+    /// When the stimulus was sent: the cause of what the run does, from which a state
+    /// machine's `since_entered` waits admit queued stimuli (RT-30).
+    sent_at: Option<Micros>,
 }
 
 impl Delivery {
@@ -78,6 +81,7 @@ impl Delivery {
             receipt: true,
             idempotency: None,
             queue_item: None,
+            sent_at: None,
         }
     }
 
@@ -95,6 +99,12 @@ impl Delivery {
         self
     }
 
+    /// Of a stimulus sent at `sent_at`.
+    pub(crate) fn sent_at(mut self, sent_at: Micros) -> Self {
+        self.sent_at = Some(sent_at);
+        self
+    }
+
     /// With the queue item the first commit deletes.
     pub(crate) fn consuming(mut self, item_id: Option<String>) -> Self {
         self.queue_item = item_id;
@@ -108,6 +118,7 @@ impl Delivery {
             receipt: self.receipt,
             idempotency: None,
             queue_item: None,
+            sent_at: self.sent_at,
         }
     }
 }
@@ -589,6 +600,7 @@ impl RunPath {
             emit_events: self.events.receiver_count() > 0
                 || tracing::enabled!(target: "workflow_runtime::events", tracing::Level::WARN),
             now: self.clock.now(),
+            caused_at: None,
         }
     }
 
@@ -659,6 +671,7 @@ impl RunPath {
             // TM-10: the resume's first commit unparks the timers.
             commits.unpark_next();
         }
+        let caused_at = delivery.as_ref().and_then(|d| d.sent_at);
         if let Some(delivery) = delivery {
             let mut tracker = lock(&commits.tracker);
             // RT-19: the commit delivering a direct send's stimulus writes its record, and
@@ -680,9 +693,11 @@ impl RunPath {
         // by value into a future of its own (a second copy of it, moved there).
         let run = std::pin::pin!(async {
             let mut target = Some(target);
+            let mut caused_at = caused_at;
             loop {
                 let target = target.take().unwrap_or(RunTarget::None);
                 let mut settings = self.engine_settings(Some(&token));
+                settings.caused_at = caused_at.take();
                 settings.attempts.pause = Some(Arc::clone(&signals.pause));
                 settings.attempts.executing = Some(guard.executing());
                 let mut output = workflow
