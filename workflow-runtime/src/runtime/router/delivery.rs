@@ -345,8 +345,10 @@ impl Router {
             .bookmark_phase(
                 stimulus,
                 hash,
-                stimulus_id,
-                sent_at,
+                Sent {
+                    id: stimulus_id,
+                    at: sent_at,
+                },
                 Receipts::of(origin, created),
                 prefetched,
                 &mut report,
@@ -476,12 +478,12 @@ impl Router {
         &self,
         stimulus: &Stimulus,
         hash: &str,
-        stimulus_id: &str,
-        sent_at: Micros,
+        sent: Sent<'_>,
         receipts: Receipts,
         prefetched: Option<Vec<BookmarkRow>>,
         report: &mut SendReport,
     ) -> Result<Vec<(String, bool)>, SendError> {
+        let stimulus_id = sent.id;
         let store = &self.store;
         if let Some(instance) = &stimulus.instance_id {
             self.refuse_gone_or_final(instance).await?;
@@ -530,7 +532,7 @@ impl Router {
             };
             let delivery = self
                 .delivery(stimulus_id, receipts == Receipts::Kept)
-                .sent_at(sent_at);
+                .sent_at(sent.at);
             match self
                 .run_path
                 .run(&instance, RunOptions::to(target).delivering(delivery))
@@ -830,4 +832,12 @@ fn duplicate(
         })?;
     report.duplicate = true;
     Ok(report)
+}
+
+/// The id and send time of the stimulus a bookmark phase delivers.
+#[derive(Debug, Clone, Copy)]
+struct Sent<'a> {
+    id: &'a str,
+    /// When it was sent: its deliveries' cause (RT-30).
+    at: Micros,
 }
