@@ -15,7 +15,7 @@ use tracing::Instrument;
 use crate::base::BoxFuture;
 use crate::base::{Micros, new_ulid, now_micros};
 pub(crate) use crate::engine::activities::scope::{
-    ChildInfo, Link, Scope, StepError, UserFailure, engine_fault,
+    ChildInfo, DeclinedTransition, Link, Scope, StepError, UserFailure, engine_fault,
 };
 use crate::engine::activities::{Activities, EventActivity, Execution};
 pub use crate::engine::error::RunError;
@@ -222,6 +222,8 @@ pub(crate) struct Executor<'a, D> {
     /// (its due time): the instant a state machine's `since_entered` waits look back to
     /// (RT-30).
     pub(crate) caused_at: Option<Micros>,
+    /// The transitions whose condition declined their trigger in this run (SM-4).
+    pub(crate) declined: Vec<DeclinedTransition>,
     faulted: bool,
     /// Child instances to start or cancel once this run commits (ACT-24).
     pub(crate) links: Vec<Link>,
@@ -271,6 +273,7 @@ where
             middleware,
             now: now_micros(),
             caused_at: None,
+            declined: Vec::new(),
             faulted: false,
             links: Vec::new(),
             checkpoint: None,
@@ -1328,6 +1331,10 @@ where
 
     fn caused_at(&self) -> Option<Micros> {
         self.caused_at
+    }
+
+    fn declined(&mut self, declined: DeclinedTransition) {
+        self.declined.push(declined);
     }
 
     fn schedule_child(

@@ -53,4 +53,4 @@ pub use crate::identity::{RoutingError, check_correlation_id, check_name, stimul
 pub(crate) use stimulus::{
     BOOKMARK_PAGE, DEFAULT_QUEUE_TTL, MAX_PAYLOAD_BYTES, Targets, child_result_item, to_micros,
 };
-pub use stimulus::{Refusal, Rejection, SendError, SendReport, Stimulus};
+pub use stimulus::{Declined, Refusal, Rejection, SendError, SendReport, Stimulus};

@@ -264,6 +264,52 @@ pub enum Refusal {
     },
 }
 
+/// A stimulus a state machine's transition declined (SM-4): the transition's trigger took it,
+/// its condition returned `false`, so the machine stayed in `state` and waits again. The
+/// stimulus was consumed: the instance ran, and is also listed in [`SendReport::resumed`].
+///
+/// # Examples
+///
+/// ```
+/// use workflow_runtime::routing::Declined;
+///
+/// let declined = Declined {
+///     instance_id: "ticket-T-2".into(),
+///     state: "Open".into(),
+///     transition: "assign".into(),
+///     condition: Some("has_agent".into()),
+/// };
+/// assert_eq!(
+///     declined.to_string(),
+///     "ticket-T-2 stayed in `Open`: transition `assign` declined by its condition `has_agent`"
+/// );
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Declined {
+    /// The instance.
+    pub instance_id: String,
+    /// The state it stayed in.
+    pub state: String,
+    /// The transition's name, as written in the machine.
+    pub transition: String,
+    /// The registry name of the condition that returned `false`.
+    pub condition: Option<String>,
+}
+
+impl std::fmt::Display for Declined {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} stayed in `{}`: transition `{}` declined",
+            self.instance_id, self.state, self.transition
+        )?;
+        match &self.condition {
+            Some(condition) => write!(f, " by its condition `{condition}`"),
+            None => Ok(()),
+        }
+    }
+}
+
 /// Why a stimulus was rejected for one instance (RT-22): the stimulus was not consumed and was
 /// written to the dead letters with reason `Rejected`. The instance and its bookmark are
 /// unchanged, but for [`Rejection::StateTooLarge`], which faulted it at its last commit.
@@ -344,8 +390,14 @@ pub struct SendReport {
     pub hash: String,
     /// Instances started by triggers, with their status after their first run.
     pub started: Vec<Started>,
-    /// Instances resumed, in delivery order, with their status after the run.
+    /// Instances resumed, in delivery order, with their status after the run. An instance
+    /// whose transition declined the stimulus ran, so it is listed here too, and in
+    /// [`SendReport::declined`].
     pub resumed: Vec<Started>,
+    /// The transitions of resumed instances whose condition declined the stimulus (SM-4):
+    /// each of those instances stayed in its state.
+    #[serde(default)]
+    pub declined: Vec<Declined>,
     /// Triggers that started nothing, and why.
     pub refused: Vec<Refusal>,
     /// Instances busy in another process (their lease is held), faulted, paused, or pinned to
@@ -383,6 +435,7 @@ impl SendReport {
             hash,
             started: Vec::new(),
             resumed: Vec::new(),
+            declined: Vec::new(),
             refused: Vec::new(),
             deferred: Vec::new(),
             rejected: Vec::new(),
@@ -478,6 +531,9 @@ impl std::fmt::Display for SendReport {
         if !self.resumed.is_empty() {
             let list = ids(self.resumed.iter().map(|s| s.instance_id.clone()));
             parts.push(format!("resumed {} ({list})", self.resumed.len()));
+        }
+        for declined in &self.declined {
+            parts.push(format!("declined: {declined}"));
         }
         if !self.deferred.is_empty() {
             parts.push(format!(

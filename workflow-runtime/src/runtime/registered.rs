@@ -9,8 +9,8 @@ use workflow_model::Activation;
 use crate::base::{BoxFuture, Micros};
 use crate::engine::events::LifecycleEvent;
 use crate::engine::executor::{
-    AttemptSettings, Checkpoint, CommitStrategy, Executor, Link, Middleware, RunEnd, RunError,
-    RunTarget,
+    AttemptSettings, Checkpoint, CommitStrategy, DeclinedTransition, Executor, Link, Middleware,
+    RunEnd, RunError, RunTarget,
 };
 use crate::engine::graph::Graph;
 use crate::engine::registry::Registry;
@@ -22,6 +22,8 @@ pub(crate) struct RunOutput {
     pub(crate) end: RunEnd,
     /// Child instances to start or cancel once committed (ACT-24).
     pub(crate) links: Vec<Link>,
+    /// The transitions whose condition declined their trigger in the run (SM-4).
+    pub(crate) declined: Vec<DeclinedTransition>,
 }
 
 /// The settings of one run.
@@ -126,6 +128,7 @@ where
                 events: executor.events,
                 end,
                 links: executor.links,
+                declined: executor.declined,
             })
         })
     }
@@ -145,6 +148,7 @@ where
             events: executor.events,
             end: RunEnd::Finished,
             links: executor.links,
+            declined: Vec::new(),
         })
     }
 
@@ -157,6 +161,7 @@ where
             events: executor.events,
             end: RunEnd::Suspended(crate::engine::state::SubStatus::Paused),
             links: executor.links,
+            declined: Vec::new(),
         }
     }
 

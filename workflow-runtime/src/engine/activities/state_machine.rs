@@ -172,6 +172,15 @@ pub(crate) trait StateMachineActivity<'g>: Scope<'g> {
             return self.machine_take(id, m, t, payload);
         }
         // False: stay, leave competitors alone, re-arm the same trigger (SM-4).
+        let name = t
+            .key
+            .split_once(':')
+            .map_or(t.key.as_str(), |(_, name)| name);
+        self.declined(super::scope::DeclinedTransition {
+            state: current.clone(),
+            transition: name.to_owned(),
+            condition: t.condition.clone(),
+        });
         self.record(
             JournalKind::Declined,
             Some(id),

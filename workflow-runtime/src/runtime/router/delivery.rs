@@ -11,8 +11,8 @@ use crate::engine::executor::{RunError, RunTarget};
 use crate::engine::state::WorkflowStatus;
 use crate::identity::{RoutingError, check_correlation_id, check_name, sha_hex, stimulus_hash};
 use crate::routing::{
-    BOOKMARK_PAGE, MAX_PAYLOAD_BYTES, Rejection, SendError, SendReport, Stimulus, Targets,
-    to_micros,
+    BOOKMARK_PAGE, Declined, MAX_PAYLOAD_BYTES, Rejection, SendError, SendReport, Stimulus,
+    Targets, to_micros,
 };
 use crate::runtime::run_path::RunOptions;
 use crate::status::Started;
@@ -535,10 +535,21 @@ impl Router {
                 .sent_at(sent.at);
             match self
                 .run_path
-                .run(&instance, RunOptions::to(target).delivering(delivery))
+                .run_reporting(&instance, RunOptions::to(target).delivering(delivery))
                 .await
             {
-                Ok(Some(started)) => report.resumed.push(started),
+                Ok(Some(ran)) => {
+                    // SM-4: the instance ran; its transitions that declined are said too.
+                    report
+                        .declined
+                        .extend(ran.declined.into_iter().map(|d| Declined {
+                            instance_id: ran.started.instance_id.clone(),
+                            state: d.state,
+                            transition: d.transition,
+                            condition: d.condition,
+                        }));
+                    report.resumed.push(ran.started);
+                }
                 // Consumed elsewhere in the meantime: routing treats it as gone (ENG-25).
                 Ok(None) | Err(RunError::BookmarkNotFound { .. }) => {}
                 Err(RunError::Store {

@@ -31,7 +31,8 @@ use crate::cancel::CancellationToken;
 use crate::clock::Clock;
 use crate::engine::events::{EventStream, LifecycleEvent};
 use crate::engine::executor::{
-    AttemptSettings, Checkpoint, CommitStrategy, Link, Middleware, RunEnd, RunError, RunTarget,
+    AttemptSettings, Checkpoint, CommitStrategy, DeclinedTransition, Link, Middleware, RunEnd,
+    RunError, RunTarget,
 };
 use crate::engine::state::{SubStatus, WorkflowState, WorkflowStatus};
 use crate::status::Started;
@@ -121,6 +122,15 @@ impl Delivery {
             sent_at: self.sent_at,
         }
     }
+}
+
+/// What [`RunPath::run_reporting`] reports of a run.
+#[derive(Debug)]
+pub(crate) struct Ran {
+    /// The instance's status after the run.
+    pub(crate) started: Started,
+    /// The transitions whose condition declined their trigger in the run (SM-4).
+    pub(crate) declined: Vec<DeclinedTransition>,
 }
 
 /// How [`RunPath::run`] runs an instance.
@@ -357,6 +367,19 @@ impl RunPath {
         instance_id: &str,
         options: RunOptions<'_>,
     ) -> Result<Option<Started>, RunError> {
+        Ok(self
+            .run_reporting(instance_id, options)
+            .await?
+            .map(|ran| ran.started))
+    }
+
+    /// [`RunPath::run`], with what the run did that its caller reports: the transitions whose
+    /// condition declined the delivered stimulus (SM-4).
+    pub(crate) async fn run_reporting(
+        &self,
+        instance_id: &str,
+        options: RunOptions<'_>,
+    ) -> Result<Option<Ran>, RunError> {
         let RunOptions {
             target,
             delivery,
@@ -380,17 +403,28 @@ impl RunPath {
                 }
             }
         };
+        let mut declined = Vec::new();
         match self
-            .run_held(guard, target, delivery, resume, !refuse_too_large)
+            .run_held(
+                guard,
+                target,
+                delivery,
+                resume,
+                !refuse_too_large,
+                &mut declined,
+            )
             .await
         {
-            Ok(started) => Ok(Some(started)),
+            Ok(started) => Ok(Some(Ran { started, declined })),
             // A recovery sweep of another process took the instance before this first run
             // and ran it to its end: that was its first run.
-            Err(RunError::NotRunnable { instance, status }) if first => Ok(Some(Started {
-                instance_id: instance,
-                status,
-                sub_status: None,
+            Err(RunError::NotRunnable { instance, status }) if first => Ok(Some(Ran {
+                started: Started {
+                    instance_id: instance,
+                    status,
+                    sub_status: None,
+                },
+                declined,
             })),
             Err(error) => Err(error),
         }
@@ -432,6 +466,7 @@ impl RunPath {
         delivery: Option<Delivery>,
         resume: bool,
         fault_too_large: bool,
+        declined: &mut Vec<DeclinedTransition>,
     ) -> Result<Started, RunError> {
         let instance_id = guard.instance_id().to_owned();
         let delivering = delivery.as_ref().map(Delivery::stimulus);
@@ -439,7 +474,9 @@ impl RunPath {
         signals
             .resume
             .store(resume, std::sync::atomic::Ordering::SeqCst);
-        let result = self.run_slices(&guard, target, delivery, &signals).await;
+        let result = self
+            .run_slices(&guard, target, delivery, &signals, declined)
+            .await;
         let requested_cancel = signals.take_cancel();
         match (result, guard.lost()) {
             (Ok(started), _) => {
@@ -613,6 +650,7 @@ impl RunPath {
         target: RunTarget,
         delivery: Option<Delivery>,
         signals: &Arc<RunSignals>,
+        declined: &mut Vec<DeclinedTransition>,
     ) -> Result<Started, RunError> {
         let instance_id = guard.instance_id();
         let (mut state, commits) = self.load(guard).await?;
@@ -720,9 +758,12 @@ impl RunPath {
                     }
                 }
                 let end = output.end;
+                let slice_declined = std::mem::take(&mut output.declined);
                 let (next, started) = self
                     .commit_and_publish(&commits, output, end != RunEnd::Budget)
                     .await?;
+                // Reported only once committed: a run abandoned after it did not decline.
+                declined.extend(slice_declined);
                 if end != RunEnd::Budget {
                     // ENG-53: the next run of a live instance starts from this state.
                     let kept = {
