@@ -7,7 +7,9 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 use workflow_runtime::store::{MemoryStore, SqliteStore, Storage};
-use workflow_runtime::{Declined, Runtime, Stimulus, state_machine};
+use workflow_runtime::{
+    AddressedInstance, Declined, Runtime, Stimulus, WorkflowStatus, state_machine,
+};
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Ticket {
@@ -103,6 +105,61 @@ fn a_stimulus_the_guard_declines_is_reported_as_declined() {
             assert!(report.declined.is_empty(), "{label}: {report:?}");
             let state = rt.get_state(&id).await.unwrap().unwrap();
             assert_eq!(state.current_state(), Some("Assigned"), "{label}");
+        });
+    }
+}
+
+#[test]
+fn a_stimulus_no_instance_waits_for_says_why_it_was_queued() {
+    for (label, store, _dir) in stores() {
+        block_on(async {
+            let rt = runtime(&store);
+            let id = rt
+                .start::<TicketFlow>(Ticket { id: "T-3".into() })
+                .await
+                .unwrap()
+                .instance_id;
+            assert_eq!(
+                rt.send(assign("T-3", "ada")).await.unwrap().resumed.len(),
+                1
+            );
+            // Addressed to the instance, which is `Assigned` and waits for `ticket.close`.
+            let report = rt
+                .send(assign("T-3", "bob").instance(id.clone()))
+                .await
+                .unwrap();
+            let item = report.queued.clone().expect("queued");
+            let because = report.queued_because.clone().expect("why it was queued");
+            assert_eq!(
+                because.addressed,
+                vec![AddressedInstance {
+                    instance_id: id.clone(),
+                    status: WorkflowStatus::Suspended,
+                    at: vec!["Assigned".into()],
+                    waiting_for: vec!["ticket.close".into()],
+                }],
+                "{label}"
+            );
+            assert!(because.expires_at > 0, "{label}");
+            assert_eq!(
+                report.to_string(),
+                format!(
+                    "stimulus {}: queued as {item}: no instance waits for it now ({id} is Suspended at `Assigned`, waiting for `ticket.close`); delivered if one comes to wait for it before it expires, else dead-lettered",
+                    report.stimulus_id
+                ),
+                "{label}"
+            );
+            // Finished: a send by key finds nothing waiting, and says so.
+            let closed = rt.send(TicketFlow::ticket_close("T-3")).await.unwrap();
+            assert_eq!(closed.resumed.len(), 1, "{label}: {closed:?}");
+            let late = rt.send(TicketFlow::ticket_close("T-3")).await.unwrap();
+            assert!(late.queued.is_some(), "{label}: {late:?}");
+            let because = late.queued_because.clone().expect("why it was queued");
+            assert!(because.addressed.is_empty(), "{label}: {because:?}");
+            assert!(
+                late.to_string().contains("no instance waits for it now"),
+                "{label}: {late}"
+            );
         });
     }
 }

@@ -94,6 +94,12 @@ async fn reply_before_the_question<W: Workflow<Data = Ticket>>(rt: &Runtime, key
     assert_eq!(send(rt, "ticket.assign", key).await.resumed.len(), 1);
     let early = send(rt, "ticket.reply", key).await;
     assert!(early.queued.is_some(), "{early:?}");
+    // The report says nothing waits for it now.
+    assert!(early.queued_because.is_some(), "{early:?}");
+    assert!(
+        early.to_string().contains("no instance waits for it now"),
+        "{early}"
+    );
     assert_eq!(send(rt, "ticket.ask", key).await.resumed.len(), 1);
     id
 }
