@@ -899,7 +899,7 @@ mod tests {
         assert_eq!(
             errors,
             [
-                "unknown state machine option `intial`; expected one of `data`, `initial`, `name`, `retry`; did you mean `initial`?",
+                "unknown state machine option `intial`; expected one of `data`, `initial`, `name`, `retry`, `look_back`; did you mean `initial`?",
                 "duplicate state machine option `data`\n= note: first used here (line 1, column 1)",
             ]
         );

@@ -565,8 +565,9 @@ pub(crate) fn to_micros(d: Duration) -> Micros {
 }
 
 impl std::fmt::Display for SendReport {
-    /// One line saying what the send did, e.g. `payment: resumed 1 (o-1)` or
-    /// `payment: queued as 01J.. until an instance waits for it`.
+    /// One line saying what the send did, e.g. `stimulus 01J..: resumed 1 (o-1)` or
+    /// `stimulus 01J..: queued as 01J..: no instance waits for it now; delivered if one comes
+    /// to wait for it before it expires, else dead-lettered`.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         fn ids(list: impl Iterator<Item = String>) -> String {
             list.collect::<Vec<_>>().join(", ")
