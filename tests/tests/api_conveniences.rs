@@ -55,7 +55,7 @@ async fn a_send_report_reads_as_one_line_saying_what_happened() {
         .unwrap();
     let line = report.to_string();
     assert!(line.contains("queued as"), "{line}");
-    assert!(line.contains("until an instance waits for it"), "{line}");
+    assert!(line.contains("no instance waits for it now"), "{line}");
 }
 
 #[tokio::test]

@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use workflow_runtime::model::{
-    Activity, Definition, Delay, Event, State, StateMachine, Task, Transition, diagram,
+    Activity, Definition, Delay, Event, LookBack, State, StateMachine, Task, Transition, diagram,
 };
 use workflow_runtime::{StateMachineWorkflow, TaskContext, Workflow, state_machine};
 
@@ -73,14 +73,24 @@ fn by_hand() -> Definition {
 
     let mut pay = transition("New", "Paid");
     pay.name = Some("pay".into());
-    pay.trigger = Some(Event::new("pay", "payment").with_key("order_id").into());
+    pay.trigger = Some(
+        Event::new("pay", "payment")
+            .with_key("order_id")
+            .with_look_back(LookBack::SinceEntered)
+            .into(),
+    );
     pay.condition = Some("covers_amount".into());
     pay.action = task("pay_action", "record_payment");
 
     let mut cancel = transition("New", "Cancelled");
     cancel.name = Some("cancel".into());
     cancel.display_name = Some("Cancel the order".into());
-    cancel.trigger = Some(Event::new("cancel", "cancel").with_key("order_id").into());
+    cancel.trigger = Some(
+        Event::new("cancel", "cancel")
+            .with_key("order_id")
+            .with_look_back(LookBack::SinceEntered)
+            .into(),
+    );
 
     let mut expire = transition("New", "Cancelled");
     expire.trigger = Some(Delay::new("New_3", 48 * 3600 * 1000).into());
@@ -91,7 +101,11 @@ fn by_hand() -> Definition {
 
     let mut ship = transition("Paid", "shipped");
     ship.name = Some("ship".into());
-    ship.trigger = Some(Event::new("ship", "shipped").into());
+    ship.trigger = Some(
+        Event::new("ship", "shipped")
+            .with_look_back(LookBack::SinceEntered)
+            .into(),
+    );
 
     Definition::new(
         "OrderFlow",

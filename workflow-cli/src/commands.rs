@@ -163,6 +163,10 @@ pub(crate) async fn run(
                     .map_err(|e| CliError::Input(format!("`--payload` is not JSON: {e}")))?;
                 stimulus = stimulus.payload(value);
             }
+            // What waits for it now is looked up with the same narrowing.
+            let mut waits = workflow_runtime::store::BookmarkQuery::by_hash(String::new(), 20);
+            waits.instance_id.clone_from(&instance);
+            waits.correlation_id.clone_from(&correlation);
             if let Some(instance) = instance {
                 stimulus = stimulus.instance(instance);
             }
@@ -181,9 +185,30 @@ pub(crate) async fn run(
             store.flush_hints().await;
             let report = report?;
             Ok(match report.queued {
-                Some(item) => format!(
-                    "queued `{name}` as {item}: the process running its workflows delivers it\n"
-                ),
+                Some(item) => {
+                    // The store's bookmarks with the stimulus's hash: the instances that wait
+                    // for it now (read by hash, the routing index).
+                    waits.hash.clone_from(&report.hash);
+                    let mut waiting: Vec<String> = store
+                        .storage()
+                        .find_bookmarks(waits)
+                        .await?
+                        .into_iter()
+                        .map(|row| row.instance_id)
+                        .collect();
+                    waiting.sort();
+                    waiting.dedup();
+                    if waiting.is_empty() {
+                        format!(
+                            "queued `{name}` as {item}: no instance waits for it now; the process running its workflows delivers it to one that comes to wait for it before it expires, else dead-letters it\n"
+                        )
+                    } else {
+                        format!(
+                            "queued `{name}` as {item}: the process running its workflows delivers it; waiting for it now: {}\n",
+                            waiting.join(", ")
+                        )
+                    }
+                }
                 None if report.duplicate => {
                     "already sent with this idempotency key: nothing done\n".to_owned()
                 }

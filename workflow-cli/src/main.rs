@@ -14,7 +14,8 @@
 //!
 //! Reads never need the application's code and never block it: a SQLite file in use is read
 //! through a read-only connection. A sent event goes to the store's queue, and the queue
-//! worker of the process running its workflows delivers it; `cancel`, `suspend`, `resume` and
+//! worker of the process running its workflows delivers it (`send` says which instances wait for
+//! it now, or that none does); `cancel`, `suspend`, `resume` and
 //! `retry` record a control request that the process running the instance honours at its
 //! next step (the command waits for that, `--wait`, 15 s by default); `dead-letters replay`
 //! and `purge` write beside a running application too.

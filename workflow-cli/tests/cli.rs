@@ -308,6 +308,11 @@ async fn a_sent_event_is_queued_and_delivered_by_the_application() {
         "{}",
         sent.stdout
     );
+    assert!(
+        sent.stdout.contains("waiting for it now: o-1"),
+        "{}",
+        sent.stdout
+    );
 
     let app = runtime(&db);
     assert_eq!(app.deliver_queued().await.unwrap(), 1);
@@ -316,6 +321,15 @@ async fn a_sent_event_is_queued_and_delivered_by_the_application() {
     assert_eq!(state.status(), WorkflowStatus::Finished);
     assert_eq!(state.data::<Order>().unwrap().paid, 30);
     app.shutdown(std::time::Duration::from_secs(1)).await;
+
+    // Nothing waits for a payment of an order that does not exist: said, and queued.
+    let unawaited = workflow(&db, &["send", "payment", "--key", "o-9"]);
+    assert!(unawaited.ok, "{}", unawaited.stderr);
+    assert!(
+        unawaited.stdout.contains("no instance waits for it now"),
+        "{}",
+        unawaited.stdout
+    );
 
     let bad = workflow(&db, &["send", "payment", "--payload", "{not json"]);
     assert!(!bad.ok);

@@ -409,7 +409,8 @@ pub struct Event {
     /// A deadline in milliseconds after which the `timeout` outcome is taken (TM-14).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub deadline_ms: Option<u64>,
-    /// Which queued stimuli this wait may take (RT-30); absent: `since_origin`.
+    /// Which queued stimuli this wait may take (RT-30); absent: `since_origin` (a
+    /// `#[state_machine]` writes `since_entered` for its transitions unless told otherwise).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub look_back: Option<LookBack>,
     /// How the payload is folded into the data when the event completes (ACT-19); absent: the
@@ -443,6 +444,15 @@ pub enum LookBack {
     /// started it, or of the start call): a reply that overtakes the wait is kept.
     #[default]
     SinceOrigin,
+    /// Stimuli sent at or after the moment the transition into the state machine's current
+    /// state was caused: the send time of the stimulus whose run took that transition, or
+    /// the due time of the timer that fired it; in the initial state (and for a wait outside
+    /// a state machine), the instance's origin, as `SinceOrigin`. So an event sent while the
+    /// machine was in a state that does not wait for it is not taken later, when it enters a
+    /// state that does: it stays queued until its TTL and is then dead-lettered `Expired`.
+    ///
+    /// The default of a `#[state_machine]` transition (`since_entered` in JSON).
+    SinceEntered,
     /// Stimuli sent at or after the wait's creation minus `ms` milliseconds.
     Window {
         /// The window in milliseconds.

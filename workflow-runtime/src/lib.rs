@@ -38,10 +38,11 @@ pub use engine::state::{
 pub use engine::task::{IntoTaskResult, Outcome, TaskContext, TaskError, TaskResult};
 pub use routing::RoutingError;
 pub use runtime::{
-    AwaitError, BuildError, CancelError, Completion, Control, ControlError, InstanceQuery,
-    InstanceSnapshot, InstanceSummary, LifecycleError, PurgeError, RecoveryReport, Refusal,
-    Rejection, ResumeError, Retention, RetentionReport, RetryError, Runtime, RuntimeBuilder,
-    SendError, SendReport, StartError, StartOptions, Started, StateError, Stimulus, TimerFiring,
+    AddressedInstance, AwaitError, BuildError, CancelError, Completion, Control, ControlError,
+    Declined, InstanceQuery, InstanceSnapshot, InstanceSummary, LifecycleError, NotAwaited,
+    PurgeError, RecoveryReport, Refusal, Rejection, ResumeError, Retention, RetentionReport,
+    RetryError, Runtime, RuntimeBuilder, SendError, SendReport, StartError, StartOptions, Started,
+    StateError, Stimulus, TimerFiring,
 };
 pub use workflow::{StateMachineWorkflow, Workflow};
 

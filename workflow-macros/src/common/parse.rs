@@ -405,9 +405,10 @@ pub(crate) fn parse_commit_strategy(
 }
 
 /// The look-back policies of `.look_back(..)` (RT-30).
-pub(crate) const LOOK_BACKS: [&str; 4] = ["none", "since_origin", "window", "any"];
+pub(crate) const LOOK_BACKS: [&str; 5] = ["none", "since_origin", "since_entered", "window", "any"];
 
-/// The inside of `.look_back(..)`: `none`, `since_origin`, `window(duration)` or `any` (RT-30).
+/// The inside of `.look_back(..)`: `none`, `since_origin`, `since_entered`, `window(duration)`
+/// or `any` (RT-30).
 pub(crate) fn parse_look_back(
     content: ParseStream<'_>,
 ) -> syn::Result<(workflow_model::LookBack, TokenStream)> {
@@ -417,6 +418,7 @@ pub(crate) fn parse_look_back(
     let value = match policy.to_string().as_str() {
         "none" => LookBack::None,
         "since_origin" => LookBack::SinceOrigin,
+        "since_entered" => LookBack::SinceEntered,
         "any" => LookBack::Any,
         "window" => {
             let inner;
@@ -432,7 +434,7 @@ pub(crate) fn parse_look_back(
             return Err(syn::Error::new(
                 policy.span(),
                 format!(
-                    "unknown look-back `{other}`; expected one of `none`, `since_origin`, `window(duration)`, `any`{hint}"
+                    "unknown look-back `{other}`; expected one of `none`, `since_origin`, `since_entered`, `window(duration)`, `any`{hint}"
                 ),
             ));
         }

@@ -584,6 +584,9 @@ fn activity_tokens(activity: &Activity) -> TokenStream {
                 let value = match look_back {
                     workflow_model::LookBack::None => quote!(#model::LookBack::None),
                     workflow_model::LookBack::SinceOrigin => quote!(#model::LookBack::SinceOrigin),
+                    workflow_model::LookBack::SinceEntered => {
+                        quote!(#model::LookBack::SinceEntered)
+                    }
                     workflow_model::LookBack::Any => quote!(#model::LookBack::Any),
                     workflow_model::LookBack::Window { ms } => {
                         quote!(#model::LookBack::Window { ms: #ms })

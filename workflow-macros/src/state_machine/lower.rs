@@ -63,6 +63,13 @@ pub(crate) fn base_id(from: &StateDecl, index: usize, transition: &TransitionDec
 pub(crate) fn lower(machine: &Machine) -> Lowered {
     let mut spans = SpanTable::default();
     let ident = &machine.item.ident;
+    let machine_look_back = machine
+        .options
+        .look_back
+        .as_ref()
+        .map_or(workflow_model::LookBack::SinceEntered, |(look_back, _)| {
+            *look_back
+        });
     let top = Location::root();
     let at = top.field("root");
     spans.insert(top.clone(), ident);
@@ -148,6 +155,7 @@ pub(crate) fn lower(machine: &Machine) -> Lowered {
                     trigger,
                     base.clone(),
                     &trigger_at,
+                    machine_look_back,
                     &mut spans,
                 ));
             }
@@ -200,10 +208,17 @@ fn lower_trigger(
     trigger: &TriggerDecl,
     id: String,
     at: &Location,
+    machine_look_back: workflow_model::LookBack,
     spans: &mut SpanTable,
 ) -> Activity {
     match trigger {
-        TriggerDecl::Event { event, .. } => event.lower(id, at, spans).into(),
+        TriggerDecl::Event { event, .. } => {
+            let mut event = event.lower(id, at, spans);
+            // RT-30: a transition waits for stimuli sent since its state was entered unless
+            // it, or the machine, says otherwise.
+            event.look_back.get_or_insert(machine_look_back);
+            event.into()
+        }
         TriggerDecl::After { millis, .. } => Delay::new(id, *millis).into(),
         TriggerDecl::Task {
             function, options, ..

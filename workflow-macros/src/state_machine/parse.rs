@@ -14,11 +14,14 @@ use workflow_model::{backticked, did_you_mean};
 pub(crate) use crate::common::Errors;
 use crate::common::event::{EventDecl, STATE_MACHINE_EVENTS, parse_event};
 use crate::common::faults::{RetryDecl, TaskOptions, parse_retry};
-use crate::common::parse::{FnRef, fn_path, parse_commit_strategy, parse_duration, tokens_between};
-use workflow_model::CommitStrategy;
+use crate::common::parse::{
+    FnRef, fn_path, parse_commit_strategy, parse_duration, parse_look_back, tokens_between,
+};
+use workflow_model::{CommitStrategy, LookBack};
 
 /// The options of `#[state_machine(...)]`.
-pub(crate) const MACHINE_OPTIONS: [&str; 5] = ["data", "initial", "name", "retry", "commit"];
+pub(crate) const MACHINE_OPTIONS: [&str; 6] =
+    ["data", "initial", "name", "retry", "commit", "look_back"];
 /// The options after a transition's target.
 pub(crate) const TRANSITION_OPTIONS: [&str; 4] = ["when", "action", "display", "id"];
 /// The attributes the macro reads on a variant.
@@ -37,6 +40,9 @@ pub(crate) struct Options {
     pub(crate) retry: Option<RetryDecl>,
     /// `commit = ..`: when a run commits (ENG-32), with the tokens written.
     pub(crate) commit: Option<(CommitStrategy, TokenStream)>,
+    /// `look_back = ..`: the look-back of every event transition without its own
+    /// `.look_back(..)` (RT-30); absent, `since_entered`.
+    pub(crate) look_back: Option<(LookBack, TokenStream)>,
 }
 
 /// One variant of the enum: a state.
@@ -279,6 +285,10 @@ fn parse_options(args: TokenStream, errors: &mut Errors) -> Options {
                     let commit = parse_commit_strategy(input)?;
                     options.commit.get_or_insert(commit);
                 }
+                "look_back" => {
+                    let look_back = parse_look_back(input)?;
+                    options.look_back.get_or_insert(look_back);
+                }
                 _ => {
                     let (hint, found) = did_you_mean(&key_name, MACHINE_OPTIONS);
                     misspelled.extend(found);
@@ -325,6 +335,7 @@ fn example(option: &str) -> &'static str {
         "data" => "data = MyData",
         "initial" => "initial = FirstState",
         "name" => "name = \"OrderFlow\"",
+        "look_back" => "look_back = since_origin",
         "when" => "when = a_condition_fn",
         "action" => "action = an_async_fn",
         "display" => "display = \"Pay the order\"",
@@ -796,7 +807,7 @@ mod tests {
         assert_eq!(
             errors,
             [
-                "unknown state machine option `intial`; expected one of `data`, `initial`, `name`, `retry`, `commit`; did you mean `initial`?",
+                "unknown state machine option `intial`; expected one of `data`, `initial`, `name`, `retry`, `commit`, `look_back`; did you mean `initial`?",
                 "duplicate state machine option `data`\n= note: first used here (line 1, column 1)",
             ]
         );

@@ -15,7 +15,7 @@ use tracing::Instrument;
 use crate::base::BoxFuture;
 use crate::base::{Micros, new_ulid, now_micros};
 pub(crate) use crate::engine::activities::scope::{
-    ChildInfo, Link, Scope, StepError, UserFailure, engine_fault,
+    ChildInfo, DeclinedTransition, Link, Scope, StepError, UserFailure, engine_fault,
 };
 use crate::engine::activities::{Activities, EventActivity, Execution};
 pub use crate::engine::error::RunError;
@@ -218,6 +218,12 @@ pub(crate) struct Executor<'a, D> {
     pub(crate) emit_events: bool,
     middleware: &'a Middleware,
     pub(crate) now: Micros,
+    /// What caused this run, when it delivers a stimulus (its send time) or fires a timer
+    /// (its due time): the instant a state machine's `since_entered` waits look back to
+    /// (RT-30).
+    pub(crate) caused_at: Option<Micros>,
+    /// The transitions whose condition declined their trigger in this run (SM-4).
+    pub(crate) declined: Vec<DeclinedTransition>,
     faulted: bool,
     /// Child instances to start or cancel once this run commits (ACT-24).
     pub(crate) links: Vec<Link>,
@@ -266,6 +272,8 @@ where
             emit_events: true,
             middleware,
             now: now_micros(),
+            caused_at: None,
+            declined: Vec::new(),
             faulted: false,
             links: Vec::new(),
             checkpoint: None,
@@ -478,6 +486,7 @@ where
                     }
                     found += 1;
                     if let Some(timer) = bookmark.timer() {
+                        self.caused_at = Some(timer.due_at);
                         // TM-8: a due timer's resume carries when it fired.
                         let fired_at = payload.get("fired_at").and_then(Value::as_i64);
                         let late_ms =
@@ -1318,6 +1327,14 @@ where
 
     fn now(&self) -> Micros {
         self.now
+    }
+
+    fn caused_at(&self) -> Option<Micros> {
+        self.caused_at
+    }
+
+    fn declined(&mut self, declined: DeclinedTransition) {
+        self.declined.push(declined);
     }
 
     fn schedule_child(

@@ -90,6 +90,11 @@ pub(crate) const ON_SAGA_BODY: &str = "saga_body_completed";
 
 /// The property holding a machine's current state (SM-1).
 pub const CURRENT_STATE: &str = "current_state";
+/// The property holding when the transition into a machine's current state was caused (the
+/// run's [`caused_at`](crate::engine::activities::scope::Scope::caused_at)); absent in the
+/// initial state, or when that run had no such instant: `since_entered` waits then look
+/// back to the instance's origin (RT-30).
+pub(crate) const ENTERED_AT: &str = "entered_at";
 /// Tag of a state's entry (SM-2).
 pub const TAG_ENTERING: &str = "entering";
 /// Tag of the automatic-cycle continuation (SM-6).

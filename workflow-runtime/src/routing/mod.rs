@@ -50,7 +50,9 @@
 mod stimulus;
 
 pub use crate::identity::{RoutingError, check_correlation_id, check_name, stimulus_hash};
+pub use stimulus::{
+    AddressedInstance, Declined, NotAwaited, Refusal, Rejection, SendError, SendReport, Stimulus,
+};
 pub(crate) use stimulus::{
     BOOKMARK_PAGE, DEFAULT_QUEUE_TTL, MAX_PAYLOAD_BYTES, Targets, child_result_item, to_micros,
 };
-pub use stimulus::{Refusal, Rejection, SendError, SendReport, Stimulus};

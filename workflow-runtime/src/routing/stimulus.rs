@@ -264,6 +264,98 @@ pub enum Refusal {
     },
 }
 
+/// A stimulus a state machine's transition declined (SM-4): the transition's trigger took it,
+/// its condition returned `false`, so the machine stayed in `state` and waits again. The
+/// stimulus was consumed: the instance ran, and is also listed in [`SendReport::resumed`].
+///
+/// # Examples
+///
+/// ```
+/// use workflow_runtime::routing::Declined;
+///
+/// let declined = Declined {
+///     instance_id: "ticket-T-2".into(),
+///     state: "Open".into(),
+///     transition: "assign".into(),
+///     condition: Some("has_agent".into()),
+/// };
+/// assert_eq!(
+///     declined.to_string(),
+///     "ticket-T-2 stayed in `Open`: transition `assign` declined by its condition `has_agent`"
+/// );
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Declined {
+    /// The instance.
+    pub instance_id: String,
+    /// The state it stayed in.
+    pub state: String,
+    /// The transition's name, as written in the machine.
+    pub transition: String,
+    /// The registry name of the condition that returned `false`.
+    pub condition: Option<String>,
+}
+
+impl std::fmt::Display for Declined {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} stayed in `{}`: transition `{}` declined",
+            self.instance_id, self.state, self.transition
+        )?;
+        match &self.condition {
+            Some(condition) => write!(f, " by its condition `{condition}`"),
+            None => Ok(()),
+        }
+    }
+}
+
+/// Why a send queued its stimulus (RT-21): when it was sent, no instance waited for it. It is
+/// delivered to one that comes to wait for it (whose look-back admits it, RT-30) before
+/// `expires_at`, else dead-lettered as expired (RT-28).
+///
+/// A state machine waits only for the events of its current state's transitions, and takes
+/// from the queue only those sent since it entered that state (SM-9): an event sent while it
+/// is in a state that does not wait for it is reported here and is not taken later.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NotAwaited {
+    /// When the queued stimulus expires, µs since the epoch.
+    pub expires_at: Micros,
+    /// The live instances the send was addressed to, with [`Stimulus::instance`] or
+    /// [`Stimulus::correlation`] (at most 20), as they are now: where each is and what it
+    /// waits for. Empty for a send by name and key alone: the store finds instances by what
+    /// they wait for, not by their key.
+    #[serde(default)]
+    pub addressed: Vec<AddressedInstance>,
+}
+
+/// A live instance a queued stimulus was addressed to, as it was when the stimulus was queued.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AddressedInstance {
+    /// The instance id.
+    pub instance_id: String,
+    /// Its status.
+    pub status: crate::status::WorkflowStatus,
+    /// Where it is: a root state machine's current state, else the innermost nodes running.
+    pub at: Vec<String>,
+    /// The names of the events and timers it waits for.
+    pub waiting_for: Vec<String>,
+}
+
+impl std::fmt::Display for AddressedInstance {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} is {}", self.instance_id, self.status)?;
+        if !self.at.is_empty() {
+            write!(f, " at `{}`", self.at.join("`, `"))?;
+        }
+        if self.waiting_for.is_empty() {
+            write!(f, ", waiting for nothing")
+        } else {
+            write!(f, ", waiting for `{}`", self.waiting_for.join("`, `"))
+        }
+    }
+}
+
 /// Why a stimulus was rejected for one instance (RT-22): the stimulus was not consumed and was
 /// written to the dead letters with reason `Rejected`. The instance and its bookmark are
 /// unchanged, but for [`Rejection::StateTooLarge`], which faulted it at its last commit.
@@ -344,8 +436,14 @@ pub struct SendReport {
     pub hash: String,
     /// Instances started by triggers, with their status after their first run.
     pub started: Vec<Started>,
-    /// Instances resumed, in delivery order, with their status after the run.
+    /// Instances resumed, in delivery order, with their status after the run. An instance
+    /// whose transition declined the stimulus ran, so it is listed here too, and in
+    /// [`SendReport::declined`].
     pub resumed: Vec<Started>,
+    /// The transitions of resumed instances whose condition declined the stimulus (SM-4):
+    /// each of those instances stayed in its state.
+    #[serde(default)]
+    pub declined: Vec<Declined>,
     /// Triggers that started nothing, and why.
     pub refused: Vec<Refusal>,
     /// Instances busy in another process (their lease is held), faulted, paused, or pinned to
@@ -366,6 +464,10 @@ pub struct SendReport {
     pub finished: Vec<Started>,
     /// The queue item id when the stimulus matched nothing and was queued (RT-21).
     pub queued: Option<String>,
+    /// Why it was queued, when a send that could deliver it found no instance waiting for
+    /// it (not for [`Stimulus::enqueued`], which does not look).
+    #[serde(default)]
+    pub queued_because: Option<NotAwaited>,
     /// Nothing matched and queueing was off.
     pub unmatched: bool,
     /// This is the stored report of an earlier send with the same idempotency key.
@@ -383,11 +485,13 @@ impl SendReport {
             hash,
             started: Vec::new(),
             resumed: Vec::new(),
+            declined: Vec::new(),
             refused: Vec::new(),
             deferred: Vec::new(),
             rejected: Vec::new(),
             finished: Vec::new(),
             queued: None,
+            queued_because: None,
             unmatched: false,
             duplicate: false,
             not_delivered: Vec::new(),
@@ -461,8 +565,9 @@ pub(crate) fn to_micros(d: Duration) -> Micros {
 }
 
 impl std::fmt::Display for SendReport {
-    /// One line saying what the send did, e.g. `payment: resumed 1 (o-1)` or
-    /// `payment: queued as 01J.. until an instance waits for it`.
+    /// One line saying what the send did, e.g. `stimulus 01J..: resumed 1 (o-1)` or
+    /// `stimulus 01J..: queued as 01J..: no instance waits for it now; delivered if one comes
+    /// to wait for it before it expires, else dead-lettered`.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         fn ids(list: impl Iterator<Item = String>) -> String {
             list.collect::<Vec<_>>().join(", ")
@@ -478,6 +583,9 @@ impl std::fmt::Display for SendReport {
         if !self.resumed.is_empty() {
             let list = ids(self.resumed.iter().map(|s| s.instance_id.clone()));
             parts.push(format!("resumed {} ({list})", self.resumed.len()));
+        }
+        for declined in &self.declined {
+            parts.push(format!("declined: {declined}"));
         }
         if !self.deferred.is_empty() {
             parts.push(format!(
@@ -502,8 +610,22 @@ impl std::fmt::Display for SendReport {
                 .map(|s| format!("{} is {}", s.instance_id, s.status)));
             parts.push(format!("too late: {list}"));
         }
-        if let Some(item) = &self.queued {
-            parts.push(format!("queued as {item} until an instance waits for it"));
+        match (&self.queued, &self.queued_because) {
+            (Some(item), Some(because)) => {
+                let mut part = format!("queued as {item}: no instance waits for it now");
+                if !because.addressed.is_empty() {
+                    let list = ids(because.addressed.iter().map(ToString::to_string));
+                    part.push_str(&format!(" ({list})"));
+                }
+                part.push_str(
+                    "; delivered if one comes to wait for it before it expires, else dead-lettered",
+                );
+                parts.push(part);
+            }
+            (Some(item), None) => {
+                parts.push(format!("queued as {item} until an instance waits for it"));
+            }
+            (None, _) => {}
         }
         if self.unmatched {
             parts.push("matched nothing (queueing was off)".to_owned());

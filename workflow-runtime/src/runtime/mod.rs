@@ -42,7 +42,9 @@ mod starts;
 mod timers;
 mod watches;
 
-pub use crate::routing::{Refusal, Rejection, SendError, SendReport, Stimulus};
+pub use crate::routing::{
+    AddressedInstance, Declined, NotAwaited, Refusal, Rejection, SendError, SendReport, Stimulus,
+};
 pub use crate::status::Started;
 pub use builder::RuntimeBuilder;
 pub use errors::{

@@ -9,8 +9,8 @@ use workflow_model::Activation;
 use crate::base::{BoxFuture, Micros};
 use crate::engine::events::LifecycleEvent;
 use crate::engine::executor::{
-    AttemptSettings, Checkpoint, CommitStrategy, Executor, Link, Middleware, RunEnd, RunError,
-    RunTarget,
+    AttemptSettings, Checkpoint, CommitStrategy, DeclinedTransition, Executor, Link, Middleware,
+    RunEnd, RunError, RunTarget,
 };
 use crate::engine::graph::Graph;
 use crate::engine::registry::Registry;
@@ -22,6 +22,8 @@ pub(crate) struct RunOutput {
     pub(crate) end: RunEnd,
     /// Child instances to start or cancel once committed (ACT-24).
     pub(crate) links: Vec<Link>,
+    /// The transitions whose condition declined their trigger in the run (SM-4).
+    pub(crate) declined: Vec<DeclinedTransition>,
 }
 
 /// The settings of one run.
@@ -35,6 +37,8 @@ pub(crate) struct RunSettings {
     pub(crate) emit_events: bool,
     /// The run's time, from the runtime's clock (TM-1).
     pub(crate) now: Micros,
+    /// When the stimulus this run delivers was sent, if it delivers one (RT-30).
+    pub(crate) caused_at: Option<Micros>,
 }
 
 /// A registered definition with its user code, its data type erased.
@@ -114,6 +118,7 @@ where
         Box::pin(async move {
             let mut executor = Executor::new(&self.graph, &self.registry, state, middleware);
             executor.now = options.now;
+            executor.caused_at = options.caused_at;
             executor.attempts = options.attempts;
             executor.emit_events = options.emit_events;
             executor.checkpoint = checkpoint;
@@ -123,6 +128,7 @@ where
                 events: executor.events,
                 end,
                 links: executor.links,
+                declined: executor.declined,
             })
         })
     }
@@ -142,6 +148,7 @@ where
             events: executor.events,
             end: RunEnd::Finished,
             links: executor.links,
+            declined: Vec::new(),
         })
     }
 
@@ -154,6 +161,7 @@ where
             events: executor.events,
             end: RunEnd::Suspended(crate::engine::state::SubStatus::Paused),
             links: executor.links,
+            declined: Vec::new(),
         }
     }
 

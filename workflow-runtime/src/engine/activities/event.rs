@@ -39,13 +39,38 @@ pub(crate) trait EventActivity<'g>: Scope<'g> {
         };
         let hash = stimulus_hash(event, key_value.as_ref(), None)
             .map_err(|e| engine_fault(id, format!("event `{event}`: {e}")))?;
-        // RT-30: the wait's look-back travels with its bookmark, for the bookmark index.
+        // RT-30: the wait's look-back travels with its bookmark, for the bookmark index;
+        // `since_entered` with the instant its state machine's current state was entered.
         let payload = match look_back.and_then(|l| serde_json::to_value(l).ok()) {
+            Some(value) if look_back == Some(workflow_model::LookBack::SinceEntered) => {
+                json!({ "key": key_value, "look_back": value, "since": self.entered_at(id) })
+            }
             Some(look_back) => json!({ "key": key_value, "look_back": look_back }),
             None => json!({ "key": key_value }),
         };
         self.create_bookmark(id, event, hash, payload, None)?;
         Ok(())
+    }
+
+    /// When the nearest state machine owning `id` entered its current state (RT-30); `None`
+    /// in its initial state or outside a state machine.
+    fn entered_at(&self, id: ContextId) -> Option<crate::base::Micros> {
+        let state = self.state();
+        let mut at = state.context(id)?.parent;
+        while let Some(owner) = at {
+            let context = state.context(owner)?;
+            if context
+                .properties
+                .contains_key(crate::engine::names::CURRENT_STATE)
+            {
+                return context
+                    .properties
+                    .get(crate::engine::names::ENTERED_AT)
+                    .and_then(Value::as_i64);
+            }
+            at = context.parent;
+        }
+        None
     }
 
     /// ENG-21 for a bookmark without callback: an event completes with its payload as output

@@ -89,6 +89,19 @@ pub(crate) enum UserFailure {
     Panicked,
 }
 
+/// A state machine's transition whose condition declined the trigger that completed it
+/// (SM-4): the machine stayed in `state` and re-armed the trigger. A run lists these in its
+/// outcome, so a send can report them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct DeclinedTransition {
+    /// The state the machine stayed in.
+    pub(crate) state: String,
+    /// The transition's name as written (its key without the index).
+    pub(crate) transition: String,
+    /// The registry name of its condition.
+    pub(crate) condition: Option<String>,
+}
+
 /// The engine as an activity sees it (see the module docs). `'g` is the lifetime of the
 /// graph the run executes, so what an activity reads of it outlives each call.
 pub(crate) trait Scope<'g> {
@@ -101,6 +114,11 @@ pub(crate) trait Scope<'g> {
     fn state_mut(&mut self) -> &mut WorkflowState;
     /// The run's time, in microseconds since the epoch (read once per run).
     fn now(&self) -> crate::base::Micros;
+    /// What caused the run: the send time of the stimulus it delivers, or the due time of
+    /// the timer it fires; `None` for a start, a recovery or a child's result (RT-30).
+    fn caused_at(&self) -> Option<crate::base::Micros>;
+    /// Lists, in the run's outcome, a transition whose condition declined its trigger (SM-4).
+    fn declined(&mut self, declined: DeclinedTransition);
 
     /// ENG-11: schedules `node`, a direct child of the owner's node, with a completion tag and
     /// a callback name; returns the child's context id.

@@ -6,8 +6,8 @@ use serde_json::{Value, json};
 use super::scope::{ChildInfo, Scope, StepError};
 use crate::engine::graph::{MachineNode, TransitionNode};
 use crate::engine::names::{
-    CURRENT_STATE, ON_ACTION, ON_CONTINUE, ON_ENTRY, ON_EXIT, ON_TRIGGER, TAG_CONTINUING,
-    TAG_ENTERING,
+    CURRENT_STATE, ENTERED_AT, ON_ACTION, ON_CONTINUE, ON_ENTRY, ON_EXIT, ON_TRIGGER,
+    TAG_CONTINUING, TAG_ENTERING,
 };
 use crate::engine::state::{ActivityStatus, ContextId, Detail, JournalKind};
 
@@ -172,6 +172,15 @@ pub(crate) trait StateMachineActivity<'g>: Scope<'g> {
             return self.machine_take(id, m, t, payload);
         }
         // False: stay, leave competitors alone, re-arm the same trigger (SM-4).
+        let name = t
+            .key
+            .split_once(':')
+            .map_or(t.key.as_str(), |(_, name)| name);
+        self.declined(super::scope::DeclinedTransition {
+            state: current.clone(),
+            transition: name.to_owned(),
+            condition: t.condition.clone(),
+        });
         self.record(
             JournalKind::Declined,
             Some(id),
@@ -280,6 +289,18 @@ pub(crate) trait StateMachineActivity<'g>: Scope<'g> {
         payload: Option<Value>,
     ) -> Result<(), StepError> {
         self.set_current_state(id, &t.to);
+        // RT-30: the `since_entered` waits of the new state look back to this run's cause.
+        let caused_at = self.caused_at();
+        if let Some(c) = self.state_mut().context_mut(id) {
+            match caused_at {
+                Some(at) => {
+                    c.properties.insert(ENTERED_AT.to_owned(), Value::from(at));
+                }
+                None => {
+                    c.properties.remove(ENTERED_AT);
+                }
+            }
+        }
         if self.journal_keeps(JournalKind::StateChanged) {
             let detail = Detail::object()
                 .str("from", &t.from)

@@ -11,8 +11,8 @@ use crate::engine::executor::{RunError, RunTarget};
 use crate::engine::state::WorkflowStatus;
 use crate::identity::{RoutingError, check_correlation_id, check_name, sha_hex, stimulus_hash};
 use crate::routing::{
-    BOOKMARK_PAGE, MAX_PAYLOAD_BYTES, Rejection, SendError, SendReport, Stimulus, Targets,
-    to_micros,
+    AddressedInstance, BOOKMARK_PAGE, Declined, MAX_PAYLOAD_BYTES, NotAwaited, Rejection,
+    SendError, SendReport, Stimulus, Targets, to_micros,
 };
 use crate::runtime::run_path::RunOptions;
 use crate::status::Started;
@@ -345,7 +345,10 @@ impl Router {
             .bookmark_phase(
                 stimulus,
                 hash,
-                stimulus_id,
+                Sent {
+                    id: stimulus_id,
+                    at: sent_at,
+                },
                 Receipts::of(origin, created),
                 prefetched,
                 &mut report,
@@ -406,6 +409,10 @@ impl Router {
                 };
                 let item = self.queue_item(stimulus, hash, stimulus_id, sent_at, &targets);
                 report.queued = Some(item.item_id.clone());
+                report.queued_because = Some(NotAwaited {
+                    expires_at: item.expires_at,
+                    addressed: self.addressed(stimulus).await.map_err(SendError::Store)?,
+                });
                 // RT-19: a direct send's record is written with the item it queues.
                 if let Some(duplicate) = self.enqueue_for_send(vec![item], own, &report).await? {
                     return Ok(duplicate);
@@ -475,11 +482,12 @@ impl Router {
         &self,
         stimulus: &Stimulus,
         hash: &str,
-        stimulus_id: &str,
+        sent: Sent<'_>,
         receipts: Receipts,
         prefetched: Option<Vec<BookmarkRow>>,
         report: &mut SendReport,
     ) -> Result<Vec<(String, bool)>, SendError> {
+        let stimulus_id = sent.id;
         let store = &self.store;
         if let Some(instance) = &stimulus.instance_id {
             self.refuse_gone_or_final(instance).await?;
@@ -526,13 +534,26 @@ impl Router {
                 ids,
                 payload: stimulus.payload.clone(),
             };
-            let delivery = self.delivery(stimulus_id, receipts == Receipts::Kept);
+            let delivery = self
+                .delivery(stimulus_id, receipts == Receipts::Kept)
+                .sent_at(sent.at);
             match self
                 .run_path
-                .run(&instance, RunOptions::to(target).delivering(delivery))
+                .run_reporting(&instance, RunOptions::to(target).delivering(delivery))
                 .await
             {
-                Ok(Some(started)) => report.resumed.push(started),
+                Ok(Some(ran)) => {
+                    // SM-4: the instance ran; its transitions that declined are said too.
+                    report
+                        .declined
+                        .extend(ran.declined.into_iter().map(|d| Declined {
+                            instance_id: ran.started.instance_id.clone(),
+                            state: d.state,
+                            transition: d.transition,
+                            condition: d.condition,
+                        }));
+                    report.resumed.push(ran.started);
+                }
                 // Consumed elsewhere in the meantime: routing treats it as gone (ENG-25).
                 Ok(None) | Err(RunError::BookmarkNotFound { .. }) => {}
                 Err(RunError::Store {
@@ -638,6 +659,54 @@ impl Router {
         query.correlation_id.clone_from(&stimulus.correlation_id);
         query.bookmark_id.clone_from(&stimulus.bookmark_id);
         query
+    }
+
+    /// The live instances a stimulus names, by instance id or correlation id (at most 20), as
+    /// they are now: read by id or through the correlation id's listing, never by key.
+    async fn addressed(&self, stimulus: &Stimulus) -> Result<Vec<AddressedInstance>, StoreError> {
+        if let Some(instance) = &stimulus.instance_id {
+            let state = match crate::runtime::document::load_state(&self.store, instance).await {
+                Ok(Some(state)) if !state.status.is_final() => state,
+                // Gone, final or unreadable: nothing to say of it here.
+                _ => return Ok(Vec::new()),
+            };
+            let listing = crate::runtime::listing::listing_of(&state);
+            return Ok(vec![AddressedInstance {
+                instance_id: instance.clone(),
+                status: state.status,
+                at: listing.at,
+                waiting_for: listing.waiting_for,
+            }]);
+        }
+        let Some(correlation) = &stimulus.correlation_id else {
+            return Ok(Vec::new());
+        };
+        let page = self
+            .store
+            .list_instances(crate::store::InstanceFilter {
+                correlation_id: Some(correlation.clone()),
+                live_only: true,
+                limit: 20,
+                ..crate::store::InstanceFilter::default()
+            })
+            .await?;
+        Ok(page
+            .into_iter()
+            .filter_map(|listed| listed.summary.ok())
+            .map(|row| {
+                let listing = row
+                    .listing
+                    .as_deref()
+                    .and_then(crate::store::InstanceListing::decode)
+                    .unwrap_or_default();
+                AddressedInstance {
+                    instance_id: row.instance_id,
+                    status: row.status,
+                    at: listing.at,
+                    waiting_for: listing.waiting_for,
+                }
+            })
+            .collect())
     }
 
     /// The final instances of a correlation id when none of its instances is live (at most
@@ -826,4 +895,12 @@ fn duplicate(
         })?;
     report.duplicate = true;
     Ok(report)
+}
+
+/// The id and send time of the stimulus a bookmark phase delivers.
+#[derive(Debug, Clone, Copy)]
+struct Sent<'a> {
+    id: &'a str,
+    /// When it was sent: its deliveries' cause (RT-30).
+    at: Micros,
 }

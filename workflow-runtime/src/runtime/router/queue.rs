@@ -376,6 +376,7 @@ impl Router {
             let consumes = targets.instance_id.as_deref() == Some(instance.as_str());
             let delivery = self
                 .delivery(&item.stimulus_id, true)
+                .sent_at(item.sent_at)
                 .consuming(consumes.then(|| item.item_id.clone()));
             let delivered = self
                 .run_path

@@ -30,6 +30,9 @@ fn look_back_instant(payload: &Value, created_at: Micros) -> Option<Micros> {
     match look_back {
         workflow_model::LookBack::None => Some(created_at),
         workflow_model::LookBack::SinceOrigin => None,
+        // The instant the event put beside it: when its state machine's current state was
+        // entered; absent (the initial state), the instance's origin.
+        workflow_model::LookBack::SinceEntered => payload.get("since").and_then(Value::as_i64),
         // A user-written duration in ms, converted at the boundary.
         workflow_model::LookBack::Window { ms } => {
             Some(created_at.saturating_sub(crate::base::ms_to_micros(ms)))

@@ -31,7 +31,8 @@ use crate::cancel::CancellationToken;
 use crate::clock::Clock;
 use crate::engine::events::{EventStream, LifecycleEvent};
 use crate::engine::executor::{
-    AttemptSettings, Checkpoint, CommitStrategy, Link, Middleware, RunEnd, RunError, RunTarget,
+    AttemptSettings, Checkpoint, CommitStrategy, DeclinedTransition, Link, Middleware, RunEnd,
+    RunError, RunTarget,
 };
 use crate::engine::state::{SubStatus, WorkflowState, WorkflowStatus};
 use crate::status::Started;
@@ -68,6 +69,9 @@ pub(crate) struct Delivery {
     /// The queue item carrying it, deleted by the first commit (RT-19): a worker stopped
     /// before its acknowledgement leaves nothing to redeliver.
     queue_item: Option<String>,
+    /// When the stimulus was sent: the cause of what the run does, from which a state
+    /// machine's `since_entered` waits admit queued stimuli (RT-30).
+    sent_at: Option<Micros>,
 }
 
 impl Delivery {
@@ -78,6 +82,7 @@ impl Delivery {
             receipt: true,
             idempotency: None,
             queue_item: None,
+            sent_at: None,
         }
     }
 
@@ -95,6 +100,12 @@ impl Delivery {
         self
     }
 
+    /// Of a stimulus sent at `sent_at`.
+    pub(crate) fn sent_at(mut self, sent_at: Micros) -> Self {
+        self.sent_at = Some(sent_at);
+        self
+    }
+
     /// With the queue item the first commit deletes.
     pub(crate) fn consuming(mut self, item_id: Option<String>) -> Self {
         self.queue_item = item_id;
@@ -108,8 +119,18 @@ impl Delivery {
             receipt: self.receipt,
             idempotency: None,
             queue_item: None,
+            sent_at: self.sent_at,
         }
     }
+}
+
+/// What [`RunPath::run_reporting`] reports of a run.
+#[derive(Debug)]
+pub(crate) struct Ran {
+    /// The instance's status after the run.
+    pub(crate) started: Started,
+    /// The transitions whose condition declined their trigger in the run (SM-4).
+    pub(crate) declined: Vec<DeclinedTransition>,
 }
 
 /// How [`RunPath::run`] runs an instance.
@@ -346,6 +367,19 @@ impl RunPath {
         instance_id: &str,
         options: RunOptions<'_>,
     ) -> Result<Option<Started>, RunError> {
+        Ok(self
+            .run_reporting(instance_id, options)
+            .await?
+            .map(|ran| ran.started))
+    }
+
+    /// [`RunPath::run`], with what the run did that its caller reports: the transitions whose
+    /// condition declined the delivered stimulus (SM-4).
+    pub(crate) async fn run_reporting(
+        &self,
+        instance_id: &str,
+        options: RunOptions<'_>,
+    ) -> Result<Option<Ran>, RunError> {
         let RunOptions {
             target,
             delivery,
@@ -369,17 +403,28 @@ impl RunPath {
                 }
             }
         };
+        let mut declined = Vec::new();
         match self
-            .run_held(guard, target, delivery, resume, !refuse_too_large)
+            .run_held(
+                guard,
+                target,
+                delivery,
+                resume,
+                !refuse_too_large,
+                &mut declined,
+            )
             .await
         {
-            Ok(started) => Ok(Some(started)),
+            Ok(started) => Ok(Some(Ran { started, declined })),
             // A recovery sweep of another process took the instance before this first run
             // and ran it to its end: that was its first run.
-            Err(RunError::NotRunnable { instance, status }) if first => Ok(Some(Started {
-                instance_id: instance,
-                status,
-                sub_status: None,
+            Err(RunError::NotRunnable { instance, status }) if first => Ok(Some(Ran {
+                started: Started {
+                    instance_id: instance,
+                    status,
+                    sub_status: None,
+                },
+                declined,
             })),
             Err(error) => Err(error),
         }
@@ -421,6 +466,7 @@ impl RunPath {
         delivery: Option<Delivery>,
         resume: bool,
         fault_too_large: bool,
+        declined: &mut Vec<DeclinedTransition>,
     ) -> Result<Started, RunError> {
         let instance_id = guard.instance_id().to_owned();
         let delivering = delivery.as_ref().map(Delivery::stimulus);
@@ -428,7 +474,9 @@ impl RunPath {
         signals
             .resume
             .store(resume, std::sync::atomic::Ordering::SeqCst);
-        let result = self.run_slices(&guard, target, delivery, &signals).await;
+        let result = self
+            .run_slices(&guard, target, delivery, &signals, declined)
+            .await;
         let requested_cancel = signals.take_cancel();
         match (result, guard.lost()) {
             (Ok(started), _) => {
@@ -589,6 +637,7 @@ impl RunPath {
             emit_events: self.events.receiver_count() > 0
                 || tracing::enabled!(target: "workflow_runtime::events", tracing::Level::WARN),
             now: self.clock.now(),
+            caused_at: None,
         }
     }
 
@@ -601,6 +650,7 @@ impl RunPath {
         target: RunTarget,
         delivery: Option<Delivery>,
         signals: &Arc<RunSignals>,
+        declined: &mut Vec<DeclinedTransition>,
     ) -> Result<Started, RunError> {
         let instance_id = guard.instance_id();
         let (mut state, commits) = self.load(guard).await?;
@@ -659,6 +709,7 @@ impl RunPath {
             // TM-10: the resume's first commit unparks the timers.
             commits.unpark_next();
         }
+        let caused_at = delivery.as_ref().and_then(|d| d.sent_at);
         if let Some(delivery) = delivery {
             let mut tracker = lock(&commits.tracker);
             // RT-19: the commit delivering a direct send's stimulus writes its record, and
@@ -680,9 +731,11 @@ impl RunPath {
         // by value into a future of its own (a second copy of it, moved there).
         let run = std::pin::pin!(async {
             let mut target = Some(target);
+            let mut caused_at = caused_at;
             loop {
                 let target = target.take().unwrap_or(RunTarget::None);
                 let mut settings = self.engine_settings(Some(&token));
+                settings.caused_at = caused_at.take();
                 settings.attempts.pause = Some(Arc::clone(&signals.pause));
                 settings.attempts.executing = Some(guard.executing());
                 let mut output = workflow
@@ -705,9 +758,12 @@ impl RunPath {
                     }
                 }
                 let end = output.end;
+                let slice_declined = std::mem::take(&mut output.declined);
                 let (next, started) = self
                     .commit_and_publish(&commits, output, end != RunEnd::Budget)
                     .await?;
+                // Reported only once committed: a run abandoned after it did not decline.
+                declined.extend(slice_declined);
                 if end != RunEnd::Budget {
                     // ENG-53: the next run of a live instance starts from this state.
                     let kept = {

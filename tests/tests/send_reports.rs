@@ -1,0 +1,165 @@
+//! What a send reports (RT-23): a stimulus a state machine's guard declines is listed as
+//! declined, with the instance, the transition and the condition (SM-4), besides the instance
+//! being resumed; a stimulus that no instance waits for says it was queued and why. Every
+//! scenario runs on the `MemoryStore` and on a `SqliteStore` in a temporary file.
+
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+use workflow_runtime::store::{MemoryStore, SqliteStore, Storage};
+use workflow_runtime::{
+    AddressedInstance, Declined, Runtime, Stimulus, WorkflowStatus, state_machine,
+};
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Ticket {
+    id: String,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+pub struct Assignment {
+    agent: String,
+}
+
+fn names_an_agent(_ticket: &Ticket, assignment: &Assignment) -> bool {
+    !assignment.agent.is_empty()
+}
+
+#[state_machine(data = Ticket, initial = Open, name = "ReportedTicket")]
+pub enum TicketFlow {
+    #[on(assign: event::<Assignment>("ticket.assign").key(id) => Assigned, when = names_an_agent)]
+    Open,
+    #[on(close: event("ticket.close").key(id) => Closed)]
+    Assigned,
+    Closed,
+}
+
+fn stores() -> Vec<(&'static str, Storage, Option<tempfile::TempDir>)> {
+    let dir = tempfile::tempdir().unwrap();
+    let sqlite = SqliteStore::open(dir.path().join("reports.db")).unwrap();
+    vec![
+        ("memory", Arc::new(MemoryStore::new()).into(), None),
+        ("sqlite", Arc::new(sqlite).into(), Some(dir)),
+    ]
+}
+
+fn runtime(store: &Storage) -> Runtime {
+    Runtime::builder()
+        .store(store.clone())
+        .register::<TicketFlow>()
+        .queue_worker(false)
+        .build()
+        .unwrap()
+}
+
+fn block_on<F: std::future::Future>(future: F) -> F::Output {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .expect("a tokio runtime")
+        .block_on(future)
+}
+
+fn assign(key: &str, agent: &str) -> Stimulus {
+    TicketFlow::ticket_assign(
+        key,
+        Assignment {
+            agent: agent.to_owned(),
+        },
+    )
+}
+
+#[test]
+fn a_stimulus_the_guard_declines_is_reported_as_declined() {
+    for (label, store, _dir) in stores() {
+        block_on(async {
+            let rt = runtime(&store);
+            let id = rt
+                .start::<TicketFlow>(Ticket { id: "T-2".into() })
+                .await
+                .unwrap()
+                .instance_id;
+            let report = rt.send(assign("T-2", "")).await.unwrap();
+            // It ran (the stimulus is consumed), and it says its transition declined.
+            assert_eq!(report.resumed.len(), 1, "{label}: {report:?}");
+            assert_eq!(
+                report.declined,
+                vec![Declined {
+                    instance_id: id.clone(),
+                    state: "Open".into(),
+                    transition: "assign".into(),
+                    condition: Some("names_an_agent".into()),
+                }],
+                "{label}"
+            );
+            let text = report.to_string();
+            assert!(
+                text.contains(&format!(
+                    "declined: {id} stayed in `Open`: transition `assign` declined by its condition `names_an_agent`"
+                )),
+                "{label}: {text}"
+            );
+            // A stimulus the guard accepts is not declined.
+            let report = rt.send(assign("T-2", "ada")).await.unwrap();
+            assert_eq!(report.resumed.len(), 1, "{label}: {report:?}");
+            assert!(report.declined.is_empty(), "{label}: {report:?}");
+            let state = rt.get_state(&id).await.unwrap().unwrap();
+            assert_eq!(state.current_state(), Some("Assigned"), "{label}");
+        });
+    }
+}
+
+#[test]
+fn a_stimulus_no_instance_waits_for_says_why_it_was_queued() {
+    for (label, store, _dir) in stores() {
+        block_on(async {
+            let rt = runtime(&store);
+            let id = rt
+                .start::<TicketFlow>(Ticket { id: "T-3".into() })
+                .await
+                .unwrap()
+                .instance_id;
+            assert_eq!(
+                rt.send(assign("T-3", "ada")).await.unwrap().resumed.len(),
+                1
+            );
+            // Addressed to the instance, which is `Assigned` and waits for `ticket.close`.
+            let report = rt
+                .send(assign("T-3", "bob").instance(id.clone()))
+                .await
+                .unwrap();
+            let item = report.queued.clone().expect("queued");
+            let because = report.queued_because.clone().expect("why it was queued");
+            assert_eq!(
+                because.addressed,
+                vec![AddressedInstance {
+                    instance_id: id.clone(),
+                    status: WorkflowStatus::Suspended,
+                    at: vec!["Assigned".into()],
+                    waiting_for: vec!["ticket.close".into()],
+                }],
+                "{label}"
+            );
+            assert!(because.expires_at > 0, "{label}");
+            assert_eq!(
+                report.to_string(),
+                format!(
+                    "stimulus {}: queued as {item}: no instance waits for it now ({id} is Suspended at `Assigned`, waiting for `ticket.close`); delivered if one comes to wait for it before it expires, else dead-lettered",
+                    report.stimulus_id
+                ),
+                "{label}"
+            );
+            // Finished: a send by key finds nothing waiting, and says so.
+            let closed = rt.send(TicketFlow::ticket_close("T-3")).await.unwrap();
+            assert_eq!(closed.resumed.len(), 1, "{label}: {closed:?}");
+            let late = rt.send(TicketFlow::ticket_close("T-3")).await.unwrap();
+            assert!(late.queued.is_some(), "{label}: {late:?}");
+            let because = late.queued_because.clone().expect("why it was queued");
+            assert!(because.addressed.is_empty(), "{label}: {because:?}");
+            assert!(
+                late.to_string().contains("no instance waits for it now"),
+                "{label}: {late}"
+            );
+        });
+    }
+}
