@@ -1,56 +1,22 @@
 //! What each subcommand does; each returns the text to print.
 
-use std::fmt::{self, Write as _};
+use std::fmt::Write as _;
 use std::path::Path;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde_json::Value;
 use workflow_model::Definition;
 use workflow_runtime::store::{
-    DeadLetterFilter, DeadLetterReason, InstanceStatus, Micros, PurgeFilter, Storage, StoreError,
+    DeadLetterFilter, DeadLetterReason, InstanceStatus, Micros, PurgeFilter, StoreError,
 };
 use workflow_runtime::{Control, Runtime, Stimulus};
 
+use crate::error::CliError;
 use crate::inspect::{self, Detail, ListFilter};
+use crate::operator::operator_runtime;
 use crate::render::{Table, instant, or_dash, relative};
-use crate::target::{OpenError, Target};
+use crate::target::Target;
 use crate::{Command, DeadLetterAction, DiagramFormat, ReasonArg, StatusArg};
-
-/// Why a command failed; printed after `error: `.
-#[derive(Debug)]
-pub(crate) enum CliError {
-    Open(OpenError),
-    Store(StoreError),
-    NotFound(String),
-    Input(String),
-    Send(String),
-}
-
-impl fmt::Display for CliError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Self::Open(error) => error.fmt(f),
-            Self::Store(error) => write!(f, "the store failed: {error}"),
-            Self::NotFound(id) => write!(f, "no instance `{id}` in this store"),
-            Self::Input(message) | Self::Send(message) => f.write_str(message),
-        }
-    }
-}
-
-impl From<OpenError> for CliError {
-    fn from(error: OpenError) -> Self {
-        Self::Open(error)
-    }
-}
-
-impl From<StoreError> for CliError {
-    fn from(error: StoreError) -> Self {
-        match error {
-            StoreError::NotFound { id, .. } => Self::NotFound(id),
-            other => Self::Store(other),
-        }
-    }
-}
 
 fn now() -> Micros {
     SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| {
@@ -176,7 +142,7 @@ pub(crate) async fn run(
             if let Some(idempotency_key) = idempotency_key {
                 stimulus = stimulus.idempotency_key(idempotency_key);
             }
-            let runtime = operator_runtime(store.storage())?;
+            let runtime = operator_runtime(store.storage(), "workflow-cli")?;
             let report = runtime
                 .send(stimulus)
                 .await
@@ -280,7 +246,7 @@ async fn control(
     wait: Duration,
 ) -> Result<String, CliError> {
     let store = target.open_write().await?;
-    let runtime = operator_runtime(store.storage())?;
+    let runtime = operator_runtime(store.storage(), "workflow-cli")?;
     let verb = operation.verb();
     let refused = |message: String| {
         if message.contains("not found") {
@@ -343,18 +309,6 @@ async fn control_once(
     }
 }
 
-fn operator_runtime(store: Storage) -> Result<Runtime, CliError> {
-    Runtime::builder()
-        .store(store)
-        .timer_driver(false)
-        .queue_worker(false)
-        .recovery_sweep(None)
-        .retention(workflow_runtime::Retention::off())
-        .owner(format!("workflow-cli pid {}", std::process::id()))
-        .build()
-        .map_err(|e| CliError::Input(format!("cannot prepare the send: {e}")))
-}
-
 async fn purge(
     target: &Target,
     older_than: Duration,
@@ -392,7 +346,7 @@ async fn dead_letters(
 ) -> Result<String, CliError> {
     let reason = match action {
         Some(DeadLetterAction::Replay { item_id }) => {
-            let runtime = operator_runtime(target.open_write().await?.storage())?;
+            let runtime = operator_runtime(target.open_write().await?.storage(), "workflow-cli")?;
             let item = runtime.replay_dead_letter(&item_id).await?;
             return Ok(format!(
                 "replayed `{}` ({}) into the queue as {}\n",

@@ -2,11 +2,10 @@
 
 use std::net::SocketAddr;
 
-use workflow_console::Console;
-use workflow_runtime::Runtime;
-
-use crate::commands::CliError;
+use crate::error::CliError;
+use crate::operator::operator_runtime;
 use crate::target::Target;
+use workflow_console::Console;
 
 /// Serves the console on `listen`: actions go through a runtime without the application's
 /// workflows, so each is a request the process running the instance honours (as the
@@ -40,15 +39,7 @@ pub(crate) async fn serve(
     } else {
         target.open_write().await?
     };
-    let runtime = Runtime::builder()
-        .store(store.storage())
-        .timer_driver(false)
-        .queue_worker(false)
-        .recovery_sweep(None)
-        .retention(workflow_runtime::Retention::off())
-        .owner(format!("workflow console pid {}", std::process::id()))
-        .build()
-        .map_err(|e| CliError::Input(format!("cannot prepare the console: {e}")))?;
+    let runtime = operator_runtime(store.storage(), "workflow console")?;
     let router = Console::new(runtime).read_only(read_only).router();
     let listener = tokio::net::TcpListener::bind(listen)
         .await

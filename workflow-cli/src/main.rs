@@ -29,8 +29,10 @@
 
 mod commands;
 mod console;
+mod error;
 mod explain;
 mod inspect;
+mod operator;
 mod render;
 mod target;
 
