@@ -4,6 +4,7 @@
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
+use rusqlite::types::Value as SqlValue;
 use rusqlite::{Connection, OptionalExtension};
 
 use crate::store::journal_rows;
@@ -1215,25 +1216,43 @@ impl Store for SqliteStore {
     ) -> BoxFuture<'_, StoreResult<Vec<ListedInstance>>> {
         let leases = Arc::clone(&self.leases);
         self.read(move |c| {
+            // Only the filters given become conditions, so SQLite can use the index of the
+            // one that narrows (`(definition_name, status)`, `correlation_id`): a condition
+            // written `(?n IS NULL OR col = ?n)` hides every index and scans in id order.
+            let mut conditions: Vec<&str> = Vec::new();
+            let mut values: Vec<SqlValue> = Vec::new();
+            if let Some(status) = filter.status {
+                conditions.push("status = ?");
+                values.push(SqlValue::Text(status.as_str().to_owned()));
+            }
+            if let Some(definition) = filter.definition_name {
+                conditions.push("definition_name = ?");
+                values.push(SqlValue::Text(definition));
+            }
+            if let Some(correlation) = filter.correlation_id {
+                conditions.push("correlation_id = ?");
+                values.push(SqlValue::Text(correlation));
+            }
+            if let Some(after) = filter.after {
+                conditions.push("instance_id > ?");
+                values.push(SqlValue::Text(after));
+            }
+            if filter.live_only {
+                conditions.push("status NOT IN ('finished', 'cancelled')");
+            }
+            if filter.control_requested {
+                conditions.push("control_request IS NOT NULL");
+            }
+            values.push(SqlValue::Integer(limit_i64(filter.limit)));
+            let filters = if conditions.is_empty() {
+                String::new()
+            } else {
+                format!("WHERE {}", conditions.join(" AND "))
+            };
             let mut stmt = c.prepare_cached(&format!(
-                "SELECT {INSTANCE_COLS} FROM wf_instances
-                 WHERE (?1 IS NULL OR status = ?1)
-                   AND (?2 IS NULL OR definition_name = ?2)
-                   AND (?3 IS NULL OR correlation_id = ?3)
-                   AND (?4 IS NULL OR instance_id > ?4)
-                   AND (?6 = 0 OR status NOT IN ('finished', 'cancelled'))
-                   AND (?7 = 0 OR control_request IS NOT NULL)
-                 ORDER BY instance_id LIMIT ?5"
+                "SELECT {INSTANCE_COLS} FROM wf_instances {filters} ORDER BY instance_id LIMIT ?"
             ))?;
-            let mut rows = stmt.query(rusqlite::params![
-                filter.status.map(InstanceStatus::as_str),
-                filter.definition_name,
-                filter.correlation_id,
-                filter.after,
-                limit_i64(filter.limit),
-                filter.live_only,
-                filter.control_requested,
-            ])?;
+            let mut rows = stmt.query(rusqlite::params_from_iter(values))?;
             let mut listed = Vec::new();
             while let Some(row) = rows.next()? {
                 let id: String = row.get(0)?;
