@@ -63,15 +63,13 @@ pub(crate) async fn list(store: &Storage, filter: &ListFilter) -> Result<Vec<Sum
         let Some(last) = page.last() else { break };
         after = Some(last.instance_id.clone());
         for listed in page {
-            // The position is the row's stored listing, or read from the document of a row
-            // written without one. A finished or cancelled row's listing names no position:
-            // its document does, when the instance is a state machine (its final state).
+            // The position is the row's stored listing (a finished state machine's names the
+            // state it ended in), or read from the document of a row written without one.
             let stored = match &listed.summary {
                 Ok(row) => row
                     .listing
                     .as_deref()
                     .and_then(InstanceListing::decode)
-                    .filter(|listing| !(listing.at.is_empty() && row.status.is_final()))
                     .map(|listing| from_listing(row, listing)),
                 Err(_) => None,
             };

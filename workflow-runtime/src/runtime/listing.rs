@@ -54,11 +54,9 @@ pub(crate) fn listing_text(state: &WorkflowState) -> Option<String> {
     text
 }
 
-/// The current state of a root state machine, else the innermost nodes not completed.
+/// The current state of a root state machine (the state it ended in, once final), else the
+/// innermost nodes not completed (none, once final).
 fn position(state: &WorkflowState) -> Vec<&str> {
-    if state.status.is_final() {
-        return Vec::new();
-    }
     let Some(root) = state.root else {
         return Vec::new();
     };
@@ -68,6 +66,9 @@ fn position(state: &WorkflowState) -> Vec<&str> {
         .and_then(serde_json::Value::as_str)
     {
         return vec![current];
+    }
+    if state.status.is_final() {
+        return Vec::new();
     }
     let open: Vec<&str> = state
         .contexts
