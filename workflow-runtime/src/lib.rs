@@ -39,9 +39,9 @@ pub use engine::task::{IntoTaskResult, Outcome, TaskContext, TaskError, TaskResu
 pub use routing::RoutingError;
 pub use runtime::{
     AddressedInstance, AwaitError, BuildError, CancelError, Completion, Control, ControlError,
-    Declined, InstanceQuery, InstanceSnapshot, InstanceSummary, LifecycleError, NotAwaited,
+    Declined, DefinitionMetrics, HistogramSnapshot, InstanceQuery, InstanceSnapshot, InstanceSummary, LifecycleError, NotAwaited,
     PurgeError, RecoveryReport, Refusal, Rejection, ResumeError, Retention, RetentionReport,
-    RetryError, Runtime, RuntimeBuilder, SendError, SendReport, StartError, StartOptions, Started,
+    RetryError, Runtime, RuntimeBuilder, RuntimeMetrics, SendError, SendReport, StartError, StartOptions, Started,
     StateError, Stimulus, TimerFiring,
 };
 pub use workflow::{StateMachineWorkflow, Workflow};

@@ -22,6 +22,7 @@ use super::cache::StateCache;
 use super::definitions::Definitions;
 use super::document::{decode_loaded, run_store_error};
 use super::lease::{LeaseGuard, LeaseSettings};
+use super::metrics::{Metrics, StoreCall};
 use super::outcomes::StartOptions;
 use super::registered::{RunOutput, RunSettings};
 use super::signals::{ActiveRuns, RunSignals};
@@ -29,6 +30,7 @@ use super::watches::Watches;
 use crate::base::lock;
 use crate::cancel::CancellationToken;
 use crate::clock::Clock;
+use crate::engine::attempt::AttemptObserver;
 use crate::engine::events::{EventStream, LifecycleEvent};
 use crate::engine::executor::{
     AttemptSettings, Checkpoint, CommitStrategy, DeclinedTransition, Link, Middleware, RunEnd,
@@ -221,6 +223,7 @@ pub(crate) struct RunPathSettings {
     pub(crate) cancel_grace: Duration,
     pub(crate) queue_ttl: Micros,
     pub(crate) event_buffer: usize,
+    pub(crate) metrics: Arc<Metrics>,
 }
 
 /// The run path (see the module docs).
@@ -250,6 +253,8 @@ pub(crate) struct RunPath {
     watches: Watches,
     /// Work between instances queued by commits (ACT-24).
     outbox: Outbox,
+    /// The runtime's metrics (ENG-60).
+    metrics: Arc<Metrics>,
 }
 
 /// Returns `Pending` once, so a long-running instance lets other tasks run between budgets.
@@ -287,7 +292,13 @@ impl RunPath {
             events,
             watches: Watches::default(),
             outbox: Outbox::default(),
+            metrics: settings.metrics,
         }
+    }
+
+    /// The runtime's metrics (ENG-60).
+    pub(crate) fn metrics(&self) -> &Metrics {
+        &self.metrics
     }
 
     /// The store.
@@ -441,11 +452,13 @@ impl RunPath {
     ) -> Result<Option<LeaseGuard<'_>>, RunError> {
         let kept = self.states.take_entry(instance_id);
         let (store, owner, lease) = (&self.store, &self.owner, self.lease);
+        let began = std::time::Instant::now();
         let claimed = if first {
             LeaseGuard::acquire_first(store, owner, instance_id, lease, kept).await
         } else {
             LeaseGuard::acquire_kept(store, owner, instance_id, lease, kept).await
         };
+        self.metrics.store_call(StoreCall::Claim, began.elapsed());
         match claimed {
             Ok(guard) => Ok(Some(guard)),
             Err(StoreError::NotFound { .. }) => Ok(None),
@@ -478,7 +491,11 @@ impl RunPath {
             .run_slices(&guard, target, delivery, &signals, declined)
             .await;
         let requested_cancel = signals.take_cancel();
-        match (result, guard.lost()) {
+        let lost = guard.lost();
+        if lost.is_some() {
+            self.metrics.lease_lost();
+        }
+        match (result, lost) {
             (Ok(started), _) => {
                 guard.released_by_commit();
                 match requested_cancel {
@@ -581,7 +598,12 @@ impl RunPath {
         let instance_id = guard.instance_id();
         let record = match guard.take_loaded() {
             Some(loaded) => loaded,
-            None => self.store.load_instance_raw(instance_id).await,
+            None => {
+                let began = std::time::Instant::now();
+                let loaded = self.store.load_instance_raw(instance_id).await;
+                self.metrics.store_call(StoreCall::Load, began.elapsed());
+                loaded
+            }
         }
         .map_err(|error| run_store_error(instance_id, error))?;
         guard.set_definition(&record.definition_name);
@@ -630,6 +652,7 @@ impl RunPath {
                 instance_cancel: cancel.cloned(),
                 pause: None,
                 executing: None,
+                observer: None,
             },
             max_steps: self.max_steps_per_run,
             // Events are built for subscribers and for the log (`LifecycleEvent::trace`
@@ -669,6 +692,10 @@ impl RunPath {
             });
         }
         let workflow = self.definitions.workflow_for(&state)?;
+        let observer = self
+            .metrics
+            .definition(&state.definition.name)
+            .map(|counters| Arc::clone(counters) as Arc<dyn AttemptObserver>);
         // ENG-50: a cancel or suspend requested before this run is honoured instead of it
         // (a stimulus it was to deliver is then not consumed).
         let targeted = matches!(target, RunTarget::Bookmarks { .. });
@@ -738,6 +765,7 @@ impl RunPath {
                 settings.caused_at = caused_at.take();
                 settings.attempts.pause = Some(Arc::clone(&signals.pause));
                 settings.attempts.executing = Some(guard.executing());
+                settings.attempts.observer.clone_from(&observer);
                 let mut output = workflow
                     .run(state, target, settings, &self.middleware, checkpoint)
                     .await?;
@@ -853,14 +881,18 @@ impl RunPath {
         // worker delivers it); the in-process resume below delivers and acks it at once.
         let result_item = self.child_result_item(&state);
         let queued: Vec<_> = result_item.iter().map(|(item, _)| item.clone()).collect();
-        commits
-            .commit(&mut state, release, children, queued)
-            .await?;
+        let began = std::time::Instant::now();
+        let committed = commits.commit(&mut state, release, children, queued).await;
+        self.metrics.store_call(StoreCall::Commit, began.elapsed());
+        committed?;
         if let Some((item, key)) = result_item {
             self.outbox
                 .child_result(key, (item.item_id, item.stimulus_id));
         }
         self.outbox.created(ids);
+        if release && let Some(counters) = self.metrics.definition(&state.definition.name) {
+            counters.transition(state.status);
+        }
         // ACT-24: the links of this run, and a final child's result for its parent.
         let resume_parent = if state.status.is_final()
             && let Some(parent) = &state.parent
