@@ -45,10 +45,14 @@ fn test_runtime() -> TestRuntime {
 }
 
 async fn start(test: &TestRuntime, fail_until: u32) -> String {
-    test.start_by_name("Flaky", json!({ "fail_until": fail_until }), StartOptions::default())
-        .await
-        .unwrap()
-        .instance_id
+    test.start_by_name(
+        "Flaky",
+        json!({ "fail_until": fail_until }),
+        StartOptions::default(),
+    )
+    .await
+    .unwrap()
+    .instance_id
 }
 
 fn commits(metrics: &RuntimeMetrics) -> u64 {
@@ -67,7 +71,9 @@ fn a_known_workload_moves_every_counter_by_exactly_what_it_did() {
     block_on(async {
         let test = test_runtime();
         let before = test.runtime().metrics();
-        let flaky = before.definition("Flaky").expect("registered definitions are listed");
+        let flaky = before
+            .definition("Flaky")
+            .expect("registered definitions are listed");
         assert_eq!(flaky.task_attempts, 0);
         assert_eq!(commits(&before), 0);
 

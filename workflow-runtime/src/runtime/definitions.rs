@@ -22,6 +22,7 @@ use crate::engine::state::{
 use crate::routing::Refusal;
 use crate::store::policy::SerializedState;
 use crate::store::{InstanceRecord, InstanceStatus, InstanceSubStatus, NewInstance};
+use crate::trace::TraceParent;
 
 /// The definitions this runtime runs, by name, each at its current version.
 pub(crate) struct Definitions {
@@ -184,6 +185,11 @@ impl Definitions {
             now,
         );
         state.correlation_id = options.correlation_id;
+        // ENG-61: the start's trace context, kept with the instance.
+        state.traceparent = options
+            .traceparent
+            .or_else(TraceParent::current)
+            .map(|parent| parent.to_string());
         state.parent = parent;
         let receipt = trigger.as_ref().map(|t| t.stimulus_id.clone());
         state.trigger = trigger;

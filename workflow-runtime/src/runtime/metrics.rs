@@ -271,9 +271,7 @@ pub struct HistogramSnapshot {
 impl RuntimeMetrics {
     /// The counters of `definition`.
     pub fn definition(&self, definition: &str) -> Option<&DefinitionMetrics> {
-        self.definitions
-            .iter()
-            .find(|d| d.definition == definition)
+        self.definitions.iter().find(|d| d.definition == definition)
     }
 
     /// The metrics in the Prometheus text format (version 0.0.4), every name prefixed
@@ -434,7 +432,10 @@ mod tests {
         order.attempted(Duration::from_secs(120), AttemptEnded::Failed);
         let snapshot = metrics.snapshot();
         let d = snapshot.definition("order").expect("listed");
-        assert_eq!((d.task_attempts, d.task_retries, d.task_failures), (3, 1, 1));
+        assert_eq!(
+            (d.task_attempts, d.task_retries, d.task_failures),
+            (3, 1, 1)
+        );
         let h = &d.task_durations;
         assert_eq!(h.count, 3);
         assert_eq!(h.buckets[0], (Duration::from_micros(100), 1));
@@ -447,7 +448,9 @@ mod tests {
             "workflow_task_duration_seconds_bucket{definition=\"order\",le=\"0.005\"} 2"
         ));
         assert!(
-            text.contains("workflow_task_duration_seconds_bucket{definition=\"order\",le=\"+Inf\"} 3")
+            text.contains(
+                "workflow_task_duration_seconds_bucket{definition=\"order\",le=\"+Inf\"} 3"
+            )
         );
         assert!(text.contains("workflow_task_retries_total{definition=\"order\"} 1"));
         assert!(text.contains("workflow_timer_lateness_seconds_count 0"));

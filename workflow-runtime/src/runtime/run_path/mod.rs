@@ -17,6 +17,7 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use tokio::sync::broadcast;
+use tracing::Instrument;
 
 use super::cache::StateCache;
 use super::definitions::Definitions;
@@ -39,6 +40,7 @@ use crate::engine::executor::{
 use crate::engine::state::{SubStatus, WorkflowState, WorkflowStatus};
 use crate::status::Started;
 use crate::store::{ControlKind, IdempotencyRecord, Micros, QueueItem, Storage, StoreError};
+use crate::trace::TraceParent;
 
 mod cancel;
 mod commit;
@@ -74,6 +76,8 @@ pub(crate) struct Delivery {
     /// When the stimulus was sent: the cause of what the run does, from which a state
     /// machine's `since_entered` waits admit queued stimuli (RT-30).
     sent_at: Option<Micros>,
+    /// The send's trace context, which the run continues (ENG-61).
+    traceparent: Option<TraceParent>,
 }
 
 impl Delivery {
@@ -85,6 +89,7 @@ impl Delivery {
             idempotency: None,
             queue_item: None,
             sent_at: None,
+            traceparent: None,
         }
     }
 
@@ -108,6 +113,12 @@ impl Delivery {
         self
     }
 
+    /// Continuing the send's trace context (ENG-61).
+    pub(crate) fn traced(mut self, parent: Option<TraceParent>) -> Self {
+        self.traceparent = parent;
+        self
+    }
+
     /// With the queue item the first commit deletes.
     pub(crate) fn consuming(mut self, item_id: Option<String>) -> Self {
         self.queue_item = item_id;
@@ -122,6 +133,7 @@ impl Delivery {
             idempotency: None,
             queue_item: None,
             sent_at: self.sent_at,
+            traceparent: self.traceparent,
         }
     }
 }
@@ -737,6 +749,20 @@ impl RunPath {
             commits.unpark_next();
         }
         let caused_at = delivery.as_ref().and_then(|d| d.sent_at);
+        // ENG-61: the run continues the trace of the stimulus it delivers, else its
+        // instance's; its span records the ids.
+        let parent = delivery
+            .as_ref()
+            .and_then(|d| d.traceparent)
+            .or_else(|| TraceParent::from_stored(state.traceparent.as_deref()));
+        let span = tracing::info_span!(
+            "workflow.execution",
+            instance = %instance_id,
+            definition = %state.definition.name,
+            trace_id = tracing::field::Empty,
+            span_id = tracing::field::Empty,
+            parent_id = tracing::field::Empty,
+        );
         if let Some(delivery) = delivery {
             let mut tracker = lock(&commits.tracker);
             // RT-19: the commit delivering a direct send's stimulus writes its record, and
@@ -756,57 +782,62 @@ impl RunPath {
         let _active = self.active.register(instance_id, &token, signals);
         // Pinned where it is built: the lease's hold polls it in place instead of taking it
         // by value into a future of its own (a second copy of it, moved there).
-        let run = std::pin::pin!(async {
-            let mut target = Some(target);
-            let mut caused_at = caused_at;
-            loop {
-                let target = target.take().unwrap_or(RunTarget::None);
-                let mut settings = self.engine_settings(Some(&token));
-                settings.caused_at = caused_at.take();
-                settings.attempts.pause = Some(Arc::clone(&signals.pause));
-                settings.attempts.executing = Some(guard.executing());
-                settings.attempts.observer.clone_from(&observer);
-                let mut output = workflow
-                    .run(state, target, settings, &self.middleware, checkpoint)
-                    .await?;
-                if signals.paused() {
-                    // ENG-50: an operator's suspend reached the run; it stopped at an item
-                    // boundary (or went idle) and is paused with its queue kept.
-                    if pauses(output.end) {
-                        let paused =
-                            workflow.pause(output.state, &self.middleware, self.clock.now());
-                        output.state = paused.state;
-                        output.events.extend(paused.events);
-                        output.end = paused.end;
+        let run = std::pin::pin!(TraceParent::continuing(
+            parent,
+            &span,
+            async {
+                let mut target = Some(target);
+                let mut caused_at = caused_at;
+                loop {
+                    let target = target.take().unwrap_or(RunTarget::None);
+                    let mut settings = self.engine_settings(Some(&token));
+                    settings.caused_at = caused_at.take();
+                    settings.attempts.pause = Some(Arc::clone(&signals.pause));
+                    settings.attempts.executing = Some(guard.executing());
+                    settings.attempts.observer.clone_from(&observer);
+                    let mut output = workflow
+                        .run(state, target, settings, &self.middleware, checkpoint)
+                        .await?;
+                    if signals.paused() {
+                        // ENG-50: an operator's suspend reached the run; it stopped at an item
+                        // boundary (or went idle) and is paused with its queue kept.
+                        if pauses(output.end) {
+                            let paused =
+                                workflow.pause(output.state, &self.middleware, self.clock.now());
+                            output.state = paused.state;
+                            output.events.extend(paused.events);
+                            output.end = paused.end;
+                        }
+                        if commits.control_kind() == Some(ControlKind::Suspend)
+                            || output.end != RunEnd::Budget
+                        {
+                            commits.clear_control_next();
+                        }
                     }
-                    if commits.control_kind() == Some(ControlKind::Suspend)
-                        || output.end != RunEnd::Budget
-                    {
-                        commits.clear_control_next();
+                    let end = output.end;
+                    let slice_declined = std::mem::take(&mut output.declined);
+                    let (next, started) = self
+                        .commit_and_publish(&commits, output, end != RunEnd::Budget)
+                        .await?;
+                    // Reported only once committed: a run abandoned after it did not decline.
+                    declined.extend(slice_declined);
+                    if end != RunEnd::Budget {
+                        // ENG-53: the next run of a live instance starts from this state.
+                        let kept = {
+                            let mut tracker = lock(&commits.tracker);
+                            tracker.last_document.take().map(|d| (tracker.version, d))
+                        };
+                        if let Some((version, document)) = kept {
+                            self.states.keep(version, document, next);
+                        }
+                        return Ok(started);
                     }
+                    state = next;
+                    YieldNow(false).await;
                 }
-                let end = output.end;
-                let slice_declined = std::mem::take(&mut output.declined);
-                let (next, started) = self
-                    .commit_and_publish(&commits, output, end != RunEnd::Budget)
-                    .await?;
-                // Reported only once committed: a run abandoned after it did not decline.
-                declined.extend(slice_declined);
-                if end != RunEnd::Budget {
-                    // ENG-53: the next run of a live instance starts from this state.
-                    let kept = {
-                        let mut tracker = lock(&commits.tracker);
-                        tracker.last_document.take().map(|d| (tracker.version, d))
-                    };
-                    if let Some((version, document)) = kept {
-                        self.states.keep(version, document, next);
-                    }
-                    return Ok(started);
-                }
-                state = next;
-                YieldNow(false).await;
             }
-        });
+            .instrument(span.clone())
+        ));
         guard.hold(&token, Some(signals), run).await
     }
 
