@@ -5,8 +5,8 @@ use std::collections::hash_map::RandomState;
 use std::fmt;
 use std::future::Future;
 use std::hash::{BuildHasher, Hasher};
-use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
 
 tokio::task_local! {
     /// The trace context of the work in progress on this task (ENG-61).
@@ -192,6 +192,48 @@ impl std::str::FromStr for TraceParent {
             span_id,
             flags,
         })
+    }
+}
+
+/// Where a runtime's sends and starts take a trace context when none is given, and what it
+/// does with each `workflow.execution` span that continues one: the bridge to a tracing
+/// system of the application's (ENG-61).
+#[derive(Clone, Default)]
+pub(crate) struct TraceBridge {
+    /// Consulted when the task has no [`TraceParent::current`].
+    pub(crate) source: Option<Arc<dyn Fn() -> Option<TraceParent> + Send + Sync>>,
+    /// Called with each run's span and the context it continues, before the run enters it.
+    pub(crate) on_span: Option<Arc<dyn Fn(&tracing::Span, &TraceParent) + Send + Sync>>,
+}
+
+impl fmt::Debug for TraceBridge {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("TraceBridge")
+            .field("source", &self.source.is_some())
+            .field("on_span", &self.on_span.is_some())
+            .finish()
+    }
+}
+
+impl TraceBridge {
+    /// The trace context a send or a start made now carries, unless it names one: the
+    /// task's, else the application's source's.
+    pub(crate) fn current(&self) -> Option<TraceParent> {
+        TraceParent::current().or_else(|| self.source.as_ref().and_then(|source| source()))
+    }
+
+    /// `future` continuing `parent` (see [`TraceParent::continuing`]), the application's hook
+    /// told of the span first.
+    pub(crate) fn continuing<F: Future>(
+        &self,
+        parent: Option<TraceParent>,
+        span: &tracing::Span,
+        future: F,
+    ) -> impl Future<Output = F::Output> {
+        if let (Some(parent), Some(on_span)) = (parent, &self.on_span) {
+            on_span(span, &parent);
+        }
+        TraceParent::continuing(parent, span, future)
     }
 }
 

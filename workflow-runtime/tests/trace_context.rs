@@ -232,3 +232,59 @@ fn a_send_and_a_start_carry_their_trace_to_another_runtime_on_postgres() {
         a_trace_crosses_runtimes(first, second, &spans).await;
     });
 }
+
+/// The application's bridge: a send or start made outside any trace context takes the
+/// application's (its current OpenTelemetry span's, say), and the application is handed each
+/// run's span with the context it continues (to make it the span's parent there).
+#[test]
+fn the_applications_bridge_gives_the_context_and_is_told_of_each_run() {
+    with_spans(|spans| async move {
+        let applications = TraceParent::new_root();
+        let told: Arc<Mutex<Vec<TraceParent>>> = Arc::default();
+        let seen = Arc::clone(&told);
+        let clock = Arc::new(ManualClock::new(1_000_000_000_000));
+        let runtime = Runtime::builder()
+            .clock(Arc::clone(&clock) as Arc<dyn workflow_runtime::Clock>)
+            .queue_worker(false)
+            .timer_driver(false)
+            .register::<Shipping>()
+            .trace_context_from(move || Some(applications))
+            .on_execution_span(move |span, parent| {
+                assert_eq!(
+                    span.metadata().map(tracing::Metadata::name),
+                    Some("workflow.execution")
+                );
+                seen.lock().unwrap().push(*parent);
+            })
+            .build()
+            .unwrap();
+        let parcel = Parcel {
+            id: "p-2".to_owned(),
+            paid: false,
+        };
+        let options = StartOptions {
+            instance_id: Some("parcel-2".to_owned()),
+            ..StartOptions::default()
+        };
+        runtime
+            .start_with::<Shipping>(parcel, options)
+            .await
+            .unwrap();
+        let stored = runtime.get_state("parcel-2").await.unwrap().unwrap();
+        assert_eq!(
+            stored.state.traceparent(),
+            Some(applications.to_string().as_str())
+        );
+        // A send inside a scope of its own carries that one instead.
+        let scoped = TraceParent::new_root();
+        scoped
+            .scope(runtime.send(Stimulus::new("parcel.pay").key("p-2")))
+            .await
+            .unwrap();
+        assert_eq!(*told.lock().unwrap(), [applications, scoped]);
+        let runs = spans.take();
+        assert_eq!(runs.len(), 2, "{runs:?}");
+        assert_eq!(runs[1].trace_id, scoped.trace_id());
+        runtime.shutdown(Duration::from_secs(1)).await;
+    });
+}

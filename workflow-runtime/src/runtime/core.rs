@@ -62,6 +62,7 @@ impl Core {
             Arc::clone(&clock),
             builder.journal_level,
             builder.max_journal_entries,
+            std::mem::take(&mut builder.trace),
         ));
         let run_path = Arc::new(RunPath::new(RunPathSettings {
             store: store.clone(),

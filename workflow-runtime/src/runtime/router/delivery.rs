@@ -17,7 +17,6 @@ use crate::routing::{
 use crate::runtime::run_path::RunOptions;
 use crate::status::Started;
 use crate::store::{BookmarkQuery, BookmarkRow, IdempotencyRecord, Micros, QueueItem, StoreError};
-use crate::trace::TraceParent;
 
 impl Router {
     /// Sends a stimulus (RT-14 to RT-24): see `Runtime::send`. The links its runs queued
@@ -25,7 +24,7 @@ impl Router {
     pub(crate) async fn send(&self, mut stimulus: Stimulus) -> Result<SendReport, SendError> {
         // ENG-61: the trace context of the sender's task, unless the stimulus names one.
         if stimulus.traceparent.is_none() {
-            stimulus.traceparent = TraceParent::current();
+            stimulus.traceparent = self.definitions().trace().current();
         }
         let mut result = self.send_inner(stimulus).await;
         if self.links.process().await
