@@ -596,3 +596,41 @@ async fn an_in_memory_store_is_counted_too() {
     assert!(text.contains("workflow_stimuli_queued 0"), "{text}");
     app.shutdown(std::time::Duration::from_secs(1)).await;
 }
+
+/// An instance page shows the trace id its start carried; a page of one started outside any
+/// trace shows none.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_instance_page_shows_the_trace_its_start_carried() {
+    let app = application(Arc::new(workflow_runtime::store::MemoryStore::new()));
+    let parent: workflow_runtime::TraceParent =
+        "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+            .parse()
+            .unwrap();
+    let order = common::Order {
+        order_id: "o-7".to_owned(),
+        ..common::Order::default()
+    };
+    let options = workflow_runtime::StartOptions {
+        traceparent: Some(parent),
+        ..common::with_id("o-7")
+    };
+    app.start_with::<common::ShopOrder>(order.clone(), options)
+        .await
+        .unwrap();
+    app.start_with::<common::ShopOrder>(order, common::with_id("o-8"))
+        .await
+        .unwrap();
+    let console = Console::new(app.clone()).router();
+    let traced = get(&console, "/instances/o-7").await;
+    assert!(
+        traced.body.contains(
+            "<dt>Trace</dt><dd class=\"mono\" data-trace-id=\"4bf92f3577b34da6a3ce929d0e0e4736\""
+        ),
+        "{}",
+        traced.body
+    );
+    let untraced = get(&console, "/instances/o-8").await;
+    assert_eq!(untraced.status, StatusCode::OK);
+    assert!(!untraced.body.contains("<dt>Trace</dt>"));
+    app.shutdown(std::time::Duration::from_secs(1)).await;
+}
