@@ -201,10 +201,16 @@ impl std::str::FromStr for TraceParent {
 #[derive(Clone, Default)]
 pub(crate) struct TraceBridge {
     /// Consulted when the task has no [`TraceParent::current`].
-    pub(crate) source: Option<Arc<dyn Fn() -> Option<TraceParent> + Send + Sync>>,
+    pub(crate) source: Option<Arc<TraceSource>>,
     /// Called with each run's span and the context it continues, before the run enters it.
-    pub(crate) on_span: Option<Arc<dyn Fn(&tracing::Span, &TraceParent) + Send + Sync>>,
+    pub(crate) on_span: Option<Arc<SpanHook>>,
 }
+
+/// The application's source of trace contexts.
+pub(crate) type TraceSource = dyn Fn() -> Option<TraceParent> + Send + Sync;
+
+/// The application's hook on each run's span.
+pub(crate) type SpanHook = dyn Fn(&tracing::Span, &TraceParent) + Send + Sync;
 
 impl fmt::Debug for TraceBridge {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

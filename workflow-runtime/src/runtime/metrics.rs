@@ -65,7 +65,9 @@ impl Histogram {
             .iter()
             .position(|bound| micros <= *bound)
             .unwrap_or(BOUNDS_MICROS.len());
-        self.buckets[index].fetch_add(1, Ordering::Relaxed);
+        if let Some(bucket) = self.buckets.get(index) {
+            bucket.fetch_add(1, Ordering::Relaxed);
+        }
         self.sum_micros.fetch_add(micros, Ordering::Relaxed);
     }
 
@@ -76,7 +78,11 @@ impl Histogram {
             cumulative += count.load(Ordering::Relaxed);
             buckets.push((Duration::from_micros(*bound), cumulative));
         }
-        let count = cumulative + self.buckets[BOUNDS_MICROS.len()].load(Ordering::Relaxed);
+        let over = self
+            .buckets
+            .last()
+            .map_or(0, |bucket| bucket.load(Ordering::Relaxed));
+        let count = cumulative + over;
         HistogramSnapshot {
             buckets,
             count,
@@ -100,7 +106,9 @@ impl DefinitionCounters {
     /// A run committed, leaving the instance in `status`.
     pub(crate) fn transition(&self, status: WorkflowStatus) {
         let index = STATUSES.iter().position(|s| *s == status).unwrap_or(0);
-        self.transitions[index].fetch_add(1, Ordering::Relaxed);
+        if let Some(counter) = self.transitions.get(index) {
+            counter.fetch_add(1, Ordering::Relaxed);
+        }
     }
 }
 
@@ -163,7 +171,9 @@ impl Metrics {
     /// A store call of the run path took `took`.
     pub(crate) fn store_call(&self, call: StoreCall, took: Duration) {
         let index = StoreCall::ALL.iter().position(|c| *c == call).unwrap_or(0);
-        self.store_calls[index].observe(took);
+        if let Some(histogram) = self.store_calls.get(index) {
+            histogram.observe(took);
+        }
     }
 
     /// What the counters hold now.
