@@ -1,9 +1,9 @@
-//! W3C trace context across runtimes (ENG-61): one runtime starts an instance and sends it a
-//! stimulus through the store's queue, each with a trace context of its own; another runtime
-//! on the same store delivers the stimulus and fires the instance's timer. The run that
-//! delivers the stimulus continues the send's trace, the timer's run the start's, and each
-//! `workflow.execution` span names its parent span. On SQLite, and on PostgreSQL when
-//! `WORKFLOW_PG_URL` is set.
+//! W3C trace context across runtimes (ENG-61): one runtime starts an instance and sends it two
+//! stimuli through the store's queue (one enqueued, one that nothing waits for yet), each with
+//! a trace context of its own; another runtime on the same store delivers them and fires the
+//! instance's timer. The runs that deliver the stimuli continue the sends' traces, the timer's
+//! run the start's, and each `workflow.execution` span names its parent span. On SQLite, and
+//! on PostgreSQL when `WORKFLOW_PG_URL` is set.
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,
@@ -39,7 +39,7 @@ async fn pay(ctx: &mut TaskContext<Parcel>) -> Result<(), TaskError> {
     Ok(())
 }
 
-/// Paid by an event, shipped a second after.
+/// Paid by an event, shipped a second after, then taken on another event.
 #[state_machine(data = Parcel, initial = Placed)]
 pub enum Shipping {
     /// Waits for its payment.
@@ -48,8 +48,11 @@ pub enum Shipping {
     /// Waits a second.
     #[on(after(Duration::from_secs(1)) => Shipped)]
     Paid,
-    /// Done.
+    /// Waits to be taken.
+    #[on(take: event::<serde_json::Value>("parcel.take").key(id) => Taken)]
     Shipped,
+    /// Done.
+    Taken,
 }
 
 /// A `workflow.execution` span as it was recorded.
@@ -169,7 +172,20 @@ async fn a_trace_crosses_runtimes(first: Storage, second: Storage, spans: &Execu
     let paid = deliverer.get_state("parcel-1").await.unwrap().unwrap();
     assert_eq!(paid.current_state(), Some("Paid"));
 
-    // Its timer, fired there too, continues the trace the instance started in.
+    // A direct send nothing waits for yet: queued by the sender, with its context.
+    let taken_in = TraceParent::new_root();
+    let report = sender
+        .send(
+            Stimulus::new("parcel.take")
+                .key("p-1")
+                .traceparent(taken_in),
+        )
+        .await
+        .unwrap();
+    assert!(report.queued.is_some(), "{report:?}");
+    assert!(spans.take().is_empty(), "nothing ran in the sender");
+
+    // The timer, fired in the other runtime, continues the trace the instance started in.
     clock.advance(Duration::from_secs(2));
     let fired = deliverer.fire_due_timers().await.unwrap();
     assert_eq!(fired.fired.len(), 1, "{fired:?}");
@@ -177,7 +193,15 @@ async fn a_trace_crosses_runtimes(first: Storage, second: Storage, spans: &Execu
     assert_eq!(timer_run.trace_id, started_in.trace_id());
     assert_eq!(timer_run.parent_id, started_in.span_id());
     let shipped = deliverer.get_state("parcel-1").await.unwrap().unwrap();
-    assert_eq!(shipped.status(), WorkflowStatus::Finished);
+    assert_eq!(shipped.current_state(), Some("Shipped"));
+
+    // Now waited for, the queued stimulus is delivered there, continuing the send's trace.
+    assert_eq!(deliverer.deliver_queued().await.unwrap(), 1);
+    let [taken] = spans.take().try_into().unwrap();
+    assert_eq!(taken.trace_id, taken_in.trace_id());
+    assert_eq!(taken.parent_id, taken_in.span_id());
+    let done = deliverer.get_state("parcel-1").await.unwrap().unwrap();
+    assert_eq!(done.status(), WorkflowStatus::Finished);
 
     sender.shutdown(Duration::from_secs(1)).await;
     deliverer.shutdown(Duration::from_secs(1)).await;
