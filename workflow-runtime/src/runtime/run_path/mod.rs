@@ -782,67 +782,63 @@ impl RunPath {
         let _active = self.active.register(instance_id, &token, signals);
         // Pinned where it is built: the lease's hold polls it in place instead of taking it
         // by value into a future of its own (a second copy of it, moved there).
-        let run = std::pin::pin!(
-            self.definitions.trace().continuing(
-                parent,
-                &span,
-                async {
-                    let mut target = Some(target);
-                    let mut caused_at = caused_at;
-                    loop {
-                        let target = target.take().unwrap_or(RunTarget::None);
-                        let mut settings = self.engine_settings(Some(&token));
-                        settings.caused_at = caused_at.take();
-                        settings.attempts.pause = Some(Arc::clone(&signals.pause));
-                        settings.attempts.executing = Some(guard.executing());
-                        settings.attempts.observer.clone_from(&observer);
-                        let mut output = workflow
-                            .run(state, target, settings, &self.middleware, checkpoint)
-                            .await?;
-                        if signals.paused() {
-                            // ENG-50: an operator's suspend reached the run; it stopped at an item
-                            // boundary (or went idle) and is paused with its queue kept.
-                            if pauses(output.end) {
-                                let paused = workflow.pause(
-                                    output.state,
-                                    &self.middleware,
-                                    self.clock.now(),
-                                );
-                                output.state = paused.state;
-                                output.events.extend(paused.events);
-                                output.end = paused.end;
-                            }
-                            if commits.control_kind() == Some(ControlKind::Suspend)
-                                || output.end != RunEnd::Budget
-                            {
-                                commits.clear_control_next();
-                            }
-                        }
-                        let end = output.end;
-                        let slice_declined = std::mem::take(&mut output.declined);
-                        let (next, started) = self
-                            .commit_and_publish(&commits, output, end != RunEnd::Budget)
-                            .await?;
-                        // Reported only once committed: a run abandoned after it did not decline.
-                        declined.extend(slice_declined);
-                        if end != RunEnd::Budget {
-                            // ENG-53: the next run of a live instance starts from this state.
-                            let kept = {
-                                let mut tracker = lock(&commits.tracker);
-                                tracker.last_document.take().map(|d| (tracker.version, d))
-                            };
-                            if let Some((version, document)) = kept {
-                                self.states.keep(version, document, next);
-                            }
-                            return Ok(started);
-                        }
-                        state = next;
-                        YieldNow(false).await;
+        let run = std::pin::pin!(async {
+            let mut target = Some(target);
+            let mut caused_at = caused_at;
+            loop {
+                let target = target.take().unwrap_or(RunTarget::None);
+                let mut settings = self.engine_settings(Some(&token));
+                settings.caused_at = caused_at.take();
+                settings.attempts.pause = Some(Arc::clone(&signals.pause));
+                settings.attempts.executing = Some(guard.executing());
+                settings.attempts.observer.clone_from(&observer);
+                let mut output = workflow
+                    .run(state, target, settings, &self.middleware, checkpoint)
+                    .await?;
+                if signals.paused() {
+                    // ENG-50: an operator's suspend reached the run; it stopped at an item
+                    // boundary (or went idle) and is paused with its queue kept.
+                    if pauses(output.end) {
+                        let paused =
+                            workflow.pause(output.state, &self.middleware, self.clock.now());
+                        output.state = paused.state;
+                        output.events.extend(paused.events);
+                        output.end = paused.end;
+                    }
+                    if commits.control_kind() == Some(ControlKind::Suspend)
+                        || output.end != RunEnd::Budget
+                    {
+                        commits.clear_control_next();
                     }
                 }
-                .instrument(span.clone())
-            )
-        );
+                let end = output.end;
+                let slice_declined = std::mem::take(&mut output.declined);
+                let (next, started) = self
+                    .commit_and_publish(&commits, output, end != RunEnd::Budget)
+                    .await?;
+                // Reported only once committed: a run abandoned after it did not decline.
+                declined.extend(slice_declined);
+                if end != RunEnd::Budget {
+                    // ENG-53: the next run of a live instance starts from this state.
+                    let kept = {
+                        let mut tracker = lock(&commits.tracker);
+                        tracker.last_document.take().map(|d| (tracker.version, d))
+                    };
+                    if let Some((version, document)) = kept {
+                        self.states.keep(version, document, next);
+                    }
+                    return Ok(started);
+                }
+                state = next;
+                YieldNow(false).await;
+            }
+        });
+        // ENG-61: in the trace context it continues, inside its span.
+        let run = std::pin::pin!(self.definitions.trace().continuing(
+            parent,
+            &span,
+            run.instrument(span.clone())
+        ));
         guard.hold(&token, Some(signals), run).await
     }
 
