@@ -200,6 +200,7 @@ async fn start_one(runtime: &Runtime, n: u32) -> Result<(), Box<dyn Error + Send
     let options = StartOptions {
         instance_id: Some(id.clone()),
         correlation_id: None,
+        traceparent: None,
     };
     let started = if n.is_multiple_of(2) {
         runtime.start_with::<Ticket>(data, options).await

@@ -17,6 +17,7 @@ fn eng48_caller_chosen_id_and_correlation_id_and_duplicate_start() {
         let options = StartOptions {
             instance_id: Some("order-o-9".into()),
             correlation_id: Some("customer-7".into()),
+            traceparent: None,
         };
         let started = rt
             .start_with::<OrderFlow>(order("o-9", 1), options.clone())

@@ -407,6 +407,22 @@ fn body(state: &Shared, base: &Base, detail: &Detail, outcome: Option<&Outcome>)
     if let Some(c) = &r.correlation_id {
         let _ = write!(out, "<dt>Correlation</dt><dd>{}</dd>", escape(c));
     }
+    // The W3C trace its start carried: every run of it continues that trace.
+    if let Some(text) = r.state.get("traceparent").and_then(Value::as_str) {
+        match text.parse::<workflow_runtime::TraceParent>() {
+            Ok(parent) => {
+                let _ = write!(
+                    out,
+                    "<dt>Trace</dt><dd class=\"mono\" data-trace-id=\"{0}\" title=\"traceparent {1}\">{0}</dd>",
+                    parent.trace_id(),
+                    escape(text)
+                );
+            }
+            Err(error) => {
+                let _ = write!(out, "<dt>Trace</dt><dd>{}</dd>", escape(&error.to_string()));
+            }
+        }
+    }
     let _ = write!(
         out,
         "<dt>Created</dt><dd>{} ({})</dd><dt>Changed</dt><dd>{} ({}), revision {}</dd>",

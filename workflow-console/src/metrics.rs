@@ -1,6 +1,7 @@
 //! `/metrics`: what the store holds, counted at scrape time and written in the Prometheus
-//! text format through the `metrics` facade. Every series is labelled by definition at
-//! most (no instance id: bounded cardinality).
+//! text format through the `metrics` facade, followed by what the console's runtime counted
+//! ([`workflow_runtime::RuntimeMetrics`]). Every series is labelled by definition at most (no
+//! instance id: bounded cardinality).
 
 use axum::http::header;
 use axum::response::{IntoResponse, Response};
@@ -124,12 +125,20 @@ pub(crate) async fn render(state: State, base: Base) -> Result<Response, Failure
     }
     .await;
     recorded.map_err(|e| Failure::store(&base, &e))?;
+    // The census, then what the runtime itself counted (runs, attempts, timers, leases and
+    // store latency): its histograms keep their own buckets, so they are written as it
+    // writes them.
+    let mut text = exporter.handle.render();
+    if !text.is_empty() && !text.ends_with('\n') {
+        text.push('\n');
+    }
+    text.push_str(&state.runtime.metrics().to_prometheus());
     Ok((
         [(
             header::CONTENT_TYPE,
             "text/plain; version=0.0.4; charset=utf-8",
         )],
-        exporter.handle.render(),
+        text,
     )
         .into_response())
 }

@@ -10,6 +10,7 @@ mod runtime;
 mod status;
 pub mod store;
 pub mod testing;
+mod trace;
 mod workflow;
 
 /// The persisted instance ([`WorkflowState`] and what it holds).
@@ -39,11 +40,12 @@ pub use engine::task::{IntoTaskResult, Outcome, TaskContext, TaskError, TaskResu
 pub use routing::RoutingError;
 pub use runtime::{
     AddressedInstance, AwaitError, BuildError, CancelError, Completion, Control, ControlError,
-    Declined, InstanceQuery, InstanceSnapshot, InstanceSummary, LifecycleError, NotAwaited,
-    PurgeError, RecoveryReport, Refusal, Rejection, ResumeError, Retention, RetentionReport,
-    RetryError, Runtime, RuntimeBuilder, SendError, SendReport, StartError, StartOptions, Started,
-    StateError, Stimulus, TimerFiring,
+    Declined, DefinitionMetrics, HistogramSnapshot, InstanceQuery, InstanceSnapshot,
+    InstanceSummary, LifecycleError, NotAwaited, PurgeError, RecoveryReport, Refusal, Rejection,
+    ResumeError, Retention, RetentionReport, RetryError, Runtime, RuntimeBuilder, RuntimeMetrics,
+    SendError, SendReport, StartError, StartOptions, Started, StateError, Stimulus, TimerFiring,
 };
+pub use trace::{TraceParent, TraceParentError};
 pub use workflow::{StateMachineWorkflow, Workflow};
 
 /// Declares a state machine on an enum: see the macro's documentation.

@@ -7,6 +7,25 @@ use crate::engine::executor::{CommitStrategy, Executor, RunError, StepError, eng
 use crate::engine::guard::CatchUnwind;
 use crate::engine::state::{ContextId, EntryPoint, FaultKind, FaultRecord};
 
+/// How a task attempt ended, as its observer is told.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum AttemptEnded {
+    /// The task returned an outcome the node declares.
+    Completed,
+    /// It failed and another attempt waits on a `wf.retry` timer (FLT-2).
+    Retrying,
+    /// It failed for good (an error without a retry left, a panic, an undeclared outcome).
+    Failed,
+    /// The instance was cancelled while it ran (FLT-16).
+    Cancelled,
+}
+
+/// Told of every task attempt (the runtime's metrics, ENG-60): how long it took and how it
+/// ended. Called on the run's task, so it must be cheap.
+pub(crate) trait AttemptObserver: Send + Sync + std::fmt::Debug {
+    fn attempted(&self, took: std::time::Duration, ended: AttemptEnded);
+}
+
 /// How an attempt ended.
 enum AttemptEnd<T> {
     Returned(T),
@@ -65,6 +84,7 @@ where
             key_suffix: None,
         };
         let started_at = self.now;
+        let wall = std::time::Instant::now();
         let token = cx.cancellation.clone();
         let settings = self.attempts.clone();
         settings.set_executing(Some(&cx.node_id));
@@ -101,6 +121,12 @@ where
             ended
         };
         settings.set_executing(None);
+        let took = wall.elapsed();
+        let observe = |ended: AttemptEnded| {
+            if let Some(observer) = &settings.observer {
+                observer.attempted(took, ended);
+            }
+        };
         let outcome = match ended {
             AttemptEnd::Returned(outcome) => outcome,
             // FLT-17: a timed-out attempt is a retryable failure that counts.
@@ -109,6 +135,7 @@ where
                 crate::cancel::human_ms(ms)
             )))),
             AttemptEnd::Cancelled => {
+                observe(AttemptEnded::Cancelled);
                 if let Some(c) = self.state.context_mut(id) {
                     c.is_executing = false;
                     c.executing_entry = None;
@@ -143,6 +170,7 @@ where
                     let names = outcome.names().to_vec();
                     self.record_compensable(id);
                     self.complete(id, None, names)?;
+                    observe(AttemptEnded::Completed);
                     self.checkpoint_at(id, CommitStrategy::AfterEachActivity)
                         .await?;
                     return Ok(());
@@ -158,11 +186,13 @@ where
                 self.data = None;
                 // RT-22: the stimulus's payload is not what the task reads: reject the run.
                 if let Some(rejection) = self.task_payload_rejection(id, &error) {
+                    observe(AttemptEnded::Failed);
                     return Err(rejection);
                 }
                 if crate::engine::faults::retry_after_failure(
                     self, id, retry, attempt, started_at, &error,
                 )? {
+                    observe(AttemptEnded::Retrying);
                     return Ok(());
                 }
                 FaultRecord {
@@ -177,6 +207,7 @@ where
                 attempt,
             },
         };
+        observe(AttemptEnded::Failed);
         // FLT-4: the failed attempt's changes are dropped; `state.data` is the last good value.
         self.data = None;
         Err(StepError::Fault {

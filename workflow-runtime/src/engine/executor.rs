@@ -1482,6 +1482,8 @@ pub(crate) struct AttemptSettings {
     /// Where to keep the node of the task attempt in progress, for the run's lease guard
     /// (its lease-lost event names the node).
     pub(crate) executing: Option<Arc<std::sync::Mutex<Option<String>>>>,
+    /// Told of every task attempt (ENG-60).
+    pub(crate) observer: Option<Arc<dyn crate::engine::attempt::AttemptObserver>>,
 }
 
 impl AttemptSettings {
@@ -1510,6 +1512,7 @@ impl Default for AttemptSettings {
             instance_cancel: None,
             pause: None,
             executing: None,
+            observer: None,
         }
     }
 }

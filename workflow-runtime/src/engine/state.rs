@@ -780,6 +780,9 @@ pub struct WorkflowState {
     /// Why it was cancelled.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) cancel_reason: Option<String>,
+    /// The W3C trace context its start carried (ENG-61): its runs continue that trace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) traceparent: Option<String>,
     /// The last lifecycle event sequence number (ENG-39).
     #[serde(default)]
     pub(crate) event_seq: u64,
@@ -821,6 +824,7 @@ impl WorkflowState {
             completion_seq: 0,
             incidents: Vec::new(),
             cancel_reason: None,
+            traceparent: None,
             event_seq: 0,
             journal,
         }
@@ -844,6 +848,11 @@ impl WorkflowState {
     /// An optional caller-chosen correlation id.
     pub fn correlation_id(&self) -> Option<&str> {
         self.correlation_id.as_deref()
+    }
+
+    /// The W3C `traceparent` its start carried, as stored (ENG-61).
+    pub fn traceparent(&self) -> Option<&str> {
+        self.traceparent.as_deref()
     }
 
     /// The parent, for an instance started by a SubWorkflow (ACT-24).

@@ -12,6 +12,7 @@ use crate::engine::executor::RunError;
 use crate::identity::{RoutingError, sha_hex};
 use crate::status::Started;
 use crate::store::{InstanceStatus, Micros, QueueItem, StoreError};
+use crate::trace::TraceParent;
 use workflow_model::Activation;
 
 /// The default queue TTL (RT-28): 10 minutes.
@@ -74,6 +75,9 @@ pub struct Stimulus {
     /// Mode `Enqueue` (RT-23): only write the stimulus to the queue and return; the queue
     /// worker routes it as an inline send would (for large fan-outs).
     pub enqueue: bool,
+    /// The W3C trace context the delivery continues (ENG-61); without it, the one of the
+    /// sender's task ([`TraceParent::current`]) when the send is made.
+    pub traceparent: Option<TraceParent>,
     /// Why the key or payload given to the builder methods did not serialize.
     pub(crate) invalid: Option<String>,
 }
@@ -92,8 +96,17 @@ impl Stimulus {
             ttl: None,
             queue: true,
             enqueue: false,
+            traceparent: None,
             invalid: None,
         }
+    }
+
+    /// Continuing the trace `parent` (ENG-61): the run that delivers it, in this process or
+    /// another, opens its span as a child of it.
+    #[must_use]
+    pub fn traceparent(mut self, parent: TraceParent) -> Self {
+        self.traceparent = Some(parent);
+        self
     }
 
     /// With a key (any `Serialize` value; RT-3).
@@ -516,6 +529,9 @@ pub(crate) struct Targets {
     /// whatever its hash; one whose bookmark is gone is done with.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub(crate) child_result: bool,
+    /// The send's W3C trace context (ENG-61).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) traceparent: Option<String>,
 }
 
 /// The queue item of a final child's result for its parent's `wf.sub_workflow` bookmark

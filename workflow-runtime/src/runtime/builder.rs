@@ -21,6 +21,7 @@ use crate::engine::graph::{Graph, GraphError, NamedRefs};
 use crate::engine::registry::Registry;
 use crate::engine::state::JournalLevel;
 use crate::store::{MemoryStore, Storage};
+use crate::trace::{TraceBridge, TraceParent};
 use crate::workflow::Workflow;
 
 /// The default interval of the recovery sweep (ENG-25): 10 s.
@@ -90,6 +91,7 @@ pub struct RuntimeBuilder {
     pub(crate) sweep_interval: Option<Duration>,
     pub(crate) timer_driver: bool,
     pub(crate) cancel_grace: Duration,
+    pub(crate) trace: TraceBridge,
 }
 
 impl std::fmt::Debug for RuntimeBuilder {
@@ -232,6 +234,7 @@ impl RuntimeBuilder {
             sweep_interval: Some(DEFAULT_FALLBACK_SWEEP),
             timer_driver: true,
             cancel_grace: DEFAULT_CANCEL_GRACE,
+            trace: TraceBridge::default(),
         }
     }
 
@@ -435,6 +438,50 @@ impl RuntimeBuilder {
     #[must_use]
     pub fn timer_driver(mut self, enabled: bool) -> Self {
         self.timer_driver = enabled;
+        self
+    }
+
+    /// Where a send or a start takes its W3C trace context (ENG-61) when neither it
+    /// ([`Stimulus::traceparent`](crate::Stimulus::traceparent),
+    /// [`StartOptions::traceparent`](crate::StartOptions)) nor its task
+    /// ([`TraceParent::scope`], a run of this runtime) gives one: for example the context of
+    /// the current OpenTelemetry span.
+    #[must_use]
+    pub fn trace_context_from(
+        mut self,
+        source: impl Fn() -> Option<TraceParent> + Send + Sync + 'static,
+    ) -> Self {
+        self.trace.source = Some(Arc::new(source));
+        self
+    }
+
+    /// Called with the `workflow.execution` span of each run that continues a trace context,
+    /// and that context, before the run enters the span (ENG-61): for example to make the
+    /// context the span's OpenTelemetry parent (`OpenTelemetrySpanExt::set_parent`), so the
+    /// run joins the trace of the send or start in whichever process it ran.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::sync::{Arc, Mutex};
+    /// use workflow_runtime::{Runtime, TraceParent};
+    ///
+    /// let continued: Arc<Mutex<Vec<String>>> = Arc::default();
+    /// let seen = Arc::clone(&continued);
+    /// let runtime = Runtime::builder()
+    ///     .on_execution_span(move |_span, parent: &TraceParent| {
+    ///         seen.lock().unwrap().push(parent.trace_id());
+    ///     })
+    ///     .build()?;
+    /// # let _ = runtime;
+    /// # Ok::<(), workflow_runtime::BuildError>(())
+    /// ```
+    #[must_use]
+    pub fn on_execution_span(
+        mut self,
+        hook: impl Fn(&tracing::Span, &TraceParent) + Send + Sync + 'static,
+    ) -> Self {
+        self.trace.on_span = Some(Arc::new(hook));
         self
     }
 

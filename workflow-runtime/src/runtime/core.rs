@@ -20,6 +20,7 @@ use super::errors::BuildError;
 use super::lease::LeaseSettings;
 use super::lifecycle::{Lifecycle, LifecycleSettings, Recovery, RetentionPurge};
 use super::links::Links;
+use super::metrics::Metrics;
 use super::queries::Queries;
 use super::router::{Router, RouterSettings};
 use super::run_path::{RunPath, RunPathSettings};
@@ -55,11 +56,13 @@ impl Core {
         let queue_ttl = i64::try_from(builder.queue_ttl.as_micros()).unwrap_or(i64::MAX);
         let (stop, _) = watch::channel(false);
         let doorbell = Arc::new(Notify::new());
+        let metrics = Arc::new(Metrics::new(workflows.keys()));
         let definitions = Arc::new(Definitions::new(
             workflows,
             Arc::clone(&clock),
             builder.journal_level,
             builder.max_journal_entries,
+            std::mem::take(&mut builder.trace),
         ));
         let run_path = Arc::new(RunPath::new(RunPathSettings {
             store: store.clone(),
@@ -73,6 +76,7 @@ impl Core {
             cancel_grace: builder.cancel_grace,
             queue_ttl,
             event_buffer: builder.event_buffer,
+            metrics,
         }));
         let starts = Arc::new(Starts::new(Arc::clone(&run_path)));
         let links = Arc::new(Links::new(Arc::clone(&run_path), Arc::clone(&starts)));

@@ -22,6 +22,7 @@ use crate::engine::state::{
 use crate::routing::Refusal;
 use crate::store::policy::SerializedState;
 use crate::store::{InstanceRecord, InstanceStatus, InstanceSubStatus, NewInstance};
+use crate::trace::TraceBridge;
 
 /// The definitions this runtime runs, by name, each at its current version.
 pub(crate) struct Definitions {
@@ -31,6 +32,8 @@ pub(crate) struct Definitions {
     /// The journal level and bound of new instances (ENG-42).
     journal_level: JournalLevel,
     max_journal_entries: usize,
+    /// Where sends and starts take their trace context (ENG-61).
+    trace: TraceBridge,
 }
 
 impl Definitions {
@@ -39,13 +42,20 @@ impl Definitions {
         clock: Arc<dyn Clock>,
         journal_level: JournalLevel,
         max_journal_entries: usize,
+        trace: TraceBridge,
     ) -> Self {
         Self {
             workflows,
             clock,
             journal_level,
             max_journal_entries,
+            trace,
         }
+    }
+
+    /// The bridge to the application's tracing (ENG-61).
+    pub(crate) fn trace(&self) -> &TraceBridge {
+        &self.trace
     }
 
     /// The registered workflow `name`.
@@ -184,6 +194,11 @@ impl Definitions {
             now,
         );
         state.correlation_id = options.correlation_id;
+        // ENG-61: the start's trace context, kept with the instance.
+        state.traceparent = options
+            .traceparent
+            .or_else(|| self.trace.current())
+            .map(|parent| parent.to_string());
         state.parent = parent;
         let receipt = trigger.as_ref().map(|t| t.stimulus_id.clone());
         state.trigger = trigger;

@@ -31,6 +31,7 @@ mod lifecycle;
 mod links;
 mod list;
 mod listing;
+mod metrics;
 mod outcomes;
 mod queries;
 mod registered;
@@ -52,6 +53,7 @@ pub use errors::{
     RetryError, StartError, StateError,
 };
 pub use list::{InstanceQuery, InstanceSummary};
+pub use metrics::{DefinitionMetrics, HistogramSnapshot, RuntimeMetrics};
 pub use outcomes::{Completion, Control, InstanceSnapshot, RecoveryReport, StartOptions};
 pub use retention::{Retention, RetentionReport};
 pub use timers::TimerFiring;
@@ -137,6 +139,14 @@ impl Runtime {
     /// The store this runtime runs on, through its policy layer.
     pub fn store(&self) -> &Storage {
         &self.core.store
+    }
+
+    /// What this runtime counted since it was built (ENG-60): runs by definition and the
+    /// status they left, task attempts, retries and durations, timer lateness, lease losses
+    /// and the run path's store latency. Reading them takes no lock the runs take.
+    /// [`RuntimeMetrics::to_prometheus`] writes them in the Prometheus text format.
+    pub fn metrics(&self) -> RuntimeMetrics {
+        self.core.run_path.metrics().snapshot()
     }
 
     /// Starts an instance of `W` with `input` as its data and runs its first run in the

@@ -15,6 +15,9 @@ pub struct StartOptions {
     pub instance_id: Option<String>,
     /// A correlation id.
     pub correlation_id: Option<String>,
+    /// The W3C trace context the instance's runs continue (ENG-61); without it, the one of
+    /// the caller's task ([`TraceParent::current`](crate::TraceParent::current)), if any.
+    pub traceparent: Option<crate::TraceParent>,
 }
 
 /// A read-only snapshot of an instance (ENG-51).

@@ -21,7 +21,11 @@ use crate::store::{BookmarkQuery, BookmarkRow, IdempotencyRecord, Micros, QueueI
 impl Router {
     /// Sends a stimulus (RT-14 to RT-24): see `Runtime::send`. The links its runs queued
     /// are carried out before it returns, and the report's statuses read after them.
-    pub(crate) async fn send(&self, stimulus: Stimulus) -> Result<SendReport, SendError> {
+    pub(crate) async fn send(&self, mut stimulus: Stimulus) -> Result<SendReport, SendError> {
+        // ENG-61: the trace context of the sender's task, unless the stimulus names one.
+        if stimulus.traceparent.is_none() {
+            stimulus.traceparent = self.definitions().trace().current();
+        }
         let mut result = self.send_inner(stimulus).await;
         if self.links.process().await
             && let Ok(report) = &mut result
@@ -443,7 +447,14 @@ impl Router {
             key_display: stimulus.key.as_ref().map(Value::to_string),
             payload: stimulus.payload.clone(),
             correlation_id: stimulus.correlation_id.clone(),
-            targets: serde_json::to_value(targets).unwrap_or(Value::Null),
+            targets: {
+                let mut targets = serde_json::to_value(targets).unwrap_or(Value::Null);
+                // ENG-61: the send's trace context travels with the item.
+                if let (Some(parent), Value::Object(map)) = (stimulus.traceparent, &mut targets) {
+                    map.insert("traceparent".to_owned(), Value::String(parent.to_string()));
+                }
+                targets
+            },
             sent_at,
             enqueued_at: now_micros(),
             expires_at: sent_at.saturating_add(ttl),
@@ -536,7 +547,8 @@ impl Router {
             };
             let delivery = self
                 .delivery(stimulus_id, receipts == Receipts::Kept)
-                .sent_at(sent.at);
+                .sent_at(sent.at)
+                .traced(stimulus.traceparent);
             match self
                 .run_path
                 .run_reporting(&instance, RunOptions::to(target).delivering(delivery))

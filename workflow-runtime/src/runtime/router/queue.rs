@@ -22,6 +22,7 @@ use crate::engine::executor::{RunError, RunTarget};
 use crate::routing::{BOOKMARK_PAGE, Rejection, Stimulus, Targets};
 use crate::runtime::run_path::RunOptions;
 use crate::store::{BookmarkQuery, DeadLetterReason, QueueItem, StoreError, WakeUp};
+use crate::trace::TraceParent;
 
 /// Queue items claimed per page (RT-27).
 const QUEUE_PAGE: usize = 50;
@@ -157,6 +158,7 @@ impl Router {
                     )),
                     queue: true,
                     enqueue: false,
+                    traceparent: TraceParent::from_stored(targets.traceparent.as_deref()),
                     invalid: None,
                 };
                 match self
@@ -377,7 +379,8 @@ impl Router {
             let delivery = self
                 .delivery(&item.stimulus_id, true)
                 .sent_at(item.sent_at)
-                .consuming(consumes.then(|| item.item_id.clone()));
+                .consuming(consumes.then(|| item.item_id.clone()))
+                .traced(TraceParent::from_stored(targets.traceparent.as_deref()));
             let delivered = self
                 .run_path
                 .run(&instance, RunOptions::to(target).delivering(delivery))

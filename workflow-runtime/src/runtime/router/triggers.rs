@@ -140,6 +140,7 @@ impl Router {
             let options = StartOptions {
                 instance_id: Some(instance_id.clone()),
                 correlation_id: stimulus.correlation_id.clone(),
+                traceparent: stimulus.traceparent,
             };
             let trigger = TriggerStart {
                 node_id: row.node_id.clone(),

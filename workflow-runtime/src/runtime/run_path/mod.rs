@@ -17,11 +17,13 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use tokio::sync::broadcast;
+use tracing::Instrument;
 
 use super::cache::StateCache;
 use super::definitions::Definitions;
 use super::document::{decode_loaded, run_store_error};
 use super::lease::{LeaseGuard, LeaseSettings};
+use super::metrics::{Metrics, StoreCall};
 use super::outcomes::StartOptions;
 use super::registered::{RunOutput, RunSettings};
 use super::signals::{ActiveRuns, RunSignals};
@@ -29,6 +31,7 @@ use super::watches::Watches;
 use crate::base::lock;
 use crate::cancel::CancellationToken;
 use crate::clock::Clock;
+use crate::engine::attempt::AttemptObserver;
 use crate::engine::events::{EventStream, LifecycleEvent};
 use crate::engine::executor::{
     AttemptSettings, Checkpoint, CommitStrategy, DeclinedTransition, Link, Middleware, RunEnd,
@@ -37,6 +40,7 @@ use crate::engine::executor::{
 use crate::engine::state::{SubStatus, WorkflowState, WorkflowStatus};
 use crate::status::Started;
 use crate::store::{ControlKind, IdempotencyRecord, Micros, QueueItem, Storage, StoreError};
+use crate::trace::TraceParent;
 
 mod cancel;
 mod commit;
@@ -72,6 +76,8 @@ pub(crate) struct Delivery {
     /// When the stimulus was sent: the cause of what the run does, from which a state
     /// machine's `since_entered` waits admit queued stimuli (RT-30).
     sent_at: Option<Micros>,
+    /// The send's trace context, which the run continues (ENG-61).
+    traceparent: Option<TraceParent>,
 }
 
 impl Delivery {
@@ -83,6 +89,7 @@ impl Delivery {
             idempotency: None,
             queue_item: None,
             sent_at: None,
+            traceparent: None,
         }
     }
 
@@ -106,6 +113,12 @@ impl Delivery {
         self
     }
 
+    /// Continuing the send's trace context (ENG-61).
+    pub(crate) fn traced(mut self, parent: Option<TraceParent>) -> Self {
+        self.traceparent = parent;
+        self
+    }
+
     /// With the queue item the first commit deletes.
     pub(crate) fn consuming(mut self, item_id: Option<String>) -> Self {
         self.queue_item = item_id;
@@ -120,6 +133,7 @@ impl Delivery {
             idempotency: None,
             queue_item: None,
             sent_at: self.sent_at,
+            traceparent: self.traceparent,
         }
     }
 }
@@ -221,6 +235,7 @@ pub(crate) struct RunPathSettings {
     pub(crate) cancel_grace: Duration,
     pub(crate) queue_ttl: Micros,
     pub(crate) event_buffer: usize,
+    pub(crate) metrics: Arc<Metrics>,
 }
 
 /// The run path (see the module docs).
@@ -250,6 +265,8 @@ pub(crate) struct RunPath {
     watches: Watches,
     /// Work between instances queued by commits (ACT-24).
     outbox: Outbox,
+    /// The runtime's metrics (ENG-60).
+    metrics: Arc<Metrics>,
 }
 
 /// Returns `Pending` once, so a long-running instance lets other tasks run between budgets.
@@ -287,7 +304,13 @@ impl RunPath {
             events,
             watches: Watches::default(),
             outbox: Outbox::default(),
+            metrics: settings.metrics,
         }
+    }
+
+    /// The runtime's metrics (ENG-60).
+    pub(crate) fn metrics(&self) -> &Metrics {
+        &self.metrics
     }
 
     /// The store.
@@ -441,11 +464,13 @@ impl RunPath {
     ) -> Result<Option<LeaseGuard<'_>>, RunError> {
         let kept = self.states.take_entry(instance_id);
         let (store, owner, lease) = (&self.store, &self.owner, self.lease);
+        let began = std::time::Instant::now();
         let claimed = if first {
             LeaseGuard::acquire_first(store, owner, instance_id, lease, kept).await
         } else {
             LeaseGuard::acquire_kept(store, owner, instance_id, lease, kept).await
         };
+        self.metrics.store_call(StoreCall::Claim, began.elapsed());
         match claimed {
             Ok(guard) => Ok(Some(guard)),
             Err(StoreError::NotFound { .. }) => Ok(None),
@@ -478,7 +503,11 @@ impl RunPath {
             .run_slices(&guard, target, delivery, &signals, declined)
             .await;
         let requested_cancel = signals.take_cancel();
-        match (result, guard.lost()) {
+        let lost = guard.lost();
+        if lost.is_some() {
+            self.metrics.lease_lost();
+        }
+        match (result, lost) {
             (Ok(started), _) => {
                 guard.released_by_commit();
                 match requested_cancel {
@@ -581,7 +610,12 @@ impl RunPath {
         let instance_id = guard.instance_id();
         let record = match guard.take_loaded() {
             Some(loaded) => loaded,
-            None => self.store.load_instance_raw(instance_id).await,
+            None => {
+                let began = std::time::Instant::now();
+                let loaded = self.store.load_instance_raw(instance_id).await;
+                self.metrics.store_call(StoreCall::Load, began.elapsed());
+                loaded
+            }
         }
         .map_err(|error| run_store_error(instance_id, error))?;
         guard.set_definition(&record.definition_name);
@@ -630,6 +664,7 @@ impl RunPath {
                 instance_cancel: cancel.cloned(),
                 pause: None,
                 executing: None,
+                observer: None,
             },
             max_steps: self.max_steps_per_run,
             // Events are built for subscribers and for the log (`LifecycleEvent::trace`
@@ -669,6 +704,10 @@ impl RunPath {
             });
         }
         let workflow = self.definitions.workflow_for(&state)?;
+        let observer = self
+            .metrics
+            .definition(&state.definition.name)
+            .map(|counters| Arc::clone(counters) as Arc<dyn AttemptObserver>);
         // ENG-50: a cancel or suspend requested before this run is honoured instead of it
         // (a stimulus it was to deliver is then not consumed).
         let targeted = matches!(target, RunTarget::Bookmarks { .. });
@@ -710,6 +749,20 @@ impl RunPath {
             commits.unpark_next();
         }
         let caused_at = delivery.as_ref().and_then(|d| d.sent_at);
+        // ENG-61: the run continues the trace of the stimulus it delivers, else its
+        // instance's; its span records the ids.
+        let parent = delivery
+            .as_ref()
+            .and_then(|d| d.traceparent)
+            .or_else(|| TraceParent::from_stored(state.traceparent.as_deref()));
+        let span = tracing::info_span!(
+            "workflow.execution",
+            instance = %instance_id,
+            definition = %state.definition.name,
+            trace_id = tracing::field::Empty,
+            span_id = tracing::field::Empty,
+            parent_id = tracing::field::Empty,
+        );
         if let Some(delivery) = delivery {
             let mut tracker = lock(&commits.tracker);
             // RT-19: the commit delivering a direct send's stimulus writes its record, and
@@ -738,6 +791,7 @@ impl RunPath {
                 settings.caused_at = caused_at.take();
                 settings.attempts.pause = Some(Arc::clone(&signals.pause));
                 settings.attempts.executing = Some(guard.executing());
+                settings.attempts.observer.clone_from(&observer);
                 let mut output = workflow
                     .run(state, target, settings, &self.middleware, checkpoint)
                     .await?;
@@ -779,6 +833,12 @@ impl RunPath {
                 YieldNow(false).await;
             }
         });
+        // ENG-61: in the trace context it continues, inside its span.
+        let run = std::pin::pin!(self.definitions.trace().continuing(
+            parent,
+            &span,
+            run.instrument(span.clone())
+        ));
         guard.hold(&token, Some(signals), run).await
     }
 
@@ -853,14 +913,18 @@ impl RunPath {
         // worker delivers it); the in-process resume below delivers and acks it at once.
         let result_item = self.child_result_item(&state);
         let queued: Vec<_> = result_item.iter().map(|(item, _)| item.clone()).collect();
-        commits
-            .commit(&mut state, release, children, queued)
-            .await?;
+        let began = std::time::Instant::now();
+        let committed = commits.commit(&mut state, release, children, queued).await;
+        self.metrics.store_call(StoreCall::Commit, began.elapsed());
+        committed?;
         if let Some((item, key)) = result_item {
             self.outbox
                 .child_result(key, (item.item_id, item.stimulus_id));
         }
         self.outbox.created(ids);
+        if release && let Some(counters) = self.metrics.definition(&state.definition.name) {
+            counters.transition(state.status);
+        }
         // ACT-24: the links of this run, and a final child's result for its parent.
         let resume_parent = if state.status.is_final()
             && let Some(parent) = &state.parent

@@ -134,9 +134,15 @@ impl Timers {
     /// and the claim expires so that it is tried again).
     async fn fire_timer(&self, timer: &crate::store::TimerRow) -> bool {
         let instance_id = timer.instance_id.as_deref().unwrap_or_default();
+        let fired_at = self.clock.now();
+        // ENG-60: how late it fires, in workflow time.
+        let late = u64::try_from(fired_at.saturating_sub(timer.due_at)).unwrap_or(0);
+        self.run_path
+            .metrics()
+            .timer_fired(std::time::Duration::from_micros(late));
         let payload = json!({
             "due_at": timer.due_at,
-            "fired_at": self.clock.now(),
+            "fired_at": fired_at,
         });
         let target = RunTarget::Bookmarks {
             ids: vec![timer.timer_id.clone()],

@@ -165,6 +165,7 @@ impl Timers {
         let options = StartOptions {
             instance_id: Some(instance_id.clone()),
             correlation_id: None,
+            traceparent: None,
         };
         let mut new = match self.definitions().new_instance(
             name,

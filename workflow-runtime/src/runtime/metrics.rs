@@ -1,0 +1,473 @@
+//! The runtime's own metrics (ENG-60): counters and fixed-bucket histograms kept in atomics,
+//! one set per registered definition, built once with the runtime. Recording is a relaxed
+//! atomic add: no lock and no allocation on a run's way. [`RuntimeMetrics`] is what a reader
+//! takes of them, and writes them in the Prometheus text format.
+
+use std::collections::HashMap;
+use std::fmt::Write as _;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use crate::engine::attempt::{AttemptEnded, AttemptObserver};
+use crate::status::WorkflowStatus;
+
+/// The upper bounds of every histogram's buckets, in µs (the last bucket, `+Inf`, is
+/// implicit): from 100 µs to one minute.
+const BOUNDS_MICROS: [u64; 12] = [
+    100, 500, 1_000, 5_000, 10_000, 50_000, 100_000, 500_000, 1_000_000, 5_000_000, 10_000_000,
+    60_000_000,
+];
+
+/// The statuses a run can leave an instance in, in the order of their counters.
+const STATUSES: [WorkflowStatus; 5] = [
+    WorkflowStatus::Running,
+    WorkflowStatus::Suspended,
+    WorkflowStatus::Faulted,
+    WorkflowStatus::Finished,
+    WorkflowStatus::Cancelled,
+];
+
+/// The store calls of the run path whose latency is kept (ENG-60).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum StoreCall {
+    /// Taking an instance's lease (with its record, where the store returns it).
+    Claim,
+    /// Loading an instance's record.
+    Load,
+    /// A run's commit.
+    Commit,
+}
+
+impl StoreCall {
+    const ALL: [StoreCall; 3] = [StoreCall::Claim, StoreCall::Load, StoreCall::Commit];
+
+    fn as_str(self) -> &'static str {
+        match self {
+            StoreCall::Claim => "claim",
+            StoreCall::Load => "load",
+            StoreCall::Commit => "commit",
+        }
+    }
+}
+
+/// A histogram over [`BOUNDS_MICROS`]: a count per bucket (not cumulative) and the sum.
+#[derive(Debug, Default)]
+struct Histogram {
+    buckets: [AtomicU64; BOUNDS_MICROS.len() + 1],
+    sum_micros: AtomicU64,
+}
+
+impl Histogram {
+    fn observe(&self, value: Duration) {
+        let micros = u64::try_from(value.as_micros()).unwrap_or(u64::MAX);
+        let index = BOUNDS_MICROS
+            .iter()
+            .position(|bound| micros <= *bound)
+            .unwrap_or(BOUNDS_MICROS.len());
+        if let Some(bucket) = self.buckets.get(index) {
+            bucket.fetch_add(1, Ordering::Relaxed);
+        }
+        self.sum_micros.fetch_add(micros, Ordering::Relaxed);
+    }
+
+    fn snapshot(&self) -> HistogramSnapshot {
+        let mut cumulative = 0;
+        let mut buckets = Vec::with_capacity(BOUNDS_MICROS.len());
+        for (bound, count) in BOUNDS_MICROS.iter().zip(&self.buckets) {
+            cumulative += count.load(Ordering::Relaxed);
+            buckets.push((Duration::from_micros(*bound), cumulative));
+        }
+        let over = self
+            .buckets
+            .last()
+            .map_or(0, |bucket| bucket.load(Ordering::Relaxed));
+        let count = cumulative + over;
+        HistogramSnapshot {
+            buckets,
+            count,
+            sum: Duration::from_micros(self.sum_micros.load(Ordering::Relaxed)),
+        }
+    }
+}
+
+/// The counters of one definition.
+#[derive(Debug, Default)]
+pub(crate) struct DefinitionCounters {
+    /// Committed runs by the status they left, in [`STATUSES`] order.
+    transitions: [AtomicU64; STATUSES.len()],
+    attempts: AtomicU64,
+    retries: AtomicU64,
+    failures: AtomicU64,
+    task_durations: Histogram,
+}
+
+impl DefinitionCounters {
+    /// A run committed, leaving the instance in `status`.
+    pub(crate) fn transition(&self, status: WorkflowStatus) {
+        let index = STATUSES.iter().position(|s| *s == status).unwrap_or(0);
+        if let Some(counter) = self.transitions.get(index) {
+            counter.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
+
+impl AttemptObserver for DefinitionCounters {
+    fn attempted(&self, took: Duration, ended: AttemptEnded) {
+        self.attempts.fetch_add(1, Ordering::Relaxed);
+        self.task_durations.observe(took);
+        match ended {
+            AttemptEnded::Completed | AttemptEnded::Cancelled => {}
+            AttemptEnded::Retrying => {
+                self.retries.fetch_add(1, Ordering::Relaxed);
+            }
+            AttemptEnded::Failed => {
+                self.failures.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+}
+
+/// The runtime's metrics (see the module docs): owned by the run path, which records runs,
+/// task attempts, lease losses and its store calls; the timers record their lateness.
+#[derive(Debug)]
+pub(crate) struct Metrics {
+    /// One set per registered definition, fixed at build: read without a lock.
+    definitions: HashMap<String, Arc<DefinitionCounters>>,
+    timer_lateness: Histogram,
+    lease_losses: AtomicU64,
+    store_calls: [Histogram; StoreCall::ALL.len()],
+}
+
+impl Metrics {
+    /// The metrics of a runtime running `definitions`.
+    pub(crate) fn new<'a>(definitions: impl IntoIterator<Item = &'a String>) -> Self {
+        Self {
+            definitions: definitions
+                .into_iter()
+                .map(|name| (name.clone(), Arc::default()))
+                .collect(),
+            timer_lateness: Histogram::default(),
+            lease_losses: AtomicU64::new(0),
+            store_calls: Default::default(),
+        }
+    }
+
+    /// The counters of `definition`, `None` for one this runtime does not run.
+    pub(crate) fn definition(&self, definition: &str) -> Option<&Arc<DefinitionCounters>> {
+        self.definitions.get(definition)
+    }
+
+    /// A timer fired `late` after its due time.
+    pub(crate) fn timer_fired(&self, late: Duration) {
+        self.timer_lateness.observe(late);
+    }
+
+    /// A run lost its instance's lease.
+    pub(crate) fn lease_lost(&self) {
+        self.lease_losses.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// A store call of the run path took `took`.
+    pub(crate) fn store_call(&self, call: StoreCall, took: Duration) {
+        let index = StoreCall::ALL.iter().position(|c| *c == call).unwrap_or(0);
+        if let Some(histogram) = self.store_calls.get(index) {
+            histogram.observe(took);
+        }
+    }
+
+    /// What the counters hold now.
+    pub(crate) fn snapshot(&self) -> RuntimeMetrics {
+        let mut definitions: Vec<DefinitionMetrics> = self
+            .definitions
+            .iter()
+            .map(|(name, counters)| DefinitionMetrics {
+                definition: name.clone(),
+                transitions: STATUSES
+                    .iter()
+                    .zip(&counters.transitions)
+                    .map(|(status, n)| (*status, n.load(Ordering::Relaxed)))
+                    .collect(),
+                task_attempts: counters.attempts.load(Ordering::Relaxed),
+                task_retries: counters.retries.load(Ordering::Relaxed),
+                task_failures: counters.failures.load(Ordering::Relaxed),
+                task_durations: counters.task_durations.snapshot(),
+            })
+            .collect();
+        definitions.sort_by(|a, b| a.definition.cmp(&b.definition));
+        RuntimeMetrics {
+            definitions,
+            timer_lateness: self.timer_lateness.snapshot(),
+            lease_losses: self.lease_losses.load(Ordering::Relaxed),
+            store_calls: StoreCall::ALL
+                .iter()
+                .zip(&self.store_calls)
+                .map(|(call, histogram)| (call.as_str(), histogram.snapshot()))
+                .collect(),
+        }
+    }
+}
+
+/// What a runtime counted since it was built (ENG-60), from
+/// [`Runtime::metrics`](crate::Runtime::metrics). Labelled by definition at most: no instance
+/// id, so the number of series is bounded by the registered definitions.
+///
+/// # Examples
+///
+/// ```
+/// let runtime = workflow_runtime::Runtime::builder().build()?;
+/// let metrics = runtime.metrics();
+/// assert_eq!(metrics.lease_losses, 0);
+/// assert!(metrics.to_prometheus().contains("workflow_lease_losses_total 0"));
+/// # Ok::<(), workflow_runtime::BuildError>(())
+/// ```
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct RuntimeMetrics {
+    /// Each registered definition's counters, by name.
+    pub definitions: Vec<DefinitionMetrics>,
+    /// How late timers fired after their due time, by this runtime's timer driver or
+    /// `fire_due_timers`.
+    pub timer_lateness: HistogramSnapshot,
+    /// Runs that lost their instance's lease (ENG-36).
+    pub lease_losses: u64,
+    /// The latency of the run path's store calls: `claim` (the lease), `load` (the
+    /// instance's record, when the claim did not return it) and `commit`.
+    pub store_calls: Vec<(&'static str, HistogramSnapshot)>,
+}
+
+/// One definition's counters in [`RuntimeMetrics`].
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct DefinitionMetrics {
+    /// The definition's name.
+    pub definition: String,
+    /// Runs committed by this runtime (each moves an instance from one committed state to the
+    /// next), by the status the run left the instance in.
+    pub transitions: Vec<(WorkflowStatus, u64)>,
+    /// Task attempts that ran (ACT-11).
+    pub task_attempts: u64,
+    /// Attempts that failed and wait for another one (FLT-2).
+    pub task_retries: u64,
+    /// Attempts that failed for good: the task faulted.
+    pub task_failures: u64,
+    /// How long task attempts took (wall time).
+    pub task_durations: HistogramSnapshot,
+}
+
+impl DefinitionMetrics {
+    /// The runs that left an instance in `status`.
+    pub fn transitions_to(&self, status: WorkflowStatus) -> u64 {
+        self.transitions
+            .iter()
+            .find(|(s, _)| *s == status)
+            .map_or(0, |(_, n)| *n)
+    }
+}
+
+/// A histogram's buckets at one instant.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct HistogramSnapshot {
+    /// `(upper bound, observations at or under it)`, cumulative, in increasing bounds; the
+    /// `+Inf` bucket is [`HistogramSnapshot::count`].
+    pub buckets: Vec<(Duration, u64)>,
+    /// Every observation.
+    pub count: u64,
+    /// Their sum (to the µs).
+    pub sum: Duration,
+}
+
+impl RuntimeMetrics {
+    /// The counters of `definition`.
+    pub fn definition(&self, definition: &str) -> Option<&DefinitionMetrics> {
+        self.definitions.iter().find(|d| d.definition == definition)
+    }
+
+    /// The metrics in the Prometheus text format (version 0.0.4), every name prefixed
+    /// `workflow_`:
+    ///
+    /// * `workflow_transitions_total{definition, outcome}`: committed runs by the status
+    ///   they left;
+    /// * `workflow_task_attempts_total{definition}`, `workflow_task_retries_total{definition}`,
+    ///   `workflow_task_failures_total{definition}`;
+    /// * `workflow_task_duration_seconds{definition}` (histogram);
+    /// * `workflow_timer_lateness_seconds` (histogram);
+    /// * `workflow_lease_losses_total`;
+    /// * `workflow_store_call_seconds{call}` (histogram).
+    pub fn to_prometheus(&self) -> String {
+        let mut out = String::new();
+        header(
+            &mut out,
+            "workflow_transitions_total",
+            "counter",
+            "Runs committed by this runtime, by the status they left the instance in.",
+        );
+        for d in &self.definitions {
+            for (status, n) in &d.transitions {
+                let _ = writeln!(
+                    out,
+                    "workflow_transitions_total{{definition=\"{}\",outcome=\"{}\"}} {n}",
+                    escape(&d.definition),
+                    status.as_str()
+                );
+            }
+        }
+        for (name, help, value) in [
+            (
+                "workflow_task_attempts_total",
+                "Task attempts run.",
+                (|d: &DefinitionMetrics| d.task_attempts) as fn(&DefinitionMetrics) -> u64,
+            ),
+            (
+                "workflow_task_retries_total",
+                "Task attempts that failed and wait for a retry.",
+                |d| d.task_retries,
+            ),
+            (
+                "workflow_task_failures_total",
+                "Task attempts that failed for good.",
+                |d| d.task_failures,
+            ),
+        ] {
+            header(&mut out, name, "counter", help);
+            for d in &self.definitions {
+                let _ = writeln!(
+                    out,
+                    "{name}{{definition=\"{}\"}} {}",
+                    escape(&d.definition),
+                    value(d)
+                );
+            }
+        }
+        header(
+            &mut out,
+            "workflow_task_duration_seconds",
+            "histogram",
+            "How long task attempts took.",
+        );
+        for d in &self.definitions {
+            let label = format!("definition=\"{}\"", escape(&d.definition));
+            histogram(
+                &mut out,
+                "workflow_task_duration_seconds",
+                &label,
+                &d.task_durations,
+            );
+        }
+        header(
+            &mut out,
+            "workflow_timer_lateness_seconds",
+            "histogram",
+            "How late timers fired after their due time.",
+        );
+        histogram(
+            &mut out,
+            "workflow_timer_lateness_seconds",
+            "",
+            &self.timer_lateness,
+        );
+        header(
+            &mut out,
+            "workflow_lease_losses_total",
+            "counter",
+            "Runs that lost their instance's lease.",
+        );
+        let _ = writeln!(out, "workflow_lease_losses_total {}", self.lease_losses);
+        header(
+            &mut out,
+            "workflow_store_call_seconds",
+            "histogram",
+            "The latency of the run path's store calls.",
+        );
+        for (call, snapshot) in &self.store_calls {
+            histogram(
+                &mut out,
+                "workflow_store_call_seconds",
+                &format!("call=\"{call}\""),
+                snapshot,
+            );
+        }
+        out
+    }
+}
+
+fn header(out: &mut String, name: &str, kind: &str, help: &str) {
+    let _ = writeln!(out, "# HELP {name} {help}");
+    let _ = writeln!(out, "# TYPE {name} {kind}");
+}
+
+/// A histogram's `_bucket`, `_sum` and `_count` lines, with `labels` (may be empty).
+fn histogram(out: &mut String, name: &str, labels: &str, snapshot: &HistogramSnapshot) {
+    let sep = if labels.is_empty() { "" } else { "," };
+    for (bound, count) in &snapshot.buckets {
+        let _ = writeln!(
+            out,
+            "{name}_bucket{{{labels}{sep}le=\"{}\"}} {count}",
+            bound.as_secs_f64()
+        );
+    }
+    let _ = writeln!(
+        out,
+        "{name}_bucket{{{labels}{sep}le=\"+Inf\"}} {}",
+        snapshot.count
+    );
+    let braces = if labels.is_empty() {
+        String::new()
+    } else {
+        format!("{{{labels}}}")
+    };
+    let _ = writeln!(out, "{name}_sum{braces} {}", snapshot.sum.as_secs_f64());
+    let _ = writeln!(out, "{name}_count{braces} {}", snapshot.count);
+}
+
+/// A label value escaped for the text format (backslash, quote, newline).
+fn escape(value: &str) -> String {
+    value
+        .replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn histogram_buckets_are_cumulative_and_the_sum_is_kept() {
+        let metrics = Metrics::new(&["order".to_owned()]);
+        let order = metrics.definition("order").expect("registered");
+        order.attempted(Duration::from_micros(50), AttemptEnded::Completed);
+        order.attempted(Duration::from_millis(2), AttemptEnded::Retrying);
+        order.attempted(Duration::from_secs(120), AttemptEnded::Failed);
+        let snapshot = metrics.snapshot();
+        let d = snapshot.definition("order").expect("listed");
+        assert_eq!(
+            (d.task_attempts, d.task_retries, d.task_failures),
+            (3, 1, 1)
+        );
+        let h = &d.task_durations;
+        assert_eq!(h.count, 3);
+        assert_eq!(h.buckets[0], (Duration::from_micros(100), 1));
+        assert_eq!(h.buckets[2], (Duration::from_millis(1), 1));
+        assert_eq!(h.buckets[3], (Duration::from_millis(5), 2));
+        assert_eq!(h.buckets[11], (Duration::from_secs(60), 2));
+        assert_eq!(h.sum, Duration::from_micros(120_002_050));
+        let text = snapshot.to_prometheus();
+        assert!(text.contains(
+            "workflow_task_duration_seconds_bucket{definition=\"order\",le=\"0.005\"} 2"
+        ));
+        assert!(
+            text.contains(
+                "workflow_task_duration_seconds_bucket{definition=\"order\",le=\"+Inf\"} 3"
+            )
+        );
+        assert!(text.contains("workflow_task_retries_total{definition=\"order\"} 1"));
+        assert!(text.contains("workflow_timer_lateness_seconds_count 0"));
+    }
+
+    #[test]
+    fn label_values_are_escaped() {
+        assert_eq!(escape("a\"b\\c\nd"), "a\\\"b\\\\c\\nd");
+    }
+}
