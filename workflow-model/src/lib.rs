@@ -89,6 +89,7 @@ pub mod diagram;
 mod duration;
 pub mod fingerprint;
 mod json;
+pub mod queue;
 mod validate;
 
 pub use definition::{
@@ -103,6 +104,7 @@ pub use diagnostics::{
     did_you_mean, suggest,
 };
 pub use json::{LoadError, SHAPE_RULE};
+pub use queue::{Priority, Queue, QueueError, Rate};
 pub use validate::limits;
 pub use validate::{
     FlowchartAnalysis, FlowchartLoop, KNOWN_TIME_ZONES, analyze_flowchart, is_known_time_zone,
