@@ -702,7 +702,11 @@ where
                     function,
                     retry,
                     attempt_timeout_ms,
-                }) => self.run_task(id, function, retry, attempt_timeout_ms).await,
+                    queue,
+                }) => {
+                    self.run_task(id, function, retry, attempt_timeout_ms, queue)
+                        .await
+                }
                 Ok(Execution::Settled) => Ok(()),
                 Err(error) => Err(error),
             },
@@ -1482,6 +1486,9 @@ pub(crate) struct AttemptSettings {
     /// Where to keep the node of the task attempt in progress, for the run's lease guard
     /// (its lease-lost event names the node).
     pub(crate) executing: Option<Arc<std::sync::Mutex<Option<String>>>>,
+    /// The flow-control gate a task of a queue takes its slot from (QU-10); `None`: a task
+    /// naming a queue faults.
+    pub(crate) flow: Option<crate::engine::slots::Gate>,
 }
 
 impl AttemptSettings {
@@ -1510,6 +1517,7 @@ impl Default for AttemptSettings {
             instance_cancel: None,
             pause: None,
             executing: None,
+            flow: None,
         }
     }
 }
