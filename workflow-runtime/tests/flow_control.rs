@@ -14,6 +14,14 @@ use workflow_runtime::{
     BuildError, MemoryStore, Queue, Registry, Runtime, SqliteStore, StartOptions, TaskContext,
 };
 
+/// Wall-clock now, µs (slot leases are on the wall clock).
+fn wall_now() -> i64 {
+    let since = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap();
+    i64::try_from(since.as_micros()).unwrap()
+}
+
 /// How many attempts overlap now, the most that ever did, and how many ended.
 #[derive(Default)]
 struct Overlap {
@@ -79,9 +87,13 @@ async fn two_hundred_on_a_queue_of_five(store: Storage) {
     let max = overlap.max.load(Ordering::SeqCst);
     assert!(max <= 5, "{max} tasks of a queue of 5 overlapped");
     assert!(max >= 2, "the queue never ran two at once ({max})");
-    let usage = store.queue_usage(i64::MAX / 2).await.unwrap();
+    let usage = store.queue_usage(wall_now()).await.unwrap();
     assert_eq!(usage.len(), 1);
-    assert_eq!((usage[0].queue.as_str(), usage[0].waiting), ("imports", 0));
+    assert_eq!(
+        (usage[0].queue.as_str(), usage[0].running, usage[0].waiting),
+        ("imports", 0, 0),
+        "every slot released, nobody left in line"
+    );
     runtime.shutdown(Duration::from_secs(5)).await;
 }
 
@@ -142,4 +154,85 @@ fn a_bad_declaration_is_refused_at_build_naming_the_field() {
             other => panic!("{field}: {:?}", other.err()),
         }
     }
+}
+
+/// A task's priority orders the line: with the one slot held, three low-priority attempts and
+/// then one high-priority attempt wait; the high one runs first, the low ones in arrival order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_higher_priority_runs_first_then_arrival_order() {
+    let order = Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+    let gate = Arc::new(tokio::sync::Semaphore::new(0));
+    let step = |name: &str, priority: u8| -> Definition {
+        serde_json::from_value(json!({
+            "name": name,
+            "root": { "kind": "sequence", "id": "root", "steps": [
+                { "kind": "task", "id": "work", "function": "work", "queue": "single",
+                  "priority": priority }
+            ] }
+        }))
+        .unwrap()
+    };
+    let registry = |order: &Arc<std::sync::Mutex<Vec<String>>>,
+                    gate: &Arc<tokio::sync::Semaphore>| {
+        let (order, gate) = (Arc::clone(order), Arc::clone(gate));
+        Registry::new().task("work", move |cx: &mut TaskContext<serde_json::Value>| {
+            let (order, gate) = (Arc::clone(&order), Arc::clone(&gate));
+            Box::pin(async move {
+                let label = cx.data()["label"].as_str().unwrap_or_default().to_owned();
+                if label == "blocker" {
+                    gate.acquire().await.unwrap().forget();
+                }
+                order.lock().unwrap().push(label);
+                Ok(workflow_runtime::Outcome::done())
+            })
+        })
+    };
+    let store = Storage::new(Arc::new(MemoryStore::new()));
+    let runtime = Arc::new(
+        Runtime::builder()
+            .store(store.clone())
+            .queue(Queue::new("single").concurrency(1))
+            .register_definition(step("Low", 0), registry(&order, &gate))
+            .register_definition(step("High", 9), registry(&order, &gate))
+            .build()
+            .unwrap(),
+    );
+    let start = |name: &'static str, label: &'static str| {
+        let runtime = Arc::clone(&runtime);
+        tokio::spawn(async move {
+            runtime
+                .start_by_name(name, json!({ "label": label }), StartOptions::default())
+                .await
+                .unwrap()
+        })
+    };
+    let waiting = |n: u32| {
+        let store = store.clone();
+        async move {
+            for _ in 0..500 {
+                let usage = store.queue_usage(wall_now()).await.unwrap();
+                if usage.first().is_some_and(|u| u.waiting == n) {
+                    return;
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            panic!("never {n} waiting");
+        }
+    };
+    let mut runs = vec![start("Low", "blocker")];
+    waiting(0).await;
+    for (i, label) in ["low-1", "low-2", "low-3"].into_iter().enumerate() {
+        runs.push(start("Low", label));
+        waiting(u32::try_from(i).unwrap() + 1).await;
+    }
+    runs.push(start("High", "high"));
+    waiting(4).await;
+    gate.add_permits(1);
+    for run in runs {
+        run.await.unwrap();
+    }
+    assert_eq!(
+        *order.lock().unwrap(),
+        ["blocker", "high", "low-1", "low-2", "low-3"]
+    );
 }
