@@ -12,8 +12,8 @@ use std::fs;
 use std::path::{Path, PathBuf};
 
 /// The rule-id prefixes (`C` is the store conformance cases).
-const PREFIXES: [&str; 10] = [
-    "SM", "FC", "ACT", "ENG", "RT", "ST", "TM", "FLT", "DEF", "C",
+const PREFIXES: [&str; 11] = [
+    "SM", "FC", "ACT", "ENG", "RT", "ST", "TM", "FLT", "DEF", "QU", "C",
 ];
 
 fn repo_root() -> PathBuf {

@@ -193,6 +193,7 @@ pub(crate) async fn run(
         } => purge(&target, older_than, definition).await,
         Command::DeadLetters { action, json } => dead_letters(&target, action, json).await,
         Command::Incidents { all, json } => incidents(&target, all, json).await,
+        Command::Queues { json } => queues(&target, json).await,
         Command::Diagram { what, format } => diagram(&target, &what, format).await,
         Command::Console {
             listen,
@@ -447,6 +448,87 @@ async fn incidents(target: &Target, all: bool, json: bool) -> Result<String, Cli
         ]);
     }
     Ok(table.render_or("no open incidents"))
+}
+
+/// One flow-control queue as `workflow queues --json` prints it.
+#[derive(serde::Serialize)]
+struct QueueView {
+    queue: String,
+    concurrency: Option<u32>,
+    per_process: Option<u32>,
+    per_key: Option<u32>,
+    rate_starts: Option<u32>,
+    rate_period_us: Option<Micros>,
+    running: u32,
+    waiting: u32,
+    oldest_wait: Option<Micros>,
+    rate_used: u32,
+}
+
+async fn queues(target: &Target, json: bool) -> Result<String, CliError> {
+    let store = target.open_read().await?;
+    let now = now();
+    let usage = store.queue_usage(now).await?;
+    if json {
+        return Ok(usage
+            .iter()
+            .map(|u| {
+                json_line(&QueueView {
+                    queue: u.queue.clone(),
+                    concurrency: u.limits.concurrency,
+                    per_process: u.limits.per_process,
+                    per_key: u.limits.per_key,
+                    rate_starts: u.limits.rate.map(|(starts, _)| starts),
+                    rate_period_us: u.limits.rate.map(|(_, period)| period),
+                    running: u.running,
+                    waiting: u.waiting,
+                    oldest_wait: u.oldest_wait,
+                    rate_used: u.rate_used,
+                }) + "\n"
+            })
+            .collect());
+    }
+    let mut table = Table::new(&[
+        "QUEUE",
+        "LIMITS",
+        "RUNNING",
+        "WAITING",
+        "OLDEST WAIT",
+        "RATE USED",
+    ]);
+    for u in &usage {
+        let mut limits = Vec::new();
+        if let Some(n) = u.limits.concurrency {
+            limits.push(format!("{n} at once"));
+        }
+        if let Some(n) = u.limits.per_process {
+            limits.push(format!("{n} per process"));
+        }
+        if let Some(n) = u.limits.per_key {
+            limits.push(format!("{n} per key"));
+        }
+        if let Some((starts, period)) = u.limits.rate {
+            limits.push(format!("{starts} per {}", crate::render::duration(period)));
+        }
+        let rate_used = match u.limits.rate {
+            Some((starts, _)) => format!("{} of {starts}", u.rate_used),
+            None => "-".to_owned(),
+        };
+        table.row(vec![
+            u.queue.clone(),
+            if limits.is_empty() {
+                "-".to_owned()
+            } else {
+                limits.join(", ")
+            },
+            u.running.to_string(),
+            u.waiting.to_string(),
+            u.oldest_wait
+                .map_or_else(|| "-".to_owned(), |at| relative(at, now)),
+            rate_used,
+        ]);
+    }
+    Ok(table.render_or("no flow-control queues"))
 }
 
 async fn diagram(target: &Target, what: &str, format: DiagramFormat) -> Result<String, CliError> {

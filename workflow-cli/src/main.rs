@@ -171,6 +171,12 @@ pub(crate) enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Lists the flow-control queues: limits, running, waiting, oldest wait, rate used.
+    Queues {
+        /// JSON lines instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
     /// Lists incidents across instances.
     Incidents {
         /// Resolved ones too.

@@ -674,3 +674,52 @@ async fn diagram_draws_a_definition_recorded_by_the_application() {
     assert!(!unknown.ok);
     assert!(unknown.stderr.contains("NoSuchFlow"), "{}", unknown.stderr);
 }
+
+/// `workflow queues` lists each flow-control queue with its limits, the slots held, the line
+/// and the rate window's use.
+#[tokio::test]
+async fn queues_lists_limits_running_waiting_and_rate_used() {
+    use workflow_runtime::store::{SlotAsk, Storage};
+    use workflow_runtime::{Priority, Queue};
+
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("flow.db");
+    {
+        let storage = Storage::new(Arc::new(SqliteStore::open(&db).unwrap()));
+        let payments = Queue::new("payments")
+            .concurrency(2)
+            .rate(25, std::time::Duration::from_secs(1));
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_micros();
+        let now = i64::try_from(now).unwrap();
+        for holder in ["a", "b", "c"] {
+            let ask = SlotAsk {
+                holder: holder.to_owned(),
+                owner: "node-a".to_owned(),
+                key: None,
+                priority: Priority::MIN,
+                now,
+                ttl: 600_000_000,
+            };
+            storage.acquire_slot(&payments, ask).await.unwrap();
+        }
+    }
+    let queues = workflow(&db, &["queues"]);
+    assert!(queues.ok, "{}", queues.stderr);
+    let line = queues
+        .stdout
+        .lines()
+        .find(|l| l.starts_with("payments"))
+        .unwrap_or_else(|| panic!("{}", queues.stdout));
+    assert!(line.contains("2 at once, 25 per 1s"), "{line}");
+    assert!(line.contains("2 of 25"), "{line}");
+    let json = workflow(&db, &["queues", "--json"]);
+    let row: Value = serde_json::from_str(json.stdout.trim()).unwrap();
+    assert_eq!(row["queue"], "payments");
+    assert_eq!(
+        (row["running"].as_u64(), row["waiting"].as_u64()),
+        (Some(2), Some(1))
+    );
+}

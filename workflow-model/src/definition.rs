@@ -343,9 +343,23 @@ pub struct Task {
     /// When the runtime commits around this task (ENG-32); absent means `default`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub commit: Option<NodeCommit>,
+    /// The flow-control queue each attempt takes a slot of before it runs (QU-10); the
+    /// runtime must declare it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queue: Option<String>,
+    /// The attempt's priority in its queue, 0 (the default) to 9 (QU-4).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub priority: Option<u8>,
 }
 
 impl Task {
+    /// The same task taking a slot of `queue` before each attempt (QU-10).
+    #[must_use]
+    pub fn with_queue(mut self, queue: impl Into<String>) -> Self {
+        self.queue = Some(queue.into());
+        self
+    }
+
     /// A task `id` running the registered fn `function`, with open ports.
     pub fn new(id: impl Into<String>, function: impl Into<String>) -> Self {
         Self {
@@ -356,6 +370,8 @@ impl Task {
             attempt_timeout_ms: None,
             compensation: None,
             commit: None,
+            queue: None,
+            priority: None,
         }
     }
 

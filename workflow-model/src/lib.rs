@@ -55,6 +55,9 @@
 //! assert_eq!(Definition::from_json(&expense.to_json_pretty()).unwrap(), expense);
 //! ```
 //!
+//! Flow control (QU-10): a `task` may name a `queue` (a [`Queue`] the runtime declares) and a
+//! `priority` in it, 0 to 9; a task without them is written as before.
+//!
 //! Timers and faults (FLT-2, FLT-10, TM-14): a `task` may carry `retry` (a [`RetryPolicy`]:
 //! `max_attempts`, `initial_delay_ms`, `max_delay_ms`, `multiplier` and `jitter` as plain
 //! numbers, `retry_on` error codes; every field optional), `attempt_timeout_ms`,
@@ -89,6 +92,7 @@ pub mod diagram;
 mod duration;
 pub mod fingerprint;
 mod json;
+pub mod queue;
 mod validate;
 
 pub use definition::{
@@ -103,6 +107,7 @@ pub use diagnostics::{
     did_you_mean, suggest,
 };
 pub use json::{LoadError, SHAPE_RULE};
+pub use queue::{Priority, Queue, QueueError, Rate};
 pub use validate::limits;
 pub use validate::{
     FlowchartAnalysis, FlowchartLoop, KNOWN_TIME_ZONES, analyze_flowchart, is_known_time_zone,

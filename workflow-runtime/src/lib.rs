@@ -21,6 +21,7 @@ mod tests;
 
 /// The definition model and its validator (the `workflow-model` crate).
 pub use workflow_model as model;
+pub use workflow_model::{Priority, Queue, QueueError};
 
 pub use base::BoxFuture;
 pub use cancel::CancellationToken;

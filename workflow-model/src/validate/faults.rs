@@ -1,4 +1,4 @@
-//! Timer and fault rules: TM-V1 to TM-V4 and FLT-V1 to FLT-V6.
+//! Timer and fault rules: TM-V1 to TM-V4 and FLT-V1 to FLT-V6; a task's queue (QU-V1, QU-V2).
 
 use super::children_with_locations;
 use crate::cron::{KNOWN_TIME_ZONES, Schedule, is_known_time_zone};
@@ -62,6 +62,31 @@ fn check_activity(activity: &Activity, at: &Location, in_saga: bool, cx: &mut Di
                     format!(
                         "attempt timeout of {ms} ms is too long; at most {MAX_ATTEMPT_TIMEOUT_MS} ms (365 days) is allowed"
                     ),
+                ));
+            }
+            if let Some(name) = &task.queue
+                && let Err(error) = crate::queue::check_queue_name(name)
+            {
+                cx.push(Diagnostic::new(
+                    "QU-V1",
+                    at.field("queue"),
+                    error.to_string(),
+                ));
+            }
+            if let Some(priority) = task.priority
+                && priority > crate::queue::Priority::MAX.get()
+            {
+                cx.push(Diagnostic::new(
+                    "QU-V2",
+                    at.field("priority"),
+                    format!("priority {priority} is out of range; use 0 to 9"),
+                ));
+            }
+            if task.priority.is_some() && task.queue.is_none() {
+                cx.push(Diagnostic::new(
+                    "QU-V2",
+                    at.field("priority"),
+                    "a priority needs a `queue`",
                 ));
             }
             if task.compensation.is_some() && !in_saga {
@@ -544,6 +569,41 @@ mod tests {
                 "/root/steps/0/attempt_timeout_ms",
                 "attempt timeout must be greater than zero"
             )
+        );
+    }
+
+    #[test]
+    fn qu_v1_v2_a_task_queue_and_priority() {
+        let mut task = Task::new("charge", "charge").with_queue("pay ments");
+        task.priority = Some(10);
+        let both = found(&Definition::new("Demo", sequence(vec![task.into()])));
+        assert_eq!(
+            both.iter()
+                .map(|(rule, at, _)| (*rule, at.as_str()))
+                .collect::<Vec<_>>(),
+            [
+                ("QU-V1", "/root/steps/0/queue"),
+                ("QU-V2", "/root/steps/0/priority")
+            ],
+            "{both:?}"
+        );
+        let mut task = Task::new("charge", "charge");
+        task.priority = Some(3);
+        assert_eq!(
+            found(&Definition::new(
+                "Demo",
+                sequence(vec![task.clone().into()])
+            )),
+            one(
+                "QU-V2",
+                "/root/steps/0/priority",
+                "a priority needs a `queue`"
+            )
+        );
+        let task = task.with_queue("payments");
+        assert_eq!(
+            found(&Definition::new("Demo", sequence(vec![task.into()]))),
+            vec![]
         );
     }
 

@@ -46,6 +46,7 @@ where
         function: &str,
         retry: Option<&workflow_model::RetryPolicy>,
         attempt_timeout_ms: Option<u64>,
+        queue: Option<(&str, u8)>,
     ) -> Result<(), StepError> {
         let registry = self.registry;
         let Some(task) = registry.tasks.get(function) else {
@@ -53,6 +54,11 @@ where
                 id,
                 format!("no task is registered under `{function}`"),
             ));
+        };
+        // QU-10, QU-11: a task of a queue runs only with a slot of it.
+        let slot = match queue {
+            Some((queue, priority)) => Some(self.take_slot(id, queue, priority).await?),
+            None => None,
         };
         self.data_mut()?;
         let Some(data) = self.data.take() else {
@@ -88,7 +94,7 @@ where
         let token = cx.cancellation.clone();
         let settings = self.attempts.clone();
         settings.set_executing(Some(&cx.node_id));
-        let ended = {
+        let attempt_run = async {
             let mut future = CatchUnwind(task(&mut cx));
             let timeout = async {
                 match attempt_timeout_ms {
@@ -119,6 +125,11 @@ where
                 let _ = tokio::time::timeout(settings.cancel_grace, &mut future).await;
             }
             ended
+        };
+        // QU-11: the slot is renewed while the attempt runs and released when it ends.
+        let ended = match (slot, &settings.flow) {
+            (Some(lease), Some(gate)) => gate.hold(lease, attempt_run).await,
+            _ => attempt_run.await,
         };
         settings.set_executing(None);
         let took = wall.elapsed();
@@ -214,5 +225,51 @@ where
             context: id,
             record: failure,
         })
+    }
+}
+
+impl<D> Executor<'_, D>
+where
+    D: serde::Serialize + serde::de::DeserializeOwned + Send + Sync + 'static,
+{
+    /// Takes a slot of `queue` for this attempt of context `id` (QU-11), waiting in line
+    /// while the queue has no room. A cancel while waiting abandons the run like a cancel
+    /// during the attempt; a queue the runtime does not declare faults the task.
+    async fn take_slot(
+        &mut self,
+        id: ContextId,
+        queue: &str,
+        priority: u8,
+    ) -> Result<crate::store::SlotLease, StepError> {
+        let Some(gate) = self.attempts.flow.clone() else {
+            return Err(engine_fault(
+                id,
+                format!("task runs in queue `{queue}`, which this runtime does not declare"),
+            ));
+        };
+        let attempt = crate::engine::faults::attempt_of(self.state.context(id));
+        let holder = format!("{}/{id}/{attempt}", self.state.instance_id);
+        let cancel = self.attempts.instance_cancel.clone();
+        match gate
+            .acquire(queue, &holder, priority, cancel.as_ref())
+            .await
+        {
+            Ok(lease) => Ok(lease),
+            Err(crate::engine::slots::GateError::Cancelled) => {
+                Err(StepError::Abort(RunError::Interrupted {
+                    instance: self.state.instance_id.clone(),
+                }))
+            }
+            Err(crate::engine::slots::GateError::Unknown(queue)) => Err(engine_fault(
+                id,
+                format!("task runs in queue `{queue}`, which this runtime does not declare"),
+            )),
+            Err(crate::engine::slots::GateError::Store(error)) => {
+                Err(StepError::Abort(RunError::Store {
+                    instance: self.state.instance_id.clone(),
+                    error,
+                }))
+            }
+        }
     }
 }

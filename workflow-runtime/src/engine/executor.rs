@@ -702,7 +702,11 @@ where
                     function,
                     retry,
                     attempt_timeout_ms,
-                }) => self.run_task(id, function, retry, attempt_timeout_ms).await,
+                    queue,
+                }) => {
+                    self.run_task(id, function, retry, attempt_timeout_ms, queue)
+                        .await
+                }
                 Ok(Execution::Settled) => Ok(()),
                 Err(error) => Err(error),
             },
@@ -1484,6 +1488,9 @@ pub(crate) struct AttemptSettings {
     pub(crate) executing: Option<Arc<std::sync::Mutex<Option<String>>>>,
     /// Told of every task attempt (ENG-60).
     pub(crate) observer: Option<Arc<dyn crate::engine::attempt::AttemptObserver>>,
+    /// The flow-control gate a task of a queue takes its slot from (QU-10); `None`: a task
+    /// naming a queue faults.
+    pub(crate) flow: Option<crate::engine::slots::Gate>,
 }
 
 impl AttemptSettings {
@@ -1513,6 +1520,7 @@ impl Default for AttemptSettings {
             pause: None,
             executing: None,
             observer: None,
+            flow: None,
         }
     }
 }

@@ -87,6 +87,9 @@ pub(crate) enum NodeKind {
         compensation: Option<String>,
         /// When the runtime commits around this task (ENG-32); `None`: `default`.
         commit: Option<workflow_model::NodeCommit>,
+        /// The flow-control queue each attempt takes a slot of, with the attempt's priority
+        /// (QU-10).
+        queue: Option<(String, u8)>,
     },
     /// A saga scope (FLT-10): its body, compensated newest first when something inside fails
     /// for good; then the failure passes on (`fault`) or the scope takes `compensated`.
@@ -500,6 +503,21 @@ impl Graph {
     }
 
     /// `(node id, workflow name)` of every SubWorkflow node (ACT-V10).
+    /// Every `(node id, queue name)` of a task taking flow-control slots (QU-10), for the
+    /// build's check that each queue is declared.
+    pub(crate) fn task_queues(&self) -> Vec<(String, String)> {
+        self.nodes
+            .iter()
+            .filter_map(|n| match &n.kind {
+                NodeKind::Task {
+                    queue: Some((queue, _)),
+                    ..
+                } => Some((n.id.clone(), queue.clone())),
+                _ => None,
+            })
+            .collect()
+    }
+
     pub(crate) fn sub_workflows(&self) -> Vec<(String, String)> {
         self.nodes
             .iter()
@@ -576,6 +594,7 @@ impl Graph {
                 attempt_timeout_ms: t.attempt_timeout_ms,
                 compensation: t.compensation.clone(),
                 commit: t.commit,
+                queue: t.queue.clone().map(|q| (q, t.priority.unwrap_or_default())),
             },
             Activity::Saga(saga) => NodeKind::Saga {
                 body: self.add(&saga.body, Some(index))?,

@@ -27,5 +27,6 @@ pub(crate) mod guard;
 pub(crate) mod names;
 pub(crate) mod registry;
 pub(crate) mod saga;
+pub(crate) mod slots;
 pub mod state;
 pub(crate) mod task;

@@ -92,6 +92,7 @@ pub struct RuntimeBuilder {
     pub(crate) timer_driver: bool,
     pub(crate) cancel_grace: Duration,
     pub(crate) trace: TraceBridge,
+    pub(crate) queues: Vec<workflow_model::Queue>,
 }
 
 impl std::fmt::Debug for RuntimeBuilder {
@@ -235,6 +236,7 @@ impl RuntimeBuilder {
             timer_driver: true,
             cancel_grace: DEFAULT_CANCEL_GRACE,
             trace: TraceBridge::default(),
+            queues: Vec::new(),
         }
     }
 
@@ -407,6 +409,36 @@ impl RuntimeBuilder {
         self
     }
 
+    /// Declares a flow-control queue (QU-1, QU-10): each attempt of a task that runs in it
+    /// takes one of its slots first, shared with every process on the same store. Checked
+    /// at [`build`](Self::build): an invalid declaration is [`BuildError::Queue`] naming the
+    /// field, and a task running in an undeclared queue is [`BuildError::UnknownQueue`] with
+    /// a did-you-mean.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use workflow_runtime::{Queue, Runtime};
+    ///
+    /// const PAYMENTS: Queue = Queue::new("payments")
+    ///     .concurrency(5)
+    ///     .rate(25, Duration::from_secs(1));
+    ///
+    /// let runtime = Runtime::builder().queue(PAYMENTS).build();
+    /// assert!(runtime.is_ok());
+    /// let zero = Runtime::builder().queue(Queue::new("imports").concurrency(0)).build();
+    /// assert_eq!(
+    ///     zero.unwrap_err().to_string(),
+    ///     "queue `imports`: `concurrency` must be at least 1"
+    /// );
+    /// ```
+    #[must_use]
+    pub fn queue(mut self, queue: workflow_model::Queue) -> Self {
+        self.queues.push(queue);
+        self
+    }
+
     /// The lease owner name of this runtime (default: a fresh ULID).
     #[must_use]
     pub fn owner(mut self, owner: impl Into<String>) -> Self {
@@ -497,6 +529,21 @@ impl RuntimeBuilder {
     /// settings; the first problem is returned. Gives the registered workflows and the store
     /// the runtime is built on.
     pub(crate) fn checked(&mut self) -> Result<Checked, BuildError> {
+        // QU-2: every declared queue is valid, and one name has one declaration.
+        let mut queues: Vec<workflow_model::Queue> = Vec::new();
+        for queue in std::mem::take(&mut self.queues) {
+            queue.validate().map_err(BuildError::Queue)?;
+            match queues.iter().find(|q| q.name() == queue.name()) {
+                Some(existing) if *existing != queue => {
+                    return Err(BuildError::Queue(workflow_model::QueueError::BadName {
+                        name: queue.name().to_owned(),
+                        reason: "is declared twice with different limits",
+                    }));
+                }
+                Some(_) => {}
+                None => queues.push(queue),
+            }
+        }
         let mut workflows: HashMap<String, Arc<dyn ErasedWorkflow>> = HashMap::new();
         for pending in std::mem::take(&mut self.pending) {
             let (name, workflow) = pending()?;
@@ -524,6 +571,20 @@ impl RuntimeBuilder {
                 }
             }
         }
+        // QU-10: every queue a task runs in is declared.
+        for (name, workflow) in &workflows {
+            for (node, queue) in workflow.task_queues() {
+                if !queues.iter().any(|q| q.name() == queue) {
+                    let names: Vec<&str> = queues.iter().map(workflow_model::Queue::name).collect();
+                    return Err(BuildError::UnknownQueue {
+                        workflow: name.clone(),
+                        node,
+                        suggestion: workflow_model::suggest(&queue, names).map(str::to_owned),
+                        queue,
+                    });
+                }
+            }
+        }
         // ST-30: no receipt may be removed while a copy of its stimulus can be delivered.
         let required = self.retention.dead_letters.saturating_add(self.queue_ttl);
         if self.retention.receipts < required {
@@ -544,7 +605,11 @@ impl RuntimeBuilder {
                 u64::try_from(self.max_journal_entries).unwrap_or(u64::MAX),
             )),
         };
-        Ok(Checked { workflows, store })
+        Ok(Checked {
+            workflows,
+            store,
+            queues,
+        })
     }
 }
 
@@ -552,4 +617,6 @@ impl RuntimeBuilder {
 pub(crate) struct Checked {
     pub(crate) workflows: HashMap<String, Arc<dyn ErasedWorkflow>>,
     pub(crate) store: Storage,
+    /// The declared flow-control queues, checked (QU-2).
+    pub(crate) queues: Vec<workflow_model::Queue>,
 }

@@ -46,7 +46,11 @@ pub(crate) struct Core {
 impl Core {
     /// Checks `builder` and builds the services it describes.
     pub(crate) fn build(mut builder: RuntimeBuilder) -> Result<Self, BuildError> {
-        let Checked { workflows, store } = builder.checked()?;
+        let Checked {
+            workflows,
+            store,
+            queues,
+        } = builder.checked()?;
         let clock = builder
             .clock
             .take()
@@ -77,6 +81,12 @@ impl Core {
             queue_ttl,
             event_buffer: builder.event_buffer,
             metrics,
+            flow: Some(Arc::new(crate::engine::slots::FlowGate::new(
+                store.clone(),
+                owner.clone(),
+                queues,
+                lease.ttl_micros(),
+            ))),
         }));
         let starts = Arc::new(Starts::new(Arc::clone(&run_path)));
         let links = Arc::new(Links::new(Arc::clone(&run_path), Arc::clone(&starts)));

@@ -26,6 +26,25 @@ pub enum BuildError {
         /// The loader's message.
         message: String,
     },
+    /// A flow-control queue declared with [`RuntimeBuilder::queue`](crate::RuntimeBuilder::queue)
+    /// is invalid (QU-2), or declared twice with other limits.
+    #[error("{0}")]
+    Queue(workflow_model::QueueError),
+    /// A task runs in a queue the builder does not declare (QU-10).
+    #[error(
+        "definition `{workflow}`: node `{node}` runs in queue `{queue}`, which is not declared{}",
+        suggestion.as_ref().map_or_else(String::new, |s| format!("; did you mean `{s}`?"))
+    )]
+    UnknownQueue {
+        /// The definition name.
+        workflow: String,
+        /// The node id.
+        node: String,
+        /// The queue named.
+        queue: String,
+        /// The closest declared queue, if one is close.
+        suggestion: Option<String>,
+    },
     /// A task node names a fn the registry does not have.
     #[error("definition `{workflow}`: node `{node}` runs `{name}`, which is not registered")]
     UnknownActivity {

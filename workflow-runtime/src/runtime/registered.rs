@@ -68,6 +68,8 @@ pub(crate) trait ErasedWorkflow: Send + Sync {
     fn pause(&self, state: WorkflowState, middleware: &Middleware, now: Micros) -> RunOutput;
     /// `(node id, workflow name)` of every SubWorkflow node, for ACT-V10 at build.
     fn sub_workflows(&self) -> Vec<(String, String)>;
+    /// The tasks taking flow-control slots (QU-10): `(node id, queue name)`.
+    fn task_queues(&self) -> Vec<(String, String)>;
     /// The event trigger nodes (ACT-7): `(node path id, event name)`, in graph order.
     fn event_triggers(&self) -> Vec<(String, String)>;
     /// The time trigger nodes (ACT-7, TM-11 to TM-13), in graph order.
@@ -167,6 +169,10 @@ where
 
     fn sub_workflows(&self) -> Vec<(String, String)> {
         self.graph.sub_workflows()
+    }
+
+    fn task_queues(&self) -> Vec<(String, String)> {
+        self.graph.task_queues()
     }
 
     fn event_triggers(&self) -> Vec<(String, String)> {

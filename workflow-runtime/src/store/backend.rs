@@ -37,6 +37,7 @@ use super::rows::{
     InstanceRecord, InstanceStatus, JournalRecord, Lease, ListedInstance, NewIncident, NewInstance,
     PurgeFilter, QueueItem, Renewal, Schedule, ScheduleFiring, StoreStats, TimerRow, TriggerRow,
 };
+use super::slots::FlowControl;
 use crate::base::{BoxFuture, Micros};
 
 /// The bookmark name of a parent waiting on a child workflow (ACT-24), the rows
@@ -444,6 +445,8 @@ pub struct Capabilities<'a> {
     pub claim_known: Option<&'a dyn ClaimKnown>,
     /// Counting instances, queued stimuli and dead letters in aggregate queries.
     pub census: Option<&'a dyn CensusCount>,
+    /// Keeping flow-control slots (QU-5).
+    pub flow_control: Option<&'a dyn FlowControl>,
 }
 
 impl<'a> Capabilities<'a> {
@@ -495,6 +498,13 @@ impl<'a> Capabilities<'a> {
         self.census = Some(census);
         self
     }
+
+    /// With flow-control slots.
+    #[must_use]
+    pub fn with_flow_control(mut self, flow_control: &'a dyn FlowControl) -> Self {
+        self.flow_control = Some(flow_control);
+        self
+    }
 }
 
 impl std::fmt::Debug for Capabilities<'_> {
@@ -507,6 +517,7 @@ impl std::fmt::Debug for Capabilities<'_> {
             .field("change_count", &self.change_count.is_some())
             .field("claim_known", &self.claim_known.is_some())
             .field("census", &self.census.is_some())
+            .field("flow_control", &self.flow_control.is_some())
             .finish()
     }
 }

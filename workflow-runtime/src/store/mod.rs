@@ -51,6 +51,7 @@ pub(crate) mod policy;
 #[cfg(feature = "postgres")]
 mod postgres;
 mod rows;
+pub mod slots;
 #[cfg(feature = "sqlite")]
 mod sqlite;
 
@@ -72,6 +73,10 @@ pub use policy::{
 #[cfg(feature = "postgres")]
 pub use postgres::{PostgresOptions, PostgresStore};
 pub use rows::*;
+pub use slots::{
+    FlowControl, QueueUsage, SlotAsk, SlotLease, SlotLimits, SlotOutcome, SlotRelease, SlotRequest,
+    SlotWait, WaitReason,
+};
 #[cfg(feature = "sqlite")]
 pub use sqlite::{SqliteOptions, SqliteStore, Synchronous};
 

@@ -21,7 +21,11 @@ use super::rows::{
     QueueFailure, QueueItem, Renewal, Schedule, ScheduleFiring, StoreStats, TimerRow, TriggerDiff,
     TriggerRow,
 };
+use super::slots::{
+    FlowControl, QueueUsage, SlotAsk, SlotLease, SlotOutcome, SlotRelease, SlotRequest,
+};
 use crate::base::Micros;
+use workflow_model::Queue;
 
 /// The state-document format this library writes and the newest it reads (ST-19); format 1
 /// (instants in milliseconds) is still read and converted by the runtime.
@@ -1398,6 +1402,116 @@ impl Storage {
             .await
     }
 
+    // ----- flow control (QU-5) -----
+
+    fn flow_control(&self) -> StoreResult<&dyn FlowControl> {
+        self.store
+            .capabilities()
+            .flow_control
+            .ok_or_else(|| StoreError::Invalid {
+                what: "store",
+                reason: "this backend keeps no flow-control slots".to_owned(),
+            })
+    }
+
+    /// Asks for a slot of `queue` (QU-5): granted when every limit has room and no waiter is
+    /// served first, else the holder keeps (or takes) its place in line.
+    ///
+    /// # Errors
+    ///
+    /// `Invalid` naming the field for a declaration [`Queue::validate`] refuses, an empty or
+    /// oversized holder, owner or key, or a `ttl` of 0 or less (nothing is written); `Invalid`
+    /// when the backend keeps no slots; the backend's.
+    pub async fn acquire_slot(&self, queue: &Queue, ask: SlotAsk) -> StoreResult<SlotOutcome> {
+        queue.validate().map_err(|e| StoreError::Invalid {
+            what: "queue",
+            reason: e.to_string(),
+        })?;
+        check_slot_text("holder", &ask.holder, false)?;
+        check_slot_text("owner", &ask.owner, false)?;
+        if let Some(key) = &ask.key {
+            check_slot_text("key", key, true)?;
+        }
+        if ask.ttl <= 0 {
+            return Err(StoreError::Invalid {
+                what: "ttl",
+                reason: format!("must be more than 0, got {} µs", ask.ttl),
+            });
+        }
+        let request = SlotRequest {
+            queue: queue.name().to_owned(),
+            limits: super::slots::limits_of(queue),
+            holder: ask.holder,
+            owner: ask.owner,
+            key: ask.key,
+            priority: ask.priority.get(),
+            now: ask.now,
+            ttl: ask.ttl,
+        };
+        self.flow_control()?.acquire_slot(request).await
+    }
+
+    /// Extends a held slot to `now + ttl`.
+    ///
+    /// # Errors
+    ///
+    /// `Fenced` when the slot was reclaimed or is held under another token; `Invalid` for a
+    /// `ttl` of 0 or less; the backend's.
+    pub async fn renew_slot(
+        &self,
+        lease: &SlotLease,
+        now: Micros,
+        ttl: Micros,
+    ) -> StoreResult<SlotLease> {
+        if ttl <= 0 {
+            return Err(StoreError::Invalid {
+                what: "ttl",
+                reason: format!("must be more than 0, got {ttl} µs"),
+            });
+        }
+        self.flow_control()?.renew_slot(lease, now, ttl).await
+    }
+
+    /// Gives a held slot back (QU-5: at the end of the attempt, whatever its outcome).
+    ///
+    /// # Errors
+    ///
+    /// `Fenced` when the slot is held under another token; the backend's.
+    pub async fn release_slot(&self, lease: &SlotLease, now: Micros) -> StoreResult<SlotRelease> {
+        self.flow_control()?
+            .release_slot(&lease.queue, &lease.holder, Some(lease.token), now)
+            .await
+    }
+
+    /// Leaves the line of `queue` without a slot (the waiting instance was cancelled).
+    ///
+    /// # Errors
+    ///
+    /// The backend's.
+    pub async fn leave_queue(
+        &self,
+        queue: &str,
+        holder: &str,
+        now: Micros,
+    ) -> StoreResult<SlotRelease> {
+        self.flow_control()?
+            .release_slot(queue, holder, None, now)
+            .await
+    }
+
+    /// Every queue the store knows, by name, with its slots, waiters and rate use at `now`
+    /// (empty when the backend keeps no slots).
+    ///
+    /// # Errors
+    ///
+    /// The backend's.
+    pub async fn queue_usage(&self, now: Micros) -> StoreResult<Vec<QueueUsage>> {
+        match self.store.capabilities().flow_control {
+            Some(flow) => flow.queue_usage(now).await,
+            None => Ok(Vec::new()),
+        }
+    }
+
     // ----- definitions -----
 
     /// Records a definition version (JSON form and fingerprint) when the backend records
@@ -1607,6 +1721,18 @@ fn encode_journal<D: JournalDetail>(entry: NewJournalRecord<D>) -> NewJournalRec
         node_id: entry.node_id,
         detail,
     }
+}
+
+/// Checks a holder, owner or partition key of a slot ask: at most 256 bytes, not empty
+/// (a key may be).
+fn check_slot_text(what: &'static str, text: &str, may_be_empty: bool) -> StoreResult<()> {
+    if (text.is_empty() && !may_be_empty) || text.len() > 256 {
+        return Err(StoreError::Invalid {
+            what,
+            reason: format!("must be 1 to 256 bytes, got {}", text.len()),
+        });
+    }
+    Ok(())
 }
 
 /// Checks a caller-supplied instance id (ST-23).

@@ -236,6 +236,8 @@ pub(crate) struct RunPathSettings {
     pub(crate) queue_ttl: Micros,
     pub(crate) event_buffer: usize,
     pub(crate) metrics: Arc<Metrics>,
+    /// The flow-control gate of the declared queues (QU-10).
+    pub(crate) flow: Option<crate::engine::slots::Gate>,
 }
 
 /// The run path (see the module docs).
@@ -253,6 +255,8 @@ pub(crate) struct RunPath {
     max_steps_per_run: usize,
     /// ENG-52's grace for cancelled tasks.
     cancel_grace: Duration,
+    /// The flow-control gate of the declared queues (QU-10).
+    flow: Option<crate::engine::slots::Gate>,
     /// The default queue TTL, µs (RT-28), of a child's result queued for its parent.
     queue_ttl: Micros,
     turns: Turns,
@@ -297,6 +301,7 @@ impl RunPath {
             commit_strategy: settings.commit_strategy,
             max_steps_per_run: settings.max_steps_per_run,
             cancel_grace: settings.cancel_grace,
+            flow: settings.flow,
             queue_ttl: settings.queue_ttl,
             turns: Turns::default(),
             states: StateCache::default(),
@@ -665,6 +670,7 @@ impl RunPath {
                 pause: None,
                 executing: None,
                 observer: None,
+                flow: self.flow.clone(),
             },
             max_steps: self.max_steps_per_run,
             // Events are built for subscribers and for the log (`LifecycleEvent::trace`

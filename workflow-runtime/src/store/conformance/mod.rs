@@ -39,6 +39,7 @@ mod leases;
 #[cfg(feature = "postgres")]
 pub mod postgres;
 mod queue;
+mod slots;
 mod timers;
 mod triggers;
 
@@ -71,6 +72,10 @@ pub use queue::{
     c14_queue_pages, c15_queue_ttl, c16_queue_attempts, c20_idempotency_record_in_commit,
     c20_idempotency_record_in_creation, c20_idempotency_record_with_items, c20_idempotency_records,
     retention_of_receipts_and_idempotency_records,
+};
+pub use slots::{
+    c38_slot_concurrency, c39_slot_leases, c40_slot_rate, c41_slot_order,
+    c42_slot_limits_and_bad_input, c43_slot_concurrent_asks,
 };
 pub use timers::c12_timers;
 pub use triggers::{c11_triggers, trigger_schedules};
@@ -137,6 +142,12 @@ macro_rules! store_conformance_tests {
             final_status_clears_bookmarks_and_timers,
             c36_definitions,
             c37_claim_known,
+            c38_slot_concurrency,
+            c39_slot_leases,
+            c40_slot_rate,
+            c41_slot_order,
+            c42_slot_limits_and_bad_input,
+            c43_slot_concurrent_asks,
         );
     };
     (@cases required $make:path; $($case:ident),* $(,)?) => {

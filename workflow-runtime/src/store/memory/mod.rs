@@ -14,6 +14,7 @@ use crate::store::rows::{
     InstanceSubStatus, JournalRecord, QueueItem, StoreStats, TimerRow, TriggerRow,
 };
 
+mod flow;
 mod ops;
 mod tables;
 
@@ -126,6 +127,8 @@ pub(super) struct Inner {
     pub(super) idempotency: BTreeMap<String, IdempotencyRecord>,
     pub(super) incidents: BTreeMap<String, IncidentRecord>,
     pub(super) definitions: BTreeMap<(String, String), DefinitionRecord>,
+    /// Flow-control queues by name (QU-5).
+    pub(super) flow: BTreeMap<String, flow::MemQueue>,
     pub(super) stats: StoreStats,
     /// Injected failures (ST-25): the next write operations fail with `Unavailable`.
     pub(super) fail_writes: u32,

@@ -933,6 +933,7 @@ impl Store for MemoryStore {
             .with_change_count(self)
             .with_claim_known(self)
             .with_census(self)
+            .with_flow_control(self)
     }
 }
 

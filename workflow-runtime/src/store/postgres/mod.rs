@@ -605,6 +605,9 @@ macro_rules! read {
     }};
 }
 
+// After the transaction macros, which it uses.
+mod flow;
+
 impl PostgresStore {
     /// The stimuli waiting in the queue, oldest sent first, at most `limit`, for inspection
     /// (the `workflow why` command): nothing is claimed, so it runs beside the processes that
@@ -1197,6 +1200,7 @@ impl Store for PostgresStore {
             .with_child_waits(self)
             .with_routes(self)
             .with_census(self)
+            .with_flow_control(self)
     }
 }
 

@@ -69,7 +69,65 @@ pub(super) const MIGRATIONS: &[(u32, &str, &str)] = &[
     (5, "0005_journal_rows_per_commit", MIGRATION_0005),
     (6, "0006_instance_updated_in_place", MIGRATION_0006),
     (7, "0007_journal_cap_amortised", MIGRATION_0007),
+    (8, "0008_flow_control", MIGRATION_0008),
 ];
+
+/// Flow-control queues (QU-5, QU-6): per queue a row of counters (the last fencing token,
+/// waiter sequence and round-robin turn issued) and the limits last asked with, which every
+/// operation on the queue locks first; slot rows (one per holder, leased, with a fencing
+/// token); waiter rows (the line); the turn each partition key was last served at; and the
+/// grants of the rate window.
+const MIGRATION_0008: &str = r#"
+CREATE TABLE @wf_flow_queues (
+    name        TEXT PRIMARY KEY,
+    last_token  BIGINT NOT NULL,
+    last_seq    BIGINT NOT NULL,
+    last_turn   BIGINT NOT NULL,
+    concurrency BIGINT,
+    per_process BIGINT,
+    per_key     BIGINT,
+    rate_starts BIGINT,
+    rate_period BIGINT
+);
+
+CREATE TABLE @wf_flow_slots (
+    queue         TEXT NOT NULL,
+    holder        TEXT NOT NULL,
+    owner         TEXT NOT NULL,
+    partition_key TEXT,
+    token         BIGINT NOT NULL,
+    acquired_at   BIGINT NOT NULL,
+    expires_at    BIGINT NOT NULL,
+    PRIMARY KEY (queue, holder)
+);
+
+CREATE TABLE @wf_flow_waiters (
+    queue         TEXT NOT NULL,
+    holder        TEXT NOT NULL,
+    partition_key TEXT,
+    priority      BIGINT NOT NULL,
+    seq           BIGINT NOT NULL,
+    enqueued_at   BIGINT NOT NULL,
+    expires_at    BIGINT NOT NULL,
+    PRIMARY KEY (queue, holder)
+);
+
+CREATE TABLE @wf_flow_turns (
+    queue         TEXT NOT NULL,
+    partition_key TEXT NOT NULL,
+    turn          BIGINT NOT NULL,
+    PRIMARY KEY (queue, partition_key)
+);
+
+CREATE TABLE @wf_flow_starts (
+    queue TEXT NOT NULL,
+    token BIGINT NOT NULL,
+    at    BIGINT NOT NULL,
+    PRIMARY KEY (queue, token)
+);
+
+CREATE INDEX wf_flow_starts_at ON @wf_flow_starts (queue, at);
+"#;
 
 /// The instance row updated in place (a HOT update) by a commit that leaves its indexed
 /// columns as they were, the common transition of a waiting instance:

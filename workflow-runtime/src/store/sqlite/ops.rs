@@ -1892,6 +1892,7 @@ impl Store for SqliteStore {
             .with_remote_hints(self)
             .with_routes(self)
             .with_census(self)
+            .with_flow_control(self)
     }
 }
 

@@ -23,7 +23,59 @@ const MIGRATIONS: &[(u32, &str, &str)] = &[
     (9, "0009_journal_rows_per_commit", MIGRATION_0009),
     (10, "0010_clustered_journal_and_bookmarks", MIGRATION_0010),
     (11, "0011_bookmarks_keyed_by_instance", MIGRATION_0011),
+    (12, "0012_flow_control", MIGRATION_0012),
 ];
+
+/// Flow-control queues (QU-5): per queue a row of counters (the last fencing token, waiter
+/// sequence and round-robin turn issued) and the limits last asked with; slot rows (one per
+/// holder, leased, with a fencing token); waiter rows (the line); the turn each partition key
+/// was last served at; and the grants of the rate window (QU-6).
+const MIGRATION_0012: &str = r"
+CREATE TABLE wf_flow_queues (
+    name        TEXT PRIMARY KEY NOT NULL,
+    last_token  INTEGER NOT NULL,
+    last_seq    INTEGER NOT NULL,
+    last_turn   INTEGER NOT NULL,
+    concurrency INTEGER,
+    per_process INTEGER,
+    per_key     INTEGER,
+    rate_starts INTEGER,
+    rate_period INTEGER
+) WITHOUT ROWID;
+CREATE TABLE wf_flow_slots (
+    queue         TEXT NOT NULL,
+    holder        TEXT NOT NULL,
+    owner         TEXT NOT NULL,
+    partition_key TEXT,
+    token         INTEGER NOT NULL,
+    acquired_at   INTEGER NOT NULL,
+    expires_at    INTEGER NOT NULL,
+    PRIMARY KEY (queue, holder)
+) WITHOUT ROWID;
+CREATE TABLE wf_flow_waiters (
+    queue         TEXT NOT NULL,
+    holder        TEXT NOT NULL,
+    partition_key TEXT,
+    priority      INTEGER NOT NULL,
+    seq           INTEGER NOT NULL,
+    enqueued_at   INTEGER NOT NULL,
+    expires_at    INTEGER NOT NULL,
+    PRIMARY KEY (queue, holder)
+) WITHOUT ROWID;
+CREATE TABLE wf_flow_turns (
+    queue         TEXT NOT NULL,
+    partition_key TEXT NOT NULL,
+    turn          INTEGER NOT NULL,
+    PRIMARY KEY (queue, partition_key)
+) WITHOUT ROWID;
+CREATE TABLE wf_flow_starts (
+    queue TEXT NOT NULL,
+    token INTEGER NOT NULL,
+    at    INTEGER NOT NULL,
+    PRIMARY KEY (queue, token)
+) WITHOUT ROWID;
+CREATE INDEX wf_flow_starts_at ON wf_flow_starts (queue, at);
+";
 
 /// Recorded definitions: each registered version's JSON form, so tools can show a
 /// definition without the application's code.
@@ -566,6 +618,11 @@ const TABLES: &[&str] = &[
     "wf_idempotency",
     "wf_incidents",
     "wf_definitions",
+    "wf_flow_queues",
+    "wf_flow_slots",
+    "wf_flow_waiters",
+    "wf_flow_turns",
+    "wf_flow_starts",
 ];
 
 /// A table dropped from the file (by hand, by a tool) is found at open, not at the first

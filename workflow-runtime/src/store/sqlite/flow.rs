@@ -1,0 +1,313 @@
+//! The SQLite store's flow-control slots (QU-5): a queue's rows read, decided on by
+//! [`plan_acquire`] and written back in one request of the writer thread (one transaction).
+
+use rusqlite::{Connection, OptionalExtension, params};
+
+use super::SqliteStore;
+use crate::base::{BoxFuture, Micros};
+use crate::store::convert::{to_i64, to_u64};
+use crate::store::error::StoreResult;
+use crate::store::slots::{
+    FlowControl, QueueSnapshot, QueueUsage, SlotLease, SlotLimits, SlotOutcome, SlotPlan,
+    SlotRelease, SlotRequest, SlotRow, WaiterRow, next_waiter, plan_acquire, slot_fenced, usage_of,
+};
+
+fn opt_u32(value: Option<i64>) -> Option<u32> {
+    value.and_then(|v| u32::try_from(v).ok())
+}
+
+fn limits(c: &Connection, queue: &str) -> StoreResult<Option<SlotLimits>> {
+    Ok(c.prepare_cached(
+        "SELECT concurrency, per_process, per_key, rate_starts, rate_period
+           FROM wf_flow_queues WHERE name = ?1",
+    )?
+    .query_row([queue], |r| {
+        Ok(SlotLimits {
+            concurrency: opt_u32(r.get(0)?),
+            per_process: opt_u32(r.get(1)?),
+            per_key: opt_u32(r.get(2)?),
+            rate: opt_u32(r.get(3)?).zip(r.get::<_, Option<i64>>(4)?),
+        })
+    })
+    .optional()?)
+}
+
+/// A queue's rows; the counters are 0 for a queue without a row.
+fn snapshot(
+    c: &Connection,
+    queue: &str,
+    now: Micros,
+    period: Option<Micros>,
+) -> StoreResult<QueueSnapshot> {
+    let counters = c
+        .prepare_cached(
+            "SELECT last_token, last_seq, last_turn FROM wf_flow_queues WHERE name = ?1",
+        )?
+        .query_row([queue], |r| {
+            Ok((to_u64(r.get(0)?), to_u64(r.get(1)?), to_u64(r.get(2)?)))
+        })
+        .optional()?
+        .unwrap_or_default();
+    let slots = c
+        .prepare_cached(
+            "SELECT holder, owner, partition_key, token, acquired_at, expires_at
+               FROM wf_flow_slots WHERE queue = ?1",
+        )?
+        .query_map([queue], |r| {
+            Ok(SlotRow {
+                holder: r.get(0)?,
+                owner: r.get(1)?,
+                key: r.get(2)?,
+                token: to_u64(r.get(3)?),
+                acquired_at: r.get(4)?,
+                expires_at: r.get(5)?,
+            })
+        })?
+        .collect::<Result<Vec<_>, _>>()?;
+    let waiters = c
+        .prepare_cached(
+            "SELECT holder, partition_key, priority, seq, enqueued_at, expires_at
+               FROM wf_flow_waiters WHERE queue = ?1",
+        )?
+        .query_map([queue], |r| {
+            Ok(WaiterRow {
+                holder: r.get(0)?,
+                key: r.get(1)?,
+                priority: u8::try_from(r.get::<_, i64>(2)?).unwrap_or(0),
+                seq: to_u64(r.get(3)?),
+                enqueued_at: r.get(4)?,
+                expires_at: r.get(5)?,
+            })
+        })?
+        .collect::<Result<Vec<_>, _>>()?;
+    let turns = c
+        .prepare_cached("SELECT partition_key, turn FROM wf_flow_turns WHERE queue = ?1")?
+        .query_map([queue], |r| Ok((r.get(0)?, to_u64(r.get(1)?))))?
+        .collect::<Result<Vec<_>, _>>()?;
+    let (starts_in_window, oldest_start) = match period {
+        Some(period) => c
+            .prepare_cached(
+                "SELECT count(*), min(at) FROM wf_flow_starts WHERE queue = ?1 AND at > ?2",
+            )?
+            .query_row(params![queue, now.saturating_sub(period)], |r| {
+                Ok((
+                    u32::try_from(r.get::<_, i64>(0)?).unwrap_or(u32::MAX),
+                    r.get(1)?,
+                ))
+            })?,
+        None => (0, None),
+    };
+    Ok(QueueSnapshot {
+        last_token: counters.0,
+        last_seq: counters.1,
+        last_turn: counters.2,
+        slots,
+        waiters,
+        turns,
+        starts_in_window,
+        oldest_start,
+    })
+}
+
+fn apply(c: &Connection, request: &SlotRequest, plan: &SlotPlan) -> StoreResult<()> {
+    let queue = request.queue.as_str();
+    let limits = request.limits;
+    c.prepare_cached(
+        "INSERT INTO wf_flow_queues (name, last_token, last_seq, last_turn, concurrency,
+             per_process, per_key, rate_starts, rate_period)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)
+         ON CONFLICT (name) DO UPDATE SET last_token = ?2, last_seq = ?3, last_turn = ?4,
+             concurrency = ?5, per_process = ?6, per_key = ?7, rate_starts = ?8,
+             rate_period = ?9",
+    )?
+    .execute(params![
+        queue,
+        to_i64(plan.counters.0),
+        to_i64(plan.counters.1),
+        to_i64(plan.counters.2),
+        limits.concurrency,
+        limits.per_process,
+        limits.per_key,
+        limits.rate.map(|(starts, _)| starts),
+        limits.rate.map(|(_, period)| period),
+    ])?;
+    let mut delete_slot =
+        c.prepare_cached("DELETE FROM wf_flow_slots WHERE queue = ?1 AND holder = ?2")?;
+    for slot in &plan.expired_slots {
+        delete_slot.execute(params![queue, slot.holder])?;
+    }
+    let mut delete_waiter =
+        c.prepare_cached("DELETE FROM wf_flow_waiters WHERE queue = ?1 AND holder = ?2")?;
+    for holder in &plan.expired_waiters {
+        delete_waiter.execute(params![queue, holder])?;
+    }
+    if plan.remove_waiter {
+        delete_waiter.execute(params![queue, request.holder])?;
+    }
+    if let Some(w) = &plan.waiter {
+        c.prepare_cached(
+            "INSERT OR REPLACE INTO wf_flow_waiters
+                 (queue, holder, partition_key, priority, seq, enqueued_at, expires_at)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+        )?
+        .execute(params![
+            queue,
+            w.holder,
+            w.key,
+            i64::from(w.priority),
+            to_i64(w.seq),
+            w.enqueued_at,
+            w.expires_at
+        ])?;
+    }
+    if let Some(s) = &plan.slot {
+        c.prepare_cached(
+            "INSERT OR REPLACE INTO wf_flow_slots
+                 (queue, holder, owner, partition_key, token, acquired_at, expires_at)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+        )?
+        .execute(params![
+            queue,
+            s.holder,
+            s.owner,
+            s.key,
+            to_i64(s.token),
+            s.acquired_at,
+            s.expires_at
+        ])?;
+    }
+    if let Some(before) = plan.starts_before {
+        c.prepare_cached("DELETE FROM wf_flow_starts WHERE queue = ?1 AND at <= ?2")?
+            .execute(params![queue, before])?;
+    }
+    if let Some((token, at)) = plan.start {
+        c.prepare_cached("INSERT INTO wf_flow_starts (queue, token, at) VALUES (?1, ?2, ?3)")?
+            .execute(params![queue, to_i64(token), at])?;
+    }
+    if let Some((key, turn)) = &plan.turn {
+        c.prepare_cached(
+            "INSERT OR REPLACE INTO wf_flow_turns (queue, partition_key, turn) VALUES (?1, ?2, ?3)",
+        )?
+        .execute(params![queue, key, to_i64(*turn)])?;
+    }
+    let mut drop_turn =
+        c.prepare_cached("DELETE FROM wf_flow_turns WHERE queue = ?1 AND partition_key = ?2")?;
+    for key in &plan.dropped_turns {
+        drop_turn.execute(params![queue, key])?;
+    }
+    Ok(())
+}
+
+impl FlowControl for SqliteStore {
+    fn acquire_slot(&self, request: SlotRequest) -> BoxFuture<'_, StoreResult<SlotOutcome>> {
+        self.write(move |c| {
+            let period = request.limits.rate.map(|(_, p)| p);
+            let plan = plan_acquire(&request, snapshot(c, &request.queue, request.now, period)?);
+            apply(c, &request, &plan)?;
+            Ok(plan.outcome)
+        })
+    }
+
+    fn renew_slot(
+        &self,
+        lease: &SlotLease,
+        now: Micros,
+        ttl: Micros,
+    ) -> BoxFuture<'_, StoreResult<SlotLease>> {
+        let lease = lease.clone();
+        self.write(move |c| {
+            let expires_at = now.saturating_add(ttl);
+            let renewed = c
+                .prepare_cached(
+                    "UPDATE wf_flow_slots SET expires_at = ?4
+                      WHERE queue = ?1 AND holder = ?2 AND token = ?3 AND expires_at > ?5",
+                )?
+                .execute(params![
+                    lease.queue,
+                    lease.holder,
+                    to_i64(lease.token),
+                    expires_at,
+                    now
+                ])?;
+            if renewed == 1 {
+                return Ok(SlotLease {
+                    expires_at,
+                    ..lease
+                });
+            }
+            let current: Option<i64> = c
+                .prepare_cached(
+                    "SELECT token FROM wf_flow_slots WHERE queue = ?1 AND holder = ?2
+                        AND expires_at > ?3",
+                )?
+                .query_row(params![lease.queue, lease.holder, now], |r| r.get(0))
+                .optional()?;
+            Err(slot_fenced(
+                &lease.queue,
+                &lease.holder,
+                lease.token,
+                current.map_or(0, to_u64),
+            ))
+        })
+    }
+
+    fn release_slot(
+        &self,
+        queue: &str,
+        holder: &str,
+        token: Option<u64>,
+        now: Micros,
+    ) -> BoxFuture<'_, StoreResult<SlotRelease>> {
+        let (queue, holder) = (queue.to_owned(), holder.to_owned());
+        self.write(move |c| {
+            let released = match token {
+                Some(token) => {
+                    let current: Option<i64> = c
+                        .prepare_cached(
+                            "SELECT token FROM wf_flow_slots WHERE queue = ?1 AND holder = ?2",
+                        )?
+                        .query_row(params![queue, holder], |r| r.get(0))
+                        .optional()?;
+                    match current.map(to_u64) {
+                        Some(current) if current != token => {
+                            return Err(slot_fenced(&queue, &holder, token, current));
+                        }
+                        Some(_) => {
+                            c.prepare_cached(
+                                "DELETE FROM wf_flow_slots WHERE queue = ?1 AND holder = ?2",
+                            )?
+                            .execute(params![queue, holder])?;
+                            true
+                        }
+                        None => false,
+                    }
+                }
+                None => {
+                    c.prepare_cached(
+                        "DELETE FROM wf_flow_waiters WHERE queue = ?1 AND holder = ?2",
+                    )?
+                    .execute(params![queue, holder])?
+                        > 0
+                }
+            };
+            let next = next_waiter(&snapshot(c, &queue, now, None)?, now);
+            Ok(SlotRelease { released, next })
+        })
+    }
+
+    fn queue_usage(&self, now: Micros) -> BoxFuture<'_, StoreResult<Vec<QueueUsage>>> {
+        self.read(move |c| {
+            let names = c
+                .prepare_cached("SELECT name FROM wf_flow_queues ORDER BY name")?
+                .query_map([], |r| r.get::<_, String>(0))?
+                .collect::<Result<Vec<_>, _>>()?;
+            let mut usage = Vec::with_capacity(names.len());
+            for name in names {
+                let limits = limits(c, &name)?.unwrap_or_default();
+                let snapshot = snapshot(c, &name, now, limits.rate.map(|(_, p)| p))?;
+                usage.push(usage_of(name, limits, &snapshot, now));
+            }
+            Ok(usage)
+        })
+    }
+}
