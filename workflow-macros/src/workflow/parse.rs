@@ -183,10 +183,13 @@ pub(crate) enum KindDecl {
         mode: Ident,
         steps: Vec<StepDecl>,
     },
-    /// `cron("0 9 * * MON-FRI", tz = "UTC").trigger()` (ACT-23, TM-12).
+    /// `cron("0 9 * * MON-FRI", tz = "Europe/Berlin", missed = skip).trigger()` (ACT-23,
+    /// TM-12, TM-16, TM-19).
     Cron {
         expression: LitStr,
         zone: Option<LitStr>,
+        /// The policy and its tokens, for the span of a diagnostic on it.
+        missed: Option<(workflow_model::Missed, TokenStream)>,
         trigger: bool,
     },
     /// `every(mins(5)).trigger()`: a repeating timer (ACT-21).
@@ -799,17 +802,26 @@ fn parse_kind(input: ParseStream<'_>, allowed: &[&str], place: &str) -> syn::Res
                 )
             })?;
             let mut zone = None;
-            if content.peek(Token![,]) {
+            let mut missed = None;
+            while content.peek(Token![,]) {
                 content.parse::<Token![,]>()?;
+                if content.is_empty() {
+                    break;
+                }
                 let key: Ident = content.call(Ident::parse_any)?;
-                if key != "tz" {
+                content.parse::<Token![=]>()?;
+                if key == "tz" && zone.is_none() {
+                    zone = Some(content.parse::<LitStr>()?);
+                } else if key == "missed" && missed.is_none() {
+                    missed = Some(parse_missed(&content)?);
+                } else {
                     return Err(syn::Error::new(
                         key.span(),
-                        format!("unknown cron option `{key}`; expected `tz = \"UTC\"`"),
+                        format!(
+                            "unknown or repeated cron option `{key}`; expected `tz = \"Europe/Berlin\"` or `missed = skip`, `once` or `backfill(5)`"
+                        ),
                     ));
                 }
-                content.parse::<Token![=]>()?;
-                zone = Some(content.parse::<LitStr>()?);
             }
             if !content.is_empty() {
                 return Err(content.error("unexpected token in `cron(..)`"));
@@ -817,6 +829,7 @@ fn parse_kind(input: ParseStream<'_>, allowed: &[&str], place: &str) -> syn::Res
             KindDecl::Cron {
                 expression,
                 zone,
+                missed,
                 trigger: parse_trigger(input)?,
             }
         }
@@ -1252,6 +1265,30 @@ fn saga_mode(mode: &Ident) -> syn::Result<SagaOnFailure> {
                 ),
             ))
         }
+    }
+}
+
+/// `skip`, `once` or `backfill(N)`: a cron trigger's missed-occurrence policy (TM-19), with
+/// its tokens.
+fn parse_missed(input: ParseStream<'_>) -> syn::Result<(workflow_model::Missed, TokenStream)> {
+    let name: Ident = input.call(Ident::parse_any)?;
+    let expected = "expected `skip`, `once` or `backfill(N)`";
+    match name.to_string().as_str() {
+        "skip" => Ok((workflow_model::Missed::Skip, name.into_token_stream())),
+        "once" => Ok((workflow_model::Missed::Once, name.into_token_stream())),
+        "backfill" => {
+            let content;
+            let parens = syn::parenthesized!(content in input);
+            let count: syn::LitInt = content.parse()?;
+            let n = count.base10_parse::<u32>()?;
+            let mut tokens = name.into_token_stream();
+            parens.surround(&mut tokens, |t| count.to_tokens(t));
+            Ok((workflow_model::Missed::Backfill(n), tokens))
+        }
+        other => Err(syn::Error::new(
+            name.span(),
+            format!("unknown missed-occurrence policy `{other}`; {expected}"),
+        )),
     }
 }
 

@@ -1,5 +1,11 @@
 //! Schedules of time triggers (TM-11 to TM-13): written per (definition, node, settings)
-//! before the first claim, fired under claim, one instance per occurrence.
+//! before the first claim, fired under claim, one instance per occurrence; a cron trigger's
+//! missed occurrences are skipped, coalesced or backfilled by its policy (TM-19).
+
+use std::collections::VecDeque;
+
+use workflow_model::Missed;
+use workflow_model::cron::{Schedule as CronSchedule, Zone};
 
 use serde_json::json;
 
@@ -52,18 +58,14 @@ impl Timers {
                     TimeTrigger::Cron {
                         expression,
                         schedule,
-                        offset_seconds,
+                        zone,
+                        missed,
                     } => {
                         let now_s = micros_to_secs(now);
-                        let Some(next) = schedule.next_after_with_offset(now_s, *offset_seconds)
-                        else {
+                        let Some(next) = schedule.next_after_in(now_s, zone) else {
                             continue;
                         };
-                        (
-                            "cron",
-                            format!("cron:{expression}:{offset_seconds}"),
-                            secs_to_micros(next),
-                        )
+                        ("cron", cron_key(expression, zone, *missed), secs_to_micros(next))
                     }
                 };
                 let schedule_id = format!(
@@ -99,7 +101,7 @@ impl Timers {
     pub(super) async fn fire_schedule(
         &self,
         timer: &TimerRow,
-    ) -> Result<Option<String>, StoreError> {
+    ) -> Result<Option<String>, ScheduleError> {
         let (Some(name), Some(node_id)) = (&timer.definition_name, &timer.node_id) else {
             return Ok(None);
         };
@@ -127,28 +129,42 @@ impl Timers {
             TimeTrigger::StartAt { .. } => (json!({ "due_at": due }), None),
             TimeTrigger::Cron {
                 schedule,
-                offset_seconds,
+                zone,
+                missed,
                 ..
             } => {
-                let now_s = micros_to_secs(now);
-                let mut latest = micros_to_secs(due);
-                let mut missed = 0u64;
-                while missed < 10_000 {
-                    match schedule.next_after_with_offset(latest, offset_seconds) {
-                        Some(n) if n <= now_s => {
-                            latest = n;
-                            missed += 1;
+                let firing = cron_firing(&schedule, &zone, missed, micros_to_secs(due), now);
+                match firing.occurrence {
+                    Some(occurrence) => (
+                        json!({
+                            "occurrence": secs_to_micros(occurrence),
+                            "missed": firing.missed,
+                        }),
+                        firing.next_due,
+                    ),
+                    None => {
+                        // TM-19 skip: no instance, the schedule moves past now.
+                        let skipped = self
+                            .store
+                            .fire_schedule(
+                                &timer.timer_id,
+                                due,
+                                None::<crate::store::NewInstance>,
+                                firing.next_due,
+                            )
+                            .await?;
+                        if skipped != ScheduleFiring::Skipped {
+                            return Ok(None);
                         }
-                        _ => break,
+                        tracing::info!(
+                            definition = %name,
+                            node = %node_id,
+                            skipped = firing.missed,
+                            "missed cron occurrences skipped (TM-19)"
+                        );
+                        return Err(ScheduleError::Skipped);
                     }
                 }
-                let next = schedule
-                    .next_after_with_offset(latest.max(now_s), offset_seconds)
-                    .map(secs_to_micros);
-                (
-                    json!({ "occurrence": secs_to_micros(latest), "missed": missed }),
-                    next,
-                )
             }
         };
         let instance_id = format!(
@@ -186,7 +202,7 @@ impl Timers {
             .flatten();
         match self
             .store
-            .fire_schedule(&timer.timer_id, due, new, next_due)
+            .fire_schedule(&timer.timer_id, due, Some(new), next_due)
             .await?
         {
             ScheduleFiring::Started => {
@@ -199,7 +215,120 @@ impl Timers {
                 tracing::info!(definition = %name, %existing, "time trigger refused by the activation strategy (RT-16)");
                 Ok(None)
             }
-            ScheduleFiring::Stale => Ok(None),
+            ScheduleFiring::Stale | ScheduleFiring::Skipped => Ok(None),
         }
+    }
+}
+
+/// Why firing a schedule started no instance, when the caller reports it.
+#[derive(Debug)]
+pub(super) enum ScheduleError {
+    /// The store failed; the claim expires and the schedule is tried again.
+    Store(StoreError),
+    /// The missed occurrences were skipped by the trigger's policy (TM-19).
+    Skipped,
+}
+
+impl From<StoreError> for ScheduleError {
+    fn from(error: StoreError) -> Self {
+        ScheduleError::Store(error)
+    }
+}
+
+/// How late an occurrence may fire and still count as on time (TM-19): later than this, it
+/// was missed (no process ran, or they were far behind).
+pub(crate) const MISSED_AFTER_SECONDS: u64 = 60;
+
+/// The most occurrences one firing walks over; a 6-field cron missing more than this many
+/// goes on from the last one walked at its next firing.
+const MAX_WALK: usize = 100_000;
+
+/// What one firing of a cron trigger does (TM-19).
+#[derive(Debug, PartialEq, Eq)]
+struct CronFiring {
+    /// The occurrence (Unix seconds) this firing starts an instance for; `None` to start none.
+    occurrence: Option<u64>,
+    /// The occurrences this firing stands for that start no instance of their own.
+    missed: u64,
+    /// Where the schedule goes next (µs); at or before now when a backfill goes on.
+    next_due: Option<crate::base::Micros>,
+}
+
+/// The firing of a cron trigger due at `due` (Unix seconds) at `now` (µs), by its policy:
+/// `once` starts one instance for the latest past occurrence and coalesces the rest; `skip`
+/// starts one only if the latest is on time (within [`MISSED_AFTER_SECONDS`]); `backfill(n)`
+/// starts the oldest of the latest `n` and leaves the schedule due at the next one, so the
+/// driver fires the others one by one.
+fn cron_firing(
+    schedule: &CronSchedule,
+    zone: &Zone,
+    missed: Missed,
+    due: u64,
+    now: crate::base::Micros,
+) -> CronFiring {
+    let now_s = micros_to_secs(now);
+    let keep = match missed {
+        Missed::Backfill(n) => usize::try_from(n).unwrap_or(usize::MAX).clamp(1, MAX_WALK),
+        Missed::Skip | Missed::Once => 1,
+    };
+    // The latest `keep` occurrences from `due` up to now, and how many there were.
+    let mut latest = VecDeque::from([due]);
+    let mut count = 1usize;
+    while count < MAX_WALK {
+        let last = latest.back().copied().unwrap_or(due);
+        match schedule.next_after_in(last, zone) {
+            Some(n) if n <= now_s => {
+                latest.push_back(n);
+                if latest.len() > keep {
+                    latest.pop_front();
+                }
+                count += 1;
+            }
+            _ => break,
+        }
+    }
+    let newest = latest.back().copied().unwrap_or(due);
+    let after_now = schedule
+        .next_after_in(newest.max(now_s), zone)
+        .map(secs_to_micros);
+    let uncounted = u64::try_from(count - latest.len()).unwrap_or(u64::MAX);
+    match missed {
+        Missed::Once => CronFiring {
+            occurrence: Some(newest),
+            missed: uncounted,
+            next_due: after_now,
+        },
+        Missed::Skip if now_s.saturating_sub(newest) <= MISSED_AFTER_SECONDS => CronFiring {
+            occurrence: Some(newest),
+            missed: uncounted,
+            next_due: after_now,
+        },
+        Missed::Skip => CronFiring {
+            occurrence: None,
+            missed: u64::try_from(count).unwrap_or(u64::MAX),
+            next_due: after_now,
+        },
+        Missed::Backfill(_) => {
+            let first = latest.front().copied().unwrap_or(due);
+            CronFiring {
+                occurrence: Some(first),
+                missed: uncounted,
+                next_due: latest.get(1).map(|&n| secs_to_micros(n)).or(after_now),
+            }
+        }
+    }
+}
+
+/// The part of a cron trigger's schedule id that its settings decide: a changed expression,
+/// zone or policy is a new schedule. UTC and fixed offsets keep the key they had before
+/// IANA zones, so their schedules keep their next due time.
+fn cron_key(expression: &str, zone: &Zone, missed: Missed) -> String {
+    let zone = zone
+        .fixed_offset_seconds()
+        .map_or_else(|| zone.name().to_owned(), |s| s.to_string());
+    if missed.is_default() {
+        format!("cron:{expression}:{zone}")
+    } else {
+        format!("cron:{expression}:{zone}:missed={missed}")
     }
 }
