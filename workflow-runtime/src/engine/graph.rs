@@ -6,8 +6,8 @@ use std::hash::{BuildHasherDefault, Hasher};
 
 use workflow_model::cron::Zone;
 use workflow_model::{
-    Activity, Definition, Flowchart, FlowchartAnalysis, JoinMode, ParallelMode, RetryPolicy,
-    Missed, SagaOnFailure, StateMachine, SubWorkflowMode, SwitchMode, analyze_flowchart,
+    Activity, Definition, Flowchart, FlowchartAnalysis, JoinMode, Missed, ParallelMode,
+    RetryPolicy, SagaOnFailure, StateMachine, SubWorkflowMode, SwitchMode, analyze_flowchart,
 };
 
 /// A map keyed by node ids. A run looks a node up by its id at nearly every step; the ids are
@@ -652,9 +652,8 @@ impl Graph {
                     .map_err(|_| unsupported("cron with an invalid expression"))?;
                 let zone = match c.time_zone.as_deref() {
                     None => Zone::utc(),
-                    Some(zone) => {
-                        Zone::parse(zone).map_err(|_| unsupported("cron in an unknown time zone"))?
-                    }
+                    Some(zone) => Zone::parse(zone)
+                        .map_err(|_| unsupported("cron in an unknown time zone"))?,
                 };
                 NodeKind::Cron {
                     expression: c.expression.clone(),
@@ -996,6 +995,7 @@ mod tests {
                 id: "root".into(),
                 at: None,
                 at_fn: Some("at".into()),
+                time_zone: None,
                 trigger: true,
             },
         );

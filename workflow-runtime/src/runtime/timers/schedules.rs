@@ -65,7 +65,11 @@ impl Timers {
                         let Some(next) = schedule.next_after_in(now_s, zone) else {
                             continue;
                         };
-                        ("cron", cron_key(expression, zone, *missed), secs_to_micros(next))
+                        (
+                            "cron",
+                            cron_key(expression, zone, *missed),
+                            secs_to_micros(next),
+                        )
                     }
                 };
                 let schedule_id = format!(

@@ -115,7 +115,12 @@ pub async fn trigger_schedules(backend: Arc<dyn TestBackend>) {
     first.activation_scope = Some("singleton:report".to_owned());
     assert_eq!(
         store
-            .fire_schedule("cron-1", T0 + 10 * SEC, Some(first.clone()), Some(T0 + 70 * SEC))
+            .fire_schedule(
+                "cron-1",
+                T0 + 10 * SEC,
+                Some(first.clone()),
+                Some(T0 + 70 * SEC)
+            )
             .await
             .unwrap(),
         crate::store::ScheduleFiring::Started
@@ -150,7 +155,11 @@ pub async fn trigger_schedules(backend: Arc<dyn TestBackend>) {
     assert_eq!(schedules[0].due_at, T0 + 130 * SEC);
     // Skipped occurrences (TM-19): no instance, the schedule only advances; a second skip of
     // the same occurrence finds it moved on.
-    let instances_before = store.list_instances(Default::default()).await.unwrap().len();
+    let instances_before = store
+        .list_instances(Default::default())
+        .await
+        .unwrap()
+        .len();
     for expected in [
         crate::store::ScheduleFiring::Skipped,
         crate::store::ScheduleFiring::Stale,
@@ -169,7 +178,11 @@ pub async fn trigger_schedules(backend: Arc<dyn TestBackend>) {
         );
     }
     assert_eq!(
-        store.list_instances(Default::default()).await.unwrap().len(),
+        store
+            .list_instances(Default::default())
+            .await
+            .unwrap()
+            .len(),
         instances_before
     );
     let schedules = store.list_schedules("report").await.unwrap();
