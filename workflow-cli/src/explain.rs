@@ -193,6 +193,29 @@ fn does(activity: &Activity) -> Option<String> {
     }
 }
 
+/// The time triggers of a definition's top-level flowchart (a cron, a repeating timer or a
+/// one-shot `start_at`), each as (node id, what it does in words).
+pub(crate) fn time_triggers(definition: &Definition) -> Vec<(String, String)> {
+    let mut root = &definition.root;
+    while let Activity::Saga(saga) = root {
+        root = &saga.body;
+    }
+    let Activity::Flowchart(chart) = root else {
+        return Vec::new();
+    };
+    chart
+        .nodes
+        .iter()
+        .filter(|n| match n {
+            Activity::Cron(c) => c.trigger,
+            Activity::Timer(t) => t.trigger,
+            Activity::StartAt(s) => s.trigger,
+            _ => false,
+        })
+        .filter_map(|n| Some((n.id().to_owned(), does(n)?)))
+        .collect()
+}
+
 /// A cron in words: its schedule, its zone and, for a trigger, what it does with occurrences
 /// missed while no process ran (TM-16, TM-19).
 fn cron_words(cron: &workflow_model::Cron) -> String {
