@@ -8,7 +8,7 @@ use serde_json::json;
 use tokio::sync::{broadcast, watch};
 
 use super::Timers;
-use super::schedules::ScheduleError;
+use super::schedules::Fired;
 use crate::engine::executor::RunTarget;
 use crate::runtime::errors::ResumeError;
 use crate::runtime::run_path::RunOptions;
@@ -77,13 +77,13 @@ impl Timers {
                 claimed.into_iter().partition(|t| t.instance_id.is_none());
             for timer in schedules {
                 match self.fire_schedule(&timer).await {
-                    Ok(Some(started)) => report.fired.push((started, timer.timer_id)),
-                    Ok(None) => {}
-                    Err(ScheduleError::Skipped) => {
+                    Ok(Fired::Started(started)) => report.fired.push((started, timer.timer_id)),
+                    Ok(Fired::Nothing) => {}
+                    Ok(Fired::Skipped) => {
                         let name = timer.definition_name.clone().unwrap_or_default();
                         report.skipped.push((name, timer.timer_id));
                     }
-                    Err(ScheduleError::Store(error)) => {
+                    Err(error) => {
                         tracing::warn!(
                             schedule = %timer.timer_id,
                             %error,

@@ -100,24 +100,22 @@ impl Timers {
     }
 
     /// Fires one claimed schedule (TM-11 to TM-13): in one transaction, creates the instance
-    /// of this occurrence, which starts at the trigger node, and advances the schedule; missed
-    /// occurrences are coalesced into this one. Returns the started instance's id.
-    pub(super) async fn fire_schedule(
-        &self,
-        timer: &TimerRow,
-    ) -> Result<Option<String>, ScheduleError> {
+    /// of this occurrence, which starts at the trigger node, and advances the schedule. A
+    /// timer's missed ticks are coalesced into this one; a cron's missed occurrences follow
+    /// its policy (TM-19), which may start nothing and only advance the schedule.
+    pub(super) async fn fire_schedule(&self, timer: &TimerRow) -> Result<Fired, StoreError> {
         let (Some(name), Some(node_id)) = (&timer.definition_name, &timer.node_id) else {
-            return Ok(None);
+            return Ok(Fired::Nothing);
         };
         let Some(workflow) = self.definitions().get(name) else {
-            return Ok(None);
+            return Ok(Fired::Nothing);
         };
         let Some((_, trigger)) = workflow
             .time_triggers()
             .into_iter()
             .find(|(n, _)| n == node_id)
         else {
-            return Ok(None);
+            return Ok(Fired::Nothing);
         };
         let now = self.clock.now();
         let due = timer.due_at;
@@ -158,7 +156,7 @@ impl Timers {
                             )
                             .await?;
                         if skipped != ScheduleFiring::Skipped {
-                            return Ok(None);
+                            return Ok(Fired::Nothing);
                         }
                         tracing::info!(
                             definition = %name,
@@ -166,7 +164,7 @@ impl Timers {
                             skipped = firing.missed,
                             "missed cron occurrences skipped (TM-19)"
                         );
-                        return Err(ScheduleError::Skipped);
+                        return Ok(Fired::Skipped);
                     }
                 }
             }
@@ -196,7 +194,7 @@ impl Timers {
             Ok(new) => new,
             Err(error) => {
                 tracing::warn!(definition = %name, %error, "a time trigger could not start an instance");
-                return Ok(None);
+                return Ok(Fired::Nothing);
             }
         };
         new.activation_scope = self
@@ -213,30 +211,27 @@ impl Timers {
                 if let Err(error) = self.run_path.run(&instance_id, RunOptions::first()).await {
                     tracing::warn!(instance = %instance_id, %error, "a triggered instance did not run; recover() runs it");
                 }
-                Ok(Some(instance_id))
+                Ok(Fired::Started(instance_id))
             }
             ScheduleFiring::Refused { existing } => {
                 tracing::info!(definition = %name, %existing, "time trigger refused by the activation strategy (RT-16)");
-                Ok(None)
+                Ok(Fired::Nothing)
             }
-            ScheduleFiring::Stale | ScheduleFiring::Skipped => Ok(None),
+            ScheduleFiring::Stale | ScheduleFiring::Skipped => Ok(Fired::Nothing),
         }
     }
 }
 
-/// Why firing a schedule started no instance, when the caller reports it.
+/// What firing one claimed schedule did.
 #[derive(Debug)]
-pub(super) enum ScheduleError {
-    /// The store failed; the claim expires and the schedule is tried again.
-    Store(StoreError),
-    /// The missed occurrences were skipped by the trigger's policy (TM-19).
+pub(super) enum Fired {
+    /// It started this instance.
+    Started(String),
+    /// Its missed occurrences were skipped by the trigger's policy and it advanced (TM-19).
     Skipped,
-}
-
-impl From<StoreError> for ScheduleError {
-    fn from(error: StoreError) -> Self {
-        ScheduleError::Store(error)
-    }
+    /// Nothing: another process fired it, its definition or node is gone, or the activation
+    /// strategy refused the instance.
+    Nothing,
 }
 
 /// How late an occurrence may fire and still count as on time (TM-19): later than this, it
