@@ -809,18 +809,21 @@ fn parse_kind(input: ParseStream<'_>, allowed: &[&str], place: &str) -> syn::Res
                     break;
                 }
                 let key: Ident = content.call(Ident::parse_any)?;
-                content.parse::<Token![=]>()?;
-                if key == "tz" && zone.is_none() {
-                    zone = Some(content.parse::<LitStr>()?);
-                } else if key == "missed" && missed.is_none() {
-                    missed = Some(parse_missed(&content)?);
-                } else {
+                let fresh =
+                    (key == "tz" && zone.is_none()) || (key == "missed" && missed.is_none());
+                if !fresh {
                     return Err(syn::Error::new(
                         key.span(),
                         format!(
                             "unknown or repeated cron option `{key}`; expected `tz = \"Europe/Berlin\"` or `missed = skip`, `once` or `backfill(5)`"
                         ),
                     ));
+                }
+                content.parse::<Token![=]>()?;
+                if key == "tz" {
+                    zone = Some(content.parse::<LitStr>()?);
+                } else {
+                    missed = Some(parse_missed(&content)?);
                 }
             }
             if !content.is_empty() {
@@ -1279,8 +1282,16 @@ fn parse_missed(input: ParseStream<'_>) -> syn::Result<(workflow_model::Missed, 
         "backfill" => {
             let content;
             let parens = syn::parenthesized!(content in input);
-            let count: syn::LitInt = content.parse()?;
-            let n = count.base10_parse::<u32>()?;
+            let count_error = |span| {
+                syn::Error::new(
+                    span,
+                    "`backfill` takes how many missed occurrences to start at most, as in `backfill(5)`",
+                )
+            };
+            let count: syn::LitInt = content.parse().map_err(|e| count_error(e.span()))?;
+            let n = count
+                .base10_parse::<u32>()
+                .map_err(|_| count_error(count.span()))?;
             let mut tokens = name.into_token_stream();
             parens.surround(&mut tokens, |t| count.to_tokens(t));
             Ok((workflow_model::Missed::Backfill(n), tokens))
@@ -1625,6 +1636,29 @@ mod tests {
                 "a connection's target is a node, not a port: nodes have a single input; write `-> b`",
                 "expected `-> target` after `a`, or `= kind` to declare a node",
                 "only `task` and `event` declare their outcome ports; `decide` has fixed ports",
+            ]
+        );
+    }
+
+    #[test]
+    fn cron_options_are_a_zone_and_a_missed_policy_each_once() {
+        let errors = messages(quote! {
+            workflow W(D) {
+                a = cron("0 9 * * *", zone = "UTC");
+                b = cron("0 9 * * *", tz = "UTC", tz = "Europe/Berlin");
+                c = cron("0 9 * * *", missed = backfill(-1));
+                d = cron("0 9 * * *", tz = "Europe/Berlin", missed = once).trigger();
+            }
+        });
+        let expected =
+            "expected `tz = \"Europe/Berlin\"` or `missed = skip`, `once` or `backfill(5)`";
+        assert_eq!(
+            errors,
+            [
+                format!("unknown or repeated cron option `zone`; {expected}"),
+                format!("unknown or repeated cron option `tz`; {expected}"),
+                "`backfill` takes how many missed occurrences to start at most, as in `backfill(5)`"
+                    .to_owned(),
             ]
         );
     }
