@@ -401,7 +401,7 @@ impl Store for FaultyStore {
         &self,
         schedule_id: &str,
         expected_due_at: Micros,
-        instance: NewInstance<String>,
+        instance: Option<NewInstance<String>>,
         next_due: Option<Micros>,
     ) -> BoxFuture<'_, StoreResult<ScheduleFiring>> {
         let schedule_id = schedule_id.to_owned();

@@ -5,7 +5,7 @@
 
 use serde::Serialize;
 use serde_json::Value;
-use workflow_model::{Activity, Definition, Flowchart, StateMachine};
+use workflow_model::{Activity, Definition, Flowchart, Missed, StateMachine};
 
 use crate::render::duration;
 
@@ -178,15 +178,60 @@ fn does(activity: &Activity) -> Option<String> {
         },
         Activity::Timer(t) => Some(format!("ticks every {}", millis(t.interval_ms))),
         Activity::StartAt(s) => {
+            let zone = s
+                .time_zone
+                .as_deref()
+                .map_or_else(String::new, |z| format!(" ({z})"));
             s.at.as_deref()
-                .map(|at| format!("waits until {at}"))
-                .or_else(|| Some("waits until a computed instant".to_owned()))
+                .map(|at| format!("waits until {at}{zone}"))
+                .or_else(|| Some(format!("waits until a computed instant{zone}")))
         }
-        Activity::Cron(c) => Some(format!("waits for the schedule `{}`", c.expression)),
+        Activity::Cron(c) => Some(cron_words(c)),
         Activity::SubWorkflow(s) => Some(format!("runs the child workflow `{}`", s.workflow)),
         Activity::Join(_) => Some("waits for its incoming branches".to_owned()),
         _ => None,
     }
+}
+
+/// The time triggers of a definition's top-level flowchart (a cron, a repeating timer or a
+/// one-shot `start_at`), each as (node id, what it does in words).
+pub(crate) fn time_triggers(definition: &Definition) -> Vec<(String, String)> {
+    let mut root = &definition.root;
+    while let Activity::Saga(saga) = root {
+        root = &saga.body;
+    }
+    let Activity::Flowchart(chart) = root else {
+        return Vec::new();
+    };
+    chart
+        .nodes
+        .iter()
+        .filter(|n| match n {
+            Activity::Cron(c) => c.trigger,
+            Activity::Timer(t) => t.trigger,
+            Activity::StartAt(s) => s.trigger,
+            _ => false,
+        })
+        .filter_map(|n| Some((n.id().to_owned(), does(n)?)))
+        .collect()
+}
+
+/// A cron in words: its schedule, its zone and, for a trigger, what it does with occurrences
+/// missed while no process ran (TM-16, TM-19).
+fn cron_words(cron: &workflow_model::Cron) -> String {
+    let zone = cron.time_zone.as_deref().unwrap_or("UTC");
+    let mut words = format!("waits for the schedule `{}` in {zone}", cron.expression);
+    if cron.trigger {
+        let missed = match cron.missed {
+            Missed::Skip => "skipped".to_owned(),
+            Missed::Once => "started once together (the default)".to_owned(),
+            Missed::Backfill(n) => format!("each started, the latest {n} at most"),
+        };
+        words.push_str(&format!(
+            "; occurrences missed while no process ran are {missed}"
+        ));
+    }
+    words
 }
 
 /// The node at `path` (`root:review`, `root:later:audit`): each part after the root's id is
@@ -309,5 +354,37 @@ mod tests {
         );
         let other_root = places(&definition, &Position::Nodes(vec!["main:pay".to_owned()]));
         assert!(other_root.is_empty());
+    }
+
+    #[test]
+    fn a_cron_says_its_zone_and_what_it_does_with_missed_occurrences() {
+        let cron = |zone: Option<&str>, trigger: bool, missed: Missed| {
+            Activity::Cron(workflow_model::Cron {
+                id: "tick".into(),
+                expression: "0 9 * * MON-FRI".into(),
+                time_zone: zone.map(Into::into),
+                trigger,
+                missed,
+            })
+        };
+        assert_eq!(
+            does(&cron(None, false, Missed::Once)).as_deref(),
+            Some("waits for the schedule `0 9 * * MON-FRI` in UTC")
+        );
+        assert_eq!(
+            does(&cron(Some("Europe/Berlin"), true, Missed::Once)).as_deref(),
+            Some(
+                "waits for the schedule `0 9 * * MON-FRI` in Europe/Berlin; occurrences missed \
+                 while no process ran are started once together (the default)"
+            )
+        );
+        assert_eq!(
+            does(&cron(Some("America/New_York"), true, Missed::Backfill(3))).as_deref(),
+            Some(
+                "waits for the schedule `0 9 * * MON-FRI` in America/New_York; occurrences \
+                 missed while no process ran are each started, the latest 3 at most"
+            )
+        );
+        assert!(does(&cron(None, true, Missed::Skip)).is_some_and(|w| w.ends_with("are skipped")));
     }
 }

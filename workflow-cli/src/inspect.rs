@@ -166,6 +166,21 @@ pub(crate) struct Detail {
     /// not recorded in the store, or does not load.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) definition_note: Option<String>,
+    /// The time triggers of its definition, with their zone, missed-occurrence policy and
+    /// next due time.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub(crate) schedules: Vec<ScheduleView>,
+}
+
+/// A time trigger of an instance's definition (TM-11 to TM-13, TM-16, TM-19).
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct ScheduleView {
+    pub(crate) node: String,
+    /// What it does, in words: its schedule, zone and missed-occurrence policy.
+    pub(crate) does: String,
+    /// When it fires next, as the store's schedule says; `None` once a `start_at` fired or
+    /// before a process that runs the definition wrote the schedule.
+    pub(crate) next_due: Option<Micros>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -232,10 +247,13 @@ pub(crate) async fn detail(store: &Storage, id: &str) -> Result<Option<Detail>, 
     incidents.extend(state_incidents(&record, &incidents));
     let journal = whole_journal(store, id).await?;
     let position = locate(&record.state);
-    let (places, definition_note) = match recorded_definition(store, &record).await? {
-        Ok(definition) => (explain::places(&definition, &position), None),
-        Err(_) if position == Position::Nowhere => (Vec::new(), None),
-        Err(note) => (Vec::new(), Some(note)),
+    let (places, definition_note, schedules) = match recorded_definition(store, &record).await? {
+        Ok(definition) => {
+            let schedules = schedule_views(store, &definition).await?;
+            (explain::places(&definition, &position), None, schedules)
+        }
+        Err(_) if position == Position::Nowhere => (Vec::new(), None, Vec::new()),
+        Err(note) => (Vec::new(), Some(note), Vec::new()),
     };
     Ok(Some(Detail {
         summary: summary(&record),
@@ -260,7 +278,34 @@ pub(crate) async fn detail(store: &Storage, id: &str) -> Result<Option<Detail>, 
         data: record.state.get("data").cloned().unwrap_or(Value::Null),
         places,
         definition_note,
+        schedules,
     }))
+}
+
+/// The definition's time triggers with the next due time of their schedules in the store.
+async fn schedule_views(
+    store: &Storage,
+    definition: &Definition,
+) -> Result<Vec<ScheduleView>, StoreError> {
+    let triggers = explain::time_triggers(definition);
+    if triggers.is_empty() {
+        return Ok(Vec::new());
+    }
+    let stored = store.list_schedules(&definition.name).await?;
+    Ok(triggers
+        .into_iter()
+        .map(|(node, does)| {
+            let next_due = stored
+                .iter()
+                .find(|s| short_node(&s.node_id) == node && !s.fired)
+                .map(|s| s.due_at);
+            ScheduleView {
+                node,
+                does,
+                next_due,
+            }
+        })
+        .collect())
 }
 
 /// Every journal entry the store keeps for `id`, oldest first, read a page at a time.
@@ -560,6 +605,18 @@ pub(crate) fn why(detail: &Detail, now: Micros) -> Vec<String> {
         }
     } else if let Some(note) = &detail.definition_note {
         out.push(format!("(its definition is not at hand: {note})"));
+    }
+    if !detail.schedules.is_empty() {
+        out.push(format!(
+            "`{}` is started by its time triggers:",
+            s.definition
+        ));
+        for schedule in &detail.schedules {
+            let next = schedule.next_due.map_or_else(String::new, |due| {
+                format!(" (next due {}, {})", relative(due, now), instant(due))
+            });
+            out.push(format!("  - `{}` {}{next}", schedule.node, schedule.does));
+        }
     }
     out
 }

@@ -723,3 +723,63 @@ async fn queues_lists_limits_running_waiting_and_rate_used() {
         (Some(2), Some(1))
     );
 }
+
+/// `why` names the time triggers of the instance's definition with their zone, their
+/// missed-occurrence policy and when they fire next (TM-16, TM-19).
+#[tokio::test]
+async fn why_names_the_zone_and_missed_policy_of_the_definitions_cron_trigger() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("app.db");
+    let definition = serde_json::json!({
+        "name": "Reminder",
+        "root": { "kind": "flowchart", "id": "root",
+            "nodes": [
+                { "kind": "cron", "id": "tick", "expression": "* * * * * *",
+                  "time_zone": "Europe/Berlin", "missed": "skip", "trigger": true },
+                { "kind": "event", "id": "ack", "event": "ack" },
+                { "kind": "task", "id": "done", "function": "done" }
+            ],
+            "connections": [
+                { "source": "tick", "target": "ack" },
+                { "source": "ack", "target": "done" }
+            ] }
+    });
+    let registry = workflow_runtime::Registry::<Value>::new().task(
+        "done",
+        |_cx: &mut workflow_runtime::TaskContext<Value>| {
+            Box::pin(async { Ok(workflow_runtime::Outcome::done()) })
+        },
+    );
+    let rt = Runtime::builder()
+        .store(Arc::new(SqliteStore::open(&db).unwrap()))
+        .register_json(definition.to_string(), registry)
+        .timer_driver(false)
+        .build()
+        .unwrap();
+    // The schedule is written by the first call; its first occurrence is the next second.
+    let mut started = Vec::new();
+    for _ in 0..50 {
+        started.extend(rt.fire_due_timers().await.unwrap().fired);
+        if !started.is_empty() {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    let (id, _) = started
+        .first()
+        .expect("the trigger started an instance")
+        .clone();
+    rt.shutdown(std::time::Duration::from_secs(1)).await;
+
+    let why = workflow(&db, &["why", &id]);
+    assert!(why.ok, "{}", why.stderr);
+    assert!(
+        why.stdout.contains(
+            "`Reminder` is started by its time triggers:\n  - `tick` waits for the schedule \
+             `* * * * * *` in Europe/Berlin; occurrences missed while no process ran are \
+             skipped (next due "
+        ),
+        "{}",
+        why.stdout
+    );
+}

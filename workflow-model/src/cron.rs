@@ -1,4 +1,5 @@
-//! Cron expressions (TM-12): parsing, validation (TM-V1) and the next occurrence in UTC.
+//! Cron expressions (TM-12): parsing, validation (TM-V1) and the next occurrence, in UTC or in
+//! a [`Zone`] (TM-16 to TM-18).
 //!
 //! Five fields (minute, hour, day of month, month, day of week), or six with a leading seconds
 //! field. Each field takes `*`, lists (`1,15`), ranges (`MON-FRI`), steps (`*/15`, `10-50/10`)
@@ -6,12 +7,14 @@
 //! 0 and 7 are Sunday. When both day fields are restricted, a day matches if either matches.
 //! `L`, `W`, `#` and `?` are rejected.
 //!
-//! [`Schedule::next_after`] computes in UTC and [`Schedule::next_after_with_offset`] at a fixed
-//! offset ([`fixed_offset_seconds`]); IANA zones, with their gaps and overlaps (TM-12), come
-//! with the runtime's time zone support.
+//! [`Schedule::next_after`] computes in UTC and [`Schedule::next_after_in`] in a [`Zone`]:
+//! `UTC`, a fixed offset such as `+02:00`, or an IANA name such as `Europe/Berlin`, looked up
+//! in the time zone database bundled with the library (no system files are read). A local time
+//! skipped by a spring-forward fires at the first valid instant after it (TM-17); a local time
+//! repeated by a fall-back fires once, at its first instant (TM-18).
 //!
 //! ```
-//! use workflow_model::cron::Schedule;
+//! use workflow_model::cron::{Schedule, Zone};
 //!
 //! let every_quarter = Schedule::parse("*/15 * * * *").unwrap();
 //! // 2026-01-01T10:07:00Z -> 10:15:00Z
@@ -20,9 +23,17 @@
 //!     Schedule::parse("0 25 * * *").unwrap_err().to_string(),
 //!     "invalid cron expression `0 25 * * *`; hour `25` is out of range 0-23"
 //! );
+//! // 09:00 in Berlin on 2026-01-01 is 08:00 UTC.
+//! let berlin = Zone::parse("Europe/Berlin").unwrap();
+//! let nine = Schedule::parse("0 9 * * *").unwrap();
+//! assert_eq!(nine.next_after_in(1_767_225_600, &berlin), Some(1_767_225_600 + 8 * 3600));
 //! ```
 
 use std::fmt;
+use std::sync::OnceLock;
+
+use jiff::Timestamp;
+use jiff::tz::{AmbiguousOffset, Offset, TimeZone};
 
 /// A parsed cron expression.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -254,6 +265,39 @@ impl Schedule {
         u64::try_from(i64::try_from(next).ok()?.checked_sub(offset)?).ok()
     }
 
+    /// The first occurrence strictly after `unix_seconds` in `zone`; UTC instants in and out.
+    /// The expression is matched against local wall-clock time: a local time skipped by a
+    /// spring-forward fires at the first valid instant after it (TM-17), and a local time
+    /// repeated by a fall-back fires once, at its first instant (TM-18). `None` if there is no
+    /// occurrence within 5 years.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use workflow_model::cron::{Schedule, Zone};
+    ///
+    /// let berlin = Zone::parse("Europe/Berlin").unwrap();
+    /// let half_past_two = Schedule::parse("30 2 * * *").unwrap();
+    /// // 2026-03-29: Berlin skips 02:00-03:00 local; the occurrence fires at 03:00 CEST.
+    /// let saturday_noon = 1_774_699_200; // 2026-03-28T12:00:00Z
+    /// assert_eq!(half_past_two.next_after_in(saturday_noon, &berlin), Some(1_774_746_000));
+    /// ```
+    pub fn next_after_in(&self, unix_seconds: u64, zone: &Zone) -> Option<u64> {
+        let after = i64::try_from(unix_seconds).ok()?;
+        let mut local = u64::try_from(zone.local_seconds(after)?).ok()?;
+        // A candidate's instant can be at or before `after` only in a fall-back's repeated
+        // hour (or at a gap's transition); a bounded walk steps over those.
+        for _ in 0..100_000 {
+            let candidate = self.next_after(local)?;
+            let instant = zone.instant_of_local(i64::try_from(candidate).ok()?)?;
+            if instant > after {
+                return u64::try_from(instant).ok();
+            }
+            local = candidate;
+        }
+        None
+    }
+
     fn first_time_from(&self, from: u64) -> Option<u64> {
         let (h0, m0, s0) = (from / 3600, from / 60 % 60, from % 60);
         for h in h0..24 {
@@ -275,13 +319,17 @@ impl Schedule {
     }
 }
 
-/// The time zones accepted before the runtime brings IANA names (TM-V2).
-pub const KNOWN_TIME_ZONES: &[&str] = &["UTC"];
+/// The zone names accepted besides IANA `Area/Location` names and fixed offsets (TM-V2).
+pub const KNOWN_TIME_ZONES: &[&str] = TIME_ZONE_EXTRA;
 
-/// TM-V2: `UTC` or a fixed offset `+HH:MM` / `-HH:MM` (up to 14 hours). IANA names come with
-/// the runtime's time zone support.
+/// TM-V2: `UTC`, a fixed offset `+HH:MM` / `-HH:MM` (up to 14 hours), or an IANA name in the
+/// bundled database (TM-16).
 pub fn is_known_time_zone(zone: &str) -> bool {
-    if KNOWN_TIME_ZONES.contains(&zone) {
+    Zone::parse(zone).is_ok()
+}
+
+fn is_fixed_offset(zone: &str) -> bool {
+    if zone == "UTC" {
         return true;
     }
     let bytes = zone.as_bytes();
@@ -299,19 +347,199 @@ pub fn is_known_time_zone(zone: &str) -> bool {
     matches!((digits(1, 3), digits(4, 6)), (Some(h), Some(m)) if m < 60 && (h < 14 || (h == 14 && m == 0)))
 }
 
-/// The offset east of UTC in seconds of a zone the validator accepts without IANA data
-/// (TM-V2): `UTC` is 0, `+02:00` is 7200, `-05:30` is -19800; `None` for anything else.
+/// The offset east of UTC in seconds of `UTC` or a fixed offset (TM-V2): `UTC` is 0,
+/// `+02:00` is 7200, `-05:30` is -19800; `None` for anything else, IANA names included.
 pub fn fixed_offset_seconds(zone: &str) -> Option<i32> {
     if zone == "UTC" {
         return Some(0);
     }
-    if !is_known_time_zone(zone) {
+    if !is_fixed_offset(zone) {
         return None;
     }
     let sign = if zone.starts_with('-') { -1 } else { 1 };
     let hours: i32 = zone.get(1..3)?.parse().ok()?;
     let minutes: i32 = zone.get(4..6)?.parse().ok()?;
     Some(sign * (hours * 3600 + minutes * 60))
+}
+
+/// A time zone a schedule or a local instant is computed in (TM-16): `UTC`, a fixed offset
+/// (`+02:00`, `-05:30`) or an IANA name (`Europe/Berlin`) from the bundled time zone database.
+///
+/// # Examples
+///
+/// ```
+/// use workflow_model::cron::Zone;
+///
+/// assert_eq!(Zone::parse("America/New_York").unwrap().name(), "America/New_York");
+/// assert_eq!(
+///     Zone::parse("Europe/Pariss").unwrap_err().to_string(),
+///     "unknown time zone `Europe/Pariss`; did you mean `Europe/Paris`?"
+/// );
+/// ```
+#[derive(Debug, Clone)]
+pub struct Zone {
+    name: String,
+    tz: TimeZone,
+}
+
+impl PartialEq for Zone {
+    fn eq(&self, other: &Self) -> bool {
+        self.name == other.name
+    }
+}
+
+impl Eq for Zone {}
+
+/// An unknown time zone (TM-V2). Its `Display` is the validator's message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ZoneError {
+    /// The zone as written.
+    pub zone: String,
+    /// The closest known name, when one is close.
+    pub suggestion: Option<String>,
+}
+
+impl fmt::Display for ZoneError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.suggestion {
+            Some(found) => write!(
+                f,
+                "unknown time zone `{}`; did you mean `{found}`?",
+                self.zone
+            ),
+            None => write!(
+                f,
+                "unknown time zone `{}`; expected `UTC`, a fixed offset such as `+02:00` or an \
+                 IANA name such as `Europe/Berlin`",
+                self.zone
+            ),
+        }
+    }
+}
+
+impl std::error::Error for ZoneError {}
+
+impl Zone {
+    /// UTC.
+    pub fn utc() -> Self {
+        Zone {
+            name: "UTC".to_owned(),
+            tz: TimeZone::UTC,
+        }
+    }
+
+    /// The zone named `name`: `UTC`, a fixed offset `+HH:MM` / `-HH:MM` (up to 14 hours), or
+    /// an IANA name in the bundled database (TM-16).
+    ///
+    /// # Errors
+    ///
+    /// A [`ZoneError`] naming the zone, with the closest known name when one is close (TM-V2).
+    pub fn parse(name: &str) -> Result<Self, ZoneError> {
+        if let Some(seconds) = fixed_offset_seconds(name) {
+            let offset = Offset::from_seconds(seconds).map_err(|_| unknown_zone(name))?;
+            return Ok(Zone {
+                name: name.to_owned(),
+                tz: TimeZone::fixed(offset),
+            });
+        }
+        // Only names as the database spells them: a zone is part of a definition's
+        // fingerprint, so `europe/berlin` is a misspelling, not a second name.
+        if time_zone_names()
+            .binary_search_by(|n| n.as_str().cmp(name))
+            .is_err()
+        {
+            return Err(unknown_zone(name));
+        }
+        let tz = TimeZone::get(name).map_err(|_| unknown_zone(name))?;
+        Ok(Zone {
+            name: name.to_owned(),
+            tz,
+        })
+    }
+
+    /// The name as written in the definition.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The offset east of UTC in seconds, for `UTC` and fixed offsets; `None` for IANA zones.
+    pub fn fixed_offset_seconds(&self) -> Option<i32> {
+        fixed_offset_seconds(&self.name)
+    }
+
+    /// The local wall-clock time at `unix_seconds`, as seconds since 1970-01-01T00:00:00 local.
+    pub fn local_seconds(&self, unix_seconds: i64) -> Option<i64> {
+        let at = Timestamp::from_second(unix_seconds).ok()?;
+        Some(unix_seconds + i64::from(self.tz.to_offset(at).seconds()))
+    }
+
+    /// The instant (Unix seconds) of a local wall-clock time given as seconds since
+    /// 1970-01-01T00:00:00 local: a time skipped by a spring-forward resolves to the first
+    /// valid instant after it, the transition itself (TM-17); a time repeated by a fall-back
+    /// resolves to its first instant (TM-18).
+    pub fn instant_of_local(&self, local_seconds: i64) -> Option<i64> {
+        let civil = TimeZone::UTC.to_datetime(Timestamp::from_second(local_seconds).ok()?);
+        match self.tz.to_ambiguous_timestamp(civil).offset() {
+            AmbiguousOffset::Unambiguous { offset } => {
+                local_seconds.checked_sub(i64::from(offset.seconds()))
+            }
+            // The earlier instant of the two: the local time with the offset before the change.
+            AmbiguousOffset::Fold { before, .. } => {
+                local_seconds.checked_sub(i64::from(before.seconds()))
+            }
+            AmbiguousOffset::Gap { after, .. } => {
+                // With the offset after the gap the local time lies before the transition; the
+                // first transition after that is where the local clock jumps past it.
+                let lower = local_seconds.checked_sub(i64::from(after.seconds()))?;
+                let from = Timestamp::from_second(lower).ok()?;
+                let transition = self.tz.following(from).next()?;
+                Some(transition.timestamp().as_second())
+            }
+        }
+    }
+
+    /// The instant (Unix milliseconds) of an RFC 3339 local date and time without an offset
+    /// (`2026-03-29T02:30:00`) in this zone, by [`Zone::instant_of_local`]'s rules; `None` if
+    /// the text is not such a date and time.
+    pub fn instant_of_local_text(&self, text: &str) -> Option<i64> {
+        let civil: jiff::civil::DateTime = text.parse().ok()?;
+        let local = TimeZone::UTC.to_timestamp(civil).ok()?;
+        let millis = i64::from(local.subsec_millisecond());
+        let seconds = self.instant_of_local(local.as_second())?;
+        seconds.checked_mul(1000)?.checked_add(millis)
+    }
+}
+
+/// Names accepted that are neither `Area/Location` IANA names nor fixed offsets.
+const TIME_ZONE_EXTRA: &[&str] = &["UTC"];
+
+fn unknown_zone(zone: &str) -> ZoneError {
+    let names = time_zone_names();
+    let suggestion = crate::diagnostics::suggest(
+        zone,
+        TIME_ZONE_EXTRA
+            .iter()
+            .copied()
+            .chain(names.iter().map(String::as_str)),
+    )
+    .map(ToOwned::to_owned);
+    ZoneError {
+        zone: zone.to_owned(),
+        suggestion,
+    }
+}
+
+/// The IANA names of the bundled time zone database, sorted (TM-16).
+pub fn time_zone_names() -> &'static [String] {
+    static NAMES: OnceLock<Vec<String>> = OnceLock::new();
+    NAMES.get_or_init(|| {
+        let mut names: Vec<String> = jiff::tz::db()
+            .available()
+            .map(|n| n.as_str().to_owned())
+            .collect();
+        names.sort();
+        names
+    })
 }
 
 /// (year, month 1-12, day 1-31) of the day `days` after 1970-01-01 (Howard Hinnant's
@@ -458,5 +686,152 @@ mod tests {
             err("0 5-2 * * *"),
             "invalid cron expression `0 5-2 * * *`; hour range `5-2` runs backwards"
         );
+    }
+
+    /// Unix seconds of an RFC 3339 instant.
+    fn at(text: &str) -> u64 {
+        let ts: Timestamp = text.parse().unwrap();
+        u64::try_from(ts.as_second()).unwrap()
+    }
+
+    /// The next `n` occurrences of `expr` in `zone` after `from`, as RFC 3339 UTC instants.
+    fn series(expr: &str, zone: &str, from: &str, n: usize) -> Vec<String> {
+        let schedule = Schedule::parse(expr).unwrap();
+        let zone = Zone::parse(zone).unwrap();
+        let mut t = at(from);
+        let mut out = Vec::new();
+        for _ in 0..n {
+            t = schedule.next_after_in(t, &zone).unwrap();
+            out.push(
+                Timestamp::from_second(i64::try_from(t).unwrap())
+                    .unwrap()
+                    .to_string(),
+            );
+        }
+        out
+    }
+
+    #[test]
+    fn berlin_spring_forward_fires_a_skipped_time_at_the_transition_tm_17() {
+        // 2026-03-29 02:00 CET becomes 03:00 CEST (01:00 UTC).
+        assert_eq!(
+            series("30 2 * * *", "Europe/Berlin", "2026-03-27T12:00:00Z", 3),
+            [
+                "2026-03-28T01:30:00Z",
+                "2026-03-29T01:00:00Z",
+                "2026-03-30T00:30:00Z"
+            ]
+        );
+        // Hourly: 02:00 local does not exist; it and 03:00 fire once, at the transition.
+        assert_eq!(
+            series("0 * * * *", "Europe/Berlin", "2026-03-28T23:30:00Z", 3),
+            [
+                "2026-03-29T00:00:00Z",
+                "2026-03-29T01:00:00Z",
+                "2026-03-29T02:00:00Z"
+            ]
+        );
+    }
+
+    #[test]
+    fn berlin_fall_back_fires_a_repeated_time_once_tm_18() {
+        // 2026-10-25 03:00 CEST becomes 02:00 CET (01:00 UTC): 02:30 happens twice.
+        assert_eq!(
+            series("30 2 * * *", "Europe/Berlin", "2026-10-24T12:00:00Z", 2),
+            ["2026-10-25T00:30:00Z", "2026-10-26T01:30:00Z"]
+        );
+        // Hourly: 02:00 local fires at its first instant only, then 03:00 CET.
+        assert_eq!(
+            series("0 * * * *", "Europe/Berlin", "2026-10-24T23:30:00Z", 2),
+            ["2026-10-25T00:00:00Z", "2026-10-25T02:00:00Z"]
+        );
+        // From inside the repeated hour, its local times have already fired.
+        assert_eq!(
+            series("*/15 * * * *", "Europe/Berlin", "2026-10-25T01:10:00Z", 1),
+            ["2026-10-25T02:00:00Z"]
+        );
+    }
+
+    #[test]
+    fn new_york_spring_forward_and_fall_back() {
+        // 2026-03-08 02:00 EST becomes 03:00 EDT (07:00 UTC).
+        assert_eq!(
+            series("30 2 * * *", "America/New_York", "2026-03-07T12:00:00Z", 2),
+            ["2026-03-08T07:00:00Z", "2026-03-09T06:30:00Z"]
+        );
+        assert_eq!(
+            series("0 * * * *", "America/New_York", "2026-03-08T06:30:00Z", 2),
+            ["2026-03-08T07:00:00Z", "2026-03-08T08:00:00Z"]
+        );
+        // 2026-11-01 02:00 EDT becomes 01:00 EST (06:00 UTC): 01:30 happens twice.
+        assert_eq!(
+            series("30 1 * * *", "America/New_York", "2026-10-31T12:00:00Z", 2),
+            ["2026-11-01T05:30:00Z", "2026-11-02T06:30:00Z"]
+        );
+        assert_eq!(
+            series("0 * * * *", "America/New_York", "2026-11-01T04:30:00Z", 3),
+            [
+                "2026-11-01T05:00:00Z",
+                "2026-11-01T07:00:00Z",
+                "2026-11-01T08:00:00Z"
+            ]
+        );
+    }
+
+    #[test]
+    fn weekdays_at_nine_in_berlin_follow_summer_time() {
+        // Friday 09:00 CET, then Monday 09:00 CEST.
+        assert_eq!(
+            series(
+                "0 9 * * MON-FRI",
+                "Europe/Berlin",
+                "2026-03-27T00:00:00Z",
+                2
+            ),
+            ["2026-03-27T08:00:00Z", "2026-03-30T07:00:00Z"]
+        );
+    }
+
+    #[test]
+    fn local_instants_follow_the_same_rules() {
+        let berlin = Zone::parse("Europe/Berlin").unwrap();
+        let ms = |s: &str| i64::try_from(at(s)).unwrap() * 1000;
+        assert_eq!(
+            berlin.instant_of_local_text("2026-03-29T02:30:00"),
+            Some(ms("2026-03-29T01:00:00Z"))
+        );
+        assert_eq!(
+            berlin.instant_of_local_text("2026-10-25T02:30:00"),
+            Some(ms("2026-10-25T00:30:00Z"))
+        );
+        assert_eq!(
+            berlin.instant_of_local_text("2026-07-01T12:00:00.250"),
+            Some(ms("2026-07-01T10:00:00Z") + 250)
+        );
+        assert_eq!(berlin.instant_of_local_text("tomorrow"), None);
+    }
+
+    #[test]
+    fn zones_are_checked_against_the_bundled_database() {
+        assert!(is_known_time_zone("Europe/Berlin"));
+        assert!(is_known_time_zone("UTC"));
+        assert!(is_known_time_zone("+02:00"));
+        assert!(!is_known_time_zone("europe/berlin"));
+        assert_eq!(
+            Zone::parse("America/New_Yrok")
+                .unwrap_err()
+                .suggestion
+                .as_deref(),
+            Some("America/New_York")
+        );
+        assert_eq!(
+            Zone::parse("+02:00").unwrap().fixed_offset_seconds(),
+            Some(7200)
+        );
+        assert_eq!(
+            Zone::parse("Asia/Tokyo").unwrap().fixed_offset_seconds(),
+            None
+        );
+        assert!(time_zone_names().len() > 300);
     }
 }

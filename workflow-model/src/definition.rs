@@ -569,9 +569,13 @@ pub struct Timer {
 pub struct StartAt {
     /// The node id.
     pub id: String,
-    /// A constant instant, RFC 3339.
+    /// A constant instant, RFC 3339; with `time_zone`, a local date and time without an
+    /// offset (`2026-03-29T02:30:00`) is read in that zone (TM-16 to TM-18).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub at: Option<String>,
+    /// The zone a local `at` is read in: `UTC`, a fixed offset or an IANA name (TM-16).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub time_zone: Option<String>,
     /// The registry name of a fn over the data that computes the instant.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub at_fn: Option<String>,
@@ -588,12 +592,59 @@ pub struct Cron {
     pub id: String,
     /// The cron expression (TM-12).
     pub expression: String,
-    /// The IANA time zone; UTC when absent.
+    /// The zone the expression is read in: `UTC`, a fixed offset or an IANA name such as
+    /// `Europe/Berlin` (TM-16); UTC when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub time_zone: Option<String>,
     /// Whether this node can start the workflow (ACT-7).
     #[serde(default, skip_serializing_if = "is_false")]
     pub trigger: bool,
+    /// What a trigger does with the occurrences it missed while no process ran (TM-19);
+    /// [`Missed::Once`] when absent.
+    #[serde(default, skip_serializing_if = "Missed::is_default")]
+    pub missed: Missed,
+}
+
+/// What a cron trigger does with occurrences that fell due while no process ran (TM-19).
+///
+/// In JSON: `"skip"`, `"once"` or `{"backfill": 5}`.
+///
+/// # Examples
+///
+/// ```
+/// use workflow_model::Missed;
+///
+/// let policy: Missed = serde_json::from_str(r#"{"backfill": 5}"#).unwrap();
+/// assert_eq!(policy, Missed::Backfill(5));
+/// assert_eq!(Missed::default(), Missed::Once);
+/// ```
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Missed {
+    /// Missed occurrences start nothing; the schedule goes on at its next occurrence.
+    Skip,
+    /// All the missed occurrences start one instance together, as soon as a process runs.
+    #[default]
+    Once,
+    /// Each missed occurrence starts its own instance, oldest first, the latest N at most.
+    Backfill(u32),
+}
+
+impl Missed {
+    /// Whether this is the default, [`Missed::Once`].
+    pub fn is_default(&self) -> bool {
+        *self == Missed::Once
+    }
+}
+
+impl std::fmt::Display for Missed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Missed::Skip => f.write_str("skip"),
+            Missed::Once => f.write_str("once"),
+            Missed::Backfill(n) => write!(f, "backfill({n})"),
+        }
+    }
 }
 
 /// Ordered children run one after the other (ACT-12).

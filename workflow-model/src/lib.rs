@@ -98,9 +98,10 @@ mod validate;
 pub use definition::{
     Activation, Activity, Break, COMPENSATED, CommitStrategy, Connection, Correlate, Cron, DONE,
     Decimal, Definition, Delay, End, Event, Fault, Finish, Flowchart, ForEach, Fork, If, Join,
-    JoinMode, LookBack, NodeCommit, Parallel, ParallelForEach, ParallelMode, PayloadAssign, Ports,
-    RetryPolicy, Saga, SagaOnFailure, Sequence, SetVariable, Start, StartAt, State, StateMachine,
-    SubWorkflow, SubWorkflowMode, Switch, SwitchCase, SwitchMode, Task, Timer, Transition, While,
+    JoinMode, LookBack, Missed, NodeCommit, Parallel, ParallelForEach, ParallelMode, PayloadAssign,
+    Ports, RetryPolicy, Saga, SagaOnFailure, Sequence, SetVariable, Start, StartAt, State,
+    StateMachine, SubWorkflow, SubWorkflowMode, Switch, SwitchCase, SwitchMode, Task, Timer,
+    Transition, While,
 };
 pub use diagnostics::{
     Diagnostic, Diagnostics, Location, MAX_SUGGESTED_CHARS, Related, Segment, backticked,

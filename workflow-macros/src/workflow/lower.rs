@@ -299,17 +299,22 @@ fn lower_kind(kind: &KindDecl, id: String, at: &Location, spans: &mut SpanTable)
         KindDecl::Cron {
             expression,
             zone,
+            missed,
             trigger,
         } => {
             spans.insert(at.field("expression"), expression);
             if let Some(zone) = zone {
                 spans.insert(at.field("time_zone"), zone);
             }
+            if let Some((_, tokens)) = missed {
+                spans.insert(at.field("missed"), tokens);
+            }
             Cron {
                 id,
                 expression: expression.value(),
                 time_zone: zone.as_ref().map(syn::LitStr::value),
                 trigger: *trigger,
+                missed: missed.as_ref().map(|(m, _)| *m).unwrap_or_default(),
             }
             .into()
         }

@@ -183,10 +183,13 @@ pub(crate) enum KindDecl {
         mode: Ident,
         steps: Vec<StepDecl>,
     },
-    /// `cron("0 9 * * MON-FRI", tz = "UTC").trigger()` (ACT-23, TM-12).
+    /// `cron("0 9 * * MON-FRI", tz = "Europe/Berlin", missed = skip).trigger()` (ACT-23,
+    /// TM-12, TM-16, TM-19).
     Cron {
         expression: LitStr,
         zone: Option<LitStr>,
+        /// The policy and its tokens, for the span of a diagnostic on it.
+        missed: Option<(workflow_model::Missed, TokenStream)>,
         trigger: bool,
     },
     /// `every(mins(5)).trigger()`: a repeating timer (ACT-21).
@@ -799,17 +802,29 @@ fn parse_kind(input: ParseStream<'_>, allowed: &[&str], place: &str) -> syn::Res
                 )
             })?;
             let mut zone = None;
-            if content.peek(Token![,]) {
+            let mut missed = None;
+            while content.peek(Token![,]) {
                 content.parse::<Token![,]>()?;
+                if content.is_empty() {
+                    break;
+                }
                 let key: Ident = content.call(Ident::parse_any)?;
-                if key != "tz" {
+                let fresh =
+                    (key == "tz" && zone.is_none()) || (key == "missed" && missed.is_none());
+                if !fresh {
                     return Err(syn::Error::new(
                         key.span(),
-                        format!("unknown cron option `{key}`; expected `tz = \"UTC\"`"),
+                        format!(
+                            "unknown or repeated cron option `{key}`; expected `tz = \"Europe/Berlin\"` or `missed = skip`, `once` or `backfill(5)`"
+                        ),
                     ));
                 }
                 content.parse::<Token![=]>()?;
-                zone = Some(content.parse::<LitStr>()?);
+                if key == "tz" {
+                    zone = Some(content.parse::<LitStr>()?);
+                } else {
+                    missed = Some(parse_missed(&content)?);
+                }
             }
             if !content.is_empty() {
                 return Err(content.error("unexpected token in `cron(..)`"));
@@ -817,6 +832,7 @@ fn parse_kind(input: ParseStream<'_>, allowed: &[&str], place: &str) -> syn::Res
             KindDecl::Cron {
                 expression,
                 zone,
+                missed,
                 trigger: parse_trigger(input)?,
             }
         }
@@ -1255,6 +1271,38 @@ fn saga_mode(mode: &Ident) -> syn::Result<SagaOnFailure> {
     }
 }
 
+/// `skip`, `once` or `backfill(N)`: a cron trigger's missed-occurrence policy (TM-19), with
+/// its tokens.
+fn parse_missed(input: ParseStream<'_>) -> syn::Result<(workflow_model::Missed, TokenStream)> {
+    let name: Ident = input.call(Ident::parse_any)?;
+    let expected = "expected `skip`, `once` or `backfill(N)`";
+    match name.to_string().as_str() {
+        "skip" => Ok((workflow_model::Missed::Skip, name.into_token_stream())),
+        "once" => Ok((workflow_model::Missed::Once, name.into_token_stream())),
+        "backfill" => {
+            let content;
+            let parens = syn::parenthesized!(content in input);
+            let count_error = |span| {
+                syn::Error::new(
+                    span,
+                    "`backfill` takes how many missed occurrences to start at most, as in `backfill(5)`",
+                )
+            };
+            let count: syn::LitInt = content.parse().map_err(|e| count_error(e.span()))?;
+            let n = count
+                .base10_parse::<u32>()
+                .map_err(|_| count_error(count.span()))?;
+            let mut tokens = name.into_token_stream();
+            parens.surround(&mut tokens, |t| count.to_tokens(t));
+            Ok((workflow_model::Missed::Backfill(n), tokens))
+        }
+        other => Err(syn::Error::new(
+            name.span(),
+            format!("unknown missed-occurrence policy `{other}`; {expected}"),
+        )),
+    }
+}
+
 /// An optional `.trigger()` after `cron(..)` or `every(..)` (ACT-7).
 fn parse_trigger(input: ParseStream<'_>) -> syn::Result<bool> {
     if !input.peek(Token![.]) {
@@ -1588,6 +1636,29 @@ mod tests {
                 "a connection's target is a node, not a port: nodes have a single input; write `-> b`",
                 "expected `-> target` after `a`, or `= kind` to declare a node",
                 "only `task` and `event` declare their outcome ports; `decide` has fixed ports",
+            ]
+        );
+    }
+
+    #[test]
+    fn cron_options_are_a_zone_and_a_missed_policy_each_once() {
+        let errors = messages(quote! {
+            workflow W(D) {
+                a = cron("0 9 * * *", zone = "UTC");
+                b = cron("0 9 * * *", tz = "UTC", tz = "Europe/Berlin");
+                c = cron("0 9 * * *", missed = backfill(-1));
+                d = cron("0 9 * * *", tz = "Europe/Berlin", missed = once).trigger();
+            }
+        });
+        let expected =
+            "expected `tz = \"Europe/Berlin\"` or `missed = skip`, `once` or `backfill(5)`";
+        assert_eq!(
+            errors,
+            [
+                format!("unknown or repeated cron option `zone`; {expected}"),
+                format!("unknown or repeated cron option `tz`; {expected}"),
+                "`backfill` takes how many missed occurrences to start at most, as in `backfill(5)`"
+                    .to_owned(),
             ]
         );
     }

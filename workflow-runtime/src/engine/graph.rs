@@ -4,9 +4,10 @@
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 
+use workflow_model::cron::Zone;
 use workflow_model::{
-    Activity, Definition, Flowchart, FlowchartAnalysis, JoinMode, ParallelMode, RetryPolicy,
-    SagaOnFailure, StateMachine, SubWorkflowMode, SwitchMode, analyze_flowchart,
+    Activity, Definition, Flowchart, FlowchartAnalysis, JoinMode, Missed, ParallelMode,
+    RetryPolicy, SagaOnFailure, StateMachine, SubWorkflowMode, SwitchMode, analyze_flowchart,
 };
 
 /// A map keyed by node ids. A run looks a node up by its id at nearly every step; the ids are
@@ -121,16 +122,20 @@ pub(crate) enum NodeKind {
         until: Option<String>,
         max_ticks: Option<u64>,
     },
-    /// ACT-22 (not as trigger): a constant instant (ms since the epoch), or a value fn giving it.
+    /// ACT-22 (not as trigger): a constant instant (ms since the epoch), or a value fn giving
+    /// it; a local date and time the fn gives is read in `zone` (TM-16).
     StartAt {
         at_ms: Option<u64>,
         at_fn: Option<String>,
+        zone: Option<Zone>,
     },
-    /// ACT-23 (not as trigger): the parsed expression and the zone's fixed offset east of UTC.
+    /// ACT-23 (not as trigger): the parsed expression, the zone it is read in (TM-16) and, as
+    /// a trigger, what it does with missed occurrences (TM-19).
     Cron {
         expression: String,
         schedule: workflow_model::cron::Schedule,
-        offset_seconds: i32,
+        zone: Zone,
+        missed: Missed,
     },
     Sequence {
         steps: Vec<NodeIndex>,
@@ -353,7 +358,8 @@ pub(crate) enum TimeTrigger {
     Cron {
         expression: String,
         schedule: workflow_model::cron::Schedule,
-        offset_seconds: i32,
+        zone: Zone,
+        missed: Missed,
     },
 }
 
@@ -427,11 +433,13 @@ impl Graph {
                     NodeKind::Cron {
                         expression,
                         schedule,
-                        offset_seconds,
+                        zone,
+                        missed,
                     } => TimeTrigger::Cron {
                         expression: expression.clone(),
                         schedule: schedule.clone(),
-                        offset_seconds: *offset_seconds,
+                        zone: zone.clone(),
+                        missed: *missed,
                     },
                     _ => continue,
                 };
@@ -631,18 +639,29 @@ impl Graph {
                 until: t.until.clone(),
                 max_ticks: t.max_ticks,
             },
-            Activity::StartAt(a) => NodeKind::StartAt {
-                at_ms: match &a.at {
-                    Some(at) => {
-                        Some(parse_rfc3339_ms(at).ok_or_else(|| GraphError::Unsupported {
-                            node: id.clone(),
-                            kind: "start_at with an instant that is not RFC 3339 UTC or offset",
-                        })?)
-                    }
+            Activity::StartAt(a) => {
+                let zone = match a.time_zone.as_deref() {
+                    Some(name) => Some(Zone::parse(name).map_err(|_| GraphError::Unsupported {
+                        node: id.clone(),
+                        kind: "start_at in an unknown time zone",
+                    })?),
                     None => None,
-                },
-                at_fn: a.at_fn.clone(),
-            },
+                };
+                NodeKind::StartAt {
+                    at_ms: match &a.at {
+                        Some(at) => Some(instant_ms(at, zone.as_ref()).ok_or_else(|| {
+                            GraphError::Unsupported {
+                                node: id.clone(),
+                                kind: "start_at with an instant that is not RFC 3339 (with an \
+                                       offset, or local with a time zone)",
+                            }
+                        })?),
+                        None => None,
+                    },
+                    at_fn: a.at_fn.clone(),
+                    zone,
+                }
+            }
             Activity::Cron(c) => {
                 let unsupported = |kind| GraphError::Unsupported {
                     node: id.clone(),
@@ -650,18 +669,16 @@ impl Graph {
                 };
                 let schedule = workflow_model::cron::Schedule::parse(&c.expression)
                     .map_err(|_| unsupported("cron with an invalid expression"))?;
-                let offset_seconds = match c.time_zone.as_deref() {
-                    None => 0,
-                    Some(zone) => {
-                        workflow_model::cron::fixed_offset_seconds(zone).ok_or_else(|| {
-                            unsupported("cron in a time zone other than UTC or a fixed offset")
-                        })?
-                    }
+                let zone = match c.time_zone.as_deref() {
+                    None => Zone::utc(),
+                    Some(zone) => Zone::parse(zone)
+                        .map_err(|_| unsupported("cron in an unknown time zone"))?,
                 };
                 NodeKind::Cron {
                     expression: c.expression.clone(),
                     schedule,
-                    offset_seconds,
+                    zone,
+                    missed: c.missed,
                 }
             }
             Activity::Sequence(s) => {
@@ -853,6 +870,15 @@ impl Graph {
     }
 }
 
+/// An RFC 3339 instant in ms since the Unix epoch, or, with a zone, a local date and time
+/// without an offset read in that zone (TM-16 to TM-18); `None` if it is neither.
+pub(crate) fn instant_ms(text: &str, zone: Option<&Zone>) -> Option<u64> {
+    parse_rfc3339_ms(text).or_else(|| {
+        zone.and_then(|z| z.instant_of_local_text(text))
+            .and_then(|ms| u64::try_from(ms).ok())
+    })
+}
+
 /// An RFC 3339 instant (`2026-11-29T20:15:00Z`, `...T20:15:00.250+02:00`) in ms since the
 /// Unix epoch; `None` if it does not parse or is before the epoch.
 pub(crate) fn parse_rfc3339_ms(text: &str) -> Option<u64> {
@@ -988,6 +1014,7 @@ mod tests {
                 id: "root".into(),
                 at: None,
                 at_fn: Some("at".into()),
+                time_zone: None,
                 trigger: true,
             },
         );

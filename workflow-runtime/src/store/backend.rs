@@ -662,12 +662,13 @@ pub trait Store: Send + Sync + 'static {
     /// Fires one occurrence of a schedule atomically (ST-17, TM-11 to TM-13): if it is still
     /// due at `expected_due_at`, creates `instance` (with its activation guard; the outcome
     /// is [`ScheduleFiring::of_creation`]) and advances the schedule to `next_due`, or marks
-    /// it fired when `None`.
+    /// it fired when `None`. Without an instance it only advances the schedule
+    /// ([`ScheduleFiring::Skipped`], TM-19).
     fn fire_schedule(
         &self,
         schedule_id: &str,
         expected_due_at: Micros,
-        instance: NewInstance<String>,
+        instance: Option<NewInstance<String>>,
         next_due: Option<Micros>,
     ) -> BoxFuture<'_, StoreResult<ScheduleFiring>>;
 

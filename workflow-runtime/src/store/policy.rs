@@ -944,7 +944,8 @@ impl Storage {
         Ok(rows.iter().filter_map(schedule_of).collect())
     }
 
-    /// Fires one occurrence of a schedule atomically (ST-17, TM-11 to TM-13).
+    /// Fires one occurrence of a schedule atomically (ST-17, TM-11 to TM-13); without an
+    /// instance, only advances it past skipped occurrences (TM-19).
     ///
     /// # Errors
     ///
@@ -953,12 +954,19 @@ impl Storage {
         &self,
         schedule_id: &str,
         expected_due_at: Micros,
-        instance: NewInstance<impl StateDocument>,
+        instance: Option<NewInstance<impl StateDocument>>,
         next_due: Option<Micros>,
     ) -> StoreResult<ScheduleFiring> {
-        let mut hints: Vec<WakeUp> = WakeUp::of_creation(&instance).into_iter().collect();
+        let mut hints: Vec<WakeUp> = instance
+            .as_ref()
+            .and_then(WakeUp::of_creation)
+            .into_iter()
+            .collect();
         hints.push(WakeUp::TimersChanged { earliest: next_due });
-        let encoded = self.encode_instance(instance)?;
+        let encoded = match instance {
+            Some(instance) => Some(self.encode_instance(instance)?),
+            None => None,
+        };
         let firing = self
             .store
             .fire_schedule(schedule_id, expected_due_at, encoded, next_due)

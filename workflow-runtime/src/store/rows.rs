@@ -460,6 +460,8 @@ pub enum ScheduleFiring {
     /// The schedule had already moved past `expected_due_at` (or fired, or was removed):
     /// another process fired this occurrence; nothing was written.
     Stale,
+    /// No instance was given: the occurrences were skipped (TM-19) and the schedule advanced.
+    Skipped,
 }
 
 /// A journal entry to append with a commit (ST-10).

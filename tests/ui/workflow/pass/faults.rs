@@ -2,7 +2,7 @@
 //! repeating timers (TM-11, FLT-2, ENG-32) lower into the definition.
 
 use workflow_runtime::__private::model::{
-    Activity, CommitStrategy, Decimal, NodeCommit, RetryPolicy, SagaOnFailure,
+    Activity, CommitStrategy, Decimal, Missed, NodeCommit, RetryPolicy, SagaOnFailure,
 };
 use workflow_runtime::{workflow, TaskContext, Workflow};
 
@@ -45,6 +45,15 @@ workflow! {
         task(reserve).compensate(release),
         task(report),
     ];
+}
+
+workflow! {
+    pub workflow Berlin(Order) {
+        tick = cron("0 9 * * MON-FRI", tz = "Europe/Berlin", missed = backfill(3)).trigger();
+        run = task(report);
+
+        tick -> run;
+    }
 }
 
 workflow! {
@@ -114,6 +123,11 @@ fn main() {
     let Activity::Cron(cron) = &steps.steps[0] else { panic!() };
     assert_eq!(cron.expression, "0 2 * * MON-FRI");
     assert_eq!(cron.time_zone.as_deref(), Some("+02:00"));
+
+    let Activity::Flowchart(berlin) = &Berlin::definition().root else { panic!() };
+    let Activity::Cron(cron) = &berlin.nodes[0] else { panic!() };
+    assert_eq!(cron.time_zone.as_deref(), Some("Europe/Berlin"));
+    assert_eq!((cron.missed, cron.trigger), (Missed::Backfill(3), true));
 
     let Activity::Flowchart(ticker) = &Ticker::definition().root else { panic!() };
     let Activity::Timer(timer) = &ticker.nodes[0] else { panic!() };

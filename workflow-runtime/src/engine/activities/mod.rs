@@ -129,14 +129,15 @@ pub(crate) trait Activities<'g>: Scope<'g> {
                 self.execute_delay(id, *duration_ms, until.as_deref())
             }
             NodeKind::Timer { interval_ms, .. } => self.timer_execute(id, *interval_ms),
-            NodeKind::StartAt { at_ms, at_fn } => {
-                self.execute_start_at(id, *at_ms, at_fn.as_deref())
+            NodeKind::StartAt { at_ms, at_fn, zone } => {
+                self.execute_start_at(id, *at_ms, at_fn.as_deref(), zone.as_ref())
             }
             NodeKind::Cron {
                 expression,
                 schedule,
-                offset_seconds,
-            } => self.execute_cron(id, expression, schedule, *offset_seconds),
+                zone,
+                ..
+            } => self.execute_cron(id, expression, schedule, zone),
             NodeKind::Sequence { steps } => {
                 let input = self.state().context(id).and_then(|c| c.input.clone());
                 self.sequence_next(id, steps, 0, input)

@@ -76,12 +76,14 @@ pub(crate) trait TimeActivity<'g>: Scope<'g> {
 
     /// ACT-22 (TM-3): a `wf.start_at` bookmark with payload `{due_at}` (µs) and its timer;
     /// the instant is a constant or a value fn's result (user input: ms since the epoch or
-    /// RFC 3339, converted here). One not in the future completes at once, with no bookmark.
+    /// RFC 3339, converted here; a local date and time is read in the node's zone, TM-16).
+    /// One not in the future completes at once, with no bookmark.
     fn execute_start_at(
         &mut self,
         id: ContextId,
         at_ms: Option<u64>,
         at_fn: Option<&str>,
+        zone: Option<&workflow_model::cron::Zone>,
     ) -> Result<(), StepError> {
         let due_at = match (at_ms, at_fn) {
             (Some(at), _) => ms_to_micros(at),
@@ -89,7 +91,7 @@ pub(crate) trait TimeActivity<'g>: Scope<'g> {
                 let value = self.value_fn(id, at_fn)?;
                 let instant = match &value {
                     Value::Number(n) => n.as_u64(),
-                    Value::String(s) => crate::engine::graph::parse_rfc3339_ms(s),
+                    Value::String(s) => crate::engine::graph::instant_ms(s, zone),
                     _ => None,
                 };
                 let Some(at) = instant else {
@@ -115,16 +117,17 @@ pub(crate) trait TimeActivity<'g>: Scope<'g> {
     }
 
     /// ACT-23 not as trigger (TM-12): a `wf.cron` bookmark with payload `{due_at, expression}`
-    /// due at the first occurrence strictly after now; when it fires, the node completes.
+    /// due at the first occurrence strictly after now in the node's zone (TM-16 to TM-18);
+    /// when it fires, the node completes.
     fn execute_cron(
         &mut self,
         id: ContextId,
         expression: &str,
         schedule: &workflow_model::cron::Schedule,
-        offset_seconds: i32,
+        zone: &workflow_model::cron::Zone,
     ) -> Result<(), StepError> {
         let now_seconds = crate::base::micros_to_secs(self.now());
-        let Some(next) = schedule.next_after_with_offset(now_seconds, offset_seconds) else {
+        let Some(next) = schedule.next_after_in(now_seconds, zone) else {
             return Err(permanent(
                 id,
                 format!("cron `{expression}` has no occurrence within 5 years"),

@@ -8,6 +8,7 @@ use serde_json::json;
 use tokio::sync::{broadcast, watch};
 
 use super::Timers;
+use super::schedules::Fired;
 use crate::engine::executor::RunTarget;
 use crate::runtime::errors::ResumeError;
 use crate::runtime::run_path::RunOptions;
@@ -31,6 +32,9 @@ pub struct TimerFiring {
     /// Timers claimed whose resume failed (the claim expires and they are tried again); for a
     /// schedule, `(definition name, schedule id)`.
     pub failed: Vec<(String, String)>,
+    /// Cron schedules whose missed occurrences were skipped without starting an instance
+    /// (TM-19): `(definition name, schedule id)`.
+    pub skipped: Vec<(String, String)>,
 }
 
 impl Timers {
@@ -73,8 +77,12 @@ impl Timers {
                 claimed.into_iter().partition(|t| t.instance_id.is_none());
             for timer in schedules {
                 match self.fire_schedule(&timer).await {
-                    Ok(Some(started)) => report.fired.push((started, timer.timer_id)),
-                    Ok(None) => {}
+                    Ok(Fired::Started(started)) => report.fired.push((started, timer.timer_id)),
+                    Ok(Fired::Nothing) => {}
+                    Ok(Fired::Skipped) => {
+                        let name = timer.definition_name.clone().unwrap_or_default();
+                        report.skipped.push((name, timer.timer_id));
+                    }
                     Err(error) => {
                         tracing::warn!(
                             schedule = %timer.timer_id,

@@ -1,5 +1,11 @@
 //! Schedules of time triggers (TM-11 to TM-13): written per (definition, node, settings)
-//! before the first claim, fired under claim, one instance per occurrence.
+//! before the first claim, fired under claim, one instance per occurrence; a cron trigger's
+//! missed occurrences are skipped, coalesced or backfilled by its policy (TM-19).
+
+use std::collections::VecDeque;
+
+use workflow_model::Missed;
+use workflow_model::cron::{Schedule as CronSchedule, Zone};
 
 use serde_json::json;
 
@@ -52,16 +58,16 @@ impl Timers {
                     TimeTrigger::Cron {
                         expression,
                         schedule,
-                        offset_seconds,
+                        zone,
+                        missed,
                     } => {
                         let now_s = micros_to_secs(now);
-                        let Some(next) = schedule.next_after_with_offset(now_s, *offset_seconds)
-                        else {
+                        let Some(next) = schedule.next_after_in(now_s, zone) else {
                             continue;
                         };
                         (
                             "cron",
-                            format!("cron:{expression}:{offset_seconds}"),
+                            cron_key(expression, zone, *missed),
                             secs_to_micros(next),
                         )
                     }
@@ -94,24 +100,22 @@ impl Timers {
     }
 
     /// Fires one claimed schedule (TM-11 to TM-13): in one transaction, creates the instance
-    /// of this occurrence, which starts at the trigger node, and advances the schedule; missed
-    /// occurrences are coalesced into this one. Returns the started instance's id.
-    pub(super) async fn fire_schedule(
-        &self,
-        timer: &TimerRow,
-    ) -> Result<Option<String>, StoreError> {
+    /// of this occurrence, which starts at the trigger node, and advances the schedule. A
+    /// timer's missed ticks are coalesced into this one; a cron's missed occurrences follow
+    /// its policy (TM-19), which may start nothing and only advance the schedule.
+    pub(super) async fn fire_schedule(&self, timer: &TimerRow) -> Result<Fired, StoreError> {
         let (Some(name), Some(node_id)) = (&timer.definition_name, &timer.node_id) else {
-            return Ok(None);
+            return Ok(Fired::Nothing);
         };
         let Some(workflow) = self.definitions().get(name) else {
-            return Ok(None);
+            return Ok(Fired::Nothing);
         };
         let Some((_, trigger)) = workflow
             .time_triggers()
             .into_iter()
             .find(|(n, _)| n == node_id)
         else {
-            return Ok(None);
+            return Ok(Fired::Nothing);
         };
         let now = self.clock.now();
         let due = timer.due_at;
@@ -127,28 +131,42 @@ impl Timers {
             TimeTrigger::StartAt { .. } => (json!({ "due_at": due }), None),
             TimeTrigger::Cron {
                 schedule,
-                offset_seconds,
+                zone,
+                missed,
                 ..
             } => {
-                let now_s = micros_to_secs(now);
-                let mut latest = micros_to_secs(due);
-                let mut missed = 0u64;
-                while missed < 10_000 {
-                    match schedule.next_after_with_offset(latest, offset_seconds) {
-                        Some(n) if n <= now_s => {
-                            latest = n;
-                            missed += 1;
+                let firing = cron_firing(&schedule, &zone, missed, micros_to_secs(due), now);
+                match firing.occurrence {
+                    Some(occurrence) => (
+                        json!({
+                            "occurrence": secs_to_micros(occurrence),
+                            "missed": firing.missed,
+                        }),
+                        firing.next_due,
+                    ),
+                    None => {
+                        // TM-19 skip: no instance, the schedule moves past now.
+                        let skipped = self
+                            .store
+                            .fire_schedule(
+                                &timer.timer_id,
+                                due,
+                                None::<crate::store::NewInstance>,
+                                firing.next_due,
+                            )
+                            .await?;
+                        if skipped != ScheduleFiring::Skipped {
+                            return Ok(Fired::Nothing);
                         }
-                        _ => break,
+                        tracing::info!(
+                            definition = %name,
+                            node = %node_id,
+                            skipped = firing.missed,
+                            "missed cron occurrences skipped (TM-19)"
+                        );
+                        return Ok(Fired::Skipped);
                     }
                 }
-                let next = schedule
-                    .next_after_with_offset(latest.max(now_s), offset_seconds)
-                    .map(secs_to_micros);
-                (
-                    json!({ "occurrence": secs_to_micros(latest), "missed": missed }),
-                    next,
-                )
             }
         };
         let instance_id = format!(
@@ -177,7 +195,7 @@ impl Timers {
             Ok(new) => new,
             Err(error) => {
                 tracing::warn!(definition = %name, %error, "a time trigger could not start an instance");
-                return Ok(None);
+                return Ok(Fired::Nothing);
             }
         };
         new.activation_scope = self
@@ -187,20 +205,130 @@ impl Timers {
             .flatten();
         match self
             .store
-            .fire_schedule(&timer.timer_id, due, new, next_due)
+            .fire_schedule(&timer.timer_id, due, Some(new), next_due)
             .await?
         {
             ScheduleFiring::Started => {
                 if let Err(error) = self.run_path.run(&instance_id, RunOptions::first()).await {
                     tracing::warn!(instance = %instance_id, %error, "a triggered instance did not run; recover() runs it");
                 }
-                Ok(Some(instance_id))
+                Ok(Fired::Started(instance_id))
             }
             ScheduleFiring::Refused { existing } => {
                 tracing::info!(definition = %name, %existing, "time trigger refused by the activation strategy (RT-16)");
-                Ok(None)
+                Ok(Fired::Nothing)
             }
-            ScheduleFiring::Stale => Ok(None),
+            ScheduleFiring::Stale | ScheduleFiring::Skipped => Ok(Fired::Nothing),
         }
+    }
+}
+
+/// What firing one claimed schedule did.
+#[derive(Debug)]
+pub(super) enum Fired {
+    /// It started this instance.
+    Started(String),
+    /// Its missed occurrences were skipped by the trigger's policy and it advanced (TM-19).
+    Skipped,
+    /// Nothing: another process fired it, its definition or node is gone, or the activation
+    /// strategy refused the instance.
+    Nothing,
+}
+
+/// How late an occurrence may fire and still count as on time (TM-19): later than this, it
+/// was missed (no process ran, or they were far behind).
+pub(crate) const MISSED_AFTER_SECONDS: u64 = 60;
+
+/// The most occurrences one firing walks over; a 6-field cron missing more than this many
+/// goes on from the last one walked at its next firing.
+const MAX_WALK: usize = 100_000;
+
+/// What one firing of a cron trigger does (TM-19).
+#[derive(Debug, PartialEq, Eq)]
+struct CronFiring {
+    /// The occurrence (Unix seconds) this firing starts an instance for; `None` to start none.
+    occurrence: Option<u64>,
+    /// The occurrences this firing stands for that start no instance of their own.
+    missed: u64,
+    /// Where the schedule goes next (µs); at or before now when a backfill goes on.
+    next_due: Option<crate::base::Micros>,
+}
+
+/// The firing of a cron trigger due at `due` (Unix seconds) at `now` (µs), by its policy:
+/// `once` starts one instance for the latest past occurrence and coalesces the rest; `skip`
+/// starts one only if the latest is on time (within [`MISSED_AFTER_SECONDS`]); `backfill(n)`
+/// starts the oldest of the latest `n` and leaves the schedule due at the next one, so the
+/// driver fires the others one by one.
+fn cron_firing(
+    schedule: &CronSchedule,
+    zone: &Zone,
+    missed: Missed,
+    due: u64,
+    now: crate::base::Micros,
+) -> CronFiring {
+    let now_s = micros_to_secs(now);
+    let keep = match missed {
+        Missed::Backfill(n) => usize::try_from(n).unwrap_or(usize::MAX).clamp(1, MAX_WALK),
+        Missed::Skip | Missed::Once => 1,
+    };
+    // The latest `keep` occurrences from `due` up to now, and how many there were.
+    let mut latest = VecDeque::from([due]);
+    let mut count = 1usize;
+    while count < MAX_WALK {
+        let last = latest.back().copied().unwrap_or(due);
+        match schedule.next_after_in(last, zone) {
+            Some(n) if n <= now_s => {
+                latest.push_back(n);
+                if latest.len() > keep {
+                    latest.pop_front();
+                }
+                count += 1;
+            }
+            _ => break,
+        }
+    }
+    let newest = latest.back().copied().unwrap_or(due);
+    let after_now = schedule
+        .next_after_in(newest.max(now_s), zone)
+        .map(secs_to_micros);
+    let uncounted = u64::try_from(count - latest.len()).unwrap_or(u64::MAX);
+    match missed {
+        Missed::Once => CronFiring {
+            occurrence: Some(newest),
+            missed: uncounted,
+            next_due: after_now,
+        },
+        Missed::Skip if now_s.saturating_sub(newest) <= MISSED_AFTER_SECONDS => CronFiring {
+            occurrence: Some(newest),
+            missed: uncounted,
+            next_due: after_now,
+        },
+        Missed::Skip => CronFiring {
+            occurrence: None,
+            missed: u64::try_from(count).unwrap_or(u64::MAX),
+            next_due: after_now,
+        },
+        Missed::Backfill(_) => {
+            let first = latest.front().copied().unwrap_or(due);
+            CronFiring {
+                occurrence: Some(first),
+                missed: uncounted,
+                next_due: latest.get(1).map(|&n| secs_to_micros(n)).or(after_now),
+            }
+        }
+    }
+}
+
+/// The part of a cron trigger's schedule id that its settings decide: a changed expression,
+/// zone or policy is a new schedule. UTC and fixed offsets keep the key they had before
+/// IANA zones, so their schedules keep their next due time.
+fn cron_key(expression: &str, zone: &Zone, missed: Missed) -> String {
+    let zone = zone
+        .fixed_offset_seconds()
+        .map_or_else(|| zone.name().to_owned(), |s| s.to_string());
+    if missed.is_default() {
+        format!("cron:{expression}:{zone}")
+    } else {
+        format!("cron:{expression}:{zone}:missed={missed}")
     }
 }

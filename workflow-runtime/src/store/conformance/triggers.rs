@@ -115,7 +115,12 @@ pub async fn trigger_schedules(backend: Arc<dyn TestBackend>) {
     first.activation_scope = Some("singleton:report".to_owned());
     assert_eq!(
         store
-            .fire_schedule("cron-1", T0 + 10 * SEC, first.clone(), Some(T0 + 70 * SEC))
+            .fire_schedule(
+                "cron-1",
+                T0 + 10 * SEC,
+                Some(first.clone()),
+                Some(T0 + 70 * SEC)
+            )
             .await
             .unwrap(),
         crate::store::ScheduleFiring::Started
@@ -126,7 +131,7 @@ pub async fn trigger_schedules(backend: Arc<dyn TestBackend>) {
     twin.instance_id = "report-twin".to_owned();
     assert_eq!(
         store
-            .fire_schedule("cron-1", T0 + 10 * SEC, twin, Some(T0 + 70 * SEC))
+            .fire_schedule("cron-1", T0 + 10 * SEC, Some(twin), Some(T0 + 70 * SEC))
             .await
             .unwrap(),
         crate::store::ScheduleFiring::Stale
@@ -137,7 +142,7 @@ pub async fn trigger_schedules(backend: Arc<dyn TestBackend>) {
     second.instance_id = "report-t70".to_owned();
     assert_eq!(
         store
-            .fire_schedule("cron-1", T0 + 70 * SEC, second, Some(T0 + 130 * SEC))
+            .fire_schedule("cron-1", T0 + 70 * SEC, Some(second), Some(T0 + 130 * SEC))
             .await
             .unwrap(),
         crate::store::ScheduleFiring::Refused {
@@ -148,13 +153,47 @@ pub async fn trigger_schedules(backend: Arc<dyn TestBackend>) {
     assert_eq!(schedules.len(), 2);
     assert_eq!(schedules[0].schedule_id, "cron-1");
     assert_eq!(schedules[0].due_at, T0 + 130 * SEC);
+    // Skipped occurrences (TM-19): no instance, the schedule only advances; a second skip of
+    // the same occurrence finds it moved on.
+    let instances_before = store
+        .list_instances(Default::default())
+        .await
+        .unwrap()
+        .len();
+    for expected in [
+        crate::store::ScheduleFiring::Skipped,
+        crate::store::ScheduleFiring::Stale,
+    ] {
+        assert_eq!(
+            store
+                .fire_schedule(
+                    "cron-1",
+                    T0 + 130 * SEC,
+                    None::<crate::store::NewInstance<serde_json::Value>>,
+                    Some(T0 + 250 * SEC)
+                )
+                .await
+                .unwrap(),
+            expected
+        );
+    }
+    assert_eq!(
+        store
+            .list_instances(Default::default())
+            .await
+            .unwrap()
+            .len(),
+        instances_before
+    );
+    let schedules = store.list_schedules("report").await.unwrap();
+    assert_eq!(schedules[0].due_at, T0 + 250 * SEC);
 
     // StartAt fires once and is never claimed again.
     let mut start = new_instance("report-start");
     start.definition_name = "report".to_owned();
     assert_eq!(
         store
-            .fire_schedule("start-1", T0 + 5 * SEC, start, None)
+            .fire_schedule("start-1", T0 + 5 * SEC, Some(start), None)
             .await
             .unwrap(),
         crate::store::ScheduleFiring::Started

@@ -684,7 +684,7 @@ impl Store for MemoryStore {
         &self,
         schedule_id: &str,
         expected_due_at: Micros,
-        instance: NewInstance<String>,
+        instance: Option<NewInstance<String>>,
         next_due: Option<Micros>,
     ) -> BoxFuture<'_, StoreResult<ScheduleFiring>> {
         let id = schedule_id.to_owned();
@@ -699,7 +699,10 @@ impl Store for MemoryStore {
                 if current != Some(expected_due_at) {
                     return Ok(ScheduleFiring::Stale);
                 }
-                let firing = ScheduleFiring::of_creation(inner.insert_instance(instance))?;
+                let firing = match instance {
+                    Some(instance) => ScheduleFiring::of_creation(inner.insert_instance(instance))?,
+                    None => ScheduleFiring::Skipped,
+                };
                 if let Some(t) = inner.timers.get_mut(&id) {
                     t.claim_owner = None;
                     t.claim_expires_at = None;

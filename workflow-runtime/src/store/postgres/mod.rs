@@ -1019,11 +1019,15 @@ impl Store for PostgresStore {
         &self,
         schedule_id: &str,
         expected_due_at: Micros,
-        instance: NewInstance<String>,
+        instance: Option<NewInstance<String>>,
         next_due: Option<Micros>,
     ) -> BoxFuture<'_, StoreResult<ScheduleFiring>> {
         let id = schedule_id.to_owned();
-        let mut hints: Vec<WakeUp> = WakeUp::of_creation(&instance).into_iter().collect();
+        let mut hints: Vec<WakeUp> = instance
+            .as_ref()
+            .and_then(WakeUp::of_creation)
+            .into_iter()
+            .collect();
         hints.push(WakeUp::TimersChanged { earliest: next_due });
         Box::pin(async move {
             write_tx!(self, hints, |c| ops::fire_schedule(
@@ -1031,7 +1035,7 @@ impl Store for PostgresStore {
                 &self.schema,
                 &id,
                 expected_due_at,
-                &instance,
+                instance.as_ref(),
                 next_due
             ))
         })

@@ -1335,7 +1335,7 @@ pub(super) async fn fire_schedule(
     s: &Schema,
     id: &str,
     expected_due_at: Micros,
-    instance: &NewInstance<String>,
+    instance: Option<&NewInstance<String>>,
     next_due: Option<Micros>,
 ) -> StoreResult<ScheduleFiring> {
     let current: Option<Micros> = sqlx::query_scalar(&s.sql(
@@ -1350,7 +1350,10 @@ pub(super) async fn fire_schedule(
     }
     // The activation check fails before the insert writes anything, so the transaction is
     // still usable after a refusal.
-    let firing = ScheduleFiring::of_creation(insert_instance(c, s, instance).await)?;
+    let firing = match instance {
+        Some(instance) => ScheduleFiring::of_creation(insert_instance(c, s, instance).await)?,
+        None => ScheduleFiring::Skipped,
+    };
     sqlx::query(&s.sql(
         "UPDATE @wf_timers SET claim_owner = NULL, claim_expires_at = NULL,
             due_at = COALESCE($2, due_at), parked = ($2::bigint IS NULL)

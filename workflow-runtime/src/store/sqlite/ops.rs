@@ -1606,7 +1606,7 @@ impl Store for SqliteStore {
         &self,
         schedule_id: &str,
         expected_due_at: Micros,
-        instance: NewInstance<String>,
+        instance: Option<NewInstance<String>>,
         next_due: Option<Micros>,
     ) -> BoxFuture<'_, StoreResult<ScheduleFiring>> {
         let id = schedule_id.to_owned();
@@ -1621,7 +1621,10 @@ impl Store for SqliteStore {
             if current != Some(expected_due_at) {
                 return Ok(ScheduleFiring::Stale);
             }
-            let firing = ScheduleFiring::of_creation(insert_instance_tx(c, &instance))?;
+            let firing = match &instance {
+                Some(instance) => ScheduleFiring::of_creation(insert_instance_tx(c, instance))?,
+                None => ScheduleFiring::Skipped,
+            };
             c.prepare_cached(
                 "UPDATE wf_timers SET claim_owner = NULL, claim_expires_at = NULL,
                     due_at = COALESCE(?2, due_at), parked = (?2 IS NULL)
