@@ -220,6 +220,17 @@ pub enum Settlement {
         /// cannot deliver it either pass it back and forth (RT-27).
         announce: bool,
     },
+    /// Keep (or take back) `owner`'s claim until `until` (RT-29): it holds when the item is
+    /// still queued and its claim is `owner`'s, lapsed or released; an item claimed anew by
+    /// another owner, or gone, is not touched.
+    Renew {
+        /// The claimer.
+        owner: String,
+        /// The instant: a claim of another owner that expires at or before it has lapsed.
+        now: Micros,
+        /// The claim's new expiry.
+        until: Micros,
+    },
     /// Delete the item outside a commit (a stimulus nobody takes any more).
     Ack,
     /// A failed delivery: attempts + 1, the error recorded, the claim released; at
@@ -248,6 +259,8 @@ pub enum Settlement {
 pub enum Settled {
     /// The item was released (or was not claimed by that owner).
     Released,
+    /// `Renew`: whether the claim is `owner`'s until the new expiry.
+    Renewed(bool),
     /// `Ack`: whether the item existed.
     Acked(bool),
     /// `Fail`: the item stays queued with this many attempts.

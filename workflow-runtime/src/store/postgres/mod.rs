@@ -1108,6 +1108,7 @@ impl Store for PostgresStore {
             Settlement::Release {
                 announce: false, ..
             }
+            | Settlement::Renew { .. }
             | Settlement::Ack
             | Settlement::DeadLetter { .. } => Vec::new(),
         };
