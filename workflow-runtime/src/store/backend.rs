@@ -786,6 +786,12 @@ pub enum WakeUp {
         /// The instance.
         id: String,
     },
+    /// A process was found dead (ST-36): what its owner held (instance leases, timer and
+    /// queue claims) was released at once, for the recovery sweep to take over.
+    OwnerGone {
+        /// The dead process's owner name.
+        owner: String,
+    },
 }
 
 impl WakeUp {

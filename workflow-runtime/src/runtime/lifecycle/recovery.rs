@@ -262,9 +262,14 @@ impl Recovery {
 /// during their run, or before their first one): one indexed query, no other instance is
 /// read. (A parent whose child finished before a crash is resumed by the queue: the child's
 /// final commit queued its result, ACT-24.)
+///
+/// A store that notices a dead process (ST-36: PostgreSQL) hints `OwnerGone` once it
+/// released what that process held: a pass runs at once, so its instances are taken over in
+/// about a second rather than a lease TTL.
 pub(crate) async fn recovery_sweep(
     weak: Weak<Recovery>,
     mut stop: watch::Receiver<bool>,
+    mut hints: tokio::sync::broadcast::Receiver<crate::store::WakeUp>,
     every: Duration,
 ) {
     loop {
@@ -281,12 +286,26 @@ pub(crate) async fn recovery_sweep(
             }
             log_report(&report);
         }
-        tokio::select! {
-            () = tokio::time::sleep(every) => {}
-            changed = stop.changed() => {
-                if changed.is_err() || *stop.borrow() {
-                    return;
+        let next = tokio::time::Instant::now() + every;
+        loop {
+            tokio::select! {
+                () = tokio::time::sleep_until(next) => break,
+                changed = stop.changed() => {
+                    if changed.is_err() || *stop.borrow() {
+                        return;
+                    }
                 }
+                hint = hints.recv() => match hint {
+                    Ok(crate::store::WakeUp::OwnerGone { owner }) => {
+                        tracing::info!(%owner, "recovery sweep: a process was found dead; taking its instances over");
+                        break;
+                    }
+                    Err(tokio::sync::broadcast::error::RecvError::Closed) => {
+                        tokio::time::sleep_until(next).await;
+                        break;
+                    }
+                    Ok(_) | Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {}
+                },
             }
         }
     }

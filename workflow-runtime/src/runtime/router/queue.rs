@@ -631,7 +631,9 @@ pub(crate) async fn queue_worker(
                     own_hints -= 1;
                     continue;
                 }
-                Ok(WakeUp::QueueChanged) | Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {}
+                // ST-36: a dead process's claims were released: a pass takes them over.
+                Ok(WakeUp::QueueChanged | WakeUp::OwnerGone { .. })
+                | Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {}
                 Ok(_) => continue,
                 Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
             },

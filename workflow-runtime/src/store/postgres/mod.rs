@@ -38,6 +38,7 @@ use crate::store::rows::{
 };
 
 mod kept;
+mod liveness;
 mod notify;
 mod ops;
 mod schema;
@@ -237,6 +238,10 @@ pub struct PostgresStore {
     kept: Arc<kept::Kept>,
     /// Gives the kept connections that went idle back to the pool.
     give_back: JoinHandle<()>,
+    /// The liveness locks of the owners this store claims for (ST-36, `liveness.rs`).
+    liveness: Arc<liveness::Liveness>,
+    /// Holds those locks; looks for dead owners.
+    liveness_tasks: [JoinHandle<()>; 2],
 }
 
 impl fmt::Debug for PostgresStore {
@@ -253,6 +258,9 @@ impl Drop for PostgresStore {
             listener.abort();
         }
         self.give_back.abort();
+        for task in &self.liveness_tasks {
+            task.abort();
+        }
         self.kept.clear();
     }
 }
@@ -378,6 +386,13 @@ impl PostgresStore {
                 options.poll_interval.max(Duration::from_millis(10)),
             ))
         });
+        let (liveness, holder) = liveness::Liveness::start(&pool, &schema);
+        let checker = tokio::spawn(liveness::check(
+            pool.clone(),
+            schema.clone(),
+            origin.clone(),
+            hints.clone(),
+        ));
         tracing::info!(
             schema = schema.name(),
             ?migrations_applied,
@@ -396,6 +411,8 @@ impl PostgresStore {
             listener,
             kept,
             give_back,
+            liveness,
+            liveness_tasks: [holder, checker],
         })
     }
 
@@ -647,6 +664,7 @@ impl Store for PostgresStore {
         claim: LeaseClaim,
     ) -> BoxFuture<'_, StoreResult<ClaimedRecord<String>>> {
         let id = instance_id.to_owned();
+        self.liveness.hold(&claim.owner);
         Box::pin(async move {
             let nonce = match claim.token {
                 None => Some(HeldClaims::new_nonce()),
@@ -734,6 +752,7 @@ impl Store for PostgresStore {
         ttl: Micros,
         limit: usize,
     ) -> BoxFuture<'_, StoreResult<Vec<ClaimedInstance>>> {
+        self.liveness.hold(owner);
         let owner = owner.to_owned();
         Box::pin(async move {
             let claimed = write_tx!(self, [], |c| ops::claim_runnable(
@@ -839,6 +858,7 @@ impl Store for PostgresStore {
         now: Micros,
         ttl: Micros,
     ) -> BoxFuture<'_, StoreResult<Lease>> {
+        self.liveness.hold(owner);
         let (key, owner) = (key.clone(), owner.to_owned());
         Box::pin(async move {
             write_tx!(self, [], |c| async {
@@ -969,6 +989,7 @@ impl Store for PostgresStore {
         claim_ttl: Micros,
         limit: usize,
     ) -> BoxFuture<'_, StoreResult<DueTimers>> {
+        self.liveness.hold(owner);
         let owner = owner.to_owned();
         Box::pin(async move {
             if limit == 0 {
@@ -1082,6 +1103,7 @@ impl Store for PostgresStore {
         claim_ttl: Micros,
         limit: usize,
     ) -> BoxFuture<'_, StoreResult<Vec<QueueItem>>> {
+        self.liveness.hold(owner);
         let owner = owner.to_owned();
         Box::pin(async move {
             write_tx!(self, [], |c| ops::claim_queue_page(

@@ -69,7 +69,17 @@ pub(super) const MIGRATIONS: &[(u32, &str, &str)] = &[
     (5, "0005_journal_rows_per_commit", MIGRATION_0005),
     (6, "0006_instance_updated_in_place", MIGRATION_0006),
     (7, "0007_journal_cap_amortised", MIGRATION_0007),
+    (8, "0008_process_liveness", MIGRATION_0008),
 ];
+
+/// The owners holding a liveness lock (ST-36, see `liveness.rs`): a registered owner whose
+/// session-level advisory lock is free is dead, and what it holds is taken over at once.
+const MIGRATION_0008: &str = r#"
+CREATE TABLE @wf_processes (
+    owner TEXT COLLATE "C" PRIMARY KEY,
+    since BIGINT NOT NULL
+);
+"#;
 
 /// The instance row updated in place (a HOT update) by a commit that leaves its indexed
 /// columns as they were, the common transition of a waiting instance:
