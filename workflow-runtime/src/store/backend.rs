@@ -457,9 +457,21 @@ pub struct Capabilities<'a> {
     pub claim_known: Option<&'a dyn ClaimKnown>,
     /// Counting instances, queued stimuli and dead letters in aggregate queries.
     pub census: Option<&'a dyn CensusCount>,
+    /// Writing work inside an application's own PostgreSQL transaction (ST-37).
+    #[cfg(feature = "postgres")]
+    pub postgres: Option<&'a super::PostgresStore>,
 }
 
 impl<'a> Capabilities<'a> {
+    /// With the PostgreSQL store itself: work written in an application's transaction
+    /// (ST-37).
+    #[cfg(feature = "postgres")]
+    #[must_use]
+    pub fn with_postgres(mut self, postgres: &'a super::PostgresStore) -> Self {
+        self.postgres = Some(postgres);
+        self
+    }
+
     /// With the definitions capability.
     #[must_use]
     pub fn with_definitions(mut self, definitions: &'a dyn DefinitionStore) -> Self {
@@ -791,6 +803,12 @@ pub enum WakeUp {
     OwnerGone {
         /// The dead process's owner name.
         owner: String,
+    },
+    /// A `Running` instance was created that no process is about to run (written in an
+    /// application's transaction, ST-37): a recovery pass runs it at once.
+    InstanceUnclaimed {
+        /// The instance.
+        id: String,
     },
 }
 

@@ -1532,7 +1532,7 @@ impl Storage {
 
     // ----- encoding -----
 
-    fn encode_instance<S: StateDocument>(
+    pub(crate) fn encode_instance<S: StateDocument>(
         &self,
         instance: NewInstance<S>,
     ) -> StoreResult<NewInstance<String>> {

@@ -29,6 +29,8 @@ pub(crate) struct Recovery {
     /// Never-run instances a recovery sweep left to their creator, with when it first saw
     /// each and the token of the lease the sweep handed back.
     fresh: Mutex<HashMap<String, (Instant, u64)>>,
+    /// Never-run instances no creator runs (ST-37): a sweep runs them at once.
+    unclaimed: Mutex<HashSet<String>>,
 }
 
 impl Recovery {
@@ -43,6 +45,7 @@ impl Recovery {
             stop,
             passes: tokio::sync::Mutex::new(()),
             fresh: Mutex::new(HashMap::new()),
+            unclaimed: Mutex::new(HashSet::new()),
         }
     }
 
@@ -166,6 +169,9 @@ impl Recovery {
         sub_status: Option<InstanceSubStatus>,
     ) -> bool {
         let id = guard.instance_id();
+        if lock(&self.unclaimed).remove(id) {
+            return false;
+        }
         let ttl = self.run_path.lease_settings().ttl;
         let now = Instant::now();
         let seen_before = {
@@ -298,6 +304,18 @@ pub(crate) async fn recovery_sweep(
                 hint = hints.recv() => match hint {
                     Ok(crate::store::WakeUp::OwnerGone { owner }) => {
                         tracing::info!(%owner, "recovery sweep: a process was found dead; taking its instances over");
+                        break;
+                    }
+                    // ST-37: created in an application's transaction, no creator runs it.
+                    Ok(crate::store::WakeUp::InstanceUnclaimed { id }) => {
+                        if let Some(recovery) = weak.upgrade() {
+                            let mut unclaimed = lock(&recovery.unclaimed);
+                            // Those another process ran are never claimed here: bounded.
+                            if unclaimed.len() >= 4096 {
+                                unclaimed.clear();
+                            }
+                            unclaimed.insert(id);
+                        }
                         break;
                     }
                     Err(tokio::sync::broadcast::error::RecvError::Closed) => {

@@ -622,7 +622,39 @@ macro_rules! read {
     }};
 }
 
+/// The origin of the notifications sent from an application's transaction (ST-37): no
+/// store's own, so every process hears them, this one too.
+const APPLICATION_ORIGIN: &str = "application-transaction";
+
 impl PostgresStore {
+    /// Creates an instance inside `conn`'s transaction (the application's, ST-37), with a
+    /// notification that reaches the processes only if it commits.
+    pub(crate) async fn create_instance_in(
+        &self,
+        conn: &mut PgConnection,
+        instance: &NewInstance<String>,
+    ) -> StoreResult<()> {
+        ops::insert_instance(conn, &self.schema, instance).await?;
+        let hint = WakeUp::InstanceUnclaimed {
+            id: instance.instance_id.clone(),
+        };
+        notify::notify_in(conn, &self.schema.channel(), APPLICATION_ORIGIN, &[hint]).await?;
+        Ok(())
+    }
+
+    /// Queues an item inside `conn`'s transaction (the application's, ST-37), with a
+    /// notification that reaches the processes only if it commits.
+    pub(crate) async fn enqueue_in(
+        &self,
+        conn: &mut PgConnection,
+        item: &QueueItem,
+    ) -> StoreResult<()> {
+        ops::enqueue(conn, &self.schema, item).await?;
+        let hint = WakeUp::QueueChanged;
+        notify::notify_in(conn, &self.schema.channel(), APPLICATION_ORIGIN, &[hint]).await?;
+        Ok(())
+    }
+
     /// The stimuli waiting in the queue, oldest sent first, at most `limit`, for inspection
     /// (the `workflow why` command): nothing is claimed, so it runs beside the processes that
     /// deliver them. An item whose row does not decode is left out.
@@ -1220,6 +1252,7 @@ impl Store for PostgresStore {
             .with_child_waits(self)
             .with_routes(self)
             .with_census(self)
+            .with_postgres(self)
     }
 }
 

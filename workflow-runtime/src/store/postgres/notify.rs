@@ -51,6 +51,7 @@ pub(super) fn payload(origin: &str, hints: &[WakeUp]) -> String {
             WakeUp::InstanceTerminal { id } => text.push_str(&format!("x {id}")),
             WakeUp::ControlRequested { id } => text.push_str(&format!("c {id}")),
             WakeUp::OwnerGone { owner } => text.push_str(&format!("g {owner}")),
+            WakeUp::InstanceUnclaimed { id } => text.push_str(&format!("u {id}")),
         }
     }
     if text.len() > MAX_PAYLOAD {
@@ -81,6 +82,7 @@ pub(super) fn parse(own_origin: &str, payload: &str) -> Option<Vec<WakeUp>> {
             "g" => WakeUp::OwnerGone {
                 owner: arg.to_owned(),
             },
+            "u" => WakeUp::InstanceUnclaimed { id: arg.to_owned() },
             _ => continue,
         };
         hints.push(hint);
