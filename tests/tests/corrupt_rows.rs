@@ -299,6 +299,24 @@ fn st22_a_journal_row_that_does_not_decode_is_a_decode_error_naming_it_and_hides
         // The entries after it read, paging on from past it.
         let after = store.read_journal(&id, last + 1, 0).await.unwrap();
         assert_eq!(after[..], before[first.len()..]);
+        // The instance's state stays readable: its snapshot holds the other row's entries and
+        // names the damaged row.
+        let snapshot = rt.get_state(&id).await.unwrap().unwrap();
+        let seqs: Vec<u64> = snapshot.journal().iter().map(|e| e.seq).collect();
+        let expected: Vec<u64> = after.iter().map(|e| e.seq).collect();
+        assert_eq!(seqs, expected);
+        assert_eq!(
+            snapshot.journal_damage.len(),
+            1,
+            "{:?}",
+            snapshot.journal_damage
+        );
+        assert!(
+            snapshot.journal_damage[0]
+                .contains(&format!("{id} (entries {} to {last})", first[0].seq)),
+            "{:?}",
+            snapshot.journal_damage
+        );
         // Damaging the newer row instead: the older row's entries read, the page ends there.
         corrupt(
             &path,
