@@ -356,3 +356,35 @@ fn eng53_a_state_edited_in_the_file_at_the_same_version_is_what_the_next_run_res
         );
     });
 }
+
+/// ST-19: a field the runtime does not know in a stored state document (a bad migration's
+/// leftover) is refused as a decode error naming it, never dropped: the document stays as
+/// it is, and a send to the instance fails instead of committing a state without it.
+#[test]
+fn st19_an_unknown_field_in_a_stored_state_is_refused_and_kept() {
+    let dir = tempfile::tempdir().unwrap();
+    let (path, store) = opened(&dir);
+    block_on(async {
+        let rt = runtime(&store);
+        let id = start(&rt, "Waiter").await;
+        corrupt(
+            &path,
+            "UPDATE wf_instances SET state = json_set(state, '$.operator_note', 'keep me')
+             WHERE instance_id = ?1",
+            &id,
+        );
+        let error = rt.get_state(&id).await.unwrap_err();
+        assert!(error.to_string().contains("operator_note"), "{error}");
+        assert!(rt.send(Stimulus::new("go")).await.is_err());
+        let conn = rusqlite::Connection::open(&path).unwrap();
+        let note: String = conn
+            .query_row(
+                "SELECT json_extract(state, '$.operator_note') FROM wf_instances
+                 WHERE instance_id = ?1",
+                [&id],
+                |row| row.get(0),
+            )
+            .unwrap();
+        assert_eq!(note, "keep me");
+    });
+}

@@ -772,6 +772,43 @@ async fn an_instance_with_a_journal_row_that_does_not_decode_still_reads() {
     );
 }
 
+/// ST-19 on PostgreSQL: a field the runtime does not know in a stored state document is
+/// refused as a decode error naming it, and the document is left as it is.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unknown_field_in_a_stored_state_is_refused_not_dropped() {
+    if server().await.is_none() {
+        return;
+    }
+    let (url, schema) = (database_url(), fresh_schema_name());
+    let _guard = SchemaGuard::new(url.clone(), schema.clone());
+    let store = Arc::new(open(&url, &schema).await);
+    let runtime = Runtime::builder()
+        .store(Arc::clone(&store))
+        .register::<Delayed>()
+        .timer_driver(false)
+        .queue_worker(false)
+        .recovery_sweep(None)
+        .build()
+        .unwrap();
+    let id = runtime
+        .start::<Delayed>(Steps::default())
+        .await
+        .unwrap()
+        .instance_id;
+    let mut state: serde_json::Value =
+        serde_json::from_str(&store.read_raw_state(&id).await.unwrap()).unwrap();
+    state["operator_note"] = serde_json::json!("keep me");
+    store
+        .write_raw_state(&id, &state.to_string())
+        .await
+        .unwrap();
+    let error = runtime.get_state(&id).await.unwrap_err();
+    assert!(error.to_string().contains("operator_note"), "{error}");
+    let kept: serde_json::Value =
+        serde_json::from_str(&store.read_raw_state(&id).await.unwrap()).unwrap();
+    assert_eq!(kept["operator_note"], "keep me");
+}
+
 /// The data of [`Delayed`]: which tasks ran.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct Steps {
