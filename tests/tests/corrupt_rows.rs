@@ -299,6 +299,24 @@ fn st22_a_journal_row_that_does_not_decode_is_a_decode_error_naming_it_and_hides
         // The entries after it read, paging on from past it.
         let after = store.read_journal(&id, last + 1, 0).await.unwrap();
         assert_eq!(after[..], before[first.len()..]);
+        // The instance's state stays readable: its snapshot holds the other row's entries and
+        // names the damaged row.
+        let snapshot = rt.get_state(&id).await.unwrap().unwrap();
+        let seqs: Vec<u64> = snapshot.journal().iter().map(|e| e.seq).collect();
+        let expected: Vec<u64> = after.iter().map(|e| e.seq).collect();
+        assert_eq!(seqs, expected);
+        assert_eq!(
+            snapshot.journal_damage.len(),
+            1,
+            "{:?}",
+            snapshot.journal_damage
+        );
+        assert!(
+            snapshot.journal_damage[0]
+                .contains(&format!("{id} (entries {} to {last})", first[0].seq)),
+            "{:?}",
+            snapshot.journal_damage
+        );
         // Damaging the newer row instead: the older row's entries read, the page ends there.
         corrupt(
             &path,
@@ -336,5 +354,37 @@ fn eng53_a_state_edited_in_the_file_at_the_same_version_is_what_the_next_run_res
             done.data::<Notes>().unwrap().notes,
             ["head", "edited", "tail"]
         );
+    });
+}
+
+/// ST-19: a field the runtime does not know in a stored state document (a bad migration's
+/// leftover) is refused as a decode error naming it, never dropped: the document stays as
+/// it is, and a send to the instance fails instead of committing a state without it.
+#[test]
+fn st19_an_unknown_field_in_a_stored_state_is_refused_and_kept() {
+    let dir = tempfile::tempdir().unwrap();
+    let (path, store) = opened(&dir);
+    block_on(async {
+        let rt = runtime(&store);
+        let id = start(&rt, "Waiter").await;
+        corrupt(
+            &path,
+            "UPDATE wf_instances SET state = json_set(state, '$.operator_note', 'keep me')
+             WHERE instance_id = ?1",
+            &id,
+        );
+        let error = rt.get_state(&id).await.unwrap_err();
+        assert!(error.to_string().contains("operator_note"), "{error}");
+        assert!(rt.send(Stimulus::new("go")).await.is_err());
+        let conn = rusqlite::Connection::open(&path).unwrap();
+        let note: String = conn
+            .query_row(
+                "SELECT json_extract(state, '$.operator_note') FROM wf_instances
+                 WHERE instance_id = ?1",
+                [&id],
+                |row| row.get(0),
+            )
+            .unwrap();
+        assert_eq!(note, "keep me");
     });
 }

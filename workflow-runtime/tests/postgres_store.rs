@@ -188,7 +188,7 @@ async fn a_schema_5_database_upgrades_to_commits_in_place_and_an_amortised_cap()
         .unwrap();
     }
     let raw = Arc::new(open(&url, &schema).await);
-    assert_eq!(raw.migrations_applied(), [6, 7, 8]);
+    assert_eq!(raw.migrations_applied(), [6, 7, 8, 9]);
     let store = Storage::new(raw);
     // The runnable index no longer holds `updated_at`, which every commit changes.
     let runnable: String = sqlx::query_scalar(
@@ -707,6 +707,106 @@ async fn a_connection_terminated_mid_commit_loses_nothing_and_the_retry_commits(
     assert_eq!(store.commit(commit).await.unwrap(), 2);
     assert_eq!(store.list_timers("wf-1").await.unwrap().len(), 1);
     assert_eq!(store.load_instance("wf-2").await.unwrap().version, 1);
+}
+
+/// ST-22 on PostgreSQL: an instance one of whose journal rows does not decode stays
+/// readable: its snapshot holds the other rows' entries and names the damaged row.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_instance_with_a_journal_row_that_does_not_decode_still_reads() {
+    let Some(mut conn) = server().await else {
+        return;
+    };
+    let (url, schema) = (database_url(), fresh_schema_name());
+    let _guard = SchemaGuard::new(url.clone(), schema.clone());
+    let runtime = Runtime::builder()
+        .store(Arc::new(open(&url, &schema).await))
+        .register::<Delayed>()
+        .timer_driver(false)
+        .queue_worker(false)
+        .recovery_sweep(None)
+        .build()
+        .unwrap();
+    let id = runtime
+        .start::<Delayed>(Steps::default())
+        .await
+        .unwrap()
+        .instance_id;
+    let sound = runtime.get_state(&id).await.unwrap().unwrap();
+    assert!(sound.journal_damage.is_empty());
+    assert!(!sound.journal.is_empty());
+    let first: i64 = sqlx::query_scalar(&format!(
+        "SELECT MIN(last_seq) FROM \"{schema}\".wf_journal WHERE instance_id = $1"
+    ))
+    .bind(&id)
+    .fetch_one(&mut conn)
+    .await
+    .unwrap();
+    sqlx::query(&format!(
+        "UPDATE \"{schema}\".wf_journal SET entries = '[[1,' WHERE instance_id = $1 AND last_seq = $2"
+    ))
+    .bind(&id)
+    .bind(first)
+    .execute(&mut conn)
+    .await
+    .unwrap();
+    let damaged = runtime.get_state(&id).await.unwrap().unwrap();
+    assert_eq!(damaged.state, sound.state, "the state reads as before");
+    let kept: Vec<u64> = sound
+        .journal
+        .iter()
+        .map(|e| e.seq)
+        .filter(|seq| *seq > u64::try_from(first).unwrap())
+        .collect();
+    let seqs: Vec<u64> = damaged.journal.iter().map(|e| e.seq).collect();
+    assert_eq!(seqs, kept, "the other rows' entries");
+    assert_eq!(
+        damaged.journal_damage.len(),
+        1,
+        "{:?}",
+        damaged.journal_damage
+    );
+    assert!(
+        damaged.journal_damage[0].contains(&format!("{id} (entries 1 to {first})")),
+        "{:?}",
+        damaged.journal_damage
+    );
+}
+
+/// ST-19 on PostgreSQL: a field the runtime does not know in a stored state document is
+/// refused as a decode error naming it, and the document is left as it is.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unknown_field_in_a_stored_state_is_refused_not_dropped() {
+    if server().await.is_none() {
+        return;
+    }
+    let (url, schema) = (database_url(), fresh_schema_name());
+    let _guard = SchemaGuard::new(url.clone(), schema.clone());
+    let store = Arc::new(open(&url, &schema).await);
+    let runtime = Runtime::builder()
+        .store(Arc::clone(&store))
+        .register::<Delayed>()
+        .timer_driver(false)
+        .queue_worker(false)
+        .recovery_sweep(None)
+        .build()
+        .unwrap();
+    let id = runtime
+        .start::<Delayed>(Steps::default())
+        .await
+        .unwrap()
+        .instance_id;
+    let mut state: serde_json::Value =
+        serde_json::from_str(&store.read_raw_state(&id).await.unwrap()).unwrap();
+    state["operator_note"] = serde_json::json!("keep me");
+    store
+        .write_raw_state(&id, &state.to_string())
+        .await
+        .unwrap();
+    let error = runtime.get_state(&id).await.unwrap_err();
+    assert!(error.to_string().contains("operator_note"), "{error}");
+    let kept: serde_json::Value =
+        serde_json::from_str(&store.read_raw_state(&id).await.unwrap()).unwrap();
+    assert_eq!(kept["operator_note"], "keep me");
 }
 
 /// The data of [`Delayed`]: which tasks ran.

@@ -58,6 +58,7 @@ pub struct DefinitionRef {
 
 /// One execution of one node (ENG-3).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct ActivityContext {
     /// The context id.
     pub id: ContextId,
@@ -185,6 +186,7 @@ pub struct CallbackEntry {
 
 /// A bookmark: a context waiting for a stimulus (ENG-19).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct Bookmark {
     /// A ULID.
     pub id: String,
@@ -224,6 +226,7 @@ impl Bookmark {
 
 /// A failure for good recorded against the instance (ENG-17, FLT-6).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct Incident {
     /// A ULID.
     pub id: String,
@@ -722,6 +725,7 @@ pub struct ParentLink {
 /// One workflow instance, as persisted (ENG-1). Read-only for users: every field has an
 /// accessor of the same name; only the engine and the runtime change the state.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct WorkflowState {
     /// The document format (see [`FORMAT_VERSION`]).
     #[serde(rename = "format")]

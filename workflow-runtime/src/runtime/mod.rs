@@ -254,6 +254,83 @@ impl Runtime {
         self.core.router.send(stimulus).await
     }
 
+    /// Starts an instance of `W` inside the application's own PostgreSQL transaction
+    /// (ST-37): it exists only if `tx` commits, and its first run follows the commit, in
+    /// whichever process's recovery sweep hears of it first (a notification sent on commit;
+    /// without it, the next sweep a lease TTL later). `tx` must be on the store's database.
+    /// Returns the new instance's id.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # use workflow_runtime::{Runtime, workflow, TaskContext};
+    /// # #[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
+    /// # pub struct Order { id: String }
+    /// # async fn ship(_ctx: &mut TaskContext<Order>) {}
+    /// # workflow! { pub workflow Fulfil(Order) = sequence [task(ship)]; }
+    /// # async fn place(runtime: &Runtime, pool: &sqlx::PgPool) -> Result<(), Box<dyn std::error::Error>> {
+    /// let mut tx = pool.begin().await?;
+    /// sqlx::query("INSERT INTO orders (id) VALUES ($1)").bind("o-1").execute(&mut *tx).await?;
+    /// runtime.start_in::<Fulfil>(&mut tx, Order { id: "o-1".into() }).await?;
+    /// tx.commit().await?; // the order and its workflow, or neither
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// As [`Runtime::start`]; a store that is not a `PostgresStore` is refused. A failed
+    /// write leaves `tx` aborted: roll it back.
+    #[cfg(feature = "postgres")]
+    pub async fn start_in<W: Workflow>(
+        &self,
+        tx: &mut sqlx::Transaction<'_, sqlx::Postgres>,
+        input: W::Data,
+    ) -> Result<String, StartError> {
+        self.start_in_with::<W>(tx, input, StartOptions::default())
+            .await
+    }
+
+    /// [`Runtime::start_in`] with options (an instance id, a correlation id).
+    ///
+    /// # Errors
+    ///
+    /// As [`Runtime::start_in`].
+    #[cfg(feature = "postgres")]
+    pub async fn start_in_with<W: Workflow>(
+        &self,
+        tx: &mut sqlx::Transaction<'_, sqlx::Postgres>,
+        input: W::Data,
+        options: StartOptions,
+    ) -> Result<String, StartError> {
+        let input = serde_json::to_value(input).map_err(|e| StartError::Input {
+            path: None,
+            message: e.to_string(),
+        })?;
+        self.core
+            .starts
+            .start_in(tx, W::name(), input, options)
+            .await
+    }
+
+    /// Queues a stimulus inside the application's own PostgreSQL transaction (ST-37): it
+    /// exists only if `tx` commits, and the queue worker of whichever process hears of it
+    /// routes it after the commit, as an enqueued send (RT-23). The report names the queued
+    /// item. `tx` must be on the store's database.
+    ///
+    /// # Errors
+    ///
+    /// The validation errors of [`Runtime::send`]; a store that is not a `PostgresStore` is
+    /// refused. A failed write leaves `tx` aborted: roll it back.
+    #[cfg(feature = "postgres")]
+    pub async fn send_in(
+        &self,
+        tx: &mut sqlx::Transaction<'_, sqlx::Postgres>,
+        stimulus: Stimulus,
+    ) -> Result<SendReport, SendError> {
+        self.core.router.send_in(tx, stimulus).await
+    }
+
     /// A snapshot of an instance, or `None` for an unknown id (ENG-51).
     ///
     /// # Errors

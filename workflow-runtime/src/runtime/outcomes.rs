@@ -27,6 +27,9 @@ pub struct InstanceSnapshot {
     pub state: WorkflowState,
     /// The journal, stored apart from the state (ENG-41), oldest first.
     pub journal: Vec<JournalEntry>,
+    /// The journal rows that did not decode (ST-22), each named with its error: their
+    /// entries are missing from `journal`, the rest is there. Empty for a sound journal.
+    pub journal_damage: Vec<String>,
 }
 
 impl InstanceSnapshot {

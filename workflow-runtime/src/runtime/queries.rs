@@ -47,14 +47,42 @@ impl Queries {
             return Ok(None);
         };
         let mut entries = Vec::new();
+        let mut journal_damage = Vec::new();
         let mut from = 1;
         loop {
-            let page = self
+            let page = match self
                 .run_path
                 .store()
                 .read_journal(instance_id, from, 1000)
                 .await
-                .map_err(store_error)?;
+            {
+                Ok(page) => page,
+                // ST-22: a journal row that does not decode hides neither the state nor the
+                // other rows: it is named in the snapshot, and the reading goes on past it.
+                Err(StoreError::Decode {
+                    what: "journal row",
+                    id,
+                    path,
+                    message,
+                }) => {
+                    tracing::warn!(
+                        instance = instance_id,
+                        row = id.as_str(),
+                        message = message.as_str(),
+                        "get_state: a journal row does not decode; its entries are left out"
+                    );
+                    let past = damaged_row_end(&id).filter(|last| *last >= from);
+                    journal_damage.push(format!("journal row {id} at `{path}`: {message}"));
+                    match past {
+                        Some(last) => {
+                            from = last + 1;
+                            continue;
+                        }
+                        None => break,
+                    }
+                }
+                Err(error) => return Err(store_error(error)),
+            };
             let Some(last) = page.last() else { break };
             from = last.seq + 1;
             entries.extend(page.into_iter().filter_map(journal_entry));
@@ -62,7 +90,11 @@ impl Queries {
         // ENG-42: the journal shown is bounded like the instance's.
         let journal =
             crate::engine::state::compact_entries(entries, state.journal.max_entries.max(2));
-        Ok(Some(InstanceSnapshot { state, journal }))
+        Ok(Some(InstanceSnapshot {
+            state,
+            journal,
+            journal_damage,
+        }))
     }
 
     /// Definitions pinned by live instances that this runtime does not run (ENG-46).
@@ -119,6 +151,7 @@ impl Queries {
             .load_state(instance_id)
             .await?
             .map(|state| InstanceSnapshot {
+                journal_damage: Vec::new(),
                 state,
                 journal: Vec::new(),
             });
@@ -233,4 +266,11 @@ impl Queries {
             .purge(PurgeFilter::finished_before(cut_off))
             .await
     }
+}
+
+/// The last entry of a journal row named by its `Decode` error (`"<instance> (entries <first>
+/// to <last>)"`, ST-22), to read on past it.
+fn damaged_row_end(id: &str) -> Option<u64> {
+    let (_, tail) = id.rsplit_once(" to ")?;
+    tail.strip_suffix(')')?.parse().ok()
 }

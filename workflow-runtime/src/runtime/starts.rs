@@ -126,6 +126,69 @@ impl Starts {
         }
     }
 
+    /// Creates the instance inside the application's transaction `conn` (ST-37), without
+    /// running it: after the commit, the recovery sweep of whichever process hears of it
+    /// runs it. Nothing exists if the transaction rolls back. Returns its id.
+    #[cfg(feature = "postgres")]
+    pub(crate) async fn start_in(
+        &self,
+        conn: &mut sqlx::PgConnection,
+        name: &str,
+        input: Value,
+        options: StartOptions,
+    ) -> Result<String, StartError> {
+        let run_path = &*self.run_path;
+        let definitions = run_path.definitions();
+        let correlation = options.correlation_id.clone();
+        let (mut new, _) = definitions.new_instance_with_state(name, input, options, None, None)?;
+        new.activation_scope = definitions
+            .activation_scope(name, correlation.as_deref())
+            .map_err(|refusal| StartError::ActivationRefused { refusal })?;
+        let instance_id = new.instance_id.clone();
+        let store = run_path.store();
+        let Some(postgres) = store.backend().capabilities().postgres else {
+            return Err(StartError::Run(run_store_error(
+                &instance_id,
+                StoreError::Invalid {
+                    what: "store",
+                    reason: "a start inside an application's transaction needs a PostgresStore"
+                        .to_owned(),
+                },
+            )));
+        };
+        let created = match store.encode_instance(new) {
+            Ok(encoded) => postgres.create_instance_in(conn, &encoded).await,
+            Err(error) => Err(error),
+        };
+        match created {
+            Ok(()) => Ok(instance_id),
+            Err(StoreError::AlreadyExists { .. }) => Err(StartError::InstanceExists {
+                instance: instance_id,
+            }),
+            Err(StoreError::ActivationConflict { existing, .. }) => {
+                Err(StartError::ActivationRefused {
+                    refusal: Refusal::ActivationRefused {
+                        strategy: definitions.activation_of(name),
+                        existing,
+                    },
+                })
+            }
+            Err(StoreError::Invalid {
+                what: "instance_id",
+                reason,
+            }) => Err(StartError::InvalidInstanceId {
+                id: instance_id,
+                reason,
+            }),
+            Err(StoreError::TooLarge { size, limit, .. }) => Err(StartError::StateTooLarge {
+                instance: instance_id,
+                size,
+                limit,
+            }),
+            Err(error) => Err(StartError::Run(run_store_error(&instance_id, error))),
+        }
+    }
+
     /// Removes an instance whose first run failed: committed `Cancelled`, then deleted.
     pub(crate) async fn discard(&self, instance_id: &str) {
         let store = self.run_path.store();

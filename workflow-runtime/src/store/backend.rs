@@ -221,6 +221,17 @@ pub enum Settlement {
         /// cannot deliver it either pass it back and forth (RT-27).
         announce: bool,
     },
+    /// Keep (or take back) `owner`'s claim until `until` (RT-29): it holds when the item is
+    /// still queued and its claim is `owner`'s, lapsed or released; an item claimed anew by
+    /// another owner, or gone, is not touched.
+    Renew {
+        /// The claimer.
+        owner: String,
+        /// The instant: a claim of another owner that expires at or before it has lapsed.
+        now: Micros,
+        /// The claim's new expiry.
+        until: Micros,
+    },
     /// Delete the item outside a commit (a stimulus nobody takes any more).
     Ack,
     /// A failed delivery: attempts + 1, the error recorded, the claim released; at
@@ -249,6 +260,8 @@ pub enum Settlement {
 pub enum Settled {
     /// The item was released (or was not claimed by that owner).
     Released,
+    /// `Renew`: whether the claim is `owner`'s until the new expiry.
+    Renewed(bool),
     /// `Ack`: whether the item existed.
     Acked(bool),
     /// `Fail`: the item stays queued with this many attempts.
@@ -447,9 +460,21 @@ pub struct Capabilities<'a> {
     pub census: Option<&'a dyn CensusCount>,
     /// Keeping flow-control slots (QU-5).
     pub flow_control: Option<&'a dyn FlowControl>,
+    /// Writing work inside an application's own PostgreSQL transaction (ST-37).
+    #[cfg(feature = "postgres")]
+    pub postgres: Option<&'a super::PostgresStore>,
 }
 
 impl<'a> Capabilities<'a> {
+    /// With the PostgreSQL store itself: work written in an application's transaction
+    /// (ST-37).
+    #[cfg(feature = "postgres")]
+    #[must_use]
+    pub fn with_postgres(mut self, postgres: &'a super::PostgresStore) -> Self {
+        self.postgres = Some(postgres);
+        self
+    }
+
     /// With the definitions capability.
     #[must_use]
     pub fn with_definitions(mut self, definitions: &'a dyn DefinitionStore) -> Self {
@@ -782,6 +807,18 @@ pub enum WakeUp {
     },
     /// A control request was recorded for an instance.
     ControlRequested {
+        /// The instance.
+        id: String,
+    },
+    /// A process was found dead (ST-36): what its owner held (instance leases, timer and
+    /// queue claims) was released at once, for the recovery sweep to take over.
+    OwnerGone {
+        /// The dead process's owner name.
+        owner: String,
+    },
+    /// A `Running` instance was created that no process is about to run (written in an
+    /// application's transaction, ST-37): a recovery pass runs it at once.
+    InstanceUnclaimed {
         /// The instance.
         id: String,
     },

@@ -1185,6 +1185,35 @@ impl Storage {
         Ok(())
     }
 
+    /// Keeps `owner`'s claim on an item until `until`, or takes it back if it lapsed and
+    /// nobody claimed it since (RT-29); returns whether the claim is `owner`'s: `false` when
+    /// another owner holds it or the item is gone (delivered elsewhere).
+    ///
+    /// # Errors
+    ///
+    /// The backend's.
+    pub async fn renew_queue_claim(
+        &self,
+        item_id: &str,
+        owner: &str,
+        now: Micros,
+        until: Micros,
+    ) -> StoreResult<bool> {
+        Ok(matches!(
+            self.store
+                .settle_queue_item(
+                    item_id,
+                    Settlement::Renew {
+                        owner: owner.to_owned(),
+                        now,
+                        until,
+                    },
+                )
+                .await?,
+            Settled::Renewed(true)
+        ))
+    }
+
     /// Deletes a queue item outside a commit; returns whether it existed.
     ///
     /// # Errors
@@ -1625,7 +1654,7 @@ impl Storage {
 
     // ----- encoding -----
 
-    fn encode_instance<S: StateDocument>(
+    pub(crate) fn encode_instance<S: StateDocument>(
         &self,
         instance: NewInstance<S>,
     ) -> StoreResult<NewInstance<String>> {

@@ -144,6 +144,7 @@ impl Lifecycle {
             background.recovery = Some(handle.spawn(recovery::recovery_sweep(
                 Arc::downgrade(&self.recovery),
                 self.settings.stop.subscribe(),
+                self.run_path.store().subscribe(),
                 every,
             )));
         }

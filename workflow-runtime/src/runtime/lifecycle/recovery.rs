@@ -29,6 +29,8 @@ pub(crate) struct Recovery {
     /// Never-run instances a recovery sweep left to their creator, with when it first saw
     /// each and the token of the lease the sweep handed back.
     fresh: Mutex<HashMap<String, (Instant, u64)>>,
+    /// Never-run instances no creator runs (ST-37): a sweep runs them at once.
+    unclaimed: Mutex<HashSet<String>>,
 }
 
 impl Recovery {
@@ -43,6 +45,7 @@ impl Recovery {
             stop,
             passes: tokio::sync::Mutex::new(()),
             fresh: Mutex::new(HashMap::new()),
+            unclaimed: Mutex::new(HashSet::new()),
         }
     }
 
@@ -166,6 +169,9 @@ impl Recovery {
         sub_status: Option<InstanceSubStatus>,
     ) -> bool {
         let id = guard.instance_id();
+        if lock(&self.unclaimed).remove(id) {
+            return false;
+        }
         let ttl = self.run_path.lease_settings().ttl;
         let now = Instant::now();
         let seen_before = {
@@ -262,9 +268,14 @@ impl Recovery {
 /// during their run, or before their first one): one indexed query, no other instance is
 /// read. (A parent whose child finished before a crash is resumed by the queue: the child's
 /// final commit queued its result, ACT-24.)
+///
+/// A store that notices a dead process (ST-36: PostgreSQL) hints `OwnerGone` once it
+/// released what that process held: a pass runs at once, so its instances are taken over in
+/// about a second rather than a lease TTL.
 pub(crate) async fn recovery_sweep(
     weak: Weak<Recovery>,
     mut stop: watch::Receiver<bool>,
+    mut hints: tokio::sync::broadcast::Receiver<crate::store::WakeUp>,
     every: Duration,
 ) {
     loop {
@@ -281,12 +292,38 @@ pub(crate) async fn recovery_sweep(
             }
             log_report(&report);
         }
-        tokio::select! {
-            () = tokio::time::sleep(every) => {}
-            changed = stop.changed() => {
-                if changed.is_err() || *stop.borrow() {
-                    return;
+        let next = tokio::time::Instant::now() + every;
+        loop {
+            tokio::select! {
+                () = tokio::time::sleep_until(next) => break,
+                changed = stop.changed() => {
+                    if changed.is_err() || *stop.borrow() {
+                        return;
+                    }
                 }
+                hint = hints.recv() => match hint {
+                    Ok(crate::store::WakeUp::OwnerGone { owner }) => {
+                        tracing::info!(%owner, "recovery sweep: a process was found dead; taking its instances over");
+                        break;
+                    }
+                    // ST-37: created in an application's transaction, no creator runs it.
+                    Ok(crate::store::WakeUp::InstanceUnclaimed { id }) => {
+                        if let Some(recovery) = weak.upgrade() {
+                            let mut unclaimed = lock(&recovery.unclaimed);
+                            // Those another process ran are never claimed here: bounded.
+                            if unclaimed.len() >= 4096 {
+                                unclaimed.clear();
+                            }
+                            unclaimed.insert(id);
+                        }
+                        break;
+                    }
+                    Err(tokio::sync::broadcast::error::RecvError::Closed) => {
+                        tokio::time::sleep_until(next).await;
+                        break;
+                    }
+                    Ok(_) | Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {}
+                },
             }
         }
     }

@@ -38,6 +38,65 @@ impl Router {
         result
     }
 
+    /// Queues `stimulus` inside the application's transaction `conn` (ST-37): the worker of
+    /// whichever process hears of it after the commit routes it, as an enqueued send
+    /// (RT-23). Nothing exists if the transaction rolls back.
+    #[cfg(feature = "postgres")]
+    pub(crate) async fn send_in(
+        &self,
+        conn: &mut sqlx::PgConnection,
+        stimulus: Stimulus,
+    ) -> Result<SendReport, SendError> {
+        check_name(&stimulus.name)?;
+        if let Some(message) = stimulus.invalid.clone() {
+            return Err(SendError::Payload { message });
+        }
+        if let Some(id) = &stimulus.correlation_id {
+            check_correlation_id(id)?;
+        }
+        let hash = stimulus_hash(&stimulus.name, stimulus.key.as_ref(), None)?;
+        let payload_text = serde_json::to_string(&stimulus.payload).unwrap_or_default();
+        if payload_text.len() > MAX_PAYLOAD_BYTES {
+            return Err(SendError::PayloadTooLarge {
+                size: payload_text.len(),
+                limit: MAX_PAYLOAD_BYTES,
+            });
+        }
+        let Some(postgres) = self.store.backend().capabilities().postgres else {
+            return Err(SendError::Store(StoreError::Invalid {
+                what: "store",
+                reason: "a send inside an application's transaction needs a PostgresStore"
+                    .to_owned(),
+            }));
+        };
+        // RT-19: an idempotency key gives the stimulus its derived id, so an instance takes
+        // it once however many transactions queue it.
+        let stimulus_id = match &stimulus.idempotency_key {
+            Some(key) => format!(
+                "idem-{}",
+                sha_hex(&["wf-idempotency/1", key])
+                    .get(..40)
+                    .unwrap_or_default()
+            ),
+            None => new_ulid(),
+        };
+        let targets = Targets {
+            instance_id: stimulus.instance_id.clone(),
+            bookmark_id: stimulus.bookmark_id.clone(),
+            route: true,
+            key: stimulus.key.clone(),
+            ..Targets::default()
+        };
+        let item = self.queue_item(&stimulus, &hash, &stimulus_id, now_micros(), &targets);
+        let mut report = SendReport::empty(stimulus_id, hash);
+        report.queued = Some(item.item_id.clone());
+        postgres
+            .enqueue_in(conn, &item)
+            .await
+            .map_err(SendError::Store)?;
+        Ok(report)
+    }
+
     async fn send_inner(&self, stimulus: Stimulus) -> Result<SendReport, SendError> {
         // RT-14: validate before any effect.
         check_name(&stimulus.name)?;

@@ -56,6 +56,15 @@ impl QueuePass {
     }
 }
 
+/// How an item a pass could not deliver is put back when the pass ends (RT-27).
+#[derive(Debug, Clone, Copy)]
+enum PutBack {
+    /// Released with a `QueueChanged` wake-up: another process may deliver it.
+    Announced,
+    /// Released without one: put back again by a process that cannot deliver it.
+    Silently,
+}
+
 /// Why a queued item could not be delivered this time: recorded as a failed attempt (RT-28).
 #[derive(Debug, thiserror::Error)]
 enum DeliveryError {
@@ -93,14 +102,19 @@ impl Router {
         Ok(self.queue_pass().await?.delivered)
     }
 
-    /// [`Router::deliver_queued`], with what the worker needs to know. Claims last as long
-    /// as an instance lease (RT-29, ST-14). A shutdown stops the pass between items; the
-    /// items left are put back. The passes of one runtime are serialized.
+    /// [`Router::deliver_queued`], with what the worker needs to know (RT-29). Items are
+    /// claimed a page at a time, as the pass comes to them, for an instance lease TTL; the
+    /// claim of the item being delivered is renewed as a lease is, and an item's claim is
+    /// renewed (or taken back, if it lapsed and nobody took it) before its delivery begins,
+    /// so no other process delivers an item this pass still delivers. When one delivery
+    /// takes longer than a lease renewal period, the rest of its page is put back, so other
+    /// processes need not wait for this one. Items this pass could not deliver are put back
+    /// at its end, so each item is visited at most once per pass. A shutdown stops the pass
+    /// between items; the items left are put back. The passes of one runtime are serialized.
     pub(crate) async fn queue_pass(&self) -> Result<QueuePass, StoreError> {
         let mut parked = self.queue_passes.lock().await;
         let store = &self.store;
         let now = now_micros();
-        let claim_ttl = self.run_path.lease_settings().ttl_micros();
         loop {
             let expired = store.expire_queue(now, 500).await?;
             if expired > 0 {
@@ -116,175 +130,286 @@ impl Router {
             }
         }
         let mut pass = QueuePass::default();
-        let mut claimed = Vec::new();
-        loop {
-            let page = store
-                .claim_queue_page(self.run_path.owner(), now, claim_ttl, QUEUE_PAGE)
-                .await?;
-            let done = page.len() < QUEUE_PAGE;
-            claimed.extend(page);
-            if done {
-                break;
+        let mut seen = std::collections::HashSet::new();
+        let mut later = Vec::new();
+        let result = self
+            .claim_and_deliver(&mut parked, &mut seen, &mut pass, &mut later)
+            .await;
+        // Put back what this pass holds and did not deliver, also after a failure.
+        let owner = self.run_path.owner();
+        for (item_id, settle) in later {
+            match settle {
+                PutBack::Announced => {
+                    store.release_queue_item(&item_id, owner).await?;
+                    pass.put_back += 1;
+                }
+                PutBack::Silently => store.park_queue_item(&item_id, owner).await?,
             }
         }
-        // Every pass claims all it can: an item parked before and not claimed now was
-        // settled, or is claimed elsewhere (then it is announced again once, which is
+        result?;
+        // Every item seen this pass was claimed by it: an item parked before and not seen now
+        // was settled, or is claimed elsewhere (then it is announced again once, which is
         // harmless).
-        let ids: std::collections::HashSet<&str> =
-            claimed.iter().map(|i| i.item_id.as_str()).collect();
-        parked.retain(|id| ids.contains(id.as_str()));
-        for item in claimed {
-            if self.stopping() {
-                store
-                    .release_queue_item(&item.item_id, self.run_path.owner())
-                    .await?;
-                pass.put_back += 1;
-                continue;
-            }
-            let targets: Targets = serde_json::from_value(item.targets.clone()).unwrap_or_default();
-            if targets.route {
-                // RT-23: route it as an inline send; unmatched, it is queued anew (same
-                // stimulus id) and this item deleted.
-                let stimulus = Stimulus {
-                    name: item.name.clone(),
-                    key: targets.key,
-                    instance_id: targets.instance_id,
-                    payload: item.payload.clone(),
-                    correlation_id: item.correlation_id.clone(),
-                    bookmark_id: targets.bookmark_id,
-                    idempotency_key: None,
-                    ttl: Some(Duration::from_micros(
-                        u64::try_from(item.expires_at.saturating_sub(item.sent_at)).unwrap_or(0),
-                    )),
-                    queue: true,
-                    enqueue: false,
-                    traceparent: TraceParent::from_stored(targets.traceparent.as_deref()),
-                    invalid: None,
-                };
-                match self
-                    .route(
-                        &stimulus,
-                        &item.hash,
-                        &item.stimulus_id,
-                        item.sent_at,
-                        Origin::Stable,
-                        None,
-                    )
-                    .await
-                {
-                    Ok(_) => {
-                        store.ack_queue_item(&item.item_id).await?;
-                        pass.delivered += 1;
-                    }
-                    Err(error) => {
-                        let transient = match &error {
-                            crate::routing::SendError::Store(error)
-                            | crate::routing::SendError::Run(RunError::Store { error, .. }) => {
-                                transient(error)
-                            }
-                            _ => false,
-                        };
-                        if transient {
-                            tracing::warn!(item = %item.item_id, %error, "queue: routing an enqueued stimulus failed for a transient reason; the item waits for the next pass");
-                            pass.left(&item);
-                            pass.retry = true;
-                            store
-                                .release_queue_item(&item.item_id, self.run_path.owner())
-                                .await?;
-                        } else {
-                            pass.retry = true;
-                            tracing::warn!(item = %item.item_id, %error, "queue: routing an enqueued stimulus failed");
-                            store
-                                .record_queue_failure(&item.item_id, &error.to_string(), now, 3)
-                                .await
-                                .map(|failure| {
-                                    failed_for_good(&item, &failure, &error.to_string());
-                                })?;
-                        }
-                        pass.put_back += 1;
-                    }
-                }
-                continue;
-            }
-            // A targeted item whose instance ended or vanished can never be delivered (a
-            // held one would otherwise stay for ever): it becomes a dead letter.
-            if let Some(instance) = &targets.instance_id {
-                let gone = match store.load_instance_text(instance).await {
-                    Ok(record) => record.status.is_final(),
-                    Err(StoreError::NotFound { .. }) => true,
-                    Err(_) => false,
-                };
-                if gone {
-                    tracing::warn!(
-                        instance = instance.as_str(),
-                        event = item.name.as_str(),
-                        item = item.item_id.as_str(),
-                        reason = "rejected",
-                        "stimulus dead-lettered: the instance it was held for is final or gone"
-                    );
-                    store
-                        .dead_letter(
-                            &item.item_id,
-                            DeadLetterReason::Rejected,
-                            Some(&format!("instance `{instance}` is final or gone")),
-                            now,
-                        )
-                        .await?;
-                    continue;
-                }
-            }
-            let first = !parked.contains(&item.item_id);
-            match self.deliver_item(&item, first, &mut pass.retry).await {
-                Ok(true) => {
-                    parked.remove(&item.item_id);
-                    store.ack_queue_item(&item.item_id).await?;
-                    pass.delivered += 1;
-                }
-                // RT-27: nothing took it (no eligible bookmark yet, its instance busy, paused
-                // or pinned to a version this process does not run). Put back the first time,
-                // it is announced, so another process that may deliver it looks again; put
-                // back again, it is not, or two processes that both cannot deliver it would
-                // pass it back and forth for ever. What may make it deliverable announces
-                // itself (a commit adding bookmarks, a resume, a registration), and the
-                // periodic sweep finds it anyway.
-                Ok(false) if first => {
-                    pass.left(&item);
-                    parked.insert(item.item_id.clone());
-                    store
-                        .release_queue_item(&item.item_id, self.run_path.owner())
-                        .await?;
-                    pass.put_back += 1;
-                }
-                Ok(false) => {
-                    pass.left(&item);
-                    store
-                        .park_queue_item(&item.item_id, self.run_path.owner())
-                        .await?;
-                }
-                Err(error) if error.is_transient() => {
-                    tracing::warn!(item = %item.item_id, %error, "queue: delivery failed for a transient reason; the item waits for the next pass");
-                    pass.left(&item);
-                    pass.retry = true;
-                    store
-                        .release_queue_item(&item.item_id, self.run_path.owner())
-                        .await?;
-                    pass.put_back += 1;
-                }
-                Err(error) => {
-                    pass.retry = true;
-                    tracing::warn!(item = %item.item_id, %error, "queue: delivery failed; the attempt is counted");
-                    store
-                        .record_queue_failure(&item.item_id, &error.to_string(), now, 3)
-                        .await
-                        .map(|failure| failed_for_good(&item, &failure, &error.to_string()))?;
-                    pass.put_back += 1;
-                }
-            }
-        }
+        parked.retain(|id| seen.contains(id));
         if pass.delivered > 0 {
             self.links.process().await;
         }
         Ok(pass)
+    }
+
+    /// The pages of one pass (see [`Router::queue_pass`]); `later` collects the items to put
+    /// back when it ends.
+    async fn claim_and_deliver(
+        &self,
+        parked: &mut std::collections::HashSet<String>,
+        seen: &mut std::collections::HashSet<String>,
+        pass: &mut QueuePass,
+        later: &mut Vec<(String, PutBack)>,
+    ) -> Result<(), StoreError> {
+        let store = &self.store;
+        let owner = self.run_path.owner();
+        let claim_ttl = self.run_path.lease_settings().ttl_micros();
+        loop {
+            let page = store
+                .claim_queue_page(owner, now_micros(), claim_ttl, QUEUE_PAGE)
+                .await?;
+            let claimed_at = tokio::time::Instant::now();
+            let renew_every = self.run_path.lease_settings().renew_every;
+            let done = page.len() < QUEUE_PAGE;
+            let mut fresh = 0usize;
+            // Whether the rest of this page was put back during a long delivery.
+            let mut rest_released = false;
+            for (index, item) in page.iter().enumerate() {
+                if !seen.insert(item.item_id.clone()) {
+                    // Claimed again this pass (put back after a failed attempt, or its
+                    // claim lapsed during a long delivery): it waits for the next pass.
+                    later.push((item.item_id.clone(), PutBack::Silently));
+                    continue;
+                }
+                fresh += 1;
+                if self.stopping() {
+                    later.push((item.item_id.clone(), PutBack::Announced));
+                    continue;
+                }
+                // RT-29: once the page's claims are a renewal period old (or were put back
+                // during a long delivery), an item's claim is renewed before its delivery
+                // begins: an item another process claimed (or delivered) meanwhile is its.
+                let at = now_micros();
+                if (rest_released || claimed_at.elapsed() >= renew_every)
+                    && !store
+                        .renew_queue_claim(&item.item_id, owner, at, at.saturating_add(claim_ttl))
+                        .await?
+                {
+                    continue;
+                }
+                let rest = if rest_released {
+                    &[][..]
+                } else {
+                    page.get(index + 1..).unwrap_or_default()
+                };
+                let (handled, released) = self
+                    .holding(item, rest, self.deliver_one(item, parked, pass, later))
+                    .await;
+                if released.is_some() {
+                    rest_released = true;
+                }
+                pass.put_back += released.unwrap_or(0);
+                handled?;
+            }
+            if done || fresh == 0 || self.stopping() {
+                return Ok(());
+            }
+        }
+    }
+
+    /// Runs `work` on `item` while keeping its claim (RT-29): renewed every lease renewal
+    /// period; at the first renewal the claims on `rest` (the page's items not begun) are
+    /// released, so another process may deliver them while this delivery lasts. Returns
+    /// what `work` returned and, if `rest` was released, how many items were.
+    async fn holding<T>(
+        &self,
+        item: &QueueItem,
+        rest: &[QueueItem],
+        work: impl Future<Output = T>,
+    ) -> (T, Option<usize>) {
+        let owner = self.run_path.owner();
+        let settings = self.run_path.lease_settings();
+        let claim_ttl = settings.ttl_micros();
+        let mut work = std::pin::pin!(work);
+        let mut released = None;
+        loop {
+            tokio::select! {
+                out = &mut work => return (out, released),
+                () = tokio::time::sleep(settings.renew_every) => {
+                    let at = now_micros();
+                    match self
+                        .store
+                        .renew_queue_claim(&item.item_id, owner, at, at.saturating_add(claim_ttl))
+                        .await
+                    {
+                        Ok(true) => {}
+                        Ok(false) => tracing::debug!(item = %item.item_id, "queue: the claim of an item being delivered is gone (delivered by its commit, or taken over)"),
+                        Err(error) => tracing::warn!(item = %item.item_id, %error, "queue: renewing the claim of an item being delivered failed"),
+                    }
+                    if released.is_none() {
+                        let mut count = 0;
+                        for other in rest {
+                            match self.store.release_queue_item(&other.item_id, owner).await {
+                                Ok(()) => count += 1,
+                                Err(error) => tracing::warn!(item = %other.item_id, %error, "queue: putting back an item during a long delivery failed; its claim lapses"),
+                            }
+                        }
+                        released = Some(count);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Delivers, routes, rejects or defers one claimed item.
+    async fn deliver_one(
+        &self,
+        item: &QueueItem,
+        parked: &mut std::collections::HashSet<String>,
+        pass: &mut QueuePass,
+        later: &mut Vec<(String, PutBack)>,
+    ) -> Result<(), StoreError> {
+        let store = &self.store;
+        let now = now_micros();
+        let targets: Targets = serde_json::from_value(item.targets.clone()).unwrap_or_default();
+        if targets.route {
+            // RT-23: route it as an inline send; unmatched, it is queued anew (same
+            // stimulus id) and this item deleted.
+            let stimulus = Stimulus {
+                name: item.name.clone(),
+                key: targets.key,
+                instance_id: targets.instance_id,
+                payload: item.payload.clone(),
+                correlation_id: item.correlation_id.clone(),
+                bookmark_id: targets.bookmark_id,
+                idempotency_key: None,
+                ttl: Some(Duration::from_micros(
+                    u64::try_from(item.expires_at.saturating_sub(item.sent_at)).unwrap_or(0),
+                )),
+                queue: true,
+                enqueue: false,
+                traceparent: TraceParent::from_stored(targets.traceparent.as_deref()),
+                invalid: None,
+            };
+            match self
+                .route(
+                    &stimulus,
+                    &item.hash,
+                    &item.stimulus_id,
+                    item.sent_at,
+                    Origin::Stable,
+                    None,
+                )
+                .await
+            {
+                Ok(_) => {
+                    store.ack_queue_item(&item.item_id).await?;
+                    pass.delivered += 1;
+                }
+                Err(error) => {
+                    let transient = match &error {
+                        crate::routing::SendError::Store(error)
+                        | crate::routing::SendError::Run(RunError::Store { error, .. }) => {
+                            transient(error)
+                        }
+                        _ => false,
+                    };
+                    pass.retry = true;
+                    if transient {
+                        tracing::warn!(item = %item.item_id, %error, "queue: routing an enqueued stimulus failed for a transient reason; the item waits for the next pass");
+                        pass.left(item);
+                        later.push((item.item_id.clone(), PutBack::Announced));
+                    } else {
+                        tracing::warn!(item = %item.item_id, %error, "queue: routing an enqueued stimulus failed");
+                        store
+                            .record_queue_failure(&item.item_id, &error.to_string(), now, 3)
+                            .await
+                            .map(|failure| {
+                                failed_for_good(item, &failure, &error.to_string());
+                            })?;
+                        pass.put_back += 1;
+                    }
+                }
+            }
+            return Ok(());
+        }
+        // A targeted item whose instance ended or vanished can never be delivered (a
+        // held one would otherwise stay for ever): it becomes a dead letter, unless the
+        // instance consumed it already (RT-19: a delivery whose acknowledgement was lost).
+        if let Some(instance) = &targets.instance_id {
+            let gone = match store.load_instance_text(instance).await {
+                Ok(record) => record.status.is_final(),
+                Err(StoreError::NotFound { .. }) => true,
+                Err(_) => false,
+            };
+            if gone && store.has_receipt(instance, &item.stimulus_id).await? {
+                store.ack_queue_item(&item.item_id).await?;
+                return Ok(());
+            }
+            if gone {
+                tracing::warn!(
+                    instance = instance.as_str(),
+                    event = item.name.as_str(),
+                    item = item.item_id.as_str(),
+                    reason = "rejected",
+                    "stimulus dead-lettered: the instance it was held for is final or gone"
+                );
+                store
+                    .dead_letter(
+                        &item.item_id,
+                        DeadLetterReason::Rejected,
+                        Some(&format!("instance `{instance}` is final or gone")),
+                        now,
+                    )
+                    .await?;
+                return Ok(());
+            }
+        }
+        let first = !parked.contains(&item.item_id);
+        match self.deliver_item(item, first, &mut pass.retry).await {
+            Ok(true) => {
+                parked.remove(&item.item_id);
+                store.ack_queue_item(&item.item_id).await?;
+                pass.delivered += 1;
+            }
+            // RT-27: nothing took it (no eligible bookmark yet, its instance busy, paused
+            // or pinned to a version this process does not run). Put back the first time,
+            // it is announced, so another process that may deliver it looks again; put
+            // back again, it is not, or two processes that both cannot deliver it would
+            // pass it back and forth for ever. What may make it deliverable announces
+            // itself (a commit adding bookmarks, a resume, a registration), and the
+            // periodic sweep finds it anyway.
+            Ok(false) if first => {
+                pass.left(item);
+                parked.insert(item.item_id.clone());
+                later.push((item.item_id.clone(), PutBack::Announced));
+            }
+            Ok(false) => {
+                pass.left(item);
+                later.push((item.item_id.clone(), PutBack::Silently));
+            }
+            Err(error) if error.is_transient() => {
+                tracing::warn!(item = %item.item_id, %error, "queue: delivery failed for a transient reason; the item waits for the next pass");
+                pass.left(item);
+                pass.retry = true;
+                later.push((item.item_id.clone(), PutBack::Announced));
+            }
+            Err(error) => {
+                pass.retry = true;
+                tracing::warn!(item = %item.item_id, %error, "queue: delivery failed; the attempt is counted");
+                store
+                    .record_queue_failure(&item.item_id, &error.to_string(), now, 3)
+                    .await
+                    .map(|failure| failed_for_good(item, &failure, &error.to_string()))?;
+                pass.put_back += 1;
+            }
+        }
+        Ok(())
     }
 
     /// Delivers one queued item to its eligible bookmarks (RT-31); whether any was resumed.
@@ -509,7 +634,9 @@ pub(crate) async fn queue_worker(
                     own_hints -= 1;
                     continue;
                 }
-                Ok(WakeUp::QueueChanged) | Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {}
+                // ST-36: a dead process's claims were released: a pass takes them over.
+                Ok(WakeUp::QueueChanged | WakeUp::OwnerGone { .. })
+                | Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {}
                 Ok(_) => continue,
                 Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
             },

@@ -47,6 +47,44 @@ pub async fn c14_queue_pages(backend: Arc<dyn TestBackend>) {
     assert_eq!(ids(&d), ["q1", "q2", "q3", "q4", "q5"]);
     assert!(store.ack_queue_item("q2").await.unwrap());
     assert!(!store.ack_queue_item("q2").await.unwrap());
+    // Renewal keeps the owner's claim; another owner's live claim, or a gone item, refuses it;
+    // a lapsed claim is taken back.
+    let later = now + TTL;
+    assert!(
+        store
+            .renew_queue_claim("q1", "node-d", later, later + 2 * TTL)
+            .await
+            .unwrap()
+    );
+    assert!(
+        !store
+            .renew_queue_claim("q1", "node-x", later, later + TTL)
+            .await
+            .unwrap()
+    );
+    assert!(
+        store
+            .claim_queue_page("node-x", later + TTL, TTL, 10)
+            .await
+            .unwrap()
+            .iter()
+            .all(|q| q.item_id != "q1"),
+        "a renewed claim holds past its first expiry"
+    );
+    assert!(
+        !store
+            .renew_queue_claim("q2", "node-d", later, later + TTL)
+            .await
+            .unwrap(),
+        "a gone item"
+    );
+    assert!(
+        store
+            .renew_queue_claim("q1", "node-y", later + 2 * TTL, later + 3 * TTL)
+            .await
+            .unwrap(),
+        "a lapsed claim is taken back"
+    );
     // A commit consuming an item deletes it.
     let lease = create_leased(&store, "wf-1").await;
     let mut c = waiting("wf-1", 1, lease.token, 1);

@@ -293,6 +293,19 @@ impl Inner {
                 }
                 Ok(Settled::Released)
             }
+            Settlement::Renew { owner, now, until } => {
+                Ok(Settled::Renewed(match self.queue.get_mut(id) {
+                    Some(q)
+                        if q.claim_owner.as_deref() == Some(owner.as_str())
+                            || !q.claim_live(now) =>
+                    {
+                        q.claim_owner = Some(owner);
+                        q.claim_expires_at = Some(until);
+                        true
+                    }
+                    _ => false,
+                }))
+            }
             Settlement::Ack => Ok(Settled::Acked(self.queue.remove(id).is_some())),
             Settlement::Fail {
                 error,

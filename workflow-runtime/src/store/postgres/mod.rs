@@ -38,6 +38,7 @@ use crate::store::rows::{
 };
 
 mod kept;
+mod liveness;
 mod notify;
 mod ops;
 mod schema;
@@ -237,6 +238,10 @@ pub struct PostgresStore {
     kept: Arc<kept::Kept>,
     /// Gives the kept connections that went idle back to the pool.
     give_back: JoinHandle<()>,
+    /// The liveness locks of the owners this store claims for (ST-36, `liveness.rs`).
+    liveness: Arc<liveness::Liveness>,
+    /// Holds those locks; looks for dead owners.
+    liveness_tasks: [JoinHandle<()>; 2],
 }
 
 impl fmt::Debug for PostgresStore {
@@ -253,6 +258,9 @@ impl Drop for PostgresStore {
             listener.abort();
         }
         self.give_back.abort();
+        for task in &self.liveness_tasks {
+            task.abort();
+        }
         self.kept.clear();
     }
 }
@@ -378,6 +386,13 @@ impl PostgresStore {
                 options.poll_interval.max(Duration::from_millis(10)),
             ))
         });
+        let (liveness, holder) = liveness::Liveness::start(&pool, &schema);
+        let checker = tokio::spawn(liveness::check(
+            pool.clone(),
+            schema.clone(),
+            origin.clone(),
+            hints.clone(),
+        ));
         tracing::info!(
             schema = schema.name(),
             ?migrations_applied,
@@ -396,6 +411,8 @@ impl PostgresStore {
             listener,
             kept,
             give_back,
+            liveness,
+            liveness_tasks: [holder, checker],
         })
     }
 
@@ -607,8 +624,39 @@ macro_rules! read {
 
 // After the transaction macros, which it uses.
 mod flow;
+/// The origin of the notifications sent from an application's transaction (ST-37): no
+/// store's own, so every process hears them, this one too.
+const APPLICATION_ORIGIN: &str = "application-transaction";
 
 impl PostgresStore {
+    /// Creates an instance inside `conn`'s transaction (the application's, ST-37), with a
+    /// notification that reaches the processes only if it commits.
+    pub(crate) async fn create_instance_in(
+        &self,
+        conn: &mut PgConnection,
+        instance: &NewInstance<String>,
+    ) -> StoreResult<()> {
+        ops::insert_instance(conn, &self.schema, instance).await?;
+        let hint = WakeUp::InstanceUnclaimed {
+            id: instance.instance_id.clone(),
+        };
+        notify::notify_in(conn, &self.schema.channel(), APPLICATION_ORIGIN, &[hint]).await?;
+        Ok(())
+    }
+
+    /// Queues an item inside `conn`'s transaction (the application's, ST-37), with a
+    /// notification that reaches the processes only if it commits.
+    pub(crate) async fn enqueue_in(
+        &self,
+        conn: &mut PgConnection,
+        item: &QueueItem,
+    ) -> StoreResult<()> {
+        ops::enqueue(conn, &self.schema, item).await?;
+        let hint = WakeUp::QueueChanged;
+        notify::notify_in(conn, &self.schema.channel(), APPLICATION_ORIGIN, &[hint]).await?;
+        Ok(())
+    }
+
     /// The stimuli waiting in the queue, oldest sent first, at most `limit`, for inspection
     /// (the `workflow why` command): nothing is claimed, so it runs beside the processes that
     /// deliver them. An item whose row does not decode is left out.
@@ -650,6 +698,7 @@ impl Store for PostgresStore {
         claim: LeaseClaim,
     ) -> BoxFuture<'_, StoreResult<ClaimedRecord<String>>> {
         let id = instance_id.to_owned();
+        self.liveness.hold(&claim.owner);
         Box::pin(async move {
             let nonce = match claim.token {
                 None => Some(HeldClaims::new_nonce()),
@@ -737,6 +786,7 @@ impl Store for PostgresStore {
         ttl: Micros,
         limit: usize,
     ) -> BoxFuture<'_, StoreResult<Vec<ClaimedInstance>>> {
+        self.liveness.hold(owner);
         let owner = owner.to_owned();
         Box::pin(async move {
             let claimed = write_tx!(self, [], |c| ops::claim_runnable(
@@ -842,6 +892,7 @@ impl Store for PostgresStore {
         now: Micros,
         ttl: Micros,
     ) -> BoxFuture<'_, StoreResult<Lease>> {
+        self.liveness.hold(owner);
         let (key, owner) = (key.clone(), owner.to_owned());
         Box::pin(async move {
             write_tx!(self, [], |c| async {
@@ -972,6 +1023,7 @@ impl Store for PostgresStore {
         claim_ttl: Micros,
         limit: usize,
     ) -> BoxFuture<'_, StoreResult<DueTimers>> {
+        self.liveness.hold(owner);
         let owner = owner.to_owned();
         Box::pin(async move {
             if limit == 0 {
@@ -1089,6 +1141,7 @@ impl Store for PostgresStore {
         claim_ttl: Micros,
         limit: usize,
     ) -> BoxFuture<'_, StoreResult<Vec<QueueItem>>> {
+        self.liveness.hold(owner);
         let owner = owner.to_owned();
         Box::pin(async move {
             write_tx!(self, [], |c| ops::claim_queue_page(
@@ -1115,6 +1168,7 @@ impl Store for PostgresStore {
             Settlement::Release {
                 announce: false, ..
             }
+            | Settlement::Renew { .. }
             | Settlement::Ack
             | Settlement::DeadLetter { .. } => Vec::new(),
         };
@@ -1205,6 +1259,7 @@ impl Store for PostgresStore {
             .with_routes(self)
             .with_census(self)
             .with_flow_control(self)
+            .with_postgres(self)
     }
 }
 

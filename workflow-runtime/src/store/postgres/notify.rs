@@ -50,6 +50,8 @@ pub(super) fn payload(origin: &str, hints: &[WakeUp]) -> String {
             WakeUp::InstanceRunnable { id } => text.push_str(&format!("r {id}")),
             WakeUp::InstanceTerminal { id } => text.push_str(&format!("x {id}")),
             WakeUp::ControlRequested { id } => text.push_str(&format!("c {id}")),
+            WakeUp::OwnerGone { owner } => text.push_str(&format!("g {owner}")),
+            WakeUp::InstanceUnclaimed { id } => text.push_str(&format!("u {id}")),
         }
     }
     if text.len() > MAX_PAYLOAD {
@@ -77,6 +79,10 @@ pub(super) fn parse(own_origin: &str, payload: &str) -> Option<Vec<WakeUp>> {
             "r" => WakeUp::InstanceRunnable { id: arg.to_owned() },
             "x" => WakeUp::InstanceTerminal { id: arg.to_owned() },
             "c" => WakeUp::ControlRequested { id: arg.to_owned() },
+            "g" => WakeUp::OwnerGone {
+                owner: arg.to_owned(),
+            },
+            "u" => WakeUp::InstanceUnclaimed { id: arg.to_owned() },
             _ => continue,
         };
         hints.push(hint);

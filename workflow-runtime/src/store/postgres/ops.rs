@@ -1600,6 +1600,20 @@ pub(super) async fn settle_queue_item(
             .await?;
             Ok(Settled::Released)
         }
+        Settlement::Renew { owner, now, until } => {
+            let done = sqlx::query(&s.sql(
+                "UPDATE @wf_queue SET claim_owner = $2, claim_expires_at = $4
+                 WHERE item_id = $1 AND (claim_owner IS NULL OR claim_owner = $2
+                       OR claim_expires_at IS NULL OR claim_expires_at <= $3)",
+            ))
+            .bind(id)
+            .bind(owner)
+            .bind(now)
+            .bind(until)
+            .execute(&mut *c)
+            .await?;
+            Ok(Settled::Renewed(done.rows_affected() > 0))
+        }
         Settlement::Ack => {
             let done = sqlx::query(&s.sql("DELETE FROM @wf_queue WHERE item_id = $1"))
                 .bind(id)

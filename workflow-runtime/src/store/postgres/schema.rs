@@ -70,6 +70,7 @@ pub(super) const MIGRATIONS: &[(u32, &str, &str)] = &[
     (6, "0006_instance_updated_in_place", MIGRATION_0006),
     (7, "0007_journal_cap_amortised", MIGRATION_0007),
     (8, "0008_flow_control", MIGRATION_0008),
+    (9, "0009_process_liveness", MIGRATION_0009),
 ];
 
 /// Flow-control queues (QU-5, QU-6): per queue a row of counters (the last fencing token,
@@ -127,6 +128,15 @@ CREATE TABLE @wf_flow_starts (
 );
 
 CREATE INDEX wf_flow_starts_at ON @wf_flow_starts (queue, at);
+"#;
+
+/// The owners holding a liveness lock (ST-36, see `liveness.rs`): a registered owner whose
+/// session-level advisory lock is free is dead, and what it holds is taken over at once.
+const MIGRATION_0009: &str = r#"
+CREATE TABLE @wf_processes (
+    owner TEXT COLLATE "C" PRIMARY KEY,
+    since BIGINT NOT NULL
+);
 "#;
 
 /// The instance row updated in place (a HOT update) by a commit that leaves its indexed

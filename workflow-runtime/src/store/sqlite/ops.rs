@@ -941,6 +941,15 @@ fn settle_tx(c: &Connection, id: &str, settlement: &Settlement) -> StoreResult<S
             .execute([id, owner])?;
             Ok(Settled::Released)
         }
+        Settlement::Renew { owner, now, until } => Ok(Settled::Renewed(
+            c.prepare_cached(
+                "UPDATE wf_queue SET claim_owner = ?2, claim_expires_at = ?4
+                 WHERE item_id = ?1 AND (claim_owner IS NULL OR claim_owner = ?2
+                       OR claim_expires_at IS NULL OR claim_expires_at <= ?3)",
+            )?
+            .execute(rusqlite::params![id, owner, now, until])?
+                > 0,
+        )),
         Settlement::Ack => Ok(Settled::Acked(
             c.prepare_cached("DELETE FROM wf_queue WHERE item_id = ?1")?
                 .execute([id])?
