@@ -24,7 +24,7 @@ use crate::store::{Micros, StoreError};
 /// A runtime on a [`ManualClock`], without background work: time moves only through
 /// [`TestRuntime::advance`] and [`TestRuntime::set`], which fire the due timers
 /// deterministically (TM-2); queued stimuli are delivered by
-/// [`Runtime::deliver_queued`] (or [`Runtime::start_workers`]) and interrupted instances run
+/// [`Runtime::deliver_inbox`] (or [`Runtime::start_workers`]) and interrupted instances run
 /// by [`Runtime::recover`]. Derefs to the [`Runtime`].
 ///
 /// # Examples

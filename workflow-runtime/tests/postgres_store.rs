@@ -796,7 +796,7 @@ async fn sweeping_process(url: &str, schema: &str) -> (Runtime, Arc<PostgresStor
         .store(Arc::clone(&store))
         .register::<Paid>()
         .register::<Late>()
-        .queue_sweep(Duration::from_millis(100))
+        .inbox_sweep(Duration::from_millis(100))
         .recovery_sweep(Some(Duration::from_millis(100)))
         .sweep_interval(Some(Duration::from_millis(100)))
         .build()
@@ -842,7 +842,7 @@ async fn an_idle_process_with_held_stimuli_writes_nothing_yet_hears_the_others()
     let other = Runtime::builder()
         .store(Arc::new(open(&url, &schema).await))
         .register::<Late>()
-        .queue_worker(false)
+        .inbox_worker(false)
         .timer_driver(false)
         .recovery_sweep(None)
         .build()
@@ -868,7 +868,7 @@ async fn an_idle_process_with_held_stimuli_writes_nothing_yet_hears_the_others()
         .send(workflow_runtime::Stimulus::new("late"))
         .await
         .unwrap();
-    assert!(queued.queued.is_some(), "{queued:?}");
+    assert!(queued.inbox_item.is_some(), "{queued:?}");
 
     // The sweeps settle: each item is looked at, put back, then left alone.
     tokio::time::sleep(Duration::from_secs(1)).await;
@@ -904,11 +904,11 @@ async fn an_idle_process_with_held_stimuli_writes_nothing_yet_hears_the_others()
             .send(
                 workflow_runtime::Stimulus::new(event)
                     .instance(mine.clone())
-                    .enqueued(),
+                    .via_inbox(),
             )
             .await
             .unwrap();
-        assert!(sent.queued.is_some(), "{sent:?}");
+        assert!(sent.inbox_item.is_some(), "{sent:?}");
     }
     assert!(
         finishes(&app, &mine).await,
@@ -944,7 +944,7 @@ async fn an_idle_process_looks_at_its_held_items_once_per_lease_ttl() {
     let app = Runtime::builder()
         .store(Arc::clone(&store))
         .lease_ttl(Duration::from_secs(1))
-        .queue_sweep(Duration::from_millis(100))
+        .inbox_sweep(Duration::from_millis(100))
         .build()
         .unwrap();
     app.run_background().unwrap();
@@ -952,7 +952,7 @@ async fn an_idle_process_looks_at_its_held_items_once_per_lease_ttl() {
         .send(workflow_runtime::Stimulus::new("late"))
         .await
         .unwrap();
-    assert!(queued.queued.is_some(), "{queued:?}");
+    assert!(queued.inbox_item.is_some(), "{queued:?}");
     tokio::time::sleep(Duration::from_millis(500)).await;
     // Each look claims the item and puts it back: two or three writes. Sweeping every
     // 100 ms, it would be some sixty over these 4 s; once per second, a dozen at most.
@@ -980,7 +980,7 @@ async fn a_reconnected_listener_makes_the_idle_queue_worker_look_once() {
         .send(workflow_runtime::Stimulus::new("late"))
         .await
         .unwrap();
-    assert!(queued.queued.is_some(), "{queued:?}");
+    assert!(queued.inbox_item.is_some(), "{queued:?}");
     tokio::time::sleep(Duration::from_secs(1)).await;
     assert_eq!(writes_during(&store, Duration::from_secs(1)).await, 0);
 

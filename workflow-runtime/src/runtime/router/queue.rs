@@ -8,7 +8,7 @@
 //! (`RuntimeBuilder::queue_sweep`, default 10 s). It
 //! stops on `Runtime::shutdown`, and is aborted when the last clone of the runtime is
 //! dropped (it holds only a weak reference between passes). Without `start_workers`, queued
-//! stimuli stay in the store until `Runtime::deliver_queued` is called.
+//! stimuli stay in the store until `Runtime::deliver_inbox` is called.
 
 use std::sync::{Arc, Weak};
 use std::time::Duration;
@@ -155,8 +155,8 @@ impl Router {
                     ttl: Some(Duration::from_micros(
                         u64::try_from(item.expires_at.saturating_sub(item.sent_at)).unwrap_or(0),
                     )),
-                    queue: true,
-                    enqueue: false,
+                    inbox: true,
+                    via_inbox: false,
                     invalid: None,
                 };
                 match self
