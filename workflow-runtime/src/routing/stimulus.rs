@@ -18,6 +18,8 @@ use workflow_model::Activation;
 pub(crate) const DEFAULT_QUEUE_TTL: Duration = Duration::from_secs(600);
 /// The largest payload a send accepts (RT-8): 1 MiB.
 pub(crate) const MAX_PAYLOAD_BYTES: usize = 1 << 20;
+/// The longest debounce window a send accepts (RT-35): one day.
+pub const MAX_DEBOUNCE: Duration = Duration::from_secs(24 * 3600);
 /// Bookmarks read per page.
 pub(crate) const BOOKMARK_PAGE: usize = 500;
 
@@ -75,6 +77,9 @@ pub struct Stimulus {
     /// Through the inbox (RT-23): only write the stimulus to the inbox and return; the inbox
     /// worker routes it as an inline send would (for large fan-outs).
     pub via_inbox: bool,
+    /// Debounce (RT-35): sends with the same name, key and target within this window collapse
+    /// into one delivery, made once the window is quiet; the last payload wins.
+    pub debounce: Option<Duration>,
     /// Why the key or payload given to the builder methods did not serialize.
     pub(crate) invalid: Option<String>,
 }
@@ -93,6 +98,7 @@ impl Stimulus {
             ttl: None,
             inbox: true,
             via_inbox: false,
+            debounce: None,
             invalid: None,
         }
     }
@@ -154,6 +160,42 @@ impl Stimulus {
     #[must_use]
     pub fn via_inbox(mut self) -> Self {
         self.via_inbox = true;
+        self
+    }
+
+    /// Debounced (RT-35): this send and the others with the same name, key and target made
+    /// within `window` of each other collapse into one delivery, made `window` after the last
+    /// of them. The last send's payload and options win; the earlier ones are dropped. The
+    /// pending send is stored, so it is delivered after a restart too, by the timer driver
+    /// of any process sharing the store. The window is between 1 ms and [`MAX_DEBOUNCE`]
+    /// (else [`SendError::InvalidDebounce`]).
+    ///
+    /// # Examples
+    ///
+    /// A search index refreshed once a burst of edits is over:
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use workflow_runtime::{Runtime, Stimulus};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let runtime = Runtime::builder().build()?;
+    /// for revision in 1..=3 {
+    ///     let edit = Stimulus::new("document.edited")
+    ///         .key("doc-7")
+    ///         .payload(serde_json::json!({ "revision": revision }))
+    ///         .debounce(Duration::from_millis(200));
+    ///     let report = runtime.send(edit).await?;
+    ///     // Nothing is delivered yet: each send pushes the delivery back.
+    ///     assert!(report.debounced.is_some());
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
+    #[must_use]
+    pub fn debounce(mut self, window: Duration) -> Self {
+        self.debounce = Some(window);
         self
     }
 
@@ -219,6 +261,16 @@ pub enum SendError {
         expected: String,
         /// The stimulus hash.
         got: String,
+    },
+    /// The debounce window is zero or longer than [`MAX_DEBOUNCE`] (RT-35).
+    #[error("debounce window of {window:?} is {problem}: it must be between 1 ms and {max:?}")]
+    InvalidDebounce {
+        /// The window given.
+        window: Duration,
+        /// What is wrong with it (`"zero"`, `"too short"`, `"too long"`).
+        problem: &'static str,
+        /// The longest window accepted.
+        max: Duration,
     },
     /// The targeted bookmark does not exist any more (RT-34).
     #[error("bookmark `{bookmark}` not found")]
@@ -358,6 +410,18 @@ impl std::fmt::Display for AddressedInstance {
     }
 }
 
+/// What a debounced send did (RT-35): it stored or replaced the pending send, to be delivered
+/// at `due_at` unless another send comes first.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Debounced {
+    /// The debounce id: the sends with the same name, key and target share it.
+    pub debounce_id: String,
+    /// When the delivery is due, µs since the epoch (workflow time).
+    pub due_at: Micros,
+    /// How many sends the pending delivery collapses so far, this one included.
+    pub sends: u64,
+}
+
 /// Why a stimulus was rejected for one instance (RT-22): the stimulus was not consumed and was
 /// written to the dead letters with reason `Rejected`. The instance and its bookmark are
 /// unchanged, but for [`Rejection::StateTooLarge`], which faulted it at its last commit.
@@ -472,6 +536,10 @@ pub struct SendReport {
     /// waiting for it (not for [`Stimulus::via_inbox`], which does not look).
     #[serde(default, alias = "queued_because")]
     pub inbox_because: Option<NotAwaited>,
+    /// A debounced send (RT-35): when its delivery is due, unless another send pushes it
+    /// back. Nothing else was done yet.
+    #[serde(default)]
+    pub debounced: Option<Debounced>,
     /// Nothing matched and the inbox was off ([`Stimulus::inbox`]).
     pub unmatched: bool,
     /// This is the stored report of an earlier send with the same idempotency key.
@@ -495,6 +563,7 @@ impl SendReport {
             rejected: Vec::new(),
             finished: Vec::new(),
             inbox_item: None,
+            debounced: None,
             inbox_because: None,
             unmatched: false,
             duplicate: false,
@@ -632,6 +701,12 @@ impl std::fmt::Display for SendReport {
                 ));
             }
             (None, _) => {}
+        }
+        if let Some(debounced) = &self.debounced {
+            parts.push(format!(
+                "debounced ({} send(s) so far): delivered at {} µs unless another send comes first",
+                debounced.sends, debounced.due_at
+            ));
         }
         if self.unmatched {
             parts.push("matched nothing (the inbox was off)".to_owned());

@@ -668,11 +668,14 @@ impl Runtime {
     /// Claims the timers due at the clock's now (TM-6) and resumes each one's bookmark through
     /// the normal resume path, the time triggers' schedules first, then the instances' timers
     /// in due order, a few at once: the resume payload is `{ "due_at", "fired_at" }` (µs),
-    /// which the Delay completes with and journals (TM-8).
+    /// which the Delay completes with and journals (TM-8). Then delivers the debounced sends
+    /// that are due (RT-35).
     /// The timer driver calls it; call it yourself on a runtime built without one.
     pub async fn fire_due_timers(&self) -> Result<TimerFiring, StoreError> {
         self.core.lifecycle.ensure_background();
-        self.core.timers.fire_due_timers().await
+        let mut report = self.core.timers.fire_due_timers().await?;
+        report.debounced = self.core.router.fire_due_debounces().await?;
+        Ok(report)
     }
 
     /// Writes the schedules of every registered definition's time triggers, once per

@@ -31,6 +31,7 @@
 //!   `Unavailable`.
 
 use super::error::{StoreError, StoreResult};
+use super::rows::DebounceRow;
 use super::rows::{
     BookmarkQuery, BookmarkRow, Census, ClaimedInstance, Commit, ControlRequest, DeadLetter,
     DeadLetterFilter, DeadLetterReason, IdempotencyRecord, IncidentRecord, InstanceFilter,
@@ -189,6 +190,15 @@ pub struct DueTimers {
     pub claimed: Vec<TimerRow>,
     /// After the claim: the earliest `due_at` among unparked timers not under a live claim
     /// at `now` (what the timer driver sleeps until).
+    pub next_due: Option<Micros>,
+}
+
+/// What [`Store::claim_due_debounces`] returns.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct DueDebounces {
+    /// The rows claimed, in `(due_at, debounce_id)` order.
+    pub claimed: Vec<DebounceRow>,
+    /// After the claim: the earliest `due_at` among rows not under a live claim at `now`.
     pub next_due: Option<Micros>,
 }
 
@@ -732,6 +742,34 @@ pub trait Store: Send + Sync + 'static {
         &self,
         key: &str,
     ) -> BoxFuture<'_, StoreResult<Option<IdempotencyRecord>>>;
+
+    // ----- debounced sends (RT-35, C-38) -----
+
+    /// Records a debounced send atomically: inserts `row` (with `sends` 1) when no row has its
+    /// debounce id; otherwise replaces that row's `name`, `hash`, `stimulus`, `last_sent_at`
+    /// and `due_at` with `row`'s and adds one to its `sends`, keeping its `burst_id`,
+    /// `first_sent_at` and claim. Returns the row as stored.
+    fn put_debounce(&self, row: DebounceRow) -> BoxFuture<'_, StoreResult<DebounceRow>>;
+
+    /// Claims up to `limit` (possibly 0) rows with `due_at <= now` and no live claim, in
+    /// `(due_at, debounce_id)` order, for `owner` until `now + claim_ttl`.
+    fn claim_due_debounces(
+        &self,
+        owner: &str,
+        now: Micros,
+        claim_ttl: Micros,
+        limit: usize,
+    ) -> BoxFuture<'_, StoreResult<DueDebounces>>;
+
+    /// Settles a claimed row after its delivery: deletes it when its `burst_id` and `sends`
+    /// are still the given ones (no send came since it was claimed); otherwise releases its
+    /// claim, so the later sends are delivered when due. Returns whether it was deleted.
+    fn finish_debounce(
+        &self,
+        debounce_id: &str,
+        burst_id: &str,
+        sends: u64,
+    ) -> BoxFuture<'_, StoreResult<bool>>;
 
     // ----- maintenance and capabilities -----
 

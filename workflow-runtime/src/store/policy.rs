@@ -8,11 +8,12 @@ use serde_json::Value;
 use tokio::sync::broadcast;
 
 use super::backend::{
-    BookmarkSelect, CHILD_WAIT, ClaimedRecord, DefinitionRecord, DueTimers, Enqueue, IncidentQuery,
-    LeaseClaim, LeaseKey, PurgeTarget, RemoteHints, Settled, Settlement, Store, TimerScope,
-    TriggerSelect, TriggerWrite, WakeUp,
+    BookmarkSelect, CHILD_WAIT, ClaimedRecord, DefinitionRecord, DueDebounces, DueTimers, Enqueue,
+    IncidentQuery, LeaseClaim, LeaseKey, PurgeTarget, RemoteHints, Settled, Settlement, Store,
+    TimerScope, TriggerSelect, TriggerWrite, WakeUp,
 };
 use super::error::{StoreError, StoreResult};
+use super::rows::DebounceRow;
 use super::rows::{
     BookmarkQuery, BookmarkRow, Census, ClaimedInstance, Commit, ControlRequest, DeadLetter,
     DeadLetterFilter, DeadLetterReason, IdempotencyRecord, IncidentRecord, InstanceCount,
@@ -1113,6 +1114,66 @@ impl Storage {
         key: &str,
     ) -> StoreResult<Option<IdempotencyRecord>> {
         self.store.find_idempotency_record(key).await
+    }
+
+    /// Records a debounced send (RT-35, C-38): a new row, or the row of its debounce id with
+    /// the last stimulus and the due time pushed back. Wakes this process's timer driver.
+    ///
+    /// # Errors
+    ///
+    /// The backend's.
+    pub async fn put_debounce(&self, row: DebounceRow) -> StoreResult<DebounceRow> {
+        let stored = self.store.put_debounce(row).await?;
+        self.notify(WakeUp::TimersChanged {
+            earliest: Some(stored.due_at),
+        });
+        Ok(stored)
+    }
+
+    /// The earliest due time of a debounced send not under a live claim at `now` (a read).
+    ///
+    /// # Errors
+    ///
+    /// The backend's.
+    pub async fn earliest_debounce(&self, now: Micros) -> StoreResult<Option<Micros>> {
+        Ok(self
+            .store
+            .claim_due_debounces("", now, 0, 0)
+            .await?
+            .next_due)
+    }
+
+    /// Claims up to `limit` due debounced sends (C-38).
+    ///
+    /// # Errors
+    ///
+    /// The backend's.
+    pub async fn claim_due_debounces(
+        &self,
+        owner: &str,
+        now: Micros,
+        claim_ttl: Micros,
+        limit: usize,
+    ) -> StoreResult<DueDebounces> {
+        self.store
+            .claim_due_debounces(owner, now, claim_ttl, page(limit, DEFAULT_PAGE))
+            .await
+    }
+
+    /// Settles a delivered debounced send (C-38): deleted unless a send came since its claim.
+    ///
+    /// # Errors
+    ///
+    /// The backend's.
+    pub async fn finish_debounce(
+        &self,
+        debounce_id: &str,
+        burst_id: &str,
+        sends: u64,
+    ) -> StoreResult<bool> {
+        self.store
+            .finish_debounce(debounce_id, burst_id, sends)
+            .await
     }
 
     /// Claims a page of queue items (ST-15, C-14).

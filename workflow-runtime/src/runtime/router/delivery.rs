@@ -36,6 +36,9 @@ impl Router {
 
     async fn send_inner(&self, stimulus: Stimulus) -> Result<SendReport, SendError> {
         // RT-14: validate before any effect.
+        if let Some(window) = stimulus.debounce {
+            super::debounce::check_window(window)?;
+        }
         check_name(&stimulus.name)?;
         if let Some(message) = stimulus.invalid.clone() {
             return Err(SendError::Payload { message });
@@ -67,6 +70,14 @@ impl Router {
                     owner: row.instance_id,
                 }));
             }
+        }
+        if let Some(window) = stimulus.debounce {
+            // RT-35: stored, delivered once the window is quiet. A send to one instance says
+            // at once that it is gone or final.
+            if let Some(instance) = &stimulus.instance_id {
+                self.refuse_gone_or_final(instance).await?;
+            }
+            return self.debounce(&stimulus, &hash, window).await;
         }
         // RT-19: a retried send finds its first report. The digest only serves idempotency
         // records, so a send without a key does not hash its payload.

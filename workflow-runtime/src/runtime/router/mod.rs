@@ -17,10 +17,12 @@ use crate::base::lock;
 use crate::store::{IdempotencyRecord, Micros, Storage};
 
 mod dead_letters;
+mod debounce;
 mod delivery;
 mod queue;
 mod triggers;
 
+pub(crate) use debounce::debounce_driver;
 pub(crate) use queue::queue_worker;
 
 /// What the router is built with.

@@ -157,6 +157,7 @@ impl Router {
                     )),
                     inbox: true,
                     via_inbox: false,
+                    debounce: None,
                     invalid: None,
                 };
                 match self

@@ -69,7 +69,27 @@ pub(super) const MIGRATIONS: &[(u32, &str, &str)] = &[
     (5, "0005_journal_rows_per_commit", MIGRATION_0005),
     (6, "0006_instance_updated_in_place", MIGRATION_0006),
     (7, "0007_journal_cap_amortised", MIGRATION_0007),
+    (8, "0008_debounced_sends", MIGRATION_0008),
 ];
+
+/// Debounced sends (RT-35, C-38): one row per debounce id, holding the last send, claimed
+/// by the process that delivers it once due.
+const MIGRATION_0008: &str = r#"
+CREATE TABLE @wf_debounce (
+    debounce_id      TEXT COLLATE "C" PRIMARY KEY NOT NULL,
+    burst_id         TEXT NOT NULL,
+    name             TEXT NOT NULL,
+    hash             TEXT NOT NULL,
+    stimulus         TEXT NOT NULL,
+    first_sent_at    BIGINT NOT NULL,
+    last_sent_at     BIGINT NOT NULL,
+    due_at           BIGINT NOT NULL,
+    sends            BIGINT NOT NULL,
+    claim_owner      TEXT,
+    claim_expires_at BIGINT
+);
+CREATE INDEX @wf_debounce_due ON @wf_debounce (due_at, debounce_id);
+"#;
 
 /// The instance row updated in place (a HOT update) by a commit that leaves its indexed
 /// columns as they were, the common transition of a waiting instance:

@@ -38,6 +38,7 @@ use crate::store::error::{StoreError, StoreResult};
 
 mod changes;
 mod checkpoint;
+mod debounce;
 mod leases;
 mod ops;
 mod options;

@@ -23,7 +23,27 @@ const MIGRATIONS: &[(u32, &str, &str)] = &[
     (9, "0009_journal_rows_per_commit", MIGRATION_0009),
     (10, "0010_clustered_journal_and_bookmarks", MIGRATION_0010),
     (11, "0011_bookmarks_keyed_by_instance", MIGRATION_0011),
+    (12, "0012_debounced_sends", MIGRATION_0012),
 ];
+
+/// Debounced sends (RT-35, C-38): one row per debounce id, holding the last send, claimed
+/// by the process that delivers it once due.
+const MIGRATION_0012: &str = r"
+CREATE TABLE wf_debounce (
+    debounce_id      TEXT PRIMARY KEY NOT NULL,
+    burst_id         TEXT NOT NULL,
+    name             TEXT NOT NULL,
+    hash             TEXT NOT NULL,
+    stimulus         TEXT NOT NULL,
+    first_sent_at    INTEGER NOT NULL,
+    last_sent_at     INTEGER NOT NULL,
+    due_at           INTEGER NOT NULL,
+    sends            INTEGER NOT NULL,
+    claim_owner      TEXT,
+    claim_expires_at INTEGER
+) WITHOUT ROWID;
+CREATE INDEX wf_debounce_due ON wf_debounce (due_at, debounce_id);
+";
 
 /// Recorded definitions: each registered version's JSON form, so tools can show a
 /// definition without the application's code.
