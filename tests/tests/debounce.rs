@@ -48,7 +48,7 @@ fn edit(revision: u32) -> Stimulus {
         .debounce(WINDOW)
 }
 
-/// The data of every instance, in id order: one per delivery.
+/// The data of every instance, by revision: one per delivery.
 async fn deliveries(runtime: &Runtime) -> Vec<Edit> {
     let listed = runtime
         .store()
@@ -64,6 +64,7 @@ async fn deliveries(runtime: &Runtime) -> Vec<Edit> {
             .unwrap();
         out.push(snapshot.data::<Edit>().unwrap());
     }
+    out.sort_by_key(|e| (e.document.clone(), e.revision));
     out
 }
 

@@ -18,12 +18,12 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use workflow_runtime::store::{
     BookmarkRow, BookmarkSelect, BoxFuture, Capabilities, ChildWaitIndex, ClaimedInstance,
-    ClaimedRecord, Commit, ControlRequest, DeadLetter, DeadLetterFilter, DebounceRow, DueDebounces,
-    DueTimers, Enqueue, IdempotencyRecord, IncidentQuery, IncidentRecord, InstanceFilter,
-    InstanceRecord, JournalRecord, Lease, LeaseClaim, LeaseKey, ListedInstance, MemoryStore,
-    Micros, NewIncident, NewInstance, PurgeTarget, QueueItem, Renewal, Schedule, ScheduleFiring,
-    Settled, Settlement, SqliteStore, Store, StoreError, StoreResult, StoreStats, TimerRow,
-    TimerScope, TriggerRow, TriggerSelect, TriggerWrite,
+    ClaimedRecord, Commit, ControlRequest, DeadLetter, DeadLetterFilter, DueTimers, Enqueue,
+    IdempotencyRecord, IncidentQuery, IncidentRecord, InstanceFilter, InstanceRecord,
+    JournalRecord, Lease, LeaseClaim, LeaseKey, ListedInstance, MemoryStore, Micros, NewIncident,
+    NewInstance, PurgeTarget, QueueItem, Renewal, Schedule, ScheduleFiring, Settled, Settlement,
+    SqliteStore, Store, StoreError, StoreResult, StoreStats, TimerRow, TimerScope, TriggerRow,
+    TriggerSelect, TriggerWrite,
 };
 use workflow_runtime::{
     Completion, Runtime, SendError, StartOptions, Stimulus, TaskContext, WorkflowStatus, workflow,
@@ -63,9 +63,6 @@ enum Op {
     InsertIncident,
     ListIncidents,
     FindIdempotencyRecord,
-    PutDebounce,
-    ClaimDueDebounces,
-    FinishDebounce,
     Stats,
 }
 
@@ -505,41 +502,6 @@ impl Store for FaultyStore {
         let key = key.to_owned();
         Box::pin(self.around(Op::FindIdempotencyRecord, async move {
             self.inner.find_idempotency_record(&key).await
-        }))
-    }
-
-    fn put_debounce(&self, row: DebounceRow) -> BoxFuture<'_, StoreResult<DebounceRow>> {
-        Box::pin(self.around(Op::PutDebounce, async move {
-            self.inner.put_debounce(row).await
-        }))
-    }
-
-    fn claim_due_debounces(
-        &self,
-        owner: &str,
-        now: Micros,
-        claim_ttl: Micros,
-        limit: usize,
-    ) -> BoxFuture<'_, StoreResult<DueDebounces>> {
-        let owner = owner.to_owned();
-        Box::pin(self.around(Op::ClaimDueDebounces, async move {
-            self.inner
-                .claim_due_debounces(&owner, now, claim_ttl, limit)
-                .await
-        }))
-    }
-
-    fn finish_debounce(
-        &self,
-        debounce_id: &str,
-        burst_id: &str,
-        sends: u64,
-    ) -> BoxFuture<'_, StoreResult<bool>> {
-        let (debounce_id, burst_id) = (debounce_id.to_owned(), burst_id.to_owned());
-        Box::pin(self.around(Op::FinishDebounce, async move {
-            self.inner
-                .finish_debounce(&debounce_id, &burst_id, sends)
-                .await
         }))
     }
 

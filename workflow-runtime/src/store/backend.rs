@@ -296,6 +296,37 @@ pub struct DefinitionRecord {
     pub recorded_at: Micros,
 }
 
+/// The capability of keeping debounced sends (RT-35, C-38), offered through
+/// [`Store::capabilities`]; every built-in backend has it. Without it a debounced send fails
+/// with [`StoreError::Invalid`](super::StoreError::Invalid) and nothing is stored.
+pub trait DebounceStore: Send + Sync {
+    /// Records a debounced send atomically: inserts `row` (with `sends` 1) when no row has its
+    /// debounce id; otherwise replaces that row's `name`, `hash`, `stimulus`, `last_sent_at`
+    /// and `due_at` with `row`'s and adds one to its `sends`, keeping its `burst_id`,
+    /// `first_sent_at` and claim. Returns the row as stored.
+    fn put_debounce(&self, row: DebounceRow) -> BoxFuture<'_, StoreResult<DebounceRow>>;
+
+    /// Claims up to `limit` (possibly 0) rows with `due_at <= now` and no live claim, in
+    /// `(due_at, debounce_id)` order, for `owner` until `now + claim_ttl`.
+    fn claim_due_debounces(
+        &self,
+        owner: &str,
+        now: Micros,
+        claim_ttl: Micros,
+        limit: usize,
+    ) -> BoxFuture<'_, StoreResult<DueDebounces>>;
+
+    /// Settles a claimed row after its delivery: deletes it when its `burst_id` and `sends`
+    /// are still the given ones (no send came since it was claimed); otherwise releases its
+    /// claim, so the later sends are delivered when due. Returns whether it was deleted.
+    fn finish_debounce(
+        &self,
+        debounce_id: &str,
+        burst_id: &str,
+        sends: u64,
+    ) -> BoxFuture<'_, StoreResult<bool>>;
+}
+
 /// The optional capability of recording definitions (offered through
 /// [`Store::capabilities`]).
 pub trait DefinitionStore: Send + Sync {
@@ -454,9 +485,18 @@ pub struct Capabilities<'a> {
     pub claim_known: Option<&'a dyn ClaimKnown>,
     /// Counting instances, queued stimuli and dead letters in aggregate queries.
     pub census: Option<&'a dyn CensusCount>,
+    /// Keeping debounced sends (RT-35).
+    pub debounce: Option<&'a dyn DebounceStore>,
 }
 
 impl<'a> Capabilities<'a> {
+    /// With the debounced-sends capability.
+    #[must_use]
+    pub fn with_debounce(mut self, debounce: &'a dyn DebounceStore) -> Self {
+        self.debounce = Some(debounce);
+        self
+    }
+
     /// With the definitions capability.
     #[must_use]
     pub fn with_definitions(mut self, definitions: &'a dyn DefinitionStore) -> Self {
@@ -742,34 +782,6 @@ pub trait Store: Send + Sync + 'static {
         &self,
         key: &str,
     ) -> BoxFuture<'_, StoreResult<Option<IdempotencyRecord>>>;
-
-    // ----- debounced sends (RT-35, C-38) -----
-
-    /// Records a debounced send atomically: inserts `row` (with `sends` 1) when no row has its
-    /// debounce id; otherwise replaces that row's `name`, `hash`, `stimulus`, `last_sent_at`
-    /// and `due_at` with `row`'s and adds one to its `sends`, keeping its `burst_id`,
-    /// `first_sent_at` and claim. Returns the row as stored.
-    fn put_debounce(&self, row: DebounceRow) -> BoxFuture<'_, StoreResult<DebounceRow>>;
-
-    /// Claims up to `limit` (possibly 0) rows with `due_at <= now` and no live claim, in
-    /// `(due_at, debounce_id)` order, for `owner` until `now + claim_ttl`.
-    fn claim_due_debounces(
-        &self,
-        owner: &str,
-        now: Micros,
-        claim_ttl: Micros,
-        limit: usize,
-    ) -> BoxFuture<'_, StoreResult<DueDebounces>>;
-
-    /// Settles a claimed row after its delivery: deletes it when its `burst_id` and `sends`
-    /// are still the given ones (no send came since it was claimed); otherwise releases its
-    /// claim, so the later sends are delivered when due. Returns whether it was deleted.
-    fn finish_debounce(
-        &self,
-        debounce_id: &str,
-        burst_id: &str,
-        sends: u64,
-    ) -> BoxFuture<'_, StoreResult<bool>>;
 
     // ----- maintenance and capabilities -----
 

@@ -1121,9 +1121,15 @@ impl Storage {
     ///
     /// # Errors
     ///
-    /// The backend's.
+    /// The backend's; [`StoreError::Invalid`] for a backend without the debounce capability.
     pub async fn put_debounce(&self, row: DebounceRow) -> StoreResult<DebounceRow> {
-        let stored = self.store.put_debounce(row).await?;
+        let Some(debounce) = self.store.capabilities().debounce else {
+            return Err(StoreError::Invalid {
+                what: "debounce",
+                reason: "this store does not keep debounced sends".to_owned(),
+            });
+        };
+        let stored = debounce.put_debounce(row).await?;
         self.notify(WakeUp::TimersChanged {
             earliest: Some(stored.due_at),
         });
@@ -1136,11 +1142,10 @@ impl Storage {
     ///
     /// The backend's.
     pub async fn earliest_debounce(&self, now: Micros) -> StoreResult<Option<Micros>> {
-        Ok(self
-            .store
-            .claim_due_debounces("", now, 0, 0)
-            .await?
-            .next_due)
+        match self.store.capabilities().debounce {
+            Some(debounce) => Ok(debounce.claim_due_debounces("", now, 0, 0).await?.next_due),
+            None => Ok(None),
+        }
     }
 
     /// Claims up to `limit` due debounced sends (C-38).
@@ -1155,9 +1160,14 @@ impl Storage {
         claim_ttl: Micros,
         limit: usize,
     ) -> StoreResult<DueDebounces> {
-        self.store
-            .claim_due_debounces(owner, now, claim_ttl, page(limit, DEFAULT_PAGE))
-            .await
+        match self.store.capabilities().debounce {
+            Some(debounce) => {
+                debounce
+                    .claim_due_debounces(owner, now, claim_ttl, page(limit, DEFAULT_PAGE))
+                    .await
+            }
+            None => Ok(DueDebounces::default()),
+        }
     }
 
     /// Settles a delivered debounced send (C-38): deleted unless a send came since its claim.
@@ -1171,9 +1181,10 @@ impl Storage {
         burst_id: &str,
         sends: u64,
     ) -> StoreResult<bool> {
-        self.store
-            .finish_debounce(debounce_id, burst_id, sends)
-            .await
+        match self.store.capabilities().debounce {
+            Some(debounce) => debounce.finish_debounce(debounce_id, burst_id, sends).await,
+            None => Ok(false),
+        }
     }
 
     /// Claims a page of queue items (ST-15, C-14).

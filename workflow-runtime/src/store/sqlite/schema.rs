@@ -586,6 +586,7 @@ const TABLES: &[&str] = &[
     "wf_idempotency",
     "wf_incidents",
     "wf_definitions",
+    "wf_debounce",
 ];
 
 /// A table dropped from the file (by hand, by a tool) is found at open, not at the first
