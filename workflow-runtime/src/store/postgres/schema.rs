@@ -88,7 +88,7 @@ CREATE TABLE @wf_debounce (
     claim_owner      TEXT,
     claim_expires_at BIGINT
 );
-CREATE INDEX @wf_debounce_due ON @wf_debounce (due_at, debounce_id);
+CREATE INDEX wf_debounce_due ON @wf_debounce (due_at, debounce_id);
 "#;
 
 /// The instance row updated in place (a HOT update) by a commit that leaves its indexed
