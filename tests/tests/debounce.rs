@@ -15,6 +15,7 @@ use workflow_runtime::{
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
+/// The data of [`Reindex`]: the edit its event carried, and whether it was indexed.
 pub struct Edit {
     document: String,
     revision: u32,

@@ -1507,3 +1507,79 @@ async fn an_idle_store_gives_its_kept_connections_back_to_the_pool() {
     drop(store);
     pool.close().await;
 }
+
+/// The data of [`Edited`]: the revision its event carried.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Edit {
+    revision: u32,
+}
+
+workflow! {
+    /// Started by each delivered `edited`: one instance per delivery.
+    pub workflow Edited(Edit) {
+        edited = event::<Edit>("edited").trigger();
+    }
+}
+
+/// RT-35, C-38 across processes: a burst of debounced sends made through two processes
+/// sharing the store collapses into one delivery, with the last payload, made by one of them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_burst_sent_through_two_processes_is_delivered_once() {
+    let Some(_conn) = server().await else {
+        return;
+    };
+    let (url, schema) = (database_url(), fresh_schema_name());
+    let _guard = SchemaGuard::new(url.clone(), schema.clone());
+    let mut processes = Vec::new();
+    for _ in 0..2 {
+        let store = Arc::new(open(&url, &schema).await);
+        processes.push(
+            Runtime::builder()
+                .store(store)
+                .register::<Edited>()
+                .inbox_sweep(Duration::from_millis(100))
+                .build()
+                .unwrap(),
+        );
+    }
+    for revision in 1..=30_u32 {
+        let edit = workflow_runtime::Stimulus::new("edited")
+            .key("doc-1")
+            .payload(Edit { revision })
+            .debounce(Duration::from_millis(300));
+        let process = &processes[usize::try_from(revision % 2).unwrap()];
+        let report = process.send(edit).await.unwrap();
+        assert_eq!(report.debounced.unwrap().sends, u64::from(revision));
+    }
+    let store = processes[0].store().clone();
+    let listed = || async {
+        store
+            .list_instances(workflow_runtime::store::InstanceFilter::default())
+            .await
+            .unwrap()
+    };
+    let mut delivered = Vec::new();
+    for _ in 0..1000 {
+        delivered = listed().await;
+        if !delivered.is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(delivered.len(), 1, "{delivered:?}");
+    // Generous: neither process delivers it again.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let delivered = listed().await;
+    assert_eq!(delivered.len(), 1, "{delivered:?}");
+    let snapshot = processes[0]
+        .get_state(&delivered[0].instance_id)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(snapshot.data::<Edit>().unwrap(), Edit { revision: 30 });
+    assert_eq!(store.earliest_debounce(i64::MAX).await.unwrap(), None);
+    for process in processes {
+        process.shutdown(Duration::from_secs(1)).await;
+    }
+}
