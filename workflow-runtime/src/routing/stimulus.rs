@@ -165,7 +165,9 @@ impl Stimulus {
 
     /// Debounced (RT-35): this send and the others with the same name, key and target made
     /// within `window` of each other collapse into one delivery, made `window` after the last
-    /// of them. The last send's payload and options win; the earlier ones are dropped. The
+    /// of them. The last send's payload and options win; the earlier ones are dropped (a
+    /// debounced send's own idempotency key is not kept: a retry is one more send of the
+    /// burst, and the delivery gets a key of its own, so it is made once). The
     /// pending send is stored, so it is delivered after a restart too, by the timer driver
     /// of any process sharing the store. The window is between 1 ms and [`MAX_DEBOUNCE`]
     /// (else [`SendError::InvalidDebounce`]).
@@ -411,7 +413,8 @@ impl std::fmt::Display for AddressedInstance {
 }
 
 /// What a debounced send did (RT-35): it stored or replaced the pending send, to be delivered
-/// at `due_at` unless another send comes first.
+/// at `due_at` unless another send comes first. The report's stimulus id names this send
+/// only; the delivery gets an id of its own.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Debounced {
     /// The debounce id: the sends with the same name, key and target share it.

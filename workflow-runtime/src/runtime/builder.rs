@@ -430,8 +430,9 @@ impl RuntimeBuilder {
         self
     }
 
-    /// Whether the in-process timer driver (TM-4) runs in the background (default true).
-    /// Without it, due timers fire only through
+    /// Whether the in-process timer driver (TM-4), and with it the debounce driver (RT-35),
+    /// runs in the background (default true). Without it, due timers fire and due debounced
+    /// sends are delivered only through
     /// [`Runtime::fire_due_timers`](crate::Runtime::fire_due_timers) (what [`crate::testing::TestRuntime`] does, step by step).
     #[must_use]
     pub fn timer_driver(mut self, enabled: bool) -> Self {

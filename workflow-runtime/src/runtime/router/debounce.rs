@@ -144,10 +144,11 @@ impl Router {
         Ok(report)
     }
 
-    /// Delivers the debounced sends due now (RT-35), a page at a time; returns the stimulus
-    /// ids of the deliveries made. A delivery that fails on the store stays claimed, and is
-    /// tried again once its claim expires; one refused for good (its instance gone, say) is
-    /// logged and dropped, as the send would have been refused.
+    /// Delivers the debounced sends due now (RT-35), a page at a time; returns the debounce
+    /// ids of the rows settled, in due order. A delivery that fails on the store, or a row
+    /// that does not decode, stays claimed and is tried again once its claim expires; one
+    /// refused for good (its instance gone, say) is logged and dropped, as the send would
+    /// have been refused, and counts as settled.
     pub(crate) async fn fire_due_debounces(&self) -> Result<Vec<String>, StoreError> {
         let mut delivered = Vec::new();
         loop {
@@ -177,15 +178,19 @@ impl Router {
                 if self.stopping() {
                     return Ok(delivered);
                 }
-                if let Some(id) = self.deliver_debounced(&row).await? {
-                    delivered.push(id);
+                match self.deliver_debounced(&row).await {
+                    Ok(true) => delivered.push(row.debounce_id),
+                    Ok(false) => {}
+                    Err(error) => {
+                        tracing::warn!(debounce = %row.debounce_id, %error, "a due debounced send could not be settled; its claim will expire");
+                    }
                 }
             }
         }
     }
 
-    /// Sends one claimed row's stimulus and settles the row.
-    async fn deliver_debounced(&self, row: &DebounceRow) -> Result<Option<String>, StoreError> {
+    /// Sends one claimed row's stimulus and settles the row; whether it was settled.
+    async fn deliver_debounced(&self, row: &DebounceRow) -> Result<bool, StoreError> {
         let pending: Pending = match serde_json::from_str(&row.stimulus) {
             Ok(pending) => pending,
             Err(e) => {
@@ -199,7 +204,7 @@ impl Router {
             }
         };
         let key = format!("debounce-{}-{}", row.burst_id, row.sends);
-        let delivered = match self.send(pending.into_stimulus(key)).await {
+        match self.send(pending.into_stimulus(key)).await {
             Ok(report) => {
                 tracing::info!(
                     debounce = %row.debounce_id,
@@ -208,21 +213,19 @@ impl Router {
                     stimulus = %report.stimulus_id,
                     "debounced send delivered"
                 );
-                Some(report.stimulus_id)
             }
             Err(SendError::Store(error)) => {
                 tracing::warn!(debounce = %row.debounce_id, %error, "a due debounced send could not be delivered; its claim will expire");
-                return Ok(None);
+                return Ok(false);
             }
             Err(error) => {
                 tracing::warn!(debounce = %row.debounce_id, name = %row.name, %error, "a due debounced send was refused; it is dropped");
-                None
             }
-        };
+        }
         self.store
             .finish_debounce(&row.debounce_id, &row.burst_id, row.sends)
             .await?;
-        Ok(delivered)
+        Ok(true)
     }
 }
 

@@ -31,7 +31,8 @@ pub struct TimerFiring {
     /// Timers claimed whose resume failed (the claim expires and they are tried again); for a
     /// schedule, `(definition name, schedule id)`.
     pub failed: Vec<(String, String)>,
-    /// The stimulus ids of the debounced sends delivered (RT-35), in due order; filled by
+    /// The debounce ids of the debounced sends settled (RT-35), in due order: delivered, or
+    /// refused for good and dropped; filled by
     /// [`Runtime::fire_due_timers`](crate::Runtime::fire_due_timers).
     pub debounced: Vec<String>,
 }
