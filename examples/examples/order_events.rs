@@ -112,7 +112,7 @@ async fn run() -> Result<(), Box<dyn Error>> {
                     ..OrderData::default()
                 })
                 .correlation("o-1")
-                .queue(false),
+                .inbox(false),
         )
         .await?;
     println!(
@@ -130,7 +130,7 @@ async fn run() -> Result<(), Box<dyn Error>> {
         .await?;
     println!(
         "order.shipped o-2 (early): queued = {:?}",
-        early.queued.is_some()
+        early.inbox_item.is_some()
     );
 
     // Payments, correlated by the order id.

@@ -242,7 +242,7 @@ async fn send_event(
             .map(|s| s.instance_id.clone())
             .collect(),
         rejected: report.rejected.iter().map(rejection).collect(),
-        queued: report.queued.is_some(),
+        queued: report.inbox_item.is_some(),
         summary: report.to_string(),
     };
     Ok((StatusCode::ACCEPTED, Json(view)))

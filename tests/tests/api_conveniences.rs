@@ -54,7 +54,7 @@ async fn a_send_report_reads_as_one_line_saying_what_happened() {
         .await
         .unwrap();
     let line = report.to_string();
-    assert!(line.contains("queued as"), "{line}");
+    assert!(line.contains("kept in the inbox as"), "{line}");
     assert!(line.contains("no instance waits for it now"), "{line}");
 }
 
@@ -121,7 +121,7 @@ async fn a_send_to_a_finished_instance_says_so_instead_of_queueing() {
         .send(Stimulus::new("arrived").key("p-3").correlation("truck-9"))
         .await
         .unwrap();
-    assert_eq!(late.queued, None, "{late}");
+    assert_eq!(late.inbox_item, None, "{late}");
     assert_eq!(
         late.finished
             .iter()
@@ -138,7 +138,7 @@ async fn a_send_to_a_finished_instance_says_so_instead_of_queueing() {
     // Sent to the instance itself, queued or inline: refused with its status.
     for stimulus in [
         Stimulus::new("arrived").instance(id.clone()),
-        Stimulus::new("arrived").instance(id.clone()).enqueued(),
+        Stimulus::new("arrived").instance(id.clone()).via_inbox(),
     ] {
         let refused = rt.send(stimulus).await.unwrap_err();
         assert!(

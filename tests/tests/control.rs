@@ -173,7 +173,7 @@ fn a_paused_instance_holds_its_events_until_it_is_resumed() {
         let report = rt.send(Stimulus::new("paid")).await.unwrap();
         assert!(report.resumed.is_empty(), "{report:?}");
         assert_eq!(report.deferred, std::slice::from_ref(&id));
-        assert_eq!(rt.deliver_queued().await.unwrap(), 0, "held while paused");
+        assert_eq!(rt.deliver_inbox().await.unwrap(), 0, "held while paused");
         assert_eq!(log_of(&rt, &id).await, ["first", "second"]);
         assert_eq!(status_of(&rt, &id).await, PAUSED);
 
@@ -182,7 +182,7 @@ fn a_paused_instance_holds_its_events_until_it_is_resumed() {
             resumed.applied().map(|s| (s.status, s.sub_status)),
             Some((WorkflowStatus::Suspended, Some(SubStatus::Waiting)))
         );
-        assert_eq!(rt.deliver_queued().await.unwrap(), 1);
+        assert_eq!(rt.deliver_inbox().await.unwrap(), 1);
         assert_eq!(log_of(&rt, &id).await, ["first", "second", "second"]);
         assert_eq!(status_of(&rt, &id).await.0, WorkflowStatus::Finished);
 
@@ -449,7 +449,7 @@ fn a_retry_requested_without_the_code_is_honoured_by_the_owner() {
         let operator = Runtime::builder()
             .store(store.clone())
             .owner("operator")
-            .queue_worker(false)
+            .inbox_worker(false)
             .recovery_sweep(None)
             .build()
             .unwrap();
@@ -492,13 +492,13 @@ fn requests_for_an_idle_instance_are_honoured_by_the_owner() {
             .store(store.clone())
             .owner("app")
             .register::<TwoSteps>()
-            .queue_sweep(Duration::from_millis(20))
+            .inbox_sweep(Duration::from_millis(20))
             .build()
             .unwrap();
         let operator = Runtime::builder()
             .store(store.clone())
             .owner("operator")
-            .queue_worker(false)
+            .inbox_worker(false)
             .recovery_sweep(None)
             .build()
             .unwrap();

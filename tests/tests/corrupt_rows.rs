@@ -82,7 +82,7 @@ fn runtime(store: &Storage) -> Runtime {
         .store(store.clone())
         .register_definition(Definition::from_json(WAITER).unwrap(), registry())
         .register_definition(Definition::from_json(SLEEPER).unwrap(), registry())
-        .queue_worker(false)
+        .inbox_worker(false)
         .timer_driver(false)
         .recovery_sweep(None)
         .build()
@@ -182,10 +182,10 @@ fn st22_a_queue_row_with_a_wrong_column_type_fails_alone_as_a_dead_letter_naming
         let mut items = Vec::new();
         for _ in 0..3 {
             let report = rt
-                .send(Stimulus::new("nobody.waits").enqueued())
+                .send(Stimulus::new("nobody.waits").via_inbox())
                 .await
                 .unwrap();
-            items.push(report.queued.unwrap());
+            items.push(report.inbox_item.unwrap());
         }
         let bad = items[1].clone();
         corrupt(

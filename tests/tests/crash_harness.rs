@@ -259,7 +259,7 @@ fn load_runtime(path: &Path) -> Runtime {
         .lease_ttl(Duration::from_secs(3))
         .lease_renewal(Duration::from_millis(500))
         .recovery_sweep(Some(Duration::from_millis(200)))
-        .queue_sweep(Duration::from_millis(100))
+        .inbox_sweep(Duration::from_millis(100))
         .build()
         .unwrap()
 }

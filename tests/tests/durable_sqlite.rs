@@ -165,7 +165,7 @@ fn instances_survive_a_dropped_runtime_and_finish_on_a_new_one() {
                 Stimulus::new("payment")
                     .key("order-2")
                     .payload(Payment { amount: 1 })
-                    .queue(false),
+                    .inbox(false),
             )
             .await
             .unwrap();
@@ -295,7 +295,7 @@ fn an_instance_of_an_unregistered_version_is_reported_and_left_untouched() {
         let runtime = Runtime::builder()
             .store(sqlite(&path))
             .register::<VersionedTwo>()
-            .queue_worker(false)
+            .inbox_worker(false)
             .build()
             .unwrap();
         let before = runtime.store().load_instance("v-1").await.unwrap();
@@ -311,13 +311,13 @@ fn an_instance_of_an_unregistered_version_is_reported_and_left_untouched() {
             .unwrap();
         assert_eq!(report.deferred, ["v-1"], "{report:?}");
         assert!(
-            report.resumed.is_empty() && report.queued.is_none(),
+            report.resumed.is_empty() && report.inbox_item.is_none(),
             "{report:?}"
         );
         // Its worker keeps it (not an attempt, not a dead letter, its claim released),
         // however often it passes.
         for _ in 0..3 {
-            assert_eq!(runtime.deliver_queued().await.unwrap(), 0);
+            assert_eq!(runtime.deliver_inbox().await.unwrap(), 0);
         }
         let now = i64::try_from(
             std::time::SystemTime::now()
@@ -355,10 +355,10 @@ fn an_instance_of_an_unregistered_version_is_reported_and_left_untouched() {
         let runtime = Runtime::builder()
             .store(sqlite(&path))
             .register::<Versioned>()
-            .queue_worker(false)
+            .inbox_worker(false)
             .build()
             .unwrap();
-        assert_eq!(runtime.deliver_queued().await.unwrap(), 1);
+        assert_eq!(runtime.deliver_inbox().await.unwrap(), 1);
         assert_eq!(
             runtime.current_state::<Versioned>("v-1").await.unwrap(),
             Some(Versioned::Closed)

@@ -622,7 +622,7 @@ fn runtime(store: &Arc<FaultyStore>) -> Runtime {
         .lease_ttl(Duration::from_millis(400))
         .lease_renewal(Duration::from_millis(100))
         .recovery_sweep(Some(Duration::from_millis(100)))
-        .queue_sweep(Duration::from_millis(100))
+        .inbox_sweep(Duration::from_millis(100))
         .sweep_interval(Some(Duration::from_millis(100)))
         .build()
         .unwrap()
@@ -807,8 +807,8 @@ fn a_direct_send_failing_after_its_commit_is_a_duplicate_when_retried() {
             assert_eq!(data(&rt, "t-4").await.seen, ["one"], "{label}");
             let again = rt.send(send()).await.unwrap();
             assert!(again.duplicate, "{label}: {again:?}");
-            assert_eq!(again.queued, None, "{label}: no stray copy queued");
-            assert_eq!(rt.deliver_queued().await.unwrap(), 0, "{label}");
+            assert_eq!(again.inbox_item, None, "{label}: no stray copy queued");
+            assert_eq!(rt.deliver_inbox().await.unwrap(), 0, "{label}");
             assert_eq!(data(&rt, "t-4").await.seen, ["one"], "{label}");
             rt.shutdown(Duration::from_secs(1)).await;
         });
@@ -846,7 +846,7 @@ fn a_delivered_queue_item_goes_with_its_commit_when_its_acknowledgement_is_lost(
                 .store(faulty)
                 .register::<Twice>()
                 .lease_ttl(Duration::from_millis(300))
-                .queue_worker(false)
+                .inbox_worker(false)
                 .timer_driver(false)
                 .recovery_sweep(None)
                 .build()
@@ -861,7 +861,7 @@ fn a_delivered_queue_item_goes_with_its_commit_when_its_acknowledgement_is_lost(
             assert_eq!(data(&rt, "h-1").await.seen, Vec::<String>::new(), "{label}");
 
             store.inject(Op::SettleQueueItem, 1, Fault::Fail);
-            let stopped = rt.deliver_queued().await;
+            let stopped = rt.deliver_inbox().await;
             assert!(stopped.is_err(), "{label}: {stopped:?}");
             assert_eq!(data(&rt, "h-1").await.seen, ["one"], "{label}");
             // The worker's claim on what it did not settle lapses.
@@ -870,7 +870,7 @@ fn a_delivered_queue_item_goes_with_its_commit_when_its_acknowledgement_is_lost(
                 queued_items(&store).await.is_empty(),
                 "{label}: the delivered item is still queued"
             );
-            assert_eq!(rt.deliver_queued().await.unwrap(), 0, "{label}");
+            assert_eq!(rt.deliver_inbox().await.unwrap(), 0, "{label}");
             assert_eq!(data(&rt, "h-1").await.seen, ["one"], "{label}");
             let dead = rt.dead_letters(DeadLetterFilter::all(10)).await.unwrap();
             assert!(dead.is_empty(), "{label}: {dead:?}");
@@ -896,7 +896,7 @@ fn a_queued_stimulus_redelivered_after_a_lost_acknowledgement_is_applied_once() 
                 .store(faulty)
                 .register::<Gated>()
                 .lease_ttl(Duration::from_millis(300))
-                .queue_worker(false)
+                .inbox_worker(false)
                 .timer_driver(false)
                 .recovery_sweep(None)
                 .build()
@@ -907,7 +907,7 @@ fn a_queued_stimulus_redelivered_after_a_lost_acknowledgement_is_applied_once() 
                     .unwrap();
             }
             let early = rt.send(Stimulus::new("all")).await.unwrap();
-            assert!(early.queued.is_some(), "{label}: {early:?}");
+            assert!(early.inbox_item.is_some(), "{label}: {early:?}");
             for id in ["g-1", "g-2"] {
                 let go = rt.send(Stimulus::new("go").key(id)).await.unwrap();
                 assert_eq!(go.resumed.len(), 1, "{label}: {go:?}");
@@ -918,7 +918,7 @@ fn a_queued_stimulus_redelivered_after_a_lost_acknowledgement_is_applied_once() 
             }
 
             store.inject(Op::SettleQueueItem, 1, Fault::Fail);
-            let stopped = rt.deliver_queued().await;
+            let stopped = rt.deliver_inbox().await;
             assert!(stopped.is_err(), "{label}: {stopped:?}");
             for id in ["g-1", "g-2"] {
                 assert_eq!(data(&rt, id).await.seen, ["one"], "{label}: {id}");
@@ -936,7 +936,7 @@ fn a_queued_stimulus_redelivered_after_a_lost_acknowledgement_is_applied_once() 
             tokio::time::sleep(Duration::from_millis(400)).await;
             assert_eq!(queued_items(&store).await.len(), 1, "{label}");
             tokio::time::sleep(Duration::from_millis(50)).await;
-            rt.deliver_queued().await.unwrap();
+            rt.deliver_inbox().await.unwrap();
             for id in ["g-1", "g-2"] {
                 assert_eq!(
                     data(&rt, id).await.seen,
@@ -978,7 +978,7 @@ fn a_trigger_start_failing_after_its_creation_is_a_duplicate_when_retried() {
             );
             let again = rt.send(send()).await.unwrap();
             assert!(again.duplicate, "{label}: {again:?}");
-            assert_eq!(again.queued, None, "{label}: no stray copy queued");
+            assert_eq!(again.inbox_item, None, "{label}: no stray copy queued");
             assert!(again.started.is_empty(), "{label}: {again:?}");
             let instances = rt
                 .list_instances(workflow_runtime::InstanceQuery {
@@ -1034,7 +1034,7 @@ fn a_deferred_send_failing_after_its_enqueue_is_a_duplicate_when_retried() {
             }
             assert_eq!(items.len(), 1, "{label}: one held item: {items:?}");
             rt.resume("t-5").await.unwrap();
-            rt.deliver_queued().await.unwrap();
+            rt.deliver_inbox().await.unwrap();
             assert_eq!(data(&rt, "t-5").await.seen, ["one"], "{label}");
             assert!(queued_items(&store).await.is_empty(), "{label}");
             rt.shutdown(Duration::from_secs(1)).await;
@@ -1145,7 +1145,7 @@ fn an_early_stimulus_that_cannot_be_queued_is_an_error() {
             let failed = rt.send(early()).await;
             assert!(failed.is_err(), "{label}: {failed:?}");
             let queued = rt.send(early()).await.unwrap();
-            assert!(queued.queued.is_some(), "{label}: {queued:?}");
+            assert!(queued.inbox_item.is_some(), "{label}: {queued:?}");
             let one = rt.send(Stimulus::new("one").key("t-3")).await.unwrap();
             assert_eq!(one.resumed.len(), 1, "{label}: {one:?}");
             let done = rt.await_completion("t-3", Duration::from_secs(10)).await;
@@ -1172,7 +1172,7 @@ fn transient_failures_of_queue_deliveries_do_not_dead_letter_the_stimulus() {
                 Runtime::builder()
                     .store(backend)
                     .register::<Twice>()
-                    .queue_worker(false)
+                    .inbox_worker(false)
                     .build()
                     .unwrap()
             };
@@ -1180,7 +1180,7 @@ fn transient_failures_of_queue_deliveries_do_not_dead_letter_the_stimulus() {
                 .await
                 .unwrap();
             let early = rt.send(Stimulus::new("two").key("q-1")).await.unwrap();
-            assert!(early.queued.is_some(), "{label}: {early:?}");
+            assert!(early.inbox_item.is_some(), "{label}: {early:?}");
             let one = rt.send(Stimulus::new("one").key("q-1")).await.unwrap();
             assert_eq!(one.resumed.len(), 1, "{label}: {one:?}");
             // Five passes in a row cannot take the instance's lease (every claim of a lease
@@ -1189,16 +1189,12 @@ fn transient_failures_of_queue_deliveries_do_not_dead_letter_the_stimulus() {
             store.inject(Op::ClaimInstance, 1_000, Fault::Fail);
             store.inject(Op::AcquireLease, 1_000, Fault::Fail);
             for pass in 0..5 {
-                assert_eq!(
-                    rt.deliver_queued().await.unwrap(),
-                    0,
-                    "{label}: pass {pass}"
-                );
+                assert_eq!(rt.deliver_inbox().await.unwrap(), 0, "{label}: pass {pass}");
             }
             store.clear();
             let dead = rt.dead_letters(DeadLetterFilter::all(10)).await.unwrap();
             assert!(dead.is_empty(), "{label}: {dead:?}");
-            assert_eq!(rt.deliver_queued().await.unwrap(), 1, "{label}");
+            assert_eq!(rt.deliver_inbox().await.unwrap(), 1, "{label}");
             assert_eq!(data(&rt, "q-1").await.seen, ["one", "two"], "{label}");
         });
     }

@@ -154,7 +154,7 @@ fn delay_wins_the_wait_any_join_and_the_event_bookmark_is_gone() {
         assert_eq!(snapshot.data::<Expense>().unwrap().log, ["notify", "pay"]);
         // The event can no longer be delivered: nothing waits for it.
         let report = rt
-            .send(Stimulus::new("manager_approved").queue(false))
+            .send(Stimulus::new("manager_approved").inbox(false))
             .await
             .unwrap();
         assert!(report.unmatched && report.resumed.is_empty());

@@ -57,7 +57,7 @@ fn application(store: &Storage) -> Runtime {
         .register::<Waits>()
         .register::<Sleeps>()
         .register::<Late>()
-        .queue_sweep(Duration::from_millis(100))
+        .inbox_sweep(Duration::from_millis(100))
         .recovery_sweep(Some(Duration::from_millis(100)))
         .sweep_interval(Some(Duration::from_millis(100)))
         .build()
@@ -101,7 +101,7 @@ async fn an_idle_runtime_with_held_stimuli_writes_nothing_until_something_change
     let held = app.send(Stimulus::new("paid")).await.unwrap();
     assert_eq!(held.deferred, std::slice::from_ref(&paused), "{held:?}");
     let queued = app.send(Stimulus::new("nobody-waits")).await.unwrap();
-    assert!(queued.queued.is_some(), "{queued:?}");
+    assert!(queued.inbox_item.is_some(), "{queued:?}");
     let sleeping = app.start::<Sleeps>(Steps::default()).await.unwrap();
     assert_eq!(sleeping.status, WorkflowStatus::Suspended);
 
@@ -139,16 +139,16 @@ async fn an_idle_runtime_with_held_stimuli_writes_nothing_until_something_change
         let other = Storage::new(Arc::new(SqliteStore::open_operator(&path).unwrap()));
         let operator = Runtime::builder()
             .store(other)
-            .queue_worker(false)
+            .inbox_worker(false)
             .timer_driver(false)
             .recovery_sweep(None)
             .build()
             .unwrap();
         let sent = operator
-            .send(Stimulus::new("paid").enqueued())
+            .send(Stimulus::new("paid").via_inbox())
             .await
             .unwrap();
-        assert!(sent.queued.is_some(), "{sent:?}");
+        assert!(sent.inbox_item.is_some(), "{sent:?}");
         operator.shutdown(Duration::ZERO).await;
     }
     assert!(
@@ -176,7 +176,7 @@ async fn runtimes_sharing_a_store_stay_idle_and_hear_each_other(
     let other = Runtime::builder()
         .store(second)
         .register::<Late>()
-        .queue_worker(false)
+        .inbox_worker(false)
         .timer_driver(false)
         .recovery_sweep(None)
         .build()
@@ -196,7 +196,7 @@ async fn runtimes_sharing_a_store_stay_idle_and_hear_each_other(
         .unwrap()
         .instance_id;
     let queued = app.send(Stimulus::new("late")).await.unwrap();
-    assert!(queued.queued.is_some(), "{queued:?}");
+    assert!(queued.inbox_item.is_some(), "{queued:?}");
 
     tokio::time::sleep(Duration::from_secs(1)).await;
     let before = stats(&store).await;
@@ -234,10 +234,10 @@ async fn runtimes_sharing_a_store_stay_idle_and_hear_each_other(
         .instance_id;
     for event in ["first", "late"] {
         let sent = other
-            .send(Stimulus::new(event).instance(mine.clone()).enqueued())
+            .send(Stimulus::new(event).instance(mine.clone()).via_inbox())
             .await
             .unwrap();
-        assert!(sent.queued.is_some(), "{sent:?}");
+        assert!(sent.inbox_item.is_some(), "{sent:?}");
     }
     assert!(
         eventually(|| async { status_of(&app, &mine).await.0 == WorkflowStatus::Finished }).await,

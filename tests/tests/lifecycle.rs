@@ -201,7 +201,7 @@ fn renewed_runtime(store: &Storage) -> Runtime {
         .lease_ttl(Duration::from_millis(300))
         .lease_renewal(Duration::from_millis(100))
         .recovery_sweep(Some(Duration::from_millis(50)))
-        .queue_sweep(Duration::from_millis(200))
+        .inbox_sweep(Duration::from_millis(200))
         .build()
         .unwrap()
 }
@@ -231,7 +231,7 @@ fn a_task_longer_than_the_lease_keeps_it_while_another_runtime_sends() {
         // Not run by B: queued for the busy instance (its next bookmark does not exist yet).
         assert!(sent.resumed.is_empty(), "the instance was busy: {sent:?}");
         assert!(
-            sent.queued.is_some() || sent.deferred == [id.clone()],
+            sent.inbox_item.is_some() || sent.deferred == [id.clone()],
             "{sent:?}"
         );
         let report = run.await.unwrap().unwrap();
@@ -352,7 +352,7 @@ fn an_early_stimulus_in_the_queue_does_not_make_the_idle_worker_spin() {
             .send(Stimulus::new("not-yet").key("k-1"))
             .await
             .unwrap();
-        assert!(early.queued.is_some());
+        assert!(early.inbox_item.is_some());
         tokio::time::sleep(Duration::from_millis(300)).await;
         let before = store.stats().await.unwrap().transactions;
         tokio::time::sleep(Duration::from_secs(1)).await;
@@ -378,7 +378,7 @@ fn a_dead_process_timer_claim_fires_despite_a_stream_of_hints() {
         let runtime = Runtime::builder()
             .register::<Waits>()
             .timer_driver(false)
-            .queue_worker(false)
+            .inbox_worker(false)
             .sweep_interval(Some(Duration::from_millis(300)))
             .build()
             .unwrap();
@@ -489,7 +489,7 @@ fn a_timer_claim_follows_the_lease_ttl() {
             .lease_renewal(Duration::from_millis(100))
             .recovery_sweep(None)
             .timer_driver(false)
-            .queue_worker(false)
+            .inbox_worker(false)
             .build()
             .unwrap();
         let id = runtime
@@ -551,8 +551,8 @@ fn retention_purges_in_the_background() {
             .store(store.clone())
             .register::<Quick>()
             .register::<PingPong>()
-            .queue_ttl(ms(1))
-            .queue_sweep(ms(50))
+            .inbox_ttl(ms(1))
+            .inbox_sweep(ms(50))
             .retention(workflow_runtime::Retention {
                 finished: Some(ms(1)),
                 receipts: ms(2),
@@ -585,7 +585,7 @@ fn retention_purges_in_the_background() {
             .send(Stimulus::new("nobody").idempotency_key("lost-1"))
             .await
             .unwrap();
-        assert!(lost.queued.is_some());
+        assert!(lost.inbox_item.is_some());
         // The purge runs every 100 ms; on a loaded machine a pass can come late, so wait
         // for everything it must remove (at most 20 s) rather than for a fixed time.
         let deadline = std::time::Instant::now() + Duration::from_secs(20);
@@ -684,7 +684,7 @@ fn a_childs_result_reaches_a_parent_busy_when_the_child_finished() {
             .register::<Parent>()
             .register::<Child>()
             .recovery_sweep(None)
-            .queue_sweep(Duration::from_millis(100))
+            .inbox_sweep(Duration::from_millis(100))
             .build()
             .unwrap();
         let parent = runtime

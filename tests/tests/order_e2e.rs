@@ -125,12 +125,12 @@ fn order_machine_is_driven_to_shipped_by_typed_stimuli() {
 
         // The withdrawn cancel no longer matches; a wrong key never did.
         let report = rt
-            .send(Stimulus::new("cancel").key("o-42").queue(false))
+            .send(Stimulus::new("cancel").key("o-42").inbox(false))
             .await
             .unwrap();
         assert!(report.unmatched && report.resumed.is_empty(), "{report:?}");
         let report = rt
-            .send(Stimulus::new("shipped").key("o-99").queue(false))
+            .send(Stimulus::new("shipped").key("o-99").inbox(false))
             .await
             .unwrap();
         assert!(report.unmatched);
@@ -252,7 +252,7 @@ fn cancel_ends_an_order_and_await_reports_it_eng50() {
                 Stimulus::new("payment")
                     .key("o-1")
                     .payload(Payment { amount: 5 })
-                    .queue(false),
+                    .inbox(false),
             )
             .await
             .unwrap();

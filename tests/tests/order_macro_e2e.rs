@@ -118,7 +118,7 @@ fn macro_order_is_driven_to_shipped_by_typed_payloads() {
 
         // `cancel` was a competing trigger of `New`: cancelled with its bookmark (SM-5.1).
         let late_cancel = rt
-            .send(Stimulus::new("cancel").key("o-1").queue(false))
+            .send(Stimulus::new("cancel").key("o-1").inbox(false))
             .await
             .unwrap();
         assert!(

@@ -419,7 +419,7 @@ fn run(definition: Value, ops: &[Op]) -> Result<(), TestCaseError> {
                 Op::Send(event, queue) => {
                     let stimulus = Stimulus::new(format!("e{event}"))
                         .instance(id.clone())
-                        .queue(queue);
+                        .inbox(queue);
                     let report = test.send(stimulus).await;
                     let report = match report {
                         Ok(report) => report,

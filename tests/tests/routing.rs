@@ -140,8 +140,8 @@ fn runtime(store: &Storage, order_activation: Option<Activation>) -> Runtime {
         .register_definition(definition(ORDER, order_activation), registry(None))
         .register_definition(definition(AUDIT, None), registry(None))
         .register_definition(definition(TICKER, None), registry(None))
-        // These tests pass the queue themselves (`deliver_queued`, or `start_workers`).
-        .queue_worker(false)
+        // These tests pass the queue themselves (`deliver_inbox`, or `start_workers`).
+        .inbox_worker(false)
         .build()
         .unwrap()
 }
@@ -162,7 +162,7 @@ fn rt13_start_by_trigger_then_resume_by_correlated_event() {
             let report = rt.send(placed("o-1")).await.unwrap();
             assert_eq!(report.started.len(), 1, "{label}: {report:?}");
             assert!(
-                report.resumed.is_empty() && report.queued.is_none(),
+                report.resumed.is_empty() && report.inbox_item.is_none(),
                 "{label}"
             );
             let id = report.started[0].instance_id.clone();
@@ -183,7 +183,7 @@ fn rt13_start_by_trigger_then_resume_by_correlated_event() {
 
             // A payment for another order queues; the right key resumes it.
             let other = rt
-                .send(Stimulus::new("paid").key("o-2").queue(false))
+                .send(Stimulus::new("paid").key("o-2").inbox(false))
                 .await
                 .unwrap();
             assert!(other.unmatched, "{label}");
@@ -384,7 +384,7 @@ fn rt21_rt26_an_event_sent_before_the_wait_point_is_not_lost() {
                 .await
                 .unwrap();
             assert!(report.resumed.is_empty(), "{label}: no bookmark yet");
-            assert!(report.queued.is_some(), "{label}: queued (RT-21)");
+            assert!(report.inbox_item.is_some(), "{label}: queued (RT-21)");
             // Now the order reaches its wait; its commit rings the doorbell (RT-26).
             gate.notify_one();
             let started = starter.await.unwrap().unwrap();
@@ -407,7 +407,7 @@ fn rt28_unmatched_stimulus_expires_into_dead_letters() {
         block_on(async {
             let rt = Runtime::builder()
                 .store(store.clone())
-                .queue_ttl(Duration::from_millis(30))
+                .inbox_ttl(Duration::from_millis(30))
                 .register_definition(definition(AUDIT, None), registry(None))
                 .build()
                 .unwrap();
@@ -419,15 +419,15 @@ fn rt28_unmatched_stimulus_expires_into_dead_letters() {
                 )
                 .await
                 .unwrap();
-            let item = report.queued.clone().expect("queued");
+            let item = report.inbox_item.clone().expect("queued");
             // A per-send TTL wins over the runtime's.
             let long = rt
                 .send(Stimulus::new("nobody.listens").ttl(Duration::from_secs(600)))
                 .await
                 .unwrap();
-            assert!(long.queued.is_some(), "{label}");
+            assert!(long.inbox_item.is_some(), "{label}");
             tokio::time::sleep(Duration::from_millis(60)).await;
-            assert_eq!(rt.deliver_queued().await.unwrap(), 0, "{label}");
+            assert_eq!(rt.deliver_inbox().await.unwrap(), 0, "{label}");
             let dead = rt
                 .dead_letters(DeadLetterFilter::of_reason(DeadLetterReason::Expired, 10))
                 .await
@@ -503,7 +503,7 @@ fn rt11_trigger_index_is_replaced_by_difference() {
                 .await
                 .unwrap();
             assert!(rows.is_empty(), "{label}: {rows:?}");
-            let report = rt2.send(placed("o-1").queue(false)).await.unwrap();
+            let report = rt2.send(placed("o-1").inbox(false)).await.unwrap();
             assert!(report.started.is_empty() && report.unmatched, "{label}");
         });
     }
@@ -522,7 +522,7 @@ fn rt32_a_loop_never_takes_the_same_stimulus_twice() {
             let first = rt.send(Stimulus::new("tick")).await.unwrap();
             assert_eq!(first.resumed.len(), 1, "{label}");
             // Back at the wait in the next iteration: the first tick does not fire again.
-            assert_eq!(rt.deliver_queued().await.unwrap(), 0, "{label}");
+            assert_eq!(rt.deliver_inbox().await.unwrap(), 0, "{label}");
             let snapshot = rt.get_state(&id).await.unwrap().unwrap();
             assert_eq!(snapshot.status(), WorkflowStatus::Suspended, "{label}");
             assert_eq!(data(&rt, &id).await.ticks, 1, "{label}");
@@ -546,11 +546,11 @@ fn rt30_look_back_since_origin() {
             let rt = runtime(&store, None);
             // Sent before the instance existed: older than its origin, never delivered.
             let stale = rt.send(Stimulus::new("paid").key("o-8")).await.unwrap();
-            assert!(stale.queued.is_some(), "{label}");
+            assert!(stale.inbox_item.is_some(), "{label}");
             tokio::time::sleep(Duration::from_millis(2)).await;
             let report = rt.send(placed("o-8")).await.unwrap();
             let id = report.started[0].instance_id.clone();
-            assert_eq!(rt.deliver_queued().await.unwrap(), 0, "{label}");
+            assert_eq!(rt.deliver_inbox().await.unwrap(), 0, "{label}");
             assert_eq!(
                 rt.get_state(&id).await.unwrap().unwrap().status(),
                 WorkflowStatus::Suspended,
@@ -591,15 +591,15 @@ fn rt18_an_instance_busy_in_another_process_is_deferred_then_delivered() {
                 "{label}: {report:?}"
             );
             assert!(
-                report.resumed.is_empty() && report.queued.is_none(),
+                report.resumed.is_empty() && report.inbox_item.is_none(),
                 "{label}"
             );
-            assert_eq!(rt.deliver_queued().await.unwrap(), 0, "{label}: still busy");
+            assert_eq!(rt.deliver_inbox().await.unwrap(), 0, "{label}: still busy");
             store
                 .release_lease(&LeaseKey::instance(&id), lease.token)
                 .await
                 .unwrap();
-            assert_eq!(rt.deliver_queued().await.unwrap(), 1, "{label}");
+            assert_eq!(rt.deliver_inbox().await.unwrap(), 1, "{label}");
             assert_eq!(
                 rt.get_state(&id).await.unwrap().unwrap().status(),
                 WorkflowStatus::Finished,
@@ -615,7 +615,7 @@ fn rt16_start_applies_the_activation_strategy_and_rt28_dead_letters_replay() {
         block_on(async {
             let rt = Runtime::builder()
                 .store(store.clone())
-                .queue_ttl(Duration::from_millis(20))
+                .inbox_ttl(Duration::from_millis(20))
                 .register_definition(
                     definition(AUDIT, Some(Activation::Singleton)),
                     registry(None),
@@ -647,11 +647,11 @@ fn rt16_start_applies_the_activation_strategy_and_rt28_dead_letters_replay() {
             assert_eq!(report.resumed.len(), 1, "{label}");
             let queued = rt.send(Stimulus::new("late")).await.unwrap();
             tokio::time::sleep(Duration::from_millis(40)).await;
-            rt.deliver_queued().await.unwrap();
+            rt.deliver_inbox().await.unwrap();
             let dead = rt.dead_letters(DeadLetterFilter::all(10)).await.unwrap();
             assert_eq!(dead.len(), 1, "{label}");
             let item = rt.replay_dead_letter(&dead[0].item.item_id).await.unwrap();
-            assert_eq!(Some(item.item_id), queued.queued, "{label}");
+            assert_eq!(Some(item.item_id), queued.inbox_item, "{label}");
             assert_eq!(
                 item.stimulus_id, queued.stimulus_id,
                 "{label}: same stimulus id"
@@ -697,17 +697,17 @@ fn rt30_each_look_back_policy_decides_on_a_stimulus_queued_before_the_instance()
                     .store(store.clone())
                     .register_definition(definition(&json, None), registry(None))
                     // The test passes the queue itself.
-                    .queue_worker(false)
+                    .inbox_worker(false)
                     .build()
                     .unwrap();
                 let order = format!("lb-{i}");
                 let stale = rt.send(Stimulus::new("paid").key(&order)).await.unwrap();
-                assert!(stale.queued.is_some(), "{label} {look_back:?}");
+                assert!(stale.inbox_item.is_some(), "{label} {look_back:?}");
                 tokio::time::sleep(Duration::from_millis(2)).await;
                 let started = rt.send(placed(&order)).await.unwrap();
                 let id = started.started[0].instance_id.clone();
                 assert_eq!(
-                    rt.deliver_queued().await.unwrap(),
+                    rt.deliver_inbox().await.unwrap(),
                     expected,
                     "{label} {look_back:?}"
                 );
@@ -741,7 +741,7 @@ fn rt15_correlation_spans_definitions_and_rt34_terminal_targets_fail() {
                 .await
                 .unwrap();
             let refused = rt
-                .send(placed("o-1").correlation("shared").queue(false))
+                .send(placed("o-1").correlation("shared").inbox(false))
                 .await
                 .unwrap();
             assert!(
@@ -778,13 +778,13 @@ fn rt23_mode_enqueue_lets_the_worker_start_and_resume() {
                 .start_by_name("Audit", json!({}), StartOptions::default())
                 .await
                 .unwrap();
-            let report = rt.send(placed("o-1").enqueued()).await.unwrap();
-            assert!(report.queued.is_some(), "{label}");
+            let report = rt.send(placed("o-1").via_inbox()).await.unwrap();
+            assert!(report.inbox_item.is_some(), "{label}");
             assert!(
                 report.started.is_empty() && report.resumed.is_empty(),
                 "{label}"
             );
-            assert_eq!(rt.deliver_queued().await.unwrap(), 1, "{label}");
+            assert_eq!(rt.deliver_inbox().await.unwrap(), 1, "{label}");
             let orders = store
                 .list_instances(InstanceFilter {
                     definition_name: Some("Order".into()),
@@ -803,20 +803,20 @@ fn rt23_mode_enqueue_lets_the_worker_start_and_resume() {
                 "{label}: resumed by the worker"
             );
             // Nothing more to do: the item is gone.
-            assert_eq!(rt.deliver_queued().await.unwrap(), 0, "{label}");
+            assert_eq!(rt.deliver_inbox().await.unwrap(), 0, "{label}");
             // Unmatched in mode Enqueue: queued anew (same stimulus id) for a later wait.
             let late = rt
-                .send(Stimulus::new("paid").key("o-late").enqueued())
+                .send(Stimulus::new("paid").key("o-late").via_inbox())
                 .await
                 .unwrap();
-            rt.deliver_queued().await.unwrap();
+            rt.deliver_inbox().await.unwrap();
             let pending = store
                 .claim_queue_page("probe", now_micros(), 1, 10)
                 .await
                 .unwrap();
             assert!(
                 pending.iter().any(|i| i.stimulus_id == late.stimulus_id
-                    && Some(&i.item_id) != late.queued.as_ref()),
+                    && Some(&i.item_id) != late.inbox_item.as_ref()),
                 "{label}: {pending:?}"
             );
         });
@@ -837,7 +837,7 @@ fn rt12_a_trigger_of_an_unregistered_version_starts_nothing_and_rt34_mismatch() 
                 .build()
                 .unwrap();
             new.index_triggers().await.unwrap();
-            let report = old.send(placed("o-2").queue(false)).await.unwrap();
+            let report = old.send(placed("o-2").inbox(false)).await.unwrap();
             assert!(report.started.is_empty(), "{label}");
             assert!(
                 matches!(&report.refused[..], [Refusal::VersionNotRegistered { .. }]),
@@ -896,7 +896,7 @@ fn rt18_a_faulted_instance_gets_a_held_item() {
             });
             let rt = Runtime::builder()
                 .store(store.clone())
-                .queue_ttl(Duration::from_millis(10))
+                .inbox_ttl(Duration::from_millis(10))
                 .register_definition(definition(FAULTY, None), registry)
                 .build()
                 .unwrap();
@@ -927,7 +927,7 @@ fn rt18_a_faulted_instance_gets_a_held_item() {
                 "{label}: {report:?}"
             );
             tokio::time::sleep(Duration::from_millis(30)).await;
-            rt.deliver_queued().await.unwrap();
+            rt.deliver_inbox().await.unwrap();
             let dead = rt.dead_letters(DeadLetterFilter::all(10)).await.unwrap();
             assert!(
                 dead.is_empty(),
@@ -1017,7 +1017,7 @@ fn rt22_an_event_payload_that_does_not_decode_is_dead_lettered_and_the_instance_
                 .await
                 .unwrap();
             assert!(report.resumed.is_empty(), "{label}: {report:?}");
-            assert!(report.queued.is_none() && !report.unmatched, "{label}");
+            assert!(report.inbox_item.is_none() && !report.unmatched, "{label}");
             assert_eq!(report.rejected.len(), 1, "{label}: {report:?}");
             let Rejection::PayloadDecode {
                 instance,
@@ -1407,7 +1407,7 @@ fn rt22_a_queued_payload_that_does_not_decode_is_dead_lettered_by_the_worker() {
                 .send(Stimulus::new("verdict").key("o-9").payload(json!(42)))
                 .await
                 .unwrap();
-            assert!(early.queued.is_some(), "{label}: {early:?}");
+            assert!(early.inbox_item.is_some(), "{label}: {early:?}");
             let id = rt
                 .start_by_name(
                     "Decider",
@@ -1418,12 +1418,12 @@ fn rt22_a_queued_payload_that_does_not_decode_is_dead_lettered_by_the_worker() {
                 .unwrap()
                 .instance_id;
             let before = rt.get_state(&id).await.unwrap().unwrap();
-            rt.deliver_queued().await.unwrap();
+            rt.deliver_inbox().await.unwrap();
             let (stimulus_id, error) = rejected_dead_letter(&rt, label).await;
             assert_eq!(stimulus_id, early.stimulus_id, "{label}");
             assert!(error.contains("Verdict"), "{label}: {error}");
             // Gone from the queue: a second pass rejects nothing more.
-            rt.deliver_queued().await.unwrap();
+            rt.deliver_inbox().await.unwrap();
             rejected_dead_letter(&rt, label).await;
             let after = rt.get_state(&id).await.unwrap().unwrap();
             assert_eq!(after.status(), WorkflowStatus::Suspended, "{label}");

@@ -47,7 +47,7 @@ fn runtime(store: &Storage) -> Runtime {
     Runtime::builder()
         .store(store.clone())
         .register::<TicketFlow>()
-        .queue_worker(false)
+        .inbox_worker(false)
         .build()
         .unwrap()
 }
@@ -128,8 +128,8 @@ fn a_stimulus_no_instance_waits_for_says_why_it_was_queued() {
                 .send(assign("T-3", "bob").instance(id.clone()))
                 .await
                 .unwrap();
-            let item = report.queued.clone().expect("queued");
-            let because = report.queued_because.clone().expect("why it was queued");
+            let item = report.inbox_item.clone().expect("queued");
+            let because = report.inbox_because.clone().expect("why it was queued");
             assert_eq!(
                 because.addressed,
                 vec![AddressedInstance {
@@ -144,7 +144,7 @@ fn a_stimulus_no_instance_waits_for_says_why_it_was_queued() {
             assert_eq!(
                 report.to_string(),
                 format!(
-                    "stimulus {}: queued as {item}: no instance waits for it now ({id} is Suspended at `Assigned`, waiting for `ticket.close`); delivered if one comes to wait for it before it expires, else dead-lettered",
+                    "stimulus {}: kept in the inbox as {item}: no instance waits for it now ({id} is Suspended at `Assigned`, waiting for `ticket.close`); delivered if one comes to wait for it before it expires, else dead-lettered",
                     report.stimulus_id
                 ),
                 "{label}"
@@ -153,8 +153,8 @@ fn a_stimulus_no_instance_waits_for_says_why_it_was_queued() {
             let closed = rt.send(TicketFlow::ticket_close("T-3")).await.unwrap();
             assert_eq!(closed.resumed.len(), 1, "{label}: {closed:?}");
             let late = rt.send(TicketFlow::ticket_close("T-3")).await.unwrap();
-            assert!(late.queued.is_some(), "{label}: {late:?}");
-            let because = late.queued_because.clone().expect("why it was queued");
+            assert!(late.inbox_item.is_some(), "{label}: {late:?}");
+            let because = late.inbox_because.clone().expect("why it was queued");
             assert!(because.addressed.is_empty(), "{label}: {because:?}");
             assert!(
                 late.to_string().contains("no instance waits for it now"),

@@ -98,7 +98,7 @@ fn runtime(store: &Storage, limit: usize) -> Runtime {
         .store(store.clone().with_max_state_bytes(limit))
         .register_definition(Definition::from_json(GROWER).unwrap(), registry())
         .register_definition(Definition::from_json(BIG_START).unwrap(), registry())
-        .queue_worker(false)
+        .inbox_worker(false)
         .timer_driver(false)
         .recovery_sweep(None)
         .build()
@@ -207,7 +207,7 @@ fn st24_a_resumed_run_over_the_limit_faults_the_instance_and_dead_letters_its_st
                 .replay_dead_letter(&letters[0].item.item_id)
                 .await
                 .unwrap();
-            larger.deliver_queued().await.unwrap();
+            larger.deliver_inbox().await.unwrap();
             let snapshot = larger.get_state(&id).await.unwrap().unwrap();
             assert_eq!(snapshot.status(), WorkflowStatus::Finished, "{label}");
             assert_eq!(notes(&larger, &id).await.len(), 3, "{label}");
@@ -223,9 +223,9 @@ fn st24_a_queued_stimulus_over_the_limit_becomes_a_dead_letter() {
         block_on(async {
             let rt = runtime(&store, LIMIT);
             let id = start_grower(&rt).await;
-            let report = rt.send(Stimulus::new("grow").enqueued()).await.unwrap();
-            assert!(report.queued.is_some(), "{label}: {report:?}");
-            rt.deliver_queued().await.unwrap();
+            let report = rt.send(Stimulus::new("grow").via_inbox()).await.unwrap();
+            assert!(report.inbox_item.is_some(), "{label}: {report:?}");
+            rt.deliver_inbox().await.unwrap();
 
             let snapshot = rt.get_state(&id).await.unwrap().unwrap();
             assert_eq!(snapshot.status(), WorkflowStatus::Faulted, "{label}");
@@ -237,7 +237,7 @@ fn st24_a_queued_stimulus_over_the_limit_becomes_a_dead_letter() {
             assert_eq!(letters.len(), 1, "{label}: {letters:?}");
             assert_eq!(letters[0].item.stimulus_id, report.stimulus_id, "{label}");
             // Nothing is left queued for the instance, so no pass faults it again.
-            assert_eq!(rt.deliver_queued().await.unwrap(), 0, "{label}");
+            assert_eq!(rt.deliver_inbox().await.unwrap(), 0, "{label}");
             assert_eq!(
                 rt.incidents(&id).await.unwrap().unwrap().len(),
                 1,
@@ -349,7 +349,7 @@ fn st24_a_start_that_committed_before_growing_too_large_stays_faulted() {
                 .register_definition(Definition::from_json(COMMITS_FIRST).unwrap(), registry())
                 .register_definition(Definition::from_json(LEAF).unwrap(), registry())
                 .max_steps_per_run(2)
-                .queue_worker(false)
+                .inbox_worker(false)
                 .timer_driver(false)
                 .recovery_sweep(None)
                 .build()
@@ -436,7 +436,7 @@ fn st24_a_stimulus_consumed_before_its_run_grew_too_large_is_not_dead_lettered()
                     .store(store.clone().with_max_state_bytes(LIMIT))
                     .register_definition(Definition::from_json(LATE_GROWER).unwrap(), registry())
                     .max_steps_per_run(2)
-                    .queue_worker(false)
+                    .inbox_worker(false)
                     .timer_driver(false)
                     .recovery_sweep(None)
                     .build()

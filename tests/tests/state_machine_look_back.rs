@@ -71,7 +71,7 @@ fn runtime(store: &Storage) -> Runtime {
         .register::<OldTicketFlow>()
         .register::<SlowStart>()
         // These tests pass the queue themselves.
-        .queue_worker(false)
+        .inbox_worker(false)
         .build()
         .unwrap()
 }
@@ -93,9 +93,9 @@ async fn reply_before_the_question<W: Workflow<Data = Ticket>>(rt: &Runtime, key
     tokio::time::sleep(Duration::from_millis(2)).await;
     assert_eq!(send(rt, "ticket.assign", key).await.resumed.len(), 1);
     let early = send(rt, "ticket.reply", key).await;
-    assert!(early.queued.is_some(), "{early:?}");
+    assert!(early.inbox_item.is_some(), "{early:?}");
     // The report says nothing waits for it now.
-    assert!(early.queued_because.is_some(), "{early:?}");
+    assert!(early.inbox_because.is_some(), "{early:?}");
     assert!(
         early.to_string().contains("no instance waits for it now"),
         "{early}"
@@ -123,7 +123,7 @@ fn a_reply_sent_while_the_state_does_not_wait_for_it_is_not_consumed_later() {
         block_on(async {
             let rt = runtime(&store);
             let id = reply_before_the_question::<TicketFlow>(&rt, "T-1").await;
-            assert_eq!(rt.deliver_queued().await.unwrap(), 0, "{label}");
+            assert_eq!(rt.deliver_inbox().await.unwrap(), 0, "{label}");
             assert_eq!(
                 current_state(&rt, &id).await,
                 "WaitingOnCustomer",
@@ -142,7 +142,7 @@ fn the_machine_level_since_origin_keeps_the_early_reply() {
         block_on(async {
             let rt = runtime(&store);
             let id = reply_before_the_question::<OldTicketFlow>(&rt, "T-2").await;
-            assert_eq!(rt.deliver_queued().await.unwrap(), 1, "{label}");
+            assert_eq!(rt.deliver_inbox().await.unwrap(), 1, "{label}");
             assert_eq!(
                 current_state(&rt, &id).await,
                 "Assigned",
@@ -173,10 +173,10 @@ fn a_reply_that_overtakes_the_start_is_kept_in_the_initial_state() {
             // The instance exists, its entry runs: no wait for the reply yet.
             tokio::time::sleep(Duration::from_millis(50)).await;
             let early = send(&rt, "ticket.reply", "T-3").await;
-            assert!(early.queued.is_some(), "{label}: {early:?}");
+            assert!(early.inbox_item.is_some(), "{label}: {early:?}");
             GATE.notify_one();
             let id = starting.await.unwrap().unwrap().instance_id;
-            assert_eq!(rt.deliver_queued().await.unwrap(), 1, "{label}");
+            assert_eq!(rt.deliver_inbox().await.unwrap(), 1, "{label}");
             assert_eq!(current_state(&rt, &id).await, "Answered", "{label}");
         });
     }

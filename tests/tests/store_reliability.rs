@@ -22,7 +22,7 @@ fn now_micros() -> i64 {
 fn operator(store: &Storage) -> Runtime {
     Runtime::builder()
         .store(store.clone())
-        .queue_worker(false)
+        .inbox_worker(false)
         .timer_driver(false)
         .recovery_sweep(None)
         .build()
@@ -41,7 +41,7 @@ async fn one_key_one_item(store: Storage) {
                     Stimulus::new("payment")
                         .idempotency_key("pay-42")
                         .payload(serde_json::json!({ "amount": 42 }))
-                        .enqueued(),
+                        .via_inbox(),
                 )
                 .await
                 .unwrap()
@@ -60,7 +60,7 @@ async fn one_key_one_item(store: Storage) {
     assert!(
         reports
             .iter()
-            .all(|r| r.queued.as_deref() == Some(queued[0].item_id.as_str()))
+            .all(|r| r.inbox_item.as_deref() == Some(queued[0].item_id.as_str()))
     );
     // The record was written with the item: a retried send finds it.
     let record = store.find_idempotency_record("pay-42").await.unwrap();
@@ -106,7 +106,7 @@ fn signups(store: &Storage) -> Runtime {
     Runtime::builder()
         .store(store.clone())
         .register::<Signup>()
-        .queue_worker(false)
+        .inbox_worker(false)
         .timer_driver(false)
         .recovery_sweep(None)
         .build()
@@ -152,7 +152,7 @@ async fn one_key_one_start(store: Storage) {
     );
     for result in &results {
         let report = result.as_ref().unwrap();
-        assert_eq!(report.queued, None, "{report:?}");
+        assert_eq!(report.inbox_item, None, "{report:?}");
         assert!(report.deferred.is_empty(), "{report:?}");
         assert!(
             report
@@ -202,7 +202,7 @@ async fn one_key_one_deferral(store: Storage) {
     let ids: Vec<&str> = queued.iter().map(|q| q.item_id.as_str()).collect();
     assert_eq!(ids.len(), 1, "one held item for one key: {ids:?}");
     runtime.resume(&id).await.unwrap();
-    runtime.deliver_queued().await.unwrap();
+    runtime.deliver_inbox().await.unwrap();
     let state = runtime.get_state(&id).await.unwrap().unwrap();
     assert_eq!(state.data::<Account>().unwrap().confirmed, 1);
 }

@@ -181,7 +181,7 @@ fn act24_cancelling_the_parent_cancels_the_child() {
         let child_state = rt.get_state(&child).await.unwrap().unwrap();
         assert_eq!(child_state.status(), WorkflowStatus::Cancelled);
         let report = rt
-            .send(Stimulus::new("shipped").key("o-2").queue(false))
+            .send(Stimulus::new("shipped").key("o-2").inbox(false))
             .await
             .unwrap();
         assert!(report.unmatched);

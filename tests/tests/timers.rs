@@ -528,7 +528,7 @@ fn an_event_deadline_takes_the_timeout_port() {
             .await
             .unwrap();
         assert!(report.resumed.is_empty(), "{report:?}");
-        assert!(report.queued.is_some(), "{report:?}");
+        assert!(report.inbox_item.is_some(), "{report:?}");
     });
 }
 

@@ -308,9 +308,9 @@ fn timers_retries_and_dead_letters_are_logged() {
                 .send(Stimulus::new("nobody-waits").ttl(std::time::Duration::from_millis(1)))
                 .await
                 .unwrap();
-            assert!(expiring.queued.is_some());
+            assert!(expiring.inbox_item.is_some());
             tokio::time::sleep(std::time::Duration::from_millis(5)).await;
-            rt.deliver_queued().await.unwrap();
+            rt.deliver_inbox().await.unwrap();
             let expired = capture.find(
                 "stimuli dead-lettered: no instance took them within their time to live",
                 "",
@@ -393,7 +393,7 @@ fn versioned_runtime(store: &Arc<dyn workflow_runtime::store::Store>, steps: usi
     Runtime::builder()
         .store(Arc::clone(store))
         .register_json(versioned(steps), registry)
-        .queue_worker(false)
+        .inbox_worker(false)
         .timer_driver(false)
         .build()
         .unwrap()
@@ -416,7 +416,7 @@ fn a_queued_item_for_an_unregistered_version_is_logged_and_kept() {
             let new = versioned_runtime(&store, 2);
             // Sent before the instance waits for it: queued for the bookmark to come (RT-21).
             let early = new.send(Stimulus::new("go")).await.unwrap();
-            assert!(early.queued.is_some(), "{early:?}");
+            assert!(early.inbox_item.is_some(), "{early:?}");
             let id = old
                 .start_by_name(
                     "Versioned",
@@ -426,7 +426,7 @@ fn a_queued_item_for_an_unregistered_version_is_logged_and_kept() {
                 .await
                 .unwrap()
                 .instance_id;
-            assert_eq!(new.deliver_queued().await.unwrap(), 0);
+            assert_eq!(new.deliver_inbox().await.unwrap(), 0);
             let warned = capture.find(
                 "queue: the instance's version is not registered here; the item waits for a process that runs it",
                 &id,
@@ -437,7 +437,7 @@ fn a_queued_item_for_an_unregistered_version_is_logged_and_kept() {
                 "{warned:?}"
             );
             // Kept, not dead-lettered: the process running the old version delivers it.
-            assert_eq!(old.deliver_queued().await.unwrap(), 1);
+            assert_eq!(old.deliver_inbox().await.unwrap(), 1);
             let state = old.get_state(&id).await.unwrap().unwrap();
             assert_eq!(state.status(), WorkflowStatus::Finished);
         });

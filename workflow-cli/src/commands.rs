@@ -120,7 +120,7 @@ pub(crate) async fn run(
             idempotency_key,
         } => {
             let store = target.open_write().await?;
-            let mut stimulus = Stimulus::new(name.clone()).enqueued();
+            let mut stimulus = Stimulus::new(name.clone()).via_inbox();
             if let Some(key) = key {
                 stimulus = stimulus.key(parse_json_or_string(&key));
             }
@@ -150,7 +150,7 @@ pub(crate) async fn run(
             // The running processes hear of what this one wrote before it exits.
             store.flush_hints().await;
             let report = report?;
-            Ok(match report.queued {
+            Ok(match report.inbox_item {
                 Some(item) => {
                     // The store's bookmarks with the stimulus's hash: the instances that wait
                     // for it now (read by hash, the routing index).
@@ -166,11 +166,11 @@ pub(crate) async fn run(
                     waiting.dedup();
                     if waiting.is_empty() {
                         format!(
-                            "queued `{name}` as {item}: no instance waits for it now; the process running its workflows delivers it to one that comes to wait for it before it expires, else dead-letters it\n"
+                            "sent `{name}` to the inbox as {item}: no instance waits for it now; the process running its workflows delivers it to one that comes to wait for it before it expires, else dead-letters it\n"
                         )
                     } else {
                         format!(
-                            "queued `{name}` as {item}: the process running its workflows delivers it; waiting for it now: {}\n",
+                            "sent `{name}` to the inbox as {item}: the process running its workflows delivers it; waiting for it now: {}\n",
                             waiting.join(", ")
                         )
                     }
@@ -350,7 +350,7 @@ async fn dead_letters(
             let runtime = operator_runtime(target.open_write().await?.storage(), "workflow-cli")?;
             let item = runtime.replay_dead_letter(&item_id).await?;
             return Ok(format!(
-                "replayed `{}` ({}) into the queue as {}\n",
+                "replayed `{}` ({}) into the inbox as {}\n",
                 item.name, item_id, item.item_id
             ));
         }

@@ -692,7 +692,7 @@ pub(crate) fn queued_lines(
                     waits_for(&waiting)
                 ),
                 false => format!(
-                    "  - `{}`{key} (sent {sent}) is addressed to it and waits for the queue \
+                    "  - `{}`{key} (sent {sent}) is addressed to it and waits for the inbox \
                      worker of the process running `{}`",
                     item.name, s.definition
                 ),
@@ -720,7 +720,7 @@ pub(crate) fn queued_lines(
                 )
             } else {
                 format!(
-                    "  - `{}`{key} (sent {sent}) matches and waits for the queue worker of the \
+                    "  - `{}`{key} (sent {sent}) matches and waits for the inbox worker of the \
                      process running `{}`",
                     item.name, s.definition
                 )
@@ -736,7 +736,7 @@ pub(crate) fn queued_lines(
         out.push(line);
     }
     if !out.is_empty() {
-        out.insert(0, "queued stimuli that concern it:".to_owned());
+        out.insert(0, "stimuli in the inbox that concern it:".to_owned());
     }
     out
 }

@@ -13,7 +13,7 @@
 //! ```
 //!
 //! Reads never need the application's code and never block it: a SQLite file in use is read
-//! through a read-only connection. A sent event goes to the store's queue, and the queue
+//! through a read-only connection. A sent event goes to the store's inbox, and the inbox
 //! worker of the process running its workflows delivers it (`send` says which instances wait for
 //! it now, or that none does); `cancel`, `suspend`, `resume` and
 //! `retry` record a control request that the process running the instance honours at its
@@ -97,7 +97,7 @@ pub(crate) enum Command {
         /// The instance id.
         id: String,
     },
-    /// Sends an event: it goes to the store's queue and the owning process delivers it.
+    /// Sends an event: it goes to the store's inbox and the owning process delivers it.
     Send {
         /// The event name.
         name: String,
@@ -219,7 +219,7 @@ pub(crate) enum DeadLetterAction {
         #[arg(long, value_enum)]
         reason: Option<ReasonArg>,
     },
-    /// Puts a dead letter back in the queue with a fresh time to live.
+    /// Puts a dead letter back in the inbox with a fresh time to live.
     Replay {
         /// The dead letter's item id.
         item_id: String,

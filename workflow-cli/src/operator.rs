@@ -12,7 +12,7 @@ pub(crate) fn operator_runtime(store: Storage, who: &str) -> Result<Runtime, Cli
     Runtime::builder()
         .store(store)
         .timer_driver(false)
-        .queue_worker(false)
+        .inbox_worker(false)
         .recovery_sweep(None)
         .retention(Retention::off())
         .owner(format!("{who} pid {}", std::process::id()))

@@ -165,7 +165,7 @@ impl Opened {
         self.storage.clone()
     }
 
-    /// The stimuli waiting in the store's queue, oldest first, at most `limit`; nothing is
+    /// The stimuli waiting in the store's inbox, oldest first, at most `limit`; nothing is
     /// claimed.
     pub(crate) async fn queued(&self, limit: usize) -> Result<Vec<QueueItem>, StoreError> {
         match &self.backend {

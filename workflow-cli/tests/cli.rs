@@ -304,7 +304,7 @@ async fn a_sent_event_is_queued_and_delivered_by_the_application() {
     );
     assert!(sent.ok, "{}", sent.stderr);
     assert!(
-        sent.stdout.starts_with("queued `payment`"),
+        sent.stdout.starts_with("sent `payment` to the inbox"),
         "{}",
         sent.stdout
     );
@@ -315,7 +315,7 @@ async fn a_sent_event_is_queued_and_delivered_by_the_application() {
     );
 
     let app = runtime(&db);
-    assert_eq!(app.deliver_queued().await.unwrap(), 1);
+    assert_eq!(app.deliver_inbox().await.unwrap(), 1);
     let state = app.get_state("o-1").await.unwrap().unwrap();
     assert_eq!(state.current_state(), Some("Paid"));
     assert_eq!(state.status(), WorkflowStatus::Finished);
@@ -410,7 +410,7 @@ fn a_bad_store_url_or_a_missing_file_is_named() {
 /// requests every 50 ms.
 fn application(path: &Path) -> Runtime {
     common::registered(Runtime::builder().store(Arc::new(SqliteStore::open(path).unwrap())))
-        .queue_sweep(std::time::Duration::from_millis(50))
+        .inbox_sweep(std::time::Duration::from_millis(50))
         .build()
         .unwrap()
 }
@@ -613,7 +613,7 @@ async fn why_names_the_queued_events_that_do_not_match_and_why() {
     let why = workflow(&db, &["why", "o-1"]);
     assert!(why.ok, "{}", why.stderr);
     assert!(
-        why.stdout.contains("queued stimuli that concern it:"),
+        why.stdout.contains("stimuli in the inbox that concern it:"),
         "{}",
         why.stdout
     );

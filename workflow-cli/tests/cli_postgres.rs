@@ -66,7 +66,7 @@ impl Pg {
     /// The application, as it runs in production: its queue worker on, sweeping every 50 ms.
     fn application(&self) -> Runtime {
         common::registered(Runtime::builder().store(self.store.clone()))
-            .queue_sweep(Duration::from_millis(50))
+            .inbox_sweep(Duration::from_millis(50))
             .build()
             .unwrap()
     }
@@ -252,7 +252,7 @@ async fn a_sent_event_is_delivered_by_the_running_applications_queue_worker() {
         .await;
     assert!(sent.ok, "{}", sent.stderr);
     assert!(
-        sent.stdout.starts_with("queued `payment`"),
+        sent.stdout.starts_with("sent `payment` to the inbox"),
         "{}",
         sent.stdout
     );
@@ -292,7 +292,7 @@ async fn why_names_the_queued_events_that_do_not_match_while_the_application_is_
     let why = pg.workflow(&["why", "o-1"]).await;
     assert!(why.ok, "{}", why.stderr);
     assert!(
-        why.stdout.contains("queued stimuli that concern it:")
+        why.stdout.contains("stimuli in the inbox that concern it:")
             && why
                 .stdout
                 .contains(r#"does not match: it waits for key "o-1""#)

@@ -117,7 +117,7 @@ async fn measure(what: &str, store: Arc<dyn Store>, count: usize) {
     let runtime = Runtime::builder()
         .store(store)
         .timer_driver(false)
-        .queue_worker(false)
+        .inbox_worker(false)
         .recovery_sweep(None)
         .build()
         .unwrap();

@@ -248,7 +248,7 @@ fn json_or_string(text: &str) -> Value {
 }
 
 /// `POST /send`: sends an event (name, key, JSON payload, optionally to one instance)
-/// through the store's queue.
+/// through the store's inbox.
 pub(crate) async fn send(
     state: State,
     base: Base,
@@ -278,13 +278,13 @@ pub(crate) async fn send(
             &base,
             &format!("{}/send", base.0),
             &format!("Send the event `{name}`{target}?"),
-            "It goes to the store's queue; the process running the workflows delivers it.",
+            "It goes to the store's inbox; the process running the workflows delivers it.",
             "Yes, send",
             &fields,
             &back,
         ));
     }
-    let mut stimulus = Stimulus::new(name).enqueued();
+    let mut stimulus = Stimulus::new(name).via_inbox();
     if let Some(key) = field("key") {
         stimulus = stimulus.key(json_or_string(key));
     }
@@ -300,9 +300,9 @@ pub(crate) async fn send(
     let outcome = match sent {
         Ok(report) => Outcome {
             refused: false,
-            message: match report.queued {
+            message: match report.inbox_item {
                 Some(item) => format!(
-                    "queued `{name}` as {item}: the process running its workflows delivers it"
+                    "sent `{name}` to the inbox as {item}: the process running its workflows delivers it"
                 ),
                 None if report.duplicate => {
                     "already sent with this idempotency key: nothing done".to_owned()
@@ -356,7 +356,7 @@ async fn wait_for_change(state: &Shared, id: &str) {
     }
 }
 
-/// `POST /dead-letters/{item}/replay`: puts a dead letter back in the queue.
+/// `POST /dead-letters/{item}/replay`: puts a dead letter back in the inbox.
 pub(crate) async fn replay(
     state: State,
     base: Base,
@@ -371,7 +371,7 @@ pub(crate) async fn replay(
             &base,
             &format!("{back}/{}/replay", url_part(&item)),
             &format!("Replay the dead letter {item}?"),
-            "It goes back to the queue with a fresh time to live.",
+            "It goes back to the inbox with a fresh time to live.",
             "Yes, replay",
             &fields,
             &back,
@@ -382,7 +382,7 @@ pub(crate) async fn replay(
             state.runtime.store().flush_hints().await;
             let body = format!(
                 "<h1>Replayed</h1><div class=\"result\" role=\"status\">Replayed `{}` ({}) into \
-                 the queue as {}.</div><p><a href=\"{}\">Back to the dead letters</a></p>",
+                 the inbox as {}.</div><p><a href=\"{}\">Back to the dead letters</a></p>",
                 escape(&queued.name),
                 escape(&item),
                 escape(&queued.item_id),

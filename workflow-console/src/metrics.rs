@@ -34,7 +34,7 @@ impl Exporter {
 /// * `workflow_instances{definition, status}`: instances by definition and status (every
 ///   status of every definition with instances, zeros included);
 /// * `workflow_incidents_open{definition}`: incidents not yet resolved;
-/// * `workflow_stimuli_queued`: stimuli waiting in the store's queue (when the backend
+/// * `workflow_stimuli_in_inbox`: stimuli waiting in the store's inbox (when the backend
 ///   counts them);
 /// * `workflow_dead_letters`: dead letters.
 ///
@@ -107,7 +107,7 @@ pub async fn record_census(store: &Storage) -> Result<(), StoreError> {
             .set(open as f64);
     }
     if let Some(queued) = census.queued {
-        metrics::gauge!("workflow_stimuli_queued").set(queued as f64);
+        metrics::gauge!("workflow_stimuli_in_inbox").set(queued as f64);
     }
     metrics::gauge!("workflow_dead_letters").set(census.dead_letters as f64);
     Ok(())

@@ -249,7 +249,11 @@ async fn an_operator_retries_a_faulted_job_and_pays_an_order_in_chromium() {
         .await
         .unwrap();
     wait(&client, "svg g.node.current[data-node='Paid']").await;
-    assert!(source(&client).await.contains("queued `payment`"));
+    assert!(
+        source(&client)
+            .await
+            .contains("sent `payment` to the inbox")
+    );
     snap(&client, "07-paid").await;
 
     // The other pages.

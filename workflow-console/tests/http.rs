@@ -307,8 +307,12 @@ async fn tour(app: &Runtime, job: &str) {
     confirmed.push(("confirmed", "yes"));
     let sent = post(&console, "/send", &confirmed).await;
     assert_eq!(sent.status, StatusCode::OK, "{}", sent.body);
-    assert!(sent.body.contains("queued `payment`"), "{}", sent.body);
-    app.deliver_queued().await.unwrap();
+    assert!(
+        sent.body.contains("sent `payment` to the inbox"),
+        "{}",
+        sent.body
+    );
+    app.deliver_inbox().await.unwrap();
     let paid = app.get_state("o-2").await.unwrap().unwrap();
     assert_eq!(paid.current_state(), Some("Paid"));
     let after = get(&console, "/instances/o-2").await;
@@ -377,8 +381,8 @@ async fn tour(app: &Runtime, job: &str) {
     );
     let metrics = get(&console, "/metrics").await.body;
     assert!(metrics.contains("workflow_dead_letters 0"), "{metrics}");
-    assert!(metrics.contains("workflow_stimuli_queued 1"), "{metrics}");
-    app.deliver_queued().await.unwrap();
+    assert!(metrics.contains("workflow_stimuli_in_inbox 1"), "{metrics}");
+    app.deliver_inbox().await.unwrap();
     assert_eq!(
         get(&console, "/dead-letters?reason=lost").await.status,
         StatusCode::BAD_REQUEST
@@ -491,7 +495,7 @@ async fn metrics_count_a_known_workload() {
         "workflow_instances{definition=\"PrintJob\",status=\"running\"} 0",
         "workflow_incidents_open{definition=\"PrintJob\"} 1",
         "workflow_incidents_open{definition=\"ShopOrder\"} 0",
-        "workflow_stimuli_queued 0",
+        "workflow_stimuli_in_inbox 0",
         "workflow_dead_letters 0",
         // What the application's runtime counted as it ran them: three first runs, the
         // printer's one attempt failing for good.
@@ -593,7 +597,7 @@ async fn an_in_memory_store_is_counted_too() {
         text.contains("workflow_instances{definition=\"ShopOrder\",status=\"suspended\"} 2"),
         "{text}"
     );
-    assert!(text.contains("workflow_stimuli_queued 0"), "{text}");
+    assert!(text.contains("workflow_stimuli_in_inbox 0"), "{text}");
     app.shutdown(std::time::Duration::from_secs(1)).await;
 }
 

@@ -23,8 +23,9 @@ use crate::store::{Micros, StoreError};
 
 /// A runtime on a [`ManualClock`], without background work: time moves only through
 /// [`TestRuntime::advance`] and [`TestRuntime::set`], which fire the due timers
-/// deterministically (TM-2); queued stimuli are delivered by
-/// [`Runtime::deliver_queued`] (or [`Runtime::start_workers`]) and interrupted instances run
+/// and deliver the due debounced sends (RT-35) deterministically (TM-2); the stimuli kept in
+/// the inbox are delivered by
+/// [`Runtime::deliver_inbox`] (or [`Runtime::start_workers`]) and interrupted instances run
 /// by [`Runtime::recover`]. Derefs to the [`Runtime`].
 ///
 /// # Examples
@@ -153,20 +154,28 @@ impl TestRuntime {
         self.runtime.schedule_triggers().await?;
         let mut report = TimerFiring::default();
         loop {
-            let next = self
-                .runtime
-                .store()
-                .earliest_timer(self.clock.now())
-                .await?;
+            let now = self.clock.now();
+            let store = self.runtime.store();
+            // RT-35: a debounced send falls due like a timer.
+            let next = match (
+                store.earliest_timer(now).await?,
+                store.earliest_debounce(now).await?,
+            ) {
+                (Some(timer), Some(debounce)) => Some(timer.min(debounce)),
+                (timer, debounce) => timer.or(debounce),
+            };
             let Some(due) = next.filter(|due| *due <= target) else {
                 break;
             };
             self.clock.set(due.max(self.clock.now()))?;
             let fired = self.runtime.fire_due_timers().await?;
-            let progressed = !fired.fired.is_empty() || !fired.skipped.is_empty();
+            let progressed = !fired.fired.is_empty()
+                || !fired.skipped.is_empty()
+                || !fired.debounced.is_empty();
             report.fired.extend(fired.fired);
             report.failed.extend(fired.failed);
             report.skipped.extend(fired.skipped);
+            report.debounced.extend(fired.debounced);
             if !progressed {
                 // Only failures (claimed, so not offered again until the claim expires).
                 break;

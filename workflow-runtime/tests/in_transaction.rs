@@ -49,7 +49,7 @@ fn application(store: Arc<PostgresStore>) -> Runtime {
     Runtime::builder()
         .store(store)
         .register::<Fulfil>()
-        .queue_worker(false)
+        .inbox_worker(false)
         .timer_driver(false)
         .recovery_sweep(None)
         .build()
@@ -90,7 +90,7 @@ async fn place(app: &Runtime, store: &PostgresStore, schema: &str, id: &str, com
         .send_in(&mut tx, Stimulus::new("paid").key(id))
         .await
         .unwrap();
-    assert!(report.queued.is_some(), "{report:?}");
+    assert!(report.inbox_item.is_some(), "{report:?}");
     if commit {
         tx.commit().await.unwrap();
     } else {

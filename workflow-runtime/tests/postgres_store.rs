@@ -188,7 +188,7 @@ async fn a_schema_5_database_upgrades_to_commits_in_place_and_an_amortised_cap()
         .unwrap();
     }
     let raw = Arc::new(open(&url, &schema).await);
-    assert_eq!(raw.migrations_applied(), [6, 7, 8, 9]);
+    assert_eq!(raw.migrations_applied(), (6..=10).collect::<Vec<_>>());
     let store = Storage::new(raw);
     // The runnable index no longer holds `updated_at`, which every commit changes.
     let runnable: String = sqlx::query_scalar(
@@ -722,7 +722,7 @@ async fn an_instance_with_a_journal_row_that_does_not_decode_still_reads() {
         .store(Arc::new(open(&url, &schema).await))
         .register::<Delayed>()
         .timer_driver(false)
-        .queue_worker(false)
+        .inbox_worker(false)
         .recovery_sweep(None)
         .build()
         .unwrap();
@@ -786,7 +786,7 @@ async fn an_unknown_field_in_a_stored_state_is_refused_not_dropped() {
         .store(Arc::clone(&store))
         .register::<Delayed>()
         .timer_driver(false)
-        .queue_worker(false)
+        .inbox_worker(false)
         .recovery_sweep(None)
         .build()
         .unwrap();
@@ -896,7 +896,7 @@ async fn sweeping_process(url: &str, schema: &str) -> (Runtime, Arc<PostgresStor
         .store(Arc::clone(&store))
         .register::<Paid>()
         .register::<Late>()
-        .queue_sweep(Duration::from_millis(100))
+        .inbox_sweep(Duration::from_millis(100))
         .recovery_sweep(Some(Duration::from_millis(100)))
         .sweep_interval(Some(Duration::from_millis(100)))
         .build()
@@ -942,7 +942,7 @@ async fn an_idle_process_with_held_stimuli_writes_nothing_yet_hears_the_others()
     let other = Runtime::builder()
         .store(Arc::new(open(&url, &schema).await))
         .register::<Late>()
-        .queue_worker(false)
+        .inbox_worker(false)
         .timer_driver(false)
         .recovery_sweep(None)
         .build()
@@ -968,7 +968,7 @@ async fn an_idle_process_with_held_stimuli_writes_nothing_yet_hears_the_others()
         .send(workflow_runtime::Stimulus::new("late"))
         .await
         .unwrap();
-    assert!(queued.queued.is_some(), "{queued:?}");
+    assert!(queued.inbox_item.is_some(), "{queued:?}");
 
     // The sweeps settle: each item is looked at, put back, then left alone.
     tokio::time::sleep(Duration::from_secs(1)).await;
@@ -1004,11 +1004,11 @@ async fn an_idle_process_with_held_stimuli_writes_nothing_yet_hears_the_others()
             .send(
                 workflow_runtime::Stimulus::new(event)
                     .instance(mine.clone())
-                    .enqueued(),
+                    .via_inbox(),
             )
             .await
             .unwrap();
-        assert!(sent.queued.is_some(), "{sent:?}");
+        assert!(sent.inbox_item.is_some(), "{sent:?}");
     }
     assert!(
         finishes(&app, &mine).await,
@@ -1044,7 +1044,7 @@ async fn an_idle_process_looks_at_its_held_items_once_per_lease_ttl() {
     let app = Runtime::builder()
         .store(Arc::clone(&store))
         .lease_ttl(Duration::from_secs(1))
-        .queue_sweep(Duration::from_millis(100))
+        .inbox_sweep(Duration::from_millis(100))
         .build()
         .unwrap();
     app.run_background().unwrap();
@@ -1052,7 +1052,7 @@ async fn an_idle_process_looks_at_its_held_items_once_per_lease_ttl() {
         .send(workflow_runtime::Stimulus::new("late"))
         .await
         .unwrap();
-    assert!(queued.queued.is_some(), "{queued:?}");
+    assert!(queued.inbox_item.is_some(), "{queued:?}");
     tokio::time::sleep(Duration::from_millis(500)).await;
     // Each look claims the item and puts it back: two or three writes. Sweeping every
     // 100 ms, it would be some sixty over these 4 s; once per second, a dozen at most.
@@ -1080,7 +1080,7 @@ async fn a_reconnected_listener_makes_the_idle_queue_worker_look_once() {
         .send(workflow_runtime::Stimulus::new("late"))
         .await
         .unwrap();
-    assert!(queued.queued.is_some(), "{queued:?}");
+    assert!(queued.inbox_item.is_some(), "{queued:?}");
     tokio::time::sleep(Duration::from_secs(1)).await;
     assert_eq!(writes_during(&store, Duration::from_secs(1)).await, 0);
 
@@ -1606,4 +1606,80 @@ async fn an_idle_store_gives_its_kept_connections_back_to_the_pool() {
     }
     drop(store);
     pool.close().await;
+}
+
+/// The data of [`Edited`]: the revision its event carried.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Edit {
+    revision: u32,
+}
+
+workflow! {
+    /// Started by each delivered `edited`: one instance per delivery.
+    pub workflow Edited(Edit) {
+        edited = event::<Edit>("edited").trigger();
+    }
+}
+
+/// RT-35, C-44 across processes: a burst of debounced sends made through two processes
+/// sharing the store collapses into one delivery, with the last payload, made by one of them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_burst_sent_through_two_processes_is_delivered_once() {
+    let Some(_conn) = server().await else {
+        return;
+    };
+    let (url, schema) = (database_url(), fresh_schema_name());
+    let _guard = SchemaGuard::new(url.clone(), schema.clone());
+    let mut processes = Vec::new();
+    for _ in 0..2 {
+        let store = Arc::new(open(&url, &schema).await);
+        processes.push(
+            Runtime::builder()
+                .store(store)
+                .register::<Edited>()
+                .inbox_sweep(Duration::from_millis(100))
+                .build()
+                .unwrap(),
+        );
+    }
+    for revision in 1..=30_u32 {
+        let edit = workflow_runtime::Stimulus::new("edited")
+            .key("doc-1")
+            .payload(Edit { revision })
+            .debounce(Duration::from_millis(300));
+        let process = &processes[usize::try_from(revision % 2).unwrap()];
+        let report = process.send(edit).await.unwrap();
+        assert_eq!(report.debounced.unwrap().sends, u64::from(revision));
+    }
+    let store = processes[0].store().clone();
+    let listed = || async {
+        store
+            .list_instances(workflow_runtime::store::InstanceFilter::default())
+            .await
+            .unwrap()
+    };
+    let mut delivered = Vec::new();
+    for _ in 0..1000 {
+        delivered = listed().await;
+        if !delivered.is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(delivered.len(), 1, "{delivered:?}");
+    // Generous: neither process delivers it again.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let delivered = listed().await;
+    assert_eq!(delivered.len(), 1, "{delivered:?}");
+    let snapshot = processes[0]
+        .get_state(&delivered[0].instance_id)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(snapshot.data::<Edit>().unwrap(), Edit { revision: 30 });
+    assert_eq!(store.earliest_debounce(i64::MAX).await.unwrap(), None);
+    for process in processes {
+        process.shutdown(Duration::from_secs(1)).await;
+    }
 }

@@ -55,7 +55,7 @@ fn process(store: &Storage, owner: &str) -> Runtime {
         .owner(owner)
         .register::<Slow>()
         .lease_ttl(LEASE)
-        .queue_sweep(Duration::from_millis(200))
+        .inbox_sweep(Duration::from_millis(200))
         .recovery_sweep(Some(Duration::from_millis(200)))
         .build()
         .unwrap();
@@ -68,7 +68,7 @@ async fn long_deliveries_are_delivered_once(store: Storage, tag: &str) {
     let starter = Runtime::builder()
         .store(store.clone())
         .register::<Slow>()
-        .queue_worker(false)
+        .inbox_worker(false)
         .timer_driver(false)
         .recovery_sweep(None)
         .build()
@@ -81,10 +81,10 @@ async fn long_deliveries_are_delivered_once(store: Storage, tag: &str) {
     }
     for id in &ids {
         let report = starter
-            .send(Stimulus::new("go").key(id).enqueued())
+            .send(Stimulus::new("go").key(id).via_inbox())
             .await
             .unwrap();
-        assert!(report.queued.is_some(), "enqueued: {report:?}");
+        assert!(report.inbox_item.is_some(), "enqueued: {report:?}");
     }
     let began = Instant::now();
     let processes: Vec<Runtime> = (0..3)

@@ -107,7 +107,7 @@ async fn takeover_child() {
         .await
         .unwrap();
     runtime
-        .send(Stimulus::new("go").key("queued").enqueued())
+        .send(Stimulus::new("go").key("queued").via_inbox())
         .await
         .unwrap();
     runtime

@@ -115,7 +115,7 @@ fn runtime(store: Storage, clock: &Arc<ManualClock>) -> Runtime {
     Runtime::builder()
         .store(store)
         .clock(Arc::clone(clock) as Arc<dyn workflow_runtime::Clock>)
-        .queue_worker(false)
+        .inbox_worker(false)
         .timer_driver(false)
         .register::<Shipping>()
         .build()
@@ -156,14 +156,14 @@ async fn a_trace_crosses_runtimes(first: Storage, second: Storage, spans: &Execu
     // The send's own context, taken from the sender's task: only queued here.
     let sent_in = TraceParent::new_root();
     let report = sent_in
-        .scope(sender.send(Stimulus::new("parcel.pay").key("p-1").enqueued()))
+        .scope(sender.send(Stimulus::new("parcel.pay").key("p-1").via_inbox()))
         .await
         .unwrap();
     assert!(report.resumed.is_empty(), "{report:?}");
     assert!(spans.take().is_empty(), "nothing ran in the sender");
 
     // The other runtime delivers it: its run continues the send's trace.
-    assert_eq!(deliverer.deliver_queued().await.unwrap(), 1);
+    assert_eq!(deliverer.deliver_inbox().await.unwrap(), 1);
     let [delivery] = spans.take().try_into().unwrap();
     assert_eq!(delivery.instance, "parcel-1");
     assert_eq!(delivery.trace_id, sent_in.trace_id());
@@ -182,7 +182,7 @@ async fn a_trace_crosses_runtimes(first: Storage, second: Storage, spans: &Execu
         )
         .await
         .unwrap();
-    assert!(report.queued.is_some(), "{report:?}");
+    assert!(report.inbox_item.is_some(), "{report:?}");
     assert!(spans.take().is_empty(), "nothing ran in the sender");
 
     // The timer, fired in the other runtime, continues the trace the instance started in.
@@ -196,7 +196,7 @@ async fn a_trace_crosses_runtimes(first: Storage, second: Storage, spans: &Execu
     assert_eq!(shipped.current_state(), Some("Shipped"));
 
     // Now waited for, the queued stimulus is delivered there, continuing the send's trace.
-    assert_eq!(deliverer.deliver_queued().await.unwrap(), 1);
+    assert_eq!(deliverer.deliver_inbox().await.unwrap(), 1);
     let [taken] = spans.take().try_into().unwrap();
     assert_eq!(taken.trace_id, taken_in.trace_id());
     assert_eq!(taken.parent_id, taken_in.span_id());
@@ -269,7 +269,7 @@ fn the_applications_bridge_gives_the_context_and_is_told_of_each_run() {
         let clock = Arc::new(ManualClock::new(1_000_000_000_000));
         let runtime = Runtime::builder()
             .clock(Arc::clone(&clock) as Arc<dyn workflow_runtime::Clock>)
-            .queue_worker(false)
+            .inbox_worker(false)
             .timer_driver(false)
             .register::<Shipping>()
             .trace_context_from(move || Some(applications))

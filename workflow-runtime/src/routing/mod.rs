@@ -51,7 +51,8 @@ mod stimulus;
 
 pub use crate::identity::{RoutingError, check_correlation_id, check_name, stimulus_hash};
 pub use stimulus::{
-    AddressedInstance, Declined, NotAwaited, Refusal, Rejection, SendError, SendReport, Stimulus,
+    AddressedInstance, Debounced, Declined, MAX_DEBOUNCE, NotAwaited, Refusal, Rejection,
+    SendError, SendReport, Stimulus,
 };
 pub(crate) use stimulus::{
     BOOKMARK_PAGE, DEFAULT_QUEUE_TTL, MAX_PAYLOAD_BYTES, Targets, child_result_item, to_micros,

@@ -1,5 +1,5 @@
 //! The vocabulary of delivery (RT-14 to RT-24): the [`Stimulus`] a caller sends, the
-//! [`SendReport`] it gets back, the errors and per-instance outcomes, and the queue item's
+//! [`SendReport`] it gets back, the errors and per-instance outcomes, and the inbox item's
 //! targets. The delivery itself, [`Runtime::send`](crate::Runtime::send), is the runtime's router.
 
 use std::time::Duration;
@@ -15,16 +15,18 @@ use crate::store::{InstanceStatus, Micros, QueueItem, StoreError};
 use crate::trace::TraceParent;
 use workflow_model::Activation;
 
-/// The default queue TTL (RT-28): 10 minutes.
+/// The default inbox TTL (RT-28): 10 minutes.
 pub(crate) const DEFAULT_QUEUE_TTL: Duration = Duration::from_secs(600);
 /// The largest payload a send accepts (RT-8): 1 MiB.
 pub(crate) const MAX_PAYLOAD_BYTES: usize = 1 << 20;
+/// The longest debounce window a send accepts (RT-35): one day.
+pub const MAX_DEBOUNCE: Duration = Duration::from_secs(24 * 3600);
 /// Bookmarks read per page.
 pub(crate) const BOOKMARK_PAGE: usize = 500;
 
 /// A stimulus (RT-1): a name, an optional key, a JSON payload, and the send
-/// options (target instance, correlation id, bookmark id, idempotency key, queue TTL,
-/// queueing).
+/// options (target instance, correlation id, bookmark id, idempotency key, inbox TTL,
+/// whether to keep it in the inbox, debounce).
 ///
 /// # Examples
 ///
@@ -43,9 +45,9 @@ pub(crate) const BOOKMARK_PAGE: usize = 500;
 ///
 /// let report = runtime.send(payment.clone()).await?;
 /// // Nothing waits for it yet: it is kept until a matching wait appears.
-/// assert!(report.queued.is_some());
+/// assert!(report.inbox_item.is_some());
 ///
-/// // The retry returns the first report instead of queueing twice.
+/// // The retry returns the first report instead of keeping it twice.
 /// assert!(runtime.send(payment).await?.duplicate);
 /// # Ok(())
 /// # }
@@ -67,17 +69,21 @@ pub struct Stimulus {
     pub bookmark_id: Option<String>,
     /// Makes a retried send a no-op returning the first report (RT-19).
     pub idempotency_key: Option<String>,
-    /// How long an unmatched stimulus waits in the queue (RT-28); the runtime's default
+    /// How long an unmatched stimulus waits in the inbox (RT-28); the runtime's default
     /// otherwise.
     pub ttl: Option<Duration>,
-    /// Whether an unmatched stimulus is queued (default) or reported `unmatched` (RT-21).
-    pub queue: bool,
-    /// Mode `Enqueue` (RT-23): only write the stimulus to the queue and return; the queue
+    /// Whether an unmatched stimulus is kept in the inbox (default) or reported `unmatched`
+    /// (RT-21).
+    pub inbox: bool,
+    /// Through the inbox (RT-23): only write the stimulus to the inbox and return; the inbox
     /// worker routes it as an inline send would (for large fan-outs).
-    pub enqueue: bool,
+    pub via_inbox: bool,
     /// The W3C trace context the delivery continues (ENG-61); without it, the one of the
     /// sender's task ([`TraceParent::current`]) when the send is made.
     pub traceparent: Option<TraceParent>,
+    /// Debounce (RT-35): sends with the same name, key and target within this window collapse
+    /// into one delivery, made once the window is quiet; the last payload wins.
+    pub debounce: Option<Duration>,
     /// Why the key or payload given to the builder methods did not serialize.
     pub(crate) invalid: Option<String>,
 }
@@ -94,9 +100,10 @@ impl Stimulus {
             bookmark_id: None,
             idempotency_key: None,
             ttl: None,
-            queue: true,
-            enqueue: false,
+            inbox: true,
+            via_inbox: false,
             traceparent: None,
+            debounce: None,
             invalid: None,
         }
     }
@@ -147,24 +154,63 @@ impl Stimulus {
         self
     }
 
-    /// With a queue TTL for this send (RT-28).
+    /// With an inbox TTL for this send (RT-28).
     #[must_use]
     pub fn ttl(mut self, ttl: Duration) -> Self {
         self.ttl = Some(ttl);
         self
     }
 
-    /// Whether an unmatched stimulus is queued (RT-21; default `true`).
+    /// Whether an unmatched stimulus is kept in the inbox until an instance waits for it
+    /// (RT-21; default `true`). Off, it is reported `unmatched`.
     #[must_use]
-    pub fn queue(mut self, queue: bool) -> Self {
-        self.queue = queue;
+    pub fn inbox(mut self, keep: bool) -> Self {
+        self.inbox = keep;
         self
     }
 
-    /// In mode `Enqueue` (RT-23): see [`Stimulus::enqueue`](Self#structfield.enqueue).
+    /// Through the inbox (RT-23): see [`Stimulus::via_inbox`](Self#structfield.via_inbox).
     #[must_use]
-    pub fn enqueued(mut self) -> Self {
-        self.enqueue = true;
+    pub fn via_inbox(mut self) -> Self {
+        self.via_inbox = true;
+        self
+    }
+
+    /// Debounced (RT-35): this send and the others with the same name, key and target made
+    /// within `window` of each other collapse into one delivery, made `window` after the last
+    /// of them. The last send's payload and options win; the earlier ones are dropped (a
+    /// debounced send's own idempotency key is not kept: a retry is one more send of the
+    /// burst, and the delivery gets a key of its own, so it is made once). The
+    /// pending send is stored, so it is delivered after a restart too, by the timer driver
+    /// of any process sharing the store. The window is between 1 ms and [`MAX_DEBOUNCE`]
+    /// (else [`SendError::InvalidDebounce`]).
+    ///
+    /// # Examples
+    ///
+    /// A search index refreshed once a burst of edits is over:
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use workflow_runtime::{Runtime, Stimulus};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let runtime = Runtime::builder().build()?;
+    /// for revision in 1..=3 {
+    ///     let edit = Stimulus::new("document.edited")
+    ///         .key("doc-7")
+    ///         .payload(serde_json::json!({ "revision": revision }))
+    ///         .debounce(Duration::from_millis(200));
+    ///     let report = runtime.send(edit).await?;
+    ///     // Nothing is delivered yet: each send pushes the delivery back.
+    ///     assert!(report.debounced.is_some());
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
+    #[must_use]
+    pub fn debounce(mut self, window: Duration) -> Self {
+        self.debounce = Some(window);
         self
     }
 
@@ -230,6 +276,16 @@ pub enum SendError {
         expected: String,
         /// The stimulus hash.
         got: String,
+    },
+    /// The debounce window is zero or longer than [`MAX_DEBOUNCE`] (RT-35).
+    #[error("debounce window of {window:?} is {problem}: it must be between 1 ms and {max:?}")]
+    InvalidDebounce {
+        /// The window given.
+        window: Duration,
+        /// What is wrong with it (`"zero"`, `"too short"`, `"too long"`).
+        problem: &'static str,
+        /// The longest window accepted.
+        max: Duration,
     },
     /// The targeted bookmark does not exist any more (RT-34).
     #[error("bookmark `{bookmark}` not found")]
@@ -323,16 +379,16 @@ impl std::fmt::Display for Declined {
     }
 }
 
-/// Why a send queued its stimulus (RT-21): when it was sent, no instance waited for it. It is
+/// Why a send kept its stimulus in the inbox (RT-21): when it was sent, no instance waited for it. It is
 /// delivered to one that comes to wait for it (whose look-back admits it, RT-30) before
 /// `expires_at`, else dead-lettered as expired (RT-28).
 ///
 /// A state machine waits only for the events of its current state's transitions, and takes
-/// from the queue only those sent since it entered that state (SM-9): an event sent while it
+/// from the inbox only those sent since it entered that state (SM-9): an event sent while it
 /// is in a state that does not wait for it is reported here and is not taken later.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct NotAwaited {
-    /// When the queued stimulus expires, µs since the epoch.
+    /// When the stimulus kept in the inbox expires, µs since the epoch.
     pub expires_at: Micros,
     /// The live instances the send was addressed to, with [`Stimulus::instance`] or
     /// [`Stimulus::correlation`] (at most 20), as they are now: where each is and what it
@@ -342,7 +398,7 @@ pub struct NotAwaited {
     pub addressed: Vec<AddressedInstance>,
 }
 
-/// A live instance a queued stimulus was addressed to, as it was when the stimulus was queued.
+/// A live instance a stimulus kept in the inbox was addressed to, as it was when it was kept.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct AddressedInstance {
     /// The instance id.
@@ -367,6 +423,19 @@ impl std::fmt::Display for AddressedInstance {
             write!(f, ", waiting for `{}`", self.waiting_for.join("`, `"))
         }
     }
+}
+
+/// What a debounced send did (RT-35): it stored or replaced the pending send, to be delivered
+/// at `due_at` unless another send comes first. The report's stimulus id names this send
+/// only; the delivery gets an id of its own.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Debounced {
+    /// The debounce id: the sends with the same name, key and target share it.
+    pub debounce_id: String,
+    /// When the delivery is due, µs since the epoch (workflow time).
+    pub due_at: Micros,
+    /// How many sends the pending delivery collapses so far, this one included.
+    pub sends: u64,
 }
 
 /// Why a stimulus was rejected for one instance (RT-22): the stimulus was not consumed and was
@@ -460,7 +529,7 @@ pub struct SendReport {
     /// Triggers that started nothing, and why.
     pub refused: Vec<Refusal>,
     /// Instances busy in another process (their lease is held), faulted, paused, or pinned to
-    /// a version this process does not run: the stimulus was queued targeted at each (held,
+    /// a version this process does not run: the stimulus was kept in the inbox targeted at each (held,
     /// not expiring, for a faulted or paused one), for the worker to deliver once the lease is
     /// released or the instance runs again (RT-18, ENG-50), or for a process that runs its
     /// version (RT-24).
@@ -472,16 +541,22 @@ pub struct SendReport {
     /// Instances the stimulus was for that are finished or cancelled: one that ended while
     /// the send reached it, or, for a send with a correlation id that matched nothing, the
     /// final instances of that correlation id when none is live. Nothing was delivered to them,
-    /// and the stimulus was not queued for them: a stimulus sent too late says so.
+    /// and the stimulus was not kept for them: a stimulus sent too late says so.
     #[serde(default)]
     pub finished: Vec<Started>,
-    /// The queue item id when the stimulus matched nothing and was queued (RT-21).
-    pub queued: Option<String>,
-    /// Why it was queued, when a send that could deliver it found no instance waiting for
-    /// it (not for [`Stimulus::enqueued`], which does not look).
+    /// The inbox item id when the stimulus matched nothing and was kept in the inbox (RT-21),
+    /// or was sent [`Stimulus::via_inbox`].
+    #[serde(alias = "queued")]
+    pub inbox_item: Option<String>,
+    /// Why it was kept in the inbox, when a send that could deliver it found no instance
+    /// waiting for it (not for [`Stimulus::via_inbox`], which does not look).
+    #[serde(default, alias = "queued_because")]
+    pub inbox_because: Option<NotAwaited>,
+    /// A debounced send (RT-35): when its delivery is due, unless another send pushes it
+    /// back. Nothing else was done yet.
     #[serde(default)]
-    pub queued_because: Option<NotAwaited>,
-    /// Nothing matched and queueing was off.
+    pub debounced: Option<Debounced>,
+    /// Nothing matched and the inbox was off ([`Stimulus::inbox`]).
     pub unmatched: bool,
     /// This is the stored report of an earlier send with the same idempotency key.
     pub duplicate: bool,
@@ -503,8 +578,9 @@ impl SendReport {
             deferred: Vec::new(),
             rejected: Vec::new(),
             finished: Vec::new(),
-            queued: None,
-            queued_because: None,
+            inbox_item: None,
+            debounced: None,
+            inbox_because: None,
             unmatched: false,
             duplicate: false,
             not_delivered: Vec::new(),
@@ -512,14 +588,14 @@ impl SendReport {
     }
 }
 
-/// A queue item's targets (RT-25), as stored in its `targets` column.
+/// An inbox item's targets (RT-25), as stored in its `targets` column.
 #[derive(Debug, Default, Serialize, Deserialize)]
 pub(crate) struct Targets {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) instance_id: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) bookmark_id: Option<String>,
-    /// Written by a send in mode `Enqueue` (RT-23): the worker routes it as a send would.
+    /// Written by a send through the inbox (RT-23): the worker routes it as a send would.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub(crate) route: bool,
     /// The key itself, for `route` items (the item's key column is for display).
@@ -534,7 +610,7 @@ pub(crate) struct Targets {
     pub(crate) traceparent: Option<String>,
 }
 
-/// The queue item of a final child's result for its parent's `wf.sub_workflow` bookmark
+/// The inbox item of a final child's result for its parent's `wf.sub_workflow` bookmark
 /// (ACT-24), written by the child's final commit. Its stimulus id is derived from the child,
 /// so the parent's receipt makes a second delivery a no-op.
 pub(crate) fn child_result_item(
@@ -582,7 +658,7 @@ pub(crate) fn to_micros(d: Duration) -> Micros {
 
 impl std::fmt::Display for SendReport {
     /// One line saying what the send did, e.g. `stimulus 01J..: resumed 1 (o-1)` or
-    /// `stimulus 01J..: queued as 01J..: no instance waits for it now; delivered if one comes
+    /// `stimulus 01J..: kept in the inbox as 01J..: no instance waits for it now; delivered if one comes
     /// to wait for it before it expires, else dead-lettered`.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         fn ids(list: impl Iterator<Item = String>) -> String {
@@ -626,9 +702,9 @@ impl std::fmt::Display for SendReport {
                 .map(|s| format!("{} is {}", s.instance_id, s.status)));
             parts.push(format!("too late: {list}"));
         }
-        match (&self.queued, &self.queued_because) {
+        match (&self.inbox_item, &self.inbox_because) {
             (Some(item), Some(because)) => {
-                let mut part = format!("queued as {item}: no instance waits for it now");
+                let mut part = format!("kept in the inbox as {item}: no instance waits for it now");
                 if !because.addressed.is_empty() {
                     let list = ids(because.addressed.iter().map(ToString::to_string));
                     part.push_str(&format!(" ({list})"));
@@ -639,12 +715,20 @@ impl std::fmt::Display for SendReport {
                 parts.push(part);
             }
             (Some(item), None) => {
-                parts.push(format!("queued as {item} until an instance waits for it"));
+                parts.push(format!(
+                    "kept in the inbox as {item} until an instance waits for it"
+                ));
             }
             (None, _) => {}
         }
+        if let Some(debounced) = &self.debounced {
+            parts.push(format!(
+                "debounced ({} send(s) so far): delivered at {} µs unless another send comes first",
+                debounced.sends, debounced.due_at
+            ));
+        }
         if self.unmatched {
-            parts.push("matched nothing (queueing was off)".to_owned());
+            parts.push("matched nothing (the inbox was off)".to_owned());
         }
         if parts.is_empty() {
             parts.push("did nothing".to_owned());

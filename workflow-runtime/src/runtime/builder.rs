@@ -26,7 +26,7 @@ use crate::workflow::Workflow;
 
 /// The default interval of the recovery sweep (ENG-25): 10 s.
 const DEFAULT_RECOVERY_SWEEP: Duration = Duration::from_secs(10);
-/// The default periodic sweep of the queue worker (RT-26): 10 s.
+/// The default periodic sweep of the inbox worker (RT-26): 10 s.
 const DEFAULT_QUEUE_SWEEP: Duration = Duration::from_secs(10);
 /// The default fallback sweep of the timer driver (TM-5): 30 s.
 const DEFAULT_FALLBACK_SWEEP: Duration = Duration::from_secs(30);
@@ -375,7 +375,7 @@ impl RuntimeBuilder {
     }
 
     /// No background work at all (what [`crate::testing::TestRuntime`] builds): no timer
-    /// driver, queue worker, recovery sweep or retention purge.
+    /// driver, inbox worker, recovery sweep or retention purge.
     #[must_use]
     pub(crate) fn without_background(mut self) -> Self {
         self.timer_driver = false;
@@ -385,26 +385,27 @@ impl RuntimeBuilder {
         self
     }
 
-    /// Whether the queue worker (RT-26) runs in the background (default true). Without it,
-    /// queued stimuli are delivered by [`Runtime::deliver_queued`](crate::Runtime::deliver_queued) (or after
+    /// Whether the inbox worker (RT-26) runs in the background (default true). Without it,
+    /// the stimuli kept in the inbox are delivered by
+    /// [`Runtime::deliver_inbox`](crate::Runtime::deliver_inbox) (or after
     /// [`Runtime::start_workers`](crate::Runtime::start_workers)).
     #[must_use]
-    pub fn queue_worker(mut self, enabled: bool) -> Self {
+    pub fn inbox_worker(mut self, enabled: bool) -> Self {
         self.queue_worker = enabled;
         self
     }
 
-    /// How long an unmatched stimulus waits in the bookmark queue before it becomes a dead
-    /// letter `Expired` (RT-28; default 10 minutes). A send may set its own.
+    /// How long an unmatched stimulus waits in the inbox before it becomes a dead letter
+    /// `Expired` (RT-28; default 10 minutes). A send may set its own.
     #[must_use]
-    pub fn queue_ttl(mut self, ttl: Duration) -> Self {
+    pub fn inbox_ttl(mut self, ttl: Duration) -> Self {
         self.queue_ttl = ttl;
         self
     }
 
-    /// The queue worker's periodic sweep (RT-26; default 10 s).
+    /// The inbox worker's periodic sweep (RT-26; default 10 s).
     #[must_use]
-    pub fn queue_sweep(mut self, every: Duration) -> Self {
+    pub fn inbox_sweep(mut self, every: Duration) -> Self {
         self.queue_sweep = every.max(Duration::from_millis(1));
         self
     }
@@ -464,8 +465,9 @@ impl RuntimeBuilder {
         self
     }
 
-    /// Whether the in-process timer driver (TM-4) runs in the background (default true).
-    /// Without it, due timers fire only through
+    /// Whether the in-process timer driver (TM-4), and with it the debounce driver (RT-35),
+    /// runs in the background (default true). Without it, due timers fire and due debounced
+    /// sends are delivered only through
     /// [`Runtime::fire_due_timers`](crate::Runtime::fire_due_timers) (what [`crate::testing::TestRuntime`] does, step by step).
     #[must_use]
     pub fn timer_driver(mut self, enabled: bool) -> Self {

@@ -13,7 +13,7 @@
 //!   item boundary after the current task attempt;
 //! - a run about to start honours a pending cancel or suspend instead of running;
 //! - an idle instance is taken by the queue worker, on the store's wake-up in process and on
-//!   its periodic sweep ([`RuntimeBuilder::queue_sweep`](super::RuntimeBuilder::queue_sweep)).
+//!   its periodic sweep ([`RuntimeBuilder::inbox_sweep`](super::RuntimeBuilder::inbox_sweep)).
 //!
 //! The commit that honours a request clears it in the same write. A request that no longer
 //! applies (a suspend for an instance that faulted meanwhile, a resume for one that is not

@@ -112,7 +112,7 @@ impl std::fmt::Debug for Runtime {
 impl RuntimeBuilder {
     /// Checks every registration (validator, registry, supported kinds, versions) and builds
     /// the runtime; the first problem is returned. Inside a tokio runtime, it starts the
-    /// background work: the timer driver, the queue worker and the recovery sweep, which runs
+    /// background work: the timer driver, the inbox worker and the recovery sweep, which runs
     /// again the instances a crash interrupted (built outside tokio, the first operation
     /// starts it, see [`Runtime::run_background`]). [`Runtime::shutdown`] stops it.
     ///
@@ -236,8 +236,8 @@ impl Runtime {
     /// Sends a stimulus (RT-14 to RT-24): in one call, starts the definitions whose
     /// event trigger matches (RT-15, subject to their activation strategy) and resumes every
     /// bookmark waiting for its name and key (RT-17), narrowed by instance id, correlation id
-    /// or bookmark id, one run per instance; a stimulus that matched nothing is queued for a
-    /// bookmark that appears later (RT-21), unless [`Stimulus::queue`] is off. With an
+    /// or bookmark id, one run per instance; a stimulus that matched nothing is kept in the
+    /// inbox for a bookmark that appears later (RT-21), unless [`Stimulus::inbox`] is off. With an
     /// idempotency key, a retried send returns the first report with `duplicate: true`.
     ///
     /// # Errors
@@ -536,8 +536,8 @@ impl Runtime {
     /// Suspends (pauses) an instance (ENG-50): nothing of it runs until [`Runtime::resume`].
     /// A task it is running finishes its current attempt (no cancellation token fires); the
     /// run stops at the next item boundary, and the instance becomes `Suspended/Paused` with
-    /// its queue and bookmarks kept and its timers parked (TM-10). Stimuli sent to it meanwhile
-    /// are held in the queue and delivered after the resume. Suspending a paused instance
+    /// its inbox items and bookmarks kept and its timers parked (TM-10). Stimuli sent to it meanwhile
+    /// are held in the inbox and delivered after the resume. Suspending a paused instance
     /// changes nothing.
     ///
     /// When the instance runs in another process, or on a definition version this runtime
@@ -585,7 +585,7 @@ impl Runtime {
     /// assert_eq!(report.deferred, vec![id.clone()]);
     ///
     /// runtime.resume(&id).await?;
-    /// runtime.deliver_queued().await?;
+    /// runtime.deliver_inbox().await?;
     /// let snapshot = runtime.get_state(&id).await?.ok_or("gone")?;
     /// assert!(snapshot.data::<Invoice>()?.paid);
     /// # let _ = Duration::ZERO;
@@ -601,7 +601,7 @@ impl Runtime {
 
     /// Resumes a paused instance (ENG-50): its timers are unparked (those that fell due fire
     /// at once, TM-10), its queued work runs on, and the stimuli held for it while it was
-    /// paused are delivered by the queue worker.
+    /// paused are delivered by the inbox worker.
     ///
     /// When the instance runs in another process, or on a definition version this runtime
     /// does not run, the resume is recorded durably and [`Control::Requested`] returned: the
@@ -701,18 +701,18 @@ impl Runtime {
         self.core.lifecycle.recovery().recover().await
     }
 
-    /// One pass of the bookmark queue (RT-27, RT-28): expired items become dead letters
+    /// One pass of the inbox (RT-27, RT-28): expired items become dead letters
     /// `Expired`; every other item is offered, oldest first, to the bookmarks its look-back
     /// admits (RT-31: sent at or after the instance's `origin_at`, `SinceOrigin`), and deleted
     /// once delivered. Each pending item is visited at most once per pass. Returns how many
     /// items were delivered. The worker calls it; tests and tools may too.
-    pub async fn deliver_queued(&self) -> Result<usize, StoreError> {
+    pub async fn deliver_inbox(&self) -> Result<usize, StoreError> {
         self.core.router.deliver_queued().await
     }
 
-    /// Indexes the triggers (RT-9) and starts the queue worker (RT-26, see the module docs)
+    /// Indexes the triggers (RT-9) and starts the inbox worker (RT-26, see the module docs)
     /// on the current tokio runtime, unless it runs (even on a runtime built with
-    /// [`RuntimeBuilder::queue_worker`](crate::RuntimeBuilder::queue_worker) off). The
+    /// [`RuntimeBuilder::inbox_worker`](crate::RuntimeBuilder::inbox_worker) off). The
     /// runtime starts it by itself (see [`Runtime::run_background`]).
     ///
     /// # Errors
@@ -738,7 +738,7 @@ impl Runtime {
         self.core.router.retire_definition(name).await
     }
 
-    /// Re-enqueues a dead letter with a fresh TTL (the runtime's default), zero attempts and
+    /// Puts a dead letter back in the inbox with a fresh TTL (the runtime's default), zero attempts and
     /// the same stimulus id, so receipts still prevent a double application (RT-28).
     pub async fn replay_dead_letter(&self, item_id: &str) -> Result<QueueItem, StoreError> {
         self.core.router.replay_dead_letter(item_id).await
@@ -755,11 +755,14 @@ impl Runtime {
     /// Claims the timers due at the clock's now (TM-6) and resumes each one's bookmark through
     /// the normal resume path, the time triggers' schedules first, then the instances' timers
     /// in due order, a few at once: the resume payload is `{ "due_at", "fired_at" }` (µs),
-    /// which the Delay completes with and journals (TM-8).
+    /// which the Delay completes with and journals (TM-8). Then delivers the debounced sends
+    /// that are due (RT-35).
     /// The timer driver calls it; call it yourself on a runtime built without one.
     pub async fn fire_due_timers(&self) -> Result<TimerFiring, StoreError> {
         self.core.lifecycle.ensure_background();
-        self.core.timers.fire_due_timers().await
+        let mut report = self.core.timers.fire_due_timers().await?;
+        report.debounced = self.core.router.fire_due_debounces().await?;
+        Ok(report)
     }
 
     /// Writes the schedules of every registered definition's time triggers, once per
@@ -784,7 +787,7 @@ impl Runtime {
     /// Starts the background work on the current tokio runtime, whichever part of it is
     /// enabled and not running (the timer driver unless
     /// [`RuntimeBuilder::timer_driver`](super::RuntimeBuilder::timer_driver) is off, the
-    /// queue worker unless [`RuntimeBuilder::queue_worker`](super::RuntimeBuilder::queue_worker)
+    /// inbox worker unless [`RuntimeBuilder::inbox_worker`](super::RuntimeBuilder::inbox_worker)
     /// is off, the recovery sweep unless
     /// [`RuntimeBuilder::recovery_sweep`](super::RuntimeBuilder::recovery_sweep) is `None`,
     /// the retention purge unless [`Retention::every`](super::Retention) is `None`).
@@ -809,7 +812,7 @@ impl Runtime {
         self.core.lifecycle.run_background()
     }
 
-    /// Shuts this runtime down (RT-26, ENG-36, ENG-51, ENG-52). The timer driver, the queue
+    /// Shuts this runtime down (RT-26, ENG-36, ENG-51, ENG-52). The timer driver, the inbox
     /// worker and the recovery sweep stop, and are awaited: once this returns and the last
     /// clone is dropped, nothing of the runtime holds its store (a SQLite file reopens at
     /// once). The tasks this process is running get up to `grace` to finish; then their

@@ -31,6 +31,7 @@
 //!   `Unavailable`.
 
 use super::error::{StoreError, StoreResult};
+use super::rows::DebounceRow;
 use super::rows::{
     BookmarkQuery, BookmarkRow, Census, ClaimedInstance, Commit, ControlRequest, DeadLetter,
     DeadLetterFilter, DeadLetterReason, IdempotencyRecord, IncidentRecord, InstanceFilter,
@@ -193,6 +194,15 @@ pub struct DueTimers {
     pub next_due: Option<Micros>,
 }
 
+/// What [`Store::claim_due_debounces`] returns.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct DueDebounces {
+    /// The rows claimed, in `(due_at, debounce_id)` order.
+    pub claimed: Vec<DebounceRow>,
+    /// After the claim: the earliest `due_at` among rows not under a live claim at `now`.
+    pub next_due: Option<Micros>,
+}
+
 /// A send's writes for [`Store::enqueue`]: queue items and the send's idempotency record,
 /// in one atomic operation (RT-19).
 #[derive(Debug, Clone, PartialEq, Default)]
@@ -298,6 +308,37 @@ pub struct DefinitionRecord {
     pub json: String,
     /// When this version was first recorded.
     pub recorded_at: Micros,
+}
+
+/// The capability of keeping debounced sends (RT-35, C-44), offered through
+/// [`Store::capabilities`]; every built-in backend has it. Without it a debounced send fails
+/// with [`StoreError::Invalid`](super::StoreError::Invalid) and nothing is stored.
+pub trait DebounceStore: Send + Sync {
+    /// Records a debounced send atomically: inserts `row` (with `sends` 1) when no row has its
+    /// debounce id; otherwise replaces that row's `name`, `hash`, `stimulus`, `last_sent_at`
+    /// and `due_at` with `row`'s and adds one to its `sends`, keeping its `burst_id`,
+    /// `first_sent_at` and claim. Returns the row as stored.
+    fn put_debounce(&self, row: DebounceRow) -> BoxFuture<'_, StoreResult<DebounceRow>>;
+
+    /// Claims up to `limit` (possibly 0) rows with `due_at <= now` and no live claim, in
+    /// `(due_at, debounce_id)` order, for `owner` until `now + claim_ttl`.
+    fn claim_due_debounces(
+        &self,
+        owner: &str,
+        now: Micros,
+        claim_ttl: Micros,
+        limit: usize,
+    ) -> BoxFuture<'_, StoreResult<DueDebounces>>;
+
+    /// Settles a claimed row after its delivery: deletes it when its `burst_id` and `sends`
+    /// are still the given ones (no send came since it was claimed); otherwise releases its
+    /// claim, so the later sends are delivered when due. Returns whether it was deleted.
+    fn finish_debounce(
+        &self,
+        debounce_id: &str,
+        burst_id: &str,
+        sends: u64,
+    ) -> BoxFuture<'_, StoreResult<bool>>;
 }
 
 /// The optional capability of recording definitions (offered through
@@ -463,6 +504,8 @@ pub struct Capabilities<'a> {
     /// Writing work inside an application's own PostgreSQL transaction (ST-37).
     #[cfg(feature = "postgres")]
     pub postgres: Option<&'a super::PostgresStore>,
+    /// Keeping debounced sends (RT-35).
+    pub debounce: Option<&'a dyn DebounceStore>,
 }
 
 impl<'a> Capabilities<'a> {
@@ -472,6 +515,13 @@ impl<'a> Capabilities<'a> {
     #[must_use]
     pub fn with_postgres(mut self, postgres: &'a super::PostgresStore) -> Self {
         self.postgres = Some(postgres);
+        self
+    }
+
+    /// With the debounced-sends capability.
+    #[must_use]
+    pub fn with_debounce(mut self, debounce: &'a dyn DebounceStore) -> Self {
+        self.debounce = Some(debounce);
         self
     }
 

@@ -60,9 +60,9 @@ pub mod conformance;
 
 pub use backend::{
     BookmarkSelect, CHILD_WAIT, Capabilities, CensusCount, ChangeCount, ChildWaitIndex, ClaimKnown,
-    ClaimedRecord, DefinitionRecord, DefinitionStore, DueTimers, Enqueue, IncidentQuery,
-    LeaseClaim, LeaseKey, PurgeTarget, RemoteHints, RouteReads, Settled, Settlement, Store,
-    TimerScope, TriggerSelect, TriggerWrite, WakeUp,
+    ClaimedRecord, DebounceStore, DefinitionRecord, DefinitionStore, DueDebounces, DueTimers,
+    Enqueue, IncidentQuery, LeaseClaim, LeaseKey, PurgeTarget, RemoteHints, RouteReads, Settled,
+    Settlement, Store, TimerScope, TriggerSelect, TriggerWrite, WakeUp,
 };
 pub use error::{StoreError, StoreResult};
 pub use memory::MemoryStore;

@@ -8,11 +8,12 @@ use serde_json::Value;
 use tokio::sync::broadcast;
 
 use super::backend::{
-    BookmarkSelect, CHILD_WAIT, ClaimedRecord, DefinitionRecord, DueTimers, Enqueue, IncidentQuery,
-    LeaseClaim, LeaseKey, PurgeTarget, RemoteHints, Settled, Settlement, Store, TimerScope,
-    TriggerSelect, TriggerWrite, WakeUp,
+    BookmarkSelect, CHILD_WAIT, ClaimedRecord, DefinitionRecord, DueDebounces, DueTimers, Enqueue,
+    IncidentQuery, LeaseClaim, LeaseKey, PurgeTarget, RemoteHints, Settled, Settlement, Store,
+    TimerScope, TriggerSelect, TriggerWrite, WakeUp,
 };
 use super::error::{StoreError, StoreResult};
+use super::rows::DebounceRow;
 use super::rows::{
     BookmarkQuery, BookmarkRow, Census, ClaimedInstance, Commit, ControlRequest, DeadLetter,
     DeadLetterFilter, DeadLetterReason, IdempotencyRecord, IncidentRecord, InstanceCount,
@@ -1125,6 +1126,77 @@ impl Storage {
         key: &str,
     ) -> StoreResult<Option<IdempotencyRecord>> {
         self.store.find_idempotency_record(key).await
+    }
+
+    /// Records a debounced send (RT-35, C-44): a new row, or the row of its debounce id with
+    /// the last stimulus and the due time pushed back. Wakes this process's timer driver.
+    ///
+    /// # Errors
+    ///
+    /// The backend's; [`StoreError::Invalid`] for a backend without the debounce capability.
+    pub async fn put_debounce(&self, row: DebounceRow) -> StoreResult<DebounceRow> {
+        let Some(debounce) = self.store.capabilities().debounce else {
+            return Err(StoreError::Invalid {
+                what: "debounce",
+                reason: "this store does not keep debounced sends".to_owned(),
+            });
+        };
+        let stored = debounce.put_debounce(row).await?;
+        self.notify(WakeUp::TimersChanged {
+            earliest: Some(stored.due_at),
+        });
+        Ok(stored)
+    }
+
+    /// The earliest due time of a debounced send not under a live claim at `now` (a read).
+    ///
+    /// # Errors
+    ///
+    /// The backend's.
+    pub async fn earliest_debounce(&self, now: Micros) -> StoreResult<Option<Micros>> {
+        match self.store.capabilities().debounce {
+            Some(debounce) => Ok(debounce.claim_due_debounces("", now, 0, 0).await?.next_due),
+            None => Ok(None),
+        }
+    }
+
+    /// Claims up to `limit` due debounced sends (C-44).
+    ///
+    /// # Errors
+    ///
+    /// The backend's.
+    pub async fn claim_due_debounces(
+        &self,
+        owner: &str,
+        now: Micros,
+        claim_ttl: Micros,
+        limit: usize,
+    ) -> StoreResult<DueDebounces> {
+        match self.store.capabilities().debounce {
+            Some(debounce) => {
+                debounce
+                    .claim_due_debounces(owner, now, claim_ttl, page(limit, DEFAULT_PAGE))
+                    .await
+            }
+            None => Ok(DueDebounces::default()),
+        }
+    }
+
+    /// Settles a delivered debounced send (C-44): deleted unless a send came since its claim.
+    ///
+    /// # Errors
+    ///
+    /// The backend's.
+    pub async fn finish_debounce(
+        &self,
+        debounce_id: &str,
+        burst_id: &str,
+        sends: u64,
+    ) -> StoreResult<bool> {
+        match self.store.capabilities().debounce {
+            Some(debounce) => debounce.finish_debounce(debounce_id, burst_id, sends).await,
+            None => Ok(false),
+        }
     }
 
     /// Claims a page of queue items (ST-15, C-14).

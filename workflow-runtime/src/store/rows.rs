@@ -1174,3 +1174,28 @@ mod tests {
         );
     }
 }
+
+/// A debounced send waiting for its window to be quiet (RT-35, C-44): one row per debounce
+/// id (the name, key and target of the sends it collapses), holding the last send's stimulus.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DebounceRow {
+    /// The debounce id: the sends with this id collapse into one delivery.
+    pub debounce_id: String,
+    /// The id of this burst of sends, kept by the sends that update the row: a new row (after
+    /// a delivery) gets a new one.
+    pub burst_id: String,
+    /// The stimulus name, for display.
+    pub name: String,
+    /// The stimulus hash (RT-5), for display.
+    pub hash: String,
+    /// The last send's stimulus (name, key, payload and send options), as JSON text.
+    pub stimulus: String,
+    /// When the burst's first send was made.
+    pub first_sent_at: Micros,
+    /// When its last send was made.
+    pub last_sent_at: Micros,
+    /// When it is delivered, unless another send pushes it back.
+    pub due_at: Micros,
+    /// How many sends the row collapses (1 for a new row); it identifies the row's version.
+    pub sends: u64,
+}

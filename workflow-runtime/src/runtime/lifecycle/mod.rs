@@ -16,7 +16,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use super::errors::LifecycleError;
-use super::router::{Router, queue_worker};
+use super::router::{Router, debounce_driver, queue_worker};
 use super::run_path::RunPath;
 use super::timers::{Timers, timer_driver};
 use crate::base::lock;
@@ -32,6 +32,8 @@ pub(crate) use recovery::Recovery;
 struct Background {
     /// The timer driver (TM-4).
     timers: Option<JoinHandle<()>>,
+    /// The debounce driver (RT-35), run with the timer driver.
+    debounce: Option<JoinHandle<()>>,
     /// The queue worker (RT-26).
     queue: Option<JoinHandle<()>>,
     /// The recovery sweep (ENG-25, ENG-26).
@@ -133,6 +135,9 @@ impl Lifecycle {
         if self.settings.timer_driver && !Background::live(background.timers.as_ref()) {
             background.timers = Some(self.spawn_timer_driver(handle));
         }
+        if self.settings.timer_driver && !Background::live(background.debounce.as_ref()) {
+            background.debounce = Some(self.spawn_debounce_driver(handle));
+        }
         if self.settings.queue_worker && !Background::live(background.queue.as_ref()) {
             background.queue = Some(self.spawn_queue_worker(handle));
             // RT-26: a registration rings the doorbell.
@@ -167,6 +172,15 @@ impl Lifecycle {
         ))
     }
 
+    fn spawn_debounce_driver(&self, handle: &tokio::runtime::Handle) -> JoinHandle<()> {
+        handle.spawn(debounce_driver(
+            Arc::downgrade(&self.router),
+            self.run_path.store().subscribe(),
+            self.settings.stop.subscribe(),
+            self.router.queue_sweep(),
+        ))
+    }
+
     fn spawn_queue_worker(&self, handle: &tokio::runtime::Handle) -> JoinHandle<()> {
         handle.spawn(queue_worker(
             Arc::downgrade(&self.router),
@@ -187,6 +201,9 @@ impl Lifecycle {
             return false;
         }
         background.timers = Some(self.spawn_timer_driver(&handle));
+        if !Background::live(background.debounce.as_ref()) {
+            background.debounce = Some(self.spawn_debounce_driver(&handle));
+        }
         true
     }
 
@@ -227,6 +244,7 @@ impl Lifecycle {
             let mut background = lock(&self.background);
             [
                 background.timers.take(),
+                background.debounce.take(),
                 background.queue.take(),
                 background.recovery.take(),
                 background.retention.take(),

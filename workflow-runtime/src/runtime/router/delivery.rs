@@ -89,7 +89,7 @@ impl Router {
         };
         let item = self.queue_item(&stimulus, &hash, &stimulus_id, now_micros(), &targets);
         let mut report = SendReport::empty(stimulus_id, hash);
-        report.queued = Some(item.item_id.clone());
+        report.inbox_item = Some(item.item_id.clone());
         postgres
             .enqueue_in(conn, &item)
             .await
@@ -99,6 +99,9 @@ impl Router {
 
     async fn send_inner(&self, stimulus: Stimulus) -> Result<SendReport, SendError> {
         // RT-14: validate before any effect.
+        if let Some(window) = stimulus.debounce {
+            super::debounce::check_window(window)?;
+        }
         check_name(&stimulus.name)?;
         if let Some(message) = stimulus.invalid.clone() {
             return Err(SendError::Payload { message });
@@ -131,6 +134,14 @@ impl Router {
                 }));
             }
         }
+        if let Some(window) = stimulus.debounce {
+            // RT-35: stored, delivered once the window is quiet. A send to one instance says
+            // at once that it is gone or final.
+            if let Some(instance) = &stimulus.instance_id {
+                self.refuse_gone_or_final(instance).await?;
+            }
+            return self.debounce(&stimulus, &hash, window).await;
+        }
         // RT-19: a retried send finds its first report. The digest only serves idempotency
         // records, so a send without a key does not hash its payload.
         let payload_digest = if stimulus.idempotency_key.is_some() {
@@ -160,7 +171,7 @@ impl Router {
                 {
                     let in_progress = lock(&self.pending_records).contains_key(&stimulus_id);
                     let carry_on = !in_progress
-                        && !stimulus.enqueue
+                        && !stimulus.via_inbox
                         && is_pending(&record.report)
                         && record.report.get(SEND_MARK).is_some()
                         && record.hash == hash
@@ -180,14 +191,14 @@ impl Router {
             None => new_ulid(),
         };
         let sent_at = now_micros();
-        if stimulus.enqueue
+        if stimulus.via_inbox
             && let Some(instance) = &stimulus.instance_id
         {
             // RT-34: a send to one instance says at once that it is gone or final, queued or
             // not (its status alone: the document is not decoded).
             self.refuse_gone_or_final(instance).await?;
         }
-        let (report, own) = if stimulus.enqueue {
+        let (report, own) = if stimulus.via_inbox {
             // RT-23 `Enqueue`: written to the queue untargeted; the worker routes it.
             let targets = Targets {
                 instance_id: stimulus.instance_id.clone(),
@@ -198,7 +209,7 @@ impl Router {
             };
             let item = self.queue_item(&stimulus, &hash, &stimulus_id, sent_at, &targets);
             let mut report = SendReport::empty(stimulus_id.clone(), hash.clone());
-            report.queued = Some(item.item_id.clone());
+            report.inbox_item = Some(item.item_id.clone());
             // RT-19: the item and the send's idempotency record are written in one
             // operation: concurrent sends with one key queue one item, and a send retried
             // after a crash finds the record of the item it queued.
@@ -260,7 +271,7 @@ impl Router {
                 Origin::Stable
             };
             let carrying = carried.is_some().then(|| Stimulus {
-                queue: false,
+                inbox: false,
                 ..stimulus.clone()
             });
             let routed = self
@@ -464,15 +475,15 @@ impl Router {
         }
         // RT-21, RT-22: a stimulus rejected for an instance is dead-lettered, not queued.
         if !delivered && report.not_delivered.is_empty() && report.rejected.is_empty() {
-            if stimulus.queue {
+            if stimulus.inbox {
                 let targets = Targets {
                     instance_id: stimulus.instance_id.clone(),
                     bookmark_id: stimulus.bookmark_id.clone(),
                     ..Targets::default()
                 };
                 let item = self.queue_item(stimulus, hash, stimulus_id, sent_at, &targets);
-                report.queued = Some(item.item_id.clone());
-                report.queued_because = Some(NotAwaited {
+                report.inbox_item = Some(item.item_id.clone());
+                report.inbox_because = Some(NotAwaited {
                     expires_at: item.expires_at,
                     addressed: self.addressed(stimulus).await.map_err(SendError::Store)?,
                 });

@@ -17,10 +17,12 @@ use crate::base::lock;
 use crate::store::{IdempotencyRecord, Micros, Storage};
 
 mod dead_letters;
+mod debounce;
 mod delivery;
 mod queue;
 mod triggers;
 
+pub(crate) use debounce::debounce_driver;
 pub(crate) use queue::queue_worker;
 
 /// What the router is built with.
@@ -46,7 +48,7 @@ pub(crate) struct Router {
     stop: watch::Receiver<bool>,
     /// Set once the triggers are written to the store (RT-9).
     triggers_indexed: tokio::sync::OnceCell<()>,
-    /// Serializes queue passes (the worker and `Runtime::deliver_queued`), and holds the
+    /// Serializes queue passes (the worker and `Runtime::deliver_inbox`), and holds the
     /// items this process has put back undelivered and announced once (RT-27): put back
     /// again, they are not announced again.
     queue_passes: tokio::sync::Mutex<HashSet<String>>,

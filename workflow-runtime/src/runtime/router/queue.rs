@@ -5,10 +5,10 @@
 //! [`tokio::sync::Notify`]: many rings before a pass cost one pass, RT-26), rung by every
 //! enqueue of this process and by the store's `QueueChanged` hints (a commit that added
 //! bookmarks, here or in another process), and by a periodic sweep
-//! (`RuntimeBuilder::queue_sweep`, default 10 s). It
+//! (`RuntimeBuilder::inbox_sweep`, default 10 s). It
 //! stops on `Runtime::shutdown`, and is aborted when the last clone of the runtime is
 //! dropped (it holds only a weak reference between passes). Without `start_workers`, queued
-//! stimuli stay in the store until `Runtime::deliver_queued` is called.
+//! stimuli stay in the store until `Runtime::deliver_inbox` is called.
 
 use std::sync::{Arc, Weak};
 use std::time::Duration;
@@ -291,8 +291,9 @@ impl Router {
                 ttl: Some(Duration::from_micros(
                     u64::try_from(item.expires_at.saturating_sub(item.sent_at)).unwrap_or(0),
                 )),
-                queue: true,
-                enqueue: false,
+                inbox: true,
+                via_inbox: false,
+                debounce: None,
                 traceparent: TraceParent::from_stored(targets.traceparent.as_deref()),
                 invalid: None,
             };

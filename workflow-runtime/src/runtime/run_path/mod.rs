@@ -348,6 +348,11 @@ impl RunPath {
         self.clock.now()
     }
 
+    /// The clock of workflow time (TM-1).
+    pub(crate) fn clock(&self) -> Arc<dyn Clock> {
+        Arc::clone(&self.clock)
+    }
+
     /// The runtime-wide commit strategy (ENG-32).
     pub(crate) fn commit_strategy(&self) -> CommitStrategy {
         self.commit_strategy

@@ -35,6 +35,10 @@ pub struct TimerFiring {
     /// Cron schedules whose missed occurrences were skipped without starting an instance
     /// (TM-19): `(definition name, schedule id)`.
     pub skipped: Vec<(String, String)>,
+    /// The debounce ids of the debounced sends settled (RT-35), in due order: delivered, or
+    /// refused for good and dropped; filled by
+    /// [`Runtime::fire_due_timers`](crate::Runtime::fire_due_timers).
+    pub debounced: Vec<String>,
 }
 
 impl Timers {

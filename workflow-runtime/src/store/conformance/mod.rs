@@ -14,8 +14,8 @@
 //! case. Cases are numbered as in `docs/reference/store.md` (ST-34).
 //!
 //! The cases are grouped by area, one module each (instances, state documents, leases,
-//! bookmarks, triggers, timers, queue, dead letters, journal, hints, incidents,
-//! definitions); all are
+//! bookmarks, triggers, timers, queue, dead letters, debounced sends, journal, hints,
+//! incidents, definitions); all are
 //! re-exported here, where the macro finds them.
 #![allow(
     clippy::unwrap_used,
@@ -27,6 +27,7 @@
 
 mod bookmarks;
 mod dead_letters;
+mod debounce;
 mod definitions;
 mod documents;
 mod fixtures;
@@ -47,6 +48,7 @@ pub use bookmarks::{
     c08_bookmark_lookup, c09_bookmark_diff, c10_correlation_rewrite, c19_receipts, c35_child_waits,
 };
 pub use dead_letters::{c17_dead_letter_once, c18_dead_letters};
+pub use debounce::c44_debounce;
 pub use definitions::c36_definitions;
 pub use documents::{c25_decode_error, c26_format_too_new, c27_too_large};
 pub use fixtures::{
@@ -148,6 +150,7 @@ macro_rules! store_conformance_tests {
             c41_slot_order,
             c42_slot_limits_and_bad_input,
             c43_slot_concurrent_asks,
+            c44_debounce,
         );
     };
     (@cases required $make:path; $($case:ident),* $(,)?) => {

@@ -10,7 +10,7 @@ use crate::base::Micros;
 use crate::store::backend::DefinitionRecord;
 use crate::store::error::{StoreError, StoreResult};
 use crate::store::rows::{
-    ControlRequest, DeadLetter, IdempotencyRecord, IncidentRecord, InstanceStatus,
+    ControlRequest, DeadLetter, DebounceRow, IdempotencyRecord, IncidentRecord, InstanceStatus,
     InstanceSubStatus, JournalRecord, QueueItem, StoreStats, TimerRow, TriggerRow,
 };
 
@@ -88,7 +88,7 @@ pub(super) struct Claimed<T> {
 }
 
 impl<T> Claimed<T> {
-    fn new(row: T) -> Self {
+    pub(super) fn new(row: T) -> Self {
         Self {
             row,
             claim_owner: None,
@@ -120,6 +120,8 @@ pub(super) struct Inner {
     pub(super) queue: BTreeMap<String, Claimed<QueueItem>>,
     pub(super) dead_letters: BTreeMap<String, DeadLetter>,
     pub(super) timers: BTreeMap<String, Claimed<TimerRow>>,
+    /// Debounced sends (RT-35), by debounce id.
+    pub(super) debounces: BTreeMap<String, Claimed<DebounceRow>>,
     /// Each instance's receipts: stimulus id to the receipt's time. Nested by instance, so a
     /// commit checks and writes them without building an owned `(instance, stimulus)` key.
     pub(super) receipts: BTreeMap<String, BTreeMap<String, Micros>>,

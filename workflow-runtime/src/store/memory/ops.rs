@@ -11,11 +11,12 @@ use crate::base::BoxFuture;
 use crate::base::Micros;
 use crate::store::backend::{
     BookmarkSelect, Capabilities, CensusCount, ChangeCount, ChildWaitIndex, ClaimKnown,
-    ClaimedRecord, DefinitionRecord, DefinitionStore, DueTimers, Enqueue, IncidentQuery,
-    LeaseClaim, LeaseKey, PurgeTarget, Settled, Settlement, Store, TimerScope, TriggerSelect,
-    TriggerWrite,
+    ClaimedRecord, DefinitionRecord, DefinitionStore, DueDebounces, DueTimers, Enqueue,
+    IncidentQuery, LeaseClaim, LeaseKey, PurgeTarget, Settled, Settlement, Store, TimerScope,
+    TriggerSelect, TriggerWrite,
 };
 use crate::store::error::{StoreError, StoreResult};
+use crate::store::rows::DebounceRow;
 use crate::store::rows::{
     BookmarkRow, Census, ClaimedInstance, Commit, ControlRequest, DeadLetter, DeadLetterFilter,
     DeadLetterReason, IdempotencyRecord, IncidentRecord, InstanceCount, InstanceFilter,
@@ -944,6 +945,7 @@ impl Store for MemoryStore {
 
     fn capabilities(&self) -> Capabilities<'_> {
         Capabilities::default()
+            .with_debounce(self)
             .with_definitions(self)
             .with_child_waits(self)
             .with_change_count(self)
@@ -1061,6 +1063,102 @@ impl DefinitionStore for MemoryStore {
                 .collect();
             rows.sort_by(|a, b| (&a.name, a.recorded_at).cmp(&(&b.name, b.recorded_at)));
             Ok(rows)
+        })
+    }
+}
+
+impl crate::store::backend::DebounceStore for MemoryStore {
+    fn put_debounce(&self, row: DebounceRow) -> BoxFuture<'_, StoreResult<DebounceRow>> {
+        self.write(move |inner| {
+            let stored = match inner.debounces.get_mut(&row.debounce_id) {
+                Some(existing) => {
+                    let kept = &mut existing.row;
+                    kept.name = row.name;
+                    kept.hash = row.hash;
+                    kept.stimulus = row.stimulus;
+                    kept.last_sent_at = row.last_sent_at;
+                    kept.due_at = row.due_at;
+                    kept.sends = kept.sends.saturating_add(1);
+                    kept.clone()
+                }
+                None => {
+                    let row = DebounceRow { sends: 1, ..row };
+                    inner
+                        .debounces
+                        .insert(row.debounce_id.clone(), Claimed::new(row.clone()));
+                    row
+                }
+            };
+            Ok(stored)
+        })
+    }
+
+    fn claim_due_debounces(
+        &self,
+        owner: &str,
+        now: Micros,
+        claim_ttl: Micros,
+        limit: usize,
+    ) -> BoxFuture<'_, StoreResult<DueDebounces>> {
+        let owner = owner.to_owned();
+        let earliest = move |inner: &Inner| {
+            inner
+                .debounces
+                .values()
+                .filter(|d| !d.claim_live(now))
+                .map(|d| d.row.due_at)
+                .min()
+        };
+        if limit == 0 {
+            return self.read(move |inner| {
+                Ok(DueDebounces {
+                    claimed: Vec::new(),
+                    next_due: earliest(inner),
+                })
+            });
+        }
+        self.write(move |inner| {
+            let mut due: Vec<(Micros, String)> = inner
+                .debounces
+                .values()
+                .filter(|d| d.row.due_at <= now && !d.claim_live(now))
+                .map(|d| (d.row.due_at, d.row.debounce_id.clone()))
+                .collect();
+            due.sort();
+            due.truncate(limit);
+            let mut claimed = Vec::with_capacity(due.len());
+            for (_, id) in due {
+                if let Some(d) = inner.debounces.get_mut(&id) {
+                    d.claim_owner = Some(owner.clone());
+                    d.claim_expires_at = Some(now.saturating_add(claim_ttl));
+                    claimed.push(d.row.clone());
+                }
+            }
+            Ok(DueDebounces {
+                claimed,
+                next_due: earliest(inner),
+            })
+        })
+    }
+
+    fn finish_debounce(
+        &self,
+        debounce_id: &str,
+        burst_id: &str,
+        sends: u64,
+    ) -> BoxFuture<'_, StoreResult<bool>> {
+        let (debounce_id, burst_id) = (debounce_id.to_owned(), burst_id.to_owned());
+        self.write(move |inner| {
+            let Some(row) = inner.debounces.get_mut(&debounce_id) else {
+                return Ok(false);
+            };
+            if row.row.burst_id == burst_id && row.row.sends == sends {
+                inner.debounces.remove(&debounce_id);
+                return Ok(true);
+            }
+            row.claim_owner = None;
+            row.claim_expires_at = None;
+            Ok(false)
         })
     }
 }

@@ -37,6 +37,7 @@ use crate::store::rows::{
     Renewal, Schedule, ScheduleFiring, StoreStats, TimerRow, TriggerRow,
 };
 
+mod debounce;
 mod kept;
 mod liveness;
 mod notify;
@@ -1253,6 +1254,7 @@ impl Store for PostgresStore {
 
     fn capabilities(&self) -> Capabilities<'_> {
         Capabilities::default()
+            .with_debounce(self)
             .with_remote_hints(self)
             .with_definitions(self)
             .with_child_waits(self)
@@ -1349,6 +1351,59 @@ impl DefinitionStore for PostgresStore {
                 c,
                 &self.schema,
                 name.as_deref()
+            ))
+        })
+    }
+}
+
+impl crate::store::backend::DebounceStore for PostgresStore {
+    fn put_debounce(
+        &self,
+        row: crate::store::rows::DebounceRow,
+    ) -> BoxFuture<'_, StoreResult<crate::store::rows::DebounceRow>> {
+        Box::pin(async move { write_tx!(self, [], |c| debounce::put(c, &self.schema, &row)) })
+    }
+
+    fn claim_due_debounces(
+        &self,
+        owner: &str,
+        now: Micros,
+        claim_ttl: Micros,
+        limit: usize,
+    ) -> BoxFuture<'_, StoreResult<crate::store::backend::DueDebounces>> {
+        let owner = owner.to_owned();
+        Box::pin(async move {
+            if limit == 0 {
+                return read!(self, |c| async {
+                    Ok(crate::store::backend::DueDebounces {
+                        claimed: Vec::new(),
+                        next_due: debounce::earliest(c, &self.schema, now).await?,
+                    })
+                });
+            }
+            write_tx!(self, [], |c| async {
+                let claimed =
+                    debounce::claim(c, &self.schema, &owner, now, claim_ttl, limit).await?;
+                let next_due = debounce::earliest(c, &self.schema, now).await?;
+                Ok(crate::store::backend::DueDebounces { claimed, next_due })
+            })
+        })
+    }
+
+    fn finish_debounce(
+        &self,
+        debounce_id: &str,
+        burst_id: &str,
+        sends: u64,
+    ) -> BoxFuture<'_, StoreResult<bool>> {
+        let (debounce_id, burst_id) = (debounce_id.to_owned(), burst_id.to_owned());
+        Box::pin(async move {
+            write_tx!(self, [], |c| debounce::finish(
+                c,
+                &self.schema,
+                &debounce_id,
+                &burst_id,
+                sends
             ))
         })
     }

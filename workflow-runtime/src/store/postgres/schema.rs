@@ -71,6 +71,7 @@ pub(super) const MIGRATIONS: &[(u32, &str, &str)] = &[
     (7, "0007_journal_cap_amortised", MIGRATION_0007),
     (8, "0008_flow_control", MIGRATION_0008),
     (9, "0009_process_liveness", MIGRATION_0009),
+    (10, "0010_debounced_sends", MIGRATION_0010),
 ];
 
 /// Flow-control queues (QU-5, QU-6): per queue a row of counters (the last fencing token,
@@ -137,6 +138,25 @@ CREATE TABLE @wf_processes (
     owner TEXT COLLATE "C" PRIMARY KEY,
     since BIGINT NOT NULL
 );
+"#;
+
+/// Debounced sends (RT-35, C-44): one row per debounce id, holding the last send, claimed
+/// by the process that delivers it once due.
+const MIGRATION_0010: &str = r#"
+CREATE TABLE @wf_debounce (
+    debounce_id      TEXT COLLATE "C" PRIMARY KEY NOT NULL,
+    burst_id         TEXT NOT NULL,
+    name             TEXT NOT NULL,
+    hash             TEXT NOT NULL,
+    stimulus         TEXT NOT NULL,
+    first_sent_at    BIGINT NOT NULL,
+    last_sent_at     BIGINT NOT NULL,
+    due_at           BIGINT NOT NULL,
+    sends            BIGINT NOT NULL,
+    claim_owner      TEXT,
+    claim_expires_at BIGINT
+);
+CREATE INDEX wf_debounce_due ON @wf_debounce (due_at, debounce_id);
 "#;
 
 /// The instance row updated in place (a HOT update) by a commit that leaves its indexed

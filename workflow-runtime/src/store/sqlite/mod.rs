@@ -39,6 +39,7 @@ use crate::store::error::{StoreError, StoreResult};
 mod changes;
 mod checkpoint;
 mod flow;
+mod debounce;
 mod leases;
 mod ops;
 mod options;

@@ -1899,6 +1899,7 @@ impl Store for SqliteStore {
 
     fn capabilities(&self) -> Capabilities<'_> {
         Capabilities::default()
+            .with_debounce(self)
             .with_definitions(self)
             .with_child_waits(self)
             .with_remote_hints(self)
@@ -2231,4 +2232,38 @@ fn select_triggers(
         });
     }
     Ok(found)
+}
+
+impl crate::store::backend::DebounceStore for SqliteStore {
+    fn put_debounce(
+        &self,
+        row: crate::store::rows::DebounceRow,
+    ) -> BoxFuture<'_, StoreResult<crate::store::rows::DebounceRow>> {
+        self.write(move |c| super::debounce::put(c, &row))
+    }
+
+    fn claim_due_debounces(
+        &self,
+        owner: &str,
+        now: Micros,
+        claim_ttl: Micros,
+        limit: usize,
+    ) -> BoxFuture<'_, StoreResult<crate::store::backend::DueDebounces>> {
+        if limit == 0 {
+            // Nothing to claim: a read, off the writer.
+            return self.read(move |c| super::debounce::next_due(c, now));
+        }
+        let owner = owner.to_owned();
+        self.write(move |c| super::debounce::claim(c, &owner, now, claim_ttl, limit))
+    }
+
+    fn finish_debounce(
+        &self,
+        debounce_id: &str,
+        burst_id: &str,
+        sends: u64,
+    ) -> BoxFuture<'_, StoreResult<bool>> {
+        let (debounce_id, burst_id) = (debounce_id.to_owned(), burst_id.to_owned());
+        self.write(move |c| super::debounce::finish(c, &debounce_id, &burst_id, sends))
+    }
 }

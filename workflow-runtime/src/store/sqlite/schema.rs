@@ -24,6 +24,7 @@ const MIGRATIONS: &[(u32, &str, &str)] = &[
     (10, "0010_clustered_journal_and_bookmarks", MIGRATION_0010),
     (11, "0011_bookmarks_keyed_by_instance", MIGRATION_0011),
     (12, "0012_flow_control", MIGRATION_0012),
+    (13, "0013_debounced_sends", MIGRATION_0013),
 ];
 
 /// Flow-control queues (QU-5): per queue a row of counters (the last fencing token, waiter
@@ -75,6 +76,25 @@ CREATE TABLE wf_flow_starts (
     PRIMARY KEY (queue, token)
 ) WITHOUT ROWID;
 CREATE INDEX wf_flow_starts_at ON wf_flow_starts (queue, at);
+";
+
+/// Debounced sends (RT-35, C-44): one row per debounce id, holding the last send, claimed
+/// by the process that delivers it once due.
+const MIGRATION_0013: &str = r"
+CREATE TABLE wf_debounce (
+    debounce_id      TEXT PRIMARY KEY NOT NULL,
+    burst_id         TEXT NOT NULL,
+    name             TEXT NOT NULL,
+    hash             TEXT NOT NULL,
+    stimulus         TEXT NOT NULL,
+    first_sent_at    INTEGER NOT NULL,
+    last_sent_at     INTEGER NOT NULL,
+    due_at           INTEGER NOT NULL,
+    sends            INTEGER NOT NULL,
+    claim_owner      TEXT,
+    claim_expires_at INTEGER
+) WITHOUT ROWID;
+CREATE INDEX wf_debounce_due ON wf_debounce (due_at, debounce_id);
 ";
 
 /// Recorded definitions: each registered version's JSON form, so tools can show a
@@ -623,6 +643,7 @@ const TABLES: &[&str] = &[
     "wf_flow_waiters",
     "wf_flow_turns",
     "wf_flow_starts",
+    "wf_debounce",
 ];
 
 /// A table dropped from the file (by hand, by a tool) is found at open, not at the first
