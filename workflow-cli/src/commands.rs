@@ -62,7 +62,7 @@ pub(crate) async fn run(
             if json {
                 return Ok(rows.iter().map(|r| json_line(r) + "\n").collect());
             }
-            let mut table = Table::new(&["ID", "DEFINITION", "STATUS", "AT", "CHANGED"]);
+            let mut table = Table::new(&["ID", "DEFINITION", "VERSION", "STATUS", "AT", "CHANGED"]);
             for row in &rows {
                 let status = match (&row.error, &row.sub_status) {
                     (Some(_), _) => "unreadable".to_owned(),
@@ -75,6 +75,7 @@ pub(crate) async fn run(
                 table.row(vec![
                     row.instance_id.clone(),
                     row.definition.clone(),
+                    inspect::short_version(&row.version).to_owned(),
                     status,
                     at,
                     relative(row.updated_at, now),

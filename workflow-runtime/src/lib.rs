@@ -39,12 +39,13 @@ pub use engine::task::{IntoTaskResult, Outcome, TaskContext, TaskError, TaskResu
 pub use routing::RoutingError;
 pub use runtime::{
     AddressedInstance, AwaitError, BuildError, CancelError, Completion, Control, ControlError,
-    Declined, InstanceQuery, InstanceSnapshot, InstanceSummary, LifecycleError, NotAwaited,
+    Declined, InstanceMigration, InstanceQuery, InstanceSnapshot, InstanceSummary, LifecycleError,
+    MigrateError, Migration, MigrationOutcome, MigrationRefusal, MigrationReport, NotAwaited,
     PurgeError, RecoveryReport, Refusal, Rejection, ResumeError, Retention, RetentionReport,
     RetryError, Runtime, RuntimeBuilder, SendError, SendReport, StartError, StartOptions, Started,
     StateError, Stimulus, TimerFiring,
 };
-pub use workflow::{StateMachineWorkflow, Workflow};
+pub use workflow::{Migrate, StateMachineWorkflow, Workflow};
 
 /// Declares a state machine on an enum: see the macro's documentation.
 #[cfg(feature = "macros")]

@@ -7,6 +7,7 @@
 //!    │     └──> timers ─────────────────┘                      │
 //!    └──> recovery ─────────────────────┘                      └──> store, engine
 //! queries ──> run path
+//! versions ──> run path
 //! ```
 
 use std::sync::Arc;
@@ -25,6 +26,7 @@ use super::router::{Router, RouterSettings};
 use super::run_path::{RunPath, RunPathSettings};
 use super::starts::Starts;
 use super::timers::Timers;
+use super::versions::Versions;
 use crate::base::new_ulid;
 use crate::clock::SystemClock;
 use crate::store::Storage;
@@ -40,12 +42,17 @@ pub(crate) struct Core {
     pub(super) router: Arc<Router>,
     pub(super) timers: Arc<Timers>,
     pub(super) lifecycle: Lifecycle,
+    pub(super) versions: Versions,
 }
 
 impl Core {
     /// Checks `builder` and builds the services it describes.
     pub(crate) fn build(mut builder: RuntimeBuilder) -> Result<Self, BuildError> {
-        let Checked { workflows, store } = builder.checked()?;
+        let Checked {
+            workflows,
+            versions,
+            store,
+        } = builder.checked()?;
         let clock = builder
             .clock
             .take()
@@ -57,6 +64,7 @@ impl Core {
         let doorbell = Arc::new(Notify::new());
         let definitions = Arc::new(Definitions::new(
             workflows,
+            versions,
             Arc::clone(&clock),
             builder.journal_level,
             builder.max_journal_entries,
@@ -127,6 +135,7 @@ impl Core {
         Ok(Self {
             store,
             queries: Queries::new(Arc::clone(&run_path)),
+            versions: Versions::new(Arc::clone(&run_path)),
             run_path,
             starts,
             links,

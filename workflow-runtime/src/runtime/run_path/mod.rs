@@ -40,12 +40,14 @@ use crate::store::{ControlKind, IdempotencyRecord, Micros, QueueItem, Storage, S
 
 mod cancel;
 mod commit;
+mod migrate;
 mod outbox;
 mod too_large;
 mod turns;
 
 pub(crate) use commit::RunCommits;
 use commit::Tracker;
+pub(crate) use migrate::{Move, StateMap};
 pub(crate) use outbox::Outbox;
 pub(crate) use turns::Turn;
 use turns::Turns;
@@ -615,6 +617,7 @@ impl RunPath {
                 last_document: None,
                 document_len,
                 spare: record.state,
+                repin: None,
             }),
             control: record.control_request,
         };
