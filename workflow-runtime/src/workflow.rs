@@ -80,7 +80,7 @@ pub trait StateMachineWorkflow: Workflow {
 }
 
 /// How the waiting instances of a previous version `Old` of a state machine map to this
-/// version (ENG-55), used by [`Runtime::migrate`](crate::Runtime::migrate): plain Rust that
+/// version (ENG-54), used by [`Runtime::migrate`](crate::Runtime::migrate): plain Rust that
 /// rustc checks. A state of `Old` left out of the `match` is a non-exhaustive-match error, and
 /// a state this version does not declare does not compile.
 ///

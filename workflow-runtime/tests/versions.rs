@@ -1,4 +1,4 @@
-//! Versions side by side and migrations (ENG-45, ENG-55): two versions of one state machine
+//! Versions side by side and migrations (ENG-45, ENG-54): two versions of one state machine
 //! running in one runtime, and waiting instances moved from the previous version to the new
 //! one across restarts, on the memory store, SQLite and PostgreSQL (skipped without a server
 //! at `WORKFLOW_PG_URL`).

@@ -80,7 +80,7 @@ pub(crate) enum RunTarget {
     None,
     /// Resume these bookmarks with this payload, in creation order.
     Bookmarks { ids: Vec<String>, payload: Value },
-    /// ENG-55: a migrated instance's fresh state, its root state machine placed in `state`
+    /// ENG-54: a migrated instance's fresh state, its root state machine placed in `state`
     /// (entered at `entered_at`, RT-30) without running the state's entry again: the run
     /// arms the state's transitions.
     Migrated {

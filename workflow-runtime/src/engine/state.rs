@@ -302,7 +302,7 @@ pub enum JournalKind {
     /// A flowchart node was skipped (FC-13): no context was created. `node_id` is the skipped
     /// node, `context_id` the flowchart's context; the detail carries the `reason`.
     Skipped,
-    /// The instance moved to another version of its definition (ENG-55; detail:
+    /// The instance moved to another version of its definition (ENG-54; detail:
     /// `{from_version, to_version, from, to}`, the states before and after).
     Migrated,
 }

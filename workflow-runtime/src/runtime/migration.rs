@@ -1,4 +1,4 @@
-//! What a migration is asked and what it reports (ENG-55): which instances of a previous
+//! What a migration is asked and what it reports (ENG-54): which instances of a previous
 //! version move to another version, and what happened to each.
 
 use crate::engine::state::{SubStatus, WorkflowStatus};
@@ -105,7 +105,7 @@ pub struct InstanceMigration {
     pub outcome: MigrationOutcome,
 }
 
-/// What happened to one instance in a migration (ENG-55).
+/// What happened to one instance in a migration (ENG-54).
 #[derive(Debug, Clone, PartialEq)]
 pub enum MigrationOutcome {
     /// Moved, in one commit: state, data, waits and timers of the new position, a journal
@@ -131,7 +131,7 @@ pub enum MigrationOutcome {
     Refused(MigrationRefusal),
 }
 
-/// Why one instance was not moved (ENG-55). Nothing of it was written.
+/// Why one instance was not moved (ENG-54). Nothing of it was written.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum MigrationRefusal {
     /// A run of it is in progress (here or in another process): migrate it again later.
@@ -174,7 +174,7 @@ pub enum MigrationRefusal {
     },
 }
 
-/// Why a migration as a whole was refused (ENG-55). Nothing was written.
+/// Why a migration as a whole was refused (ENG-54). Nothing was written.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum MigrateError {
     /// The two definitions do not share a name: they are unrelated.

@@ -433,7 +433,7 @@ impl Runtime {
     }
 
     /// Moves the waiting instances of the state machine `Old` to the version `New`
-    /// (ENG-55), one by one, each atomically: its state and data mapped by `New`'s
+    /// (ENG-54), one by one, each atomically: its state and data mapped by `New`'s
     /// [`Migrate`] implementation (which rustc checks), its waits and timers those of its new
     /// state (whose entry does not run again), a `Migrated` journal entry, and the instance
     /// pinned to `New`. `New` must be registered here; `Old` need not be. A running instance

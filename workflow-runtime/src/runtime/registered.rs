@@ -75,7 +75,7 @@ pub(crate) trait ErasedWorkflow: Send + Sync {
     /// The activation strategy (RT-15).
     fn activation(&self) -> Activation;
     /// The states of the state machine at the root, in declaration order; `None` when the
-    /// root is not a state machine (ENG-55).
+    /// root is not a state machine (ENG-54).
     fn machine_states(&self) -> Option<Vec<String>>;
 }
 

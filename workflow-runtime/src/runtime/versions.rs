@@ -1,4 +1,4 @@
-//! Migrations between versions of one definition (ENG-55): which instances of the previous
+//! Migrations between versions of one definition (ENG-54): which instances of the previous
 //! version a migration visits, and the checks made before any of them is touched. Each
 //! instance is then moved by the run path, one by one, atomically.
 

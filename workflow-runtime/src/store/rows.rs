@@ -569,7 +569,7 @@ pub struct Commit<S = Value, D = S> {
     /// for), opaque JSON text stored in the instance row so a listing reads no state
     /// document (ENG-51); `None` stores none (a listing then reads the document).
     pub listing: Option<String>,
-    /// Re-pins the instance to this version of its definition (a migration, ENG-55): the
+    /// Re-pins the instance to this version of its definition (a migration, ENG-54): the
     /// instance row and its bookmark rows, those this commit adds included, carry it from
     /// this commit on. `None` keeps the version.
     pub definition_version: Option<String>,

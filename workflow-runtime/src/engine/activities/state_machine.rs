@@ -336,7 +336,7 @@ pub(crate) trait StateMachineActivity<'g>: Scope<'g> {
         self.machine_enter(id, m, &current, child.payload)
     }
 
-    /// ENG-55: a migrated instance's machine, placed in its current state, arms that state's
+    /// ENG-54: a migrated instance's machine, placed in its current state, arms that state's
     /// transitions (SM-3) without running its entry, which ran in the previous version.
     fn machine_on_migrated(
         &mut self,

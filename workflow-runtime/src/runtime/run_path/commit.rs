@@ -80,7 +80,7 @@ pub(crate) struct Tracker {
     /// this allocation when it is large enough (the text of a kept state is, ENG-53: it is
     /// the buffer its commit encoded into, with that commit's room for growth).
     pub(crate) spare: String,
-    /// The next commit re-pins the instance to this version (a migration, ENG-55).
+    /// The next commit re-pins the instance to this version (a migration, ENG-54).
     pub(crate) repin: Option<String>,
 }
 

@@ -1,4 +1,4 @@
-//! One instance's migration (ENG-55): under this process's turn and the instance's lease, the
+//! One instance's migration (ENG-54): under this process's turn and the instance's lease, the
 //! waiting instance's state machine state and data are mapped to the new version, the new
 //! version's run places the machine there (its transitions armed, its entry not run again)
 //! and one commit writes the document, the status, the bookmark and timer diff, the journal

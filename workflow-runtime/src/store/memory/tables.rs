@@ -369,7 +369,7 @@ impl Inner {
                     }
                 }
             }
-            // ENG-55: a migration re-pins the instance and its bookmark rows.
+            // ENG-54: a migration re-pins the instance and its bookmark rows.
             if let Some(repinned) = c.definition_version {
                 for bookmark_id in &row.bookmarks {
                     if let Some(b) = self.bookmarks.get_mut(bookmark_id) {

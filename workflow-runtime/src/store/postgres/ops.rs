@@ -428,7 +428,7 @@ pub(super) async fn commit(
     let version = to_u64(row.try_get(0)?);
     let definition_name: String = row.try_get(1)?;
     let queue_waiting: bool = row.try_get(2)?;
-    // ENG-55: a migration re-pins the instance and its bookmark rows (those the function
+    // ENG-54: a migration re-pins the instance and its bookmark rows (those the function
     // just added included), in this transaction, after the function's version and token
     // checks.
     if let Some(repinned) = &commit.definition_version {

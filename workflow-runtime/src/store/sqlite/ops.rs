@@ -98,7 +98,7 @@ fn commit_tx(c: &Connection, commit: &Commit<String>, leases: &InstanceLeases) -
     }
     // The lease is held in memory (`leases.rs`); the row carries the last committed token.
     leases.check(id, commit.lease_token, to_u64(stored_token))?;
-    // ENG-55: a migration re-pins the instance and its bookmark rows, in this transaction.
+    // ENG-54: a migration re-pins the instance and its bookmark rows, in this transaction.
     if let Some(repinned) = &commit.definition_version {
         c.prepare_cached("UPDATE wf_instances SET definition_version = ?1 WHERE instance_id = ?2")?
             .execute(rusqlite::params![repinned, id])?;
