@@ -75,7 +75,7 @@ async fn migrate_moves_waiting_instances_between_recorded_versions_by_state_name
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("shop.db");
     {
-        let first = app(&db, |b| b.register::<v1::Shop>());
+        let first = app(&db, RuntimeBuilder::register::<v1::Shop>);
         for id in ["s-1", "s-2"] {
             first
                 .start_with::<v1::Shop>(
@@ -166,7 +166,7 @@ async fn migrate_moves_waiting_instances_between_recorded_versions_by_state_name
     );
 
     // The application with the new version only runs them, the cancel included.
-    let third = app(&db, |b| b.register::<Shop>());
+    let third = app(&db, RuntimeBuilder::register::<Shop>);
     let cancelled = third
         .send(Stimulus::new("cancel").key("s-1"))
         .await
