@@ -123,7 +123,10 @@ pub trait StateMachineWorkflow: Workflow {
 ///     }
 /// }
 ///
-/// assert_eq!(<OrderFlow as Migrate<v1::OrderFlow>>::state(v1::OrderFlow::New), OrderFlow::Open);
+/// fn main() {
+///     let moved = <OrderFlow as Migrate<v1::OrderFlow>>::state(v1::OrderFlow::New);
+///     assert_eq!(moved, OrderFlow::Open);
+/// }
 /// ```
 pub trait Migrate<Old: StateMachineWorkflow>: StateMachineWorkflow {
     /// The state of this version an instance waiting in `old` moves to.

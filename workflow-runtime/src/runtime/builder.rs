@@ -269,7 +269,7 @@ impl RuntimeBuilder {
     /// use workflow_runtime::{Runtime, state_machine};
     ///
     /// #[derive(Default, serde::Serialize, serde::Deserialize)]
-    /// struct Order;
+    /// pub struct Order;
     ///
     /// mod v1 {
     ///     use super::Order;
@@ -290,11 +290,13 @@ impl RuntimeBuilder {
     ///     Cancelled,
     /// }
     ///
-    /// let runtime = Runtime::builder()
-    ///     .register_previous::<v1::OrderFlow>()
-    ///     .register::<OrderFlow>()
-    ///     .build();
-    /// assert!(runtime.is_ok());
+    /// fn main() {
+    ///     let runtime = Runtime::builder()
+    ///         .register_previous::<v1::OrderFlow>()
+    ///         .register::<OrderFlow>()
+    ///         .build();
+    ///     assert!(runtime.is_ok());
+    /// }
     /// ```
     #[must_use]
     pub fn register_previous<W: Workflow>(mut self) -> Self {

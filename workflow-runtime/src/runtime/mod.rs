@@ -446,7 +446,7 @@ impl Runtime {
     /// use workflow_runtime::{Migrate, Migration, Runtime, state_machine};
     ///
     /// #[derive(Default, serde::Serialize, serde::Deserialize)]
-    /// struct Order;
+    /// pub struct Order;
     ///
     /// mod v1 {
     ///     use super::Order;
