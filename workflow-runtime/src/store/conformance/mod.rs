@@ -44,6 +44,7 @@ mod triggers;
 
 pub use bookmarks::{
     c08_bookmark_lookup, c09_bookmark_diff, c10_correlation_rewrite, c19_receipts, c35_child_waits,
+    c38_repin,
 };
 pub use dead_letters::{c17_dead_letter_once, c18_dead_letters};
 pub use definitions::c36_definitions;
@@ -137,6 +138,7 @@ macro_rules! store_conformance_tests {
             final_status_clears_bookmarks_and_timers,
             c36_definitions,
             c37_claim_known,
+            c38_repin,
         );
     };
     (@cases required $make:path; $($case:ident),* $(,)?) => {
