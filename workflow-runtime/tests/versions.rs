@@ -514,6 +514,13 @@ async fn a_running_instance_is_refused_and_migrates_once_it_waits() {
         .await
         .unwrap();
     let before = stored(&store, "a").await;
+    // A dry run sees it running too, without taking any lease.
+    let dry = runtime
+        .migrate::<v1::OrderFlow, OrderFlow>(Migration::all().dry_run())
+        .await
+        .unwrap();
+    assert_eq!(dry.refused(), [("a", &MigrationRefusal::Running)]);
+    assert_eq!(dry.migrated(), ["b"]);
     let report = runtime
         .migrate::<v1::OrderFlow, OrderFlow>(Migration::all())
         .await

@@ -3,17 +3,19 @@
 //! version's run places the machine there (its transitions armed, its entry not run again)
 //! and one commit writes the document, the status, the bookmark and timer diff, the journal
 //! entry and the new version on the instance and its bookmark rows. Anything that fails
-//! before that commit leaves the instance as it was.
+//! before that commit leaves the instance as it was. A dry run reads the instance without
+//! a lease and writes nothing.
 
 use std::sync::Arc;
 
 use serde_json::{Value, json};
 
 use super::RunPath;
-use crate::base::lock;
+use crate::base::{lock, now_micros};
 use crate::engine::executor::{RunError, RunTarget};
 use crate::engine::names::{CURRENT_STATE, ENTERED_AT};
 use crate::engine::state::{JournalKind, SubStatus, WorkflowState, WorkflowStatus};
+use crate::runtime::document::decode_loaded;
 use crate::runtime::migration::{MigrationOutcome, MigrationRefusal};
 use crate::runtime::registered::ErasedWorkflow;
 use crate::store::StoreError;
@@ -58,6 +60,9 @@ impl RunPath {
         let Some(_turn) = self.try_turn(instance_id) else {
             return refused(MigrationRefusal::Running);
         };
+        if plan.dry_run {
+            return self.dry_run_instance(instance_id, plan).await;
+        }
         let guard = match self.lease(instance_id).await {
             Ok(guard) => guard,
             Err(StoreError::LeaseHeld { .. }) => return refused(MigrationRefusal::Running),
@@ -84,13 +89,6 @@ impl RunPath {
                 return refused(why);
             }
         };
-        if plan.dry_run {
-            guard.release().await;
-            return MigrationOutcome::WouldMigrate {
-                from_state,
-                to_state,
-            };
-        }
         let to_version = plan.to.version().to_owned();
         let now = self.now();
         // The instance keeps its identity, links, journal and counters; its activity tree,
@@ -160,6 +158,35 @@ impl RunPath {
                     message: migration_failure(&error),
                 })
             }
+        }
+    }
+
+    /// A dry run's check of one instance: read without a lease (nothing is written, not even
+    /// a lease), a lease held by anyone reported as running.
+    async fn dry_run_instance(&self, instance_id: &str, plan: &Move<'_>) -> MigrationOutcome {
+        let failed =
+            |message: String| MigrationOutcome::Refused(MigrationRefusal::Failed { message });
+        let record = match self.store().load_instance_text(instance_id).await {
+            Ok(record) => record,
+            Err(error) => return failed(error.to_string()),
+        };
+        if record
+            .lease
+            .as_ref()
+            .is_some_and(|lease| lease.expires_at > now_micros())
+        {
+            return MigrationOutcome::Refused(MigrationRefusal::Running);
+        }
+        let mut state = match decode_loaded(instance_id, &record.state) {
+            Ok(state) => state,
+            Err(error) => return failed(error.to_string()),
+        };
+        match self.checked_move(&mut state, plan) {
+            Ok((from_state, to_state, _, _)) => MigrationOutcome::WouldMigrate {
+                from_state,
+                to_state,
+            },
+            Err(why) => MigrationOutcome::Refused(why),
         }
     }
 
