@@ -409,8 +409,9 @@ impl Runtime {
 
     /// Definitions pinned by live (non-final) instances in the store that this runtime does
     /// not run (ENG-46): `(name, version)` pairs with the number of instances, sorted. Their
-    /// instances stay untouched; register the version (as the current one of its name) to run
-    /// them.
+    /// instances stay untouched; register the version (with
+    /// [`RuntimeBuilder::register_previous`], beside the current one, ENG-45) to run them, or
+    /// [`Runtime::migrate`] them to a version registered here (ENG-54).
     ///
     /// # Errors
     ///
