@@ -30,6 +30,7 @@ fn state_machine_ui() {
         "several",
         "dsl",
         "diagnostics",
+        "migrations",
     ] {
         if selected(&format!("state_machine/{kind}")) {
             t.compile_fail(format!("ui/state_machine/{kind}/*.rs"));

@@ -9,7 +9,7 @@ use workflow_model::Definition;
 use workflow_runtime::store::{
     DeadLetterFilter, DeadLetterReason, InstanceStatus, Micros, PurgeFilter, StoreError,
 };
-use workflow_runtime::{Control, Runtime, Stimulus};
+use workflow_runtime::{Control, Migration, MigrationOutcome, Runtime, Stimulus};
 
 use crate::error::CliError;
 use crate::inspect::{self, Detail, ListFilter};
@@ -62,7 +62,7 @@ pub(crate) async fn run(
             if json {
                 return Ok(rows.iter().map(|r| json_line(r) + "\n").collect());
             }
-            let mut table = Table::new(&["ID", "DEFINITION", "STATUS", "AT", "CHANGED"]);
+            let mut table = Table::new(&["ID", "DEFINITION", "VERSION", "STATUS", "AT", "CHANGED"]);
             for row in &rows {
                 let status = match (&row.error, &row.sub_status) {
                     (Some(_), _) => "unreadable".to_owned(),
@@ -75,6 +75,7 @@ pub(crate) async fn run(
                 table.row(vec![
                     row.instance_id.clone(),
                     row.definition.clone(),
+                    inspect::short_version(&row.version).to_owned(),
                     status,
                     at,
                     relative(row.updated_at, now),
@@ -187,6 +188,12 @@ pub(crate) async fn run(
         Command::Suspend { id, wait } => control(&target, &id, Operation::Suspend, wait).await,
         Command::Resume { id, wait } => control(&target, &id, Operation::Resume, wait).await,
         Command::Retry { id, wait } => control(&target, &id, Operation::Retry, wait).await,
+        Command::Migrate {
+            name,
+            from,
+            to,
+            dry_run,
+        } => migrate(&target, &name, &from, &to, dry_run).await,
         Command::Purge {
             older_than,
             definition,
@@ -308,6 +315,118 @@ async fn control_once(
         Operation::Resume => runtime.resume(id).await.map_err(|e| e.to_string()),
         Operation::Retry => runtime.retry(id).await.map_err(|e| e.to_string()),
     }
+}
+
+/// The recorded version of `name` that `given` names: the fingerprint, or a unique prefix.
+async fn recorded_version(
+    store: &workflow_runtime::store::Storage,
+    name: &str,
+    given: &str,
+) -> Result<String, CliError> {
+    let recorded = store.list_definitions(Some(name)).await?;
+    let matching: Vec<&str> = recorded
+        .iter()
+        .filter(|d| d.name == name && d.version.starts_with(given))
+        .map(|d| d.version.as_str())
+        .collect();
+    match matching[..] {
+        [version] => Ok(version.to_owned()),
+        [] => Err(CliError::Input(format!(
+            "no version `{given}` of `{name}` is recorded in this store{}",
+            if recorded.is_empty() {
+                String::new()
+            } else {
+                format!(
+                    "; recorded: {}",
+                    recorded
+                        .iter()
+                        .map(|d| inspect::short_version(&d.version))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                )
+            }
+        ))),
+        _ => Err(CliError::Input(format!(
+            "`{given}` names {} recorded versions of `{name}`; give more of the fingerprint",
+            matching.len()
+        ))),
+    }
+}
+
+/// `workflow migrate`: moves the waiting instances between two recorded versions.
+async fn migrate(
+    target: &Target,
+    name: &str,
+    from: &str,
+    to: &str,
+    dry_run: bool,
+) -> Result<String, CliError> {
+    let store = target.open_write().await?.storage();
+    let from = recorded_version(&store, name, from).await?;
+    let to = recorded_version(&store, name, to).await?;
+    let runtime = operator_runtime(store, "workflow-cli")?;
+    let migration = if dry_run {
+        Migration::all().dry_run()
+    } else {
+        Migration::all()
+    };
+    let report = runtime
+        .migrate_recorded(name, &from, &to, migration)
+        .await
+        .map_err(|e| CliError::Input(e.to_string()))?;
+    let mut table = Table::new(&["ID", "FROM", "TO", "OUTCOME"]);
+    for instance in &report.instances {
+        let (from_state, to_state, outcome) = match &instance.outcome {
+            MigrationOutcome::Migrated {
+                from_state,
+                to_state,
+                status,
+                ..
+            } => (
+                from_state.clone(),
+                to_state.clone(),
+                format!("migrated ({status})"),
+            ),
+            MigrationOutcome::WouldMigrate {
+                from_state,
+                to_state,
+            } => (
+                from_state.clone(),
+                to_state.clone(),
+                "would migrate".to_owned(),
+            ),
+            MigrationOutcome::Refused(why) => {
+                ("-".to_owned(), "-".to_owned(), format!("refused: {why}"))
+            }
+        };
+        table.row(vec![
+            instance.instance_id.clone(),
+            from_state,
+            to_state,
+            outcome,
+        ]);
+    }
+    let moved = report.migrated().len();
+    let refused = report.refused().len();
+    let summary = if dry_run {
+        format!(
+            "dry run: {moved} instance(s) of `{name}` would move from {} to {}, {refused} refused; nothing was written\n",
+            inspect::short_version(&from),
+            inspect::short_version(&to)
+        )
+    } else {
+        format!(
+            "{moved} instance(s) of `{name}` moved from {} to {}, {refused} refused{}\n",
+            inspect::short_version(&from),
+            inspect::short_version(&to),
+            if refused > 0 {
+                " (migrate again to retry them)"
+            } else {
+                ""
+            }
+        )
+    };
+    Ok(table.render_or("no live instance is on that version") + &summary)
 }
 
 async fn purge(

@@ -21,6 +21,8 @@ use crate::render::{duration, instant, relative};
 pub(crate) struct Summary {
     pub(crate) instance_id: String,
     pub(crate) definition: String,
+    /// The definition version the instance is pinned to (its fingerprint).
+    pub(crate) version: String,
     pub(crate) status: String,
     pub(crate) sub_status: Option<String>,
     /// The current state of a state machine, or the running nodes of a flowchart.
@@ -86,6 +88,7 @@ pub(crate) async fn list(store: &Storage, filter: &ListFilter) -> Result<Vec<Sum
                 Err(error) => Summary {
                     instance_id: listed.instance_id,
                     definition: String::new(),
+                    version: String::new(),
                     status: "unreadable".to_owned(),
                     sub_status: None,
                     at: Vec::new(),
@@ -113,6 +116,7 @@ fn from_listing(row: &InstanceSummary, listing: InstanceListing) -> Summary {
     Summary {
         instance_id: row.instance_id.clone(),
         definition: row.definition_name.clone(),
+        version: row.definition_version.clone(),
         status: row.status.as_str().to_owned(),
         sub_status: row.sub_status.map(|s| s.as_str().to_owned()),
         at: listing.at,
@@ -127,6 +131,7 @@ fn summary(record: &InstanceRecord) -> Summary {
     Summary {
         instance_id: record.instance_id.clone(),
         definition: record.definition_name.clone(),
+        version: record.definition_version.clone(),
         status: record.status.as_str().to_owned(),
         sub_status: record.sub_status.map(|s| s.as_str().to_owned()),
         at: position(&record.state),

@@ -154,6 +154,22 @@ pub(crate) enum Command {
         #[arg(long, value_parser = parse_duration, default_value = "15s")]
         wait: Duration,
     },
+    /// Moves the waiting instances of one version of a state machine to another, both as
+    /// recorded in the store: states are mapped by name, data is kept. Anything unmapped
+    /// refuses the whole migration; a running instance is refused (run it again later).
+    Migrate {
+        /// The definition name.
+        name: String,
+        /// The version the instances are on (a fingerprint, or a unique prefix of one).
+        #[arg(long)]
+        from: String,
+        /// The version to move them to (a fingerprint, or a unique prefix of one).
+        #[arg(long)]
+        to: String,
+        /// Report what would happen to each instance; write nothing.
+        #[arg(long)]
+        dry_run: bool,
+    },
     /// Removes finished and cancelled instances older than a duration.
     Purge {
         /// Finished at least this long ago (`7d`, `12h`).

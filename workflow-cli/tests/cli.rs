@@ -8,7 +8,7 @@ use std::process::Command;
 use std::sync::Arc;
 
 use serde_json::Value;
-use workflow_runtime::{Runtime, SqliteStore, WorkflowStatus};
+use workflow_runtime::{Runtime, SqliteStore, Workflow, WorkflowStatus};
 
 mod common;
 use common::{CliJob, CliOrder, Job, Order, Output, REPAIRED, populate, status_in, with_id};
@@ -95,10 +95,22 @@ async fn list_shows_the_state_a_finished_or_cancelled_state_machine_ended_in() {
             .split_whitespace()
             .collect::<Vec<_>>()
     };
-    assert_eq!(line("o-1")[2..4], ["finished", "Paid"], "{}", all.stdout);
-    assert_eq!(line("o-2")[2..4], ["cancelled", "New"], "{}", all.stdout);
+    // After the id and definition: the version each runs (its fingerprint's first 12).
+    let version = &CliOrder::version()[..12];
+    assert_eq!(
+        line("o-1")[2..5],
+        [version, "finished", "Paid"],
+        "{}",
+        all.stdout
+    );
+    assert_eq!(
+        line("o-2")[2..5],
+        [version, "cancelled", "New"],
+        "{}",
+        all.stdout
+    );
     // A finished flowchart has no state to name.
-    assert_eq!(line("job-1")[2], "faulted", "{}", all.stdout);
+    assert_eq!(line("job-1")[3], "faulted", "{}", all.stdout);
 
     let json = workflow(&db, &["list", "--status", "finished", "--json"]);
     let row: Value = serde_json::from_str(json.stdout.lines().next().unwrap()).unwrap();

@@ -41,13 +41,14 @@ pub use engine::task::{IntoTaskResult, Outcome, TaskContext, TaskError, TaskResu
 pub use routing::RoutingError;
 pub use runtime::{
     AddressedInstance, AwaitError, BuildError, CancelError, Completion, Control, ControlError,
-    Declined, DefinitionMetrics, HistogramSnapshot, InstanceQuery, InstanceSnapshot,
-    InstanceSummary, LifecycleError, NotAwaited, PurgeError, RecoveryReport, Refusal, Rejection,
+    Declined, DefinitionMetrics, HistogramSnapshot, InstanceMigration, InstanceQuery,
+    InstanceSnapshot, InstanceSummary, LifecycleError, MigrateError, Migration, MigrationOutcome,
+    MigrationRefusal, MigrationReport, NotAwaited, PurgeError, RecoveryReport, Refusal, Rejection,
     ResumeError, Retention, RetentionReport, RetryError, Runtime, RuntimeBuilder, RuntimeMetrics,
     SendError, SendReport, StartError, StartOptions, Started, StateError, Stimulus, TimerFiring,
 };
 pub use trace::{TraceParent, TraceParentError};
-pub use workflow::{StateMachineWorkflow, Workflow};
+pub use workflow::{Migrate, StateMachineWorkflow, Workflow};
 
 /// Declares a state machine on an enum: see the macro's documentation.
 #[cfg(feature = "macros")]

@@ -79,6 +79,63 @@ pub trait StateMachineWorkflow: Workflow {
     fn state_from_name(name: &str) -> Option<Self::State>;
 }
 
+/// How the waiting instances of a previous version `Old` of a state machine map to this
+/// version (ENG-54), used by [`Runtime::migrate`](crate::Runtime::migrate): plain Rust that
+/// rustc checks. A state of `Old` left out of the `match` is a non-exhaustive-match error, and
+/// a state this version does not declare does not compile.
+///
+/// # Examples
+///
+/// ```
+/// use workflow_runtime::{Migrate, state_machine};
+///
+/// #[derive(Default, serde::Serialize, serde::Deserialize)]
+/// pub struct OrderV1 { total: u64 }
+///
+/// #[derive(Default, serde::Serialize, serde::Deserialize)]
+/// pub struct Order { total: u64, currency: String }
+///
+/// mod v1 {
+///     #[workflow_runtime::state_machine(data = super::OrderV1, initial = New, name = "order")]
+///     pub enum OrderFlow {
+///         #[on(pay: event("payment") => Paid)]
+///         New,
+///         Paid,
+///     }
+/// }
+///
+/// #[state_machine(data = Order, initial = Open, name = "order")]
+/// pub enum OrderFlow {
+///     #[on(pay: event("payment") => Paid)]
+///     Open,
+///     Paid,
+/// }
+///
+/// impl Migrate<v1::OrderFlow> for OrderFlow {
+///     fn state(old: v1::OrderFlow) -> Self {
+///         match old {
+///             v1::OrderFlow::New => OrderFlow::Open,
+///             v1::OrderFlow::Paid => OrderFlow::Paid,
+///         }
+///     }
+///     fn data(old: OrderV1) -> Order {
+///         Order { total: old.total, currency: "EUR".to_owned() }
+///     }
+/// }
+///
+/// fn main() {
+///     let moved = <OrderFlow as Migrate<v1::OrderFlow>>::state(v1::OrderFlow::New);
+///     assert_eq!(moved, OrderFlow::Open);
+/// }
+/// ```
+pub trait Migrate<Old: StateMachineWorkflow>: StateMachineWorkflow {
+    /// The state of this version an instance waiting in `old` moves to.
+    fn state(old: Old::State) -> Self::State;
+
+    /// The data of this version made from the instance's data of `Old`.
+    fn data(old: Old::Data) -> Self::Data;
+}
+
 /// The bound of the typed stimulus constructors the macros generate (`OrderFlow::payment(key,
 /// Payment { .. })`): implemented only by the event's own payload type, so that sending
 /// another type is a compile error at the send site.

@@ -22,6 +22,7 @@ pub use crate::engine::error::RunError;
 use crate::engine::events::{ActivityRef, EventKind, LifecycleEvent};
 use crate::engine::graph::{Graph, NodeIndex, NodeKind};
 use crate::engine::guard::panic_message;
+use crate::engine::names::{CURRENT_STATE, ENTERED_AT, ON_MIGRATED, TAG_MIGRATED};
 use crate::engine::registry::Registry;
 use crate::engine::state::{
     ActivityContext, ActivityStatus, Bookmark, CallbackEntry, ContextId, Detail, EntryPoint,
@@ -79,6 +80,13 @@ pub(crate) enum RunTarget {
     None,
     /// Resume these bookmarks with this payload, in creation order.
     Bookmarks { ids: Vec<String>, payload: Value },
+    /// ENG-54: a migrated instance's fresh state, its root state machine placed in `state`
+    /// (entered at `entered_at`, RT-30) without running the state's entry again: the run
+    /// arms the state's transitions.
+    Migrated {
+        state: String,
+        entered_at: Option<Value>,
+    },
 }
 
 /// How a run ended.
@@ -515,6 +523,29 @@ where
                     });
                 }
                 self.state.queue.extend(items);
+            }
+            RunTarget::Migrated { state, entered_at } => {
+                if self.state.root.is_none() && self.state.queue.is_empty() {
+                    let root = self.graph.root();
+                    let input = self.state.input.clone();
+                    let id = self.create_context(root, None, None, Some(input), None)?;
+                    self.state.root = Some(id);
+                    if let Some(c) = self.state.context_mut(id) {
+                        c.properties
+                            .insert(CURRENT_STATE.to_owned(), Value::String(state));
+                        if let Some(at) = entered_at {
+                            c.properties.insert(ENTERED_AT.to_owned(), at);
+                        }
+                    }
+                    self.state.queue.push_back(WorkItem {
+                        context: id,
+                        entry: EntryPoint::Continue {
+                            callback: ON_MIGRATED.to_owned(),
+                            tag: TAG_MIGRATED.to_owned(),
+                            payload: None,
+                        },
+                    });
+                }
             }
             RunTarget::None => {
                 let fresh = self.state.status == WorkflowStatus::Running

@@ -73,6 +73,8 @@ pub(crate) const ON_TRIGGER: &str = "on_trigger";
 pub(crate) const ON_EXIT: &str = "on_exit";
 pub(crate) const ON_ACTION: &str = "on_action";
 pub(crate) const ON_CONTINUE: &str = "on_continue";
+/// The callback that arms a migrated machine's current state (ENG-54).
+pub(crate) const ON_MIGRATED: &str = "on_migrated";
 /// The callback of a wait's deadline bookmark (TM-14).
 pub(crate) const ON_DEADLINE: &str = "deadline_reached";
 /// The callback of a SubWorkflow's bookmark (ENG-12).
@@ -99,6 +101,8 @@ pub(crate) const ENTERED_AT: &str = "entered_at";
 pub const TAG_ENTERING: &str = "entering";
 /// Tag of the automatic-cycle continuation (SM-6).
 pub const TAG_CONTINUING: &str = "continuing";
+/// Tag of the continuation that arms a migrated machine's current state (ENG-54).
+pub(crate) const TAG_MIGRATED: &str = "migrated";
 /// The callback a flowchart's nodes report to (ENG-12).
 pub(crate) const ON_NODE: &str = "node_settled";
 /// The callback of a `wf.retry` bookmark: run the task again.

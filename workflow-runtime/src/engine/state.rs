@@ -305,6 +305,9 @@ pub enum JournalKind {
     /// A flowchart node was skipped (FC-13): no context was created. `node_id` is the skipped
     /// node, `context_id` the flowchart's context; the detail carries the `reason`.
     Skipped,
+    /// The instance moved to another version of its definition (ENG-54; detail:
+    /// `{from_version, to_version, from, to}`, the states before and after).
+    Migrated,
 }
 
 /// One journal entry (ENG-41).
@@ -359,14 +362,16 @@ impl JournalKind {
             JournalKind::Compacted => "Compacted",
             JournalKind::StateChanged => "StateChanged",
             JournalKind::Skipped => "Skipped",
+            JournalKind::Migrated => "Migrated",
         }
     }
 
     fn level(self) -> JournalLevel {
         match self {
-            JournalKind::StatusChanged | JournalKind::StateChanged | JournalKind::Compacted => {
-                JournalLevel::Lifecycle
-            }
+            JournalKind::StatusChanged
+            | JournalKind::StateChanged
+            | JournalKind::Compacted
+            | JournalKind::Migrated => JournalLevel::Lifecycle,
             JournalKind::Completed
             | JournalKind::Faulted
             | JournalKind::Canceled
@@ -1233,7 +1238,7 @@ mod tests {
         let listed = |kind: JournalKind| match kind {
             Scheduled | Started | Completed | Faulted | Canceled | BookmarkCreated
             | BookmarkResumed | BookmarkBurned | StimulusConsumed | StatusChanged | Declined
-            | Compacted | StateChanged | Skipped => kind,
+            | Compacted | StateChanged | Skipped | Migrated => kind,
         };
         for kind in [
             Scheduled,
@@ -1250,6 +1255,7 @@ mod tests {
             Compacted,
             StateChanged,
             Skipped,
+            Migrated,
         ] {
             assert_eq!(serde_json::to_value(listed(kind)).unwrap(), kind.as_str());
         }

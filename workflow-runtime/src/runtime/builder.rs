@@ -31,8 +31,18 @@ const DEFAULT_QUEUE_SWEEP: Duration = Duration::from_secs(10);
 /// The default fallback sweep of the timer driver (TM-5): 30 s.
 const DEFAULT_FALLBACK_SWEEP: Duration = Duration::from_secs(30);
 
-pub(crate) type Pending =
-    Box<dyn FnOnce() -> Result<(String, Arc<dyn ErasedWorkflow>), BuildError> + Send>;
+pub(crate) type Pending = (
+    Role,
+    Box<dyn FnOnce() -> Result<(String, Arc<dyn ErasedWorkflow>), BuildError> + Send>,
+);
+
+/// Whether a registration is its name's current version (ENG-45): the one new instances
+/// start on, or a previous one, kept to run the instances pinned to it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Role {
+    Current,
+    Previous,
+}
 
 /// Builds a [`Runtime`](crate::Runtime): register workflows, set limits, add middleware, then
 /// [`RuntimeBuilder::build`](crate::RuntimeBuilder::build) checks everything (ENG-47).
@@ -240,12 +250,65 @@ impl RuntimeBuilder {
         }
     }
 
-    /// Registers the workflow type `W` (macro-generated or written by hand).
+    /// Registers the workflow type `W` (macro-generated or written by hand) as its name's
+    /// current version: new instances start on it (ENG-45).
     #[must_use]
     pub fn register<W: Workflow>(mut self) -> Self {
-        self.pending.push(Box::new(|| {
-            register_parts(W::definition(), W::version().to_owned(), W::registry())
-        }));
+        self.pending.push((
+            Role::Current,
+            Box::new(|| register_parts(W::definition(), W::version().to_owned(), W::registry())),
+        ));
+        self
+    }
+
+    /// Registers `W` as a previous version of its name (ENG-45): the instances pinned to it go
+    /// on running on it, while new instances start on the current version, registered with
+    /// [`RuntimeBuilder::register`](crate::RuntimeBuilder::register). Keep the old type in a
+    /// module of its own (`mod v1`) with the same `name = ".."`; move its waiting instances
+    /// to the current version with [`Runtime::migrate`](crate::Runtime::migrate), if you
+    /// want to.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use workflow_runtime::{Runtime, state_machine};
+    ///
+    /// #[derive(Default, serde::Serialize, serde::Deserialize)]
+    /// pub struct Order;
+    ///
+    /// mod v1 {
+    ///     use super::Order;
+    ///     #[workflow_runtime::state_machine(data = Order, initial = New, name = "order")]
+    ///     pub enum OrderFlow {
+    ///         #[on(pay: event("payment") => Paid)]
+    ///         New,
+    ///         Paid,
+    ///     }
+    /// }
+    ///
+    /// #[state_machine(data = Order, initial = New, name = "order")]
+    /// enum OrderFlow {
+    ///     #[on(pay: event("payment") => Paid)]
+    ///     #[on(cancel: event("cancel") => Cancelled)]
+    ///     New,
+    ///     Paid,
+    ///     Cancelled,
+    /// }
+    ///
+    /// fn main() {
+    ///     let runtime = Runtime::builder()
+    ///         .register_previous::<v1::OrderFlow>()
+    ///         .register::<OrderFlow>()
+    ///         .build();
+    ///     assert!(runtime.is_ok());
+    /// }
+    /// ```
+    #[must_use]
+    pub fn register_previous<W: Workflow>(mut self) -> Self {
+        self.pending.push((
+            Role::Previous,
+            Box::new(|| register_parts(W::definition(), W::version().to_owned(), W::registry())),
+        ));
         self
     }
 
@@ -255,10 +318,13 @@ impl RuntimeBuilder {
     where
         D: Serialize + DeserializeOwned + Send + Sync + 'static,
     {
-        self.pending.push(Box::new(move || {
-            let version = definition.fingerprint();
-            register_parts(&definition, version, registry)
-        }));
+        self.pending.push((
+            Role::Current,
+            Box::new(move || {
+                let version = definition.fingerprint();
+                register_parts(&definition, version, registry)
+            }),
+        ));
         self
     }
 
@@ -270,13 +336,16 @@ impl RuntimeBuilder {
         D: Serialize + DeserializeOwned + Send + Sync + 'static,
     {
         let json = json.into();
-        self.pending.push(Box::new(move || {
-            let definition = Definition::from_json(&json).map_err(|e| BuildError::Load {
-                message: e.to_string(),
-            })?;
-            let version = definition.fingerprint();
-            register_parts(&definition, version, registry)
-        }));
+        self.pending.push((
+            Role::Current,
+            Box::new(move || {
+                let definition = Definition::from_json(&json).map_err(|e| BuildError::Load {
+                    message: e.to_string(),
+                })?;
+                let version = definition.fingerprint();
+                register_parts(&definition, version, registry)
+            }),
+        ));
         self
     }
 
@@ -547,8 +616,13 @@ impl RuntimeBuilder {
             }
         }
         let mut workflows: HashMap<String, Arc<dyn ErasedWorkflow>> = HashMap::new();
-        for pending in std::mem::take(&mut self.pending) {
+        let mut previous: Vec<(String, Arc<dyn ErasedWorkflow>)> = Vec::new();
+        for (role, pending) in std::mem::take(&mut self.pending) {
             let (name, workflow) = pending()?;
+            if role == Role::Previous {
+                previous.push((name, workflow));
+                continue;
+            }
             if let Some(existing) = workflows.get(&name) {
                 if existing.version() != workflow.version() {
                     return Err(BuildError::ConflictingCurrentVersion {
@@ -560,6 +634,19 @@ impl RuntimeBuilder {
                 continue;
             }
             workflows.insert(name, workflow);
+        }
+        // ENG-45: a previous version runs its instances beside its name's current version.
+        let mut versions: HashMap<(String, String), Arc<dyn ErasedWorkflow>> = workflows
+            .iter()
+            .map(|(name, w)| ((name.clone(), w.version().to_owned()), Arc::clone(w)))
+            .collect();
+        for (name, workflow) in previous {
+            if !workflows.contains_key(&name) {
+                return Err(BuildError::PreviousWithoutCurrent { name });
+            }
+            versions
+                .entry((name, workflow.version().to_owned()))
+                .or_insert(workflow);
         }
         // ACT-V10: a SubWorkflow names a registered workflow.
         for (name, workflow) in &workflows {
@@ -609,6 +696,7 @@ impl RuntimeBuilder {
         };
         Ok(Checked {
             workflows,
+            versions,
             store,
             queues,
         })
@@ -617,7 +705,10 @@ impl RuntimeBuilder {
 
 /// What a checked builder gives the runtime: the registered workflows and the store.
 pub(crate) struct Checked {
+    /// The current version of each name.
     pub(crate) workflows: HashMap<String, Arc<dyn ErasedWorkflow>>,
+    /// Every registered version, current and previous, by name and version.
+    pub(crate) versions: HashMap<(String, String), Arc<dyn ErasedWorkflow>>,
     pub(crate) store: Storage,
     /// The declared flow-control queues, checked (QU-2).
     pub(crate) queues: Vec<workflow_model::Queue>,

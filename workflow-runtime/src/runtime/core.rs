@@ -7,6 +7,7 @@
 //!    │     └──> timers ─────────────────┘                      │
 //!    └──> recovery ─────────────────────┘                      └──> store, engine
 //! queries ──> run path
+//! versions ──> run path
 //! ```
 
 use std::sync::Arc;
@@ -26,6 +27,7 @@ use super::router::{Router, RouterSettings};
 use super::run_path::{RunPath, RunPathSettings};
 use super::starts::Starts;
 use super::timers::Timers;
+use super::versions::Versions;
 use crate::base::new_ulid;
 use crate::clock::SystemClock;
 use crate::store::Storage;
@@ -41,6 +43,7 @@ pub(crate) struct Core {
     pub(super) router: Arc<Router>,
     pub(super) timers: Arc<Timers>,
     pub(super) lifecycle: Lifecycle,
+    pub(super) versions: Versions,
 }
 
 impl Core {
@@ -48,6 +51,7 @@ impl Core {
     pub(crate) fn build(mut builder: RuntimeBuilder) -> Result<Self, BuildError> {
         let Checked {
             workflows,
+            versions,
             store,
             queues,
         } = builder.checked()?;
@@ -63,6 +67,7 @@ impl Core {
         let metrics = Arc::new(Metrics::new(workflows.keys()));
         let definitions = Arc::new(Definitions::new(
             workflows,
+            versions,
             Arc::clone(&clock),
             builder.journal_level,
             builder.max_journal_entries,
@@ -141,6 +146,7 @@ impl Core {
         Ok(Self {
             store,
             queries: Queries::new(Arc::clone(&run_path)),
+            versions: Versions::new(Arc::clone(&run_path)),
             run_path,
             starts,
             links,

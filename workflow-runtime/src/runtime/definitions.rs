@@ -24,9 +24,11 @@ use crate::store::policy::SerializedState;
 use crate::store::{InstanceRecord, InstanceStatus, InstanceSubStatus, NewInstance};
 use crate::trace::TraceBridge;
 
-/// The definitions this runtime runs, by name, each at its current version.
+/// The definitions this runtime runs: by name, each at its current version, and every
+/// registered version, current and previous (ENG-45).
 pub(crate) struct Definitions {
     workflows: HashMap<String, Arc<dyn ErasedWorkflow>>,
+    versions: HashMap<(String, String), Arc<dyn ErasedWorkflow>>,
     /// Workflow time (TM-1): a new instance's creation instant.
     clock: Arc<dyn Clock>,
     /// The journal level and bound of new instances (ENG-42).
@@ -39,6 +41,7 @@ pub(crate) struct Definitions {
 impl Definitions {
     pub(crate) fn new(
         workflows: HashMap<String, Arc<dyn ErasedWorkflow>>,
+        versions: HashMap<(String, String), Arc<dyn ErasedWorkflow>>,
         clock: Arc<dyn Clock>,
         journal_level: JournalLevel,
         max_journal_entries: usize,
@@ -46,6 +49,7 @@ impl Definitions {
     ) -> Self {
         Self {
             workflows,
+            versions,
             clock,
             journal_level,
             max_journal_entries,
@@ -58,9 +62,31 @@ impl Definitions {
         &self.trace
     }
 
-    /// The registered workflow `name`.
+    /// The current version of the registered workflow `name`.
     pub(crate) fn get(&self, name: &str) -> Option<&Arc<dyn ErasedWorkflow>> {
         self.workflows.get(name)
+    }
+
+    /// The registered workflow `name` at `version`, current or previous (ENG-45).
+    pub(crate) fn get_version(
+        &self,
+        name: &str,
+        version: &str,
+    ) -> Option<&Arc<dyn ErasedWorkflow>> {
+        self.versions.get(&(name.to_owned(), version.to_owned()))
+    }
+
+    /// Every registered version of `name`, each with whether it is the current one.
+    pub(crate) fn versions_of(&self, name: &str) -> Vec<(&Arc<dyn ErasedWorkflow>, bool)> {
+        let current = self.workflows.get(name).map(|w| w.version());
+        let mut found: Vec<(&Arc<dyn ErasedWorkflow>, bool)> = self
+            .versions
+            .iter()
+            .filter(|((n, _), _)| n == name)
+            .map(|((_, v), w)| (w, Some(v.as_str()) == current))
+            .collect();
+        found.sort_by(|a, b| a.0.version().cmp(b.0.version()));
+        found
     }
 
     /// The registered names, sorted.
@@ -70,11 +96,9 @@ impl Definitions {
         names
     }
 
-    /// Whether this runtime runs `name` at `version`.
+    /// Whether this runtime runs `name` at `version` (current or previous).
     pub(crate) fn runs(&self, name: &str, version: &str) -> bool {
-        self.workflows
-            .get(name)
-            .is_some_and(|w| w.version() == version)
+        self.get_version(name, version).is_some()
     }
 
     /// Whether this runtime runs the record's definition version.
@@ -95,21 +119,21 @@ impl Definitions {
         )
     }
 
-    /// The registered workflow `name` at `version`, else `VersionNotRegistered` (ENG-46).
+    /// The registered workflow `name` at `version`, current or previous, else
+    /// `VersionNotRegistered` naming the current version (ENG-46).
     pub(crate) fn workflow_of(
         &self,
         instance_id: &str,
         name: &str,
         version: &str,
     ) -> Result<Arc<dyn ErasedWorkflow>, RunError> {
-        let registered = self.workflows.get(name);
-        match registered {
-            Some(w) if w.version() == version => Ok(w.clone()),
-            _ => Err(RunError::VersionNotRegistered {
+        match self.get_version(name, version) {
+            Some(w) => Ok(w.clone()),
+            None => Err(RunError::VersionNotRegistered {
                 instance: instance_id.to_owned(),
                 name: name.to_owned(),
                 version: version.to_owned(),
-                registered: registered.map(|w| w.version().to_owned()),
+                registered: self.workflows.get(name).map(|w| w.version().to_owned()),
             }),
         }
     }

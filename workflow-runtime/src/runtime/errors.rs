@@ -150,8 +150,10 @@ pub enum BuildError {
         /// The least it may be.
         required: Duration,
     },
-    /// Two different current versions of one name were registered.
-    #[error("definition `{name}` registered with two versions: `{first}` and `{second}`")]
+    /// Two different current versions of one name were registered (ENG-45).
+    #[error(
+        "definition `{name}` registered with two current versions: `{first}` and `{second}`; register the older one with `register_previous`"
+    )]
     ConflictingCurrentVersion {
         /// The definition name.
         name: String,
@@ -159,6 +161,14 @@ pub enum BuildError {
         first: String,
         /// The second version.
         second: String,
+    },
+    /// A previous version was registered for a name without a current version (ENG-45).
+    #[error(
+        "definition `{name}` has a previous version registered but no current one; register the current one with `register`"
+    )]
+    PreviousWithoutCurrent {
+        /// The definition name.
+        name: String,
     },
 }
 

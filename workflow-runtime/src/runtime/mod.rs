@@ -17,7 +17,7 @@ use crate::engine::events::EventStream;
 use crate::engine::executor::RunTarget;
 use crate::engine::state::Incident;
 use crate::store::{DeadLetter, DeadLetterFilter, QueueItem, Storage, StoreError};
-use crate::workflow::{StateMachineWorkflow, Workflow};
+use crate::workflow::{Migrate, StateMachineWorkflow, Workflow};
 
 mod builder;
 mod cache;
@@ -32,6 +32,7 @@ mod links;
 mod list;
 mod listing;
 mod metrics;
+mod migration;
 mod outcomes;
 mod queries;
 mod registered;
@@ -41,6 +42,7 @@ mod run_path;
 mod signals;
 mod starts;
 mod timers;
+mod versions;
 mod watches;
 
 pub use crate::routing::{
@@ -54,6 +56,9 @@ pub use errors::{
 };
 pub use list::{InstanceQuery, InstanceSummary};
 pub use metrics::{DefinitionMetrics, HistogramSnapshot, RuntimeMetrics};
+pub use migration::{
+    InstanceMigration, MigrateError, Migration, MigrationOutcome, MigrationRefusal, MigrationReport,
+};
 pub use outcomes::{Completion, Control, InstanceSnapshot, RecoveryReport, StartOptions};
 pub use retention::{Retention, RetentionReport};
 pub use timers::TimerFiring;
@@ -491,14 +496,165 @@ impl Runtime {
 
     /// Definitions pinned by live (non-final) instances in the store that this runtime does
     /// not run (ENG-46): `(name, version)` pairs with the number of instances, sorted. Their
-    /// instances stay untouched; register the version (as the current one of its name) to run
-    /// them.
+    /// instances stay untouched; register the version (with
+    /// [`RuntimeBuilder::register_previous`], beside the current one, ENG-45) to run them, or
+    /// [`Runtime::migrate`] them to a version registered here (ENG-54).
     ///
     /// # Errors
     ///
     /// A [`StoreError`] when the store fails.
     pub async fn unregistered_versions(&self) -> Result<Vec<(String, String, u64)>, StoreError> {
         self.core.queries.unregistered_versions().await
+    }
+
+    /// The versions of the definition `name` registered in this runtime (ENG-45), sorted,
+    /// each with whether it is the current one (new instances start on it); empty for an
+    /// unknown name.
+    pub fn registered_versions(&self, name: &str) -> Vec<(String, bool)> {
+        self.core
+            .run_path
+            .definitions()
+            .versions_of(name)
+            .into_iter()
+            .map(|(workflow, current)| (workflow.version().to_owned(), current))
+            .collect()
+    }
+
+    /// Moves the waiting instances of the state machine `Old` to the version `New`
+    /// (ENG-54), one by one, each atomically: its state and data mapped by `New`'s
+    /// [`Migrate`] implementation (which rustc checks), its waits and timers those of its new
+    /// state (whose entry does not run again), a `Migrated` journal entry, and the instance
+    /// pinned to `New`. `New` must be registered here; `Old` need not be. A running instance
+    /// is refused (migrate it again later), as is one not waiting; the report says what
+    /// happened to each. With [`Migration::dry_run`], each is checked and nothing written.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use workflow_runtime::{Migrate, Migration, Runtime, state_machine};
+    ///
+    /// #[derive(Default, serde::Serialize, serde::Deserialize)]
+    /// pub struct Order;
+    ///
+    /// mod v1 {
+    ///     use super::Order;
+    ///     #[workflow_runtime::state_machine(data = Order, initial = New, name = "order")]
+    ///     pub enum OrderFlow {
+    ///         #[on(pay: event("payment") => Paid)]
+    ///         New,
+    ///         Paid,
+    ///     }
+    /// }
+    ///
+    /// #[state_machine(data = Order, initial = Open, name = "order")]
+    /// enum OrderFlow {
+    ///     #[on(pay: event("payment") => Paid)]
+    ///     #[on(cancel: event("cancel") => Cancelled)]
+    ///     Open,
+    ///     Paid,
+    ///     Cancelled,
+    /// }
+    ///
+    /// impl Migrate<v1::OrderFlow> for OrderFlow {
+    ///     fn state(old: v1::OrderFlow) -> Self {
+    ///         match old {
+    ///             v1::OrderFlow::New => OrderFlow::Open,
+    ///             v1::OrderFlow::Paid => OrderFlow::Paid,
+    ///         }
+    ///     }
+    ///     fn data(old: Order) -> Order {
+    ///         old
+    ///     }
+    /// }
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let runtime = Runtime::builder()
+    ///     .register_previous::<v1::OrderFlow>()
+    ///     .register::<OrderFlow>()
+    ///     .build()?;
+    /// let report = runtime
+    ///     .migrate::<v1::OrderFlow, OrderFlow>(Migration::all())
+    ///     .await?;
+    /// assert!(report.instances.is_empty()); // nothing waits on v1 in a fresh store
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// A [`MigrateError`] when the migration as a whole is refused (nothing written): `New`
+    /// not registered here, two unrelated definitions (different names), the same version on
+    /// both sides, or a store failure while listing the instances.
+    pub async fn migrate<Old, New>(
+        &self,
+        migration: Migration,
+    ) -> Result<MigrationReport, MigrateError>
+    where
+        Old: StateMachineWorkflow,
+        New: Migrate<Old>,
+    {
+        let map = |state: &str, data: Value| -> Result<(String, Value), MigrationRefusal> {
+            let old =
+                Old::state_from_name(state).ok_or_else(|| MigrationRefusal::UnmappedState {
+                    state: state.to_owned(),
+                })?;
+            let data_error = |e: serde_json::Error| MigrationRefusal::Data {
+                message: e.to_string(),
+            };
+            let data: Old::Data = serde_json::from_value(data).map_err(data_error)?;
+            let new_data = serde_json::to_value(New::data(data)).map_err(data_error)?;
+            Ok((New::state_name(New::state(old)).to_owned(), new_data))
+        };
+        self.core
+            .versions
+            .migrate(
+                versions::Side {
+                    name: Old::name(),
+                    version: Old::version(),
+                },
+                versions::Side {
+                    name: New::name(),
+                    version: New::version(),
+                },
+                &map,
+                migration,
+            )
+            .await
+    }
+
+    /// [`Runtime::migrate`] between two versions of `name` as recorded in the store (their
+    /// JSON form, written by every process that registers them), without the application's
+    /// types: states are mapped by name and data is kept as it is (what `workflow migrate`
+    /// does). Refused as a whole, before anything is written, when a state of `from_version`
+    /// has no state of the same name in `to_version`. The new version runs without the
+    /// application's code, so an instance whose new state would need it at once is refused.
+    ///
+    /// # Errors
+    ///
+    /// A [`MigrateError`]: a version not recorded, not a state machine, unmapped states, the
+    /// same version twice, or a store failure.
+    pub async fn migrate_recorded(
+        &self,
+        name: &str,
+        from_version: &str,
+        to_version: &str,
+        migration: Migration,
+    ) -> Result<MigrationReport, MigrateError> {
+        self.core
+            .versions
+            .migrate_recorded(
+                versions::Side {
+                    name,
+                    version: from_version,
+                },
+                versions::Side {
+                    name,
+                    version: to_version,
+                },
+                migration,
+            )
+            .await
     }
 
     /// Subscribes to lifecycle events of every instance (ENG-39, ENG-40).

@@ -43,6 +43,12 @@ impl InstanceSnapshot {
         self.state.sub_status
     }
 
+    /// The version of its definition the instance is pinned to (ENG-44, ENG-45): the
+    /// fingerprint it runs on, which a migration changes (ENG-54).
+    pub fn version(&self) -> &str {
+        &self.state.definition.version
+    }
+
     /// The current state name of a root state machine.
     pub fn current_state(&self) -> Option<&str> {
         let root = self.state.context(self.state.root?)?;

@@ -120,12 +120,12 @@ impl Queries {
                     let Ok(record) = &listed.summary else {
                         continue;
                     };
-                    let current = self
+                    // ENG-45: a previous version registered here runs its instances.
+                    if !self
                         .run_path
                         .definitions()
-                        .get(&record.definition_name)
-                        .map(|w| w.version());
-                    if current != Some(record.definition_version.as_str()) {
+                        .runs(&record.definition_name, &record.definition_version)
+                    {
                         *found
                             .entry((
                                 record.definition_name.clone(),

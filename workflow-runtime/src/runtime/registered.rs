@@ -76,6 +76,9 @@ pub(crate) trait ErasedWorkflow: Send + Sync {
     fn time_triggers(&self) -> Vec<(String, crate::engine::graph::TimeTrigger)>;
     /// The activation strategy (RT-15).
     fn activation(&self) -> Activation;
+    /// The states of the state machine at the root, in declaration order; `None` when the
+    /// root is not a state machine (ENG-54).
+    fn machine_states(&self) -> Option<Vec<String>>;
 }
 
 pub(crate) struct Registered<D> {
@@ -185,5 +188,14 @@ where
 
     fn activation(&self) -> Activation {
         self.activation
+    }
+
+    fn machine_states(&self) -> Option<Vec<String>> {
+        match &self.graph.node(self.graph.root())?.kind {
+            crate::engine::graph::NodeKind::StateMachine(machine) => {
+                Some(machine.states.iter().map(|s| s.name.clone()).collect())
+            }
+            _ => None,
+        }
     }
 }

@@ -1793,6 +1793,7 @@ impl Storage {
             clear_waits: c.clear_waits || c.status.is_final(),
             idempotency: c.idempotency,
             listing: c.listing,
+            definition_version: c.definition_version,
         })
     }
 }

@@ -571,6 +571,10 @@ pub struct Commit<S = Value, D = S> {
     /// for), opaque JSON text stored in the instance row so a listing reads no state
     /// document (ENG-51); `None` stores none (a listing then reads the document).
     pub listing: Option<String>,
+    /// Re-pins the instance to this version of its definition (a migration, ENG-54): the
+    /// instance row and its bookmark rows, those this commit adds included, carry it from
+    /// this commit on. `None` keeps the version.
+    pub definition_version: Option<String>,
 }
 
 /// An incident to record (FLT-6, ST-12).
@@ -658,6 +662,7 @@ impl<S, D> Commit<S, D> {
             clear_waits: false,
             idempotency: None,
             listing: None,
+            definition_version: None,
         }
     }
 }

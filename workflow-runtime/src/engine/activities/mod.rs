@@ -24,7 +24,7 @@ use crate::engine::error::RunError;
 use crate::engine::graph::{NodeIndex, NodeKind};
 use crate::engine::names::{
     ON_ACTION, ON_BODY, ON_BRANCH, ON_CHILD_DONE, ON_CONTINUE, ON_DEADLINE, ON_ENTRY, ON_EXIT,
-    ON_NODE, ON_RETRY, ON_SAGA_BODY, ON_STEP, ON_TICK, ON_TRIGGER,
+    ON_MIGRATED, ON_NODE, ON_RETRY, ON_SAGA_BODY, ON_STEP, ON_TICK, ON_TRIGGER,
 };
 use crate::engine::state::ContextId;
 use branching::BranchingActivity;
@@ -239,6 +239,7 @@ pub(crate) trait Activities<'g>: Scope<'g> {
             (NodeKind::StateMachine(m), ON_EXIT) => self.machine_on_exit(owner, m, child),
             (NodeKind::StateMachine(m), ON_ACTION) => self.machine_on_action(owner, m, child),
             (NodeKind::StateMachine(m), ON_CONTINUE) => self.machine_on_continue(owner, m, child),
+            (NodeKind::StateMachine(m), ON_MIGRATED) => self.machine_on_migrated(owner, m, &child),
             (NodeKind::Flowchart(fc), ON_NODE) => self.flowchart_settled(owner, fc, &child),
             (
                 kind @ (NodeKind::If { .. } | NodeKind::Switch(_) | NodeKind::Parallel { .. }),

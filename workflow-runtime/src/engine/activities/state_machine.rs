@@ -7,7 +7,7 @@ use super::scope::{ChildInfo, Scope, StepError};
 use crate::engine::graph::{MachineNode, TransitionNode};
 use crate::engine::names::{
     CURRENT_STATE, ENTERED_AT, ON_ACTION, ON_CONTINUE, ON_ENTRY, ON_EXIT, ON_TRIGGER,
-    TAG_CONTINUING, TAG_ENTERING,
+    TAG_CONTINUING, TAG_ENTERING, TAG_MIGRATED,
 };
 use crate::engine::state::{ActivityStatus, ContextId, Detail, JournalKind};
 
@@ -334,6 +334,34 @@ pub(crate) trait StateMachineActivity<'g>: Scope<'g> {
         }
         let current = self.current_state(id).unwrap_or_default();
         self.machine_enter(id, m, &current, child.payload)
+    }
+
+    /// ENG-54: a migrated instance's machine, placed in its current state, arms that state's
+    /// transitions (SM-3) without running its entry, which ran in the previous version.
+    fn machine_on_migrated(
+        &mut self,
+        id: ContextId,
+        m: &MachineNode,
+        child: &ChildInfo,
+    ) -> Result<(), StepError> {
+        if child.id != id || child.tag.as_deref() != Some(TAG_MIGRATED) {
+            self.record(
+                JournalKind::Declined,
+                Some(id),
+                json!({"ignored": child.id, "tag": child.tag}),
+            );
+            return Ok(());
+        }
+        let current = self.current_state(id).unwrap_or_else(|| m.initial.clone());
+        if m.state(&current).is_none() {
+            self.record(
+                JournalKind::Declined,
+                Some(id),
+                json!({"reason": format!("state `{current}` does not exist: the machine completes")}),
+            );
+            return self.complete(id, None, Vec::new());
+        }
+        self.machine_outbound(id, m, &current)
     }
 }
 

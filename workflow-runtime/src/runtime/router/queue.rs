@@ -479,8 +479,11 @@ impl Router {
             }
             // RT-24, ENG-46: pinned to a version this process does not run, the instance is
             // not claimed here at all; the item waits for a process that runs it.
-            let registered = self.definitions().get(&record.definition_name);
-            if registered.is_none_or(|w| w.version() != record.definition_version) {
+            if !self
+                .definitions()
+                .runs(&record.definition_name, &record.definition_version)
+            {
+                let registered = self.definitions().get(&record.definition_name);
                 let error = RunError::VersionNotRegistered {
                     instance: instance.clone(),
                     name: record.definition_name.clone(),

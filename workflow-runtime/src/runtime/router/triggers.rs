@@ -49,16 +49,18 @@ impl Router {
                 });
             }
             self.store.replace_triggers(name, rows).await?;
-            // Each registered version is recorded (JSON form and fingerprint), so tools can
-            // show it without this application's code.
-            self.store
-                .put_definition(DefinitionRecord {
-                    name: name.clone(),
-                    version: workflow.version().to_owned(),
-                    json: workflow.json().to_owned(),
-                    recorded_at: now,
-                })
-                .await?;
+            // Each registered version, current or previous (ENG-45), is recorded (JSON form
+            // and fingerprint), so tools can show it without this application's code.
+            for (version, _) in self.definitions().versions_of(name) {
+                self.store
+                    .put_definition(DefinitionRecord {
+                        name: name.clone(),
+                        version: version.version().to_owned(),
+                        json: version.json().to_owned(),
+                        recorded_at: now,
+                    })
+                    .await?;
+            }
         }
         Ok(())
     }

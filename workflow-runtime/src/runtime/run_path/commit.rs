@@ -80,6 +80,8 @@ pub(crate) struct Tracker {
     /// this allocation when it is large enough (the text of a kept state is, ENG-53: it is
     /// the buffer its commit encoded into, with that commit's room for growth).
     pub(crate) spare: String,
+    /// The next commit re-pins the instance to this version (a migration, ENG-54).
+    pub(crate) repin: Option<String>,
 }
 
 /// The commits of one leased run: inside it (ENG-32) and at its end (ENG-31).
@@ -135,6 +137,7 @@ impl RunCommits<'_> {
             );
             commit.correlation_id = state.correlation_id.clone();
             commit.listing = listing_text(state);
+            commit.definition_version = tracker.repin.take();
             commit.release_lease = release;
             let committed = |b: &Bookmark| tracker.bookmarks.iter().any(|(id, _)| *id == b.id);
             commit.bookmarks_added = state

@@ -44,12 +44,14 @@ use crate::trace::TraceParent;
 
 mod cancel;
 mod commit;
+mod migrate;
 mod outbox;
 mod too_large;
 mod turns;
 
 pub(crate) use commit::RunCommits;
 use commit::Tracker;
+pub(crate) use migrate::{Move, StateMap};
 pub(crate) use outbox::Outbox;
 pub(crate) use turns::Turn;
 use turns::Turns;
@@ -659,6 +661,7 @@ impl RunPath {
                 last_document: None,
                 document_len,
                 spare: record.state,
+                repin: None,
             }),
             control: record.control_request,
         };

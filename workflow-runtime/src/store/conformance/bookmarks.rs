@@ -252,3 +252,72 @@ pub async fn c19_receipts(backend: Arc<dyn TestBackend>) {
     assert!(store.has_receipt("wf-2", "s-q1").await.unwrap());
     assert!(!store.ack_queue_item("q1").await.unwrap());
 }
+
+/// C-45: a commit with a `definition_version` re-pins the instance (ENG-54): its row and every
+/// bookmark row, kept or added by that commit, carry the new version; a commit refused by its
+/// version re-pins nothing; a commit without one keeps the version.
+pub async fn c45_repin(backend: Arc<dyn TestBackend>) {
+    let store = Harness::new(backend);
+    let lease = create_leased(&store, "wf-1").await;
+    let mut c = waiting("wf-1", 1, lease.token, 1);
+    c.bookmarks_added.push(bookmark("b-kept", "h1", T0));
+    c.bookmarks_added.push(bookmark("b-gone", "h2", T0));
+    store.commit(c).await.unwrap();
+
+    let versions = |rows: Vec<crate::store::BookmarkRow>| {
+        let mut found: Vec<(String, String)> = rows
+            .into_iter()
+            .map(|b| (b.bookmark_id, b.definition_version))
+            .collect();
+        found.sort();
+        found
+    };
+    // Refused by its version: nothing re-pinned.
+    let mut stale = waiting("wf-1", 1, lease.token, 2);
+    stale.definition_version = Some("v2".to_owned());
+    assert!(matches!(
+        store.commit(stale).await,
+        Err(StoreError::Conflict { .. })
+    ));
+    assert_eq!(
+        store
+            .load_instance("wf-1")
+            .await
+            .unwrap()
+            .definition_version,
+        "v1"
+    );
+
+    let mut c = waiting("wf-1", 2, lease.token, 3);
+    c.definition_version = Some("v2".to_owned());
+    c.bookmarks_removed.push("b-gone".to_owned());
+    c.bookmarks_added.push(bookmark("b-new", "h3", T0 + 1));
+    store.commit(c).await.unwrap();
+    assert_eq!(
+        store
+            .load_instance("wf-1")
+            .await
+            .unwrap()
+            .definition_version,
+        "v2"
+    );
+    let pinned = |id: &str| (id.to_owned(), "v2".to_owned());
+    assert_eq!(
+        versions(store.list_bookmarks("wf-1").await.unwrap()),
+        [pinned("b-kept"), pinned("b-new")]
+    );
+
+    // A commit without a version keeps the one the instance has.
+    store
+        .commit(waiting("wf-1", 3, lease.token, 4))
+        .await
+        .unwrap();
+    assert_eq!(
+        store
+            .load_instance("wf-1")
+            .await
+            .unwrap()
+            .definition_version,
+        "v2"
+    );
+}

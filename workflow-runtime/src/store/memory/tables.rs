@@ -369,6 +369,15 @@ impl Inner {
                     }
                 }
             }
+            // ENG-54: a migration re-pins the instance and its bookmark rows.
+            if let Some(repinned) = c.definition_version {
+                for bookmark_id in &row.bookmarks {
+                    if let Some(b) = self.bookmarks.get_mut(bookmark_id) {
+                        b.definition_version.clone_from(&repinned);
+                    }
+                }
+                row.definition_version = repinned;
+            }
             for b in c.bookmarks_added {
                 match self.bookmark_index.get_mut(&b.hash) {
                     Some(ids) => {

@@ -428,6 +428,25 @@ pub(super) async fn commit(
     let version = to_u64(row.try_get(0)?);
     let definition_name: String = row.try_get(1)?;
     let queue_waiting: bool = row.try_get(2)?;
+    // ENG-54: a migration re-pins the instance and its bookmark rows (those the function
+    // just added included), in this transaction, after the function's version and token
+    // checks.
+    if let Some(repinned) = &commit.definition_version {
+        sqlx::query(
+            &s.sql("UPDATE @wf_instances SET definition_version = $1 WHERE instance_id = $2"),
+        )
+        .bind(repinned)
+        .bind(id)
+        .execute(&mut *c)
+        .await?;
+        sqlx::query(
+            &s.sql("UPDATE @wf_bookmarks SET definition_version = $1 WHERE instance_id = $2"),
+        )
+        .bind(repinned)
+        .bind(id)
+        .execute(&mut *c)
+        .await?;
+    }
     for instance in &commit.instances_created {
         insert_instance(c, s, instance).await?;
     }
@@ -462,6 +481,7 @@ pub(super) struct Committed {
 /// round trip in its own implicit transaction.
 pub(super) fn commit_needs_transaction(commit: &Commit<String>) -> bool {
     !commit.instances_created.is_empty()
+        || commit.definition_version.is_some()
         || !commit.queue_items.is_empty()
         || !commit.incidents_opened.is_empty()
         || commit.idempotency.is_some()

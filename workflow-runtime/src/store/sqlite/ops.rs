@@ -82,7 +82,7 @@ fn commit_tx(c: &Connection, commit: &Commit<String>, leases: &InstanceLeases) -
         _stored_owner,
         stored_token,
         definition_name,
-        definition_version,
+        mut definition_version,
         correlation,
         stored_status,
         stored_finished_at,
@@ -98,6 +98,14 @@ fn commit_tx(c: &Connection, commit: &Commit<String>, leases: &InstanceLeases) -
     }
     // The lease is held in memory (`leases.rs`); the row carries the last committed token.
     leases.check(id, commit.lease_token, to_u64(stored_token))?;
+    // ENG-54: a migration re-pins the instance and its bookmark rows, in this transaction.
+    if let Some(repinned) = &commit.definition_version {
+        c.prepare_cached("UPDATE wf_instances SET definition_version = ?1 WHERE instance_id = ?2")?
+            .execute(rusqlite::params![repinned, id])?;
+        c.prepare_cached("UPDATE wf_bookmarks SET definition_version = ?1 WHERE instance_id = ?2")?
+            .execute(rusqlite::params![repinned, id])?;
+        definition_version.clone_from(repinned);
+    }
     // A list left empty (most commits' receipts, timers and queue items) takes no statement
     // from the cache: each lookup and return hashes the statement's text.
     if !commit.receipts.is_empty() {
