@@ -169,9 +169,8 @@ impl TestRuntime {
             };
             self.clock.set(due.max(self.clock.now()))?;
             let fired = self.runtime.fire_due_timers().await?;
-            let progressed = !fired.fired.is_empty()
-                || !fired.skipped.is_empty()
-                || !fired.debounced.is_empty();
+            let progressed =
+                !fired.fired.is_empty() || !fired.skipped.is_empty() || !fired.debounced.is_empty();
             report.fired.extend(fired.fired);
             report.failed.extend(fired.failed);
             report.skipped.extend(fired.skipped);

@@ -38,8 +38,8 @@ use crate::store::error::{StoreError, StoreResult};
 
 mod changes;
 mod checkpoint;
-mod flow;
 mod debounce;
+mod flow;
 mod leases;
 mod ops;
 mod options;
