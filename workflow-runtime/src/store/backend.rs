@@ -194,7 +194,7 @@ pub struct DueTimers {
     pub next_due: Option<Micros>,
 }
 
-/// What [`Store::claim_due_debounces`] returns.
+/// What [`DebounceStore::claim_due_debounces`] returns.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct DueDebounces {
     /// The rows claimed, in `(due_at, debounce_id)` order.
@@ -312,7 +312,7 @@ pub struct DefinitionRecord {
 
 /// The capability of keeping debounced sends (RT-35, C-44), offered through
 /// [`Store::capabilities`]; every built-in backend has it. Without it a debounced send fails
-/// with [`StoreError::Invalid`](super::StoreError::Invalid) and nothing is stored.
+/// with [`StoreError::Invalid`] and nothing is stored.
 pub trait DebounceStore: Send + Sync {
     /// Records a debounced send atomically: inserts `row` (with `sends` 1) when no row has its
     /// debounce id; otherwise replaces that row's `name`, `hash`, `stimulus`, `last_sent_at`
