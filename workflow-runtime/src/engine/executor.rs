@@ -1518,7 +1518,7 @@ pub(crate) struct AttemptSettings {
     /// (its lease-lost event names the node).
     pub(crate) executing: Option<Arc<std::sync::Mutex<Option<String>>>>,
     /// Told of every task attempt (ENG-60).
-    pub(crate) observer: Option<Arc<dyn crate::engine::attempt::AttemptObserver>>,
+    pub(crate) observer: Option<Arc<dyn crate::engine::observer::AttemptObserver>>,
     /// The flow-control gate a task of a queue takes its slot from (QU-10); `None`: a task
     /// naming a queue faults.
     pub(crate) flow: Option<crate::engine::slots::Gate>,

@@ -6,6 +6,7 @@
 //! - [`events`]: those lifecycle events and the stream that delivers them (ENG-40);
 //! - [`task`] and [`attempt`]: what a task sees, and how one attempt runs (timeouts,
 //!   cancellation); [`guard`]: the panic guard around user code (ENG-17);
+//! - [`observer`]: what an observer of task attempts is told (the runtime's metrics);
 //! - [`faults`]: retry policies (FLT-2 to FLT-4); [`saga`]: compensation (FLT-10 to FLT-13);
 //! - [`graph`]: the indexed definition; [`state`]: the persisted instance;
 //!   [`names`]: the callback, reserved bookmark and property names it persists;
@@ -25,6 +26,7 @@ pub(crate) mod faults;
 pub(crate) mod graph;
 pub(crate) mod guard;
 pub(crate) mod names;
+pub(crate) mod observer;
 pub(crate) mod registry;
 pub(crate) mod saga;
 pub(crate) mod slots;

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use crate::engine::attempt::{AttemptEnded, AttemptObserver};
+use crate::engine::observer::{AttemptEnded, AttemptObserver};
 use crate::status::WorkflowStatus;
 
 /// The upper bounds of every histogram's buckets, in µs (the last bucket, `+Inf`, is

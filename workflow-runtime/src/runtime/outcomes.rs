@@ -16,8 +16,8 @@ pub struct StartOptions {
     /// A correlation id.
     pub correlation_id: Option<String>,
     /// The W3C trace context the instance's runs continue (ENG-61); without it, the one of
-    /// the caller's task ([`TraceParent::current`](crate::TraceParent::current)), if any.
-    pub traceparent: Option<crate::TraceParent>,
+    /// the caller's task ([`TraceParent::current`](crate::trace::TraceParent::current)), if any.
+    pub traceparent: Option<crate::trace::TraceParent>,
 }
 
 /// A read-only snapshot of an instance (ENG-51).

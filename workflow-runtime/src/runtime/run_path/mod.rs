@@ -31,12 +31,12 @@ use super::watches::Watches;
 use crate::base::lock;
 use crate::cancel::CancellationToken;
 use crate::clock::Clock;
-use crate::engine::attempt::AttemptObserver;
 use crate::engine::events::{EventStream, LifecycleEvent};
 use crate::engine::executor::{
     AttemptSettings, Checkpoint, CommitStrategy, DeclinedTransition, Link, Middleware, RunEnd,
     RunError, RunTarget,
 };
+use crate::engine::observer::AttemptObserver;
 use crate::engine::state::{SubStatus, WorkflowState, WorkflowStatus};
 use crate::status::Started;
 use crate::store::{ControlKind, IdempotencyRecord, Micros, QueueItem, Storage, StoreError};
