@@ -1035,7 +1035,13 @@ fn rt22_an_event_payload_that_does_not_decode_is_dead_lettered_and_the_instance_
             assert_eq!(bookmark, &before.state.bookmarks()[0].id, "{label}");
             // Nothing committed: same version, same bookmark, still suspended.
             let after = rt.get_state(&id).await.unwrap().unwrap();
-            assert_eq!(after.journal.len(), before.journal.len(), "{label}");
+            assert_eq!(
+                after.journal.len(),
+                before.journal.len(),
+                "{label}: before {:?}, after {:?}",
+                before.journal,
+                after.journal
+            );
             assert_eq!(after.status(), WorkflowStatus::Suspended, "{label}");
             assert_eq!(after.state.bookmarks(), before.state.bookmarks(), "{label}");
             let (stimulus_id, error) = rejected_dead_letter(&rt, label).await;
