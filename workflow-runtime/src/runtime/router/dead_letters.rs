@@ -32,42 +32,34 @@ impl Router {
         let error = serde_json::to_string(rejection).unwrap_or_default();
         let store = &self.store;
         let item_id = base.item_id.clone();
-        match rejection {
-            Rejection::PayloadDecode {
-                node,
-                payload_type,
-                message,
-                ..
-            } => tracing::warn!(
-                instance,
-                node = node.as_str(),
-                event = base.name.as_str(),
-                item = item_id.as_str(),
-                reason = "rejected",
-                payload_type = payload_type.as_str(),
-                error = message.as_str(),
-                "stimulus dead-lettered: its payload does not decode for the waiting activity"
-            ),
-            Rejection::StateTooLarge {
-                size,
-                limit,
-                incident,
-                ..
-            } => tracing::warn!(
-                instance,
-                event = base.name.as_str(),
-                item = item_id.as_str(),
-                reason = "rejected",
-                size,
-                limit,
-                incident = incident.as_str(),
-                "stimulus dead-lettered: its run made the instance's state too large; the instance is faulted"
-            ),
-        }
+        warn_rejected(instance, &base.name, &item_id, rejection);
         store.enqueue(base).await?;
         store
             .dead_letter(
                 &item_id,
+                DeadLetterReason::Rejected,
+                Some(&error),
+                now_micros(),
+            )
+            .await?;
+        Ok(())
+    }
+
+    /// RT-22 (and ST-24): moves `item`, a stimulus for `instance` alone, to the dead letters
+    /// itself with reason `Rejected` and the typed error. A move happens at most once per
+    /// item (C-17): a send that rejects the same item while this worker delivers it makes no
+    /// second dead letter.
+    pub(crate) async fn reject_in_place(
+        &self,
+        item: &QueueItem,
+        instance: &str,
+        rejection: &Rejection,
+    ) -> Result<(), StoreError> {
+        warn_rejected(instance, &item.name, &item.item_id, rejection);
+        let error = serde_json::to_string(rejection).unwrap_or_default();
+        self.store
+            .dead_letter(
+                &item.item_id,
                 DeadLetterReason::Rejected,
                 Some(&error),
                 now_micros(),
@@ -93,5 +85,41 @@ impl Router {
         filter: DeadLetterFilter,
     ) -> Result<Vec<DeadLetter>, StoreError> {
         self.store.list_dead_letters(filter).await
+    }
+}
+
+/// The `warn` event of a stimulus dead-lettered as rejected by `instance` (RT-22, ST-24).
+fn warn_rejected(instance: &str, event: &str, item: &str, rejection: &Rejection) {
+    match rejection {
+        Rejection::PayloadDecode {
+            node,
+            payload_type,
+            message,
+            ..
+        } => tracing::warn!(
+            instance,
+            node = node.as_str(),
+            event,
+            item,
+            reason = "rejected",
+            payload_type = payload_type.as_str(),
+            error = message.as_str(),
+            "stimulus dead-lettered: its payload does not decode for the waiting activity"
+        ),
+        Rejection::StateTooLarge {
+            size,
+            limit,
+            incident,
+            ..
+        } => tracing::warn!(
+            instance,
+            event,
+            item,
+            reason = "rejected",
+            size,
+            limit,
+            incident = incident.as_str(),
+            "stimulus dead-lettered: its run made the instance's state too large; the instance is faulted"
+        ),
     }
 }

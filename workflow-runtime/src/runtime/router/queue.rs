@@ -541,8 +541,14 @@ impl Router {
                         payload_type,
                         message,
                     };
-                    self.reject(item.clone(), &instance, &bookmark, &rejection)
-                        .await?;
+                    if consumes {
+                        // An item for this instance alone is itself the dead letter, so the
+                        // send that wrote it to reject it makes no second one meanwhile.
+                        self.reject_in_place(item, &instance, &rejection).await?;
+                    } else {
+                        self.reject(item.clone(), &instance, &bookmark, &rejection)
+                            .await?;
+                    }
                     any = true;
                 }
                 // Gone or consumed meanwhile: nothing to deliver to it.
