@@ -863,7 +863,7 @@ impl Runtime {
     /// once delivered. Each pending item is visited at most once per pass. Returns how many
     /// items were delivered. The worker calls it; tests and tools may too.
     pub async fn deliver_inbox(&self) -> Result<usize, StoreError> {
-        self.core.router.deliver_queued().await
+        self.core.router.deliver_inbox().await
     }
 
     /// Indexes the triggers (RT-9) and starts the inbox worker (RT-26, see the module docs)

@@ -98,11 +98,11 @@ impl Router {
     /// admits (RT-31: sent at or after the instance's `origin_at`, `SinceOrigin`), and deleted
     /// once delivered. Each pending item is visited at most once per pass. Returns how many
     /// items were delivered. The worker calls it; tests and tools may too.
-    pub(crate) async fn deliver_queued(&self) -> Result<usize, StoreError> {
+    pub(crate) async fn deliver_inbox(&self) -> Result<usize, StoreError> {
         Ok(self.queue_pass().await?.delivered)
     }
 
-    /// [`Router::deliver_queued`], with what the worker needs to know (RT-29). Items are
+    /// [`Router::deliver_inbox`], with what the worker needs to know (RT-29). Items are
     /// claimed a page at a time, as the pass comes to them, for an instance lease TTL; the
     /// claim of the item being delivered is renewed as a lease is, and an item's claim is
     /// renewed (or taken back, if it lapsed and nobody took it) before its delivery begins,
