@@ -20,8 +20,10 @@
 //!   with the reason printed when no server answers): durable transitions per second on
 //!   `PostgresStore` with 1 and 8 concurrent instances in one process, beside the raw rate of
 //!   single-row commits (one `INSERT` per transaction, sqlx) with 1 and 8 clients on the same
-//!   server in the same repetition; and with 1, 2 and 4 processes (this binary re-run as
-//!   children) of 8 instances each on one schema.
+//!   server in the same repetition; beside each, the CPU time of the server's backends per
+//!   transition and per raw commit (from their `/proc/<pid>/stat`, when the server runs on
+//!   this machine) and the store's transactions per transition; and with 1, 2 and 4
+//!   processes (this binary re-run as children) of 8 instances each on one schema.
 //! - **routing**: `send` latency from the stimulus to its bookmark resumed and committed
 //!   (p50, p99) with 10,000 and 1,000,000 suspended instances in a SQLite file, and the process
 //!   RSS while they are suspended. Each population is measured in a child process of its own
@@ -543,16 +545,29 @@ async fn durable_rate(path: &Path, sync: Synchronous, instances: usize, duration
 
 /// [`durable_rate`] on any store.
 async fn durable_rate_on(store: Storage, instances: usize, duration: Duration) -> f64 {
-    durable_rate_prefixed(store, "c-", instances, duration).await
+    durable_rate_prefixed(store, "c-", instances, duration, None)
+        .await
+        .rate
 }
 
-/// [`durable_rate_on`] with instance ids (and keys) `<prefix><n>`.
+/// What [`durable_rate_prefixed`] measured.
+struct Measured {
+    /// Transitions per second.
+    rate: f64,
+    /// Per transition, when a [`BackendCpu`] probe was given: the CPU of the PostgreSQL
+    /// backends serving the database (µs) and the store's transactions.
+    server: Option<(f64, f64)>,
+}
+
+/// [`durable_rate_on`] with instance ids (and keys) `<prefix><n>`, and with `probe`, the CPU
+/// its PostgreSQL backends used.
 async fn durable_rate_prefixed(
     store: Storage,
     prefix: &str,
     instances: usize,
     duration: Duration,
-) -> f64 {
+    mut probe: Option<&mut BackendCpu>,
+) -> Measured {
     let runtime = sqlite_runtime(store.clone());
     for i in 0..instances {
         let id = format!("{prefix}{i}");
@@ -567,6 +582,10 @@ async fn durable_rate_prefixed(
         runtime.start_with::<PingPong>(data, options).await.unwrap();
     }
     let before = (store.stats().await.unwrap(), process_usage());
+    let server_before = match probe.as_mut() {
+        Some(probe) => Some(probe.sample().await),
+        None => None,
+    };
     let start = Instant::now();
     let deadline = start + duration;
     let mut tasks = Vec::new();
@@ -588,6 +607,15 @@ async fn durable_rate_prefixed(
         total += task.await.unwrap();
     }
     let secs = start.elapsed().as_secs_f64();
+    let server = match (probe.as_mut(), server_before) {
+        (Some(probe), Some(server_start)) => {
+            let cpu = probe.since(&server_start).await;
+            let transactions = store.stats().await.unwrap().transactions - before.0.transactions;
+            let per = total.max(1) as f64;
+            Some((cpu * 1e6 / per, transactions as f64 / per))
+        }
+        _ => None,
+    };
     if std::env::var_os("TABLE_STATS").is_some() {
         // Write requests and store transactions per transition (a profile aid).
         let after = (store.stats().await.unwrap(), process_usage());
@@ -610,7 +638,10 @@ async fn durable_rate_prefixed(
         counted += snapshot.data::<Counter>().unwrap().count;
     }
     assert_eq!(counted, total, "every transition committed");
-    total as f64 / secs
+    Measured {
+        rate: total as f64 / secs,
+        server,
+    }
 }
 
 /// The CPU seconds this process used so far (all threads) and the context switches of its
@@ -703,13 +734,87 @@ fn sqlite_rows(dir: &Path, reps: usize, secs: f64) -> Vec<Row> {
 // ---------------------------------------------------------------------------------------------
 // PostgreSQL throughput
 
-/// `clients` connections, each committing one-row `INSERT` transactions until the deadline.
-async fn pg_raw_commits(url: &str, schema: &str, clients: u32, duration: Duration) -> f64 {
+/// The CPU time of the PostgreSQL backends serving the benchmark's database (every session
+/// on it but the probe's own), read from `/proc/<pid>/stat` of each backend: the server runs
+/// on this machine. A backend's time is counted from the first sample that sees it, so the
+/// pools are opened before it; one that ends between two samples is not counted at all.
+/// `None` where the backends' `/proc` cannot be read.
+struct BackendCpu {
+    conn: sqlx::PgConnection,
+}
+
+/// Clock ticks a second of `/proc/<pid>/stat` (`USER_HZ`, 100 on Linux).
+const CLOCK_TICKS: f64 = 100.0;
+
+impl BackendCpu {
+    async fn connect(url: &str) -> Option<Self> {
+        use sqlx::Connection;
+        let mut probe = Self {
+            conn: sqlx::PgConnection::connect(url).await.ok()?,
+        };
+        let pid: i32 = sqlx::query_scalar("SELECT pg_backend_pid()")
+            .fetch_one(&mut probe.conn)
+            .await
+            .ok()?;
+        backend_ticks(pid).map(|_| probe)
+    }
+
+    /// The CPU ticks (user + system) of each backend of the database by pid.
+    async fn sample(&mut self) -> std::collections::HashMap<i32, u64> {
+        let pids: Vec<i32> = sqlx::query_scalar(
+            "SELECT pid FROM pg_stat_activity
+             WHERE datname = current_database() AND pid <> pg_backend_pid()",
+        )
+        .fetch_all(&mut self.conn)
+        .await
+        .unwrap();
+        pids.into_iter()
+            .filter_map(|pid| backend_ticks(pid).map(|t| (pid, t)))
+            .collect()
+    }
+
+    /// The CPU seconds the backends used since `before` was sampled.
+    async fn since(&mut self, before: &std::collections::HashMap<i32, u64>) -> f64 {
+        let after = self.sample().await;
+        let ticks: u64 = after
+            .iter()
+            .map(|(pid, t)| t.saturating_sub(before.get(pid).copied().unwrap_or(0)))
+            .sum();
+        ticks as f64 / CLOCK_TICKS
+    }
+}
+
+/// utime + stime of process `pid`, in clock ticks.
+fn backend_ticks(pid: i32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The fields after the command name in parentheses: state is field 3, utime 14, stime 15.
+    let rest = &stat[stat.rfind(')')? + 1..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let utime: u64 = fields.get(11)?.parse().ok()?;
+    let stime: u64 = fields.get(12)?.parse().ok()?;
+    Some(utime + stime)
+}
+
+/// `clients` connections, each committing one-row `INSERT` transactions until the deadline:
+/// the commits per second and, with `probe`, the backends' CPU per commit (µs).
+async fn pg_raw_commits(
+    url: &str,
+    schema: &str,
+    clients: u32,
+    duration: Duration,
+    probe: Option<&mut BackendCpu>,
+) -> (f64, Option<f64>) {
     let pool = sqlx::postgres::PgPoolOptions::new()
         .max_connections(clients)
         .connect(url)
         .await
         .unwrap();
+    // Every client's connection open before the probe's first sample.
+    let mut opened = Vec::new();
+    for _ in 0..clients {
+        opened.push(pool.acquire().await.unwrap());
+    }
+    drop(opened);
     sqlx::query(&format!(
         "CREATE TABLE IF NOT EXISTS \"{schema}\".raw_commits
          (id BIGSERIAL PRIMARY KEY, version BIGINT, state TEXT)"
@@ -718,6 +823,11 @@ async fn pg_raw_commits(url: &str, schema: &str, clients: u32, duration: Duratio
     .await
     .unwrap();
     let insert = format!("INSERT INTO \"{schema}\".raw_commits (version, state) VALUES ($1, $2)");
+    let mut probe = probe;
+    let server_start = match probe.as_mut() {
+        Some(probe) => Some(probe.sample().await),
+        None => None,
+    };
     let start = Instant::now();
     let deadline = start + duration;
     let mut tasks = Vec::new();
@@ -745,8 +855,14 @@ async fn pg_raw_commits(url: &str, schema: &str, clients: u32, duration: Duratio
         total += task.await.unwrap();
     }
     let rate = total as f64 / start.elapsed().as_secs_f64();
+    let cpu = match (probe, server_start) {
+        (Some(probe), Some(server_start)) => {
+            Some(probe.since(&server_start).await * 1e6 / total.max(1) as f64)
+        }
+        _ => None,
+    };
     pool.close().await;
-    rate
+    (rate, cpu)
 }
 
 /// A child process of the multi-process rows: 8 instances of its own (ids prefixed by its
@@ -766,8 +882,10 @@ fn child_pg_durable(url: &str, schema: &str, instances: usize, secs: f64) {
             &prefix,
             instances,
             Duration::from_secs_f64(secs),
+            None,
         )
         .await
+        .rate
     });
     println!("{rate}");
 }
@@ -817,6 +935,14 @@ fn postgres_rows(reps: usize, secs: f64) -> Vec<Row> {
     let clients = env_counts("TABLE_PG_CLIENTS", &[1u32, 8]);
     let mut raw: Vec<Vec<f64>> = vec![Vec::new(); clients.len()];
     let mut durable: Vec<Vec<f64>> = vec![Vec::new(); clients.len()];
+    // Server CPU per raw commit and per transition, and transactions per transition.
+    let mut raw_cpu: Vec<Vec<f64>> = vec![Vec::new(); clients.len()];
+    let mut durable_cpu: Vec<Vec<f64>> = vec![Vec::new(); clients.len()];
+    let mut durable_tx: Vec<Vec<f64>> = vec![Vec::new(); clients.len()];
+    let mut probe = rt.block_on(BackendCpu::connect(&url));
+    if probe.is_none() {
+        eprintln!("table: PostgreSQL server CPU not measured: its backends' /proc is not readable");
+    }
     for _ in 0..reps {
         for (slot, &n) in clients.iter().enumerate() {
             let schema = fresh_schema_name();
@@ -828,12 +954,22 @@ fn postgres_rows(reps: usize, secs: f64) -> Vec<Row> {
                 };
                 PostgresStore::connect_with(&url, &options).await.unwrap()
             });
-            raw[slot].push(rt.block_on(pg_raw_commits(&url, &schema, n, duration)));
-            durable[slot].push(rt.block_on(durable_rate_on(
+            let (rate, cpu) =
+                rt.block_on(pg_raw_commits(&url, &schema, n, duration, probe.as_mut()));
+            raw[slot].push(rate);
+            raw_cpu[slot].extend(cpu);
+            let measured = rt.block_on(durable_rate_prefixed(
                 Storage::new(Arc::new(store)),
+                "c-",
                 n as usize,
                 duration,
-            )));
+                probe.as_mut(),
+            ));
+            durable[slot].push(measured.rate);
+            if let Some((cpu, transactions)) = measured.server {
+                durable_cpu[slot].push(cpu);
+                durable_tx[slot].push(transactions);
+            }
         }
     }
     let processes = env_counts("TABLE_PG_PROCESSES", &[1usize, 2, 4]);
@@ -872,7 +1008,37 @@ fn postgres_rows(reps: usize, secs: f64) -> Vec<Row> {
             durable[slot].clone(),
         );
         let ratio = row.median() / raw_median;
-        rows.push(row.note(format!("{ratio:.2}x raw ({n} client(s))")));
+        let target = match n {
+            1 => ", target >= 0.6x",
+            8 => ", target >= 1.0x",
+            _ => "",
+        };
+        rows.push(row.note(format!("{ratio:.2}x raw ({n} client(s){target})")));
+        if !raw_cpu[slot].is_empty() && !durable_cpu[slot].is_empty() {
+            let raw_row = Row::new(
+                "postgres",
+                format!("server CPU per raw commit, {n} client(s)"),
+                "µs",
+                raw_cpu[slot].clone(),
+            )
+            .note("1.00x");
+            let raw_median = raw_row.median();
+            rows.push(raw_row);
+            let row = Row::new(
+                "postgres",
+                format!("server CPU per transition, {n} instance(s)"),
+                "µs",
+                durable_cpu[slot].clone(),
+            );
+            let ratio = row.median() / raw_median;
+            rows.push(row.note(format!("{ratio:.2}x raw (target <= 2x)")));
+            rows.push(Row::new(
+                "postgres",
+                format!("store transactions per transition, {n} instance(s)"),
+                "",
+                durable_tx[slot].clone(),
+            ));
+        }
     }
     let one = spread
         .first()
