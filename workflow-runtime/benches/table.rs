@@ -22,7 +22,7 @@
 //!   single-row commits (one `INSERT` per transaction, sqlx) with 1 and 8 clients on the same
 //!   server in the same repetition; beside each, the CPU time of the server's backends per
 //!   transition and per raw commit (from their `/proc/<pid>/stat`, when the server runs on
-//!   this machine) and the store's transactions per transition; and with 1, 2 and 4
+//!   this machine) and the store's write transactions per transition; and with 1, 2 and 4
 //!   processes (this binary re-run as children) of 8 instances each on one schema.
 //! - **routing**: `send` latency from the stimulus to its bookmark resumed and committed
 //!   (p50, p99) with 10,000 and 1,000,000 suspended instances in a SQLite file, and the process
@@ -1034,7 +1034,7 @@ fn postgres_rows(reps: usize, secs: f64) -> Vec<Row> {
             rows.push(row.note(format!("{ratio:.2}x raw (target <= 2x)")));
             rows.push(Row::new(
                 "postgres",
-                format!("store transactions per transition, {n} instance(s)"),
+                format!("store write transactions per transition, {n} instance(s)"),
                 "",
                 durable_tx[slot].clone(),
             ));
