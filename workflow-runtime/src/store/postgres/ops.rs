@@ -265,10 +265,8 @@ pub(super) async fn insert_instance(
     let inserted = sqlx::query(&s.sql(
         "INSERT INTO @wf_instances (instance_id, definition_name, definition_version,
             status, sub_status, correlation_id, version, lease_token, origin_at,
-            created_at, updated_at, finished_at, state, state_size, activation_scope, listing,
-            runnable_at)
-         VALUES ($1, $2, $3, $4, $5, $6, 1, 0, $7, $8, $8, $9, $10, $11, $12, $13,
-            CASE WHEN $4 = 'running' THEN $8 END)
+            created_at, updated_at, finished_at, state, state_size, activation_scope, listing)
+         VALUES ($1, $2, $3, $4, $5, $6, 1, 0, $7, $8, $8, $9, $10, $11, $12, $13)
          ON CONFLICT (instance_id) DO NOTHING",
     ))
     .bind(&i.instance_id)
@@ -584,9 +582,8 @@ pub(super) async fn list_instances(
 /// Claims runnable instances with `FOR UPDATE SKIP LOCKED` (ST-15, ST-27): rows another
 /// process is claiming or committing are skipped, not waited for, and each claimed row gets
 /// a new fencing token in the same statement. `runnable_at` is `updated_at` of a running
-/// instance and `NULL` otherwise (a column the instance's insert and the commit function
-/// write), so the index it keys orders the claims oldest `updated_at` first without a commit
-/// of a waiting instance touching it.
+/// instance and `NULL` otherwise (migration 6), so the index it keys orders the claims
+/// oldest `updated_at` first without a commit of a waiting instance touching it.
 pub(super) async fn claim_runnable(
     c: &mut Conn,
     s: &Schema,
