@@ -1,7 +1,9 @@
 //! Time zones (TM-16 to TM-18) and missed occurrences (TM-19) on the manual clock: cron
 //! triggers and cron waits in Europe/Berlin and America/New_York across spring-forward and
-//! fall-back, a local `start_at`, each missed-occurrence policy after three days with no
-//! process running, and the typed errors for an unknown zone or a cron field out of range.
+//! fall-back, a local `start_at` (in JSON and in the macro form), each missed-occurrence
+//! policy of a cron and of a repeating timer after three days with no process running, and
+//! the typed errors for an unknown zone, a cron field out of range, a policy that cannot
+//! apply and a `start_at` that is not an instant.
 
 mod common;
 
@@ -15,15 +17,17 @@ use workflow_runtime::model::Definition;
 use workflow_runtime::testing::TestRuntime;
 use workflow_runtime::{
     BuildError, ManualClock, MemoryStore, Registry, Runtime, StartOptions, Store, TaskContext,
-    WorkflowStatus,
+    WorkflowStatus, workflow,
 };
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
 struct Data {
     log: Vec<String>,
-    /// What a time trigger passes to the instance it starts.
+    /// What a time trigger passes to the instance it starts: a cron its occurrence, a
+    /// repeating timer its tick's due time.
     occurrence: Option<i64>,
+    due_at: Option<i64>,
     missed: Option<u64>,
 }
 
@@ -340,6 +344,169 @@ fn tm19_backfill_starts_one_instance_per_missed_day_up_to_n() {
     });
 }
 
+/// One process runs a daily repeating-timer trigger with `missed` (JSON, `None` for the
+/// default), registered at midnight on 2026-01-01, and fires its first tick (2 January);
+/// another starts on the same store three and a half days later, after the ticks of 3, 4 and
+/// 5 January fell due. Time zones play no part: a timer ticks on a grid of elapsed time.
+/// Returns the data of the instances the second one started when it came up, the schedule's
+/// next due time and how many schedules it skipped.
+async fn every_after_three_days_down(missed: Option<Value>) -> (Vec<Data>, i64, usize) {
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let mut timer =
+        json!({ "kind": "timer", "id": "t", "interval_ms": 86_400_000, "trigger": true });
+    if let Some(missed) = missed {
+        timer["missed"] = missed;
+    }
+    let process = |at: &str| {
+        let builder = Runtime::builder()
+            .store(store.clone())
+            .register_definition(triggered("Daily", timer.clone()), registry());
+        TestRuntime::build_at(builder, ManualClock::new(us(at))).unwrap()
+    };
+    let first = process("2026-01-01T00:00:00Z");
+    let fired = first.set(us("2026-01-02T00:00:00Z")).await.unwrap();
+    assert_eq!(fired.fired.len(), 1, "{fired:?}");
+    drop(first);
+
+    let second = process("2026-01-05T12:00:00Z");
+    let fired = second.advance(Duration::ZERO).await.unwrap();
+    let mut started = Vec::new();
+    for (id, _) in &fired.fired {
+        let snapshot = second.get_state(id).await.unwrap().unwrap();
+        assert_eq!(snapshot.status(), WorkflowStatus::Finished, "{id}");
+        started.push(snapshot.data::<Data>().unwrap());
+    }
+    let schedules = second.store().list_schedules("Daily").await.unwrap();
+    (started, schedules[0].due_at, fired.skipped.len())
+}
+
+fn tick(data: &Data) -> (Option<i64>, Option<u64>) {
+    (data.due_at, data.missed)
+}
+
+// TM-11, TM-19 default `once` on a repeating timer: the three missed ticks start one
+// instance together, with the first tick's due time and two more counted as missed; the
+// grid goes on at the next tick after now.
+#[test]
+fn tm19_every_once_coalesces_three_missed_ticks() {
+    block_on(async {
+        let (started, next_due, skipped) = every_after_three_days_down(None).await;
+        let got: Vec<_> = started.iter().map(tick).collect();
+        assert_eq!(got, [(Some(us("2026-01-03T00:00:00Z")), Some(2))]);
+        assert_eq!(next_due, us("2026-01-06T00:00:00Z"));
+        assert_eq!(skipped, 0);
+    });
+}
+
+// TM-19 `skip` on a repeating timer: the missed ticks start nothing; the grid goes on.
+#[test]
+fn tm19_every_skip_starts_nothing_for_three_missed_ticks() {
+    block_on(async {
+        let (started, next_due, skipped) = every_after_three_days_down(Some(json!("skip"))).await;
+        assert_eq!(started, []);
+        assert_eq!(skipped, 1);
+        assert_eq!(next_due, us("2026-01-06T00:00:00Z"));
+    });
+}
+
+// TM-19 `backfill` on a repeating timer: each missed tick starts its own instance, oldest
+// first, the latest N at most; the first says how many older ones were dropped.
+#[test]
+fn tm19_every_backfill_starts_one_instance_per_missed_tick_up_to_n() {
+    block_on(async {
+        let (started, next_due, _) =
+            every_after_three_days_down(Some(json!({ "backfill": 5 }))).await;
+        let got: Vec<_> = started.iter().map(tick).collect();
+        assert_eq!(
+            got,
+            [
+                (Some(us("2026-01-03T00:00:00Z")), Some(0)),
+                (Some(us("2026-01-04T00:00:00Z")), Some(0)),
+                (Some(us("2026-01-05T00:00:00Z")), Some(0)),
+            ]
+        );
+        assert_eq!(next_due, us("2026-01-06T00:00:00Z"));
+
+        let (started, next_due, _) =
+            every_after_three_days_down(Some(json!({ "backfill": 2 }))).await;
+        let got: Vec<_> = started.iter().map(tick).collect();
+        assert_eq!(
+            got,
+            [
+                (Some(us("2026-01-04T00:00:00Z")), Some(1)),
+                (Some(us("2026-01-05T00:00:00Z")), Some(0)),
+            ]
+        );
+        assert_eq!(next_due, us("2026-01-06T00:00:00Z"));
+    });
+}
+
+async fn b(cx: &mut TaskContext<Data>) {
+    cx.data_mut().log.push("b".to_owned());
+}
+
+// A wait for 02:30 Berlin time on the night of the spring-forward, which does not exist.
+workflow! {
+    workflow SpringWait(Data) = sequence [
+        start_at("2026-03-29T02:30:00", tz = "Europe/Berlin"),
+        task(b),
+    ];
+}
+
+// A one-shot trigger at 02:30 Berlin time on the night of the fall-back, which happens twice.
+workflow! {
+    workflow FallStart(Data) {
+        at = start_at("2026-10-25T02:30:00", tz = "Europe/Berlin").trigger();
+        run = task(b);
+
+        at -> run;
+    }
+}
+
+// TM-16 to TM-18 through the macro form: `start_at(.., tz = "Europe/Berlin")` as a wait at a
+// local time the spring-forward skips fires at the change (01:00 UTC), not at 01:30 UTC
+// (02:30 read as +01:00); as a trigger at a local time the fall-back repeats, it starts one
+// instance at the first 02:30 (00:30 UTC, summer time) and none at the second (01:30 UTC).
+#[test]
+fn tm16_start_at_macro_form_with_a_zone_across_both_changes() {
+    block_on(async {
+        let builder = Runtime::builder().register::<SpringWait>();
+        let test =
+            TestRuntime::build_at(builder, ManualClock::new(us("2026-03-28T12:00:00Z"))).unwrap();
+        let started = test
+            .start_by_name("SpringWait", json!({}), StartOptions::default())
+            .await
+            .unwrap();
+        let id = started.instance_id;
+        let timers = test.store().list_timers(&id).await.unwrap();
+        assert_eq!(timers[0].due_at, us("2026-03-29T01:00:00Z"));
+        test.set(us("2026-03-29T00:59:59Z")).await.unwrap();
+        assert_eq!(status_of(&test, &id).await, WorkflowStatus::Suspended);
+        test.set(us("2026-03-29T01:00:00Z")).await.unwrap();
+        assert_eq!(status_of(&test, &id).await, WorkflowStatus::Finished);
+
+        let builder = Runtime::builder().register::<FallStart>();
+        let test =
+            TestRuntime::build_at(builder, ManualClock::new(us("2026-10-24T12:00:00Z"))).unwrap();
+        let before = test.set(us("2026-10-25T00:29:59Z")).await.unwrap();
+        assert!(before.fired.is_empty(), "{before:?}");
+        let first = test.set(us("2026-10-25T00:30:00Z")).await.unwrap();
+        assert_eq!(first.fired.len(), 1, "{first:?}");
+        let data = test
+            .get_state(&first.fired[0].0)
+            .await
+            .unwrap()
+            .unwrap()
+            .data::<Data>()
+            .unwrap();
+        assert_eq!(data.log, ["b"]);
+        let second = test.set(us("2026-10-25T01:30:00Z")).await.unwrap();
+        assert!(second.fired.is_empty(), "{second:?}");
+        let later = test.set(us("2026-10-27T00:00:00Z")).await.unwrap();
+        assert!(later.fired.is_empty(), "{later:?}");
+    });
+}
+
 /// The problems the JSON loader reports: (rule, JSON Pointer, message).
 fn problems(definition: &Value) -> Vec<(&'static str, String, String)> {
     match Definition::from_json(&definition.to_string()) {
@@ -357,8 +524,9 @@ fn one(rule: &'static str, at: &str, message: &str) -> Vec<(&'static str, String
     vec![(rule, at.to_owned(), message.to_owned())]
 }
 
-// TM-V2, TM-V1, TM-V5: an unknown zone in JSON, a cron field out of range and a policy that
-// cannot start anything are typed errors naming them, with a did-you-mean for the zone from
+// TM-V2, TM-V1, TM-V5, TM-V6: an unknown zone in JSON, a cron field out of range, a policy
+// that cannot start anything (on a cron or a timer) and a `start_at` that is not an instant
+// are typed errors naming them, with a did-you-mean for the zone from
 // the bundled database; a runtime refuses to build with such a definition.
 #[test]
 fn bad_zones_fields_and_policies_are_typed_errors_naming_them() {
@@ -405,6 +573,54 @@ fn bad_zones_fields_and_policies_are_typed_errors_naming_them() {
             "TM-V5",
             "/root/nodes/0/missed",
             "`backfill(0)` on cron `t` starts nothing; use `skip` to drop missed occurrences"
+        )
+    );
+    let timer_backfill_none = serde_json::to_value(triggered(
+        "B",
+        json!({ "kind": "timer", "id": "t", "interval_ms": 60_000, "trigger": true }),
+    ))
+    .unwrap();
+    let mut timer_backfill_none = timer_backfill_none;
+    timer_backfill_none["root"]["nodes"][0]["missed"] = json!({ "backfill": 0 });
+    assert_eq!(
+        problems(&timer_backfill_none),
+        one(
+            "TM-V5",
+            "/root/nodes/0/missed",
+            "`backfill(0)` on timer `t` starts nothing; use `skip` to drop missed ticks"
+        )
+    );
+    let timer_not_a_trigger = with(json!({
+        "kind": "timer", "id": "w", "interval_ms": 60_000, "missed": "skip"
+    }));
+    assert_eq!(
+        problems(&timer_not_a_trigger),
+        one(
+            "TM-V5",
+            "/root/steps/0/missed",
+            "timer `w` is not a trigger: it coalesces the ticks it misses; `missed` applies to a timer trigger"
+        )
+    );
+    let local_without_zone = with(json!({
+        "kind": "start_at", "id": "w", "at": "2026-03-29T02:30:00"
+    }));
+    assert_eq!(
+        problems(&local_without_zone),
+        one(
+            "TM-V6",
+            "/root/steps/0/at",
+            "`2026-03-29T02:30:00` is not an instant; expected an RFC 3339 instant with an offset such as `2026-03-29T09:00:00Z`, or a local date and time with a `time_zone`"
+        )
+    );
+    let not_a_date = with(json!({
+        "kind": "start_at", "id": "w", "at": "2026-02-30T09:00:00", "time_zone": "Europe/Berlin"
+    }));
+    assert_eq!(
+        problems(&not_a_date),
+        one(
+            "TM-V6",
+            "/root/steps/0/at",
+            "`2026-02-30T09:00:00` is not an instant; expected a local date and time such as `2026-03-29T09:00:00`, or an RFC 3339 instant with an offset"
         )
     );
     let unknown_policy = with(json!({

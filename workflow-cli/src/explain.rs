@@ -176,7 +176,16 @@ fn does(activity: &Activity) -> Option<String> {
             (None, Some(until)) => Some(format!("waits until `{until}`")),
             (None, None) => None,
         },
-        Activity::Timer(t) => Some(format!("ticks every {}", millis(t.interval_ms))),
+        Activity::Timer(t) => {
+            let mut words = format!("ticks every {}", millis(t.interval_ms));
+            if t.trigger {
+                words.push_str(&format!(
+                    "; ticks missed while no process ran are {}",
+                    missed_words(t.missed)
+                ));
+            }
+            Some(words)
+        }
         Activity::StartAt(s) => {
             let zone = s
                 .time_zone
@@ -222,16 +231,21 @@ fn cron_words(cron: &workflow_model::Cron) -> String {
     let zone = cron.time_zone.as_deref().unwrap_or("UTC");
     let mut words = format!("waits for the schedule `{}` in {zone}", cron.expression);
     if cron.trigger {
-        let missed = match cron.missed {
-            Missed::Skip => "skipped".to_owned(),
-            Missed::Once => "started once together (the default)".to_owned(),
-            Missed::Backfill(n) => format!("each started, the latest {n} at most"),
-        };
         words.push_str(&format!(
-            "; occurrences missed while no process ran are {missed}"
+            "; occurrences missed while no process ran are {}",
+            missed_words(cron.missed)
         ));
     }
     words
+}
+
+/// What a trigger's missed policy does, in words (TM-19).
+fn missed_words(missed: Missed) -> String {
+    match missed {
+        Missed::Skip => "skipped".to_owned(),
+        Missed::Once => "started once together (the default)".to_owned(),
+        Missed::Backfill(n) => format!("each started, the latest {n} at most"),
+    }
 }
 
 /// The node at `path` (`root:review`, `root:later:audit`): each part after the root's id is
@@ -386,5 +400,32 @@ mod tests {
             )
         );
         assert!(does(&cron(None, true, Missed::Skip)).is_some_and(|w| w.ends_with("are skipped")));
+    }
+
+    #[test]
+    fn a_timer_trigger_says_what_it_does_with_missed_ticks() {
+        let timer = |trigger: bool, missed: Missed| {
+            Activity::Timer(workflow_model::Timer {
+                id: "poll".into(),
+                interval_ms: 300_000,
+                body: None,
+                until: None,
+                max_ticks: None,
+                trigger,
+                missed,
+            })
+        };
+        let poll = does(&timer(false, Missed::Once)).unwrap();
+        assert!(!poll.contains("missed"), "{poll}");
+        let skip = does(&timer(true, Missed::Skip)).unwrap();
+        assert!(
+            skip.ends_with("; ticks missed while no process ran are skipped"),
+            "{skip}"
+        );
+        let backfill = does(&timer(true, Missed::Backfill(2))).unwrap();
+        assert!(
+            backfill.ends_with("are each started, the latest 2 at most"),
+            "{backfill}"
+        );
     }
 }

@@ -561,6 +561,10 @@ pub struct Timer {
     /// Whether this node can start the workflow (ACT-7).
     #[serde(default, skip_serializing_if = "is_false")]
     pub trigger: bool,
+    /// What a trigger does with the ticks it missed while no process ran (TM-19);
+    /// [`Missed::Once`] when absent.
+    #[serde(default, skip_serializing_if = "Missed::is_default")]
+    pub missed: Missed,
 }
 
 /// A wait until an instant (ACT-22).
@@ -605,7 +609,8 @@ pub struct Cron {
     pub missed: Missed,
 }
 
-/// What a cron trigger does with occurrences that fell due while no process ran (TM-19).
+/// What a cron or repeating-timer trigger does with occurrences that fell due while no
+/// process ran (TM-19).
 ///
 /// In JSON: `"skip"`, `"once"` or `{"backfill": 5}`.
 ///

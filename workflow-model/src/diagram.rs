@@ -863,6 +863,7 @@ mod tests {
             until: None,
             max_ticks: None,
             trigger: false,
+            missed: crate::definition::Missed::Once,
         };
         let chart = Flowchart {
             id: "root".into(),

@@ -21,7 +21,7 @@ use syn::ext::IdentExt;
 use workflow_model::{
     Activity, Break, Connection, Correlate, Cron, Definition, Delay, End, Fault, Finish, Flowchart,
     ForEach, Fork, If, Join, Location, Parallel, ParallelForEach, Saga, Sequence, SetVariable,
-    SubWorkflow, SubWorkflowMode, Switch, SwitchCase, Task, Timer, While,
+    StartAt, SubWorkflow, SubWorkflowMode, Switch, SwitchCase, Task, Timer, While,
 };
 
 use super::parse::{Body, KindDecl, StepDecl, WorkflowDecl};
@@ -318,15 +318,43 @@ fn lower_kind(kind: &KindDecl, id: String, at: &Location, spans: &mut SpanTable)
             }
             .into()
         }
-        KindDecl::Every { millis, trigger } => Timer {
-            id,
-            interval_ms: *millis,
-            body: None,
-            until: None,
-            max_ticks: None,
-            trigger: *trigger,
+        KindDecl::Every {
+            millis,
+            missed,
+            trigger,
+        } => {
+            if let Some((_, tokens)) = missed {
+                spans.insert(at.field("missed"), tokens);
+            }
+            Timer {
+                id,
+                interval_ms: *millis,
+                body: None,
+                until: None,
+                max_ticks: None,
+                trigger: *trigger,
+                missed: missed.as_ref().map(|(m, _)| *m).unwrap_or_default(),
+            }
+            .into()
         }
-        .into(),
+        KindDecl::StartAt {
+            at: instant,
+            zone,
+            trigger,
+        } => {
+            spans.insert(at.field("at"), instant);
+            if let Some(zone) = zone {
+                spans.insert(at.field("time_zone"), zone);
+            }
+            StartAt {
+                id,
+                at: Some(instant.value()),
+                time_zone: zone.as_ref().map(syn::LitStr::value),
+                at_fn: None,
+                trigger: *trigger,
+            }
+            .into()
+        }
         KindDecl::Event(node) => {
             let mut event = node.event.lower(id, at, spans);
             event.payload = node

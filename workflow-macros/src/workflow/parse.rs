@@ -23,7 +23,7 @@ use crate::common::parse::{FnRef, fn_path, parse_commit_strategy, parse_duration
 syn::custom_keyword!(workflow);
 
 /// The node kinds of a flowchart.
-pub(crate) const NODE_KINDS: [&str; 23] = [
+pub(crate) const NODE_KINDS: [&str; 24] = [
     "task",
     "event",
     "after",
@@ -39,6 +39,7 @@ pub(crate) const NODE_KINDS: [&str; 23] = [
     "saga",
     "cron",
     "every",
+    "start_at",
     "if",
     "while",
     "for_each",
@@ -49,7 +50,7 @@ pub(crate) const NODE_KINDS: [&str; 23] = [
     "correlate",
 ];
 /// The step kinds of a sequence (and of the bodies of `if`, loops, `parallel` and `switch`).
-pub(crate) const STEP_KINDS: [&str; 18] = [
+pub(crate) const STEP_KINDS: [&str; 19] = [
     "task",
     "event",
     "after",
@@ -59,6 +60,7 @@ pub(crate) const STEP_KINDS: [&str; 18] = [
     "sequence",
     "saga",
     "cron",
+    "start_at",
     "if",
     "while",
     "for_each",
@@ -192,8 +194,20 @@ pub(crate) enum KindDecl {
         missed: Option<(workflow_model::Missed, TokenStream)>,
         trigger: bool,
     },
-    /// `every(mins(5)).trigger()`: a repeating timer (ACT-21).
-    Every { millis: u64, trigger: bool },
+    /// `every(mins(5), missed = skip).trigger()`: a repeating timer (ACT-21, TM-11, TM-19).
+    Every {
+        millis: u64,
+        /// The policy and its tokens, for the span of a diagnostic on it.
+        missed: Option<(workflow_model::Missed, TokenStream)>,
+        trigger: bool,
+    },
+    /// `start_at("2026-03-29T02:30:00", tz = "Europe/Berlin").trigger()`: a wait for an
+    /// instant, or a one-shot trigger (ACT-22, TM-13, TM-16).
+    StartAt {
+        at: LitStr,
+        zone: Option<LitStr>,
+        trigger: bool,
+    },
     /// `event::<Payload>("name").key(path).trigger().timeout(hours(1)) [-> [ports]]`.
     Event(Box<EventNode>),
     /// `if(condition) [ steps ] else [ steps ]` (ACT-13, structured).
@@ -293,6 +307,7 @@ impl KindDecl {
             KindDecl::Saga { .. } => "saga",
             KindDecl::Cron { .. } => "cron",
             KindDecl::Every { .. } => "every",
+            KindDecl::StartAt { .. } => "start_at",
         }
     }
 }
@@ -801,34 +816,7 @@ fn parse_kind(input: ParseStream<'_>, allowed: &[&str], place: &str) -> syn::Res
                     "malformed `cron`: expected the expression as a string, as in `cron(\"0 9 * * MON-FRI\")`",
                 )
             })?;
-            let mut zone = None;
-            let mut missed = None;
-            while content.peek(Token![,]) {
-                content.parse::<Token![,]>()?;
-                if content.is_empty() {
-                    break;
-                }
-                let key: Ident = content.call(Ident::parse_any)?;
-                let fresh =
-                    (key == "tz" && zone.is_none()) || (key == "missed" && missed.is_none());
-                if !fresh {
-                    return Err(syn::Error::new(
-                        key.span(),
-                        format!(
-                            "unknown or repeated cron option `{key}`; expected `tz = \"Europe/Berlin\"` or `missed = skip`, `once` or `backfill(5)`"
-                        ),
-                    ));
-                }
-                content.parse::<Token![=]>()?;
-                if key == "tz" {
-                    zone = Some(content.parse::<LitStr>()?);
-                } else {
-                    missed = Some(parse_missed(&content)?);
-                }
-            }
-            if !content.is_empty() {
-                return Err(content.error("unexpected token in `cron(..)`"));
-            }
+            let (zone, missed) = parse_time_options(&content, "cron", true, true)?;
             KindDecl::Cron {
                 expression,
                 zone,
@@ -839,11 +827,28 @@ fn parse_kind(input: ParseStream<'_>, allowed: &[&str], place: &str) -> syn::Res
         "every" => {
             let content = parenthesized(input, "every", "every(mins(5))")?;
             let (millis, _) = parse_duration(&content)?;
-            if !content.is_empty() {
-                return Err(content.error("unexpected token after the duration"));
-            }
+            let (_, missed) = parse_time_options(&content, "every", false, true)?;
             KindDecl::Every {
                 millis,
+                missed,
+                trigger: parse_trigger(input)?,
+            }
+        }
+        "start_at" => {
+            let example = "start_at(\"2026-03-29T09:00:00\", tz = \"Europe/Berlin\")";
+            let content = parenthesized(input, "start_at", example)?;
+            let at: LitStr = content.parse().map_err(|e| {
+                syn::Error::new(
+                    e.span(),
+                    format!(
+                        "malformed `start_at`: expected the instant as a string, as in `{example}`"
+                    ),
+                )
+            })?;
+            let (zone, _) = parse_time_options(&content, "start_at", true, false)?;
+            KindDecl::StartAt {
+                at,
+                zone,
                 trigger: parse_trigger(input)?,
             }
         }
@@ -1271,7 +1276,54 @@ fn saga_mode(mode: &Ident) -> syn::Result<SagaOnFailure> {
     }
 }
 
-/// `skip`, `once` or `backfill(N)`: a cron trigger's missed-occurrence policy (TM-19), with
+/// The options after the first argument of `cron(..)`, `every(..)` or `start_at(..)`: `tz =
+/// "Europe/Berlin"` where `zone` says the kind takes one, `missed = ..` where `missed` does;
+/// each at most once.
+#[allow(clippy::type_complexity)]
+fn parse_time_options(
+    content: ParseStream<'_>,
+    kind: &str,
+    zone: bool,
+    missed: bool,
+) -> syn::Result<(
+    Option<LitStr>,
+    Option<(workflow_model::Missed, TokenStream)>,
+)> {
+    let expected = match (zone, missed) {
+        (true, true) => "`tz = \"Europe/Berlin\"` or `missed = skip`, `once` or `backfill(5)`",
+        (true, false) => "`tz = \"Europe/Berlin\"`",
+        _ => "`missed = skip`, `once` or `backfill(5)`",
+    };
+    let mut found_zone = None;
+    let mut found_missed = None;
+    while content.peek(Token![,]) {
+        content.parse::<Token![,]>()?;
+        if content.is_empty() {
+            break;
+        }
+        let key: Ident = content.call(Ident::parse_any)?;
+        let fresh = (zone && key == "tz" && found_zone.is_none())
+            || (missed && key == "missed" && found_missed.is_none());
+        if !fresh {
+            return Err(syn::Error::new(
+                key.span(),
+                format!("unknown or repeated {kind} option `{key}`; expected {expected}"),
+            ));
+        }
+        content.parse::<Token![=]>()?;
+        if key == "tz" {
+            found_zone = Some(content.parse::<LitStr>()?);
+        } else {
+            found_missed = Some(parse_missed(content)?);
+        }
+    }
+    if !content.is_empty() {
+        return Err(content.error(format!("unexpected token in `{kind}(..)`")));
+    }
+    Ok((found_zone, found_missed))
+}
+
+/// `skip`, `once` or `backfill(N)`: a cron or timer trigger's missed-occurrence policy (TM-19), with
 /// its tokens.
 fn parse_missed(input: ParseStream<'_>) -> syn::Result<(workflow_model::Missed, TokenStream)> {
     let name: Ident = input.call(Ident::parse_any)?;
@@ -1303,7 +1355,7 @@ fn parse_missed(input: ParseStream<'_>) -> syn::Result<(workflow_model::Missed, 
     }
 }
 
-/// An optional `.trigger()` after `cron(..)` or `every(..)` (ACT-7).
+/// An optional `.trigger()` after `cron(..)`, `every(..)` or `start_at(..)` (ACT-7).
 fn parse_trigger(input: ParseStream<'_>) -> syn::Result<bool> {
     if !input.peek(Token![.]) {
         return Ok(false);
@@ -1629,7 +1681,7 @@ mod tests {
             errors,
             [
                 "unknown workflow option `nmae`; did you mean `name`?",
-                "unknown node kind `tsak`; expected one of `task`, `event`, `after`, `decide`, `switch`, `fork`, `join`, `end`, `finish`, `fault`, `workflow`, `sequence`, `saga`, `cron`, `every`, `if`, `while`, `for_each`, `parallel_for_each`, `parallel`, `break`, `set`, `correlate`; did you mean `task`?",
+                "unknown node kind `tsak`; expected one of `task`, `event`, `after`, `decide`, `switch`, `fork`, `join`, `end`, `finish`, `fault`, `workflow`, `sequence`, `saga`, `cron`, `every`, `start_at`, `if`, `while`, `for_each`, `parallel_for_each`, `parallel`, `break`, `set`, `correlate`; did you mean `task`?",
                 "expected `;` after the `task` node `b`",
                 "unknown join mode `sometimes`; expected one of `all`, `any`",
                 "`start` is reserved for the explicit start (`start -> first_node`); name this node otherwise",
@@ -1681,7 +1733,7 @@ mod tests {
         assert_eq!(
             messages(quote!(workflow W(D) = sequence [decide(f)])),
             [
-                "`decide` is a flowchart node, not a sequence step; expected one of `task`, `event`, `after`, `finish`, `fault`, `workflow`, `sequence`, `saga`, `cron`, `if`, `while`, `for_each`, `parallel_for_each`, `parallel`, `switch`, `break`, `set`, `correlate`"
+                "`decide` is a flowchart node, not a sequence step; expected one of `task`, `event`, `after`, `finish`, `fault`, `workflow`, `sequence`, `saga`, `cron`, `start_at`, `if`, `while`, `for_each`, `parallel_for_each`, `parallel`, `switch`, `break`, `set`, `correlate`"
             ]
         );
     }

@@ -184,6 +184,7 @@ mod tests {
             until: None,
             max_ticks: None,
             trigger: false,
+            missed: crate::definition::Missed::Once,
         }
         .into()
     }

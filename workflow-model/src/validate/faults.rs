@@ -1,4 +1,4 @@
-//! Timer and fault rules: TM-V1 to TM-V5 and FLT-V1 to FLT-V6; a task's queue (QU-V1, QU-V2).
+//! Timer and fault rules: TM-V1 to TM-V6 and FLT-V1 to FLT-V6; a task's queue (QU-V1, QU-V2).
 
 use super::children_with_locations;
 use crate::cron::{Schedule, Zone};
@@ -132,9 +132,58 @@ fn check_activity(activity: &Activity, at: &Location, in_saga: bool, cx: &mut Di
                 ));
             }
         }
+        Activity::Timer(timer) => {
+            if timer.missed == Missed::Backfill(0) {
+                cx.push(Diagnostic::new(
+                    "TM-V5",
+                    at.field("missed"),
+                    format!(
+                        "`backfill(0)` on timer `{}` starts nothing; use `skip` to drop missed ticks",
+                        timer.id
+                    ),
+                ));
+            }
+            if !timer.missed.is_default() && !timer.trigger {
+                cx.push(Diagnostic::new(
+                    "TM-V5",
+                    at.field("missed"),
+                    format!(
+                        "timer `{}` is not a trigger: it coalesces the ticks it misses; `missed` applies to a timer trigger",
+                        timer.id
+                    ),
+                ));
+            }
+        }
         Activity::StartAt(start) => {
-            if let Some(zone) = &start.time_zone {
-                check_time_zone(zone, &at.field("time_zone"), cx);
+            let zone = start.time_zone.as_deref().map(Zone::parse);
+            if let Some(Err(error)) = &zone {
+                cx.push(Diagnostic::new(
+                    "TM-V2",
+                    at.field("time_zone"),
+                    error.to_string(),
+                ));
+            }
+            // An unknown zone is one mistake, reported above; the instant is read without it.
+            if let Some(instant) = &start.at
+                && !matches!(zone, Some(Err(_)))
+            {
+                let with_offset = instant.parse::<jiff::Timestamp>().is_ok();
+                let local = match &zone {
+                    Some(Ok(zone)) => zone.instant_of_local_text(instant).is_some(),
+                    _ => false,
+                };
+                if !with_offset && !local {
+                    let expected = if zone.is_some() {
+                        "a local date and time such as `2026-03-29T09:00:00`, or an RFC 3339 instant with an offset"
+                    } else {
+                        "an RFC 3339 instant with an offset such as `2026-03-29T09:00:00Z`, or a local date and time with a `time_zone`"
+                    };
+                    cx.push(Diagnostic::new(
+                        "TM-V6",
+                        at.field("at"),
+                        format!("`{instant}` is not an instant; expected {expected}"),
+                    ));
+                }
             }
         }
         Activity::Event(event) => check_deadline(&event.id, event.deadline_ms, at, cx),

@@ -115,12 +115,14 @@ pub(crate) enum NodeKind {
         duration_ms: Option<u64>,
         until: Option<String>,
     },
-    /// ACT-21 (not as trigger): ticks every `interval_ms` from the moment it started.
+    /// ACT-21 (not as trigger): ticks every `interval_ms` from the moment it started; as a
+    /// trigger, `missed` says what it does with ticks missed while no process ran (TM-19).
     Timer {
         interval_ms: u64,
         body: Option<NodeIndex>,
         until: Option<String>,
         max_ticks: Option<u64>,
+        missed: Missed,
     },
     /// ACT-22 (not as trigger): a constant instant (ms since the epoch), or a value fn giving
     /// it; a local date and time the fn gives is read in `zone` (TM-16).
@@ -351,6 +353,7 @@ impl MachineNode {
 pub(crate) enum TimeTrigger {
     Timer {
         interval_ms: u64,
+        missed: Missed,
     },
     StartAt {
         at_ms: u64,
@@ -424,8 +427,13 @@ impl Graph {
                     continue;
                 };
                 let trigger = match &child.kind {
-                    NodeKind::Timer { interval_ms, .. } => TimeTrigger::Timer {
+                    NodeKind::Timer {
+                        interval_ms,
+                        missed,
+                        ..
+                    } => TimeTrigger::Timer {
                         interval_ms: *interval_ms,
+                        missed: *missed,
                     },
                     NodeKind::StartAt {
                         at_ms: Some(at_ms), ..
@@ -638,6 +646,7 @@ impl Graph {
                 },
                 until: t.until.clone(),
                 max_ticks: t.max_ticks,
+                missed: t.missed,
             },
             Activity::StartAt(a) => {
                 let zone = match a.time_zone.as_deref() {

@@ -1,5 +1,6 @@
-//! Retry policies, attempt timeouts, compensations, saga scopes, commit strategies, cron and
-//! repeating timers (TM-11, FLT-2, ENG-32) lower into the definition.
+//! Retry policies, attempt timeouts, compensations, saga scopes, commit strategies, cron,
+//! repeating timers with their missed policy and `start_at` with a zone (TM-11, TM-16,
+//! TM-19, FLT-2, ENG-32) lower into the definition.
 
 use workflow_runtime::__private::model::{
     Activity, CommitStrategy, Decimal, Missed, NodeCommit, RetryPolicy, SagaOnFailure,
@@ -63,6 +64,31 @@ workflow! {
 
         tick -> run;
     }
+}
+
+workflow! {
+    pub workflow Skipping(Order) {
+        tick = every(mins(5), missed = skip).trigger();
+        run = task(report);
+
+        tick -> run;
+    }
+}
+
+workflow! {
+    pub workflow Opening(Order) {
+        open = start_at("2026-10-25T02:30:00", tz = "Europe/Berlin").trigger();
+        run = task(report);
+
+        open -> run;
+    }
+}
+
+workflow! {
+    pub workflow Later(Order) = sequence [
+        start_at("2026-03-29T09:00:00Z"),
+        task(report),
+    ];
 }
 
 workflow! {
@@ -132,4 +158,20 @@ fn main() {
     let Activity::Flowchart(ticker) = &Ticker::definition().root else { panic!() };
     let Activity::Timer(timer) = &ticker.nodes[0] else { panic!() };
     assert_eq!((timer.interval_ms, timer.trigger), (300_000, true));
+    assert_eq!(timer.missed, Missed::Once);
+
+    let Activity::Flowchart(skipping) = &Skipping::definition().root else { panic!() };
+    let Activity::Timer(timer) = &skipping.nodes[0] else { panic!() };
+    assert_eq!((timer.missed, timer.trigger), (Missed::Skip, true));
+
+    let Activity::Flowchart(opening) = &Opening::definition().root else { panic!() };
+    let Activity::StartAt(open) = &opening.nodes[0] else { panic!() };
+    assert_eq!(open.at.as_deref(), Some("2026-10-25T02:30:00"));
+    assert_eq!(open.time_zone.as_deref(), Some("Europe/Berlin"));
+    assert!(open.trigger);
+
+    let Activity::Sequence(later) = &Later::definition().root else { panic!() };
+    let Activity::StartAt(wait) = &later.steps[0] else { panic!() };
+    assert_eq!((wait.at.as_deref(), wait.time_zone.as_deref()), (Some("2026-03-29T09:00:00Z"), None));
+    assert!(!wait.trigger);
 }

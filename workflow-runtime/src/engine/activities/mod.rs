@@ -226,6 +226,7 @@ pub(crate) trait Activities<'g>: Scope<'g> {
                     until,
                     max_ticks,
                     interval_ms,
+                    ..
                 },
                 ON_TICK,
             ) => self.timer_ticked(owner, *interval_ms, *body, until.as_deref(), *max_ticks),

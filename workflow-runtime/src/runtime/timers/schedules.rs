@@ -45,9 +45,12 @@ impl Timers {
             let mut keep = Vec::new();
             for (node_id, trigger) in workflow.time_triggers() {
                 let (kind, key, due_at) = match &trigger {
-                    TimeTrigger::Timer { interval_ms } => (
+                    TimeTrigger::Timer {
+                        interval_ms,
+                        missed,
+                    } => (
                         "timer",
-                        format!("timer:{interval_ms}"),
+                        timer_key(*interval_ms, *missed),
                         now.saturating_add(ms_to_micros(*interval_ms)),
                     ),
                     TimeTrigger::StartAt { at_ms } => (
@@ -120,13 +123,18 @@ impl Timers {
         let now = self.clock.now();
         let due = timer.due_at;
         let (payload, next_due) = match trigger {
-            TimeTrigger::Timer { interval_ms } => {
-                let interval = ms_to_micros(interval_ms.max(1));
-                let k = now.saturating_sub(due).max(0) / interval + 1;
-                (
-                    json!({ "due_at": due, "missed": k - 1 }),
-                    Some(due.saturating_add(k.saturating_mul(interval))),
-                )
+            TimeTrigger::Timer {
+                interval_ms,
+                missed,
+            } => {
+                let firing = timer_firing(ms_to_micros(interval_ms.max(1)), missed, due, now);
+                match firing.occurrence {
+                    Some(tick) => (
+                        json!({ "due_at": tick, "missed": firing.missed }),
+                        firing.next_due,
+                    ),
+                    None => return self.skip(timer, name, node_id, firing).await,
+                }
             }
             TimeTrigger::StartAt { .. } => (json!({ "due_at": due }), None),
             TimeTrigger::Cron {
@@ -144,28 +152,7 @@ impl Timers {
                         }),
                         firing.next_due,
                     ),
-                    None => {
-                        // TM-19 skip: no instance, the schedule moves past now.
-                        let skipped = self
-                            .store
-                            .fire_schedule(
-                                &timer.timer_id,
-                                due,
-                                None::<crate::store::NewInstance>,
-                                firing.next_due,
-                            )
-                            .await?;
-                        if skipped != ScheduleFiring::Skipped {
-                            return Ok(Fired::Nothing);
-                        }
-                        tracing::info!(
-                            definition = %name,
-                            node = %node_id,
-                            skipped = firing.missed,
-                            "missed cron occurrences skipped (TM-19)"
-                        );
-                        return Ok(Fired::Skipped);
-                    }
+                    None => return self.skip(timer, name, node_id, firing).await,
                 }
             }
         };
@@ -221,6 +208,35 @@ impl Timers {
             ScheduleFiring::Stale | ScheduleFiring::Skipped => Ok(Fired::Nothing),
         }
     }
+
+    /// TM-19 skip: starts no instance and moves the schedule past now.
+    async fn skip<T>(
+        &self,
+        timer: &TimerRow,
+        name: &str,
+        node_id: &str,
+        firing: Firing<T>,
+    ) -> Result<Fired, StoreError> {
+        let skipped = self
+            .store
+            .fire_schedule(
+                &timer.timer_id,
+                timer.due_at,
+                None::<crate::store::NewInstance>,
+                firing.next_due,
+            )
+            .await?;
+        if skipped != ScheduleFiring::Skipped {
+            return Ok(Fired::Nothing);
+        }
+        tracing::info!(
+            definition = %name,
+            node = %node_id,
+            skipped = firing.missed,
+            "missed occurrences skipped (TM-19)"
+        );
+        Ok(Fired::Skipped)
+    }
 }
 
 /// What firing one claimed schedule did.
@@ -243,11 +259,12 @@ pub(crate) const MISSED_AFTER_SECONDS: u64 = 60;
 /// goes on from the last one walked at its next firing.
 const MAX_WALK: usize = 100_000;
 
-/// What one firing of a cron trigger does (TM-19).
+/// What one firing of a cron or timer trigger does (TM-19).
 #[derive(Debug, PartialEq, Eq)]
-struct CronFiring {
-    /// The occurrence (Unix seconds) this firing starts an instance for; `None` to start none.
-    occurrence: Option<u64>,
+struct Firing<T> {
+    /// The occurrence (Unix seconds for a cron, µs for a timer) this firing starts an
+    /// instance for; `None` to start none.
+    occurrence: Option<T>,
     /// The occurrences this firing stands for that start no instance of their own.
     missed: u64,
     /// Where the schedule goes next (µs); at or before now when a backfill goes on.
@@ -265,7 +282,7 @@ fn cron_firing(
     missed: Missed,
     due: u64,
     now: crate::base::Micros,
-) -> CronFiring {
+) -> Firing<u64> {
     let now_s = micros_to_secs(now);
     let keep = match missed {
         Missed::Backfill(n) => usize::try_from(n).unwrap_or(usize::MAX).clamp(1, MAX_WALK),
@@ -293,29 +310,90 @@ fn cron_firing(
         .map(secs_to_micros);
     let uncounted = u64::try_from(count - latest.len()).unwrap_or(u64::MAX);
     match missed {
-        Missed::Once => CronFiring {
+        Missed::Once => Firing {
             occurrence: Some(newest),
             missed: uncounted,
             next_due: after_now,
         },
-        Missed::Skip if now_s.saturating_sub(newest) <= MISSED_AFTER_SECONDS => CronFiring {
+        Missed::Skip if now_s.saturating_sub(newest) <= MISSED_AFTER_SECONDS => Firing {
             occurrence: Some(newest),
             missed: uncounted,
             next_due: after_now,
         },
-        Missed::Skip => CronFiring {
+        Missed::Skip => Firing {
             occurrence: None,
             missed: u64::try_from(count).unwrap_or(u64::MAX),
             next_due: after_now,
         },
         Missed::Backfill(_) => {
             let first = latest.front().copied().unwrap_or(due);
-            CronFiring {
+            Firing {
                 occurrence: Some(first),
                 missed: uncounted,
                 next_due: latest.get(1).map(|&n| secs_to_micros(n)).or(after_now),
             }
         }
+    }
+}
+
+/// The firing of a repeating-timer trigger due at `due` (µs) at `now`, ticking every
+/// `interval` µs, by its policy (TM-11, TM-19): the ticks that fell due are `due + j ×
+/// interval` up to now. `once` starts one instance for them all, with the first tick's due
+/// time (TM-11's coalescing); `skip` starts one for the latest only if it is on time (within
+/// [`MISSED_AFTER_SECONDS`]); `backfill(n)` starts the oldest of the latest `n` and leaves the
+/// schedule due at the next one, so the driver fires the others one by one.
+fn timer_firing(
+    interval: crate::base::Micros,
+    missed: Missed,
+    due: crate::base::Micros,
+    now: crate::base::Micros,
+) -> Firing<crate::base::Micros> {
+    let interval = interval.max(1);
+    // Ticks due at or before now, counting `due` itself.
+    let count = now.saturating_sub(due).max(0) / interval + 1;
+    let tick = |j: i64| due.saturating_add(j.saturating_mul(interval));
+    let after_now = Some(tick(count));
+    let uncounted = |kept: i64| u64::try_from(count - kept).unwrap_or(0);
+    match missed {
+        Missed::Once => Firing {
+            occurrence: Some(due),
+            missed: uncounted(1),
+            next_due: after_now,
+        },
+        Missed::Skip
+            if now.saturating_sub(tick(count - 1)) <= secs_to_micros(MISSED_AFTER_SECONDS) =>
+        {
+            Firing {
+                occurrence: Some(tick(count - 1)),
+                missed: uncounted(1),
+                next_due: after_now,
+            }
+        }
+        Missed::Skip => Firing {
+            occurrence: None,
+            missed: uncounted(0),
+            next_due: after_now,
+        },
+        Missed::Backfill(n) => {
+            let keep = i64::from(n).clamp(1, count);
+            let first = count - keep;
+            Firing {
+                occurrence: Some(tick(first)),
+                missed: uncounted(keep),
+                next_due: Some(tick(first + 1)),
+            }
+        }
+    }
+}
+
+/// The part of a repeating-timer trigger's schedule id that its settings decide: a changed
+/// interval or policy is a new schedule; the default policy keeps the key it had before
+/// policies, so its schedule keeps its next due time.
+fn timer_key(interval_ms: u64, missed: Missed) -> String {
+    if missed.is_default() {
+        format!("timer:{interval_ms}")
+    } else {
+        format!("timer:{interval_ms}:missed={missed}")
     }
 }
 
