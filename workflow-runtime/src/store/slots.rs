@@ -255,6 +255,9 @@ pub(crate) fn slot_fenced(queue: &str, holder: &str, token: u64, current: u64) -
     }
 }
 
+/// How soon a waiter that is behind others who have room now asks again (QU-8), µs.
+pub const BEHIND_RETRY: Micros = 20_000;
+
 fn count(n: usize) -> u32 {
     u32::try_from(n).unwrap_or(u32::MAX)
 }
@@ -387,10 +390,18 @@ pub fn plan_acquire(request: &SlotRequest, snapshot: QueueSnapshot) -> SlotPlan 
         .filter(|(starts, _)| snapshot.starts_in_window >= *starts)
         .map(|(_, period)| snapshot.oldest_start.map_or(now, |t| t + period));
 
+    // QU-8: a waiter far back asks again when its turn can come: a window later for each
+    // window's worth of starts ahead of it.
+    let rate_turn = |next_at: Micros| match request.limits.rate {
+        Some((starts, period)) if starts > 0 => {
+            next_at.saturating_add(period.saturating_mul(i64::from(ahead / starts)))
+        }
+        _ => next_at,
+    };
     let reason = if let Some(limit) = request.limits.concurrency.filter(|l| running >= *l) {
         Some((WaitReason::Concurrency { running, limit }, lease_end))
     } else if let Some(next_at) = window_full {
-        Some((WaitReason::Rate { next_at }, Some(next_at)))
+        Some((WaitReason::Rate { next_at }, Some(rate_turn(next_at))))
     } else if let Some((limit, mine)) = request.limits.per_process.and_then(|limit| {
         let mine = count(
             live_slots
@@ -422,7 +433,25 @@ pub fn plan_acquire(request: &SlotRequest, snapshot: QueueSnapshot) -> SlotPlan 
             lease_end,
         ))
     } else if !blocked_ahead {
-        Some((WaitReason::Behind, None))
+        // QU-8: those ahead have the room now and only need to ask: a waiter within the room
+        // asks again shortly; one behind it when the rate window next moves, if it has a rate.
+        let room = request
+            .limits
+            .concurrency
+            .map_or(u32::MAX, |limit| limit.saturating_sub(running))
+            .min(request.limits.rate.map_or(u32::MAX, |(starts, _)| {
+                starts.saturating_sub(snapshot.starts_in_window)
+            }));
+        let retry_at = if ahead < room {
+            Some(now.saturating_add(BEHIND_RETRY))
+        } else {
+            request
+                .limits
+                .rate
+                .zip(snapshot.oldest_start)
+                .map(|((_, period), oldest)| rate_turn(oldest.saturating_add(period)))
+        };
+        Some((WaitReason::Behind, retry_at))
     } else {
         None
     };
@@ -508,21 +537,33 @@ pub fn plan_acquire(request: &SlotRequest, snapshot: QueueSnapshot) -> SlotPlan 
     plan
 }
 
-/// The holder served next among a queue's live waiters, for a release to wake.
+/// The waiter a release wakes (QU-8): with `concurrency`, the one the freed slot is for,
+/// the n-th in serving order when n slots are free (the releases that freed the others woke
+/// those before it, whether or not they have asked yet); otherwise the first.
 #[must_use]
-pub fn next_waiter(snapshot: &QueueSnapshot, now: Micros) -> Option<String> {
+pub fn next_waiter(
+    snapshot: &QueueSnapshot,
+    now: Micros,
+    concurrency: Option<u32>,
+) -> Option<String> {
     let turns: HashMap<&str, u64> = snapshot
         .turns
         .iter()
         .map(|(k, t)| (k.as_str(), *t))
         .collect();
-    serving_order(
+    let order = serving_order(
         snapshot.waiters.iter().filter(|w| w.expires_at > now),
         &turns,
         snapshot.last_turn,
-    )
-    .first()
-    .map(|w| w.holder.clone())
+    );
+    let running = snapshot.slots.iter().filter(|s| s.expires_at > now).count();
+    let free = concurrency.map_or(1, |limit| {
+        usize::try_from(limit).map_or(1, |limit| limit.saturating_sub(running).max(1))
+    });
+    order
+        .get(free - 1)
+        .or_else(|| order.last())
+        .map(|w| w.holder.clone())
 }
 
 /// What `workflow queues` shows of one queue's rows ([`FlowControl::queue_usage`]).
