@@ -575,6 +575,23 @@ pub fn usage_of(
     now: Micros,
 ) -> QueueUsage {
     let live = snapshot.waiters.iter().filter(|w| w.expires_at > now);
+    let turns: HashMap<&str, u64> = snapshot
+        .turns
+        .iter()
+        .map(|(k, t)| (k.as_str(), *t))
+        .collect();
+    let line = serving_order(live.clone(), &turns, snapshot.last_turn)
+        .into_iter()
+        .map(|w| w.holder.clone())
+        .collect();
+    let next_start_at = limits
+        .rate
+        .filter(|(starts, _)| snapshot.starts_in_window >= *starts)
+        .map(|(_, period)| {
+            snapshot
+                .oldest_start
+                .map_or(now, |t| t.saturating_add(period))
+        });
     QueueUsage {
         queue,
         limits,
@@ -582,6 +599,8 @@ pub fn usage_of(
         waiting: count(live.clone().count()),
         oldest_wait: live.map(|w| w.enqueued_at).min(),
         rate_used: snapshot.starts_in_window,
+        line,
+        next_start_at,
     }
 }
 
@@ -600,6 +619,66 @@ pub struct QueueUsage {
     pub oldest_wait: Option<Micros>,
     /// Grants in the current rate window (0 without a rate).
     pub rate_used: u32,
+    /// The holders in line, in the order they are served (QU-8).
+    pub line: Vec<String>,
+    /// When the full rate window frees a start; `None` when it has room or there is no rate.
+    pub next_start_at: Option<Micros>,
+}
+
+impl QueueUsage {
+    /// What `workflow why` says of an instance waiting in line for this queue (QU-13):
+    /// "waiting for `payments`: 25 of 25 running, 3 ahead of it", "waiting for `payments`:
+    /// rate limit: next slot in 140 ms", or "waiting for `payments`: in line, 2 ahead of
+    /// it"; `None` when no attempt of `instance` is in line. A task's holder is the instance
+    /// id, the context and the attempt (QU-11).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use workflow_runtime::store::{QueueUsage, SlotLimits};
+    ///
+    /// let usage = QueueUsage {
+    ///     queue: "payments".into(),
+    ///     limits: SlotLimits { concurrency: Some(25), ..SlotLimits::default() },
+    ///     running: 25,
+    ///     waiting: 4,
+    ///     oldest_wait: None,
+    ///     rate_used: 0,
+    ///     line: ["a/1/1", "b/1/1", "c/1/1", "order-7/4/1"].map(String::from).to_vec(),
+    ///     next_start_at: None,
+    /// };
+    /// assert_eq!(
+    ///     usage.waiting_words("order-7", 0).as_deref(),
+    ///     Some("waiting for `payments`: 25 of 25 running, 3 ahead of it")
+    /// );
+    /// assert_eq!(usage.waiting_words("order", 0), None);
+    /// ```
+    #[must_use]
+    pub fn waiting_words(&self, instance: &str, now: Micros) -> Option<String> {
+        let of_instance = |holder: &str| {
+            let mut parts = holder.rsplitn(3, '/');
+            let (_attempt, _context) = (parts.next(), parts.next());
+            parts.next() == Some(instance)
+        };
+        let ahead = self.line.iter().position(|h| of_instance(h))?;
+        let queue = &self.queue;
+        let ahead_words = match ahead {
+            0 => String::new(),
+            1 => ", 1 ahead of it".to_owned(),
+            n => format!(", {n} ahead of it"),
+        };
+        Some(match (self.limits.concurrency, self.next_start_at) {
+            (Some(limit), _) if self.running >= limit => format!(
+                "waiting for `{queue}`: {} of {limit} running{ahead_words}",
+                self.running
+            ),
+            (_, Some(at)) => format!(
+                "waiting for `{queue}`: rate limit: next slot in {} ms{ahead_words}",
+                (at - now).max(0) / 1_000
+            ),
+            _ => format!("waiting for `{queue}`: in line{ahead_words}"),
+        })
+    }
 }
 
 /// The optional capability of keeping flow-control slots (QU-5): shipped by every backend of
