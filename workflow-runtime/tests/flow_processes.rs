@@ -182,6 +182,10 @@ async fn flow_child() {
     println!("done");
 }
 
+/// The tests here run one at a time: each spawns processes, and a rate measured while
+/// another test's processes compete for the machine would measure the machine.
+static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 /// A schema of its own with the `flow_log` table, migrated before any child opens it; `None`
 /// (saying why) without a server.
 async fn setup() -> Option<(String, SchemaGuard, PgPool)> {
@@ -282,6 +286,7 @@ async fn rows(log: &PgPool, queue: &str) -> (i64, i64) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_processes_never_run_more_than_5_at_once_nor_more_than_2_each() {
+    let _alone = ONE_AT_A_TIME.lock().await;
     let Some((schema, _guard, log)) = setup().await else {
         return;
     };
@@ -316,6 +321,7 @@ async fn three_processes_never_run_more_than_5_at_once_nor_more_than_2_each() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_process_slots_come_back_within_seconds_none_lost_or_doubled() {
+    let _alone = ONE_AT_A_TIME.lock().await;
     let Some((schema, _guard, log)) = setup().await else {
         return;
     };
@@ -400,6 +406,7 @@ async fn a_killed_process_slots_come_back_within_seconds_none_lost_or_doubled() 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rate_of_10_a_second_gives_95_to_105_starts_in_10_s_across_3_processes() {
+    let _alone = ONE_AT_A_TIME.lock().await;
     let Some((schema, _guard, log)) = setup().await else {
         return;
     };
