@@ -291,7 +291,8 @@ pub fn plan_acquire(request: &SlotRequest, snapshot: QueueSnapshot) -> SlotPlan 
     let mut counters = (snapshot.last_token, snapshot.last_seq, snapshot.last_turn);
 
     if let Some(i) = own_slot {
-        // Asking again while holding: the same slot, renewed.
+        // Asking again while holding: the same slot, renewed, now of the asking process (a
+        // run taken over after a crash asks as the same holder from another process).
         let slot = live_slots.swap_remove(i);
         let lease = SlotLease {
             queue: request.queue.clone(),
@@ -305,6 +306,7 @@ pub fn plan_acquire(request: &SlotRequest, snapshot: QueueSnapshot) -> SlotPlan 
             expired_waiters,
             slot: Some(SlotRow {
                 expires_at: lease.expires_at,
+                owner: request.owner.clone(),
                 ..slot
             }),
             waiter: None,

@@ -224,6 +224,18 @@ pub(super) async fn reap(pool: &PgPool, schema: &Schema, origin: &str) -> StoreR
     .fetch_all(&mut *tx)
     .await?;
     expired = expired.saturating_add(i64::try_from(queues.len()).unwrap_or(i64::MAX));
+    // Their places in line too: a waiter's holder is its instance, context and attempt
+    // (QU-11); an instance they ran asks again, at the back, once taken over.
+    let left: Vec<String> = sqlx::query_scalar(&schema.sql(
+        "DELETE FROM @wf_flow_waiters
+         WHERE regexp_replace(holder, '/[^/]*/[^/]*$', '') IN
+             (SELECT instance_id FROM @wf_instances WHERE lease_owner = ANY($1))
+         RETURNING queue",
+    ))
+    .bind(&owners)
+    .fetch_all(&mut *tx)
+    .await?;
+    let queues: Vec<String> = queues.into_iter().chain(left).collect();
     let mut freed: Vec<WakeUp> = Vec::new();
     for queue in queues {
         let hint = WakeUp::SlotFree {
