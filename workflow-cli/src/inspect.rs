@@ -175,6 +175,9 @@ pub(crate) struct Detail {
     /// next due time.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub(crate) schedules: Vec<ScheduleView>,
+    /// Its attempts waiting in line for a flow-control slot, in words (QU-13).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub(crate) slot_waits: Vec<String>,
 }
 
 /// A time trigger of an instance's definition (TM-11 to TM-13, TM-16, TM-19).
@@ -260,6 +263,17 @@ pub(crate) async fn detail(store: &Storage, id: &str) -> Result<Option<Detail>, 
         Err(_) if position == Position::Nowhere => (Vec::new(), None, Vec::new()),
         Err(note) => (Vec::new(), Some(note), Vec::new()),
     };
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| {
+            Micros::try_from(d.as_micros()).unwrap_or(Micros::MAX)
+        });
+    let slot_waits = store
+        .queue_usage(now)
+        .await?
+        .iter()
+        .filter_map(|usage| usage.waiting_words(id, now))
+        .collect();
     Ok(Some(Detail {
         summary: summary(&record),
         version: record.definition_version.clone(),
@@ -284,6 +298,7 @@ pub(crate) async fn detail(store: &Storage, id: &str) -> Result<Option<Detail>, 
         places,
         definition_note,
         schedules,
+        slot_waits,
     }))
 }
 
@@ -576,6 +591,9 @@ pub(crate) fn why(detail: &Detail, now: Micros) -> Vec<String> {
             )
         };
         out.push(line);
+    }
+    for wait in &detail.slot_waits {
+        out.push(format!("  - for a slot: {wait}"));
     }
     for incident in open_incidents {
         out.push(format!(

@@ -795,3 +795,100 @@ async fn why_names_the_zone_and_missed_policy_of_the_definitions_cron_trigger() 
         why.stdout
     );
 }
+
+/// `why` of an instance whose task waits in line for a flow-control slot says for which
+/// queue, how many run and how many are ahead (QU-13); once it ran, it says nothing of it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn why_says_an_instance_waits_for_a_slot_of_its_queue() {
+    use workflow_runtime::{Queue, Registry, StartOptions, TaskContext};
+
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("flow.db");
+    let definition: workflow_runtime::model::Definition =
+        serde_json::from_value(serde_json::json!({
+            "name": "Charge",
+            "root": { "kind": "sequence", "id": "root", "steps": [
+                { "kind": "task", "id": "charge", "function": "charge", "queue": "single" }
+            ] }
+        }))
+        .unwrap();
+    let gate = Arc::new(tokio::sync::Semaphore::new(0));
+    let registry = {
+        let gate = Arc::clone(&gate);
+        Registry::new().task("charge", move |cx: &mut TaskContext<Value>| {
+            let gate = Arc::clone(&gate);
+            let blocks = cx.data()["block"].as_bool().unwrap_or(false);
+            Box::pin(async move {
+                if blocks {
+                    gate.acquire().await.unwrap().forget();
+                }
+                Ok(workflow_runtime::Outcome::done())
+            })
+        })
+    };
+    let storage = workflow_runtime::store::Storage::new(Arc::new(SqliteStore::open(&db).unwrap()));
+    let app = Arc::new(
+        Runtime::builder()
+            .store(storage.clone())
+            .queue(Queue::new("single").concurrency(1))
+            .register_definition(definition, registry)
+            .build()
+            .unwrap(),
+    );
+    let start = |id: &'static str, block: bool| {
+        let app = Arc::clone(&app);
+        tokio::spawn(async move {
+            let options = StartOptions {
+                instance_id: Some(id.to_owned()),
+                ..StartOptions::default()
+            };
+            app.start_by_name("Charge", serde_json::json!({ "block": block }), options)
+                .await
+                .unwrap()
+        })
+    };
+    let blocker = start("blocker", true);
+    let waits = |n: u32| {
+        let storage = storage.clone();
+        async move {
+            for _ in 0..500 {
+                let now = i64::try_from(
+                    std::time::SystemTime::now()
+                        .duration_since(std::time::UNIX_EPOCH)
+                        .unwrap()
+                        .as_micros(),
+                )
+                .unwrap();
+                let usage = storage.queue_usage(now).await.unwrap();
+                if usage
+                    .first()
+                    .is_some_and(|u| u.running == 1 && u.waiting == n)
+                {
+                    return;
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+            }
+            panic!("never {n} waiting");
+        }
+    };
+    waits(0).await;
+    let late = start("late", false);
+    waits(1).await;
+    let why = workflow(&db, &["why", "late"]);
+    assert!(why.ok, "{}", why.stderr);
+    assert!(
+        why.stdout
+            .contains("  - for a slot: waiting for `single`: 1 of 1 running\n"),
+        "{}",
+        why.stdout
+    );
+    let why = workflow(&db, &["why", "blocker"]);
+    assert!(!why.stdout.contains("for a slot"), "{}", why.stdout);
+    gate.add_permits(1);
+    blocker.await.unwrap();
+    late.await.unwrap();
+    let why = workflow(&db, &["why", "late"]);
+    assert!(why.stdout.contains("late is finished"), "{}", why.stdout);
+    assert!(!why.stdout.contains("for a slot"), "{}", why.stdout);
+    app.shutdown(std::time::Duration::from_secs(1)).await;
+}

@@ -11,10 +11,13 @@ use workflow_model::{Priority, Queue};
 
 use crate::base::{Micros, now_micros};
 use crate::cancel::CancellationToken;
-use crate::store::{SlotAsk, SlotLease, SlotOutcome, SlotWait, Storage, StoreError, WaitReason};
+use crate::store::{
+    SlotAsk, SlotLease, SlotOutcome, SlotWait, Storage, StoreError, WaitReason, WakeUp,
+};
 
-/// The longest a waiting attempt goes without asking again: a release in another process
-/// wakes nobody here, and a waiter's place is kept only while it asks within the lease.
+/// The longest the first waiter in line goes without asking again (the one behind it asks
+/// half as often, and so on): a wake-up may be lost, and a waiter's place is kept only while
+/// it asks within the lease.
 const MAX_POLL: Duration = Duration::from_millis(500);
 
 /// The declared queues of a runtime and the store their slots live in.
@@ -88,6 +91,9 @@ impl FlowGate {
     ) -> Result<SlotLease, GateError> {
         let queue = declared.name();
         let mut waited = false;
+        // QU-12: a release in another process names the waiter served next through the
+        // store's hints.
+        let mut hints = self.storage.subscribe();
         loop {
             let ask = SlotAsk {
                 holder: holder.to_owned(),
@@ -121,10 +127,12 @@ impl FlowGate {
                 );
             }
             waited = true;
-            // Far back in line, ask less often (this process's releases ring the bell of the
-            // one served next); never later than a third of the lease, which keeps the place.
+            // Far back in line, ask less often: a release rings the bell of the one served
+            // next, in this process or (through the store's hints) in another, and every
+            // ask on a queue takes its row lock. Never later than a third of the lease,
+            // which keeps the place.
             let spread = MAX_POLL
-                .saturating_mul(1 + wait.ahead / 8)
+                .saturating_mul(1 + wait.ahead)
                 .min(Duration::from_micros(
                     u64::try_from(self.ttl / 3).unwrap_or(1).max(1),
                 ));
@@ -140,9 +148,28 @@ impl FlowGate {
                     None => std::future::pending().await,
                 }
             };
+            let named = async {
+                loop {
+                    match hints.recv().await {
+                        Ok(WakeUp::SlotFree {
+                            queue: freed,
+                            holder: next,
+                        }) if freed == queue && next.as_deref().is_none_or(|n| n == holder) => {
+                            return;
+                        }
+                        // Hints lost: ask again.
+                        Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => return,
+                        Err(tokio::sync::broadcast::error::RecvError::Closed) => {
+                            std::future::pending::<()>().await;
+                        }
+                        Ok(_) => {}
+                    }
+                }
+            };
             tokio::select! {
                 () = tokio::time::sleep(pause) => {}
                 () = bell.notified() => {}
+                () = named => {}
                 () = cancelled => {
                     let _ = self.storage.leave_queue(queue, holder, now_micros()).await;
                     return Err(GateError::Cancelled);

@@ -872,6 +872,15 @@ pub enum WakeUp {
         /// The instance.
         id: String,
     },
+    /// A slot of a flow-control queue may be free for a waiter (QU-12): a release named
+    /// `holder` as served next, or (`holder` is `None`) slots of a dead process went back to
+    /// the queue and every waiter of it may ask again.
+    SlotFree {
+        /// The queue.
+        queue: String,
+        /// The waiter served next, if one is named.
+        holder: Option<String>,
+    },
 }
 
 impl WakeUp {

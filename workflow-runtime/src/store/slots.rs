@@ -255,6 +255,9 @@ pub(crate) fn slot_fenced(queue: &str, holder: &str, token: u64, current: u64) -
     }
 }
 
+/// How soon a waiter that is behind others who have room now asks again (QU-8), µs.
+pub const BEHIND_RETRY: Micros = 20_000;
+
 fn count(n: usize) -> u32 {
     u32::try_from(n).unwrap_or(u32::MAX)
 }
@@ -288,7 +291,8 @@ pub fn plan_acquire(request: &SlotRequest, snapshot: QueueSnapshot) -> SlotPlan 
     let mut counters = (snapshot.last_token, snapshot.last_seq, snapshot.last_turn);
 
     if let Some(i) = own_slot {
-        // Asking again while holding: the same slot, renewed.
+        // Asking again while holding: the same slot, renewed, now of the asking process (a
+        // run taken over after a crash asks as the same holder from another process).
         let slot = live_slots.swap_remove(i);
         let lease = SlotLease {
             queue: request.queue.clone(),
@@ -302,6 +306,7 @@ pub fn plan_acquire(request: &SlotRequest, snapshot: QueueSnapshot) -> SlotPlan 
             expired_waiters,
             slot: Some(SlotRow {
                 expires_at: lease.expires_at,
+                owner: request.owner.clone(),
                 ..slot
             }),
             waiter: None,
@@ -387,10 +392,18 @@ pub fn plan_acquire(request: &SlotRequest, snapshot: QueueSnapshot) -> SlotPlan 
         .filter(|(starts, _)| snapshot.starts_in_window >= *starts)
         .map(|(_, period)| snapshot.oldest_start.map_or(now, |t| t + period));
 
+    // QU-8: a waiter far back asks again when its turn can come: a window later for each
+    // window's worth of starts ahead of it.
+    let rate_turn = |next_at: Micros| match request.limits.rate {
+        Some((starts, period)) if starts > 0 => {
+            next_at.saturating_add(period.saturating_mul(i64::from(ahead / starts)))
+        }
+        _ => next_at,
+    };
     let reason = if let Some(limit) = request.limits.concurrency.filter(|l| running >= *l) {
         Some((WaitReason::Concurrency { running, limit }, lease_end))
     } else if let Some(next_at) = window_full {
-        Some((WaitReason::Rate { next_at }, Some(next_at)))
+        Some((WaitReason::Rate { next_at }, Some(rate_turn(next_at))))
     } else if let Some((limit, mine)) = request.limits.per_process.and_then(|limit| {
         let mine = count(
             live_slots
@@ -422,7 +435,25 @@ pub fn plan_acquire(request: &SlotRequest, snapshot: QueueSnapshot) -> SlotPlan 
             lease_end,
         ))
     } else if !blocked_ahead {
-        Some((WaitReason::Behind, None))
+        // QU-8: those ahead have the room now and only need to ask: a waiter within the room
+        // asks again shortly; one behind it when the rate window next moves, if it has a rate.
+        let room = request
+            .limits
+            .concurrency
+            .map_or(u32::MAX, |limit| limit.saturating_sub(running))
+            .min(request.limits.rate.map_or(u32::MAX, |(starts, _)| {
+                starts.saturating_sub(snapshot.starts_in_window)
+            }));
+        let retry_at = if ahead < room {
+            Some(now.saturating_add(BEHIND_RETRY))
+        } else {
+            request
+                .limits
+                .rate
+                .zip(snapshot.oldest_start)
+                .map(|((_, period), oldest)| rate_turn(oldest.saturating_add(period)))
+        };
+        Some((WaitReason::Behind, retry_at))
     } else {
         None
     };
@@ -508,21 +539,33 @@ pub fn plan_acquire(request: &SlotRequest, snapshot: QueueSnapshot) -> SlotPlan 
     plan
 }
 
-/// The holder served next among a queue's live waiters, for a release to wake.
+/// The waiter a release wakes (QU-8): with `concurrency`, the one the freed slot is for,
+/// the n-th in serving order when n slots are free (the releases that freed the others woke
+/// those before it, whether or not they have asked yet); otherwise the first.
 #[must_use]
-pub fn next_waiter(snapshot: &QueueSnapshot, now: Micros) -> Option<String> {
+pub fn next_waiter(
+    snapshot: &QueueSnapshot,
+    now: Micros,
+    concurrency: Option<u32>,
+) -> Option<String> {
     let turns: HashMap<&str, u64> = snapshot
         .turns
         .iter()
         .map(|(k, t)| (k.as_str(), *t))
         .collect();
-    serving_order(
+    let order = serving_order(
         snapshot.waiters.iter().filter(|w| w.expires_at > now),
         &turns,
         snapshot.last_turn,
-    )
-    .first()
-    .map(|w| w.holder.clone())
+    );
+    let running = snapshot.slots.iter().filter(|s| s.expires_at > now).count();
+    let free = concurrency.map_or(1, |limit| {
+        usize::try_from(limit).map_or(1, |limit| limit.saturating_sub(running).max(1))
+    });
+    order
+        .get(free - 1)
+        .or_else(|| order.last())
+        .map(|w| w.holder.clone())
 }
 
 /// What `workflow queues` shows of one queue's rows ([`FlowControl::queue_usage`]).
@@ -534,6 +577,23 @@ pub fn usage_of(
     now: Micros,
 ) -> QueueUsage {
     let live = snapshot.waiters.iter().filter(|w| w.expires_at > now);
+    let turns: HashMap<&str, u64> = snapshot
+        .turns
+        .iter()
+        .map(|(k, t)| (k.as_str(), *t))
+        .collect();
+    let line = serving_order(live.clone(), &turns, snapshot.last_turn)
+        .into_iter()
+        .map(|w| w.holder.clone())
+        .collect();
+    let next_start_at = limits
+        .rate
+        .filter(|(starts, _)| snapshot.starts_in_window >= *starts)
+        .map(|(_, period)| {
+            snapshot
+                .oldest_start
+                .map_or(now, |t| t.saturating_add(period))
+        });
     QueueUsage {
         queue,
         limits,
@@ -541,6 +601,8 @@ pub fn usage_of(
         waiting: count(live.clone().count()),
         oldest_wait: live.map(|w| w.enqueued_at).min(),
         rate_used: snapshot.starts_in_window,
+        line,
+        next_start_at,
     }
 }
 
@@ -559,6 +621,66 @@ pub struct QueueUsage {
     pub oldest_wait: Option<Micros>,
     /// Grants in the current rate window (0 without a rate).
     pub rate_used: u32,
+    /// The holders in line, in the order they are served (QU-8).
+    pub line: Vec<String>,
+    /// When the full rate window frees a start; `None` when it has room or there is no rate.
+    pub next_start_at: Option<Micros>,
+}
+
+impl QueueUsage {
+    /// What `workflow why` says of an instance waiting in line for this queue (QU-13):
+    /// "waiting for `payments`: 25 of 25 running, 3 ahead of it", "waiting for `payments`:
+    /// rate limit: next slot in 140 ms", or "waiting for `payments`: in line, 2 ahead of
+    /// it"; `None` when no attempt of `instance` is in line. A task's holder is the instance
+    /// id, the context and the attempt (QU-11).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use workflow_runtime::store::{QueueUsage, SlotLimits};
+    ///
+    /// let usage = QueueUsage {
+    ///     queue: "payments".into(),
+    ///     limits: SlotLimits { concurrency: Some(25), ..SlotLimits::default() },
+    ///     running: 25,
+    ///     waiting: 4,
+    ///     oldest_wait: None,
+    ///     rate_used: 0,
+    ///     line: ["a/1/1", "b/1/1", "c/1/1", "order-7/4/1"].map(String::from).to_vec(),
+    ///     next_start_at: None,
+    /// };
+    /// assert_eq!(
+    ///     usage.waiting_words("order-7", 0).as_deref(),
+    ///     Some("waiting for `payments`: 25 of 25 running, 3 ahead of it")
+    /// );
+    /// assert_eq!(usage.waiting_words("order", 0), None);
+    /// ```
+    #[must_use]
+    pub fn waiting_words(&self, instance: &str, now: Micros) -> Option<String> {
+        let of_instance = |holder: &str| {
+            let mut parts = holder.rsplitn(3, '/');
+            let (_attempt, _context) = (parts.next(), parts.next());
+            parts.next() == Some(instance)
+        };
+        let ahead = self.line.iter().position(|h| of_instance(h))?;
+        let queue = &self.queue;
+        let ahead_words = match ahead {
+            0 => String::new(),
+            1 => ", 1 ahead of it".to_owned(),
+            n => format!(", {n} ahead of it"),
+        };
+        Some(match (self.limits.concurrency, self.next_start_at) {
+            (Some(limit), _) if self.running >= limit => format!(
+                "waiting for `{queue}`: {} of {limit} running{ahead_words}",
+                self.running
+            ),
+            (_, Some(at)) => format!(
+                "waiting for `{queue}`: rate limit: next slot in {} ms{ahead_words}",
+                (at - now).max(0) / 1_000
+            ),
+            _ => format!("waiting for `{queue}`: in line{ahead_words}"),
+        })
+    }
 }
 
 /// The optional capability of keeping flow-control slots (QU-5): shipped by every backend of

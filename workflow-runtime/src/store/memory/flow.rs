@@ -144,7 +144,7 @@ impl FlowControl for MemoryStore {
                 None => queue.waiters.remove(&holder).is_some(),
             };
             let period = queue.limits.rate.map(|(_, p)| p);
-            let next = next_waiter(&queue.snapshot(now, period), now);
+            let next = next_waiter(&queue.snapshot(now, period), now, queue.limits.concurrency);
             Ok(SlotRelease { released, next })
         })
     }

@@ -10,6 +10,7 @@ use super::PostgresStore;
 use super::ops::Conn;
 use super::schema::Schema;
 use crate::base::{BoxFuture, Micros};
+use crate::store::backend::WakeUp;
 use crate::store::convert::{to_i64, to_u64};
 use crate::store::error::{StoreError, StoreResult};
 use crate::store::slots::{
@@ -327,7 +328,7 @@ async fn release(
     token: Option<u64>,
     now: Micros,
 ) -> StoreResult<SlotRelease> {
-    lock_queue(c, s, queue).await?;
+    let limits = lock_queue(c, s, queue).await?;
     let released = match token {
         Some(token) => {
             let current: Option<i64> = sqlx::query_scalar(
@@ -364,7 +365,11 @@ async fn release(
                 > 0
         }
     };
-    let next = next_waiter(&snapshot(c, s, queue, now, None).await?, now);
+    let next = next_waiter(
+        &snapshot(c, s, queue, now, None).await?,
+        now,
+        limits.concurrency,
+    );
     Ok(SlotRelease { released, next })
 }
 
@@ -414,14 +419,22 @@ impl FlowControl for PostgresStore {
     ) -> BoxFuture<'_, StoreResult<SlotRelease>> {
         let (queue, holder) = (queue.to_owned(), holder.to_owned());
         Box::pin(async move {
-            write_tx!(self, [], |c| release(
+            let released = write_tx!(self, [], |c| release(
                 c,
                 &self.schema,
                 &queue,
                 &holder,
                 token,
                 now
-            ))
+            ))?;
+            // QU-12: the waiter served next may wait in another process.
+            if let Some(next) = &released.next {
+                self.announce(&[WakeUp::SlotFree {
+                    queue,
+                    holder: Some(next.clone()),
+                }]);
+            }
+            Ok(released)
         })
     }
 

@@ -7,7 +7,7 @@
 //! the moment that connection ends: the process exited, was killed or lost the network. Every
 //! [`CHECK_EVERY`], each store tries the locks of the registered owners within one transaction
 //! (`pg_try_advisory_xact_lock`): a lock it gets belongs to a dead owner, whose instance
-//! leases, timer and queue claims and named leases it expires at once, and whose registration
+//! leases, timer and queue claims, named leases and flow-control slots it expires at once, and whose registration
 //! it deletes, in that one transaction, which also notifies the other processes
 //! ([`WakeUp::OwnerGone`], a `QueueChanged` and a `TimersChanged`): their recovery sweep,
 //! queue worker and timer driver take the work over at once. The lease TTL stays the bound
@@ -171,8 +171,10 @@ async fn lock(conn: &mut PgConnection, schema: &Schema, owner: &str) -> StoreRes
 pub(super) struct Reaped {
     /// The owners found dead.
     pub(super) owners: Vec<String>,
-    /// Instance leases, timer claims, queue claims and named leases expired.
+    /// Instance leases, timer claims, queue claims, named leases and slots expired.
     pub(super) expired: i64,
+    /// A `SlotFree` hint for each queue that had slots of theirs.
+    pub(super) freed: Vec<WakeUp>,
 }
 
 /// One check (see the module): expires what the dead owners held, deletes their
@@ -210,6 +212,40 @@ pub(super) async fn reap(pool: &PgPool, schema: &Schema, origin: &str) -> StoreR
             .await?;
         expired = expired.saturating_add(i64::try_from(done.rows_affected()).unwrap_or(i64::MAX));
     }
+    // QU-12: a dead process's flow-control slots go back to their queues; the next ask on
+    // each reclaims them (reported as expired), and the waiters of each are told to ask.
+    let queues: Vec<String> = sqlx::query_scalar(&schema.sql(
+        "UPDATE @wf_flow_slots SET expires_at = $2
+         WHERE owner = ANY($1) AND expires_at > $2
+         RETURNING queue",
+    ))
+    .bind(&owners)
+    .bind(now)
+    .fetch_all(&mut *tx)
+    .await?;
+    expired = expired.saturating_add(i64::try_from(queues.len()).unwrap_or(i64::MAX));
+    // Their places in line too: a waiter's holder is its instance, context and attempt
+    // (QU-11); an instance they ran asks again, at the back, once taken over.
+    let left: Vec<String> = sqlx::query_scalar(&schema.sql(
+        "DELETE FROM @wf_flow_waiters
+         WHERE regexp_replace(holder, '/[^/]*/[^/]*$', '') IN
+             (SELECT instance_id FROM @wf_instances WHERE lease_owner = ANY($1))
+         RETURNING queue",
+    ))
+    .bind(&owners)
+    .fetch_all(&mut *tx)
+    .await?;
+    let queues: Vec<String> = queues.into_iter().chain(left).collect();
+    let mut freed: Vec<WakeUp> = Vec::new();
+    for queue in queues {
+        let hint = WakeUp::SlotFree {
+            queue,
+            holder: None,
+        };
+        if !freed.contains(&hint) {
+            freed.push(hint);
+        }
+    }
     let mut hints: Vec<WakeUp> = owners
         .iter()
         .map(|owner| WakeUp::OwnerGone {
@@ -218,9 +254,14 @@ pub(super) async fn reap(pool: &PgPool, schema: &Schema, origin: &str) -> StoreR
         .collect();
     hints.push(WakeUp::QueueChanged);
     hints.push(WakeUp::TimersChanged { earliest: None });
+    hints.extend(freed.iter().cloned());
     notify::notify_in(&mut tx, &schema.channel(), origin, &hints).await?;
     tx.commit().await?;
-    Ok(Reaped { owners, expired })
+    Ok(Reaped {
+        owners,
+        expired,
+        freed,
+    })
 }
 
 /// The checks of one store, every [`CHECK_EVERY`], until it is dropped; the hints of what it
@@ -248,6 +289,9 @@ pub(super) async fn check(
                 }
                 let _ = hints.send(WakeUp::QueueChanged);
                 let _ = hints.send(WakeUp::TimersChanged { earliest: None });
+                for hint in reaped.freed {
+                    let _ = hints.send(hint);
+                }
             }
             Err(error) => {
                 tracing::debug!(%error, "postgres store: looking for dead processes failed");

@@ -17,7 +17,7 @@
 //!
 //! A payload is lines: the sending store's origin (so a store ignores its own hints, which it
 //! has already sent locally), then one hint per line: `q`, `t [<earliest µs>]`, `r <id>`,
-//! `x <id>` or `c <id>`. Notifications may be missed while the listener reconnects, so each
+//! `x <id>`, `c <id>`, `g <owner>`, `u <id>` or `s <queue> [<holder>]`. Notifications may be missed while the listener reconnects, so each
 //! reconnection sends the sweep hints (queue and timers changed: a change, RT-27) once it
 //! listens again; while the listener cannot connect it sends them every poll interval
 //! instead. Whether it listens now is the store's
@@ -52,6 +52,15 @@ pub(super) fn payload(origin: &str, hints: &[WakeUp]) -> String {
             WakeUp::ControlRequested { id } => text.push_str(&format!("c {id}")),
             WakeUp::OwnerGone { owner } => text.push_str(&format!("g {owner}")),
             WakeUp::InstanceUnclaimed { id } => text.push_str(&format!("u {id}")),
+            // A queue's name has no space (QU-V1): the holder is the rest of the line.
+            WakeUp::SlotFree {
+                queue,
+                holder: Some(holder),
+            } => text.push_str(&format!("s {queue} {holder}")),
+            WakeUp::SlotFree {
+                queue,
+                holder: None,
+            } => text.push_str(&format!("s {queue}")),
         }
     }
     if text.len() > MAX_PAYLOAD {
@@ -83,6 +92,16 @@ pub(super) fn parse(own_origin: &str, payload: &str) -> Option<Vec<WakeUp>> {
                 owner: arg.to_owned(),
             },
             "u" => WakeUp::InstanceUnclaimed { id: arg.to_owned() },
+            "s" => match arg.split_once(' ') {
+                Some((queue, holder)) => WakeUp::SlotFree {
+                    queue: queue.to_owned(),
+                    holder: Some(holder.to_owned()),
+                },
+                None => WakeUp::SlotFree {
+                    queue: arg.to_owned(),
+                    holder: None,
+                },
+            },
             _ => continue,
         };
         hints.push(hint);
@@ -256,6 +275,14 @@ mod tests {
             WakeUp::InstanceRunnable { id: "a:1".into() },
             WakeUp::InstanceTerminal { id: "b".into() },
             WakeUp::ControlRequested { id: "c".into() },
+            WakeUp::SlotFree {
+                queue: "payments".into(),
+                holder: Some("order 7/3/1".into()),
+            },
+            WakeUp::SlotFree {
+                queue: "imports".into(),
+                holder: None,
+            },
         ];
         let text = payload("p1", &hints);
         assert_eq!(parse("p2", &text), Some(hints));

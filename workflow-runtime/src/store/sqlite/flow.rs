@@ -290,7 +290,8 @@ impl FlowControl for SqliteStore {
                         > 0
                 }
             };
-            let next = next_waiter(&snapshot(c, &queue, now, None)?, now);
+            let concurrency = limits(c, &queue)?.and_then(|l| l.concurrency);
+            let next = next_waiter(&snapshot(c, &queue, now, None)?, now, concurrency);
             Ok(SlotRelease { released, next })
         })
     }
