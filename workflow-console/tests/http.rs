@@ -428,6 +428,84 @@ async fn tour(app: &Runtime, job: &str) {
         "{text}"
     );
     assert!(!text.contains("o-2") && !text.contains("job-1"));
+
+    queues(app, &console).await;
+}
+
+/// The queues page: none before any slot was asked; then a queue of 2 at once and 10 a
+/// second with both slots held and one ask in line, as the store counts them.
+async fn queues(app: &Runtime, console: &Router) {
+    use workflow_runtime::store::SlotAsk;
+    use workflow_runtime::{Priority, Queue};
+    let empty = get(console, "/queues").await;
+    assert_eq!(empty.status, StatusCode::OK);
+    assert!(
+        empty
+            .body
+            .contains("No flow-control queue has been used with this store yet"),
+        "{}",
+        empty.body
+    );
+    assert!(
+        empty
+            .body
+            .contains("href=\"/queues\" aria-current=\"page\">Queues</a>")
+    );
+    let payments = Queue::new("payments")
+        .concurrency(2)
+        .rate(10, std::time::Duration::from_secs(1));
+    let now = workflow_console_now();
+    for holder in ["attempt-a", "attempt-b", "attempt-c"] {
+        app.store()
+            .acquire_slot(
+                &payments,
+                SlotAsk {
+                    holder: holder.to_owned(),
+                    owner: "process-1".to_owned(),
+                    key: None,
+                    priority: Priority::default(),
+                    now,
+                    ttl: 60_000_000,
+                },
+            )
+            .await
+            .unwrap();
+    }
+    let page = get(console, "/queues").await;
+    assert_eq!(page.status, StatusCode::OK);
+    assert!(
+        page.body.contains(
+            "<tr data-queue=\"payments\"><td class=\"mono\">payments</td><td>2 at once, 10 per \
+             1s</td><td class=\"running\">2 of 2</td><td class=\"waiting\">1</td>"
+        ),
+        "{}",
+        page.body
+    );
+    assert!(
+        page.body
+            .contains("<td class=\"rate\">2 of 10 in the last 1s</td>"),
+        "{}",
+        page.body
+    );
+    assert!(!page.body.contains("No flow-control queue"));
+    // The nav of every page links it.
+    assert!(
+        get(console, "/")
+            .await
+            .body
+            .contains("href=\"/queues\">Queues</a>")
+    );
+}
+
+/// Microseconds since the epoch, now (the stores' wall clock).
+fn workflow_console_now() -> i64 {
+    i64::try_from(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_micros(),
+    )
+    .unwrap()
 }
 
 /// A stimulus nobody waits for whose time to live has run out.
@@ -598,6 +676,7 @@ async fn an_in_memory_store_is_counted_too() {
         "{text}"
     );
     assert!(text.contains("workflow_stimuli_in_inbox 0"), "{text}");
+    queues(&app, &console).await;
     app.shutdown(std::time::Duration::from_secs(1)).await;
 }
 
