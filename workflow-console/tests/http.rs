@@ -586,6 +586,43 @@ async fn metrics_count_a_known_workload() {
         "workflow_task_duration_seconds_count{definition=\"PrintJob\"} 1",
         "workflow_store_call_seconds_count{call=\"commit\"} 3",
         "workflow_lease_losses_total 0",
+        "workflow_stimuli_sent_total 0",
+        "workflow_stimuli_delivered_total 0",
+    ] {
+        assert!(
+            text.lines().any(|l| l == line),
+            "{line} missing from:\n{text}"
+        );
+    }
+
+    // Stimuli: a payment delivered to `o-1`; one for an order nobody waits for yet, kept in
+    // the inbox; one nobody waits for within its 1 ms time to live, dead-lettered.
+    use workflow_runtime::Stimulus;
+    let payment = |order: &str| {
+        Stimulus::new("payment")
+            .key(order)
+            .payload(serde_json::json!({"amount": 5}))
+    };
+    let paid = app.send(payment("o-1")).await.unwrap();
+    assert_eq!(paid.resumed.len(), 1);
+    let kept = app.send(payment("o-404")).await.unwrap();
+    assert!(kept.inbox_item.is_some());
+    app.send(payment("o-405").ttl(std::time::Duration::from_millis(1)))
+        .await
+        .unwrap();
+    tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    app.deliver_inbox().await.unwrap();
+    let text = get(&console, "/metrics").await.body;
+    for line in [
+        "workflow_stimuli_sent_total 3",
+        "workflow_stimuli_delivered_total 1",
+        "workflow_stimuli_to_inbox_total 2",
+        "workflow_stimuli_dead_lettered_total{reason=\"expired\"} 1",
+        "workflow_stimuli_dead_lettered_total{reason=\"rejected\"} 0",
+        "workflow_stimuli_dead_lettered_total{reason=\"failed\"} 0",
+        "workflow_dead_letters 1",
+        "workflow_stimuli_in_inbox 1",
+        "workflow_transitions_total{definition=\"ShopOrder\",outcome=\"finished\"} 1",
     ] {
         assert!(
             text.lines().any(|l| l == line),

@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use crate::engine::observer::{AttemptEnded, AttemptObserver};
 use crate::status::WorkflowStatus;
+use crate::store::DeadLetterReason;
 
 /// The upper bounds of every histogram's buckets, in µs (the last bucket, `+Inf`, is
 /// implicit): from 100 µs to one minute.
@@ -137,7 +138,20 @@ pub(crate) struct Metrics {
     timer_lateness: Histogram,
     lease_losses: AtomicU64,
     store_calls: [Histogram; StoreCall::ALL.len()],
+    stimuli_sent: AtomicU64,
+    stimuli_delivered: AtomicU64,
+    stimuli_to_inbox: AtomicU64,
+    /// By reason, in [`DEAD_LETTER_REASONS`] order.
+    stimuli_dead_lettered: [AtomicU64; DEAD_LETTER_REASONS.len()],
 }
+
+/// Why a stimulus became a dead letter, in the order of its counters (the store's
+/// [`DeadLetterReason`](crate::store::DeadLetterReason) names).
+const DEAD_LETTER_REASONS: [DeadLetterReason; 3] = [
+    DeadLetterReason::Expired,
+    DeadLetterReason::Failed,
+    DeadLetterReason::Rejected,
+];
 
 impl Metrics {
     /// The metrics of a runtime running `definitions`.
@@ -150,6 +164,10 @@ impl Metrics {
             timer_lateness: Histogram::default(),
             lease_losses: AtomicU64::new(0),
             store_calls: Default::default(),
+            stimuli_sent: AtomicU64::new(0),
+            stimuli_delivered: AtomicU64::new(0),
+            stimuli_to_inbox: AtomicU64::new(0),
+            stimuli_dead_lettered: Default::default(),
         }
     }
 
@@ -166,6 +184,32 @@ impl Metrics {
     /// A run lost its instance's lease.
     pub(crate) fn lease_lost(&self) {
         self.lease_losses.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// A send was routed (not a duplicate of an earlier one): `delivered` instances started
+    /// or resumed by it, `to_inbox` items written to the inbox for it.
+    pub(crate) fn sent(&self, delivered: usize, to_inbox: usize) {
+        self.stimuli_sent.fetch_add(1, Ordering::Relaxed);
+        self.delivered(delivered);
+        self.stimuli_to_inbox
+            .fetch_add(to_u64(to_inbox), Ordering::Relaxed);
+    }
+
+    /// The inbox worker delivered `n` items.
+    pub(crate) fn delivered(&self, n: usize) {
+        self.stimuli_delivered
+            .fetch_add(to_u64(n), Ordering::Relaxed);
+    }
+
+    /// `n` stimuli became dead letters for `reason`.
+    pub(crate) fn dead_lettered(&self, reason: DeadLetterReason, n: u64) {
+        let index = DEAD_LETTER_REASONS
+            .iter()
+            .position(|r| *r == reason)
+            .unwrap_or(0);
+        if let Some(counter) = self.stimuli_dead_lettered.get(index) {
+            counter.fetch_add(n, Ordering::Relaxed);
+        }
     }
 
     /// A store call of the run path took `took`.
@@ -204,6 +248,16 @@ impl Metrics {
                 .zip(&self.store_calls)
                 .map(|(call, histogram)| (call.as_str(), histogram.snapshot()))
                 .collect(),
+            stimuli: StimulusMetrics {
+                sent: self.stimuli_sent.load(Ordering::Relaxed),
+                delivered: self.stimuli_delivered.load(Ordering::Relaxed),
+                to_inbox: self.stimuli_to_inbox.load(Ordering::Relaxed),
+                dead_lettered: DEAD_LETTER_REASONS
+                    .iter()
+                    .zip(&self.stimuli_dead_lettered)
+                    .map(|(reason, n)| (reason.as_str(), n.load(Ordering::Relaxed)))
+                    .collect(),
+            },
         }
     }
 }
@@ -234,6 +288,36 @@ pub struct RuntimeMetrics {
     /// The latency of the run path's store calls: `claim` (the lease), `load` (the
     /// instance's record, when the claim did not return it) and `commit`.
     pub store_calls: Vec<(&'static str, HistogramSnapshot)>,
+    /// What happened to the stimuli this runtime sent and its inbox worker delivered.
+    pub stimuli: StimulusMetrics,
+}
+
+/// The stimuli counters of [`RuntimeMetrics`]: runtime-wide (a stimulus's name is the
+/// sender's, so it is no label).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub struct StimulusMetrics {
+    /// Sends routed by [`Runtime::send`](crate::Runtime::send) (a duplicate of an earlier
+    /// send with the same idempotency key is not counted again).
+    pub sent: u64,
+    /// Deliveries to instances: each instance a send started or resumed, and each inbox item
+    /// the inbox worker delivered.
+    pub delivered: u64,
+    /// Items a send wrote to the inbox: for a busy, faulted or paused instance, or for a
+    /// stimulus nothing waited for yet.
+    pub to_inbox: u64,
+    /// Stimuli that became dead letters, by reason (`expired`, `failed`, `rejected`).
+    pub dead_lettered: Vec<(&'static str, u64)>,
+}
+
+impl StimulusMetrics {
+    /// The dead letters for `reason` (`expired`, `failed` or `rejected`).
+    pub fn dead_lettered_for(&self, reason: &str) -> u64 {
+        self.dead_lettered
+            .iter()
+            .find(|(r, _)| *r == reason)
+            .map_or(0, |(_, n)| *n)
+    }
 }
 
 /// One definition's counters in [`RuntimeMetrics`].
@@ -294,7 +378,9 @@ impl RuntimeMetrics {
     /// * `workflow_task_duration_seconds{definition}` (histogram);
     /// * `workflow_timer_lateness_seconds` (histogram);
     /// * `workflow_lease_losses_total`;
-    /// * `workflow_store_call_seconds{call}` (histogram).
+    /// * `workflow_store_call_seconds{call}` (histogram);
+    /// * `workflow_stimuli_sent_total`, `workflow_stimuli_delivered_total`,
+    ///   `workflow_stimuli_to_inbox_total`, `workflow_stimuli_dead_lettered_total{reason}`.
     pub fn to_prometheus(&self) -> String {
         let mut out = String::new();
         header(
@@ -388,8 +474,44 @@ impl RuntimeMetrics {
                 snapshot,
             );
         }
+        for (name, help, value) in [
+            (
+                "workflow_stimuli_sent_total",
+                "Sends routed by this runtime.",
+                self.stimuli.sent,
+            ),
+            (
+                "workflow_stimuli_delivered_total",
+                "Stimuli delivered to instances, by sends and by the inbox worker.",
+                self.stimuli.delivered,
+            ),
+            (
+                "workflow_stimuli_to_inbox_total",
+                "Stimuli a send wrote to the inbox.",
+                self.stimuli.to_inbox,
+            ),
+        ] {
+            header(&mut out, name, "counter", help);
+            let _ = writeln!(out, "{name} {value}");
+        }
+        header(
+            &mut out,
+            "workflow_stimuli_dead_lettered_total",
+            "counter",
+            "Stimuli that became dead letters, by reason.",
+        );
+        for (reason, n) in &self.stimuli.dead_lettered {
+            let _ = writeln!(
+                out,
+                "workflow_stimuli_dead_lettered_total{{reason=\"{reason}\"}} {n}"
+            );
+        }
         out
     }
+}
+
+fn to_u64(n: usize) -> u64 {
+    u64::try_from(n).unwrap_or(u64::MAX)
 }
 
 fn header(out: &mut String, name: &str, kind: &str, help: &str) {
