@@ -754,3 +754,102 @@ async fn an_instance_page_shows_the_trace_its_start_carried() {
     assert!(!untraced.body.contains("<dt>Trace</dt>"));
     app.shutdown(std::time::Duration::from_secs(1)).await;
 }
+
+/// The first version of the shop's order, before payments: the definitions page lists it
+/// beside the current one.
+#[allow(unreachable_pub)]
+mod v1 {
+    use workflow_runtime::state_machine;
+
+    /// An order that can only be cancelled.
+    #[state_machine(data = super::common::Order, initial = New, name = "ShopOrder")]
+    pub enum ShopOrder {
+        /// Waits.
+        #[on(cancel: event("cancel") => Cancelled)]
+        New,
+        /// Cancelled.
+        Cancelled,
+    }
+}
+
+/// Each recorded version on the definitions page, with its instances and whether the
+/// console's runtime runs it; the instance page names its version, and the instances page
+/// filters by it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_definitions_page_counts_the_instances_of_each_version() {
+    let dir = tempfile::tempdir().unwrap();
+    let store: Arc<dyn Store> = Arc::new(SqliteStore::open(dir.path().join("app.db")).unwrap());
+    // Yesterday's process ran the first version: two orders on it.
+    let old = Runtime::builder()
+        .store(Arc::clone(&store))
+        .register::<v1::ShopOrder>()
+        .build()
+        .unwrap();
+    for id in ["old-1", "old-2"] {
+        old.start_with::<v1::ShopOrder>(common::Order::default(), common::with_id(id))
+            .await
+            .unwrap();
+    }
+    old.shutdown(std::time::Duration::from_secs(1)).await;
+    // Today's runs both, the new one current: one order on it.
+    let app = common::registered(
+        Runtime::builder()
+            .store(store)
+            .register_previous::<v1::ShopOrder>(),
+    )
+    .build()
+    .unwrap();
+    app.start_with::<common::ShopOrder>(common::Order::default(), common::with_id("new-1"))
+        .await
+        .unwrap();
+    let versions = app.registered_versions("ShopOrder");
+    assert_eq!(versions.len(), 2, "{versions:?}");
+    let (current, _) = versions.iter().find(|(_, current)| *current).unwrap();
+    let (previous, _) = versions.iter().find(|(_, current)| !*current).unwrap();
+
+    let console = Console::new(app.clone()).router();
+    let page = get(&console, "/definitions").await;
+    assert_eq!(page.status, StatusCode::OK);
+    let section = |version: &str| -> String {
+        let at = page
+            .body
+            .find(&format!(
+                "data-definition=\"ShopOrder\" data-version=\"{version}\""
+            ))
+            .unwrap_or_else(|| panic!("no section for version {version}:\n{}", page.body));
+        let rest = &page.body[at..];
+        rest[..rest.find("</section>").unwrap()].to_owned()
+    };
+    let old_section = section(previous);
+    assert!(
+        old_section.contains("registered here beside the current one"),
+        "{old_section}"
+    );
+    assert!(old_section.contains("data-count=\"2\""), "{old_section}");
+    assert!(old_section.contains(">2 instances</a>"), "{old_section}");
+    assert!(old_section.contains("<svg"), "{old_section}");
+    assert!(
+        old_section.contains("data-node=\"Cancelled\""),
+        "{old_section}"
+    );
+    let new_section = section(current);
+    assert!(new_section.contains("current here"), "{new_section}");
+    assert!(new_section.contains(">1 instance</a>"), "{new_section}");
+    assert!(new_section.contains("data-node=\"Paid\""), "{new_section}");
+
+    // The instance page names its version; the instances page filters by it.
+    let short = &previous[..12];
+    let old_page = get(&console, "/instances/old-1").await;
+    assert!(
+        old_page
+            .body
+            .contains(&format!("version <span class=\"mono\">{short}</span>")),
+        "{}",
+        old_page.body
+    );
+    let listed = get(&console, &format!("/?version={short}")).await;
+    assert!(listed.body.contains("<tr data-id=\"old-1\">"));
+    assert!(listed.body.contains("<tr data-id=\"old-2\">"));
+    assert!(!listed.body.contains("<tr data-id=\"new-1\">"));
+    app.shutdown(std::time::Duration::from_secs(1)).await;
+}
