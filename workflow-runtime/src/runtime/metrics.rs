@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::engine::observer::{AttemptEnded, AttemptObserver};
 use crate::status::WorkflowStatus;
@@ -133,6 +133,8 @@ impl AttemptObserver for DefinitionCounters {
 /// task attempts, lease losses and its store calls; the timers record their lateness.
 #[derive(Debug)]
 pub(crate) struct Metrics {
+    /// Whether anything is counted ([`RuntimeBuilder::metrics`](crate::RuntimeBuilder::metrics)).
+    enabled: bool,
     /// One set per registered definition, fixed at build: read without a lock.
     definitions: HashMap<String, Arc<DefinitionCounters>>,
     timer_lateness: Histogram,
@@ -154,9 +156,14 @@ const DEAD_LETTER_REASONS: [DeadLetterReason; 3] = [
 ];
 
 impl Metrics {
-    /// The metrics of a runtime running `definitions`.
-    pub(crate) fn new<'a>(definitions: impl IntoIterator<Item = &'a String>) -> Self {
+    /// The metrics of a runtime running `definitions`; with `enabled` false, nothing is
+    /// counted (every value stays 0).
+    pub(crate) fn new<'a>(
+        definitions: impl IntoIterator<Item = &'a String>,
+        enabled: bool,
+    ) -> Self {
         Self {
+            enabled,
             definitions: definitions
                 .into_iter()
                 .map(|name| (name.clone(), Arc::default()))
@@ -171,24 +178,41 @@ impl Metrics {
         }
     }
 
-    /// The counters of `definition`, `None` for one this runtime does not run.
+    /// The counters of `definition`, `None` for one this runtime does not run (or when
+    /// nothing is counted).
     pub(crate) fn definition(&self, definition: &str) -> Option<&Arc<DefinitionCounters>> {
+        if !self.enabled {
+            return None;
+        }
         self.definitions.get(definition)
     }
 
     /// A timer fired `late` after its due time.
     pub(crate) fn timer_fired(&self, late: Duration) {
-        self.timer_lateness.observe(late);
+        if self.enabled {
+            self.timer_lateness.observe(late);
+        }
     }
 
     /// A run lost its instance's lease.
     pub(crate) fn lease_lost(&self) {
-        self.lease_losses.fetch_add(1, Ordering::Relaxed);
+        if self.enabled {
+            self.lease_losses.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// When a timed store call begins: `None` when nothing is counted (the clock is not
+    /// read).
+    pub(crate) fn begin(&self) -> Option<Instant> {
+        self.enabled.then(Instant::now)
     }
 
     /// A send was routed (not a duplicate of an earlier one): `delivered` instances started
     /// or resumed by it, `to_inbox` items written to the inbox for it.
     pub(crate) fn sent(&self, delivered: usize, to_inbox: usize) {
+        if !self.enabled {
+            return;
+        }
         self.stimuli_sent.fetch_add(1, Ordering::Relaxed);
         self.delivered(delivered);
         self.stimuli_to_inbox
@@ -197,12 +221,18 @@ impl Metrics {
 
     /// The inbox worker delivered `n` items.
     pub(crate) fn delivered(&self, n: usize) {
+        if !self.enabled {
+            return;
+        }
         self.stimuli_delivered
             .fetch_add(to_u64(n), Ordering::Relaxed);
     }
 
     /// `n` stimuli became dead letters for `reason`.
     pub(crate) fn dead_lettered(&self, reason: DeadLetterReason, n: u64) {
+        if !self.enabled {
+            return;
+        }
         let index = DEAD_LETTER_REASONS
             .iter()
             .position(|r| *r == reason)
@@ -212,8 +242,15 @@ impl Metrics {
         }
     }
 
+    /// A store call of the run path that [`Metrics::begin`] timed ended.
+    pub(crate) fn store_call_since(&self, call: StoreCall, began: Option<Instant>) {
+        if let Some(began) = began {
+            self.store_call(call, began.elapsed());
+        }
+    }
+
     /// A store call of the run path took `took`.
-    pub(crate) fn store_call(&self, call: StoreCall, took: Duration) {
+    fn store_call(&self, call: StoreCall, took: Duration) {
         let index = StoreCall::ALL.iter().position(|c| *c == call).unwrap_or(0);
         if let Some(histogram) = self.store_calls.get(index) {
             histogram.observe(took);
@@ -557,7 +594,7 @@ mod tests {
 
     #[test]
     fn histogram_buckets_are_cumulative_and_the_sum_is_kept() {
-        let metrics = Metrics::new(&["order".to_owned()]);
+        let metrics = Metrics::new(&["order".to_owned()], true);
         let order = metrics.definition("order").expect("registered");
         order.attempted(Duration::from_micros(50), AttemptEnded::Completed);
         order.attempted(Duration::from_millis(2), AttemptEnded::Retrying);
