@@ -101,15 +101,28 @@ pub(crate) struct DefinitionCounters {
     retries: AtomicU64,
     failures: AtomicU64,
     task_durations: Histogram,
+    /// The same, in the application's recorder.
+    #[cfg(feature = "metrics")]
+    facade: facade::DefinitionHandles,
 }
 
 impl DefinitionCounters {
+    fn new(#[cfg_attr(not(feature = "metrics"), allow(unused_variables))] name: &str) -> Self {
+        Self {
+            #[cfg(feature = "metrics")]
+            facade: facade::DefinitionHandles::new(name),
+            ..Self::default()
+        }
+    }
+
     /// A run committed, leaving the instance in `status`.
     pub(crate) fn transition(&self, status: WorkflowStatus) {
         let index = STATUSES.iter().position(|s| *s == status).unwrap_or(0);
         if let Some(counter) = self.transitions.get(index) {
             counter.fetch_add(1, Ordering::Relaxed);
         }
+        #[cfg(feature = "metrics")]
+        self.facade.transition(index);
     }
 }
 
@@ -126,6 +139,8 @@ impl AttemptObserver for DefinitionCounters {
                 self.failures.fetch_add(1, Ordering::Relaxed);
             }
         }
+        #[cfg(feature = "metrics")]
+        self.facade.attempted(took, ended);
     }
 }
 
@@ -145,6 +160,9 @@ pub(crate) struct Metrics {
     stimuli_to_inbox: AtomicU64,
     /// By reason, in [`DEAD_LETTER_REASONS`] order.
     stimuli_dead_lettered: [AtomicU64; DEAD_LETTER_REASONS.len()],
+    /// The same, in the application's recorder.
+    #[cfg(feature = "metrics")]
+    facade: facade::RuntimeHandles,
 }
 
 /// Why a stimulus became a dead letter, in the order of its counters (the store's
@@ -166,7 +184,7 @@ impl Metrics {
             enabled,
             definitions: definitions
                 .into_iter()
-                .map(|name| (name.clone(), Arc::default()))
+                .map(|name| (name.clone(), Arc::new(DefinitionCounters::new(name))))
                 .collect(),
             timer_lateness: Histogram::default(),
             lease_losses: AtomicU64::new(0),
@@ -175,6 +193,8 @@ impl Metrics {
             stimuli_delivered: AtomicU64::new(0),
             stimuli_to_inbox: AtomicU64::new(0),
             stimuli_dead_lettered: Default::default(),
+            #[cfg(feature = "metrics")]
+            facade: facade::RuntimeHandles::new(),
         }
     }
 
@@ -191,6 +211,8 @@ impl Metrics {
     pub(crate) fn timer_fired(&self, late: Duration) {
         if self.enabled {
             self.timer_lateness.observe(late);
+            #[cfg(feature = "metrics")]
+            self.facade.timer_lateness.record(late.as_secs_f64());
         }
     }
 
@@ -198,6 +220,8 @@ impl Metrics {
     pub(crate) fn lease_lost(&self) {
         if self.enabled {
             self.lease_losses.fetch_add(1, Ordering::Relaxed);
+            #[cfg(feature = "metrics")]
+            self.facade.lease_losses.increment(1);
         }
     }
 
@@ -217,6 +241,11 @@ impl Metrics {
         self.delivered(delivered);
         self.stimuli_to_inbox
             .fetch_add(to_u64(to_inbox), Ordering::Relaxed);
+        #[cfg(feature = "metrics")]
+        {
+            self.facade.stimuli_sent.increment(1);
+            self.facade.stimuli_to_inbox.increment(to_u64(to_inbox));
+        }
     }
 
     /// The inbox worker delivered `n` items.
@@ -226,6 +255,8 @@ impl Metrics {
         }
         self.stimuli_delivered
             .fetch_add(to_u64(n), Ordering::Relaxed);
+        #[cfg(feature = "metrics")]
+        self.facade.stimuli_delivered.increment(to_u64(n));
     }
 
     /// `n` stimuli became dead letters for `reason`.
@@ -239,6 +270,10 @@ impl Metrics {
             .unwrap_or(0);
         if let Some(counter) = self.stimuli_dead_lettered.get(index) {
             counter.fetch_add(n, Ordering::Relaxed);
+        }
+        #[cfg(feature = "metrics")]
+        if let Some(counter) = self.facade.stimuli_dead_lettered.get(index) {
+            counter.increment(n);
         }
     }
 
@@ -254,6 +289,10 @@ impl Metrics {
         let index = StoreCall::ALL.iter().position(|c| *c == call).unwrap_or(0);
         if let Some(histogram) = self.store_calls.get(index) {
             histogram.observe(took);
+        }
+        #[cfg(feature = "metrics")]
+        if let Some(histogram) = self.facade.store_calls.get(index) {
+            histogram.record(took.as_secs_f64());
         }
     }
 
@@ -544,6 +583,112 @@ impl RuntimeMetrics {
             );
         }
         out
+    }
+}
+
+/// With the `metrics` feature: the same series as [`RuntimeMetrics::to_prometheus`] writes,
+/// registered once (when the runtime is built) in the recorder the application installed then,
+/// and updated beside the atomics.
+#[cfg(feature = "metrics")]
+mod facade {
+    use std::time::Duration;
+
+    use metrics::{Counter, Histogram, counter, histogram};
+
+    use super::{AttemptEnded, DEAD_LETTER_REASONS, STATUSES, StoreCall};
+
+    /// One definition's series.
+    #[derive(Debug)]
+    pub(super) struct DefinitionHandles {
+        transitions: Vec<Counter>,
+        attempts: Counter,
+        retries: Counter,
+        failures: Counter,
+        durations: Histogram,
+    }
+
+    impl Default for DefinitionHandles {
+        fn default() -> Self {
+            Self {
+                transitions: Vec::new(),
+                attempts: Counter::noop(),
+                retries: Counter::noop(),
+                failures: Counter::noop(),
+                durations: Histogram::noop(),
+            }
+        }
+    }
+
+    impl DefinitionHandles {
+        pub(super) fn new(name: &str) -> Self {
+            let definition = name.to_owned();
+            Self {
+                transitions: STATUSES
+                    .iter()
+                    .map(|status| {
+                        counter!(
+                            "workflow_transitions_total",
+                            "definition" => definition.clone(),
+                            "outcome" => status.as_str()
+                        )
+                    })
+                    .collect(),
+                attempts: counter!("workflow_task_attempts_total", "definition" => definition.clone()),
+                retries: counter!("workflow_task_retries_total", "definition" => definition.clone()),
+                failures: counter!("workflow_task_failures_total", "definition" => definition.clone()),
+                durations: histogram!("workflow_task_duration_seconds", "definition" => definition),
+            }
+        }
+
+        pub(super) fn transition(&self, index: usize) {
+            if let Some(counter) = self.transitions.get(index) {
+                counter.increment(1);
+            }
+        }
+
+        pub(super) fn attempted(&self, took: Duration, ended: AttemptEnded) {
+            self.attempts.increment(1);
+            self.durations.record(took.as_secs_f64());
+            match ended {
+                AttemptEnded::Completed | AttemptEnded::Cancelled => {}
+                AttemptEnded::Retrying => self.retries.increment(1),
+                AttemptEnded::Failed => self.failures.increment(1),
+            }
+        }
+    }
+
+    /// The runtime-wide series.
+    #[derive(Debug)]
+    pub(super) struct RuntimeHandles {
+        pub(super) timer_lateness: Histogram,
+        pub(super) lease_losses: Counter,
+        pub(super) store_calls: Vec<Histogram>,
+        pub(super) stimuli_sent: Counter,
+        pub(super) stimuli_delivered: Counter,
+        pub(super) stimuli_to_inbox: Counter,
+        pub(super) stimuli_dead_lettered: Vec<Counter>,
+    }
+
+    impl RuntimeHandles {
+        pub(super) fn new() -> Self {
+            Self {
+                timer_lateness: histogram!("workflow_timer_lateness_seconds"),
+                lease_losses: counter!("workflow_lease_losses_total"),
+                store_calls: StoreCall::ALL
+                    .iter()
+                    .map(|call| histogram!("workflow_store_call_seconds", "call" => call.as_str()))
+                    .collect(),
+                stimuli_sent: counter!("workflow_stimuli_sent_total"),
+                stimuli_delivered: counter!("workflow_stimuli_delivered_total"),
+                stimuli_to_inbox: counter!("workflow_stimuli_to_inbox_total"),
+                stimuli_dead_lettered: DEAD_LETTER_REASONS
+                    .iter()
+                    .map(|reason| {
+                        counter!("workflow_stimuli_dead_lettered_total", "reason" => reason.as_str())
+                    })
+                    .collect(),
+            }
+        }
     }
 }
 
