@@ -426,7 +426,12 @@ impl Router {
                     .record_queue_failure(&item.item_id, &error.to_string(), now, 3)
                     .await
                     .map(|failure| {
-                        failed_for_good(self.run_path.metrics(), item, &failure, &error.to_string())
+                        failed_for_good(
+                            self.run_path.metrics(),
+                            item,
+                            &failure,
+                            &error.to_string(),
+                        );
                     })?;
                 pass.put_back += 1;
             }
