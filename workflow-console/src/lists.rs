@@ -87,9 +87,9 @@ pub(crate) async fn definitions(state: State, base: Base) -> Result<Html<String>
         let _ = write!(
             body,
             "<section class=\"definition\" data-definition=\"{}\" data-version=\"{}\"><p>Version \
-             <span class=\"mono\">{}</span>, recorded {}{runs_here}: <a class=\"instances\" \
+             <span class=\"mono\">{}</span>, recorded {}: <a class=\"instances\" \
              data-count=\"{instances}\" href=\"{home}?definition={name}&amp;version={}\">{instances} \
-             {}</a></p>",
+             {}</a>{runs_here}</p>",
             escape(&record.name),
             escape(&record.version),
             escape(short_version(&record.version)),
