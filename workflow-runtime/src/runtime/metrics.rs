@@ -595,7 +595,8 @@ mod facade {
 
     use metrics::{Counter, Histogram, counter, histogram};
 
-    use super::{AttemptEnded, DEAD_LETTER_REASONS, STATUSES, StoreCall};
+    use crate::engine::observer::AttemptEnded;
+    use crate::runtime::metrics::{DEAD_LETTER_REASONS, STATUSES, StoreCall};
 
     /// One definition's series.
     #[derive(Debug)]
