@@ -54,6 +54,7 @@ pub(crate) enum Section {
     Instances,
     Definitions,
     DeadLetters,
+    Queues,
     None,
 }
 
@@ -71,6 +72,7 @@ pub(crate) fn page(base: &str, section: Section, title: &str, body: &str) -> Str
             format!("{base}/dead-letters"),
             "Dead letters",
         ),
+        (Section::Queues, format!("{base}/queues"), "Queues"),
     ];
     let mut links = String::new();
     for (entry, path, label) in nav {

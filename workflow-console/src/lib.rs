@@ -1,7 +1,7 @@
 //! The operator console of compile-time workflows: every instance of a store in a browser,
 //! with its workflow's own diagram, where it is and where it has been, what it waits for,
 //! its journal, incidents and data, and the operator's actions on it; the registered
-//! definitions, the dead letters, and `/metrics` in the Prometheus text format.
+//! definitions, the dead letters, the flow-control queues, and `/metrics` in the Prometheus text format.
 //!
 //! The console is an [`axum::Router`] over a [`Runtime`]: the `workflow console` command
 //! serves it over a store, and an application mounts it under a path of its own, behind its
@@ -32,6 +32,7 @@ mod instance;
 mod instances;
 mod lists;
 mod metrics;
+mod queues;
 
 pub use metrics::record_census;
 
@@ -96,7 +97,7 @@ impl Console {
     }
 
     /// The console's routes: `/` (instances), `/instances/{id}`, `/definitions`,
-    /// `/dead-letters`, `/metrics` and the actions' `POST`s. Links are relative to where
+    /// `/dead-letters`, `/queues`, `/metrics` and the actions' `POST`s. Links are relative to where
     /// the router is mounted, so it works under any prefix ([`Router::nest`]).
     pub fn router(self) -> Router {
         let shared = Arc::new(Shared::new(self));
@@ -108,6 +109,7 @@ impl Console {
             .route("/definitions", get(lists::definitions))
             .route("/dead-letters", get(lists::dead_letters))
             .route("/dead-letters/{item}/replay", post(actions::replay))
+            .route("/queues", get(queues::page))
             .route("/metrics", get(metrics::render))
             .fallback(not_found)
             .layer(axum::middleware::map_response(guarded))

@@ -25,6 +25,10 @@ pub(crate) async fn definitions(state: State, base: Base) -> Result<Html<String>
         .census()
         .await
         .map_err(|e| Failure::store(&base, &e))?;
+    let by_version = store
+        .version_census()
+        .await
+        .map_err(|e| Failure::store(&base, &e))?;
     let mut body = String::from("<h1>Definitions</h1>");
     if recorded.is_empty() {
         body.push_str(
@@ -61,16 +65,41 @@ pub(crate) async fn definitions(state: State, base: Base) -> Result<Html<String>
             body.push_str("</div>");
             last_name = &record.name;
         }
+        let instances = by_version
+            .iter()
+            .find(|(n, v, _)| *n == record.name && *v == record.version)
+            .map_or(0, |(_, _, count)| *count);
+        // Whether the console's own runtime runs this version (the `workflow console`
+        // command's runs none: it shows what the store recorded).
+        let registered = state
+            .runtime
+            .registered_versions(&record.name)
+            .into_iter()
+            .find(|(v, _)| *v == record.version)
+            .map(|(_, current)| current);
+        let runs_here = match registered {
+            Some(true) => {
+                " <span class=\"tag current\">current here: new instances start on it</span>"
+            }
+            Some(false) => " <span class=\"tag\">registered here beside the current one</span>",
+            None => "",
+        };
         let _ = write!(
             body,
             "<section class=\"definition\" data-definition=\"{}\" data-version=\"{}\"><p>Version \
-             <span class=\"mono\">{}</span>, recorded {}: <a href=\"{home}?definition={name}&amp;version={}\">its \
-             instances</a></p>",
+             <span class=\"mono\">{}</span>, recorded {}: <a class=\"instances\" \
+             data-count=\"{instances}\" href=\"{home}?definition={name}&amp;version={}\">{instances} \
+             {}</a>{runs_here}</p>",
             escape(&record.name),
             escape(&record.version),
             escape(short_version(&record.version)),
             instant(record.recorded_at),
-            escape(&url_part(short_version(&record.version)))
+            escape(&url_part(short_version(&record.version))),
+            if instances == 1 {
+                "instance"
+            } else {
+                "instances"
+            },
         );
         match Definition::from_json(&record.json) {
             Ok(definition) => {

@@ -263,6 +263,47 @@ async fn an_operator_retries_a_faulted_job_and_pays_an_order_in_chromium() {
     client.goto(&format!("{base}/dead-letters")).await.unwrap();
     wait(&client, "table.dead-letters").await;
     snap(&client, "09-dead-letters").await;
+
+    // The queues, reached from the navigation: a queue of 2 at once with both slots held
+    // and one ask in line.
+    let payments = workflow_runtime::Queue::new("payments")
+        .concurrency(2)
+        .rate(10, Duration::from_secs(1));
+    let now = i64::try_from(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_micros(),
+    )
+    .unwrap();
+    for holder in ["attempt-a", "attempt-b", "attempt-c"] {
+        app.store()
+            .acquire_slot(
+                &payments,
+                workflow_runtime::store::SlotAsk {
+                    holder: holder.to_owned(),
+                    owner: "process-1".to_owned(),
+                    key: None,
+                    priority: workflow_runtime::Priority::default(),
+                    now,
+                    ttl: 60_000_000,
+                },
+            )
+            .await
+            .unwrap();
+    }
+    client
+        .find(Locator::Css("header nav a[href$='/queues']"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    let running = wait(&client, "tr[data-queue='payments'] td.running").await;
+    assert_eq!(running.text().await.unwrap(), "2 of 2");
+    let waiting = wait(&client, "tr[data-queue='payments'] td.waiting").await;
+    assert_eq!(waiting.text().await.unwrap(), "1");
+    snap(&client, "10-queues").await;
     client
         .goto(&format!("{base}/instances/nobody"))
         .await

@@ -428,6 +428,84 @@ async fn tour(app: &Runtime, job: &str) {
         "{text}"
     );
     assert!(!text.contains("o-2") && !text.contains("job-1"));
+
+    queues(app, &console).await;
+}
+
+/// The queues page: none before any slot was asked; then a queue of 2 at once and 10 a
+/// second with both slots held and one ask in line, as the store counts them.
+async fn queues(app: &Runtime, console: &Router) {
+    use workflow_runtime::store::SlotAsk;
+    use workflow_runtime::{Priority, Queue};
+    let empty = get(console, "/queues").await;
+    assert_eq!(empty.status, StatusCode::OK);
+    assert!(
+        empty
+            .body
+            .contains("No flow-control queue has been used with this store yet"),
+        "{}",
+        empty.body
+    );
+    assert!(
+        empty
+            .body
+            .contains("href=\"/queues\" aria-current=\"page\">Queues</a>")
+    );
+    let payments = Queue::new("payments")
+        .concurrency(2)
+        .rate(10, std::time::Duration::from_secs(1));
+    let now = workflow_console_now();
+    for holder in ["attempt-a", "attempt-b", "attempt-c"] {
+        app.store()
+            .acquire_slot(
+                &payments,
+                SlotAsk {
+                    holder: holder.to_owned(),
+                    owner: "process-1".to_owned(),
+                    key: None,
+                    priority: Priority::default(),
+                    now,
+                    ttl: 60_000_000,
+                },
+            )
+            .await
+            .unwrap();
+    }
+    let page = get(console, "/queues").await;
+    assert_eq!(page.status, StatusCode::OK);
+    assert!(
+        page.body.contains(
+            "<tr data-queue=\"payments\"><td class=\"mono\">payments</td><td>2 at once, 10 per \
+             1s</td><td class=\"running\">2 of 2</td><td class=\"waiting\">1</td>"
+        ),
+        "{}",
+        page.body
+    );
+    assert!(
+        page.body
+            .contains("<td class=\"rate\">2 of 10 in the last 1s</td>"),
+        "{}",
+        page.body
+    );
+    assert!(!page.body.contains("No flow-control queue"));
+    // The nav of every page links it.
+    assert!(
+        get(console, "/")
+            .await
+            .body
+            .contains("href=\"/queues\">Queues</a>")
+    );
+}
+
+/// Microseconds since the epoch, now (the stores' wall clock).
+fn workflow_console_now() -> i64 {
+    i64::try_from(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_micros(),
+    )
+    .unwrap()
 }
 
 /// A stimulus nobody waits for whose time to live has run out.
@@ -508,6 +586,43 @@ async fn metrics_count_a_known_workload() {
         "workflow_task_duration_seconds_count{definition=\"PrintJob\"} 1",
         "workflow_store_call_seconds_count{call=\"commit\"} 3",
         "workflow_lease_losses_total 0",
+        "workflow_stimuli_sent_total 0",
+        "workflow_stimuli_delivered_total 0",
+    ] {
+        assert!(
+            text.lines().any(|l| l == line),
+            "{line} missing from:\n{text}"
+        );
+    }
+
+    // Stimuli: a payment delivered to `o-1`; one for an order nobody waits for yet, kept in
+    // the inbox; one nobody waits for within its 1 ms time to live, dead-lettered.
+    use workflow_runtime::Stimulus;
+    let payment = |order: &str| {
+        Stimulus::new("payment")
+            .key(order)
+            .payload(serde_json::json!({"amount": 5}))
+    };
+    let paid = app.send(payment("o-1")).await.unwrap();
+    assert_eq!(paid.resumed.len(), 1);
+    let kept = app.send(payment("o-404")).await.unwrap();
+    assert!(kept.inbox_item.is_some());
+    app.send(payment("o-405").ttl(std::time::Duration::from_millis(1)))
+        .await
+        .unwrap();
+    tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    app.deliver_inbox().await.unwrap();
+    let text = get(&console, "/metrics").await.body;
+    for line in [
+        "workflow_stimuli_sent_total 3",
+        "workflow_stimuli_delivered_total 1",
+        "workflow_stimuli_to_inbox_total 2",
+        "workflow_stimuli_dead_lettered_total{reason=\"expired\"} 1",
+        "workflow_stimuli_dead_lettered_total{reason=\"rejected\"} 0",
+        "workflow_stimuli_dead_lettered_total{reason=\"failed\"} 0",
+        "workflow_dead_letters 1",
+        "workflow_stimuli_in_inbox 1",
+        "workflow_transitions_total{definition=\"ShopOrder\",outcome=\"finished\"} 1",
     ] {
         assert!(
             text.lines().any(|l| l == line),
@@ -598,6 +713,7 @@ async fn an_in_memory_store_is_counted_too() {
         "{text}"
     );
     assert!(text.contains("workflow_stimuli_in_inbox 0"), "{text}");
+    queues(&app, &console).await;
     app.shutdown(std::time::Duration::from_secs(1)).await;
 }
 
@@ -636,5 +752,104 @@ async fn an_instance_page_shows_the_trace_its_start_carried() {
     let untraced = get(&console, "/instances/o-8").await;
     assert_eq!(untraced.status, StatusCode::OK);
     assert!(!untraced.body.contains("<dt>Trace</dt>"));
+    app.shutdown(std::time::Duration::from_secs(1)).await;
+}
+
+/// The first version of the shop's order, before payments: the definitions page lists it
+/// beside the current one.
+#[allow(unreachable_pub)]
+mod v1 {
+    use workflow_runtime::state_machine;
+
+    /// An order that can only be cancelled.
+    #[state_machine(data = super::common::Order, initial = New, name = "ShopOrder")]
+    pub enum ShopOrder {
+        /// Waits.
+        #[on(cancel: event("cancel") => Cancelled)]
+        New,
+        /// Cancelled.
+        Cancelled,
+    }
+}
+
+/// Each recorded version on the definitions page, with its instances and whether the
+/// console's runtime runs it; the instance page names its version, and the instances page
+/// filters by it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_definitions_page_counts_the_instances_of_each_version() {
+    let dir = tempfile::tempdir().unwrap();
+    let store: Arc<dyn Store> = Arc::new(SqliteStore::open(dir.path().join("app.db")).unwrap());
+    // Yesterday's process ran the first version: two orders on it.
+    let old = Runtime::builder()
+        .store(Arc::clone(&store))
+        .register::<v1::ShopOrder>()
+        .build()
+        .unwrap();
+    for id in ["old-1", "old-2"] {
+        old.start_with::<v1::ShopOrder>(common::Order::default(), common::with_id(id))
+            .await
+            .unwrap();
+    }
+    old.shutdown(std::time::Duration::from_secs(1)).await;
+    // Today's runs both, the new one current: one order on it.
+    let app = common::registered(
+        Runtime::builder()
+            .store(store)
+            .register_previous::<v1::ShopOrder>(),
+    )
+    .build()
+    .unwrap();
+    app.start_with::<common::ShopOrder>(common::Order::default(), common::with_id("new-1"))
+        .await
+        .unwrap();
+    let versions = app.registered_versions("ShopOrder");
+    assert_eq!(versions.len(), 2, "{versions:?}");
+    let (current, _) = versions.iter().find(|(_, current)| *current).unwrap();
+    let (previous, _) = versions.iter().find(|(_, current)| !*current).unwrap();
+
+    let console = Console::new(app.clone()).router();
+    let page = get(&console, "/definitions").await;
+    assert_eq!(page.status, StatusCode::OK);
+    let section = |version: &str| -> String {
+        let at = page
+            .body
+            .find(&format!(
+                "data-definition=\"ShopOrder\" data-version=\"{version}\""
+            ))
+            .unwrap_or_else(|| panic!("no section for version {version}:\n{}", page.body));
+        let rest = &page.body[at..];
+        rest[..rest.find("</section>").unwrap()].to_owned()
+    };
+    let old_section = section(previous);
+    assert!(
+        old_section.contains("registered here beside the current one"),
+        "{old_section}"
+    );
+    assert!(old_section.contains("data-count=\"2\""), "{old_section}");
+    assert!(old_section.contains(">2 instances</a>"), "{old_section}");
+    assert!(old_section.contains("<svg"), "{old_section}");
+    assert!(
+        old_section.contains("data-node=\"Cancelled\""),
+        "{old_section}"
+    );
+    let new_section = section(current);
+    assert!(new_section.contains("current here"), "{new_section}");
+    assert!(new_section.contains(">1 instance</a>"), "{new_section}");
+    assert!(new_section.contains("data-node=\"Paid\""), "{new_section}");
+
+    // The instance page names its version; the instances page filters by it.
+    let short = &previous[..12];
+    let old_page = get(&console, "/instances/old-1").await;
+    assert!(
+        old_page
+            .body
+            .contains(&format!("version <span class=\"mono\">{short}</span>")),
+        "{}",
+        old_page.body
+    );
+    let listed = get(&console, &format!("/?version={short}")).await;
+    assert!(listed.body.contains("<tr data-id=\"old-1\">"));
+    assert!(listed.body.contains("<tr data-id=\"old-2\">"));
+    assert!(!listed.body.contains("<tr data-id=\"new-1\">"));
     app.shutdown(std::time::Duration::from_secs(1)).await;
 }

@@ -407,8 +407,27 @@ fn memory_rows(reps: usize, iters: u32) -> Vec<Row> {
     .unwrap()
     .instance_id;
     let stimulus = Stimulus::new("tick").key("k-1");
-    let (mut seq, mut tr, mut fork, mut hand_seq, mut hand_tr) =
-        (vec![], vec![], vec![], vec![], vec![]);
+    // The same transition on a runtime that counts no metrics (ENG-60): what counting costs.
+    let quiet = Runtime::builder()
+        .register::<PingPong>()
+        .sweep_interval(None)
+        .timer_driver(false)
+        .metrics(false)
+        .build()
+        .unwrap();
+    block_on(quiet.start_with::<PingPong>(
+        Counter {
+            id: "k-1".into(),
+            count: 0,
+        },
+        StartOptions {
+            instance_id: Some("k-1".into()),
+            ..StartOptions::default()
+        },
+    ))
+    .unwrap();
+    let (mut seq, mut tr, mut tr_quiet, mut fork, mut hand_seq, mut hand_tr) =
+        (vec![], vec![], vec![], vec![], vec![], vec![]);
     let mut sent = 0u64;
     // `TABLE_MEMORY=seq,send,fork,floor` runs a subset (for a profile of one path).
     let rows = std::env::var("TABLE_MEMORY").unwrap_or_default();
@@ -425,6 +444,10 @@ fn memory_rows(reps: usize, iters: u32) -> Vec<Row> {
                 let report = block_on(rt.send(stimulus.clone())).unwrap();
                 assert_eq!(report.resumed.len(), 1);
                 sent += 1;
+            }));
+            tr_quiet.push(time_ns(iters, || {
+                let report = block_on(quiet.send(stimulus.clone())).unwrap();
+                assert_eq!(report.resumed.len(), 1);
             }));
         }
         if row("fork") {
@@ -454,7 +477,20 @@ fn memory_rows(reps: usize, iters: u32) -> Vec<Row> {
     // Every send was a committed transition: the action counted it.
     let snapshot = block_on(rt.get_state(&id)).unwrap().unwrap();
     assert_eq!(snapshot.data::<Counter>().unwrap().count, sent);
+    // One counted every send, the other none.
+    assert_eq!(rt.metrics().stimuli.sent, sent);
+    assert_eq!(quiet.metrics().stimuli.sent, 0);
     let per_op = |v: Vec<f64>| v.into_iter().map(|ns| ns / 1000.0).collect::<Vec<_>>();
+    // The cost of metrics: the median of the per-repetition ratios (each repetition measures
+    // both runtimes back to back).
+    let mut ratios: Vec<f64> = tr.iter().zip(&tr_quiet).map(|(on, off)| on / off).collect();
+    ratios.sort_by(f64::total_cmp);
+    let metrics_cost = ratios.get(ratios.len() / 2).map_or_else(String::new, |r| {
+        format!(
+            "metrics cost {:+.1}% (median ratio); target < 3%",
+            (r - 1.0) * 100.0
+        )
+    });
     vec![
         Row::new(
             "memory",
@@ -470,6 +506,13 @@ fn memory_rows(reps: usize, iters: u32) -> Vec<Row> {
             per_op(tr),
         )
         .note("target <= 5 µs"),
+        Row::new(
+            "memory",
+            "the same transition, metrics(false)",
+            "µs",
+            per_op(tr_quiet),
+        )
+        .note(metrics_cost),
         Row::new(
             "memory",
             "flowchart: fork -> 2 tasks -> join(all) -> task (start)",

@@ -45,7 +45,8 @@ pub use runtime::{
     InstanceSnapshot, InstanceSummary, LifecycleError, MigrateError, Migration, MigrationOutcome,
     MigrationRefusal, MigrationReport, NotAwaited, PurgeError, RecoveryReport, Refusal, Rejection,
     ResumeError, Retention, RetentionReport, RetryError, Runtime, RuntimeBuilder, RuntimeMetrics,
-    SendError, SendReport, StartError, StartOptions, Started, StateError, Stimulus, TimerFiring,
+    SendError, SendReport, StartError, StartOptions, Started, StateError, Stimulus,
+    StimulusMetrics, TimerFiring,
 };
 pub use trace::{TraceParent, TraceParentError};
 pub use workflow::{Migrate, StateMachineWorkflow, Workflow};

@@ -100,6 +100,8 @@ pub struct RuntimeBuilder {
     pub(crate) clock: Option<Arc<dyn Clock>>,
     pub(crate) sweep_interval: Option<Duration>,
     pub(crate) timer_driver: bool,
+    /// Whether the runtime counts its metrics (ENG-60).
+    pub(crate) metrics: bool,
     pub(crate) cancel_grace: Duration,
     pub(crate) trace: TraceBridge,
     pub(crate) queues: Vec<workflow_model::Queue>,
@@ -244,6 +246,7 @@ impl RuntimeBuilder {
             clock: None,
             sweep_interval: Some(DEFAULT_FALLBACK_SWEEP),
             timer_driver: true,
+            metrics: true,
             cancel_grace: DEFAULT_CANCEL_GRACE,
             trace: TraceBridge::default(),
             queues: Vec::new(),
@@ -541,6 +544,24 @@ impl RuntimeBuilder {
     #[must_use]
     pub fn timer_driver(mut self, enabled: bool) -> Self {
         self.timer_driver = enabled;
+        self
+    }
+
+    /// Whether the runtime counts what it does for [`Runtime::metrics`](crate::Runtime::metrics)
+    /// (default true; ENG-60). Counting costs a few relaxed atomic adds and clock reads per
+    /// run; with `false` nothing is counted, the clock is not read for it, and every value
+    /// stays 0.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let runtime = workflow_runtime::Runtime::builder().metrics(false).build()?;
+    /// assert_eq!(runtime.metrics().stimuli.sent, 0);
+    /// # Ok::<(), workflow_runtime::BuildError>(())
+    /// ```
+    #[must_use]
+    pub fn metrics(mut self, enabled: bool) -> Self {
+        self.metrics = enabled;
         self
     }
 

@@ -64,7 +64,7 @@ impl Core {
         let queue_ttl = i64::try_from(builder.queue_ttl.as_micros()).unwrap_or(i64::MAX);
         let (stop, _) = watch::channel(false);
         let doorbell = Arc::new(Notify::new());
-        let metrics = Arc::new(Metrics::new(workflows.keys()));
+        let metrics = Arc::new(Metrics::new(workflows.keys(), builder.metrics));
         let definitions = Arc::new(Definitions::new(
             workflows,
             versions,

@@ -7,10 +7,11 @@ use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::engine::observer::{AttemptEnded, AttemptObserver};
 use crate::status::WorkflowStatus;
+use crate::store::DeadLetterReason;
 
 /// The upper bounds of every histogram's buckets, in µs (the last bucket, `+Inf`, is
 /// implicit): from 100 µs to one minute.
@@ -100,15 +101,28 @@ pub(crate) struct DefinitionCounters {
     retries: AtomicU64,
     failures: AtomicU64,
     task_durations: Histogram,
+    /// The same, in the application's recorder.
+    #[cfg(feature = "metrics")]
+    facade: facade::DefinitionHandles,
 }
 
 impl DefinitionCounters {
+    fn new(#[cfg_attr(not(feature = "metrics"), allow(unused_variables))] name: &str) -> Self {
+        Self {
+            #[cfg(feature = "metrics")]
+            facade: facade::DefinitionHandles::new(name),
+            ..Self::default()
+        }
+    }
+
     /// A run committed, leaving the instance in `status`.
     pub(crate) fn transition(&self, status: WorkflowStatus) {
         let index = STATUSES.iter().position(|s| *s == status).unwrap_or(0);
         if let Some(counter) = self.transitions.get(index) {
             counter.fetch_add(1, Ordering::Relaxed);
         }
+        #[cfg(feature = "metrics")]
+        self.facade.transition(index);
     }
 }
 
@@ -125,6 +139,8 @@ impl AttemptObserver for DefinitionCounters {
                 self.failures.fetch_add(1, Ordering::Relaxed);
             }
         }
+        #[cfg(feature = "metrics")]
+        self.facade.attempted(took, ended);
     }
 }
 
@@ -132,47 +148,151 @@ impl AttemptObserver for DefinitionCounters {
 /// task attempts, lease losses and its store calls; the timers record their lateness.
 #[derive(Debug)]
 pub(crate) struct Metrics {
+    /// Whether anything is counted ([`RuntimeBuilder::metrics`](crate::RuntimeBuilder::metrics)).
+    enabled: bool,
     /// One set per registered definition, fixed at build: read without a lock.
     definitions: HashMap<String, Arc<DefinitionCounters>>,
     timer_lateness: Histogram,
     lease_losses: AtomicU64,
     store_calls: [Histogram; StoreCall::ALL.len()],
+    stimuli_sent: AtomicU64,
+    stimuli_delivered: AtomicU64,
+    stimuli_to_inbox: AtomicU64,
+    /// By reason, in [`DEAD_LETTER_REASONS`] order.
+    stimuli_dead_lettered: [AtomicU64; DEAD_LETTER_REASONS.len()],
+    /// The same, in the application's recorder.
+    #[cfg(feature = "metrics")]
+    facade: facade::RuntimeHandles,
 }
 
+/// Why a stimulus became a dead letter, in the order of its counters (the store's
+/// [`DeadLetterReason`](crate::store::DeadLetterReason) names).
+const DEAD_LETTER_REASONS: [DeadLetterReason; 3] = [
+    DeadLetterReason::Expired,
+    DeadLetterReason::Failed,
+    DeadLetterReason::Rejected,
+];
+
 impl Metrics {
-    /// The metrics of a runtime running `definitions`.
-    pub(crate) fn new<'a>(definitions: impl IntoIterator<Item = &'a String>) -> Self {
+    /// The metrics of a runtime running `definitions`; with `enabled` false, nothing is
+    /// counted (every value stays 0).
+    pub(crate) fn new<'a>(
+        definitions: impl IntoIterator<Item = &'a String>,
+        enabled: bool,
+    ) -> Self {
         Self {
+            enabled,
             definitions: definitions
                 .into_iter()
-                .map(|name| (name.clone(), Arc::default()))
+                .map(|name| (name.clone(), Arc::new(DefinitionCounters::new(name))))
                 .collect(),
             timer_lateness: Histogram::default(),
             lease_losses: AtomicU64::new(0),
             store_calls: Default::default(),
+            stimuli_sent: AtomicU64::new(0),
+            stimuli_delivered: AtomicU64::new(0),
+            stimuli_to_inbox: AtomicU64::new(0),
+            stimuli_dead_lettered: Default::default(),
+            #[cfg(feature = "metrics")]
+            facade: facade::RuntimeHandles::new(),
         }
     }
 
-    /// The counters of `definition`, `None` for one this runtime does not run.
+    /// The counters of `definition`, `None` for one this runtime does not run (or when
+    /// nothing is counted).
     pub(crate) fn definition(&self, definition: &str) -> Option<&Arc<DefinitionCounters>> {
+        if !self.enabled {
+            return None;
+        }
         self.definitions.get(definition)
     }
 
     /// A timer fired `late` after its due time.
     pub(crate) fn timer_fired(&self, late: Duration) {
-        self.timer_lateness.observe(late);
+        if self.enabled {
+            self.timer_lateness.observe(late);
+            #[cfg(feature = "metrics")]
+            self.facade.timer_lateness.record(late.as_secs_f64());
+        }
     }
 
     /// A run lost its instance's lease.
     pub(crate) fn lease_lost(&self) {
-        self.lease_losses.fetch_add(1, Ordering::Relaxed);
+        if self.enabled {
+            self.lease_losses.fetch_add(1, Ordering::Relaxed);
+            #[cfg(feature = "metrics")]
+            self.facade.lease_losses.increment(1);
+        }
+    }
+
+    /// When a timed store call begins: `None` when nothing is counted (the clock is not
+    /// read).
+    pub(crate) fn begin(&self) -> Option<Instant> {
+        self.enabled.then(Instant::now)
+    }
+
+    /// A send was routed (not a duplicate of an earlier one): `delivered` instances started
+    /// or resumed by it, `to_inbox` items written to the inbox for it.
+    pub(crate) fn sent(&self, delivered: usize, to_inbox: usize) {
+        if !self.enabled {
+            return;
+        }
+        self.stimuli_sent.fetch_add(1, Ordering::Relaxed);
+        self.delivered(delivered);
+        self.stimuli_to_inbox
+            .fetch_add(to_u64(to_inbox), Ordering::Relaxed);
+        #[cfg(feature = "metrics")]
+        {
+            self.facade.stimuli_sent.increment(1);
+            self.facade.stimuli_to_inbox.increment(to_u64(to_inbox));
+        }
+    }
+
+    /// The inbox worker delivered `n` items.
+    pub(crate) fn delivered(&self, n: usize) {
+        if !self.enabled {
+            return;
+        }
+        self.stimuli_delivered
+            .fetch_add(to_u64(n), Ordering::Relaxed);
+        #[cfg(feature = "metrics")]
+        self.facade.stimuli_delivered.increment(to_u64(n));
+    }
+
+    /// `n` stimuli became dead letters for `reason`.
+    pub(crate) fn dead_lettered(&self, reason: DeadLetterReason, n: u64) {
+        if !self.enabled {
+            return;
+        }
+        let index = DEAD_LETTER_REASONS
+            .iter()
+            .position(|r| *r == reason)
+            .unwrap_or(0);
+        if let Some(counter) = self.stimuli_dead_lettered.get(index) {
+            counter.fetch_add(n, Ordering::Relaxed);
+        }
+        #[cfg(feature = "metrics")]
+        if let Some(counter) = self.facade.stimuli_dead_lettered.get(index) {
+            counter.increment(n);
+        }
+    }
+
+    /// A store call of the run path that [`Metrics::begin`] timed ended.
+    pub(crate) fn store_call_since(&self, call: StoreCall, began: Option<Instant>) {
+        if let Some(began) = began {
+            self.store_call(call, began.elapsed());
+        }
     }
 
     /// A store call of the run path took `took`.
-    pub(crate) fn store_call(&self, call: StoreCall, took: Duration) {
+    fn store_call(&self, call: StoreCall, took: Duration) {
         let index = StoreCall::ALL.iter().position(|c| *c == call).unwrap_or(0);
         if let Some(histogram) = self.store_calls.get(index) {
             histogram.observe(took);
+        }
+        #[cfg(feature = "metrics")]
+        if let Some(histogram) = self.facade.store_calls.get(index) {
+            histogram.record(took.as_secs_f64());
         }
     }
 
@@ -204,6 +324,16 @@ impl Metrics {
                 .zip(&self.store_calls)
                 .map(|(call, histogram)| (call.as_str(), histogram.snapshot()))
                 .collect(),
+            stimuli: StimulusMetrics {
+                sent: self.stimuli_sent.load(Ordering::Relaxed),
+                delivered: self.stimuli_delivered.load(Ordering::Relaxed),
+                to_inbox: self.stimuli_to_inbox.load(Ordering::Relaxed),
+                dead_lettered: DEAD_LETTER_REASONS
+                    .iter()
+                    .zip(&self.stimuli_dead_lettered)
+                    .map(|(reason, n)| (reason.as_str(), n.load(Ordering::Relaxed)))
+                    .collect(),
+            },
         }
     }
 }
@@ -234,6 +364,36 @@ pub struct RuntimeMetrics {
     /// The latency of the run path's store calls: `claim` (the lease), `load` (the
     /// instance's record, when the claim did not return it) and `commit`.
     pub store_calls: Vec<(&'static str, HistogramSnapshot)>,
+    /// What happened to the stimuli this runtime sent and its inbox worker delivered.
+    pub stimuli: StimulusMetrics,
+}
+
+/// The stimuli counters of [`RuntimeMetrics`]: runtime-wide (a stimulus's name is the
+/// sender's, so it is no label).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub struct StimulusMetrics {
+    /// Sends routed by [`Runtime::send`](crate::Runtime::send) (a duplicate of an earlier
+    /// send with the same idempotency key is not counted again).
+    pub sent: u64,
+    /// Deliveries to instances: each instance a send started or resumed, and each inbox item
+    /// the inbox worker delivered.
+    pub delivered: u64,
+    /// Items a send wrote to the inbox: for a busy, faulted or paused instance, or for a
+    /// stimulus nothing waited for yet.
+    pub to_inbox: u64,
+    /// Stimuli that became dead letters, by reason (`expired`, `failed`, `rejected`).
+    pub dead_lettered: Vec<(&'static str, u64)>,
+}
+
+impl StimulusMetrics {
+    /// The dead letters for `reason` (`expired`, `failed` or `rejected`).
+    pub fn dead_lettered_for(&self, reason: &str) -> u64 {
+        self.dead_lettered
+            .iter()
+            .find(|(r, _)| *r == reason)
+            .map_or(0, |(_, n)| *n)
+    }
 }
 
 /// One definition's counters in [`RuntimeMetrics`].
@@ -294,7 +454,9 @@ impl RuntimeMetrics {
     /// * `workflow_task_duration_seconds{definition}` (histogram);
     /// * `workflow_timer_lateness_seconds` (histogram);
     /// * `workflow_lease_losses_total`;
-    /// * `workflow_store_call_seconds{call}` (histogram).
+    /// * `workflow_store_call_seconds{call}` (histogram);
+    /// * `workflow_stimuli_sent_total`, `workflow_stimuli_delivered_total`,
+    ///   `workflow_stimuli_to_inbox_total`, `workflow_stimuli_dead_lettered_total{reason}`.
     pub fn to_prometheus(&self) -> String {
         let mut out = String::new();
         header(
@@ -388,8 +550,151 @@ impl RuntimeMetrics {
                 snapshot,
             );
         }
+        for (name, help, value) in [
+            (
+                "workflow_stimuli_sent_total",
+                "Sends routed by this runtime.",
+                self.stimuli.sent,
+            ),
+            (
+                "workflow_stimuli_delivered_total",
+                "Stimuli delivered to instances, by sends and by the inbox worker.",
+                self.stimuli.delivered,
+            ),
+            (
+                "workflow_stimuli_to_inbox_total",
+                "Stimuli a send wrote to the inbox.",
+                self.stimuli.to_inbox,
+            ),
+        ] {
+            header(&mut out, name, "counter", help);
+            let _ = writeln!(out, "{name} {value}");
+        }
+        header(
+            &mut out,
+            "workflow_stimuli_dead_lettered_total",
+            "counter",
+            "Stimuli that became dead letters, by reason.",
+        );
+        for (reason, n) in &self.stimuli.dead_lettered {
+            let _ = writeln!(
+                out,
+                "workflow_stimuli_dead_lettered_total{{reason=\"{reason}\"}} {n}"
+            );
+        }
         out
     }
+}
+
+/// With the `metrics` feature: the same series as [`RuntimeMetrics::to_prometheus`] writes,
+/// registered once (when the runtime is built) in the recorder the application installed then,
+/// and updated beside the atomics.
+#[cfg(feature = "metrics")]
+mod facade {
+    use std::time::Duration;
+
+    use metrics::{Counter, Histogram, counter, histogram};
+
+    use crate::engine::observer::AttemptEnded;
+    use crate::runtime::metrics::{DEAD_LETTER_REASONS, STATUSES, StoreCall};
+
+    /// One definition's series.
+    #[derive(Debug)]
+    pub(super) struct DefinitionHandles {
+        transitions: Vec<Counter>,
+        attempts: Counter,
+        retries: Counter,
+        failures: Counter,
+        durations: Histogram,
+    }
+
+    impl Default for DefinitionHandles {
+        fn default() -> Self {
+            Self {
+                transitions: Vec::new(),
+                attempts: Counter::noop(),
+                retries: Counter::noop(),
+                failures: Counter::noop(),
+                durations: Histogram::noop(),
+            }
+        }
+    }
+
+    impl DefinitionHandles {
+        pub(super) fn new(name: &str) -> Self {
+            let definition = name.to_owned();
+            Self {
+                transitions: STATUSES
+                    .iter()
+                    .map(|status| {
+                        counter!(
+                            "workflow_transitions_total",
+                            "definition" => definition.clone(),
+                            "outcome" => status.as_str()
+                        )
+                    })
+                    .collect(),
+                attempts: counter!("workflow_task_attempts_total", "definition" => definition.clone()),
+                retries: counter!("workflow_task_retries_total", "definition" => definition.clone()),
+                failures: counter!("workflow_task_failures_total", "definition" => definition.clone()),
+                durations: histogram!("workflow_task_duration_seconds", "definition" => definition),
+            }
+        }
+
+        pub(super) fn transition(&self, index: usize) {
+            if let Some(counter) = self.transitions.get(index) {
+                counter.increment(1);
+            }
+        }
+
+        pub(super) fn attempted(&self, took: Duration, ended: AttemptEnded) {
+            self.attempts.increment(1);
+            self.durations.record(took.as_secs_f64());
+            match ended {
+                AttemptEnded::Completed | AttemptEnded::Cancelled => {}
+                AttemptEnded::Retrying => self.retries.increment(1),
+                AttemptEnded::Failed => self.failures.increment(1),
+            }
+        }
+    }
+
+    /// The runtime-wide series.
+    #[derive(Debug)]
+    pub(super) struct RuntimeHandles {
+        pub(super) timer_lateness: Histogram,
+        pub(super) lease_losses: Counter,
+        pub(super) store_calls: Vec<Histogram>,
+        pub(super) stimuli_sent: Counter,
+        pub(super) stimuli_delivered: Counter,
+        pub(super) stimuli_to_inbox: Counter,
+        pub(super) stimuli_dead_lettered: Vec<Counter>,
+    }
+
+    impl RuntimeHandles {
+        pub(super) fn new() -> Self {
+            Self {
+                timer_lateness: histogram!("workflow_timer_lateness_seconds"),
+                lease_losses: counter!("workflow_lease_losses_total"),
+                store_calls: StoreCall::ALL
+                    .iter()
+                    .map(|call| histogram!("workflow_store_call_seconds", "call" => call.as_str()))
+                    .collect(),
+                stimuli_sent: counter!("workflow_stimuli_sent_total"),
+                stimuli_delivered: counter!("workflow_stimuli_delivered_total"),
+                stimuli_to_inbox: counter!("workflow_stimuli_to_inbox_total"),
+                stimuli_dead_lettered: DEAD_LETTER_REASONS
+                    .iter()
+                    .map(|reason| {
+                        counter!("workflow_stimuli_dead_lettered_total", "reason" => reason.as_str())
+                    })
+                    .collect(),
+            }
+        }
+    }
+}
+
+fn to_u64(n: usize) -> u64 {
+    u64::try_from(n).unwrap_or(u64::MAX)
 }
 
 fn header(out: &mut String, name: &str, kind: &str, help: &str) {
@@ -435,7 +740,7 @@ mod tests {
 
     #[test]
     fn histogram_buckets_are_cumulative_and_the_sum_is_kept() {
-        let metrics = Metrics::new(&["order".to_owned()]);
+        let metrics = Metrics::new(&["order".to_owned()], true);
         let order = metrics.definition("order").expect("registered");
         order.attempted(Duration::from_micros(50), AttemptEnded::Completed);
         order.attempted(Duration::from_millis(2), AttemptEnded::Retrying);

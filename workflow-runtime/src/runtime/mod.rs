@@ -55,7 +55,7 @@ pub use errors::{
     RetryError, StartError, StateError,
 };
 pub use list::{InstanceQuery, InstanceSummary};
-pub use metrics::{DefinitionMetrics, HistogramSnapshot, RuntimeMetrics};
+pub use metrics::{DefinitionMetrics, HistogramSnapshot, RuntimeMetrics, StimulusMetrics};
 pub use migration::{
     InstanceMigration, MigrateError, Migration, MigrationOutcome, MigrationRefusal, MigrationReport,
 };

@@ -463,6 +463,9 @@ pub trait ChangeCount: Send + Sync {
 pub trait CensusCount: Send + Sync {
     /// Instances by definition and status, the queued stimuli and the dead letters.
     fn census(&self) -> BoxFuture<'_, StoreResult<Census>>;
+
+    /// Instances by definition and version: `(name, version, count)`, sorted.
+    fn version_census(&self) -> BoxFuture<'_, StoreResult<Vec<(String, String, u64)>>>;
 }
 
 /// The optional capabilities of a backend, returned by [`Store::capabilities`]: each is a

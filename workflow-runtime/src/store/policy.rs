@@ -1715,6 +1715,43 @@ impl Storage {
         Ok(census)
     }
 
+    /// Counts instances by definition and version, `(name, version, count)` sorted by name
+    /// and version: one aggregate query on the SQL backends (it reads the instances' rows:
+    /// no index covers the version), the instances' pages counted here on a backend without
+    /// aggregate queries.
+    ///
+    /// # Errors
+    ///
+    /// The backend's.
+    pub async fn version_census(&self) -> StoreResult<Vec<(String, String, u64)>> {
+        if let Some(census) = self.store.capabilities().census {
+            return census.version_census().await;
+        }
+        let mut counts: std::collections::BTreeMap<(String, String), u64> = Default::default();
+        let mut after = None;
+        loop {
+            let page = self
+                .store
+                .list_instances(InstanceFilter {
+                    after: after.take(),
+                    limit: 1000,
+                    ..InstanceFilter::default()
+                })
+                .await?;
+            let Some(last) = page.last() else { break };
+            after = Some(last.instance_id.clone());
+            for summary in page.into_iter().filter_map(|listed| listed.summary.ok()) {
+                *counts
+                    .entry((summary.definition_name, summary.definition_version))
+                    .or_default() += 1;
+            }
+        }
+        Ok(counts
+            .into_iter()
+            .map(|((name, version), n)| (name, version, n))
+            .collect())
+    }
+
     /// The backend's operation counters.
     ///
     /// # Errors

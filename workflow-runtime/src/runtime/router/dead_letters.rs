@@ -34,7 +34,7 @@ impl Router {
         let item_id = base.item_id.clone();
         warn_rejected(instance, &base.name, &item_id, rejection);
         store.enqueue(base).await?;
-        store
+        let moved = store
             .dead_letter(
                 &item_id,
                 DeadLetterReason::Rejected,
@@ -42,6 +42,11 @@ impl Router {
                 now_micros(),
             )
             .await?;
+        if moved {
+            self.run_path
+                .metrics()
+                .dead_lettered(DeadLetterReason::Rejected, 1);
+        }
         Ok(())
     }
 
@@ -57,7 +62,8 @@ impl Router {
     ) -> Result<(), StoreError> {
         warn_rejected(instance, &item.name, &item.item_id, rejection);
         let error = serde_json::to_string(rejection).unwrap_or_default();
-        self.store
+        let moved = self
+            .store
             .dead_letter(
                 &item.item_id,
                 DeadLetterReason::Rejected,
@@ -65,6 +71,11 @@ impl Router {
                 now_micros(),
             )
             .await?;
+        if moved {
+            self.run_path
+                .metrics()
+                .dead_lettered(DeadLetterReason::Rejected, 1);
+        }
         Ok(())
     }
 

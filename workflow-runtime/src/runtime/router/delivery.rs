@@ -27,6 +27,14 @@ impl Router {
             stimulus.traceparent = self.definitions().trace().current();
         }
         let mut result = self.send_inner(stimulus).await;
+        if let Ok(report) = &result
+            && !report.duplicate
+        {
+            self.run_path.metrics().sent(
+                report.started.len() + report.resumed.len(),
+                report.deferred.len() + usize::from(report.inbox_item.is_some()),
+            );
+        }
         if self.links.process().await
             && let Ok(report) = &mut result
             && !report.duplicate

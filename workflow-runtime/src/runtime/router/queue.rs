@@ -118,6 +118,9 @@ impl Router {
         loop {
             let expired = store.expire_queue(now, 500).await?;
             if expired > 0 {
+                self.run_path
+                    .metrics()
+                    .dead_lettered(DeadLetterReason::Expired, expired);
                 // RT-28: nothing waited for them within their time to live.
                 tracing::warn!(
                     count = expired,
@@ -308,9 +311,14 @@ impl Router {
                 )
                 .await
             {
-                Ok(_) => {
+                Ok(report) => {
                     store.ack_queue_item(&item.item_id).await?;
                     pass.delivered += 1;
+                    // Routed: the instances it started or resumed (unmatched, it was
+                    // queued anew and is counted when that item is delivered).
+                    self.run_path
+                        .metrics()
+                        .delivered(report.started.len() + report.resumed.len());
                 }
                 Err(error) => {
                     let transient = match &error {
@@ -331,7 +339,12 @@ impl Router {
                             .record_queue_failure(&item.item_id, &error.to_string(), now, 3)
                             .await
                             .map(|failure| {
-                                failed_for_good(item, &failure, &error.to_string());
+                                failed_for_good(
+                                    self.run_path.metrics(),
+                                    item,
+                                    &failure,
+                                    &error.to_string(),
+                                );
                             })?;
                         pass.put_back += 1;
                     }
@@ -360,7 +373,7 @@ impl Router {
                     reason = "rejected",
                     "stimulus dead-lettered: the instance it was held for is final or gone"
                 );
-                store
+                let moved = store
                     .dead_letter(
                         &item.item_id,
                         DeadLetterReason::Rejected,
@@ -368,6 +381,11 @@ impl Router {
                         now,
                     )
                     .await?;
+                if moved {
+                    self.run_path
+                        .metrics()
+                        .dead_lettered(DeadLetterReason::Rejected, 1);
+                }
                 return Ok(());
             }
         }
@@ -377,6 +395,7 @@ impl Router {
                 parked.remove(&item.item_id);
                 store.ack_queue_item(&item.item_id).await?;
                 pass.delivered += 1;
+                self.run_path.metrics().delivered(1);
             }
             // RT-27: nothing took it (no eligible bookmark yet, its instance busy, paused
             // or pinned to a version this process does not run). Put back the first time,
@@ -406,7 +425,14 @@ impl Router {
                 store
                     .record_queue_failure(&item.item_id, &error.to_string(), now, 3)
                     .await
-                    .map(|failure| failed_for_good(item, &failure, &error.to_string()))?;
+                    .map(|failure| {
+                        failed_for_good(
+                            self.run_path.metrics(),
+                            item,
+                            &failure,
+                            &error.to_string(),
+                        );
+                    })?;
                 pass.put_back += 1;
             }
         }
@@ -582,8 +608,14 @@ impl Router {
 }
 
 /// Logs an item whose last delivery attempt made it a dead letter `Failed` (RT-28).
-fn failed_for_good(item: &QueueItem, failure: &crate::store::QueueFailure, error: &str) {
+fn failed_for_good(
+    metrics: &super::super::metrics::Metrics,
+    item: &QueueItem,
+    failure: &crate::store::QueueFailure,
+    error: &str,
+) {
     if matches!(failure, crate::store::QueueFailure::DeadLettered) {
+        metrics.dead_lettered(DeadLetterReason::Failed, 1);
         tracing::warn!(
             event = item.name.as_str(),
             item = item.item_id.as_str(),

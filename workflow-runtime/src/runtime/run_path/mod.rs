@@ -476,13 +476,13 @@ impl RunPath {
     ) -> Result<Option<LeaseGuard<'_>>, RunError> {
         let kept = self.states.take_entry(instance_id);
         let (store, owner, lease) = (&self.store, &self.owner, self.lease);
-        let began = std::time::Instant::now();
+        let began = self.metrics.begin();
         let claimed = if first {
             LeaseGuard::acquire_first(store, owner, instance_id, lease, kept).await
         } else {
             LeaseGuard::acquire_kept(store, owner, instance_id, lease, kept).await
         };
-        self.metrics.store_call(StoreCall::Claim, began.elapsed());
+        self.metrics.store_call_since(StoreCall::Claim, began);
         match claimed {
             Ok(guard) => Ok(Some(guard)),
             Err(StoreError::NotFound { .. }) => Ok(None),
@@ -623,9 +623,9 @@ impl RunPath {
         let record = match guard.take_loaded() {
             Some(loaded) => loaded,
             None => {
-                let began = std::time::Instant::now();
+                let began = self.metrics.begin();
                 let loaded = self.store.load_instance_raw(instance_id).await;
-                self.metrics.store_call(StoreCall::Load, began.elapsed());
+                self.metrics.store_call_since(StoreCall::Load, began);
                 loaded
             }
         }
@@ -927,9 +927,9 @@ impl RunPath {
         // worker delivers it); the in-process resume below delivers and acks it at once.
         let result_item = self.child_result_item(&state);
         let queued: Vec<_> = result_item.iter().map(|(item, _)| item.clone()).collect();
-        let began = std::time::Instant::now();
+        let began = self.metrics.begin();
         let committed = commits.commit(&mut state, release, children, queued).await;
-        self.metrics.store_call(StoreCall::Commit, began.elapsed());
+        self.metrics.store_call_since(StoreCall::Commit, began);
         committed?;
         if let Some((item, key)) = result_item {
             self.outbox

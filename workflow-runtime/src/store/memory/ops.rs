@@ -979,6 +979,22 @@ impl CensusCount for MemoryStore {
             })
         })
     }
+
+    fn version_census(&self) -> BoxFuture<'_, StoreResult<Vec<(String, String, u64)>>> {
+        self.read(|inner| {
+            let mut counts: std::collections::BTreeMap<(String, String), u64> =
+                std::collections::BTreeMap::new();
+            for row in inner.instances.values() {
+                *counts
+                    .entry((row.definition_name.clone(), row.definition_version.clone()))
+                    .or_default() += 1;
+            }
+            Ok(counts
+                .into_iter()
+                .map(|((name, version), n)| (name, version, n))
+                .collect())
+        })
+    }
 }
 
 /// ENG-53: the kept document compared with the row's in place, copied out only when they

@@ -1269,6 +1269,10 @@ impl CensusCount for PostgresStore {
     fn census(&self) -> BoxFuture<'_, StoreResult<Census>> {
         Box::pin(async move { read!(self, |c| ops::census(c, &self.schema)) })
     }
+
+    fn version_census(&self) -> BoxFuture<'_, StoreResult<Vec<(String, String, u64)>>> {
+        Box::pin(async move { read!(self, |c| ops::version_census(c, &self.schema)) })
+    }
 }
 
 impl ChildWaitIndex for PostgresStore {

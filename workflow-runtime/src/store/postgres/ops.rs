@@ -2040,6 +2040,29 @@ fn qualified(alias: &str, cols: &str) -> String {
         .join(", ")
 }
 
+/// Instances by definition and version (sorted; one aggregate over the instances' rows).
+pub(super) async fn version_census(
+    c: &mut Conn,
+    s: &Schema,
+) -> StoreResult<Vec<(String, String, u64)>> {
+    let rows = sqlx::query(&s.sql(
+        "SELECT definition_name, definition_version, COUNT(*) FROM @wf_instances
+         GROUP BY definition_name, definition_version
+         ORDER BY definition_name, definition_version",
+    ))
+    .fetch_all(&mut *c)
+    .await?;
+    let mut out = Vec::with_capacity(rows.len());
+    for row in &rows {
+        out.push((
+            row.try_get(0)?,
+            row.try_get(1)?,
+            to_u64(row.try_get::<i64, _>(2)?),
+        ));
+    }
+    Ok(out)
+}
+
 /// Instances by definition and status (the index on both covers it), queued stimuli and
 /// dead letters: three aggregate queries.
 pub(super) async fn census(c: &mut Conn, s: &Schema) -> StoreResult<Census> {

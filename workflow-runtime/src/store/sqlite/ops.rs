@@ -1949,6 +1949,26 @@ impl CensusCount for SqliteStore {
             })
         })
     }
+
+    fn version_census(&self) -> BoxFuture<'_, StoreResult<Vec<(String, String, u64)>>> {
+        self.read(|c| {
+            let mut stmt = c.prepare_cached(
+                "SELECT definition_name, definition_version, COUNT(*) FROM wf_instances
+                 GROUP BY definition_name, definition_version
+                 ORDER BY definition_name, definition_version",
+            )?;
+            let rows = stmt
+                .query_map([], |r| {
+                    Ok((
+                        r.get::<_, String>(0)?,
+                        r.get::<_, String>(1)?,
+                        to_u64(r.get::<_, i64>(2)?),
+                    ))
+                })?
+                .collect::<rusqlite::Result<Vec<_>>>()?;
+            Ok(rows)
+        })
+    }
 }
 
 /// A send's routing reads (the trigger rows of its hashes and its first bookmark page) in
