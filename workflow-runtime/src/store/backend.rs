@@ -190,8 +190,48 @@ pub struct DueTimers {
     /// The timers claimed, in `(due_at, timer_id)` order.
     pub claimed: Vec<TimerRow>,
     /// After the claim: the earliest `due_at` among unparked timers not under a live claim
-    /// at `now` (what the timer driver sleeps until).
+    /// at `now` (what the timer driver sleeps until); `now` while a damaged row waits to be
+    /// claimed.
     pub next_due: Option<Micros>,
+    /// Unparked rows whose due time does not decode as a time (ST-22: a value of another
+    /// type, or past [`LATEST_DUE`]), claimed like due timers so that one process reports
+    /// each. Without this, such a row is never due and its instance sleeps forever.
+    pub damaged: Vec<DamagedTimer>,
+}
+
+/// The latest due time a timer row can hold: the last microsecond of the year 9999. A stored
+/// due time past it (or not a number at all) is a damaged row, reported in
+/// [`DueTimers::damaged`].
+pub const LATEST_DUE: Micros = 253_402_300_799_999_999;
+
+/// A timer row whose due time does not decode (see [`DueTimers::damaged`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DamagedTimer {
+    /// The timer's id.
+    pub timer_id: String,
+    /// Its instance (`None` for a trigger schedule).
+    pub instance_id: Option<String>,
+    /// A trigger schedule's definition (`None` for an instance's timer).
+    pub definition_name: Option<String>,
+    /// What the `due_at` column holds, as text.
+    pub found: String,
+}
+
+impl DamagedTimer {
+    /// The row's error: a [`StoreError::Decode`](crate::store::StoreError::Decode) naming the
+    /// timer, its instance and the `due_at` column.
+    pub fn error(&self) -> StoreError {
+        let id = match &self.instance_id {
+            Some(instance) => format!("{} of instance {instance}", self.timer_id),
+            None => self.timer_id.clone(),
+        };
+        StoreError::Decode {
+            what: "timer",
+            id,
+            path: "due_at".to_owned(),
+            message: format!("`{}` is not a due time", self.found),
+        }
+    }
 }
 
 /// What [`DebounceStore::claim_due_debounces`] returns.

@@ -60,8 +60,8 @@ pub mod conformance;
 
 pub use backend::{
     BookmarkSelect, CHILD_WAIT, Capabilities, CensusCount, ChangeCount, ChildWaitIndex, ClaimKnown,
-    ClaimedRecord, DebounceStore, DefinitionRecord, DefinitionStore, DueDebounces, DueTimers,
-    Enqueue, IncidentQuery, LeaseClaim, LeaseKey, PurgeTarget, RemoteHints, RouteReads, Settled,
+    ClaimedRecord, DamagedTimer, DebounceStore, DefinitionRecord, DefinitionStore, DueDebounces,
+    DueTimers, Enqueue, IncidentQuery, LATEST_DUE, LeaseClaim, LeaseKey, PurgeTarget, RemoteHints, RouteReads, Settled,
     Settlement, Store, TimerScope, TriggerSelect, TriggerWrite, WakeUp,
 };
 pub use error::{StoreError, StoreResult};

@@ -46,6 +46,7 @@ mod cancel;
 mod commit;
 mod migrate;
 mod outbox;
+mod damaged_timer;
 mod too_large;
 mod turns;
 

@@ -625,6 +625,7 @@ impl Store for MemoryStore {
                 Ok(DueTimers {
                     claimed: Vec::new(),
                     next_due: inner.earliest_timer(now),
+                    damaged: Vec::new(),
                 })
             });
         }
@@ -645,9 +646,11 @@ impl Store for MemoryStore {
                     claimed.push(t.row.clone());
                 }
             }
+            // Typed rows: a memory store holds no damaged timer.
             Ok(DueTimers {
                 claimed,
                 next_due: inner.earliest_timer(now),
+                damaged: Vec::new(),
             })
         })
     }
