@@ -744,6 +744,10 @@ pub trait Store: Send + Sync + 'static {
     fn has_receipt(&self, instance_id: &str, stimulus_id: &str)
     -> BoxFuture<'_, StoreResult<bool>>;
 
+    /// Whether any instance has consumed the stimulus (RT-19, C-46): a receipt for it exists.
+    /// Indexed by stimulus in the durable stores.
+    fn consumed_anywhere(&self, stimulus_id: &str) -> BoxFuture<'_, StoreResult<bool>>;
+
     /// Trigger rows (ST-7).
     fn find_triggers(&self, select: TriggerSelect) -> BoxFuture<'_, StoreResult<Vec<TriggerRow>>>;
 

@@ -780,6 +780,15 @@ impl Storage {
         self.store.has_receipt(instance_id, stimulus_id).await
     }
 
+    /// Whether any instance has consumed the stimulus (RT-19, C-46).
+    ///
+    /// # Errors
+    ///
+    /// The backend's.
+    pub async fn consumed_anywhere(&self, stimulus_id: &str) -> StoreResult<bool> {
+        self.store.consumed_anywhere(stimulus_id).await
+    }
+
     /// Replaces a definition's event triggers by difference (ST-7, C-11): rows equal but for
     /// `registered_at` are left alone, so re-running it writes nothing.
     ///

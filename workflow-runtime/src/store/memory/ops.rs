@@ -571,6 +571,16 @@ impl Store for MemoryStore {
         })
     }
 
+    fn consumed_anywhere(&self, stimulus_id: &str) -> BoxFuture<'_, StoreResult<bool>> {
+        // Receipts are kept by instance: a scan, on the rare path that asks.
+        self.read(move |inner| {
+            Ok(inner
+                .receipts
+                .values()
+                .any(|receipts| receipts.contains_key(stimulus_id)))
+        })
+    }
+
     fn find_triggers(&self, select: TriggerSelect) -> BoxFuture<'_, StoreResult<Vec<TriggerRow>>> {
         self.read(move |inner| {
             Ok(match select {

@@ -986,6 +986,11 @@ impl Store for PostgresStore {
         Box::pin(async move { read!(self, |c| ops::has_receipt(c, &self.schema, &id, &stimulus)) })
     }
 
+    fn consumed_anywhere(&self, stimulus_id: &str) -> BoxFuture<'_, StoreResult<bool>> {
+        let stimulus = stimulus_id.to_owned();
+        Box::pin(async move { read!(self, |c| ops::consumed_anywhere(c, &self.schema, &stimulus)) })
+    }
+
     fn find_triggers(&self, select: TriggerSelect) -> BoxFuture<'_, StoreResult<Vec<TriggerRow>>> {
         Box::pin(async move {
             read!(self, |c| async {

@@ -1099,6 +1099,20 @@ pub(super) async fn has_receipt(
     .is_some())
 }
 
+pub(super) async fn consumed_anywhere(
+    c: &mut Conn,
+    s: &Schema,
+    stimulus: &str,
+) -> StoreResult<bool> {
+    Ok(sqlx::query_scalar::<_, i32>(
+        &s.sql("SELECT 1 FROM @wf_receipts WHERE stimulus_id = $1 LIMIT 1"),
+    )
+    .bind(stimulus)
+    .fetch_optional(&mut *c)
+    .await?
+    .is_some())
+}
+
 const TRIGGER_COLS: &str = "definition_name, node_id, hash, definition_version, name, \
     key_display, payload, activation, registered_at";
 
