@@ -1012,7 +1012,10 @@ fn a_route_item_routed_again_after_a_lost_acknowledgement_leaves_no_copy() {
             assert_eq!(data(&rt, "r-1").await.seen, ["one"], "{label}");
             tokio::time::sleep(Duration::from_millis(50)).await;
             let left = queued_items(&store).await;
-            assert!(left.is_empty(), "{label}: a consumed stimulus was queued again: {left:?}");
+            assert!(
+                left.is_empty(),
+                "{label}: a consumed stimulus was queued again: {left:?}"
+            );
             let dead = rt.dead_letters(DeadLetterFilter::all(10)).await.unwrap();
             assert!(dead.is_empty(), "{label}: {dead:?}");
             // The instance goes on as before.

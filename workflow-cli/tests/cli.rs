@@ -843,7 +843,8 @@ async fn why_names_a_timer_row_whose_due_time_does_not_decode() {
         .unwrap()
         .instance_id;
     let conn = rusqlite::Connection::open(&db).unwrap();
-    conn.busy_timeout(std::time::Duration::from_secs(5)).unwrap();
+    conn.busy_timeout(std::time::Duration::from_secs(5))
+        .unwrap();
     let timer: String = conn
         .query_row(
             "SELECT timer_id FROM wf_timers WHERE instance_id = ?1",

@@ -11,7 +11,8 @@
     clippy::expect_used,
     clippy::print_stderr,
     clippy::print_stdout,
-    clippy::panic
+    clippy::panic,
+    clippy::indexing_slicing
 )]
 
 use std::collections::HashMap;
@@ -95,9 +96,12 @@ workflow! {
 async fn open(spec: &str) -> Arc<dyn Store> {
     match spec.split_once(':') {
         Some(("pg", schema)) => Arc::new(
-            PostgresStore::connect_with(&database_url(), &PostgresOptions::default().schema(schema))
-                .await
-                .unwrap(),
+            PostgresStore::connect_with(
+                &database_url(),
+                &PostgresOptions::default().schema(schema),
+            )
+            .await
+            .unwrap(),
         ),
         Some(("sqlite", path)) => Arc::new(SqliteStore::open(path).unwrap()),
         _ => panic!("bad store spec {spec}"),
@@ -225,7 +229,10 @@ async fn sigkills_leave_no_copy_and_deliver_in_time(store: Arc<dyn Store>, spec:
             if status == WorkflowStatus::Finished {
                 break;
             }
-            assert!(Instant::now() < deadline, "{instance} did not finish: {status:?}");
+            assert!(
+                Instant::now() < deadline,
+                "{instance} did not finish: {status:?}"
+            );
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
     }

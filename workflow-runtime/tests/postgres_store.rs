@@ -822,7 +822,9 @@ async fn a_timer_whose_due_time_is_not_a_time_faults_its_instance_naming_it() {
     assert_eq!(incidents[0].kind, IncidentKind::DamagedTimer);
     let message = &incidents[0].fault.message;
     assert!(
-        message.contains(&timer) && message.contains("due_at") && message.contains(&i64::MAX.to_string()),
+        message.contains(&timer)
+            && message.contains("due_at")
+            && message.contains(&i64::MAX.to_string()),
         "{message}"
     );
     let snapshot = runtime.get_state(&bad).await.unwrap().unwrap();

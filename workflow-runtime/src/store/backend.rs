@@ -218,7 +218,7 @@ pub struct DamagedTimer {
 }
 
 impl DamagedTimer {
-    /// The row's error: a [`StoreError::Decode`](crate::store::StoreError::Decode) naming the
+    /// The row's error: a [`StoreError::Decode`] naming the
     /// timer, its instance and the `due_at` column.
     pub fn error(&self) -> StoreError {
         let id = match &self.instance_id {

@@ -44,9 +44,9 @@ use crate::trace::TraceParent;
 
 mod cancel;
 mod commit;
+mod damaged_timer;
 mod migrate;
 mod outbox;
-mod damaged_timer;
 mod too_large;
 mod turns;
 

@@ -1046,8 +1046,7 @@ impl Store for PostgresStore {
                     ops::claim_due_timers(c, &self.schema, &owner, now, claim_ttl, limit).await?;
                 let room = limit.saturating_sub(claimed.len());
                 let damaged = if room > 0 {
-                    ops::claim_damaged_timers(c, &self.schema, &owner, now, claim_ttl, room)
-                        .await?
+                    ops::claim_damaged_timers(c, &self.schema, &owner, now, claim_ttl, room).await?
                 } else {
                     Vec::new()
                 };

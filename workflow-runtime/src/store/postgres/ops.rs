@@ -9,8 +9,8 @@ use super::schema::Schema;
 use crate::base::Micros;
 use crate::store::backend::CHILD_WAIT;
 use crate::store::backend::{
-    ClaimedRecord, DamagedTimer, DefinitionRecord, LATEST_DUE, IncidentQuery, LeaseClaim, LeaseKey, Settled, Settlement,
-    TriggerWrite,
+    ClaimedRecord, DamagedTimer, DefinitionRecord, IncidentQuery, LATEST_DUE, LeaseClaim, LeaseKey,
+    Settled, Settlement, TriggerWrite,
 };
 use crate::store::convert::{decode_json, json_text, limit_i64, not_found, to_i64, to_u64};
 use crate::store::error::{StoreError, StoreResult};
@@ -1307,30 +1307,33 @@ pub(super) async fn claim_damaged_timers(
     claim_ttl: Micros,
     limit: usize,
 ) -> StoreResult<Vec<DamagedTimer>> {
-    let rows: Vec<(String, Option<String>, Option<String>, String)> = sqlx::query_as(&s.sql(&format!(
-        "WITH picked AS (
+    let rows: Vec<(String, Option<String>, Option<String>, String)> =
+        sqlx::query_as(&s.sql(&format!(
+            "WITH picked AS (
             SELECT timer_id FROM @wf_timers WHERE {DAMAGED_TIMERS}
             ORDER BY timer_id LIMIT $3
             FOR UPDATE SKIP LOCKED)
          UPDATE @wf_timers t SET claim_owner = $4, claim_expires_at = $5
          FROM picked WHERE t.timer_id = picked.timer_id
          RETURNING t.timer_id, t.instance_id, t.definition_name, t.due_at::text"
-    )))
-    .bind(now)
-    .bind(LATEST_DUE)
-    .bind(limit_i64(limit))
-    .bind(owner)
-    .bind(now.saturating_add(claim_ttl))
-    .fetch_all(&mut *c)
-    .await?;
+        )))
+        .bind(now)
+        .bind(LATEST_DUE)
+        .bind(limit_i64(limit))
+        .bind(owner)
+        .bind(now.saturating_add(claim_ttl))
+        .fetch_all(&mut *c)
+        .await?;
     let mut damaged: Vec<DamagedTimer> = rows
         .into_iter()
-        .map(|(timer_id, instance_id, definition_name, found)| DamagedTimer {
-            timer_id,
-            instance_id,
-            definition_name,
-            found,
-        })
+        .map(
+            |(timer_id, instance_id, definition_name, found)| DamagedTimer {
+                timer_id,
+                instance_id,
+                definition_name,
+                found,
+            },
+        )
         .collect();
     damaged.sort_by(|a, b| a.timer_id.cmp(&b.timer_id));
     Ok(damaged)

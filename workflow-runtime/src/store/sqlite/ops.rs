@@ -24,8 +24,9 @@ use crate::base::Micros;
 use crate::store::backend::WakeUp;
 use crate::store::backend::{
     BookmarkSelect, Capabilities, CensusCount, ChildWaitIndex, ClaimedRecord, DamagedTimer,
-    DefinitionRecord, DefinitionStore, DueTimers, LATEST_DUE, Enqueue, IncidentQuery, LeaseClaim, LeaseKey, PurgeTarget,
-    RemoteHints, RouteReads, Settled, Settlement, Store, TimerScope, TriggerSelect, TriggerWrite,
+    DefinitionRecord, DefinitionStore, DueTimers, Enqueue, IncidentQuery, LATEST_DUE, LeaseClaim,
+    LeaseKey, PurgeTarget, RemoteHints, RouteReads, Settled, Settlement, Store, TimerScope,
+    TriggerSelect, TriggerWrite,
 };
 use crate::store::error::{StoreError, StoreResult};
 use crate::store::rows::{
@@ -1069,17 +1070,14 @@ fn claim_damaged_timers(
             "SELECT timer_id, instance_id, definition_name, CAST(due_at AS TEXT) FROM wf_timers
              WHERE {DAMAGED_TIMERS} ORDER BY timer_id LIMIT ?3"
         ))?
-        .query_map(
-            rusqlite::params![now, LATEST_DUE, limit_i64(limit)],
-            |r| {
-                Ok(DamagedTimer {
-                    timer_id: r.get(0)?,
-                    instance_id: r.get(1)?,
-                    definition_name: r.get(2)?,
-                    found: r.get::<_, Option<String>>(3)?.unwrap_or_default(),
-                })
-            },
-        )?
+        .query_map(rusqlite::params![now, LATEST_DUE, limit_i64(limit)], |r| {
+            Ok(DamagedTimer {
+                timer_id: r.get(0)?,
+                instance_id: r.get(1)?,
+                definition_name: r.get(2)?,
+                found: r.get::<_, Option<String>>(3)?.unwrap_or_default(),
+            })
+        })?
         .collect::<Result<_, _>>()?;
     let mut stmt = c.prepare_cached(
         "UPDATE wf_timers SET claim_owner = ?2, claim_expires_at = ?3 WHERE timer_id = ?1",
@@ -1546,10 +1544,12 @@ impl Store for SqliteStore {
     fn consumed_anywhere(&self, stimulus_id: &str) -> BoxFuture<'_, StoreResult<bool>> {
         let stimulus = stimulus_id.to_owned();
         self.read_point(move |c| {
-            Ok(c.prepare_cached("SELECT 1 FROM wf_receipts WHERE stimulus_id = ?1 LIMIT 1")?
-                .query_row([&stimulus], |_| Ok(()))
-                .optional()?
-                .is_some())
+            Ok(
+                c.prepare_cached("SELECT 1 FROM wf_receipts WHERE stimulus_id = ?1 LIMIT 1")?
+                    .query_row([&stimulus], |_| Ok(()))
+                    .optional()?
+                    .is_some(),
+            )
         })
     }
 
