@@ -353,13 +353,6 @@ impl Store for FaultyStore {
         }))
     }
 
-    fn consumed_anywhere(&self, stimulus_id: &str) -> BoxFuture<'_, StoreResult<bool>> {
-        let stimulus_id = stimulus_id.to_owned();
-        Box::pin(self.around(Op::HasReceipt, async move {
-            self.inner.consumed_anywhere(&stimulus_id).await
-        }))
-    }
-
     fn find_triggers(&self, select: TriggerSelect) -> BoxFuture<'_, StoreResult<Vec<TriggerRow>>> {
         Box::pin(self.around(Op::FindTriggers, async move {
             self.inner.find_triggers(select).await
@@ -524,6 +517,9 @@ impl Store for FaultyStore {
         }
         if inner.child_waits.is_some() {
             capabilities = capabilities.with_child_waits(self);
+        }
+        if let Some(receipts) = inner.receipts {
+            capabilities = capabilities.with_receipts(receipts);
         }
         if let Some(remote_hints) = inner.remote_hints {
             capabilities = capabilities.with_remote_hints(remote_hints);

@@ -426,6 +426,16 @@ pub trait RouteReads: Send + Sync {
     ) -> BoxFuture<'_, StoreResult<(Vec<TriggerRow>, Vec<BookmarkRow>)>>;
 }
 
+/// The optional capability of finding receipts by their stimulus (offered through
+/// [`Store::capabilities`]): whether any instance has consumed a stimulus (RT-19, C-46). A
+/// queued stimulus routed again after its process stopped between the delivery and the
+/// acknowledgement asks it when it reaches nobody; without it, such a stimulus is queued
+/// again and waits to expire.
+pub trait ReceiptIndex: Send + Sync {
+    /// Whether a receipt for `stimulus_id` exists, for any instance.
+    fn consumed_anywhere(&self, stimulus_id: &str) -> BoxFuture<'_, StoreResult<bool>>;
+}
+
 /// The optional capability of hearing of changes made by other processes (a database
 /// notification, say; offered through [`Store::capabilities`]). [`Storage`](super::Storage)
 /// forwards the hints to its own subscribers (ST-18) and counts each as a change (RT-27). A
@@ -546,6 +556,8 @@ pub struct Capabilities<'a> {
     pub postgres: Option<&'a super::PostgresStore>,
     /// Keeping debounced sends (RT-35).
     pub debounce: Option<&'a dyn DebounceStore>,
+    /// Finding receipts by their stimulus (RT-19).
+    pub receipts: Option<&'a dyn ReceiptIndex>,
 }
 
 impl<'a> Capabilities<'a> {
@@ -576,6 +588,13 @@ impl<'a> Capabilities<'a> {
     #[must_use]
     pub fn with_child_waits(mut self, child_waits: &'a dyn ChildWaitIndex) -> Self {
         self.child_waits = Some(child_waits);
+        self
+    }
+
+    /// With the receipts found by their stimulus.
+    #[must_use]
+    pub fn with_receipts(mut self, receipts: &'a dyn ReceiptIndex) -> Self {
+        self.receipts = Some(receipts);
         self
     }
 
@@ -743,10 +762,6 @@ pub trait Store: Send + Sync + 'static {
     /// Whether the instance has consumed the stimulus (RT-19).
     fn has_receipt(&self, instance_id: &str, stimulus_id: &str)
     -> BoxFuture<'_, StoreResult<bool>>;
-
-    /// Whether any instance has consumed the stimulus (RT-19, C-46): a receipt for it exists.
-    /// Indexed by stimulus in the durable stores.
-    fn consumed_anywhere(&self, stimulus_id: &str) -> BoxFuture<'_, StoreResult<bool>>;
 
     /// Trigger rows (ST-7).
     fn find_triggers(&self, select: TriggerSelect) -> BoxFuture<'_, StoreResult<Vec<TriggerRow>>>;

@@ -571,16 +571,6 @@ impl Store for MemoryStore {
         })
     }
 
-    fn consumed_anywhere(&self, stimulus_id: &str) -> BoxFuture<'_, StoreResult<bool>> {
-        // Receipts are kept by instance: a scan, on the rare path that asks.
-        self.read(move |inner| {
-            Ok(inner
-                .receipts
-                .values()
-                .any(|receipts| receipts.contains_key(stimulus_id)))
-        })
-    }
-
     fn find_triggers(&self, select: TriggerSelect) -> BoxFuture<'_, StoreResult<Vec<TriggerRow>>> {
         self.read(move |inner| {
             Ok(match select {
@@ -965,6 +955,19 @@ impl Store for MemoryStore {
             .with_claim_known(self)
             .with_census(self)
             .with_flow_control(self)
+            .with_receipts(self)
+    }
+}
+
+impl crate::store::ReceiptIndex for MemoryStore {
+    fn consumed_anywhere(&self, stimulus_id: &str) -> BoxFuture<'_, StoreResult<bool>> {
+        // Receipts are kept by instance: a scan, on the rare path that asks.
+        self.read(move |inner| {
+            Ok(inner
+                .receipts
+                .values()
+                .any(|receipts| receipts.contains_key(stimulus_id)))
+        })
     }
 }
 

@@ -986,11 +986,6 @@ impl Store for PostgresStore {
         Box::pin(async move { read!(self, |c| ops::has_receipt(c, &self.schema, &id, &stimulus)) })
     }
 
-    fn consumed_anywhere(&self, stimulus_id: &str) -> BoxFuture<'_, StoreResult<bool>> {
-        let stimulus = stimulus_id.to_owned();
-        Box::pin(async move { read!(self, |c| ops::consumed_anywhere(c, &self.schema, &stimulus)) })
-    }
-
     fn find_triggers(&self, select: TriggerSelect) -> BoxFuture<'_, StoreResult<Vec<TriggerRow>>> {
         Box::pin(async move {
             read!(self, |c| async {
@@ -1278,6 +1273,14 @@ impl Store for PostgresStore {
             .with_census(self)
             .with_flow_control(self)
             .with_postgres(self)
+            .with_receipts(self)
+    }
+}
+
+impl crate::store::ReceiptIndex for PostgresStore {
+    fn consumed_anywhere(&self, stimulus_id: &str) -> BoxFuture<'_, StoreResult<bool>> {
+        let stimulus = stimulus_id.to_owned();
+        Box::pin(async move { read!(self, |c| ops::consumed_anywhere(c, &self.schema, &stimulus)) })
     }
 }
 

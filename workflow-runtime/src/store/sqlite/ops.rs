@@ -1541,18 +1541,6 @@ impl Store for SqliteStore {
         })
     }
 
-    fn consumed_anywhere(&self, stimulus_id: &str) -> BoxFuture<'_, StoreResult<bool>> {
-        let stimulus = stimulus_id.to_owned();
-        self.read_point(move |c| {
-            Ok(
-                c.prepare_cached("SELECT 1 FROM wf_receipts WHERE stimulus_id = ?1 LIMIT 1")?
-                    .query_row([&stimulus], |_| Ok(()))
-                    .optional()?
-                    .is_some(),
-            )
-        })
-    }
-
     fn find_triggers(&self, select: TriggerSelect) -> BoxFuture<'_, StoreResult<Vec<TriggerRow>>> {
         self.read_point(move |c| match select {
             TriggerSelect::Definition(name) => {
@@ -1985,6 +1973,21 @@ impl Store for SqliteStore {
             .with_routes(self)
             .with_census(self)
             .with_flow_control(self)
+            .with_receipts(self)
+    }
+}
+
+impl crate::store::ReceiptIndex for SqliteStore {
+    fn consumed_anywhere(&self, stimulus_id: &str) -> BoxFuture<'_, StoreResult<bool>> {
+        let stimulus = stimulus_id.to_owned();
+        self.read_point(move |c| {
+            Ok(
+                c.prepare_cached("SELECT 1 FROM wf_receipts WHERE stimulus_id = ?1 LIMIT 1")?
+                    .query_row([&stimulus], |_| Ok(()))
+                    .optional()?
+                    .is_some(),
+            )
+        })
     }
 }
 
