@@ -6,7 +6,9 @@
 //! (one commit's entries, ST-10) that does not decode is a `Decode` naming the instance and
 //! the entries it holds, and hides no other row's entries. A state document
 //! rewritten in place (same version) is what the next run resumes, never the state the runtime
-//! kept from its own commit (ENG-53).
+//! kept from its own commit (ENG-53). A timer row whose due time does not decode is met by
+//! the timer driver: a `warn` event and a `damaged_timer` incident naming it fault its
+//! instance, whose state stays readable, and the other timers fire.
 #![allow(clippy::unwrap_used)]
 
 mod common;
@@ -18,7 +20,10 @@ use common::block_on;
 use serde::{Deserialize, Serialize};
 use workflow_runtime::model::Definition;
 use workflow_runtime::store::{DeadLetterReason, SqliteStore, Storage, StoreError};
-use workflow_runtime::{Outcome, Registry, Runtime, StartOptions, Stimulus, TaskContext};
+use workflow_runtime::{
+    IncidentKind, ManualClock, Outcome, Registry, Runtime, StartOptions, Stimulus, TaskContext,
+    WorkflowStatus,
+};
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
@@ -386,5 +391,187 @@ fn st19_an_unknown_field_in_a_stored_state_is_refused_and_kept() {
             )
             .unwrap();
         assert_eq!(note, "keep me");
+    });
+}
+
+/// `warn` events, captured process-wide (a thread-local subscriber races with the callsite
+/// interest other tests of this binary register without one).
+mod warnings {
+    use std::collections::BTreeMap;
+    use std::fmt::Debug;
+    use std::sync::{Arc, Mutex, OnceLock};
+
+    use tracing::field::{Field, Visit};
+    use tracing::{Event, Level, Subscriber};
+    use tracing_subscriber::Layer;
+    use tracing_subscriber::layer::{Context, SubscriberExt};
+
+    #[derive(Clone, Default)]
+    pub struct Capture(Arc<Mutex<Vec<BTreeMap<String, String>>>>);
+
+    struct Fields<'a>(&'a mut BTreeMap<String, String>);
+
+    impl Visit for Fields<'_> {
+        fn record_str(&mut self, field: &Field, value: &str) {
+            self.0.insert(field.name().to_owned(), value.to_owned());
+        }
+
+        fn record_debug(&mut self, field: &Field, value: &dyn Debug) {
+            self.0.insert(field.name().to_owned(), format!("{value:?}"));
+        }
+    }
+
+    impl<S: Subscriber> Layer<S> for Capture {
+        fn on_event(&self, event: &Event<'_>, _ctx: Context<'_, S>) {
+            if *event.metadata().level() != Level::WARN {
+                return;
+            }
+            let mut fields = BTreeMap::new();
+            event.record(&mut Fields(&mut fields));
+            self.0.lock().unwrap().push(fields);
+        }
+    }
+
+    pub fn global() -> Capture {
+        static GLOBAL: OnceLock<Capture> = OnceLock::new();
+        GLOBAL
+            .get_or_init(|| {
+                let capture = Capture::default();
+                let subscriber = tracing_subscriber::registry().with(capture.clone());
+                tracing::subscriber::set_global_default(subscriber).unwrap();
+                capture
+            })
+            .clone()
+    }
+
+    impl Capture {
+        /// The `warn` events whose `timer` field is `timer`.
+        pub fn about_timer(&self, timer: &str) -> Vec<BTreeMap<String, String>> {
+            let events = self.0.lock().unwrap();
+            events
+                .iter()
+                .filter(|e| e.get("timer").map(String::as_str) == Some(timer))
+                .cloned()
+                .collect()
+        }
+    }
+}
+
+/// ST-22: a timer row whose due time does not decode (text where a number belongs) is not a
+/// silent forever-sleep: the timer driver claims it, a `warn` event names it, and its
+/// instance is faulted with a `damaged_timer` incident naming the row, its state readable;
+/// the other instance's timer fires in the same pass. Repaired and retried, it fires.
+#[test]
+fn st22_a_timer_whose_due_time_does_not_decode_faults_its_instance_naming_it() {
+    let warnings = warnings::global();
+    let dir = tempfile::tempdir().unwrap();
+    let (path, store) = opened(&dir);
+    let clock = ManualClock::new(ManualClock::DEFAULT_START);
+    block_on(async {
+        let rt = Runtime::builder()
+            .store(store.clone())
+            .clock(Arc::new(clock.clone()))
+            .register_definition(Definition::from_json(SLEEPER).unwrap(), registry())
+            .inbox_worker(false)
+            .timer_driver(false)
+            .recovery_sweep(None)
+            .build()
+            .unwrap();
+        let bad = start(&rt, "Sleeper").await;
+        let good = start(&rt, "Sleeper").await;
+        let timer = store.list_timers(&bad).await.unwrap()[0].timer_id.clone();
+        let good_timer = store.list_timers(&good).await.unwrap()[0].timer_id.clone();
+        corrupt(
+            &path,
+            "UPDATE wf_timers SET due_at = 'garbage' WHERE instance_id = ?1",
+            &bad,
+        );
+        // Nothing is due yet but the damaged row: it is reported at once.
+        let first = rt.fire_due_timers().await.unwrap();
+        assert_eq!(first.damaged, [(bad.clone(), timer.clone())], "{first:?}");
+        assert!(first.fired.is_empty(), "{first:?}");
+        let incidents = rt.incidents(&bad).await.unwrap().unwrap();
+        assert_eq!(incidents.len(), 1, "{incidents:?}");
+        assert_eq!(incidents[0].kind, IncidentKind::DamagedTimer);
+        let message = &incidents[0].fault.message;
+        assert!(
+            message.contains(&timer) && message.contains("due_at") && message.contains("garbage"),
+            "{message}"
+        );
+        assert!(incidents[0].node_id.ends_with("nap"), "{incidents:?}");
+        let warned = warnings.about_timer(&timer);
+        assert!(
+            warned.iter().any(|e| e.get("instance") == Some(&bad)
+                && e.get("error").is_some_and(|m| m.contains("due_at"))),
+            "{warned:?}"
+        );
+        // The state reads; the instance is faulted, not asleep.
+        let snapshot = rt.get_state(&bad).await.unwrap().unwrap();
+        assert_eq!(snapshot.status(), WorkflowStatus::Faulted);
+        assert_eq!(snapshot.data::<Notes>().unwrap().notes, ["head"]);
+        // The other timer fires when due; the damaged row, parked, is not reported twice.
+        clock.advance(std::time::Duration::from_secs(2 * 3600));
+        let second = rt.fire_due_timers().await.unwrap();
+        assert_eq!(second.fired, [(good.clone(), good_timer)], "{second:?}");
+        assert!(second.damaged.is_empty(), "{second:?}");
+        let done = rt.get_state(&good).await.unwrap().unwrap();
+        assert_eq!(done.status(), WorkflowStatus::Finished);
+        // Repaired by the operator and retried, the timer fires.
+        corrupt(
+            &path,
+            "UPDATE wf_timers SET due_at = 0 WHERE instance_id = ?1",
+            &bad,
+        );
+        rt.retry(&bad).await.unwrap();
+        let third = rt.fire_due_timers().await.unwrap();
+        assert_eq!(third.fired, [(bad.clone(), timer)], "{third:?}");
+        let repaired = rt.get_state(&bad).await.unwrap().unwrap();
+        assert_eq!(repaired.status(), WorkflowStatus::Finished);
+        assert_eq!(repaired.data::<Notes>().unwrap().notes, ["head", "tail"]);
+    });
+}
+
+/// ST-22: a due time past the year 9999 (a number, but not a time) is damage too, and a
+/// retry that did not repair it faults the instance again once the row's claim expires.
+#[test]
+fn st22_a_due_time_past_the_last_representable_year_is_damage_too() {
+    let dir = tempfile::tempdir().unwrap();
+    let (path, store) = opened(&dir);
+    let clock = ManualClock::new(ManualClock::DEFAULT_START);
+    block_on(async {
+        let rt = Runtime::builder()
+            .store(store.clone())
+            .clock(Arc::new(clock.clone()))
+            .register_definition(Definition::from_json(SLEEPER).unwrap(), registry())
+            .inbox_worker(false)
+            .timer_driver(false)
+            .recovery_sweep(None)
+            .build()
+            .unwrap();
+        let bad = start(&rt, "Sleeper").await;
+        let timer = store.list_timers(&bad).await.unwrap()[0].timer_id.clone();
+        corrupt(
+            &path,
+            "UPDATE wf_timers SET due_at = 9223372036854775807 WHERE instance_id = ?1",
+            &bad,
+        );
+        let first = rt.fire_due_timers().await.unwrap();
+        assert_eq!(first.damaged, [(bad.clone(), timer.clone())], "{first:?}");
+        rt.retry(&bad).await.unwrap();
+        // The row stays claimed by the pass that reported it until the claim expires.
+        let early = rt.fire_due_timers().await.unwrap();
+        assert!(early.damaged.is_empty(), "{early:?}");
+        clock.advance(std::time::Duration::from_secs(3600));
+        let again = rt.fire_due_timers().await.unwrap();
+        assert_eq!(again.damaged, [(bad.clone(), timer)], "{again:?}");
+        let incidents = rt.incidents(&bad).await.unwrap().unwrap();
+        assert_eq!(incidents.len(), 2, "{incidents:?}");
+        assert_eq!(incidents[0].resolution.as_deref(), Some("retried"));
+        assert!(incidents[1].resolution.is_none());
+        assert!(
+            incidents[1].fault.message.contains("9223372036854775807"),
+            "{}",
+            incidents[1].fault.message
+        );
     });
 }

@@ -518,6 +518,9 @@ impl Store for FaultyStore {
         if inner.child_waits.is_some() {
             capabilities = capabilities.with_child_waits(self);
         }
+        if let Some(receipts) = inner.receipts {
+            capabilities = capabilities.with_receipts(receipts);
+        }
         if let Some(remote_hints) = inner.remote_hints {
             capabilities = capabilities.with_remote_hints(remote_hints);
         }
@@ -950,6 +953,71 @@ fn a_queued_stimulus_redelivered_after_a_lost_acknowledgement_is_applied_once() 
             for id in ["g-1", "g-2"] {
                 assert_eq!(data(&rt, id).await.seen, ["one", "two"], "{label}: {id}");
             }
+            rt.shutdown(Duration::from_secs(1)).await;
+        });
+    }
+}
+
+// RT-19, RT-23: an enqueued send is routed by the worker from its route item; when the
+// worker stops between the delivery (its commit writes the instance's receipt) and the
+// item's acknowledgement (here the acknowledgement fails), the item found again is routed
+// again. The instance has moved on (it waits for `two` now), so nothing matches: the second
+// routing knows the stimulus consumed by its receipt and is a no-op, instead of queuing a
+// copy that would only wait to expire.
+#[test]
+fn a_route_item_routed_again_after_a_lost_acknowledgement_leaves_no_copy() {
+    for (label, backend, _dir) in stores() {
+        block_on(async {
+            let store = FaultyStore::new(backend);
+            let faulty: Arc<dyn Store> = store.clone();
+            let rt = Runtime::builder()
+                .store(faulty)
+                .register::<Twice>()
+                .lease_ttl(Duration::from_millis(300))
+                .inbox_worker(false)
+                .timer_driver(false)
+                .recovery_sweep(None)
+                .build()
+                .unwrap();
+            rt.start_with::<Twice>(tally("r-1"), with_id("r-1"))
+                .await
+                .unwrap();
+            let sent = rt
+                .send(Stimulus::new("one").key("r-1").via_inbox())
+                .await
+                .unwrap();
+            assert!(sent.inbox_item.is_some(), "{label}: {sent:?}");
+
+            store.inject(Op::SettleQueueItem, 1, Fault::Fail);
+            let stopped = rt.deliver_inbox().await;
+            assert!(stopped.is_err(), "{label}: {stopped:?}");
+            assert_eq!(data(&rt, "r-1").await.seen, ["one"], "{label}");
+            assert!(
+                store
+                    .inner
+                    .has_receipt("r-1", &sent.stimulus_id)
+                    .await
+                    .unwrap(),
+                "{label}: the delivery wrote its receipt"
+            );
+            // The worker's claim on the route item lapses; it is found again.
+            tokio::time::sleep(Duration::from_millis(400)).await;
+            assert_eq!(queued_items(&store).await.len(), 1, "{label}");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            rt.deliver_inbox().await.unwrap();
+            assert_eq!(data(&rt, "r-1").await.seen, ["one"], "{label}");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            let left = queued_items(&store).await;
+            assert!(
+                left.is_empty(),
+                "{label}: a consumed stimulus was queued again: {left:?}"
+            );
+            let dead = rt.dead_letters(DeadLetterFilter::all(10)).await.unwrap();
+            assert!(dead.is_empty(), "{label}: {dead:?}");
+            // The instance goes on as before.
+            let two = rt.send(Stimulus::new("two").key("r-1")).await.unwrap();
+            assert_eq!(two.resumed.len(), 1, "{label}: {two:?}");
+            assert_eq!(data(&rt, "r-1").await.seen, ["one", "two"], "{label}");
             rt.shutdown(Duration::from_secs(1)).await;
         });
     }

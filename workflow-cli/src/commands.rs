@@ -793,6 +793,9 @@ fn show(detail: &Detail, journal: JournalShown, now: Micros) -> String {
         let _ = writeln!(out, "  {:<20} key {:<16} node {}", b.name, key, b.node);
     }
     let _ = writeln!(out, "\ntimers ({})", detail.timers.len());
+    for damage in &detail.damaged_rows {
+        let _ = writeln!(out, "  damaged: {damage}");
+    }
     for t in &detail.timers {
         let parked = if t.parked { ", parked" } else { "" };
         let _ = writeln!(

@@ -8,7 +8,7 @@ use serde_json::Value;
 use workflow_model::Definition;
 use workflow_runtime::store::{
     BookmarkRow, IncidentRecord, InstanceFilter, InstanceListing, InstanceRecord, InstanceStatus,
-    InstanceSummary, JournalRecord, Micros, Storage, StoreError, TimerRow,
+    InstanceSummary, JournalRecord, LATEST_DUE, Micros, Storage, StoreError, TimerRow,
 };
 
 use crate::explain::{self, Place, short_node};
@@ -162,6 +162,9 @@ pub(crate) struct Detail {
     pub(crate) control_request: Option<String>,
     pub(crate) bookmarks: Vec<BookmarkView>,
     pub(crate) timers: Vec<TimerView>,
+    /// Rows of the instance that did not decode (ST-22), each as its error.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub(crate) damaged_rows: Vec<String>,
     pub(crate) incidents: Vec<IncidentView>,
     pub(crate) journal: Vec<JournalView>,
     pub(crate) data: Value,
@@ -209,6 +212,7 @@ pub(crate) struct BookmarkView {
 
 #[derive(Debug, Clone, Serialize)]
 pub(crate) struct TimerView {
+    pub(crate) timer_id: String,
     pub(crate) kind: String,
     pub(crate) due_at: Micros,
     pub(crate) parked: bool,
@@ -245,7 +249,16 @@ pub(crate) async fn detail(store: &Storage, id: &str) -> Result<Option<Detail>, 
         Err(error) => return Err(error),
     };
     let bookmarks = store.list_bookmarks(id).await?;
-    let timers = store.list_timers(id).await?;
+    // A timer row that does not decode is named, not a failure of the whole instance.
+    let mut damaged_rows = Vec::new();
+    let timers = match store.list_timers(id).await {
+        Ok(timers) => timers,
+        Err(error @ StoreError::Decode { .. }) => {
+            damaged_rows.push(error.to_string());
+            Vec::new()
+        }
+        Err(error) => return Err(error),
+    };
     let mut incidents: Vec<IncidentView> = store
         .list_incidents(id)
         .await?
@@ -292,6 +305,7 @@ pub(crate) async fn detail(store: &Storage, id: &str) -> Result<Option<Detail>, 
             .map(|b| bookmark_view(b, &record.state))
             .collect(),
         timers: timers.iter().map(timer_view).collect(),
+        damaged_rows,
         incidents,
         journal: journal.iter().map(journal_view).collect(),
         data: record.state.get("data").cloned().unwrap_or(Value::Null),
@@ -385,6 +399,7 @@ fn bookmark_view(row: &BookmarkRow, state: &Value) -> BookmarkView {
 
 fn timer_view(row: &TimerRow) -> TimerView {
     TimerView {
+        timer_id: row.timer_id.clone(),
         kind: row.kind.clone(),
         due_at: row.due_at,
         parked: row.parked,
@@ -567,8 +582,17 @@ pub(crate) fn why(detail: &Detail, now: Micros) -> Vec<String> {
             relative(bookmark.created_at, now)
         ));
     }
+    for damage in &detail.damaged_rows {
+        out.push(format!("  - a damaged row: {damage}"));
+    }
     for timer in &detail.timers {
-        let line = if timer.parked {
+        let line = if timer.due_at > LATEST_DUE {
+            format!(
+                "  - a damaged {} timer `{}`: its due time `{}` is not a time, so it cannot \
+                 fire; repair its `due_at`, then retry the instance",
+                timer.kind, timer.timer_id, timer.due_at
+            )
+        } else if timer.parked {
             format!(
                 "  - a {} timer due {}, parked while the instance is faulted",
                 timer.kind,

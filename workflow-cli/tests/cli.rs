@@ -892,3 +892,88 @@ async fn why_says_an_instance_waits_for_a_slot_of_its_queue() {
     assert!(!why.stdout.contains("for a slot"), "{}", why.stdout);
     app.shutdown(std::time::Duration::from_secs(1)).await;
 }
+
+/// `head` -> sleeps an hour -> `tail`, as JSON.
+const SLEEPER: &str = r#"{
+  "name": "Sleeper",
+  "root": {
+    "kind": "flowchart",
+    "id": "root",
+    "start": "head",
+    "nodes": [
+      { "kind": "task", "id": "head", "function": "head" },
+      { "kind": "delay", "id": "nap", "duration_ms": 3600000 },
+      { "kind": "task", "id": "tail", "function": "tail" }
+    ],
+    "connections": [
+      { "source": "head", "target": "nap" },
+      { "source": "nap", "target": "tail" }
+    ]
+  }
+}"#;
+
+/// ST-22: `why` names a timer row whose due time does not decode, before the timer driver
+/// meets it (the row's error) and after (the `damaged_timer` incident that faulted it).
+#[tokio::test]
+async fn why_names_a_timer_row_whose_due_time_does_not_decode() {
+    use workflow_runtime::model::Definition;
+    use workflow_runtime::{Outcome, Registry, StartOptions, TaskContext};
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("app.db");
+    let mut registry: Registry<Value> = Registry::new();
+    for name in ["head", "tail"] {
+        registry = registry.task(name, |_: &mut TaskContext<Value>| {
+            Box::pin(async { Ok(Outcome::done()) })
+        });
+    }
+    let rt = Runtime::builder()
+        .store(Arc::new(SqliteStore::open(&db).unwrap()))
+        .register_definition(Definition::from_json(SLEEPER).unwrap(), registry)
+        .timer_driver(false)
+        .inbox_worker(false)
+        .recovery_sweep(None)
+        .build()
+        .unwrap();
+    let id = rt
+        .start_by_name("Sleeper", serde_json::json!({}), StartOptions::default())
+        .await
+        .unwrap()
+        .instance_id;
+    let conn = rusqlite::Connection::open(&db).unwrap();
+    conn.busy_timeout(std::time::Duration::from_secs(5))
+        .unwrap();
+    let timer: String = conn
+        .query_row(
+            "SELECT timer_id FROM wf_timers WHERE instance_id = ?1",
+            [&id],
+            |r| r.get(0),
+        )
+        .unwrap();
+    conn.execute(
+        "UPDATE wf_timers SET due_at = 'garbage' WHERE instance_id = ?1",
+        [&id],
+    )
+    .unwrap();
+    let before = workflow(&db, &["why", &id]);
+    assert!(before.ok, "{}", before.stderr);
+    assert!(
+        before.stdout.contains("a damaged row: timer")
+            && before.stdout.contains(&timer)
+            && before.stdout.contains("due_at"),
+        "{}",
+        before.stdout
+    );
+    let fired = rt.fire_due_timers().await.unwrap();
+    assert_eq!(fired.damaged.len(), 1, "{fired:?}");
+    let after = workflow(&db, &["why", &id]);
+    assert!(after.ok, "{}", after.stderr);
+    assert!(after.stdout.contains("is faulted"), "{}", after.stdout);
+    assert!(
+        after.stdout.contains("(damaged_timer)")
+            && after.stdout.contains(&timer)
+            && after.stdout.contains("garbage"),
+        "{}",
+        after.stdout
+    );
+    rt.shutdown(std::time::Duration::from_secs(1)).await;
+}

@@ -188,7 +188,7 @@ async fn a_schema_5_database_upgrades_to_commits_in_place_and_an_amortised_cap()
         .unwrap();
     }
     let raw = Arc::new(open(&url, &schema).await);
-    assert_eq!(raw.migrations_applied(), (6..=10).collect::<Vec<_>>());
+    assert_eq!(raw.migrations_applied(), (6..=11).collect::<Vec<_>>());
     let store = Storage::new(raw);
     // The runnable index no longer holds `updated_at`, which every commit changes.
     let runnable: String = sqlx::query_scalar(
@@ -770,6 +770,85 @@ async fn an_instance_with_a_journal_row_that_does_not_decode_still_reads() {
         "{:?}",
         damaged.journal_damage
     );
+}
+
+/// ST-22 on PostgreSQL: a timer row whose due time is not a time (past the year 9999: the
+/// column is a `BIGINT`, so no other type fits) is met by the timer driver: its instance is
+/// faulted with a `damaged_timer` incident naming the row, its state readable, the other
+/// timers fire; repaired and retried, it fires.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_timer_whose_due_time_is_not_a_time_faults_its_instance_naming_it() {
+    use workflow_runtime::{IncidentKind, ManualClock, WorkflowStatus};
+    let Some(mut conn) = server().await else {
+        return;
+    };
+    let (url, schema) = (database_url(), fresh_schema_name());
+    let _guard = SchemaGuard::new(url.clone(), schema.clone());
+    let store = storage(&url, &schema).await;
+    let clock = ManualClock::new(ManualClock::DEFAULT_START);
+    let runtime = Runtime::builder()
+        .store(store.clone())
+        .clock(Arc::new(clock.clone()))
+        .register::<Delayed>()
+        .timer_driver(false)
+        .inbox_worker(false)
+        .recovery_sweep(None)
+        .build()
+        .unwrap();
+    let bad = runtime
+        .start::<Delayed>(Steps::default())
+        .await
+        .unwrap()
+        .instance_id;
+    let good = runtime
+        .start::<Delayed>(Steps::default())
+        .await
+        .unwrap()
+        .instance_id;
+    let timer = store.list_timers(&bad).await.unwrap()[0].timer_id.clone();
+    let good_timer = store.list_timers(&good).await.unwrap()[0].timer_id.clone();
+    let set_due = format!("UPDATE \"{schema}\".wf_timers SET due_at = $2 WHERE instance_id = $1");
+    sqlx::query(&set_due)
+        .bind(&bad)
+        .bind(i64::MAX)
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    let first = runtime.fire_due_timers().await.unwrap();
+    assert_eq!(first.damaged, [(bad.clone(), timer.clone())], "{first:?}");
+    assert!(first.fired.is_empty(), "{first:?}");
+    let incidents = runtime.incidents(&bad).await.unwrap().unwrap();
+    assert_eq!(incidents.len(), 1, "{incidents:?}");
+    assert_eq!(incidents[0].kind, IncidentKind::DamagedTimer);
+    let message = &incidents[0].fault.message;
+    assert!(
+        message.contains(&timer)
+            && message.contains("due_at")
+            && message.contains(&i64::MAX.to_string()),
+        "{message}"
+    );
+    let snapshot = runtime.get_state(&bad).await.unwrap().unwrap();
+    assert_eq!(snapshot.status(), WorkflowStatus::Faulted);
+    assert_eq!(snapshot.data::<Steps>().unwrap().log, ["a"]);
+    // The other timer fires when due; the damaged row, parked, is not reported twice.
+    clock.advance(Duration::from_secs(1));
+    let second = runtime.fire_due_timers().await.unwrap();
+    assert_eq!(second.fired, [(good.clone(), good_timer)], "{second:?}");
+    assert!(second.damaged.is_empty(), "{second:?}");
+    // Repaired and retried, it fires.
+    sqlx::query(&set_due)
+        .bind(&bad)
+        .bind(0_i64)
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    runtime.retry(&bad).await.unwrap();
+    clock.advance(Duration::from_secs(3600));
+    let third = runtime.fire_due_timers().await.unwrap();
+    assert_eq!(third.fired, [(bad.clone(), timer)], "{third:?}");
+    let repaired = runtime.get_state(&bad).await.unwrap().unwrap();
+    assert_eq!(repaired.status(), WorkflowStatus::Finished);
+    assert_eq!(repaired.data::<Steps>().unwrap().log, ["a", "b"]);
 }
 
 /// ST-19 on PostgreSQL: a field the runtime does not know in a stored state document is

@@ -261,14 +261,19 @@ pub enum IncidentKind {
     /// A run's state document exceeded the store's size limit (ST-24): the instance was
     /// faulted from its last committed state, which it keeps.
     StateTooLarge,
+    /// A timer row of the instance holds a due time that does not decode (ST-22): the
+    /// instance was faulted so that the damage is seen instead of the instance sleeping
+    /// forever. Repair the row, then retry the instance.
+    DamagedTimer,
 }
 
 impl IncidentKind {
-    /// The stored name: `activity_failed` or `state_too_large`.
+    /// The stored name: `activity_failed`, `state_too_large` or `damaged_timer`.
     pub fn as_str(self) -> &'static str {
         match self {
             Self::ActivityFailed => "activity_failed",
             Self::StateTooLarge => "state_too_large",
+            Self::DamagedTimer => "damaged_timer",
         }
     }
 }

@@ -190,8 +190,48 @@ pub struct DueTimers {
     /// The timers claimed, in `(due_at, timer_id)` order.
     pub claimed: Vec<TimerRow>,
     /// After the claim: the earliest `due_at` among unparked timers not under a live claim
-    /// at `now` (what the timer driver sleeps until).
+    /// at `now` (what the timer driver sleeps until); `now` while a damaged row waits to be
+    /// claimed.
     pub next_due: Option<Micros>,
+    /// Unparked rows whose due time does not decode as a time (ST-22: a value of another
+    /// type, or past [`LATEST_DUE`]), claimed like due timers so that one process reports
+    /// each. Without this, such a row is never due and its instance sleeps forever.
+    pub damaged: Vec<DamagedTimer>,
+}
+
+/// The latest due time a timer row can hold: the last microsecond of the year 9999. A stored
+/// due time past it (or not a number at all) is a damaged row, reported in
+/// [`DueTimers::damaged`].
+pub const LATEST_DUE: Micros = 253_402_300_799_999_999;
+
+/// A timer row whose due time does not decode (see [`DueTimers::damaged`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DamagedTimer {
+    /// The timer's id.
+    pub timer_id: String,
+    /// Its instance (`None` for a trigger schedule).
+    pub instance_id: Option<String>,
+    /// A trigger schedule's definition (`None` for an instance's timer).
+    pub definition_name: Option<String>,
+    /// What the `due_at` column holds, as text.
+    pub found: String,
+}
+
+impl DamagedTimer {
+    /// The row's error: a [`StoreError::Decode`] naming the
+    /// timer, its instance and the `due_at` column.
+    pub fn error(&self) -> StoreError {
+        let id = match &self.instance_id {
+            Some(instance) => format!("{} of instance {instance}", self.timer_id),
+            None => self.timer_id.clone(),
+        };
+        StoreError::Decode {
+            what: "timer",
+            id,
+            path: "due_at".to_owned(),
+            message: format!("`{}` is not a due time", self.found),
+        }
+    }
 }
 
 /// What [`DebounceStore::claim_due_debounces`] returns.
@@ -386,6 +426,16 @@ pub trait RouteReads: Send + Sync {
     ) -> BoxFuture<'_, StoreResult<(Vec<TriggerRow>, Vec<BookmarkRow>)>>;
 }
 
+/// The optional capability of finding receipts by their stimulus (offered through
+/// [`Store::capabilities`]): whether any instance has consumed a stimulus (RT-19, C-46). A
+/// queued stimulus routed again after its process stopped between the delivery and the
+/// acknowledgement asks it when it reaches nobody; without it, such a stimulus is queued
+/// again and waits to expire.
+pub trait ReceiptIndex: Send + Sync {
+    /// Whether a receipt for `stimulus_id` exists, for any instance.
+    fn consumed_anywhere(&self, stimulus_id: &str) -> BoxFuture<'_, StoreResult<bool>>;
+}
+
 /// The optional capability of hearing of changes made by other processes (a database
 /// notification, say; offered through [`Store::capabilities`]). [`Storage`](super::Storage)
 /// forwards the hints to its own subscribers (ST-18) and counts each as a change (RT-27). A
@@ -509,6 +559,8 @@ pub struct Capabilities<'a> {
     pub postgres: Option<&'a super::PostgresStore>,
     /// Keeping debounced sends (RT-35).
     pub debounce: Option<&'a dyn DebounceStore>,
+    /// Finding receipts by their stimulus (RT-19).
+    pub receipts: Option<&'a dyn ReceiptIndex>,
 }
 
 impl<'a> Capabilities<'a> {
@@ -539,6 +591,13 @@ impl<'a> Capabilities<'a> {
     #[must_use]
     pub fn with_child_waits(mut self, child_waits: &'a dyn ChildWaitIndex) -> Self {
         self.child_waits = Some(child_waits);
+        self
+    }
+
+    /// With the receipts found by their stimulus.
+    #[must_use]
+    pub fn with_receipts(mut self, receipts: &'a dyn ReceiptIndex) -> Self {
+        self.receipts = Some(receipts);
         self
     }
 

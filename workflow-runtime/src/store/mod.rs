@@ -60,9 +60,10 @@ pub mod conformance;
 
 pub use backend::{
     BookmarkSelect, CHILD_WAIT, Capabilities, CensusCount, ChangeCount, ChildWaitIndex, ClaimKnown,
-    ClaimedRecord, DebounceStore, DefinitionRecord, DefinitionStore, DueDebounces, DueTimers,
-    Enqueue, IncidentQuery, LeaseClaim, LeaseKey, PurgeTarget, RemoteHints, RouteReads, Settled,
-    Settlement, Store, TimerScope, TriggerSelect, TriggerWrite, WakeUp,
+    ClaimedRecord, DamagedTimer, DebounceStore, DefinitionRecord, DefinitionStore, DueDebounces,
+    DueTimers, Enqueue, IncidentQuery, LATEST_DUE, LeaseClaim, LeaseKey, PurgeTarget, ReceiptIndex,
+    RemoteHints, RouteReads, Settled, Settlement, Store, TimerScope, TriggerSelect, TriggerWrite,
+    WakeUp,
 };
 pub use error::{StoreError, StoreResult};
 pub use memory::MemoryStore;

@@ -780,6 +780,19 @@ impl Storage {
         self.store.has_receipt(instance_id, stimulus_id).await
     }
 
+    /// Whether any instance has consumed the stimulus (RT-19, C-46); `false` from a backend
+    /// without the [`ReceiptIndex`](super::ReceiptIndex) capability.
+    ///
+    /// # Errors
+    ///
+    /// The backend's.
+    pub async fn consumed_anywhere(&self, stimulus_id: &str) -> StoreResult<bool> {
+        match self.store.capabilities().receipts {
+            Some(receipts) => receipts.consumed_anywhere(stimulus_id).await,
+            None => Ok(false),
+        }
+    }
+
     /// Replaces a definition's event triggers by difference (ST-7, C-11): rows equal but for
     /// `registered_at` are left alone, so re-running it writes nothing.
     ///

@@ -483,6 +483,24 @@ impl Router {
         }
         // RT-21, RT-22: a stimulus rejected for an instance is dead-lettered, not queued.
         if !delivered && report.not_delivered.is_empty() && report.rejected.is_empty() {
+            // RT-19: a stable id that reached nobody now may have been consumed by an earlier
+            // routing of it (a queued stimulus routed, then its process stopped before the
+            // acknowledgement, and its instance moved on): then it is done with, and a copy
+            // queued now would only wait to expire.
+            if stimulus.inbox
+                && origin == Origin::Stable
+                && self
+                    .store
+                    .consumed_anywhere(stimulus_id)
+                    .await
+                    .map_err(SendError::Store)?
+            {
+                tracing::debug!(
+                    stimulus = stimulus_id,
+                    "send: consumed by an earlier routing of it; not queued again"
+                );
+                return Ok(report);
+            }
             if stimulus.inbox {
                 let targets = Targets {
                     instance_id: stimulus.instance_id.clone(),

@@ -44,6 +44,7 @@ use crate::trace::TraceParent;
 
 mod cancel;
 mod commit;
+mod damaged_timer;
 mod migrate;
 mod outbox;
 mod too_large;

@@ -39,6 +39,10 @@ pub struct TimerFiring {
     /// refused for good and dropped; filled by
     /// [`Runtime::fire_due_timers`](crate::Runtime::fire_due_timers).
     pub debounced: Vec<String>,
+    /// Timer rows whose due time does not decode (ST-22), each reported by a `warn` event
+    /// and its instance faulted with a `damaged_timer` incident: `(instance id, timer id)`;
+    /// for a schedule, `(definition name, schedule id)`.
+    pub damaged: Vec<(String, String)>,
 }
 
 impl Timers {
@@ -62,9 +66,9 @@ impl Timers {
             {
                 return Ok(report);
             }
-            let claimed = self
+            let due = self
                 .store
-                .claim_due_timers(
+                .claim_timers(
                     self.run_path.owner(),
                     now,
                     // TM-6: a claim lasts as long as an instance lease (ST-14).
@@ -72,9 +76,21 @@ impl Timers {
                     CLAIM_PAGE,
                 )
                 .await?;
-            if claimed.is_empty() {
+            if due.claimed.is_empty() && due.damaged.is_empty() {
                 return Ok(report);
             }
+            // ST-22: a row whose due time does not decode is never due; its instance is
+            // faulted with an incident naming it instead of sleeping forever.
+            for damage in &due.damaged {
+                self.report_damaged(damage).await;
+                let owner = damage
+                    .instance_id
+                    .clone()
+                    .or_else(|| damage.definition_name.clone())
+                    .unwrap_or_default();
+                report.damaged.push((owner, damage.timer_id.clone()));
+            }
+            let claimed = due.claimed;
             // A schedule (no instance) is a time trigger's (TM-11 to TM-13): fired first, so
             // its occurrence is not late for the runs of the page's timers.
             let (schedules, timers): (Vec<_>, Vec<_>) =
@@ -139,6 +155,30 @@ impl Timers {
                     report.failed.push((instance_id, timer.timer_id));
                 }
             }
+        }
+    }
+
+    /// Reports a damaged timer row (ST-22): a `warn` event naming it, and its instance, if
+    /// any, faulted with a `damaged_timer` incident. A row whose instance could not be
+    /// faulted now (leased by a run elsewhere) keeps its claim until it expires, then is met
+    /// again.
+    async fn report_damaged(&self, damage: &crate::store::DamagedTimer) {
+        tracing::warn!(
+            instance = damage.instance_id.as_deref().unwrap_or(""),
+            timer = %damage.timer_id,
+            error = %damage.error(),
+            "a timer row does not decode: it cannot fire"
+        );
+        let Some(instance_id) = damage.instance_id.as_deref() else {
+            return;
+        };
+        if let Err(error) = self.run_path.fault_damaged_timer(instance_id, damage).await {
+            tracing::warn!(
+                instance = instance_id,
+                timer = %damage.timer_id,
+                %error,
+                "the instance of a damaged timer could not be faulted; its claim will expire"
+            );
         }
     }
 

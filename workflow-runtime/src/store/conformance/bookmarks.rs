@@ -253,6 +253,24 @@ pub async fn c19_receipts(backend: Arc<dyn TestBackend>) {
     assert!(!store.ack_queue_item("q1").await.unwrap());
 }
 
+/// C-46: a stimulus is consumed anywhere once one instance's commit or creation wrote its
+/// receipt, and not before.
+pub async fn c46_consumed_anywhere(backend: Arc<dyn TestBackend>) {
+    let store = Harness::new(backend);
+    assert!(!store.consumed_anywhere("s1").await.unwrap());
+    let lease = create_leased(&store, "wf-1").await;
+    let mut c = waiting("wf-1", 1, lease.token, 1);
+    c.receipts = vec!["s1".to_owned()];
+    store.commit(c).await.unwrap();
+    assert!(store.consumed_anywhere("s1").await.unwrap());
+    assert!(!store.consumed_anywhere("s2").await.unwrap());
+    let mut new = new_instance("wf-2");
+    new.receipt = Some("s-created".to_owned());
+    store.create_instance(new).await.unwrap();
+    assert!(store.consumed_anywhere("s-created").await.unwrap());
+    assert!(!store.consumed_anywhere("s-").await.unwrap(), "exact ids");
+}
+
 /// C-45: a commit with a `definition_version` re-pins the instance (ENG-54): its row and every
 /// bookmark row, kept or added by that commit, carry the new version; a commit refused by its
 /// version re-pins nothing; a commit without one keeps the version.

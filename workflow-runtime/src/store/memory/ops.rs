@@ -625,6 +625,7 @@ impl Store for MemoryStore {
                 Ok(DueTimers {
                     claimed: Vec::new(),
                     next_due: inner.earliest_timer(now),
+                    damaged: Vec::new(),
                 })
             });
         }
@@ -645,9 +646,11 @@ impl Store for MemoryStore {
                     claimed.push(t.row.clone());
                 }
             }
+            // Typed rows: a memory store holds no damaged timer.
             Ok(DueTimers {
                 claimed,
                 next_due: inner.earliest_timer(now),
+                damaged: Vec::new(),
             })
         })
     }
@@ -952,6 +955,19 @@ impl Store for MemoryStore {
             .with_claim_known(self)
             .with_census(self)
             .with_flow_control(self)
+            .with_receipts(self)
+    }
+}
+
+impl crate::store::ReceiptIndex for MemoryStore {
+    fn consumed_anywhere(&self, stimulus_id: &str) -> BoxFuture<'_, StoreResult<bool>> {
+        // Receipts are kept by instance: a scan, on the rare path that asks.
+        self.read(move |inner| {
+            Ok(inner
+                .receipts
+                .values()
+                .any(|receipts| receipts.contains_key(stimulus_id)))
+        })
     }
 }
 

@@ -1032,14 +1032,25 @@ impl Store for PostgresStore {
                     Ok(DueTimers {
                         claimed: Vec::new(),
                         next_due: ops::earliest_timer(c, &self.schema, now).await?,
+                        damaged: Vec::new(),
                     })
                 });
             }
             write_tx!(self, [], |c| async {
                 let claimed =
                     ops::claim_due_timers(c, &self.schema, &owner, now, claim_ttl, limit).await?;
+                let room = limit.saturating_sub(claimed.len());
+                let damaged = if room > 0 {
+                    ops::claim_damaged_timers(c, &self.schema, &owner, now, claim_ttl, room).await?
+                } else {
+                    Vec::new()
+                };
                 let next_due = ops::earliest_timer(c, &self.schema, now).await?;
-                Ok(DueTimers { claimed, next_due })
+                Ok(DueTimers {
+                    claimed,
+                    next_due,
+                    damaged,
+                })
             })
         })
     }
@@ -1262,6 +1273,14 @@ impl Store for PostgresStore {
             .with_census(self)
             .with_flow_control(self)
             .with_postgres(self)
+            .with_receipts(self)
+    }
+}
+
+impl crate::store::ReceiptIndex for PostgresStore {
+    fn consumed_anywhere(&self, stimulus_id: &str) -> BoxFuture<'_, StoreResult<bool>> {
+        let stimulus = stimulus_id.to_owned();
+        Box::pin(async move { read!(self, |c| ops::consumed_anywhere(c, &self.schema, &stimulus)) })
     }
 }
 

@@ -9,8 +9,8 @@ use super::schema::Schema;
 use crate::base::Micros;
 use crate::store::backend::CHILD_WAIT;
 use crate::store::backend::{
-    ClaimedRecord, DefinitionRecord, IncidentQuery, LeaseClaim, LeaseKey, Settled, Settlement,
-    TriggerWrite,
+    ClaimedRecord, DamagedTimer, DefinitionRecord, IncidentQuery, LATEST_DUE, LeaseClaim, LeaseKey,
+    Settled, Settlement, TriggerWrite,
 };
 use crate::store::convert::{decode_json, json_text, limit_i64, not_found, to_i64, to_u64};
 use crate::store::error::{StoreError, StoreResult};
@@ -1099,6 +1099,20 @@ pub(super) async fn has_receipt(
     .is_some())
 }
 
+pub(super) async fn consumed_anywhere(
+    c: &mut Conn,
+    s: &Schema,
+    stimulus: &str,
+) -> StoreResult<bool> {
+    Ok(sqlx::query_scalar::<_, i32>(
+        &s.sql("SELECT 1 FROM @wf_receipts WHERE stimulus_id = $1 LIMIT 1"),
+    )
+    .bind(stimulus)
+    .fetch_optional(&mut *c)
+    .await?
+    .is_some())
+}
+
 const TRIGGER_COLS: &str = "definition_name, node_id, hash, definition_version, name, \
     key_display, payload, activation, registered_at";
 
@@ -1253,18 +1267,76 @@ pub(super) async fn find_triggers(
 
 // ----- timers and schedules -----
 
+/// Unclaimed, unparked timer rows whose due time is past [`LATEST_DUE`] (ST-22): not a time,
+/// so never due; an index range.
+const DAMAGED_TIMERS: &str = "NOT parked AND due_at > $2
+    AND (claim_owner IS NULL OR claim_expires_at IS NULL OR claim_expires_at <= $1)";
+
 pub(super) async fn earliest_timer(
     c: &mut Conn,
     s: &Schema,
     now: Micros,
 ) -> StoreResult<Option<Micros>> {
+    // A damaged row is due now: the driver claims it and reports it.
+    let damaged: Option<i32> = sqlx::query_scalar(&s.sql(&format!(
+        "SELECT 1 FROM @wf_timers WHERE {DAMAGED_TIMERS} LIMIT 1"
+    )))
+    .bind(now)
+    .bind(LATEST_DUE)
+    .fetch_optional(&mut *c)
+    .await?;
+    if damaged.is_some() {
+        return Ok(Some(now));
+    }
     Ok(sqlx::query_scalar(&s.sql(
-        "SELECT MIN(due_at) FROM @wf_timers WHERE NOT parked
+        "SELECT MIN(due_at) FROM @wf_timers WHERE NOT parked AND due_at <= $2
            AND (claim_owner IS NULL OR claim_expires_at IS NULL OR claim_expires_at <= $1)",
     ))
     .bind(now)
+    .bind(LATEST_DUE)
     .fetch_one(&mut *c)
     .await?)
+}
+
+/// Claims up to `limit` damaged timer rows (see [`DAMAGED_TIMERS`]) for `owner`.
+pub(super) async fn claim_damaged_timers(
+    c: &mut Conn,
+    s: &Schema,
+    owner: &str,
+    now: Micros,
+    claim_ttl: Micros,
+    limit: usize,
+) -> StoreResult<Vec<DamagedTimer>> {
+    let rows: Vec<(String, Option<String>, Option<String>, String)> =
+        sqlx::query_as(&s.sql(&format!(
+            "WITH picked AS (
+            SELECT timer_id FROM @wf_timers WHERE {DAMAGED_TIMERS}
+            ORDER BY timer_id LIMIT $3
+            FOR UPDATE SKIP LOCKED)
+         UPDATE @wf_timers t SET claim_owner = $4, claim_expires_at = $5
+         FROM picked WHERE t.timer_id = picked.timer_id
+         RETURNING t.timer_id, t.instance_id, t.definition_name, t.due_at::text"
+        )))
+        .bind(now)
+        .bind(LATEST_DUE)
+        .bind(limit_i64(limit))
+        .bind(owner)
+        .bind(now.saturating_add(claim_ttl))
+        .fetch_all(&mut *c)
+        .await?;
+    let mut damaged: Vec<DamagedTimer> = rows
+        .into_iter()
+        .map(
+            |(timer_id, instance_id, definition_name, found)| DamagedTimer {
+                timer_id,
+                instance_id,
+                definition_name,
+                found,
+            },
+        )
+        .collect();
+    damaged.sort_by(|a, b| a.timer_id.cmp(&b.timer_id));
+    Ok(damaged)
 }
 
 /// Claims due timers with `FOR UPDATE SKIP LOCKED` (ST-15, ST-27).

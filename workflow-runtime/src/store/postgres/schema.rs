@@ -72,7 +72,14 @@ pub(super) const MIGRATIONS: &[(u32, &str, &str)] = &[
     (8, "0008_flow_control", MIGRATION_0008),
     (9, "0009_process_liveness", MIGRATION_0009),
     (10, "0010_debounced_sends", MIGRATION_0010),
+    (11, "0011_receipts_by_stimulus", MIGRATION_0011),
 ];
+
+/// Receipts found by their stimulus (RT-19): a queued stimulus routed again after a crash
+/// between its delivery and its acknowledgement is known consumed.
+const MIGRATION_0011: &str = r"
+CREATE INDEX wf_receipts_stimulus ON @wf_receipts (stimulus_id);
+";
 
 /// Flow-control queues (QU-5, QU-6): per queue a row of counters (the last fencing token,
 /// waiter sequence and round-robin turn issued) and the limits last asked with, which every

@@ -23,9 +23,10 @@ use crate::base::BoxFuture;
 use crate::base::Micros;
 use crate::store::backend::WakeUp;
 use crate::store::backend::{
-    BookmarkSelect, Capabilities, CensusCount, ChildWaitIndex, ClaimedRecord, DefinitionRecord,
-    DefinitionStore, DueTimers, Enqueue, IncidentQuery, LeaseClaim, LeaseKey, PurgeTarget,
-    RemoteHints, RouteReads, Settled, Settlement, Store, TimerScope, TriggerSelect, TriggerWrite,
+    BookmarkSelect, Capabilities, CensusCount, ChildWaitIndex, ClaimedRecord, DamagedTimer,
+    DefinitionRecord, DefinitionStore, DueTimers, Enqueue, IncidentQuery, LATEST_DUE, LeaseClaim,
+    LeaseKey, PurgeTarget, RemoteHints, RouteReads, Settled, Settlement, Store, TimerScope,
+    TriggerSelect, TriggerWrite,
 };
 use crate::store::error::{StoreError, StoreResult};
 use crate::store::rows::{
@@ -1027,15 +1028,68 @@ fn stored_token(c: &Connection, id: &str) -> StoreResult<u64> {
     token.map(to_u64).ok_or_else(|| not_found("instance", id))
 }
 
+/// Unclaimed, unparked timer rows whose due time is not a time (ST-22): past
+/// [`LATEST_DUE`] (SQLite orders text and blobs after every number, so a `due_at` of another
+/// type is there too) or, once due, a number that is not an integer. Both are index ranges.
+const DAMAGED_TIMERS: &str = "parked = 0
+    AND (due_at > ?2 OR (due_at <= ?1 AND typeof(due_at) <> 'integer'))
+    AND (claim_owner IS NULL OR claim_expires_at IS NULL OR claim_expires_at <= ?1)";
+
 fn earliest_tx(c: &Connection, now: Micros) -> StoreResult<Option<Micros>> {
+    // A damaged row is due now: the driver claims it and reports it.
+    let damaged: Option<i64> = c
+        .prepare_cached(&format!(
+            "SELECT 1 FROM wf_timers WHERE {DAMAGED_TIMERS} LIMIT 1"
+        ))?
+        .query_row(rusqlite::params![now, LATEST_DUE], |r| r.get(0))
+        .optional()?;
+    if damaged.is_some() {
+        return Ok(Some(now));
+    }
     let due: Option<Micros> = c
         .prepare_cached(
-            "SELECT MIN(due_at) FROM wf_timers WHERE parked = 0
+            "SELECT MIN(due_at) FROM wf_timers WHERE parked = 0 AND due_at <= ?2
+               AND typeof(due_at) = 'integer'
                AND (claim_owner IS NULL OR claim_expires_at IS NULL OR claim_expires_at <= ?1)",
         )?
-        .query_row([now], |r| r.get(0))
+        .query_row(rusqlite::params![now, LATEST_DUE], |r| r.get(0))
         .map_err(|e| decode_error("timer", "*", "due_at", &e))?;
     Ok(due)
+}
+
+/// Claims up to `limit` damaged timer rows (see [`DAMAGED_TIMERS`]) for `owner`.
+fn claim_damaged_timers(
+    c: &Connection,
+    owner: &str,
+    now: Micros,
+    claim_ttl: Micros,
+    limit: usize,
+) -> StoreResult<Vec<DamagedTimer>> {
+    let damaged: Vec<DamagedTimer> = c
+        .prepare_cached(&format!(
+            "SELECT timer_id, instance_id, definition_name, CAST(due_at AS TEXT) FROM wf_timers
+             WHERE {DAMAGED_TIMERS} ORDER BY timer_id LIMIT ?3"
+        ))?
+        .query_map(rusqlite::params![now, LATEST_DUE, limit_i64(limit)], |r| {
+            Ok(DamagedTimer {
+                timer_id: r.get(0)?,
+                instance_id: r.get(1)?,
+                definition_name: r.get(2)?,
+                found: r.get::<_, Option<String>>(3)?.unwrap_or_default(),
+            })
+        })?
+        .collect::<Result<_, _>>()?;
+    let mut stmt = c.prepare_cached(
+        "UPDATE wf_timers SET claim_owner = ?2, claim_expires_at = ?3 WHERE timer_id = ?1",
+    )?;
+    for t in &damaged {
+        stmt.execute(rusqlite::params![
+            t.timer_id,
+            owner,
+            now.saturating_add(claim_ttl)
+        ])?;
+    }
+    Ok(damaged)
 }
 
 /// The instance leases: kept in memory (`leases.rs`), the rows read on the calling thread.
@@ -1544,7 +1598,7 @@ impl Store for SqliteStore {
             let claimed: Vec<TimerRow> = {
                 let mut stmt = c.prepare_cached(&format!(
                     "SELECT {TIMER_COLS} FROM wf_timers
-                     WHERE parked = 0 AND due_at <= ?1
+                     WHERE parked = 0 AND due_at <= ?1 AND typeof(due_at) = 'integer'
                        AND (claim_owner IS NULL OR claim_expires_at IS NULL
                             OR claim_expires_at <= ?1)
                      ORDER BY due_at, timer_id LIMIT ?2"
@@ -1563,9 +1617,14 @@ impl Store for SqliteStore {
                     now.saturating_add(claim_ttl)
                 ])?;
             }
+            let damaged = match limit.checked_sub(claimed.len()) {
+                Some(room) if room > 0 => claim_damaged_timers(c, &owner, now, claim_ttl, room)?,
+                _ => Vec::new(),
+            };
             Ok(DueTimers {
                 claimed,
                 next_due: earliest_tx(c, now)?,
+                damaged,
             })
         };
         if limit == 0 {
@@ -1914,6 +1973,21 @@ impl Store for SqliteStore {
             .with_routes(self)
             .with_census(self)
             .with_flow_control(self)
+            .with_receipts(self)
+    }
+}
+
+impl crate::store::ReceiptIndex for SqliteStore {
+    fn consumed_anywhere(&self, stimulus_id: &str) -> BoxFuture<'_, StoreResult<bool>> {
+        let stimulus = stimulus_id.to_owned();
+        self.read_point(move |c| {
+            Ok(
+                c.prepare_cached("SELECT 1 FROM wf_receipts WHERE stimulus_id = ?1 LIMIT 1")?
+                    .query_row([&stimulus], |_| Ok(()))
+                    .optional()?
+                    .is_some(),
+            )
+        })
     }
 }
 

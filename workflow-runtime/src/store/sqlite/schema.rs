@@ -25,6 +25,7 @@ const MIGRATIONS: &[(u32, &str, &str)] = &[
     (11, "0011_bookmarks_keyed_by_instance", MIGRATION_0011),
     (12, "0012_flow_control", MIGRATION_0012),
     (13, "0013_debounced_sends", MIGRATION_0013),
+    (14, "0014_receipts_by_stimulus", MIGRATION_0014),
 ];
 
 /// Flow-control queues (QU-5): per queue a row of counters (the last fencing token, waiter
@@ -76,6 +77,12 @@ CREATE TABLE wf_flow_starts (
     PRIMARY KEY (queue, token)
 ) WITHOUT ROWID;
 CREATE INDEX wf_flow_starts_at ON wf_flow_starts (queue, at);
+";
+
+/// Receipts found by their stimulus (RT-19): a queued stimulus routed again after a crash
+/// between its delivery and its acknowledgement is known consumed.
+const MIGRATION_0014: &str = r"
+CREATE INDEX wf_receipts_stimulus ON wf_receipts (stimulus_id);
 ";
 
 /// Debounced sends (RT-35, C-44): one row per debounce id, holding the last send, claimed
