@@ -70,7 +70,8 @@ pub(crate) const STEP_KINDS: [&str; 18] = [
     "correlate",
 ];
 /// The options of `#[workflow(...)]`.
-pub(crate) const WORKFLOW_OPTIONS: [&str; 5] = ["name", "saga", "retry", "commit", "activation"];
+pub(crate) const WORKFLOW_OPTIONS: [&str; 6] =
+    ["name", "saga", "retry", "commit", "activation", "queue"];
 
 /// The activation strategies of `#[workflow(activation = ..)]` (RT-15).
 pub(crate) const ACTIVATIONS: [&str; 4] =
@@ -133,6 +134,8 @@ pub(crate) struct WorkflowOptions {
     pub(crate) commit: Option<(CommitStrategy, TokenStream)>,
     /// `activation = ..` (RT-15).
     pub(crate) activation: Option<(Activation, TokenStream)>,
+    /// `queue = IMPORTS`: the queue every run takes a slot of (QU-12).
+    pub(crate) queue: Option<Path>,
 }
 
 /// A flowchart body or the plain sequence form.
@@ -506,6 +509,18 @@ fn parse_options(
                 let commit = parse_commit_strategy(meta.value()?)?;
                 if options.commit.replace(commit).is_some() {
                     errors.at(&meta.path, "duplicate workflow option `commit`");
+                }
+            }
+            "queue" => {
+                let path: Path = meta.value()?.parse().map_err(|e| {
+                    syn::Error::new(
+                        e.span(),
+                        "malformed `queue`: expected the path of a `Queue` item, as in `queue = IMPORTS`",
+                    )
+                })?;
+                let path = crate::common::queues::queue_path(path, "queue")?;
+                if options.queue.replace(path).is_some() {
+                    errors.at(&meta.path, "duplicate workflow option `queue`");
                 }
             }
             "activation" => {
