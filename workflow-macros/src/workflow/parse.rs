@@ -652,6 +652,25 @@ fn parse_statement(
         let kind = parse_kind(input, &NODE_KINDS, "node")?;
         broken.pop();
         let tokens = tokens_between(&start, input);
+        // `.queue(..)` on a node that is no task: one error on the method, the statement kept.
+        if input.peek(Token![.]) {
+            let ahead = input.fork();
+            ahead.parse::<Token![.]>()?;
+            if let Ok(method) = ahead.call(Ident::parse_any)
+                && matches!(method.to_string().as_str(), "queue" | "priority")
+            {
+                errors.push(syn::Error::new(
+                    method.span(),
+                    format!(
+                        "a `{}` node takes no queue slot: `.{method}(..)` is a task option",
+                        kind.keyword()
+                    ),
+                ));
+                while !input.is_empty() && !input.peek(Token![;]) {
+                    input.parse::<TokenTree>()?;
+                }
+            }
+        }
         let missing_semicolon = !input.is_empty();
         if missing_semicolon {
             let last = tokens.clone().into_iter().last();
