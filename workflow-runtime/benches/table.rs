@@ -143,8 +143,7 @@ workflow! {
 
 /// When each attempt of `stamp` started.
 fn stamps() -> &'static std::sync::Mutex<Vec<Instant>> {
-    static STAMPS: std::sync::OnceLock<std::sync::Mutex<Vec<Instant>>> =
-        std::sync::OnceLock::new();
+    static STAMPS: std::sync::OnceLock<std::sync::Mutex<Vec<Instant>>> = std::sync::OnceLock::new();
     STAMPS.get_or_init(Default::default)
 }
 
@@ -1543,17 +1542,40 @@ fn queue_rows(dir: &Path, reps: usize, iters: u32) -> Vec<Row> {
             v.sort_by(f64::total_cmp);
             v[v.len() / 2]
         };
-        format!("{:.2}x the row above; target <= 1.2x", median(with) / median(without))
+        format!(
+            "{:.2}x the row above; target <= 1.2x",
+            median(with) / median(without)
+        )
     };
     let mem_note = ratio(&mem_q, &mem);
     let lite_note = ratio(&lite_q, &lite);
     vec![
-        Row::new("queues", "memory: 1-task workflow, no queue (start)", "µs", mem),
-        Row::new("queues", "memory: same task in an uncontended queue", "µs", mem_q)
-            .note(mem_note),
-        Row::new("queues", "SQLite: 1-task workflow, no queue (start)", "µs", lite),
-        Row::new("queues", "SQLite: same task in an uncontended queue", "µs", lite_q)
-            .note(lite_note),
+        Row::new(
+            "queues",
+            "memory: 1-task workflow, no queue (start)",
+            "µs",
+            mem,
+        ),
+        Row::new(
+            "queues",
+            "memory: same task in an uncontended queue",
+            "µs",
+            mem_q,
+        )
+        .note(mem_note),
+        Row::new(
+            "queues",
+            "SQLite: 1-task workflow, no queue (start)",
+            "µs",
+            lite,
+        ),
+        Row::new(
+            "queues",
+            "SQLite: same task in an uncontended queue",
+            "µs",
+            lite_q,
+        )
+        .note(lite_note),
         Row::new(
             "queues",
             "memory: starts/s of 3,000 tasks at a 1,000/s rate limit",

@@ -612,8 +612,8 @@ impl RuntimeBuilder {
                 Some(existing) if *existing != queue => {
                     return Err(BuildError::ConflictingQueue {
                         name: queue.name().to_owned(),
-                        first: existing.clone(),
-                        second: queue,
+                        first: Box::new(existing.clone()),
+                        second: Box::new(queue),
                     });
                 }
                 Some(_) => {}

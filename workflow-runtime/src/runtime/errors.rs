@@ -37,9 +37,9 @@ pub enum BuildError {
         /// The queue name.
         name: String,
         /// The declaration seen first.
-        first: workflow_model::Queue,
+        first: Box<workflow_model::Queue>,
         /// The declaration that differs.
-        second: workflow_model::Queue,
+        second: Box<workflow_model::Queue>,
     },
     /// A task runs in a queue the builder does not declare (QU-10).
     #[error(
