@@ -822,7 +822,7 @@ mod tests {
         assert_eq!(
             errors,
             [
-                "unknown state machine option `intial`; expected one of `data`, `initial`, `name`, `retry`, `commit`, `look_back`; did you mean `initial`?",
+                "unknown state machine option `intial`; expected one of `data`, `initial`, `name`, `retry`, `commit`, `look_back`, `queue`; did you mean `initial`?",
                 "duplicate state machine option `data`\n= note: first used here (line 1, column 1)",
             ]
         );
