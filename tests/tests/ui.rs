@@ -31,6 +31,7 @@ fn state_machine_ui() {
         "dsl",
         "diagnostics",
         "migrations",
+        "queues",
     ] {
         if selected(&format!("state_machine/{kind}")) {
             t.compile_fail(format!("ui/state_machine/{kind}/*.rs"));
@@ -55,6 +56,7 @@ fn workflow_ui() {
         "several",
         "dsl",
         "diagnostics",
+        "queues",
     ] {
         if selected(&format!("workflow/{kind}")) {
             t.compile_fail(format!("ui/workflow/{kind}/*.rs"));

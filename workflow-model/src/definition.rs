@@ -29,6 +29,11 @@ pub struct Definition {
     /// does not pin instances to a new version. JSON and builder only (no macro option yet).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub activation: Option<Activation>,
+    /// The flow-control queue every run of an instance takes a slot of (QU-14): from the
+    /// start or resume of the run to its suspension or end. Absent: runs take no slot. A
+    /// runtime setting like `activation`, not part of the version fingerprint.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queue: Option<String>,
 }
 
 impl Definition {
@@ -41,7 +46,15 @@ impl Definition {
             retry: None,
             commit_strategy: None,
             activation: None,
+            queue: None,
         }
+    }
+
+    /// With a flow-control queue every run of an instance takes a slot of (QU-14).
+    #[must_use]
+    pub fn with_queue(mut self, queue: impl Into<String>) -> Self {
+        self.queue = Some(queue.into());
+        self
     }
 
     /// With an activation strategy (RT-15).
@@ -350,6 +363,10 @@ pub struct Task {
     /// The attempt's priority in its queue, 0 (the default) to 9 (QU-4).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub priority: Option<u8>,
+    /// The dotted path of the data field whose value is the attempt's partition key in its
+    /// queue (QU-4, QU-10), for example `"customer.id"`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queue_key: Option<String>,
 }
 
 impl Task {
@@ -357,6 +374,14 @@ impl Task {
     #[must_use]
     pub fn with_queue(mut self, queue: impl Into<String>) -> Self {
         self.queue = Some(queue.into());
+        self
+    }
+
+    /// The same task taking its partition key in its queue from the data field at the dotted
+    /// `path` (QU-10).
+    #[must_use]
+    pub fn with_queue_key(mut self, path: impl Into<String>) -> Self {
+        self.queue_key = Some(path.into());
         self
     }
 
@@ -372,6 +397,7 @@ impl Task {
             commit: None,
             queue: None,
             priority: None,
+            queue_key: None,
         }
     }
 

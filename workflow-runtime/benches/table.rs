@@ -32,6 +32,9 @@
 //!   suspended instances in the file, in a child process.
 //! - **timers**: lateness (fired minus due) p50/p99 over 1,000 durable Delay timers fired by
 //!   the in-process driver (MemoryStore, sweep disabled).
+//! - **queues**: a one-task workflow started to its end through an uncontended flow-control
+//!   queue against the same without a queue (memory, SQLite), and the start rate of 3,000
+//!   tasks of a queue limited to 1,000 starts a second (memory).
 //! - **macro**: `cargo build` time of a generated crate holding a 50-state, 200-transition
 //!   `#[state_machine]` versus the same crate without it (incremental compilation off).
 //!
@@ -54,7 +57,8 @@
 //! - `TABLE_RECOVER` [100000]: the suspended population for the start-up row.
 //! - `TABLE_TIMERS` [1000]: timers per repetition of the lateness row.
 //! - `TABLE_MACRO` [1]: `0` skips the macro rows.
-//! - `TABLE_ONLY` [all]: a comma-separated subset of `memory,sqlite,routing,recover,timers,macro`.
+//! - `TABLE_ONLY` [all]: a comma-separated subset of
+//!   `memory,sqlite,postgres,routing,recover,timers,queues,macro`.
 //! - `TABLE_SYNC` [full,normal] and `TABLE_INSTANCES` [1,16,64]: a subset of the SQLite rows.
 //! - `TABLE_PG_CLIENTS` [1,8] and `TABLE_PG_PROCESSES` [1,2,4] (`0` for none): a subset of the
 //!   PostgreSQL rows.
@@ -123,6 +127,34 @@ workflow! {
         split.right -> b -> both;
         both -> c;
     }
+}
+
+/// A queue no task waits on: the cost of a slot without contention.
+const OPEN: workflow_runtime::Queue = workflow_runtime::Queue::new("open").concurrency(1_000_000);
+/// 1,000 starts in any 1 s window.
+const RATED: workflow_runtime::Queue =
+    workflow_runtime::Queue::new("rated").rate(1_000, Duration::from_secs(1));
+
+workflow! {
+    pub workflow Task1(Counter) = sequence [task(incr)];
+}
+
+workflow! {
+    pub workflow Task1Queued(Counter) = sequence [task(incr).queue(OPEN)];
+}
+
+/// When each attempt of `stamp` started.
+fn stamps() -> &'static std::sync::Mutex<Vec<Instant>> {
+    static STAMPS: std::sync::OnceLock<std::sync::Mutex<Vec<Instant>>> = std::sync::OnceLock::new();
+    STAMPS.get_or_init(Default::default)
+}
+
+async fn stamp(_cx: &mut TaskContext<Counter>) {
+    stamps().lock().unwrap().push(Instant::now());
+}
+
+workflow! {
+    pub workflow Rated(Counter) = sequence [task(stamp).queue(RATED)];
 }
 
 #[state_machine(data = Counter, initial = Even)]
@@ -1636,6 +1668,134 @@ fn macro_rows(dir: &Path, reps: usize) -> Vec<Row> {
 }
 
 // ---------------------------------------------------------------------------------------------
+// Flow-control queues
+
+/// Mean µs per start of `W` to its end, `iterations` of them one after the other on `runtime`.
+async fn start_us<W: workflow_runtime::Workflow<Data = Counter>>(
+    runtime: &Runtime,
+    iterations: u32,
+) -> f64 {
+    for _ in 0..iterations / 10 {
+        runtime.start::<W>(Counter::default()).await.unwrap();
+    }
+    let started = Instant::now();
+    for _ in 0..iterations {
+        let done = runtime.start::<W>(Counter::default()).await.unwrap();
+        assert_eq!(done.status, WorkflowStatus::Finished);
+    }
+    started.elapsed().as_secs_f64() * 1e6 / f64::from(iterations)
+}
+
+/// A one-task workflow through an uncontended queue against the same task without one (memory
+/// and SQLite), and the start rate of 3,000 tasks on a queue of 1,000 starts a second.
+fn queue_rows(dir: &Path, reps: usize, iters: u32) -> Vec<Row> {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let sqlite_iters = (iters / 10).max(50);
+    let (mut mem, mut mem_q, mut lite, mut lite_q, mut rate) =
+        (vec![], vec![], vec![], vec![], vec![]);
+    for _ in 0..reps {
+        let memory = Runtime::builder()
+            .register::<Task1>()
+            .register::<Task1Queued>()
+            .sweep_interval(None)
+            .timer_driver(false)
+            .build()
+            .unwrap();
+        mem.push(rt.block_on(start_us::<Task1>(&memory, iters)));
+        mem_q.push(rt.block_on(start_us::<Task1Queued>(&memory, iters)));
+        let store = SqliteStore::open(fresh(dir, "queues.db")).unwrap();
+        let sqlite = Runtime::builder()
+            .store(Arc::new(store))
+            .register::<Task1>()
+            .register::<Task1Queued>()
+            .sweep_interval(None)
+            .timer_driver(false)
+            .build()
+            .unwrap();
+        lite.push(rt.block_on(start_us::<Task1>(&sqlite, sqlite_iters)));
+        lite_q.push(rt.block_on(start_us::<Task1Queued>(&sqlite, sqlite_iters)));
+        // 3,000 at once: 1,000 start at once, then the window lets 1,000 more a second. The
+        // rate is the starts after the first window over the time they took.
+        stamps().lock().unwrap().clear();
+        let rated = Arc::new(
+            Runtime::builder()
+                .register::<Rated>()
+                .sweep_interval(None)
+                .timer_driver(false)
+                .build()
+                .unwrap(),
+        );
+        rt.block_on(async {
+            let starts: Vec<_> = (0..3_000)
+                .map(|_| {
+                    let rated = Arc::clone(&rated);
+                    tokio::spawn(async move { rated.start::<Rated>(Counter::default()).await })
+                })
+                .collect();
+            for start in starts {
+                start.await.unwrap().unwrap();
+            }
+        });
+        let mut at = stamps().lock().unwrap().clone();
+        at.sort();
+        let span = at[2_999].duration_since(at[999]).as_secs_f64();
+        rate.push(2_000.0 / span);
+    }
+    let ratio = |with: &[f64], without: &[f64]| {
+        let median = |v: &[f64]| {
+            let mut v = v.to_vec();
+            v.sort_by(f64::total_cmp);
+            v[v.len() / 2]
+        };
+        format!(
+            "{:.2}x the row above; target <= 1.2x",
+            median(with) / median(without)
+        )
+    };
+    let mem_note = ratio(&mem_q, &mem);
+    let lite_note = ratio(&lite_q, &lite);
+    vec![
+        Row::new(
+            "queues",
+            "memory: 1-task workflow, no queue (start)",
+            "µs",
+            mem,
+        ),
+        Row::new(
+            "queues",
+            "memory: same task in an uncontended queue",
+            "µs",
+            mem_q,
+        )
+        .note(mem_note),
+        Row::new(
+            "queues",
+            "SQLite: 1-task workflow, no queue (start)",
+            "µs",
+            lite,
+        ),
+        Row::new(
+            "queues",
+            "SQLite: same task in an uncontended queue",
+            "µs",
+            lite_q,
+        )
+        .note(lite_note),
+        Row::new(
+            "queues",
+            "memory: starts/s of 3,000 tasks at a 1,000/s rate limit",
+            "/s",
+            rate,
+        )
+        .note("target within 2% of 1,000/s"),
+    ]
+}
+
+// ---------------------------------------------------------------------------------------------
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -1703,6 +1863,10 @@ fn main() {
     if wanted("timers") {
         eprintln!("table: timers...");
         rows.extend(timer_rows(reps, timers));
+    }
+    if wanted("queues") {
+        eprintln!("table: flow-control queues...");
+        rows.extend(queue_rows(&dir, reps, iters));
     }
     if wanted("macro") && env_or("TABLE_MACRO", 1u32) != 0 {
         eprintln!("table: macro cost...");

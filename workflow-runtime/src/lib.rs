@@ -122,6 +122,43 @@ pub mod __private {
     pub use crate::runtime::Stimulus;
     pub use crate::workflow::{IsKey, IsPayload, StateMachineWorkflow, Workflow};
 
+    /// The definition a macro computed with each queue's stand-in name (`names`: stand-in,
+    /// name) replaced by the queue's name, wherever a `queue` field holds it (QU-10, QU-14).
+    pub fn resolve_queues(
+        definition: model::Definition,
+        names: &[(&str, &str)],
+    ) -> model::Definition {
+        fn walk(value: &mut serde_json::Value, names: &[(&str, &str)]) {
+            match value {
+                serde_json::Value::Object(map) => {
+                    for (key, field) in map.iter_mut() {
+                        if key == "queue"
+                            && let serde_json::Value::String(text) = field
+                            && let Some((_, name)) = names.iter().find(|(s, _)| s == text)
+                        {
+                            *text = (*name).to_owned();
+                        } else {
+                            walk(field, names);
+                        }
+                    }
+                }
+                serde_json::Value::Array(items) => {
+                    for item in items {
+                        walk(item, names);
+                    }
+                }
+                _ => {}
+            }
+        }
+        // The model converts to JSON and back without loss; should that ever fail, the
+        // definition keeps its stand-in names and `build()` reports them as undeclared queues.
+        let Ok(mut value) = serde_json::to_value(&definition) else {
+            return definition;
+        };
+        walk(&mut value, names);
+        serde_json::from_value(value).unwrap_or(definition)
+    }
+
     // The signature checks of the user fns the macros register, each named for what it checks
     // in the words of the DSL: a fn of the wrong shape is rustc's error at the user's path with
     // the note "function defined here: `condition_takes_data`", not a registry method's bound.

@@ -65,6 +65,13 @@ pub trait Workflow: Send + Sync + 'static {
     /// The user code the definition refers to by name: tasks, entries, exits, actions and
     /// conditions.
     fn registry() -> Registry<Self::Data>;
+
+    /// The flow-control queues the definition's tasks and runs use (QU-10, QU-14), declared
+    /// with the runtime by [`RuntimeBuilder::register`](crate::RuntimeBuilder::register). The
+    /// macros list the queues they were given by path; the default is none.
+    fn queues() -> Vec<workflow_model::Queue> {
+        Vec::new()
+    }
 }
 
 /// A workflow whose root is a state machine, with a typed current state.

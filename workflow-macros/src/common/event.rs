@@ -139,6 +139,14 @@ pub(crate) fn parse_event(input: ParseStream<'_>, syntax: &EventSyntax) -> syn::
         input.parse::<Token![.]>()?;
         let method: Ident = input.call(Ident::parse_any)?;
         let method_name = method.to_string();
+        if matches!(method_name.as_str(), "queue" | "priority") {
+            return Err(syn::Error::new(
+                method.span(),
+                format!(
+                    "an event takes no queue slot: `.{method_name}(..)` is a task option; put it on the task that runs after the event"
+                ),
+            ));
+        }
         if !syntax.takes(&method_name) {
             let hint = workflow_model::suggest(&method_name, syntax.options.iter().map(|o| o.0))
                 .map(|found| format!("; did you mean `.{found}`?"))

@@ -15,7 +15,15 @@ use super::parse::{FnRef, fn_path, parse_duration, tokens_between};
 /// The keys of `retry(..)`.
 pub(crate) const RETRY_OPTIONS: [&str; 5] = ["attempts", "backoff", "multiplier", "jitter", "on"];
 /// The methods after `task(..)`.
-pub(crate) const TASK_OPTIONS: [&str; 4] = ["retry", "timeout", "compensate", "commit"];
+pub(crate) const TASK_OPTIONS: [&str; 7] = [
+    "retry",
+    "timeout",
+    "compensate",
+    "commit",
+    "queue",
+    "priority",
+    "key",
+];
 /// The values of `commit(..)` on a task (ENG-32).
 pub(crate) const NODE_COMMITS: [&str; 5] =
     ["default", "before", "after", "before_and_after", "never"];
@@ -202,6 +210,12 @@ pub(crate) struct TaskOptions {
     pub(crate) timeout: Option<Spanned<u64>>,
     pub(crate) compensate: Option<FnRef>,
     pub(crate) commit: Option<Spanned<NodeCommit>>,
+    /// `.queue(PAYMENTS)`: the path of the queue item (QU-10).
+    pub(crate) queue: Option<syn::Path>,
+    /// `.priority(5)` (QU-4).
+    pub(crate) priority: Option<Spanned<u8>>,
+    /// `.key(customer.id)`: the partition key's field path (QU-10).
+    pub(crate) key: Option<super::parse::FieldPath>,
 }
 
 impl TaskOptions {
@@ -220,7 +234,7 @@ impl TaskOptions {
                 return Err(syn::Error::new(
                     method.span(),
                     format!(
-                        "unknown task option `.{name}`; expected one of `.retry(..)`, `.timeout(duration)`, `.compensate(fn)`, `.commit(mode)`{hint}"
+                        "unknown task option `.{name}`; expected one of `.retry(..)`, `.timeout(duration)`, `.compensate(fn)`, `.commit(mode)`, `.queue(QUEUE)`, `.priority(n)`, `.key(field)`{hint}"
                     ),
                 ));
             }
@@ -249,6 +263,37 @@ impl TaskOptions {
                     })?;
                     let path = fn_path(path, "compensate")?;
                     options.compensate.replace(FnRef { path }).is_some()
+                }
+                "queue" => {
+                    let path: syn::Path = content.parse().map_err(|e| {
+                        syn::Error::new(
+                            e.span(),
+                            "expected the path of a `Queue` item, as in `.queue(PAYMENTS)`",
+                        )
+                    })?;
+                    let path = super::queues::queue_path(path, ".queue")?;
+                    options.queue.replace(path).is_some()
+                }
+                "priority" => {
+                    let lit: syn::LitInt = content.parse().map_err(|e| {
+                        syn::Error::new(
+                            e.span(),
+                            "expected a priority from 0 to 9, as in `.priority(5)`",
+                        )
+                    })?;
+                    let value = lit.base10_parse::<u8>().map_err(|_| {
+                        syn::Error::new(lit.span(), "priority is out of range; use 0 to 9")
+                    })?;
+                    let tokens = quote::ToTokens::into_token_stream(&lit);
+                    options.priority.replace((value, tokens)).is_some()
+                }
+                "key" => {
+                    let key = super::parse::parse_field_path(
+                        &content,
+                        "key",
+                        "`.key(customer)` or `.key(customer.id)`",
+                    )?;
+                    options.key.replace(key).is_some()
                 }
                 // "commit"
                 _ => {
@@ -304,6 +349,18 @@ impl TaskOptions {
         if let Some((commit, tokens)) = &self.commit {
             spans.insert(at.field("commit"), tokens);
             task.commit = Some(*commit);
+        }
+        if let Some(path) = &self.queue {
+            spans.insert(at.field("queue"), path);
+            task.queue = Some(super::queues::placeholder(path));
+        }
+        if let Some((priority, tokens)) = &self.priority {
+            spans.insert(at.field("priority"), tokens);
+            task.priority = Some(*priority);
+        }
+        if let Some(key) = &self.key {
+            spans.insert(at.field("queue_key"), &key.tokens);
+            task.queue_key = Some(key.text.clone());
         }
     }
 }

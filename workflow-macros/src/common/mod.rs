@@ -7,6 +7,7 @@ pub(crate) mod event;
 pub(crate) mod expand;
 pub(crate) mod faults;
 pub(crate) mod parse;
+pub(crate) mod queues;
 pub(crate) mod spans;
 
 pub(crate) use errors::Errors;

@@ -109,6 +109,44 @@ pub(crate) fn expand(machine: &Machine, definition: Option<&Definition>) -> Toke
             _ => None,
         });
     let duration_types = type_exists_checks(duration_types);
+    let mut queue_paths: Vec<&syn::Path> = task_options(machine)
+        .into_iter()
+        .filter_map(|o| o.queue.as_ref())
+        .collect();
+    queue_paths.extend(machine.options.queue.as_ref());
+    let queues = crate::common::queues::queue_code(&queue_paths);
+    let queue_consts = &queues.consts;
+    // QU-10: the stand-in names of the queues are replaced by theirs when the definition is
+    // first built; the version is then the fingerprint of that definition.
+    let (build, version_fn, queues_fn) = if queues.any && !stub_only {
+        let names = &queues.names;
+        let list = &queues.list;
+        (
+            quote!(#private::resolve_queues(#build, #names)),
+            quote! {
+                fn version() -> &'static str {
+                    static VERSION: ::std::sync::OnceLock<::std::string::String> =
+                        ::std::sync::OnceLock::new();
+                    VERSION.get_or_init(|| <Self as #private::Workflow>::definition().fingerprint())
+                }
+            },
+            quote! {
+                fn queues() -> ::std::vec::Vec<#private::model::Queue> {
+                    #list
+                }
+            },
+        )
+    } else {
+        (
+            build,
+            quote! {
+                fn version() -> &'static str {
+                    #version
+                }
+            },
+            TokenStream::new(),
+        )
+    };
     let sends: Vec<EventSend<'_>> = machine
         .states
         .iter()
@@ -133,6 +171,7 @@ pub(crate) fn expand(machine: &Machine, definition: Option<&Definition>) -> Toke
             /// Every state, in declaration order.
             pub const STATES: &'static [Self] = &[#(Self::#variants),*];
             #consts
+            #queue_consts
             #diagrams
             #sends
         }
@@ -150,13 +189,13 @@ pub(crate) fn expand(machine: &Machine, definition: Option<&Definition>) -> Toke
                 DEFINITION.get_or_init(|| #build)
             }
 
-            fn version() -> &'static str {
-                #version
-            }
+            #version_fn
 
             fn registry() -> #private::Registry<Self::Data> {
                 #registry
             }
+
+            #queues_fn
         }
 
         impl #private::StateMachineWorkflow for #ident {
@@ -293,6 +332,22 @@ fn user_fns(machine: &Machine) -> Vec<&syn::Path> {
     out
 }
 
+/// The options of every task the machine declares: entries, exits, task triggers, actions.
+fn task_options(machine: &Machine) -> Vec<&crate::common::faults::TaskOptions> {
+    let mut out = Vec::new();
+    for state in &machine.states {
+        out.push(&*state.entry_options);
+        out.push(&*state.exit_options);
+        for transition in &state.transitions {
+            if let Some(TriggerDecl::Task { options, .. }) = &transition.trigger {
+                out.push(&**options);
+            }
+            out.push(&*transition.action_options);
+        }
+    }
+    out
+}
+
 /// The registry: each user fn once per name, each call spanned on the user's path.
 fn registry(machine: &Machine) -> TokenStream {
     let private = quote!(::workflow_runtime::__private);
@@ -301,6 +356,12 @@ fn registry(machine: &Machine) -> TokenStream {
     let mut keys = Vec::new();
     let mut assign_fields = Vec::new();
     let mut assign_fns: Vec<(&FnRef, &syn::Type)> = Vec::new();
+    // QU-10: a task's partition key is a field of the data, checked like an event's key.
+    keys.extend(
+        task_options(machine)
+            .into_iter()
+            .filter_map(|o| o.key.as_ref()),
+    );
     for state in &machine.states {
         tasks.extend(state.entry.iter());
         tasks.extend(state.exit.iter());
@@ -406,6 +467,11 @@ fn definition_tokens(definition: &Definition) -> TokenStream {
         let strategy = commit_strategy_tokens(*strategy);
         settings.extend(quote!(
             definition.commit_strategy = ::core::option::Option::Some(#strategy);
+        ));
+    }
+    if let Some(queue) = &definition.queue {
+        settings.extend(quote!(
+            definition.queue = ::core::option::Option::Some(::std::string::String::from(#queue));
         ));
     }
     if settings.is_empty() {
@@ -555,6 +621,19 @@ fn activity_tokens(activity: &Activity) -> TokenStream {
                 let variant =
                     syn::Ident::new(&format!("{commit:?}"), proc_macro2::Span::call_site());
                 settings.extend(quote!(task.commit = ::core::option::Option::Some(#model::NodeCommit::#variant);));
+            }
+            if let Some(queue) = &task.queue {
+                settings.extend(quote!(
+                    task.queue = ::core::option::Option::Some(::std::string::String::from(#queue));
+                ));
+            }
+            if let Some(priority) = task.priority {
+                settings.extend(quote!(task.priority = ::core::option::Option::Some(#priority);));
+            }
+            if let Some(key) = &task.queue_key {
+                settings.extend(quote!(
+                    task.queue_key = ::core::option::Option::Some(::std::string::String::from(#key));
+                ));
             }
             if settings.is_empty() {
                 quote!(#model::Activity::Task(#model::Task::new(#id, #function)))

@@ -201,6 +201,10 @@ pub(crate) fn lower(machine: &Machine) -> Lowered {
         spans.insert(Location::root().field("commit_strategy"), tokens);
         definition.commit_strategy = Some(*strategy);
     }
+    if let Some(path) = &machine.options.queue {
+        spans.insert(Location::root().field("queue"), path);
+        definition.queue = Some(crate::common::queues::placeholder(path));
+    }
     Lowered { definition, spans }
 }
 

@@ -20,8 +20,15 @@ use crate::common::parse::{
 use workflow_model::{CommitStrategy, LookBack};
 
 /// The options of `#[state_machine(...)]`.
-pub(crate) const MACHINE_OPTIONS: [&str; 6] =
-    ["data", "initial", "name", "retry", "commit", "look_back"];
+pub(crate) const MACHINE_OPTIONS: [&str; 7] = [
+    "data",
+    "initial",
+    "name",
+    "retry",
+    "commit",
+    "look_back",
+    "queue",
+];
 /// The options after a transition's target.
 pub(crate) const TRANSITION_OPTIONS: [&str; 4] = ["when", "action", "display", "id"];
 /// The attributes the macro reads on a variant.
@@ -43,6 +50,8 @@ pub(crate) struct Options {
     /// `look_back = ..`: the look-back of every event transition without its own
     /// `.look_back(..)` (RT-30); absent, `since_entered`.
     pub(crate) look_back: Option<(LookBack, TokenStream)>,
+    /// `queue = IMPORTS`: the queue every run takes a slot of (QU-14).
+    pub(crate) queue: Option<Path>,
 }
 
 /// One variant of the enum: a state.
@@ -289,6 +298,11 @@ fn parse_options(args: TokenStream, errors: &mut Errors) -> Options {
                     let look_back = parse_look_back(input)?;
                     options.look_back.get_or_insert(look_back);
                 }
+                "queue" => {
+                    let path = value::<Path>(input, &key_name)?;
+                    let path = crate::common::queues::queue_path(path, "queue")?;
+                    options.queue.get_or_insert(path);
+                }
                 _ => {
                     let (hint, found) = did_you_mean(&key_name, MACHINE_OPTIONS);
                     misspelled.extend(found);
@@ -342,6 +356,7 @@ fn example(option: &str) -> &'static str {
         "id" => "id = \"pay\"",
         "retry" => "retry(attempts = 5)",
         "commit" => "commit = after_each_activity",
+        "queue" => "queue = IMPORTS",
         _ => "option = value",
     }
 }
@@ -807,7 +822,7 @@ mod tests {
         assert_eq!(
             errors,
             [
-                "unknown state machine option `intial`; expected one of `data`, `initial`, `name`, `retry`, `commit`, `look_back`; did you mean `initial`?",
+                "unknown state machine option `intial`; expected one of `data`, `initial`, `name`, `retry`, `commit`, `look_back`, `queue`; did you mean `initial`?",
                 "duplicate state machine option `data`\n= note: first used here (line 1, column 1)",
             ]
         );

@@ -142,6 +142,10 @@ pub(crate) fn lower(decl: &WorkflowDecl) -> Lowered {
         spans.insert(top.field("commit_strategy"), tokens);
         definition.commit_strategy = Some(*strategy);
     }
+    if let Some(path) = &options.queue {
+        spans.insert(top.field("queue"), path);
+        definition.queue = Some(crate::common::queues::placeholder(path));
+    }
     if let Some((activation, tokens)) = &options.activation {
         spans.insert(top.field("activation"), tokens);
         definition.activation = Some(*activation);

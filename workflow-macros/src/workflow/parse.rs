@@ -72,7 +72,8 @@ pub(crate) const STEP_KINDS: [&str; 19] = [
     "correlate",
 ];
 /// The options of `#[workflow(...)]`.
-pub(crate) const WORKFLOW_OPTIONS: [&str; 5] = ["name", "saga", "retry", "commit", "activation"];
+pub(crate) const WORKFLOW_OPTIONS: [&str; 6] =
+    ["name", "saga", "retry", "commit", "activation", "queue"];
 
 /// The activation strategies of `#[workflow(activation = ..)]` (RT-15).
 pub(crate) const ACTIVATIONS: [&str; 4] =
@@ -135,6 +136,8 @@ pub(crate) struct WorkflowOptions {
     pub(crate) commit: Option<(CommitStrategy, TokenStream)>,
     /// `activation = ..` (RT-15).
     pub(crate) activation: Option<(Activation, TokenStream)>,
+    /// `queue = IMPORTS`: the queue every run takes a slot of (QU-14).
+    pub(crate) queue: Option<Path>,
 }
 
 /// A flowchart body or the plain sequence form.
@@ -523,6 +526,18 @@ fn parse_options(
                     errors.at(&meta.path, "duplicate workflow option `commit`");
                 }
             }
+            "queue" => {
+                let path: Path = meta.value()?.parse().map_err(|e| {
+                    syn::Error::new(
+                        e.span(),
+                        "malformed `queue`: expected the path of a `Queue` item, as in `queue = IMPORTS`",
+                    )
+                })?;
+                let path = crate::common::queues::queue_path(path, "queue")?;
+                if options.queue.replace(path).is_some() {
+                    errors.at(&meta.path, "duplicate workflow option `queue`");
+                }
+            }
             "activation" => {
                 let value = meta.value()?;
                 let start = value.fork();
@@ -652,6 +667,25 @@ fn parse_statement(
         let kind = parse_kind(input, &NODE_KINDS, "node")?;
         broken.pop();
         let tokens = tokens_between(&start, input);
+        // `.queue(..)` on a node that is no task: one error on the method, the statement kept.
+        if input.peek(Token![.]) {
+            let ahead = input.fork();
+            ahead.parse::<Token![.]>()?;
+            if let Ok(method) = ahead.call(Ident::parse_any)
+                && matches!(method.to_string().as_str(), "queue" | "priority")
+            {
+                errors.push(syn::Error::new(
+                    method.span(),
+                    format!(
+                        "a `{}` node takes no queue slot: `.{method}(..)` is a task option",
+                        kind.keyword()
+                    ),
+                ));
+                while !input.is_empty() && !input.peek(Token![;]) {
+                    input.parse::<TokenTree>()?;
+                }
+            }
+        }
         let missing_semicolon = !input.is_empty();
         if missing_semicolon {
             let last = tokens.clone().into_iter().last();

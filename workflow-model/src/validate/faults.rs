@@ -1,4 +1,4 @@
-//! Timer and fault rules: TM-V1 to TM-V6 and FLT-V1 to FLT-V6; a task's queue (QU-V1, QU-V2).
+//! Timer and fault rules: TM-V1 to TM-V6 and FLT-V1 to FLT-V6; queues (QU-V1 to QU-V3).
 
 use super::children_with_locations;
 use crate::cron::{Schedule, Zone};
@@ -24,6 +24,15 @@ pub(super) fn check(definition: &Definition, cx: &mut Diagnostics) {
             "ENG-32",
             Location::root().field("commit_strategy"),
             "periodic commit interval must be greater than zero",
+        ));
+    }
+    if let Some(name) = &definition.queue
+        && let Err(error) = crate::queue::check_queue_name(name)
+    {
+        cx.push(Diagnostic::new(
+            "QU-V1",
+            Location::root().field("queue"),
+            error.to_string(),
         ));
     }
     walk(&definition.root, &Location::root().field("root"), false, cx);
@@ -88,6 +97,21 @@ fn check_activity(activity: &Activity, at: &Location, in_saga: bool, cx: &mut Di
                     at.field("priority"),
                     "a priority needs a `queue`",
                 ));
+            }
+            if let Some(path) = &task.queue_key {
+                if task.queue.is_none() {
+                    cx.push(Diagnostic::new(
+                        "QU-V3",
+                        at.field("queue_key"),
+                        "a partition key needs a `queue`",
+                    ));
+                } else if path.split('.').any(str::is_empty) {
+                    cx.push(Diagnostic::new(
+                        "QU-V3",
+                        at.field("queue_key"),
+                        format!("partition key path `{path}` is not a dotted field path"),
+                    ));
+                }
             }
             if task.compensation.is_some() && !in_saga {
                 cx.push(Diagnostic::new(

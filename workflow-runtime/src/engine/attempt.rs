@@ -28,7 +28,7 @@ where
         function: &str,
         retry: Option<&workflow_model::RetryPolicy>,
         attempt_timeout_ms: Option<u64>,
-        queue: Option<(&str, u8)>,
+        queue: Option<&crate::engine::graph::TaskQueue>,
     ) -> Result<(), StepError> {
         let registry = self.registry;
         let Some(task) = registry.tasks.get(function) else {
@@ -39,7 +39,7 @@ where
         };
         // QU-10, QU-11: a task of a queue runs only with a slot of it.
         let slot = match queue {
-            Some((queue, priority)) => Some(self.take_slot(id, queue, priority).await?),
+            Some(queue) => Some(self.take_slot(id, queue).await?),
             None => None,
         };
         self.data_mut()?;
@@ -220,9 +220,9 @@ where
     async fn take_slot(
         &mut self,
         id: ContextId,
-        queue: &str,
-        priority: u8,
+        task_queue: &crate::engine::graph::TaskQueue,
     ) -> Result<crate::store::SlotLease, StepError> {
+        let queue = task_queue.name.as_str();
         let Some(gate) = self.attempts.flow.clone() else {
             return Err(engine_fault(
                 id,
@@ -232,8 +232,19 @@ where
         let attempt = crate::engine::faults::attempt_of(self.state.context(id));
         let holder = format!("{}/{id}/{attempt}", self.state.instance_id);
         let cancel = self.attempts.instance_cancel.clone();
+        // QU-10: the partition key is the value at the key path in the data as it is now.
+        let key = task_queue
+            .key
+            .as_deref()
+            .and_then(|path| partition_key(&self.state.data, path));
         match gate
-            .acquire(queue, &holder, priority, cancel.as_ref())
+            .acquire(
+                queue,
+                &holder,
+                key.as_deref(),
+                task_queue.priority,
+                cancel.as_ref(),
+            )
             .await
         {
             Ok(lease) => Ok(lease),
@@ -253,5 +264,15 @@ where
                 }))
             }
         }
+    }
+}
+
+/// The partition key at the dotted `path` of `data` (QU-10): a string as it is, any other
+/// value as its JSON text; a missing or `null` field gives no key.
+pub(crate) fn partition_key(data: &serde_json::Value, path: &str) -> Option<String> {
+    match crate::identity::value_at_path(data, path)? {
+        serde_json::Value::Null => None,
+        serde_json::Value::String(text) => Some(text.clone()),
+        other => Some(other.to_string()),
     }
 }

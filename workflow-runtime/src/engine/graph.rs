@@ -73,6 +73,15 @@ pub(crate) struct EventChoice {
     pub(crate) ports: Vec<String>,
 }
 
+/// The flow-control queue of a task (QU-10): each attempt takes a slot of `name` with
+/// `priority`, under the partition key read from the data at the dotted path `key`.
+#[derive(Debug, Clone)]
+pub(crate) struct TaskQueue {
+    pub(crate) name: String,
+    pub(crate) priority: u8,
+    pub(crate) key: Option<String>,
+}
+
 /// What the executor needs of each kind of activity.
 #[derive(Debug)]
 pub(crate) enum NodeKind {
@@ -90,7 +99,7 @@ pub(crate) enum NodeKind {
         commit: Option<workflow_model::NodeCommit>,
         /// The flow-control queue each attempt takes a slot of, with the attempt's priority
         /// (QU-10).
-        queue: Option<(String, u8)>,
+        queue: Option<TaskQueue>,
     },
     /// A saga scope (FLT-10): its body, compensated newest first when something inside fails
     /// for good; then the failure passes on (`fault`) or the scope takes `compensated`.
@@ -526,9 +535,8 @@ impl Graph {
             .iter()
             .filter_map(|n| match &n.kind {
                 NodeKind::Task {
-                    queue: Some((queue, _)),
-                    ..
-                } => Some((n.id.clone(), queue.clone())),
+                    queue: Some(queue), ..
+                } => Some((n.id.clone(), queue.name.clone())),
                 _ => None,
             })
             .collect()
@@ -610,7 +618,11 @@ impl Graph {
                 attempt_timeout_ms: t.attempt_timeout_ms,
                 compensation: t.compensation.clone(),
                 commit: t.commit,
-                queue: t.queue.clone().map(|q| (q, t.priority.unwrap_or_default())),
+                queue: t.queue.clone().map(|name| TaskQueue {
+                    name,
+                    priority: t.priority.unwrap_or_default(),
+                    key: t.queue_key.clone(),
+                }),
             },
             Activity::Saga(saga) => NodeKind::Saga {
                 body: self.add(&saga.body, Some(index))?,

@@ -59,11 +59,13 @@ impl FlowGate {
         }
     }
 
-    /// Takes a slot of `queue` for `holder`, waiting in line until one is granted (QU-11).
+    /// Takes a slot of `queue` for `holder` under the partition `key`, waiting in line until
+    /// one is granted (QU-11).
     pub(crate) async fn acquire(
         &self,
         queue: &str,
         holder: &str,
+        key: Option<&str>,
         priority: u8,
         cancel: Option<&CancellationToken>,
     ) -> Result<SlotLease, GateError> {
@@ -75,7 +77,7 @@ impl FlowGate {
         let bell = Arc::new(tokio::sync::Notify::new());
         crate::base::lock(&self.waiting).insert(holder.to_owned(), Arc::clone(&bell));
         let result = self
-            .wait_in_line(declared, holder, priority, cancel, &bell)
+            .wait_in_line(declared, holder, key, priority, cancel, &bell)
             .await;
         crate::base::lock(&self.waiting).remove(holder);
         result
@@ -85,6 +87,7 @@ impl FlowGate {
         &self,
         declared: &Queue,
         holder: &str,
+        key: Option<&str>,
         priority: Priority,
         cancel: Option<&CancellationToken>,
         bell: &tokio::sync::Notify,
@@ -98,7 +101,7 @@ impl FlowGate {
             let ask = SlotAsk {
                 holder: holder.to_owned(),
                 owner: self.owner.clone(),
-                key: None,
+                key: key.map(str::to_owned),
                 priority,
                 now: now_micros(),
                 ttl: self.ttl,

@@ -194,6 +194,7 @@ where
             graph,
             registry,
             activation: definition.activation.unwrap_or_default(),
+            run_queue: definition.queue.clone(),
         }),
     ))
 }
@@ -257,6 +258,8 @@ impl RuntimeBuilder {
     /// current version: new instances start on it (ENG-45).
     #[must_use]
     pub fn register<W: Workflow>(mut self) -> Self {
+        // QU-10: the queues the macros declared with the workflow come with it.
+        self.queues.extend(W::queues());
         self.pending.push((
             Role::Current,
             Box::new(|| register_parts(W::definition(), W::version().to_owned(), W::registry())),
@@ -308,6 +311,7 @@ impl RuntimeBuilder {
     /// ```
     #[must_use]
     pub fn register_previous<W: Workflow>(mut self) -> Self {
+        self.queues.extend(W::queues());
         self.pending.push((
             Role::Previous,
             Box::new(|| register_parts(W::definition(), W::version().to_owned(), W::registry())),
@@ -627,10 +631,11 @@ impl RuntimeBuilder {
             queue.validate().map_err(BuildError::Queue)?;
             match queues.iter().find(|q| q.name() == queue.name()) {
                 Some(existing) if *existing != queue => {
-                    return Err(BuildError::Queue(workflow_model::QueueError::BadName {
+                    return Err(BuildError::ConflictingQueue {
                         name: queue.name().to_owned(),
-                        reason: "is declared twice with different limits",
-                    }));
+                        first: Box::new(existing.clone()),
+                        second: Box::new(queue),
+                    });
                 }
                 Some(_) => {}
                 None => queues.push(queue),
@@ -681,9 +686,12 @@ impl RuntimeBuilder {
                 }
             }
         }
-        // QU-10: every queue a task runs in is declared.
-        for (name, workflow) in &workflows {
-            for (node, queue) in workflow.task_queues() {
+        // QU-10, QU-14: every queue a task or a run runs in is declared.
+        for (name, workflow) in versions.iter().map(|((name, _), w)| (name, w)) {
+            let run_queue = workflow
+                .run_queue()
+                .map(|queue| ("(the definition)".to_owned(), queue.to_owned()));
+            for (node, queue) in workflow.task_queues().into_iter().chain(run_queue) {
                 if !queues.iter().any(|q| q.name() == queue) {
                     let names: Vec<&str> = queues.iter().map(workflow_model::Queue::name).collect();
                     return Err(BuildError::UnknownQueue {

@@ -27,9 +27,20 @@ pub enum BuildError {
         message: String,
     },
     /// A flow-control queue declared with [`RuntimeBuilder::queue`](crate::RuntimeBuilder::queue)
-    /// is invalid (QU-2), or declared twice with other limits.
+    /// is invalid (QU-2).
     #[error("{0}")]
     Queue(workflow_model::QueueError),
+    /// One queue name is declared twice with different limits (QU-10), by
+    /// [`RuntimeBuilder::queue`](crate::RuntimeBuilder::queue) or by the workflows registered.
+    #[error("queue `{name}` is declared twice with different limits: {first} and {second}")]
+    ConflictingQueue {
+        /// The queue name.
+        name: String,
+        /// The declaration seen first.
+        first: Box<workflow_model::Queue>,
+        /// The declaration that differs.
+        second: Box<workflow_model::Queue>,
+    },
     /// A task runs in a queue the builder does not declare (QU-10).
     #[error(
         "definition `{workflow}`: node `{node}` runs in queue `{queue}`, which is not declared{}",

@@ -70,6 +70,8 @@ pub(crate) trait ErasedWorkflow: Send + Sync {
     fn sub_workflows(&self) -> Vec<(String, String)>;
     /// The tasks taking flow-control slots (QU-10): `(node id, queue name)`.
     fn task_queues(&self) -> Vec<(String, String)>;
+    /// The queue every run of an instance takes a slot of (QU-14).
+    fn run_queue(&self) -> Option<&str>;
     /// The event trigger nodes (ACT-7): `(node path id, event name)`, in graph order.
     fn event_triggers(&self) -> Vec<(String, String)>;
     /// The time trigger nodes (ACT-7, TM-11 to TM-13), in graph order.
@@ -88,6 +90,57 @@ pub(crate) struct Registered<D> {
     pub(crate) graph: Graph,
     pub(crate) registry: Registry<D>,
     pub(crate) activation: Activation,
+    /// The queue every run takes a slot of (QU-14).
+    pub(crate) run_queue: Option<String>,
+}
+
+impl<D> Registered<D>
+where
+    D: Serialize + DeserializeOwned + Send + Sync + 'static,
+{
+    /// One run of the executor (ENG-9), without the definition's queue.
+    async fn run_unqueued(
+        &self,
+        state: WorkflowState,
+        target: RunTarget,
+        options: RunSettings,
+        middleware: &Middleware,
+        checkpoint: Option<(&dyn Checkpoint, CommitStrategy)>,
+    ) -> Result<RunOutput, RunError> {
+        let mut executor = Executor::new(&self.graph, &self.registry, state, middleware);
+        executor.now = options.now;
+        executor.caused_at = options.caused_at;
+        executor.attempts = options.attempts;
+        executor.emit_events = options.emit_events;
+        executor.checkpoint = checkpoint;
+        let end = executor.run(target, options.max_steps).await?;
+        Ok(RunOutput {
+            state: executor.state,
+            events: executor.events,
+            end,
+            links: executor.links,
+            declined: executor.declined,
+        })
+    }
+}
+
+/// A run that did not get its slot of the definition's queue (QU-14): a cancel while waiting
+/// abandons the run like a cancel during it.
+fn run_slot_error(instance: &str, queue: &str, error: crate::engine::slots::GateError) -> RunError {
+    match error {
+        crate::engine::slots::GateError::Cancelled => RunError::Interrupted {
+            instance: instance.to_owned(),
+        },
+        crate::engine::slots::GateError::Store(error) => RunError::Store {
+            instance: instance.to_owned(),
+            error,
+        },
+        // `build()` refuses a definition whose queue is not declared.
+        crate::engine::slots::GateError::Unknown(_) => RunError::StateCorrupt {
+            instance: instance.to_owned(),
+            reason: format!("the definition runs in queue `{queue}`, which is not declared"),
+        },
+    }
 }
 
 impl<D> ErasedWorkflow for Registered<D>
@@ -121,20 +174,25 @@ where
         checkpoint: Option<(&'a dyn Checkpoint, CommitStrategy)>,
     ) -> BoxFuture<'a, Result<RunOutput, RunError>> {
         Box::pin(async move {
-            let mut executor = Executor::new(&self.graph, &self.registry, state, middleware);
-            executor.now = options.now;
-            executor.caused_at = options.caused_at;
-            executor.attempts = options.attempts;
-            executor.emit_events = options.emit_events;
-            executor.checkpoint = checkpoint;
-            let end = executor.run(target, options.max_steps).await?;
-            Ok(RunOutput {
-                state: executor.state,
-                events: executor.events,
-                end,
-                links: executor.links,
-                declined: executor.declined,
-            })
+            // QU-14: a run of a definition with a queue runs only with a slot of it, held
+            // from here to the run's end (its suspension, completion or fault).
+            let slot = match (&self.run_queue, &options.attempts.flow) {
+                (Some(queue), Some(gate)) => {
+                    let holder = format!("{}/run", state.instance_id);
+                    let cancel = options.attempts.instance_cancel.clone();
+                    let lease = gate
+                        .acquire(queue, &holder, None, 0, cancel.as_ref())
+                        .await
+                        .map_err(|error| run_slot_error(&state.instance_id, queue, error))?;
+                    Some((std::sync::Arc::clone(gate), lease))
+                }
+                _ => None,
+            };
+            let run = self.run_unqueued(state, target, options, middleware, checkpoint);
+            match slot {
+                Some((gate, lease)) => gate.hold(lease, run).await,
+                None => run.await,
+            }
         })
     }
 
@@ -176,6 +234,10 @@ where
 
     fn task_queues(&self) -> Vec<(String, String)> {
         self.graph.task_queues()
+    }
+
+    fn run_queue(&self) -> Option<&str> {
+        self.run_queue.as_deref()
     }
 
     fn event_triggers(&self) -> Vec<(String, String)> {

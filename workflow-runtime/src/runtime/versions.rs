@@ -95,6 +95,7 @@ impl Versions {
             graph,
             registry: Registry::new(),
             activation: new.activation.unwrap_or_default(),
+            run_queue: new.queue.clone(),
         });
         let map = move |state: &str, data: Value| -> Result<(String, Value), MigrationRefusal> {
             if new_states.iter().any(|s| s == state) {

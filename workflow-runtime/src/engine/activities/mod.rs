@@ -53,8 +53,8 @@ pub(crate) enum Execution<'g> {
         function: &'g str,
         retry: Option<&'g RetryPolicy>,
         attempt_timeout_ms: Option<u64>,
-        /// The queue each attempt takes a slot of, and its priority (QU-10).
-        queue: Option<(&'g str, u8)>,
+        /// The queue each attempt takes a slot of, its priority and key path (QU-10).
+        queue: Option<&'g crate::engine::graph::TaskQueue>,
     },
 }
 
@@ -98,7 +98,7 @@ pub(crate) trait Activities<'g>: Scope<'g> {
                     function,
                     retry: retry.as_ref(),
                     attempt_timeout_ms: *attempt_timeout_ms,
-                    queue: queue.as_ref().map(|(q, p)| (q.as_str(), *p)),
+                    queue: queue.as_ref(),
                 });
             }
             NodeKind::Event {
