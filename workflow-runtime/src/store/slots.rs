@@ -193,6 +193,9 @@ pub struct QueueSnapshot {
     pub starts_in_window: u32,
     /// The oldest of them.
     pub oldest_start: Option<Micros>,
+    /// When each of them was granted, oldest first: a waiter is told when the start its turn
+    /// waits for leaves the window (QU-12). Empty, the oldest stands for all of them.
+    pub window: Vec<Micros>,
 }
 
 /// What a backend writes after [`plan_acquire`], in the same operation.
@@ -392,18 +395,22 @@ pub fn plan_acquire(request: &SlotRequest, snapshot: QueueSnapshot) -> SlotPlan 
         .filter(|(starts, _)| snapshot.starts_in_window >= *starts)
         .map(|(_, period)| snapshot.oldest_start.map_or(now, |t| t + period));
 
-    // QU-8: a waiter far back asks again when its turn can come: a window later for each
-    // window's worth of starts ahead of it.
-    let rate_turn = |next_at: Micros| match request.limits.rate {
-        Some((starts, period)) if starts > 0 => {
-            next_at.saturating_add(period.saturating_mul(i64::from(ahead / starts)))
-        }
-        _ => next_at,
+    // QU-12: a waiter asks again when the start its turn waits for leaves the rate window.
+    let window = RateWindow {
+        grants: &snapshot.window,
+        count: snapshot.starts_in_window,
+        oldest: snapshot.oldest_start,
+    };
+    let rate_turn = |ahead: u32| {
+        request
+            .limits
+            .rate
+            .and_then(|(starts, period)| window.turn_at(starts, period, ahead, now))
     };
     let reason = if let Some(limit) = request.limits.concurrency.filter(|l| running >= *l) {
         Some((WaitReason::Concurrency { running, limit }, lease_end))
     } else if let Some(next_at) = window_full {
-        Some((WaitReason::Rate { next_at }, Some(rate_turn(next_at))))
+        Some((WaitReason::Rate { next_at }, rate_turn(ahead)))
     } else if let Some((limit, mine)) = request.limits.per_process.and_then(|limit| {
         let mine = count(
             live_slots
@@ -435,8 +442,11 @@ pub fn plan_acquire(request: &SlotRequest, snapshot: QueueSnapshot) -> SlotPlan 
             lease_end,
         ))
     } else if !blocked_ahead {
-        // QU-8: those ahead have the room now and only need to ask: a waiter within the room
-        // asks again shortly; one behind it when the rate window next moves, if it has a rate.
+        // QU-8: those ahead have the room now and only need to ask. When the room is enough
+        // for them and this one too, and none of them can be held back by this grant (no
+        // per-process limit; per key, none of them with this key), it is granted: nobody
+        // ahead waits longer for it. Otherwise a waiter within the room asks again shortly;
+        // one behind it when its start leaves the rate window, if it has a rate.
         let room = request
             .limits
             .concurrency
@@ -444,16 +454,21 @@ pub fn plan_acquire(request: &SlotRequest, snapshot: QueueSnapshot) -> SlotPlan 
             .min(request.limits.rate.map_or(u32::MAX, |(starts, _)| {
                 starts.saturating_sub(snapshot.starts_in_window)
             }));
-        let retry_at = if ahead < room {
-            Some(now.saturating_add(BEHIND_RETRY))
+        let same_key_ahead =
+            || request.key.is_some() && order.iter().take(position).any(|w| w.key == request.key);
+        let backfill = ahead < room
+            && request.limits.per_process.is_none()
+            && (request.limits.per_key.is_none() || !same_key_ahead());
+        if backfill {
+            None
         } else {
-            request
-                .limits
-                .rate
-                .zip(snapshot.oldest_start)
-                .map(|((_, period), oldest)| rate_turn(oldest.saturating_add(period)))
-        };
-        Some((WaitReason::Behind, retry_at))
+            let retry_at = if ahead < room {
+                Some(now.saturating_add(BEHIND_RETRY))
+            } else {
+                rate_turn(ahead)
+            };
+            Some((WaitReason::Behind, retry_at))
+        }
     } else {
         None
     };
@@ -537,6 +552,41 @@ pub fn plan_acquire(request: &SlotRequest, snapshot: QueueSnapshot) -> SlotPlan 
         expired: expired_slots,
     };
     plan
+}
+
+/// The grants in a queue's rate window, as [`plan_acquire`] reads them.
+struct RateWindow<'a> {
+    /// Oldest first (empty when the backend does not list them).
+    grants: &'a [Micros],
+    count: u32,
+    oldest: Option<Micros>,
+}
+
+impl RateWindow<'_> {
+    /// When the start the waiter with `ahead` others before it waits for leaves the window of
+    /// `starts` per `period` µs (QU-12); `None` when the rate has room for it now. The
+    /// window's grants leave one by one a period after they were made; those ahead take the
+    /// room there is now and the first grants to leave; past a window's worth, a period later
+    /// per window's worth (the grants made then are not known yet: this is the earliest they
+    /// can leave).
+    fn turn_at(&self, starts: u32, period: Micros, ahead: u32, now: Micros) -> Option<Micros> {
+        let starts = usize::try_from(starts).unwrap_or(usize::MAX).max(1);
+        let ahead = usize::try_from(ahead).unwrap_or(usize::MAX);
+        let generations = i64::try_from(ahead / starts).unwrap_or(i64::MAX);
+        let turn = ahead % starts;
+        let count = usize::try_from(self.count).unwrap_or(usize::MAX);
+        // The grant whose leaving makes room for this turn, if the window has no room for it.
+        let base = match (turn.saturating_add(count)).checked_sub(starts) {
+            None if generations == 0 => return None,
+            None => now,
+            Some(i) if self.grants.len() == count => self.grants.get(i).map_or(now, |t| t + period),
+            Some(_) => self.oldest.map_or(now, |t| t + period),
+        };
+        Some(
+            base.max(now)
+                .saturating_add(period.saturating_mul(generations)),
+        )
+    }
 }
 
 /// The waiter a release wakes (QU-8): with `concurrency`, the one the freed slot is for,
