@@ -737,8 +737,9 @@ impl QueueUsage {
 /// this crate. Each method is one atomic operation; no lock outlives it.
 pub trait FlowControl: Send + Sync {
     /// Asks for a slot: reclaims the queue's slots whose lease ended, then grants one when
-    /// every limit has room and no waiter is served before the holder, else keeps (or takes)
-    /// the holder's place in line.
+    /// every limit has room and no waiter is served before the holder (or the room is enough
+    /// for those served before it too, QU-12), else keeps (or takes) the holder's place in
+    /// line, with when to ask again.
     fn acquire_slot(&self, request: SlotRequest) -> BoxFuture<'_, StoreResult<SlotOutcome>>;
 
     /// Extends a held slot to `now + ttl`: `Fenced` when the token is not the slot's, or the
