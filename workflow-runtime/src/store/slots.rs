@@ -290,7 +290,31 @@ pub fn plan_acquire(request: &SlotRequest, snapshot: QueueSnapshot) -> SlotPlan 
         .into_iter()
         .partition(|w| w.expires_at > now || w.holder == request.holder);
     let expired_waiters: Vec<String> = expired.into_iter().map(|w| w.holder).collect();
-    let starts_before = request.limits.rate.map(|(_, period)| now - period);
+    // The rate window is read at the newest grant when an ask arrives after it with an
+    // older clock (it waited on the queue's lock), and the grant is recorded there: grants are
+    // recorded in order, each checked against the window ending at it. Starts are kept a
+    // window longer than they count, for such asks.
+    let rate_now = snapshot.window.last().map_or(now, |t| now.max(*t));
+    let starts_before = request
+        .limits
+        .rate
+        .map(|(_, period)| now.saturating_sub(period.saturating_mul(2)));
+    let (starts_in_window, oldest_start, window_grants) = match request.limits.rate {
+        Some((_, period))
+            if u32::try_from(snapshot.window.len()).ok() == Some(snapshot.starts_in_window) =>
+        {
+            let from = snapshot
+                .window
+                .partition_point(|t| *t <= rate_now.saturating_sub(period));
+            let grants = &snapshot.window[from..];
+            (count(grants.len()), grants.first().copied(), grants)
+        }
+        _ => (
+            snapshot.starts_in_window,
+            snapshot.oldest_start,
+            &snapshot.window[..0],
+        ),
+    };
     let mut counters = (snapshot.last_token, snapshot.last_seq, snapshot.last_turn);
 
     if let Some(i) = own_slot {
@@ -392,14 +416,14 @@ pub fn plan_acquire(request: &SlotRequest, snapshot: QueueSnapshot) -> SlotPlan 
     let window_full = request
         .limits
         .rate
-        .filter(|(starts, _)| snapshot.starts_in_window >= *starts)
-        .map(|(_, period)| snapshot.oldest_start.map_or(now, |t| t + period));
+        .filter(|(starts, _)| starts_in_window >= *starts)
+        .map(|(_, period)| oldest_start.map_or(now, |t| t + period));
 
     // QU-12: a waiter asks again when the start its turn waits for leaves the rate window.
     let window = RateWindow {
-        grants: &snapshot.window,
-        count: snapshot.starts_in_window,
-        oldest: snapshot.oldest_start,
+        grants: window_grants,
+        count: starts_in_window,
+        oldest: oldest_start,
     };
     let rate_turn = |ahead: u32| {
         request
@@ -452,7 +476,7 @@ pub fn plan_acquire(request: &SlotRequest, snapshot: QueueSnapshot) -> SlotPlan 
             .concurrency
             .map_or(u32::MAX, |limit| limit.saturating_sub(running))
             .min(request.limits.rate.map_or(u32::MAX, |(starts, _)| {
-                starts.saturating_sub(snapshot.starts_in_window)
+                starts.saturating_sub(starts_in_window)
             }));
         let same_key_ahead =
             || request.key.is_some() && order.iter().take(position).any(|w| w.key == request.key);
@@ -528,7 +552,7 @@ pub fn plan_acquire(request: &SlotRequest, snapshot: QueueSnapshot) -> SlotPlan 
     });
     plan.remove_waiter = live_waiters.iter().any(|w| w.holder == request.holder);
     if request.limits.rate.is_some() {
-        plan.start = Some((token, now));
+        plan.start = Some((token, rate_now));
     }
     if let Some(key) = &request.key {
         plan.counters.2 += 1;
