@@ -306,14 +306,10 @@ pub fn plan_acquire(request: &SlotRequest, snapshot: QueueSnapshot) -> SlotPlan 
             let from = snapshot
                 .window
                 .partition_point(|t| *t <= rate_now.saturating_sub(period));
-            let grants = &snapshot.window[from..];
+            let grants = snapshot.window.get(from..).unwrap_or_default();
             (count(grants.len()), grants.first().copied(), grants)
         }
-        _ => (
-            snapshot.starts_in_window,
-            snapshot.oldest_start,
-            &snapshot.window[..0],
-        ),
+        _ => (snapshot.starts_in_window, snapshot.oldest_start, &[][..]),
     };
     let mut counters = (snapshot.last_token, snapshot.last_seq, snapshot.last_turn);
 
