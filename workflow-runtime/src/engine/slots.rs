@@ -130,10 +130,12 @@ impl FlowGate {
                 );
             }
             waited = true;
-            // Far back in line, ask less often: a release rings the bell of the one served
-            // next, in this process or (through the store's hints) in another, and every
-            // ask on a queue takes its row lock. Never later than a third of the lease,
-            // which keeps the place.
+            // The store's retry time is when this waiter's own turn can come (QU-12: for a
+            // rate, when the start it waits for leaves the window). Without one, far back in
+            // line, ask less often: a release rings the bell of the one served next, in this
+            // process or (through the store's hints) in another, and every ask on a queue
+            // takes its row lock. Never later than a third of the lease, which keeps the
+            // place.
             let spread = MAX_POLL
                 .saturating_mul(1 + wait.ahead)
                 .min(Duration::from_micros(

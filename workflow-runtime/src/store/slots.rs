@@ -193,6 +193,9 @@ pub struct QueueSnapshot {
     pub starts_in_window: u32,
     /// The oldest of them.
     pub oldest_start: Option<Micros>,
+    /// When each of them was granted, oldest first: a waiter is told when the start its turn
+    /// waits for leaves the window (QU-12). Empty, the oldest stands for all of them.
+    pub window: Vec<Micros>,
 }
 
 /// What a backend writes after [`plan_acquire`], in the same operation.
@@ -287,7 +290,27 @@ pub fn plan_acquire(request: &SlotRequest, snapshot: QueueSnapshot) -> SlotPlan 
         .into_iter()
         .partition(|w| w.expires_at > now || w.holder == request.holder);
     let expired_waiters: Vec<String> = expired.into_iter().map(|w| w.holder).collect();
-    let starts_before = request.limits.rate.map(|(_, period)| now - period);
+    // The rate window is read at the newest grant when an ask arrives after it with an
+    // older clock (it waited on the queue's lock), and the grant is recorded there: grants are
+    // recorded in order, each checked against the window ending at it. Starts are kept a
+    // window longer than they count, for such asks.
+    let rate_now = snapshot.window.last().map_or(now, |t| now.max(*t));
+    let starts_before = request
+        .limits
+        .rate
+        .map(|(_, period)| now.saturating_sub(period.saturating_mul(2)));
+    let (starts_in_window, oldest_start, window_grants) = match request.limits.rate {
+        Some((_, period))
+            if u32::try_from(snapshot.window.len()).ok() == Some(snapshot.starts_in_window) =>
+        {
+            let from = snapshot
+                .window
+                .partition_point(|t| *t <= rate_now.saturating_sub(period));
+            let grants = snapshot.window.get(from..).unwrap_or_default();
+            (count(grants.len()), grants.first().copied(), grants)
+        }
+        _ => (snapshot.starts_in_window, snapshot.oldest_start, &[][..]),
+    };
     let mut counters = (snapshot.last_token, snapshot.last_seq, snapshot.last_turn);
 
     if let Some(i) = own_slot {
@@ -389,21 +412,25 @@ pub fn plan_acquire(request: &SlotRequest, snapshot: QueueSnapshot) -> SlotPlan 
     let window_full = request
         .limits
         .rate
-        .filter(|(starts, _)| snapshot.starts_in_window >= *starts)
-        .map(|(_, period)| snapshot.oldest_start.map_or(now, |t| t + period));
+        .filter(|(starts, _)| starts_in_window >= *starts)
+        .map(|(_, period)| oldest_start.map_or(now, |t| t + period));
 
-    // QU-8: a waiter far back asks again when its turn can come: a window later for each
-    // window's worth of starts ahead of it.
-    let rate_turn = |next_at: Micros| match request.limits.rate {
-        Some((starts, period)) if starts > 0 => {
-            next_at.saturating_add(period.saturating_mul(i64::from(ahead / starts)))
-        }
-        _ => next_at,
+    // QU-12: a waiter asks again when the start its turn waits for leaves the rate window.
+    let window = RateWindow {
+        grants: window_grants,
+        count: starts_in_window,
+        oldest: oldest_start,
+    };
+    let rate_turn = |ahead: u32| {
+        request
+            .limits
+            .rate
+            .and_then(|(starts, period)| window.turn_at(starts, period, ahead, now))
     };
     let reason = if let Some(limit) = request.limits.concurrency.filter(|l| running >= *l) {
         Some((WaitReason::Concurrency { running, limit }, lease_end))
     } else if let Some(next_at) = window_full {
-        Some((WaitReason::Rate { next_at }, Some(rate_turn(next_at))))
+        Some((WaitReason::Rate { next_at }, rate_turn(ahead)))
     } else if let Some((limit, mine)) = request.limits.per_process.and_then(|limit| {
         let mine = count(
             live_slots
@@ -435,25 +462,33 @@ pub fn plan_acquire(request: &SlotRequest, snapshot: QueueSnapshot) -> SlotPlan 
             lease_end,
         ))
     } else if !blocked_ahead {
-        // QU-8: those ahead have the room now and only need to ask: a waiter within the room
-        // asks again shortly; one behind it when the rate window next moves, if it has a rate.
+        // QU-8: those ahead have the room now and only need to ask. When the room is enough
+        // for them and this one too, and none of them can be held back by this grant (no
+        // per-process limit; per key, none of them with this key), it is granted: nobody
+        // ahead waits longer for it. Otherwise a waiter within the room asks again shortly;
+        // one behind it when its start leaves the rate window, if it has a rate.
         let room = request
             .limits
             .concurrency
             .map_or(u32::MAX, |limit| limit.saturating_sub(running))
             .min(request.limits.rate.map_or(u32::MAX, |(starts, _)| {
-                starts.saturating_sub(snapshot.starts_in_window)
+                starts.saturating_sub(starts_in_window)
             }));
-        let retry_at = if ahead < room {
-            Some(now.saturating_add(BEHIND_RETRY))
+        let same_key_ahead =
+            || request.key.is_some() && order.iter().take(position).any(|w| w.key == request.key);
+        let backfill = ahead < room
+            && request.limits.per_process.is_none()
+            && (request.limits.per_key.is_none() || !same_key_ahead());
+        if backfill {
+            None
         } else {
-            request
-                .limits
-                .rate
-                .zip(snapshot.oldest_start)
-                .map(|((_, period), oldest)| rate_turn(oldest.saturating_add(period)))
-        };
-        Some((WaitReason::Behind, retry_at))
+            let retry_at = if ahead < room {
+                Some(now.saturating_add(BEHIND_RETRY))
+            } else {
+                rate_turn(ahead)
+            };
+            Some((WaitReason::Behind, retry_at))
+        }
     } else {
         None
     };
@@ -513,7 +548,7 @@ pub fn plan_acquire(request: &SlotRequest, snapshot: QueueSnapshot) -> SlotPlan 
     });
     plan.remove_waiter = live_waiters.iter().any(|w| w.holder == request.holder);
     if request.limits.rate.is_some() {
-        plan.start = Some((token, now));
+        plan.start = Some((token, rate_now));
     }
     if let Some(key) = &request.key {
         plan.counters.2 += 1;
@@ -537,6 +572,41 @@ pub fn plan_acquire(request: &SlotRequest, snapshot: QueueSnapshot) -> SlotPlan 
         expired: expired_slots,
     };
     plan
+}
+
+/// The grants in a queue's rate window, as [`plan_acquire`] reads them.
+struct RateWindow<'a> {
+    /// Oldest first (empty when the backend does not list them).
+    grants: &'a [Micros],
+    count: u32,
+    oldest: Option<Micros>,
+}
+
+impl RateWindow<'_> {
+    /// When the start the waiter with `ahead` others before it waits for leaves the window of
+    /// `starts` per `period` µs (QU-12); `None` when the rate has room for it now. The
+    /// window's grants leave one by one a period after they were made; those ahead take the
+    /// room there is now and the first grants to leave; past a window's worth, a period later
+    /// per window's worth (the grants made then are not known yet: this is the earliest they
+    /// can leave).
+    fn turn_at(&self, starts: u32, period: Micros, ahead: u32, now: Micros) -> Option<Micros> {
+        let starts = usize::try_from(starts).unwrap_or(usize::MAX).max(1);
+        let ahead = usize::try_from(ahead).unwrap_or(usize::MAX);
+        let generations = i64::try_from(ahead / starts).unwrap_or(i64::MAX);
+        let turn = ahead % starts;
+        let count = usize::try_from(self.count).unwrap_or(usize::MAX);
+        // The grant whose leaving makes room for this turn, if the window has no room for it.
+        let base = match (turn.saturating_add(count)).checked_sub(starts) {
+            None if generations == 0 => return None,
+            None => now,
+            Some(i) if self.grants.len() == count => self.grants.get(i).map_or(now, |t| t + period),
+            Some(_) => self.oldest.map_or(now, |t| t + period),
+        };
+        Some(
+            base.max(now)
+                .saturating_add(period.saturating_mul(generations)),
+        )
+    }
 }
 
 /// The waiter a release wakes (QU-8): with `concurrency`, the one the freed slot is for,
@@ -687,8 +757,9 @@ impl QueueUsage {
 /// this crate. Each method is one atomic operation; no lock outlives it.
 pub trait FlowControl: Send + Sync {
     /// Asks for a slot: reclaims the queue's slots whose lease ended, then grants one when
-    /// every limit has room and no waiter is served before the holder, else keeps (or takes)
-    /// the holder's place in line.
+    /// every limit has room and no waiter is served before the holder (or the room is enough
+    /// for those served before it too, QU-12), else keeps (or takes) the holder's place in
+    /// line, with when to ask again.
     fn acquire_slot(&self, request: SlotRequest) -> BoxFuture<'_, StoreResult<SlotOutcome>>;
 
     /// Extends a held slot to `now + ttl`: `Fenced` when the token is not the slot's, or the

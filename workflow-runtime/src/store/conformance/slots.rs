@@ -175,7 +175,9 @@ pub async fn c39_slot_leases(backend: Arc<dyn TestBackend>) {
 }
 
 /// C-40: a rate of 3 per second is a sliding window: a fourth start within the second
-/// waits until the oldest leaves the window, then is granted.
+/// waits until the oldest leaves the window, then is granted; each waiter's retry time is
+/// when the start its turn waits for leaves; a waiter behind others is granted when the room
+/// is enough for them too.
 pub async fn c40_slot_rate(backend: Arc<dyn TestBackend>) {
     let store = Harness::new(backend);
     let queue = Queue::new("payments").rate(3, Duration::from_secs(1));
@@ -203,6 +205,40 @@ pub async fn c40_slot_rate(backend: Arc<dyn TestBackend>) {
     assert_eq!(
         store.queue_usage(T0 + 10 * SEC).await.unwrap()[0].rate_used,
         1
+    );
+
+    // Each waiter is told when the start its turn waits for leaves the window: the n-th in
+    // line when the n-th oldest leaves, a window later for each window's worth ahead of it.
+    let queue = Queue::new("turns").rate(3, Duration::from_secs(1));
+    for (i, at) in [0, 100 * MS, 200 * MS].into_iter().enumerate() {
+        granted(&store, &queue, ask(&format!("g{i}"), T0 + at)).await;
+    }
+    let mut turns = Vec::new();
+    for holder in ["w0", "w1", "w2", "w3"] {
+        turns.push(
+            waiting(&store, &queue, ask(holder, T0 + 300 * MS))
+                .await
+                .retry_at,
+        );
+    }
+    assert_eq!(
+        turns,
+        [T0 + SEC, T0 + 1_100 * MS, T0 + 1_200 * MS, T0 + 2 * SEC].map(Some)
+    );
+    // Two starts left the window: `w1` asks before `w0` and is granted, as the room is
+    // enough for both; `w2` then waits for the third.
+    let now = T0 + 1_150 * MS;
+    granted(&store, &queue, ask("w1", now)).await;
+    granted(&store, &queue, ask("w0", now)).await;
+    let wait = waiting(&store, &queue, ask("w2", now)).await;
+    assert_eq!(
+        (wait.reason, wait.retry_at),
+        (
+            WaitReason::Rate {
+                next_at: T0 + 1_200 * MS
+            },
+            Some(T0 + 1_200 * MS)
+        )
     );
 }
 

@@ -27,7 +27,7 @@ pub(crate) struct MemQueue {
 
 impl MemQueue {
     fn snapshot(&self, now: Micros, period: Option<Micros>) -> QueueSnapshot {
-        let in_window: Vec<Micros> = period
+        let mut in_window: Vec<Micros> = period
             .map(|p| {
                 self.starts
                     .iter()
@@ -36,6 +36,7 @@ impl MemQueue {
                     .collect()
             })
             .unwrap_or_default();
+        in_window.sort_unstable();
         QueueSnapshot {
             last_token: self.last_token,
             last_seq: self.last_seq,
@@ -44,7 +45,8 @@ impl MemQueue {
             waiters: self.waiters.values().cloned().collect(),
             turns: self.turns.iter().map(|(k, t)| (k.clone(), *t)).collect(),
             starts_in_window: u32::try_from(in_window.len()).unwrap_or(u32::MAX),
-            oldest_start: in_window.iter().copied().min(),
+            oldest_start: in_window.first().copied(),
+            window: in_window,
         }
     }
 }

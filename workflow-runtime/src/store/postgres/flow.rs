@@ -114,22 +114,18 @@ async fn snapshot(
             .iter()
             .map(|r| Ok((r.try_get(0)?, to_u64(r.try_get(1)?))))
             .collect::<StoreResult<Vec<_>>>()?;
-    let (starts_in_window, oldest_start) = match period {
-        Some(period) => {
-            let row =
-                sqlx::query(&s.sql(
-                    "SELECT count(*), min(at) FROM @wf_flow_starts WHERE queue = $1 AND at > $2",
-                ))
-                .bind(queue)
-                .bind(now.saturating_sub(period))
-                .fetch_one(&mut *c)
-                .await?;
-            (
-                u32::try_from(row.try_get::<i64, _>(0)?).unwrap_or(u32::MAX),
-                row.try_get(1)?,
-            )
-        }
-        None => (0, None),
+    let window: Vec<Micros> = match period {
+        Some(period) => sqlx::query(
+            &s.sql("SELECT at FROM @wf_flow_starts WHERE queue = $1 AND at > $2 ORDER BY at"),
+        )
+        .bind(queue)
+        .bind(now.saturating_sub(period))
+        .fetch_all(&mut *c)
+        .await?
+        .iter()
+        .map(|r| Ok(r.try_get(0)?))
+        .collect::<StoreResult<_>>()?,
+        None => Vec::new(),
     };
     Ok(QueueSnapshot {
         last_token: counters.0,
@@ -138,8 +134,9 @@ async fn snapshot(
         slots,
         waiters,
         turns,
-        starts_in_window,
-        oldest_start,
+        starts_in_window: u32::try_from(window.len()).unwrap_or(u32::MAX),
+        oldest_start: window.first().copied(),
+        window,
     })
 }
 

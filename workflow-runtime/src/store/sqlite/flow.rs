@@ -84,18 +84,14 @@ fn snapshot(
         .prepare_cached("SELECT partition_key, turn FROM wf_flow_turns WHERE queue = ?1")?
         .query_map([queue], |r| Ok((r.get(0)?, to_u64(r.get(1)?))))?
         .collect::<Result<Vec<_>, _>>()?;
-    let (starts_in_window, oldest_start) = match period {
+    let window: Vec<Micros> = match period {
         Some(period) => c
             .prepare_cached(
-                "SELECT count(*), min(at) FROM wf_flow_starts WHERE queue = ?1 AND at > ?2",
+                "SELECT at FROM wf_flow_starts WHERE queue = ?1 AND at > ?2 ORDER BY at",
             )?
-            .query_row(params![queue, now.saturating_sub(period)], |r| {
-                Ok((
-                    u32::try_from(r.get::<_, i64>(0)?).unwrap_or(u32::MAX),
-                    r.get(1)?,
-                ))
-            })?,
-        None => (0, None),
+            .query_map(params![queue, now.saturating_sub(period)], |r| r.get(0))?
+            .collect::<Result<_, _>>()?,
+        None => Vec::new(),
     };
     Ok(QueueSnapshot {
         last_token: counters.0,
@@ -104,8 +100,9 @@ fn snapshot(
         slots,
         waiters,
         turns,
-        starts_in_window,
-        oldest_start,
+        starts_in_window: u32::try_from(window.len()).unwrap_or(u32::MAX),
+        oldest_start: window.first().copied(),
+        window,
     })
 }
 
