@@ -27,6 +27,9 @@ pub(crate) struct Detail {
     incidents: Vec<IncidentRecord>,
     journal: Vec<JournalRecord>,
     definition: Result<Definition, String>,
+    /// For each flow-control queue a task attempt of the instance waits in line in, the
+    /// store's words for the wait (`QueueUsage::waiting_words`).
+    slot_waits: Vec<String>,
 }
 
 /// Reads an instance and its rows; `None` for an unknown id.
@@ -38,7 +41,15 @@ pub(crate) async fn read(store: &Storage, id: &str) -> Result<Option<Detail>, St
     };
     let definition =
         recorded_definition(store, &record.definition_name, &record.definition_version).await?;
+    let now = crate::now();
+    let slot_waits = store
+        .queue_usage(now)
+        .await?
+        .iter()
+        .filter_map(|usage| usage.waiting_words(id, now))
+        .collect();
     Ok(Some(Detail {
+        slot_waits,
         bookmarks: store.list_bookmarks(id).await?,
         timers: store.list_timers(id).await?,
         incidents: store.list_incidents(id).await?,
@@ -324,6 +335,9 @@ fn why(detail: &Detail, now: Micros) -> Vec<String> {
         } else {
             format!("a {} timer due {}", t.kind, relative(t.due_at, now))
         });
+    }
+    for wait in &detail.slot_waits {
+        out.push(format!("for a slot: {wait}"));
     }
     for i in detail.incidents.iter().filter(|i| i.resolution.is_none()) {
         out.push(format!(

@@ -56,7 +56,8 @@ pub(crate) async fn page(state: State, base: Base) -> Result<Html<String>, Failu
     body.push_str("</tbody></table>");
     body.push_str(
         "<p class=\"muted\">Slots and places in line whose lease ended are not counted: \
-         a killed process's slots leave the count when their lease does.</p>",
+         a killed process's slots leave the count as soon as its death is known on PostgreSQL, \
+         at the latest when their lease ends.</p>",
     );
     Ok(Html(html::page(&base.0, Section::Queues, "Queues", &body)))
 }

@@ -429,12 +429,13 @@ async fn tour(app: &Runtime, job: &str) {
     );
     assert!(!text.contains("o-2") && !text.contains("job-1"));
 
-    queues(app, &console).await;
+    queues(app, &console, None).await;
 }
 
 /// The queues page: none before any slot was asked; then a queue of 2 at once and 10 a
 /// second with both slots held and one ask in line, as the store counts them.
-async fn queues(app: &Runtime, console: &Router) {
+/// `waiter`: an instance that waits for an event, to be put in the queue's line.
+async fn queues(app: &Runtime, console: &Router, waiter: Option<&str>) {
     use workflow_runtime::store::SlotAsk;
     use workflow_runtime::{Priority, Queue};
     let empty = get(console, "/queues").await;
@@ -494,6 +495,30 @@ async fn queues(app: &Runtime, console: &Router) {
             .await
             .body
             .contains("href=\"/queues\">Queues</a>")
+    );
+    // An instance whose task attempt waits in line says so on its page, as `why` does.
+    let Some(suspended) = waiter else {
+        return;
+    };
+    app.store()
+        .acquire_slot(
+            &payments,
+            SlotAsk {
+                holder: format!("{suspended}/charge/1"),
+                owner: "process-1".to_owned(),
+                key: None,
+                priority: Priority::default(),
+                now,
+                ttl: 60_000_000,
+            },
+        )
+        .await
+        .unwrap();
+    let waiting = get(console, &format!("/instances/{suspended}")).await.body;
+    assert!(
+        waiting
+            .contains("<li>for a slot: waiting for `payments`: 2 of 2 running, 1 ahead of it</li>"),
+        "{waiting}"
     );
 }
 
@@ -713,7 +738,7 @@ async fn an_in_memory_store_is_counted_too() {
         "{text}"
     );
     assert!(text.contains("workflow_stimuli_in_inbox 0"), "{text}");
-    queues(&app, &console).await;
+    queues(&app, &console, Some("o-2")).await;
     app.shutdown(std::time::Duration::from_secs(1)).await;
 }
 

@@ -701,8 +701,9 @@ impl QueueUsage {
     /// What `workflow why` says of an instance waiting in line for this queue (QU-13):
     /// "waiting for `payments`: 25 of 25 running, 3 ahead of it", "waiting for `payments`:
     /// rate limit: next slot in 140 ms", or "waiting for `payments`: in line, 2 ahead of
-    /// it"; `None` when no attempt of `instance` is in line. A task's holder is the instance
-    /// id, the context and the attempt (QU-11).
+    /// it"; `None` when no attempt or run of `instance` is in line. A task's holder is the
+    /// instance id, the context and the attempt (QU-11); a run's is the instance id and `run`
+    /// (QU-14).
     ///
     /// # Examples
     ///
@@ -724,10 +725,20 @@ impl QueueUsage {
     ///     Some("waiting for `payments`: 25 of 25 running, 3 ahead of it")
     /// );
     /// assert_eq!(usage.waiting_words("order", 0), None);
+    ///
+    /// // A run of a definition-level queue waits as `{instance}/run`.
+    /// let usage = QueueUsage { line: vec!["import-3/run".into()], ..usage };
+    /// assert_eq!(
+    ///     usage.waiting_words("import-3", 0).as_deref(),
+    ///     Some("waiting for `payments`: 25 of 25 running")
+    /// );
     /// ```
     #[must_use]
     pub fn waiting_words(&self, instance: &str, now: Micros) -> Option<String> {
         let of_instance = |holder: &str| {
+            if holder.strip_suffix("/run") == Some(instance) {
+                return true;
+            }
             let mut parts = holder.rsplitn(3, '/');
             let (_attempt, _context) = (parts.next(), parts.next());
             parts.next() == Some(instance)
