@@ -1,6 +1,7 @@
 //! What a send reports (RT-23): a stimulus a state machine's guard declines is listed as
 //! declined, with the instance, the transition and the condition (SM-4), besides the instance
-//! being resumed; a stimulus that no instance waits for says it was queued and why. Every
+//! being resumed; a stimulus that no instance waits for says it was queued and why, and a send
+//! by key alone names the instances with its key, finished ones included (RT-36). Every
 //! scenario runs on the `MemoryStore` and on a `SqliteStore` in a temporary file.
 
 use std::sync::Arc;
@@ -155,11 +156,65 @@ fn a_stimulus_no_instance_waits_for_says_why_it_was_queued() {
             let late = rt.send(TicketFlow::ticket_close("T-3")).await.unwrap();
             assert!(late.inbox_item.is_some(), "{label}: {late:?}");
             let because = late.inbox_because.clone().expect("why it was queued");
-            assert!(because.addressed.is_empty(), "{label}: {because:?}");
+            assert!(because.by_key, "{label}: {because:?}");
             assert!(
                 late.to_string().contains("no instance waits for it now"),
                 "{label}: {late}"
             );
+        });
+    }
+}
+
+#[test]
+fn a_send_by_key_to_a_finished_instance_says_the_instance_with_that_key_finished() {
+    for (label, store, _dir) in stores() {
+        block_on(async {
+            let rt = runtime(&store);
+            let id = rt
+                .start::<TicketFlow>(Ticket { id: "T-2".into() })
+                .await
+                .unwrap()
+                .instance_id;
+            // Another ticket, live, whose key differs: not named.
+            rt.start::<TicketFlow>(Ticket { id: "T-9".into() })
+                .await
+                .unwrap();
+            assert_eq!(
+                rt.send(assign("T-2", "ada")).await.unwrap().resumed.len(),
+                1
+            );
+            let closed = rt.send(TicketFlow::ticket_close("T-2")).await.unwrap();
+            assert_eq!(closed.resumed.len(), 1, "{label}: {closed:?}");
+            let state = rt.get_state(&id).await.unwrap().unwrap();
+            assert_eq!(state.status(), WorkflowStatus::Finished, "{label}");
+
+            let late = rt.send(TicketFlow::ticket_close("T-2")).await.unwrap();
+            let item = late.inbox_item.clone().expect("queued");
+            let because = late.inbox_because.clone().expect("why it was queued");
+            assert!(because.by_key, "{label}: {because:?}");
+            assert_eq!(
+                because.addressed,
+                vec![AddressedInstance {
+                    instance_id: id.clone(),
+                    status: WorkflowStatus::Finished,
+                    at: vec!["Closed".into()],
+                    waiting_for: Vec::new(),
+                }],
+                "{label}"
+            );
+            assert_eq!(
+                late.to_string(),
+                format!(
+                    "stimulus {}: kept in the inbox as {item}: no instance waits for it now (with its key: {id} is Finished at `Closed`); delivered if one comes to wait for it before it expires, else dead-lettered",
+                    late.stimulus_id
+                ),
+                "{label}"
+            );
+
+            // A key no instance ever waited with names none.
+            let unknown = rt.send(TicketFlow::ticket_close("T-404")).await.unwrap();
+            let because = unknown.inbox_because.clone().expect("why it was queued");
+            assert!(because.addressed.is_empty(), "{label}: {because:?}");
         });
     }
 }

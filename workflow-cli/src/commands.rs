@@ -122,8 +122,11 @@ pub(crate) async fn run(
         } => {
             let store = target.open_write().await?;
             let mut stimulus = Stimulus::new(name.clone()).via_inbox();
-            if let Some(key) = key {
-                stimulus = stimulus.key(parse_json_or_string(&key));
+            let key = key.as_deref().map(parse_json_or_string);
+            // A send by key alone: the instances with its key are named when none waits.
+            let by_key = instance.is_none() && correlation.is_none();
+            if let Some(key) = &key {
+                stimulus = stimulus.key(key.clone());
             }
             if let Some(payload) = payload {
                 let value: Value = serde_json::from_str(&payload)
@@ -166,8 +169,12 @@ pub(crate) async fn run(
                     waiting.sort();
                     waiting.dedup();
                     if waiting.is_empty() {
+                        let keyed = match key.as_ref().filter(|_| by_key) {
+                            Some(key) => instances_with_key(&store.storage(), key).await?,
+                            None => String::new(),
+                        };
                         format!(
-                            "sent `{name}` to the inbox as {item}: no instance waits for it now; the process running its workflows delivers it to one that comes to wait for it before it expires, else dead-letters it\n"
+                            "sent `{name}` to the inbox as {item}: no instance waits for it now{keyed}; the process running its workflows delivers it to one that comes to wait for it before it expires, else dead-letters it\n"
                         )
                     } else {
                         format!(
@@ -221,6 +228,32 @@ fn instance_status(status: StatusArg) -> InstanceStatus {
 }
 
 /// `"o-1"` and `42` are JSON; `o-1` is taken as the string it reads as.
+/// ` (with its key: o-1 is Finished, ...)`: the instances whose waits carried `key` (RT-36, at
+/// most 20) with their status; empty when there is none.
+async fn instances_with_key(
+    storage: &workflow_runtime::store::Storage,
+    key: &Value,
+) -> Result<String, CliError> {
+    // A key that does not digest could not have been sent: the send above refused it.
+    let Ok(digest) = workflow_runtime::routing::key_digest(key) else {
+        return Ok(String::new());
+    };
+    let mut found = Vec::new();
+    for id in storage.instances_with_key(&digest, 20).await? {
+        match storage.load_instance_text(&id).await {
+            Ok(record) => found.push(format!("{id} is {}", record.status)),
+            // Purged since it was looked up.
+            Err(StoreError::NotFound { .. }) => {}
+            Err(error) => return Err(error.into()),
+        }
+    }
+    Ok(if found.is_empty() {
+        String::new()
+    } else {
+        format!(" (with its key: {})", found.join(", "))
+    })
+}
+
 fn parse_json_or_string(text: &str) -> Value {
     serde_json::from_str(text).unwrap_or_else(|_| Value::String(text.to_owned()))
 }

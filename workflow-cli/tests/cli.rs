@@ -338,9 +338,20 @@ async fn a_sent_event_is_queued_and_delivered_by_the_application() {
     let unawaited = workflow(&db, &["send", "payment", "--key", "o-9"]);
     assert!(unawaited.ok, "{}", unawaited.stderr);
     assert!(
-        unawaited.stdout.contains("no instance waits for it now"),
+        unawaited.stdout.contains("no instance waits for it now;"),
         "{}",
         unawaited.stdout
+    );
+    // A second payment of the paid order: nothing waits for it, and the order with that key
+    // is named, finished.
+    let again = workflow(&db, &["send", "payment", "--key", "o-1"]);
+    assert!(again.ok, "{}", again.stderr);
+    assert!(
+        again
+            .stdout
+            .contains("no instance waits for it now (with its key: o-1 is Finished);"),
+        "{}",
+        again.stdout
     );
 
     let bad = workflow(&db, &["send", "payment", "--payload", "{not json"]);

@@ -157,6 +157,24 @@ pub fn stimulus_hash(
     Ok(hex)
 }
 
+/// The digest of a routing key, as the key index holds it (RT-36): 64 lowercase hex digits,
+/// equal for equal keys however their objects' members are ordered.
+///
+/// ```
+/// use workflow_runtime::routing::key_digest;
+/// let digest = key_digest(&serde_json::json!("T-2")).unwrap();
+/// assert_eq!(digest.len(), 64);
+/// assert_ne!(digest, key_digest(&serde_json::json!("T-3")).unwrap());
+/// ```
+///
+/// # Errors
+///
+/// [`RoutingError::UnhashableKey`] when the key holds a value that cannot be routed on (a
+/// float, say), with the path of the offending part.
+pub fn key_digest(key: &Value) -> Result<String, RoutingError> {
+    stimulus_hash("wf.key", Some(key), None)
+}
+
 const HEX: &[u8; 16] = b"0123456789abcdef";
 
 fn encode_len(out: &mut Vec<u8>, len: usize) {

@@ -21,7 +21,7 @@ use workflow_runtime::{InstanceQuery, Runtime, TaskContext, workflow};
 
 /// The newest schema version (11 at the time of writing: 0011 keys the bookmarks by instance
 /// and bookmark id).
-const LATEST: u32 = 14;
+const LATEST: u32 = 15;
 
 fn all_migrations() -> Vec<u32> {
     assert_eq!(SqliteStore::schema_version(), LATEST);

@@ -49,7 +49,9 @@
 
 mod stimulus;
 
-pub use crate::identity::{RoutingError, check_correlation_id, check_name, stimulus_hash};
+pub use crate::identity::{
+    RoutingError, check_correlation_id, check_name, key_digest, stimulus_hash,
+};
 pub use stimulus::{
     AddressedInstance, Debounced, Declined, MAX_DEBOUNCE, NotAwaited, Refusal, Rejection,
     SendError, SendReport, Stimulus,

@@ -390,15 +390,28 @@ impl std::fmt::Display for Declined {
 pub struct NotAwaited {
     /// When the stimulus kept in the inbox expires, µs since the epoch.
     pub expires_at: Micros,
-    /// The live instances the send was addressed to, with [`Stimulus::instance`] or
-    /// [`Stimulus::correlation`] (at most 20), as they are now: where each is and what it
-    /// waits for. Empty for a send by name and key alone: the store finds instances by what
-    /// they wait for, not by their key.
+    /// The instances the send was addressed to (at most 20), as they are now: where each is
+    /// and what it waits for. With [`Stimulus::instance`] or [`Stimulus::correlation`], the
+    /// live ones it names. For a send by name and key alone ([`NotAwaited::by_key`]), those
+    /// whose waits carried its key, live or finished (RT-36); none from a store without the
+    /// key index.
     #[serde(default)]
     pub addressed: Vec<AddressedInstance>,
+    /// The send named no instance and no correlation id: `addressed` lists the instances
+    /// with its key.
+    #[serde(default)]
+    pub by_key: bool,
 }
 
-/// A live instance a stimulus kept in the inbox was addressed to, as it was when it was kept.
+/// An instance a stimulus kept in the inbox was addressed to, as it was when it was kept:
+/// one it named, or one with its key (RT-36).
+///
+/// Its `Display` reads, for a live instance and for a finished one:
+///
+/// ```text
+/// wf-1 is Suspended at `Assigned`, waiting for `ticket.close`
+/// wf-2 is Finished at `Closed`
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct AddressedInstance {
     /// The instance id.
@@ -417,7 +430,10 @@ impl std::fmt::Display for AddressedInstance {
         if !self.at.is_empty() {
             write!(f, " at `{}`", self.at.join("`, `"))?;
         }
-        if self.waiting_for.is_empty() {
+        if self.status.is_final() {
+            // Finished or cancelled: it waits for nothing, and the status says so.
+            Ok(())
+        } else if self.waiting_for.is_empty() {
             write!(f, ", waiting for nothing")
         } else {
             write!(f, ", waiting for `{}`", self.waiting_for.join("`, `"))
@@ -707,7 +723,11 @@ impl std::fmt::Display for SendReport {
                 let mut part = format!("kept in the inbox as {item}: no instance waits for it now");
                 if !because.addressed.is_empty() {
                     let list = ids(because.addressed.iter().map(ToString::to_string));
-                    part.push_str(&format!(" ({list})"));
+                    if because.by_key {
+                        part.push_str(&format!(" (with its key: {list})"));
+                    } else {
+                        part.push_str(&format!(" ({list})"));
+                    }
                 }
                 part.push_str(
                     "; delivered if one comes to wait for it before it expires, else dead-lettered",

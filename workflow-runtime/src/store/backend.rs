@@ -436,6 +436,21 @@ pub trait ReceiptIndex: Send + Sync {
     fn consumed_anywhere(&self, stimulus_id: &str) -> BoxFuture<'_, StoreResult<bool>>;
 }
 
+/// The optional capability of finding instances by the keys of their waits (offered through
+/// [`Store::capabilities`]): a commit's [`Commit::keys_added`](super::Commit::keys_added) are
+/// indexed with its instance and kept until the instance is purged (RT-36, C-47). A send by
+/// name and key that no instance waits for asks it, to say which instances with that key
+/// exist and how they are; without it, such a send says only that none waits.
+pub trait KeyIndex: Send + Sync {
+    /// The instances indexed with `key` (a [`key_digest`](crate::routing::key_digest)), at
+    /// most `limit`, in instance-id order.
+    fn instances_with_key(
+        &self,
+        key: &str,
+        limit: usize,
+    ) -> BoxFuture<'_, StoreResult<Vec<String>>>;
+}
+
 /// The optional capability of hearing of changes made by other processes (a database
 /// notification, say; offered through [`Store::capabilities`]). [`Storage`](super::Storage)
 /// forwards the hints to its own subscribers (ST-18) and counts each as a change (RT-27). A
@@ -561,6 +576,8 @@ pub struct Capabilities<'a> {
     pub debounce: Option<&'a dyn DebounceStore>,
     /// Finding receipts by their stimulus (RT-19).
     pub receipts: Option<&'a dyn ReceiptIndex>,
+    /// Finding instances by the keys of their waits (RT-36).
+    pub keys: Option<&'a dyn KeyIndex>,
 }
 
 impl<'a> Capabilities<'a> {
@@ -598,6 +615,13 @@ impl<'a> Capabilities<'a> {
     #[must_use]
     pub fn with_receipts(mut self, receipts: &'a dyn ReceiptIndex) -> Self {
         self.receipts = Some(receipts);
+        self
+    }
+
+    /// With instances found by the keys of their waits.
+    #[must_use]
+    pub fn with_keys(mut self, keys: &'a dyn KeyIndex) -> Self {
+        self.keys = Some(keys);
         self
     }
 

@@ -61,9 +61,9 @@ pub mod conformance;
 pub use backend::{
     BookmarkSelect, CHILD_WAIT, Capabilities, CensusCount, ChangeCount, ChildWaitIndex, ClaimKnown,
     ClaimedRecord, DamagedTimer, DebounceStore, DefinitionRecord, DefinitionStore, DueDebounces,
-    DueTimers, Enqueue, IncidentQuery, LATEST_DUE, LeaseClaim, LeaseKey, PurgeTarget, ReceiptIndex,
-    RemoteHints, RouteReads, Settled, Settlement, Store, TimerScope, TriggerSelect, TriggerWrite,
-    WakeUp,
+    DueTimers, Enqueue, IncidentQuery, KeyIndex, LATEST_DUE, LeaseClaim, LeaseKey, PurgeTarget,
+    ReceiptIndex, RemoteHints, RouteReads, Settled, Settlement, Store, TimerScope, TriggerSelect,
+    TriggerWrite, WakeUp,
 };
 pub use error::{StoreError, StoreResult};
 pub use memory::MemoryStore;

@@ -793,6 +793,21 @@ impl Storage {
         }
     }
 
+    /// The instances whose waits carried the key with this
+    /// [`key_digest`](crate::routing::key_digest), at most `limit`, in instance-id order
+    /// (RT-36, C-47); none from a backend without the [`KeyIndex`](super::KeyIndex)
+    /// capability.
+    ///
+    /// # Errors
+    ///
+    /// The backend's.
+    pub async fn instances_with_key(&self, key: &str, limit: usize) -> StoreResult<Vec<String>> {
+        match self.store.capabilities().keys {
+            Some(keys) => keys.instances_with_key(key, limit).await,
+            None => Ok(Vec::new()),
+        }
+    }
+
     /// Replaces a definition's event triggers by difference (ST-7, C-11): rows equal but for
     /// `registered_at` are left alone, so re-running it writes nothing.
     ///
@@ -1844,6 +1859,7 @@ impl Storage {
             idempotency: c.idempotency,
             listing: c.listing,
             definition_version: c.definition_version,
+            keys_added: c.keys_added,
         })
     }
 }

@@ -575,6 +575,10 @@ pub struct Commit<S = Value, D = S> {
     /// instance row and its bookmark rows, those this commit adds included, carry it from
     /// this commit on. `None` keeps the version.
     pub definition_version: Option<String>,
+    /// The keys of the instance's waits that this commit carries first: each a
+    /// [`key_digest`](crate::routing::key_digest), indexed with the instance so a send by key
+    /// can find it once it no longer waits (RT-36). Rows already indexed are kept.
+    pub keys_added: Vec<String>,
 }
 
 /// An incident to record (FLT-6, ST-12).
@@ -663,6 +667,7 @@ impl<S, D> Commit<S, D> {
             idempotency: None,
             listing: None,
             definition_version: None,
+            keys_added: Vec::new(),
         }
     }
 }

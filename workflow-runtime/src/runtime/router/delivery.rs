@@ -512,6 +512,7 @@ impl Router {
                 report.inbox_because = Some(NotAwaited {
                     expires_at: item.expires_at,
                     addressed: self.addressed(stimulus).await.map_err(SendError::Store)?,
+                    by_key: stimulus.instance_id.is_none() && stimulus.correlation_id.is_none(),
                 });
                 // RT-19: a direct send's record is written with the item it queues.
                 if let Some(duplicate) = self.enqueue_for_send(vec![item], own, &report).await? {
@@ -787,7 +788,7 @@ impl Router {
             }]);
         }
         let Some(correlation) = &stimulus.correlation_id else {
-            return Ok(Vec::new());
+            return self.with_key(stimulus).await;
         };
         let page = self
             .store
@@ -815,6 +816,35 @@ impl Router {
                 }
             })
             .collect())
+    }
+
+    /// The instances, live or final, whose waits carried a send's key (RT-36, at most 20), as
+    /// they are now; none for a send without a key or from a store without the key index.
+    async fn with_key(&self, stimulus: &Stimulus) -> Result<Vec<AddressedInstance>, StoreError> {
+        let Some(key) = stimulus.key.as_ref().filter(|k| !k.is_null()) else {
+            return Ok(Vec::new());
+        };
+        // The send's hash was made of this key: it digests.
+        let Ok(digest) = crate::identity::key_digest(key) else {
+            return Ok(Vec::new());
+        };
+        let mut found = Vec::new();
+        for instance in self.store.instances_with_key(&digest, 20).await? {
+            // Purged since, or unreadable: nothing to say of it here.
+            let Ok(Some(state)) =
+                crate::runtime::document::load_state(&self.store, &instance).await
+            else {
+                continue;
+            };
+            let listing = crate::runtime::listing::listing_of(&state);
+            found.push(AddressedInstance {
+                instance_id: instance,
+                status: state.status,
+                at: listing.at,
+                waiting_for: listing.waiting_for,
+            });
+        }
+        Ok(found)
     }
 
     /// The final instances of a correlation id when none of its instances is live (at most

@@ -49,6 +49,24 @@ pub(crate) fn committed_bookmarks(bookmarks: &[Bookmark]) -> Vec<(String, bool)>
         .collect()
 }
 
+/// The key digests of the event waits among `bookmarks` (RT-36): a bookmark's payload keeps
+/// the key its hash was made of. A key that cannot be digested is left out (its wait could
+/// not have been made).
+pub(crate) fn bookmark_keys<'b>(bookmarks: impl IntoIterator<Item = &'b Bookmark>) -> Vec<String> {
+    let mut keys: Vec<String> = Vec::new();
+    for bookmark in bookmarks {
+        let Some(key) = bookmark.payload.get("key").filter(|k| !k.is_null()) else {
+            continue;
+        };
+        if let Ok(digest) = crate::identity::key_digest(key)
+            && !keys.contains(&digest)
+        {
+            keys.push(digest);
+        }
+    }
+    keys
+}
+
 /// What the store holds of a run's instance, kept in step with each commit.
 pub(crate) struct Tracker {
     pub(crate) instance_id: String,
@@ -57,6 +75,9 @@ pub(crate) struct Tracker {
     /// The bookmarks as last committed, for the diff (ENG-23, ST-6): each id, and whether it
     /// has a timer row (TM-3).
     pub(crate) bookmarks: Vec<(String, bool)>,
+    /// The key digests the store indexes for the instance, as far as this run knows: those
+    /// of the bookmarks it loaded and of those it committed (RT-36).
+    pub(crate) keys: Vec<String>,
     /// The incidents as last committed (id, resolution), for the incident table's diff
     /// (FLT-6, ST-12).
     pub(crate) incidents: Vec<(String, Option<String>)>,
@@ -154,6 +175,11 @@ impl RunCommits<'_> {
                     created_at: b.created_at,
                 })
                 .collect();
+            // RT-36: the keys of new waits, indexed with the first commit that carries them.
+            commit.keys_added = bookmark_keys(state.bookmarks.iter().filter(|b| !committed(b)))
+                .into_iter()
+                .filter(|k| !tracker.keys.contains(k))
+                .collect();
             // TM-3: a timer bookmark's row is written with it and deleted with it.
             commit.timers_added = state
                 .bookmarks
@@ -233,6 +259,7 @@ impl RunCommits<'_> {
                 .collect();
             commit
         };
+        let keys_added = commit.keys_added.clone();
         // ENG-29: a `Conflict` or `Fenced` answer discards the run; the caller gets it typed.
         let version = self
             .store
@@ -241,6 +268,7 @@ impl RunCommits<'_> {
             .map_err(|error| run_store_error(&state.instance_id, error))?;
         let mut tracker = lock(&self.tracker);
         tracker.version = version;
+        tracker.keys.extend(keys_added);
         tracker.incidents = state
             .incidents
             .iter()

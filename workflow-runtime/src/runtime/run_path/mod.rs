@@ -649,6 +649,7 @@ impl RunPath {
                 token: guard.token(),
                 version: record.version,
                 bookmarks: commit::committed_bookmarks(&state.bookmarks),
+                keys: commit::bookmark_keys(&state.bookmarks),
                 incidents: state
                     .incidents
                     .iter()

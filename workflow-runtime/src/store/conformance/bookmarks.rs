@@ -2,7 +2,9 @@
 
 use std::sync::Arc;
 
-use super::fixtures::{T0, bookmark, create_leased, new_instance, queue_item, waiting};
+use super::fixtures::{
+    SEC, T0, bookmark, create_leased, final_commit, new_instance, queue_item, waiting,
+};
 use super::harness::{Harness, TestBackend};
 use crate::store::{BookmarkQuery, Micros, StoreError};
 
@@ -269,6 +271,75 @@ pub async fn c46_consumed_anywhere(backend: Arc<dyn TestBackend>) {
     store.create_instance(new).await.unwrap();
     assert!(store.consumed_anywhere("s-created").await.unwrap());
     assert!(!store.consumed_anywhere("s-").await.unwrap(), "exact ids");
+}
+
+/// C-47: the key index (RT-36). A commit's `keys_added` are found by key, in instance-id
+/// order and up to the limit, written again without a duplicate, kept when the instance
+/// finishes and removed when it is purged; a commit refused by its version indexes nothing.
+pub async fn c47_key_index(backend: Arc<dyn TestBackend>) {
+    let store = Harness::new(backend);
+    assert!(store.instances_with_key("k1", 20).await.unwrap().is_empty());
+    for id in ["wf-2", "wf-1"] {
+        let lease = create_leased(&store, id).await;
+        let mut c = waiting(id, 1, lease.token, 1);
+        c.keys_added = vec!["k1".to_owned(), format!("k-{id}")];
+        store.commit(c).await.unwrap();
+    }
+    assert_eq!(
+        store.instances_with_key("k1", 20).await.unwrap(),
+        vec!["wf-1".to_owned(), "wf-2".to_owned()]
+    );
+    assert_eq!(
+        store.instances_with_key("k1", 1).await.unwrap(),
+        vec!["wf-1".to_owned()]
+    );
+    assert_eq!(
+        store.instances_with_key("k-wf-2", 20).await.unwrap(),
+        vec!["wf-2".to_owned()]
+    );
+    assert!(
+        store.instances_with_key("k", 20).await.unwrap().is_empty(),
+        "exact keys"
+    );
+
+    // Refused by its version: nothing indexed.
+    let held = create_leased(&store, "wf-3").await;
+    let mut stale = waiting("wf-3", 7, held.token, 1);
+    stale.keys_added = vec!["k-stale".to_owned()];
+    assert!(matches!(
+        store.commit(stale).await,
+        Err(StoreError::Conflict { .. })
+    ));
+    assert!(
+        store
+            .instances_with_key("k-stale", 20)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+
+    // The same key again (a later commit of wf-3, then its end): one row, kept when it
+    // finishes.
+    let mut c = waiting("wf-3", 1, held.token, 1);
+    c.keys_added = vec!["k1".to_owned()];
+    store.commit(c).await.unwrap();
+    let mut again = waiting("wf-3", 2, held.token, 2);
+    again.keys_added = vec!["k1".to_owned()];
+    store.commit(again).await.unwrap();
+    store
+        .commit(final_commit("wf-3", 3, held.token, T0 + 2 * SEC))
+        .await
+        .unwrap();
+    assert_eq!(
+        store.instances_with_key("k1", 20).await.unwrap(),
+        vec!["wf-1".to_owned(), "wf-2".to_owned(), "wf-3".to_owned()]
+    );
+    // Purged: its rows go with it.
+    store.delete_instance("wf-3").await.unwrap();
+    assert_eq!(
+        store.instances_with_key("k1", 20).await.unwrap(),
+        vec!["wf-1".to_owned(), "wf-2".to_owned()]
+    );
 }
 
 /// C-45: a commit with a `definition_version` re-pins the instance (ENG-54): its row and every

@@ -46,7 +46,7 @@ mod triggers;
 
 pub use bookmarks::{
     c08_bookmark_lookup, c09_bookmark_diff, c10_correlation_rewrite, c19_receipts, c35_child_waits,
-    c45_repin, c46_consumed_anywhere,
+    c45_repin, c46_consumed_anywhere, c47_key_index,
 };
 pub use dead_letters::{c17_dead_letter_once, c18_dead_letters};
 pub use debounce::c44_debounce;
@@ -154,6 +154,7 @@ macro_rules! store_conformance_tests {
             c44_debounce,
             c45_repin,
             c46_consumed_anywhere,
+            c47_key_index,
         );
     };
     (@cases required $make:path; $($case:ident),* $(,)?) => {

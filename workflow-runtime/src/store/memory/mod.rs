@@ -125,6 +125,10 @@ pub(super) struct Inner {
     /// Each instance's receipts: stimulus id to the receipt's time. Nested by instance, so a
     /// commit checks and writes them without building an owned `(instance, stimulus)` key.
     pub(super) receipts: BTreeMap<String, BTreeMap<String, Micros>>,
+    /// The key index (RT-36): `(key digest, instance id)`, and each instance's keys, so a
+    /// purge removes its rows without a scan.
+    pub(super) keys: BTreeSet<(String, String)>,
+    pub(super) instance_keys: BTreeMap<String, Vec<String>>,
     pub(super) named_leases: BTreeMap<String, NamedLease>,
     pub(super) idempotency: BTreeMap<String, IdempotencyRecord>,
     pub(super) incidents: BTreeMap<String, IncidentRecord>,

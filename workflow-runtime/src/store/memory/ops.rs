@@ -956,6 +956,7 @@ impl Store for MemoryStore {
             .with_census(self)
             .with_flow_control(self)
             .with_receipts(self)
+            .with_keys(self)
     }
 }
 
@@ -967,6 +968,25 @@ impl crate::store::ReceiptIndex for MemoryStore {
                 .receipts
                 .values()
                 .any(|receipts| receipts.contains_key(stimulus_id)))
+        })
+    }
+}
+
+impl crate::store::KeyIndex for MemoryStore {
+    fn instances_with_key(
+        &self,
+        key: &str,
+        limit: usize,
+    ) -> BoxFuture<'_, StoreResult<Vec<String>>> {
+        let key = key.to_owned();
+        self.read(move |inner| {
+            Ok(inner
+                .keys
+                .range((key.clone(), String::new())..)
+                .take_while(|(k, _)| *k == key)
+                .take(limit)
+                .map(|(_, instance)| instance.clone())
+                .collect())
         })
     }
 }

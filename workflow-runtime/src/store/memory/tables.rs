@@ -154,6 +154,9 @@ impl Inner {
         self.remove_waits(instance_id, waits);
         if !keep_journal {
             self.receipts.remove(instance_id);
+            for key in self.instance_keys.remove(instance_id).unwrap_or_default() {
+                self.keys.remove(&(key, instance_id.to_owned()));
+            }
             self.incidents.retain(|_, i| i.instance_id != instance_id);
         }
     }
@@ -466,6 +469,11 @@ impl Inner {
         }
         for stimulus in c.receipts {
             self.add_receipt(&id, stimulus, c.now);
+        }
+        for key in c.keys_added {
+            if self.keys.insert((key.clone(), id.clone())) {
+                self.instance_keys.entry(id.clone()).or_default().push(key);
+            }
         }
         for item in &c.consumed_queue_items {
             self.queue.remove(item);

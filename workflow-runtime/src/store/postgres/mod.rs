@@ -1274,6 +1274,25 @@ impl Store for PostgresStore {
             .with_flow_control(self)
             .with_postgres(self)
             .with_receipts(self)
+            .with_keys(self)
+    }
+}
+
+impl crate::store::KeyIndex for PostgresStore {
+    fn instances_with_key(
+        &self,
+        key: &str,
+        limit: usize,
+    ) -> BoxFuture<'_, StoreResult<Vec<String>>> {
+        let key = key.to_owned();
+        Box::pin(async move {
+            read!(self, |c| ops::instances_with_key(
+                c,
+                &self.schema,
+                &key,
+                limit
+            ))
+        })
     }
 }
 

@@ -447,6 +447,18 @@ pub(super) async fn commit(
         .execute(&mut *c)
         .await?;
     }
+    // RT-36: the keys the instance's waits carry first, after the function's version and
+    // token checks, in this transaction (rows already indexed are kept).
+    if !commit.keys_added.is_empty() {
+        sqlx::query(&s.sql(
+            "INSERT INTO @wf_keys (key, instance_id) SELECT unnest($1::text[]), $2
+             ON CONFLICT DO NOTHING",
+        ))
+        .bind(&commit.keys_added)
+        .bind(id)
+        .execute(&mut *c)
+        .await?;
+    }
     for instance in &commit.instances_created {
         insert_instance(c, s, instance).await?;
     }
@@ -485,6 +497,7 @@ pub(super) fn commit_needs_transaction(commit: &Commit<String>) -> bool {
         || !commit.queue_items.is_empty()
         || !commit.incidents_opened.is_empty()
         || commit.idempotency.is_some()
+        || !commit.keys_added.is_empty()
 }
 
 /// The typed error of a commit the function refused (its `WF` SQL states), else the
@@ -653,6 +666,7 @@ pub(super) async fn delete_dependents(c: &mut Conn, s: &Schema, ids: &[String]) 
         "@wf_journal",
         "@wf_receipts",
         "@wf_incidents",
+        "@wf_keys",
         "@wf_instances",
     ] {
         sqlx::query(&s.sql(&format!("DELETE FROM {table} WHERE instance_id = ANY($1)")))
@@ -1097,6 +1111,21 @@ pub(super) async fn has_receipt(
     .fetch_optional(&mut *c)
     .await?
     .is_some())
+}
+
+pub(super) async fn instances_with_key(
+    c: &mut Conn,
+    s: &Schema,
+    key: &str,
+    limit: usize,
+) -> StoreResult<Vec<String>> {
+    Ok(sqlx::query_scalar::<_, String>(
+        &s.sql("SELECT instance_id FROM @wf_keys WHERE key = $1 ORDER BY instance_id LIMIT $2"),
+    )
+    .bind(key)
+    .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+    .fetch_all(&mut *c)
+    .await?)
 }
 
 pub(super) async fn consumed_anywhere(

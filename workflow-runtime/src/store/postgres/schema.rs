@@ -73,7 +73,20 @@ pub(super) const MIGRATIONS: &[(u32, &str, &str)] = &[
     (9, "0009_process_liveness", MIGRATION_0009),
     (10, "0010_debounced_sends", MIGRATION_0010),
     (11, "0011_receipts_by_stimulus", MIGRATION_0011),
+    (12, "0012_instance_keys", MIGRATION_0012),
 ];
+
+/// The key index (RT-36): each key digest an instance's waits carried, with the instance,
+/// so a send by key that no instance waits for can name the instances with its key. Kept
+/// until the instance is purged.
+const MIGRATION_0012: &str = r"
+CREATE TABLE @wf_keys (
+    key         TEXT NOT NULL,
+    instance_id TEXT NOT NULL,
+    PRIMARY KEY (key, instance_id)
+);
+CREATE INDEX wf_keys_instance ON @wf_keys (instance_id);
+";
 
 /// Receipts found by their stimulus (RT-19): a queued stimulus routed again after a crash
 /// between its delivery and its acknowledgement is known consumed.

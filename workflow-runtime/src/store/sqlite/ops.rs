@@ -126,6 +126,14 @@ fn commit_tx(c: &Connection, commit: &Commit<String>, leases: &InstanceLeases) -
             }
         }
     }
+    // RT-36: the keys the instance's waits carry first (rows already indexed are kept).
+    if !commit.keys_added.is_empty() {
+        let mut stmt =
+            c.prepare_cached("INSERT OR IGNORE INTO wf_keys (key, instance_id) VALUES (?1, ?2)")?;
+        for key in &commit.keys_added {
+            stmt.execute(rusqlite::params![key, id])?;
+        }
+    }
     if !commit.bookmarks_removed.is_empty() {
         let mut stmt = c.prepare_cached(
             "DELETE FROM wf_bookmarks WHERE bookmark_id = ?1 AND instance_id = ?2",
@@ -766,6 +774,7 @@ fn delete_dependents(c: &Connection, id: &str) -> StoreResult<()> {
         "DELETE FROM wf_journal WHERE instance_id = ?1",
         "DELETE FROM wf_receipts WHERE instance_id = ?1",
         "DELETE FROM wf_incidents WHERE instance_id = ?1",
+        "DELETE FROM wf_keys WHERE instance_id = ?1",
         "DELETE FROM wf_instances WHERE instance_id = ?1",
     ] {
         c.prepare_cached(sql)?.execute([id])?;
@@ -1974,6 +1983,27 @@ impl Store for SqliteStore {
             .with_census(self)
             .with_flow_control(self)
             .with_receipts(self)
+            .with_keys(self)
+    }
+}
+
+impl crate::store::KeyIndex for SqliteStore {
+    fn instances_with_key(
+        &self,
+        key: &str,
+        limit: usize,
+    ) -> BoxFuture<'_, StoreResult<Vec<String>>> {
+        let key = key.to_owned();
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        self.read_point(move |c| {
+            let mut stmt = c.prepare_cached(
+                "SELECT instance_id FROM wf_keys WHERE key = ?1 ORDER BY instance_id LIMIT ?2",
+            )?;
+            let ids = stmt
+                .query_map(rusqlite::params![key, limit], |r| r.get(0))?
+                .collect::<Result<Vec<String>, _>>()?;
+            Ok(ids)
+        })
     }
 }
 

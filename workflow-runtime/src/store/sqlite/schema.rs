@@ -26,7 +26,20 @@ const MIGRATIONS: &[(u32, &str, &str)] = &[
     (12, "0012_flow_control", MIGRATION_0012),
     (13, "0013_debounced_sends", MIGRATION_0013),
     (14, "0014_receipts_by_stimulus", MIGRATION_0014),
+    (15, "0015_instance_keys", MIGRATION_0015),
 ];
+
+/// The key index (RT-36): each key digest an instance's waits carried, with the instance,
+/// so a send by key that no instance waits for can name the instances with its key. Kept
+/// until the instance is purged.
+const MIGRATION_0015: &str = r"
+CREATE TABLE wf_keys (
+    key         TEXT NOT NULL,
+    instance_id TEXT NOT NULL,
+    PRIMARY KEY (key, instance_id)
+) WITHOUT ROWID;
+CREATE INDEX wf_keys_instance ON wf_keys (instance_id);
+";
 
 /// Flow-control queues (QU-5): per queue a row of counters (the last fencing token, waiter
 /// sequence and round-robin turn issued) and the limits last asked with; slot rows (one per
@@ -651,6 +664,7 @@ const TABLES: &[&str] = &[
     "wf_flow_turns",
     "wf_flow_starts",
     "wf_debounce",
+    "wf_keys",
 ];
 
 /// A table dropped from the file (by hand, by a tool) is found at open, not at the first
