@@ -281,12 +281,7 @@ pub(crate) async fn detail(store: &Storage, id: &str) -> Result<Option<Detail>, 
         .map_or(0, |d| {
             Micros::try_from(d.as_micros()).unwrap_or(Micros::MAX)
         });
-    let slot_waits = store
-        .queue_usage(now)
-        .await?
-        .iter()
-        .filter_map(|usage| usage.waiting_words(id, now))
-        .collect();
+    let slot_waits = store.slot_waits(id, now).await?;
     Ok(Some(Detail {
         summary: summary(&record),
         version: record.definition_version.clone(),

@@ -41,13 +41,7 @@ pub(crate) async fn read(store: &Storage, id: &str) -> Result<Option<Detail>, St
     };
     let definition =
         recorded_definition(store, &record.definition_name, &record.definition_version).await?;
-    let now = crate::now();
-    let slot_waits = store
-        .queue_usage(now)
-        .await?
-        .iter()
-        .filter_map(|usage| usage.waiting_words(id, now))
-        .collect();
+    let slot_waits = store.slot_waits(id, crate::now()).await?;
     Ok(Some(Detail {
         slot_waits,
         bookmarks: store.list_bookmarks(id).await?,

@@ -1649,6 +1649,22 @@ impl Storage {
         }
     }
 
+    /// For each queue an attempt or a run of `instance_id` waits in line in at `now`, the words
+    /// `why` uses for the wait (QU-13, `QueueUsage::waiting_words`); empty when it waits for
+    /// no slot.
+    ///
+    /// # Errors
+    ///
+    /// The backend's.
+    pub async fn slot_waits(&self, instance_id: &str, now: Micros) -> StoreResult<Vec<String>> {
+        Ok(self
+            .queue_usage(now)
+            .await?
+            .iter()
+            .filter_map(|usage| usage.waiting_words(instance_id, now))
+            .collect())
+    }
+
     // ----- definitions -----
 
     /// Records a definition version (JSON form and fingerprint) when the backend records
@@ -1710,22 +1726,8 @@ impl Storage {
         }
         // A backend without aggregate queries: its pages, counted here.
         let mut census = Census::default();
-        let mut after = None;
-        loop {
-            let page = self
-                .store
-                .list_instances(InstanceFilter {
-                    after: after.take(),
-                    limit: 1000,
-                    ..InstanceFilter::default()
-                })
-                .await?;
-            let Some(last) = page.last() else { break };
-            after = Some(last.instance_id.clone());
-            for summary in page.into_iter().filter_map(|listed| listed.summary.ok()) {
-                count_instance(&mut census.instances, summary);
-            }
-        }
+        self.each_instance_summary(|summary| count_instance(&mut census.instances, summary))
+            .await?;
         let mut after = None;
         loop {
             let page = self
@@ -1756,6 +1758,24 @@ impl Storage {
             return census.version_census().await;
         }
         let mut counts: std::collections::BTreeMap<(String, String), u64> = Default::default();
+        self.each_instance_summary(|summary| {
+            *counts
+                .entry((summary.definition_name, summary.definition_version))
+                .or_default() += 1;
+        })
+        .await?;
+        Ok(counts
+            .into_iter()
+            .map(|((name, version), n)| (name, version, n))
+            .collect())
+    }
+
+    /// Calls `count` with the summary of every instance, page by page: the census of a backend
+    /// without aggregate queries. Rows whose summary does not decode are left out.
+    async fn each_instance_summary(
+        &self,
+        mut count: impl FnMut(InstanceSummary),
+    ) -> StoreResult<()> {
         let mut after = None;
         loop {
             let page = self
@@ -1766,18 +1786,14 @@ impl Storage {
                     ..InstanceFilter::default()
                 })
                 .await?;
-            let Some(last) = page.last() else { break };
+            let Some(last) = page.last() else {
+                return Ok(());
+            };
             after = Some(last.instance_id.clone());
             for summary in page.into_iter().filter_map(|listed| listed.summary.ok()) {
-                *counts
-                    .entry((summary.definition_name, summary.definition_version))
-                    .or_default() += 1;
+                count(summary);
             }
         }
-        Ok(counts
-            .into_iter()
-            .map(|((name, version), n)| (name, version, n))
-            .collect())
     }
 
     /// The backend's operation counters.
