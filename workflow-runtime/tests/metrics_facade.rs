@@ -137,5 +137,25 @@ async fn an_applications_recorder_receives_the_runtimes_metrics() {
     assert_eq!(print.task_attempts, 2);
     // No series names an instance.
     assert!(!seen.iter().any(|l| l.contains("o-1")));
+    // Each series carries the help text the Prometheus text format writes for it.
+    let prometheus = own.to_prometheus();
+    let described: Vec<(String, String)> = recorder
+        .snapshotter()
+        .snapshot()
+        .into_vec()
+        .into_iter()
+        .map(|(key, _, help, _)| {
+            let help = help.map(|h| h.to_string()).unwrap_or_default();
+            (key.key().name().to_owned(), help)
+        })
+        .collect();
+    for (name, help) in &described {
+        assert!(!help.is_empty(), "{name} has no help text in the recorder");
+        let line = format!("# HELP {name} {help}");
+        assert!(
+            prometheus.lines().any(|l| l == line),
+            "{line} missing from the text format:\n{prometheus}"
+        );
+    }
     runtime.shutdown(Duration::from_secs(1)).await;
 }

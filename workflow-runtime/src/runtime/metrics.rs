@@ -458,132 +458,185 @@ impl RuntimeMetrics {
     /// * `workflow_stimuli_sent_total`, `workflow_stimuli_delivered_total`,
     ///   `workflow_stimuli_to_inbox_total`, `workflow_stimuli_dead_lettered_total{reason}`.
     pub fn to_prometheus(&self) -> String {
+        use series::{
+            LEASE_LOSSES, STIMULI_DEAD_LETTERED, STIMULI_DELIVERED, STIMULI_SENT, STIMULI_TO_INBOX,
+            STORE_CALLS, TASK_ATTEMPTS, TASK_DURATION, TASK_FAILURES, TASK_RETRIES, TIMER_LATENESS,
+            TRANSITIONS,
+        };
         let mut out = String::new();
-        header(
-            &mut out,
-            "workflow_transitions_total",
-            "counter",
-            "Runs committed by this runtime, by the status they left the instance in.",
-        );
+        header(&mut out, &TRANSITIONS);
         for d in &self.definitions {
             for (status, n) in &d.transitions {
                 let _ = writeln!(
                     out,
-                    "workflow_transitions_total{{definition=\"{}\",outcome=\"{}\"}} {n}",
+                    "{}{{definition=\"{}\",outcome=\"{}\"}} {n}",
+                    TRANSITIONS.name,
                     escape(&d.definition),
                     status.as_str()
                 );
             }
         }
-        for (name, help, value) in [
+        for (series, value) in [
             (
-                "workflow_task_attempts_total",
-                "Task attempts run.",
+                &TASK_ATTEMPTS,
                 (|d: &DefinitionMetrics| d.task_attempts) as fn(&DefinitionMetrics) -> u64,
             ),
-            (
-                "workflow_task_retries_total",
-                "Task attempts that failed and wait for a retry.",
-                |d| d.task_retries,
-            ),
-            (
-                "workflow_task_failures_total",
-                "Task attempts that failed for good.",
-                |d| d.task_failures,
-            ),
+            (&TASK_RETRIES, |d| d.task_retries),
+            (&TASK_FAILURES, |d| d.task_failures),
         ] {
-            header(&mut out, name, "counter", help);
+            header(&mut out, series);
             for d in &self.definitions {
                 let _ = writeln!(
                     out,
-                    "{name}{{definition=\"{}\"}} {}",
+                    "{}{{definition=\"{}\"}} {}",
+                    series.name,
                     escape(&d.definition),
                     value(d)
                 );
             }
         }
-        header(
-            &mut out,
-            "workflow_task_duration_seconds",
-            "histogram",
-            "How long task attempts took.",
-        );
+        header(&mut out, &TASK_DURATION);
         for d in &self.definitions {
             let label = format!("definition=\"{}\"", escape(&d.definition));
-            histogram(
-                &mut out,
-                "workflow_task_duration_seconds",
-                &label,
-                &d.task_durations,
-            );
+            histogram(&mut out, TASK_DURATION.name, &label, &d.task_durations);
         }
-        header(
-            &mut out,
-            "workflow_timer_lateness_seconds",
-            "histogram",
-            "How late timers fired after their due time.",
-        );
-        histogram(
-            &mut out,
-            "workflow_timer_lateness_seconds",
-            "",
-            &self.timer_lateness,
-        );
-        header(
-            &mut out,
-            "workflow_lease_losses_total",
-            "counter",
-            "Runs that lost their instance's lease.",
-        );
-        let _ = writeln!(out, "workflow_lease_losses_total {}", self.lease_losses);
-        header(
-            &mut out,
-            "workflow_store_call_seconds",
-            "histogram",
-            "The latency of the run path's store calls.",
-        );
+        header(&mut out, &TIMER_LATENESS);
+        histogram(&mut out, TIMER_LATENESS.name, "", &self.timer_lateness);
+        header(&mut out, &LEASE_LOSSES);
+        let _ = writeln!(out, "{} {}", LEASE_LOSSES.name, self.lease_losses);
+        header(&mut out, &STORE_CALLS);
         for (call, snapshot) in &self.store_calls {
             histogram(
                 &mut out,
-                "workflow_store_call_seconds",
+                STORE_CALLS.name,
                 &format!("call=\"{call}\""),
                 snapshot,
             );
         }
-        for (name, help, value) in [
-            (
-                "workflow_stimuli_sent_total",
-                "Sends routed by this runtime.",
-                self.stimuli.sent,
-            ),
-            (
-                "workflow_stimuli_delivered_total",
-                "Stimuli delivered to instances, by sends and by the inbox worker.",
-                self.stimuli.delivered,
-            ),
-            (
-                "workflow_stimuli_to_inbox_total",
-                "Stimuli a send wrote to the inbox.",
-                self.stimuli.to_inbox,
-            ),
+        for (series, value) in [
+            (&STIMULI_SENT, self.stimuli.sent),
+            (&STIMULI_DELIVERED, self.stimuli.delivered),
+            (&STIMULI_TO_INBOX, self.stimuli.to_inbox),
         ] {
-            header(&mut out, name, "counter", help);
-            let _ = writeln!(out, "{name} {value}");
+            header(&mut out, series);
+            let _ = writeln!(out, "{} {value}", series.name);
         }
-        header(
-            &mut out,
-            "workflow_stimuli_dead_lettered_total",
-            "counter",
-            "Stimuli that became dead letters, by reason.",
-        );
+        header(&mut out, &STIMULI_DEAD_LETTERED);
         for (reason, n) in &self.stimuli.dead_lettered {
             let _ = writeln!(
                 out,
-                "workflow_stimuli_dead_lettered_total{{reason=\"{reason}\"}} {n}"
+                "{}{{reason=\"{reason}\"}} {n}",
+                STIMULI_DEAD_LETTERED.name
             );
         }
         out
     }
+}
+
+/// The series the runtime writes: each name, kind and help text written once, for the text
+/// format and for the `metrics` facade.
+mod series {
+    /// The kind of a series, as the text format's `# TYPE` line names it.
+    #[derive(Debug, Clone, Copy)]
+    pub(super) enum Kind {
+        Counter,
+        Histogram,
+    }
+
+    impl Kind {
+        pub(super) fn as_str(self) -> &'static str {
+            match self {
+                Kind::Counter => "counter",
+                Kind::Histogram => "histogram",
+            }
+        }
+    }
+
+    /// One series: its name, its kind and its help text.
+    #[derive(Debug)]
+    pub(super) struct Series {
+        pub(super) name: &'static str,
+        pub(super) kind: Kind,
+        pub(super) help: &'static str,
+    }
+
+    pub(super) const TRANSITIONS: Series = Series {
+        name: "workflow_transitions_total",
+        kind: Kind::Counter,
+        help: "Runs committed by this runtime, by the status they left the instance in.",
+    };
+    pub(super) const TASK_ATTEMPTS: Series = Series {
+        name: "workflow_task_attempts_total",
+        kind: Kind::Counter,
+        help: "Task attempts run.",
+    };
+    pub(super) const TASK_RETRIES: Series = Series {
+        name: "workflow_task_retries_total",
+        kind: Kind::Counter,
+        help: "Task attempts that failed and wait for a retry.",
+    };
+    pub(super) const TASK_FAILURES: Series = Series {
+        name: "workflow_task_failures_total",
+        kind: Kind::Counter,
+        help: "Task attempts that failed for good.",
+    };
+    pub(super) const TASK_DURATION: Series = Series {
+        name: "workflow_task_duration_seconds",
+        kind: Kind::Histogram,
+        help: "How long task attempts took.",
+    };
+    pub(super) const TIMER_LATENESS: Series = Series {
+        name: "workflow_timer_lateness_seconds",
+        kind: Kind::Histogram,
+        help: "How late timers fired after their due time.",
+    };
+    pub(super) const LEASE_LOSSES: Series = Series {
+        name: "workflow_lease_losses_total",
+        kind: Kind::Counter,
+        help: "Runs that lost their instance's lease.",
+    };
+    pub(super) const STORE_CALLS: Series = Series {
+        name: "workflow_store_call_seconds",
+        kind: Kind::Histogram,
+        help: "The latency of the run path's store calls.",
+    };
+    pub(super) const STIMULI_SENT: Series = Series {
+        name: "workflow_stimuli_sent_total",
+        kind: Kind::Counter,
+        help: "Sends routed by this runtime.",
+    };
+    pub(super) const STIMULI_DELIVERED: Series = Series {
+        name: "workflow_stimuli_delivered_total",
+        kind: Kind::Counter,
+        help: "Stimuli delivered to instances, by sends and by the inbox worker.",
+    };
+    pub(super) const STIMULI_TO_INBOX: Series = Series {
+        name: "workflow_stimuli_to_inbox_total",
+        kind: Kind::Counter,
+        help: "Stimuli a send wrote to the inbox.",
+    };
+    pub(super) const STIMULI_DEAD_LETTERED: Series = Series {
+        name: "workflow_stimuli_dead_lettered_total",
+        kind: Kind::Counter,
+        help: "Stimuli that became dead letters, by reason.",
+    };
+
+    /// Every series, in the order the text format writes them.
+    #[cfg(feature = "metrics")]
+    pub(super) const ALL: [&Series; 12] = [
+        &TRANSITIONS,
+        &TASK_ATTEMPTS,
+        &TASK_RETRIES,
+        &TASK_FAILURES,
+        &TASK_DURATION,
+        &TIMER_LATENESS,
+        &LEASE_LOSSES,
+        &STORE_CALLS,
+        &STIMULI_SENT,
+        &STIMULI_DELIVERED,
+        &STIMULI_TO_INBOX,
+        &STIMULI_DEAD_LETTERED,
+    ];
 }
 
 /// With the `metrics` feature: the same series as [`RuntimeMetrics::to_prometheus`] writes,
@@ -593,10 +646,10 @@ impl RuntimeMetrics {
 mod facade {
     use std::time::Duration;
 
-    use metrics::{Counter, Histogram, counter, histogram};
+    use metrics::{Counter, Histogram, counter, describe_counter, describe_histogram, histogram};
 
     use crate::engine::observer::AttemptEnded;
-    use crate::runtime::metrics::{DEAD_LETTER_REASONS, STATUSES, StoreCall};
+    use crate::runtime::metrics::{DEAD_LETTER_REASONS, STATUSES, StoreCall, series};
 
     /// One definition's series.
     #[derive(Debug)]
@@ -628,16 +681,16 @@ mod facade {
                     .iter()
                     .map(|status| {
                         counter!(
-                            "workflow_transitions_total",
+                            series::TRANSITIONS.name,
                             "definition" => definition.clone(),
                             "outcome" => status.as_str()
                         )
                     })
                     .collect(),
-                attempts: counter!("workflow_task_attempts_total", "definition" => definition.clone()),
-                retries: counter!("workflow_task_retries_total", "definition" => definition.clone()),
-                failures: counter!("workflow_task_failures_total", "definition" => definition.clone()),
-                durations: histogram!("workflow_task_duration_seconds", "definition" => definition),
+                attempts: counter!(series::TASK_ATTEMPTS.name, "definition" => definition.clone()),
+                retries: counter!(series::TASK_RETRIES.name, "definition" => definition.clone()),
+                failures: counter!(series::TASK_FAILURES.name, "definition" => definition.clone()),
+                durations: histogram!(series::TASK_DURATION.name, "definition" => definition),
             }
         }
 
@@ -671,21 +724,29 @@ mod facade {
     }
 
     impl RuntimeHandles {
+        /// Describes every series to the recorder (its help text) and registers the
+        /// runtime-wide ones.
         pub(super) fn new() -> Self {
+            for series in series::ALL {
+                match series.kind {
+                    series::Kind::Counter => describe_counter!(series.name, series.help),
+                    series::Kind::Histogram => describe_histogram!(series.name, series.help),
+                }
+            }
             Self {
-                timer_lateness: histogram!("workflow_timer_lateness_seconds"),
-                lease_losses: counter!("workflow_lease_losses_total"),
+                timer_lateness: histogram!(series::TIMER_LATENESS.name),
+                lease_losses: counter!(series::LEASE_LOSSES.name),
                 store_calls: StoreCall::ALL
                     .iter()
-                    .map(|call| histogram!("workflow_store_call_seconds", "call" => call.as_str()))
+                    .map(|call| histogram!(series::STORE_CALLS.name, "call" => call.as_str()))
                     .collect(),
-                stimuli_sent: counter!("workflow_stimuli_sent_total"),
-                stimuli_delivered: counter!("workflow_stimuli_delivered_total"),
-                stimuli_to_inbox: counter!("workflow_stimuli_to_inbox_total"),
+                stimuli_sent: counter!(series::STIMULI_SENT.name),
+                stimuli_delivered: counter!(series::STIMULI_DELIVERED.name),
+                stimuli_to_inbox: counter!(series::STIMULI_TO_INBOX.name),
                 stimuli_dead_lettered: DEAD_LETTER_REASONS
                     .iter()
                     .map(|reason| {
-                        counter!("workflow_stimuli_dead_lettered_total", "reason" => reason.as_str())
+                        counter!(series::STIMULI_DEAD_LETTERED.name, "reason" => reason.as_str())
                     })
                     .collect(),
             }
@@ -697,9 +758,10 @@ fn to_u64(n: usize) -> u64 {
     u64::try_from(n).unwrap_or(u64::MAX)
 }
 
-fn header(out: &mut String, name: &str, kind: &str, help: &str) {
-    let _ = writeln!(out, "# HELP {name} {help}");
-    let _ = writeln!(out, "# TYPE {name} {kind}");
+fn header(out: &mut String, series: &series::Series) {
+    let name = series.name;
+    let _ = writeln!(out, "# HELP {name} {}", series.help);
+    let _ = writeln!(out, "# TYPE {name} {}", series.kind.as_str());
 }
 
 /// A histogram's `_bucket`, `_sum` and `_count` lines, with `labels` (may be empty).
