@@ -17,7 +17,7 @@ use crate::engine::events::EventStream;
 use crate::engine::executor::RunTarget;
 use crate::engine::state::Incident;
 use crate::store::{DeadLetter, DeadLetterFilter, QueueItem, Storage, StoreError};
-use crate::workflow::{Migrate, StateMachineWorkflow, Workflow};
+use crate::workflow::{Migrate, Positioned, StateMachineWorkflow, Workflow};
 
 mod builder;
 mod cache;
@@ -591,12 +591,12 @@ impl Runtime {
         migration: Migration,
     ) -> Result<MigrationReport, MigrateError>
     where
-        Old: StateMachineWorkflow,
+        Old: Positioned,
         New: Migrate<Old>,
     {
         let map = |state: &str, data: Value| -> Result<(String, Value), MigrationRefusal> {
             let old =
-                Old::state_from_name(state).ok_or_else(|| MigrationRefusal::UnmappedState {
+                Old::position_from_name(state).ok_or_else(|| MigrationRefusal::UnmappedState {
                     state: state.to_owned(),
                 })?;
             let data_error = |e: serde_json::Error| MigrationRefusal::Data {
@@ -604,7 +604,7 @@ impl Runtime {
             };
             let data: Old::Data = serde_json::from_value(data).map_err(data_error)?;
             let new_data = serde_json::to_value(New::data(data)).map_err(data_error)?;
-            Ok((New::state_name(New::state(old)).to_owned(), new_data))
+            Ok((New::position_name(New::state(old)).to_owned(), new_data))
         };
         self.core
             .versions
@@ -613,6 +613,7 @@ impl Runtime {
                     name: Old::name(),
                     version: Old::version(),
                 },
+                Old::definition(),
                 versions::Side {
                     name: New::name(),
                     version: New::version(),
