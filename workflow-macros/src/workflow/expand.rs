@@ -264,7 +264,9 @@ fn positions(decl: &WorkflowDecl) -> TokenStream {
     let doc = format!(
         "The nodes of [`{ident}`] where an instance waits, for a `Migrate` between versions (ENG-55)."
     );
-    quote! {
+    // Spanned on the workflow's name: rustc's notes on the enum (a variant not found, one
+    // not covered) point there.
+    let item = quote_spanned! {ident.span()=>
         #[doc = #doc]
         #[derive(
             ::core::fmt::Debug,
@@ -277,6 +279,9 @@ fn positions(decl: &WorkflowDecl) -> TokenStream {
         #vis enum #enum_ident {
             #(#[doc = #docs] #variants,)*
         }
+    };
+    quote! {
+        #item
 
         impl #private::Positioned for #ident {
             type Position = #enum_ident;
