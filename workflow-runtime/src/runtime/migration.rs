@@ -213,8 +213,11 @@ pub enum MigrateError {
         /// The version.
         version: String,
     },
-    /// A definition's root is not a state machine (only state machines migrate).
-    #[error("`{name}` version `{version}` is not a state machine: only state machines migrate")]
+    /// A definition this engine does not compile (a kind it does not run), so where its
+    /// instances wait is unknown. Roots of two different kinds are [`MigrateError::KindsDiffer`].
+    #[error(
+        "`{name}` version `{version}` is not a definition this engine runs: nothing of it migrates"
+    )]
     NotAStateMachine {
         /// The definition name.
         name: String,

@@ -52,7 +52,7 @@ impl Versions {
                 name: to.name.to_owned(),
                 version: to.version.to_owned(),
             })?;
-        let old_graph = Graph::build(old).map_err(|_| not_a_machine(&from))?;
+        let old_graph = Graph::build(old).map_err(|_| not_compiled(&from))?;
         check_kinds(&from, &old_graph.positions(), &to, &workflow.positions())?;
         self.move_all(&from, &old_graph, workflow, map, migration, false)
             .await
@@ -73,14 +73,14 @@ impl Versions {
         check_related(&from, &to)?;
         let old = self.recorded(&from).await?;
         let new = self.recorded(&to).await?;
-        let old_graph = Graph::build(&old).map_err(|_| not_a_machine(&from))?;
-        let graph = Graph::build(&new).map_err(|_| not_a_machine(&to))?;
+        let old_graph = Graph::build(&old).map_err(|_| not_compiled(&from))?;
+        let graph = Graph::build(&new).map_err(|_| not_compiled(&to))?;
         let (old_positions, new_positions) = (old_graph.positions(), graph.positions());
         check_kinds(&from, &old_positions, &to, &new_positions)?;
         let (old_states, new_states, flow) = match (old_positions, new_positions) {
             (Positions::Machine(old), Positions::Machine(new)) => (old, new, false),
             (Positions::Flow(old), Positions::Flow(new)) => (old, new, true),
-            _ => return Err(not_a_machine(&from)),
+            _ => return Err(not_compiled(&from)),
         };
         let unmapped: Vec<String> = old_states
             .iter()
@@ -254,7 +254,8 @@ fn check_kinds(
     }
 }
 
-fn not_a_machine(side: &Side<'_>) -> MigrateError {
+/// A version whose definition does not compile into a graph.
+fn not_compiled(side: &Side<'_>) -> MigrateError {
     MigrateError::NotAStateMachine {
         name: side.name.to_owned(),
         version: side.version.to_owned(),
