@@ -297,12 +297,12 @@ fn flow_position(
     let node = old
         .node(old.root())
         .ok_or(MigrationRefusal::NoCurrentState)?;
-    if let NodeKind::Flowchart(fc) = &node.kind {
-        if let Some(node) = join_in_progress(&root.properties, fc) {
-            return Err(unplaceable(format!(
-                "node `{node}` waits for more of its inbound connections (a join in progress)"
-            )));
-        }
+    if let NodeKind::Flowchart(fc) = &node.kind
+        && let Some(node) = join_in_progress(&root.properties, fc)
+    {
+        return Err(unplaceable(format!(
+            "node `{node}` waits for more of its inbound connections (a join in progress)"
+        )));
     }
     let [child] = children[..] else {
         let names: Vec<String> = children
