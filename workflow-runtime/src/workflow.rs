@@ -230,6 +230,11 @@ impl<T: StateMachineWorkflow> Positioned for T {
 ///         old
 ///     }
 /// }
+///
+/// fn main() {
+///     let moved = <Shipping as Migrate<v1::Shipping>>::state(v1::ShippingNode::Paid);
+///     assert_eq!(moved, ShippingNode::WaitPayment);
+/// }
 /// ```
 #[diagnostic::on_unimplemented(
     message = "`{Self}` does not say how the instances of `{Old}` move to it",
