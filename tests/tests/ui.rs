@@ -56,6 +56,7 @@ fn workflow_ui() {
         "several",
         "dsl",
         "diagnostics",
+        "migrations",
         "queues",
     ] {
         if selected(&format!("workflow/{kind}")) {

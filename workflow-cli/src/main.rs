@@ -154,9 +154,10 @@ pub(crate) enum Command {
         #[arg(long, value_parser = parse_duration, default_value = "15s")]
         wait: Duration,
     },
-    /// Moves the waiting instances of one version of a state machine to another, both as
-    /// recorded in the store: states are mapped by name, data is kept. Anything unmapped
-    /// refuses the whole migration; a running instance is refused (run it again later).
+    /// Moves the waiting instances of one version of a state machine, a flowchart or a
+    /// sequence to another, both as recorded in the store: states (or waiting nodes) are
+    /// mapped by name, data is kept. Anything unmapped refuses the whole migration; a running
+    /// instance is refused (run it again later).
     Migrate {
         /// The definition name.
         name: String,

@@ -1,5 +1,6 @@
 //! `workflow migrate`: waiting instances moved between versions recorded in a SQLite store,
-//! states mapped by name; an unmapped state refuses the whole migration, naming it.
+//! states (or a flowchart's waiting nodes) mapped by name; an unmapped state or node refuses
+//! the whole migration, naming it.
 
 #![allow(
     clippy::unwrap_used,
@@ -14,7 +15,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
-use workflow_runtime::{Runtime, RuntimeBuilder, SqliteStore, Stimulus, Workflow, state_machine};
+use workflow_runtime::{
+    Completion, Runtime, RuntimeBuilder, SqliteStore, Stimulus, Workflow, state_machine, workflow,
+};
 
 mod common;
 
@@ -49,6 +52,29 @@ mod renamed {
         #[on(pay: event("payment").key(order_id) => Paid)]
         Open,
         Paid,
+    }
+}
+
+mod flow_v1 {
+    workflow_runtime::workflow! {
+        /// A flowchart: paid, then shipped.
+        #[workflow(name = "parcel")]
+        pub workflow Parcel(super::Sale) {
+            paid = event("payment").key(order_id);
+            shipped = event("shipped").key(order_id);
+            start -> paid -> shipped;
+        }
+    }
+}
+
+workflow! {
+    /// The next version: packing between payment and shipment.
+    #[workflow(name = "parcel")]
+    pub workflow Parcel(Sale) {
+        paid = event("payment").key(order_id);
+        packed = event("packed").key(order_id);
+        shipped = event("shipped").key(order_id);
+        start -> paid -> packed -> shipped;
     }
 }
 
@@ -198,4 +224,94 @@ async fn migrate_moves_waiting_instances_between_recorded_versions_by_state_name
         "{}",
         unknown.stderr
     );
+}
+
+#[tokio::test]
+async fn migrate_moves_waiting_flowchart_instances_by_node_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("parcel.db");
+    {
+        let first = app(&db, RuntimeBuilder::register::<flow_v1::Parcel>);
+        for id in ["p-1", "p-2"] {
+            first
+                .start_with::<flow_v1::Parcel>(
+                    Sale {
+                        order_id: id.to_owned(),
+                    },
+                    common::with_id(id),
+                )
+                .await
+                .unwrap();
+        }
+        first
+            .send(Stimulus::new("payment").key("p-2"))
+            .await
+            .unwrap();
+        first.shutdown(Duration::from_secs(1)).await;
+    }
+    {
+        let second = app(&db, |b| {
+            b.register_previous::<flow_v1::Parcel>()
+                .register::<Parcel>()
+        });
+        second.index_triggers().await.unwrap();
+        second.shutdown(Duration::from_secs(1)).await;
+    }
+    let (old, new) = (flow_v1::Parcel::version(), Parcel::version());
+
+    // Back from the new version: its `packed` has no node of that name in the first.
+    let unmapped = workflow(
+        &db,
+        &[
+            "migrate",
+            "parcel",
+            "--from",
+            short(new),
+            "--to",
+            short(old),
+        ],
+    );
+    assert!(!unmapped.ok, "{}", unmapped.stdout);
+    assert!(
+        unmapped.stderr.contains("no waiting node named `packed`"),
+        "{}",
+        unmapped.stderr
+    );
+
+    let moved = workflow(
+        &db,
+        &[
+            "migrate",
+            "parcel",
+            "--from",
+            short(old),
+            "--to",
+            short(new),
+        ],
+    );
+    assert!(moved.ok, "{}", moved.stderr);
+    assert!(
+        moved.stdout.contains("2 instance(s) of `parcel` moved"),
+        "{}",
+        moved.stdout
+    );
+    // The table names the nodes each instance waited at and waits at now.
+    assert!(moved.stdout.contains("shipped"), "{}", moved.stdout);
+
+    let third = app(&db, RuntimeBuilder::register::<Parcel>);
+    for (id, events) in [
+        ("p-1", &["payment", "packed", "shipped"][..]),
+        ("p-2", &["shipped"][..]),
+    ] {
+        for event in events {
+            let sent = third.send(Stimulus::new(*event).key(id)).await.unwrap();
+            assert_eq!(sent.resumed.len(), 1, "{id} {event}: {sent:?}");
+        }
+        let done = third
+            .await_completion(id, Duration::from_secs(5))
+            .await
+            .unwrap();
+        assert!(matches!(done, Completion::Finished(_)), "{id}: {done:?}");
+    }
+    third.shutdown(Duration::from_secs(1)).await;
 }

@@ -49,7 +49,7 @@ pub use runtime::{
     StimulusMetrics, TimerFiring,
 };
 pub use trace::{TraceParent, TraceParentError};
-pub use workflow::{Migrate, StateMachineWorkflow, Workflow};
+pub use workflow::{Migrate, Positioned, StateMachineWorkflow, Workflow};
 
 /// Declares a state machine on an enum: see the macro's documentation.
 #[cfg(feature = "macros")]
@@ -120,7 +120,7 @@ pub mod __private {
         ViaMismatch, ViaTaskResult,
     };
     pub use crate::runtime::Stimulus;
-    pub use crate::workflow::{IsKey, IsPayload, StateMachineWorkflow, Workflow};
+    pub use crate::workflow::{IsKey, IsPayload, Positioned, StateMachineWorkflow, Workflow};
 
     /// The definition a macro computed with each queue's stand-in name (`names`: stand-in,
     /// name) replaced by the queue's name, wherever a `queue` field holds it (QU-10, QU-14).

@@ -86,10 +86,63 @@ pub trait StateMachineWorkflow: Workflow {
     fn state_from_name(name: &str) -> Option<Self::State>;
 }
 
-/// How the waiting instances of a previous version `Old` of a state machine map to this
-/// version (ENG-54), used by [`Runtime::migrate`](crate::Runtime::migrate): plain Rust that
-/// rustc checks. A state of `Old` left out of the `match` is a non-exhaustive-match error, and
-/// a state this version does not declare does not compile.
+/// Where a waiting instance of a workflow can be, by name (ENG-54, ENG-55): a state
+/// machine's state, or a waiting node of a `workflow!` flowchart or sequence. The positions
+/// are what a [`Migrate`] implementation maps.
+///
+/// Every [`StateMachineWorkflow`] has its states as positions. `workflow!` implements it with
+/// a generated enum `<Name>Node`: one variant per top-level node (or step) where an instance
+/// can wait and be migrated (an `event`, an `after`, a `start_at` or a `cron` that is not a
+/// trigger), named in `UpperCamelCase` (`wait_payment` is `WaitPayment`).
+///
+/// # Examples
+///
+/// ```
+/// use workflow_runtime::{Positioned, workflow};
+///
+/// #[derive(Default, serde::Serialize, serde::Deserialize)]
+/// pub struct Order;
+///
+/// workflow! {
+///     pub workflow Shipping(Order) {
+///         wait_payment = event("payment");
+///         cool_off = after(secs(60));
+///         start -> wait_payment -> cool_off;
+///     }
+/// }
+///
+/// assert_eq!(Shipping::position_name(ShippingNode::WaitPayment), "wait_payment");
+/// assert_eq!(Shipping::position_from_name("cool_off"), Some(ShippingNode::CoolOff));
+/// ```
+pub trait Positioned: Workflow {
+    /// The positions: the state enum of a state machine, `<Name>Node` of a `workflow!`.
+    type Position: Copy + Eq + std::fmt::Debug + Send + Sync + 'static;
+
+    /// The position's name in the definition: the state's or the node's id.
+    fn position_name(position: Self::Position) -> &'static str;
+
+    /// The position named `name`, if the workflow has one.
+    fn position_from_name(name: &str) -> Option<Self::Position>;
+}
+
+impl<T: StateMachineWorkflow> Positioned for T {
+    type Position = T::State;
+
+    fn position_name(position: T::State) -> &'static str {
+        T::state_name(position)
+    }
+
+    fn position_from_name(name: &str) -> Option<T::State> {
+        T::state_from_name(name)
+    }
+}
+
+/// How the waiting instances of a previous version `Old` map to this version (ENG-54,
+/// ENG-55), used by [`Runtime::migrate`](crate::Runtime::migrate): plain Rust that rustc
+/// checks. For a state machine, `state` maps the old state enum to the new one; for a
+/// `workflow!`, it maps the old `<Name>Node` enum to the new one (both kept in the crate, the
+/// old one in a module such as `v1`). A position of `Old` left out of the `match` is a
+/// non-exhaustive-match error, and a position this version does not have does not compile.
 ///
 /// # Examples
 ///
@@ -135,9 +188,63 @@ pub trait StateMachineWorkflow: Workflow {
 ///     assert_eq!(moved, OrderFlow::Open);
 /// }
 /// ```
-pub trait Migrate<Old: StateMachineWorkflow>: StateMachineWorkflow {
-    /// The state of this version an instance waiting in `old` moves to.
-    fn state(old: Old::State) -> Self::State;
+///
+/// The same for two versions of a `workflow!` flowchart:
+///
+/// ```
+/// use workflow_runtime::{Migrate, workflow};
+///
+/// #[derive(Default, serde::Serialize, serde::Deserialize)]
+/// pub struct Order;
+///
+/// mod v1 {
+///     use super::Order;
+///     workflow_runtime::workflow! {
+///         #[workflow(name = "shipping")]
+///         pub workflow Shipping(Order) {
+///             paid = event("payment");
+///             shipped = event("shipped");
+///             start -> paid -> shipped;
+///         }
+///     }
+/// }
+///
+/// workflow! {
+///     #[workflow(name = "shipping")]
+///     pub workflow Shipping(Order) {
+///         wait_payment = event("payment");
+///         packed = event("packed");
+///         shipped = event("shipped");
+///         start -> wait_payment -> packed -> shipped;
+///     }
+/// }
+///
+/// impl Migrate<v1::Shipping> for Shipping {
+///     fn state(old: v1::ShippingNode) -> ShippingNode {
+///         match old {
+///             v1::ShippingNode::Paid => ShippingNode::WaitPayment,
+///             v1::ShippingNode::Shipped => ShippingNode::Shipped,
+///         }
+///     }
+///     fn data(old: Order) -> Order {
+///         old
+///     }
+/// }
+///
+/// fn main() {
+///     let moved = <Shipping as Migrate<v1::Shipping>>::state(v1::ShippingNode::Paid);
+///     assert_eq!(moved, ShippingNode::WaitPayment);
+/// }
+/// ```
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` does not say how the instances of `{Old}` move to it",
+    label = "`{Self}` does not implement `Migrate<{Old}>`",
+    note = "implement `workflow_runtime::Migrate<{Old}>` for `{Self}`: `fn state` maps each old state (or waiting node) to a new one, `fn data` the old data to the new"
+)]
+pub trait Migrate<Old: Positioned>: Positioned {
+    /// The position of this version (a state, or a waiting node of a `workflow!`) an
+    /// instance waiting at `old` moves to.
+    fn state(old: Old::Position) -> Self::Position;
 
     /// The data of this version made from the instance's data of `Old`.
     fn data(old: Old::Data) -> Self::Data;

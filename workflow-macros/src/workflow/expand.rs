@@ -12,7 +12,11 @@
 //!   error lands there);
 //! - inherent items: `NODES` (the top-level node ids in declaration order), `NODE_{ID}` for
 //!   each of them (in `SCREAMING_SNAKE_CASE`), `mermaid()` and `dot()` computed at compile time;
-//! - a check that each `workflow(Type)` child implements `Workflow`.
+//! - a check that each `workflow(Type)` child implements `Workflow`;
+//! - `pub enum ExpenseNode` with one variant per top-level node (or step) where an instance
+//!   waits and can be migrated (ENG-55: a non-trigger `event`, `after`, `start_at` or `cron`),
+//!   named in `UpperCamelCase` and spanned on the node's id, and `impl Positioned for
+//!   Expense` naming them both ways: a `Migrate` between two versions is a `match` rustc checks.
 //!
 //! With errors, the same items are emitted over an empty flowchart and an empty registry, so a
 //! mistake in the workflow does not cascade into unrelated errors.
@@ -137,6 +141,7 @@ pub(crate) fn expand(decl: &WorkflowDecl, definition: Option<&Definition>) -> To
     };
     let payload_types = payload_type_checks(&uses.sends);
     let sends = stimulus_constructors(&uses.sends);
+    let positions = positions(decl);
 
     quote! {
         #(#attrs)*
@@ -188,6 +193,111 @@ pub(crate) fn expand(decl: &WorkflowDecl, definition: Option<&Definition>) -> To
             }
 
             #queues_fn
+        }
+
+        #positions
+    }
+}
+
+/// Whether an instance can wait at a node of this kind and be migrated there (ENG-55): the
+/// node's own execution is its wait, so running it again in the new version re-arms it.
+fn waits(kind: &KindDecl) -> bool {
+    match kind {
+        KindDecl::Event(node) => !node.event.trigger,
+        KindDecl::After { .. } => true,
+        KindDecl::StartAt { trigger, .. } | KindDecl::Cron { trigger, .. } => !trigger,
+        _ => false,
+    }
+}
+
+/// `snake_case` (or any id) to `UpperCamelCase`: `wait_payment` is `WaitPayment`.
+fn upper_camel(id: &str) -> String {
+    id.split('_')
+        .filter(|part| !part.is_empty())
+        .map(|part| {
+            let mut chars = part.chars();
+            chars.next().map_or_else(String::new, |first| {
+                first.to_uppercase().chain(chars).collect::<String>()
+            })
+        })
+        .collect()
+}
+
+/// `<Name>Node` and `impl Positioned` (ENG-55), see the module docs. A variant whose name would
+/// repeat another's (or is not an identifier) is left out.
+fn positions(decl: &WorkflowDecl) -> TokenStream {
+    let private = quote!(::workflow_runtime::__private);
+    let ident = &decl.ident;
+    let vis = &decl.vis;
+    let enum_ident = syn::Ident::new(&format!("{ident}Node"), ident.span());
+    let waiting: Vec<(String, proc_macro2::Span)> = match &decl.body {
+        Body::Flowchart { nodes, .. } => nodes
+            .iter()
+            .filter(|n| waits(&n.kind))
+            .map(|n| (syn::ext::IdentExt::unraw(&n.id).to_string(), n.id.span()))
+            .collect(),
+        Body::Sequence { steps } => steps
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| waits(&s.kind))
+            .map(|(i, s)| {
+                let span =
+                    s.id.as_ref()
+                        .map_or_else(proc_macro2::Span::call_site, syn::Ident::span);
+                (step_id(s, i), span)
+            })
+            .collect(),
+    };
+    let mut seen = HashSet::new();
+    let mut variants = Vec::new();
+    let mut names = Vec::new();
+    let mut docs = Vec::new();
+    for (id, span) in waiting {
+        let name = upper_camel(&id);
+        if syn::parse_str::<syn::Ident>(&name).is_err() || !seen.insert(name.clone()) {
+            continue;
+        }
+        variants.push(syn::Ident::new(&name, span));
+        docs.push(format!("Waiting at node `{id}`."));
+        names.push(id);
+    }
+    let doc = format!(
+        "The nodes of [`{ident}`] where an instance waits, for a `Migrate` between versions (ENG-55)."
+    );
+    // Spanned on the workflow's name: rustc's notes on the enum (a variant not found, one
+    // not covered) point there.
+    let item = quote_spanned! {ident.span()=>
+        #[doc = #doc]
+        #[derive(
+            ::core::fmt::Debug,
+            ::core::clone::Clone,
+            ::core::marker::Copy,
+            ::core::cmp::PartialEq,
+            ::core::cmp::Eq,
+            ::core::hash::Hash
+        )]
+        #vis enum #enum_ident {
+            #(#[doc = #docs] #variants,)*
+        }
+    };
+    quote! {
+        #item
+
+        impl #private::Positioned for #ident {
+            type Position = #enum_ident;
+
+            fn position_name(position: #enum_ident) -> &'static str {
+                match position {
+                    #(#enum_ident::#variants => #names,)*
+                }
+            }
+
+            fn position_from_name(name: &str) -> ::core::option::Option<#enum_ident> {
+                match name {
+                    #(#names => ::core::option::Option::Some(#enum_ident::#variants),)*
+                    _ => ::core::option::Option::None,
+                }
+            }
         }
     }
 }

@@ -87,6 +87,44 @@ mod tests {
     }
 
     #[test]
+    fn the_waiting_nodes_become_the_positions_of_a_migration() {
+        let output = workflow(quote! {
+            pub workflow Shipping(Data) {
+                wait_payment = event("payment");
+                pack = task(pack);
+                cool_off = after(secs(60));
+                hello = event("hello").trigger();
+
+                start -> wait_payment -> pack -> cool_off;
+                hello -> pack;
+            }
+        })
+        .to_string();
+        assert!(!output.contains("compile_error"), "{output}");
+        let item = output
+            .split("pub enum ShippingNode")
+            .nth(1)
+            .and_then(|rest| rest.split('}').next())
+            .unwrap_or_default();
+        // Only the nodes an instance waits at: not the task, not the trigger.
+        assert!(item.contains("WaitPayment ,"), "{item}");
+        assert!(item.contains("CoolOff ,"), "{item}");
+        assert!(!item.contains("Pack"), "{item}");
+        assert!(!item.contains("Hello"), "{item}");
+        assert!(output.contains("Positioned for Shipping"), "{output}");
+        assert!(
+            output.contains("ShippingNode :: WaitPayment => \"wait_payment\""),
+            "{output}"
+        );
+        assert!(
+            output.contains(
+                "\"cool_off\" => :: core :: option :: Option :: Some (ShippingNode :: CoolOff)"
+            ),
+            "{output}"
+        );
+    }
+
+    #[test]
     fn errors_come_with_a_stub() {
         let output = workflow(quote! {
             workflow Approval(Data) {

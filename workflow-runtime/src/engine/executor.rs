@@ -22,7 +22,7 @@ pub use crate::engine::error::RunError;
 use crate::engine::events::{ActivityRef, EventKind, LifecycleEvent};
 use crate::engine::graph::{Graph, NodeIndex, NodeKind};
 use crate::engine::guard::panic_message;
-use crate::engine::names::{CURRENT_STATE, ENTERED_AT, ON_MIGRATED, TAG_MIGRATED};
+use crate::engine::names::{CURRENT_STATE, ENTERED_AT, MIGRATED_TO, ON_MIGRATED, TAG_MIGRATED};
 use crate::engine::registry::Registry;
 use crate::engine::state::{
     ActivityContext, ActivityStatus, Bookmark, CallbackEntry, ContextId, Detail, EntryPoint,
@@ -86,6 +86,15 @@ pub(crate) enum RunTarget {
     Migrated {
         state: String,
         entered_at: Option<Value>,
+    },
+    /// ENG-55: a migrated instance's fresh state, its root flowchart or sequence placed at
+    /// `node` (scheduled afresh, its wait counted from `started_at`, the instant the node
+    /// started in the previous version, with `input` as input), the rest of the run state as
+    /// if the run had reached `node` by itself.
+    MigratedFlow {
+        node: String,
+        started_at: Option<Micros>,
+        input: Option<Value>,
     },
 }
 
@@ -547,6 +556,36 @@ where
                     });
                 }
             }
+            RunTarget::MigratedFlow {
+                node,
+                started_at,
+                input,
+            } => {
+                if self.state.root.is_none() && self.state.queue.is_empty() {
+                    let root = self.graph.root();
+                    let root_input = self.state.input.clone();
+                    let id = self.create_context(root, None, None, Some(root_input), None)?;
+                    self.state.root = Some(id);
+                    if let Some(c) = self.state.context_mut(id) {
+                        c.properties.insert(
+                            MIGRATED_TO.to_owned(),
+                            serde_json::json!({
+                                "node": node,
+                                "started_at": started_at,
+                                "input": input,
+                            }),
+                        );
+                    }
+                    self.state.queue.push_back(WorkItem {
+                        context: id,
+                        entry: EntryPoint::Continue {
+                            callback: ON_MIGRATED.to_owned(),
+                            tag: TAG_MIGRATED.to_owned(),
+                            payload: None,
+                        },
+                    });
+                }
+            }
             RunTarget::None => {
                 let fresh = self.state.status == WorkflowStatus::Running
                     && self.state.sub_status == Some(SubStatus::Pending)
@@ -719,7 +758,8 @@ where
         if let Some(c) = self.state.context_mut(id) {
             if c.status == ActivityStatus::Pending {
                 c.status = ActivityStatus::Running;
-                c.started_at = Some(now);
+                // ENG-55: a migrated node keeps the instant it started in the previous version.
+                c.started_at.get_or_insert(now);
             }
             c.execution_count += 1;
         }

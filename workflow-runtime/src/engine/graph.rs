@@ -300,6 +300,36 @@ impl NodeKind {
     }
 }
 
+/// Where an instance waits and can be migrated (ENG-54, ENG-55), by the kind of the root.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Positions {
+    /// A state machine: its states.
+    Machine(Vec<String>),
+    /// A flowchart or a sequence: its top-level waiting nodes (ENG-55).
+    Flow(Vec<String>),
+    /// Another root kind, which no migration moves.
+    Other(&'static str),
+}
+
+/// The last segment of a node's path id (`root:review` is `review`).
+pub(crate) fn local_name(path: &str) -> &str {
+    path.rsplit(':').next().unwrap_or(path)
+}
+
+impl NodeKind {
+    /// ENG-55: a node whose execution is its wait, so that a migration can place an instance
+    /// there by running it afresh: an event, a delay, a start-at or a cron (not as triggers).
+    pub(crate) fn is_migratable_wait(&self) -> bool {
+        matches!(
+            self,
+            NodeKind::Event { .. }
+                | NodeKind::Delay { .. }
+                | NodeKind::StartAt { .. }
+                | NodeKind::Cron { .. }
+        )
+    }
+}
+
 impl FlowchartNode {
     /// The local index of the node `path`.
     pub(crate) fn local_of(&self, path: &str) -> Option<usize> {
@@ -398,6 +428,41 @@ impl Graph {
 
     pub(crate) fn root(&self) -> NodeIndex {
         0
+    }
+
+    /// Where an instance of this definition waits and can be migrated (ENG-54, ENG-55), by
+    /// the kind of its root.
+    pub(crate) fn positions(&self) -> Positions {
+        let Some(root) = self.node(self.root()) else {
+            return Positions::Other("empty");
+        };
+        match &root.kind {
+            NodeKind::StateMachine(m) => {
+                Positions::Machine(m.states.iter().map(|s| s.name.clone()).collect())
+            }
+            NodeKind::Flowchart(fc) => Positions::Flow(
+                fc.names
+                    .iter()
+                    .enumerate()
+                    .filter(|(local, _)| !fc.triggers.contains(local))
+                    .filter(|(local, _)| {
+                        fc.child(*local)
+                            .and_then(|n| self.node(n))
+                            .is_some_and(|n| n.kind.is_migratable_wait())
+                    })
+                    .map(|(_, name)| name.clone())
+                    .collect(),
+            ),
+            NodeKind::Sequence { steps } => Positions::Flow(
+                steps
+                    .iter()
+                    .filter_map(|&s| self.node(s))
+                    .filter(|n| n.kind.is_migratable_wait())
+                    .map(|n| local_name(&n.id).to_owned())
+                    .collect(),
+            ),
+            other => Positions::Other(other.name()),
+        }
     }
 
     pub(crate) fn node(&self, index: NodeIndex) -> Option<&Node> {

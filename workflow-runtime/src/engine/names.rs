@@ -101,8 +101,12 @@ pub(crate) const ENTERED_AT: &str = "entered_at";
 pub const TAG_ENTERING: &str = "entering";
 /// Tag of the automatic-cycle continuation (SM-6).
 pub const TAG_CONTINUING: &str = "continuing";
-/// Tag of the continuation that arms a migrated machine's current state (ENG-54).
+/// Tag of the continuation that arms a migrated machine's current state (ENG-54), or places
+/// a migrated flowchart or sequence at its node (ENG-55).
 pub(crate) const TAG_MIGRATED: &str = "migrated";
+/// The property of a migrated flowchart's or sequence's root holding the node it is placed
+/// at, until the continuation places it (ENG-55): `{node, started_at, input}`.
+pub(crate) const MIGRATED_TO: &str = "migrated_to";
 /// The callback a flowchart's nodes report to (ENG-12).
 pub(crate) const ON_NODE: &str = "node_settled";
 /// The callback of a `wf.retry` bookmark: run the task again.

@@ -1,4 +1,4 @@
-//! What a migration is asked and what it reports (ENG-54): which instances of a previous
+//! What a migration is asked and what it reports (ENG-54, ENG-55): which instances of a previous
 //! version move to another version, and what happened to each.
 
 use crate::engine::state::{SubStatus, WorkflowStatus};
@@ -111,9 +111,9 @@ pub enum MigrationOutcome {
     /// Moved, in one commit: state, data, waits and timers of the new position, a journal
     /// entry. `status` is where the new version's first run left it.
     Migrated {
-        /// The state it was in.
+        /// The state it was in (for a `workflow!`, the node it waited at, ENG-55).
         from_state: String,
-        /// The state it is in now.
+        /// The state it is in now (for a `workflow!`, the node it waits at).
         to_state: String,
         /// Its status after the move.
         status: WorkflowStatus,
@@ -122,9 +122,9 @@ pub enum MigrationOutcome {
     },
     /// A dry run: it would move so, and nothing was written.
     WouldMigrate {
-        /// The state it is in.
+        /// The state it is in (for a `workflow!`, the node it waits at, ENG-55).
         from_state: String,
-        /// The state it would be in.
+        /// The state it would be in (for a `workflow!`, the node it would wait at).
         to_state: String,
     },
     /// Not moved; nothing of it was written.
@@ -158,6 +158,14 @@ pub enum MigrationRefusal {
     UnmappedState {
         /// The state.
         state: String,
+    },
+    /// A flowchart or sequence instance waits where no migration places it (ENG-55): at
+    /// several nodes at once, in a join that waits for more branches, at a node whose
+    /// execution is not its wait (a task, a sub-workflow), or inside a nested activity.
+    #[error("the instance does not migrate from where it waits: {reason}")]
+    Unplaceable {
+        /// Where it waits, and why that does not migrate.
+        reason: String,
     },
     /// Its data does not decode as the previous version's data type, or the new data does
     /// not encode.
@@ -205,8 +213,11 @@ pub enum MigrateError {
         /// The version.
         version: String,
     },
-    /// A definition's root is not a state machine (only state machines migrate).
-    #[error("`{name}` version `{version}` is not a state machine: only state machines migrate")]
+    /// A definition this engine does not compile (a kind it does not run), so where its
+    /// instances wait is unknown. Roots of two different kinds are [`MigrateError::KindsDiffer`].
+    #[error(
+        "`{name}` version `{version}` is not a definition this engine runs: nothing of it migrates"
+    )]
     NotAStateMachine {
         /// The definition name.
         name: String,
@@ -224,6 +235,36 @@ pub enum MigrateError {
         name: String,
         /// The previous version's states without a counterpart.
         states: Vec<String>,
+    },
+    /// The two versions' roots differ in kind (a state machine and a flowchart), or one is
+    /// of a kind no migration moves (ENG-55).
+    #[error(
+        "`{name}` does not migrate from version `{from_version}` (a {from_kind}) to version `{to_version}` (a {to_kind}): a migration moves instances between two state machines, or between two flowcharts or sequences"
+    )]
+    KindsDiffer {
+        /// The definition name.
+        name: String,
+        /// The previous version.
+        from_version: String,
+        /// The kind of its root.
+        from_kind: String,
+        /// The new version.
+        to_version: String,
+        /// The kind of its root.
+        to_kind: String,
+    },
+    /// Waiting nodes of the previous version of a flowchart or sequence have no waiting node
+    /// of the same name in the new one (a recorded definition's migration maps nodes by
+    /// name, ENG-55).
+    #[error(
+        "`{name}`: the new version has no waiting node named {}; a migration by name needs one for each",
+        .nodes.iter().map(|s| format!("`{s}`")).collect::<Vec<_>>().join(", ")
+    )]
+    UnmappedNodes {
+        /// The definition name.
+        name: String,
+        /// The previous version's waiting nodes without a counterpart.
+        nodes: Vec<String>,
     },
     /// The previous version is not recorded in the store.
     #[error("`{name}` version `{version}` is not recorded in this store")]

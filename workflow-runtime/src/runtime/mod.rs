@@ -17,7 +17,7 @@ use crate::engine::events::EventStream;
 use crate::engine::executor::RunTarget;
 use crate::engine::state::Incident;
 use crate::store::{DeadLetter, DeadLetterFilter, QueueItem, Storage, StoreError};
-use crate::workflow::{Migrate, StateMachineWorkflow, Workflow};
+use crate::workflow::{Migrate, Positioned, StateMachineWorkflow, Workflow};
 
 mod builder;
 mod cache;
@@ -520,13 +520,17 @@ impl Runtime {
             .collect()
     }
 
-    /// Moves the waiting instances of the state machine `Old` to the version `New`
-    /// (ENG-54), one by one, each atomically: its state and data mapped by `New`'s
-    /// [`Migrate`] implementation (which rustc checks), its waits and timers those of its new
-    /// state (whose entry does not run again), a `Migrated` journal entry, and the instance
-    /// pinned to `New`. `New` must be registered here; `Old` need not be. A running instance
-    /// is refused (migrate it again later), as is one not waiting; the report says what
-    /// happened to each. With [`Migration::dry_run`], each is checked and nothing written.
+    /// Moves the waiting instances of `Old` to the version `New` (ENG-54), one by one, each
+    /// atomically: its position and data mapped by `New`'s [`Migrate`] implementation (which
+    /// rustc checks), its waits and timers those of its new position, a `Migrated` journal
+    /// entry, and the instance pinned to `New`. For a state machine the position is its
+    /// state (whose entry does not run again); for a `workflow!` flowchart or sequence, the
+    /// one node it waits at (ENG-55: its wait armed again, a timer counted from when the old
+    /// node started; an instance waiting at several nodes, in a join or in a task is refused
+    /// as [`MigrationRefusal::Unplaceable`]). `New` must be registered here; `Old` need not
+    /// be. A running instance is refused (migrate it again later), as is one not waiting;
+    /// the report says what happened to each. With [`Migration::dry_run`], each is checked
+    /// and nothing written.
     ///
     /// # Examples
     ///
@@ -585,18 +589,19 @@ impl Runtime {
     ///
     /// A [`MigrateError`] when the migration as a whole is refused (nothing written): `New`
     /// not registered here, two unrelated definitions (different names), the same version on
-    /// both sides, or a store failure while listing the instances.
+    /// both sides, a state machine on one side and a flowchart or sequence on the other
+    /// ([`MigrateError::KindsDiffer`]), or a store failure while listing the instances.
     pub async fn migrate<Old, New>(
         &self,
         migration: Migration,
     ) -> Result<MigrationReport, MigrateError>
     where
-        Old: StateMachineWorkflow,
+        Old: Positioned,
         New: Migrate<Old>,
     {
         let map = |state: &str, data: Value| -> Result<(String, Value), MigrationRefusal> {
             let old =
-                Old::state_from_name(state).ok_or_else(|| MigrationRefusal::UnmappedState {
+                Old::position_from_name(state).ok_or_else(|| MigrationRefusal::UnmappedState {
                     state: state.to_owned(),
                 })?;
             let data_error = |e: serde_json::Error| MigrationRefusal::Data {
@@ -604,7 +609,7 @@ impl Runtime {
             };
             let data: Old::Data = serde_json::from_value(data).map_err(data_error)?;
             let new_data = serde_json::to_value(New::data(data)).map_err(data_error)?;
-            Ok((New::state_name(New::state(old)).to_owned(), new_data))
+            Ok((New::position_name(New::state(old)).to_owned(), new_data))
         };
         self.core
             .versions
@@ -613,6 +618,7 @@ impl Runtime {
                     name: Old::name(),
                     version: Old::version(),
                 },
+                Old::definition(),
                 versions::Side {
                     name: New::name(),
                     version: New::version(),
@@ -625,15 +631,16 @@ impl Runtime {
 
     /// [`Runtime::migrate`] between two versions of `name` as recorded in the store (their
     /// JSON form, written by every process that registers them), without the application's
-    /// types: states are mapped by name and data is kept as it is (what `workflow migrate`
-    /// does). Refused as a whole, before anything is written, when a state of `from_version`
-    /// has no state of the same name in `to_version`. The new version runs without the
+    /// types: states (or a flowchart's or sequence's waiting nodes, ENG-55) are mapped by
+    /// name and data is kept as it is (what `workflow migrate` does). Refused as a whole,
+    /// before anything is written, when a state (or waiting node) of `from_version` has no
+    /// counterpart of the same name in `to_version`. The new version runs without the
     /// application's code, so an instance whose new state would need it at once is refused.
     ///
     /// # Errors
     ///
-    /// A [`MigrateError`]: a version not recorded, not a state machine, unmapped states, the
-    /// same version twice, or a store failure.
+    /// A [`MigrateError`]: a version not recorded, roots of different kinds, unmapped states
+    /// or nodes, the same version twice, or a store failure.
     pub async fn migrate_recorded(
         &self,
         name: &str,

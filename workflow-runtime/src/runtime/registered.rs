@@ -78,9 +78,8 @@ pub(crate) trait ErasedWorkflow: Send + Sync {
     fn time_triggers(&self) -> Vec<(String, crate::engine::graph::TimeTrigger)>;
     /// The activation strategy (RT-15).
     fn activation(&self) -> Activation;
-    /// The states of the state machine at the root, in declaration order; `None` when the
-    /// root is not a state machine (ENG-54).
-    fn machine_states(&self) -> Option<Vec<String>>;
+    /// Where an instance waits and can be migrated, by the kind of the root (ENG-54, ENG-55).
+    fn positions(&self) -> crate::engine::graph::Positions;
 }
 
 pub(crate) struct Registered<D> {
@@ -252,12 +251,7 @@ where
         self.activation
     }
 
-    fn machine_states(&self) -> Option<Vec<String>> {
-        match &self.graph.node(self.graph.root())?.kind {
-            crate::engine::graph::NodeKind::StateMachine(machine) => {
-                Some(machine.states.iter().map(|s| s.name.clone()).collect())
-            }
-            _ => None,
-        }
+    fn positions(&self) -> crate::engine::graph::Positions {
+        self.graph.positions()
     }
 }

@@ -1,18 +1,18 @@
-//! Migrations between versions of one definition (ENG-54): which instances of the previous
+//! Migrations between versions of one definition (ENG-54, ENG-55): which instances of the previous
 //! version a migration visits, and the checks made before any of them is touched. Each
 //! instance is then moved by the run path, one by one, atomically.
 
 use std::sync::Arc;
 
 use serde_json::Value;
-use workflow_model::{Activity, Definition};
+use workflow_model::Definition;
 
 use super::migration::{
     InstanceMigration, MigrateError, Migration, MigrationRefusal, MigrationReport,
 };
 use super::registered::{ErasedWorkflow, Registered};
 use super::run_path::{Move, RunPath, StateMap};
-use crate::engine::graph::Graph;
+use crate::engine::graph::{Graph, Positions};
 use crate::engine::registry::Registry;
 use crate::store::{InstanceFilter, StoreError};
 
@@ -32,11 +32,12 @@ impl Versions {
         Self { run_path }
     }
 
-    /// Moves the instances of `from` that `migration` selects to the registered version
-    /// `to`, each mapped by `map`.
+    /// Moves the instances of `from` (whose definition is `old`) that `migration` selects to
+    /// the registered version `to`, each mapped by `map`.
     pub(crate) async fn migrate(
         &self,
         from: Side<'_>,
+        old: &Definition,
         to: Side<'_>,
         map: &StateMap<'_>,
         migration: Migration,
@@ -51,13 +52,10 @@ impl Versions {
                 name: to.name.to_owned(),
                 version: to.version.to_owned(),
             })?;
-        if workflow.machine_states().is_none() {
-            return Err(MigrateError::NotAStateMachine {
-                name: to.name.to_owned(),
-                version: to.version.to_owned(),
-            });
-        }
-        self.move_all(&from, workflow, map, migration, false).await
+        let old_graph = Graph::build(old).map_err(|_| not_compiled(&from))?;
+        check_kinds(&from, &old_graph.positions(), &to, &workflow.positions())?;
+        self.move_all(&from, &old_graph, workflow, map, migration, false)
+            .await
     }
 
     /// Moves the instances of `from` to `to`, both versions as recorded in the store (their
@@ -75,20 +73,34 @@ impl Versions {
         check_related(&from, &to)?;
         let old = self.recorded(&from).await?;
         let new = self.recorded(&to).await?;
-        let old_states = machine_state_names(&old).ok_or_else(|| not_a_machine(&from))?;
-        let new_states = machine_state_names(&new).ok_or_else(|| not_a_machine(&to))?;
+        let old_graph = Graph::build(&old).map_err(|_| not_compiled(&from))?;
+        let graph = Graph::build(&new).map_err(|_| not_compiled(&to))?;
+        let (old_positions, new_positions) = (old_graph.positions(), graph.positions());
+        check_kinds(&from, &old_positions, &to, &new_positions)?;
+        let (old_states, new_states, flow) = match (old_positions, new_positions) {
+            (Positions::Machine(old), Positions::Machine(new)) => (old, new, false),
+            (Positions::Flow(old), Positions::Flow(new)) => (old, new, true),
+            _ => return Err(not_compiled(&from)),
+        };
         let unmapped: Vec<String> = old_states
             .iter()
             .filter(|s| !new_states.contains(s))
             .cloned()
             .collect();
         if !unmapped.is_empty() {
-            return Err(MigrateError::UnmappedStates {
-                name: from.name.to_owned(),
-                states: unmapped,
+            let name = from.name.to_owned();
+            return Err(if flow {
+                MigrateError::UnmappedNodes {
+                    name,
+                    nodes: unmapped,
+                }
+            } else {
+                MigrateError::UnmappedStates {
+                    name,
+                    states: unmapped,
+                }
             });
         }
-        let graph = Graph::build(&new).map_err(|_| not_a_machine(&to))?;
         let workflow: Arc<dyn ErasedWorkflow> = Arc::new(Registered::<Value> {
             version: to.version.to_owned(),
             json: new.to_json_pretty(),
@@ -106,7 +118,8 @@ impl Versions {
                 })
             }
         };
-        self.move_all(&from, workflow, &map, migration, true).await
+        self.move_all(&from, &old_graph, workflow, &map, migration, true)
+            .await
     }
 
     /// A version recorded in the store, loaded.
@@ -128,6 +141,7 @@ impl Versions {
     async fn move_all(
         &self,
         from: &Side<'_>,
+        old: &Graph,
         to: Arc<dyn ErasedWorkflow>,
         map: &StateMap<'_>,
         migration: Migration,
@@ -136,6 +150,7 @@ impl Versions {
         let plan = Move {
             name: from.name,
             from: from.version,
+            old,
             to: Arc::clone(&to),
             map,
             dry_run: migration.dry_run,
@@ -213,19 +228,36 @@ fn check_related(from: &Side<'_>, to: &Side<'_>) -> Result<(), MigrateError> {
     Ok(())
 }
 
-fn not_a_machine(side: &Side<'_>) -> MigrateError {
-    MigrateError::NotAStateMachine {
-        name: side.name.to_owned(),
-        version: side.version.to_owned(),
+/// A migration moves instances between two state machines, or between two flowcharts or
+/// sequences (ENG-55).
+fn check_kinds(
+    from: &Side<'_>,
+    old: &Positions,
+    to: &Side<'_>,
+    new: &Positions,
+) -> Result<(), MigrateError> {
+    let kind = |positions: &Positions| match positions {
+        Positions::Machine(_) => "state machine",
+        Positions::Flow(_) => "flowchart or sequence",
+        Positions::Other(kind) => kind,
+    };
+    match (old, new) {
+        (Positions::Machine(_), Positions::Machine(_))
+        | (Positions::Flow(_), Positions::Flow(_)) => Ok(()),
+        _ => Err(MigrateError::KindsDiffer {
+            name: from.name.to_owned(),
+            from_version: from.version.to_owned(),
+            from_kind: kind(old).to_owned(),
+            to_version: to.version.to_owned(),
+            to_kind: kind(new).to_owned(),
+        }),
     }
 }
 
-/// The state names of a definition whose root is a state machine.
-fn machine_state_names(definition: &Definition) -> Option<Vec<String>> {
-    match &definition.root {
-        Activity::StateMachine(machine) => {
-            Some(machine.states.iter().map(|s| s.name.clone()).collect())
-        }
-        _ => None,
+/// A version whose definition does not compile into a graph.
+fn not_compiled(side: &Side<'_>) -> MigrateError {
+    MigrateError::NotAStateMachine {
+        name: side.name.to_owned(),
+        version: side.version.to_owned(),
     }
 }

@@ -240,9 +240,14 @@ pub(crate) trait EventActivity<'g>: Scope<'g> {
             Some((self.state().instance_id.as_str(), scope_context.as_str())),
         )
         .map_err(|e| engine_fault(id, e.to_string()))?;
-        let due_at = self
-            .now()
-            .saturating_add(crate::base::ms_to_micros(deadline_ms));
+        // From the wait's start: now, or for a node placed by a migration the instant it
+        // started in the previous version (ENG-55).
+        let since = self
+            .state()
+            .context(id)
+            .and_then(|c| c.started_at)
+            .unwrap_or_else(|| self.now());
+        let due_at = since.saturating_add(crate::base::ms_to_micros(deadline_ms));
         self.create_bookmark(
             id,
             Reserved::Deadline.name(),

@@ -25,7 +25,7 @@ use workflow_model::DONE;
 
 use super::scope::{ChildInfo, Scope, StepError, engine_fault};
 use crate::engine::graph::{FlowchartNode, NodeKind};
-use crate::engine::names::ON_NODE;
+use crate::engine::names::{MIGRATED_TO, ON_NODE, TAG_MIGRATED};
 use crate::engine::state::{ActivityStatus, ContextId, JournalKind};
 
 /// The property keys of the run state (FC-10).
@@ -596,6 +596,125 @@ pub(crate) trait FlowchartActivity<'g>: Scope<'g> {
 }
 
 impl<'g, S: Scope<'g> + ?Sized> FlowchartActivity<'g> for S {}
+
+/// Where a migration places a flowchart or a sequence (ENG-55), taken from its root's
+/// [`MIGRATED_TO`] property.
+pub(crate) struct Placement {
+    pub(crate) node: String,
+    pub(crate) started_at: Option<crate::base::Micros>,
+    pub(crate) input: Option<Value>,
+}
+
+/// ENG-55: takes the placement a migration left on the root `id`, when the continuation is
+/// the migration's own; `None` (journalled as declined) otherwise.
+pub(crate) fn take_placement<'g, S: Scope<'g> + ?Sized>(
+    scope: &mut S,
+    id: ContextId,
+    child: &ChildInfo,
+) -> Result<Option<Placement>, StepError> {
+    if child.id != id || child.tag.as_deref() != Some(TAG_MIGRATED) {
+        scope.record(
+            JournalKind::Declined,
+            Some(id),
+            json!({"ignored": child.id, "tag": child.tag}),
+        );
+        return Ok(None);
+    }
+    let placed = scope
+        .state_mut()
+        .context_mut(id)
+        .and_then(|c| c.properties.remove(MIGRATED_TO));
+    let node = placed
+        .as_ref()
+        .and_then(|p| p.get("node"))
+        .and_then(Value::as_str)
+        .map(str::to_owned);
+    let (Some(placed), Some(node)) = (placed.as_ref(), node) else {
+        return Err(engine_fault(
+            id,
+            "a migrated root without the node to place it at",
+        ));
+    };
+    Ok(Some(Placement {
+        node,
+        started_at: placed.get("started_at").and_then(Value::as_i64),
+        input: placed.get("input").filter(|v| !v.is_null()).cloned(),
+    }))
+}
+
+/// The trait of ENG-55's flowchart placement, for any [`Scope`].
+pub(crate) trait FlowchartMigration<'g>: FlowchartActivity<'g> {
+    /// ENG-55: a migrated instance's flowchart, placed at the node its migration names. The
+    /// node is scheduled afresh (its execution is its wait: an event's bookmark, a timer
+    /// counted from the instant it started in the previous version). The run state is that
+    /// of a run that reached the node by itself: every node the node cannot lead to counts as
+    /// settled once, and each of their connections as evaluated and not followed, so that a
+    /// node after it waiting for several inbound connections (FC-12, FC-17) runs on this
+    /// token's arrival alone.
+    fn flowchart_on_migrated(
+        &mut self,
+        id: ContextId,
+        fc: &FlowchartNode,
+        child: &ChildInfo,
+    ) -> Result<(), StepError> {
+        let Some(placement) = take_placement(self, id, child)? else {
+            return Ok(());
+        };
+        let Some(local) = fc.names.iter().position(|n| *n == placement.node) else {
+            return Err(engine_fault(
+                id,
+                format!(
+                    "a migration placed the flowchart at `{}`, not one of its nodes",
+                    placement.node
+                ),
+            ));
+        };
+        let analysis = &fc.analysis;
+        let mut reach = vec![false; fc.names.len()];
+        let mut frontier = vec![local];
+        if let Some(seen) = reach.get_mut(local) {
+            *seen = true;
+        }
+        while let Some(n) = frontier.pop() {
+            for &c in analysis.outbound.get(n).map_or(&[][..], Vec::as_slice) {
+                if let Some(Some((_, target))) = analysis.endpoints.get(c)
+                    && let Some(seen) = reach.get_mut(*target)
+                    && !*seen
+                {
+                    *seen = true;
+                    frontier.push(*target);
+                }
+            }
+        }
+        let mut rs = RunState::default();
+        for (i, name) in fc.names.iter().enumerate() {
+            if !reach.get(i).copied().unwrap_or(true) {
+                rs.visits.insert(name.clone(), 1);
+            }
+        }
+        for (c, conn) in fc.connections.iter().enumerate() {
+            let Some((source, _)) = conn.endpoints else {
+                continue;
+            };
+            let backward = analysis.backward.get(c).copied().unwrap_or(false);
+            if !backward && !reach.get(source).copied().unwrap_or(true) {
+                rs.evaluations.insert(conn.key.clone(), 1);
+                rs.followed.insert(conn.key.clone(), false);
+            }
+        }
+        self.flow_schedule(id, fc, &mut rs, local, placement.input, false)?;
+        if let Some(started_at) = placement.started_at
+            && let Some(&scheduled) = rs.live.get(&placement.node)
+            && let Some(c) = self.state_mut().context_mut(scheduled)
+        {
+            c.started_at = Some(started_at);
+        }
+        self.flow_save(id, &rs);
+        Ok(())
+    }
+}
+
+impl<'g, S: Scope<'g> + ?Sized> FlowchartMigration<'g> for S {}
 
 /// FC-16: whether the settling node, with `outcomes`, follows a forward connection to a node
 /// of loop `l`: then the loop goes on even though none of its nodes is live yet (a decision

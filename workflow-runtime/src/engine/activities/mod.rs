@@ -30,7 +30,7 @@ use crate::engine::state::ContextId;
 use branching::BranchingActivity;
 use control::ControlActivity;
 pub(crate) use event::EventActivity;
-use flowchart::FlowchartActivity;
+use flowchart::{FlowchartActivity, FlowchartMigration};
 use loops::LoopActivity;
 use saga::SagaActivity;
 use scope::{ChildInfo, Scope, StepError};
@@ -242,6 +242,10 @@ pub(crate) trait Activities<'g>: Scope<'g> {
             (NodeKind::StateMachine(m), ON_CONTINUE) => self.machine_on_continue(owner, m, child),
             (NodeKind::StateMachine(m), ON_MIGRATED) => self.machine_on_migrated(owner, m, &child),
             (NodeKind::Flowchart(fc), ON_NODE) => self.flowchart_settled(owner, fc, &child),
+            (NodeKind::Flowchart(fc), ON_MIGRATED) => self.flowchart_on_migrated(owner, fc, &child),
+            (NodeKind::Sequence { steps }, ON_MIGRATED) => {
+                self.sequence_on_migrated(owner, steps, &child)
+            }
             (
                 kind @ (NodeKind::If { .. } | NodeKind::Switch(_) | NodeKind::Parallel { .. }),
                 ON_BRANCH,

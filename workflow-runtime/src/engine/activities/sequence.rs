@@ -2,10 +2,11 @@
 
 use serde_json::{Value, json};
 
-use super::scope::{ChildInfo, Scope, StepError};
+use super::flowchart::take_placement;
+use super::scope::{ChildInfo, Scope, StepError, engine_fault};
 use crate::engine::graph::NodeIndex;
 use crate::engine::names::ON_STEP;
-use crate::engine::state::{ContextId, JournalKind};
+use crate::engine::state::{ActivityStatus, ContextId, JournalKind};
 
 /// The property holding a sequence's current index (ACT-12).
 const INDEX: &str = "index";
@@ -54,6 +55,47 @@ pub(crate) trait SequenceActivity<'g>: Scope<'g> {
             return Ok(());
         }
         self.sequence_next(id, steps, index + 1, child.result.clone())
+    }
+
+    /// ENG-55: a migrated instance's sequence, placed at the step its migration names: the
+    /// step is scheduled afresh (its execution is its wait, a timer counted from the instant
+    /// it started in the previous version) and the steps before it do not run.
+    fn sequence_on_migrated(
+        &mut self,
+        id: ContextId,
+        steps: &[NodeIndex],
+        child: &ChildInfo,
+    ) -> Result<(), StepError> {
+        let Some(placement) = take_placement(self, id, child)? else {
+            return Ok(());
+        };
+        let index = steps.iter().position(|&s| {
+            let path = self.node_id(s);
+            path.rsplit(':').next().unwrap_or(path) == placement.node
+        });
+        let Some(index) = index else {
+            return Err(engine_fault(
+                id,
+                format!(
+                    "a migration placed the sequence at `{}`, not one of its steps",
+                    placement.node
+                ),
+            ));
+        };
+        self.sequence_next(id, steps, index, placement.input)?;
+        if let Some(started_at) = placement.started_at {
+            let scheduled = self
+                .state()
+                .contexts
+                .values()
+                .filter(|c| c.parent == Some(id) && c.status == ActivityStatus::Pending)
+                .map(|c| c.id)
+                .max();
+            if let Some(c) = scheduled.and_then(|s| self.state_mut().context_mut(s)) {
+                c.started_at = Some(started_at);
+            }
+        }
+        Ok(())
     }
 }
 

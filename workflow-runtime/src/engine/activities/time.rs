@@ -24,7 +24,9 @@ pub(crate) trait TimeActivity<'g>: Scope<'g> {
     /// commit writes its timer row (TM-3) and the timer driver resumes it when due (TM-9):
     /// `due_at` (µs since the epoch) is computed once, here. The duration is the user's
     /// milliseconds; with `until`, the value fn gives the instant in ms since the Unix epoch
-    /// (user input, converted here); one not in the future completes at once (ACT-20).
+    /// (user input, converted here); one not in the future completes at once (ACT-20). The
+    /// duration counts from the context's start: now, or for a node placed by a migration the
+    /// instant it started in the previous version (ENG-55).
     fn execute_delay(
         &mut self,
         id: ContextId,
@@ -32,7 +34,14 @@ pub(crate) trait TimeActivity<'g>: Scope<'g> {
         until: Option<&str>,
     ) -> Result<(), StepError> {
         let due_at = match (duration_ms, until) {
-            (Some(duration_ms), _) => self.now().saturating_add(ms_to_micros(duration_ms)),
+            (Some(duration_ms), _) => {
+                let since = self
+                    .state()
+                    .context(id)
+                    .and_then(|c| c.started_at)
+                    .unwrap_or_else(|| self.now());
+                since.saturating_add(ms_to_micros(duration_ms))
+            }
             (None, Some(until)) => {
                 let value = self.value_fn(id, until)?;
                 let Some(at) = value.as_u64() else {
