@@ -33,8 +33,15 @@
 //! - **timers**: lateness (fired minus due) p50/p99 over 1,000 durable Delay timers fired by
 //!   the in-process driver (MemoryStore, sweep disabled).
 //! - **queues**: a one-task workflow started to its end through an uncontended flow-control
-//!   queue against the same without a queue (memory, SQLite), and the start rate of 3,000
-//!   tasks of a queue limited to 1,000 starts a second (memory).
+//!   queue against the same without a queue (memory, SQLite), with the SQLite store's write
+//!   transactions per start; the start rate of 3,000 tasks of a queue limited to 1,000 starts
+//!   a second (memory), in the steady state: the 2,000 starts after the first window's burst
+//!   over the time from the 1,000th start to the last; and on PostgreSQL (against
+//!   `WORKFLOW_PG_URL`, a fresh schema per repetition), the wait for a slot (p50, p99) of a
+//!   task on a queue of 5 slots held 5 ms each, from the end of the task before it (its
+//!   commit included) to its start, with 3 processes (this binary re-run as children) of 4
+//!   loops each starting such workflows one after the other, against 1 process of 1 loop
+//!   (the same path without a wait: the floor).
 //! - **macro**: `cargo build` time of a generated crate holding a 50-state, 200-transition
 //!   `#[state_machine]` versus the same crate without it (incremental compilation off).
 //!
@@ -57,6 +64,7 @@
 //! - `TABLE_RECOVER` [100000]: the suspended population for the start-up row.
 //! - `TABLE_TIMERS` [1000]: timers per repetition of the lateness row.
 //! - `TABLE_MACRO` [1]: `0` skips the macro rows.
+//! - `TABLE_PG_SLOTS` [200]: tasks per process of the PostgreSQL slot rows (`0` for none).
 //! - `TABLE_ONLY` [all]: a comma-separated subset of
 //!   `memory,sqlite,postgres,routing,recover,timers,queues,macro`.
 //! - `TABLE_SYNC` [full,normal] and `TABLE_INSTANCES` [1,16,64]: a subset of the SQLite rows.
@@ -1697,7 +1705,8 @@ fn queue_rows(dir: &Path, reps: usize, iters: u32) -> Vec<Row> {
     let sqlite_iters = (iters / 10).max(50);
     let (mut mem, mut mem_q, mut lite, mut lite_q, mut rate) =
         (vec![], vec![], vec![], vec![], vec![]);
-    for _ in 0..reps {
+    let (mut lite_tx, mut lite_q_tx) = (vec![], vec![]);
+    for rep in 0..reps {
         let memory = Runtime::builder()
             .register::<Task1>()
             .register::<Task1Queued>()
@@ -1707,17 +1716,43 @@ fn queue_rows(dir: &Path, reps: usize, iters: u32) -> Vec<Row> {
             .unwrap();
         mem.push(rt.block_on(start_us::<Task1>(&memory, iters)));
         mem_q.push(rt.block_on(start_us::<Task1Queued>(&memory, iters)));
-        let store = SqliteStore::open(fresh(dir, "queues.db")).unwrap();
+        let store: Storage = Arc::new(SqliteStore::open(fresh(dir, "queues.db")).unwrap()).into();
         let sqlite = Runtime::builder()
-            .store(Arc::new(store))
+            .store(store.clone())
             .register::<Task1>()
             .register::<Task1Queued>()
             .sweep_interval(None)
             .timer_driver(false)
             .build()
             .unwrap();
-        lite.push(rt.block_on(start_us::<Task1>(&sqlite, sqlite_iters)));
-        lite_q.push(rt.block_on(start_us::<Task1Queued>(&sqlite, sqlite_iters)));
+        // Each timed with its write transactions per start (warm-up included), in turn first
+        // (the file grows as it goes).
+        let with_tx = |queued: bool| {
+            let before = rt.block_on(store.stats()).unwrap().transactions;
+            let us = if queued {
+                rt.block_on(start_us::<Task1Queued>(&sqlite, sqlite_iters))
+            } else {
+                rt.block_on(start_us::<Task1>(&sqlite, sqlite_iters))
+            };
+            let after = rt.block_on(store.stats()).unwrap().transactions;
+            let starts = f64::from(sqlite_iters + sqlite_iters / 10);
+            (us, (after - before) as f64 / starts)
+        };
+        let order = if rep % 2 == 0 {
+            [false, true]
+        } else {
+            [true, false]
+        };
+        for queued in order {
+            let (us, tx) = with_tx(queued);
+            if queued {
+                lite_q.push(us);
+                lite_q_tx.push(tx);
+            } else {
+                lite.push(us);
+                lite_tx.push(tx);
+            }
+        }
         // 3,000 at once: 1,000 start at once, then the window lets 1,000 more a second. The
         // rate is the starts after the first window over the time they took.
         stamps().lock().unwrap().clear();
@@ -1787,11 +1822,208 @@ fn queue_rows(dir: &Path, reps: usize, iters: u32) -> Vec<Row> {
         .note(lite_note),
         Row::new(
             "queues",
-            "memory: starts/s of 3,000 tasks at a 1,000/s rate limit",
+            "SQLite: write transactions per start, no queue",
+            "tx",
+            lite_tx,
+        ),
+        Row::new(
+            "queues",
+            "SQLite: write transactions per start, uncontended queue",
+            "tx",
+            lite_q_tx,
+        ),
+        Row::new(
+            "queues",
+            "memory: starts/s of 3,000 tasks at a 1,000/s rate limit (steady)",
             "/s",
             rate,
         )
-        .note("target within 2% of 1,000/s"),
+        .note("starts 1,001-3,000 over their span; target within 2% of 1,000/s"),
+    ]
+}
+
+/// A queue 3 processes contend for: 5 slots.
+const CONTENDED: workflow_runtime::Queue = workflow_runtime::Queue::new("contended").concurrency(5);
+
+/// How long a task of [`Contended`] holds its slot.
+const HOLD: Duration = Duration::from_millis(5);
+
+fn wall_us() -> u64 {
+    u64::try_from(
+        SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap()
+            .as_micros(),
+    )
+    .unwrap()
+}
+
+/// How long each attempt of `held` waited, µs: from the end of the task before it to its
+/// own start.
+fn slot_waits() -> &'static std::sync::Mutex<Vec<u64>> {
+    static WAITS: std::sync::OnceLock<std::sync::Mutex<Vec<u64>>> = std::sync::OnceLock::new();
+    WAITS.get_or_init(Default::default)
+}
+
+async fn mark(cx: &mut TaskContext<Counter>) {
+    cx.data_mut().count = wall_us();
+}
+
+async fn held(cx: &mut TaskContext<Counter>) {
+    let waited = wall_us().saturating_sub(cx.data().count);
+    slot_waits().lock().unwrap().push(waited);
+    tokio::time::sleep(HOLD).await;
+}
+
+workflow! {
+    pub workflow Contended(Counter) = sequence [task(mark), task(held).queue(CONTENDED)];
+}
+
+/// A child process of the slot latency rows: `workers` loops starting [`Contended`] one after
+/// the other, `tasks` in all, from the wall-clock instant `at_ms` on (so the processes
+/// contend from the same moment); prints each wait (µs), one a line.
+fn child_pg_slots(url: &str, schema: &str, workers: usize, tasks: usize, at_ms: u64) {
+    use workflow_runtime::store::{PostgresOptions, PostgresStore};
+    let rt = tokio_rt();
+    rt.block_on(async {
+        let options = PostgresOptions {
+            max_connections: u32::try_from(workers).unwrap() + 4,
+            ..PostgresOptions::default().schema(schema)
+        };
+        let store = PostgresStore::connect_with(url, &options).await.unwrap();
+        let runtime = Runtime::builder()
+            .store(Arc::new(store))
+            .register::<Contended>()
+            .build()
+            .unwrap();
+        tokio::time::sleep(Duration::from_millis(at_ms.saturating_sub(wall_ms()))).await;
+        let loops: Vec<_> = (0..workers)
+            .map(|w| {
+                let runtime = runtime.clone();
+                let mine = tasks / workers + usize::from(w < tasks % workers);
+                tokio::spawn(async move {
+                    for _ in 0..mine {
+                        let done = runtime
+                            .start::<Contended>(Counter::default())
+                            .await
+                            .unwrap();
+                        assert_eq!(done.status, WorkflowStatus::Finished);
+                    }
+                })
+            })
+            .collect();
+        for one in loops {
+            one.await.unwrap();
+        }
+    });
+    for waited in slot_waits().lock().unwrap().iter() {
+        println!("{waited}");
+    }
+}
+
+/// The waits (µs) of `processes` children of `workers` loops each, `tasks` per child, on a
+/// fresh schema.
+fn pg_slot_waits(url: &str, processes: usize, workers: usize, tasks: usize) -> Vec<f64> {
+    use workflow_runtime::store::conformance::postgres::{SchemaGuard, fresh_schema_name};
+    use workflow_runtime::store::{PostgresOptions, PostgresStore};
+    let schema = fresh_schema_name();
+    let _guard = SchemaGuard::new(url.to_owned(), schema.clone());
+    // Migrate once, so the children do not all wait on the advisory lock.
+    drop(tokio_rt().block_on(async {
+        PostgresStore::connect_with(url, &PostgresOptions::default().schema(schema.clone()))
+            .await
+            .unwrap()
+    }));
+    let exe = std::env::current_exe().unwrap();
+    let at = (wall_ms() + 3_000).to_string();
+    let children: Vec<_> = (0..processes)
+        .map(|_| {
+            Command::new(&exe)
+                .args([
+                    "--child",
+                    "pg-slots",
+                    url,
+                    &schema,
+                    &workers.to_string(),
+                    &tasks.to_string(),
+                    &at,
+                ])
+                .stdout(std::process::Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let mut waits = Vec::new();
+    for child in children {
+        let out = child.wait_with_output().unwrap();
+        assert!(out.status.success(), "a benchmark child failed");
+        waits.extend(
+            String::from_utf8(out.stdout)
+                .unwrap()
+                .lines()
+                .map(|l| l.trim().parse::<f64>().unwrap()),
+        );
+    }
+    assert_eq!(
+        waits.len(),
+        processes * tasks,
+        "a task did not report its wait"
+    );
+    waits
+}
+
+/// Slot acquisition latency on PostgreSQL: 3 processes of 4 loops each on a queue of 5
+/// slots held 5 ms (12 tasks for 5 slots), against 1 process of 1 loop (no wait for a slot);
+/// p50 and p99 per repetition, ms.
+fn pg_slot_rows(reps: usize, tasks: usize) -> Vec<Row> {
+    use workflow_runtime::store::conformance::postgres::database_url;
+    let url = database_url();
+    if let Err(e) = tokio_rt().block_on(async {
+        use sqlx::Connection;
+        sqlx::PgConnection::connect(&url).await
+    }) {
+        eprintln!("table: PostgreSQL slot rows skipped: no server reachable at {url}: {e}");
+        return Vec::new();
+    }
+    let (mut p50, mut p99, mut alone50, mut alone99) = (vec![], vec![], vec![], vec![]);
+    for _ in 0..reps {
+        let ms = |mut v: Vec<f64>| {
+            v.sort_by(f64::total_cmp);
+            (percentile(&v, 0.5) / 1e3, percentile(&v, 0.99) / 1e3)
+        };
+        let (a, b) = ms(pg_slot_waits(&url, 3, 4, tasks));
+        p50.push(a);
+        p99.push(b);
+        let (a, b) = ms(pg_slot_waits(&url, 1, 1, tasks / 2));
+        alone50.push(a);
+        alone99.push(b);
+    }
+    let what = "PostgreSQL: queue of 5, 5 ms tasks";
+    vec![
+        Row::new(
+            "queues",
+            format!("{what}, 3 processes x 4 loops: slot wait p50"),
+            "ms",
+            p50,
+        ),
+        Row::new(
+            "queues",
+            format!("{what}, 3 processes x 4 loops: slot wait p99"),
+            "ms",
+            p99,
+        ),
+        Row::new(
+            "queues",
+            format!("{what}, 1 process x 1 loop (floor): p50"),
+            "ms",
+            alone50,
+        ),
+        Row::new(
+            "queues",
+            format!("{what}, 1 process x 1 loop (floor): p99"),
+            "ms",
+            alone99,
+        ),
     ]
 }
 
@@ -1801,6 +2033,16 @@ fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     if let Some(pos) = args.iter().position(|a| a == "--child") {
         let rest = &args[pos + 1..];
+        if rest[0] == "pg-slots" {
+            child_pg_slots(
+                &rest[1],
+                &rest[2],
+                rest[3].parse().unwrap(),
+                rest[4].parse().unwrap(),
+                rest[5].parse().unwrap(),
+            );
+            return;
+        }
         if rest[0] == "pg-durable" {
             child_pg_durable(
                 &rest[1],
@@ -1867,6 +2109,10 @@ fn main() {
     if wanted("queues") {
         eprintln!("table: flow-control queues...");
         rows.extend(queue_rows(&dir, reps, iters));
+        let slot_tasks = env_or("TABLE_PG_SLOTS", 200usize);
+        if slot_tasks > 0 {
+            rows.extend(pg_slot_rows(reps, slot_tasks));
+        }
     }
     if wanted("macro") && env_or("TABLE_MACRO", 1u32) != 0 {
         eprintln!("table: macro cost...");

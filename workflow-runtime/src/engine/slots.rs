@@ -95,8 +95,12 @@ impl FlowGate {
         let queue = declared.name();
         let mut waited = false;
         // QU-12: a release in another process names the waiter served next through the
-        // store's hints.
-        let mut hints = self.storage.subscribe();
+        // store's hints. A store no other process shares sends none (a release here rings
+        // the bell), and listening would wake every waiter at every commit.
+        let mut hints = self
+            .storage
+            .hears_other_processes()
+            .then(|| self.storage.subscribe());
         loop {
             let ask = SlotAsk {
                 holder: holder.to_owned(),
@@ -154,6 +158,9 @@ impl FlowGate {
                 }
             };
             let named = async {
+                let Some(hints) = hints.as_mut() else {
+                    return std::future::pending().await;
+                };
                 loop {
                     match hints.recv().await {
                         Ok(WakeUp::SlotFree {

@@ -290,6 +290,12 @@ impl Storage {
                 .is_some_and(RemoteHints::hears_every_change)
     }
 
+    /// Whether the backend hears other processes' changes ([`RemoteHints`]): only then can a
+    /// hint name a waiter a release in another process freed a slot for (QU-12).
+    pub(crate) fn hears_other_processes(&self) -> bool {
+        self.store.capabilities().remote_hints.is_some()
+    }
+
     /// Whether a change may go unheard even when [`Storage::hears_every_change`] holds (a hint
     /// lost to a crash, a dead process's claim lapsing: [`RemoteHints::can_miss_a_crash`]):
     /// the queue worker then looks at least once per lease TTL anyway (RT-27).

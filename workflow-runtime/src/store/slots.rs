@@ -196,6 +196,10 @@ pub struct QueueSnapshot {
     /// When each of them was granted, oldest first: a waiter is told when the start its turn
     /// waits for leaves the window (QU-12). Empty, the oldest stands for all of them.
     pub window: Vec<Micros>,
+    /// Live waiters served before the asking holder that `waiters` leaves out: on a queue
+    /// without a per-key limit only their number counts, so a backend that keeps its line in
+    /// serving order may count them instead of reading them (0: every waiter is listed).
+    pub unlisted_ahead: u32,
 }
 
 /// What a backend writes after [`plan_acquire`], in the same operation.
@@ -397,10 +401,11 @@ pub fn plan_acquire(request: &SlotRequest, snapshot: QueueSnapshot) -> SlotPlan 
         .iter()
         .position(|w| w.holder == me.holder)
         .unwrap_or(0);
-    let ahead = count(position);
+    let ahead = count(position).saturating_add(snapshot.unlisted_ahead);
     // Those ahead whose key holds its share are passed over (their key is not served now).
-    let blocked_ahead =
-        order
+    // One not listed is never passed over (only a queue without a per-key limit has them).
+    let blocked_ahead = snapshot.unlisted_ahead == 0
+        && order
             .iter()
             .take(position)
             .all(|w| match (request.limits.per_key, &w.key) {
@@ -609,15 +614,17 @@ impl RateWindow<'_> {
     }
 }
 
-/// The waiter a release wakes (QU-8): with `concurrency`, the one the freed slot is for,
-/// the n-th in serving order when n slots are free (the releases that freed the others woke
-/// those before it, whether or not they have asked yet); otherwise the first.
+/// The waiter a release wakes (QU-8, QU-12): with a concurrency limit, the one the freed
+/// slot is for, the n-th in serving order when n slots are free (the releases that freed the
+/// others woke those before it, whether or not they have asked yet); with only a per-process
+/// or per-key limit, the first; none for a queue limited by its rate alone, whose waiters
+/// wait for a start to leave the window, not for a slot (each is told when its turn comes).
 #[must_use]
-pub fn next_waiter(
-    snapshot: &QueueSnapshot,
-    now: Micros,
-    concurrency: Option<u32>,
-) -> Option<String> {
+pub fn next_waiter(snapshot: &QueueSnapshot, now: Micros, limits: &SlotLimits) -> Option<String> {
+    if limits.concurrency.is_none() && limits.per_process.is_none() && limits.per_key.is_none() {
+        return None;
+    }
+    let concurrency = limits.concurrency;
     let turns: HashMap<&str, u64> = snapshot
         .turns
         .iter()

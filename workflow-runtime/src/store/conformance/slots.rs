@@ -177,7 +177,8 @@ pub async fn c39_slot_leases(backend: Arc<dyn TestBackend>) {
 /// C-40: a rate of 3 per second is a sliding window: a fourth start within the second
 /// waits until the oldest leaves the window, then is granted; each waiter's retry time is
 /// when the start its turn waits for leaves; a waiter behind others is granted when the room
-/// is enough for them too.
+/// is enough for them too. A release on a queue limited by its rate alone names no waiter:
+/// they wait for the window, not for a slot.
 pub async fn c40_slot_rate(backend: Arc<dyn TestBackend>) {
     let store = Harness::new(backend);
     let queue = Queue::new("payments").rate(3, Duration::from_secs(1));
@@ -240,6 +241,11 @@ pub async fn c40_slot_rate(backend: Arc<dyn TestBackend>) {
             Some(T0 + 1_200 * MS)
         )
     );
+    let held = granted(&store, &queue, ask("w2", T0 + 1_200 * MS)).await;
+    waiting(&store, &queue, ask("w3", T0 + 1_200 * MS)).await;
+    let release = store.release_slot(&held, T0 + 1_210 * MS).await.unwrap();
+    assert!(release.released);
+    assert_eq!(release.next, None, "a rate-only release woke a waiter");
 }
 
 /// C-41: higher priority first, arrival order within a priority; partition keys served

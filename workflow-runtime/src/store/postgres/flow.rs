@@ -137,6 +137,7 @@ async fn snapshot(
         starts_in_window: u32::try_from(window.len()).unwrap_or(u32::MAX),
         oldest_start: window.first().copied(),
         window,
+        unlisted_ahead: 0,
     })
 }
 
@@ -362,11 +363,7 @@ async fn release(
                 > 0
         }
     };
-    let next = next_waiter(
-        &snapshot(c, s, queue, now, None).await?,
-        now,
-        limits.concurrency,
-    );
+    let next = next_waiter(&snapshot(c, s, queue, now, None).await?, now, &limits);
     Ok(SlotRelease { released, next })
 }
 

@@ -1,5 +1,7 @@
 //! The SQLite store's flow-control slots (QU-5): a queue's rows read, decided on by
-//! [`plan_acquire`] and written back in one request of the writer thread (one transaction).
+//! [`plan_acquire`] and written back in one request of the writer thread (one transaction),
+//! answered before the commit unless the queue has a rate (see [`SqliteStore`]'s
+//! `FlowControl`).
 
 use rusqlite::{Connection, OptionalExtension, params};
 
@@ -103,6 +105,7 @@ fn snapshot(
         starts_in_window: u32::try_from(window.len()).unwrap_or(u32::MAX),
         oldest_start: window.first().copied(),
         window,
+        unlisted_ahead: 0,
     })
 }
 
@@ -195,14 +198,27 @@ fn apply(c: &Connection, request: &SlotRequest, plan: &SlotPlan) -> StoreResult<
     Ok(())
 }
 
+/// Slot operations promise no durability, like lease claims (ST-26): a slot's holder, and a
+/// waiter, is an attempt of the one process that owns the file and dies with it; a slot whose
+/// release is lost in a crash comes back when its lease ends, as if the process had died
+/// holding it. So they are answered as soon as they have run, and an uncontended task's
+/// acquire and release share the sync of the commit its attempt makes anyway. An ask on a
+/// queue with a rate is the exception: the grants it records are the starts the rate window
+/// counts, which must outlive the process (QU-3), so it is answered after its commit.
 impl FlowControl for SqliteStore {
     fn acquire_slot(&self, request: SlotRequest) -> BoxFuture<'_, StoreResult<SlotOutcome>> {
-        self.write(move |c| {
+        let rated = request.limits.rate.is_some();
+        let run = move |c: &Connection| {
             let period = request.limits.rate.map(|(_, p)| p);
             let plan = plan_acquire(&request, snapshot(c, &request.queue, request.now, period)?);
             apply(c, &request, &plan)?;
             Ok(plan.outcome)
-        })
+        };
+        if rated {
+            self.write(run)
+        } else {
+            self.write_volatile(run)
+        }
     }
 
     fn renew_slot(
@@ -212,7 +228,7 @@ impl FlowControl for SqliteStore {
         ttl: Micros,
     ) -> BoxFuture<'_, StoreResult<SlotLease>> {
         let lease = lease.clone();
-        self.write(move |c| {
+        self.write_volatile(move |c| {
             let expires_at = now.saturating_add(ttl);
             let renewed = c
                 .prepare_cached(
@@ -256,7 +272,7 @@ impl FlowControl for SqliteStore {
         now: Micros,
     ) -> BoxFuture<'_, StoreResult<SlotRelease>> {
         let (queue, holder) = (queue.to_owned(), holder.to_owned());
-        self.write(move |c| {
+        self.write_volatile(move |c| {
             let released = match token {
                 Some(token) => {
                     let current: Option<i64> = c
@@ -287,14 +303,16 @@ impl FlowControl for SqliteStore {
                         > 0
                 }
             };
-            let concurrency = limits(c, &queue)?.and_then(|l| l.concurrency);
-            let next = next_waiter(&snapshot(c, &queue, now, None)?, now, concurrency);
+            let limits = limits(c, &queue)?.unwrap_or_default();
+            let next = next_waiter(&snapshot(c, &queue, now, None)?, now, &limits);
             Ok(SlotRelease { released, next })
         })
     }
 
     fn queue_usage(&self, now: Micros) -> BoxFuture<'_, StoreResult<Vec<QueueUsage>>> {
-        self.read(move |c| {
+        // Through the writer when this store has one: it sees the slot operations answered
+        // before their commit (a read connection would see them a moment later).
+        let run = move |c: &Connection| {
             let names = c
                 .prepare_cached("SELECT name FROM wf_flow_queues ORDER BY name")?
                 .query_map([], |r| r.get::<_, String>(0))?
@@ -306,6 +324,11 @@ impl FlowControl for SqliteStore {
                 usage.push(usage_of(name, limits, &snapshot, now));
             }
             Ok(usage)
-        })
+        };
+        if self.writer.is_some() {
+            self.write(run)
+        } else {
+            self.read(run)
+        }
     }
 }

@@ -536,11 +536,13 @@ impl SqliteStore {
     }
 
     /// Sends one write request that is answered as soon as it has run, before its
-    /// transaction commits: a named lease's claim or renewal (ST-11, ST-14). One process owns
-    /// the file (ST-26) and no read outside the writer reads those rows, so only this store's
-    /// own later requests see the lease before it is committed, and a crash before the commit
-    /// loses only leases of the process that crashed, whose holders died with it. (Instance
-    /// leases do not go to the writer at all: `leases.rs`.)
+    /// transaction commits: a named lease's claim or renewal (ST-11, ST-14), a flow-control
+    /// slot's ask, renewal or release (`flow.rs`, QU-6). One process owns the file (ST-26)
+    /// and no read outside the writer reads those rows (`queue_usage` reads through the
+    /// writer), so only this store's own later requests see the lease before it is
+    /// committed, and a crash before the commit loses only leases of the process that
+    /// crashed, whose holders died with it. (Instance leases do not go to the writer at all:
+    /// `leases.rs`.)
     fn write_volatile<T: Send + 'static>(
         &self,
         f: impl FnOnce(&Connection) -> StoreResult<T> + Send + 'static,
