@@ -533,7 +533,10 @@ pub async fn c49_claim_after_release_sees_writes(backend: Arc<dyn TestBackend>) 
         kind: ControlKind::Cancel,
         reason: Some("stop".into()),
     };
-    store.request_control("wf-1", request.clone()).await.unwrap();
+    store
+        .request_control("wf-1", request.clone())
+        .await
+        .unwrap();
     let claimed = store
         .claim_instance_raw_known("wf-1", run_claim("node-a", T0 + 6 * SEC), version, &text)
         .await

@@ -210,7 +210,8 @@ impl HeldClaims {
             held.idle_since = None;
             return HeldAnswer::Memory(ClaimedRecord {
                 lease,
-                record: record.try_map_state(|_, ()| Ok::<_, std::convert::Infallible>(None))
+                record: record
+                    .try_map_state(|_, ()| Ok::<_, std::convert::Infallible>(None))
                     .unwrap_or_else(|never| match never {}),
             });
         }
@@ -228,11 +229,17 @@ impl HeldClaims {
             return None;
         }
         let id = commit.instance_id.as_str();
-        if commit.control_requests.iter().any(|(target, _)| target == id) {
+        if commit
+            .control_requests
+            .iter()
+            .any(|(target, _)| target == id)
+        {
             return None;
         }
         let map = self.map();
-        let held = map.get(id).filter(|held| held.token == commit.lease_token)?;
+        let held = map
+            .get(id)
+            .filter(|held| held.token == commit.lease_token)?;
         let known = held.known.as_ref().filter(|_| !held.wanted)?;
         let control_left = known.record.control_request.is_some() && !commit.clear_control_request;
         (!control_left).then(|| commit.now.saturating_add(known.ttl))

@@ -656,7 +656,7 @@ impl PostgresStore {
             Some(token) => self.claims.nonce(id, token),
         };
         let known = self.claims.token(id);
-        let claimed = single!(self, |c| ops::claim_instance(
+        let mut claimed = single!(self, |c| ops::claim_instance(
             c,
             &self.schema,
             id,
@@ -664,6 +664,20 @@ impl PostgresStore {
             nonce,
             known
         ));
+        // The lease was given back between the claim and the read of its holder (a kept
+        // lease, ST-38): it is free now, so the claim runs once more.
+        if let Err(StoreError::LeaseHeld { holder, until, .. }) = &claimed
+            && (holder.is_empty() || *until <= claim.now)
+        {
+            claimed = single!(self, |c| ops::claim_instance(
+                c,
+                &self.schema,
+                id,
+                &claim,
+                nonce,
+                known
+            ));
+        }
         let claimed = match claimed {
             Ok(claimed) => claimed,
             Err(error) => {

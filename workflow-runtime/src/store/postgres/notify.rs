@@ -128,10 +128,7 @@ pub(super) fn wanted_ids<'p>(own_origin: &str, payload: &'p str) -> Vec<&'p str>
         return Vec::new();
     }
     lines
-        .filter_map(|line| {
-            line.strip_prefix("w ")
-                .or_else(|| line.strip_prefix("c "))
-        })
+        .filter_map(|line| line.strip_prefix("w ").or_else(|| line.strip_prefix("c ")))
         .collect()
 }
 

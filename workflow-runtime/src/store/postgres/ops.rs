@@ -559,10 +559,10 @@ pub(super) async fn request_control(
                 lease_wanted = lease_wanted OR lease_owner IS NOT NULL
              WHERE instance_id = $2",
         ))
-            .bind(text)
-            .bind(id)
-            .execute(&mut *c)
-            .await?;
+        .bind(text)
+        .bind(id)
+        .execute(&mut *c)
+        .await?;
     }
     Ok(status)
 }
