@@ -62,12 +62,15 @@ pub(super) struct HeldClaim {
     wanted: bool,
 }
 
+/// A kept lease to give back or renew: the instance, the lease's token and nonce.
+pub(super) type KeptLease = (String, u64, i64);
+
 /// What a claim of an instance makes of the lease this store holds on it.
 #[derive(Debug)]
 pub(super) enum HeldAnswer {
     /// Answered from memory: the lease is kept for the claim's owner, live, on the version
     /// the claimer committed.
-    Memory(ClaimedRecord<Option<String>>),
+    Memory(Box<ClaimedRecord<Option<String>>>),
     /// The lease is kept for the claim's owner but cannot be answered here: refresh it under
     /// its token and nonce (one statement), then claim afresh if that is refused.
     Refresh { token: u64, nonce: i64 },
@@ -208,12 +211,12 @@ impl HeldClaims {
                 expires_at: held.expires_at,
             };
             held.idle_since = None;
-            return HeldAnswer::Memory(ClaimedRecord {
+            return HeldAnswer::Memory(Box::new(ClaimedRecord {
                 lease,
                 record: record
                     .try_map_state(|_, ()| Ok::<_, std::convert::Infallible>(None))
                     .unwrap_or_else(|never| match never {}),
-            });
+            }));
         }
         held.idle_since = None;
         HeldAnswer::Refresh { token, nonce }
@@ -293,7 +296,7 @@ impl HeldClaims {
 
     /// Another process wants the lease of `id` (ST-38): its next commit releases it, and a
     /// kept lease that is idle is taken out, for the caller to give back.
-    pub(super) fn wanted(&self, id: &str) -> Option<(String, u64, i64)> {
+    pub(super) fn wanted(&self, id: &str) -> Option<KeptLease> {
         let mut map = self.map();
         let held = map.get_mut(id)?;
         held.wanted = true;
@@ -306,7 +309,7 @@ impl HeldClaims {
     }
 
     /// Takes out the lease of `id` if this store keeps it idle, for the caller to give back.
-    pub(super) fn take_idle(&self, id: &str) -> Option<(String, u64, i64)> {
+    pub(super) fn take_idle(&self, id: &str) -> Option<KeptLease> {
         let mut map = self.map();
         let held = map.get(id).filter(|held| held.idle_since.is_some())?;
         let taken = (id.to_owned(), held.token, held.nonce);
@@ -317,7 +320,7 @@ impl HeldClaims {
     /// The kept leases to give back (idle for longer than [`IDLE_GIVE_BACK`], taken out) and
     /// those to renew (live, with less than half their TTL left), with the expiry to renew
     /// them until.
-    fn due(&self, now: Micros) -> (Vec<(String, u64, i64)>, Vec<(String, u64, i64)>, Micros) {
+    fn due(&self, now: Micros) -> (Vec<KeptLease>, Vec<KeptLease>, Micros) {
         let mut map = self.map();
         let mut give_back = Vec::new();
         let mut renew = Vec::new();
@@ -378,15 +381,20 @@ pub(super) struct Tending {
     pub(super) pool: PgPool,
     pub(super) schema: Schema,
     pub(super) notifier: mpsc::UnboundedSender<notify::Outgoing>,
+    /// The store's write counters: a give-back or renewal is a write transaction.
+    pub(super) counters: Arc<super::Counters>,
 }
 
 impl Tending {
     /// Gives back the kept leases `leases` (taken out of the store's claims) in one
-    /// statement, and tells the other processes the instances are free (ST-38).
-    pub(super) async fn give_back(&self, leases: Vec<(String, u64, i64)>) {
+    /// statement (ST-38). With `announce` (another process wanted them), tells the other
+    /// processes the instances are free; a lease given back for being idle was wanted by
+    /// nobody, and tells nothing.
+    pub(super) async fn give_back(&self, leases: Vec<KeptLease>, announce: bool) {
         if leases.is_empty() {
             return;
         }
+        self.counters.count();
         let (ids, tokens, nonces) = columns(leases);
         let given = match self.pool.acquire().await {
             Ok(mut conn) => {
@@ -395,7 +403,7 @@ impl Tending {
             Err(error) => Err(error.into()),
         };
         match given {
-            Ok(given) if !given.is_empty() => {
+            Ok(given) if announce && !given.is_empty() => {
                 let mut hints: Vec<WakeUp> = given
                     .into_iter()
                     .map(|id| WakeUp::InstanceRunnable { id })
@@ -411,7 +419,7 @@ impl Tending {
     }
 }
 
-fn columns(leases: Vec<(String, u64, i64)>) -> (Vec<String>, Vec<i64>, Vec<i64>) {
+fn columns(leases: Vec<KeptLease>) -> (Vec<String>, Vec<i64>, Vec<i64>) {
     let mut ids = Vec::with_capacity(leases.len());
     let mut tokens = Vec::with_capacity(leases.len());
     let mut nonces = Vec::with_capacity(leases.len());
@@ -434,11 +442,12 @@ pub(super) async fn tend(claims: Weak<HeldClaims>, tending: Arc<Tending>) {
         };
         let now = now_micros();
         let (give_back, renew, until) = claims.due(now);
-        tending.give_back(give_back).await;
+        tending.give_back(give_back, false).await;
         if renew.is_empty() {
             continue;
         }
         let (ids, tokens, nonces) = columns(renew);
+        tending.counters.count();
         let renewed = match tending.pool.acquire().await {
             Ok(mut conn) => {
                 ops::renew_kept(&mut conn, &tending.schema, &ids, &tokens, &nonces, until).await
@@ -474,6 +483,6 @@ pub(super) async fn give_back_wanted(
         while let Ok(id) = wanted.try_recv() {
             leases.extend(claims.wanted(&id));
         }
-        tending.give_back(leases).await;
+        tending.give_back(leases, true).await;
     }
 }

@@ -126,6 +126,14 @@ struct Counters {
     transactions: AtomicU64,
 }
 
+impl Counters {
+    /// Counts a write in its own transaction.
+    fn count(&self) {
+        self.write_requests.fetch_add(1, Ordering::Relaxed);
+        self.transactions.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
 /// The PostgreSQL store (ST-27): for several processes sharing one database. Wrap it in an
 /// `Arc` to share it (`Arc<dyn Store>`); dropping it stops its notification listener (the
 /// pool stays open when it is the application's).
@@ -310,7 +318,9 @@ impl PostgresStore {
         ));
         let listening = Arc::new(AtomicBool::new(false));
         let claims = Arc::new(HeldClaims::default());
+        let counters = Arc::new(Counters::default());
         let tending = Arc::new(held::Tending {
+            counters: Arc::clone(&counters),
             pool: pool.clone(),
             schema: schema.clone(),
             notifier: notifier.clone(),
@@ -354,7 +364,7 @@ impl PostgresStore {
             notifier,
             origin,
             listening,
-            counters: Arc::new(Counters::default()),
+            counters,
             claims,
             tending,
             held_tasks,
@@ -445,8 +455,7 @@ impl PostgresStore {
     /// Counts a write in its own transaction: an explicit one ([`PostgresStore::begin`]) or
     /// the implicit one of a single statement.
     fn count_transaction(&self) {
-        self.counters.write_requests.fetch_add(1, Ordering::Relaxed);
-        self.counters.transactions.fetch_add(1, Ordering::Relaxed);
+        self.counters.count();
     }
 
     /// Ends a write: on success commits, then hands `hints` to the notifier for the other
@@ -607,10 +616,10 @@ impl PostgresStore {
     ) -> StoreResult<Option<FromHeld>> {
         match self.claims.answer(id, claim, known_version) {
             HeldAnswer::Claim => Ok(None),
-            HeldAnswer::Memory(claimed) => Ok(Some(FromHeld::Memory(claimed))),
+            HeldAnswer::Memory(claimed) => Ok(Some(FromHeld::Memory(*claimed))),
             HeldAnswer::GiveBack { token, nonce } => {
                 self.tending
-                    .give_back(vec![(id.to_owned(), token, nonce)])
+                    .give_back(vec![(id.to_owned(), token, nonce)], false)
                     .await;
                 Ok(None)
             }
@@ -862,7 +871,7 @@ impl Store for PostgresStore {
             ))?;
             // ST-38: a lease this store keeps is given back for the request.
             if let Some(held) = self.claims.wanted(&id) {
-                self.tending.give_back(vec![held]).await;
+                self.tending.give_back(vec![held], true).await;
             }
             Ok(status)
         })
@@ -994,7 +1003,7 @@ impl Store for PostgresStore {
             if let LeaseKey::Instance(id) = &key
                 && let Some(held) = self.claims.take_idle(id)
             {
-                self.tending.give_back(vec![held]).await;
+                self.tending.give_back(vec![held], false).await;
             }
             write_tx!(self, [], |c| async {
                 match &key {
