@@ -406,6 +406,10 @@ impl PostgresStore {
     /// write fails.
     #[cfg(feature = "test-support")]
     pub async fn write_raw_state(&self, instance_id: &str, raw: &str) -> StoreResult<()> {
+        // A kept lease's memory of the row no longer holds (ST-38): given back first.
+        if let Some(held) = self.claims.take_idle(instance_id) {
+            self.tending.give_back(vec![held], false).await;
+        }
         let mut tx = self.begin().await?;
         let result = ops::write_raw_state(&mut tx, &self.schema, instance_id, raw).await;
         self.finish(tx, result, &[]).await
