@@ -188,7 +188,7 @@ async fn a_schema_5_database_upgrades_to_commits_in_place_and_an_amortised_cap()
         .unwrap();
     }
     let raw = Arc::new(open(&url, &schema).await);
-    assert_eq!(raw.migrations_applied(), (6..=12).collect::<Vec<_>>());
+    assert_eq!(raw.migrations_applied(), (6..=13).collect::<Vec<_>>());
     let store = Storage::new(raw);
     // The runnable index no longer holds `updated_at`, which every commit changes.
     let runnable: String = sqlx::query_scalar(
@@ -549,6 +549,24 @@ async fn lose_claim(admin: &mut PgConnection, schema: &str, id: &str, token_befo
     .unwrap();
 }
 
+/// Claims `id`, waiting (at most 2 s) for a lease another store keeps to be given back
+/// (ST-38).
+async fn claim_given_back(
+    store: &Storage,
+    id: &str,
+    claim: LeaseClaim,
+) -> workflow_runtime::store::ClaimedRecord {
+    let asked = std::time::Instant::now();
+    loop {
+        match store.claim_instance(id, claim.clone()).await {
+            Err(StoreError::LeaseHeld { .. }) if asked.elapsed() < Duration::from_secs(2) => {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            claimed => return claimed.unwrap(),
+        }
+    }
+}
+
 fn claim(owner: &str, token: Option<u64>, now: i64) -> LeaseClaim {
     LeaseClaim {
         owner: owner.to_owned(),
@@ -614,10 +632,9 @@ async fn the_holder_of_a_claim_lost_to_a_server_crash_is_fenced() {
     assert_eq!(second.commit(done).await.unwrap(), 2);
 
     // The same store claims again after losing its claim: a token it was not given before.
-    let lost = first
-        .claim_instance("wf-1", claim("node-a", None, T0 + 2 * SEC))
-        .await
-        .unwrap();
+    // (The second store keeps the lease its waiting commit would release, ST-38, and gives it
+    // back when asked.)
+    let lost = claim_given_back(&first, "wf-1", claim("node-a", None, T0 + 2 * SEC)).await;
     let before = i64::try_from(lost.lease.token).unwrap() - 1;
     lose_claim(&mut admin, &schema, "wf-1", before).await;
     let again = first
@@ -1761,4 +1778,170 @@ async fn a_burst_sent_through_two_processes_is_delivered_once() {
     for process in processes {
         process.shutdown(Duration::from_secs(1)).await;
     }
+}
+
+/// The lease columns of an instance row: owner, token, whether it is wanted.
+async fn lease_row(
+    admin: &mut PgConnection,
+    schema: &str,
+    id: &str,
+) -> (Option<String>, i64, bool) {
+    sqlx::query_as(&format!(
+        "SELECT lease_owner, lease_token, lease_wanted FROM \"{schema}\".wf_instances
+         WHERE instance_id = $1"
+    ))
+    .bind(id)
+    .fetch_one(admin)
+    .await
+    .unwrap()
+}
+
+/// ST-38: the commit that leaves an instance waiting keeps its lease in the store, so the
+/// next claim of the same owner on the version it committed is answered with no statement,
+/// and its commit applies. A kept lease lost behind the store's back (expired by another
+/// process's liveness check, say) still answers the claim, and the commit under it is
+/// fenced by the commit function's guard: nothing is written, and a fresh claim follows.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kept_lease_answers_the_next_claim_from_memory_and_its_loss_is_fenced() {
+    use workflow_runtime::store::ClaimKnown;
+    let Some(mut admin) = server().await else {
+        return;
+    };
+    let Some((store, guard)) = fresh_store().await else {
+        return;
+    };
+    let schema = guard.schema().to_owned();
+    let storage = Storage::new(store.clone());
+    storage.create_instance(new_instance("wf-1")).await.unwrap();
+    let first = storage
+        .claim_instance("wf-1", claim("node-a", None, T0))
+        .await
+        .unwrap();
+    let mut commit = waiting("wf-1", 1, first.lease.token, 1);
+    commit.release_lease = true;
+    assert_eq!(storage.commit(commit).await.unwrap(), 2);
+    let (owner, token, wanted) = lease_row(&mut admin, &schema, "wf-1").await;
+    assert_eq!(owner.as_deref(), Some("node-a"), "the lease is kept");
+    assert_eq!(token, i64::try_from(first.lease.token).unwrap());
+    assert!(!wanted);
+    let text = PostgresStore::read_raw_state(&store, "wf-1").await.unwrap();
+
+    let before = storage.stats().await.unwrap().transactions;
+    let again = store
+        .claim_instance_known("wf-1", claim("node-a", None, T0 + SEC), 2, &text)
+        .await
+        .unwrap();
+    assert_eq!(
+        storage.stats().await.unwrap().transactions,
+        before,
+        "answered without a statement"
+    );
+    assert_eq!(again.record.state, None);
+    assert_eq!(again.record.version, 2);
+    assert_eq!(again.lease.token, first.lease.token);
+    let mut commit = waiting("wf-1", 2, again.lease.token, 2);
+    commit.release_lease = true;
+    assert_eq!(storage.commit(commit).await.unwrap(), 3);
+
+    // The kept lease is lost behind the store's back.
+    sqlx::query(&format!(
+        "UPDATE \"{schema}\".wf_instances SET lease_owner = NULL, lease_expires_at = NULL,
+            lease_nonce = NULL WHERE instance_id = 'wf-1'"
+    ))
+    .execute(&mut admin)
+    .await
+    .unwrap();
+    let text = PostgresStore::read_raw_state(&store, "wf-1").await.unwrap();
+    let stale = store
+        .claim_instance_known("wf-1", claim("node-a", None, T0 + 2 * SEC), 3, &text)
+        .await
+        .unwrap();
+    let err = storage
+        .commit(waiting("wf-1", 3, stale.lease.token, 3))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, StoreError::Fenced { .. }), "{err:?}");
+    assert_eq!(storage.load_instance("wf-1").await.unwrap().state, doc(2));
+    let fresh = store
+        .claim_instance_known("wf-1", claim("node-a", None, T0 + 3 * SEC), 3, &text)
+        .await
+        .unwrap();
+    assert!(fresh.lease.token > stale.lease.token);
+    assert_eq!(
+        storage
+            .commit(waiting("wf-1", 3, fresh.lease.token, 4))
+            .await
+            .unwrap(),
+        4
+    );
+}
+
+/// ST-38: another process's claim of an instance whose lease this one keeps idle marks the
+/// row wanted and notifies; the holder gives the lease back, and the other process's claim
+/// succeeds well within 2 s (not after the 30 s TTL). The holder's commits under the lease
+/// it gave back are fenced.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn another_process_gets_a_kept_lease_within_2_s() {
+    let Some(mut admin) = server().await else {
+        return;
+    };
+    let Some((store, guard)) = fresh_store().await else {
+        return;
+    };
+    let schema = guard.schema().to_owned();
+    let holder = Storage::new(store);
+    let other = storage(&database_url(), &schema).await;
+    holder.create_instance(new_instance("wf-1")).await.unwrap();
+    let held = holder
+        .claim_instance("wf-1", claim("node-a", None, T0))
+        .await
+        .unwrap();
+    let mut commit = waiting("wf-1", 1, held.lease.token, 1);
+    commit.release_lease = true;
+    assert_eq!(holder.commit(commit).await.unwrap(), 2);
+    assert_eq!(
+        lease_row(&mut admin, &schema, "wf-1").await.0.as_deref(),
+        Some("node-a")
+    );
+
+    let asked = std::time::Instant::now();
+    let mut refused = 0;
+    let claimed = loop {
+        match other
+            .claim_instance("wf-1", claim("node-b", None, T0 + SEC))
+            .await
+        {
+            Ok(claimed) => break claimed,
+            Err(StoreError::LeaseHeld { holder, .. }) => {
+                assert_eq!(holder, "node-a");
+                refused += 1;
+                if refused == 1 {
+                    // Marked wanted, unless the holder gave it back already.
+                    let (owner, _, wanted) = lease_row(&mut admin, &schema, "wf-1").await;
+                    assert!(wanted || owner.is_none(), "{owner:?} {wanted}");
+                }
+                assert!(
+                    asked.elapsed() < Duration::from_secs(2),
+                    "the kept lease was not given back within 2 s"
+                );
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            Err(error) => panic!("{error:?}"),
+        }
+    };
+    eprintln!(
+        "kept lease given back {:?} after another process asked ({refused} refusals)",
+        asked.elapsed()
+    );
+    assert!(refused >= 1, "the first claim found the lease kept");
+    assert!(claimed.lease.token > held.lease.token);
+    let err = holder
+        .commit(waiting("wf-1", 2, held.lease.token, 5))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, StoreError::Fenced { .. }), "{err:?}");
+    let mut commit = waiting("wf-1", 2, claimed.lease.token, 6);
+    commit.release_lease = true;
+    assert_eq!(other.commit(commit).await.unwrap(), 3);
+    assert_eq!(holder.load_instance("wf-1").await.unwrap().state, doc(6));
 }

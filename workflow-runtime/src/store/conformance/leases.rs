@@ -438,3 +438,112 @@ pub async fn c34_clock(backend: Arc<dyn TestBackend>) {
     );
     assert_eq!(store.expire_queue(T0 + 5 * SEC, 10).await.unwrap(), 1);
 }
+
+/// A claim of a fresh lease for `owner` at `now`, as a run makes it.
+fn run_claim(owner: &str, now: crate::base::Micros) -> crate::store::LeaseClaim {
+    crate::store::LeaseClaim {
+        owner: owner.to_owned(),
+        token: None,
+        now,
+        ttl: TTL,
+    }
+}
+
+/// C-48: a commit that releases the lease of an instance it leaves waiting frees it for
+/// another owner at once, whatever the store does with it meanwhile (a PostgreSQL store keeps
+/// it for its holder, ST-38): the other owner's claim succeeds with a higher token, and the
+/// first holder's commits under its old token are fenced. The first holder's next claim
+/// of the version it committed, after that, is refused while the other owner holds it.
+pub async fn c48_released_lease_is_free_for_others(backend: Arc<dyn TestBackend>) {
+    let store = Harness::new(backend);
+    store.create_instance(new_instance("wf-1")).await.unwrap();
+    let a = store
+        .claim_instance_raw("wf-1", run_claim("node-a", T0))
+        .await
+        .unwrap();
+    let mut commit = waiting("wf-1", 1, a.lease.token, 1);
+    commit.release_lease = true;
+    assert_eq!(store.commit(commit).await.unwrap(), 2);
+    let text = store.load_instance_raw("wf-1").await.unwrap().state;
+    // Before the TTL of the claim: only the release frees it.
+    let b = store
+        .claim_instance_raw("wf-1", run_claim("node-b", T0 + 2 * SEC))
+        .await
+        .unwrap();
+    assert!(b.lease.token > a.lease.token);
+    assert_eq!(b.record.version, 2);
+    assert_eq!(b.record.state, text);
+    let err = store
+        .commit(waiting("wf-1", 2, a.lease.token, 2))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, StoreError::Fenced { .. }), "{err:?}");
+    assert!(matches!(
+        store
+            .claim_instance_raw_known("wf-1", run_claim("node-a", T0 + 3 * SEC), 2, &text)
+            .await,
+        Err(StoreError::LeaseHeld { .. })
+    ));
+    // The other owner's run commits and releases; the first owner claims again.
+    let mut commit = waiting("wf-1", 2, b.lease.token, 3);
+    commit.release_lease = true;
+    assert_eq!(store.commit(commit).await.unwrap(), 3);
+    let again = store
+        .acquire_lease(&LeaseKey::instance("wf-1"), "node-a", T0 + 4 * SEC, TTL)
+        .await
+        .unwrap();
+    assert!(again.token > b.lease.token);
+}
+
+/// C-49: the run that claims an instance again after a commit released its lease (a run of
+/// the same owner, with the text it committed) sees what was written meanwhile: a control
+/// request made after the release is in the record it claims; without one, the claim
+/// answers the kept text unchanged and its commit, under the token it returned, applies.
+pub async fn c49_claim_after_release_sees_writes(backend: Arc<dyn TestBackend>) {
+    let store = Harness::new(backend);
+    store.create_instance(new_instance("wf-1")).await.unwrap();
+    let mut version = 1;
+    let mut token = store
+        .claim_instance_raw("wf-1", run_claim("node-a", T0))
+        .await
+        .unwrap()
+        .lease
+        .token;
+    for n in 1..=3 {
+        let mut commit = waiting("wf-1", version, token, n);
+        commit.release_lease = true;
+        version = store.commit(commit).await.unwrap();
+        let text = store.load_instance_raw("wf-1").await.unwrap().state;
+        let claimed = store
+            .claim_instance_raw_known("wf-1", run_claim("node-a", T0 + n * SEC), version, &text)
+            .await
+            .unwrap();
+        assert_eq!(claimed.record.state, None);
+        assert_eq!(claimed.record.version, version);
+        assert_eq!(claimed.record.status, InstanceStatus::Suspended);
+        assert_eq!(claimed.record.sub_status, Some(InstanceSubStatus::Waiting));
+        assert_eq!(claimed.record.control_request, None);
+        token = claimed.lease.token;
+    }
+    let mut commit = waiting("wf-1", version, token, 9);
+    commit.release_lease = true;
+    version = store.commit(commit).await.unwrap();
+    let text = store.load_instance_raw("wf-1").await.unwrap().state;
+    let request = ControlRequest {
+        kind: ControlKind::Cancel,
+        reason: Some("stop".into()),
+    };
+    store
+        .request_control("wf-1", request.clone())
+        .await
+        .unwrap();
+    let claimed = store
+        .claim_instance_raw_known("wf-1", run_claim("node-a", T0 + 6 * SEC), version, &text)
+        .await
+        .unwrap();
+    assert_eq!(claimed.record.control_request, Some(request));
+    let mut commit = waiting("wf-1", version, claimed.lease.token, 10);
+    commit.clear_control_request = true;
+    commit.release_lease = true;
+    assert_eq!(store.commit(commit).await.unwrap(), version + 1);
+}

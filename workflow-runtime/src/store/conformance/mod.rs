@@ -69,7 +69,7 @@ pub use instances::{
 pub use journal::{c22_journal, c22_journal_cap, c22_journal_compaction, c22_journal_pages};
 pub use leases::{
     c06_fencing, c07_leases, c07_named_leases, c13_claim_runnable, c29_control_requests, c34_clock,
-    c37_claim_known,
+    c37_claim_known, c48_released_lease_is_free_for_others, c49_claim_after_release_sees_writes,
 };
 pub use queue::{
     c14_queue_pages, c15_queue_ttl, c16_queue_attempts, c20_idempotency_record_in_commit,
@@ -155,6 +155,8 @@ macro_rules! store_conformance_tests {
             c45_repin,
             c46_consumed_anywhere,
             c47_key_index,
+            c48_released_lease_is_free_for_others,
+            c49_claim_after_release_sees_writes,
         );
     };
     (@cases required $make:path; $($case:ident),* $(,)?) => {

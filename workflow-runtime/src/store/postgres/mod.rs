@@ -9,11 +9,9 @@
 //! expected version and the current lease token (fencing, ST-14). Wake-ups reach the other
 //! processes through `LISTEN`/`NOTIFY` (see `notify.rs`). Every statement is parameterized.
 
-use std::collections::HashMap;
 use std::fmt;
-use std::hash::{BuildHasher, Hasher};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
@@ -38,12 +36,14 @@ use crate::store::rows::{
 };
 
 mod debounce;
+mod held;
 mod kept;
 mod liveness;
 mod notify;
 mod ops;
 mod schema;
 
+use held::{HeldAnswer, HeldClaims};
 use schema::Schema;
 
 impl From<sqlx::Error> for StoreError {
@@ -120,83 +120,18 @@ impl PostgresOptions {
 /// way reaches it.
 const IDLE_IN_TRANSACTION: Duration = Duration::from_secs(10);
 
-/// A lease this store claimed without waiting for the claim's flush (see
-/// `ops::claim_instance`): the nonce its commits and renewals name.
-#[derive(Debug, Clone, Copy)]
-struct HeldClaim {
-    token: u64,
-    nonce: i64,
-    expires_at: Micros,
-}
-
-/// The nonces of the leases this store claimed, by instance. An entry goes when its lease
-/// is released (by a commit or a release) or taken by a durable claim; past
-/// [`HeldClaims::KEEP`] entries, the expired ones go.
-#[derive(Debug, Default)]
-struct HeldClaims(Mutex<HashMap<String, HeldClaim>>);
-
-impl HeldClaims {
-    const KEEP: usize = 4096;
-
-    fn map(&self) -> std::sync::MutexGuard<'_, HashMap<String, HeldClaim>> {
-        self.0
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-
-    /// A fresh nonce: unique within the process (a counter), random across processes and
-    /// runs (hashed under a key drawn once per process).
-    fn new_nonce() -> i64 {
-        static KEY: OnceLock<std::collections::hash_map::RandomState> = OnceLock::new();
-        static NEXT: AtomicU64 = AtomicU64::new(0);
-        let mut hasher = KEY.get_or_init(Default::default).build_hasher();
-        hasher.write_u64(NEXT.fetch_add(1, Ordering::Relaxed));
-        i64::from_ne_bytes(hasher.finish().to_ne_bytes())
-    }
-
-    /// The token of the lease this store holds on `id` (0 for none).
-    fn token(&self, id: &str) -> u64 {
-        self.map().get(id).map_or(0, |held| held.token)
-    }
-
-    /// The nonce of the lease of `id` under `token`, if this store claimed it so.
-    fn nonce(&self, id: &str, token: u64) -> Option<i64> {
-        self.map()
-            .get(id)
-            .filter(|held| held.token == token)
-            .map(|held| held.nonce)
-    }
-
-    fn insert(&self, id: &str, held: HeldClaim, now: Micros) {
-        let mut map = self.map();
-        map.insert(id.to_owned(), held);
-        if map.len() > Self::KEEP {
-            map.retain(|_, held| held.expires_at > now);
-        }
-    }
-
-    fn refreshed(&self, id: &str, token: u64, expires_at: Micros) {
-        if let Some(held) = self.map().get_mut(id).filter(|held| held.token == token) {
-            held.expires_at = expires_at;
-        }
-    }
-
-    /// Forgets the lease of `id` (under `token`, or any).
-    fn remove(&self, id: &str, token: Option<u64>) {
-        let mut map = self.map();
-        if map
-            .get(id)
-            .is_some_and(|held| token.is_none_or(|t| held.token == t))
-        {
-            map.remove(id);
-        }
-    }
-}
-
 #[derive(Debug, Default)]
 struct Counters {
     write_requests: AtomicU64,
     transactions: AtomicU64,
+}
+
+impl Counters {
+    /// Counts a write in its own transaction.
+    fn count(&self) {
+        self.write_requests.fetch_add(1, Ordering::Relaxed);
+        self.transactions.fetch_add(1, Ordering::Relaxed);
+    }
 }
 
 /// The PostgreSQL store (ST-27): for several processes sharing one database. Wrap it in an
@@ -232,7 +167,12 @@ pub struct PostgresStore {
     /// Whether the listener listens now (see `notify.rs`).
     listening: Arc<AtomicBool>,
     counters: Arc<Counters>,
-    claims: HeldClaims,
+    /// The leases this store claimed, and those it keeps across transitions (ST-38).
+    claims: Arc<HeldClaims>,
+    /// Gives kept leases back.
+    tending: Arc<held::Tending>,
+    /// Tend the kept leases, and give back those another process wants.
+    held_tasks: [JoinHandle<()>; 2],
     migrations_applied: Vec<u32>,
     listener: Option<JoinHandle<()>>,
     /// Connections kept between single statements (see `kept.rs`).
@@ -259,7 +199,7 @@ impl Drop for PostgresStore {
             listener.abort();
         }
         self.give_back.abort();
-        for task in &self.liveness_tasks {
+        for task in self.liveness_tasks.iter().chain(&self.held_tasks) {
             task.abort();
         }
         self.kept.clear();
@@ -377,6 +317,23 @@ impl PostgresStore {
             outgoing,
         ));
         let listening = Arc::new(AtomicBool::new(false));
+        let claims = Arc::new(HeldClaims::default());
+        let counters = Arc::new(Counters::default());
+        let tending = Arc::new(held::Tending {
+            counters: Arc::clone(&counters),
+            pool: pool.clone(),
+            schema: schema.clone(),
+            notifier: notifier.clone(),
+        });
+        let (wanted, wanted_ids) = mpsc::unbounded_channel();
+        let held_tasks = [
+            tokio::spawn(held::tend(Arc::downgrade(&claims), Arc::clone(&tending))),
+            tokio::spawn(held::give_back_wanted(
+                Arc::downgrade(&claims),
+                Arc::clone(&tending),
+                wanted_ids,
+            )),
+        ];
         let listener = options.listen.then(|| {
             tokio::spawn(notify::listen(
                 pool.clone(),
@@ -385,6 +342,7 @@ impl PostgresStore {
                 hints.clone(),
                 Arc::clone(&listening),
                 options.poll_interval.max(Duration::from_millis(10)),
+                wanted,
             ))
         });
         let (liveness, holder) = liveness::Liveness::start(&pool, &schema);
@@ -406,8 +364,10 @@ impl PostgresStore {
             notifier,
             origin,
             listening,
-            counters: Arc::new(Counters::default()),
-            claims: HeldClaims::default(),
+            counters,
+            claims,
+            tending,
+            held_tasks,
             migrations_applied,
             listener,
             kept,
@@ -446,6 +406,10 @@ impl PostgresStore {
     /// write fails.
     #[cfg(feature = "test-support")]
     pub async fn write_raw_state(&self, instance_id: &str, raw: &str) -> StoreResult<()> {
+        // A kept lease's memory of the row no longer holds (ST-38): given back first.
+        if let Some(held) = self.claims.take_idle(instance_id) {
+            self.tending.give_back(vec![held], false).await;
+        }
         let mut tx = self.begin().await?;
         let result = ops::write_raw_state(&mut tx, &self.schema, instance_id, raw).await;
         self.finish(tx, result, &[]).await
@@ -495,8 +459,7 @@ impl PostgresStore {
     /// Counts a write in its own transaction: an explicit one ([`PostgresStore::begin`]) or
     /// the implicit one of a single statement.
     fn count_transaction(&self) {
-        self.counters.write_requests.fetch_add(1, Ordering::Relaxed);
-        self.counters.transactions.fetch_add(1, Ordering::Relaxed);
+        self.counters.count();
     }
 
     /// Ends a write: on success commits, then hands `hints` to the notifier for the other
@@ -645,6 +608,121 @@ impl PostgresStore {
         Ok(())
     }
 
+    /// Settles what this store holds on `id` before a claim for `claim` (ST-38): a lease it
+    /// keeps for the claim's owner on `known_version` answers the claim from memory; one it
+    /// keeps but cannot answer so is refreshed under its token and nonce (one statement);
+    /// one it keeps for another owner of this process is given back. `None`: claim afresh.
+    async fn settle_held(
+        &self,
+        id: &str,
+        claim: &LeaseClaim,
+        known_version: Option<u64>,
+    ) -> StoreResult<Option<FromHeld>> {
+        match self.claims.answer(id, claim, known_version) {
+            HeldAnswer::Claim => Ok(None),
+            HeldAnswer::Memory(claimed) => Ok(Some(FromHeld::Memory(*claimed))),
+            HeldAnswer::GiveBack { token, nonce } => {
+                self.tending
+                    .give_back(vec![(id.to_owned(), token, nonce)], false)
+                    .await;
+                Ok(None)
+            }
+            HeldAnswer::Refresh { token, nonce } => {
+                let refresh = LeaseClaim {
+                    token: Some(token),
+                    ..claim.clone()
+                };
+                let refreshed = single!(self, |c| ops::claim_instance(
+                    c,
+                    &self.schema,
+                    id,
+                    &refresh,
+                    Some(nonce),
+                    token
+                ));
+                match refreshed {
+                    Ok(claimed) => {
+                        self.claims.refreshed(
+                            id,
+                            claimed.lease.token,
+                            claimed.lease.expires_at,
+                            Some(&claimed.record),
+                        );
+                        Ok(Some(FromHeld::Refreshed(claimed)))
+                    }
+                    // Lost meanwhile (taken over, or expired by the liveness check): a
+                    // fresh claim follows.
+                    Err(StoreError::Fenced { .. }) => {
+                        self.claims.remove(id, Some(token));
+                        Ok(None)
+                    }
+                    Err(error) => Err(error),
+                }
+            }
+        }
+    }
+
+    /// A fresh claim of `id` (or, with `claim.token`, a refresh), read with its instance.
+    async fn claim_read(&self, id: &str, claim: LeaseClaim) -> StoreResult<ClaimedRecord<String>> {
+        let nonce = match claim.token {
+            None => Some(HeldClaims::new_nonce()),
+            Some(token) => self.claims.nonce(id, token),
+        };
+        let known = self.claims.token(id);
+        let mut claimed = single!(self, |c| ops::claim_instance(
+            c,
+            &self.schema,
+            id,
+            &claim,
+            nonce,
+            known
+        ));
+        // The lease was given back between the claim and the read of its holder (a kept
+        // lease, ST-38): it is free now, so the claim runs once more.
+        if let Err(StoreError::LeaseHeld { holder, until, .. }) = &claimed
+            && (holder.is_empty() || *until <= claim.now)
+        {
+            claimed = single!(self, |c| ops::claim_instance(
+                c,
+                &self.schema,
+                id,
+                &claim,
+                nonce,
+                known
+            ));
+        }
+        let claimed = match claimed {
+            Ok(claimed) => claimed,
+            Err(error) => {
+                self.tell_wanted(id, &claim.owner, claim.now, &error);
+                return Err(error);
+            }
+        };
+        let lease = claimed.lease;
+        match (claim.token, nonce) {
+            (None, Some(nonce)) => self
+                .claims
+                .claimed(id, lease, nonce, &claim, &claimed.record),
+            _ => self
+                .claims
+                .refreshed(id, lease.token, lease.expires_at, None),
+        }
+        Ok(claimed)
+    }
+
+    /// After a claim by `owner` refused with `error`: when another owner holds a live lease
+    /// (which the claim marked wanted, ST-38), its holder is told, so that it gives the lease
+    /// back if it keeps it idle.
+    fn tell_wanted(&self, id: &str, owner: &str, now: Micros, error: &StoreError) {
+        if let StoreError::LeaseHeld { holder, until, .. } = error
+            && holder != owner
+            && *until > now
+        {
+            // The notifier ends only with the store: a closed channel loses nothing.
+            let _ = self.notifier.send(notify::Outgoing::Wanted(id.to_owned()));
+        }
+    }
+
     /// Queues an item inside `conn`'s transaction (the application's, ST-37), with a
     /// notification that reaches the processes only if it commits.
     pub(crate) async fn enqueue_in(
@@ -667,6 +745,50 @@ impl PostgresStore {
     /// [`StoreError::Unavailable`] when the read fails.
     pub async fn queued(&self, limit: usize) -> StoreResult<Vec<QueueItem>> {
         read!(self, |c| ops::queued(c, &self.schema, limit))
+    }
+}
+
+/// What [`PostgresStore::settle_held`] answered a claim with.
+enum FromHeld {
+    /// From memory: the kept lease, lent to the claimer's run.
+    Memory(ClaimedRecord<Option<String>>),
+    /// The kept lease refreshed, with the instance read.
+    Refreshed(ClaimedRecord<String>),
+}
+
+impl crate::store::ClaimKnown for PostgresStore {
+    /// The claim of a run that committed `known_version` last (ENG-53): answered from memory
+    /// while this store keeps the instance's lease for the same owner on that version
+    /// (ST-38); otherwise claimed, and the state read compared with `known_text`.
+    fn claim_instance_known<'a>(
+        &'a self,
+        instance_id: &'a str,
+        claim: LeaseClaim,
+        known_version: u64,
+        known_text: &'a str,
+    ) -> BoxFuture<'a, StoreResult<ClaimedRecord<Option<String>>>> {
+        self.liveness.hold(&claim.owner);
+        Box::pin(async move {
+            let claimed = match self
+                .settle_held(instance_id, &claim, Some(known_version))
+                .await?
+            {
+                Some(FromHeld::Memory(claimed)) => return Ok(claimed),
+                Some(FromHeld::Refreshed(claimed)) => claimed,
+                None => self.claim_read(instance_id, claim).await?,
+            };
+            let unchanged =
+                claimed.record.version == known_version && claimed.record.state == known_text;
+            Ok(ClaimedRecord {
+                lease: claimed.lease,
+                record: claimed
+                    .record
+                    .try_map_state(|_, state| {
+                        Ok::<_, std::convert::Infallible>((!unchanged).then_some(state))
+                    })
+                    .unwrap_or_else(|never| match never {}),
+            })
+        })
     }
 }
 
@@ -701,33 +823,13 @@ impl Store for PostgresStore {
         let id = instance_id.to_owned();
         self.liveness.hold(&claim.owner);
         Box::pin(async move {
-            let nonce = match claim.token {
-                None => Some(HeldClaims::new_nonce()),
-                Some(token) => self.claims.nonce(&id, token),
-            };
-            let known = self.claims.token(&id);
-            let claimed = single!(self, |c| ops::claim_instance(
-                c,
-                &self.schema,
-                &id,
-                &claim,
-                nonce,
-                known
-            ))?;
-            let lease = claimed.lease;
-            match (claim.token, nonce) {
-                (None, Some(nonce)) => self.claims.insert(
-                    &id,
-                    HeldClaim {
-                        token: lease.token,
-                        nonce,
-                        expires_at: lease.expires_at,
-                    },
-                    claim.now,
-                ),
-                _ => self.claims.refreshed(&id, lease.token, lease.expires_at),
+            if claim.token.is_none()
+                && let Some(FromHeld::Refreshed(claimed)) =
+                    self.settle_held(&id, &claim, None).await?
+            {
+                return Ok(claimed);
             }
-            Ok(claimed)
+            self.claim_read(&id, claim).await
         })
     }
 
@@ -736,12 +838,14 @@ impl Store for PostgresStore {
         Box::pin(async move {
             let (id, token) = (commit.instance_id.as_str(), commit.lease_token);
             let nonce = self.claims.nonce(id, token);
+            // ST-38: the lease of an instance the commit leaves waiting is kept.
+            let keep = self.claims.keep_until(&commit);
             let committed = if ops::commit_needs_transaction(&commit) {
                 let mut tx = self.begin().await?;
-                let result = ops::commit(&mut tx, &self.schema, &commit, nonce).await;
+                let result = ops::commit(&mut tx, &self.schema, &commit, nonce, keep).await;
                 self.finish(tx, result, &[]).await?
             } else {
-                single!(self, |c| ops::commit(c, &self.schema, &commit, nonce))?
+                single!(self, |c| ops::commit(c, &self.schema, &commit, nonce, keep))?
             };
             // ST-18: the other processes hear of new bookmarks only when something waits in
             // the queue for them (this process's own worker hears of them from `Storage`).
@@ -749,9 +853,8 @@ impl Store for PostgresStore {
                 hints.retain(|hint| *hint != WakeUp::QueueChanged);
             }
             self.announce(&hints);
-            if commit.release_lease || commit.status.is_final() {
-                self.claims.remove(id, Some(token));
-            }
+            let kept = keep.filter(|_| committed.kept);
+            self.claims.committed(&commit, committed.version, kept);
             Ok(committed.version)
         })
     }
@@ -764,12 +867,17 @@ impl Store for PostgresStore {
         let id = instance_id.to_owned();
         let hints = [WakeUp::ControlRequested { id: id.clone() }];
         Box::pin(async move {
-            write_tx_notified!(self, hints, |c| ops::request_control(
+            let status = write_tx_notified!(self, hints, |c| ops::request_control(
                 c,
                 &self.schema,
                 &id,
                 &request
-            ))
+            ))?;
+            // ST-38: a lease this store keeps is given back for the request.
+            if let Some(held) = self.claims.wanted(&id) {
+                self.tending.give_back(vec![held], true).await;
+            }
+            Ok(status)
         })
     }
 
@@ -896,12 +1004,18 @@ impl Store for PostgresStore {
         self.liveness.hold(owner);
         let (key, owner) = (key.clone(), owner.to_owned());
         Box::pin(async move {
+            if let LeaseKey::Instance(id) = &key
+                && let Some(held) = self.claims.take_idle(id)
+            {
+                self.tending.give_back(vec![held], false).await;
+            }
             write_tx!(self, [], |c| async {
                 match &key {
                     LeaseKey::Instance(id) => {
                         let lease = ops::acquire_lease(c, &self.schema, id, &owner, now, ttl).await;
-                        if lease.is_ok() {
-                            self.claims.remove(id, None);
+                        match &lease {
+                            Ok(_) => self.claims.remove(id, None),
+                            Err(error) => self.tell_wanted(id, &owner, now, error),
                         }
                         lease
                     }
@@ -1275,6 +1389,7 @@ impl Store for PostgresStore {
             .with_postgres(self)
             .with_receipts(self)
             .with_keys(self)
+            .with_claim_known(self)
     }
 }
 

@@ -109,6 +109,29 @@ pub(super) fn parse(own_origin: &str, payload: &str) -> Option<Vec<WakeUp>> {
     Some(hints)
 }
 
+/// The payload telling the holders of the leases of `ids` that another process wants them
+/// (ST-38): a line `w <id>` each, which stores of an older version skip.
+pub(super) fn wanted_payload(origin: &str, ids: &[String]) -> String {
+    let mut text = origin.to_owned();
+    for id in ids {
+        text.push_str("\nw ");
+        text.push_str(id);
+    }
+    text
+}
+
+/// The instances whose leases a payload of another store says are wanted (ST-38): those of
+/// its `w` lines, and those of its control requests (`c`).
+pub(super) fn wanted_ids<'p>(own_origin: &str, payload: &'p str) -> Vec<&'p str> {
+    let mut lines = payload.lines();
+    if lines.next().is_none_or(|origin| origin == own_origin) {
+        return Vec::new();
+    }
+    lines
+        .filter_map(|line| line.strip_prefix("w ").or_else(|| line.strip_prefix("c ")))
+        .collect()
+}
+
 /// The most hints in one payload (each line at most ~130 bytes: far below the limit).
 const HINTS_PER_PAYLOAD: usize = 40;
 
@@ -117,6 +140,8 @@ const HINTS_PER_PAYLOAD: usize = 40;
 pub(super) enum Outgoing {
     /// The hints of a committed write.
     Hints(Vec<WakeUp>),
+    /// A lease another process holds was found wanted (ST-38): its holder gives it back.
+    Wanted(String),
     /// Answered once every hint handed over before it was sent (or failed).
     Flush(oneshot::Sender<()>),
 }
@@ -162,22 +187,33 @@ pub(super) async fn send(
 ) {
     while let Some(first) = outgoing.recv().await {
         let mut batch = Vec::new();
+        let mut wanted = Vec::new();
         let mut flushes = Vec::new();
         let mut next = Some(first);
         while let Some(message) = next.take().or_else(|| outgoing.try_recv().ok()) {
             match message {
                 Outgoing::Hints(hints) => batch.extend(hints),
+                Outgoing::Wanted(id) => wanted.push(id),
                 Outgoing::Flush(done) => flushes.push(done),
             }
         }
-        for chunk in unique(batch).chunks(HINTS_PER_PAYLOAD) {
+        let payloads = unique(batch)
+            .chunks(HINTS_PER_PAYLOAD)
+            .map(|chunk| payload(&origin, chunk))
+            .chain(
+                wanted
+                    .chunks(HINTS_PER_PAYLOAD)
+                    .map(|chunk| wanted_payload(&origin, chunk)),
+            )
+            .collect::<Vec<_>>();
+        for text in payloads {
             // A transaction that notified is given a transaction id, so its commit waits
             // for a WAL flush; a hint promises no durability (ST-18), so it does not wait.
             let sent = sqlx::query(
                 "SELECT pg_notify($1, $2), set_config('synchronous_commit', 'off', true)",
             )
             .bind(&channel)
-            .bind(payload(&origin, chunk))
+            .bind(text)
             .execute(&pool)
             .await;
             if let Err(error) = sent {
@@ -209,6 +245,7 @@ pub(super) async fn listen(
     sender: broadcast::Sender<WakeUp>,
     listening: Arc<AtomicBool>,
     poll_interval: Duration,
+    wanted: mpsc::UnboundedSender<String>,
 ) {
     let mut connected_once = false;
     loop {
@@ -239,6 +276,12 @@ pub(super) async fn listen(
         loop {
             match listener.try_recv().await {
                 Ok(Some(notification)) => {
+                    // First: a run about to claim an instance another process wants must
+                    // not find its lease kept.
+                    for id in wanted_ids(&origin, notification.payload()) {
+                        // Ends only with the store.
+                        let _ = wanted.send(id.to_owned());
+                    }
                     for hint in parse(&origin, notification.payload()).unwrap_or_default() {
                         let _ = sender.send(hint);
                     }
@@ -287,6 +330,16 @@ mod tests {
         let text = payload("p1", &hints);
         assert_eq!(parse("p2", &text), Some(hints));
         assert_eq!(parse("p1", &text), None);
+    }
+
+    #[test]
+    fn wanted_leases_are_heard_from_other_stores_only() {
+        let text = wanted_payload("p1", &["a".to_owned(), "b c".to_owned()]);
+        assert_eq!(wanted_ids("p2", &text), ["a", "b c"]);
+        assert!(wanted_ids("p1", &text).is_empty());
+        assert_eq!(parse("p2", &text), Some(Vec::new()));
+        let control = payload("p1", &[WakeUp::ControlRequested { id: "d".into() }]);
+        assert_eq!(wanted_ids("p2", &control), ["d"]);
     }
 
     #[test]

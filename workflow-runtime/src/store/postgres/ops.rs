@@ -333,6 +333,7 @@ pub(super) async fn commit(
     s: &Schema,
     commit: &Commit<String>,
     nonce: Option<i64>,
+    keep_until: Option<Micros>,
 ) -> StoreResult<Committed> {
     let id = commit.instance_id.as_str();
     let state = commit.state.as_str();
@@ -365,9 +366,9 @@ pub(super) async fn commit(
         "EXISTS (SELECT 1 FROM @wf_queue)"
     };
     let row = sqlx::query(&s.sql(&format!(
-        "SELECT new_version, definition, {queue} FROM @wf_commit($1, $2, $3, $4, $5, $6, $7,
-            $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23, $24,
-            $25, $26, $27, $28, $29, $30, $31, $32, $33, $34, $35, $36, $37, $38)",
+        "SELECT new_version, definition, {queue}, kept FROM @wf_commit($1, $2, $3, $4, $5, $6,
+            $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23,
+            $24, $25, $26, $27, $28, $29, $30, $31, $32, $33, $34, $35, $36, $37, $38, $39)",
     )))
     .bind(id)
     .bind(to_i64(commit.expected_version))
@@ -381,6 +382,7 @@ pub(super) async fn commit(
     .bind(commit.status.is_final().then_some(commit.now))
     .bind(commit.clear_control_request)
     .bind(commit.release_lease)
+    .bind(keep_until)
     .bind(&commit.receipts)
     .bind(&commit.bookmarks_removed)
     .bind(
@@ -428,6 +430,7 @@ pub(super) async fn commit(
     let version = to_u64(row.try_get(0)?);
     let definition_name: String = row.try_get(1)?;
     let queue_waiting: bool = row.try_get(2)?;
+    let kept: bool = row.try_get(3)?;
     // ENG-54: a migration re-pins the instance and its bookmark rows (those the function
     // just added included), in this transaction, after the function's version and token
     // checks.
@@ -475,6 +478,7 @@ pub(super) async fn commit(
     Ok(Committed {
         version,
         queue_waiting: queue_waiting || !commit.queue_items.is_empty(),
+        kept,
     })
 }
 
@@ -486,6 +490,9 @@ pub(super) struct Committed {
     /// bookmarks): without any, its `QueueChanged` hint can wake no other process's queue
     /// worker to anything, so they are not sent it.
     pub(super) queue_waiting: bool,
+    /// Whether the lease the commit was asked to keep (`keep_until`) stays with its holder
+    /// (ST-38): no other process marked it wanted.
+    pub(super) kept: bool,
 }
 
 /// Whether a commit writes more than the commit function does, so its statements must run
@@ -546,11 +553,16 @@ pub(super) async fn request_control(
     let status = instance_status(c, s, id).await?;
     if !status.is_final() {
         let text = serde_json::to_string(request).map_err(StoreError::unavailable)?;
-        sqlx::query(&s.sql("UPDATE @wf_instances SET control_request = $1 WHERE instance_id = $2"))
-            .bind(text)
-            .bind(id)
-            .execute(&mut *c)
-            .await?;
+        // ST-38: a lease kept by its holder is wanted for the request.
+        sqlx::query(&s.sql(
+            "UPDATE @wf_instances SET control_request = $1,
+                lease_wanted = lease_wanted OR lease_owner IS NOT NULL
+             WHERE instance_id = $2",
+        ))
+        .bind(text)
+        .bind(id)
+        .execute(&mut *c)
+        .await?;
     }
     Ok(status)
 }
@@ -718,7 +730,7 @@ pub(super) async fn acquire_lease(
     let expires_at = now.saturating_add(ttl);
     let token: Option<i64> = sqlx::query_scalar(&s.sql(
         "UPDATE @wf_instances SET lease_token = lease_token + 1, lease_owner = $2,
-            lease_expires_at = $3, lease_nonce = NULL
+            lease_expires_at = $3, lease_nonce = NULL, lease_wanted = FALSE
          WHERE instance_id = $1
            AND (lease_owner IS NULL OR lease_expires_at IS NULL OR lease_expires_at <= $4)
          RETURNING lease_token",
@@ -735,18 +747,43 @@ pub(super) async fn acquire_lease(
             expires_at,
         });
     }
-    let row = sqlx::query(
-        &s.sql("SELECT lease_owner, lease_expires_at FROM @wf_instances WHERE instance_id = $1"),
-    )
+    let (holder, until, _) = mark_wanted(c, s, id, owner, now).await?;
+    Err(StoreError::LeaseHeld {
+        resource: instance_resource(id),
+        holder,
+        until,
+    })
+}
+
+/// The holder, expiry and token of an instance's lease, read after a claim by `owner` found
+/// it held; a live lease of another owner is marked wanted (`lease_wanted`, ST-38) in the
+/// same statement, so its holder gives it back at its next commit (and the store notifies
+/// the holder: see the callers).
+async fn mark_wanted(
+    c: &mut Conn,
+    s: &Schema,
+    id: &str,
+    owner: &str,
+    now: Micros,
+) -> StoreResult<(String, Micros, u64)> {
+    let row = sqlx::query(&s.sql(
+        "UPDATE @wf_instances SET lease_wanted = lease_wanted
+            OR (lease_owner IS NOT NULL AND lease_owner <> $2 AND lease_expires_at > $3)
+         FROM (SELECT set_config('synchronous_commit', 'off', true)) AS unflushed(s)
+         WHERE instance_id = $1
+         RETURNING lease_owner, lease_expires_at, lease_token",
+    ))
     .bind(id)
+    .bind(owner)
+    .bind(now)
     .fetch_optional(&mut *c)
     .await?
     .ok_or_else(|| not_found("instance", id))?;
-    Err(StoreError::LeaseHeld {
-        resource: instance_resource(id),
-        holder: row.try_get::<Option<String>, _>(0)?.unwrap_or_default(),
-        until: row.try_get::<Option<Micros>, _>(1)?.unwrap_or_default(),
-    })
+    Ok((
+        row.try_get::<Option<String>, _>(0)?.unwrap_or_default(),
+        row.try_get::<Option<Micros>, _>(1)?.unwrap_or_default(),
+        to_u64(row.try_get(2)?),
+    ))
 }
 
 /// Takes (or, with `token`, refreshes) an instance's lease and reads the instance in one
@@ -777,7 +814,8 @@ pub(super) async fn claim_instance(
         None => {
             sqlx::query(&s.sql(&format!(
                 "UPDATE @wf_instances SET lease_token = GREATEST(lease_token, $6) + 1,
-                    lease_owner = $2, lease_expires_at = $3, lease_nonce = $5
+                    lease_owner = $2, lease_expires_at = $3, lease_nonce = $5,
+                    lease_wanted = FALSE
                  FROM (SELECT set_config('synchronous_commit', 'off', true)) AS unflushed(s)
                  WHERE instance_id = $1
                    AND (lease_owner IS NULL OR lease_expires_at IS NULL OR lease_expires_at <= $4)
@@ -819,25 +857,25 @@ pub(super) async fn claim_instance(
             record,
         });
     }
-    let row = sqlx::query(&s.sql(
-        "SELECT lease_owner, lease_expires_at, lease_token FROM @wf_instances
-         WHERE instance_id = $1",
-    ))
-    .bind(id)
-    .fetch_optional(&mut *c)
-    .await?
-    .ok_or_else(|| not_found("instance", id))?;
-    Err(match claim.token {
-        None => StoreError::LeaseHeld {
-            resource: instance_resource(id),
-            holder: row.try_get::<Option<String>, _>(0)?.unwrap_or_default(),
-            until: row.try_get::<Option<Micros>, _>(1)?.unwrap_or_default(),
-        },
-        Some(token) => StoreError::Fenced {
+    if let Some(token) = claim.token {
+        let current: i64 = sqlx::query_scalar(
+            &s.sql("SELECT lease_token FROM @wf_instances WHERE instance_id = $1"),
+        )
+        .bind(id)
+        .fetch_optional(&mut *c)
+        .await?
+        .ok_or_else(|| not_found("instance", id))?;
+        return Err(StoreError::Fenced {
             resource: instance_resource(id),
             token,
-            current: to_u64(row.try_get(2)?),
-        },
+            current: to_u64(current),
+        });
+    }
+    let (holder, until, _) = mark_wanted(c, s, id, &claim.owner, claim.now).await?;
+    Err(StoreError::LeaseHeld {
+        resource: instance_resource(id),
+        holder,
+        until,
     })
 }
 
@@ -907,13 +945,64 @@ pub(super) async fn release_lease(
 ) -> StoreResult<()> {
     check_instance_token(c, s, id, token, nonce).await?;
     sqlx::query(&s.sql(
-        "UPDATE @wf_instances SET lease_owner = NULL, lease_expires_at = NULL, lease_nonce = NULL
+        "UPDATE @wf_instances SET lease_owner = NULL, lease_expires_at = NULL, lease_nonce = NULL,
+            lease_wanted = FALSE
          WHERE instance_id = $1",
     ))
     .bind(id)
     .execute(&mut *c)
     .await?;
     Ok(())
+}
+
+/// Gives back the kept leases `ids` (ST-38) under their tokens and nonces, in one statement:
+/// a lease taken over meanwhile is left as it is. Returns the instances given back.
+pub(super) async fn give_back_kept(
+    c: &mut Conn,
+    s: &Schema,
+    ids: &[String],
+    tokens: &[i64],
+    nonces: &[i64],
+) -> StoreResult<Vec<String>> {
+    Ok(sqlx::query_scalar(&s.sql(
+        "UPDATE @wf_instances i SET lease_owner = NULL, lease_expires_at = NULL,
+            lease_nonce = NULL, lease_wanted = FALSE
+         FROM unnest($1::text[], $2::bigint[], $3::bigint[]) AS k(id, token, nonce)
+         WHERE i.instance_id = k.id AND i.lease_token = k.token AND i.lease_nonce = k.nonce
+           AND i.lease_owner IS NOT NULL
+         RETURNING i.instance_id",
+    ))
+    .bind(ids)
+    .bind(tokens)
+    .bind(nonces)
+    .fetch_all(&mut *c)
+    .await?)
+}
+
+/// Renews the kept leases `ids` (ST-38) under their tokens and nonces until `expires_at`, in
+/// one statement, unless another process wants one (that one is left to expire or be given
+/// back). Returns the instances renewed.
+pub(super) async fn renew_kept(
+    c: &mut Conn,
+    s: &Schema,
+    ids: &[String],
+    tokens: &[i64],
+    nonces: &[i64],
+    expires_at: Micros,
+) -> StoreResult<Vec<String>> {
+    Ok(sqlx::query_scalar(&s.sql(
+        "UPDATE @wf_instances i SET lease_expires_at = $4
+         FROM unnest($1::text[], $2::bigint[], $3::bigint[]) AS k(id, token, nonce)
+         WHERE i.instance_id = k.id AND i.lease_token = k.token AND i.lease_nonce = k.nonce
+           AND i.lease_owner IS NOT NULL AND NOT i.lease_wanted
+         RETURNING i.instance_id",
+    ))
+    .bind(ids)
+    .bind(tokens)
+    .bind(nonces)
+    .bind(expires_at)
+    .fetch_all(&mut *c)
+    .await?)
 }
 
 /// Acquires a named lease (ST-11) in one upsert that only takes a free or expired lease.
