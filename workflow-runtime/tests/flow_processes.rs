@@ -183,8 +183,14 @@ async fn flow_child() {
         println!("ready");
         std::future::pending::<()>().await;
     }
+    // QU-11: a start whose task waits for a slot returns with its instance suspended; any
+    // process may run it when it is resumed.
     for start in starts {
-        start.await.unwrap();
+        let id = start.await.unwrap().instance_id;
+        runtime
+            .await_completion(&id, Duration::from_secs(80))
+            .await
+            .unwrap();
     }
     runtime.shutdown(Duration::from_secs(5)).await;
     println!("done");
@@ -380,15 +386,16 @@ async fn a_killed_process_slots_come_back_within_seconds_none_lost_or_doubled() 
         child.wait().unwrap();
         let killed = Instant::now();
         for run in waiting {
-            tokio::time::timeout(Duration::from_secs(10), run)
+            let id = run.await.unwrap().instance_id;
+            survivor
+                .await_completion(&id, Duration::from_secs(10).saturating_sub(killed.elapsed()))
                 .await
-                .unwrap_or_else(|_| {
+                .unwrap_or_else(|error| {
                     panic!(
                         "round {round}: the killed process's slots did not come back within \
-                         10 s (lease TTL 30 s)"
+                         10 s (lease TTL 30 s): {error}"
                     )
-                })
-                .unwrap();
+                });
         }
         eprintln!(
             "round {round}: the killed process's slots came back; the waiting work finished {:?} after the SIGKILL",
@@ -417,7 +424,11 @@ async fn a_killed_process_slots_come_back_within_seconds_none_lost_or_doubled() 
         })
         .collect();
     for start in starts {
-        start.await.unwrap();
+        let id = start.await.unwrap().instance_id;
+        survivor
+            .await_completion(&id, Duration::from_secs(30))
+            .await
+            .unwrap();
     }
     let after = logged(&log).await;
     assert_eq!(after.len(), 6);
