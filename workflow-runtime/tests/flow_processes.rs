@@ -388,7 +388,10 @@ async fn a_killed_process_slots_come_back_within_seconds_none_lost_or_doubled() 
         for run in waiting {
             let id = run.await.unwrap().instance_id;
             survivor
-                .await_completion(&id, Duration::from_secs(10).saturating_sub(killed.elapsed()))
+                .await_completion(
+                    &id,
+                    Duration::from_secs(10).saturating_sub(killed.elapsed()),
+                )
                 .await
                 .unwrap_or_else(|error| {
                     panic!(

@@ -178,7 +178,11 @@ async fn a_waiting_attempt_suspends_its_instance(store: Storage) {
         .await
         .unwrap();
     assert_eq!(*probe.order.lock().unwrap(), ["blocker", "second"]);
-    assert_eq!(line(&store).await, (Vec::new(), 0, 0), "no slot or place leaks");
+    assert_eq!(
+        line(&store).await,
+        (Vec::new(), 0, 0),
+        "no slot or place leaks"
+    );
     runtime.shutdown(Duration::from_secs(5)).await;
 }
 

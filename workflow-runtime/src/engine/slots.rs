@@ -243,7 +243,9 @@ impl FlowGate {
     fn pause(&self, wait: &SlotWait, cap: Micros) -> Duration {
         let spread = MAX_POLL
             .saturating_mul(1 + wait.ahead)
-            .min(Duration::from_micros(u64::try_from(cap).unwrap_or(1).max(1)));
+            .min(Duration::from_micros(
+                u64::try_from(cap).unwrap_or(1).max(1),
+            ));
         wait.retry_at
             .map_or(spread, |at| {
                 Duration::from_micros(u64::try_from(at - now_micros()).unwrap_or(0))

@@ -23,7 +23,12 @@ pub(crate) fn listing_of(state: &WorkflowState) -> InstanceListing {
 /// flow-control slot (QU-11, QU-13) the queue's too, `wf.slot:payments`.
 fn waiting_name(bookmark: &Bookmark) -> std::borrow::Cow<'_, str> {
     let queue = (bookmark.name == crate::engine::names::Reserved::Slot.name())
-        .then(|| bookmark.payload.get("queue").and_then(serde_json::Value::as_str))
+        .then(|| {
+            bookmark
+                .payload
+                .get("queue")
+                .and_then(serde_json::Value::as_str)
+        })
         .flatten();
     match queue {
         Some(queue) => format!("{}:{queue}", bookmark.name).into(),

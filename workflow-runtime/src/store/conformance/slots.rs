@@ -415,13 +415,19 @@ pub async fn c48_slot_place_lease(backend: Arc<dyn TestBackend>) {
     assert_eq!(waiting(&store, &queue, long("b", T0)).await.ahead, 0);
     // The slot's lease ended without `b` asking again: `a` is kept alive, `c` comes later.
     let a = store.renew_slot(&a, T0 + TTL - SEC, TTL).await.unwrap();
-    let a = store.renew_slot(&a, T0 + 2 * TTL - 2 * SEC, TTL).await.unwrap();
+    let a = store
+        .renew_slot(&a, T0 + 2 * TTL - 2 * SEC, TTL)
+        .await
+        .unwrap();
     let c = waiting(&store, &queue, ask("c", T0 + 2 * TTL)).await;
     assert_eq!(c.ahead, 1, "b keeps its place for its place lease");
     let usage = store.queue_usage(T0 + 2 * TTL).await.unwrap();
     assert_eq!(usage[0].line, ["b", "c"]);
     // Past the place lease, `b` lost its place: `c` (asking again) is first.
-    let a = store.renew_slot(&a, T0 + 3 * TTL - 3 * SEC, TTL).await.unwrap();
+    let a = store
+        .renew_slot(&a, T0 + 3 * TTL - 3 * SEC, TTL)
+        .await
+        .unwrap();
     let c = waiting(&store, &queue, ask("c", T0 + 3 * TTL + SEC)).await;
     assert_eq!(c.ahead, 0, "b's place lease ended");
     // `b` asking again now takes a place at the back.
