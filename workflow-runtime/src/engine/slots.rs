@@ -316,7 +316,17 @@ impl FlowGate {
                     queue = %held.queue, holder = %held.holder, token = held.token,
                     "slot released"
                 );
-                self.wake(release.next);
+                // A queue limited by its rate alone has no more room after a release: its
+                // suspended waiters are resumed by their timers, when the window frees their
+                // start (QU-12), not by each release (a run and a commit each).
+                let frees_room = self.queues.get(&held.queue).is_none_or(|q| {
+                    q.concurrency_limit().is_some()
+                        || q.per_process_limit().is_some()
+                        || q.per_key_limit().is_some()
+                });
+                if frees_room {
+                    self.wake(release.next);
+                }
             }
             Err(error) => tracing::warn!(
                 target: "workflow_runtime::flow",
