@@ -177,7 +177,12 @@ impl FlowGate {
                 SlotOutcome::Waiting { wait, expired } => (expired, wait),
             };
             report_expired(queue, &expired);
-            if suspend {
+            // A wait for the rate window stays in the run: its end is known, and the run's
+            // own sleep meets it more precisely than a resume through the timer driver
+            // (QU-11). A wait for room others hold suspends.
+            let for_the_rate = matches!(wait.reason, WaitReason::Rate { .. })
+                || (matches!(wait.reason, WaitReason::Behind) && declared.rate_limit().is_some());
+            if suspend && !for_the_rate {
                 let until = self.pause(&wait, self.ttl);
                 if started.elapsed() + self.pause(&wait, self.ttl / 3) > IN_RUN_GRACE {
                     tracing::debug!(
@@ -264,7 +269,7 @@ impl FlowGate {
                         queue, holder, "left the line"
                     );
                 }
-                self.wake(release.next);
+                self.wake(release.next, true);
             }
             Err(error) => tracing::warn!(
                 target: "workflow_runtime::flow",
@@ -276,16 +281,17 @@ impl FlowGate {
     /// Wakes the waiter a release named (QU-12): an attempt of this process waiting in its
     /// run through its bell; else its instance, suspended waiting for the slot (QU-11), is
     /// resumed. A waiter in the run of another process hears the store's hint instead.
-    fn wake(&self, next: Option<String>) {
+    fn wake(&self, next: Option<String>, resume_suspended: bool) {
         let Some(next) = next else { return };
         let bell = crate::base::lock(&self.waiting).get(&next).cloned();
         match bell {
             Some(bell) => bell.notify_one(),
-            None => {
+            None if resume_suspended => {
                 if let (Some(waker), Some(instance)) = (self.waker.get(), instance_of(&next)) {
                     (waker.0)(instance.to_owned());
                 }
             }
+            None => {}
         }
     }
 
@@ -324,9 +330,7 @@ impl FlowGate {
                         || q.per_process_limit().is_some()
                         || q.per_key_limit().is_some()
                 });
-                if frees_room {
-                    self.wake(release.next);
-                }
+                self.wake(release.next, frees_room);
             }
             Err(error) => tracing::warn!(
                 target: "workflow_runtime::flow",
