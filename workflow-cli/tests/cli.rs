@@ -725,6 +725,7 @@ async fn queues_lists_limits_running_waiting_and_rate_used() {
                 priority: Priority::MIN,
                 now,
                 ttl: 600_000_000,
+                place_ttl: None,
             };
             storage.acquire_slot(&payments, ask).await.unwrap();
         }

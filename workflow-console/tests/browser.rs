@@ -287,6 +287,7 @@ async fn an_operator_retries_a_faulted_job_and_pays_an_order_in_chromium() {
                     priority: workflow_runtime::Priority::default(),
                     now,
                     ttl: 60_000_000,
+                    place_ttl: None,
                 },
             )
             .await

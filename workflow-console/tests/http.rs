@@ -467,6 +467,7 @@ async fn queues(app: &Runtime, console: &Router, waiter: Option<&str>) {
                     priority: Priority::default(),
                     now,
                     ttl: 60_000_000,
+                    place_ttl: None,
                 },
             )
             .await
@@ -510,6 +511,7 @@ async fn queues(app: &Runtime, console: &Router, waiter: Option<&str>) {
                 priority: Priority::default(),
                 now,
                 ttl: 60_000_000,
+                place_ttl: None,
             },
         )
         .await

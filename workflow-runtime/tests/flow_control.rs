@@ -80,8 +80,17 @@ async fn two_hundred_on_a_queue_of_five(store: Storage) {
             })
         })
         .collect();
+    // QU-11: a start whose task waits for a slot returns with its instance suspended; the
+    // instance runs when a release names it.
+    let mut ids = Vec::new();
     for start in starts {
-        start.await.unwrap();
+        ids.push(start.await.unwrap().instance_id);
+    }
+    for id in &ids {
+        runtime
+            .await_completion(id, Duration::from_secs(60))
+            .await
+            .unwrap();
     }
     assert_eq!(overlap.ended.load(Ordering::SeqCst), 200);
     let max = overlap.max.load(Ordering::SeqCst);
@@ -229,7 +238,11 @@ async fn a_higher_priority_runs_first_then_arrival_order() {
     waiting(4).await;
     gate.add_permits(1);
     for run in runs {
-        run.await.unwrap();
+        let id = run.await.unwrap().instance_id;
+        runtime
+            .await_completion(&id, Duration::from_secs(10))
+            .await
+            .unwrap();
     }
     assert_eq!(
         *order.lock().unwrap(),

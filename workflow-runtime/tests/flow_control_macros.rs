@@ -128,8 +128,21 @@ async fn start_all<W: Workflow<Data = Charge>>(runtime: &Arc<Runtime>, n: usize)
             })
         })
         .collect();
+    let mut ids = Vec::new();
     for start in starts {
-        start.await.unwrap();
+        ids.push(start.await.unwrap().instance_id);
+    }
+    complete(runtime, ids).await;
+}
+
+/// Waits until every instance of `ids` finished (QU-11: a start whose task waits for a slot
+/// returns with its instance suspended).
+async fn complete(runtime: &Runtime, ids: impl IntoIterator<Item = String>) {
+    for id in ids {
+        runtime
+            .await_completion(&id, Duration::from_secs(60))
+            .await
+            .unwrap();
     }
 }
 
@@ -203,11 +216,9 @@ fn single_runtime(store: &Storage) -> Arc<Runtime> {
 fn spawn_start<W: Workflow<Data = Charge>>(
     runtime: &Arc<Runtime>,
     data: Charge,
-) -> tokio::task::JoinHandle<()> {
+) -> tokio::task::JoinHandle<String> {
     let runtime = Arc::clone(runtime);
-    tokio::spawn(async move {
-        runtime.start::<W>(data).await.unwrap();
-    })
+    tokio::spawn(async move { runtime.start::<W>(data).await.unwrap().instance_id })
 }
 
 /// A blocker holds the single slot while customer `a` queues 100 tasks, then `b` and `c` one
@@ -240,9 +251,11 @@ async fn keys_from_the_macro_are_served_round_robin() {
     runs.push(spawn_start::<PerCustomer>(&runtime, charge("c", "c")));
     waiting(&store, "single", 102).await;
     hold.add_permits(1);
+    let mut ids = Vec::new();
     for run in runs {
-        run.await.unwrap();
+        ids.push(run.await.unwrap());
     }
+    complete(&runtime, ids).await;
     let order = probe.order.lock().unwrap().clone();
     assert_eq!(order.len(), 103);
     assert_eq!(order[0], "blocker");
@@ -279,9 +292,11 @@ async fn a_priority_written_in_the_macro_runs_first() {
     runs.push(spawn_start::<Urgent>(&runtime, charge("a", "high")));
     waiting(&store, "single", 4).await;
     hold.add_permits(1);
+    let mut ids = Vec::new();
     for run in runs {
-        run.await.unwrap();
+        ids.push(run.await.unwrap());
     }
+    complete(&runtime, ids).await;
     assert_eq!(
         *probe.order.lock().unwrap(),
         ["blocker", "high", "low-1", "low-2", "low-3"]

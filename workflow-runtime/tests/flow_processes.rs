@@ -163,11 +163,25 @@ async fn flow_child() {
                 instance_id: Some(format!("{owner}-{i}")),
                 ..StartOptions::default()
             };
+            let id = format!("{owner}-{i}");
             tokio::spawn(async move {
-                runtime
-                    .start_by_name(&name, json!({}), options)
-                    .await
-                    .unwrap()
+                loop {
+                    match runtime
+                        .start_by_name(&name, json!({}), options.clone())
+                        .await
+                    {
+                        Ok(started) => return started.instance_id,
+                        Err(workflow_runtime::StartError::InstanceExists { .. }) => return id,
+                        // Created, then claimed by another process's recovery before this
+                        // start took its lease: the start gave up; start it again.
+                        Err(workflow_runtime::StartError::Run(error))
+                            if error.to_string().contains("lease") =>
+                        {
+                            tokio::time::sleep(Duration::from_millis(50)).await;
+                        }
+                        Err(error) => panic!("{id}: {error}"),
+                    }
+                }
             })
         })
         .collect();
@@ -183,8 +197,30 @@ async fn flow_child() {
         println!("ready");
         std::future::pending::<()>().await;
     }
+    // QU-11: a start whose task waits for a slot returns with its instance suspended; any
+    // process may run it when it is resumed.
     for start in starts {
-        start.await.unwrap();
+        let id = start.await.unwrap();
+        runtime
+            .await_completion(&id, Duration::from_secs(80))
+            .await
+            .unwrap();
+    }
+    // The others' instances may be resumed here too (by a release or a timer this process
+    // claimed): stay until every task of the test ran, so no claim dies with this process.
+    if let Ok(total) = std::env::var("FLOW_TOTAL") {
+        let total: i64 = total.parse().unwrap();
+        let waited = Instant::now();
+        loop {
+            let ran: i64 = sqlx::query_scalar("SELECT count(*) FROM flow_log")
+                .fetch_one(&work.log)
+                .await
+                .unwrap();
+            if ran >= total || waited.elapsed() > Duration::from_secs(60) {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
     }
     runtime.shutdown(Duration::from_secs(5)).await;
     println!("done");
@@ -226,6 +262,8 @@ fn spawn_child(schema: &str, mode: &str, owner: &str, count: usize) -> Child {
         .env("FLOW_MODE", mode)
         .env("FLOW_OWNER", owner)
         .env("FLOW_COUNT", count.to_string())
+        // Three children run the same count (the kill test's child never finishes).
+        .env("FLOW_TOTAL", (3 * count).to_string())
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
@@ -380,15 +418,19 @@ async fn a_killed_process_slots_come_back_within_seconds_none_lost_or_doubled() 
         child.wait().unwrap();
         let killed = Instant::now();
         for run in waiting {
-            tokio::time::timeout(Duration::from_secs(10), run)
+            let id = run.await.unwrap().instance_id;
+            survivor
+                .await_completion(
+                    &id,
+                    Duration::from_secs(10).saturating_sub(killed.elapsed()),
+                )
                 .await
-                .unwrap_or_else(|_| {
+                .unwrap_or_else(|error| {
                     panic!(
                         "round {round}: the killed process's slots did not come back within \
-                         10 s (lease TTL 30 s)"
+                         10 s (lease TTL 30 s): {error}"
                     )
-                })
-                .unwrap();
+                });
         }
         eprintln!(
             "round {round}: the killed process's slots came back; the waiting work finished {:?} after the SIGKILL",
@@ -417,7 +459,11 @@ async fn a_killed_process_slots_come_back_within_seconds_none_lost_or_doubled() 
         })
         .collect();
     for start in starts {
-        start.await.unwrap();
+        let id = start.await.unwrap().instance_id;
+        survivor
+            .await_completion(&id, Duration::from_secs(30))
+            .await
+            .unwrap();
     }
     let after = logged(&log).await;
     assert_eq!(after.len(), 6);

@@ -5,8 +5,11 @@
 
 use crate::engine::executor::{CommitStrategy, Executor, RunError, StepError, engine_fault};
 use crate::engine::guard::CatchUnwind;
+use crate::engine::names::{ON_SLOT, Reserved};
 use crate::engine::observer::AttemptEnded;
 use crate::engine::state::{ContextId, EntryPoint, FaultKind, FaultRecord};
+use crate::identity::stimulus_hash;
+use serde_json::json;
 
 /// How an attempt ended.
 enum AttemptEnd<T> {
@@ -39,7 +42,12 @@ where
         };
         // QU-10, QU-11: a task of a queue runs only with a slot of it.
         let slot = match queue {
-            Some(queue) => Some(self.take_slot(id, queue).await?),
+            Some(queue) => match self.take_slot(id, queue).await? {
+                Some(lease) => Some(lease),
+                // QU-11: waiting for the slot out of the run, on a `wf.slot` bookmark; the
+                // context stays running and the attempt runs when it is resumed.
+                None => return Ok(()),
+            },
             None => None,
         };
         self.data_mut()?;
@@ -214,14 +222,16 @@ impl<D> Executor<'_, D>
 where
     D: serde::Serialize + serde::de::DeserializeOwned + Send + Sync + 'static,
 {
-    /// Takes a slot of `queue` for this attempt of context `id` (QU-11), waiting in line
-    /// while the queue has no room. A cancel while waiting abandons the run like a cancel
-    /// during the attempt; a queue the runtime does not declare faults the task.
+    /// Takes a slot of `queue` for this attempt of context `id` (QU-11). `None`: the queue
+    /// has no room for longer than the gate's grace, and the context now waits on a `wf.slot`
+    /// bookmark whose timer asks again (a release naming the holder resumes it sooner). A
+    /// cancel while waiting in the run abandons the run like a cancel during the attempt; a
+    /// queue the runtime does not declare faults the task.
     async fn take_slot(
         &mut self,
         id: ContextId,
         task_queue: &crate::engine::graph::TaskQueue,
-    ) -> Result<crate::store::SlotLease, StepError> {
+    ) -> Result<Option<crate::store::SlotLease>, StepError> {
         let queue = task_queue.name.as_str();
         let Some(gate) = self.attempts.flow.clone() else {
             return Err(engine_fault(
@@ -244,10 +254,33 @@ where
                 key.as_deref(),
                 task_queue.priority,
                 cancel.as_ref(),
+                true,
             )
             .await
         {
-            Ok(lease) => Ok(lease),
+            Ok(crate::engine::slots::Taken::Granted(lease)) => Ok(Some(lease)),
+            Ok(crate::engine::slots::Taken::Suspend { wait, after }) => {
+                let after = i64::try_from(after.as_micros()).unwrap_or(i64::MAX);
+                let due_at = self.attempts.clock.now().saturating_add(after);
+                let scope_context = id.to_string();
+                let hash = stimulus_hash(
+                    Reserved::Slot.name(),
+                    None,
+                    Some((self.state.instance_id.as_str(), scope_context.as_str())),
+                )
+                .map_err(|e| engine_fault(id, e.to_string()))?;
+                let payload = json!({
+                    "due_at": due_at,
+                    "queue": queue,
+                    "holder": holder,
+                    "key": key,
+                    "priority": task_queue.priority,
+                    "attempt": attempt,
+                    "why": crate::engine::slots::why(queue, &wait),
+                });
+                self.create_bookmark(id, Reserved::Slot.name(), hash, payload, Some(ON_SLOT))?;
+                Ok(None)
+            }
             Err(crate::engine::slots::GateError::Cancelled) => {
                 Err(StepError::Abort(RunError::Interrupted {
                     instance: self.state.instance_id.clone(),

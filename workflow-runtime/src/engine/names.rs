@@ -20,11 +20,13 @@ pub(crate) enum Reserved {
     Deadline,
     /// A SubWorkflow waiting for its child (`wf.sub_workflow`, ACT-24).
     SubWorkflow,
+    /// A task's attempt waiting for a flow-control slot (`wf.slot`, QU-11).
+    Slot,
 }
 
 impl Reserved {
     /// Every reserved name.
-    pub(crate) const ALL: [Reserved; 7] = [
+    pub(crate) const ALL: [Reserved; 8] = [
         Reserved::Retry,
         Reserved::Delay,
         Reserved::Timer,
@@ -32,6 +34,7 @@ impl Reserved {
         Reserved::Cron,
         Reserved::Deadline,
         Reserved::SubWorkflow,
+        Reserved::Slot,
     ];
 
     /// The bookmark name (`"wf.retry"`, ...).
@@ -44,6 +47,7 @@ impl Reserved {
             Reserved::Cron => "wf.cron",
             Reserved::Deadline => "wf.deadline",
             Reserved::SubWorkflow => crate::store::CHILD_WAIT,
+            Reserved::Slot => "wf.slot",
         }
     }
 
@@ -63,6 +67,7 @@ impl Reserved {
             Reserved::Cron => Some("cron"),
             Reserved::Deadline => Some("deadline"),
             Reserved::SubWorkflow => None,
+            Reserved::Slot => Some(SLOT_TIMER),
         }
     }
 }
@@ -111,3 +116,7 @@ pub(crate) const MIGRATED_TO: &str = "migrated_to";
 pub(crate) const ON_NODE: &str = "node_settled";
 /// The callback of a `wf.retry` bookmark: run the task again.
 pub(crate) const ON_RETRY: &str = "retry_due";
+/// The callback of a `wf.slot` bookmark: ask for the slot again, then run the attempt.
+pub(crate) const ON_SLOT: &str = "slot_due";
+/// The timer kind of a `wf.slot` bookmark (QU-11).
+pub(crate) const SLOT_TIMER: &str = "slot";

@@ -1,7 +1,9 @@
 //! Flow-control slots around a task attempt (QU-10, QU-11): before the attempt of a task of a
-//! queue runs, the gate takes a slot of it from the store, waiting in line while the queue's
-//! limits have no room; the slot is renewed while the attempt runs and released when it
-//! ends, whatever the outcome.
+//! queue runs, the gate takes a slot of it from the store. When the queue has no room for
+//! longer than a short grace, the attempt does not wait in its run: the gate answers
+//! [`Taken::Suspend`], the run suspends its instance on a `wf.slot` bookmark whose timer asks
+//! again, and a release naming the holder resumes it at once. The slot is renewed while the
+//! attempt runs and released when it ends, whatever the outcome.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -20,6 +22,31 @@ use crate::store::{
 /// it asks within the lease.
 const MAX_POLL: Duration = Duration::from_millis(500);
 
+/// How long an attempt may wait for its slot inside its run before its instance is suspended
+/// (QU-11): a waiter behind others that have room now asks again within `BEHIND_RETRY` (20
+/// ms), and a racing ask is served as soon; a longer wait is out of the run.
+pub(crate) const IN_RUN_GRACE: Duration = Duration::from_millis(25);
+
+/// What the gate answers an attempt that asks for a slot.
+#[derive(Debug)]
+pub(crate) enum Taken {
+    /// The slot is held: run the attempt under [`FlowGate::hold`].
+    Granted(SlotLease),
+    /// No room within the grace: suspend the instance and ask again `after` this long at the
+    /// latest (or when a release names the holder). The place in line is kept until then and
+    /// one lease more.
+    Suspend {
+        /// Why it waits, and where in line.
+        wait: SlotWait,
+        /// When to ask again at the latest.
+        after: Duration,
+    },
+}
+
+/// Resumes the suspended waits of an instance whose holder a release named (QU-11): set by
+/// the runtime, which runs the instance's `wf.slot` bookmarks.
+pub(crate) type SlotWaker = Box<dyn Fn(String) + Send + Sync>;
+
 /// The declared queues of a runtime and the store their slots live in.
 #[derive(Debug)]
 pub(crate) struct FlowGate {
@@ -30,6 +57,17 @@ pub(crate) struct FlowGate {
     /// The attempts of this process waiting in line, by holder: a release here wakes the
     /// one the store names as served next, and no other.
     waiting: std::sync::Mutex<HashMap<String, Arc<tokio::sync::Notify>>>,
+    /// Resumes an instance suspended waiting for a slot when a release names its holder.
+    waker: std::sync::OnceLock<Waker>,
+}
+
+/// The [`SlotWaker`] a gate holds.
+struct Waker(SlotWaker);
+
+impl std::fmt::Debug for Waker {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Waker")
+    }
 }
 
 /// Why an attempt did not get its slot.
@@ -56,11 +94,19 @@ impl FlowGate {
                 .collect(),
             ttl,
             waiting: std::sync::Mutex::new(HashMap::new()),
+            waker: std::sync::OnceLock::new(),
         }
     }
 
-    /// Takes a slot of `queue` for `holder` under the partition `key`, waiting in line until
-    /// one is granted (QU-11).
+    /// Sets what resumes an instance suspended waiting for a slot (QU-11); once.
+    pub(crate) fn set_waker(&self, waker: SlotWaker) {
+        let _ = self.waker.set(Waker(waker));
+    }
+
+    /// Takes a slot of `queue` for `holder` under the partition `key`. With `suspend`, a wait
+    /// longer than [`IN_RUN_GRACE`] answers [`Taken::Suspend`] (a task attempt, QU-11);
+    /// without, it waits in line until one is granted (a run of a definition-level queue,
+    /// QU-14).
     pub(crate) async fn acquire(
         &self,
         queue: &str,
@@ -68,7 +114,8 @@ impl FlowGate {
         key: Option<&str>,
         priority: u8,
         cancel: Option<&CancellationToken>,
-    ) -> Result<SlotLease, GateError> {
+        suspend: bool,
+    ) -> Result<Taken, GateError> {
         let declared = self
             .queues
             .get(queue)
@@ -77,12 +124,13 @@ impl FlowGate {
         let bell = Arc::new(tokio::sync::Notify::new());
         crate::base::lock(&self.waiting).insert(holder.to_owned(), Arc::clone(&bell));
         let result = self
-            .wait_in_line(declared, holder, key, priority, cancel, &bell)
+            .wait_in_line(declared, holder, key, priority, cancel, &bell, suspend)
             .await;
         crate::base::lock(&self.waiting).remove(holder);
         result
     }
 
+    #[allow(clippy::too_many_arguments, clippy::too_many_lines)]
     async fn wait_in_line(
         &self,
         declared: &Queue,
@@ -91,9 +139,14 @@ impl FlowGate {
         priority: Priority,
         cancel: Option<&CancellationToken>,
         bell: &tokio::sync::Notify,
-    ) -> Result<SlotLease, GateError> {
+        suspend: bool,
+    ) -> Result<Taken, GateError> {
         let queue = declared.name();
         let mut waited = false;
+        let started = tokio::time::Instant::now();
+        // QU-11: a suspended waiter asks again at the latest one lease later (its timer); its
+        // place is kept to then and one lease more, so a restart within a lease keeps it.
+        let place_ttl = suspend.then(|| self.ttl.saturating_mul(2));
         // QU-12: a release in another process names the waiter served next through the
         // store's hints. A store no other process shares sends none (a release here rings
         // the bell), and listening would wake every waiter at every commit.
@@ -109,6 +162,7 @@ impl FlowGate {
                 priority,
                 now: now_micros(),
                 ttl: self.ttl,
+                place_ttl,
             };
             let outcome = self
                 .storage
@@ -122,11 +176,28 @@ impl FlowGate {
                         target: "workflow_runtime::flow",
                         queue, holder, token = lease.token, waited, "slot acquired"
                     );
-                    return Ok(lease);
+                    return Ok(Taken::Granted(lease));
                 }
                 SlotOutcome::Waiting { wait, expired } => (expired, wait),
             };
             report_expired(queue, &expired);
+            // A wait for the rate window stays in the run: its end is known, and the run's
+            // own sleep meets it more precisely than a resume through the timer driver
+            // (QU-11). A wait for room others hold suspends.
+            let for_the_rate = matches!(wait.reason, WaitReason::Rate { .. })
+                || (matches!(wait.reason, WaitReason::Behind) && declared.rate_limit().is_some());
+            if suspend && !for_the_rate {
+                let until = self.pause(&wait, self.ttl);
+                if started.elapsed() + self.pause(&wait, self.ttl / 3) > IN_RUN_GRACE {
+                    tracing::debug!(
+                        target: "workflow_runtime::flow",
+                        queue, holder, why = %why(queue, &wait),
+                        asks_again_in_ms = until.as_millis(),
+                        "waiting for a slot; the instance is suspended"
+                    );
+                    return Ok(Taken::Suspend { wait, after: until });
+                }
+            }
             if !waited {
                 tracing::debug!(
                     target: "workflow_runtime::flow",
@@ -134,23 +205,7 @@ impl FlowGate {
                 );
             }
             waited = true;
-            // The store's retry time is when this waiter's own turn can come (QU-12: for a
-            // rate, when the start it waits for leaves the window). Without one, far back in
-            // line, ask less often: a release rings the bell of the one served next, in this
-            // process or (through the store's hints) in another, and every ask on a queue
-            // takes its row lock. Never later than a third of the lease, which keeps the
-            // place.
-            let spread = MAX_POLL
-                .saturating_mul(1 + wait.ahead)
-                .min(Duration::from_micros(
-                    u64::try_from(self.ttl / 3).unwrap_or(1).max(1),
-                ));
-            let pause = wait
-                .retry_at
-                .map_or(spread, |at| {
-                    Duration::from_micros(u64::try_from(at - now_micros()).unwrap_or(0))
-                })
-                .min(spread);
+            let pause = self.pause(&wait, self.ttl / 3);
             let cancelled = async {
                 match cancel {
                     Some(token) => token.cancelled().await,
@@ -183,10 +238,67 @@ impl FlowGate {
                 () = bell.notified() => {}
                 () = named => {}
                 () = cancelled => {
-                    let _ = self.storage.leave_queue(queue, holder, now_micros()).await;
+                    self.leave(queue, holder).await;
                     return Err(GateError::Cancelled);
                 }
             }
+        }
+    }
+
+    /// How long a waiter waits before asking again, at most `cap` µs: the store's retry
+    /// time is when this waiter's own turn can come (QU-12: for a rate, when the start it
+    /// waits for leaves the window). Without one, far back in line, it asks less often: a
+    /// release wakes the one served next, in this process or (through the store's hints or
+    /// its suspended instance's resume) in another, and every ask on a queue takes its row
+    /// lock. In a run the cap is a third of the lease, which keeps the place; a suspended
+    /// waiter's is one lease, its place kept a lease longer.
+    fn pause(&self, wait: &SlotWait, cap: Micros) -> Duration {
+        let spread = MAX_POLL
+            .saturating_mul(1 + wait.ahead)
+            .min(Duration::from_micros(
+                u64::try_from(cap).unwrap_or(1).max(1),
+            ));
+        wait.retry_at
+            .map_or(spread, |at| {
+                Duration::from_micros(u64::try_from(at - now_micros()).unwrap_or(0))
+            })
+            .min(spread)
+    }
+
+    /// Leaves the line of `queue` (a waiting instance was cancelled, QU-11) and wakes the
+    /// waiter that the place left makes first.
+    pub(crate) async fn leave(&self, queue: &str, holder: &str) {
+        match self.storage.leave_queue(queue, holder, now_micros()).await {
+            Ok(release) => {
+                if release.released {
+                    tracing::debug!(
+                        target: "workflow_runtime::flow",
+                        queue, holder, "left the line"
+                    );
+                }
+                self.wake(release.next, true);
+            }
+            Err(error) => tracing::warn!(
+                target: "workflow_runtime::flow",
+                queue, holder, %error, "leaving the line failed; the place expires"
+            ),
+        }
+    }
+
+    /// Wakes the waiter a release named (QU-12): an attempt of this process waiting in its
+    /// run through its bell; else its instance, suspended waiting for the slot (QU-11), is
+    /// resumed. A waiter in the run of another process hears the store's hint instead.
+    fn wake(&self, next: Option<String>, resume_suspended: bool) {
+        let Some(next) = next else { return };
+        let bell = crate::base::lock(&self.waiting).get(&next).cloned();
+        match bell {
+            Some(bell) => bell.notify_one(),
+            None if resume_suspended => {
+                if let (Some(waker), Some(instance)) = (self.waker.get(), instance_of(&next)) {
+                    (waker.0)(instance.to_owned());
+                }
+            }
+            None => {}
         }
     }
 
@@ -217,12 +329,15 @@ impl FlowGate {
                     queue = %held.queue, holder = %held.holder, token = held.token,
                     "slot released"
                 );
-                let next = release
-                    .next
-                    .and_then(|next| crate::base::lock(&self.waiting).get(&next).cloned());
-                if let Some(bell) = next {
-                    bell.notify_one();
-                }
+                // A queue limited by its rate alone has no more room after a release: its
+                // suspended waiters are resumed by their timers, when the window frees their
+                // start (QU-12), not by each release (a run and a commit each).
+                let frees_room = self.queues.get(&held.queue).is_none_or(|q| {
+                    q.concurrency_limit().is_some()
+                        || q.per_process_limit().is_some()
+                        || q.per_key_limit().is_some()
+                });
+                self.wake(release.next, frees_room);
             }
             Err(error) => tracing::warn!(
                 target: "workflow_runtime::flow",
@@ -231,6 +346,17 @@ impl FlowGate {
         }
         output
     }
+}
+
+/// The instance of a slot holder: `{instance}/{context}/{attempt}` for a task attempt
+/// (QU-11), `{instance}/run` for a run (QU-14).
+pub(crate) fn instance_of(holder: &str) -> Option<&str> {
+    if let Some(instance) = holder.strip_suffix("/run") {
+        return Some(instance);
+    }
+    let mut parts = holder.rsplitn(3, '/');
+    let (_attempt, _context) = (parts.next(), parts.next());
+    parts.next()
 }
 
 fn report_expired(queue: &str, expired: &[crate::store::slots::SlotRow]) {

@@ -95,6 +95,24 @@ impl Core {
         }));
         let starts = Arc::new(Starts::new(Arc::clone(&run_path)));
         let links = Arc::new(Links::new(Arc::clone(&run_path), Arc::clone(&starts)));
+        // QU-11: a release naming a holder whose instance is suspended waiting for the slot
+        // resumes it at once, in this process.
+        if let Some(gate) = run_path.flow() {
+            let (run_path, links) = (Arc::downgrade(&run_path), Arc::downgrade(&links));
+            gate.set_waker(Box::new(move |instance: String| {
+                let (run_path, links) = (run_path.clone(), links.clone());
+                tokio::spawn(async move {
+                    let Some(run_path) = run_path.upgrade() else {
+                        return;
+                    };
+                    run_path.resume_slot_waits(&instance).await;
+                    drop(run_path);
+                    if let Some(links) = links.upgrade() {
+                        links.process().await;
+                    }
+                });
+            }));
+        }
         let controller = Arc::new(Controller::new(
             Arc::clone(&run_path),
             Arc::clone(&links),

@@ -10,8 +10,29 @@ use crate::store::InstanceListing;
 pub(crate) fn listing_of(state: &WorkflowState) -> InstanceListing {
     InstanceListing {
         at: position(state).into_iter().map(str::to_owned).collect(),
-        waiting_for: state.bookmarks.iter().map(|b| b.name.clone()).collect(),
+        waiting_for: state
+            .bookmarks
+            .iter()
+            .map(|b| waiting_name(b).into_owned())
+            .collect(),
         open_incidents: open_incidents(state),
+    }
+}
+
+/// What a listing says a bookmark waits for: its name, and for an attempt waiting for a
+/// flow-control slot (QU-11, QU-13) the queue's too, `wf.slot:payments`.
+fn waiting_name(bookmark: &Bookmark) -> std::borrow::Cow<'_, str> {
+    let queue = (bookmark.name == crate::engine::names::Reserved::Slot.name())
+        .then(|| {
+            bookmark
+                .payload
+                .get("queue")
+                .and_then(serde_json::Value::as_str)
+        })
+        .flatten();
+    match queue {
+        Some(queue) => format!("{}:{queue}", bookmark.name).into(),
+        None => bookmark.name.as_str().into(),
     }
 }
 
@@ -40,7 +61,7 @@ pub(crate) fn listing_text(state: &WorkflowState) -> Option<String> {
         bookmarks: &&[Bookmark],
         serializer: S,
     ) -> Result<S::Ok, S::Error> {
-        serializer.collect_seq(bookmarks.iter().map(|b| &b.name))
+        serializer.collect_seq(bookmarks.iter().map(waiting_name))
     }
     let text = serde_json::to_string(&Borrowed {
         at: position(state),

@@ -179,10 +179,17 @@ where
                 (Some(queue), Some(gate)) => {
                     let holder = format!("{}/run", state.instance_id);
                     let cancel = options.attempts.instance_cancel.clone();
-                    let lease = gate
-                        .acquire(queue, &holder, None, 0, cancel.as_ref())
+                    // Not suspended (QU-14): the run waits in line for its slot.
+                    let taken = gate
+                        .acquire(queue, &holder, None, 0, cancel.as_ref(), false)
                         .await
                         .map_err(|error| run_slot_error(&state.instance_id, queue, error))?;
+                    let crate::engine::slots::Taken::Granted(lease) = taken else {
+                        return Err(RunError::StateCorrupt {
+                            instance: state.instance_id.clone(),
+                            reason: format!("the run's slot of `{queue}` was not granted"),
+                        });
+                    };
                     Some((std::sync::Arc::clone(gate), lease))
                 }
                 _ => None,

@@ -1581,6 +1581,12 @@ impl Storage {
                 reason: format!("must be more than 0, got {} µs", ask.ttl),
             });
         }
+        if let Some(place_ttl) = ask.place_ttl.filter(|t| *t <= 0) {
+            return Err(StoreError::Invalid {
+                what: "place_ttl",
+                reason: format!("must be more than 0, got {place_ttl} µs"),
+            });
+        }
         let request = SlotRequest {
             queue: queue.name().to_owned(),
             limits: super::slots::limits_of(queue),
@@ -1590,6 +1596,7 @@ impl Storage {
             priority: ask.priority.get(),
             now: ask.now,
             ttl: ask.ttl,
+            place_ttl: ask.place_ttl,
         };
         self.flow_control()?.acquire_slot(request).await
     }

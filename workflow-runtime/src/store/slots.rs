@@ -47,9 +47,13 @@ pub struct SlotRequest {
     pub priority: u8,
     /// Wall-clock now.
     pub now: Micros,
-    /// The lease of the slot, and of the place in line: a waiter that has not asked again
-    /// within it loses its place.
+    /// The lease of the slot, and of the place in line unless `place_ttl` is given: a waiter
+    /// that has not asked again within it loses its place.
     pub ttl: Micros,
+    /// The lease of the place in line when it differs from the slot's: a waiter that asks
+    /// again later than a slot's lease (its instance suspended until a timer, QU-11) keeps
+    /// its place that long. `None`: `ttl`.
+    pub place_ttl: Option<Micros>,
 }
 
 /// A slot held: present its token to renew or release it.
@@ -351,11 +355,12 @@ pub fn plan_acquire(request: &SlotRequest, snapshot: QueueSnapshot) -> SlotPlan 
     }
 
     // The holder's place in line: kept (refreshed), or taken at the back.
+    let place_ttl = request.place_ttl.unwrap_or(request.ttl);
     let me = match live_waiters.iter().find(|w| w.holder == request.holder) {
         Some(w) => WaiterRow {
             priority: request.priority,
             key: request.key.clone(),
-            expires_at: now.saturating_add(request.ttl),
+            expires_at: now.saturating_add(place_ttl),
             ..w.clone()
         },
         None => {
@@ -366,7 +371,7 @@ pub fn plan_acquire(request: &SlotRequest, snapshot: QueueSnapshot) -> SlotPlan 
                 priority: request.priority,
                 seq: counters.1,
                 enqueued_at: now,
-                expires_at: now.saturating_add(request.ttl),
+                expires_at: now.saturating_add(place_ttl),
             }
         }
     };
@@ -819,6 +824,10 @@ pub struct SlotAsk {
     pub now: Micros,
     /// The slot's lease (more than 0).
     pub ttl: Micros,
+    /// How long the place in line is kept without another ask (more than 0), when it
+    /// differs from `ttl`: an instance suspended until its timer asks again keeps it to
+    /// then (QU-11). `None`: `ttl`.
+    pub place_ttl: Option<Micros>,
 }
 
 /// The limits of a declaration, in the store's units.

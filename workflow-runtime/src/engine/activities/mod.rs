@@ -24,7 +24,7 @@ use crate::engine::error::RunError;
 use crate::engine::graph::{NodeIndex, NodeKind};
 use crate::engine::names::{
     ON_ACTION, ON_BODY, ON_BRANCH, ON_CHILD_DONE, ON_CONTINUE, ON_DEADLINE, ON_ENTRY, ON_EXIT,
-    ON_MIGRATED, ON_NODE, ON_RETRY, ON_SAGA_BODY, ON_STEP, ON_TICK, ON_TRIGGER,
+    ON_MIGRATED, ON_NODE, ON_RETRY, ON_SAGA_BODY, ON_SLOT, ON_STEP, ON_TICK, ON_TRIGGER,
 };
 use crate::engine::state::ContextId;
 use branching::BranchingActivity;
@@ -231,7 +231,7 @@ pub(crate) trait Activities<'g>: Scope<'g> {
                 ON_TICK,
             ) => self.timer_ticked(owner, *interval_ms, *body, until.as_deref(), *max_ticks),
             (NodeKind::Saga { .. }, ON_SAGA_BODY) => self.saga_body_completed(owner),
-            (NodeKind::Task { .. }, ON_RETRY) => self.task_retry_due(owner),
+            (NodeKind::Task { .. }, ON_RETRY | ON_SLOT) => self.task_retry_due(owner),
             (NodeKind::Sequence { steps }, ON_STEP) => {
                 self.sequence_step_completed(owner, steps, &child)
             }

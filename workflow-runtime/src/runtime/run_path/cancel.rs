@@ -99,8 +99,16 @@ impl RunPath {
         commits: &RunCommits<'_>,
         reason: Option<String>,
     ) -> Result<Started, RunError> {
+        let slot_waits = slot_waits(&state);
         let output = workflow.cancel(state, reason, &self.middleware, self.clock.now())?;
         let (_, started) = self.commit_and_publish(commits, output, true).await?;
+        // QU-11: an attempt suspended waiting for a slot leaves the line with the cancel, and
+        // the waiter its place made first is woken.
+        if let Some(gate) = &self.flow {
+            for (queue, holder) in slot_waits {
+                gate.leave(&queue, &holder).await;
+            }
+        }
         Ok(started)
     }
 
@@ -143,4 +151,18 @@ impl RunPath {
         );
         Ok(Control::Requested)
     }
+}
+
+/// The places in line the instance's attempts keep while suspended waiting for a slot
+/// (QU-11): `(queue, holder)` of each `wf.slot` bookmark.
+pub(crate) fn slot_waits(state: &WorkflowState) -> Vec<(String, String)> {
+    state
+        .bookmarks
+        .iter()
+        .filter(|b| b.name == crate::engine::names::Reserved::Slot.name())
+        .filter_map(|b| {
+            let text = |field: &str| b.payload.get(field)?.as_str().map(str::to_owned);
+            Some((text("queue")?, text("holder")?))
+        })
+        .collect()
 }

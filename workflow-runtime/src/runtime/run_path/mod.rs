@@ -398,6 +398,45 @@ impl RunPath {
 
     /// Runs an instance (see [`RunOptions`]); `Ok(None)` for an unknown id. The one way a
     /// run of this process begins.
+    /// The flow-control gate of the declared queues (QU-10).
+    pub(crate) fn flow(&self) -> Option<&crate::engine::slots::Gate> {
+        self.flow.as_ref()
+    }
+
+    /// Resumes the attempts of `instance_id` suspended waiting for a slot (QU-11), when a
+    /// release named one of them: each asks again as the same holder. Nothing when the
+    /// instance has no such wait (it was resumed already, or it waits in a run).
+    pub(crate) async fn resume_slot_waits(&self, instance_id: &str) {
+        let timers = match self.store.list_timers(instance_id).await {
+            Ok(timers) => timers,
+            Err(error) => {
+                tracing::debug!(
+                    target: "workflow_runtime::flow",
+                    instance = instance_id, %error, "reading a slot waiter's timers failed"
+                );
+                return;
+            }
+        };
+        let ids: Vec<String> = timers
+            .into_iter()
+            .filter(|t| t.kind == crate::engine::names::SLOT_TIMER)
+            .map(|t| t.timer_id)
+            .collect();
+        if ids.is_empty() {
+            return;
+        }
+        let payload = serde_json::json!({ "fired_at": self.clock.now() });
+        let target = RunTarget::Bookmarks { ids, payload };
+        if let Err(error) = self.run(instance_id, RunOptions::to(target)).await {
+            // Resumed by its timer meanwhile, cancelled, or run elsewhere: its timer stays
+            // the fallback.
+            tracing::debug!(
+                target: "workflow_runtime::flow",
+                instance = instance_id, %error, "resuming a slot waiter did not run"
+            );
+        }
+    }
+
     pub(crate) async fn run(
         &self,
         instance_id: &str,

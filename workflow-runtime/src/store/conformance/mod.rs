@@ -78,7 +78,7 @@ pub use queue::{
 };
 pub use slots::{
     c38_slot_concurrency, c39_slot_leases, c40_slot_rate, c41_slot_order,
-    c42_slot_limits_and_bad_input, c43_slot_concurrent_asks,
+    c42_slot_limits_and_bad_input, c43_slot_concurrent_asks, c50_slot_place_lease,
 };
 pub use timers::c12_timers;
 pub use triggers::{c11_triggers, trigger_schedules};
@@ -157,6 +157,7 @@ macro_rules! store_conformance_tests {
             c47_key_index,
             c48_released_lease_is_free_for_others,
             c49_claim_after_release_sees_writes,
+            c50_slot_place_lease,
         );
     };
     (@cases required $make:path; $($case:ident),* $(,)?) => {

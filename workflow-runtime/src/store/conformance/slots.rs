@@ -21,6 +21,7 @@ fn ask(holder: &str, now: Micros) -> SlotAsk {
         priority: Priority::MIN,
         now,
         ttl: TTL,
+        place_ttl: None,
     }
 }
 
@@ -403,4 +404,60 @@ pub async fn c43_slot_concurrent_asks(backend: Arc<dyn TestBackend>) {
         assert_eq!(usage.running, limit);
         assert_eq!(usage.waiting, 20 - limit);
     }
+}
+
+/// C-50: a waiter asking with a place lease longer than the slot's (an instance suspended
+/// until its timer asks again, QU-11) keeps its place that long without asking: one asking
+/// after the slot's lease is still behind it, and is first only once the place's lease
+/// ended; granted, it holds its slot for the slot's lease only.
+pub async fn c50_slot_place_lease(backend: Arc<dyn TestBackend>) {
+    let store = Harness::new(backend);
+    let queue = Queue::new("suspended").concurrency(1);
+    let a = granted(&store, &queue, ask("a", T0)).await;
+    let long = |holder: &str, now: Micros| SlotAsk {
+        place_ttl: Some(3 * TTL),
+        ..ask(holder, now)
+    };
+    assert_eq!(waiting(&store, &queue, long("b", T0)).await.ahead, 0);
+    // The slot's lease ended without `b` asking again: `a` is kept alive, `c` comes later.
+    let a = store.renew_slot(&a, T0 + TTL - SEC, TTL).await.unwrap();
+    let a = store
+        .renew_slot(&a, T0 + 2 * TTL - 2 * SEC, TTL)
+        .await
+        .unwrap();
+    let c = waiting(&store, &queue, ask("c", T0 + 2 * TTL)).await;
+    assert_eq!(c.ahead, 1, "b keeps its place for its place lease");
+    let usage = store.queue_usage(T0 + 2 * TTL).await.unwrap();
+    assert_eq!(usage[0].line, ["b", "c"]);
+    // Past the place lease, `b` lost its place: `c` (asking again) is first.
+    let a = store
+        .renew_slot(&a, T0 + 3 * TTL - 3 * SEC, TTL)
+        .await
+        .unwrap();
+    let c = waiting(&store, &queue, ask("c", T0 + 3 * TTL + SEC)).await;
+    assert_eq!(c.ahead, 0, "b's place lease ended");
+    // `b` asking again now takes a place at the back.
+    let b = waiting(&store, &queue, long("b", T0 + 3 * TTL + SEC)).await;
+    assert_eq!(b.ahead, 1);
+    // Granted with a long place lease, the slot is leased for the slot's lease only.
+    let freed = T0 + 3 * TTL + 2 * SEC;
+    let release = store.release_slot(&a, freed).await.unwrap();
+    assert_eq!(release.next.as_deref(), Some("c"));
+    let c = granted(&store, &queue, long("c", freed)).await;
+    assert_eq!(c.expires_at, freed + TTL);
+    // A place lease of 0 is refused, naming it.
+    let err = store
+        .acquire_slot(
+            &queue,
+            SlotAsk {
+                place_ttl: Some(0),
+                ..ask("d", freed)
+            },
+        )
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, StoreError::Invalid { .. }) && err.to_string().contains("place_ttl"),
+        "{err}"
+    );
 }

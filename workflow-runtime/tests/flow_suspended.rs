@@ -1,0 +1,295 @@
+//! Waiting for a flow-control slot is a durable suspension (QU-11, QU-13): an attempt whose
+//! queue is full does not wait inside its run; its instance is committed suspended on a
+//! `wf.slot` bookmark, listed as waiting for the queue, with its instance lease given back;
+//! `why` words the wait; a cancel leaves the line; a release resumes the next waiter; and
+//! waiting instances survive a restart of their runtime, then run in their order, each once.
+#![allow(clippy::unwrap_used, clippy::panic, clippy::indexing_slicing)]
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde_json::json;
+use workflow_runtime::model::Definition;
+use workflow_runtime::store::{PostgresOptions, PostgresStore, SlotAsk, SlotOutcome, Storage};
+use workflow_runtime::{
+    Control, InstanceQuery, MemoryStore, Priority, Queue, Registry, Runtime, SqliteStore,
+    StartOptions, SubStatus, TaskContext, WorkflowStatus,
+};
+
+/// Wall-clock now, µs (slot leases are on the wall clock).
+fn wall_now() -> i64 {
+    let since = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap();
+    i64::try_from(since.as_micros()).unwrap()
+}
+
+const SINGLE: Queue = Queue::new("single").concurrency(1);
+
+/// A workflow `name` of one task `work` in the queue `single` at `priority`.
+fn definition(name: &str, priority: u8) -> Definition {
+    serde_json::from_value(json!({
+        "name": name,
+        "root": { "kind": "sequence", "id": "root", "steps": [
+            { "kind": "task", "id": "work", "function": "work", "queue": "single",
+              "priority": priority }
+        ] }
+    }))
+    .unwrap()
+}
+
+/// What the tasks did: the labels in the order they ran; the task labelled `blocker` says
+/// it began, then waits for a permit of `hold`.
+struct Probe {
+    order: Mutex<Vec<String>>,
+    began: tokio::sync::Notify,
+    hold: tokio::sync::Semaphore,
+}
+
+impl Default for Probe {
+    fn default() -> Self {
+        Self {
+            order: Mutex::new(Vec::new()),
+            began: tokio::sync::Notify::new(),
+            hold: tokio::sync::Semaphore::new(0),
+        }
+    }
+}
+
+fn registry(probe: &Arc<Probe>) -> Registry<serde_json::Value> {
+    let probe = Arc::clone(probe);
+    Registry::new().task("work", move |cx: &mut TaskContext<serde_json::Value>| {
+        let probe = Arc::clone(&probe);
+        let label = cx.data()["label"].as_str().unwrap_or_default().to_owned();
+        Box::pin(async move {
+            if label == "blocker" {
+                probe.began.notify_one();
+                probe.hold.acquire().await.unwrap().forget();
+            }
+            probe.order.lock().unwrap().push(label);
+            Ok(workflow_runtime::Outcome::done())
+        })
+    })
+}
+
+fn build(store: &Storage, owner: &str, probe: &Arc<Probe>) -> Runtime {
+    Runtime::builder()
+        .store(store.clone())
+        .owner(owner)
+        .lease_ttl(Duration::from_secs(2))
+        .queue(SINGLE)
+        .register_definition(definition("Low", 0), registry(probe))
+        .register_definition(definition("High", 9), registry(probe))
+        .build()
+        .unwrap()
+}
+
+/// Starts `label` of `name` with the instance id `label`: it returns at once, even when its
+/// task waits for a slot.
+async fn start(runtime: &Runtime, name: &str, label: &str) -> workflow_runtime::Started {
+    let options = StartOptions {
+        instance_id: Some(label.to_owned()),
+        ..StartOptions::default()
+    };
+    tokio::time::timeout(
+        Duration::from_secs(10),
+        runtime.start_by_name(name, json!({ "label": label }), options),
+    )
+    .await
+    .unwrap_or_else(|_| panic!("the start of `{label}` waited in its run for a slot"))
+    .unwrap()
+}
+
+/// The queue `single`'s line (holders in serving order), running count and waiting count.
+async fn line(store: &Storage) -> (Vec<String>, u32, u32) {
+    let usage = store.queue_usage(wall_now()).await.unwrap();
+    let single = usage.iter().find(|u| u.queue == "single").unwrap();
+    (single.line.clone(), single.running, single.waiting)
+}
+
+/// With the one slot held by a running task, a second instance's start returns with it
+/// suspended, listed as waiting for `wf.slot:single`, and `why` words the wait; its lease is
+/// free, so a cancel is applied at once, and its place leaves the line; the next waiter is
+/// served when the slot comes back, and nothing stays held or in line.
+async fn a_waiting_attempt_suspends_its_instance(store: Storage) {
+    let probe = Arc::new(Probe::default());
+    let runtime = Arc::new(build(&store, "only", &probe));
+    let began = probe.began.notified();
+    let blocker = {
+        let runtime = Arc::clone(&runtime);
+        tokio::spawn(async move { start(&runtime, "Low", "blocker").await })
+    };
+    began.await;
+
+    let first = start(&runtime, "Low", "first").await;
+    assert_eq!(
+        (first.status, first.sub_status),
+        (WorkflowStatus::Suspended, Some(SubStatus::Waiting)),
+        "waiting for a slot, the instance is suspended, not running"
+    );
+    let second = start(&runtime, "Low", "second").await;
+    assert_eq!(second.status, WorkflowStatus::Suspended);
+    let listed = runtime
+        .list_instances(InstanceQuery {
+            status: Some(WorkflowStatus::Suspended),
+            ..InstanceQuery::default()
+        })
+        .await
+        .unwrap();
+    let mut waiting: Vec<_> = listed
+        .iter()
+        .map(|s| (s.instance_id.as_str(), s.waiting_for.clone()))
+        .collect();
+    waiting.sort();
+    assert_eq!(
+        waiting,
+        [
+            ("first", vec!["wf.slot:single".to_owned()]),
+            ("second", vec!["wf.slot:single".to_owned()])
+        ]
+    );
+    assert_eq!(
+        store.slot_waits("first", wall_now()).await.unwrap(),
+        ["waiting for `single`: 1 of 1 running"]
+    );
+    assert_eq!(
+        store.slot_waits("second", wall_now()).await.unwrap(),
+        ["waiting for `single`: 1 of 1 running, 1 ahead of it"]
+    );
+
+    // Its lease is not held: the cancel is applied here and now, not requested.
+    let cancelled = runtime.cancel("first", None).await.unwrap();
+    let Control::Applied(cancelled) = cancelled else {
+        panic!("the cancel of a suspended waiter was only requested: its lease is held")
+    };
+    assert_eq!(cancelled.status, WorkflowStatus::Cancelled);
+    let (holders, running, waiting) = line(&store).await;
+    assert_eq!((running, waiting), (1, 1), "{holders:?}");
+    assert!(holders[0].starts_with("second/"), "{holders:?}");
+    assert_eq!(
+        store.slot_waits("second", wall_now()).await.unwrap(),
+        ["waiting for `single`: 1 of 1 running"]
+    );
+
+    probe.hold.add_permits(1);
+    assert_eq!(blocker.await.unwrap().status, WorkflowStatus::Finished);
+    runtime
+        .await_completion("second", Duration::from_secs(10))
+        .await
+        .unwrap();
+    assert_eq!(*probe.order.lock().unwrap(), ["blocker", "second"]);
+    assert_eq!(
+        line(&store).await,
+        (Vec::new(), 0, 0),
+        "no slot or place leaks"
+    );
+    runtime.shutdown(Duration::from_secs(5)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiting_attempt_suspends_its_instance_on_memory() {
+    a_waiting_attempt_suspends_its_instance(Storage::new(Arc::new(MemoryStore::new()))).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiting_attempt_suspends_its_instance_on_sqlite() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = SqliteStore::open(dir.path().join("flow.db")).unwrap();
+    a_waiting_attempt_suspends_its_instance(Storage::new(Arc::new(store))).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiting_attempt_suspends_its_instance_on_postgres() {
+    let Some((store, _guard)) = workflow_runtime::store::conformance::postgres::fresh_store().await
+    else {
+        return;
+    };
+    a_waiting_attempt_suspends_its_instance(Storage::new(store)).await;
+}
+
+/// An outside holder takes the one slot; a runtime starts four instances whose tasks wait
+/// (priority 0, 0, 9, 0), each suspended; the runtime shuts down and is dropped, and a new
+/// one opens the same store. The holder gives the slot back: the waiters run in their order
+/// (the high one first, the others in arrival order), each exactly once, resumed by their
+/// timers and by each other's releases; nothing stays held or in line.
+async fn waiters_survive_a_restart(first: Storage, reopen: impl AsyncFnOnce() -> Storage) {
+    let probe = Arc::new(Probe::default());
+    let outside = SlotAsk {
+        holder: "outside/1/1".to_owned(),
+        owner: "outside".to_owned(),
+        key: None,
+        priority: Priority::MIN,
+        now: wall_now(),
+        ttl: 60_000_000,
+        place_ttl: None,
+    };
+    let SlotOutcome::Granted { lease, .. } = first.acquire_slot(&SINGLE, outside).await.unwrap()
+    else {
+        panic!("the outside holder waits")
+    };
+    let runtime = build(&first, "before", &probe);
+    for (name, label) in [
+        ("Low", "low-1"),
+        ("Low", "low-2"),
+        ("High", "high"),
+        ("Low", "low-3"),
+    ] {
+        let started = start(&runtime, name, label).await;
+        assert_eq!(started.status, WorkflowStatus::Suspended, "{label}");
+    }
+    runtime.shutdown(Duration::from_secs(5)).await;
+    drop(runtime);
+    drop(first);
+    // Longer than a slot's lease (2 s): the places are kept for the suspension.
+    tokio::time::sleep(Duration::from_millis(2_500)).await;
+
+    let store = reopen().await;
+    let (holders, running, waiting) = line(&store).await;
+    assert_eq!((running, waiting), (1, 4), "{holders:?}");
+    assert!(holders[0].starts_with("high/"), "{holders:?}");
+    let runtime = build(&store, "after", &probe);
+    runtime.run_background().unwrap();
+    store.release_slot(&lease, wall_now()).await.unwrap();
+    for id in ["low-1", "low-2", "high", "low-3"] {
+        runtime
+            .await_completion(id, Duration::from_secs(30))
+            .await
+            .unwrap();
+    }
+    assert_eq!(
+        *probe.order.lock().unwrap(),
+        ["high", "low-1", "low-2", "low-3"],
+        "priority, then arrival order, each once"
+    );
+    assert_eq!(line(&store).await, (Vec::new(), 0, 0));
+    runtime.shutdown(Duration::from_secs(5)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiters_survive_a_restart_on_sqlite() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("flow.db");
+    let first = Storage::new(Arc::new(SqliteStore::open(&path).unwrap()));
+    waiters_survive_a_restart(first, async || {
+        Storage::new(Arc::new(SqliteStore::open(&path).unwrap()))
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiters_survive_a_restart_on_postgres() {
+    let Some((store, guard)) = workflow_runtime::store::conformance::postgres::fresh_store().await
+    else {
+        return;
+    };
+    let schema = guard.schema().to_owned();
+    waiters_survive_a_restart(Storage::new(store), async || {
+        let url = workflow_runtime::store::conformance::postgres::database_url();
+        let options = PostgresOptions::default().schema(schema);
+        Storage::new(Arc::new(
+            PostgresStore::connect_with(&url, &options).await.unwrap(),
+        ))
+    })
+    .await;
+    drop(guard);
+}
