@@ -410,6 +410,9 @@ mod tests {
                     0 => None,
                     k => Some(format!("k{k}")),
                 };
+                let ttl = 30 + i64::try_from(rng.below(60)).unwrap();
+                // A suspended waiter asks with a longer place lease now and then.
+                let place_ttl = (rng.below(3) == 0).then_some(2 * ttl);
                 let request = SlotRequest {
                     queue: "q".to_owned(),
                     limits,
@@ -418,7 +421,8 @@ mod tests {
                     key,
                     priority: u8::try_from(rng.below(3)).unwrap(),
                     now,
-                    ttl: 30 + i64::try_from(rng.below(60)).unwrap(),
+                    ttl,
+                    place_ttl,
                 };
                 queue.limits = limits;
                 let period = limits.rate.map(|(_, p)| p);
