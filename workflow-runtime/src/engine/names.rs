@@ -119,4 +119,4 @@ pub(crate) const ON_RETRY: &str = "retry_due";
 /// The callback of a `wf.slot` bookmark: ask for the slot again, then run the attempt.
 pub(crate) const ON_SLOT: &str = "slot_due";
 /// The timer kind of a `wf.slot` bookmark (QU-11).
-pub(crate) const SLOT_TIMER: &str = "slot";
+pub(crate) const SLOT_TIMER: &str = crate::store::slots::SLOT_TIMER;

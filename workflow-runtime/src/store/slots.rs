@@ -11,6 +11,10 @@
 //! runs, and two processes asking at once are serialized on the row, so the concurrency count
 //! and the rate window they read are exact (QU-6).
 
+/// The kind of the timer row of an instance suspended waiting for a slot (QU-11): a
+/// store that keeps leases across commits gives such an instance's lease back at once.
+pub(crate) const SLOT_TIMER: &str = "slot";
+
 use std::collections::HashMap;
 
 use super::error::{StoreError, StoreResult};
