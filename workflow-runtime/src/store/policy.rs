@@ -309,8 +309,9 @@ impl Storage {
     /// Sends the hints of this store's committed writes that still wait to be sent to the
     /// other processes ([`RemoteHints::flush`]; PostgreSQL sends a commit's after it), and
     /// returns once they are: a process about to exit (a command-line tool, a runtime
-    /// shutting down) awaits it, so its last writes are heard. Nothing to do for a backend
-    /// without remote hints.
+    /// shutting down) awaits it, so its last writes are heard. PostgreSQL first gives back the
+    /// instance leases it keeps between transitions, so other processes need not wait for
+    /// them to expire. Nothing to do for a backend without remote hints.
     pub async fn flush_hints(&self) {
         if let Some(remote) = self.store.capabilities().remote_hints {
             remote.flush().await;

@@ -318,6 +318,20 @@ impl HeldClaims {
         None
     }
 
+    /// Takes out every lease this store keeps idle, for the caller to give back: the process
+    /// is about to go (ST-38).
+    pub(super) fn take_all_idle(&self) -> Vec<KeptLease> {
+        let mut taken = Vec::new();
+        self.map().retain(|id, held| {
+            if held.idle_since.is_some() {
+                taken.push((id.clone(), held.token, held.nonce));
+                return false;
+            }
+            true
+        });
+        taken
+    }
+
     /// Takes out the lease of `id` if this store keeps it idle, for the caller to give back.
     pub(super) fn take_idle(&self, id: &str) -> Option<KeptLease> {
         let mut map = self.map();

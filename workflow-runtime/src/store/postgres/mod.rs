@@ -1476,10 +1476,14 @@ impl RemoteHints for PostgresStore {
     }
 
     fn flush(&self) -> BoxFuture<'_, ()> {
-        let (done, sent) = tokio::sync::oneshot::channel();
-        let queued = self.notifier.send(notify::Outgoing::Flush(done)).is_ok();
         Box::pin(async move {
-            if queued {
+            // A process about to go gives back the leases it keeps (ST-38), announced to the
+            // others: the next deploy need not wait for them to expire.
+            self.tending
+                .give_back(self.claims.take_all_idle(), true)
+                .await;
+            let (done, sent) = tokio::sync::oneshot::channel();
+            if self.notifier.send(notify::Outgoing::Flush(done)).is_ok() {
                 // The sender ends only with the store: then there is nothing left to wait for.
                 let _ = sent.await;
             }
