@@ -229,7 +229,9 @@ fn positions(decl: &WorkflowDecl) -> TokenStream {
     let private = quote!(::workflow_runtime::__private);
     let ident = &decl.ident;
     let vis = &decl.vis;
-    let enum_ident = syn::Ident::new(&format!("{ident}Node"), ident.span());
+    // `r#type` names `typeNode`: a raw identifier's `r#` is no part of the name.
+    let base = syn::ext::IdentExt::unraw(ident);
+    let enum_ident = syn::Ident::new(&format!("{base}Node"), ident.span());
     let waiting: Vec<(String, proc_macro2::Span)> = match &decl.body {
         Body::Flowchart { nodes, .. } => nodes
             .iter()

@@ -125,6 +125,16 @@ mod tests {
     }
 
     #[test]
+    fn a_raw_workflow_name_gives_its_node_enum_a_plain_name() {
+        let output = workflow(quote! {
+            pub workflow r#type(Data) = sequence [wait = event("go")];
+        })
+        .to_string();
+        assert!(!output.contains("compile_error"), "{output}");
+        assert!(output.contains("pub enum typeNode"), "{output}");
+    }
+
+    #[test]
     fn errors_come_with_a_stub() {
         let output = workflow(quote! {
             workflow Approval(Data) {
