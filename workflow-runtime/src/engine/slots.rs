@@ -276,7 +276,7 @@ impl FlowGate {
                         queue, holder, "left the line"
                     );
                 }
-                self.wake(release.next, true);
+                self.wake(release.next);
             }
             Err(error) => tracing::warn!(
                 target: "workflow_runtime::flow",
@@ -288,17 +288,16 @@ impl FlowGate {
     /// Wakes the waiter a release named (QU-12): an attempt of this process waiting in its
     /// run through its bell; else its instance, suspended waiting for the slot (QU-11), is
     /// resumed. A waiter in the run of another process hears the store's hint instead.
-    fn wake(&self, next: Option<String>, resume_suspended: bool) {
+    fn wake(&self, next: Option<String>) {
         let Some(next) = next else { return };
         let bell = crate::base::lock(&self.waiting).get(&next).cloned();
         match bell {
             Some(bell) => bell.notify_one(),
-            None if resume_suspended => {
+            None => {
                 if let (Some(waker), Some(instance)) = (self.waker.get(), instance_of(&next)) {
                     (waker.0)(instance.to_owned());
                 }
             }
-            None => {}
         }
     }
 
@@ -329,15 +328,9 @@ impl FlowGate {
                     queue = %held.queue, holder = %held.holder, token = held.token,
                     "slot released"
                 );
-                // A queue limited by its rate alone has no more room after a release: its
-                // suspended waiters are resumed by their timers, when the window frees their
-                // start (QU-12), not by each release (a run and a commit each).
-                let frees_room = self.queues.get(&held.queue).is_none_or(|q| {
-                    q.concurrency_limit().is_some()
-                        || q.per_process_limit().is_some()
-                        || q.per_key_limit().is_some()
-                });
-                self.wake(release.next, frees_room);
+                // On a queue limited by its rate alone the store names nobody (QU-12): its
+                // suspended waiters are resumed by their timers when the window frees a start.
+                self.wake(release.next);
             }
             Err(error) => tracing::warn!(
                 target: "workflow_runtime::flow",
