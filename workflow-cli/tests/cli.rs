@@ -908,6 +908,13 @@ async fn why_says_an_instance_waits_for_a_slot_of_its_queue() {
     gate.add_permits(1);
     blocker.await.unwrap();
     late.await.unwrap();
+    // `late` waited suspended (QU-11): its start returned then, and the blocker's release
+    // resumes it in the background.
+    for id in ["blocker", "late"] {
+        app.await_completion(id, std::time::Duration::from_secs(10))
+            .await
+            .unwrap();
+    }
     let why = workflow(&db, &["why", "late"]);
     assert!(why.stdout.contains("late is finished"), "{}", why.stdout);
     assert!(!why.stdout.contains("for a slot"), "{}", why.stdout);
