@@ -200,6 +200,12 @@ impl Runtime {
     ) -> Result<Started, StartError> {
         let core = &*self.core;
         core.lifecycle.ensure_background();
+        // The versions this process runs are recorded before its first instance starts on
+        // one, so tools reading the store can show every instance's version (once per
+        // runtime; the queue worker records them too and retries a failure).
+        if let Err(error) = core.router.ensure_triggers().await {
+            tracing::warn!(%error, "recording the registered definitions failed");
+        }
         let mut result = core.starts.start(name, input, options, None).await;
         if core.links.process().await
             && let Ok(started) = &mut result
@@ -890,7 +896,7 @@ impl Runtime {
     /// Writes the event triggers of every registered definition to the store, each
     /// definition's set replaced by difference (RT-9 to RT-11): a definition registered
     /// without triggers has its rows removed. Done once per runtime, by
-    /// [`Runtime::start_workers`] or the first [`Runtime::send`]; call it again after
+    /// [`Runtime::start_workers`], the first [`Runtime::send`] or the first start; call it again after
     /// another process changed the index to re-assert this process's view.
     pub async fn index_triggers(&self) -> Result<(), StoreError> {
         self.core.router.index_triggers().await
