@@ -24,10 +24,11 @@ pub(crate) const STATUSES: [InstanceStatus; 5] = [
     InstanceStatus::Cancelled,
 ];
 
-const SUB_STATUSES: [InstanceSubStatus; 5] = [
+const SUB_STATUSES: [InstanceSubStatus; 6] = [
     InstanceSubStatus::Pending,
     InstanceSubStatus::Executing,
     InstanceSubStatus::Waiting,
+    InstanceSubStatus::WaitingForSlot,
     InstanceSubStatus::Paused,
     InstanceSubStatus::Stalled,
 ];

@@ -124,7 +124,7 @@ async fn a_waiting_attempt_suspends_its_instance(store: Storage) {
     let first = start(&runtime, "Low", "first").await;
     assert_eq!(
         (first.status, first.sub_status),
-        (WorkflowStatus::Suspended, Some(SubStatus::Waiting)),
+        (WorkflowStatus::Suspended, Some(SubStatus::WaitingForSlot)),
         "waiting for a slot, the instance is suspended, not running"
     );
     let second = start(&runtime, "Low", "second").await;
