@@ -47,6 +47,7 @@ mod commit;
 mod damaged_timer;
 mod migrate;
 mod outbox;
+mod run_slot;
 mod too_large;
 mod turns;
 
@@ -54,6 +55,7 @@ pub(crate) use commit::RunCommits;
 use commit::Tracker;
 pub(crate) use migrate::{Move, StateMap};
 pub(crate) use outbox::Outbox;
+pub(crate) use run_slot::{run_holder, run_slot_error};
 pub(crate) use turns::Turn;
 use turns::Turns;
 
@@ -722,6 +724,7 @@ impl RunPath {
                 flow: self.flow.clone(),
             },
             max_steps: self.max_steps_per_run,
+            run_slot_held: false,
             // Events are built for subscribers and for the log (`LifecycleEvent::trace`
             // writes none below `warn`).
             emit_events: self.events.receiver_count() > 0
@@ -743,7 +746,7 @@ impl RunPath {
         declined: &mut Vec<DeclinedTransition>,
     ) -> Result<Started, RunError> {
         let instance_id = guard.instance_id();
-        let (mut state, commits) = self.load(guard).await?;
+        let (state, commits) = self.load(guard).await?;
         signals.loaded(lock(&commits.tracker).version);
         if state.status.is_final() || state.status == WorkflowStatus::Faulted {
             return Err(RunError::NotRunnable {
@@ -838,11 +841,31 @@ impl RunPath {
         // Pinned where it is built: the lease's hold polls it in place instead of taking it
         // by value into a future of its own (a second copy of it, moved there).
         let run = std::pin::pin!(async {
+            // QU-14: a run of a definition with a queue runs under a slot of it, held to the
+            // run's end; without one within the grace, the instance waits for it, suspended.
+            let (mut state, target, slot) = match self
+                .take_run_slot(&*workflow, state, target, &token)
+                .await?
+            {
+                run_slot::RunSlot::Go {
+                    state,
+                    target,
+                    slot,
+                } => (state, target, slot),
+                run_slot::RunSlot::Wait(output) => {
+                    let (next, started) = self.commit_and_publish(&commits, *output, true).await?;
+                    self.keep_last(&commits, next);
+                    return Ok(started);
+                }
+            };
+            let slot_held = slot.is_some();
+            let slices = async {
             let mut target = Some(target);
             let mut caused_at = caused_at;
             loop {
                 let target = target.take().unwrap_or(RunTarget::None);
                 let mut settings = self.engine_settings(Some(&token));
+                settings.run_slot_held = slot_held;
                 settings.caused_at = caused_at.take();
                 settings.attempts.pause = Some(Arc::clone(&signals.pause));
                 settings.attempts.executing = Some(guard.executing());
@@ -875,17 +898,16 @@ impl RunPath {
                 declined.extend(slice_declined);
                 if end != RunEnd::Budget {
                     // ENG-53: the next run of a live instance starts from this state.
-                    let kept = {
-                        let mut tracker = lock(&commits.tracker);
-                        tracker.last_document.take().map(|d| (tracker.version, d))
-                    };
-                    if let Some((version, document)) = kept {
-                        self.states.keep(version, document, next);
-                    }
+                    self.keep_last(&commits, next);
                     return Ok(started);
                 }
                 state = next;
                 YieldNow(false).await;
+            }
+            };
+            match slot {
+                Some((gate, lease)) => gate.hold(lease, slices).await,
+                None => slices.await,
             }
         });
         // ENG-61: in the trace context it continues, inside its span.
@@ -895,6 +917,18 @@ impl RunPath {
             run.instrument(span.clone())
         ));
         guard.hold(&token, Some(signals), run).await
+    }
+
+    /// Keeps the state a run's last commit left (ENG-53): the next run of the live instance
+    /// starts from it.
+    fn keep_last(&self, commits: &RunCommits<'_>, state: WorkflowState) {
+        let kept = {
+            let mut tracker = lock(&commits.tracker);
+            tracker.last_document.take().map(|d| (tracker.version, d))
+        };
+        if let Some((version, document)) = kept {
+            self.states.keep(version, document, state);
+        }
     }
 
     /// Keeps the state of an instance just created, committed as `document` at `version`: its
