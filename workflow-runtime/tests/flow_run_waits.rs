@@ -172,7 +172,9 @@ async fn twenty_on_a_queue_of_two(store: Storage) {
         );
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
-    let (finished, pending): (Vec<_>, Vec<_>) = starts.into_iter().partition(|s| s.is_finished());
+    let (finished, pending): (Vec<_>, Vec<_>) = starts
+        .into_iter()
+        .partition(tokio::task::JoinHandle::is_finished);
     let mut waiting = Vec::new();
     for start in finished {
         waiting.push(start.await.unwrap());
@@ -186,7 +188,11 @@ async fn twenty_on_a_queue_of_two(store: Storage) {
             started.instance_id
         );
     }
-    assert_eq!(probe.now.load(Ordering::SeqCst), 2, "only the 2 holders run");
+    assert_eq!(
+        probe.now.load(Ordering::SeqCst),
+        2,
+        "only the 2 holders run"
+    );
     assert_eq!(counts(&store).await, (2, 18));
     let listed = runtime
         .list_instances(InstanceQuery {
@@ -229,7 +235,10 @@ async fn twenty_on_a_queue_of_two(store: Storage) {
     ran.sort();
     let mut expected = labels(20);
     expected.retain(|label| label != first);
-    assert_eq!(ran, expected, "each instance but the cancelled one ran once");
+    assert_eq!(
+        ran, expected,
+        "each instance but the cancelled one ran once"
+    );
     let max = probe.max.load(Ordering::SeqCst);
     assert!(max <= 2, "{max} runs of a queue of 2 overlapped");
     settled(&store).await;
@@ -395,7 +404,10 @@ async fn a_run_granted_after_its_wait_ends_in_its_own_sub_status() {
             .list_instances(InstanceQuery::default())
             .await
             .unwrap();
-        let summary = listed.into_iter().find(|s| s.instance_id == "staged").unwrap();
+        let summary = listed
+            .into_iter()
+            .find(|s| s.instance_id == "staged")
+            .unwrap();
         if summary.sub_status != Some(SubStatus::WaitingForSlot) {
             break summary;
         }

@@ -328,7 +328,10 @@ async fn a_long_wait_for_the_rate_suspends_a_short_one_stays_in_the_run() {
         let started = start(&runtime, "Quick", label).await;
         assert_eq!(started.status, WorkflowStatus::Finished, "{label}");
     }
-    assert_eq!(start(&runtime, "Slow", "slow-1").await.status, WorkflowStatus::Finished);
+    assert_eq!(
+        start(&runtime, "Slow", "slow-1").await.status,
+        WorkflowStatus::Finished
+    );
     for label in ["slow-2", "slow-3"] {
         let started = start(&runtime, "Slow", label).await;
         assert_eq!(

@@ -253,18 +253,12 @@ impl FlowGate {
     /// through the timer driver; a longer one suspends with its timer due when its turn
     /// comes (at the latest one lease later). A wait for room others hold suspends once it
     /// is longer than [`IN_RUN_GRACE`].
-    fn suspends(
-        &self,
-        declared: &Queue,
-        wait: &SlotWait,
-        waited: Duration,
-    ) -> Option<Duration> {
+    fn suspends(&self, declared: &Queue, wait: &SlotWait, waited: Duration) -> Option<Duration> {
         let for_the_rate = matches!(wait.reason, WaitReason::Rate { .. })
             || (matches!(wait.reason, WaitReason::Behind) && declared.rate_limit().is_some());
         if for_the_rate {
-            let turn = Duration::from_micros(
-                u64::try_from(wait.retry_at? - now_micros()).unwrap_or(0),
-            );
+            let turn =
+                Duration::from_micros(u64::try_from(wait.retry_at? - now_micros()).unwrap_or(0));
             let lease = Duration::from_micros(u64::try_from(self.ttl).unwrap_or(1).max(1));
             return (turn > RATE_IN_RUN).then(|| turn.min(lease));
         }

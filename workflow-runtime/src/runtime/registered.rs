@@ -168,7 +168,11 @@ where
                         .acquire(queue, &holder, None, 0, cancel.as_ref(), false)
                         .await
                         .map_err(|error| {
-                            crate::runtime::run_path::run_slot_error(&state.instance_id, queue, error)
+                            crate::runtime::run_path::run_slot_error(
+                                &state.instance_id,
+                                queue,
+                                error,
+                            )
                         })?;
                     let crate::engine::slots::Taken::Granted(lease) = taken else {
                         return Err(RunError::StateCorrupt {

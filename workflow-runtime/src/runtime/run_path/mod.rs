@@ -853,57 +853,57 @@ impl RunPath {
                     slot,
                 } => (state, target, slot),
                 run_slot::RunSlot::Wait(output) => {
-                    let (next, started) = self.commit_and_publish(&commits, *output, true).await?;
+                    let (next, started) = self.commit_and_publish(&commits, output, true).await?;
                     self.keep_last(&commits, next);
                     return Ok(started);
                 }
             };
             let slot_held = slot.is_some();
             let slices = async {
-            let mut target = Some(target);
-            let mut caused_at = caused_at;
-            loop {
-                let target = target.take().unwrap_or(RunTarget::None);
-                let mut settings = self.engine_settings(Some(&token));
-                settings.run_slot_held = slot_held;
-                settings.caused_at = caused_at.take();
-                settings.attempts.pause = Some(Arc::clone(&signals.pause));
-                settings.attempts.executing = Some(guard.executing());
-                settings.attempts.observer.clone_from(&observer);
-                let mut output = workflow
-                    .run(state, target, settings, &self.middleware, checkpoint)
-                    .await?;
-                if signals.paused() {
-                    // ENG-50: an operator's suspend reached the run; it stopped at an item
-                    // boundary (or went idle) and is paused with its queue kept.
-                    if pauses(output.end) {
-                        let paused =
-                            workflow.pause(output.state, &self.middleware, self.clock.now());
-                        output.state = paused.state;
-                        output.events.extend(paused.events);
-                        output.end = paused.end;
+                let mut target = Some(target);
+                let mut caused_at = caused_at;
+                loop {
+                    let target = target.take().unwrap_or(RunTarget::None);
+                    let mut settings = self.engine_settings(Some(&token));
+                    settings.run_slot_held = slot_held;
+                    settings.caused_at = caused_at.take();
+                    settings.attempts.pause = Some(Arc::clone(&signals.pause));
+                    settings.attempts.executing = Some(guard.executing());
+                    settings.attempts.observer.clone_from(&observer);
+                    let mut output = workflow
+                        .run(state, target, settings, &self.middleware, checkpoint)
+                        .await?;
+                    if signals.paused() {
+                        // ENG-50: an operator's suspend reached the run; it stopped at an item
+                        // boundary (or went idle) and is paused with its queue kept.
+                        if pauses(output.end) {
+                            let paused =
+                                workflow.pause(output.state, &self.middleware, self.clock.now());
+                            output.state = paused.state;
+                            output.events.extend(paused.events);
+                            output.end = paused.end;
+                        }
+                        if commits.control_kind() == Some(ControlKind::Suspend)
+                            || output.end != RunEnd::Budget
+                        {
+                            commits.clear_control_next();
+                        }
                     }
-                    if commits.control_kind() == Some(ControlKind::Suspend)
-                        || output.end != RunEnd::Budget
-                    {
-                        commits.clear_control_next();
+                    let end = output.end;
+                    let slice_declined = std::mem::take(&mut output.declined);
+                    let (next, started) = self
+                        .commit_and_publish(&commits, output, end != RunEnd::Budget)
+                        .await?;
+                    // Reported only once committed: a run abandoned after it did not decline.
+                    declined.extend(slice_declined);
+                    if end != RunEnd::Budget {
+                        // ENG-53: the next run of a live instance starts from this state.
+                        self.keep_last(&commits, next);
+                        return Ok(started);
                     }
+                    state = next;
+                    YieldNow(false).await;
                 }
-                let end = output.end;
-                let slice_declined = std::mem::take(&mut output.declined);
-                let (next, started) = self
-                    .commit_and_publish(&commits, output, end != RunEnd::Budget)
-                    .await?;
-                // Reported only once committed: a run abandoned after it did not decline.
-                declined.extend(slice_declined);
-                if end != RunEnd::Budget {
-                    // ENG-53: the next run of a live instance starts from this state.
-                    self.keep_last(&commits, next);
-                    return Ok(started);
-                }
-                state = next;
-                YieldNow(false).await;
-            }
             };
             match slot {
                 Some((gate, lease)) => gate.hold(lease, slices).await,

@@ -27,7 +27,7 @@ pub(super) enum RunSlot {
     },
     /// No slot within the grace: commit this output (the instance waiting for its slot) and
     /// end the run.
-    Wait(Box<RunOutput>),
+    Wait(RunOutput),
 }
 
 /// The holder of a run's slot (QU-14).
@@ -61,11 +61,10 @@ impl RunPath {
             });
         };
         let holder = run_holder(&state.instance_id);
-        let own = state
-            .bookmarks
-            .iter()
-            .position(|b| is_run_wait(b, &holder));
-        let own_id = own.and_then(|i| state.bookmarks.get(i)).map(|b| b.id.clone());
+        let own = state.bookmarks.iter().position(|b| is_run_wait(b, &holder));
+        let own_id = own
+            .and_then(|i| state.bookmarks.get(i))
+            .map(|b| b.id.clone());
         // The resume of the run's own wait is no delivery: what is left of the target runs.
         let target = match target {
             RunTarget::Bookmarks { ids, payload } if own_id.is_some() => {
@@ -151,13 +150,13 @@ impl RunPath {
                 });
                 state.status = WorkflowStatus::Suspended;
                 state.sub_status = Some(SubStatus::WaitingForSlot);
-                Ok(RunSlot::Wait(Box::new(RunOutput {
+                Ok(RunSlot::Wait(RunOutput {
                     state,
                     events: Vec::new(),
                     end: RunEnd::Suspended(SubStatus::WaitingForSlot),
                     links: Vec::new(),
                     declined: Vec::new(),
-                })))
+                }))
             }
         }
     }
