@@ -405,9 +405,10 @@ impl RunPath {
         self.flow.as_ref()
     }
 
-    /// Resumes the attempts of `instance_id` suspended waiting for a slot (QU-11), when a
-    /// release named one of them: each asks again as the same holder. Nothing when the
-    /// instance has no such wait (it was resumed already, or it waits in a run).
+    /// Resumes the attempts of `instance_id` suspended waiting for a slot (QU-11), or its
+    /// run waiting for the slot of its definition's queue (QU-14), when a release named one
+    /// of them: each asks again as the same holder. Nothing when the instance has no such
+    /// wait (it was resumed already, or it waits in a run).
     pub(crate) async fn resume_slot_waits(&self, instance_id: &str) {
         let timers = match self.store.list_timers(instance_id).await {
             Ok(timers) => timers,
