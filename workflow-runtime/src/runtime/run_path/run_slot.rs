@@ -60,6 +60,17 @@ impl RunPath {
                 slot: None,
             });
         };
+        // A resume of bookmarks all gone (a wait resumed by its timer and by a release, say)
+        // delivers nothing: it takes no place in line.
+        if let RunTarget::Bookmarks { ids, .. } = &target
+            && !ids
+                .iter()
+                .any(|id| state.bookmarks.iter().any(|b| &b.id == id))
+        {
+            return Err(RunError::BookmarkNotFound {
+                instance: state.instance_id.clone(),
+            });
+        }
         let holder = run_holder(&state.instance_id);
         let own = state.bookmarks.iter().position(|b| is_run_wait(b, &holder));
         let own_id = own
