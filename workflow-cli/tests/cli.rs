@@ -912,6 +912,12 @@ async fn why_says_an_instance_waits_for_a_slot_of_its_queue() {
     );
     let why = workflow(&db, &["why", "blocker"]);
     assert!(!why.stdout.contains("for a slot"), "{}", why.stdout);
+    let list = workflow(&db, &["list", "--status", "suspended"]);
+    assert!(
+        list.stdout.contains("suspended (waiting_for_slot)"),
+        "{}",
+        list.stdout
+    );
     gate.add_permits(1);
     blocker.await.unwrap();
     // The blocker's release resumes `late` in the background.
