@@ -560,6 +560,12 @@ pub(crate) fn why(detail: &Detail, now: Micros) -> Vec<String> {
                     "{} is suspended but waits for nothing: no bookmark and no timer",
                     s.instance_id
                 ));
+            } else if s.sub_status.as_deref() == Some("waiting_for_slot") {
+                // QU-11, QU-14: the `for a slot` lines below say which queue and where in line.
+                out.push(format!(
+                    "{} is suspended, waiting for a slot of a flow-control queue:",
+                    s.instance_id
+                ));
             } else {
                 out.push(format!("{} is suspended, waiting:", s.instance_id));
             }

@@ -886,17 +886,24 @@ async fn why_says_an_instance_waits_for_a_slot_of_its_queue() {
     waits(0).await;
     let late = start("late", false);
     waits(1).await;
-    // The runtime's store answers a slot ask before its commit (QU-6); the command, another
-    // process reading the file, sees the place in line once it is committed.
-    let mut why = workflow(&db, &["why", "late"]);
-    for _ in 0..50 {
-        if why.stdout.contains("for a slot") {
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-        why = workflow(&db, &["why", "late"]);
-    }
+    // `late` waits suspended (QU-11): its start returns once the suspension is committed.
+    // The runtime's store answers the slot ask before its commit (QU-6), and `waits` reads
+    // through its writer; but the writer runs the ask before the suspension's commit is even
+    // sent, in that commit's transaction or an earlier one, so the command, another process
+    // reading the file, sees the place in line with the suspension.
+    let late_started = late.await.unwrap();
+    assert_eq!(
+        late_started.sub_status,
+        Some(workflow_runtime::SubStatus::WaitingForSlot)
+    );
+    let why = workflow(&db, &["why", "late"]);
     assert!(why.ok, "{}", why.stderr);
+    assert!(
+        why.stdout
+            .contains("late is suspended, waiting for a slot of a flow-control queue:\n"),
+        "{}",
+        why.stdout
+    );
     assert!(
         why.stdout
             .contains("  - for a slot: waiting for `single`: 1 of 1 running\n"),
@@ -905,11 +912,15 @@ async fn why_says_an_instance_waits_for_a_slot_of_its_queue() {
     );
     let why = workflow(&db, &["why", "blocker"]);
     assert!(!why.stdout.contains("for a slot"), "{}", why.stdout);
+    let list = workflow(&db, &["list", "--status", "suspended"]);
+    assert!(
+        list.stdout.contains("suspended (waiting_for_slot)"),
+        "{}",
+        list.stdout
+    );
     gate.add_permits(1);
     blocker.await.unwrap();
-    late.await.unwrap();
-    // `late` waited suspended (QU-11): its start returned then, and the blocker's release
-    // resumes it in the background.
+    // The blocker's release resumes `late` in the background.
     for id in ["blocker", "late"] {
         app.await_completion(id, std::time::Duration::from_secs(10))
             .await

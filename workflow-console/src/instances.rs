@@ -24,10 +24,11 @@ pub(crate) const STATUSES: [InstanceStatus; 5] = [
     InstanceStatus::Cancelled,
 ];
 
-const SUB_STATUSES: [InstanceSubStatus; 5] = [
+const SUB_STATUSES: [InstanceSubStatus; 6] = [
     InstanceSubStatus::Pending,
     InstanceSubStatus::Executing,
     InstanceSubStatus::Waiting,
+    InstanceSubStatus::WaitingForSlot,
     InstanceSubStatus::Paused,
     InstanceSubStatus::Stalled,
 ];
@@ -526,6 +527,13 @@ mod tests {
             Some(Some(InstanceStatus::Faulted))
         );
         assert_eq!(f.map(|f| f.at).ok(), Some(None));
+        // An instance waiting for a flow-control slot has a sub-status of its own.
+        assert_eq!(
+            parse(&[("sub_status", "waiting_for_slot")]).map(|f| f.sub_status),
+            Ok(Some(InstanceSubStatus::WaitingForSlot))
+        );
+        let bad = parse(&[("sub_status", "dozing")]).err();
+        assert!(bad.is_some_and(|m| m.contains("waiting_for_slot")));
         let bad = parse(&[("status", "asleep")]).err();
         assert!(bad.is_some_and(|m| m.contains("`status` is `asleep`: expected one of")));
         let bad = parse(&[("created_to", "soon")]).err();

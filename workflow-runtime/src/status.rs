@@ -59,6 +59,7 @@ impl SubStatus {
             Self::Waiting => "waiting",
             Self::Paused => "paused",
             Self::Stalled => "stalled",
+            Self::WaitingForSlot => "waiting_for_slot",
         }
     }
 
@@ -70,6 +71,7 @@ impl SubStatus {
             "waiting" => Self::Waiting,
             "paused" => Self::Paused,
             "stalled" => Self::Stalled,
+            "waiting_for_slot" => Self::WaitingForSlot,
             _ => return None,
         })
     }
@@ -100,6 +102,12 @@ pub enum SubStatus {
     Paused,
     /// Unfinished activities, no bookmark, no queued work: no stimulus can wake it.
     Stalled,
+    /// Waiting for a slot of a flow-control queue (QU-11, QU-14): a task attempt, or the
+    /// whole run of a definition with a queue, is in the queue's line. The queue is named in
+    /// the listing's `waiting_for` (`wf.slot:payments`); `why` says where in line. It runs
+    /// when a slot is free, resumed by the release that frees it or, at the latest, by its
+    /// timer.
+    WaitingForSlot,
 }
 
 /// What [`Runtime::start`](crate::Runtime::start) returns once the first run committed, and

@@ -124,7 +124,7 @@ async fn a_waiting_attempt_suspends_its_instance(store: Storage) {
     let first = start(&runtime, "Low", "first").await;
     assert_eq!(
         (first.status, first.sub_status),
-        (WorkflowStatus::Suspended, Some(SubStatus::Waiting)),
+        (WorkflowStatus::Suspended, Some(SubStatus::WaitingForSlot)),
         "waiting for a slot, the instance is suspended, not running"
     );
     let second = start(&runtime, "Low", "second").await;
@@ -292,4 +292,68 @@ async fn waiters_survive_a_restart_on_postgres() {
     })
     .await;
     drop(guard);
+}
+
+/// A workflow `name` of one task `work` in the queue `queue`.
+fn in_queue(name: &str, queue: &str) -> Definition {
+    serde_json::from_value(json!({
+        "name": name,
+        "root": { "kind": "sequence", "id": "root", "steps": [
+            { "kind": "task", "id": "work", "function": "work", "queue": queue }
+        ] }
+    }))
+    .unwrap()
+}
+
+/// A wait for the rate window stays in the run while the turn is at most a second away, and
+/// suspends its instance beyond (QU-11): on a queue of 1 start per 300 ms the second start
+/// waits in its run and returns finished; on one of 1 per 3 s the second and third return
+/// suspended waiting for a slot, and run when their turns come, each once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_long_wait_for_the_rate_suspends_a_short_one_stays_in_the_run() {
+    const QUICK: Queue = Queue::new("quick").rate(1, Duration::from_millis(300));
+    const SLOW: Queue = Queue::new("slow").rate(1, Duration::from_secs(3));
+    let probe = Arc::new(Probe::default());
+    let store = Storage::new(Arc::new(MemoryStore::new()));
+    let runtime = Runtime::builder()
+        .store(store.clone())
+        .queue(QUICK)
+        .queue(SLOW)
+        .register_definition(in_queue("Quick", "quick"), registry(&probe))
+        .register_definition(in_queue("Slow", "slow"), registry(&probe))
+        .build()
+        .unwrap();
+    runtime.run_background().unwrap();
+    for label in ["quick-1", "quick-2"] {
+        let started = start(&runtime, "Quick", label).await;
+        assert_eq!(started.status, WorkflowStatus::Finished, "{label}");
+    }
+    assert_eq!(
+        start(&runtime, "Slow", "slow-1").await.status,
+        WorkflowStatus::Finished
+    );
+    for label in ["slow-2", "slow-3"] {
+        let started = start(&runtime, "Slow", label).await;
+        assert_eq!(
+            (started.status, started.sub_status),
+            (WorkflowStatus::Suspended, Some(SubStatus::WaitingForSlot)),
+            "{label}"
+        );
+    }
+    let words = store.slot_waits("slow-2", wall_now()).await.unwrap();
+    assert!(
+        words[0].starts_with("waiting for `slow`: rate limit: next slot in"),
+        "{words:?}"
+    );
+    for id in ["slow-2", "slow-3"] {
+        runtime
+            .await_completion(id, Duration::from_secs(30))
+            .await
+            .unwrap();
+    }
+    assert_eq!(
+        *probe.order.lock().unwrap(),
+        ["quick-1", "quick-2", "slow-1", "slow-2", "slow-3"]
+    );
+    runtime.shutdown(Duration::from_secs(5)).await;
 }

@@ -130,6 +130,7 @@ fn status_name(status: WorkflowStatus, sub: Option<SubStatus>) -> String {
         SubStatus::Waiting => "Waiting",
         SubStatus::Paused => "Paused",
         SubStatus::Stalled => "Stalled",
+        SubStatus::WaitingForSlot => "WaitingForSlot",
     };
     let mut name = String::with_capacity(status.len() + 1 + sub.len());
     name.push_str(status);
@@ -621,6 +622,14 @@ where
             RunEnd::Finished
         } else if self.state.bookmarks.is_empty() {
             RunEnd::Suspended(SubStatus::Stalled)
+        } else if self
+            .state
+            .bookmarks
+            .iter()
+            .any(|b| b.name == crate::engine::names::Reserved::Slot.name())
+        {
+            // QU-11: an attempt waits for a slot of its queue (others may wait for events).
+            RunEnd::Suspended(SubStatus::WaitingForSlot)
         } else {
             RunEnd::Suspended(SubStatus::Waiting)
         }
@@ -1619,7 +1628,7 @@ mod tests {
         use WorkflowStatus::*;
         for status in [Running, Suspended, Faulted, Finished, Cancelled] {
             assert_eq!(status_name(status, None), status.to_string());
-            for sub in [Pending, Executing, Waiting, Paused, Stalled] {
+            for sub in [Pending, Executing, Waiting, Paused, Stalled, WaitingForSlot] {
                 assert_eq!(status_name(status, Some(sub)), format!("{status}/{sub}"));
             }
         }

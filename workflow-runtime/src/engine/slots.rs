@@ -27,6 +27,15 @@ const MAX_POLL: Duration = Duration::from_millis(500);
 /// ms), and a racing ask is served as soon; a longer wait is out of the run.
 pub(crate) const IN_RUN_GRACE: Duration = Duration::from_millis(25);
 
+/// The longest wait for a rate window's turn that stays in the run (QU-11). Below it, the
+/// run's own sleep meets the turn within the window's precision, where a resume through the
+/// timer driver costs a commit and a run per waiter (which fell far short of a 1,000/s rate),
+/// and a parked run holds its lease and memory for at most a second. Beyond it the waits add
+/// up with the backlog (10,000 waiters at 10/s would park runs for 1,000 s), while a resume's
+/// cost and lateness (milliseconds) are small against the wait. A third of the lease would
+/// park runs for 10 s at the default lease TTL.
+pub(crate) const RATE_IN_RUN: Duration = Duration::from_secs(1);
+
 /// What the gate answers an attempt that asks for a slot.
 #[derive(Debug)]
 pub(crate) enum Taken {
@@ -181,22 +190,14 @@ impl FlowGate {
                 SlotOutcome::Waiting { wait, expired } => (expired, wait),
             };
             report_expired(queue, &expired);
-            // A wait for the rate window stays in the run: its end is known, and the run's
-            // own sleep meets it more precisely than a resume through the timer driver
-            // (QU-11). A wait for room others hold suspends.
-            let for_the_rate = matches!(wait.reason, WaitReason::Rate { .. })
-                || (matches!(wait.reason, WaitReason::Behind) && declared.rate_limit().is_some());
-            if suspend && !for_the_rate {
-                let until = self.pause(&wait, self.ttl);
-                if started.elapsed() + self.pause(&wait, self.ttl / 3) > IN_RUN_GRACE {
-                    tracing::debug!(
-                        target: "workflow_runtime::flow",
-                        queue, holder, why = %why(queue, &wait),
-                        asks_again_in_ms = until.as_millis(),
-                        "waiting for a slot; the instance is suspended"
-                    );
-                    return Ok(Taken::Suspend { wait, after: until });
-                }
+            if suspend && let Some(until) = self.suspends(declared, &wait, started.elapsed()) {
+                tracing::debug!(
+                    target: "workflow_runtime::flow",
+                    queue, holder, why = %why(queue, &wait),
+                    asks_again_in_ms = until.as_millis(),
+                    "waiting for a slot; the instance is suspended"
+                );
+                return Ok(Taken::Suspend { wait, after: until });
             }
             if !waited {
                 tracing::debug!(
@@ -243,6 +244,25 @@ impl FlowGate {
                 }
             }
         }
+    }
+
+    /// Whether a waiter that has waited `waited` in its run is suspended (QU-11), and when
+    /// its timer asks again. A wait for the rate window (the reason `Rate`, or `Behind` in a
+    /// queue with a rate) stays in the run while its turn is at most [`RATE_IN_RUN`] away:
+    /// its end is known, and the run's own sleep meets it more precisely than a resume
+    /// through the timer driver; a longer one suspends with its timer due when its turn
+    /// comes (at the latest one lease later). A wait for room others hold suspends once it
+    /// is longer than [`IN_RUN_GRACE`].
+    fn suspends(&self, declared: &Queue, wait: &SlotWait, waited: Duration) -> Option<Duration> {
+        let for_the_rate = matches!(wait.reason, WaitReason::Rate { .. })
+            || (matches!(wait.reason, WaitReason::Behind) && declared.rate_limit().is_some());
+        if for_the_rate {
+            let turn =
+                Duration::from_micros(u64::try_from(wait.retry_at? - now_micros()).unwrap_or(0));
+            let lease = Duration::from_micros(u64::try_from(self.ttl).unwrap_or(1).max(1));
+            return (turn > RATE_IN_RUN).then(|| turn.min(lease));
+        }
+        (waited + self.pause(wait, self.ttl / 3) > IN_RUN_GRACE).then(|| self.pause(wait, self.ttl))
     }
 
     /// How long a waiter waits before asking again, at most `cap` µs: the store's retry

@@ -155,7 +155,10 @@ impl Runtime {
     }
 
     /// Starts an instance of `W` with `input` as its data and runs its first run in the
-    /// caller's task (ENG-48).
+    /// caller's task (ENG-48), and returns the status that run left. A run that finds its
+    /// flow-control queue full (a task's, or the definition's) does not wait in the caller's
+    /// task: it returns `Suspended` with [`SubStatus::WaitingForSlot`] once the wait is
+    /// committed, and the instance runs when a slot is free.
     ///
     /// # Errors
     ///
@@ -163,6 +166,8 @@ impl Runtime {
     /// [`StartError::InstanceExists`] when the id is taken, [`StartError::ActivationRefused`] when
     /// the activation strategy refuses a new instance, [`StartError::Input`] when the input does
     /// not serialize, and [`StartError::Run`] when the first run fails (nothing is kept).
+    ///
+    /// [`SubStatus::WaitingForSlot`]: crate::SubStatus::WaitingForSlot
     pub async fn start<W: Workflow>(&self, input: W::Data) -> Result<Started, StartError> {
         self.start_with::<W>(input, StartOptions::default()).await
     }

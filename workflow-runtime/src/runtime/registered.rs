@@ -33,6 +33,9 @@ pub(crate) struct RunSettings {
     pub(crate) attempts: AttemptSettings,
     /// The step budget (ENG-10).
     pub(crate) max_steps: usize,
+    /// The run path holds the run's slot of the definition's queue already (QU-14): the run
+    /// takes none.
+    pub(crate) run_slot_held: bool,
     /// Whether lifecycle events are collected (someone subscribed).
     pub(crate) emit_events: bool,
     /// The run's time, from the runtime's clock (TM-1).
@@ -123,25 +126,6 @@ where
     }
 }
 
-/// A run that did not get its slot of the definition's queue (QU-14): a cancel while waiting
-/// abandons the run like a cancel during it.
-fn run_slot_error(instance: &str, queue: &str, error: crate::engine::slots::GateError) -> RunError {
-    match error {
-        crate::engine::slots::GateError::Cancelled => RunError::Interrupted {
-            instance: instance.to_owned(),
-        },
-        crate::engine::slots::GateError::Store(error) => RunError::Store {
-            instance: instance.to_owned(),
-            error,
-        },
-        // `build()` refuses a definition whose queue is not declared.
-        crate::engine::slots::GateError::Unknown(_) => RunError::StateCorrupt {
-            instance: instance.to_owned(),
-            reason: format!("the definition runs in queue `{queue}`, which is not declared"),
-        },
-    }
-}
-
 impl<D> ErasedWorkflow for Registered<D>
 where
     D: Serialize + DeserializeOwned + Send + Sync + 'static,
@@ -176,14 +160,20 @@ where
             // QU-14: a run of a definition with a queue runs only with a slot of it, held
             // from here to the run's end (its suspension, completion or fault).
             let slot = match (&self.run_queue, &options.attempts.flow) {
-                (Some(queue), Some(gate)) => {
-                    let holder = format!("{}/run", state.instance_id);
+                (Some(queue), Some(gate)) if !options.run_slot_held => {
+                    let holder = crate::runtime::run_path::run_holder(&state.instance_id);
                     let cancel = options.attempts.instance_cancel.clone();
-                    // Not suspended (QU-14): the run waits in line for its slot.
+                    // A retry or a migration (QU-14): the run waits in line for its slot.
                     let taken = gate
                         .acquire(queue, &holder, None, 0, cancel.as_ref(), false)
                         .await
-                        .map_err(|error| run_slot_error(&state.instance_id, queue, error))?;
+                        .map_err(|error| {
+                            crate::runtime::run_path::run_slot_error(
+                                &state.instance_id,
+                                queue,
+                                error,
+                            )
+                        })?;
                     let crate::engine::slots::Taken::Granted(lease) = taken else {
                         return Err(RunError::StateCorrupt {
                             instance: state.instance_id.clone(),

@@ -209,7 +209,9 @@ impl RunPath {
             });
         }
         match (state.status, state.sub_status) {
-            (WorkflowStatus::Suspended, Some(SubStatus::Waiting)) => {}
+            // QU-11: an attempt waiting for a slot leaves the line with its bookmark (its
+            // place expires with its lease).
+            (WorkflowStatus::Suspended, Some(SubStatus::Waiting | SubStatus::WaitingForSlot)) => {}
             (WorkflowStatus::Running, Some(SubStatus::Executing)) => {
                 // Interrupted mid-run (its process died): recovery runs it first.
                 return Err(MigrationRefusal::Running);

@@ -47,6 +47,7 @@ mod commit;
 mod damaged_timer;
 mod migrate;
 mod outbox;
+mod run_slot;
 mod too_large;
 mod turns;
 
@@ -54,6 +55,7 @@ pub(crate) use commit::RunCommits;
 use commit::Tracker;
 pub(crate) use migrate::{Move, StateMap};
 pub(crate) use outbox::Outbox;
+pub(crate) use run_slot::{run_holder, run_slot_error};
 pub(crate) use turns::Turn;
 use turns::Turns;
 
@@ -403,9 +405,10 @@ impl RunPath {
         self.flow.as_ref()
     }
 
-    /// Resumes the attempts of `instance_id` suspended waiting for a slot (QU-11), when a
-    /// release named one of them: each asks again as the same holder. Nothing when the
-    /// instance has no such wait (it was resumed already, or it waits in a run).
+    /// Resumes the attempts of `instance_id` suspended waiting for a slot (QU-11), or its
+    /// run waiting for the slot of its definition's queue (QU-14), when a release named one
+    /// of them: each asks again as the same holder. Nothing when the instance has no such
+    /// wait (it was resumed already, or it waits in a run).
     pub(crate) async fn resume_slot_waits(&self, instance_id: &str) {
         let timers = match self.store.list_timers(instance_id).await {
             Ok(timers) => timers,
@@ -722,6 +725,7 @@ impl RunPath {
                 flow: self.flow.clone(),
             },
             max_steps: self.max_steps_per_run,
+            run_slot_held: false,
             // Events are built for subscribers and for the log (`LifecycleEvent::trace`
             // writes none below `warn`).
             emit_events: self.events.receiver_count() > 0
@@ -743,7 +747,7 @@ impl RunPath {
         declined: &mut Vec<DeclinedTransition>,
     ) -> Result<Started, RunError> {
         let instance_id = guard.instance_id();
-        let (mut state, commits) = self.load(guard).await?;
+        let (state, commits) = self.load(guard).await?;
         signals.loaded(lock(&commits.tracker).version);
         if state.status.is_final() || state.status == WorkflowStatus::Faulted {
             return Err(RunError::NotRunnable {
@@ -838,54 +842,73 @@ impl RunPath {
         // Pinned where it is built: the lease's hold polls it in place instead of taking it
         // by value into a future of its own (a second copy of it, moved there).
         let run = std::pin::pin!(async {
-            let mut target = Some(target);
-            let mut caused_at = caused_at;
-            loop {
-                let target = target.take().unwrap_or(RunTarget::None);
-                let mut settings = self.engine_settings(Some(&token));
-                settings.caused_at = caused_at.take();
-                settings.attempts.pause = Some(Arc::clone(&signals.pause));
-                settings.attempts.executing = Some(guard.executing());
-                settings.attempts.observer.clone_from(&observer);
-                let mut output = workflow
-                    .run(state, target, settings, &self.middleware, checkpoint)
-                    .await?;
-                if signals.paused() {
-                    // ENG-50: an operator's suspend reached the run; it stopped at an item
-                    // boundary (or went idle) and is paused with its queue kept.
-                    if pauses(output.end) {
-                        let paused =
-                            workflow.pause(output.state, &self.middleware, self.clock.now());
-                        output.state = paused.state;
-                        output.events.extend(paused.events);
-                        output.end = paused.end;
-                    }
-                    if commits.control_kind() == Some(ControlKind::Suspend)
-                        || output.end != RunEnd::Budget
-                    {
-                        commits.clear_control_next();
-                    }
-                }
-                let end = output.end;
-                let slice_declined = std::mem::take(&mut output.declined);
-                let (next, started) = self
-                    .commit_and_publish(&commits, output, end != RunEnd::Budget)
-                    .await?;
-                // Reported only once committed: a run abandoned after it did not decline.
-                declined.extend(slice_declined);
-                if end != RunEnd::Budget {
-                    // ENG-53: the next run of a live instance starts from this state.
-                    let kept = {
-                        let mut tracker = lock(&commits.tracker);
-                        tracker.last_document.take().map(|d| (tracker.version, d))
-                    };
-                    if let Some((version, document)) = kept {
-                        self.states.keep(version, document, next);
-                    }
+            // QU-14: a run of a definition with a queue runs under a slot of it, held to the
+            // run's end; without one within the grace, the instance waits for it, suspended.
+            let (mut state, target, slot) = match self
+                .take_run_slot(&*workflow, state, target, &token)
+                .await?
+            {
+                run_slot::RunSlot::Go {
+                    state,
+                    target,
+                    slot,
+                } => (state, target, slot),
+                run_slot::RunSlot::Wait(output) => {
+                    let (next, started) = self.commit_and_publish(&commits, output, true).await?;
+                    self.keep_last(&commits, next);
                     return Ok(started);
                 }
-                state = next;
-                YieldNow(false).await;
+            };
+            let slot_held = slot.is_some();
+            let slices = async {
+                let mut target = Some(target);
+                let mut caused_at = caused_at;
+                loop {
+                    let target = target.take().unwrap_or(RunTarget::None);
+                    let mut settings = self.engine_settings(Some(&token));
+                    settings.run_slot_held = slot_held;
+                    settings.caused_at = caused_at.take();
+                    settings.attempts.pause = Some(Arc::clone(&signals.pause));
+                    settings.attempts.executing = Some(guard.executing());
+                    settings.attempts.observer.clone_from(&observer);
+                    let mut output = workflow
+                        .run(state, target, settings, &self.middleware, checkpoint)
+                        .await?;
+                    if signals.paused() {
+                        // ENG-50: an operator's suspend reached the run; it stopped at an item
+                        // boundary (or went idle) and is paused with its queue kept.
+                        if pauses(output.end) {
+                            let paused =
+                                workflow.pause(output.state, &self.middleware, self.clock.now());
+                            output.state = paused.state;
+                            output.events.extend(paused.events);
+                            output.end = paused.end;
+                        }
+                        if commits.control_kind() == Some(ControlKind::Suspend)
+                            || output.end != RunEnd::Budget
+                        {
+                            commits.clear_control_next();
+                        }
+                    }
+                    let end = output.end;
+                    let slice_declined = std::mem::take(&mut output.declined);
+                    let (next, started) = self
+                        .commit_and_publish(&commits, output, end != RunEnd::Budget)
+                        .await?;
+                    // Reported only once committed: a run abandoned after it did not decline.
+                    declined.extend(slice_declined);
+                    if end != RunEnd::Budget {
+                        // ENG-53: the next run of a live instance starts from this state.
+                        self.keep_last(&commits, next);
+                        return Ok(started);
+                    }
+                    state = next;
+                    YieldNow(false).await;
+                }
+            };
+            match slot {
+                Some((gate, lease)) => gate.hold(lease, slices).await,
+                None => slices.await,
             }
         });
         // ENG-61: in the trace context it continues, inside its span.
@@ -895,6 +918,18 @@ impl RunPath {
             run.instrument(span.clone())
         ));
         guard.hold(&token, Some(signals), run).await
+    }
+
+    /// Keeps the state a run's last commit left (ENG-53): the next run of the live instance
+    /// starts from it.
+    fn keep_last(&self, commits: &RunCommits<'_>, state: WorkflowState) {
+        let kept = {
+            let mut tracker = lock(&commits.tracker);
+            tracker.last_document.take().map(|d| (tracker.version, d))
+        };
+        if let Some((version, document)) = kept {
+            self.states.keep(version, document, state);
+        }
     }
 
     /// Keeps the state of an instance just created, committed as `document` at `version`: its
