@@ -510,14 +510,11 @@ mod tests {
         );
     }
 
-    /// A queue of 1,000 starts a second with 3,000 holders asking at once, each asking again
-    /// when its answer says (the simulated clock of `SlotRequest::now`): no 1 s window ever
-    /// holds more than 1,000 grants, and the limit is reached: every start after the first
-    /// window's is granted the instant the start a window before it leaves the window, so
-    /// the 3,000 take two periods, and a waiter asks at most three times (on arrival, at the
-    /// earliest its turn can come, at its turn).
-    #[test]
-    fn a_rate_limit_is_kept_in_every_window_and_reached() {
+    /// 3,000 holders asking at once on a queue of 1,000 starts a second, on a simulated clock
+    /// (`SlotRequest::now`): each asks again when its answer says or, with `early`, now and
+    /// then sooner (as a waiter woken for nothing does). The grant instants, in order, the
+    /// number of asks and how many of them came sooner than told.
+    fn rate_run(early: bool) -> (Vec<Micros>, usize, usize) {
         const PERIOD: Micros = 1_000_000;
         let limits = SlotLimits {
             rate: Some((1_000, PERIOD)),
@@ -527,11 +524,12 @@ mod tests {
             limits,
             ..MemQueue::default()
         };
+        let mut rng = Lcg(11);
         // (when, holder): every holder asks first within the first millisecond.
         let mut asks: BTreeSet<(Micros, u32)> =
             (0..3_000u32).map(|h| (Micros::from(h) / 3, h)).collect();
         let mut granted: Vec<Micros> = Vec::new();
-        let mut asked = 0;
+        let (mut asked, mut sooner) = (0, 0);
         while let Some((now, holder)) = asks.pop_first() {
             asked += 1;
             let request = SlotRequest {
@@ -551,24 +549,52 @@ mod tests {
                 SlotOutcome::Waiting { wait, .. } => {
                     let at = wait.retry_at.expect("a rate wait says when to ask again");
                     assert!(at > now, "asked again at {at}, not after {now}");
+                    let wait_for = u64::try_from(at - now).unwrap();
+                    let at = if early && wait_for > 1 && rng.below(2) == 0 {
+                        sooner += 1;
+                        now + i64::try_from(1 + rng.below(wait_for - 1)).unwrap()
+                    } else {
+                        at
+                    };
                     asks.insert((at, holder));
                 }
             }
         }
         assert_eq!(granted.len(), 3_000);
-        // Granted in time order: no window (t - PERIOD, t] holds grant i and grant i + 1,000.
+        (granted, asked, sooner)
+    }
+
+    /// No window (t - 1 s, t] holds grant i and grant i + 1,000 (grants are in time order).
+    fn assert_no_window_over_the_limit(granted: &[Micros]) {
         for (i, later) in granted.iter().enumerate().skip(1_000) {
             let earlier = granted[i - 1_000];
             assert!(
-                later - earlier >= PERIOD,
+                later - earlier >= 1_000_000,
                 "grants {} at {earlier} and {i} at {later} share a window",
                 i - 1_000
             );
         }
-        // Reached: each start after the first window's the instant its window allows.
+    }
+
+    /// A rate limit is kept in every window and reached: asking when told, every start after
+    /// the first window's is granted the instant the start a window before it leaves the
+    /// window (so the 3,000 take two periods), and a waiter asks at most three times (on
+    /// arrival, at the earliest its turn can come, at its turn); asking sooner as well changes
+    /// nothing of the limit.
+    #[test]
+    fn a_rate_limit_is_kept_in_every_window_and_reached() {
+        let (granted, asked, _) = rate_run(false);
+        assert_no_window_over_the_limit(&granted);
         for (i, later) in granted.iter().enumerate().skip(1_000) {
-            assert_eq!(*later, granted[i - 1_000] + PERIOD, "grant {i} late");
+            assert_eq!(*later, granted[i - 1_000] + 1_000_000, "grant {i} late");
         }
         assert!(asked <= 3 * 3_000, "{asked} asks for 3,000 grants");
+
+        let (granted, _, sooner) = rate_run(true);
+        assert_no_window_over_the_limit(&granted);
+        assert!(
+            sooner > 1_000,
+            "too few asks sooner than told to test: {sooner}"
+        );
     }
 }
