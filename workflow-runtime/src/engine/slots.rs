@@ -130,12 +130,16 @@ impl FlowGate {
             .get(queue)
             .ok_or_else(|| GateError::Unknown(queue.to_owned()))?;
         let priority = Priority::new(i64::from(priority)).unwrap_or(Priority::MAX);
-        let bell = Arc::new(tokio::sync::Notify::new());
-        crate::base::lock(&self.waiting).insert(holder.to_owned(), Arc::clone(&bell));
+        // The bell is hung only once the holder waits (an uncontended ask rings no bell and
+        // should not pay for one); `wait_in_line` asks again after hanging it, so a release
+        // between the two asks is not missed.
+        let mut bell = None;
         let result = self
-            .wait_in_line(declared, holder, key, priority, cancel, &bell, suspend)
+            .wait_in_line(declared, holder, key, priority, cancel, &mut bell, suspend)
             .await;
-        crate::base::lock(&self.waiting).remove(holder);
+        if bell.is_some() {
+            crate::base::lock(&self.waiting).remove(holder);
+        }
         result
     }
 
@@ -147,7 +151,7 @@ impl FlowGate {
         key: Option<&str>,
         priority: Priority,
         cancel: Option<&CancellationToken>,
-        bell: &tokio::sync::Notify,
+        bell: &mut Option<Arc<tokio::sync::Notify>>,
         suspend: bool,
     ) -> Result<Taken, GateError> {
         let queue = declared.name();
@@ -158,11 +162,9 @@ impl FlowGate {
         let place_ttl = suspend.then(|| self.ttl.saturating_mul(2));
         // QU-12: a release in another process names the waiter served next through the
         // store's hints. A store no other process shares sends none (a release here rings
-        // the bell), and listening would wake every waiter at every commit.
-        let mut hints = self
-            .storage
-            .hears_other_processes()
-            .then(|| self.storage.subscribe());
+        // the bell), and listening would wake every waiter at every commit. Subscribed to
+        // with the bell, once the holder waits.
+        let mut hints = None;
         loop {
             let ask = SlotAsk {
                 holder: holder.to_owned(),
@@ -199,6 +201,22 @@ impl FlowGate {
                 );
                 return Ok(Taken::Suspend { wait, after: until });
             }
+            if bell.is_none() {
+                // The first wait in the run: hang the bell, listen to the hints, and ask again
+                // unless the wait is for the rate window (no release ends it): a release that
+                // named this holder before the bell hung is then seen in the answer.
+                *bell = Some(Arc::new(tokio::sync::Notify::new()));
+                if let Some(bell) = bell.as_ref() {
+                    crate::base::lock(&self.waiting).insert(holder.to_owned(), Arc::clone(bell));
+                }
+                hints = self
+                    .storage
+                    .hears_other_processes()
+                    .then(|| self.storage.subscribe());
+                if !for_the_rate {
+                    continue;
+                }
+            }
             if !waited {
                 tracing::debug!(
                     target: "workflow_runtime::flow",
@@ -234,9 +252,15 @@ impl FlowGate {
                     }
                 }
             };
+            let rung = async {
+                match bell.as_deref() {
+                    Some(bell) => bell.notified().await,
+                    None => std::future::pending().await,
+                }
+            };
             tokio::select! {
                 () = tokio::time::sleep(pause) => {}
-                () = bell.notified() => {}
+                () = rung => {}
                 () = named => {}
                 () = cancelled => {
                     self.leave(queue, holder).await;
@@ -326,10 +350,17 @@ impl FlowGate {
         let renew_every = Duration::from_micros(u64::try_from(self.ttl / 3).unwrap_or(1).max(1));
         let mut held = lease;
         let mut work = std::pin::pin!(work);
+        // One timer, polled (so registered) only when the work is not done at its first poll.
+        let renewal = tokio::time::sleep(renew_every);
+        let mut renewal = std::pin::pin!(renewal);
         let output = loop {
             tokio::select! {
+                biased;
                 output = &mut work => break output,
-                () = tokio::time::sleep(renew_every) => {
+                () = &mut renewal => {
+                    renewal
+                        .as_mut()
+                        .reset(tokio::time::Instant::now() + renew_every);
                     match self.storage.renew_slot(&held, now_micros(), self.ttl).await {
                         Ok(renewed) => held = renewed,
                         Err(error) => tracing::warn!(

@@ -405,7 +405,12 @@ pub fn plan_acquire(request: &SlotRequest, snapshot: QueueSnapshot) -> SlotPlan 
                 .count(),
         )
     };
-    let order = serving_order(others.iter().copied().chain([&me]), &turns, counters.2);
+    // Alone in the rows read (the uncontended ask): first, nothing to sort.
+    let order = if others.is_empty() {
+        Vec::new()
+    } else {
+        serving_order(others.iter().copied().chain([&me]), &turns, counters.2)
+    };
     let position = order
         .iter()
         .position(|w| w.holder == me.holder)

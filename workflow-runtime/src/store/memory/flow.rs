@@ -12,7 +12,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
 
 use super::MemoryStore;
 use crate::base::{BoxFuture, Micros};
-use crate::store::error::StoreResult;
+use crate::store::error::{StoreError, StoreResult};
 use crate::store::slots::{
     FlowControl, QueueSnapshot, QueueUsage, SlotLease, SlotLimits, SlotOutcome, SlotPlan,
     SlotRelease, SlotRequest, SlotRow, WaiterRow, next_waiter, plan_acquire, slot_fenced, usage_of,
@@ -160,7 +160,7 @@ impl MemQueue {
             if request.limits.per_key.is_some() {
                 (ahead.cloned().collect(), 0)
             } else {
-                (Vec::new(), u32::try_from(ahead.count()).unwrap_or(u32::MAX))
+                (Vec::new(), self.count_ahead(request, mine))
             };
         waiters.extend(
             self.expiry
@@ -200,6 +200,38 @@ impl MemQueue {
                 self.window(now, request.limits.rate.map(|(_, p)| p)),
             )
         }
+    }
+
+    /// How many live waiters other than the asking holder are served before `mine`, counted
+    /// from whichever end of the line is nearer: the line, less those behind (walked side by
+    /// side with those ahead until one side ends), less the asking holder's own row and the
+    /// rows whose place ran out among those ahead. An arrival at the back of a long line, or a
+    /// waiter at its head, costs a few steps, not one per waiter.
+    fn count_ahead(&self, request: &SlotRequest, mine: Place) -> u32 {
+        let now = request.now;
+        let (mut before, mut after) = (self.line.range(..mine), self.line.range(mine..));
+        let mut counted = 0usize;
+        let listed_before = loop {
+            match (before.next(), after.next()) {
+                (None, _) => break counted,
+                (Some(_), None) => break self.line.len().saturating_sub(counted),
+                (Some(_), Some(_)) => counted += 1,
+            }
+        };
+        let place_of = |holder: &str| self.waiters.get(holder).map(|(_, place)| *place);
+        let own = place_of(&request.holder).is_some_and(|p| p < mine);
+        let dead = self
+            .expiry
+            .range(..(now.saturating_add(1), String::new()))
+            .filter(|(_, h)| *h != request.holder)
+            .filter(|(_, h)| place_of(h).is_some_and(|p| p < mine))
+            .count();
+        u32::try_from(
+            listed_before
+                .saturating_sub(usize::from(own))
+                .saturating_sub(dead),
+        )
+        .unwrap_or(u32::MAX)
     }
 
     /// The rows `next_waiter` reads at a release: every slot and, in serving order, as many
@@ -264,7 +296,15 @@ impl MemQueue {
 impl FlowControl for MemoryStore {
     fn acquire_slot(&self, request: SlotRequest) -> BoxFuture<'_, StoreResult<SlotOutcome>> {
         self.write(move |inner| {
-            let queue = inner.flow.entry(request.queue.clone()).or_default();
+            // The name is copied only the first time the queue is asked for.
+            if !inner.flow.contains_key(&request.queue) {
+                inner
+                    .flow
+                    .insert(request.queue.clone(), MemQueue::default());
+            }
+            let Some(queue) = inner.flow.get_mut(&request.queue) else {
+                return Err(StoreError::unavailable("the queue's rows went missing"));
+            };
             queue.limits = request.limits;
             let plan = plan_acquire(&request, queue.snapshot_for(&request));
             Ok(queue.apply(&request, plan))
@@ -309,22 +349,27 @@ impl FlowControl for MemoryStore {
         token: Option<u64>,
         now: Micros,
     ) -> BoxFuture<'_, StoreResult<SlotRelease>> {
-        let (queue_name, holder) = (queue.to_owned(), holder.to_owned());
         self.write(move |inner| {
-            let Some(queue) = inner.flow.get_mut(&queue_name) else {
+            let queue_name = queue;
+            let Some(queue) = inner.flow.get_mut(queue_name) else {
                 return Ok(SlotRelease::default());
             };
             let released = match token {
-                Some(token) => match queue.slots.get(&holder) {
-                    Some(slot) if slot.token == token => queue.slots.remove(&holder).is_some(),
+                Some(token) => match queue.slots.get(holder) {
+                    Some(slot) if slot.token == token => queue.slots.remove(holder).is_some(),
                     Some(slot) => {
-                        return Err(slot_fenced(&queue_name, &holder, token, slot.token));
+                        return Err(slot_fenced(queue_name, holder, token, slot.token));
                     }
                     None => false,
                 },
-                None => queue.remove_waiter(&holder),
+                None => queue.remove_waiter(holder),
             };
-            let next = next_waiter(&queue.snapshot_for_release(now), now, &queue.limits);
+            // An empty line names nobody: no rows to read.
+            let next = if queue.line.is_empty() {
+                None
+            } else {
+                next_waiter(&queue.snapshot_for_release(now), now, &queue.limits)
+            };
             Ok(SlotRelease { released, next })
         })
     }
@@ -462,6 +507,94 @@ mod tests {
         assert!(
             waited > 1_000,
             "the run made too few waiters to test the line: {waited}"
+        );
+    }
+
+    /// 3,000 holders asking at once on a queue of 1,000 starts a second, on a simulated clock
+    /// (`SlotRequest::now`): each asks again when its answer says or, with `early`, now and
+    /// then sooner (as a waiter woken for nothing does). The grant instants, in order, the
+    /// number of asks and how many of them came sooner than told.
+    fn rate_run(early: bool) -> (Vec<Micros>, usize, usize) {
+        const PERIOD: Micros = 1_000_000;
+        let limits = SlotLimits {
+            rate: Some((1_000, PERIOD)),
+            ..SlotLimits::default()
+        };
+        let mut queue = MemQueue {
+            limits,
+            ..MemQueue::default()
+        };
+        let mut rng = Lcg(11);
+        // (when, holder): every holder asks first within the first millisecond.
+        let mut asks: BTreeSet<(Micros, u32)> =
+            (0..3_000u32).map(|h| (Micros::from(h) / 3, h)).collect();
+        let mut granted: Vec<Micros> = Vec::new();
+        let (mut asked, mut sooner) = (0, 0);
+        while let Some((now, holder)) = asks.pop_first() {
+            asked += 1;
+            let request = SlotRequest {
+                queue: "rated".to_owned(),
+                limits,
+                holder: format!("h{holder}"),
+                owner: "p".to_owned(),
+                key: None,
+                priority: 0,
+                now,
+                ttl: 30_000_000,
+                place_ttl: None,
+            };
+            let plan = plan_acquire(&request, queue.snapshot_for(&request));
+            match queue.apply(&request, plan) {
+                SlotOutcome::Granted { .. } => granted.push(now),
+                SlotOutcome::Waiting { wait, .. } => {
+                    let at = wait.retry_at.expect("a rate wait says when to ask again");
+                    assert!(at > now, "asked again at {at}, not after {now}");
+                    let wait_for = u64::try_from(at - now).unwrap();
+                    let at = if early && wait_for > 1 && rng.below(2) == 0 {
+                        sooner += 1;
+                        now + i64::try_from(1 + rng.below(wait_for - 1)).unwrap()
+                    } else {
+                        at
+                    };
+                    asks.insert((at, holder));
+                }
+            }
+        }
+        assert_eq!(granted.len(), 3_000);
+        (granted, asked, sooner)
+    }
+
+    /// No window (t - 1 s, t] holds grant i and grant i + 1,000 (grants are in time order).
+    fn assert_no_window_over_the_limit(granted: &[Micros]) {
+        for (i, later) in granted.iter().enumerate().skip(1_000) {
+            let earlier = granted[i - 1_000];
+            assert!(
+                later - earlier >= 1_000_000,
+                "grants {} at {earlier} and {i} at {later} share a window",
+                i - 1_000
+            );
+        }
+    }
+
+    /// A rate limit is kept in every window and reached: asking when told, every start after
+    /// the first window's is granted the instant the start a window before it leaves the
+    /// window (so the 3,000 take two periods), and a waiter asks at most three times (on
+    /// arrival, at the earliest its turn can come, at its turn); asking sooner as well changes
+    /// nothing of the limit.
+    #[test]
+    fn a_rate_limit_is_kept_in_every_window_and_reached() {
+        let (granted, asked, _) = rate_run(false);
+        assert_no_window_over_the_limit(&granted);
+        for (i, later) in granted.iter().enumerate().skip(1_000) {
+            assert_eq!(*later, granted[i - 1_000] + 1_000_000, "grant {i} late");
+        }
+        assert!(asked <= 3 * 3_000, "{asked} asks for 3,000 grants");
+
+        let (granted, _, sooner) = rate_run(true);
+        assert_no_window_over_the_limit(&granted);
+        assert!(
+            sooner > 1_000,
+            "too few asks sooner than told to test: {sooner}"
         );
     }
 }

@@ -41,15 +41,24 @@ fn snapshot(
     now: Micros,
     period: Option<Micros>,
 ) -> StoreResult<QueueSnapshot> {
-    let counters = c
+    // The queue row, and whether the queue has waiters and key turns at all: an uncontended
+    // queue has neither, and their tables are then not read.
+    let (counters, has_waiters, has_turns) = c
         .prepare_cached(
-            "SELECT last_token, last_seq, last_turn FROM wf_flow_queues WHERE name = ?1",
+            "SELECT last_token, last_seq, last_turn,
+                    EXISTS (SELECT 1 FROM wf_flow_waiters WHERE queue = ?1),
+                    EXISTS (SELECT 1 FROM wf_flow_turns WHERE queue = ?1)
+               FROM wf_flow_queues WHERE name = ?1",
         )?
         .query_row([queue], |r| {
-            Ok((to_u64(r.get(0)?), to_u64(r.get(1)?), to_u64(r.get(2)?)))
+            Ok((
+                (to_u64(r.get(0)?), to_u64(r.get(1)?), to_u64(r.get(2)?)),
+                r.get::<_, bool>(3)?,
+                r.get::<_, bool>(4)?,
+            ))
         })
         .optional()?
-        .unwrap_or_default();
+        .unwrap_or(((0, 0, 0), true, true));
     let slots = c
         .prepare_cached(
             "SELECT holder, owner, partition_key, token, acquired_at, expires_at
@@ -66,8 +75,10 @@ fn snapshot(
             })
         })?
         .collect::<Result<Vec<_>, _>>()?;
-    let waiters = c
-        .prepare_cached(
+    let waiters = if !has_waiters {
+        Vec::new()
+    } else {
+        c.prepare_cached(
             "SELECT holder, partition_key, priority, seq, enqueued_at, expires_at
                FROM wf_flow_waiters WHERE queue = ?1",
         )?
@@ -81,11 +92,15 @@ fn snapshot(
                 expires_at: r.get(5)?,
             })
         })?
-        .collect::<Result<Vec<_>, _>>()?;
-    let turns = c
-        .prepare_cached("SELECT partition_key, turn FROM wf_flow_turns WHERE queue = ?1")?
-        .query_map([queue], |r| Ok((r.get(0)?, to_u64(r.get(1)?))))?
-        .collect::<Result<Vec<_>, _>>()?;
+        .collect::<Result<Vec<_>, _>>()?
+    };
+    let turns = if !has_turns {
+        Vec::new()
+    } else {
+        c.prepare_cached("SELECT partition_key, turn FROM wf_flow_turns WHERE queue = ?1")?
+            .query_map([queue], |r| Ok((r.get(0)?, to_u64(r.get(1)?))))?
+            .collect::<Result<Vec<_>, _>>()?
+    };
     let window: Vec<Micros> = match period {
         Some(period) => c
             .prepare_cached(
@@ -131,18 +146,23 @@ fn apply(c: &Connection, request: &SlotRequest, plan: &SlotPlan) -> StoreResult<
         limits.rate.map(|(starts, _)| starts),
         limits.rate.map(|(_, period)| period),
     ])?;
-    let mut delete_slot =
-        c.prepare_cached("DELETE FROM wf_flow_slots WHERE queue = ?1 AND holder = ?2")?;
-    for slot in &plan.expired_slots {
-        delete_slot.execute(params![queue, slot.holder])?;
+    // Statements are prepared (looked up in the cache) only when they run.
+    if !plan.expired_slots.is_empty() {
+        let mut delete_slot =
+            c.prepare_cached("DELETE FROM wf_flow_slots WHERE queue = ?1 AND holder = ?2")?;
+        for slot in &plan.expired_slots {
+            delete_slot.execute(params![queue, slot.holder])?;
+        }
     }
-    let mut delete_waiter =
-        c.prepare_cached("DELETE FROM wf_flow_waiters WHERE queue = ?1 AND holder = ?2")?;
-    for holder in &plan.expired_waiters {
-        delete_waiter.execute(params![queue, holder])?;
-    }
-    if plan.remove_waiter {
-        delete_waiter.execute(params![queue, request.holder])?;
+    if !plan.expired_waiters.is_empty() || plan.remove_waiter {
+        let mut delete_waiter =
+            c.prepare_cached("DELETE FROM wf_flow_waiters WHERE queue = ?1 AND holder = ?2")?;
+        for holder in &plan.expired_waiters {
+            delete_waiter.execute(params![queue, holder])?;
+        }
+        if plan.remove_waiter {
+            delete_waiter.execute(params![queue, request.holder])?;
+        }
     }
     if let Some(w) = &plan.waiter {
         c.prepare_cached(
@@ -190,10 +210,12 @@ fn apply(c: &Connection, request: &SlotRequest, plan: &SlotPlan) -> StoreResult<
         )?
         .execute(params![queue, key, to_i64(*turn)])?;
     }
-    let mut drop_turn =
-        c.prepare_cached("DELETE FROM wf_flow_turns WHERE queue = ?1 AND partition_key = ?2")?;
-    for key in &plan.dropped_turns {
-        drop_turn.execute(params![queue, key])?;
+    if !plan.dropped_turns.is_empty() {
+        let mut drop_turn =
+            c.prepare_cached("DELETE FROM wf_flow_turns WHERE queue = ?1 AND partition_key = ?2")?;
+        for key in &plan.dropped_turns {
+            drop_turn.execute(params![queue, key])?;
+        }
     }
     Ok(())
 }
@@ -275,24 +297,26 @@ impl FlowControl for SqliteStore {
         self.write_volatile(move |c| {
             let released = match token {
                 Some(token) => {
-                    let current: Option<i64> = c
+                    let deleted = c
                         .prepare_cached(
-                            "SELECT token FROM wf_flow_slots WHERE queue = ?1 AND holder = ?2",
+                            "DELETE FROM wf_flow_slots WHERE queue = ?1 AND holder = ?2
+                                AND token = ?3",
                         )?
-                        .query_row(params![queue, holder], |r| r.get(0))
-                        .optional()?;
-                    match current.map(to_u64) {
-                        Some(current) if current != token => {
+                        .execute(params![queue, holder, to_i64(token)])?;
+                    if deleted == 1 {
+                        true
+                    } else {
+                        // Not deleted: held under another token (fenced), or not held.
+                        let current: Option<i64> = c
+                            .prepare_cached(
+                                "SELECT token FROM wf_flow_slots WHERE queue = ?1 AND holder = ?2",
+                            )?
+                            .query_row(params![queue, holder], |r| r.get(0))
+                            .optional()?;
+                        if let Some(current) = current.map(to_u64) {
                             return Err(slot_fenced(&queue, &holder, token, current));
                         }
-                        Some(_) => {
-                            c.prepare_cached(
-                                "DELETE FROM wf_flow_slots WHERE queue = ?1 AND holder = ?2",
-                            )?
-                            .execute(params![queue, holder])?;
-                            true
-                        }
-                        None => false,
+                        false
                     }
                 }
                 None => {
@@ -303,8 +327,20 @@ impl FlowControl for SqliteStore {
                         > 0
                 }
             };
-            let limits = limits(c, &queue)?.unwrap_or_default();
-            let next = next_waiter(&snapshot(c, &queue, now, None)?, now, &limits);
+            // Without a live waiter `next_waiter` names nobody: the queue's rows are read only
+            // when someone waits.
+            let anyone_waits: bool = c
+                .prepare_cached(
+                    "SELECT EXISTS (SELECT 1 FROM wf_flow_waiters
+                                     WHERE queue = ?1 AND expires_at > ?2)",
+                )?
+                .query_row(params![queue, now], |r| r.get(0))?;
+            let next = if anyone_waits {
+                let limits = limits(c, &queue)?.unwrap_or_default();
+                next_waiter(&snapshot(c, &queue, now, None)?, now, &limits)
+            } else {
+                None
+            };
             Ok(SlotRelease { released, next })
         })
     }
