@@ -213,7 +213,7 @@ impl FlowGate {
                     .storage
                     .hears_other_processes()
                     .then(|| self.storage.subscribe());
-                if !for_the_rate {
+                if !waits_for_the_rate(declared, &wait) {
                     continue;
                 }
             }
@@ -278,9 +278,7 @@ impl FlowGate {
     /// comes (at the latest one lease later). A wait for room others hold suspends once it
     /// is longer than [`IN_RUN_GRACE`].
     fn suspends(&self, declared: &Queue, wait: &SlotWait, waited: Duration) -> Option<Duration> {
-        let for_the_rate = matches!(wait.reason, WaitReason::Rate { .. })
-            || (matches!(wait.reason, WaitReason::Behind) && declared.rate_limit().is_some());
-        if for_the_rate {
+        if waits_for_the_rate(declared, wait) {
             let turn =
                 Duration::from_micros(u64::try_from(wait.retry_at? - now_micros()).unwrap_or(0));
             let lease = Duration::from_micros(u64::try_from(self.ttl).unwrap_or(1).max(1));
@@ -401,6 +399,13 @@ pub(crate) fn instance_of(holder: &str) -> Option<&str> {
     let mut parts = holder.rsplitn(3, '/');
     let (_attempt, _context) = (parts.next(), parts.next());
     parts.next()
+}
+
+/// Whether `wait` is for the rate window (the reason `Rate`, or `Behind` in a queue with a
+/// rate): no release ends it, its turn comes when a start leaves the window.
+fn waits_for_the_rate(declared: &Queue, wait: &SlotWait) -> bool {
+    matches!(wait.reason, WaitReason::Rate { .. })
+        || (matches!(wait.reason, WaitReason::Behind) && declared.rate_limit().is_some())
 }
 
 fn report_expired(queue: &str, expired: &[crate::store::slots::SlotRow]) {
