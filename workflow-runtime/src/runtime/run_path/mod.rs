@@ -409,6 +409,10 @@ impl RunPath {
     /// run waiting for the slot of its definition's queue (QU-14), when a release named one
     /// of them: each asks again as the same holder. Nothing when the instance has no such
     /// wait (it was resumed already, or it waits in a run).
+    ///
+    /// The process that suspended the waiter may keep its lease (ST-38): the resume is
+    /// handed the instance as soon as that process gives the lease back
+    /// ([`RunPath::run_when_free`]), within one lease.
     pub(crate) async fn resume_slot_waits(&self, instance_id: &str) {
         let timers = match self.store.list_timers(instance_id).await {
             Ok(timers) => timers,
@@ -428,15 +432,54 @@ impl RunPath {
         if ids.is_empty() {
             return;
         }
-        let payload = serde_json::json!({ "fired_at": self.clock.now() });
-        let target = RunTarget::Bookmarks { ids, payload };
-        if let Err(error) = self.run(instance_id, RunOptions::to(target)).await {
+        let target = || RunTarget::Bookmarks {
+            ids: ids.clone(),
+            payload: serde_json::json!({ "fired_at": self.clock.now() }),
+        };
+        if let Err(error) = self
+            .run_when_free(instance_id, target, self.lease.ttl)
+            .await
+        {
             // Resumed by its timer meanwhile, cancelled, or run elsewhere: its timer stays
             // the fallback.
             tracing::debug!(
                 target: "workflow_runtime::flow",
                 instance = instance_id, %error, "resuming a slot waiter did not run"
             );
+        }
+    }
+
+    /// [`RunPath::run`] to `target`, tried again while the claim meets another process's
+    /// lease, for at most `bound` (ST-38). The claim that meets a live lease marks it wanted,
+    /// and its holder gives back a lease it keeps between runs at once (or within
+    /// [`KEPT_IDLE`] when it does not hear of it) and one a run holds at that run's commit;
+    /// the next try follows the hint that the instance is free (`InstanceRunnable`) or a
+    /// pause of 5 ms doubling up to 200 ms. A bookmark the first try would have resumed and
+    /// that is gone by a later one (another process resumed it meanwhile) fails that try as
+    /// [`RunPath::run`] does.
+    pub(crate) async fn run_when_free(
+        &self,
+        instance_id: &str,
+        target: impl Fn() -> RunTarget,
+        bound: Duration,
+    ) -> Result<Option<Started>, RunError> {
+        let mut hints = self
+            .store
+            .hears_other_processes()
+            .then(|| self.store.subscribe());
+        let give_up = tokio::time::Instant::now() + bound;
+        let mut pause = Duration::from_millis(5);
+        loop {
+            match self.run(instance_id, RunOptions::to(target())).await {
+                Err(RunError::Store {
+                    error: StoreError::LeaseHeld { .. },
+                    ..
+                }) if tokio::time::Instant::now() + pause < give_up => {
+                    freed(hints.as_mut(), instance_id, pause).await;
+                    pause = (pause * 2).min(MAX_FREED_PAUSE);
+                }
+                ran => return ran,
+            }
         }
     }
 
@@ -1053,4 +1096,40 @@ impl RunPath {
 /// applies to a run that stopped at a boundary or went idle.
 fn pauses(end: RunEnd) -> bool {
     matches!(end, RunEnd::Budget | RunEnd::Suspended(_))
+}
+
+/// How long a process keeps an idle lease another process wants when it does not hear that
+/// it is wanted (the PostgreSQL store gives back every lease it keeps idle for longer than a
+/// second, ST-38), with a margin: what a run that met such a lease waits for at most, where
+/// it has no reason to wait longer.
+pub(crate) const KEPT_IDLE: Duration = Duration::from_secs(2);
+
+/// The longest pause of [`RunPath::run_when_free`] between two claims that met another
+/// process's lease.
+const MAX_FREED_PAUSE: Duration = Duration::from_millis(200);
+
+/// Waits until `hints` say `instance_id` may be free (its lease was given back), hints were
+/// lost, or `pause` passed.
+async fn freed(
+    hints: Option<&mut broadcast::Receiver<crate::store::WakeUp>>,
+    instance_id: &str,
+    pause: Duration,
+) {
+    let heard = async {
+        let Some(hints) = hints else {
+            return std::future::pending().await;
+        };
+        loop {
+            match hints.recv().await {
+                Ok(crate::store::WakeUp::InstanceRunnable { id }) if id == instance_id => return,
+                Err(broadcast::error::RecvError::Lagged(_)) => return,
+                Err(broadcast::error::RecvError::Closed) => std::future::pending::<()>().await,
+                Ok(_) => {}
+            }
+        }
+    };
+    tokio::select! {
+        () = tokio::time::sleep(pause) => {}
+        () = heard => {}
+    }
 }

@@ -11,7 +11,7 @@ use super::Timers;
 use super::schedules::Fired;
 use crate::engine::executor::RunTarget;
 use crate::runtime::errors::ResumeError;
-use crate::runtime::run_path::RunOptions;
+use crate::runtime::run_path::KEPT_IDLE;
 use crate::store::{StoreError, WakeUp};
 
 /// How many due timers one claim takes.
@@ -200,7 +200,13 @@ impl Timers {
             ids: vec![timer.timer_id.clone()],
             payload,
         };
-        let resumed = self.run_path.run(instance_id, RunOptions::to(target)).await;
+        // Another process may keep the instance's lease between its runs (ST-38): the
+        // firing is handed the instance when it gives the lease back, instead of leaving
+        // the timer claimed until the claim expires.
+        let resumed = self
+            .run_path
+            .run_when_free(instance_id, || target.clone(), KEPT_IDLE)
+            .await;
         self.links.process().await;
         let resumed = match resumed {
             Ok(Some(started)) => Ok(started),

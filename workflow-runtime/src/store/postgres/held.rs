@@ -231,16 +231,6 @@ impl HeldClaims {
         if !commit.release_lease || !waiting || commit.definition_version.is_some() {
             return None;
         }
-        // An instance suspended waiting for a flow-control slot (QU-11) is resumed by the
-        // process whose release frees the slot, which may be another one: its lease is given
-        // back at once, not kept for a hand-off.
-        let waits_for_slot = commit
-            .timers_added
-            .iter()
-            .any(|t| t.kind == crate::store::slots::SLOT_TIMER);
-        if waits_for_slot {
-            return None;
-        }
         let id = commit.instance_id.as_str();
         if commit
             .control_requests
