@@ -506,7 +506,8 @@ fn a_timer_claim_follows_the_lease_ttl() {
                 &LeaseKey::instance(id.as_str()),
                 "another-process",
                 now,
-                100_000,
+                // Longer than the firing waits for it (half the claim, TM-6).
+                1_000_000,
             )
             .await
             .unwrap();

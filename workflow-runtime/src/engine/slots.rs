@@ -13,6 +13,7 @@ use workflow_model::{Priority, Queue};
 
 use crate::base::{Micros, now_micros};
 use crate::cancel::CancellationToken;
+use crate::engine::error::RunError;
 use crate::store::{
     SlotAsk, SlotLease, SlotOutcome, SlotWait, Storage, StoreError, WaitReason, WakeUp,
 };
@@ -446,3 +447,27 @@ pub(crate) fn why(queue: &str, wait: &SlotWait) -> String {
 
 /// The shared gate, as the attempt settings carry it.
 pub(crate) type Gate = Arc<FlowGate>;
+
+/// The holder of a run's slot (QU-14).
+pub(crate) fn run_holder(instance_id: &str) -> String {
+    format!("{instance_id}/run")
+}
+
+/// A run that did not get its slot of the definition's queue (QU-14): a cancel while waiting
+/// abandons the run like a cancel during it.
+pub(crate) fn run_slot_error(instance: &str, queue: &str, error: GateError) -> RunError {
+    match error {
+        GateError::Cancelled => RunError::Interrupted {
+            instance: instance.to_owned(),
+        },
+        GateError::Store(error) => RunError::Store {
+            instance: instance.to_owned(),
+            error,
+        },
+        // `build()` refuses a definition whose queue is not declared.
+        GateError::Unknown(_) => RunError::StateCorrupt {
+            instance: instance.to_owned(),
+            reason: format!("the definition runs in queue `{queue}`, which is not declared"),
+        },
+    }
+}

@@ -161,18 +161,14 @@ where
             // from here to the run's end (its suspension, completion or fault).
             let slot = match (&self.run_queue, &options.attempts.flow) {
                 (Some(queue), Some(gate)) if !options.run_slot_held => {
-                    let holder = crate::runtime::run_path::run_holder(&state.instance_id);
+                    let holder = crate::engine::slots::run_holder(&state.instance_id);
                     let cancel = options.attempts.instance_cancel.clone();
                     // A retry or a migration (QU-14): the run waits in line for its slot.
                     let taken = gate
                         .acquire(queue, &holder, None, 0, cancel.as_ref(), false)
                         .await
                         .map_err(|error| {
-                            crate::runtime::run_path::run_slot_error(
-                                &state.instance_id,
-                                queue,
-                                error,
-                            )
+                            crate::engine::slots::run_slot_error(&state.instance_id, queue, error)
                         })?;
                     let crate::engine::slots::Taken::Granted(lease) = taken else {
                         return Err(RunError::StateCorrupt {

@@ -55,7 +55,6 @@ pub(crate) use commit::RunCommits;
 use commit::Tracker;
 pub(crate) use migrate::{Move, StateMap};
 pub(crate) use outbox::Outbox;
-pub(crate) use run_slot::{run_holder, run_slot_error};
 pub(crate) use turns::Turn;
 use turns::Turns;
 

@@ -12,7 +12,7 @@ use super::RunPath;
 use crate::cancel::CancellationToken;
 use crate::engine::executor::{RunEnd, RunError, RunTarget};
 use crate::engine::names::Reserved;
-use crate::engine::slots::{Gate, GateError, Taken};
+use crate::engine::slots::{Gate, Taken, run_holder, run_slot_error};
 use crate::engine::state::{Bookmark, SubStatus, WorkflowState, WorkflowStatus};
 use crate::runtime::registered::{ErasedWorkflow, RunOutput};
 use crate::store::SlotLease;
@@ -28,11 +28,6 @@ pub(super) enum RunSlot {
     /// No slot within the grace: commit this output (the instance waiting for its slot) and
     /// end the run.
     Wait(RunOutput),
-}
-
-/// The holder of a run's slot (QU-14).
-pub(crate) fn run_holder(instance_id: &str) -> String {
-    format!("{instance_id}/run")
 }
 
 /// Whether `bookmark` is the wait of a whole run for its slot, not of a task attempt.
@@ -191,23 +186,4 @@ fn recorded_status(payload: &Value) -> Option<(WorkflowStatus, Option<SubStatus>
         .and_then(Value::as_str)
         .and_then(SubStatus::parse);
     Some((status, sub_status))
-}
-
-/// A run that did not get its slot of the definition's queue (QU-14): a cancel while waiting
-/// abandons the run like a cancel during it.
-pub(crate) fn run_slot_error(instance: &str, queue: &str, error: GateError) -> RunError {
-    match error {
-        GateError::Cancelled => RunError::Interrupted {
-            instance: instance.to_owned(),
-        },
-        GateError::Store(error) => RunError::Store {
-            instance: instance.to_owned(),
-            error,
-        },
-        // `build()` refuses a definition whose queue is not declared.
-        GateError::Unknown(_) => RunError::StateCorrupt {
-            instance: instance.to_owned(),
-            reason: format!("the definition runs in queue `{queue}`, which is not declared"),
-        },
-    }
 }

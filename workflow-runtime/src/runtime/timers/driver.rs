@@ -202,10 +202,12 @@ impl Timers {
         };
         // Another process may keep the instance's lease between its runs (ST-38): the
         // firing is handed the instance when it gives the lease back, instead of leaving
-        // the timer claimed until the claim expires.
+        // the timer claimed until the claim expires; for half the claim at most, so that a
+        // firing that still cannot run is tried again by whoever claims it next.
+        let bound = KEPT_IDLE.min(self.run_path.lease_settings().ttl / 2);
         let resumed = self
             .run_path
-            .run_when_free(instance_id, || target.clone(), KEPT_IDLE)
+            .run_when_free(instance_id, || target.clone(), bound)
             .await;
         self.links.process().await;
         let resumed = match resumed {
