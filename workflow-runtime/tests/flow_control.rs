@@ -7,20 +7,15 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
+mod support;
+
 use serde_json::json;
+use support::{
+    fresh_postgres_storage, memory_storage, sqlite_storage, until_queue_counts, wall_now,
+};
 use workflow_runtime::model::Definition;
 use workflow_runtime::store::Storage;
-use workflow_runtime::{
-    BuildError, MemoryStore, Queue, Registry, Runtime, SqliteStore, StartOptions, TaskContext,
-};
-
-/// Wall-clock now, µs (slot leases are on the wall clock).
-fn wall_now() -> i64 {
-    let since = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap();
-    i64::try_from(since.as_micros()).unwrap()
-}
+use workflow_runtime::{BuildError, Queue, Registry, Runtime, StartOptions, TaskContext};
 
 /// How many attempts overlap now, the most that ever did, and how many ended.
 #[derive(Default)]
@@ -108,23 +103,21 @@ async fn two_hundred_on_a_queue_of_five(store: Storage) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrency_is_never_exceeded_on_memory() {
-    two_hundred_on_a_queue_of_five(Storage::new(Arc::new(MemoryStore::new()))).await;
+    two_hundred_on_a_queue_of_five(memory_storage()).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrency_is_never_exceeded_on_sqlite() {
     let dir = tempfile::tempdir().unwrap();
-    let store = SqliteStore::open(dir.path().join("flow.db")).unwrap();
-    two_hundred_on_a_queue_of_five(Storage::new(Arc::new(store))).await;
+    two_hundred_on_a_queue_of_five(sqlite_storage(dir.path().join("flow.db"))).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrency_is_never_exceeded_on_postgres() {
-    let Some((store, _guard)) = workflow_runtime::store::conformance::postgres::fresh_store().await
-    else {
+    let Some((store, _guard)) = fresh_postgres_storage().await else {
         return;
     };
-    two_hundred_on_a_queue_of_five(Storage::new(store)).await;
+    two_hundred_on_a_queue_of_five(store).await;
 }
 
 #[test]
@@ -196,7 +189,7 @@ async fn a_higher_priority_runs_first_then_arrival_order() {
             })
         })
     };
-    let store = Storage::new(Arc::new(MemoryStore::new()));
+    let store = memory_storage();
     let runtime = Arc::new(
         Runtime::builder()
             .store(store.clone())
@@ -215,27 +208,14 @@ async fn a_higher_priority_runs_first_then_arrival_order() {
                 .unwrap()
         })
     };
-    let waiting = |n: u32| {
-        let store = store.clone();
-        async move {
-            for _ in 0..500 {
-                let usage = store.queue_usage(wall_now()).await.unwrap();
-                if usage.first().is_some_and(|u| u.waiting == n) {
-                    return;
-                }
-                tokio::time::sleep(Duration::from_millis(10)).await;
-            }
-            panic!("never {n} waiting");
-        }
-    };
     let mut runs = vec![start("Low", "blocker")];
-    waiting(0).await;
+    until_queue_counts(&store, "single", 1, 0).await;
     for (i, label) in ["low-1", "low-2", "low-3"].into_iter().enumerate() {
         runs.push(start("Low", label));
-        waiting(u32::try_from(i).unwrap() + 1).await;
+        until_queue_counts(&store, "single", 1, u32::try_from(i).unwrap() + 1).await;
     }
     runs.push(start("High", "high"));
-    waiting(4).await;
+    until_queue_counts(&store, "single", 1, 4).await;
     gate.add_permits(1);
     for run in runs {
         let id = run.await.unwrap().instance_id;

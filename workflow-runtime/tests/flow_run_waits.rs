@@ -9,21 +9,19 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use serde_json::json;
-use workflow_runtime::model::Definition;
-use workflow_runtime::store::{PostgresOptions, PostgresStore, SlotAsk, SlotOutcome, Storage};
-use workflow_runtime::{
-    Control, InstanceQuery, MemoryStore, Priority, Queue, Registry, Runtime, SqliteStore,
-    StartOptions, Started, SubStatus, TaskContext, WorkflowStatus,
-};
+mod support;
 
-/// Wall-clock now, µs (slot leases are on the wall clock).
-fn wall_now() -> i64 {
-    let since = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap();
-    i64::try_from(since.as_micros()).unwrap()
-}
+use serde_json::json;
+use support::{
+    fresh_postgres_storage, hold_slot_outside, memory_storage, queue_counts,
+    reopen_postgres_storage, sqlite_storage, until_queue_counts, wall_now,
+};
+use workflow_runtime::model::Definition;
+use workflow_runtime::store::Storage;
+use workflow_runtime::{
+    Control, InstanceQuery, Queue, Registry, Runtime, StartOptions, Started, SubStatus,
+    TaskContext, WorkflowStatus,
+};
 
 /// At most 2 runs of `Import` at once.
 const IMPORTS: Queue = Queue::new("imports").concurrency(2);
@@ -117,30 +115,10 @@ async fn start(runtime: &Runtime, label: &str) -> Started {
         .unwrap()
 }
 
-/// The queue's running and waiting counts.
-async fn counts(store: &Storage) -> (u32, u32) {
-    let usage = store.queue_usage(wall_now()).await.unwrap();
-    usage
-        .iter()
-        .find(|u| u.queue == "imports")
-        .map_or((0, 0), |u| (u.running, u.waiting))
-}
-
-/// Waits until no slot is held and nobody is in line: a run's slot is released right after
-/// its last commit, which is what `await_completion` waits for.
+/// Waits until no slot of `imports` is held and nobody is in line: a run's slot is released
+/// right after its last commit, which is what `await_completion` waits for.
 async fn settled(store: &Storage) {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    loop {
-        let now = counts(store).await;
-        if now == (0, 0) {
-            return;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "a slot or a place leaked: {now:?} (running, waiting)"
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    until_queue_counts(store, "imports", 0, 0).await;
 }
 
 fn labels(n: usize) -> Vec<String> {
@@ -193,7 +171,7 @@ async fn twenty_on_a_queue_of_two(store: Storage) {
         2,
         "only the 2 holders run"
     );
-    assert_eq!(counts(&store).await, (2, 18));
+    assert_eq!(queue_counts(&store, "imports").await, (2, 18));
     let listed = runtime
         .list_instances(InstanceQuery {
             status: Some(WorkflowStatus::Suspended),
@@ -219,7 +197,7 @@ async fn twenty_on_a_queue_of_two(store: Storage) {
         panic!("the cancel of a waiting instance was only requested")
     };
     assert_eq!(cancelled.status, WorkflowStatus::Cancelled);
-    assert_eq!(counts(&store).await, (2, 17));
+    assert_eq!(queue_counts(&store, "imports").await, (2, 17));
 
     probe.hold.add_permits(20);
     for start in pending {
@@ -247,23 +225,21 @@ async fn twenty_on_a_queue_of_two(store: Storage) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_run_waits_for_its_slot_suspended_on_memory() {
-    twenty_on_a_queue_of_two(Storage::new(Arc::new(MemoryStore::new()))).await;
+    twenty_on_a_queue_of_two(memory_storage()).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_run_waits_for_its_slot_suspended_on_sqlite() {
     let dir = tempfile::tempdir().unwrap();
-    let store = SqliteStore::open(dir.path().join("flow.db")).unwrap();
-    twenty_on_a_queue_of_two(Storage::new(Arc::new(store))).await;
+    twenty_on_a_queue_of_two(sqlite_storage(dir.path().join("flow.db"))).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_run_waits_for_its_slot_suspended_on_postgres() {
-    let Some((store, _guard)) = workflow_runtime::store::conformance::postgres::fresh_store().await
-    else {
+    let Some((store, _guard)) = fresh_postgres_storage().await else {
         panic!("WORKFLOW_PG_URL is not set: the PostgreSQL test must run")
     };
-    twenty_on_a_queue_of_two(Storage::new(store)).await;
+    twenty_on_a_queue_of_two(store).await;
 }
 
 /// An outside holder takes both slots; a runtime starts 20 instances, each returning
@@ -275,20 +251,7 @@ async fn run_waiters_survive_a_restart(first: Storage, reopen: impl AsyncFnOnce(
     let probe = Probe::new(1_000);
     let mut outside = Vec::new();
     for n in 0..2 {
-        let ask = SlotAsk {
-            holder: format!("outside-{n}/run"),
-            owner: "outside".to_owned(),
-            key: None,
-            priority: Priority::MIN,
-            now: wall_now(),
-            ttl: 60_000_000,
-            place_ttl: None,
-        };
-        let SlotOutcome::Granted { lease, .. } = first.acquire_slot(&IMPORTS, ask).await.unwrap()
-        else {
-            panic!("the outside holder waits")
-        };
-        outside.push(lease);
+        outside.push(hold_slot_outside(&first, &IMPORTS, &format!("outside-{n}/run")).await);
     }
     let runtime = build(&first, "before", &probe);
     for label in labels(20) {
@@ -307,7 +270,7 @@ async fn run_waiters_survive_a_restart(first: Storage, reopen: impl AsyncFnOnce(
     tokio::time::sleep(Duration::from_millis(2_500)).await;
 
     let store = reopen().await;
-    assert_eq!(counts(&store).await, (2, 20));
+    assert_eq!(queue_counts(&store, "imports").await, (2, 20));
     let runtime = build(&store, "after", &probe);
     runtime.run_background().unwrap();
     for lease in &outside {
@@ -332,26 +295,17 @@ async fn run_waiters_survive_a_restart(first: Storage, reopen: impl AsyncFnOnce(
 async fn run_waiters_survive_a_restart_on_sqlite() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("flow.db");
-    let first = Storage::new(Arc::new(SqliteStore::open(&path).unwrap()));
-    run_waiters_survive_a_restart(first, async || {
-        Storage::new(Arc::new(SqliteStore::open(&path).unwrap()))
-    })
-    .await;
+    let first = sqlite_storage(&path);
+    run_waiters_survive_a_restart(first, async || sqlite_storage(&path)).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn run_waiters_survive_a_restart_on_postgres() {
-    let Some((store, guard)) = workflow_runtime::store::conformance::postgres::fresh_store().await
-    else {
+    let Some((store, guard)) = fresh_postgres_storage().await else {
         panic!("WORKFLOW_PG_URL is not set: the PostgreSQL test must run")
     };
-    let schema = guard.schema().to_owned();
-    run_waiters_survive_a_restart(Storage::new(store), async || {
-        let url = workflow_runtime::store::conformance::postgres::database_url();
-        let options = PostgresOptions::default().schema(schema);
-        Storage::new(Arc::new(
-            PostgresStore::connect_with(&url, &options).await.unwrap(),
-        ))
+    run_waiters_survive_a_restart(store, async || {
+        reopen_postgres_storage(guard.schema()).await
     })
     .await;
     drop(guard);
@@ -361,24 +315,11 @@ async fn run_waiters_survive_a_restart_on_postgres() {
 /// (its task runs) and ends waiting for its event, `Suspended/Waiting`, its slot wait gone.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_run_granted_after_its_wait_ends_in_its_own_sub_status() {
-    let store = Storage::new(Arc::new(MemoryStore::new()));
+    let store = memory_storage();
     let probe = Probe::new(1_000);
     let mut outside = Vec::new();
     for n in 0..2 {
-        let ask = SlotAsk {
-            holder: format!("outside-{n}/run"),
-            owner: "outside".to_owned(),
-            key: None,
-            priority: Priority::MIN,
-            now: wall_now(),
-            ttl: 60_000_000,
-            place_ttl: None,
-        };
-        let SlotOutcome::Granted { lease, .. } = store.acquire_slot(&IMPORTS, ask).await.unwrap()
-        else {
-            panic!("the outside holder waits")
-        };
-        outside.push(lease);
+        outside.push(hold_slot_outside(&store, &IMPORTS, &format!("outside-{n}/run")).await);
     }
     let runtime = build(&store, "only", &probe);
     runtime.run_background().unwrap();

@@ -8,21 +8,19 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use serde_json::json;
-use workflow_runtime::model::Definition;
-use workflow_runtime::store::{PostgresOptions, PostgresStore, SlotAsk, SlotOutcome, Storage};
-use workflow_runtime::{
-    Control, InstanceQuery, MemoryStore, Priority, Queue, Registry, Runtime, SqliteStore,
-    StartOptions, SubStatus, TaskContext, WorkflowStatus,
-};
+mod support;
 
-/// Wall-clock now, µs (slot leases are on the wall clock).
-fn wall_now() -> i64 {
-    let since = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap();
-    i64::try_from(since.as_micros()).unwrap()
-}
+use serde_json::json;
+use support::{
+    fresh_postgres_storage, hold_slot_outside, memory_storage, queue_line, reopen_postgres_storage,
+    sqlite_storage, wall_now,
+};
+use workflow_runtime::model::Definition;
+use workflow_runtime::store::Storage;
+use workflow_runtime::{
+    Control, InstanceQuery, Queue, Registry, Runtime, StartOptions, SubStatus, TaskContext,
+    WorkflowStatus,
+};
 
 const SINGLE: Queue = Queue::new("single").concurrency(1);
 
@@ -100,13 +98,6 @@ async fn start(runtime: &Runtime, name: &str, label: &str) -> workflow_runtime::
     .unwrap()
 }
 
-/// The queue `single`'s line (holders in serving order), running count and waiting count.
-async fn line(store: &Storage) -> (Vec<String>, u32, u32) {
-    let usage = store.queue_usage(wall_now()).await.unwrap();
-    let single = usage.iter().find(|u| u.queue == "single").unwrap();
-    (single.line.clone(), single.running, single.waiting)
-}
-
 /// With the one slot held by a running task, a second instance's start returns with it
 /// suspended, listed as waiting for `wf.slot:single`, and `why` words the wait; its lease is
 /// free, so a cancel is applied at once, and its place leaves the line; the next waiter is
@@ -163,7 +154,7 @@ async fn a_waiting_attempt_suspends_its_instance(store: Storage) {
         panic!("the cancel of a suspended waiter was only requested: its lease is held")
     };
     assert_eq!(cancelled.status, WorkflowStatus::Cancelled);
-    let (holders, running, waiting) = line(&store).await;
+    let (holders, running, waiting) = queue_line(&store, "single").await;
     assert_eq!((running, waiting), (1, 1), "{holders:?}");
     assert!(holders[0].starts_with("second/"), "{holders:?}");
     assert_eq!(
@@ -179,7 +170,7 @@ async fn a_waiting_attempt_suspends_its_instance(store: Storage) {
         .unwrap();
     assert_eq!(*probe.order.lock().unwrap(), ["blocker", "second"]);
     assert_eq!(
-        line(&store).await,
+        queue_line(&store, "single").await,
         (Vec::new(), 0, 0),
         "no slot or place leaks"
     );
@@ -188,23 +179,21 @@ async fn a_waiting_attempt_suspends_its_instance(store: Storage) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_waiting_attempt_suspends_its_instance_on_memory() {
-    a_waiting_attempt_suspends_its_instance(Storage::new(Arc::new(MemoryStore::new()))).await;
+    a_waiting_attempt_suspends_its_instance(memory_storage()).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_waiting_attempt_suspends_its_instance_on_sqlite() {
     let dir = tempfile::tempdir().unwrap();
-    let store = SqliteStore::open(dir.path().join("flow.db")).unwrap();
-    a_waiting_attempt_suspends_its_instance(Storage::new(Arc::new(store))).await;
+    a_waiting_attempt_suspends_its_instance(sqlite_storage(dir.path().join("flow.db"))).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_waiting_attempt_suspends_its_instance_on_postgres() {
-    let Some((store, _guard)) = workflow_runtime::store::conformance::postgres::fresh_store().await
-    else {
+    let Some((store, _guard)) = fresh_postgres_storage().await else {
         return;
     };
-    a_waiting_attempt_suspends_its_instance(Storage::new(store)).await;
+    a_waiting_attempt_suspends_its_instance(store).await;
 }
 
 /// An outside holder takes the one slot; a runtime starts four instances whose tasks wait
@@ -214,19 +203,7 @@ async fn a_waiting_attempt_suspends_its_instance_on_postgres() {
 /// timers and by each other's releases; nothing stays held or in line.
 async fn waiters_survive_a_restart(first: Storage, reopen: impl AsyncFnOnce() -> Storage) {
     let probe = Arc::new(Probe::default());
-    let outside = SlotAsk {
-        holder: "outside/1/1".to_owned(),
-        owner: "outside".to_owned(),
-        key: None,
-        priority: Priority::MIN,
-        now: wall_now(),
-        ttl: 60_000_000,
-        place_ttl: None,
-    };
-    let SlotOutcome::Granted { lease, .. } = first.acquire_slot(&SINGLE, outside).await.unwrap()
-    else {
-        panic!("the outside holder waits")
-    };
+    let lease = hold_slot_outside(&first, &SINGLE, "outside/1/1").await;
     let runtime = build(&first, "before", &probe);
     for (name, label) in [
         ("Low", "low-1"),
@@ -244,7 +221,7 @@ async fn waiters_survive_a_restart(first: Storage, reopen: impl AsyncFnOnce() ->
     tokio::time::sleep(Duration::from_millis(2_500)).await;
 
     let store = reopen().await;
-    let (holders, running, waiting) = line(&store).await;
+    let (holders, running, waiting) = queue_line(&store, "single").await;
     assert_eq!((running, waiting), (1, 4), "{holders:?}");
     assert!(holders[0].starts_with("high/"), "{holders:?}");
     let runtime = build(&store, "after", &probe);
@@ -261,7 +238,7 @@ async fn waiters_survive_a_restart(first: Storage, reopen: impl AsyncFnOnce() ->
         ["high", "low-1", "low-2", "low-3"],
         "priority, then arrival order, each once"
     );
-    assert_eq!(line(&store).await, (Vec::new(), 0, 0));
+    assert_eq!(queue_line(&store, "single").await, (Vec::new(), 0, 0));
     runtime.shutdown(Duration::from_secs(5)).await;
 }
 
@@ -269,26 +246,17 @@ async fn waiters_survive_a_restart(first: Storage, reopen: impl AsyncFnOnce() ->
 async fn waiters_survive_a_restart_on_sqlite() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("flow.db");
-    let first = Storage::new(Arc::new(SqliteStore::open(&path).unwrap()));
-    waiters_survive_a_restart(first, async || {
-        Storage::new(Arc::new(SqliteStore::open(&path).unwrap()))
-    })
-    .await;
+    let first = sqlite_storage(&path);
+    waiters_survive_a_restart(first, async || sqlite_storage(&path)).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn waiters_survive_a_restart_on_postgres() {
-    let Some((store, guard)) = workflow_runtime::store::conformance::postgres::fresh_store().await
-    else {
+    let Some((store, guard)) = fresh_postgres_storage().await else {
         return;
     };
-    let schema = guard.schema().to_owned();
-    waiters_survive_a_restart(Storage::new(store), async || {
-        let url = workflow_runtime::store::conformance::postgres::database_url();
-        let options = PostgresOptions::default().schema(schema);
-        Storage::new(Arc::new(
-            PostgresStore::connect_with(&url, &options).await.unwrap(),
-        ))
+    waiters_survive_a_restart(store, async || {
+        reopen_postgres_storage(guard.schema()).await
     })
     .await;
     drop(guard);
@@ -314,7 +282,7 @@ async fn a_long_wait_for_the_rate_suspends_a_short_one_stays_in_the_run() {
     const QUICK: Queue = Queue::new("quick").rate(1, Duration::from_millis(300));
     const SLOW: Queue = Queue::new("slow").rate(1, Duration::from_secs(3));
     let probe = Arc::new(Probe::default());
-    let store = Storage::new(Arc::new(MemoryStore::new()));
+    let store = memory_storage();
     let runtime = Runtime::builder()
         .store(store.clone())
         .queue(QUICK)

@@ -7,14 +7,17 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+mod support;
+
 use serde::{Deserialize, Serialize};
-use workflow_runtime::store::conformance::postgres::{database_url, fresh_store};
-use workflow_runtime::store::{
-    LeaseClaim, LeaseKey, MemoryStore, PostgresOptions, PostgresStore, SqliteStore, Storage,
+use support::{
+    a_running_instance_is_refused_until_it_waits, fresh_postgres_storage, quiet,
+    reopen_postgres_storage, send_resumed, sqlite_storage, start_order, wall_now,
 };
+use workflow_runtime::store::{MemoryStore, Storage};
 use workflow_runtime::{
     Completion, JournalKind, ManualClock, Migrate, MigrateError, Migration, MigrationOutcome,
-    MigrationRefusal, Runtime, StartOptions, Stimulus, Workflow, workflow,
+    MigrationRefusal, Runtime, Workflow, workflow,
 };
 
 /// The first version's data.
@@ -198,36 +201,6 @@ impl Migrate<v1::ShippingMachine> for Shipping {
 
 const HOUR: i64 = 3_600_000_000;
 
-fn quiet(builder: workflow_runtime::RuntimeBuilder) -> workflow_runtime::RuntimeBuilder {
-    builder
-        .recovery_sweep(None)
-        .inbox_worker(false)
-        .timer_driver(false)
-}
-
-async fn start(runtime: &Runtime, name: &str, id: &str) {
-    runtime
-        .start_by_name(
-            name,
-            serde_json::json!({"order_id": id, "total": 12}),
-            StartOptions {
-                instance_id: Some(id.to_owned()),
-                ..StartOptions::default()
-            },
-        )
-        .await
-        .unwrap();
-}
-
-async fn send(runtime: &Runtime, name: &str, key: &str) -> Vec<String> {
-    let report = runtime.send(Stimulus::new(name).key(key)).await.unwrap();
-    report
-        .resumed
-        .iter()
-        .map(|r| r.instance_id.clone())
-        .collect()
-}
-
 /// What the store holds of an instance, to compare before and after.
 async fn stored(store: &Storage, id: &str) -> (String, u64, String, Vec<String>, Vec<i64>) {
     let record = store.load_instance_text(id).await.unwrap();
@@ -280,13 +253,13 @@ where
             .build()
             .unwrap();
         for id in ["a", "b", "c"] {
-            start(&runtime, "shipping", id).await;
+            start_order(&runtime, "shipping", id).await;
         }
-        assert_eq!(send(&runtime, "payment", "c").await, ["c"]);
+        assert_eq!(send_resumed(&runtime, "payment", "c").await, ["c"]);
         clock.advance(Duration::from_secs(3600));
         runtime.fire_due_timers().await.unwrap();
         // `c` waits for packing; `b` pays an hour later and cools off until `t0 + 2h`.
-        assert_eq!(send(&runtime, "payment", "b").await, ["b"]);
+        assert_eq!(send_resumed(&runtime, "payment", "b").await, ["b"]);
         let timers: Vec<i64> = store
             .list_timers("b")
             .await
@@ -395,17 +368,28 @@ where
             .build()
             .unwrap();
         assert!(runtime.unregistered_versions().await.unwrap().is_empty());
-        assert_eq!(send(&runtime, "payment", "a").await, ["a"]);
+        assert_eq!(send_resumed(&runtime, "payment", "a").await, ["a"]);
         // `b` has not cooled off yet at `t0 + 2h30`: the first version's hour is not what
         // counts.
         clock.advance(Duration::from_secs(3600));
         runtime.fire_due_timers().await.unwrap();
-        assert_eq!(send(&runtime, "packed", "b").await, Vec::<String>::new());
+        assert_eq!(
+            send_resumed(&runtime, "packed", "b").await,
+            Vec::<String>::new()
+        );
         clock.advance(Duration::from_secs(2 * 3600));
         runtime.fire_due_timers().await.unwrap();
         for id in ["a", "b", "c"] {
-            assert_eq!(send(&runtime, "packed", id).await, [id], "packed {id}");
-            assert_eq!(send(&runtime, "shipped", id).await, [id], "shipped {id}");
+            assert_eq!(
+                send_resumed(&runtime, "packed", id).await,
+                [id],
+                "packed {id}"
+            );
+            assert_eq!(
+                send_resumed(&runtime, "shipped", id).await,
+                [id],
+                "shipped {id}"
+            );
             let done = runtime
                 .await_completion(id, Duration::from_secs(5))
                 .await
@@ -428,26 +412,17 @@ async fn waiting_flowchart_instances_migrate_across_restarts_on_sqlite() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("shipping.db");
     let path = &path;
-    migrate_across_restarts(
-        || async move { Storage::new(Arc::new(SqliteStore::open(path).unwrap())) },
-    )
-    .await;
+    migrate_across_restarts(|| async move { sqlite_storage(path) }).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn waiting_flowchart_instances_migrate_across_restarts_on_postgres() {
-    let Some((first, guard)) = fresh_store().await else {
+    let Some((first, guard)) = fresh_postgres_storage().await else {
         return;
     };
     drop(first);
-    let (url, schema) = (&database_url(), guard.schema());
-    migrate_across_restarts(|| async move {
-        let options = PostgresOptions::default().schema(schema);
-        Storage::new(Arc::new(
-            PostgresStore::connect_with(url, &options).await.unwrap(),
-        ))
-    })
-    .await;
+    let schema = guard.schema();
+    migrate_across_restarts(|| reopen_postgres_storage(schema)).await;
 }
 
 /// Two runtimes on one memory store: the first left instances of `Old` waiting.
@@ -459,7 +434,7 @@ async fn waiting_on<Old: Workflow>(ids: &[&str]) -> (Arc<MemoryStore>, Runtime) 
         .build()
         .unwrap();
     for id in ids {
-        start(&old, Old::name(), id).await;
+        start_order(&old, Old::name(), id).await;
     }
     let runtime = quiet(Runtime::builder())
         .store(Storage::new(memory.clone()))
@@ -476,51 +451,12 @@ async fn waiting_on<Old: Workflow>(ids: &[&str]) -> (Arc<MemoryStore>, Runtime) 
 #[tokio::test]
 async fn a_running_flowchart_instance_is_refused_and_migrates_once_it_waits() {
     let (_memory, runtime) = waiting_on::<v1::Shipping>(&["a", "b"]).await;
-    let store = runtime.store().clone();
-    let now = ManualClock::DEFAULT_START.max(
-        i64::try_from(
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .unwrap()
-                .as_micros(),
-        )
-        .unwrap(),
-    );
-    let lease = store
-        .claim_instance(
-            "a",
-            LeaseClaim {
-                owner: "another-process".to_owned(),
-                token: None,
-                now,
-                ttl: 60_000_000,
-            },
-        )
-        .await
-        .unwrap();
-    let before = stored(&store, "a").await;
-    let dry = runtime
-        .migrate::<v1::Shipping, Shipping>(Migration::all().dry_run())
-        .await
-        .unwrap();
-    assert_eq!(dry.refused(), [("a", &MigrationRefusal::Running)]);
-    assert_eq!(dry.migrated(), ["b"]);
-    let report = runtime
-        .migrate::<v1::Shipping, Shipping>(Migration::all())
-        .await
-        .unwrap();
-    assert_eq!(report.refused(), [("a", &MigrationRefusal::Running)]);
-    assert_eq!(report.migrated(), ["b"]);
-    assert_eq!(stored(&store, "a").await, before);
-    store
-        .release_lease(&LeaseKey::Instance("a".to_owned()), lease.lease.token)
-        .await
-        .unwrap();
-    let again = runtime
-        .migrate::<v1::Shipping, Shipping>(Migration::only(["a"]))
-        .await
-        .unwrap();
-    assert_eq!(again.migrated(), ["a"]);
+    a_running_instance_is_refused_until_it_waits::<v1::Shipping, Shipping, _>(
+        &runtime,
+        ManualClock::DEFAULT_START.max(wall_now()),
+        async |store: &Storage| stored(store, "a").await,
+    )
+    .await;
 }
 
 #[tokio::test]
@@ -554,8 +490,8 @@ async fn a_failure_half_way_leaves_each_flowchart_instance_wholly_in_one_version
         );
     }
     // Both versions run: `a` on the first (on to its timer), `b` on the current one.
-    assert_eq!(send(&runtime, "payment", "a").await, ["a"]);
-    assert_eq!(send(&runtime, "payment", "b").await, ["b"]);
+    assert_eq!(send_resumed(&runtime, "payment", "a").await, ["a"]);
+    assert_eq!(send_resumed(&runtime, "payment", "b").await, ["b"]);
     assert_eq!(store.list_timers("a").await.unwrap().len(), 1);
     // Migrated again, `a` moves from where it is now: its first version's timer.
     let again = runtime
@@ -593,7 +529,7 @@ async fn an_instance_waiting_at_two_nodes_of_a_fork_is_refused_and_nothing_writt
     );
     assert_eq!(stored(&store, "p").await, before);
     // One branch done, the join waits for the other: a join in progress.
-    assert_eq!(send(&runtime, "left", "p").await, ["p"]);
+    assert_eq!(send_resumed(&runtime, "left", "p").await, ["p"]);
     let before = stored(&store, "p").await;
     let report = runtime
         .migrate::<v1::Pair, Pair>(Migration::all())
@@ -613,7 +549,7 @@ async fn an_instance_waiting_at_two_nodes_of_a_fork_is_refused_and_nothing_writt
 async fn a_sequence_instance_migrates_to_its_step_and_runs_on() {
     let (_memory, runtime) = waiting_on::<v1::Steps>(&["s", "t"]).await;
     let store = runtime.store().clone();
-    assert_eq!(send(&runtime, "payment", "t").await, ["t"]);
+    assert_eq!(send_resumed(&runtime, "payment", "t").await, ["t"]);
     let report = runtime
         .migrate::<v1::Steps, Steps>(Migration::all())
         .await
@@ -626,9 +562,9 @@ async fn a_sequence_instance_migrates_to_its_step_and_runs_on() {
     );
     // `t` paid in the first version: it waits for the shipment, not for the new packing step.
     assert_eq!(waits(&store, "t").await, [("shipped".to_owned(), new)]);
-    assert_eq!(send(&runtime, "shipped", "t").await, ["t"]);
+    assert_eq!(send_resumed(&runtime, "shipped", "t").await, ["t"]);
     for event in ["payment", "packed", "shipped"] {
-        assert_eq!(send(&runtime, event, "s").await, ["s"], "{event}");
+        assert_eq!(send_resumed(&runtime, event, "s").await, ["s"], "{event}");
     }
     for id in ["s", "t"] {
         let done = runtime
@@ -663,7 +599,7 @@ async fn a_flowchart_migration_between_unrelated_definitions_is_refused_and_writ
         .register::<v1::ShippingMachine>()
         .build()
         .unwrap();
-    start(&old, "shipping", "m").await;
+    start_order(&old, "shipping", "m").await;
     let before_m = stored(&store, "m").await;
     let error = runtime
         .migrate::<v1::ShippingMachine, Shipping>(Migration::all())

@@ -7,15 +7,17 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+mod support;
+
 use serde::{Deserialize, Serialize};
-use workflow_runtime::store::conformance::postgres::{database_url, fresh_store};
-use workflow_runtime::store::{
-    InstanceStatus, LeaseClaim, LeaseKey, MemoryStore, PostgresOptions, PostgresStore, SqliteStore,
-    Storage,
+use support::{
+    a_running_instance_is_refused_until_it_waits, fresh_postgres_storage, quiet,
+    reopen_postgres_storage, send_resumed, sqlite_storage, start_order, wall_now,
 };
+use workflow_runtime::store::{InstanceStatus, MemoryStore, Storage};
 use workflow_runtime::{
     Completion, JournalKind, Migrate, MigrateError, Migration, MigrationOutcome, MigrationRefusal,
-    Runtime, StartOptions, Stimulus, Workflow, state_machine,
+    Runtime, StartOptions, Workflow, state_machine,
 };
 
 /// The first version's data.
@@ -113,42 +115,28 @@ impl Migrate<v1::OrderFlow> for InvoiceFlow {
     }
 }
 
-/// Now, in µs since the epoch (the leases' clock).
-fn now_micros() -> i64 {
-    let since = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap();
-    i64::try_from(since.as_micros()).unwrap()
+/// A quiet runtime on `store` that runs only the first version.
+fn first_version_runtime(store: Storage) -> Runtime {
+    quiet(Runtime::builder())
+        .store(store)
+        .register::<v1::OrderFlow>()
+        .build()
+        .unwrap()
 }
 
-fn quiet(builder: workflow_runtime::RuntimeBuilder) -> workflow_runtime::RuntimeBuilder {
-    builder
-        .recovery_sweep(None)
-        .inbox_worker(false)
-        .timer_driver(false)
+/// A quiet runtime on `store` that runs the first version beside the current one.
+fn both_versions_runtime(store: Storage) -> Runtime {
+    quiet(Runtime::builder())
+        .store(store)
+        .register_previous::<v1::OrderFlow>()
+        .register::<OrderFlow>()
+        .build()
+        .unwrap()
 }
 
+/// Starts an instance `id` of the first version.
 async fn start_v1(runtime: &Runtime, id: &str) {
-    runtime
-        .start_by_name(
-            v1::OrderFlow::name(),
-            serde_json::json!({"order_id": id, "total": 12}),
-            StartOptions {
-                instance_id: Some(id.to_owned()),
-                ..StartOptions::default()
-            },
-        )
-        .await
-        .unwrap();
-}
-
-async fn send(runtime: &Runtime, name: &str, key: &str) -> Vec<String> {
-    let report = runtime.send(Stimulus::new(name).key(key)).await.unwrap();
-    report
-        .resumed
-        .iter()
-        .map(|r| r.instance_id.clone())
-        .collect()
+    start_order(runtime, v1::OrderFlow::name(), id).await;
 }
 
 /// What the store holds of an instance, to compare before and after.
@@ -186,17 +174,13 @@ where
 {
     {
         let store = open().await;
-        let runtime = quiet(Runtime::builder())
-            .store(store.clone())
-            .register::<v1::OrderFlow>()
-            .build()
-            .unwrap();
+        let runtime = first_version_runtime(store.clone());
         for id in ["a", "b", "c"] {
             start_v1(&runtime, id).await;
         }
-        send(&runtime, "payment", "b").await;
-        send(&runtime, "payment", "c").await;
-        send(&runtime, "packed", "c").await;
+        send_resumed(&runtime, "payment", "b").await;
+        send_resumed(&runtime, "payment", "c").await;
+        send_resumed(&runtime, "packed", "c").await;
         assert_eq!(
             runtime.current_state::<v1::OrderFlow>("c").await.unwrap(),
             Some(v1::OrderFlow::Packed)
@@ -205,12 +189,7 @@ where
     }
     {
         let store = open().await;
-        let runtime = quiet(Runtime::builder())
-            .store(store.clone())
-            .register_previous::<v1::OrderFlow>()
-            .register::<OrderFlow>()
-            .build()
-            .unwrap();
+        let runtime = both_versions_runtime(store.clone());
         let mut before = Vec::new();
         for id in ["a", "b", "c"] {
             before.push(stored(&store, id).await);
@@ -305,13 +284,13 @@ where
             .build()
             .unwrap();
         assert!(runtime.unregistered_versions().await.unwrap().is_empty());
-        assert_eq!(send(&runtime, "payment", "a").await, ["a"]);
+        assert_eq!(send_resumed(&runtime, "payment", "a").await, ["a"]);
         assert_eq!(store.list_timers("a").await.unwrap().len(), 0);
         for id in ["a", "b"] {
-            assert_eq!(send(&runtime, "packed", id).await, [id]);
+            assert_eq!(send_resumed(&runtime, "packed", id).await, [id]);
         }
         for id in ["a", "b", "c"] {
-            assert_eq!(send(&runtime, "shipped", id).await, [id]);
+            assert_eq!(send_resumed(&runtime, "shipped", id).await, [id]);
             let done = runtime
                 .await_completion(id, Duration::from_secs(5))
                 .await
@@ -331,45 +310,27 @@ async fn waiting_instances_migrate_across_restarts_on_sqlite() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("orders.db");
     let path = &path;
-    migrate_across_restarts(
-        || async move { Storage::new(Arc::new(SqliteStore::open(path).unwrap())) },
-    )
-    .await;
+    migrate_across_restarts(|| async move { sqlite_storage(path) }).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn waiting_instances_migrate_across_restarts_on_postgres() {
-    let Some((first, guard)) = fresh_store().await else {
+    let Some((first, guard)) = fresh_postgres_storage().await else {
         return;
     };
     drop(first);
-    let (url, schema) = (&database_url(), guard.schema());
-    migrate_across_restarts(|| async move {
-        let options = PostgresOptions::default().schema(schema);
-        Storage::new(Arc::new(
-            PostgresStore::connect_with(url, &options).await.unwrap(),
-        ))
-    })
-    .await;
+    let schema = guard.schema();
+    migrate_across_restarts(|| reopen_postgres_storage(schema)).await;
 }
 
 #[tokio::test]
 async fn two_versions_run_side_by_side_and_one_send_reaches_both() {
     let memory = Arc::new(MemoryStore::new());
-    let old = quiet(Runtime::builder())
-        .store(Storage::new(memory.clone()))
-        .register::<v1::OrderFlow>()
-        .build()
-        .unwrap();
+    let old = first_version_runtime(Storage::new(memory.clone()));
     start_v1(&old, "k").await;
     let old_version = v1::OrderFlow::version();
 
-    let runtime = quiet(Runtime::builder())
-        .store(Storage::new(memory.clone()))
-        .register_previous::<v1::OrderFlow>()
-        .register::<OrderFlow>()
-        .build()
-        .unwrap();
+    let runtime = both_versions_runtime(Storage::new(memory.clone()));
     assert_eq!(runtime.registered_versions("order"), {
         let mut both = vec![
             (old_version.to_owned(), false),
@@ -417,7 +378,7 @@ async fn two_versions_run_side_by_side_and_one_send_reaches_both() {
     assert!(runtime.unregistered_versions().await.unwrap().is_empty());
 
     // One send reaches an instance of each version; each goes on on its own.
-    let mut reached = send(&runtime, "payment", "k").await;
+    let mut reached = send_resumed(&runtime, "payment", "k").await;
     reached.sort();
     assert_eq!(reached, ["k", "n"]);
     assert_eq!(
@@ -441,7 +402,7 @@ async fn two_versions_run_side_by_side_and_one_send_reaches_both() {
     );
 
     for event in ["packed", "shipped"] {
-        let mut reached = send(&runtime, event, "k").await;
+        let mut reached = send_resumed(&runtime, event, "k").await;
         reached.sort();
         assert_eq!(reached, ["k", "n"], "{event}");
     }
@@ -479,65 +440,23 @@ async fn a_second_current_version_is_refused_and_a_previous_one_needs_a_current_
 /// Two runtimes on one memory store: the first left instances waiting on the first version.
 async fn waiting_on_v1(ids: &[&str]) -> (Arc<MemoryStore>, Runtime) {
     let memory = Arc::new(MemoryStore::new());
-    let old = quiet(Runtime::builder())
-        .store(Storage::new(memory.clone()))
-        .register::<v1::OrderFlow>()
-        .build()
-        .unwrap();
+    let old = first_version_runtime(Storage::new(memory.clone()));
     for id in ids {
         start_v1(&old, id).await;
     }
-    let runtime = quiet(Runtime::builder())
-        .store(Storage::new(memory.clone()))
-        .register_previous::<v1::OrderFlow>()
-        .register::<OrderFlow>()
-        .build()
-        .unwrap();
+    let runtime = both_versions_runtime(Storage::new(memory.clone()));
     (memory, runtime)
 }
 
 #[tokio::test]
 async fn a_running_instance_is_refused_and_migrates_once_it_waits() {
     let (_memory, runtime) = waiting_on_v1(&["a", "b"]).await;
-    let store = runtime.store().clone();
-    // Another process runs `a`: it holds its lease.
-    let lease = store
-        .claim_instance(
-            "a",
-            LeaseClaim {
-                owner: "another-process".to_owned(),
-                token: None,
-                now: now_micros(),
-                ttl: 60_000_000,
-            },
-        )
-        .await
-        .unwrap();
-    let before = stored(&store, "a").await;
-    // A dry run sees it running too, without taking any lease.
-    let dry = runtime
-        .migrate::<v1::OrderFlow, OrderFlow>(Migration::all().dry_run())
-        .await
-        .unwrap();
-    assert_eq!(dry.refused(), [("a", &MigrationRefusal::Running)]);
-    assert_eq!(dry.migrated(), ["b"]);
-    let report = runtime
-        .migrate::<v1::OrderFlow, OrderFlow>(Migration::all())
-        .await
-        .unwrap();
-    assert_eq!(report.refused(), [("a", &MigrationRefusal::Running)]);
-    assert_eq!(report.migrated(), ["b"]);
-    assert_eq!(stored(&store, "a").await, before);
-
-    store
-        .release_lease(&LeaseKey::Instance("a".to_owned()), lease.lease.token)
-        .await
-        .unwrap();
-    let again = runtime
-        .migrate::<v1::OrderFlow, OrderFlow>(Migration::only(["a"]))
-        .await
-        .unwrap();
-    assert_eq!(again.migrated(), ["a"]);
+    a_running_instance_is_refused_until_it_waits::<v1::OrderFlow, OrderFlow, _>(
+        &runtime,
+        wall_now(),
+        async |store: &Storage| stored(store, "a").await,
+    )
+    .await;
 }
 
 #[tokio::test]
@@ -584,8 +503,8 @@ async fn a_failure_half_way_leaves_each_instance_wholly_in_one_version() {
         );
     }
     // Both versions run: `a` on the first, `b` on the current one.
-    assert_eq!(send(&runtime, "payment", "a").await, ["a"]);
-    assert_eq!(send(&runtime, "cancel", "b").await, ["b"]);
+    assert_eq!(send_resumed(&runtime, "payment", "a").await, ["a"]);
+    assert_eq!(send_resumed(&runtime, "cancel", "b").await, ["b"]);
     assert_eq!(
         runtime.current_state::<OrderFlow>("b").await.unwrap(),
         Some(OrderFlow::Cancelled)
@@ -605,11 +524,7 @@ async fn a_failure_half_way_leaves_each_instance_wholly_in_one_version() {
 #[tokio::test]
 async fn a_migration_between_unrelated_definitions_is_refused_and_writes_nothing() {
     let memory = Arc::new(MemoryStore::new());
-    let old = quiet(Runtime::builder())
-        .store(Storage::new(memory.clone()))
-        .register::<v1::OrderFlow>()
-        .build()
-        .unwrap();
+    let old = first_version_runtime(Storage::new(memory.clone()));
     start_v1(&old, "a").await;
     let runtime = quiet(Runtime::builder())
         .store(Storage::new(memory.clone()))
@@ -639,11 +554,7 @@ async fn a_migration_between_unrelated_definitions_is_refused_and_writes_nothing
     assert_eq!(stored(&store, "a").await, before);
 
     // To a version this runtime does not register: refused, naming it.
-    let unregistered = quiet(Runtime::builder())
-        .store(Storage::new(memory.clone()))
-        .register::<v1::OrderFlow>()
-        .build()
-        .unwrap();
+    let unregistered = first_version_runtime(Storage::new(memory.clone()));
     let error = unregistered
         .migrate::<v1::OrderFlow, OrderFlow>(Migration::all())
         .await

@@ -1,0 +1,192 @@
+//! Scaffolding shared by the runtime's integration tests: store openers (memory, SQLite in a
+//! folder, PostgreSQL on a fresh schema from `WORKFLOW_PG_URL`), the wall clock the leases
+//! use, quiet runtimes, starts and sends by name, and the flow-control queues' counts.
+//! Each test file takes what it needs (`mod support;`): the rest is unused there.
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::fmt::Debug;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use workflow_runtime::store::conformance::postgres::{SchemaGuard, database_url, fresh_store};
+use workflow_runtime::store::{
+    LeaseClaim, LeaseKey, MemoryStore, PostgresOptions, PostgresStore, SlotAsk, SlotLease,
+    SlotOutcome, SqliteStore, Storage,
+};
+use workflow_runtime::{
+    Migrate, Migration, MigrationRefusal, Positioned, Priority, Queue, Runtime, RuntimeBuilder,
+    StartOptions, Stimulus,
+};
+
+/// Wall-clock now, µs since the epoch (leases and slots are on the wall clock).
+pub(crate) fn wall_now() -> i64 {
+    let since = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap();
+    i64::try_from(since.as_micros()).unwrap()
+}
+
+/// A store on a new, empty memory store.
+pub(crate) fn memory_storage() -> Storage {
+    Storage::new(Arc::new(MemoryStore::new()))
+}
+
+/// A store on the SQLite file at `path` (created if missing, reopened if not).
+pub(crate) fn sqlite_storage(path: impl AsRef<Path>) -> Storage {
+    Storage::new(Arc::new(SqliteStore::open(path).unwrap()))
+}
+
+/// A store on a fresh PostgreSQL schema and the guard that drops it, or `None` when no
+/// server answers at `WORKFLOW_PG_URL`.
+pub(crate) async fn fresh_postgres_storage() -> Option<(Storage, SchemaGuard)> {
+    let (store, guard) = fresh_store().await?;
+    Some((Storage::new(store), guard))
+}
+
+/// A new connection to the PostgreSQL schema `schema` at `WORKFLOW_PG_URL` (as a restarted
+/// process opens it).
+pub(crate) async fn reopen_postgres_storage(schema: &str) -> Storage {
+    let options = PostgresOptions::default().schema(schema);
+    Storage::new(Arc::new(
+        PostgresStore::connect_with(&database_url(), &options)
+            .await
+            .unwrap(),
+    ))
+}
+
+/// A builder with no recovery sweep, inbox worker or timer driver: the test drives it.
+pub(crate) fn quiet(builder: RuntimeBuilder) -> RuntimeBuilder {
+    builder
+        .recovery_sweep(None)
+        .inbox_worker(false)
+        .timer_driver(false)
+}
+
+/// Starts the workflow `name` with the instance id `id` on the order
+/// `{"order_id": id, "total": 12}`.
+pub(crate) async fn start_order(runtime: &Runtime, name: &str, id: &str) {
+    runtime
+        .start_by_name(
+            name,
+            serde_json::json!({"order_id": id, "total": 12}),
+            StartOptions {
+                instance_id: Some(id.to_owned()),
+                ..StartOptions::default()
+            },
+        )
+        .await
+        .unwrap();
+}
+
+/// Sends the event `name` with the key `key`: the ids of the instances it resumed.
+pub(crate) async fn send_resumed(runtime: &Runtime, name: &str, key: &str) -> Vec<String> {
+    let report = runtime.send(Stimulus::new(name).key(key)).await.unwrap();
+    report
+        .resumed
+        .iter()
+        .map(|r| r.instance_id.clone())
+        .collect()
+}
+
+/// The queue `queue`'s running and waiting counts ((0, 0) when it is not listed).
+pub(crate) async fn queue_counts(store: &Storage, queue: &str) -> (u32, u32) {
+    let usage = store.queue_usage(wall_now()).await.unwrap();
+    usage
+        .iter()
+        .find(|u| u.queue == queue)
+        .map_or((0, 0), |u| (u.running, u.waiting))
+}
+
+/// The queue `queue`'s line (holders in serving order), running count and waiting count.
+pub(crate) async fn queue_line(store: &Storage, queue: &str) -> (Vec<String>, u32, u32) {
+    let usage = store.queue_usage(wall_now()).await.unwrap();
+    let found = usage.iter().find(|u| u.queue == queue).unwrap();
+    (found.line.clone(), found.running, found.waiting)
+}
+
+/// Polls the queue `queue` until it counts `running` running and `waiting` waiting; fails
+/// after 10 s with what it counted last.
+pub(crate) async fn until_queue_counts(store: &Storage, queue: &str, running: u32, waiting: u32) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let now = queue_counts(store, queue).await;
+        if now == (running, waiting) {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "`{queue}` counts {now:?} (running, waiting), not {:?}",
+            (running, waiting)
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// Takes a slot of `queue` for the holder `holder` of the owner `outside` (lowest priority,
+/// a minute's lease), as another process would; fails if it has to wait.
+pub(crate) async fn hold_slot_outside(store: &Storage, queue: &Queue, holder: &str) -> SlotLease {
+    let ask = SlotAsk {
+        holder: holder.to_owned(),
+        owner: "outside".to_owned(),
+        key: None,
+        priority: Priority::MIN,
+        now: wall_now(),
+        ttl: 60_000_000,
+        place_ttl: None,
+    };
+    let SlotOutcome::Granted { lease, .. } = store.acquire_slot(queue, ask).await.unwrap() else {
+        panic!("the outside holder waits")
+    };
+    lease
+}
+
+/// Another process holds the lease of the waiting instance `a` (claimed at `now`): a dry run
+/// and a migration from `Old` to `New` both refuse it as running and migrate `b`, and
+/// `snapshot` sees `a` unchanged; once the lease is given back, `a` migrates.
+pub(crate) async fn a_running_instance_is_refused_until_it_waits<Old, New, S>(
+    runtime: &Runtime,
+    now: i64,
+    snapshot: impl AsyncFn(&Storage) -> S,
+) where
+    Old: Positioned,
+    New: Migrate<Old>,
+    S: PartialEq + Debug,
+{
+    let store = runtime.store();
+    // Another process runs `a`: it holds its lease.
+    let lease = store
+        .claim_instance(
+            "a",
+            LeaseClaim {
+                owner: "another-process".to_owned(),
+                token: None,
+                now,
+                ttl: 60_000_000,
+            },
+        )
+        .await
+        .unwrap();
+    let before = snapshot(store).await;
+    // A dry run sees it running too, without taking any lease.
+    let dry = runtime
+        .migrate::<Old, New>(Migration::all().dry_run())
+        .await
+        .unwrap();
+    assert_eq!(dry.refused(), [("a", &MigrationRefusal::Running)]);
+    assert_eq!(dry.migrated(), ["b"]);
+    let report = runtime.migrate::<Old, New>(Migration::all()).await.unwrap();
+    assert_eq!(report.refused(), [("a", &MigrationRefusal::Running)]);
+    assert_eq!(report.migrated(), ["b"]);
+    assert_eq!(snapshot(store).await, before);
+
+    store
+        .release_lease(&LeaseKey::Instance("a".to_owned()), lease.lease.token)
+        .await
+        .unwrap();
+    let again = runtime
+        .migrate::<Old, New>(Migration::only(["a"]))
+        .await
+        .unwrap();
+    assert_eq!(again.migrated(), ["a"]);
+}
