@@ -10,9 +10,7 @@ use std::time::Duration;
 mod support;
 
 use serde_json::json;
-use support::{
-    fresh_postgres_storage, memory_storage, sqlite_storage, until_queue_counts, wall_now,
-};
+use support::{memory_storage, until_queue_counts, wall_now};
 use workflow_runtime::model::Definition;
 use workflow_runtime::store::Storage;
 use workflow_runtime::{BuildError, Queue, Registry, Runtime, StartOptions, TaskContext};
@@ -101,24 +99,12 @@ async fn two_hundred_on_a_queue_of_five(store: Storage) {
     runtime.shutdown(Duration::from_secs(5)).await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn concurrency_is_never_exceeded_on_memory() {
-    two_hundred_on_a_queue_of_five(memory_storage()).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn concurrency_is_never_exceeded_on_sqlite() {
-    let dir = tempfile::tempdir().unwrap();
-    two_hundred_on_a_queue_of_five(sqlite_storage(dir.path().join("flow.db"))).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn concurrency_is_never_exceeded_on_postgres() {
-    let Some((store, _guard)) = fresh_postgres_storage().await else {
-        return;
-    };
-    two_hundred_on_a_queue_of_five(store).await;
-}
+support::on_each_store!(
+    two_hundred_on_a_queue_of_five =>
+    concurrency_is_never_exceeded_on_memory,
+    concurrency_is_never_exceeded_on_sqlite,
+    concurrency_is_never_exceeded_on_postgres
+);
 
 #[test]
 fn an_undeclared_queue_is_refused_at_build_with_a_suggestion() {

@@ -223,24 +223,13 @@ async fn twenty_on_a_queue_of_two(store: Storage) {
     runtime.shutdown(Duration::from_secs(5)).await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_run_waits_for_its_slot_suspended_on_memory() {
-    twenty_on_a_queue_of_two(memory_storage()).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_run_waits_for_its_slot_suspended_on_sqlite() {
-    let dir = tempfile::tempdir().unwrap();
-    twenty_on_a_queue_of_two(sqlite_storage(dir.path().join("flow.db"))).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_run_waits_for_its_slot_suspended_on_postgres() {
-    let Some((store, _guard)) = fresh_postgres_storage().await else {
-        panic!("WORKFLOW_PG_URL is not set: the PostgreSQL test must run")
-    };
-    twenty_on_a_queue_of_two(store).await;
-}
+support::on_each_store!(
+    twenty_on_a_queue_of_two =>
+    a_run_waits_for_its_slot_suspended_on_memory,
+    a_run_waits_for_its_slot_suspended_on_sqlite,
+    a_run_waits_for_its_slot_suspended_on_postgres,
+    postgres required
+);
 
 /// An outside holder takes both slots; a runtime starts 20 instances, each returning
 /// suspended waiting for its run's slot; the runtime shuts down and is dropped, and a new one

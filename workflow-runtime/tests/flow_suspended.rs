@@ -177,24 +177,12 @@ async fn a_waiting_attempt_suspends_its_instance(store: Storage) {
     runtime.shutdown(Duration::from_secs(5)).await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_waiting_attempt_suspends_its_instance_on_memory() {
-    a_waiting_attempt_suspends_its_instance(memory_storage()).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_waiting_attempt_suspends_its_instance_on_sqlite() {
-    let dir = tempfile::tempdir().unwrap();
-    a_waiting_attempt_suspends_its_instance(sqlite_storage(dir.path().join("flow.db"))).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_waiting_attempt_suspends_its_instance_on_postgres() {
-    let Some((store, _guard)) = fresh_postgres_storage().await else {
-        return;
-    };
-    a_waiting_attempt_suspends_its_instance(store).await;
-}
+support::on_each_store!(
+    a_waiting_attempt_suspends_its_instance =>
+    a_waiting_attempt_suspends_its_instance_on_memory,
+    a_waiting_attempt_suspends_its_instance_on_sqlite,
+    a_waiting_attempt_suspends_its_instance_on_postgres
+);
 
 /// An outside holder takes the one slot; a runtime starts four instances whose tasks wait
 /// (priority 0, 0, 9, 0), each suspended; the runtime shuts down and is dropped, and a new

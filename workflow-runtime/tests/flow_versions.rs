@@ -11,8 +11,9 @@ mod support;
 
 use serde::{Deserialize, Serialize};
 use support::{
-    a_running_instance_is_refused_until_it_waits, fresh_postgres_storage, quiet,
-    reopen_postgres_storage, send_resumed, sqlite_storage, start_order, wall_now,
+    a_failed_commit_refuses_only_its_instance, a_running_instance_is_refused_until_it_waits,
+    fresh_postgres_storage, quiet, reopen_postgres_storage, send_resumed, sqlite_storage,
+    start_order, wall_now,
 };
 use workflow_runtime::store::{MemoryStore, Storage};
 use workflow_runtime::{
@@ -462,24 +463,14 @@ async fn a_running_flowchart_instance_is_refused_and_migrates_once_it_waits() {
 #[tokio::test]
 async fn a_failure_half_way_leaves_each_flowchart_instance_wholly_in_one_version() {
     let (memory, runtime) = waiting_on::<v1::Shipping>(&["a", "b", "c"]).await;
+    a_failed_commit_refuses_only_its_instance::<v1::Shipping, Shipping, _>(
+        &memory,
+        &runtime,
+        async |store: &Storage| stored(store, "a").await,
+    )
+    .await;
     let store = runtime.store().clone();
-    let before = stored(&store, "a").await;
-    // The first instance's commit fails; the others go on.
-    memory.fail_next_commits(1).unwrap();
-    let report = runtime
-        .migrate::<v1::Shipping, Shipping>(Migration::all())
-        .await
-        .unwrap();
-    assert!(
-        matches!(
-            report.refused()[..],
-            [("a", MigrationRefusal::Failed { .. })]
-        ),
-        "{report:?}"
-    );
-    assert_eq!(report.migrated(), ["b", "c"]);
     // `a` is wholly on the first version: row, document, bookmark rows.
-    assert_eq!(stored(&store, "a").await, before);
     let old = v1::Shipping::version().to_owned();
     assert_eq!(waits(&store, "a").await, [("payment".to_owned(), old)]);
     // `b` and `c` wholly on the current one.

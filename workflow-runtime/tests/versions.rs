@@ -11,13 +11,14 @@ mod support;
 
 use serde::{Deserialize, Serialize};
 use support::{
-    a_running_instance_is_refused_until_it_waits, fresh_postgres_storage, quiet,
-    reopen_postgres_storage, send_resumed, sqlite_storage, start_order, wall_now,
+    a_failed_commit_refuses_only_its_instance, a_running_instance_is_refused_until_it_waits,
+    fresh_postgres_storage, quiet, reopen_postgres_storage, send_resumed, sqlite_storage,
+    start_order, wall_now,
 };
 use workflow_runtime::store::{InstanceStatus, MemoryStore, Storage};
 use workflow_runtime::{
-    Completion, JournalKind, Migrate, MigrateError, Migration, MigrationOutcome, MigrationRefusal,
-    Runtime, StartOptions, Workflow, state_machine,
+    Completion, JournalKind, Migrate, MigrateError, Migration, MigrationOutcome, Runtime,
+    StartOptions, Workflow, state_machine,
 };
 
 /// The first version's data.
@@ -462,24 +463,14 @@ async fn a_running_instance_is_refused_and_migrates_once_it_waits() {
 #[tokio::test]
 async fn a_failure_half_way_leaves_each_instance_wholly_in_one_version() {
     let (memory, runtime) = waiting_on_v1(&["a", "b", "c"]).await;
+    a_failed_commit_refuses_only_its_instance::<v1::OrderFlow, OrderFlow, _>(
+        &memory,
+        &runtime,
+        async |store: &Storage| stored(store, "a").await,
+    )
+    .await;
     let store = runtime.store().clone();
-    let before = stored(&store, "a").await;
-    // The first instance's commit fails; the others go on.
-    memory.fail_next_commits(1).unwrap();
-    let report = runtime
-        .migrate::<v1::OrderFlow, OrderFlow>(Migration::all())
-        .await
-        .unwrap();
-    assert!(
-        matches!(
-            report.refused()[..],
-            [("a", MigrationRefusal::Failed { .. })]
-        ),
-        "{report:?}"
-    );
-    assert_eq!(report.migrated(), ["b", "c"]);
     // `a` is wholly on the first version: row, document, bookmarks, no timer.
-    assert_eq!(stored(&store, "a").await, before);
     assert_eq!(
         bookmark_versions(&store, "a").await,
         [v1::OrderFlow::version()]

@@ -190,3 +190,67 @@ pub(crate) async fn a_running_instance_is_refused_until_it_waits<Old, New, S>(
         .unwrap();
     assert_eq!(again.migrated(), ["a"]);
 }
+
+/// Migrates every instance from `Old` to `New` while the first commit fails: `a` is refused
+/// as failed and `snapshot` sees it unchanged; `b` and `c` migrate.
+pub(crate) async fn a_failed_commit_refuses_only_its_instance<Old, New, S>(
+    memory: &MemoryStore,
+    runtime: &Runtime,
+    snapshot: impl AsyncFn(&Storage) -> S,
+) where
+    Old: Positioned,
+    New: Migrate<Old>,
+    S: PartialEq + Debug,
+{
+    let store = runtime.store();
+    let before = snapshot(store).await;
+    // The first instance's commit fails; the others go on.
+    memory.fail_next_commits(1).unwrap();
+    let report = runtime.migrate::<Old, New>(Migration::all()).await.unwrap();
+    assert!(
+        matches!(
+            report.refused()[..],
+            [("a", MigrationRefusal::Failed { .. })]
+        ),
+        "{report:?}"
+    );
+    assert_eq!(report.migrated(), ["b", "c"]);
+    assert_eq!(snapshot(store).await, before);
+}
+
+/// Declares three tests that run the scenario `$scenario(store: Storage)` on a memory store,
+/// on SQLite in a temporary folder and on a fresh PostgreSQL schema; the PostgreSQL test is
+/// skipped without a server, or fails then when `postgres required` is given.
+#[allow(unused_macros)]
+macro_rules! on_each_store {
+    ($scenario:ident => $memory:ident, $sqlite:ident, $postgres:ident) => {
+        $crate::support::on_each_store!(@ $scenario => $memory, $sqlite, $postgres, {
+            return;
+        });
+    };
+    ($scenario:ident => $memory:ident, $sqlite:ident, $postgres:ident, postgres required) => {
+        $crate::support::on_each_store!(@ $scenario => $memory, $sqlite, $postgres, {
+            panic!("WORKFLOW_PG_URL is not set: the PostgreSQL test must run")
+        });
+    };
+    (@ $scenario:ident => $memory:ident, $sqlite:ident, $postgres:ident, $missing:block) => {
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn $memory() {
+            $scenario($crate::support::memory_storage()).await;
+        }
+
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn $sqlite() {
+            let dir = tempfile::tempdir().unwrap();
+            $scenario($crate::support::sqlite_storage(dir.path().join("flow.db"))).await;
+        }
+
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn $postgres() {
+            let Some((store, _guard)) = $crate::support::fresh_postgres_storage().await else $missing;
+            $scenario(store).await;
+        }
+    };
+}
+#[allow(unused_imports)]
+pub(crate) use on_each_store;
