@@ -11,9 +11,8 @@ mod support;
 
 use serde::{Deserialize, Serialize};
 use support::{
-    a_failed_commit_refuses_only_its_instance, a_running_instance_is_refused_until_it_waits,
-    fresh_postgres_storage, quiet, reopen_postgres_storage, send_resumed, sqlite_storage,
-    start_order, wall_now,
+    Migrating, fresh_postgres_storage, quiet, reopen_postgres_storage, send_resumed,
+    sqlite_storage, start_order, wall_now,
 };
 use workflow_runtime::store::{MemoryStore, Storage};
 use workflow_runtime::{
@@ -452,23 +451,22 @@ async fn waiting_on<Old: Workflow>(ids: &[&str]) -> (Arc<MemoryStore>, Runtime) 
 #[tokio::test]
 async fn a_running_flowchart_instance_is_refused_and_migrates_once_it_waits() {
     let (_memory, runtime) = waiting_on::<v1::Shipping>(&["a", "b"]).await;
-    a_running_instance_is_refused_until_it_waits::<v1::Shipping, Shipping, _>(
-        &runtime,
-        ManualClock::DEFAULT_START.max(wall_now()),
-        async |store: &Storage| stored(store, "a").await,
-    )
-    .await;
+    Migrating::<v1::Shipping, Shipping>::new(&runtime)
+        .refuse_a_running_instance_until_it_waits(
+            ManualClock::DEFAULT_START.max(wall_now()),
+            async |store: &Storage| stored(store, "a").await,
+        )
+        .await;
 }
 
 #[tokio::test]
 async fn a_failure_half_way_leaves_each_flowchart_instance_wholly_in_one_version() {
     let (memory, runtime) = waiting_on::<v1::Shipping>(&["a", "b", "c"]).await;
-    a_failed_commit_refuses_only_its_instance::<v1::Shipping, Shipping, _>(
-        &memory,
-        &runtime,
-        async |store: &Storage| stored(store, "a").await,
-    )
-    .await;
+    Migrating::<v1::Shipping, Shipping>::new(&runtime)
+        .refuse_only_the_instance_whose_commit_fails(&memory, async |store: &Storage| {
+            stored(store, "a").await
+        })
+        .await;
     let store = runtime.store().clone();
     // `a` is wholly on the first version: row, document, bookmark rows.
     let old = v1::Shipping::version().to_owned();

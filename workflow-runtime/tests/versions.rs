@@ -11,9 +11,8 @@ mod support;
 
 use serde::{Deserialize, Serialize};
 use support::{
-    a_failed_commit_refuses_only_its_instance, a_running_instance_is_refused_until_it_waits,
-    fresh_postgres_storage, quiet, reopen_postgres_storage, send_resumed, sqlite_storage,
-    start_order, wall_now,
+    Migrating, fresh_postgres_storage, quiet, reopen_postgres_storage, send_resumed,
+    sqlite_storage, start_order, wall_now,
 };
 use workflow_runtime::store::{InstanceStatus, MemoryStore, Storage};
 use workflow_runtime::{
@@ -452,23 +451,21 @@ async fn waiting_on_v1(ids: &[&str]) -> (Arc<MemoryStore>, Runtime) {
 #[tokio::test]
 async fn a_running_instance_is_refused_and_migrates_once_it_waits() {
     let (_memory, runtime) = waiting_on_v1(&["a", "b"]).await;
-    a_running_instance_is_refused_until_it_waits::<v1::OrderFlow, OrderFlow, _>(
-        &runtime,
-        wall_now(),
-        async |store: &Storage| stored(store, "a").await,
-    )
-    .await;
+    Migrating::<v1::OrderFlow, OrderFlow>::new(&runtime)
+        .refuse_a_running_instance_until_it_waits(wall_now(), async |store: &Storage| {
+            stored(store, "a").await
+        })
+        .await;
 }
 
 #[tokio::test]
 async fn a_failure_half_way_leaves_each_instance_wholly_in_one_version() {
     let (memory, runtime) = waiting_on_v1(&["a", "b", "c"]).await;
-    a_failed_commit_refuses_only_its_instance::<v1::OrderFlow, OrderFlow, _>(
-        &memory,
-        &runtime,
-        async |store: &Storage| stored(store, "a").await,
-    )
-    .await;
+    Migrating::<v1::OrderFlow, OrderFlow>::new(&runtime)
+        .refuse_only_the_instance_whose_commit_fails(&memory, async |store: &Storage| {
+            stored(store, "a").await
+        })
+        .await;
     let store = runtime.store().clone();
     // `a` is wholly on the first version: row, document, bookmarks, no timer.
     assert_eq!(

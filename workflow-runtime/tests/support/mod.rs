@@ -5,6 +5,7 @@
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::fmt::Debug;
+use std::marker::PhantomData;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
@@ -141,81 +142,94 @@ pub(crate) async fn hold_slot_outside(store: &Storage, queue: &Queue, holder: &s
     lease
 }
 
-/// Another process holds the lease of the waiting instance `a` (claimed at `now`): a dry run
-/// and a migration from `Old` to `New` both refuse it as running and migrate `b`, and
-/// `snapshot` sees `a` unchanged; once the lease is given back, `a` migrates.
-pub(crate) async fn a_running_instance_is_refused_until_it_waits<Old, New, S>(
-    runtime: &Runtime,
-    now: i64,
-    snapshot: impl AsyncFn(&Storage) -> S,
-) where
-    Old: Positioned,
-    New: Migrate<Old>,
-    S: PartialEq + Debug,
-{
-    let store = runtime.store();
-    // Another process runs `a`: it holds its lease.
-    let lease = store
-        .claim_instance(
-            "a",
-            LeaseClaim {
-                owner: "another-process".to_owned(),
-                token: None,
-                now,
-                ttl: 60_000_000,
-            },
-        )
-        .await
-        .unwrap();
-    let before = snapshot(store).await;
-    // A dry run sees it running too, without taking any lease.
-    let dry = runtime
-        .migrate::<Old, New>(Migration::all().dry_run())
-        .await
-        .unwrap();
-    assert_eq!(dry.refused(), [("a", &MigrationRefusal::Running)]);
-    assert_eq!(dry.migrated(), ["b"]);
-    let report = runtime.migrate::<Old, New>(Migration::all()).await.unwrap();
-    assert_eq!(report.refused(), [("a", &MigrationRefusal::Running)]);
-    assert_eq!(report.migrated(), ["b"]);
-    assert_eq!(snapshot(store).await, before);
-
-    store
-        .release_lease(&LeaseKey::Instance("a".to_owned()), lease.lease.token)
-        .await
-        .unwrap();
-    let again = runtime
-        .migrate::<Old, New>(Migration::only(["a"]))
-        .await
-        .unwrap();
-    assert_eq!(again.migrated(), ["a"]);
+/// Migrations from `Old` to `New` in a runtime whose instances `a`, `b` (and `c`) wait on
+/// `Old`: the scenarios state machines and flowcharts share.
+pub(crate) struct Migrating<'r, Old, New> {
+    runtime: &'r Runtime,
+    versions: PhantomData<fn() -> (Old, New)>,
 }
 
-/// Migrates every instance from `Old` to `New` while the first commit fails: `a` is refused
-/// as failed and `snapshot` sees it unchanged; `b` and `c` migrate.
-pub(crate) async fn a_failed_commit_refuses_only_its_instance<Old, New, S>(
-    memory: &MemoryStore,
-    runtime: &Runtime,
-    snapshot: impl AsyncFn(&Storage) -> S,
-) where
-    Old: Positioned,
-    New: Migrate<Old>,
-    S: PartialEq + Debug,
-{
-    let store = runtime.store();
-    let before = snapshot(store).await;
-    // The first instance's commit fails; the others go on.
-    memory.fail_next_commits(1).unwrap();
-    let report = runtime.migrate::<Old, New>(Migration::all()).await.unwrap();
-    assert!(
-        matches!(
-            report.refused()[..],
-            [("a", MigrationRefusal::Failed { .. })]
-        ),
-        "{report:?}"
-    );
-    assert_eq!(report.migrated(), ["b", "c"]);
-    assert_eq!(snapshot(store).await, before);
+impl<'r, Old: Positioned, New: Migrate<Old>> Migrating<'r, Old, New> {
+    /// Migrations in `runtime`.
+    pub(crate) fn new(runtime: &'r Runtime) -> Self {
+        Self {
+            runtime,
+            versions: PhantomData,
+        }
+    }
+
+    /// Another process holds the lease of `a` (claimed at `now`): a dry run and a migration
+    /// both refuse it as running and migrate `b`, and `snapshot` sees `a` unchanged; once the
+    /// lease is given back, `a` migrates.
+    pub(crate) async fn refuse_a_running_instance_until_it_waits<S: PartialEq + Debug>(
+        &self,
+        now: i64,
+        snapshot: impl AsyncFn(&Storage) -> S,
+    ) {
+        let (runtime, store) = (self.runtime, self.runtime.store());
+        // Another process runs `a`: it holds its lease.
+        let lease = store
+            .claim_instance(
+                "a",
+                LeaseClaim {
+                    owner: "another-process".to_owned(),
+                    token: None,
+                    now,
+                    ttl: 60_000_000,
+                },
+            )
+            .await
+            .unwrap();
+        let before = snapshot(store).await;
+        // A dry run sees it running too, without taking any lease.
+        let dry = runtime
+            .migrate::<Old, New>(Migration::all().dry_run())
+            .await
+            .unwrap();
+        assert_eq!(dry.refused(), [("a", &MigrationRefusal::Running)]);
+        assert_eq!(dry.migrated(), ["b"]);
+        let report = runtime.migrate::<Old, New>(Migration::all()).await.unwrap();
+        assert_eq!(report.refused(), [("a", &MigrationRefusal::Running)]);
+        assert_eq!(report.migrated(), ["b"]);
+        assert_eq!(snapshot(store).await, before);
+
+        store
+            .release_lease(&LeaseKey::Instance("a".to_owned()), lease.lease.token)
+            .await
+            .unwrap();
+        let again = runtime
+            .migrate::<Old, New>(Migration::only(["a"]))
+            .await
+            .unwrap();
+        assert_eq!(again.migrated(), ["a"]);
+    }
+
+    /// Migrates every instance while the first commit on `memory` fails: `a` is refused as
+    /// failed and `snapshot` sees it unchanged; `b` and `c` migrate.
+    pub(crate) async fn refuse_only_the_instance_whose_commit_fails<S: PartialEq + Debug>(
+        &self,
+        memory: &MemoryStore,
+        snapshot: impl AsyncFn(&Storage) -> S,
+    ) {
+        let store = self.runtime.store();
+        let before = snapshot(store).await;
+        // The first instance's commit fails; the others go on.
+        memory.fail_next_commits(1).unwrap();
+        let report = self
+            .runtime
+            .migrate::<Old, New>(Migration::all())
+            .await
+            .unwrap();
+        assert!(
+            matches!(
+                report.refused()[..],
+                [("a", MigrationRefusal::Failed { .. })]
+            ),
+            "{report:?}"
+        );
+        assert_eq!(report.migrated(), ["b", "c"]);
+        assert_eq!(snapshot(store).await, before);
+    }
 }
 
 /// Declares three tests that run the scenario `$scenario(store: Storage)` on a memory store,
