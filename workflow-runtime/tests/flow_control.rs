@@ -10,7 +10,7 @@ use std::time::Duration;
 mod support;
 
 use serde_json::json;
-use support::{memory_storage, until_queue_counts, wall_now};
+use support::{memory_storage, until_queue_counts, wall_now, work_in_single};
 use workflow_runtime::model::Definition;
 use workflow_runtime::store::Storage;
 use workflow_runtime::{BuildError, Queue, Registry, Runtime, StartOptions, TaskContext};
@@ -150,16 +150,6 @@ fn a_bad_declaration_is_refused_at_build_naming_the_field() {
 async fn a_higher_priority_runs_first_then_arrival_order() {
     let order = Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
     let gate = Arc::new(tokio::sync::Semaphore::new(0));
-    let step = |name: &str, priority: u8| -> Definition {
-        serde_json::from_value(json!({
-            "name": name,
-            "root": { "kind": "sequence", "id": "root", "steps": [
-                { "kind": "task", "id": "work", "function": "work", "queue": "single",
-                  "priority": priority }
-            ] }
-        }))
-        .unwrap()
-    };
     let registry = |order: &Arc<std::sync::Mutex<Vec<String>>>,
                     gate: &Arc<tokio::sync::Semaphore>| {
         let (order, gate) = (Arc::clone(order), Arc::clone(gate));
@@ -180,8 +170,8 @@ async fn a_higher_priority_runs_first_then_arrival_order() {
         Runtime::builder()
             .store(store.clone())
             .queue(Queue::new("single").concurrency(1))
-            .register_definition(step("Low", 0), registry(&order, &gate))
-            .register_definition(step("High", 9), registry(&order, &gate))
+            .register_definition(work_in_single("Low", 0), registry(&order, &gate))
+            .register_definition(work_in_single("High", 9), registry(&order, &gate))
             .build()
             .unwrap(),
     );

@@ -13,7 +13,7 @@ mod support;
 use serde_json::json;
 use support::{
     fresh_postgres_storage, hold_slot_outside, memory_storage, queue_line, reopen_postgres_storage,
-    sqlite_storage, wall_now,
+    sqlite_storage, wall_now, work_in_single,
 };
 use workflow_runtime::model::Definition;
 use workflow_runtime::store::Storage;
@@ -23,18 +23,6 @@ use workflow_runtime::{
 };
 
 const SINGLE: Queue = Queue::new("single").concurrency(1);
-
-/// A workflow `name` of one task `work` in the queue `single` at `priority`.
-fn definition(name: &str, priority: u8) -> Definition {
-    serde_json::from_value(json!({
-        "name": name,
-        "root": { "kind": "sequence", "id": "root", "steps": [
-            { "kind": "task", "id": "work", "function": "work", "queue": "single",
-              "priority": priority }
-        ] }
-    }))
-    .unwrap()
-}
 
 /// What the tasks did: the labels in the order they ran; the task labelled `blocker` says
 /// it began, then waits for a permit of `hold`.
@@ -76,8 +64,8 @@ fn build(store: &Storage, owner: &str, probe: &Arc<Probe>) -> Runtime {
         .owner(owner)
         .lease_ttl(Duration::from_secs(2))
         .queue(SINGLE)
-        .register_definition(definition("Low", 0), registry(probe))
-        .register_definition(definition("High", 9), registry(probe))
+        .register_definition(work_in_single("Low", 0), registry(probe))
+        .register_definition(work_in_single("High", 9), registry(probe))
         .build()
         .unwrap()
 }

@@ -10,6 +10,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
+use workflow_runtime::model::Definition;
 use workflow_runtime::store::conformance::postgres::{SchemaGuard, database_url, fresh_store};
 use workflow_runtime::store::{
     LeaseClaim, LeaseKey, MemoryStore, PostgresOptions, PostgresStore, SlotAsk, SlotLease,
@@ -122,6 +123,18 @@ pub(crate) async fn until_queue_counts(store: &Storage, queue: &str, running: u3
         );
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
+}
+
+/// A workflow `name` of one task `work` in the queue `single` at `priority`.
+pub(crate) fn work_in_single(name: &str, priority: u8) -> Definition {
+    serde_json::from_value(serde_json::json!({
+        "name": name,
+        "root": { "kind": "sequence", "id": "root", "steps": [
+            { "kind": "task", "id": "work", "function": "work", "queue": "single",
+              "priority": priority }
+        ] }
+    }))
+    .unwrap()
 }
 
 /// Takes a slot of `queue` for the holder `holder` of the owner `outside` (lowest priority,
