@@ -13,8 +13,7 @@ mod support;
 
 use serde_json::json;
 use support::{
-    fresh_postgres_storage, hold_slot_outside, memory_storage, queue_counts,
-    reopen_postgres_storage, sqlite_storage, until_queue_counts, wall_now,
+    Reopener, hold_slot_outside, memory_storage, queue_counts, until_queue_counts, wall_now,
 };
 use workflow_runtime::model::Definition;
 use workflow_runtime::store::Storage;
@@ -236,7 +235,8 @@ support::on_each_store!(
 /// opens the same store. The holder gives the slots back: every instance runs exactly once,
 /// never more than 2 at once, resumed by its timer and by the others' releases; nothing
 /// stays held or in line.
-async fn run_waiters_survive_a_restart(first: Storage, reopen: impl AsyncFnOnce() -> Storage) {
+async fn run_waiters_survive_a_restart(stores: &Reopener) {
+    let first = stores.open().await;
     let probe = Probe::new(1_000);
     let mut outside = Vec::new();
     for n in 0..2 {
@@ -258,7 +258,7 @@ async fn run_waiters_survive_a_restart(first: Storage, reopen: impl AsyncFnOnce(
     // Longer than a slot's lease (2 s): the places are kept for the suspension.
     tokio::time::sleep(Duration::from_millis(2_500)).await;
 
-    let store = reopen().await;
+    let store = stores.open().await;
     assert_eq!(queue_counts(&store, "imports").await, (2, 20));
     let runtime = build(&store, "after", &probe);
     runtime.run_background().unwrap();
@@ -280,25 +280,12 @@ async fn run_waiters_survive_a_restart(first: Storage, reopen: impl AsyncFnOnce(
     runtime.shutdown(Duration::from_secs(5)).await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn run_waiters_survive_a_restart_on_sqlite() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("flow.db");
-    let first = sqlite_storage(&path);
-    run_waiters_survive_a_restart(first, async || sqlite_storage(&path)).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn run_waiters_survive_a_restart_on_postgres() {
-    let Some((store, guard)) = fresh_postgres_storage().await else {
-        panic!("WORKFLOW_PG_URL is not set: the PostgreSQL test must run")
-    };
-    run_waiters_survive_a_restart(store, async || {
-        reopen_postgres_storage(guard.schema()).await
-    })
-    .await;
-    drop(guard);
-}
+support::across_restarts_on_each_store!(
+    run_waiters_survive_a_restart =>
+    run_waiters_survive_a_restart_on_sqlite,
+    run_waiters_survive_a_restart_on_postgres,
+    postgres required
+);
 
 /// A run that waited for its slot goes back to what it was: granted, it runs from the start
 /// (its task runs) and ends waiting for its event, `Suspended/Waiting`, its slot wait gone.

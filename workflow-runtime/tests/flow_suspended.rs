@@ -11,10 +11,7 @@ use std::time::Duration;
 mod support;
 
 use serde_json::json;
-use support::{
-    fresh_postgres_storage, hold_slot_outside, memory_storage, queue_line, reopen_postgres_storage,
-    sqlite_storage, wall_now, work_in_single,
-};
+use support::{Reopener, hold_slot_outside, memory_storage, queue_line, wall_now, work_in_single};
 use workflow_runtime::model::Definition;
 use workflow_runtime::store::Storage;
 use workflow_runtime::{
@@ -177,7 +174,8 @@ support::on_each_store!(
 /// one opens the same store. The holder gives the slot back: the waiters run in their order
 /// (the high one first, the others in arrival order), each exactly once, resumed by their
 /// timers and by each other's releases; nothing stays held or in line.
-async fn waiters_survive_a_restart(first: Storage, reopen: impl AsyncFnOnce() -> Storage) {
+async fn waiters_survive_a_restart(stores: &Reopener) {
+    let first = stores.open().await;
     let probe = Arc::new(Probe::default());
     let lease = hold_slot_outside(&first, &SINGLE, "outside/1/1").await;
     let runtime = build(&first, "before", &probe);
@@ -196,7 +194,7 @@ async fn waiters_survive_a_restart(first: Storage, reopen: impl AsyncFnOnce() ->
     // Longer than a slot's lease (2 s): the places are kept for the suspension.
     tokio::time::sleep(Duration::from_millis(2_500)).await;
 
-    let store = reopen().await;
+    let store = stores.open().await;
     let (holders, running, waiting) = queue_line(&store, "single").await;
     assert_eq!((running, waiting), (1, 4), "{holders:?}");
     assert!(holders[0].starts_with("high/"), "{holders:?}");
@@ -218,25 +216,11 @@ async fn waiters_survive_a_restart(first: Storage, reopen: impl AsyncFnOnce() ->
     runtime.shutdown(Duration::from_secs(5)).await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn waiters_survive_a_restart_on_sqlite() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("flow.db");
-    let first = sqlite_storage(&path);
-    waiters_survive_a_restart(first, async || sqlite_storage(&path)).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn waiters_survive_a_restart_on_postgres() {
-    let Some((store, guard)) = fresh_postgres_storage().await else {
-        return;
-    };
-    waiters_survive_a_restart(store, async || {
-        reopen_postgres_storage(guard.schema()).await
-    })
-    .await;
-    drop(guard);
-}
+support::across_restarts_on_each_store!(
+    waiters_survive_a_restart =>
+    waiters_survive_a_restart_on_sqlite,
+    waiters_survive_a_restart_on_postgres
+);
 
 /// A workflow `name` of one task `work` in the queue `queue`.
 fn in_queue(name: &str, queue: &str) -> Definition {

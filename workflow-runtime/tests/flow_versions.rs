@@ -10,10 +10,7 @@ use std::time::Duration;
 mod support;
 
 use serde::{Deserialize, Serialize};
-use support::{
-    Migrating, fresh_postgres_storage, quiet, reopen_postgres_storage, send_resumed,
-    sqlite_storage, start_order, wall_now,
-};
+use support::{Migrating, Reopener, quiet, send_resumed, start_order, wall_now};
 use workflow_runtime::store::{MemoryStore, Storage};
 use workflow_runtime::{
     Completion, JournalKind, ManualClock, Migrate, MigrateError, Migration, MigrationOutcome,
@@ -237,15 +234,11 @@ fn would(from: &str, to: &str) -> MigrationOutcome {
 /// left by a first process; a second process runs both versions, dry-runs then migrates
 /// them; a third runs only the current version and drives every instance to its end by
 /// events and time.
-async fn migrate_across_restarts<F, O>(open: O)
-where
-    O: Fn() -> F,
-    F: Future<Output = Storage>,
-{
+async fn migrate_across_restarts(stores: &Reopener) {
     let clock = ManualClock::new(ManualClock::DEFAULT_START);
     let t0 = ManualClock::DEFAULT_START;
     {
-        let store = open().await;
+        let store = stores.open().await;
         let runtime = quiet(Runtime::builder())
             .store(store.clone())
             .clock(Arc::new(clock.clone()))
@@ -275,7 +268,7 @@ where
     // The deploy comes half an hour later.
     clock.advance(Duration::from_secs(1800));
     {
-        let store = open().await;
+        let store = stores.open().await;
         let runtime = quiet(Runtime::builder())
             .store(store.clone())
             .clock(Arc::new(clock.clone()))
@@ -360,7 +353,7 @@ where
     }
     {
         // The first version is no longer registered: the instances run on the current one.
-        let store = open().await;
+        let store = stores.open().await;
         let runtime = quiet(Runtime::builder())
             .store(store.clone())
             .clock(Arc::new(clock.clone()))
@@ -402,28 +395,14 @@ where
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn waiting_flowchart_instances_migrate_across_restarts_on_memory() {
-    let memory = Arc::new(MemoryStore::new());
-    let memory = &memory;
-    migrate_across_restarts(|| async move { Storage::new(memory.clone()) }).await;
+    migrate_across_restarts(&Reopener::Memory(Arc::new(MemoryStore::new()))).await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn waiting_flowchart_instances_migrate_across_restarts_on_sqlite() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("shipping.db");
-    let path = &path;
-    migrate_across_restarts(|| async move { sqlite_storage(path) }).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn waiting_flowchart_instances_migrate_across_restarts_on_postgres() {
-    let Some((first, guard)) = fresh_postgres_storage().await else {
-        return;
-    };
-    drop(first);
-    let schema = guard.schema();
-    migrate_across_restarts(|| reopen_postgres_storage(schema)).await;
-}
+support::across_restarts_on_each_store!(
+    migrate_across_restarts =>
+    waiting_flowchart_instances_migrate_across_restarts_on_sqlite,
+    waiting_flowchart_instances_migrate_across_restarts_on_postgres
+);
 
 /// Two runtimes on one memory store: the first left instances of `Old` waiting.
 async fn waiting_on<Old: Workflow>(ids: &[&str]) -> (Arc<MemoryStore>, Runtime) {

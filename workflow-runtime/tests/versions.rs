@@ -10,10 +10,7 @@ use std::time::Duration;
 mod support;
 
 use serde::{Deserialize, Serialize};
-use support::{
-    Migrating, fresh_postgres_storage, quiet, reopen_postgres_storage, send_resumed,
-    sqlite_storage, start_order, wall_now,
-};
+use support::{Migrating, Reopener, quiet, send_resumed, start_order, wall_now};
 use workflow_runtime::store::{InstanceStatus, MemoryStore, Storage};
 use workflow_runtime::{
     Completion, JournalKind, Migrate, MigrateError, Migration, MigrationOutcome, Runtime,
@@ -167,13 +164,9 @@ async fn bookmark_versions(store: &Storage, id: &str) -> Vec<String> {
 /// Instances waiting in three states of the first version, left by a first process; a
 /// second process runs both versions, dry-runs then migrates them; a third runs only the
 /// current version and drives every instance to its end by events.
-async fn migrate_across_restarts<F, O>(open: O)
-where
-    O: Fn() -> F,
-    F: Future<Output = Storage>,
-{
+async fn migrate_across_restarts(stores: &Reopener) {
     {
-        let store = open().await;
+        let store = stores.open().await;
         let runtime = first_version_runtime(store.clone());
         for id in ["a", "b", "c"] {
             start_v1(&runtime, id).await;
@@ -188,7 +181,7 @@ where
         runtime.shutdown(Duration::from_secs(5)).await;
     }
     {
-        let store = open().await;
+        let store = stores.open().await;
         let runtime = both_versions_runtime(store.clone());
         let mut before = Vec::new();
         for id in ["a", "b", "c"] {
@@ -277,7 +270,7 @@ where
     }
     {
         // The first version is no longer registered: the instances run on the current one.
-        let store = open().await;
+        let store = stores.open().await;
         let runtime = quiet(Runtime::builder())
             .store(store.clone())
             .register::<OrderFlow>()
@@ -305,23 +298,11 @@ where
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn waiting_instances_migrate_across_restarts_on_sqlite() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("orders.db");
-    let path = &path;
-    migrate_across_restarts(|| async move { sqlite_storage(path) }).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn waiting_instances_migrate_across_restarts_on_postgres() {
-    let Some((first, guard)) = fresh_postgres_storage().await else {
-        return;
-    };
-    drop(first);
-    let schema = guard.schema();
-    migrate_across_restarts(|| reopen_postgres_storage(schema)).await;
-}
+support::across_restarts_on_each_store!(
+    migrate_across_restarts =>
+    waiting_instances_migrate_across_restarts_on_sqlite,
+    waiting_instances_migrate_across_restarts_on_postgres
+);
 
 #[tokio::test]
 async fn two_versions_run_side_by_side_and_one_send_reaches_both() {

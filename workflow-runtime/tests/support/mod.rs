@@ -6,7 +6,7 @@
 
 use std::fmt::Debug;
 use std::marker::PhantomData;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -55,6 +55,27 @@ pub(crate) async fn reopen_postgres_storage(schema: &str) -> Storage {
             .await
             .unwrap(),
     ))
+}
+
+/// Where a test's store lives, to open it again as a restarted process does.
+pub(crate) enum Reopener {
+    /// One memory store, shared by every opening.
+    Memory(Arc<MemoryStore>),
+    /// The SQLite file at this path.
+    Sqlite(PathBuf),
+    /// This schema on the PostgreSQL server at `WORKFLOW_PG_URL`.
+    Postgres(String),
+}
+
+impl Reopener {
+    /// A new handle on the store.
+    pub(crate) async fn open(&self) -> Storage {
+        match self {
+            Self::Memory(memory) => Storage::new(memory.clone()),
+            Self::Sqlite(path) => sqlite_storage(path),
+            Self::Postgres(schema) => reopen_postgres_storage(schema).await,
+        }
+    }
 }
 
 /// A builder with no recovery sweep, inbox worker or timer driver: the test drives it.
@@ -281,3 +302,39 @@ macro_rules! on_each_store {
 }
 #[allow(unused_imports)]
 pub(crate) use on_each_store;
+
+/// Declares two tests that run the scenario `$scenario(stores: &Reopener)`, which opens its
+/// store again across restarts, on SQLite in a temporary folder and on a fresh PostgreSQL
+/// schema; the PostgreSQL test is skipped without a server, or fails then when
+/// `postgres required` is given.
+#[allow(unused_macros)]
+macro_rules! across_restarts_on_each_store {
+    ($scenario:ident => $sqlite:ident, $postgres:ident) => {
+        $crate::support::across_restarts_on_each_store!(@ $scenario => $sqlite, $postgres, {
+            return;
+        });
+    };
+    ($scenario:ident => $sqlite:ident, $postgres:ident, postgres required) => {
+        $crate::support::across_restarts_on_each_store!(@ $scenario => $sqlite, $postgres, {
+            panic!("WORKFLOW_PG_URL is not set: the PostgreSQL test must run")
+        });
+    };
+    (@ $scenario:ident => $sqlite:ident, $postgres:ident, $missing:block) => {
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn $sqlite() {
+            let dir = tempfile::tempdir().unwrap();
+            let path = dir.path().join("store.db");
+            $scenario(&$crate::support::Reopener::Sqlite(path)).await;
+        }
+
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn $postgres() {
+            let Some((first, guard)) = $crate::support::fresh_postgres_storage().await else $missing;
+            drop(first);
+            let schema = guard.schema().to_owned();
+            $scenario(&$crate::support::Reopener::Postgres(schema)).await;
+        }
+    };
+}
+#[allow(unused_imports)]
+pub(crate) use across_restarts_on_each_store;
