@@ -1,7 +1,9 @@
 //! Scaffolding shared by the runtime's integration tests: store openers (memory, SQLite in a
 //! folder, PostgreSQL on a fresh schema from `WORKFLOW_PG_URL`), the wall clock the leases
-//! use, quiet runtimes, starts and sends by name, and the flow-control queues' counts.
-//! Each test file takes what it needs (`mod support;`): the rest is unused there.
+//! use, quiet runtimes, starts and sends by name, the flow-control queues' counts and
+//! outside slot holders, the migration scenarios state machines and flowcharts share, and
+//! the macros that declare a scenario's test on each store. Each test file takes what it
+//! needs (`mod support;`): the rest is unused there.
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::fmt::Debug;
