@@ -8,7 +8,6 @@ use crate::engine::guard::CatchUnwind;
 use crate::engine::names::{ON_SLOT, Reserved};
 use crate::engine::observer::AttemptEnded;
 use crate::engine::state::{ContextId, EntryPoint, FaultKind, FaultRecord};
-use crate::identity::stimulus_hash;
 use serde_json::json;
 
 /// How an attempt ended.
@@ -262,22 +261,17 @@ where
             Ok(crate::engine::slots::Taken::Suspend { wait, after }) => {
                 let after = i64::try_from(after.as_micros()).unwrap_or(i64::MAX);
                 let due_at = self.attempts.clock.now().saturating_add(after);
-                let scope_context = id.to_string();
-                let hash = stimulus_hash(
-                    Reserved::Slot.name(),
-                    None,
-                    Some((self.state.instance_id.as_str(), scope_context.as_str())),
-                )
-                .map_err(|e| engine_fault(id, e.to_string()))?;
-                let payload = json!({
-                    "due_at": due_at,
-                    "queue": queue,
-                    "holder": holder,
-                    "key": key,
-                    "priority": task_queue.priority,
-                    "attempt": attempt,
-                    "why": crate::engine::slots::why(queue, &wait),
-                });
+                let mark = crate::engine::slots::SlotWaitMark {
+                    queue,
+                    holder: &holder,
+                    key: key.as_deref(),
+                    priority: task_queue.priority,
+                };
+                let (hash, mut payload) = mark
+                    .bookmark(&self.state.instance_id, &id.to_string(), &wait, due_at)
+                    .map_err(|e| engine_fault(id, e.to_string()))?;
+                payload.insert("attempt".into(), json!(attempt));
+                let payload = serde_json::Value::Object(payload);
                 self.create_bookmark(id, Reserved::Slot.name(), hash, payload, Some(ON_SLOT))?;
                 Ok(None)
             }

@@ -448,6 +448,51 @@ pub(crate) fn why(queue: &str, wait: &SlotWait) -> String {
 /// The shared gate, as the attempt settings carry it.
 pub(crate) type Gate = Arc<FlowGate>;
 
+/// A waiter's place in a suspended wait for a slot (QU-11, QU-14): what its `wf.slot`
+/// bookmark records, for the task attempt's wait and the run's alike.
+pub(crate) struct SlotWaitMark<'a> {
+    /// The queue.
+    pub(crate) queue: &'a str,
+    /// The holder it asks as (the attempt's, or `{instance}/run`).
+    pub(crate) holder: &'a str,
+    /// Its partition key.
+    pub(crate) key: Option<&'a str>,
+    /// Its priority.
+    pub(crate) priority: u8,
+}
+
+impl SlotWaitMark<'_> {
+    /// The bookmark's hash, scoped to the instance and `scope` (the waiting context, or
+    /// `run`), and its payload: when its timer asks again, the queue, the holder, the key,
+    /// the priority and the words of `why` (the caller adds what only its wait has).
+    ///
+    /// # Errors
+    ///
+    /// The hash's, for an instance id it cannot scope.
+    pub(crate) fn bookmark(
+        &self,
+        instance_id: &str,
+        scope: &str,
+        wait: &SlotWait,
+        due_at: Micros,
+    ) -> Result<(String, serde_json::Map<String, serde_json::Value>), crate::routing::RoutingError>
+    {
+        let hash = crate::identity::stimulus_hash(
+            crate::engine::names::Reserved::Slot.name(),
+            None,
+            Some((instance_id, scope)),
+        )?;
+        let mut payload = serde_json::Map::new();
+        payload.insert("due_at".into(), due_at.into());
+        payload.insert("queue".into(), self.queue.into());
+        payload.insert("holder".into(), self.holder.into());
+        payload.insert("key".into(), self.key.into());
+        payload.insert("priority".into(), self.priority.into());
+        payload.insert("why".into(), why(self.queue, wait).into());
+        Ok((hash, payload))
+    }
+}
+
 /// The holder of a run's slot (QU-14).
 pub(crate) fn run_holder(instance_id: &str) -> String {
     format!("{instance_id}/run")

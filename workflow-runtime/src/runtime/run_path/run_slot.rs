@@ -12,7 +12,7 @@ use super::RunPath;
 use crate::cancel::CancellationToken;
 use crate::engine::executor::{RunEnd, RunError, RunTarget};
 use crate::engine::names::Reserved;
-use crate::engine::slots::{Gate, Taken, run_holder, run_slot_error};
+use crate::engine::slots::{Gate, SlotWaitMark, Taken, run_holder, run_slot_error};
 use crate::engine::state::{Bookmark, SubStatus, WorkflowState, WorkflowStatus};
 use crate::runtime::registered::{ErasedWorkflow, RunOutput};
 use crate::store::SlotLease;
@@ -120,29 +120,29 @@ impl RunPath {
                     sub => sub,
                 };
                 let after = i64::try_from(after.as_micros()).unwrap_or(i64::MAX);
-                let hash = crate::identity::stimulus_hash(
-                    Reserved::Slot.name(),
-                    None,
-                    Some((state.instance_id.as_str(), "run")),
-                )
-                .map_err(|error| RunError::StateCorrupt {
-                    instance: state.instance_id.clone(),
-                    reason: error.to_string(),
-                })?;
+                let mark = SlotWaitMark {
+                    queue,
+                    holder: &holder,
+                    key: None,
+                    priority: 0,
+                };
+                let (hash, mut payload) = mark
+                    .bookmark(&state.instance_id, "run", &wait, now.saturating_add(after))
+                    .map_err(|error| RunError::StateCorrupt {
+                        instance: state.instance_id.clone(),
+                        reason: error.to_string(),
+                    })?;
+                payload.insert("status".into(), json!(status.as_str()));
+                payload.insert(
+                    "sub_status".into(),
+                    json!(sub_status.map(SubStatus::as_str)),
+                );
+                let payload = Value::Object(payload);
                 let node_id = state
                     .root
                     .and_then(|root| state.context(root))
                     .map(|c| c.node_id.clone())
                     .unwrap_or_default();
-                let payload = json!({
-                    "due_at": self.clock.now().saturating_add(after),
-                    "queue": queue,
-                    "holder": holder,
-                    "priority": 0,
-                    "why": crate::engine::slots::why(queue, &wait),
-                    "status": status.as_str(),
-                    "sub_status": sub_status.map(SubStatus::as_str),
-                });
                 state.bookmarks.push(Bookmark {
                     id: crate::base::new_ulid(),
                     name: Reserved::Slot.name().to_owned(),
