@@ -475,7 +475,7 @@ impl SlotWaitMark<'_> {
         scope: &str,
         wait: &SlotWait,
         due_at: Micros,
-    ) -> Result<(String, serde_json::Map<String, serde_json::Value>), crate::routing::RoutingError>
+    ) -> Result<(String, serde_json::Map<String, serde_json::Value>), crate::identity::RoutingError>
     {
         let hash = crate::identity::stimulus_hash(
             crate::engine::names::Reserved::Slot.name(),
