@@ -22,8 +22,11 @@
 //!   single-row commits (one `INSERT` per transaction, sqlx) with 1 and 8 clients on the same
 //!   server in the same repetition; beside each, the CPU time of the server's backends per
 //!   transition and per raw commit (from their `/proc/<pid>/stat`, when the server runs on
-//!   this machine) and the store's write transactions per transition; and with 1, 2 and 4
-//!   processes (this binary re-run as children) of 8 instances each on one schema.
+//!   this machine) and the store's write transactions per transition; this process's CPU
+//!   per transition and per raw commit, and the share of the machine's CPU busy during each
+//!   (the client shares the machine with the server: where it is busy, the rates follow
+//!   server and client CPU together); and with 1, 2 and 4 processes (this binary re-run as
+//!   children) of 8 instances each on one schema.
 //! - **routing**: `send` latency from the stimulus to its bookmark resumed and committed
 //!   (p50, p99) with 10,000 and 1,000,000 suspended instances in a SQLite file, and the process
 //!   RSS while they are suspended. Each population is measured in a child process of its own
@@ -640,6 +643,65 @@ struct Measured {
     /// Per transition, when a [`BackendCpu`] probe was given: the CPU of the PostgreSQL
     /// backends serving the database (µs) and the store's transactions.
     server: Option<(f64, f64)>,
+    /// This process's CPU per transition (µs) and the share of the machine's CPU busy
+    /// meanwhile (all processes, all cores).
+    client: ClientCpu,
+}
+
+/// What the benchmark process spent of the machine during a row.
+#[derive(Clone, Copy)]
+struct ClientCpu {
+    /// This process's CPU (all threads) per operation, µs.
+    per_op: f64,
+    /// The machine's CPU busy during the row, as a share of all its cores (0 to 1).
+    busy: f64,
+}
+
+/// A sample of this process's CPU and the machine's, for [`ClientCpu`].
+struct CpuMark {
+    process: f64,
+    machine: (f64, f64),
+}
+
+impl CpuMark {
+    fn now() -> Self {
+        Self {
+            process: process_usage().0,
+            machine: machine_cpu(),
+        }
+    }
+
+    /// What was spent since this mark, over `ops` operations.
+    fn spent(&self, ops: u64) -> ClientCpu {
+        let now = Self::now();
+        let all = now.machine.1 - self.machine.1;
+        ClientCpu {
+            per_op: (now.process - self.process) * 1e6 / ops.max(1) as f64,
+            busy: if all > 0.0 {
+                (now.machine.0 - self.machine.0) / all
+            } else {
+                0.0
+            },
+        }
+    }
+}
+
+/// The machine's CPU time in seconds from `/proc/stat`, all cores: (busy, all). Idle and I/O
+/// wait are not busy; zero where it cannot be read.
+fn machine_cpu() -> (f64, f64) {
+    let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
+    let ticks: Vec<f64> = stat
+        .lines()
+        .next()
+        .unwrap_or_default()
+        .split_whitespace()
+        .skip(1)
+        .take(8)
+        .filter_map(|f| f.parse().ok())
+        .collect();
+    let all: f64 = ticks.iter().sum();
+    let idle = ticks.get(3).copied().unwrap_or(0.0) + ticks.get(4).copied().unwrap_or(0.0);
+    ((all - idle) / CLOCK_TICKS, all / CLOCK_TICKS)
 }
 
 /// [`durable_rate_on`] with instance ids (and keys) `<prefix><n>`, and with `probe`, the CPU
@@ -669,6 +731,7 @@ async fn durable_rate_prefixed(
         Some(probe) => Some(probe.sample().await),
         None => None,
     };
+    let mark = CpuMark::now();
     let start = Instant::now();
     let deadline = start + duration;
     let mut tasks = Vec::new();
@@ -690,6 +753,7 @@ async fn durable_rate_prefixed(
         total += task.await.unwrap();
     }
     let secs = start.elapsed().as_secs_f64();
+    let client = mark.spent(total);
     let server = match (probe.as_mut(), server_before) {
         (Some(probe), Some(server_start)) => {
             let cpu = probe.since(&server_start).await;
@@ -724,6 +788,7 @@ async fn durable_rate_prefixed(
     Measured {
         rate: total as f64 / secs,
         server,
+        client,
     }
 }
 
@@ -878,15 +943,24 @@ fn backend_ticks(pid: i32) -> Option<u64> {
     Some(utime + stime)
 }
 
-/// `clients` connections, each committing one-row `INSERT` transactions until the deadline:
-/// the commits per second and, with `probe`, the backends' CPU per commit (µs).
+/// What [`pg_raw_commits`] measured.
+struct RawMeasured {
+    /// Commits per second.
+    rate: f64,
+    /// With a probe: the backends' CPU per commit (µs).
+    server: Option<f64>,
+    /// This process's CPU per commit and the machine's busy share.
+    client: ClientCpu,
+}
+
+/// `clients` connections, each committing one-row `INSERT` transactions until the deadline.
 async fn pg_raw_commits(
     url: &str,
     schema: &str,
     clients: u32,
     duration: Duration,
     probe: Option<&mut BackendCpu>,
-) -> (f64, Option<f64>) {
+) -> RawMeasured {
     let pool = sqlx::postgres::PgPoolOptions::new()
         .max_connections(clients)
         .connect(url)
@@ -911,6 +985,7 @@ async fn pg_raw_commits(
         Some(probe) => Some(probe.sample().await),
         None => None,
     };
+    let mark = CpuMark::now();
     let start = Instant::now();
     let deadline = start + duration;
     let mut tasks = Vec::new();
@@ -938,14 +1013,19 @@ async fn pg_raw_commits(
         total += task.await.unwrap();
     }
     let rate = total as f64 / start.elapsed().as_secs_f64();
-    let cpu = match (probe, server_start) {
+    let client = mark.spent(u64::try_from(total).unwrap_or(0));
+    let server = match (probe, server_start) {
         (Some(probe), Some(server_start)) => {
             Some(probe.since(&server_start).await * 1e6 / total.max(1) as f64)
         }
         _ => None,
     };
     pool.close().await;
-    (rate, cpu)
+    RawMeasured {
+        rate,
+        server,
+        client,
+    }
 }
 
 /// A child process of the multi-process rows: 8 instances of its own (ids prefixed by its
@@ -1022,6 +1102,9 @@ fn postgres_rows(reps: usize, secs: f64) -> Vec<Row> {
     let mut raw_cpu: Vec<Vec<f64>> = vec![Vec::new(); clients.len()];
     let mut durable_cpu: Vec<Vec<f64>> = vec![Vec::new(); clients.len()];
     let mut durable_tx: Vec<Vec<f64>> = vec![Vec::new(); clients.len()];
+    // This process's CPU per raw commit and per transition, and the machine's busy share.
+    let mut raw_client: Vec<Vec<ClientCpu>> = vec![Vec::new(); clients.len()];
+    let mut durable_client: Vec<Vec<ClientCpu>> = vec![Vec::new(); clients.len()];
     let mut probe = rt.block_on(BackendCpu::connect(&url));
     if probe.is_none() {
         eprintln!("table: PostgreSQL server CPU not measured: its backends' /proc is not readable");
@@ -1037,10 +1120,11 @@ fn postgres_rows(reps: usize, secs: f64) -> Vec<Row> {
                 };
                 PostgresStore::connect_with(&url, &options).await.unwrap()
             });
-            let (rate, cpu) =
+            let measured_raw =
                 rt.block_on(pg_raw_commits(&url, &schema, n, duration, probe.as_mut()));
-            raw[slot].push(rate);
-            raw_cpu[slot].extend(cpu);
+            raw[slot].push(measured_raw.rate);
+            raw_cpu[slot].extend(measured_raw.server);
+            raw_client[slot].push(measured_raw.client);
             let measured = rt.block_on(durable_rate_prefixed(
                 Storage::new(Arc::new(store)),
                 "c-",
@@ -1049,6 +1133,7 @@ fn postgres_rows(reps: usize, secs: f64) -> Vec<Row> {
                 probe.as_mut(),
             ));
             durable[slot].push(measured.rate);
+            durable_client[slot].push(measured.client);
             if let Some((cpu, transactions)) = measured.server {
                 durable_cpu[slot].push(cpu);
                 durable_tx[slot].push(transactions);
@@ -1113,13 +1198,49 @@ fn postgres_rows(reps: usize, secs: f64) -> Vec<Row> {
                 "µs",
                 durable_cpu[slot].clone(),
             );
-            let ratio = row.median() / raw_median;
+            let server_median = row.median();
+            let ratio = server_median / raw_median;
             rows.push(row.note(format!("{ratio:.2}x raw (target <= 2x)")));
             rows.push(Row::new(
                 "postgres",
                 format!("store write transactions per transition, {n} instance(s)"),
                 "",
                 durable_tx[slot].clone(),
+            ));
+            // What bounds the rates: the client shares the machine with the server, so a
+            // row whose machine is busy is bound by server and client CPU together.
+            let client = |m: &[ClientCpu]| m.iter().map(|c| c.per_op).collect::<Vec<_>>();
+            let busy = |m: &[ClientCpu]| m.iter().map(|c| c.busy * 100.0).collect::<Vec<_>>();
+            let raw_client_row = Row::new(
+                "postgres",
+                format!("client CPU per raw commit, {n} client(s)"),
+                "µs",
+                client(&raw_client[slot]),
+            );
+            let raw_both = raw_median + raw_client_row.median();
+            rows.push(raw_client_row);
+            let client_row = Row::new(
+                "postgres",
+                format!("client CPU per transition, {n} instance(s)"),
+                "µs",
+                client(&durable_client[slot]),
+            );
+            let both = server_median + client_row.median();
+            rows.push(client_row.note(format!(
+                "server + client {:.2}x raw's",
+                both / raw_both.max(f64::EPSILON)
+            )));
+            rows.push(Row::new(
+                "postgres",
+                format!("machine CPU busy, raw commits, {n} client(s)"),
+                "%",
+                busy(&raw_client[slot]),
+            ));
+            rows.push(Row::new(
+                "postgres",
+                format!("machine CPU busy, transitions, {n} instance(s)"),
+                "%",
+                busy(&durable_client[slot]),
             ));
         }
     }
