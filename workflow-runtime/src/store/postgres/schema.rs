@@ -76,7 +76,366 @@ pub(super) const MIGRATIONS: &[(u32, &str, &str)] = &[
     (12, "0012_instance_keys", MIGRATION_0012),
     (13, "0013_kept_lease", MIGRATION_0013),
     (14, "0014_single_row_commits", MIGRATION_0014),
+    (15, "0015_row_lock_in_update", MIGRATION_0015),
 ];
+
+/// The common transition's instance row locked and updated by one statement. The commit
+/// function took the row lock with a `SELECT .. FOR UPDATE`, checked the guards, wrote the
+/// other rows, then updated the row: two statements on the instance, each an executor
+/// start with its index opened. Now it updates the row first, with the guards (version,
+/// token, nonce, an owner) in the `UPDATE`'s `WHERE` and the journal's counts computed from
+/// the row's old values, and returns what the rest needs. That path is taken when nothing
+/// needs the old row afterwards: no compaction, no correlation id change, no control
+/// request to the instance itself, the journal's floor already counted, the cap reached
+/// only where the entries are numbered without a gap, and no rows below the floor due to
+/// go. A commit outside it, or one the `UPDATE` finds no row for, goes the old way: the
+/// row locked, the guards raising `WFNF0`, `WFCF0` or `WFFN0`, the journal counted. The
+/// rest of migration 14's function, and what a refused commit raises, is unchanged.
+const MIGRATION_0015: &str = r#"
+CREATE OR REPLACE FUNCTION @wf_commit(
+    p_id TEXT, p_expected BIGINT, p_token BIGINT, p_nonce BIGINT, p_now BIGINT, p_state TEXT,
+    p_status TEXT, p_sub_status TEXT, p_correlation TEXT, p_finished_at BIGINT,
+    p_clear_control BOOLEAN, p_release BOOLEAN, p_keep_until BIGINT,
+    p_receipts TEXT[], p_bookmarks_removed TEXT[],
+    p_bm_ids TEXT[], p_bm_hashes TEXT[], p_bm_names TEXT[], p_bm_nodes TEXT[],
+    p_bm_contexts BIGINT[], p_bm_look_backs BIGINT[], p_bm_created BIGINT[],
+    p_timers_removed TEXT[], p_tm_ids TEXT[], p_tm_kinds TEXT[], p_tm_due BIGINT[],
+    p_timers_parked BOOLEAN, p_clear_waits BOOLEAN,
+    p_compact_through BIGINT, p_compact_entries TEXT,
+    p_jn_count BIGINT, p_jn_entries TEXT, p_max_journal BIGINT, p_consumed TEXT[],
+    p_control_targets TEXT[], p_control_texts TEXT[],
+    p_resolved_ids TEXT[], p_resolutions TEXT[],
+    p_listing TEXT
+) RETURNS TABLE (new_version BIGINT, definition TEXT, kept BOOLEAN)
+LANGUAGE plpgsql AS $body$
+DECLARE
+    cur RECORD;
+    taken TEXT;
+    fresh TEXT[];
+    v_first BIGINT;
+    v_last BIGINT;
+    v_count BIGINT;
+    done BIGINT;
+    jrows BIGINT;
+    jstored BIGINT;
+    jfirst BIGINT;
+    jlast BIGINT;
+    excess BIGINT;
+    keep BOOLEAN;
+    gone BOOLEAN;
+    v_n BIGINT;
+    fast BOOLEAN;
+    v_version BIGINT;
+    v_def_name TEXT;
+    v_def_version TEXT;
+BEGIN
+    v_n := CASE WHEN p_jn_count > 0 THEN p_jn_count ELSE 0 END;
+    fast := p_compact_through IS NULL AND (p_id = ANY(p_control_targets)) IS NOT TRUE;
+    IF fast THEN
+        -- The row's old values are read in the SET and WHERE expressions: the journal's
+        -- counts as the old way computes them, and the lease kept unless it is wanted.
+        UPDATE @wf_instances SET
+            version = version + 1, state = p_state, state_size = octet_length(p_state),
+            status = p_status, sub_status = p_sub_status, correlation_id = p_correlation,
+            updated_at = p_now, finished_at = p_finished_at, listing = p_listing,
+            journal_rows = LEAST(journal_rows + v_n, p_max_journal),
+            journal_stored = journal_stored + v_n,
+            journal_first = CASE WHEN v_n > 0 THEN COALESCE(journal_first, journal_last + 1)
+                                 ELSE journal_first END
+                            + GREATEST(journal_rows + v_n - p_max_journal, 0),
+            journal_last = journal_last + v_n,
+            control_request = CASE WHEN p_clear_control THEN NULL ELSE control_request END,
+            lease_owner = CASE WHEN p_release AND (p_keep_until IS NULL OR lease_wanted)
+                               THEN NULL ELSE lease_owner END,
+            lease_expires_at = CASE WHEN p_release AND (p_keep_until IS NULL OR lease_wanted)
+                                    THEN NULL WHEN p_release THEN p_keep_until
+                                    ELSE lease_expires_at END,
+            lease_nonce = CASE WHEN p_release AND (p_keep_until IS NULL OR lease_wanted)
+                               THEN NULL ELSE lease_nonce END,
+            lease_wanted = CASE WHEN p_release AND (p_keep_until IS NULL OR lease_wanted)
+                                THEN FALSE ELSE lease_wanted END
+         WHERE instance_id = p_id AND version = p_expected AND lease_owner IS NOT NULL
+           AND lease_token = p_token AND lease_nonce IS NOT DISTINCT FROM p_nonce
+           AND correlation_id IS NOT DISTINCT FROM p_correlation
+           AND (journal_last IS NOT NULL OR (v_n = 0 AND p_max_journal IS NULL))
+           AND (p_max_journal IS NULL OR journal_rows + v_n <= p_max_journal
+                OR journal_last + v_n + 1 - CASE WHEN v_n > 0
+                       THEN COALESCE(journal_first, journal_last + 1)
+                       ELSE journal_first END = journal_rows + v_n)
+           AND journal_stored + v_n - LEAST(journal_rows + v_n, p_max_journal)
+               < GREATEST(64, COALESCE(p_max_journal, 0) / 4)
+        RETURNING version, definition_name, definition_version, journal_last,
+                  p_release AND p_keep_until IS NOT NULL AND lease_owner IS NOT NULL
+             INTO v_version, v_def_name, v_def_version, jlast, keep;
+        fast := FOUND;
+    END IF;
+    IF NOT fast THEN
+        SELECT i.version, i.lease_owner, i.lease_token, i.lease_nonce, i.definition_name,
+               i.definition_version, i.correlation_id, i.journal_rows, i.journal_stored,
+               i.journal_first, i.journal_last, i.lease_wanted
+          INTO cur FROM @wf_instances i WHERE i.instance_id = p_id FOR UPDATE;
+        IF NOT FOUND THEN
+            RAISE EXCEPTION USING ERRCODE = 'WFNF0', MESSAGE = p_id;
+        END IF;
+        IF cur.version <> p_expected THEN
+            RAISE EXCEPTION USING ERRCODE = 'WFCF0', MESSAGE = cur.version::TEXT;
+        END IF;
+        IF cur.lease_owner IS NULL OR cur.lease_token <> p_token
+           OR cur.lease_nonce IS DISTINCT FROM p_nonce THEN
+            RAISE EXCEPTION USING ERRCODE = 'WFFN0', MESSAGE = cur.lease_token::TEXT;
+        END IF;
+        v_version := cur.version + 1;
+        v_def_name := cur.definition_name;
+        v_def_version := cur.definition_version;
+    END IF;
+    IF cardinality(p_receipts) = 1 THEN
+        INSERT INTO @wf_receipts (instance_id, stimulus_id, at)
+        VALUES (p_id, p_receipts[1], p_now)
+        ON CONFLICT (instance_id, stimulus_id) DO NOTHING;
+        GET DIAGNOSTICS done = ROW_COUNT;
+        IF done = 0 THEN
+            RAISE EXCEPTION USING ERRCODE = 'WFRX0', MESSAGE = p_receipts[1];
+        END IF;
+    ELSIF cardinality(p_receipts) > 1 THEN
+        WITH ins AS (
+            INSERT INTO @wf_receipts (instance_id, stimulus_id, at)
+            SELECT p_id, r.s, p_now FROM unnest(p_receipts) AS r(s)
+            ON CONFLICT (instance_id, stimulus_id) DO NOTHING
+            RETURNING stimulus_id)
+        SELECT array_agg(ins.stimulus_id) INTO fresh FROM ins;
+        IF cardinality(fresh) IS DISTINCT FROM cardinality(p_receipts) THEN
+            SELECT r.s INTO taken FROM unnest(p_receipts) WITH ORDINALITY AS r(s, n)
+             WHERE fresh IS NULL OR NOT (r.s = ANY(fresh))
+                OR EXISTS (SELECT 1 FROM unnest(p_receipts) WITH ORDINALITY AS d(s, n)
+                           WHERE d.s = r.s AND d.n < r.n)
+             ORDER BY r.n LIMIT 1;
+            RAISE EXCEPTION USING ERRCODE = 'WFRX0', MESSAGE = taken;
+        END IF;
+    END IF;
+    IF cardinality(p_bookmarks_removed) = 1 THEN
+        DELETE FROM @wf_bookmarks
+         WHERE bookmark_id = p_bookmarks_removed[1] AND instance_id = p_id;
+    ELSIF cardinality(p_bookmarks_removed) > 1 THEN
+        DELETE FROM @wf_bookmarks
+         WHERE instance_id = p_id AND bookmark_id = ANY(p_bookmarks_removed);
+    END IF;
+    IF cardinality(p_bm_ids) = 1 THEN
+        INSERT INTO @wf_bookmarks (bookmark_id, instance_id, hash, name, node_id, context_id,
+            correlation_id, definition_name, definition_version, look_back, created_at)
+        VALUES (p_bm_ids[1], p_id, p_bm_hashes[1], p_bm_names[1], p_bm_nodes[1],
+                p_bm_contexts[1], p_correlation, v_def_name, v_def_version,
+                p_bm_look_backs[1], p_bm_created[1])
+        ON CONFLICT (bookmark_id) DO NOTHING;
+        GET DIAGNOSTICS done = ROW_COUNT;
+        IF done = 0 THEN
+            RAISE EXCEPTION USING ERRCODE = 'WFBK0', MESSAGE = p_bm_ids[1];
+        END IF;
+    ELSIF cardinality(p_bm_ids) > 1 THEN
+        WITH ins AS (
+            INSERT INTO @wf_bookmarks (bookmark_id, instance_id, hash, name, node_id,
+                context_id, correlation_id, definition_name, definition_version, look_back,
+                created_at)
+            SELECT b.id, p_id, b.hash, b.name, b.node, b.context, p_correlation,
+                   v_def_name, v_def_version, b.look_back, b.created
+              FROM unnest(p_bm_ids, p_bm_hashes, p_bm_names, p_bm_nodes, p_bm_contexts,
+                          p_bm_look_backs, p_bm_created)
+                   AS b(id, hash, name, node, context, look_back, created)
+            ON CONFLICT (bookmark_id) DO NOTHING
+            RETURNING bookmark_id)
+        SELECT array_agg(ins.bookmark_id) INTO fresh FROM ins;
+        IF cardinality(fresh) IS DISTINCT FROM cardinality(p_bm_ids) THEN
+            SELECT b.id INTO taken FROM unnest(p_bm_ids) WITH ORDINALITY AS b(id, n)
+             WHERE fresh IS NULL OR NOT (b.id = ANY(fresh))
+                OR EXISTS (SELECT 1 FROM unnest(p_bm_ids) WITH ORDINALITY AS d(id, n)
+                           WHERE d.id = b.id AND d.n < b.n)
+             ORDER BY b.n LIMIT 1;
+            RAISE EXCEPTION USING ERRCODE = 'WFBK0', MESSAGE = taken;
+        END IF;
+    END IF;
+    -- The fast path's guard keeps the correlation id; a record's field is read even after
+    -- a false operand of `AND`, so the test is nested.
+    IF NOT fast THEN
+        IF cur.correlation_id IS DISTINCT FROM p_correlation THEN
+            UPDATE @wf_bookmarks SET correlation_id = p_correlation
+             WHERE instance_id = p_id AND correlation_id IS DISTINCT FROM p_correlation;
+        END IF;
+    END IF;
+    IF cardinality(p_timers_removed) = 1 THEN
+        DELETE FROM @wf_timers WHERE timer_id = p_timers_removed[1] AND instance_id = p_id;
+    ELSIF cardinality(p_timers_removed) > 1 THEN
+        DELETE FROM @wf_timers WHERE instance_id = p_id AND timer_id = ANY(p_timers_removed);
+    END IF;
+    IF cardinality(p_tm_ids) = 1 THEN
+        INSERT INTO @wf_timers (timer_id, instance_id, kind, due_at, parked)
+        VALUES (p_tm_ids[1], p_id, p_tm_kinds[1], p_tm_due[1], FALSE)
+        ON CONFLICT (timer_id) DO NOTHING;
+        GET DIAGNOSTICS done = ROW_COUNT;
+        IF done = 0 THEN
+            RAISE EXCEPTION USING ERRCODE = 'WFTM0', MESSAGE = p_tm_ids[1];
+        END IF;
+    ELSIF cardinality(p_tm_ids) > 1 THEN
+        WITH ins AS (
+            INSERT INTO @wf_timers (timer_id, instance_id, kind, due_at, parked)
+            SELECT t.id, p_id, t.kind, t.due, FALSE
+              FROM unnest(p_tm_ids, p_tm_kinds, p_tm_due) AS t(id, kind, due)
+            ON CONFLICT (timer_id) DO NOTHING
+            RETURNING timer_id)
+        SELECT array_agg(ins.timer_id) INTO fresh FROM ins;
+        IF cardinality(fresh) IS DISTINCT FROM cardinality(p_tm_ids) THEN
+            SELECT t.id INTO taken FROM unnest(p_tm_ids) WITH ORDINALITY AS t(id, n)
+             WHERE fresh IS NULL OR NOT (t.id = ANY(fresh))
+                OR EXISTS (SELECT 1 FROM unnest(p_tm_ids) WITH ORDINALITY AS d(id, n)
+                           WHERE d.id = t.id AND d.n < t.n)
+             ORDER BY t.n LIMIT 1;
+            RAISE EXCEPTION USING ERRCODE = 'WFTM0', MESSAGE = taken;
+        END IF;
+    END IF;
+    IF p_timers_parked IS NOT NULL THEN
+        UPDATE @wf_timers SET parked = p_timers_parked WHERE instance_id = p_id;
+    END IF;
+    IF p_clear_waits THEN
+        DELETE FROM @wf_bookmarks WHERE instance_id = p_id;
+        DELETE FROM @wf_timers WHERE instance_id = p_id;
+    END IF;
+    IF fast THEN
+        IF v_n > 0 THEN
+            INSERT INTO @wf_journal (instance_id, last_seq, first_seq, entries)
+            VALUES (p_id, jlast, jlast - v_n + 1, p_jn_entries);
+        END IF;
+    ELSE
+        jrows := cur.journal_rows;
+        jstored := cur.journal_stored;
+        jfirst := cur.journal_first;
+        jlast := cur.journal_last;
+        IF jlast IS NULL AND (p_compact_through IS NOT NULL OR p_jn_count > 0
+                              OR p_max_journal IS NOT NULL) THEN
+            -- Counted once, from rows written before the floor was kept: none is below it.
+            SELECT COALESCE(sum(j.last_seq - j.first_seq + 1), 0), min(j.first_seq),
+                   COALESCE(max(j.last_seq), 0)
+              INTO jrows, jfirst, jlast FROM @wf_journal j WHERE j.instance_id = p_id;
+            jstored := jrows;
+        END IF;
+        IF p_compact_through IS NOT NULL THEN
+            IF jstored > jrows THEN
+                -- The entries below the floor go first, so only kept ones are counted below.
+                DELETE FROM @wf_journal WHERE instance_id = p_id AND last_seq < jfirst;
+                UPDATE @wf_journal SET first_seq = jfirst
+                 WHERE instance_id = p_id AND first_seq < jfirst AND last_seq >= jfirst;
+                jstored := jrows;
+            END IF;
+            -- The rows wholly up to the summary go, the row it cuts through keeps the rest.
+            WITH gone AS (
+                DELETE FROM @wf_journal
+                 WHERE instance_id = p_id AND last_seq <= p_compact_through
+                RETURNING last_seq - first_seq + 1 AS n)
+            SELECT COALESCE(sum(gone.n), 0) INTO done FROM gone;
+            SELECT j.first_seq, j.last_seq INTO v_first, v_last FROM @wf_journal j
+             WHERE j.instance_id = p_id AND j.last_seq > p_compact_through
+             ORDER BY j.last_seq LIMIT 1;
+            IF FOUND AND v_first <= p_compact_through THEN
+                UPDATE @wf_journal SET first_seq = p_compact_through + 1
+                 WHERE instance_id = p_id AND last_seq = v_last;
+                done := done + p_compact_through + 1 - v_first;
+            END IF;
+            INSERT INTO @wf_journal (instance_id, last_seq, first_seq, entries)
+            VALUES (p_id, p_compact_through, p_compact_through, p_compact_entries);
+            jrows := jrows - done + 1;
+            jstored := jrows;
+            jfirst := p_compact_through;
+            jlast := GREATEST(jlast, p_compact_through);
+        END IF;
+        IF p_jn_count > 0 THEN
+            INSERT INTO @wf_journal (instance_id, last_seq, first_seq, entries)
+            VALUES (p_id, jlast + p_jn_count, jlast + 1, p_jn_entries);
+            jfirst := COALESCE(jfirst, jlast + 1);
+            jlast := jlast + p_jn_count;
+            jrows := jrows + p_jn_count;
+            jstored := jstored + p_jn_count;
+        END IF;
+        IF p_max_journal IS NOT NULL AND jrows > p_max_journal THEN
+            excess := jrows - p_max_journal;
+            IF jlast - jfirst + 1 = jrows THEN
+                -- The kept entries are numbered without a gap: the floor rises past the oldest
+                -- ones, no row is touched.
+                jfirst := jfirst + excess;
+                jrows := p_max_journal;
+            ELSE
+                -- A summary below a gap: the oldest entries first, whole rows deleted, the last
+                -- one cut trimmed, after the entries below the floor.
+                IF jstored > jrows THEN
+                    DELETE FROM @wf_journal WHERE instance_id = p_id AND last_seq < jfirst;
+                    UPDATE @wf_journal SET first_seq = jfirst
+                     WHERE instance_id = p_id AND first_seq < jfirst AND last_seq >= jfirst;
+                END IF;
+                LOOP
+                    SELECT j.first_seq, j.last_seq INTO v_first, v_last FROM @wf_journal j
+                     WHERE j.instance_id = p_id ORDER BY j.last_seq LIMIT 1;
+                    EXIT WHEN NOT FOUND;
+                    v_count := v_last - v_first + 1;
+                    IF v_count <= excess THEN
+                        DELETE FROM @wf_journal WHERE instance_id = p_id AND last_seq = v_last;
+                        jrows := jrows - v_count;
+                        excess := excess - v_count;
+                    ELSE
+                        UPDATE @wf_journal SET first_seq = v_first + excess
+                         WHERE instance_id = p_id AND last_seq = v_last;
+                        jrows := jrows - excess;
+                        excess := 0;
+                    END IF;
+                    EXIT WHEN excess <= 0;
+                END LOOP;
+                SELECT j.first_seq INTO jfirst FROM @wf_journal j
+                 WHERE j.instance_id = p_id ORDER BY j.last_seq LIMIT 1;
+                jstored := jrows;
+            END IF;
+        END IF;
+        IF jstored - jrows >= GREATEST(64, COALESCE(p_max_journal, 0) / 4) THEN
+            -- Enough entries below the floor: their rows go, the row it cuts through is trimmed.
+            DELETE FROM @wf_journal WHERE instance_id = p_id AND last_seq < jfirst;
+            UPDATE @wf_journal SET first_seq = jfirst
+             WHERE instance_id = p_id AND first_seq < jfirst AND last_seq >= jfirst;
+            jstored := jrows;
+        END IF;
+    END IF;
+    IF cardinality(p_consumed) > 0 THEN
+        DELETE FROM @wf_queue WHERE item_id = ANY(p_consumed);
+    END IF;
+    IF cardinality(p_resolved_ids) > 0 THEN
+        UPDATE @wf_incidents x SET resolved_at = p_now, resolution = r.resolution
+          FROM unnest(p_resolved_ids, p_resolutions) AS r(id, resolution)
+         WHERE x.incident_id = r.id AND x.instance_id = p_id AND x.resolved_at IS NULL;
+    END IF;
+    IF cardinality(p_control_targets) > 0 THEN
+        UPDATE @wf_instances x SET control_request = c.request
+          FROM unnest(p_control_targets, p_control_texts) AS c(target, request)
+         WHERE x.instance_id = c.target AND x.status NOT IN ('finished', 'cancelled');
+    END IF;
+    IF NOT fast THEN
+        -- A lease the commit would release stays with its holder (until `p_keep_until`) when
+        -- asked to keep it and no other process wants it.
+        keep := p_release AND p_keep_until IS NOT NULL AND NOT cur.lease_wanted;
+        gone := p_release AND NOT keep;
+        UPDATE @wf_instances SET
+            version = version + 1, state = p_state, state_size = octet_length(p_state),
+            status = p_status, sub_status = p_sub_status, correlation_id = p_correlation,
+            updated_at = p_now, finished_at = p_finished_at, listing = p_listing,
+            journal_rows = jrows, journal_stored = jstored, journal_first = jfirst,
+            journal_last = jlast,
+            control_request = CASE WHEN p_clear_control THEN NULL ELSE control_request END,
+            lease_owner = CASE WHEN gone THEN NULL ELSE lease_owner END,
+            lease_expires_at = CASE WHEN gone THEN NULL WHEN keep THEN p_keep_until
+                                    ELSE lease_expires_at END,
+            lease_nonce = CASE WHEN gone THEN NULL ELSE lease_nonce END,
+            lease_wanted = CASE WHEN gone THEN FALSE ELSE lease_wanted END
+         WHERE instance_id = p_id;
+    END IF;
+    new_version := v_version;
+    definition := v_def_name;
+    kept := keep;
+    RETURN NEXT;
+END
+$body$
+"#;
 
 /// The common transition's rows written as single rows (ST-16): a commit with one receipt,
 /// one bookmark or one timer removed or added writes it with a plain `INSERT .. VALUES` or a
