@@ -640,12 +640,23 @@ async fn durable_rate_on(store: Storage, instances: usize, duration: Duration) -
 struct Measured {
     /// Transitions per second.
     rate: f64,
-    /// Per transition, when a [`BackendCpu`] probe was given: the CPU of the PostgreSQL
-    /// backends serving the database (µs) and the store's transactions.
-    server: Option<(f64, f64)>,
+    /// Per transition, when a [`BackendCpu`] probe was given.
+    server: Option<ServerPer>,
     /// This process's CPU per transition (µs) and the share of the machine's CPU busy
     /// meanwhile (all processes, all cores).
     client: ClientCpu,
+}
+
+/// What the PostgreSQL server spent per transition or per raw commit.
+#[derive(Clone, Copy)]
+struct ServerPer {
+    /// The CPU of the backends serving the database, µs.
+    cpu: f64,
+    /// The store's write transactions (1 for a raw commit).
+    transactions: f64,
+    /// The WAL the server wrote, bytes (the whole server's: the benchmark's database alone
+    /// on a quiet server).
+    wal: f64,
 }
 
 /// What the benchmark process spent of the machine during a row.
@@ -756,10 +767,14 @@ async fn durable_rate_prefixed(
     let client = mark.spent(total);
     let server = match (probe.as_mut(), server_before) {
         (Some(probe), Some(server_start)) => {
-            let cpu = probe.since(&server_start).await;
+            let (cpu, wal) = probe.since(&server_start).await;
             let transactions = store.stats().await.unwrap().transactions - before.0.transactions;
             let per = total.max(1) as f64;
-            Some((cpu * 1e6 / per, transactions as f64 / per))
+            Some(ServerPer {
+                cpu: cpu * 1e6 / per,
+                transactions: transactions as f64 / per,
+                wal: wal / per,
+            })
         }
         _ => None,
     };
@@ -907,8 +922,9 @@ impl BackendCpu {
         backend_ticks(pid).map(|_| probe)
     }
 
-    /// The CPU ticks (user + system) of each backend of the database by pid.
-    async fn sample(&mut self) -> std::collections::HashMap<i32, u64> {
+    /// The CPU ticks (user + system) of each backend of the database by pid, and the
+    /// server's WAL position (bytes).
+    async fn sample(&mut self) -> ServerMark {
         let pids: Vec<i32> = sqlx::query_scalar(
             "SELECT pid FROM pg_stat_activity
              WHERE datname = current_database() AND pid <> pg_backend_pid()",
@@ -916,20 +932,37 @@ impl BackendCpu {
         .fetch_all(&mut self.conn)
         .await
         .unwrap();
-        pids.into_iter()
-            .filter_map(|pid| backend_ticks(pid).map(|t| (pid, t)))
-            .collect()
+        let wal: f64 =
+            sqlx::query_scalar("SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), '0/0')::float8")
+                .fetch_one(&mut self.conn)
+                .await
+                .unwrap();
+        ServerMark {
+            ticks: pids
+                .into_iter()
+                .filter_map(|pid| backend_ticks(pid).map(|t| (pid, t)))
+                .collect(),
+            wal,
+        }
     }
 
-    /// The CPU seconds the backends used since `before` was sampled.
-    async fn since(&mut self, before: &std::collections::HashMap<i32, u64>) -> f64 {
+    /// The CPU seconds the backends used and the WAL bytes the server wrote since `before`
+    /// was sampled.
+    async fn since(&mut self, before: &ServerMark) -> (f64, f64) {
         let after = self.sample().await;
         let ticks: u64 = after
+            .ticks
             .iter()
-            .map(|(pid, t)| t.saturating_sub(before.get(pid).copied().unwrap_or(0)))
+            .map(|(pid, t)| t.saturating_sub(before.ticks.get(pid).copied().unwrap_or(0)))
             .sum();
-        ticks as f64 / CLOCK_TICKS
+        (ticks as f64 / CLOCK_TICKS, after.wal - before.wal)
     }
+}
+
+/// A [`BackendCpu`] sample.
+struct ServerMark {
+    ticks: std::collections::HashMap<i32, u64>,
+    wal: f64,
 }
 
 /// utime + stime of process `pid`, in clock ticks.
@@ -947,8 +980,8 @@ fn backend_ticks(pid: i32) -> Option<u64> {
 struct RawMeasured {
     /// Commits per second.
     rate: f64,
-    /// With a probe: the backends' CPU per commit (µs).
-    server: Option<f64>,
+    /// With a probe: what the server spent per commit.
+    server: Option<ServerPer>,
     /// This process's CPU per commit and the machine's busy share.
     client: ClientCpu,
 }
@@ -1016,7 +1049,13 @@ async fn pg_raw_commits(
     let client = mark.spent(u64::try_from(total).unwrap_or(0));
     let server = match (probe, server_start) {
         (Some(probe), Some(server_start)) => {
-            Some(probe.since(&server_start).await * 1e6 / total.max(1) as f64)
+            let (cpu, wal) = probe.since(&server_start).await;
+            let per = total.max(1) as f64;
+            Some(ServerPer {
+                cpu: cpu * 1e6 / per,
+                transactions: 1.0,
+                wal: wal / per,
+            })
         }
         _ => None,
     };
@@ -1099,9 +1138,8 @@ fn postgres_rows(reps: usize, secs: f64) -> Vec<Row> {
     let mut raw: Vec<Vec<f64>> = vec![Vec::new(); clients.len()];
     let mut durable: Vec<Vec<f64>> = vec![Vec::new(); clients.len()];
     // Server CPU per raw commit and per transition, and transactions per transition.
-    let mut raw_cpu: Vec<Vec<f64>> = vec![Vec::new(); clients.len()];
-    let mut durable_cpu: Vec<Vec<f64>> = vec![Vec::new(); clients.len()];
-    let mut durable_tx: Vec<Vec<f64>> = vec![Vec::new(); clients.len()];
+    let mut raw_server: Vec<Vec<ServerPer>> = vec![Vec::new(); clients.len()];
+    let mut durable_server: Vec<Vec<ServerPer>> = vec![Vec::new(); clients.len()];
     // This process's CPU per raw commit and per transition, and the machine's busy share.
     let mut raw_client: Vec<Vec<ClientCpu>> = vec![Vec::new(); clients.len()];
     let mut durable_client: Vec<Vec<ClientCpu>> = vec![Vec::new(); clients.len()];
@@ -1123,7 +1161,7 @@ fn postgres_rows(reps: usize, secs: f64) -> Vec<Row> {
             let measured_raw =
                 rt.block_on(pg_raw_commits(&url, &schema, n, duration, probe.as_mut()));
             raw[slot].push(measured_raw.rate);
-            raw_cpu[slot].extend(measured_raw.server);
+            raw_server[slot].extend(measured_raw.server);
             raw_client[slot].push(measured_raw.client);
             let measured = rt.block_on(durable_rate_prefixed(
                 Storage::new(Arc::new(store)),
@@ -1134,10 +1172,7 @@ fn postgres_rows(reps: usize, secs: f64) -> Vec<Row> {
             ));
             durable[slot].push(measured.rate);
             durable_client[slot].push(measured.client);
-            if let Some((cpu, transactions)) = measured.server {
-                durable_cpu[slot].push(cpu);
-                durable_tx[slot].push(transactions);
-            }
+            durable_server[slot].extend(measured.server);
         }
     }
     let processes = env_counts("TABLE_PG_PROCESSES", &[1usize, 2, 4]);
@@ -1182,12 +1217,13 @@ fn postgres_rows(reps: usize, secs: f64) -> Vec<Row> {
             _ => "",
         };
         rows.push(row.note(format!("{ratio:.2}x raw ({n} client(s){target})")));
-        if !raw_cpu[slot].is_empty() && !durable_cpu[slot].is_empty() {
+        if !raw_server[slot].is_empty() && !durable_server[slot].is_empty() {
+            let field = |m: &[ServerPer], f: fn(&ServerPer) -> f64| m.iter().map(f).collect();
             let raw_row = Row::new(
                 "postgres",
                 format!("server CPU per raw commit, {n} client(s)"),
                 "µs",
-                raw_cpu[slot].clone(),
+                field(&raw_server[slot], |p| p.cpu),
             )
             .note("1.00x");
             let raw_median = raw_row.median();
@@ -1196,7 +1232,7 @@ fn postgres_rows(reps: usize, secs: f64) -> Vec<Row> {
                 "postgres",
                 format!("server CPU per transition, {n} instance(s)"),
                 "µs",
-                durable_cpu[slot].clone(),
+                field(&durable_server[slot], |p| p.cpu),
             );
             let server_median = row.median();
             let ratio = server_median / raw_median;
@@ -1205,8 +1241,26 @@ fn postgres_rows(reps: usize, secs: f64) -> Vec<Row> {
                 "postgres",
                 format!("store write transactions per transition, {n} instance(s)"),
                 "",
-                durable_tx[slot].clone(),
+                field(&durable_server[slot], |p| p.transactions),
             ));
+            // What the server writes: a transition's rows and index entries against one row.
+            let raw_wal = Row::new(
+                "postgres",
+                format!("WAL per raw commit, {n} client(s)"),
+                "bytes",
+                field(&raw_server[slot], |p| p.wal),
+            )
+            .note("1.00x");
+            let raw_wal_median = raw_wal.median();
+            rows.push(raw_wal);
+            let wal = Row::new(
+                "postgres",
+                format!("WAL per transition, {n} instance(s)"),
+                "bytes",
+                field(&durable_server[slot], |p| p.wal),
+            );
+            let ratio = wal.median() / raw_wal_median.max(f64::EPSILON);
+            rows.push(wal.note(format!("{ratio:.2}x raw")));
             // What bounds the rates: the client shares the machine with the server, so a
             // row whose machine is busy is bound by server and client CPU together.
             let client = |m: &[ClientCpu]| m.iter().map(|c| c.per_op).collect::<Vec<_>>();
