@@ -24,97 +24,28 @@
 
 use std::sync::Arc;
 
-use serde::{Deserialize, Serialize};
+use workflow_runtime::Runtime;
 use workflow_runtime::store::{SqliteStore, Storage};
-use workflow_runtime::{Runtime, TaskContext, Workflow, WorkflowStatus, workflow};
 
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
-pub struct Counter {
-    count: u64,
-}
-
-async fn incr(cx: &mut TaskContext<Counter>) {
-    cx.data_mut().count += 1;
-}
-
-/// A queue no task waits on: the cost of a slot without contention.
-const OPEN: workflow_runtime::Queue = workflow_runtime::Queue::new("open").concurrency(1_000_000);
-
-workflow! {
-    pub workflow Plain(Counter) = sequence [task(incr)];
-}
-
-workflow! {
-    pub workflow Queued(Counter) = sequence [task(incr).queue(OPEN)];
-}
-
-/// `RATE` starts in any 1 s window.
-const RATE: u32 = 1_000;
-const RATED: workflow_runtime::Queue =
-    workflow_runtime::Queue::new("rated").rate(RATE, std::time::Duration::from_secs(1));
-
-/// When each attempt of `stamp` started.
-fn stamps() -> &'static std::sync::Mutex<Vec<std::time::Instant>> {
-    static STAMPS: std::sync::OnceLock<std::sync::Mutex<Vec<std::time::Instant>>> =
-        std::sync::OnceLock::new();
-    STAMPS.get_or_init(Default::default)
-}
-
-async fn stamp(_cx: &mut TaskContext<Counter>) {
-    stamps().lock().unwrap().push(std::time::Instant::now());
-}
-
-workflow! {
-    pub workflow Rated(Counter) = sequence [task(stamp).queue(RATED)];
-}
+mod flow;
+use flow::{Task1, Task1Queued};
 
 /// `3 x RATE` starts at once on the memory store, as the bench table's rate row: the steady
 /// rate (the starts after the first window over their span), the store's write requests per
 /// start, and the most starts in any 1 s window.
 fn rate(rt: &tokio::runtime::Runtime) {
-    let rated = Arc::new(
-        Runtime::builder()
-            .register::<Rated>()
-            .sweep_interval(None)
-            .timer_driver(false)
-            .build()
-            .unwrap(),
-    );
-    let n = 3 * RATE as usize;
-    let before = rt.block_on(rated.store().stats()).unwrap();
-    rt.block_on(async {
-        let starts: Vec<_> = (0..n)
-            .map(|_| {
-                let rated = Arc::clone(&rated);
-                tokio::spawn(async move { rated.start::<Rated>(Counter::default()).await })
-            })
-            .collect();
-        for start in starts {
-            start.await.unwrap().unwrap();
-        }
-    });
-    let after = rt.block_on(rated.store().stats()).unwrap();
-    let mut at = stamps().lock().unwrap().clone();
-    at.sort();
-    let first = RATE as usize;
-    let span = at[n - 1].duration_since(at[first - 1]).as_secs_f64();
+    let burst = flow::rated_burst(rt);
+    let at = &burst.at;
     let window = std::time::Duration::from_secs(1);
-    let most = (0..n)
+    let most = (0..at.len())
         .map(|i| at[i..].partition_point(|t| t.duration_since(at[i]) < window))
         .max()
         .unwrap_or(0);
     println!(
         "steady {:.1}/s, write requests/start {:.2}, most starts in a 1 s window {most}",
-        (n - first) as f64 / span,
-        (after.write_requests - before.write_requests) as f64 / n as f64,
+        burst.steady(),
+        burst.write_requests,
     );
-}
-
-async fn run<W: Workflow<Data = Counter>>(runtime: &Runtime, n: u32) {
-    for _ in 0..n {
-        let done = runtime.start::<W>(Counter::default()).await.unwrap();
-        assert_eq!(done.status, WorkflowStatus::Finished);
-    }
 }
 
 fn main() {
@@ -133,8 +64,8 @@ fn main() {
     }
     let dir = tempfile::tempdir().unwrap();
     let builder = Runtime::builder()
-        .register::<Plain>()
-        .register::<Queued>()
+        .register::<Task1>()
+        .register::<Task1Queued>()
         .sweep_interval(None)
         .timer_driver(false);
     let (runtime, store) = if backend == "sqlite" {
@@ -147,9 +78,9 @@ fn main() {
     rt.block_on(async {
         let go = |n| async move {
             if queued {
-                run::<Queued>(runtime, n).await;
+                flow::starts::<Task1Queued>(runtime, n).await;
             } else {
-                run::<Plain>(runtime, n).await;
+                flow::starts::<Task1>(runtime, n).await;
             }
         };
         go(n / 10).await;

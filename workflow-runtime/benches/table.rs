@@ -98,6 +98,9 @@ use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+mod flow;
+use flow::{Task1, Task1Queued};
+
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 use workflow_runtime::model::Definition;
@@ -138,34 +141,6 @@ workflow! {
         split.right -> b -> both;
         both -> c;
     }
-}
-
-/// A queue no task waits on: the cost of a slot without contention.
-const OPEN: workflow_runtime::Queue = workflow_runtime::Queue::new("open").concurrency(1_000_000);
-/// 1,000 starts in any 1 s window.
-const RATED: workflow_runtime::Queue =
-    workflow_runtime::Queue::new("rated").rate(1_000, Duration::from_secs(1));
-
-workflow! {
-    pub workflow Task1(Counter) = sequence [task(incr)];
-}
-
-workflow! {
-    pub workflow Task1Queued(Counter) = sequence [task(incr).queue(OPEN)];
-}
-
-/// When each attempt of `stamp` started.
-fn stamps() -> &'static std::sync::Mutex<Vec<Instant>> {
-    static STAMPS: std::sync::OnceLock<std::sync::Mutex<Vec<Instant>>> = std::sync::OnceLock::new();
-    STAMPS.get_or_init(Default::default)
-}
-
-async fn stamp(_cx: &mut TaskContext<Counter>) {
-    stamps().lock().unwrap().push(Instant::now());
-}
-
-workflow! {
-    pub workflow Rated(Counter) = sequence [task(stamp).queue(RATED)];
 }
 
 #[state_machine(data = Counter, initial = Even)]
@@ -786,7 +761,7 @@ async fn durable_rate_prefixed(
             "table: {instances} instance(s): {total} transitions; per transition: {:.2} write requests, {:.2} transactions, {:.0} µs of CPU (process), {:.1} context switches",
             per(after.0.write_requests - before.0.write_requests),
             per(after.0.transactions - before.0.transactions),
-            (after.1.0 - before.1.0) * 1e6 / total.max(1) as f64,
+            client.per_op,
             per(after.1.1.saturating_sub(before.1.1)),
         );
     }
@@ -820,7 +795,7 @@ fn process_usage() -> (f64, u64) {
                 .split_whitespace()
                 .collect::<Vec<_>>();
             let ticks = rest.get(11)?.parse::<f64>().ok()? + rest.get(12)?.parse::<f64>().ok()?;
-            Some(ticks / 100.0)
+            Some(ticks / CLOCK_TICKS)
         })
         .unwrap_or(0.0);
     let mut switches = 0;
@@ -1853,19 +1828,15 @@ fn macro_rows(dir: &Path, reps: usize) -> Vec<Row> {
 // ---------------------------------------------------------------------------------------------
 // Flow-control queues
 
-/// Mean µs per start of `W` to its end, `iterations` of them one after the other on `runtime`.
-async fn start_us<W: workflow_runtime::Workflow<Data = Counter>>(
+/// Mean µs per start of `W` to its end, `iterations` of them one after the other on `runtime`
+/// (after a tenth as many to warm up).
+async fn start_us<W: workflow_runtime::Workflow<Data = flow::Count>>(
     runtime: &Runtime,
     iterations: u32,
 ) -> f64 {
-    for _ in 0..iterations / 10 {
-        runtime.start::<W>(Counter::default()).await.unwrap();
-    }
+    flow::starts::<W>(runtime, iterations / 10).await;
     let started = Instant::now();
-    for _ in 0..iterations {
-        let done = runtime.start::<W>(Counter::default()).await.unwrap();
-        assert_eq!(done.status, WorkflowStatus::Finished);
-    }
+    flow::starts::<W>(runtime, iterations).await;
     started.elapsed().as_secs_f64() * 1e6 / f64::from(iterations)
 }
 
@@ -1930,30 +1901,7 @@ fn queue_rows(dir: &Path, reps: usize, iters: u32) -> Vec<Row> {
         }
         // 3,000 at once: 1,000 start at once, then the window lets 1,000 more a second. The
         // rate is the starts after the first window over the time they took.
-        stamps().lock().unwrap().clear();
-        let rated = Arc::new(
-            Runtime::builder()
-                .register::<Rated>()
-                .sweep_interval(None)
-                .timer_driver(false)
-                .build()
-                .unwrap(),
-        );
-        rt.block_on(async {
-            let starts: Vec<_> = (0..3_000)
-                .map(|_| {
-                    let rated = Arc::clone(&rated);
-                    tokio::spawn(async move { rated.start::<Rated>(Counter::default()).await })
-                })
-                .collect();
-            for start in starts {
-                start.await.unwrap().unwrap();
-            }
-        });
-        let mut at = stamps().lock().unwrap().clone();
-        at.sort();
-        let span = at[2_999].duration_since(at[999]).as_secs_f64();
-        rate.push(2_000.0 / span);
+        rate.push(flow::rated_burst(&rt).steady());
     }
     let ratio = |with: &[f64], without: &[f64]| {
         let median = |v: &[f64]| {

@@ -83,13 +83,17 @@ async fn server() -> Option<PgConnection> {
     }
 }
 
+/// A store of its own on `schema`, as each process opens one.
+async fn open(schema: &str) -> PostgresStore {
+    PostgresStore::connect_with(&database_url(), &PostgresOptions::default().schema(schema))
+        .await
+        .unwrap()
+}
+
 /// A process: its own store on `schema`, the default lease TTL (30 s), a journal that keeps
 /// every entry the tests count.
 async fn process(schema: &str, owner: &str) -> Runtime {
-    let store =
-        PostgresStore::connect_with(&database_url(), &PostgresOptions::default().schema(schema))
-            .await
-            .unwrap();
+    let store = open(schema).await;
     let runtime = Runtime::builder()
         .store(Arc::new(store))
         .owner(owner)
@@ -240,10 +244,7 @@ async fn a_timer_another_process_fires_while_this_one_keeps_the_lease_resumes_wi
     let schema = fresh_schema_name();
     let _guard = SchemaGuard::new(database_url(), schema.clone());
     // The holder fires no timer: it starts the instance and keeps its lease (ST-38).
-    let store =
-        PostgresStore::connect_with(&database_url(), &PostgresOptions::default().schema(&schema))
-            .await
-            .unwrap();
+    let store = open(&schema).await;
     let holder = Runtime::builder()
         .store(Arc::new(store))
         .owner("holder")
@@ -251,10 +252,7 @@ async fn a_timer_another_process_fires_while_this_one_keeps_the_lease_resumes_wi
         .register::<Nap>()
         .build()
         .unwrap();
-    let store =
-        PostgresStore::connect_with(&database_url(), &PostgresOptions::default().schema(&schema))
-            .await
-            .unwrap();
+    let store = open(&schema).await;
     let other = Runtime::builder()
         .store(Arc::new(store))
         .owner("other")

@@ -206,10 +206,9 @@ impl FlowGate {
                 // The first wait in the run: hang the bell, listen to the hints, and ask again
                 // unless the wait is for the rate window (no release ends it): a release that
                 // named this holder before the bell hung is then seen in the answer.
-                *bell = Some(Arc::new(tokio::sync::Notify::new()));
-                if let Some(bell) = bell.as_ref() {
-                    crate::base::lock(&self.waiting).insert(holder.to_owned(), Arc::clone(bell));
-                }
+                let hung = Arc::new(tokio::sync::Notify::new());
+                crate::base::lock(&self.waiting).insert(holder.to_owned(), Arc::clone(&hung));
+                *bell = Some(hung);
                 hints = self
                     .storage
                     .hears_other_processes()
@@ -232,27 +231,12 @@ impl FlowGate {
                     None => std::future::pending().await,
                 }
             };
-            let named = async {
-                let Some(hints) = hints.as_mut() else {
-                    return std::future::pending().await;
-                };
-                loop {
-                    match hints.recv().await {
-                        Ok(WakeUp::SlotFree {
-                            queue: freed,
-                            holder: next,
-                        }) if freed == queue && next.as_deref().is_none_or(|n| n == holder) => {
-                            return;
-                        }
-                        // Hints lost: ask again.
-                        Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => return,
-                        Err(tokio::sync::broadcast::error::RecvError::Closed) => {
-                            std::future::pending::<()>().await;
-                        }
-                        Ok(_) => {}
-                    }
-                }
-            };
+            // A release naming this holder (or every waiter of the queue), or hints lost:
+            // ask again.
+            let named = crate::store::hint_heard(hints.as_mut(), |hint| {
+                matches!(hint, WakeUp::SlotFree { queue: freed, holder: next }
+                    if freed == queue && next.as_deref().is_none_or(|n| n == holder))
+            });
             let rung = async {
                 match bell.as_deref() {
                     Some(bell) => bell.notified().await,

@@ -969,6 +969,27 @@ pub enum WakeUp {
     },
 }
 
+/// Waits until `hints` bring one that `wanted` picks, or hints were lost (whatever was
+/// missed may have been it): the caller then looks again. Never returns without hints (`None`)
+/// or once they are closed; callers race it with a pause of their own, as hints may be lost.
+pub(crate) async fn hint_heard(
+    hints: Option<&mut tokio::sync::broadcast::Receiver<WakeUp>>,
+    wanted: impl Fn(&WakeUp) -> bool,
+) {
+    use tokio::sync::broadcast::error::RecvError;
+    let Some(hints) = hints else {
+        return std::future::pending().await;
+    };
+    loop {
+        match hints.recv().await {
+            Ok(hint) if wanted(&hint) => return,
+            Err(RecvError::Lagged(_)) => return,
+            Err(RecvError::Closed) => return std::future::pending().await,
+            Ok(_) => {}
+        }
+    }
+}
+
 impl WakeUp {
     /// The hints a successful commit produces (ST-18, C-28). [`Storage`](super::Storage) sends them to its
     /// subscribers; a backend that tells other processes of its changes (a database

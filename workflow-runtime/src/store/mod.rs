@@ -58,6 +58,7 @@ mod sqlite;
 #[cfg(feature = "test-support")]
 pub mod conformance;
 
+pub(crate) use backend::hint_heard;
 pub use backend::{
     BookmarkSelect, CHILD_WAIT, Capabilities, CensusCount, ChangeCount, ChildWaitIndex, ClaimKnown,
     ClaimedRecord, DamagedTimer, DebounceStore, DefinitionRecord, DefinitionStore, DueDebounces,

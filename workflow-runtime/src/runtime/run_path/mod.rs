@@ -1114,19 +1114,10 @@ async fn freed(
     instance_id: &str,
     pause: Duration,
 ) {
-    let heard = async {
-        let Some(hints) = hints else {
-            return std::future::pending().await;
-        };
-        loop {
-            match hints.recv().await {
-                Ok(crate::store::WakeUp::InstanceRunnable { id }) if id == instance_id => return,
-                Err(broadcast::error::RecvError::Lagged(_)) => return,
-                Err(broadcast::error::RecvError::Closed) => std::future::pending::<()>().await,
-                Ok(_) => {}
-            }
-        }
-    };
+    let heard = crate::store::hint_heard(
+        hints,
+        |hint| matches!(hint, crate::store::WakeUp::InstanceRunnable { id } if id == instance_id),
+    );
     tokio::select! {
         () = tokio::time::sleep(pause) => {}
         () = heard => {}
